@@ -1,0 +1,1 @@
+//! `tagwire-core` — the pure logic of tagwire: no sockets, no threads, no clocks.

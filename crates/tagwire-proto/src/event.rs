@@ -1,0 +1,562 @@
+//! The event model: header, typed filterable fields and an opaque payload,
+//! with a byte-exact encoding shared by `Publish` and `Deliver` frames.
+//!
+//! [`Event`] is the owned form applications build; [`EventRef`] is a
+//! zero-allocation, fully validated view over encoded bytes, which is what the
+//! router and the filter engine read on the hot path.
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+use crate::error::DecodeError;
+use crate::limits::{MAX_FIELDS, MAX_NAME_LEN, MAX_TAG_LEN};
+use crate::reader::Reader;
+
+/// A typed value of a filterable field.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    /// Signed 64-bit integer (type code 1).
+    Int(i64),
+    /// IEEE-754 double (type code 2).
+    Float(f64),
+    /// Boolean (type code 3).
+    Bool(bool),
+    /// UTF-8 string (type code 4).
+    Str(String),
+    /// Opaque bytes (type code 5).
+    Bytes(Bytes),
+}
+
+/// A borrowed [`Value`], as read from encoded bytes without allocating.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ValueRef<'a> {
+    /// Signed 64-bit integer.
+    Int(i64),
+    /// IEEE-754 double.
+    Float(f64),
+    /// Boolean.
+    Bool(bool),
+    /// UTF-8 string.
+    Str(&'a str),
+    /// Opaque bytes.
+    Bytes(&'a [u8]),
+}
+
+impl Value {
+    /// Borrows this value.
+    pub fn as_ref(&self) -> ValueRef<'_> {
+        match self {
+            Value::Int(v) => ValueRef::Int(*v),
+            Value::Float(v) => ValueRef::Float(*v),
+            Value::Bool(v) => ValueRef::Bool(*v),
+            Value::Str(v) => ValueRef::Str(v),
+            Value::Bytes(v) => ValueRef::Bytes(v),
+        }
+    }
+}
+
+impl ValueRef<'_> {
+    /// Copies this value into an owned [`Value`].
+    pub fn to_owned(&self) -> Value {
+        match *self {
+            ValueRef::Int(v) => Value::Int(v),
+            ValueRef::Float(v) => Value::Float(v),
+            ValueRef::Bool(v) => Value::Bool(v),
+            ValueRef::Str(v) => Value::Str(v.to_owned()),
+            ValueRef::Bytes(v) => Value::Bytes(Bytes::copy_from_slice(v)),
+        }
+    }
+}
+
+/// When an event stops being worth delivering.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Expiry {
+    /// Never expires.
+    #[default]
+    Never,
+    /// Expires this many nanoseconds after its source timestamp (TAO `timeout`).
+    AfterNs(u64),
+    /// Expires at this absolute time, ns since the Unix epoch (TAO `stop_time`).
+    AtNs(u64),
+}
+
+/// Event header: everything but the fields and the payload.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Header {
+    /// The tag (named stream) the event is published on, e.g. `/cam/left`.
+    pub tag: String,
+    /// Name of the publishing endpoint.
+    pub publisher: String,
+    /// Per-publisher sequence number.
+    pub seq: u64,
+    /// Source timestamp, ns since the Unix epoch (synchronised clock).
+    pub source_time_ns: u64,
+    /// Virtual time: the event's position in its stream (DROPS).
+    pub virtual_time: Option<u64>,
+    /// Priority, 0 (lowest) to 255 (highest).
+    pub priority: u8,
+    /// Relative timeout or absolute stop time.
+    pub expiry: Expiry,
+    /// Earliest delivery time, ns since the Unix epoch.
+    pub start_time_ns: Option<u64>,
+    /// Structured-event type name (TAO), e.g. `CommunicationsAlarm`.
+    pub type_name: Option<String>,
+    /// Structured-event name (TAO), e.g. `lost_packet`.
+    pub event_name: Option<String>,
+    /// Encoding/feature flags; bits are assigned by later protocol revisions.
+    pub flags: u16,
+}
+
+/// An event: header, filterable fields and an opaque, shared payload.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Event {
+    /// The header.
+    pub header: Header,
+    /// Filterable fields, in the order they were added. Names are unique.
+    pub fields: Vec<(String, Value)>,
+    /// The payload, shared by reference across fan-out.
+    pub payload: Bytes,
+}
+
+// Presence bits of the optional header parts, in encoding order.
+const HAS_VIRTUAL_TIME: u8 = 0x01;
+const HAS_EXPIRY: u8 = 0x02;
+const HAS_START_TIME: u8 = 0x04;
+const HAS_TYPE_NAME: u8 = 0x08;
+const HAS_EVENT_NAME: u8 = 0x10;
+const HAS_FIELDS: u8 = 0x20;
+const HAS_FLAGS: u8 = 0x40;
+const KNOWN_BITS: u8 = 0x7f;
+
+const EXPIRY_AFTER: u8 = 1;
+const EXPIRY_AT: u8 = 2;
+
+const T_INT: u8 = 1;
+const T_FLOAT: u8 = 2;
+const T_BOOL: u8 = 3;
+const T_STR: u8 = 4;
+const T_BYTES: u8 = 5;
+
+impl Event {
+    /// A new event on `tag` with `payload` and default header values.
+    pub fn new(tag: impl Into<String>, payload: impl Into<Bytes>) -> Self {
+        Event {
+            header: Header {
+                tag: tag.into(),
+                ..Header::default()
+            },
+            fields: Vec::new(),
+            payload: payload.into(),
+        }
+    }
+
+    /// The value of field `name`, if present.
+    pub fn field(&self, name: &str) -> Option<&Value> {
+        self.fields.iter().find(|(n, _)| n == name).map(|(_, v)| v)
+    }
+
+    /// Number of bytes [`Event::encode`] writes.
+    pub fn encoded_len(&self) -> usize {
+        let h = &self.header;
+        let mut n = 2 + h.tag.len() + 1 + h.publisher.len() + 8 + 8 + 1 + 1;
+        n += h.virtual_time.map_or(0, |_| 8);
+        n += if h.expiry == Expiry::Never { 0 } else { 9 };
+        n += h.start_time_ns.map_or(0, |_| 8);
+        n += h.type_name.as_ref().map_or(0, |s| 1 + s.len());
+        n += h.event_name.as_ref().map_or(0, |s| 1 + s.len());
+        if !self.fields.is_empty() {
+            n += 2;
+            for (name, v) in &self.fields {
+                n += 1 + name.len() + 1;
+                n += match v {
+                    Value::Int(_) | Value::Float(_) => 8,
+                    Value::Bool(_) => 1,
+                    Value::Str(s) => 4 + s.len(),
+                    Value::Bytes(b) => 4 + b.len(),
+                };
+            }
+        }
+        n += if h.flags == 0 { 0 } else { 2 };
+        n + self.payload.len()
+    }
+
+    /// Appends the encoding documented in `docs/protocol.md` ("Event") to `out`.
+    ///
+    /// Fails if a length exceeds its limit (the event could not be decoded).
+    pub fn encode(&self, out: &mut BytesMut) -> Result<(), crate::EncodeError> {
+        use crate::EncodeError as E;
+        let h = &self.header;
+        check_tag_len(&h.tag)?;
+        check_name("publisher", &h.publisher)?;
+        if self.fields.len() > MAX_FIELDS {
+            return Err(E::TooManyFields {
+                count: self.fields.len(),
+                max: MAX_FIELDS,
+            });
+        }
+        out.reserve(self.encoded_len());
+        out.put_u16_le(h.tag.len() as u16);
+        out.put_slice(h.tag.as_bytes());
+        out.put_u8(h.publisher.len() as u8);
+        out.put_slice(h.publisher.as_bytes());
+        out.put_u64_le(h.seq);
+        out.put_u64_le(h.source_time_ns);
+        out.put_u8(h.priority);
+        let mut present = 0u8;
+        if h.virtual_time.is_some() {
+            present |= HAS_VIRTUAL_TIME;
+        }
+        if h.expiry != Expiry::Never {
+            present |= HAS_EXPIRY;
+        }
+        if h.start_time_ns.is_some() {
+            present |= HAS_START_TIME;
+        }
+        if h.type_name.is_some() {
+            present |= HAS_TYPE_NAME;
+        }
+        if h.event_name.is_some() {
+            present |= HAS_EVENT_NAME;
+        }
+        if !self.fields.is_empty() {
+            present |= HAS_FIELDS;
+        }
+        if h.flags != 0 {
+            present |= HAS_FLAGS;
+        }
+        out.put_u8(present);
+        if let Some(vt) = h.virtual_time {
+            out.put_u64_le(vt);
+        }
+        match h.expiry {
+            Expiry::Never => {}
+            Expiry::AfterNs(ns) => {
+                out.put_u8(EXPIRY_AFTER);
+                out.put_u64_le(ns);
+            }
+            Expiry::AtNs(ns) => {
+                out.put_u8(EXPIRY_AT);
+                out.put_u64_le(ns);
+            }
+        }
+        if let Some(st) = h.start_time_ns {
+            out.put_u64_le(st);
+        }
+        for (what, s) in [("type_name", &h.type_name), ("event_name", &h.event_name)] {
+            if let Some(s) = s {
+                check_name(what, s)?;
+                out.put_u8(s.len() as u8);
+                out.put_slice(s.as_bytes());
+            }
+        }
+        if !self.fields.is_empty() {
+            out.put_u16_le(self.fields.len() as u16);
+            for (name, v) in &self.fields {
+                check_name("field name", name)?;
+                if name.is_empty() {
+                    return Err(E::EmptyName { what: "field name" });
+                }
+                out.put_u8(name.len() as u8);
+                out.put_slice(name.as_bytes());
+                match v {
+                    Value::Int(i) => {
+                        out.put_u8(T_INT);
+                        out.put_i64_le(*i);
+                    }
+                    Value::Float(f) => {
+                        out.put_u8(T_FLOAT);
+                        out.put_f64_le(*f);
+                    }
+                    Value::Bool(b) => {
+                        out.put_u8(T_BOOL);
+                        out.put_u8(*b as u8);
+                    }
+                    Value::Str(s) => {
+                        out.put_u8(T_STR);
+                        out.put_u32_le(u32::try_from(s.len()).map_err(|_| E::ValueTooLong)?);
+                        out.put_slice(s.as_bytes());
+                    }
+                    Value::Bytes(b) => {
+                        out.put_u8(T_BYTES);
+                        out.put_u32_le(u32::try_from(b.len()).map_err(|_| E::ValueTooLong)?);
+                        out.put_slice(b);
+                    }
+                }
+            }
+        }
+        if h.flags != 0 {
+            out.put_u16_le(h.flags);
+        }
+        out.put_slice(&self.payload);
+        Ok(())
+    }
+
+    /// Decodes an owned event from `buf` (the whole encoded event). The
+    /// payload is a zero-copy slice of `buf`.
+    pub fn decode(buf: &Bytes) -> Result<Event, DecodeError> {
+        let r = EventRef::parse(buf)?;
+        let payload_start = buf.len() - r.payload.len();
+        Ok(Event {
+            header: Header {
+                tag: r.tag.to_owned(),
+                publisher: r.publisher.to_owned(),
+                seq: r.seq,
+                source_time_ns: r.source_time_ns,
+                virtual_time: r.virtual_time,
+                priority: r.priority,
+                expiry: r.expiry,
+                start_time_ns: r.start_time_ns,
+                type_name: r.type_name.map(str::to_owned),
+                event_name: r.event_name.map(str::to_owned),
+                flags: r.flags,
+            },
+            fields: r
+                .fields()
+                .map(|(n, v)| (n.to_owned(), v.to_owned()))
+                .collect(),
+            payload: buf.slice(payload_start..),
+        })
+    }
+}
+
+fn check_tag_len(tag: &str) -> Result<(), crate::EncodeError> {
+    if tag.len() > MAX_TAG_LEN {
+        return Err(crate::EncodeError::TooLong {
+            what: "tag",
+            len: tag.len(),
+            max: MAX_TAG_LEN,
+        });
+    }
+    Ok(())
+}
+
+fn check_name(what: &'static str, s: &str) -> Result<(), crate::EncodeError> {
+    if s.len() > MAX_NAME_LEN {
+        return Err(crate::EncodeError::TooLong {
+            what,
+            len: s.len(),
+            max: MAX_NAME_LEN,
+        });
+    }
+    Ok(())
+}
+
+/// A validated, borrowed view of an encoded event. Parsing checks every
+/// length, every UTF-8 string and every field type, so code holding an
+/// `EventRef` can trust it; nothing is allocated.
+#[derive(Debug, Clone, Copy)]
+pub struct EventRef<'a> {
+    /// Tag.
+    pub tag: &'a str,
+    /// Publishing endpoint name.
+    pub publisher: &'a str,
+    /// Per-publisher sequence number.
+    pub seq: u64,
+    /// Source timestamp, ns since the Unix epoch.
+    pub source_time_ns: u64,
+    /// Virtual time, if set.
+    pub virtual_time: Option<u64>,
+    /// Priority.
+    pub priority: u8,
+    /// Expiry.
+    pub expiry: Expiry,
+    /// Earliest delivery time, if set.
+    pub start_time_ns: Option<u64>,
+    /// Type name, if set.
+    pub type_name: Option<&'a str>,
+    /// Event name, if set.
+    pub event_name: Option<&'a str>,
+    /// Flags.
+    pub flags: u16,
+    /// Encoded fields (validated); read them with [`EventRef::fields`].
+    fields_raw: &'a [u8],
+    /// The opaque payload.
+    pub payload: &'a [u8],
+}
+
+impl<'a> EventRef<'a> {
+    /// Parses and validates an encoded event.
+    pub fn parse(buf: &'a [u8]) -> Result<EventRef<'a>, DecodeError> {
+        let mut r = Reader::new(buf);
+        let tag_len = r.u16("tag length")? as usize;
+        if tag_len > MAX_TAG_LEN {
+            return Err(DecodeError::TooLong {
+                what: "tag",
+                len: tag_len,
+                max: MAX_TAG_LEN,
+            });
+        }
+        let tag = r.str(tag_len, "tag")?;
+        let pub_len = r.u8("publisher length")? as usize;
+        let publisher = r.str(pub_len, "publisher")?;
+        let seq = r.u64("sequence number")?;
+        let source_time_ns = r.u64("source timestamp")?;
+        let priority = r.u8("priority")?;
+        let present = r.u8("presence bits")?;
+        if present & !KNOWN_BITS != 0 {
+            return Err(DecodeError::UnknownBits {
+                what: "event presence bits",
+                bits: present as u32,
+            });
+        }
+        let virtual_time = if present & HAS_VIRTUAL_TIME != 0 {
+            Some(r.u64("virtual time")?)
+        } else {
+            None
+        };
+        let expiry = if present & HAS_EXPIRY != 0 {
+            match r.u8("expiry kind")? {
+                EXPIRY_AFTER => Expiry::AfterNs(r.u64("expiry")?),
+                EXPIRY_AT => Expiry::AtNs(r.u64("expiry")?),
+                k => {
+                    return Err(DecodeError::BadValue {
+                        what: "expiry kind",
+                        value: k as u64,
+                    })
+                }
+            }
+        } else {
+            Expiry::Never
+        };
+        let start_time_ns = if present & HAS_START_TIME != 0 {
+            Some(r.u64("start time")?)
+        } else {
+            None
+        };
+        let type_name = if present & HAS_TYPE_NAME != 0 {
+            let n = r.u8("type name length")? as usize;
+            Some(r.str(n, "type name")?)
+        } else {
+            None
+        };
+        let event_name = if present & HAS_EVENT_NAME != 0 {
+            let n = r.u8("event name length")? as usize;
+            Some(r.str(n, "event name")?)
+        } else {
+            None
+        };
+        let fields_raw = if present & HAS_FIELDS != 0 {
+            let start = r.pos();
+            let count = r.u16("field count")? as usize;
+            if count > MAX_FIELDS {
+                return Err(DecodeError::TooMany {
+                    what: "fields",
+                    count,
+                    max: MAX_FIELDS,
+                });
+            }
+            for i in 0..count {
+                let n = r.u8("field name length")? as usize;
+                if n == 0 {
+                    return Err(DecodeError::Empty { what: "field name" });
+                }
+                let name = r.str(n, "field name")?;
+                read_value(&mut r)?;
+                // Names are unique: a duplicate would make filters ambiguous.
+                let mut earlier = FieldIter {
+                    r: Reader::new(&buf[start + 2..]),
+                    left: i,
+                };
+                if earlier.any(|(m, _)| m == name) {
+                    return Err(DecodeError::DuplicateField {
+                        name: name.to_owned(),
+                    });
+                }
+            }
+            &buf[start..r.pos()]
+        } else {
+            &[]
+        };
+        let flags = if present & HAS_FLAGS != 0 {
+            r.u16("flags")?
+        } else {
+            0
+        };
+        Ok(EventRef {
+            tag,
+            publisher,
+            seq,
+            source_time_ns,
+            virtual_time,
+            priority,
+            expiry,
+            start_time_ns,
+            type_name,
+            event_name,
+            flags,
+            fields_raw,
+            payload: r.rest(),
+        })
+    }
+
+    /// Iterates over the filterable fields in encoding order.
+    pub fn fields(&self) -> FieldIter<'a> {
+        if self.fields_raw.is_empty() {
+            return FieldIter {
+                r: Reader::new(&[]),
+                left: 0,
+            };
+        }
+        let mut r = Reader::new(self.fields_raw);
+        let left = r.u16("field count").unwrap_or(0) as usize;
+        FieldIter { r, left }
+    }
+
+    /// The value of field `name`, if present (a linear scan: events carry few fields).
+    pub fn field(&self, name: &str) -> Option<ValueRef<'a>> {
+        self.fields().find(|(n, _)| *n == name).map(|(_, v)| v)
+    }
+}
+
+fn read_value<'a>(r: &mut Reader<'a>) -> Result<ValueRef<'a>, DecodeError> {
+    Ok(match r.u8("field type")? {
+        T_INT => ValueRef::Int(r.u64("int value")? as i64),
+        T_FLOAT => ValueRef::Float(f64::from_bits(r.u64("float value")?)),
+        T_BOOL => match r.u8("bool value")? {
+            0 => ValueRef::Bool(false),
+            1 => ValueRef::Bool(true),
+            v => {
+                return Err(DecodeError::BadValue {
+                    what: "bool value",
+                    value: v as u64,
+                })
+            }
+        },
+        T_STR => {
+            let n = r.u32("string length")? as usize;
+            ValueRef::Str(r.str(n, "string value")?)
+        }
+        T_BYTES => {
+            let n = r.u32("bytes length")? as usize;
+            ValueRef::Bytes(r.bytes(n, "bytes value")?)
+        }
+        t => {
+            return Err(DecodeError::BadValue {
+                what: "field type",
+                value: t as u64,
+            })
+        }
+    })
+}
+
+/// Iterator over an [`EventRef`]'s fields, yielding `(name, value)`.
+#[derive(Debug, Clone)]
+pub struct FieldIter<'a> {
+    r: Reader<'a>,
+    left: usize,
+}
+
+impl<'a> Iterator for FieldIter<'a> {
+    type Item = (&'a str, ValueRef<'a>);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.left == 0 {
+            return None;
+        }
+        self.left -= 1;
+        // The bytes were validated by `EventRef::parse`, so these reads succeed.
+        let n = self.r.u8("field name length").ok()? as usize;
+        let name = self.r.str(n, "field name").ok()?;
+        let v = read_value(&mut self.r).ok()?;
+        Some((name, v))
+    }
+}

@@ -1,0 +1,583 @@
+//! Frames: the unit of the wire protocol. Each frame is
+//! `u32 length (LE) | u8 type | body`, where `length` counts the type byte and
+//! the body. [`FrameDecoder`] splits a byte stream into [`Frame`]s without
+//! copying event bodies; [`Frame::encode`] writes one.
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+
+use crate::error::{DecodeError, EncodeError, ErrorCode};
+use crate::event::Event;
+use crate::limits::{HARD_MAX_FRAME, MAX_TEXT_LEN, MIN_MAX_FRAME};
+use crate::reader::Reader;
+
+/// The protocol version this crate speaks.
+pub const PROTOCOL_VERSION: u16 = 1;
+/// The four bytes every `Hello` starts with.
+pub const MAGIC: [u8; 4] = *b"TAGW";
+/// Bytes before a frame's body: the length and the type.
+pub const FRAME_HEADER_LEN: usize = 5;
+/// Bytes of a `Deliver` frame before its event: header plus subscription id.
+pub const DELIVER_PREFIX_LEN: usize = FRAME_HEADER_LEN + 4;
+
+/// Frame type codes.
+pub mod kind {
+    /// Client → server: open the session.
+    pub const HELLO: u8 = 0x01;
+    /// Server → client: session accepted.
+    pub const WELCOME: u8 = 0x02;
+    /// Client → server: register a named endpoint.
+    pub const DECLARE_ENDPOINT: u8 = 0x03;
+    /// Client → server: subscribe to a pattern.
+    pub const SUBSCRIBE: u8 = 0x04;
+    /// Client → server: drop a subscription.
+    pub const UNSUBSCRIBE: u8 = 0x05;
+    /// Client → server: publish an event.
+    pub const PUBLISH: u8 = 0x06;
+    /// Server → client: an event for a subscription.
+    pub const DELIVER: u8 = 0x07;
+    /// Server → client: a request succeeded.
+    pub const OK: u8 = 0x08;
+    /// Either way: something failed.
+    pub const ERROR: u8 = 0x09;
+    /// Either way: liveness probe.
+    pub const PING: u8 = 0x0a;
+    /// Either way: answer to `Ping`.
+    pub const PONG: u8 = 0x0b;
+    /// Either way: orderly close.
+    pub const CLOSE: u8 = 0x0c;
+    /// Client → server: admin request (JSON).
+    pub const ADMIN: u8 = 0x0d;
+    /// Server → client: admin reply (JSON).
+    pub const ADMIN_REPLY: u8 = 0x0e;
+}
+
+/// What a declared endpoint does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EndpointKind {
+    /// Publishes events (code 1).
+    Publisher,
+    /// Holds subscriptions (code 2).
+    Subscriber,
+}
+
+impl EndpointKind {
+    fn code(self) -> u8 {
+        match self {
+            EndpointKind::Publisher => 1,
+            EndpointKind::Subscriber => 2,
+        }
+    }
+    fn from_code(c: u8) -> Result<Self, DecodeError> {
+        match c {
+            1 => Ok(EndpointKind::Publisher),
+            2 => Ok(EndpointKind::Subscriber),
+            v => Err(DecodeError::BadValue {
+                what: "endpoint kind",
+                value: v as u64,
+            }),
+        }
+    }
+}
+
+/// One protocol frame. Event bodies are [`Bytes`] slices of the input buffer:
+/// decoding a `Publish` copies nothing.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Frame {
+    /// Opens a session: magic, version, the largest frame the client accepts.
+    Hello {
+        /// Protocol version the client speaks.
+        version: u16,
+        /// Largest frame the client accepts.
+        max_frame: u32,
+        /// Client name (for logs and `tagwire list`).
+        name: String,
+    },
+    /// Accepts a session; `max_frame` is the negotiated limit for both ways.
+    Welcome {
+        /// Protocol version chosen.
+        version: u16,
+        /// Negotiated maximum frame size.
+        max_frame: u32,
+        /// Server name.
+        name: String,
+    },
+    /// Registers a named endpoint under a connection-local id.
+    DeclareEndpoint {
+        /// Request id echoed in the `Ok`/`Error` reply.
+        req: u32,
+        /// Connection-local endpoint id.
+        id: u32,
+        /// Publisher or subscriber.
+        kind: EndpointKind,
+        /// Globally unique endpoint name.
+        name: String,
+    },
+    /// Subscribes endpoint `endpoint` to `pattern` under id `sub`.
+    Subscribe {
+        /// Request id echoed in the reply.
+        req: u32,
+        /// Connection-local subscription id, used in `Deliver`.
+        sub: u32,
+        /// The subscriber endpoint's id.
+        endpoint: u32,
+        /// Tag pattern.
+        pattern: String,
+        /// QoS properties (`name`, `value`) as users type them.
+        qos: Vec<(String, String)>,
+    },
+    /// Drops subscription `sub`.
+    Unsubscribe {
+        /// Request id.
+        req: u32,
+        /// Subscription id.
+        sub: u32,
+    },
+    /// Publishes an encoded event from endpoint `endpoint`.
+    Publish {
+        /// The publisher endpoint's id.
+        endpoint: u32,
+        /// The encoded event (see [`crate::EventRef::parse`]).
+        event: Bytes,
+    },
+    /// Delivers an encoded event to subscription `sub`.
+    Deliver {
+        /// Subscription id.
+        sub: u32,
+        /// The encoded event.
+        event: Bytes,
+    },
+    /// Request `req` succeeded.
+    Ok {
+        /// Request id.
+        req: u32,
+    },
+    /// Something failed. `req` is the failed request, or 0 for the connection.
+    Error {
+        /// Request id, 0 if none.
+        req: u32,
+        /// Stable error code.
+        code: ErrorCode,
+        /// Human-readable message naming what was wrong.
+        message: String,
+    },
+    /// Liveness probe.
+    Ping {
+        /// Echoed in the `Pong`.
+        nonce: u64,
+    },
+    /// Answer to `Ping`.
+    Pong {
+        /// The ping's nonce.
+        nonce: u64,
+    },
+    /// Orderly close.
+    Close {
+        /// Why (an [`ErrorCode`], or 0 for a normal close).
+        code: u16,
+        /// Human-readable reason.
+        reason: String,
+    },
+    /// Admin request, a JSON document (see `docs/protocol.md`).
+    Admin {
+        /// Request id.
+        req: u32,
+        /// JSON text.
+        body: String,
+    },
+    /// Admin reply, a JSON document.
+    AdminReply {
+        /// Request id.
+        req: u32,
+        /// JSON text.
+        body: String,
+    },
+}
+
+impl Frame {
+    /// The frame's type code.
+    pub fn kind(&self) -> u8 {
+        match self {
+            Frame::Hello { .. } => kind::HELLO,
+            Frame::Welcome { .. } => kind::WELCOME,
+            Frame::DeclareEndpoint { .. } => kind::DECLARE_ENDPOINT,
+            Frame::Subscribe { .. } => kind::SUBSCRIBE,
+            Frame::Unsubscribe { .. } => kind::UNSUBSCRIBE,
+            Frame::Publish { .. } => kind::PUBLISH,
+            Frame::Deliver { .. } => kind::DELIVER,
+            Frame::Ok { .. } => kind::OK,
+            Frame::Error { .. } => kind::ERROR,
+            Frame::Ping { .. } => kind::PING,
+            Frame::Pong { .. } => kind::PONG,
+            Frame::Close { .. } => kind::CLOSE,
+            Frame::Admin { .. } => kind::ADMIN,
+            Frame::AdminReply { .. } => kind::ADMIN_REPLY,
+        }
+    }
+
+    /// Appends this frame, header included, to `out`.
+    pub fn encode(&self, out: &mut BytesMut) -> Result<(), EncodeError> {
+        let start = out.len();
+        out.put_u32_le(0); // patched below
+        out.put_u8(self.kind());
+        match self {
+            Frame::Hello {
+                version,
+                max_frame,
+                name,
+            } => {
+                out.put_slice(&MAGIC);
+                out.put_u16_le(*version);
+                out.put_u32_le(*max_frame);
+                put_short_str(out, "client name", name)?;
+            }
+            Frame::Welcome {
+                version,
+                max_frame,
+                name,
+            } => {
+                out.put_u16_le(*version);
+                out.put_u32_le(*max_frame);
+                put_short_str(out, "server name", name)?;
+            }
+            Frame::DeclareEndpoint {
+                req,
+                id,
+                kind,
+                name,
+            } => {
+                out.put_u32_le(*req);
+                out.put_u32_le(*id);
+                out.put_u8(kind.code());
+                put_short_str(out, "endpoint name", name)?;
+            }
+            Frame::Subscribe {
+                req,
+                sub,
+                endpoint,
+                pattern,
+                qos,
+            } => {
+                out.put_u32_le(*req);
+                out.put_u32_le(*sub);
+                out.put_u32_le(*endpoint);
+                put_str16(out, "pattern", pattern)?;
+                if qos.len() > u8::MAX as usize {
+                    return Err(EncodeError::TooLong {
+                        what: "QoS property list",
+                        len: qos.len(),
+                        max: u8::MAX as usize,
+                    });
+                }
+                out.put_u8(qos.len() as u8);
+                for (k, v) in qos {
+                    put_short_str(out, "QoS property name", k)?;
+                    put_str16(out, "QoS property value", v)?;
+                }
+            }
+            Frame::Unsubscribe { req, sub } => {
+                out.put_u32_le(*req);
+                out.put_u32_le(*sub);
+            }
+            Frame::Publish { endpoint, event } => {
+                out.put_u32_le(*endpoint);
+                out.put_slice(event);
+            }
+            Frame::Deliver { sub, event } => {
+                out.put_u32_le(*sub);
+                out.put_slice(event);
+            }
+            Frame::Ok { req } => out.put_u32_le(*req),
+            Frame::Error { req, code, message } => {
+                out.put_u32_le(*req);
+                out.put_u16_le(code.code());
+                put_str16(out, "error message", truncate(message, MAX_TEXT_LEN))?;
+            }
+            Frame::Ping { nonce } | Frame::Pong { nonce } => out.put_u64_le(*nonce),
+            Frame::Close { code, reason } => {
+                out.put_u16_le(*code);
+                put_str16(out, "close reason", truncate(reason, MAX_TEXT_LEN))?;
+            }
+            Frame::Admin { req, body } | Frame::AdminReply { req, body } => {
+                out.put_u32_le(*req);
+                out.put_slice(body.as_bytes());
+            }
+        }
+        patch_len(out, start)
+    }
+
+    /// Decodes one frame from `kind` and `body` (the bytes after the header).
+    pub fn decode(kind_code: u8, body: Bytes) -> Result<Frame, DecodeError> {
+        let mut r = Reader::new(&body);
+        let frame = match kind_code {
+            kind::HELLO => {
+                let m = r.bytes(4, "magic")?;
+                if m != MAGIC {
+                    let mut a = [0u8; 4];
+                    a.copy_from_slice(m);
+                    return Err(DecodeError::BadMagic(a));
+                }
+                Frame::Hello {
+                    version: r.u16("version")?,
+                    max_frame: r.u32("max frame")?,
+                    name: r.short_str("client name")?.to_owned(),
+                }
+            }
+            kind::WELCOME => Frame::Welcome {
+                version: r.u16("version")?,
+                max_frame: r.u32("max frame")?,
+                name: r.short_str("server name")?.to_owned(),
+            },
+            kind::DECLARE_ENDPOINT => Frame::DeclareEndpoint {
+                req: r.u32("request id")?,
+                id: r.u32("endpoint id")?,
+                kind: EndpointKind::from_code(r.u8("endpoint kind")?)?,
+                name: r.short_str("endpoint name")?.to_owned(),
+            },
+            kind::SUBSCRIBE => {
+                let req = r.u32("request id")?;
+                let sub = r.u32("subscription id")?;
+                let endpoint = r.u32("endpoint id")?;
+                let pattern = r.str16(MAX_TEXT_LEN, "pattern")?.to_owned();
+                let n = r.u8("QoS property count")? as usize;
+                let mut qos = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let k = r.short_str("QoS property name")?.to_owned();
+                    let v = r.str16(MAX_TEXT_LEN, "QoS property value")?.to_owned();
+                    qos.push((k, v));
+                }
+                Frame::Subscribe {
+                    req,
+                    sub,
+                    endpoint,
+                    pattern,
+                    qos,
+                }
+            }
+            kind::UNSUBSCRIBE => Frame::Unsubscribe {
+                req: r.u32("request id")?,
+                sub: r.u32("subscription id")?,
+            },
+            kind::PUBLISH => {
+                let endpoint = r.u32("endpoint id")?;
+                return Ok(Frame::Publish {
+                    endpoint,
+                    event: body.slice(4..),
+                });
+            }
+            kind::DELIVER => {
+                let sub = r.u32("subscription id")?;
+                return Ok(Frame::Deliver {
+                    sub,
+                    event: body.slice(4..),
+                });
+            }
+            kind::OK => Frame::Ok {
+                req: r.u32("request id")?,
+            },
+            kind::ERROR => Frame::Error {
+                req: r.u32("request id")?,
+                code: ErrorCode::from_code(r.u16("error code")?),
+                message: r.str16(MAX_TEXT_LEN, "error message")?.to_owned(),
+            },
+            kind::PING => Frame::Ping {
+                nonce: r.u64("nonce")?,
+            },
+            kind::PONG => Frame::Pong {
+                nonce: r.u64("nonce")?,
+            },
+            kind::CLOSE => Frame::Close {
+                code: r.u16("close code")?,
+                reason: r.str16(MAX_TEXT_LEN, "close reason")?.to_owned(),
+            },
+            kind::ADMIN | kind::ADMIN_REPLY => {
+                let req = r.u32("request id")?;
+                let n = body.len() - 4;
+                let text = r.str(n, "admin body")?.to_owned();
+                if kind_code == kind::ADMIN {
+                    Frame::Admin { req, body: text }
+                } else {
+                    Frame::AdminReply { req, body: text }
+                }
+            }
+            other => return Err(DecodeError::UnknownFrameType(other)),
+        };
+        r.finish(frame_name(kind_code))?;
+        Ok(frame)
+    }
+}
+
+/// The name of a frame type, for messages.
+pub fn frame_name(kind_code: u8) -> &'static str {
+    match kind_code {
+        kind::HELLO => "Hello",
+        kind::WELCOME => "Welcome",
+        kind::DECLARE_ENDPOINT => "DeclareEndpoint",
+        kind::SUBSCRIBE => "Subscribe",
+        kind::UNSUBSCRIBE => "Unsubscribe",
+        kind::PUBLISH => "Publish",
+        kind::DELIVER => "Deliver",
+        kind::OK => "Ok",
+        kind::ERROR => "Error",
+        kind::PING => "Ping",
+        kind::PONG => "Pong",
+        kind::CLOSE => "Close",
+        kind::ADMIN => "Admin",
+        kind::ADMIN_REPLY => "AdminReply",
+        _ => "unknown frame",
+    }
+}
+
+fn truncate(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+fn put_short_str(out: &mut BytesMut, what: &'static str, s: &str) -> Result<(), EncodeError> {
+    if s.len() > u8::MAX as usize {
+        return Err(EncodeError::TooLong {
+            what,
+            len: s.len(),
+            max: u8::MAX as usize,
+        });
+    }
+    out.put_u8(s.len() as u8);
+    out.put_slice(s.as_bytes());
+    Ok(())
+}
+
+fn put_str16(out: &mut BytesMut, what: &'static str, s: &str) -> Result<(), EncodeError> {
+    if s.len() > MAX_TEXT_LEN {
+        return Err(EncodeError::TooLong {
+            what,
+            len: s.len(),
+            max: MAX_TEXT_LEN,
+        });
+    }
+    out.put_u16_le(s.len() as u16);
+    out.put_slice(s.as_bytes());
+    Ok(())
+}
+
+fn patch_len(out: &mut BytesMut, start: usize) -> Result<(), EncodeError> {
+    let len = out.len() - start - 4;
+    let len32 = u32::try_from(len).map_err(|_| EncodeError::FrameTooLarge {
+        len,
+        max: u32::MAX as usize,
+    })?;
+    out[start..start + 4].copy_from_slice(&len32.to_le_bytes());
+    Ok(())
+}
+
+/// Appends a `Publish` frame carrying `event`, encoding the event in place
+/// (no intermediate buffer).
+pub fn encode_publish(endpoint: u32, event: &Event, out: &mut BytesMut) -> Result<(), EncodeError> {
+    let start = out.len();
+    out.reserve(FRAME_HEADER_LEN + 4 + event.encoded_len());
+    out.put_u32_le(0);
+    out.put_u8(kind::PUBLISH);
+    out.put_u32_le(endpoint);
+    if let Err(e) = event.encode(out) {
+        out.truncate(start);
+        return Err(e);
+    }
+    patch_len(out, start)
+}
+
+/// The bytes that precede an encoded event of `event_len` bytes in a
+/// `Deliver` frame for subscription `sub`. The router writes this prefix and
+/// the shared event bytes with one vectored write: no per-subscriber copy.
+pub fn deliver_prefix(sub: u32, event_len: usize) -> [u8; DELIVER_PREFIX_LEN] {
+    let mut p = [0u8; DELIVER_PREFIX_LEN];
+    let len = (1 + 4 + event_len) as u32;
+    p[..4].copy_from_slice(&len.to_le_bytes());
+    p[4] = kind::DELIVER;
+    p[5..9].copy_from_slice(&sub.to_le_bytes());
+    p
+}
+
+/// Checks a proposed maximum frame size.
+pub fn validate_max_frame(max_frame: u32) -> Result<u32, DecodeError> {
+    if !(MIN_MAX_FRAME..=HARD_MAX_FRAME).contains(&max_frame) {
+        return Err(DecodeError::BadValue {
+            what: "max frame size",
+            value: max_frame as u64,
+        });
+    }
+    Ok(max_frame)
+}
+
+/// Splits a byte stream into frames (sans-I/O: feed it the bytes you read).
+#[derive(Debug, Clone)]
+pub struct FrameDecoder {
+    max_frame: u32,
+}
+
+/// Why a stream could not be split into frames. After any of these the stream
+/// cannot be resynchronised and the connection should be closed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StreamError {
+    /// A frame length over the negotiated maximum.
+    #[error("frame of {len} bytes exceeds the maximum of {max}")]
+    FrameTooLarge {
+        /// Announced length.
+        len: u32,
+        /// The maximum.
+        max: u32,
+    },
+    /// A frame length of zero (no type byte).
+    #[error("empty frame (length 0)")]
+    EmptyFrame,
+}
+
+impl FrameDecoder {
+    /// A decoder that refuses frames over `max_frame` bytes.
+    pub fn new(max_frame: u32) -> Self {
+        FrameDecoder { max_frame }
+    }
+
+    /// Changes the limit (after the handshake negotiated one).
+    pub fn set_max_frame(&mut self, max_frame: u32) {
+        self.max_frame = max_frame;
+    }
+
+    /// The current limit.
+    pub fn max_frame(&self) -> u32 {
+        self.max_frame
+    }
+
+    /// Splits the next complete frame off `buf` as `(type, body)`; `Ok(None)`
+    /// means more bytes are needed. The body shares `buf`'s allocation.
+    pub fn next_raw(&self, buf: &mut BytesMut) -> Result<Option<(u8, Bytes)>, StreamError> {
+        if buf.len() < 4 {
+            return Ok(None);
+        }
+        let len = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]);
+        if len == 0 {
+            return Err(StreamError::EmptyFrame);
+        }
+        if len > self.max_frame {
+            return Err(StreamError::FrameTooLarge {
+                len,
+                max: self.max_frame,
+            });
+        }
+        let total = 4 + len as usize;
+        if buf.len() < total {
+            buf.reserve(total - buf.len());
+            return Ok(None);
+        }
+        let mut frame = buf.split_to(total);
+        frame.advance(4);
+        let kind_code = frame[0];
+        frame.advance(1);
+        Ok(Some((kind_code, frame.freeze())))
+    }
+}

@@ -1,0 +1,30 @@
+//! `tagwire-proto` — the tagwire wire protocol, version 1, with no I/O.
+//!
+//! A connection is a stream of length-prefixed [`Frame`]s. The client opens
+//! with `Hello`, the server answers `Welcome` (negotiating the maximum frame
+//! size); then endpoints are declared, subscriptions made, events published
+//! and delivered. Events ([`Event`], [`EventRef`]) carry a header, typed
+//! filterable fields and an opaque payload; `docs/protocol.md` documents every
+//! byte, and its hex test vectors are loaded by this crate's tests.
+//!
+//! ```
+//! use bytes::BytesMut;
+//! use tagwire_proto::{Frame, FrameDecoder};
+//! let mut buf = BytesMut::new();
+//! Frame::Ping { nonce: 7 }.encode(&mut buf).unwrap();
+//! let (kind, body) = FrameDecoder::new(1 << 20).next_raw(&mut buf).unwrap().unwrap();
+//! assert_eq!(Frame::decode(kind, body).unwrap(), Frame::Ping { nonce: 7 });
+//! ```
+
+mod error;
+mod event;
+mod frame;
+pub mod limits;
+mod reader;
+
+pub use error::{DecodeError, EncodeError, ErrorCode};
+pub use event::{Event, EventRef, Expiry, FieldIter, Header, Value, ValueRef};
+pub use frame::{
+    deliver_prefix, encode_publish, frame_name, kind, validate_max_frame, EndpointKind, Frame,
+    FrameDecoder, StreamError, DELIVER_PREFIX_LEN, FRAME_HEADER_LEN, MAGIC, PROTOCOL_VERSION,
+};

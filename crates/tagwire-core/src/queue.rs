@@ -1,0 +1,210 @@
+//! Bounded per-subscriber queues and their discard policies.
+//!
+//! Every subscriber's queue has a bound; what happens when an event arrives at
+//! a full queue is the channel's [`DiscardPolicy`]:
+//! - [`DropOldest`](DiscardPolicy::DropOldest) (default, TAO `fifo`): the
+//!   oldest queued event makes room. Pick it for telemetry and video, where
+//!   the newest sample matters most.
+//! - [`DropNewest`](DiscardPolicy::DropNewest) (TAO `lifo`): the arriving event
+//!   is dropped. Pick it when the first events of a burst matter most.
+//! - [`Reject`](DiscardPolicy::Reject) (TAO `reject_new`): the arriving event
+//!   is refused and the publisher is told (`QueueFull`), so it can slow down.
+//!
+//! Each queue counts what it dropped, so a slow consumer is visible in
+//! `tagwire list`.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::str::FromStr;
+
+/// What a full queue does with the next event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub enum DiscardPolicy {
+    /// Drop the oldest queued event (TAO `fifo`).
+    #[default]
+    DropOldest,
+    /// Drop the arriving event (TAO `lifo`).
+    DropNewest,
+    /// Refuse the arriving event and report it to the publisher (TAO `reject_new`).
+    Reject,
+}
+
+impl DiscardPolicy {
+    /// The canonical name (`drop_oldest`, `drop_newest`, `reject`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DiscardPolicy::DropOldest => "drop_oldest",
+            DiscardPolicy::DropNewest => "drop_newest",
+            DiscardPolicy::Reject => "reject",
+        }
+    }
+}
+
+impl fmt::Display for DiscardPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An unknown discard policy name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown discard policy {0:?} (expected drop_oldest|fifo, drop_newest|lifo or reject|reject_new)")]
+pub struct UnknownPolicy(pub String);
+
+impl FromStr for DiscardPolicy {
+    type Err = UnknownPolicy;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "drop_oldest" | "fifo" => Ok(DiscardPolicy::DropOldest),
+            "drop_newest" | "lifo" => Ok(DiscardPolicy::DropNewest),
+            "reject" | "reject_new" => Ok(DiscardPolicy::Reject),
+            other => Err(UnknownPolicy(other.to_owned())),
+        }
+    }
+}
+
+/// The result of [`BoundedQueue::push`]. Whatever was not kept is handed back.
+#[derive(Debug, PartialEq, Eq)]
+#[must_use]
+pub enum Pushed<T> {
+    /// Queued with room to spare.
+    Queued,
+    /// Queued; the oldest event was dropped to make room (`DropOldest`).
+    QueuedDroppedOldest(T),
+    /// Not queued: the queue was full (`DropNewest`).
+    DroppedNewest(T),
+    /// Not queued: the queue was full and the policy is `Reject`.
+    Rejected(T),
+}
+
+/// A FIFO with a fixed bound and a discard policy; counts its drops.
+#[derive(Debug, Clone)]
+pub struct BoundedQueue<T> {
+    items: VecDeque<T>,
+    bound: usize,
+    policy: DiscardPolicy,
+    dropped: u64,
+}
+
+impl<T> BoundedQueue<T> {
+    /// A queue holding at most `bound` items (at least 1).
+    pub fn new(bound: usize, policy: DiscardPolicy) -> Self {
+        let bound = bound.max(1);
+        BoundedQueue {
+            items: VecDeque::with_capacity(bound.min(64)),
+            bound,
+            policy,
+            dropped: 0,
+        }
+    }
+
+    /// Offers `item`; at the bound, applies the discard policy.
+    pub fn push(&mut self, item: T) -> Pushed<T> {
+        if self.items.len() < self.bound {
+            self.items.push_back(item);
+            return Pushed::Queued;
+        }
+        self.dropped += 1;
+        match self.policy {
+            DiscardPolicy::DropOldest => {
+                // The queue is full and bound >= 1, so there is a front item.
+                let old = self.items.pop_front();
+                self.items.push_back(item);
+                match old {
+                    Some(old) => Pushed::QueuedDroppedOldest(old),
+                    None => Pushed::Queued,
+                }
+            }
+            DiscardPolicy::DropNewest => Pushed::DroppedNewest(item),
+            DiscardPolicy::Reject => Pushed::Rejected(item),
+        }
+    }
+
+    /// Takes the oldest item.
+    pub fn pop(&mut self) -> Option<T> {
+        self.items.pop_front()
+    }
+
+    /// Number of queued items.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Whether nothing is queued.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// Whether the next push will hit the discard policy.
+    pub fn is_full(&self) -> bool {
+        self.items.len() >= self.bound
+    }
+
+    /// The bound.
+    pub fn bound(&self) -> usize {
+        self.bound
+    }
+
+    /// The discard policy.
+    pub fn policy(&self) -> DiscardPolicy {
+        self.policy
+    }
+
+    /// Events dropped or rejected so far.
+    pub fn dropped(&self) -> u64 {
+        self.dropped
+    }
+
+    /// Iterates over queued items, oldest first.
+    pub fn iter(&self) -> impl Iterator<Item = &T> {
+        self.items.iter()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fill(policy: DiscardPolicy) -> (BoundedQueue<u32>, Vec<Pushed<u32>>) {
+        let mut q = BoundedQueue::new(3, policy);
+        let out = (0..5).map(|i| q.push(i)).collect();
+        (q, out)
+    }
+
+    #[test]
+    fn drop_oldest_keeps_the_newest_events_and_counts_drops() {
+        let (mut q, out) = fill(DiscardPolicy::DropOldest);
+        assert_eq!(out[3], Pushed::QueuedDroppedOldest(0));
+        assert_eq!(out[4], Pushed::QueuedDroppedOldest(1));
+        assert_eq!(q.dropped(), 2);
+        assert_eq!(
+            (q.pop(), q.pop(), q.pop(), q.pop()),
+            (Some(2), Some(3), Some(4), None)
+        );
+    }
+
+    #[test]
+    fn drop_newest_keeps_the_first_events() {
+        let (q, out) = fill(DiscardPolicy::DropNewest);
+        assert_eq!(out[3], Pushed::DroppedNewest(3));
+        assert_eq!(q.iter().copied().collect::<Vec<_>>(), vec![0, 1, 2]);
+        assert_eq!(q.dropped(), 2);
+    }
+
+    #[test]
+    fn reject_hands_the_event_back_and_counts_it() {
+        let (q, out) = fill(DiscardPolicy::Reject);
+        assert_eq!(out[4], Pushed::Rejected(4));
+        assert_eq!(q.len(), 3);
+        assert_eq!(q.dropped(), 2);
+    }
+
+    #[test]
+    fn policy_names_parse_with_tao_aliases_and_unknown_names_are_named() {
+        assert_eq!("fifo".parse(), Ok(DiscardPolicy::DropOldest));
+        assert_eq!("lifo".parse(), Ok(DiscardPolicy::DropNewest));
+        assert_eq!("reject_new".parse(), Ok(DiscardPolicy::Reject));
+        let e = "sometimes".parse::<DiscardPolicy>().unwrap_err();
+        assert!(e.to_string().contains("\"sometimes\""));
+    }
+}

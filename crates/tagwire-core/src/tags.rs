@@ -1,0 +1,530 @@
+//! Tags, patterns and the tag table that maps a published tag to the
+//! subscriptions whose pattern matches it.
+//!
+//! A tag is `/`-separated levels (`/conf/room1/audio`); a pattern may use `*`
+//! for exactly one level and `**` for any number of levels, zero included
+//! (`/conf/**` matches `/conf`, `/conf/a` and `/conf/a/b`). The [`TagTable`] is
+//! a trie over levels (as in nats-server's sublist: literal children plus one
+//! slot each for `*` and `**`), walked as a set of states so that matching
+//! costs O(levels × live states) even with many `**`, plus a bounded result
+//! cache cleared whenever a subscription changes.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use tagwire_proto::limits::MAX_TAG_LEN;
+use thiserror::Error;
+
+/// Why a tag or pattern is invalid; the message names the offending text.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum TagError {
+    /// Empty string.
+    #[error("empty {what}")]
+    Empty {
+        /// "tag" or "pattern".
+        what: &'static str,
+    },
+    /// Does not start with `/`.
+    #[error("{what} {text:?} must start with '/'")]
+    NoLeadingSlash {
+        /// "tag" or "pattern".
+        what: &'static str,
+        /// The text.
+        text: String,
+    },
+    /// Two consecutive slashes or a trailing slash.
+    #[error("{what} {text:?} has an empty level at byte {at}")]
+    EmptyLevel {
+        /// "tag" or "pattern".
+        what: &'static str,
+        /// The text.
+        text: String,
+        /// Byte offset of the empty level.
+        at: usize,
+    },
+    /// A wildcard in a tag, or a wildcard mixed with other characters in a level.
+    #[error(
+        "{what} {text:?}: invalid wildcard in level {level:?} (a level is '*', '**' or has no '*')"
+    )]
+    BadWildcard {
+        /// "tag" or "pattern".
+        what: &'static str,
+        /// The text.
+        text: String,
+        /// The offending level.
+        level: String,
+    },
+    /// Longer than the protocol allows.
+    #[error("{what} is {len} bytes, over the limit of {max}")]
+    TooLong {
+        /// "tag" or "pattern".
+        what: &'static str,
+        /// Its length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A control character or whitespace.
+    #[error("{what} {text:?} contains a control or whitespace character")]
+    BadCharacter {
+        /// "tag" or "pattern".
+        what: &'static str,
+        /// The text.
+        text: String,
+    },
+}
+
+fn check_levels(text: &str, what: &'static str, wildcards: bool) -> Result<(), TagError> {
+    if text.is_empty() {
+        return Err(TagError::Empty { what });
+    }
+    if text.len() > MAX_TAG_LEN {
+        return Err(TagError::TooLong {
+            what,
+            len: text.len(),
+            max: MAX_TAG_LEN,
+        });
+    }
+    if !text.starts_with('/') {
+        return Err(TagError::NoLeadingSlash {
+            what,
+            text: text.to_owned(),
+        });
+    }
+    if text.chars().any(|c| c.is_control() || c.is_whitespace()) {
+        return Err(TagError::BadCharacter {
+            what,
+            text: text.to_owned(),
+        });
+    }
+    let mut at = 1;
+    for level in text[1..].split('/') {
+        if level.is_empty() {
+            return Err(TagError::EmptyLevel {
+                what,
+                text: text.to_owned(),
+                at,
+            });
+        }
+        let ok = if wildcards {
+            level == "*" || level == "**" || !level.contains('*')
+        } else {
+            !level.contains('*')
+        };
+        if !ok {
+            return Err(TagError::BadWildcard {
+                what,
+                text: text.to_owned(),
+                level: level.to_owned(),
+            });
+        }
+        at += level.len() + 1;
+    }
+    Ok(())
+}
+
+/// Checks that `tag` is a valid tag (not a pattern).
+pub fn validate_tag(tag: &str) -> Result<(), TagError> {
+    check_levels(tag, "tag", false)
+}
+
+/// One level of a [`Pattern`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Level {
+    /// Matches exactly this text.
+    Literal(Box<str>),
+    /// `*`: any one level.
+    One,
+    /// `**`: any number of levels, zero included.
+    Any,
+}
+
+/// A parsed subscription pattern.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Pattern {
+    text: Box<str>,
+    levels: Vec<Level>,
+}
+
+impl Pattern {
+    /// Parses a pattern; consecutive `**` levels are folded into one.
+    pub fn parse(text: &str) -> Result<Pattern, TagError> {
+        check_levels(text, "pattern", true)?;
+        let mut levels: Vec<Level> = Vec::new();
+        for l in text[1..].split('/') {
+            let level = match l {
+                "*" => Level::One,
+                "**" => Level::Any,
+                lit => Level::Literal(lit.into()),
+            };
+            if level == Level::Any && levels.last() == Some(&Level::Any) {
+                continue;
+            }
+            levels.push(level);
+        }
+        Ok(Pattern {
+            text: text.into(),
+            levels,
+        })
+    }
+
+    /// The pattern as written.
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// The levels.
+    pub fn levels(&self) -> &[Level] {
+        &self.levels
+    }
+
+    /// Whether this pattern matches `tag` (a direct, trie-free matcher; the
+    /// reference the trie is tested against).
+    pub fn matches(&self, tag: &str) -> bool {
+        let levels: Vec<&str> = tag.get(1..).unwrap_or("").split('/').collect();
+        // Dynamic programming over (pattern level, tag level): no backtracking blow-up.
+        let (p, t) = (self.levels.len(), levels.len());
+        let mut reach = vec![false; t + 1];
+        reach[0] = true;
+        for level in &self.levels {
+            let mut next = vec![false; t + 1];
+            for j in 0..=t {
+                match level {
+                    Level::Any => next[j] = reach[j] || (j > 0 && next[j - 1]),
+                    Level::One => next[j] = j > 0 && reach[j - 1],
+                    Level::Literal(l) => next[j] = j > 0 && reach[j - 1] && *levels[j - 1] == **l,
+                }
+            }
+            reach = next;
+        }
+        let _ = p;
+        reach[t]
+    }
+}
+
+impl std::fmt::Display for Pattern {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+/// Identifies a subscription in a [`TagTable`] (unique per table).
+pub type SubId = u64;
+
+#[derive(Debug)]
+struct Node<T> {
+    children: HashMap<Box<str>, Node<T>>,
+    one: Option<Box<Node<T>>>,
+    any: Option<Box<Node<T>>>,
+    /// This node was reached through a `**` edge and so may consume more levels.
+    is_any: bool,
+    subs: Vec<(SubId, T)>,
+}
+
+impl<T> Node<T> {
+    fn new(is_any: bool) -> Self {
+        Node {
+            children: HashMap::new(),
+            one: None,
+            any: None,
+            is_any,
+            subs: Vec::new(),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.subs.is_empty() && self.children.is_empty() && self.one.is_none() && self.any.is_none()
+    }
+}
+
+/// Default bound on the number of cached match results.
+pub const DEFAULT_CACHE_ENTRIES: usize = 4096;
+
+/// The subscriptions of a router, indexed by pattern. `T` is the caller's
+/// handle for a subscription (e.g. an `Arc` of its channel), cloned into
+/// match results.
+///
+/// At its bound (`cache_capacity`) the result cache is cleared wholesale; any
+/// insert or remove also clears it.
+#[derive(Debug)]
+pub struct TagTable<T> {
+    root: Node<T>,
+    patterns: HashMap<SubId, Pattern>,
+    cache: HashMap<Box<str>, Arc<[T]>>,
+    cache_capacity: usize,
+}
+
+impl<T: Clone> Default for TagTable<T> {
+    fn default() -> Self {
+        Self::new(DEFAULT_CACHE_ENTRIES)
+    }
+}
+
+impl<T: Clone> TagTable<T> {
+    /// An empty table whose result cache holds at most `cache_capacity` tags.
+    pub fn new(cache_capacity: usize) -> Self {
+        TagTable {
+            root: Node::new(false),
+            patterns: HashMap::new(),
+            cache: HashMap::new(),
+            cache_capacity,
+        }
+    }
+
+    /// Number of subscriptions.
+    pub fn len(&self) -> usize {
+        self.patterns.len()
+    }
+
+    /// Whether the table holds no subscription.
+    pub fn is_empty(&self) -> bool {
+        self.patterns.is_empty()
+    }
+
+    /// Adds subscription `id` on `pattern`. Returns `false` (and changes
+    /// nothing) if `id` is already present.
+    pub fn insert(&mut self, id: SubId, pattern: Pattern, value: T) -> bool {
+        if self.patterns.contains_key(&id) {
+            return false;
+        }
+        let mut node = &mut self.root;
+        for level in pattern.levels() {
+            node = match level {
+                Level::Literal(l) => node
+                    .children
+                    .entry(l.clone())
+                    .or_insert_with(|| Node::new(false)),
+                Level::One => node.one.get_or_insert_with(|| Box::new(Node::new(false))),
+                Level::Any => node.any.get_or_insert_with(|| Box::new(Node::new(true))),
+            };
+        }
+        node.subs.push((id, value));
+        self.patterns.insert(id, pattern);
+        self.cache.clear();
+        true
+    }
+
+    /// Removes subscription `id`, pruning trie nodes left empty.
+    pub fn remove(&mut self, id: SubId) -> Option<T> {
+        let pattern = self.patterns.remove(&id)?;
+        self.cache.clear();
+        remove_rec(&mut self.root, pattern.levels(), id)
+    }
+
+    /// The pattern of subscription `id`.
+    pub fn pattern(&self, id: SubId) -> Option<&Pattern> {
+        self.patterns.get(&id)
+    }
+
+    /// The handles of every subscription whose pattern matches `tag`, in no
+    /// particular order; a subscription appears once however it matches.
+    pub fn matches(&mut self, tag: &str) -> Arc<[T]> {
+        if let Some(hit) = self.cache.get(tag) {
+            return hit.clone();
+        }
+        let result: Arc<[T]> = self.walk(tag).into();
+        if self.cache.len() >= self.cache_capacity {
+            self.cache.clear();
+        }
+        if self.cache_capacity > 0 {
+            self.cache.insert(tag.into(), result.clone());
+        }
+        result
+    }
+
+    fn walk(&self, tag: &str) -> Vec<T> {
+        let mut active: Vec<&Node<T>> = Vec::with_capacity(4);
+        push_closure(&mut active, &self.root);
+        let mut next: Vec<&Node<T>> = Vec::with_capacity(4);
+        for level in tag.get(1..).unwrap_or("").split('/') {
+            next.clear();
+            for node in &active {
+                if let Some(c) = node.children.get(level) {
+                    push_closure(&mut next, c);
+                }
+                if let Some(c) = &node.one {
+                    push_closure(&mut next, c);
+                }
+                if node.is_any {
+                    push_closure(&mut next, node);
+                }
+            }
+            std::mem::swap(&mut active, &mut next);
+            if active.is_empty() {
+                return Vec::new();
+            }
+        }
+        active
+            .iter()
+            .flat_map(|n| n.subs.iter().map(|(_, v)| v.clone()))
+            .collect()
+    }
+}
+
+/// Adds `node` and the `**` nodes reachable from it without consuming a level.
+fn push_closure<'a, T>(set: &mut Vec<&'a Node<T>>, node: &'a Node<T>) {
+    let mut cur = Some(node);
+    while let Some(n) = cur {
+        if set.iter().any(|m| std::ptr::eq(*m, n)) {
+            return;
+        }
+        set.push(n);
+        cur = n.any.as_deref();
+    }
+}
+
+fn remove_rec<T>(node: &mut Node<T>, levels: &[Level], id: SubId) -> Option<T> {
+    let Some((first, rest)) = levels.split_first() else {
+        let pos = node.subs.iter().position(|(s, _)| *s == id)?;
+        return Some(node.subs.swap_remove(pos).1);
+    };
+    match first {
+        Level::Literal(l) => {
+            let child = node.children.get_mut(l)?;
+            let out = remove_rec(child, rest, id);
+            if child.is_empty() {
+                node.children.remove(l);
+            }
+            out
+        }
+        Level::One | Level::Any => {
+            let slot = if *first == Level::One {
+                &mut node.one
+            } else {
+                &mut node.any
+            };
+            let child = slot.as_deref_mut()?;
+            let out = remove_rec(child, rest, id);
+            if child.is_empty() {
+                *slot = None;
+            }
+            out
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn p(s: &str) -> Pattern {
+        Pattern::parse(s).expect("test pattern is valid")
+    }
+
+    #[test]
+    fn invalid_patterns_are_refused_with_the_offending_level() {
+        let e = Pattern::parse("/a/**b").unwrap_err();
+        assert!(
+            matches!(&e, TagError::BadWildcard { level, .. } if level == "**b"),
+            "{e}"
+        );
+        assert!(matches!(
+            Pattern::parse("/a//b"),
+            Err(TagError::EmptyLevel { at: 3, .. })
+        ));
+        assert!(matches!(
+            Pattern::parse("/a/"),
+            Err(TagError::EmptyLevel { .. })
+        ));
+        assert!(matches!(
+            Pattern::parse("a/b"),
+            Err(TagError::NoLeadingSlash { .. })
+        ));
+        assert!(matches!(Pattern::parse(""), Err(TagError::Empty { .. })));
+        assert!(matches!(
+            validate_tag("/a/*"),
+            Err(TagError::BadWildcard { .. })
+        ));
+        assert!(matches!(
+            validate_tag("/a b"),
+            Err(TagError::BadCharacter { .. })
+        ));
+        let long = format!("/{}", "x".repeat(MAX_TAG_LEN));
+        assert!(matches!(validate_tag(&long), Err(TagError::TooLong { .. })));
+    }
+
+    #[test]
+    fn double_star_matches_zero_or_more_levels_and_star_exactly_one() {
+        assert!(p("/demo/**").matches("/demo"));
+        assert!(p("/demo/**").matches("/demo/x/y"));
+        assert!(p("/demo/*").matches("/demo/x"));
+        assert!(!p("/demo/*").matches("/demo"));
+        assert!(!p("/demo/*").matches("/demo/x/y"));
+        assert!(p("/**/z").matches("/a/b/z"));
+        assert!(!p("/**/z").matches("/a/b/y"));
+    }
+
+    #[test]
+    fn table_finds_exact_and_wildcard_subscribers_and_forgets_removed_ones() {
+        let mut t = TagTable::new(16);
+        assert!(t.insert(1, p("/a/b"), "exact"));
+        assert!(t.insert(2, p("/a/*"), "one"));
+        assert!(t.insert(3, p("/**"), "all"));
+        assert!(!t.insert(3, p("/x"), "dup"));
+        let mut got: Vec<_> = t.matches("/a/b").to_vec();
+        got.sort();
+        assert_eq!(got, vec!["all", "exact", "one"]);
+        assert_eq!(t.remove(2), Some("one"));
+        let mut got: Vec<_> = t.matches("/a/b").to_vec();
+        got.sort();
+        assert_eq!(got, vec!["all", "exact"]);
+        t.remove(1);
+        t.remove(3);
+        assert!(
+            t.root.is_empty(),
+            "removing every subscription prunes the trie"
+        );
+        assert!(t.matches("/a/b").is_empty());
+    }
+
+    #[test]
+    fn cache_stays_within_its_bound() {
+        let mut t = TagTable::new(8);
+        t.insert(1, p("/**"), 1u8);
+        for i in 0..100 {
+            assert_eq!(t.matches(&format!("/t{i}")).len(), 1);
+            assert!(t.cache.len() <= 8);
+        }
+    }
+
+    fn level() -> impl Strategy<Value = String> {
+        prop_oneof![Just("a"), Just("b"), Just("c")].prop_map(str::to_owned)
+    }
+    fn pattern_level() -> impl Strategy<Value = String> {
+        prop_oneof![3 => level(), 1 => Just("*".to_owned()), 1 => Just("**".to_owned())]
+    }
+    fn join(levels: Vec<String>) -> String {
+        format!("/{}", levels.join("/"))
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+        #[test]
+        fn trie_matching_equals_naive_matching(
+            patterns in prop::collection::vec(prop::collection::vec(pattern_level(), 1..5), 1..12),
+            tags in prop::collection::vec(prop::collection::vec(level(), 1..6), 1..12),
+            remove in prop::collection::vec(any::<bool>(), 12),
+        ) {
+            let mut t = TagTable::new(4);
+            let parsed: Vec<Pattern> = patterns.into_iter().map(|l| p(&join(l))).collect();
+            for (i, pat) in parsed.iter().enumerate() {
+                t.insert(i as u64, pat.clone(), i);
+            }
+            for (i, r) in remove.iter().enumerate().take(parsed.len()) {
+                if *r { t.remove(i as u64); }
+            }
+            for tag in tags.into_iter().map(join) {
+                for _round in 0..2 { // second round is served from the cache
+                    let mut got = t.matches(&tag).to_vec();
+                    got.sort();
+                    let want: Vec<usize> = parsed.iter().enumerate()
+                        .filter(|(i, pat)| !remove[*i] && pat.matches(&tag))
+                        .map(|(i, _)| i).collect();
+                    prop_assert_eq!(&got, &want, "tag {}", tag);
+                }
+            }
+        }
+    }
+}

@@ -1,1 +1,20 @@
-//! `tagwire-core` — the pure logic of tagwire: no sockets, no threads, no clocks.
+//! `tagwire-core` — the pure logic of tagwire: no sockets, no threads, no
+//! clocks (time, where needed, is an argument).
+//!
+//! - [`tags`]: tag and pattern syntax, and the [`TagTable`](tags::TagTable)
+//!   trie that finds the subscriptions matching a tag.
+//! - [`queue`]: bounded per-subscriber queues with discard policies.
+//! - [`endpoint`]: the registry of named endpoints.
+//! - [`qos`]: channel QoS properties parsed from `(name, value)` pairs.
+//!
+//! ```
+//! use tagwire_core::tags::{Pattern, TagTable};
+//! let mut table = TagTable::default();
+//! table.insert(1, Pattern::parse("/demo/**").unwrap(), "viewer");
+//! assert_eq!(&*table.matches("/demo/x"), &["viewer"]);
+//! ```
+
+pub mod endpoint;
+pub mod qos;
+pub mod queue;
+pub mod tags;

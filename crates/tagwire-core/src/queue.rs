@@ -63,66 +63,98 @@ impl FromStr for DiscardPolicy {
     }
 }
 
-/// The result of [`BoundedQueue::push`]. Whatever was not kept is handed back.
+/// The result of [`BoundedQueue::push`]. What was not kept is handed back.
 #[derive(Debug, PartialEq, Eq)]
 #[must_use]
 pub enum Pushed<T> {
-    /// Queued with room to spare.
-    Queued,
-    /// Queued; the oldest event was dropped to make room (`DropOldest`).
-    QueuedDroppedOldest(T),
-    /// Not queued: the queue was full (`DropNewest`).
+    /// Queued; `dropped` of the oldest events were discarded to make room
+    /// (`DropOldest`; 0 when there was room).
+    Queued {
+        /// How many old events were dropped.
+        dropped: usize,
+    },
+    /// Not queued: the queue was full (`DropNewest`), or the event alone is
+    /// larger than the byte bound (any policy).
     DroppedNewest(T),
     /// Not queued: the queue was full and the policy is `Reject`.
     Rejected(T),
 }
 
-/// A FIFO with a fixed bound and a discard policy; counts its drops.
+/// A FIFO bounded both in events and in bytes, with a discard policy; counts
+/// what it discards.
 #[derive(Debug, Clone)]
 pub struct BoundedQueue<T> {
-    items: VecDeque<T>,
+    items: VecDeque<(T, usize)>,
     bound: usize,
+    max_bytes: usize,
+    bytes: usize,
     policy: DiscardPolicy,
     dropped: u64,
 }
 
 impl<T> BoundedQueue<T> {
-    /// A queue holding at most `bound` items (at least 1).
+    /// A queue holding at most `bound` items (at least 1), with no byte bound.
     pub fn new(bound: usize, policy: DiscardPolicy) -> Self {
+        Self::with_byte_limit(bound, usize::MAX, policy)
+    }
+
+    /// A queue holding at most `bound` items (at least 1) and `max_bytes`
+    /// bytes, as counted by the sizes given to [`push`](Self::push).
+    pub fn with_byte_limit(bound: usize, max_bytes: usize, policy: DiscardPolicy) -> Self {
         let bound = bound.max(1);
         BoundedQueue {
             items: VecDeque::with_capacity(bound.min(64)),
             bound,
+            max_bytes,
+            bytes: 0,
             policy,
             dropped: 0,
         }
     }
 
-    /// Offers `item`; at the bound, applies the discard policy.
-    pub fn push(&mut self, item: T) -> Pushed<T> {
-        if self.items.len() < self.bound {
-            self.items.push_back(item);
-            return Pushed::Queued;
+    fn fits(&self, size: usize) -> bool {
+        self.items.len() < self.bound && self.bytes.saturating_add(size) <= self.max_bytes
+    }
+
+    /// Offers `item` of `size` bytes; at a bound, applies the discard policy.
+    pub fn push(&mut self, item: T, size: usize) -> Pushed<T> {
+        if size > self.max_bytes {
+            self.dropped += 1;
+            return Pushed::DroppedNewest(item);
         }
-        self.dropped += 1;
-        match self.policy {
-            DiscardPolicy::DropOldest => {
-                // The queue is full and bound >= 1, so there is a front item.
-                let old = self.items.pop_front();
-                self.items.push_back(item);
-                match old {
-                    Some(old) => Pushed::QueuedDroppedOldest(old),
-                    None => Pushed::Queued,
+        if !self.fits(size) {
+            match self.policy {
+                DiscardPolicy::DropOldest => {}
+                DiscardPolicy::DropNewest => {
+                    self.dropped += 1;
+                    return Pushed::DroppedNewest(item);
+                }
+                DiscardPolicy::Reject => {
+                    self.dropped += 1;
+                    return Pushed::Rejected(item);
                 }
             }
-            DiscardPolicy::DropNewest => Pushed::DroppedNewest(item),
-            DiscardPolicy::Reject => Pushed::Rejected(item),
         }
+        let mut dropped = 0;
+        while !self.fits(size) {
+            // size <= max_bytes, so emptying the queue always makes room.
+            let Some((_, old)) = self.items.pop_front() else {
+                break;
+            };
+            self.bytes -= old;
+            dropped += 1;
+        }
+        self.dropped += dropped as u64;
+        self.bytes += size;
+        self.items.push_back((item, size));
+        Pushed::Queued { dropped }
     }
 
     /// Takes the oldest item.
     pub fn pop(&mut self) -> Option<T> {
-        self.items.pop_front()
+        let (item, size) = self.items.pop_front()?;
+        self.bytes -= size;
+        Some(item)
     }
 
     /// Number of queued items.
@@ -130,17 +162,17 @@ impl<T> BoundedQueue<T> {
         self.items.len()
     }
 
+    /// Bytes queued.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
     /// Whether nothing is queued.
     pub fn is_empty(&self) -> bool {
         self.items.is_empty()
     }
 
-    /// Whether the next push will hit the discard policy.
-    pub fn is_full(&self) -> bool {
-        self.items.len() >= self.bound
-    }
-
-    /// The bound.
+    /// The bound, in events.
     pub fn bound(&self) -> usize {
         self.bound
     }
@@ -157,7 +189,7 @@ impl<T> BoundedQueue<T> {
 
     /// Iterates over queued items, oldest first.
     pub fn iter(&self) -> impl Iterator<Item = &T> {
-        self.items.iter()
+        self.items.iter().map(|(t, _)| t)
     }
 }
 
@@ -167,15 +199,16 @@ mod tests {
 
     fn fill(policy: DiscardPolicy) -> (BoundedQueue<u32>, Vec<Pushed<u32>>) {
         let mut q = BoundedQueue::new(3, policy);
-        let out = (0..5).map(|i| q.push(i)).collect();
+        let out = (0..5).map(|i| q.push(i, 1)).collect();
         (q, out)
     }
 
     #[test]
     fn drop_oldest_keeps_the_newest_events_and_counts_drops() {
         let (mut q, out) = fill(DiscardPolicy::DropOldest);
-        assert_eq!(out[3], Pushed::QueuedDroppedOldest(0));
-        assert_eq!(out[4], Pushed::QueuedDroppedOldest(1));
+        assert_eq!(out[2], Pushed::Queued { dropped: 0 });
+        assert_eq!(out[3], Pushed::Queued { dropped: 1 });
+        assert_eq!(out[4], Pushed::Queued { dropped: 1 });
         assert_eq!(q.dropped(), 2);
         assert_eq!(
             (q.pop(), q.pop(), q.pop(), q.pop()),
@@ -197,6 +230,32 @@ mod tests {
         assert_eq!(out[4], Pushed::Rejected(4));
         assert_eq!(q.len(), 3);
         assert_eq!(q.dropped(), 2);
+    }
+
+    #[test]
+    fn byte_bound_drops_as_many_old_events_as_needed() {
+        let mut q = BoundedQueue::with_byte_limit(100, 10, DiscardPolicy::DropOldest);
+        for i in 0..5 {
+            assert_eq!(q.push(i, 2), Pushed::Queued { dropped: 0 });
+        }
+        assert_eq!(q.push(9, 6), Pushed::Queued { dropped: 3 });
+        assert_eq!(q.bytes(), 10);
+        assert_eq!(q.iter().copied().collect::<Vec<_>>(), vec![3, 4, 9]);
+        assert_eq!(
+            q.push(7, 11),
+            Pushed::DroppedNewest(7),
+            "larger than the byte bound"
+        );
+        assert_eq!(q.dropped(), 4);
+    }
+
+    #[test]
+    fn byte_bound_applies_reject_policy() {
+        let mut q = BoundedQueue::with_byte_limit(100, 4, DiscardPolicy::Reject);
+        assert_eq!(q.push(1, 4), Pushed::Queued { dropped: 0 });
+        assert_eq!(q.push(2, 1), Pushed::Rejected(2));
+        assert_eq!(q.pop(), Some(1));
+        assert_eq!(q.bytes(), 0);
     }
 
     #[test]

@@ -122,6 +122,12 @@ pub enum EncodeError {
         /// Which name.
         what: &'static str,
     },
+    /// The same field name twice in one event (the receiver would refuse it).
+    #[error("duplicate field {name:?}")]
+    DuplicateField {
+        /// The repeated name.
+        name: String,
+    },
     /// The frame would exceed the negotiated maximum.
     #[error("frame of {len} bytes exceeds the maximum of {max}")]
     FrameTooLarge {

@@ -26,6 +26,21 @@ pub enum Value {
     Bytes(Bytes),
 }
 
+macro_rules! value_from {
+    ($($t:ty => $v:ident $(as $c:ty)?),*) => {$(
+        impl From<$t> for Value {
+            fn from(x: $t) -> Self { Value::$v(x $(as $c)?) }
+        }
+    )*};
+}
+value_from!(i64 => Int, i32 => Int as i64, u32 => Int as i64, f64 => Float, bool => Bool, String => Str, Bytes => Bytes);
+
+impl From<&str> for Value {
+    fn from(s: &str) -> Self {
+        Value::Str(s.to_owned())
+    }
+}
+
 /// A borrowed [`Value`], as read from encoded bytes without allocating.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum ValueRef<'a> {
@@ -182,17 +197,11 @@ impl Event {
     /// Appends the encoding documented in `docs/protocol.md` ("Event") to `out`.
     ///
     /// Fails if a length exceeds its limit (the event could not be decoded).
+    /// Everything is checked before the first byte is written, so on error
+    /// `out` is left as it was.
     pub fn encode(&self, out: &mut BytesMut) -> Result<(), crate::EncodeError> {
-        use crate::EncodeError as E;
+        self.check()?;
         let h = &self.header;
-        check_tag_len(&h.tag)?;
-        check_name("publisher", &h.publisher)?;
-        if self.fields.len() > MAX_FIELDS {
-            return Err(E::TooManyFields {
-                count: self.fields.len(),
-                max: MAX_FIELDS,
-            });
-        }
         out.reserve(self.encoded_len());
         out.put_u16_le(h.tag.len() as u16);
         out.put_slice(h.tag.as_bytes());
@@ -241,20 +250,13 @@ impl Event {
         if let Some(st) = h.start_time_ns {
             out.put_u64_le(st);
         }
-        for (what, s) in [("type_name", &h.type_name), ("event_name", &h.event_name)] {
-            if let Some(s) = s {
-                check_name(what, s)?;
-                out.put_u8(s.len() as u8);
-                out.put_slice(s.as_bytes());
-            }
+        for s in [&h.type_name, &h.event_name].into_iter().flatten() {
+            out.put_u8(s.len() as u8);
+            out.put_slice(s.as_bytes());
         }
         if !self.fields.is_empty() {
             out.put_u16_le(self.fields.len() as u16);
             for (name, v) in &self.fields {
-                check_name("field name", name)?;
-                if name.is_empty() {
-                    return Err(E::EmptyName { what: "field name" });
-                }
                 out.put_u8(name.len() as u8);
                 out.put_slice(name.as_bytes());
                 match v {
@@ -272,12 +274,12 @@ impl Event {
                     }
                     Value::Str(s) => {
                         out.put_u8(T_STR);
-                        out.put_u32_le(u32::try_from(s.len()).map_err(|_| E::ValueTooLong)?);
+                        out.put_u32_le(s.len() as u32); // checked ≤ u32::MAX
                         out.put_slice(s.as_bytes());
                     }
                     Value::Bytes(b) => {
                         out.put_u8(T_BYTES);
-                        out.put_u32_le(u32::try_from(b.len()).map_err(|_| E::ValueTooLong)?);
+                        out.put_u32_le(b.len() as u32); // checked ≤ u32::MAX
                         out.put_slice(b);
                     }
                 }
@@ -287,6 +289,59 @@ impl Event {
             out.put_u16_le(h.flags);
         }
         out.put_slice(&self.payload);
+        Ok(())
+    }
+
+    /// Checks every length, name and field before encoding.
+    fn check(&self) -> Result<(), crate::EncodeError> {
+        use crate::EncodeError as E;
+        let h = &self.header;
+        check_tag_len(&h.tag)?;
+        check_name("publisher", &h.publisher)?;
+        if let Some(s) = &h.type_name {
+            check_name("type_name", s)?;
+        }
+        if let Some(s) = &h.event_name {
+            check_name("event_name", s)?;
+        }
+        let count = self.fields.len();
+        if count > MAX_FIELDS {
+            return Err(E::TooManyFields {
+                count,
+                max: MAX_FIELDS,
+            });
+        }
+        for (name, v) in &self.fields {
+            check_name("field name", name)?;
+            if name.is_empty() {
+                return Err(E::EmptyName { what: "field name" });
+            }
+            let len = match v {
+                Value::Str(s) => s.len(),
+                Value::Bytes(b) => b.len(),
+                _ => 0,
+            };
+            if u32::try_from(len).is_err() {
+                return Err(E::ValueTooLong);
+            }
+        }
+        let mut small = [""; SMALL_FIELDS];
+        let mut large_buf;
+        let names: &mut [&str] = if count <= SMALL_FIELDS {
+            &mut small[..count]
+        } else {
+            large_buf = [""; MAX_FIELDS];
+            &mut large_buf[..count]
+        };
+        for (slot, (n, _)) in names.iter_mut().zip(&self.fields) {
+            *slot = n;
+        }
+        let dup = first_duplicate(names);
+        if let Some(name) = dup {
+            return Err(E::DuplicateField {
+                name: name.to_owned(),
+            });
+        }
         Ok(())
     }
 
@@ -395,7 +450,7 @@ impl<'a> EventRef<'a> {
         if present & !KNOWN_BITS != 0 {
             return Err(DecodeError::UnknownBits {
                 what: "event presence bits",
-                bits: present as u32,
+                bits: (present & !KNOWN_BITS) as u32,
             });
         }
         let virtual_time = if present & HAS_VIRTUAL_TIME != 0 {
@@ -444,23 +499,22 @@ impl<'a> EventRef<'a> {
                     max: MAX_FIELDS,
                 });
             }
-            for i in 0..count {
-                let n = r.u8("field name length")? as usize;
-                if n == 0 {
-                    return Err(DecodeError::Empty { what: "field name" });
-                }
-                let name = r.str(n, "field name")?;
-                read_value(&mut r)?;
-                // Names are unique: a duplicate would make filters ambiguous.
-                let mut earlier = FieldIter {
-                    r: Reader::new(&buf[start + 2..]),
-                    left: i,
-                };
-                if earlier.any(|(m, _)| m == name) {
-                    return Err(DecodeError::DuplicateField {
-                        name: name.to_owned(),
-                    });
-                }
+            // Names are unique: a duplicate would make filters ambiguous.
+            // The names are collected on the stack (a small array for the
+            // usual few fields) and checked without allocating.
+            let dup = if count <= SMALL_FIELDS {
+                let mut names = [""; SMALL_FIELDS];
+                read_fields(&mut r, &mut names[..count])?;
+                first_duplicate(&mut names[..count])
+            } else {
+                let mut names = [""; MAX_FIELDS];
+                read_fields(&mut r, &mut names[..count])?;
+                first_duplicate(&mut names[..count])
+            };
+            if let Some(name) = dup {
+                return Err(DecodeError::DuplicateField {
+                    name: name.to_owned(),
+                });
             }
             &buf[start..r.pos()]
         } else {
@@ -504,6 +558,33 @@ impl<'a> EventRef<'a> {
     /// The value of field `name`, if present (a linear scan: events carry few fields).
     pub fn field(&self, name: &str) -> Option<ValueRef<'a>> {
         self.fields().find(|(n, _)| *n == name).map(|(_, v)| v)
+    }
+}
+
+/// Up to this many field names are checked for duplicates pairwise; more are
+/// sorted (a pairwise scan of 256 names cost ~1.5 ms per event).
+const SMALL_FIELDS: usize = 16;
+
+/// Reads `names.len()` fields, storing their names.
+fn read_fields<'a>(r: &mut Reader<'a>, names: &mut [&'a str]) -> Result<(), DecodeError> {
+    for slot in names {
+        let n = r.u8("field name length")? as usize;
+        if n == 0 {
+            return Err(DecodeError::Empty { what: "field name" });
+        }
+        *slot = r.str(n, "field name")?;
+        read_value(r)?;
+    }
+    Ok(())
+}
+
+/// A name that occurs twice in `names` (which may be reordered), if any.
+fn first_duplicate<'a>(names: &mut [&'a str]) -> Option<&'a str> {
+    if names.len() <= SMALL_FIELDS {
+        (1..names.len()).find_map(|i| names[..i].contains(&names[i]).then_some(names[i]))
+    } else {
+        names.sort_unstable();
+        names.windows(2).find(|w| w[0] == w[1]).map(|w| w[0])
     }
 }
 

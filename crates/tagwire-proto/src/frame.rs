@@ -49,6 +49,8 @@ pub mod kind {
     pub const ADMIN: u8 = 0x0d;
     /// Server → client: admin reply (JSON).
     pub const ADMIN_REPLY: u8 = 0x0e;
+    /// Client → server: unregister an endpoint (and its subscriptions).
+    pub const UNDECLARE_ENDPOINT: u8 = 0x0f;
 }
 
 /// What a declared endpoint does.
@@ -112,6 +114,13 @@ pub enum Frame {
         kind: EndpointKind,
         /// Globally unique endpoint name.
         name: String,
+    },
+    /// Unregisters endpoint `id`, freeing its name; its subscriptions go with it.
+    UndeclareEndpoint {
+        /// Request id echoed in the reply (0: no reply wanted on success).
+        req: u32,
+        /// Connection-local endpoint id.
+        id: u32,
     },
     /// Subscribes endpoint `endpoint` to `pattern` under id `sub`.
     Subscribe {
@@ -201,6 +210,7 @@ impl Frame {
             Frame::Hello { .. } => kind::HELLO,
             Frame::Welcome { .. } => kind::WELCOME,
             Frame::DeclareEndpoint { .. } => kind::DECLARE_ENDPOINT,
+            Frame::UndeclareEndpoint { .. } => kind::UNDECLARE_ENDPOINT,
             Frame::Subscribe { .. } => kind::SUBSCRIBE,
             Frame::Unsubscribe { .. } => kind::UNSUBSCRIBE,
             Frame::Publish { .. } => kind::PUBLISH,
@@ -215,9 +225,18 @@ impl Frame {
         }
     }
 
-    /// Appends this frame, header included, to `out`.
+    /// Appends this frame, header included, to `out`. On error `out` is left
+    /// as it was (no partial frame is ever left behind to be sent).
     pub fn encode(&self, out: &mut BytesMut) -> Result<(), EncodeError> {
         let start = out.len();
+        let result = self.encode_inner(out, start);
+        if result.is_err() {
+            out.truncate(start);
+        }
+        result
+    }
+
+    fn encode_inner(&self, out: &mut BytesMut, start: usize) -> Result<(), EncodeError> {
         out.put_u32_le(0); // patched below
         out.put_u8(self.kind());
         match self {
@@ -275,7 +294,7 @@ impl Frame {
                     put_str16(out, "QoS property value", v)?;
                 }
             }
-            Frame::Unsubscribe { req, sub } => {
+            Frame::Unsubscribe { req, sub } | Frame::UndeclareEndpoint { req, id: sub } => {
                 out.put_u32_le(*req);
                 out.put_u32_le(*sub);
             }
@@ -317,11 +336,24 @@ impl Frame {
                     a.copy_from_slice(m);
                     return Err(DecodeError::BadMagic(a));
                 }
-                Frame::Hello {
+                let hello = Frame::Hello {
                     version: r.u16("version")?,
                     max_frame: r.u32("max frame")?,
                     name: r.short_str("client name")?.to_owned(),
+                };
+                // This prefix of `Hello` is frozen across versions; another
+                // version may append to it. Skip that, so the server can
+                // answer `UnsupportedVersion` instead of `Malformed`.
+                if !matches!(
+                    hello,
+                    Frame::Hello {
+                        version: PROTOCOL_VERSION,
+                        ..
+                    }
+                ) {
+                    return Ok(hello);
                 }
+                hello
             }
             kind::WELCOME => Frame::Welcome {
                 version: r.u16("version")?,
@@ -357,6 +389,10 @@ impl Frame {
             kind::UNSUBSCRIBE => Frame::Unsubscribe {
                 req: r.u32("request id")?,
                 sub: r.u32("subscription id")?,
+            },
+            kind::UNDECLARE_ENDPOINT => Frame::UndeclareEndpoint {
+                req: r.u32("request id")?,
+                id: r.u32("endpoint id")?,
             },
             kind::PUBLISH => {
                 let endpoint = r.u32("endpoint id")?;
@@ -424,6 +460,7 @@ pub fn frame_name(kind_code: u8) -> &'static str {
         kind::CLOSE => "Close",
         kind::ADMIN => "Admin",
         kind::ADMIN_REPLY => "AdminReply",
+        kind::UNDECLARE_ENDPOINT => "UndeclareEndpoint",
         _ => "unknown frame",
     }
 }

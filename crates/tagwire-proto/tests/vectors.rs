@@ -1,0 +1,484 @@
+//! The hex test vectors of `docs/protocol.md`: each valid vector decodes to
+//! the frame written here and re-encodes byte for byte; each invalid vector is
+//! refused with the error written here; no vector goes unchecked.
+
+mod common;
+
+use std::collections::BTreeSet;
+
+use bytes::{Bytes, BytesMut};
+use common::{doc_vectors, parse_vectors, seed_corpus, Vector};
+use tagwire_proto::limits::MIN_MAX_FRAME;
+use tagwire_proto::{
+    DecodeError, EndpointKind, ErrorCode, Event, EventRef, Expiry, Frame, FrameDecoder,
+    StreamError, Value,
+};
+
+const TS: u64 = 1_700_000_000_000_000_000;
+
+fn minimal_event() -> Event {
+    let mut e = Event::new("/cam/left", Bytes::from_static(b"hi"));
+    e.header.publisher = "cam-left".into();
+    e.header.seq = 1;
+    e.header.source_time_ns = TS;
+    e.header.priority = 5;
+    e
+}
+
+fn full_event() -> Event {
+    let mut e = minimal_event();
+    let h = &mut e.header;
+    h.seq = 2;
+    h.priority = 200;
+    h.virtual_time = Some(42);
+    h.expiry = Expiry::AfterNs(5_000_000);
+    h.start_time_ns = Some(TS);
+    h.type_name = Some("Alarm".into());
+    h.event_name = Some("lost".into());
+    h.flags = 0x0003;
+    e.fields = vec![
+        ("n".into(), Value::Int(-2)),
+        ("x".into(), Value::Float(1.5)),
+        ("ok".into(), Value::Bool(true)),
+        ("s".into(), Value::Str("hé".into())),
+        ("b".into(), Value::Bytes(Bytes::from_static(&[0x00, 0xff]))),
+    ];
+    e
+}
+
+fn expiry_at_event() -> Event {
+    let mut e = Event::new("/t", Bytes::new());
+    e.header.publisher = "p".into();
+    e.header.expiry = Expiry::AtNs(TS);
+    e
+}
+
+fn encoded(e: &Event) -> Bytes {
+    let mut b = BytesMut::new();
+    e.encode(&mut b).expect("test event encodes");
+    b.freeze()
+}
+
+/// What each valid vector decodes to, and the event it carries, if any.
+fn valid_vectors() -> Vec<(&'static str, Frame, Option<Event>)> {
+    let s = |x: &str| x.to_owned();
+    vec![
+        (
+            "hello",
+            Frame::Hello {
+                version: 1,
+                max_frame: 1 << 20,
+                name: s("cli"),
+            },
+            None,
+        ),
+        (
+            "welcome",
+            Frame::Welcome {
+                version: 1,
+                max_frame: 1 << 20,
+                name: s("tagwired"),
+            },
+            None,
+        ),
+        (
+            "declare_endpoint_publisher",
+            Frame::DeclareEndpoint {
+                req: 1,
+                id: 1,
+                kind: EndpointKind::Publisher,
+                name: s("cam-left"),
+            },
+            None,
+        ),
+        (
+            "declare_endpoint_subscriber",
+            Frame::DeclareEndpoint {
+                req: 2,
+                id: 2,
+                kind: EndpointKind::Subscriber,
+                name: s("viewer"),
+            },
+            None,
+        ),
+        (
+            "subscribe",
+            Frame::Subscribe {
+                req: 3,
+                sub: 7,
+                endpoint: 2,
+                pattern: s("/cam/*"),
+                qos: vec![
+                    (s("discard"), s("drop_newest")),
+                    (s("max_queue_length"), s("64")),
+                ],
+            },
+            None,
+        ),
+        (
+            "subscribe_no_qos",
+            Frame::Subscribe {
+                req: 4,
+                sub: 8,
+                endpoint: 2,
+                pattern: s("/cam/**"),
+                qos: vec![],
+            },
+            None,
+        ),
+        ("unsubscribe", Frame::Unsubscribe { req: 5, sub: 7 }, None),
+        (
+            "publish_minimal",
+            Frame::Publish {
+                endpoint: 1,
+                event: encoded(&minimal_event()),
+            },
+            Some(minimal_event()),
+        ),
+        (
+            "publish_full_event",
+            Frame::Publish {
+                endpoint: 1,
+                event: encoded(&full_event()),
+            },
+            Some(full_event()),
+        ),
+        (
+            "publish_expiry_at",
+            Frame::Publish {
+                endpoint: 1,
+                event: encoded(&expiry_at_event()),
+            },
+            Some(expiry_at_event()),
+        ),
+        (
+            "deliver",
+            Frame::Deliver {
+                sub: 7,
+                event: encoded(&minimal_event()),
+            },
+            Some(minimal_event()),
+        ),
+        ("ok", Frame::Ok { req: 3 }, None),
+        (
+            "error",
+            Frame::Error {
+                req: 3,
+                code: ErrorCode::InvalidPattern,
+                message: s("invalid pattern \"a/**b\""),
+            },
+            None,
+        ),
+        (
+            "ping",
+            Frame::Ping {
+                nonce: 0x0807_0605_0403_0201,
+            },
+            None,
+        ),
+        (
+            "pong",
+            Frame::Pong {
+                nonce: 0x0807_0605_0403_0201,
+            },
+            None,
+        ),
+        (
+            "close",
+            Frame::Close {
+                code: 0,
+                reason: s("bye"),
+            },
+            None,
+        ),
+        (
+            "admin",
+            Frame::Admin {
+                req: 9,
+                body: s("{}"),
+            },
+            None,
+        ),
+        (
+            "admin_reply",
+            Frame::AdminReply {
+                req: 9,
+                body: s("{\"ok\":true}"),
+            },
+            None,
+        ),
+    ]
+}
+
+/// Where an invalid vector is refused.
+#[derive(Debug)]
+enum Refusal {
+    /// By `FrameDecoder::next_raw`.
+    Stream(StreamError),
+    /// By `Frame::decode`.
+    Frame(DecodeError),
+    /// By `EventRef::parse` of a `Publish`'s event.
+    Event(DecodeError),
+}
+
+/// What each invalid vector is refused with, and the message.
+fn invalid_vectors() -> Vec<(&'static str, Refusal, &'static str)> {
+    use Refusal::*;
+    vec![
+        (
+            "bad_zero_length",
+            Stream(StreamError::EmptyFrame),
+            "empty frame (length 0)",
+        ),
+        (
+            "bad_length_over_limit",
+            Stream(StreamError::FrameTooLarge {
+                len: 4097,
+                max: 4096,
+            }),
+            "frame of 4097 bytes exceeds the maximum of 4096",
+        ),
+        (
+            "bad_unknown_frame_type",
+            Frame(DecodeError::UnknownFrameType(0xff)),
+            "unknown frame type 0xff",
+        ),
+        (
+            "bad_magic",
+            Frame(DecodeError::BadMagic(*b"HTTP")),
+            "not a tagwire peer (bad magic [48, 54, 54, 50])",
+        ),
+        (
+            "bad_truncated_ok",
+            Frame(DecodeError::Truncated {
+                what: "request id",
+                need: 4,
+                have: 2,
+            }),
+            "truncated request id: need 4 bytes, have 2",
+        ),
+        (
+            "bad_trailing_bytes",
+            Frame(DecodeError::TrailingBytes {
+                what: "Ping",
+                count: 1,
+            }),
+            "1 trailing bytes after Ping",
+        ),
+        (
+            "bad_endpoint_kind",
+            Frame(DecodeError::BadValue {
+                what: "endpoint kind",
+                value: 3,
+            }),
+            "invalid endpoint kind: 3",
+        ),
+        (
+            "bad_event_tag_not_utf8",
+            Event(DecodeError::NotUtf8 { what: "tag", at: 1 }),
+            "tag is not valid UTF-8 (invalid byte at offset 1)",
+        ),
+        (
+            "bad_event_presence_bits",
+            Event(DecodeError::UnknownBits {
+                what: "event presence bits",
+                bits: 0x80,
+            }),
+            "unknown bits set in event presence bits: 0x80",
+        ),
+        (
+            "bad_event_duplicate_field",
+            Event(DecodeError::DuplicateField { name: "n".into() }),
+            "duplicate field \"n\"",
+        ),
+        (
+            "bad_event_field_type",
+            Event(DecodeError::BadValue {
+                what: "field type",
+                value: 6,
+            }),
+            "invalid field type: 6",
+        ),
+        (
+            "bad_event_expiry_kind",
+            Event(DecodeError::BadValue {
+                what: "expiry kind",
+                value: 3,
+            }),
+            "invalid expiry kind: 3",
+        ),
+    ]
+}
+
+fn vector(name: &str) -> Vector {
+    doc_vectors()
+        .into_iter()
+        .find(|v| v.name == name)
+        .unwrap_or_else(|| panic!("docs/protocol.md has no vector {name}"))
+}
+
+/// Splits `bytes` as exactly one frame, with the limit in force before the handshake.
+fn split_one(name: &str, bytes: &[u8]) -> (u8, Bytes) {
+    let mut buf = BytesMut::from(bytes);
+    let (kind, body) = FrameDecoder::new(MIN_MAX_FRAME)
+        .next_raw(&mut buf)
+        .unwrap_or_else(|e| panic!("{name}: stream error {e}"))
+        .unwrap_or_else(|| panic!("{name}: incomplete frame"));
+    assert!(
+        buf.is_empty(),
+        "{name}: {} bytes after the frame",
+        buf.len()
+    );
+    (kind, body)
+}
+
+#[test]
+fn every_doc_vector_is_checked_and_every_checked_vector_is_in_the_doc() {
+    let in_doc: Vec<String> = doc_vectors().into_iter().map(|v| v.name).collect();
+    let unique: BTreeSet<&String> = in_doc.iter().collect();
+    assert_eq!(unique.len(), in_doc.len(), "duplicate vector titles");
+    let in_doc: BTreeSet<String> = in_doc.into_iter().collect();
+    let checked: BTreeSet<String> = valid_vectors()
+        .iter()
+        .map(|(n, ..)| n.to_string())
+        .chain(invalid_vectors().iter().map(|(n, ..)| n.to_string()))
+        .collect();
+    assert_eq!(in_doc, checked);
+}
+
+#[test]
+fn valid_vectors_decode_to_the_documented_frame() {
+    for (name, expected, _) in valid_vectors() {
+        let v = vector(name);
+        let (kind, body) = split_one(name, &v.bytes);
+        assert_eq!(kind, expected.kind(), "{name}: frame type");
+        let frame = Frame::decode(kind, body).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(frame, expected, "{name}");
+    }
+}
+
+#[test]
+fn valid_vectors_reencode_byte_exact() {
+    for (name, expected, _) in valid_vectors() {
+        let v = vector(name);
+        let mut out = BytesMut::new();
+        expected.encode(&mut out).expect("documented frame encodes");
+        assert_eq!(&out[..], &v.bytes[..], "{name}");
+    }
+}
+
+#[test]
+fn event_vectors_decode_to_the_documented_event() {
+    let mut checked = 0;
+    for (name, _, expected) in valid_vectors() {
+        let Some(expected) = expected else { continue };
+        let (kind, body) = split_one(name, &vector(name).bytes);
+        let event = match Frame::decode(kind, body).expect("vector decodes") {
+            Frame::Publish { event, .. } | Frame::Deliver { event, .. } => event,
+            other => panic!("{name}: not an event frame: {other:?}"),
+        };
+        let decoded = Event::decode(&event).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(decoded, expected, "{name}");
+        // The borrowed view agrees with the owned one, field by field.
+        let view = EventRef::parse(&event).expect("event parses");
+        let fields: Vec<_> = view.fields().map(|(n, v)| (n, v.to_owned())).collect();
+        let want: Vec<_> = expected
+            .fields
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.clone()))
+            .collect();
+        assert_eq!(fields, want, "{name}: fields");
+        assert_eq!(view.payload, &expected.payload[..], "{name}: payload");
+        checked += 1;
+    }
+    assert_eq!(
+        checked, 4,
+        "publish_minimal, publish_full_event, publish_expiry_at, deliver"
+    );
+}
+
+#[test]
+fn full_event_vector_has_every_optional_part_and_field_type() {
+    let e = full_event();
+    let h = &e.header;
+    assert!(h.virtual_time.is_some() && h.start_time_ns.is_some());
+    assert!(h.type_name.is_some() && h.event_name.is_some());
+    assert!(h.expiry != Expiry::Never && h.flags != 0);
+    let types: BTreeSet<u8> = e
+        .fields
+        .iter()
+        .map(|(_, v)| match v {
+            Value::Int(_) => 1,
+            Value::Float(_) => 2,
+            Value::Bool(_) => 3,
+            Value::Str(_) => 4,
+            Value::Bytes(_) => 5,
+        })
+        .collect();
+    assert_eq!(types, (1..=5).collect());
+    // Byte 6 of the event after the fixed header is the presence byte: all 7 bits.
+    let bytes = encoded(&e);
+    let presence_at = 2 + h.tag.len() + 1 + h.publisher.len() + 8 + 8 + 1;
+    assert_eq!(bytes[presence_at], 0x7f);
+}
+
+#[test]
+fn invalid_vectors_are_refused_with_the_documented_error() {
+    for (name, refusal, message) in invalid_vectors() {
+        let v = vector(name);
+        let mut buf = BytesMut::from(&v.bytes[..]);
+        let split = FrameDecoder::new(MIN_MAX_FRAME).next_raw(&mut buf);
+        match refusal {
+            Refusal::Stream(want) => {
+                let got = split.expect_err(name);
+                assert_eq!(got, want, "{name}");
+                assert_eq!(got.to_string(), message, "{name}");
+            }
+            Refusal::Frame(want) => {
+                let (kind, body) = split_one(name, &v.bytes);
+                let got = Frame::decode(kind, body).expect_err(name);
+                assert_eq!(got, want, "{name}");
+                assert_eq!(got.to_string(), message, "{name}");
+            }
+            Refusal::Event(want) => {
+                let (kind, body) = split_one(name, &v.bytes);
+                let event = match Frame::decode(kind, body) {
+                    Ok(Frame::Publish { event, .. }) => event,
+                    other => panic!("{name}: expected a Publish frame, got {other:?}"),
+                };
+                let got = EventRef::parse(&event).expect_err(name);
+                assert_eq!(got, want, "{name}");
+                assert_eq!(got.to_string(), message, "{name}");
+                assert_eq!(Event::decode(&event).expect_err(name), want, "{name}");
+            }
+        }
+    }
+}
+
+#[test]
+fn vector_parser_ignores_comments_and_whitespace() {
+    let doc = "text\n```hex title=a\n01 02 # one two\n  0304\n# only a comment\n```\n";
+    let v = parse_vectors(doc);
+    assert_eq!(v.len(), 1);
+    assert_eq!(v[0].name, "a");
+    assert_eq!(v[0].bytes, vec![1, 2, 3, 4]);
+}
+
+#[test]
+fn seed_corpus_session_splits_into_every_valid_vector() {
+    let corpus = seed_corpus();
+    let (_, session) = corpus
+        .iter()
+        .find(|(n, _)| n == "session-all-valid-vectors")
+        .expect("session input");
+    let mut buf = BytesMut::from(&session[..]);
+    let dec = FrameDecoder::new(MIN_MAX_FRAME);
+    let mut frames = Vec::new();
+    while let Some((kind, body)) = dec.next_raw(&mut buf).expect("session splits") {
+        frames.push(Frame::decode(kind, body).expect("valid vector decodes"));
+    }
+    assert!(buf.is_empty());
+    let want: Vec<Frame> = valid_vectors().into_iter().map(|(_, f, _)| f).collect();
+    assert_eq!(frames, want);
+    assert_eq!(corpus.len(), doc_vectors().len() + 1);
+}

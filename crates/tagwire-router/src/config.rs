@@ -1,0 +1,198 @@
+//! Router configuration: listeners and limits. Every field has a default, so
+//! `tagwired` runs with no file; a TOML file (see `docs/configuration.md`)
+//! overrides the defaults and command-line flags override the file.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// Default TCP listen address.
+pub const DEFAULT_TCP: &str = "127.0.0.1:7700";
+/// Largest configuration file read, in bytes.
+pub const MAX_CONFIG_BYTES: u64 = 1024 * 1024;
+
+/// Where the router listens and what it allows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RouterConfig {
+    /// Name reported in `Welcome` and `tagwire list`.
+    pub name: String,
+    /// TCP listen address; `None` disables TCP.
+    pub tcp: Option<SocketAddr>,
+    /// Unix socket path; `None` disables the Unix listener.
+    pub unix: Option<PathBuf>,
+    /// Limits on tables, queues and frames.
+    pub limits: Limits,
+}
+
+/// Bounds on every table and queue the router keeps. At each bound the
+/// documented behaviour applies (refusal with `LimitReached`, or the
+/// subscriber's discard policy for queues).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Limits {
+    /// Maximum frame size offered in the handshake, bytes.
+    pub max_frame: u32,
+    /// Concurrent connections; further ones get `LimitReached` and are closed.
+    pub max_connections: usize,
+    /// Endpoints in the whole router.
+    pub max_endpoints: usize,
+    /// Subscriptions in the whole router.
+    pub max_subscriptions: usize,
+    /// Endpoints one connection may declare.
+    pub max_endpoints_per_connection: usize,
+    /// Subscriptions one connection may hold.
+    pub max_subscriptions_per_connection: usize,
+    /// Bytes one subscriber queue may hold (its event bound is its `max_queue_length`).
+    pub max_queue_bytes: usize,
+    /// Bytes of control replies (Ok, Error, Pong, admin) waiting for a client
+    /// that does not read; past it the connection is closed.
+    pub max_control_bytes: usize,
+    /// Distinct tags tracked for `tagwire list`; beyond it new tags are counted but not listed.
+    pub max_tracked_tags: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_frame: tagwire_proto::limits::DEFAULT_MAX_FRAME,
+            max_connections: 4096,
+            max_endpoints: 100_000,
+            max_subscriptions: 1_000_000,
+            max_endpoints_per_connection: 4096,
+            max_subscriptions_per_connection: 65_536,
+            max_queue_bytes: 64 * 1024 * 1024,
+            max_control_bytes: 4 * 1024 * 1024,
+            max_tracked_tags: 10_000,
+        }
+    }
+}
+
+impl Default for RouterConfig {
+    fn default() -> Self {
+        RouterConfig {
+            name: "tagwired".into(),
+            tcp: DEFAULT_TCP.parse().ok(),
+            unix: Some(default_unix_path()),
+            limits: Limits::default(),
+        }
+    }
+}
+
+/// A configuration file that could not be used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// Reading failed.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Larger than [`MAX_CONFIG_BYTES`].
+    #[error("config file {path} is {len} bytes, over the limit of {max}")]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// Its size.
+        len: u64,
+        /// The limit.
+        max: u64,
+    },
+    /// Not valid TOML, or an unknown key or bad value.
+    #[error("invalid config file {path}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message (names the key and line).
+        message: String,
+    },
+    /// A value outside its range.
+    #[error("invalid config: {0}")]
+    Invalid(String),
+}
+
+impl RouterConfig {
+    /// Parses TOML text (keys not given keep their defaults).
+    pub fn from_toml(text: &str, path: &Path) -> Result<Self, ConfigError> {
+        let cfg: RouterConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.to_owned(),
+            message: e.to_string(),
+        })?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Reads and parses a TOML file, refusing files over [`MAX_CONFIG_BYTES`].
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let read = |source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        };
+        let len = std::fs::metadata(path).map_err(read)?.len();
+        if len > MAX_CONFIG_BYTES {
+            return Err(ConfigError::TooLarge {
+                path: path.to_owned(),
+                len,
+                max: MAX_CONFIG_BYTES,
+            });
+        }
+        let text = std::fs::read_to_string(path).map_err(read)?;
+        Self::from_toml(&text, path)
+    }
+
+    /// Checks ranges that the types alone do not.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        tagwire_proto::validate_max_frame(self.limits.max_frame).map_err(|_| {
+            ConfigError::Invalid(format!(
+                "limits.max_frame = {} is outside {}..={}",
+                self.limits.max_frame,
+                tagwire_proto::limits::MIN_MAX_FRAME,
+                tagwire_proto::limits::HARD_MAX_FRAME
+            ))
+        })?;
+        if self.tcp.is_none() && self.unix.is_none() {
+            return Err(ConfigError::Invalid("no listener: set tcp or unix".into()));
+        }
+        Ok(())
+    }
+}
+
+/// `$XDG_RUNTIME_DIR/tagwire.sock`, else `/tmp/tagwire-<uid>.sock`.
+pub fn default_unix_path() -> PathBuf {
+    match std::env::var_os("XDG_RUNTIME_DIR") {
+        Some(dir) if !dir.is_empty() => Path::new(&dir).join("tagwire.sock"),
+        _ => {
+            use std::os::unix::fs::MetadataExt;
+            let uid = std::fs::metadata("/proc/self")
+                .map(|m| m.uid())
+                .unwrap_or(0);
+            PathBuf::from(format!("/tmp/tagwire-{uid}.sock"))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn toml_overrides_defaults_and_unknown_keys_are_named() {
+        let c = RouterConfig::from_toml(
+            "tcp = \"127.0.0.1:9000\"\n[limits]\nmax_connections = 3\n",
+            Path::new("x.toml"),
+        )
+        .expect("valid config");
+        assert_eq!(c.tcp, "127.0.0.1:9000".parse().ok());
+        assert_eq!(c.limits.max_connections, 3);
+        assert_eq!(c.limits.max_endpoints, Limits::default().max_endpoints);
+        let e = RouterConfig::from_toml("tcpp = 1", Path::new("x.toml")).unwrap_err();
+        assert!(e.to_string().contains("tcpp"), "{e}");
+        let e =
+            RouterConfig::from_toml("[limits]\nmax_frame = 1", Path::new("x.toml")).unwrap_err();
+        assert!(e.to_string().contains("max_frame"), "{e}");
+    }
+}

@@ -1,0 +1,577 @@
+//! One client connection: the handshake, then frames in (decode → check →
+//! route) and the writer task that drains the connection's outbox.
+//!
+//! Bad input fails alone: a frame that decodes badly gets an `Error` frame
+//! naming the problem and the connection carries on; a stream that cannot be
+//! split into frames any more (oversized or zero length) gets an `Error` and
+//! is closed. Nothing here panics on peer input.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::{Bytes, BytesMut};
+use tagwire_core::qos::ChannelQos;
+use tagwire_core::queue::BoundedQueue;
+use tagwire_core::tags::{validate_tag, Pattern};
+use tagwire_proto::{
+    kind, EndpointKind, ErrorCode, EventRef, Expiry, Frame, FrameDecoder, StreamError,
+    PROTOCOL_VERSION,
+};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
+
+use crate::admin::AdminRequest;
+use crate::channel::{Channel, Offer, Outbox};
+use crate::state::{ConnEntry, State};
+
+/// How long a closing connection's writer may take to flush its last frames.
+const CLOSE_GRACE: Duration = Duration::from_secs(1);
+/// Read buffer growth step.
+const READ_CHUNK: usize = 64 * 1024;
+
+struct Endpoint {
+    name: Rc<str>,
+    kind: EndpointKind,
+}
+
+/// Per-connection protocol state.
+struct Conn {
+    id: u64,
+    state: Rc<RefCell<State>>,
+    outbox: Rc<Outbox>,
+    welcomed: bool,
+    endpoints: HashMap<u32, Endpoint>,
+    /// Client subscription id → router-wide subscription id.
+    subs: HashMap<u32, u64>,
+    max_control: usize,
+}
+
+/// Whether to keep reading after a frame.
+enum Next {
+    Continue,
+    Close,
+}
+
+/// Serves one accepted connection until it closes. `peer` is for logs.
+pub(crate) async fn serve<R, W>(state: Rc<RefCell<State>>, peer: String, mut reader: R, writer: W)
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin + 'static,
+{
+    let outbox = Rc::new(Outbox::default());
+    let (id, limits) = {
+        let mut st = state.borrow_mut();
+        let id = st.next_connection_id();
+        let limits = st.config.limits.clone();
+        if st.connections.len() >= limits.max_connections {
+            drop(st);
+            tracing::warn!(%peer, "refusing connection: {} connections already open", limits.max_connections);
+            outbox.send(
+                &Frame::Error {
+                    req: 0,
+                    code: ErrorCode::LimitReached,
+                    message: format!(
+                        "connection limit reached ({} connections)",
+                        limits.max_connections
+                    ),
+                },
+                usize::MAX,
+            );
+            outbox.close();
+            let _ = tokio::time::timeout(CLOSE_GRACE, outbox.run_writer(writer)).await;
+            return;
+        }
+        st.connections.insert(
+            id,
+            ConnEntry {
+                name: String::new(),
+                peer: peer.clone(),
+                outbox: outbox.clone(),
+            },
+        );
+        (id, limits)
+    };
+    tracing::debug!(conn = id, %peer, "connection opened");
+    let writer_box = outbox.clone();
+    let writer_task = tokio::task::spawn_local(async move { writer_box.run_writer(writer).await });
+
+    let mut conn = Conn {
+        id,
+        state: state.clone(),
+        outbox: outbox.clone(),
+        welcomed: false,
+        endpoints: HashMap::new(),
+        subs: HashMap::new(),
+        max_control: limits.max_control_bytes,
+    };
+    let mut decoder = FrameDecoder::new(limits.max_frame);
+    let mut buf = BytesMut::with_capacity(READ_CHUNK);
+    'read: loop {
+        if buf.capacity() - buf.len() < READ_CHUNK / 4 {
+            buf.reserve(READ_CHUNK);
+        }
+        match reader.read_buf(&mut buf).await {
+            Ok(0) => {
+                if !buf.is_empty() {
+                    tracing::warn!(conn = id, %peer, "connection closed in the middle of a frame ({} bytes pending)", buf.len());
+                }
+                break;
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::debug!(conn = id, %peer, "read error: {e}");
+                break;
+            }
+        }
+        loop {
+            match decoder.next_raw(&mut buf) {
+                Ok(Some((k, body))) => {
+                    if let Next::Close = conn.handle(k, body, &mut decoder) {
+                        break 'read;
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    let code = match e {
+                        StreamError::FrameTooLarge { .. } => ErrorCode::FrameTooLarge,
+                        _ => ErrorCode::Malformed,
+                    };
+                    conn.fail(code, 0, format!("{e}; closing the connection"));
+                    break 'read;
+                }
+            }
+        }
+        if writer_task.is_finished() {
+            break;
+        }
+        // Let writers drain what this chunk queued before reading more, so a
+        // burst from one publisher does not overrun fast subscribers' queues.
+        tokio::task::yield_now().await;
+    }
+    conn.cleanup();
+    outbox.close();
+    match tokio::time::timeout(CLOSE_GRACE, writer_task).await {
+        Ok(_) => {}
+        Err(_) => tracing::debug!(
+            conn = id,
+            "writer did not flush within {:?}; dropping it",
+            CLOSE_GRACE
+        ),
+    }
+    tracing::debug!(conn = id, %peer, "connection closed");
+}
+
+impl Conn {
+    /// Sends an error frame and logs it.
+    fn fail(&self, code: ErrorCode, req: u32, message: String) -> Next {
+        tracing::warn!(conn = self.id, ?code, "{message}");
+        self.reply(Frame::Error { req, code, message })
+    }
+
+    fn reply(&self, frame: Frame) -> Next {
+        if self.outbox.send(&frame, self.max_control) {
+            Next::Continue
+        } else {
+            tracing::warn!(
+                conn = self.id,
+                "client does not read its replies ({} bytes pending); closing",
+                self.max_control
+            );
+            Next::Close
+        }
+    }
+
+    fn handle(&mut self, k: u8, body: Bytes, decoder: &mut FrameDecoder) -> Next {
+        if k == kind::PUBLISH && self.welcomed {
+            return self.publish(body);
+        }
+        let frame = match Frame::decode(k, body) {
+            Ok(f) => f,
+            Err(e) => {
+                let code = match e {
+                    tagwire_proto::DecodeError::UnknownFrameType(_) => ErrorCode::UnknownFrameType,
+                    _ => ErrorCode::Malformed,
+                };
+                let message = format!("bad {} frame: {e}", tagwire_proto::frame_name(k));
+                // Before the handshake nothing about the peer can be trusted.
+                let next = self.fail(code, 0, message);
+                return if self.welcomed { next } else { Next::Close };
+            }
+        };
+        if !self.welcomed {
+            return self.handshake(frame, decoder);
+        }
+        match frame {
+            Frame::DeclareEndpoint {
+                req,
+                id,
+                kind,
+                name,
+            } => self.declare(req, id, kind, name),
+            Frame::Subscribe {
+                req,
+                sub,
+                endpoint,
+                pattern,
+                qos,
+            } => self.subscribe(req, sub, endpoint, &pattern, &qos),
+            Frame::Unsubscribe { req, sub } => match self.subs.remove(&sub) {
+                Some(global) => {
+                    self.drop_channel(global);
+                    self.ack(req)
+                }
+                None => self.fail(
+                    ErrorCode::UnknownSubscription,
+                    req,
+                    format!("no subscription with id {sub}"),
+                ),
+            },
+            Frame::UndeclareEndpoint { req, id } => match self.endpoints.remove(&id) {
+                Some(e) => {
+                    let gone: Vec<u32> = self
+                        .subs
+                        .iter()
+                        .filter(|(_, g)| {
+                            self.state
+                                .borrow()
+                                .channels
+                                .get(g)
+                                .is_some_and(|c| c.endpoint == e.name)
+                        })
+                        .map(|(s, _)| *s)
+                        .collect();
+                    for s in gone {
+                        if let Some(g) = self.subs.remove(&s) {
+                            self.drop_channel(g);
+                        }
+                    }
+                    self.state.borrow_mut().endpoints.remove(&e.name);
+                    self.ack(req)
+                }
+                None => self.fail(
+                    ErrorCode::UnknownEndpoint,
+                    req,
+                    format!("no endpoint with id {id} on this connection"),
+                ),
+            },
+            Frame::Ping { nonce } => self.reply(Frame::Pong { nonce }),
+            Frame::Pong { .. } => Next::Continue,
+            Frame::Close { .. } => Next::Close,
+            Frame::Admin { req, body } => self.admin(req, &body),
+            Frame::Hello { .. } => {
+                self.fail(ErrorCode::Malformed, 0, "Hello after the handshake".into())
+            }
+            other => self.fail(
+                ErrorCode::Malformed,
+                0,
+                format!(
+                    "a client may not send {} frames",
+                    tagwire_proto::frame_name(other.kind())
+                ),
+            ),
+        }
+    }
+
+    fn handshake(&mut self, frame: Frame, decoder: &mut FrameDecoder) -> Next {
+        let Frame::Hello {
+            version,
+            max_frame,
+            name,
+        } = frame
+        else {
+            self.fail(
+                ErrorCode::HandshakeRequired,
+                0,
+                format!(
+                    "expected Hello, got {} before the handshake",
+                    tagwire_proto::frame_name(frame.kind())
+                ),
+            );
+            return Next::Close;
+        };
+        if version != PROTOCOL_VERSION {
+            self.fail(
+                ErrorCode::UnsupportedVersion,
+                0,
+                format!("protocol version {version} is not supported (this server speaks {PROTOCOL_VERSION})"),
+            );
+            return Next::Close;
+        }
+        let max_frame = match tagwire_proto::validate_max_frame(max_frame) {
+            Ok(m) => m.min(decoder.max_frame()),
+            Err(e) => {
+                self.fail(ErrorCode::Malformed, 0, format!("bad Hello: {e}"));
+                return Next::Close;
+            }
+        };
+        decoder.set_max_frame(max_frame);
+        self.welcomed = true;
+        let server = {
+            let mut st = self.state.borrow_mut();
+            if let Some(c) = st.connections.get_mut(&self.id) {
+                c.name = name;
+            }
+            st.config.name.clone()
+        };
+        self.reply(Frame::Welcome {
+            version: PROTOCOL_VERSION,
+            max_frame,
+            name: server,
+        })
+    }
+
+    fn declare(&mut self, req: u32, id: u32, kind: EndpointKind, name: String) -> Next {
+        if self.endpoints.contains_key(&id) {
+            return self.fail(
+                ErrorCode::BadRequest,
+                req,
+                format!("endpoint id {id} is already used on this connection"),
+            );
+        }
+        let max = self
+            .state
+            .borrow()
+            .config
+            .limits
+            .max_endpoints_per_connection;
+        if self.endpoints.len() >= max {
+            return self.fail(
+                ErrorCode::LimitReached,
+                req,
+                format!("this connection already has {max} endpoints"),
+            );
+        }
+        let declared = self
+            .state
+            .borrow_mut()
+            .endpoints
+            .declare(&name, kind, self.id);
+        if let Err(e) = declared {
+            let code = match e {
+                tagwire_core::endpoint::EndpointError::Duplicate { .. } => {
+                    ErrorCode::DuplicateEndpoint
+                }
+                tagwire_core::endpoint::EndpointError::TableFull { .. } => ErrorCode::LimitReached,
+                _ => ErrorCode::BadRequest,
+            };
+            return self.fail(code, req, e.to_string());
+        }
+        tracing::debug!(conn = self.id, endpoint = %name, ?kind, "endpoint declared");
+        self.endpoints.insert(
+            id,
+            Endpoint {
+                name: name.into(),
+                kind,
+            },
+        );
+        self.ack(req)
+    }
+
+    fn subscribe(
+        &mut self,
+        req: u32,
+        sub: u32,
+        endpoint: u32,
+        pattern: &str,
+        qos: &[(String, String)],
+    ) -> Next {
+        let endpoint_name = match self.endpoints.get(&endpoint) {
+            Some(e) if e.kind == EndpointKind::Subscriber => e.name.clone(),
+            Some(e) => {
+                return self.fail(
+                    ErrorCode::UnknownEndpoint,
+                    req,
+                    format!("endpoint {:?} is a publisher, not a subscriber", e.name),
+                )
+            }
+            None => {
+                return self.fail(
+                    ErrorCode::UnknownEndpoint,
+                    req,
+                    format!("no endpoint with id {endpoint} on this connection"),
+                )
+            }
+        };
+        if self.subs.contains_key(&sub) {
+            return self.fail(
+                ErrorCode::DuplicateSubscription,
+                req,
+                format!("subscription id {sub} is already used"),
+            );
+        }
+        let parsed = match Pattern::parse(pattern) {
+            Ok(p) => p,
+            Err(e) => return self.fail(ErrorCode::InvalidPattern, req, e.to_string()),
+        };
+        let channel_qos = match ChannelQos::default()
+            .apply(qos.iter().map(|(k, v)| (k.as_str(), v.as_str())), |_, _| {
+                Ok(false)
+            }) {
+            Ok(q) => q,
+            Err(e) => return self.fail(ErrorCode::BadRequest, req, e.to_string()),
+        };
+        let mut st = self.state.borrow_mut();
+        let limits = &st.config.limits;
+        if self.subs.len() >= limits.max_subscriptions_per_connection
+            || st.table.len() >= limits.max_subscriptions
+        {
+            let msg = format!(
+                "subscription limit reached ({} per connection, {} in all)",
+                limits.max_subscriptions_per_connection, limits.max_subscriptions
+            );
+            drop(st);
+            return self.fail(ErrorCode::LimitReached, req, msg);
+        }
+        let queue = BoundedQueue::with_byte_limit(
+            channel_qos.max_queue_length,
+            limits.max_queue_bytes,
+            channel_qos.discard,
+        );
+        let channel = Rc::new(Channel::new(
+            sub,
+            endpoint_name,
+            pattern.to_owned(),
+            queue,
+            self.outbox.clone(),
+        ));
+        let global = (self.id << 32) | sub as u64;
+        st.table.insert(global, parsed, channel.clone());
+        st.channels.insert(global, channel);
+        drop(st);
+        self.subs.insert(sub, global);
+        self.ack(req)
+    }
+
+    /// The hot path: check an event, then hand it (by reference) to every
+    /// matching channel.
+    fn publish(&mut self, body: Bytes) -> Next {
+        if body.len() < 4 {
+            return self.fail(
+                ErrorCode::Malformed,
+                0,
+                "bad Publish frame: truncated endpoint id".into(),
+            );
+        }
+        let id = u32::from_le_bytes([body[0], body[1], body[2], body[3]]);
+        let event = body.slice(4..);
+        let ev = match EventRef::parse(&event) {
+            Ok(ev) => ev,
+            Err(e) => return self.fail(ErrorCode::Malformed, 0, format!("bad Publish frame: {e}")),
+        };
+        let publisher = match self.endpoints.get(&id) {
+            Some(e) if e.kind == EndpointKind::Publisher => &e.name,
+            _ => return self.fail(ErrorCode::UnknownEndpoint, 0, format!("publish on endpoint id {id}, which this connection has not declared as a publisher")),
+        };
+        if ev.publisher != &**publisher {
+            return self.fail(
+                ErrorCode::PublisherMismatch,
+                0,
+                format!(
+                    "event names publisher {:?} but was sent on endpoint {:?}",
+                    ev.publisher, publisher
+                ),
+            );
+        }
+        if let Err(e) = validate_tag(ev.tag) {
+            return self.fail(ErrorCode::InvalidTag, 0, e.to_string());
+        }
+        let mut st = self.state.borrow_mut();
+        if expired(&ev) {
+            st.expired += 1;
+            return Next::Continue;
+        }
+        st.note_publish(ev.tag, ev.publisher);
+        let channels = st.table.matches(ev.tag);
+        drop(st);
+        let mut reject = None;
+        for ch in channels.iter() {
+            if let Offer::Rejected { report: true } = ch.offer(&event) {
+                reject
+                    .get_or_insert_with(Vec::new)
+                    .push(format!("{} ({})", ch.endpoint, ch.pattern));
+            }
+        }
+        match reject {
+            Some(who) => self.fail(
+                ErrorCode::QueueFull,
+                0,
+                format!(
+                    "event on {} rejected: queue full at subscriber {}",
+                    ev.tag,
+                    who.join(", ")
+                ),
+            ),
+            None => Next::Continue,
+        }
+    }
+
+    fn admin(&mut self, req: u32, body: &str) -> Next {
+        let request: AdminRequest = match serde_json::from_str(body) {
+            Ok(r) => r,
+            Err(e) => {
+                return self.fail(
+                    ErrorCode::BadRequest,
+                    req,
+                    format!("bad admin request: {e}"),
+                )
+            }
+        };
+        let reply = match request {
+            AdminRequest::List => serde_json::to_string(&self.state.borrow().listing()),
+        };
+        match reply {
+            Ok(body) => self.reply(Frame::AdminReply { req, body }),
+            Err(e) => self.fail(
+                ErrorCode::Internal,
+                req,
+                format!("cannot encode admin reply: {e}"),
+            ),
+        }
+    }
+
+    /// Answers `Ok` unless the request id is 0 (fire-and-forget requests).
+    fn ack(&self, req: u32) -> Next {
+        if req == 0 {
+            Next::Continue
+        } else {
+            self.reply(Frame::Ok { req })
+        }
+    }
+
+    fn drop_channel(&self, global: u64) {
+        let mut st = self.state.borrow_mut();
+        st.table.remove(global);
+        st.channels.remove(&global);
+    }
+
+    /// Forgets this connection's subscriptions and endpoints.
+    fn cleanup(&mut self) {
+        let mut st = self.state.borrow_mut();
+        for (_, global) in self.subs.drain() {
+            st.table.remove(global);
+            st.channels.remove(&global);
+        }
+        drop(st);
+        let mut st = self.state.borrow_mut();
+        for (_, e) in self.endpoints.drain() {
+            st.endpoints.remove(&e.name);
+        }
+        st.connections.remove(&self.id);
+    }
+}
+
+/// Whether the event's timeout or stop time has passed. Events without a
+/// source timestamp cannot expire relative to it.
+fn expired(ev: &EventRef<'_>) -> bool {
+    let deadline = match ev.expiry {
+        Expiry::Never => return false,
+        Expiry::AfterNs(_) if ev.source_time_ns == 0 => return false,
+        Expiry::AfterNs(d) => ev.source_time_ns.saturating_add(d),
+        Expiry::AtNs(t) => t,
+    };
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    now > deadline
+}

@@ -1,0 +1,140 @@
+//! The routing state a lane holds: the tag table of channels, the endpoint
+//! registry, connection and tag bookkeeping. Single-threaded (`Rc`/`RefCell`)
+//! because a lane is one thread; nothing here is held across an `.await`.
+
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use tagwire_core::endpoint::EndpointRegistry;
+use tagwire_core::tags::TagTable;
+
+use crate::admin::{ConnectionInfo, EndpointEntry, Listing, SubscriptionInfo, TagInfo};
+use crate::channel::{Channel, Outbox};
+use crate::config::RouterConfig;
+
+pub(crate) struct ConnEntry {
+    pub name: String,
+    pub peer: String,
+    pub outbox: Rc<Outbox>,
+}
+
+pub(crate) struct TagStats {
+    pub published: u64,
+    pub last_publisher: String,
+}
+
+pub(crate) struct State {
+    pub config: RouterConfig,
+    pub table: TagTable<Rc<Channel>>,
+    /// Every channel by its router-wide subscription id.
+    pub channels: HashMap<u64, Rc<Channel>>,
+    pub endpoints: EndpointRegistry,
+    pub connections: HashMap<u64, ConnEntry>,
+    pub tags: HashMap<Box<str>, TagStats>,
+    pub untracked_publishes: u64,
+    pub expired: u64,
+    next_conn: u64,
+}
+
+impl State {
+    pub fn new(config: RouterConfig) -> Self {
+        let endpoints = EndpointRegistry::new(config.limits.max_endpoints);
+        State {
+            config,
+            table: TagTable::default(),
+            channels: HashMap::new(),
+            endpoints,
+            connections: HashMap::new(),
+            tags: HashMap::new(),
+            untracked_publishes: 0,
+            expired: 0,
+            next_conn: 1,
+        }
+    }
+
+    pub fn next_connection_id(&mut self) -> u64 {
+        let id = self.next_conn;
+        self.next_conn += 1;
+        id
+    }
+
+    /// Counts a publish on `tag` by `publisher`, within the tracking bound.
+    pub fn note_publish(&mut self, tag: &str, publisher: &str) {
+        if let Some(s) = self.tags.get_mut(tag) {
+            s.published += 1;
+            if s.last_publisher != publisher {
+                publisher.clone_into(&mut s.last_publisher);
+            }
+        } else if self.tags.len() < self.config.limits.max_tracked_tags {
+            self.tags.insert(
+                tag.into(),
+                TagStats {
+                    published: 1,
+                    last_publisher: publisher.to_owned(),
+                },
+            );
+        } else {
+            self.untracked_publishes += 1;
+        }
+    }
+
+    pub fn listing(&self) -> Listing {
+        let mut channels: Vec<_> = self.channels.iter().collect();
+        channels.sort_by_key(|(id, _)| **id);
+        let mut connections: Vec<_> = self
+            .connections
+            .iter()
+            .map(|(id, c)| ConnectionInfo {
+                id: *id,
+                name: c.name.clone(),
+                peer: c.peer.clone(),
+            })
+            .collect();
+        connections.sort_by_key(|c| c.id);
+        let mut tags: Vec<_> = self
+            .tags
+            .iter()
+            .map(|(t, s)| TagInfo {
+                tag: t.to_string(),
+                published: s.published,
+                last_publisher: s.last_publisher.clone(),
+            })
+            .collect();
+        tags.sort_by(|a, b| a.tag.cmp(&b.tag));
+        Listing {
+            server: self.config.name.clone(),
+            connections,
+            endpoints: self
+                .endpoints
+                .list()
+                .into_iter()
+                .map(|e| EndpointEntry {
+                    name: e.name.clone(),
+                    kind: match e.kind {
+                        tagwire_proto::EndpointKind::Publisher => "publisher".into(),
+                        tagwire_proto::EndpointKind::Subscriber => "subscriber".into(),
+                    },
+                    connection: e.owner,
+                })
+                .collect(),
+            subscriptions: channels
+                .into_iter()
+                .map(|(_, ch)| {
+                    let q = ch.queue.borrow();
+                    SubscriptionInfo {
+                        endpoint: ch.endpoint.to_string(),
+                        pattern: ch.pattern.clone(),
+                        queue_depth: q.len(),
+                        queue_bound: q.bound(),
+                        discard: q.policy().to_string(),
+                        dropped: q.dropped(),
+                        delivered: ch.delivered.get(),
+                    }
+                })
+                .collect(),
+            tags,
+            untracked_publishes: self.untracked_publishes,
+            expired: self.expired,
+        }
+    }
+}

@@ -1,0 +1,74 @@
+//! The client's error type.
+
+use tagwire_proto::ErrorCode;
+
+/// What went wrong in a client call. Server refusals carry the server's
+/// stable [`ErrorCode`] and message.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The server URL is not one of `tcp://HOST:PORT`, `unix:///PATH`.
+    #[error("invalid server URL {url:?}: {reason}")]
+    BadUrl {
+        /// The URL given.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// Could not connect.
+    #[error("cannot connect to {url}: {source} (is tagwired running? start it with `tagwired`)")]
+    Connect {
+        /// The server.
+        url: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The handshake failed.
+    #[error("handshake with {url} failed: {reason}")]
+    Handshake {
+        /// The server.
+        url: String,
+        /// Why.
+        reason: String,
+    },
+    /// The server refused a request.
+    #[error("server refused: {message} (code {code:?})")]
+    Refused {
+        /// Stable error code.
+        code: ErrorCode,
+        /// The server's message.
+        message: String,
+    },
+    /// The connection is down (the session is reconnecting).
+    #[error("not connected to the server (reconnecting)")]
+    Disconnected,
+    /// The session was closed.
+    #[error("the session is closed")]
+    Closed,
+    /// No reply in time.
+    #[error("no reply to {what} within {secs} s")]
+    Timeout {
+        /// The request.
+        what: &'static str,
+        /// The timeout.
+        secs: u64,
+    },
+    /// The event cannot be encoded (a name or tag too long, ...).
+    #[error("cannot encode event: {0}")]
+    Encode(#[from] tagwire_proto::EncodeError),
+    /// An invalid tag or pattern (checked before sending).
+    #[error(transparent)]
+    Tag(#[from] tagwire_core::tags::TagError),
+    /// I/O error on the connection.
+    #[error("I/O error: {0}")]
+    Io(#[from] std::io::Error),
+    /// The embedded router could not start.
+    #[error("embedded router: {0}")]
+    Router(#[from] tagwire_router::RouterError),
+    /// The server sent something that is not valid.
+    #[error("bad reply from server: {0}")]
+    BadReply(String),
+}
+
+/// Shorthand for `Result<T, tagwire::Error>`.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

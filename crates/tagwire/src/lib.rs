@@ -1,0 +1,45 @@
+//! `tagwire` — the client library of the tagwire real-time publish/subscribe
+//! middleware.
+//!
+//! A [`Session`] connects to a router: the node daemon `tagwired` over TCP or
+//! a Unix socket ([`Session::connect`]), or a router running inside this
+//! process ([`Session::embedded`], [`EmbeddedRouter`]) — the same API and
+//! protocol either way. From a session, declare named [`Publisher`]s and
+//! subscribe to tag patterns (`*` one level, `**` any depth), receiving by
+//! blocking [`Subscriber::recv`] / iterator, async stream, or callback.
+//! Sessions reconnect with backoff and re-subscribe after a daemon restart.
+//!
+//! ```no_run
+//! let session = tagwire::Session::connect("tcp://127.0.0.1:7700")?;
+//! let sub = session.subscribe("/demo/**").receiver()?;
+//! let publisher = session.declare_publisher("/example/pub")?;
+//! publisher.event("/demo/x", "hi").field("severity", 3).priority(2).send()?;
+//! let sample = sub.recv()?;
+//! assert_eq!(&sample.payload()[..], b"hi");
+//! # Ok::<(), tagwire::Error>(())
+//! ```
+
+mod error;
+mod publisher;
+mod sample;
+mod session;
+mod stream;
+mod subscriber;
+mod url;
+
+pub use error::{Error, Result};
+pub use publisher::{EventBuilder, Publisher};
+pub use sample::Sample;
+pub use session::{EmbeddedRouter, Session, HOT_INTERVAL};
+pub use subscriber::{CallbackSubscription, Subscriber, SubscriptionBuilder};
+pub use url::ServerUrl;
+
+pub use bytes::Bytes;
+pub use tagwire_core::queue::DiscardPolicy;
+pub use tagwire_proto::{ErrorCode, Event, EventRef, Expiry, Value, ValueRef};
+pub use tagwire_router::{Listing, RouterConfig, RouterHandle};
+
+/// Router types for running a router in-process with full control.
+pub mod router {
+    pub use tagwire_router::{config, Limits, Router, RouterConfig, RouterError, RouterHandle};
+}

@@ -1,0 +1,157 @@
+//! Publishers: named endpoints that send events on tags.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use tagwire_proto::{Event, Expiry, Value};
+
+use crate::error::Result;
+use crate::session::Session;
+
+/// A declared publisher endpoint. Each event it sends gets the next
+/// per-publisher sequence number and a source timestamp.
+#[derive(Debug)]
+pub struct Publisher {
+    session: Session,
+    id: u32,
+    name: String,
+    seq: AtomicU64,
+}
+
+fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+fn system_time_ns(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+impl Publisher {
+    pub(crate) fn new(session: Session, id: u32, name: String) -> Self {
+        Publisher {
+            session,
+            id,
+            name,
+            seq: AtomicU64::new(0),
+        }
+    }
+
+    /// The endpoint name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Publishes `payload` on `tag` with default header values.
+    pub fn publish(&self, tag: &str, payload: impl Into<Bytes>) -> Result<()> {
+        self.event(tag, payload).send()
+    }
+
+    /// Starts an event on `tag` whose header and fields can be set before
+    /// [`EventBuilder::send`].
+    pub fn event(&self, tag: &str, payload: impl Into<Bytes>) -> EventBuilder<'_> {
+        EventBuilder {
+            publisher: self,
+            event: Event::new(tag, payload),
+        }
+    }
+
+    /// Sends a prepared event. Its publisher name and sequence number are
+    /// set here; a zero source timestamp is set to now.
+    pub fn send(&self, mut event: Event) -> Result<()> {
+        tagwire_core::tags::validate_tag(&event.header.tag)?;
+        self.name.clone_into(&mut event.header.publisher);
+        event.header.seq = self.seq.fetch_add(1, Ordering::Relaxed) + 1;
+        if event.header.source_time_ns == 0 {
+            event.header.source_time_ns = now_ns();
+        }
+        self.session.inner().publish(self.id, &event)
+    }
+
+    /// The session this publisher belongs to.
+    pub fn session(&self) -> &Session {
+        &self.session
+    }
+}
+
+impl Drop for Publisher {
+    fn drop(&mut self) {
+        self.session.inner().undeclare_endpoint(self.id);
+    }
+}
+
+/// An event being prepared; see [`Publisher::event`].
+#[derive(Debug)]
+#[must_use = "an event is only published by .send()"]
+pub struct EventBuilder<'a> {
+    publisher: &'a Publisher,
+    event: Event,
+}
+
+impl EventBuilder<'_> {
+    /// Adds a filterable field (names are unique; a repeated name replaces the value).
+    pub fn field(mut self, name: &str, value: impl Into<Value>) -> Self {
+        let value = value.into();
+        match self.event.fields.iter_mut().find(|(n, _)| n == name) {
+            Some((_, v)) => *v = value,
+            None => self.event.fields.push((name.to_owned(), value)),
+        }
+        self
+    }
+
+    /// Sets the priority, 0 (lowest) to 255 (highest).
+    pub fn priority(mut self, p: u8) -> Self {
+        self.event.header.priority = p;
+        self
+    }
+
+    /// Expires the event `d` after its source timestamp (TAO `timeout`).
+    pub fn timeout(mut self, d: Duration) -> Self {
+        self.event.header.expiry = Expiry::AfterNs(d.as_nanos().min(u64::MAX as u128) as u64);
+        self
+    }
+
+    /// Expires the event at `t` (TAO `stop_time`).
+    pub fn stop_time(mut self, t: SystemTime) -> Self {
+        self.event.header.expiry = Expiry::AtNs(system_time_ns(t));
+        self
+    }
+
+    /// Earliest delivery time (TAO `start_time`).
+    pub fn start_time(mut self, t: SystemTime) -> Self {
+        self.event.header.start_time_ns = Some(system_time_ns(t));
+        self
+    }
+
+    /// Structured-event type name (TAO), e.g. `CommunicationsAlarm`.
+    pub fn type_name(mut self, s: &str) -> Self {
+        self.event.header.type_name = Some(s.to_owned());
+        self
+    }
+
+    /// Structured-event name (TAO), e.g. `lost_packet`.
+    pub fn event_name(mut self, s: &str) -> Self {
+        self.event.header.event_name = Some(s.to_owned());
+        self
+    }
+
+    /// Virtual time: the event's position in its stream.
+    pub fn virtual_time(mut self, vt: u64) -> Self {
+        self.event.header.virtual_time = Some(vt);
+        self
+    }
+
+    /// Source timestamp, ns since the Unix epoch (default: now).
+    pub fn source_time_ns(mut self, ns: u64) -> Self {
+        self.event.header.source_time_ns = ns;
+        self
+    }
+
+    /// Publishes the event.
+    pub fn send(self) -> Result<()> {
+        self.publisher.send(self.event)
+    }
+}

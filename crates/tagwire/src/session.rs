@@ -1,0 +1,702 @@
+//! Sessions: one connection to a router (a daemon over TCP or a Unix socket,
+//! or an in-process router in embedded mode), shared by the publishers and
+//! subscribers made from it.
+//!
+//! Threads: a *reader* thread reads frames, answers requests, runs callback
+//! subscriptions and fills subscriber queues, and reconnects with backoff
+//! when the connection drops (re-declaring endpoints and re-subscribing); a
+//! *flusher* thread writes batched publishes. Publishing writes directly
+//! from the caller's thread when the stream is idle (lowest latency) and
+//! batches when publishes come faster than [`HOT_INTERVAL`] apart (highest
+//! throughput: one `write` carries many events).
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, RecvTimeoutError, SyncSender};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::ThreadId;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use tagwire_proto::{EndpointKind, ErrorCode, Event, Frame, FrameDecoder, PROTOCOL_VERSION};
+use tagwire_router::{Limits, Listing, Router, RouterHandle};
+
+use crate::error::{Error, Result};
+use crate::publisher::Publisher;
+use crate::stream::Stream;
+use crate::subscriber::{Sink, SubscriptionBuilder};
+use crate::url::ServerUrl;
+
+/// Publishes closer together than this are batched into one write.
+pub const HOT_INTERVAL: Duration = Duration::from_micros(20);
+/// Buffered publish bytes that force an immediate write.
+const HIGH_WATER: usize = 64 * 1024;
+/// How long a request (declare, subscribe, admin) waits for its reply.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// Reconnect backoff bounds.
+const BACKOFF_MIN: Duration = Duration::from_millis(50);
+const BACKOFF_MAX: Duration = Duration::from_secs(2);
+/// Read chunk size.
+const READ_CHUNK: usize = 64 * 1024;
+
+/// Where a session's connection comes from.
+enum Target {
+    Url(ServerUrl),
+    Embedded(Arc<RouterHandle>),
+}
+
+impl Target {
+    fn connect(&self) -> Result<Stream> {
+        match self {
+            Target::Url(url) => Stream::connect(url).map_err(|source| Error::Connect {
+                url: url.to_string(),
+                source,
+            }),
+            Target::Embedded(r) => Ok(Stream::Unix(r.connect_in_process()?)),
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Target::Url(u) => u.to_string(),
+            Target::Embedded(_) => "embedded".into(),
+        }
+    }
+}
+
+pub(crate) enum Reply {
+    Ok,
+    Admin(String),
+    Err(ErrorCode, String),
+}
+
+pub(crate) struct SubEntry {
+    pub endpoint: u32,
+    pub pattern: String,
+    pub qos: Vec<(String, String)>,
+    pub sink: Arc<Sink>,
+}
+
+#[derive(Default)]
+struct Table {
+    endpoints: HashMap<u32, (EndpointKind, String)>,
+    subs: HashMap<u32, SubEntry>,
+    pending: HashMap<u32, SyncSender<Reply>>,
+}
+
+struct WriteState {
+    buf: BytesMut,
+    last_publish: Option<Instant>,
+    flush_requested: bool,
+    connected: bool,
+    max_frame: u32,
+}
+
+pub(crate) struct Inner {
+    target: Target,
+    name: String,
+    /// Lock order: `writer` before `socket`.
+    writer: Mutex<WriteState>,
+    socket: Mutex<Option<Stream>>,
+    flush_cv: Condvar,
+    table: Mutex<Table>,
+    subs_generation: AtomicU64,
+    next_id: AtomicU32,
+    closed: AtomicBool,
+    reader_thread: Mutex<Option<ThreadId>>,
+    reconnects: AtomicU64,
+}
+
+/// Closes the session when the last handle (session, publisher or
+/// subscriber) is dropped.
+pub(crate) struct Guard(pub(crate) Arc<Inner>);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        self.0.close();
+    }
+}
+
+/// A connection to a tagwire router. Clone it freely: clones share the
+/// connection, which closes when the session and everything made from it
+/// are dropped.
+#[derive(Clone)]
+pub struct Session {
+    pub(crate) guard: Arc<Guard>,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("server", &self.guard.0.target.describe())
+            .field("name", &self.guard.0.name)
+            .finish()
+    }
+}
+
+/// A router running inside this process, shared by any number of sessions
+/// ([`EmbeddedRouter::session`]). It stops when it and its sessions are dropped.
+#[derive(Clone, Debug)]
+pub struct EmbeddedRouter(Arc<RouterHandle>);
+
+impl EmbeddedRouter {
+    /// Starts an in-process router with default limits.
+    pub fn start() -> Result<Self> {
+        Ok(EmbeddedRouter(Arc::new(Router::start_embedded(
+            Limits::default(),
+        )?)))
+    }
+
+    /// A new session on this router.
+    pub fn session(&self) -> Result<Session> {
+        Session::open(Target::Embedded(self.0.clone()))
+    }
+}
+
+static SESSION_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+impl Session {
+    /// Connects to a daemon at `url`: `tcp://HOST:PORT` or `unix:///PATH`.
+    pub fn connect(url: &str) -> Result<Session> {
+        Session::open(Target::Url(ServerUrl::parse(url)?))
+    }
+
+    /// Connects to the local daemon: its Unix socket if present, else
+    /// `tcp://127.0.0.1:7700`.
+    pub fn connect_local() -> Result<Session> {
+        Session::open(Target::Url(ServerUrl::local_default()))
+    }
+
+    /// Starts a private in-process router and connects to it: the same API
+    /// and protocol as a daemon, with no daemon.
+    pub fn embedded() -> Result<Session> {
+        EmbeddedRouter::start()?.session()
+    }
+
+    fn open(target: Target) -> Result<Session> {
+        let name = format!(
+            "{}-{}.{}",
+            std::env::current_exe()
+                .ok()
+                .and_then(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
+                .unwrap_or_else(|| "client".into()),
+            std::process::id(),
+            SESSION_COUNTER.fetch_add(1, Ordering::Relaxed)
+        );
+        let mut stream = target.connect()?;
+        let (max_frame, leftover) = handshake(&mut stream, &name, &target.describe())?;
+        let write_half = stream.try_clone()?;
+        let inner = Arc::new(Inner {
+            target,
+            name,
+            writer: Mutex::new(WriteState {
+                buf: BytesMut::with_capacity(HIGH_WATER),
+                last_publish: None,
+                flush_requested: false,
+                connected: true,
+                max_frame,
+            }),
+            socket: Mutex::new(Some(write_half)),
+            flush_cv: Condvar::new(),
+            table: Mutex::new(Table::default()),
+            subs_generation: AtomicU64::new(0),
+            next_id: AtomicU32::new(1),
+            closed: AtomicBool::new(false),
+            reader_thread: Mutex::new(None),
+            reconnects: AtomicU64::new(0),
+        });
+        let r = inner.clone();
+        let reader = std::thread::Builder::new()
+            .name("tagwire-reader".into())
+            .spawn(move || reader_main(r, stream, max_frame, leftover))?;
+        *lock(&inner.reader_thread) = Some(reader.thread().id());
+        let f = inner.clone();
+        std::thread::Builder::new()
+            .name("tagwire-flusher".into())
+            .spawn(move || flusher_main(f))?;
+        Ok(Session {
+            guard: Arc::new(Guard(inner)),
+        })
+    }
+
+    pub(crate) fn inner(&self) -> &Arc<Inner> {
+        &self.guard.0
+    }
+
+    /// This session's client name (sent in the handshake).
+    pub fn name(&self) -> &str {
+        &self.inner().name
+    }
+
+    /// Declares a publisher endpoint named `name` (unique in the router).
+    pub fn declare_publisher(&self, name: &str) -> Result<Publisher> {
+        let id = self
+            .inner()
+            .declare_endpoint(EndpointKind::Publisher, name)?;
+        Ok(Publisher::new(self.clone(), id, name.to_owned()))
+    }
+
+    /// Starts building a subscription to `pattern` (`*` one level, `**` any
+    /// depth); finish with `.receiver()`, `.callback(f)`.
+    pub fn subscribe(&self, pattern: &str) -> SubscriptionBuilder {
+        SubscriptionBuilder::new(self.clone(), pattern)
+    }
+
+    /// Asks the router for its tags, endpoints and subscriptions.
+    pub fn list(&self) -> Result<Listing> {
+        let body = serde_json::json!({"op": "list"}).to_string();
+        match self
+            .inner()
+            .request("admin request", |req| Frame::Admin { req, body })?
+        {
+            Reply::Admin(text) => serde_json::from_str(&text)
+                .map_err(|e| Error::BadReply(format!("admin list reply: {e}"))),
+            _ => Err(Error::BadReply("expected an admin reply".into())),
+        }
+    }
+
+    /// Writes any batched publishes now.
+    pub fn flush(&self) -> Result<()> {
+        let inner = self.inner();
+        inner.flush_locked(lock(&inner.writer))
+    }
+
+    /// How many times the session reconnected after losing its connection.
+    pub fn reconnects(&self) -> u64 {
+        self.inner().reconnects.load(Ordering::Relaxed)
+    }
+
+    /// Whether the session currently has a connection.
+    pub fn is_connected(&self) -> bool {
+        lock(&self.inner().writer).connected
+    }
+}
+
+/// Locks a mutex, recovering the data if a panicking thread poisoned it (the
+/// state it guards stays consistent: every critical section is short).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Inner {
+    pub(crate) fn next_id(&self) -> u32 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub(crate) fn declare_endpoint(&self, kind: EndpointKind, name: &str) -> Result<u32> {
+        let id = self.next_id();
+        let name_owned = name.to_owned();
+        self.request("endpoint declaration", |req| Frame::DeclareEndpoint {
+            req,
+            id,
+            kind,
+            name: name_owned,
+        })
+        .and_then(expect_ok)?;
+        lock(&self.table)
+            .endpoints
+            .insert(id, (kind, name.to_owned()));
+        Ok(id)
+    }
+
+    pub(crate) fn add_subscription(&self, sub: u32, entry: SubEntry) -> Result<()> {
+        let (endpoint, pattern, qos) = (entry.endpoint, entry.pattern.clone(), entry.qos.clone());
+        // Register the sink first so that no delivery can arrive before it.
+        lock(&self.table).subs.insert(sub, entry);
+        self.subs_generation.fetch_add(1, Ordering::Release);
+        let r = self
+            .request("subscription", |req| Frame::Subscribe {
+                req,
+                sub,
+                endpoint,
+                pattern,
+                qos,
+            })
+            .and_then(expect_ok);
+        if r.is_err() {
+            lock(&self.table).subs.remove(&sub);
+            self.subs_generation.fetch_add(1, Ordering::Release);
+        }
+        r
+    }
+
+    /// Drops a subscription and its endpoint without waiting for replies.
+    pub(crate) fn remove_subscription(&self, sub: u32) {
+        let entry = lock(&self.table).subs.remove(&sub);
+        self.subs_generation.fetch_add(1, Ordering::Release);
+        if let Some(e) = entry {
+            let _ = self.send_now(&Frame::Unsubscribe { req: 0, sub });
+            self.undeclare_endpoint(e.endpoint);
+        }
+    }
+
+    /// Frees an endpoint's name without waiting for the reply.
+    pub(crate) fn undeclare_endpoint(&self, id: u32) {
+        if lock(&self.table).endpoints.remove(&id).is_some() {
+            let _ = self.send_now(&Frame::UndeclareEndpoint { req: 0, id });
+        }
+    }
+
+    /// Sends a request and waits for its reply.
+    fn request(&self, what: &'static str, make: impl FnOnce(u32) -> Frame) -> Result<Reply> {
+        if *lock(&self.reader_thread) == Some(std::thread::current().id()) {
+            return Err(Error::BadReply(format!(
+                "cannot make a {what} from inside a subscription callback (it would wait for itself)"
+            )));
+        }
+        let req = self.next_id();
+        let (tx, rx) = sync_channel(1);
+        lock(&self.table).pending.insert(req, tx);
+        if let Err(e) = self.send_now(&make(req)) {
+            lock(&self.table).pending.remove(&req);
+            return Err(e);
+        }
+        match rx.recv_timeout(REQUEST_TIMEOUT) {
+            Ok(r) => Ok(r),
+            Err(RecvTimeoutError::Timeout) => {
+                lock(&self.table).pending.remove(&req);
+                Err(Error::Timeout {
+                    what,
+                    secs: REQUEST_TIMEOUT.as_secs(),
+                })
+            }
+            Err(RecvTimeoutError::Disconnected) => Err(Error::Disconnected),
+        }
+    }
+
+    /// Encodes `frame` and writes it (with anything batched before it) now.
+    pub(crate) fn send_now(&self, frame: &Frame) -> Result<()> {
+        let mut w = lock(&self.writer);
+        if self.closed.load(Ordering::Relaxed) {
+            return Err(Error::Closed);
+        }
+        if !w.connected {
+            return Err(Error::Disconnected);
+        }
+        frame.encode(&mut w.buf)?;
+        self.flush_locked(w)
+    }
+
+    /// Queues a publish; writes now if the stream is idle or the batch is full.
+    pub(crate) fn publish(&self, endpoint: u32, event: &Event) -> Result<()> {
+        let mut w = lock(&self.writer);
+        if !w.connected {
+            return Err(if self.closed.load(Ordering::Relaxed) {
+                Error::Closed
+            } else {
+                Error::Disconnected
+            });
+        }
+        let len = 1 + 4 + event.encoded_len();
+        if len > w.max_frame as usize {
+            return Err(Error::Encode(tagwire_proto::EncodeError::FrameTooLarge {
+                len,
+                max: w.max_frame as usize,
+            }));
+        }
+        tagwire_proto::encode_publish(endpoint, event, &mut w.buf)?;
+        let now = Instant::now();
+        let hot = w
+            .last_publish
+            .is_some_and(|t| now.duration_since(t) < HOT_INTERVAL);
+        w.last_publish = Some(now);
+        if !hot || w.buf.len() >= HIGH_WATER {
+            return self.flush_locked(w);
+        }
+        if !w.flush_requested {
+            w.flush_requested = true;
+            self.flush_cv.notify_one();
+        }
+        Ok(())
+    }
+
+    /// Writes the buffer. Takes the socket lock before releasing the writer
+    /// lock, so bytes reach the socket in the order they were buffered.
+    fn flush_locked(&self, mut w: MutexGuard<'_, WriteState>) -> Result<()> {
+        if w.buf.is_empty() {
+            return Ok(());
+        }
+        let mut sock = lock(&self.socket);
+        let data = w.buf.split().freeze();
+        drop(w);
+        let Some(s) = sock.as_mut() else {
+            return Err(Error::Disconnected);
+        };
+        if let Err(e) = s.write_all(&data) {
+            tracing::debug!("write failed: {e}");
+            // Wake the reader so it notices and reconnects.
+            s.shutdown();
+            return Err(Error::Disconnected);
+        }
+        Ok(())
+    }
+
+    fn close(&self) {
+        if self.closed.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        {
+            let w = lock(&self.writer);
+            let _ = self.flush_locked(w);
+        }
+        let mut w = lock(&self.writer);
+        w.connected = false;
+        if let Some(s) = lock(&self.socket).take() {
+            let mut close = BytesMut::new();
+            if (Frame::Close {
+                code: 0,
+                reason: "client closed".into(),
+            })
+            .encode(&mut close)
+            .is_ok()
+            {
+                let mut s2 = s;
+                let _ = s2.write_all(&close);
+                s2.shutdown();
+            }
+        }
+        drop(w);
+        self.flush_cv.notify_all();
+        let t = std::mem::take(&mut lock(&self.table).subs);
+        for (_, e) in t {
+            e.sink.close();
+        }
+    }
+}
+
+fn expect_ok(r: Reply) -> Result<()> {
+    match r {
+        Reply::Ok => Ok(()),
+        Reply::Err(code, message) => Err(Error::Refused { code, message }),
+        Reply::Admin(_) => Err(Error::BadReply("unexpected admin reply".into())),
+    }
+}
+
+/// Sends `Hello`, waits for `Welcome`; returns the negotiated max frame and
+/// any bytes read past the `Welcome`.
+fn handshake(stream: &mut Stream, name: &str, url: &str) -> Result<(u32, BytesMut)> {
+    let fail = |reason: String| Error::Handshake {
+        url: url.to_owned(),
+        reason,
+    };
+    let mut out = BytesMut::new();
+    Frame::Hello {
+        version: PROTOCOL_VERSION,
+        max_frame: tagwire_proto::limits::DEFAULT_MAX_FRAME,
+        name: name.to_owned(),
+    }
+    .encode(&mut out)?;
+    stream.write_all(&out)?;
+    stream.set_read_timeout(Some(REQUEST_TIMEOUT))?;
+    let decoder = FrameDecoder::new(tagwire_proto::limits::DEFAULT_MAX_FRAME);
+    let mut buf = BytesMut::new();
+    let frame = loop {
+        if let Some((k, body)) = decoder
+            .next_raw(&mut buf)
+            .map_err(|e| fail(e.to_string()))?
+        {
+            break Frame::decode(k, body).map_err(|e| fail(e.to_string()))?;
+        }
+        if !read_some(stream, &mut buf).map_err(|e| fail(format!("reading Welcome: {e}")))? {
+            return Err(fail("server closed the connection".into()));
+        }
+    };
+    stream.set_read_timeout(None)?;
+    match frame {
+        Frame::Welcome { max_frame, .. } => Ok((max_frame, buf)),
+        Frame::Error { code, message, .. } => Err(Error::Refused { code, message }),
+        other => Err(fail(format!(
+            "expected Welcome, got {}",
+            tagwire_proto::frame_name(other.kind())
+        ))),
+    }
+}
+
+/// Reads into `buf`; false on end of stream.
+fn read_some(stream: &mut Stream, buf: &mut BytesMut) -> std::io::Result<bool> {
+    let start = buf.len();
+    buf.resize(start + READ_CHUNK, 0);
+    let n = loop {
+        match stream.read(&mut buf[start..]) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            r => break r,
+        }
+    };
+    buf.truncate(start + *n.as_ref().unwrap_or(&0));
+    Ok(n? > 0)
+}
+
+fn flusher_main(inner: Arc<Inner>) {
+    loop {
+        let mut w = lock(&inner.writer);
+        while !(w.flush_requested || inner.closed.load(Ordering::Relaxed)) {
+            w = inner.flush_cv.wait(w).unwrap_or_else(|e| e.into_inner());
+        }
+        if inner.closed.load(Ordering::Relaxed) {
+            return;
+        }
+        w.flush_requested = false;
+        let _ = inner.flush_locked(w);
+    }
+}
+
+fn reader_main(inner: Arc<Inner>, mut stream: Stream, max_frame: u32, mut leftover: BytesMut) {
+    let mut backoff = BACKOFF_MIN;
+    loop {
+        read_loop(&inner, &mut stream, max_frame, &mut leftover);
+        // The connection is gone: stop writers and fail waiting requests.
+        lock(&inner.writer).connected = false;
+        if let Some(s) = lock(&inner.socket).take() {
+            s.shutdown();
+        }
+        lock(&inner.table).pending.clear();
+        if inner.closed.load(Ordering::Relaxed) || matches!(inner.target, Target::Embedded(_)) {
+            close_sinks(&inner);
+            return;
+        }
+        tracing::warn!(
+            "lost connection to {}; reconnecting",
+            inner.target.describe()
+        );
+        loop {
+            std::thread::sleep(backoff);
+            if inner.closed.load(Ordering::Relaxed) {
+                return;
+            }
+            match reconnect(&inner) {
+                Ok((s, lo)) => {
+                    stream = s;
+                    leftover = lo;
+                    backoff = BACKOFF_MIN;
+                    inner.reconnects.fetch_add(1, Ordering::Relaxed);
+                    tracing::info!("reconnected to {}", inner.target.describe());
+                    break;
+                }
+                Err(e) => {
+                    tracing::debug!("reconnect failed: {e}");
+                    backoff = (backoff * 2).min(BACKOFF_MAX);
+                }
+            }
+        }
+    }
+}
+
+fn close_sinks(inner: &Inner) {
+    for e in lock(&inner.table).subs.values() {
+        e.sink.close();
+    }
+}
+
+/// Connects again, re-declares every endpoint and re-subscribes every
+/// subscription before publishers may write.
+fn reconnect(inner: &Inner) -> Result<(Stream, BytesMut)> {
+    let mut s = inner.target.connect()?;
+    let (max_frame, leftover) = handshake(&mut s, &inner.name, &inner.target.describe())?;
+    let write_half = s.try_clone()?;
+    let mut w = lock(&inner.writer);
+    w.buf.clear();
+    {
+        let t = lock(&inner.table);
+        let mut endpoints: Vec<_> = t.endpoints.iter().collect();
+        endpoints.sort_by_key(|(id, _)| **id);
+        for (id, (kind, name)) in endpoints {
+            Frame::DeclareEndpoint {
+                req: 0,
+                id: *id,
+                kind: *kind,
+                name: name.clone(),
+            }
+            .encode(&mut w.buf)?;
+        }
+        for (sub, e) in &t.subs {
+            Frame::Subscribe {
+                req: 0,
+                sub: *sub,
+                endpoint: e.endpoint,
+                pattern: e.pattern.clone(),
+                qos: e.qos.clone(),
+            }
+            .encode(&mut w.buf)?;
+        }
+    }
+    *lock(&inner.socket) = Some(write_half);
+    w.connected = true;
+    w.max_frame = max_frame;
+    inner.flush_locked(w)?;
+    Ok((s, leftover))
+}
+
+fn read_loop(inner: &Inner, stream: &mut Stream, max_frame: u32, buf: &mut BytesMut) {
+    let decoder = FrameDecoder::new(max_frame);
+    let mut sinks: HashMap<u32, Arc<Sink>> = HashMap::new();
+    let mut generation = u64::MAX;
+    loop {
+        loop {
+            let (k, body) = match decoder.next_raw(buf) {
+                Ok(Some(f)) => f,
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::error!("bad frame from server: {e}; dropping the connection");
+                    return;
+                }
+            };
+            if k == tagwire_proto::kind::DELIVER {
+                let g = inner.subs_generation.load(Ordering::Acquire);
+                if g != generation {
+                    generation = g;
+                    sinks = lock(&inner.table)
+                        .subs
+                        .iter()
+                        .map(|(id, e)| (*id, e.sink.clone()))
+                        .collect();
+                }
+                if body.len() < 4 {
+                    tracing::warn!("truncated Deliver frame from server");
+                    continue;
+                }
+                let sub = u32::from_le_bytes([body[0], body[1], body[2], body[3]]);
+                if let Some(sink) = sinks.get(&sub) {
+                    sink.deliver(body.slice(4..));
+                }
+                continue;
+            }
+            match Frame::decode(k, body) {
+                Ok(Frame::Ok { req }) => answer(inner, req, Reply::Ok),
+                Ok(Frame::AdminReply { req, body }) => answer(inner, req, Reply::Admin(body)),
+                Ok(Frame::Error { req, code, message }) => {
+                    if req != 0 && lock(&inner.table).pending.contains_key(&req) {
+                        answer(inner, req, Reply::Err(code, message));
+                    } else {
+                        tracing::warn!("server reported: {message} (code {code:?})");
+                    }
+                }
+                Ok(Frame::Ping { nonce }) => {
+                    let _ = inner.send_now(&Frame::Pong { nonce });
+                }
+                Ok(Frame::Close { reason, .. }) => {
+                    tracing::info!("server closed the connection: {reason}");
+                    return;
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!("bad frame from server: {e}"),
+            }
+        }
+        match read_some(stream, buf) {
+            Ok(true) => {}
+            Ok(false) => return,
+            Err(e) => {
+                if !inner.closed.load(Ordering::Relaxed) {
+                    tracing::debug!("read failed: {e}");
+                }
+                return;
+            }
+        }
+    }
+}
+
+fn answer(inner: &Inner, req: u32, reply: Reply) {
+    if let Some(tx) = lock(&inner.table).pending.remove(&req) {
+        let _ = tx.send(reply);
+    }
+}

@@ -1,0 +1,330 @@
+//! Subscriptions and the three ways to receive: a blocking receiver (and
+//! iterator), an async stream, and a callback.
+//!
+//! Which to pick: a **callback** runs on the session's reader thread with no
+//! hand-off, so it has the lowest latency, but it must not block (it may
+//! publish). A **receiver** ([`Subscriber`]) queues events for your thread:
+//! use it when handling an event takes time. Its queue is bounded like the
+//! router's (`max_queue_length`, `discard`), so a slow application drops by
+//! its own policy instead of stalling the connection.
+
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tagwire_core::qos::DEFAULT_QUEUE_LENGTH;
+use tagwire_core::queue::{BoundedQueue, DiscardPolicy, Pushed};
+use tagwire_proto::EndpointKind;
+
+use crate::error::{Error, Result};
+use crate::sample::Sample;
+use crate::session::{lock, Session, SubEntry};
+
+/// Builds a subscription; see [`Session::subscribe`].
+#[must_use = "a subscription is made by .receiver() or .callback()"]
+pub struct SubscriptionBuilder {
+    session: Session,
+    pattern: String,
+    endpoint: Option<String>,
+    qos: Vec<(String, String)>,
+    max_queue_length: usize,
+    discard: DiscardPolicy,
+}
+
+static AUTO_ENDPOINT: AtomicU64 = AtomicU64::new(0);
+
+impl SubscriptionBuilder {
+    pub(crate) fn new(session: Session, pattern: &str) -> Self {
+        SubscriptionBuilder {
+            session,
+            pattern: pattern.to_owned(),
+            endpoint: None,
+            qos: Vec::new(),
+            max_queue_length: DEFAULT_QUEUE_LENGTH,
+            discard: DiscardPolicy::default(),
+        }
+    }
+
+    /// Names the subscriber endpoint (default: `<session name>/sub<N>`).
+    pub fn endpoint(mut self, name: &str) -> Self {
+        self.endpoint = Some(name.to_owned());
+        self
+    }
+
+    /// Bounds the subscriber's queue, in the router and in this process.
+    pub fn max_queue_length(mut self, n: usize) -> Self {
+        self.max_queue_length = n;
+        self.qos.push(("max_queue_length".into(), n.to_string()));
+        self
+    }
+
+    /// What a full queue does, in the router and in this process.
+    pub fn discard(mut self, policy: DiscardPolicy) -> Self {
+        self.discard = policy;
+        self.qos.push(("discard".into(), policy.to_string()));
+        self
+    }
+
+    /// Sets any QoS property by name, as users type them (`docs/protocol.md`).
+    pub fn qos(mut self, name: &str, value: &str) -> Self {
+        self.qos.push((name.to_owned(), value.to_owned()));
+        self
+    }
+
+    /// Subscribes; events queue for [`Subscriber::recv`], its iterator or its stream.
+    pub fn receiver(self) -> Result<Subscriber> {
+        let queue = SubQueue::new(self.max_queue_length, self.discard);
+        let (session, sub) = self.create(Sink::Queue(queue.clone()))?;
+        Ok(Subscriber {
+            session,
+            sub,
+            queue,
+        })
+    }
+
+    /// Subscribes; `f` runs on the session's reader thread for each event.
+    /// It must not block; it may publish.
+    pub fn callback(
+        self,
+        f: impl Fn(Sample) + Send + Sync + 'static,
+    ) -> Result<CallbackSubscription> {
+        let (session, sub) = self.create(Sink::Callback(Box::new(f)))?;
+        Ok(CallbackSubscription { session, sub })
+    }
+
+    fn create(self, sink: Sink) -> Result<(Session, u32)> {
+        tagwire_core::tags::Pattern::parse(&self.pattern)?;
+        let inner = self.session.inner().clone();
+        let name = self.endpoint.unwrap_or_else(|| {
+            format!(
+                "{}/sub{}",
+                self.session.name(),
+                AUTO_ENDPOINT.fetch_add(1, Ordering::Relaxed)
+            )
+        });
+        let endpoint = inner.declare_endpoint(EndpointKind::Subscriber, &name)?;
+        let sub = inner.next_id();
+        let entry = SubEntry {
+            endpoint,
+            pattern: self.pattern,
+            qos: self.qos,
+            sink: Arc::new(sink),
+        };
+        if let Err(e) = inner.add_subscription(sub, entry) {
+            inner.undeclare_endpoint(endpoint);
+            return Err(e);
+        }
+        Ok((self.session, sub))
+    }
+}
+
+/// Where the reader thread puts a subscription's events.
+pub(crate) enum Sink {
+    Queue(Arc<SubQueue>),
+    Callback(Box<dyn Fn(Sample) + Send + Sync>),
+}
+
+impl Sink {
+    pub(crate) fn deliver(&self, raw: Bytes) {
+        let sample = match Sample::new(raw) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!("dropping a malformed event from the server: {e}");
+                return;
+            }
+        };
+        match self {
+            Sink::Queue(q) => q.push(sample),
+            Sink::Callback(f) => f(sample),
+        }
+    }
+
+    pub(crate) fn close(&self) {
+        if let Sink::Queue(q) = self {
+            q.close();
+        }
+    }
+}
+
+pub(crate) struct SubQueue {
+    state: Mutex<QueueState>,
+    ready: Condvar,
+}
+
+struct QueueState {
+    q: BoundedQueue<Sample>,
+    waiters: usize,
+    waker: Option<Waker>,
+    closed: bool,
+}
+
+impl SubQueue {
+    fn new(bound: usize, policy: DiscardPolicy) -> Arc<Self> {
+        Arc::new(SubQueue {
+            state: Mutex::new(QueueState {
+                q: BoundedQueue::new(bound, policy),
+                waiters: 0,
+                waker: None,
+                closed: false,
+            }),
+            ready: Condvar::new(),
+        })
+    }
+
+    fn push(&self, s: Sample) {
+        let size = s.raw().len();
+        let mut st = lock(&self.state);
+        if let Pushed::Rejected(_) | Pushed::DroppedNewest(_) = st.q.push(s, size) {
+            return;
+        }
+        let notify = st.waiters > 0;
+        let waker = st.waker.take();
+        drop(st);
+        if notify {
+            self.ready.notify_one();
+        }
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
+
+    fn close(&self) {
+        let mut st = lock(&self.state);
+        st.closed = true;
+        let waker = st.waker.take();
+        drop(st);
+        self.ready.notify_all();
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
+
+    fn pop_until(&self, deadline: Option<Instant>) -> Result<Option<Sample>> {
+        let mut st = lock(&self.state);
+        loop {
+            if let Some(s) = st.q.pop() {
+                return Ok(Some(s));
+            }
+            if st.closed {
+                return Err(Error::Closed);
+            }
+            st.waiters += 1;
+            st = match deadline {
+                None => self.ready.wait(st).unwrap_or_else(|e| e.into_inner()),
+                Some(d) => {
+                    let left = d.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        st.waiters -= 1;
+                        return Ok(None);
+                    }
+                    self.ready
+                        .wait_timeout(st, left)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0
+                }
+            };
+            st.waiters -= 1;
+        }
+    }
+}
+
+/// A subscription whose events queue for the application's thread.
+/// Dropping it unsubscribes.
+pub struct Subscriber {
+    session: Session,
+    sub: u32,
+    queue: Arc<SubQueue>,
+}
+
+impl std::fmt::Debug for Subscriber {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Subscriber")
+            .field("sub", &self.sub)
+            .finish()
+    }
+}
+
+impl Subscriber {
+    /// Waits for the next event. Fails with [`Error::Closed`] once the session is closed.
+    pub fn recv(&self) -> Result<Sample> {
+        self.queue.pop_until(None)?.ok_or(Error::Closed)
+    }
+
+    /// Waits up to `d` for the next event; `Ok(None)` on timeout.
+    pub fn recv_timeout(&self, d: Duration) -> Result<Option<Sample>> {
+        self.queue.pop_until(Some(Instant::now() + d))
+    }
+
+    /// The next event if one is queued.
+    pub fn try_recv(&self) -> Result<Option<Sample>> {
+        self.queue.pop_until(Some(Instant::now()))
+    }
+
+    /// Waits for the next event without blocking a thread.
+    pub async fn recv_async(&self) -> Result<Sample> {
+        std::future::poll_fn(|cx| self.poll_recv(cx)).await
+    }
+
+    fn poll_recv(&self, cx: &mut Context<'_>) -> Poll<Result<Sample>> {
+        let mut st = lock(&self.queue.state);
+        if let Some(s) = st.q.pop() {
+            return Poll::Ready(Ok(s));
+        }
+        if st.closed {
+            return Poll::Ready(Err(Error::Closed));
+        }
+        st.waker = Some(cx.waker().clone());
+        Poll::Pending
+    }
+
+    /// A blocking iterator over events; it ends when the session closes.
+    pub fn iter(&self) -> impl Iterator<Item = Sample> + '_ {
+        std::iter::from_fn(move || self.recv().ok())
+    }
+
+    /// Events dropped by this process's queue (the router counts its own).
+    pub fn dropped(&self) -> u64 {
+        lock(&self.queue.state).q.dropped()
+    }
+
+    /// The session this subscription belongs to.
+    pub fn session(&self) -> &Session {
+        &self.session
+    }
+}
+
+impl futures_core::Stream for Subscriber {
+    type Item = Sample;
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Sample>> {
+        self.poll_recv(cx).map(Result::ok)
+    }
+}
+
+impl Drop for Subscriber {
+    fn drop(&mut self) {
+        self.session.inner().remove_subscription(self.sub);
+    }
+}
+
+/// A subscription served by a callback. Dropping it unsubscribes.
+pub struct CallbackSubscription {
+    session: Session,
+    sub: u32,
+}
+
+impl std::fmt::Debug for CallbackSubscription {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CallbackSubscription")
+            .field("sub", &self.sub)
+            .finish()
+    }
+}
+
+impl Drop for CallbackSubscription {
+    fn drop(&mut self) {
+        self.session.inner().remove_subscription(self.sub);
+    }
+}

@@ -1,0 +1,90 @@
+//! Server addresses: `tcp://HOST:PORT` and `unix:///PATH`.
+
+use std::path::PathBuf;
+
+use crate::error::Error;
+
+/// Where a session connects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServerUrl {
+    /// A TCP address, `tcp://HOST:PORT`.
+    Tcp(String),
+    /// A Unix socket path, `unix:///PATH`.
+    Unix(PathBuf),
+}
+
+impl ServerUrl {
+    /// Parses `tcp://HOST:PORT` or `unix:///PATH` (also `unix:PATH`).
+    pub fn parse(url: &str) -> Result<Self, Error> {
+        let bad = |reason: &str| Error::BadUrl {
+            url: url.to_owned(),
+            reason: reason.to_owned(),
+        };
+        if let Some(rest) = url.strip_prefix("tcp://") {
+            let (host, port) = rest
+                .rsplit_once(':')
+                .ok_or_else(|| bad("expected tcp://HOST:PORT"))?;
+            if host.is_empty() {
+                return Err(bad("missing host"));
+            }
+            port.parse::<u16>()
+                .map_err(|_| bad("port must be a number 0-65535"))?;
+            Ok(ServerUrl::Tcp(rest.to_owned()))
+        } else if let Some(rest) = url
+            .strip_prefix("unix://")
+            .or_else(|| url.strip_prefix("unix:"))
+        {
+            if rest.is_empty() {
+                return Err(bad("missing socket path"));
+            }
+            Ok(ServerUrl::Unix(PathBuf::from(rest)))
+        } else {
+            Err(bad("expected tcp://HOST:PORT or unix:///PATH"))
+        }
+    }
+
+    /// The local daemon: its Unix socket if that exists, else `tcp://127.0.0.1:7700`.
+    pub fn local_default() -> Self {
+        let path = tagwire_router::config::default_unix_path();
+        if path.exists() {
+            ServerUrl::Unix(path)
+        } else {
+            ServerUrl::Tcp(tagwire_router::config::DEFAULT_TCP.to_owned())
+        }
+    }
+}
+
+impl std::fmt::Display for ServerUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ServerUrl::Tcp(a) => write!(f, "tcp://{a}"),
+            ServerUrl::Unix(p) => write!(f, "unix://{}", p.display()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_parse_and_bad_ones_say_why() {
+        assert_eq!(
+            ServerUrl::parse("tcp://127.0.0.1:7700").ok(),
+            Some(ServerUrl::Tcp("127.0.0.1:7700".into()))
+        );
+        assert_eq!(
+            ServerUrl::parse("unix:///run/t.sock").ok(),
+            Some(ServerUrl::Unix("/run/t.sock".into()))
+        );
+        for (bad, why) in [
+            ("http://x", "expected"),
+            ("tcp://x", "HOST:PORT"),
+            ("tcp://x:99999", "port"),
+            ("unix://", "path"),
+        ] {
+            let e = ServerUrl::parse(bad).unwrap_err().to_string();
+            assert!(e.contains(why) && e.contains(bad), "{bad}: {e}");
+        }
+    }
+}

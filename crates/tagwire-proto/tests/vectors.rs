@@ -102,6 +102,11 @@ fn valid_vectors() -> Vec<(&'static str, Frame, Option<Event>)> {
             None,
         ),
         (
+            "undeclare_endpoint",
+            Frame::UndeclareEndpoint { req: 6, id: 1 },
+            None,
+        ),
+        (
             "subscribe",
             Frame::Subscribe {
                 req: 3,

@@ -1,0 +1,357 @@
+//! Property tests of the codec: every frame and every event survives
+//! encode → decode unchanged, a stream splits into the same frames however it
+//! is chunked, and no input makes a decoder panic.
+
+use bytes::{Bytes, BytesMut};
+use proptest::collection::{btree_set, vec};
+use proptest::prelude::*;
+use tagwire_proto::limits::{HARD_MAX_FRAME, MAX_FIELDS, MIN_MAX_FRAME};
+use tagwire_proto::{
+    encode_publish, EndpointKind, ErrorCode, Event, EventRef, Expiry, Frame, FrameDecoder, Header,
+    Value, FRAME_HEADER_LEN,
+};
+
+/// A string of at most `max_chars` characters (so at most 4 × that many bytes).
+fn text(max_chars: usize) -> impl Strategy<Value = String> {
+    vec(any::<char>(), 0..=max_chars).prop_map(String::from_iter)
+}
+
+/// A name that fits a `str8` (≤ 255 bytes).
+fn name() -> impl Strategy<Value = String> {
+    text(63)
+}
+
+fn value() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        any::<i64>().prop_map(Value::Int),
+        any::<f64>().prop_map(Value::Float), // NaN and infinities included
+        any::<bool>().prop_map(Value::Bool),
+        text(40).prop_map(Value::Str),
+        vec(any::<u8>(), 0..40).prop_map(|b| Value::Bytes(b.into())),
+    ]
+}
+
+fn expiry() -> impl Strategy<Value = Expiry> {
+    prop_oneof![
+        Just(Expiry::Never),
+        any::<u64>().prop_map(Expiry::AfterNs),
+        any::<u64>().prop_map(Expiry::AtNs),
+    ]
+}
+
+fn header() -> impl Strategy<Value = Header> {
+    (
+        (text(200), name(), any::<u64>(), any::<u64>()),
+        (
+            any::<Option<u64>>(),
+            any::<u8>(),
+            expiry(),
+            any::<Option<u64>>(),
+        ),
+        (
+            proptest::option::of(name()),
+            proptest::option::of(name()),
+            any::<u16>(),
+        ),
+    )
+        .prop_map(
+            |(
+                (tag, publisher, seq, source_time_ns),
+                (virtual_time, priority, expiry, start_time_ns),
+                (type_name, event_name, flags),
+            )| Header {
+                tag,
+                publisher,
+                seq,
+                source_time_ns,
+                virtual_time,
+                priority,
+                expiry,
+                start_time_ns,
+                type_name,
+                event_name,
+                flags,
+            },
+        )
+}
+
+/// Fields with unique, non-empty names in arbitrary order.
+fn fields(max: usize) -> impl Strategy<Value = Vec<(String, Value)>> {
+    btree_set(
+        text(20).prop_filter("non-empty", |s| !s.is_empty()),
+        0..=max,
+    )
+    .prop_map(Vec::from_iter)
+    .prop_shuffle()
+    .prop_flat_map(|names| {
+        let n = names.len();
+        (Just(names), vec(value(), n))
+    })
+    .prop_map(|(names, values)| names.into_iter().zip(values).collect())
+}
+
+fn event() -> impl Strategy<Value = Event> {
+    (header(), fields(12), vec(any::<u8>(), 0..200)).prop_map(|(header, fields, payload)| Event {
+        header,
+        fields,
+        payload: payload.into(),
+    })
+}
+
+fn encode_event(e: &Event) -> Bytes {
+    let mut b = BytesMut::new();
+    e.encode(&mut b)
+        .expect("generated events are within the limits");
+    b.freeze()
+}
+
+/// An event body: either a valid encoded event or arbitrary bytes (the frame
+/// layer does not look inside).
+fn event_bytes() -> impl Strategy<Value = Bytes> {
+    prop_oneof![
+        event().prop_map(|e| encode_event(&e)),
+        vec(any::<u8>(), 0..100).prop_map(Bytes::from),
+    ]
+}
+
+fn frame() -> impl Strategy<Value = Frame> {
+    let endpoint_kind = prop_oneof![
+        Just(EndpointKind::Publisher),
+        Just(EndpointKind::Subscriber)
+    ];
+    prop_oneof![
+        (any::<u16>(), any::<u32>(), name()).prop_map(|(version, max_frame, name)| Frame::Hello {
+            version,
+            max_frame,
+            name
+        }),
+        (any::<u16>(), any::<u32>(), name()).prop_map(|(version, max_frame, name)| {
+            Frame::Welcome {
+                version,
+                max_frame,
+                name,
+            }
+        }),
+        (any::<u32>(), any::<u32>(), endpoint_kind, name()).prop_map(|(req, id, kind, name)| {
+            Frame::DeclareEndpoint {
+                req,
+                id,
+                kind,
+                name,
+            }
+        }),
+        (
+            (any::<u32>(), any::<u32>(), any::<u32>()),
+            text(100),
+            vec((name(), text(30)), 0..6)
+        )
+            .prop_map(|((req, sub, endpoint), pattern, qos)| Frame::Subscribe {
+                req,
+                sub,
+                endpoint,
+                pattern,
+                qos
+            }),
+        (any::<u32>(), any::<u32>()).prop_map(|(req, id)| Frame::UndeclareEndpoint { req, id }),
+        (any::<u32>(), any::<u32>()).prop_map(|(req, sub)| Frame::Unsubscribe { req, sub }),
+        (any::<u32>(), event_bytes())
+            .prop_map(|(endpoint, event)| Frame::Publish { endpoint, event }),
+        (any::<u32>(), event_bytes()).prop_map(|(sub, event)| Frame::Deliver { sub, event }),
+        any::<u32>().prop_map(|req| Frame::Ok { req }),
+        (any::<u32>(), any::<u16>(), text(100)).prop_map(|(req, code, message)| Frame::Error {
+            req,
+            code: ErrorCode::from_code(code),
+            message
+        }),
+        any::<u64>().prop_map(|nonce| Frame::Ping { nonce }),
+        any::<u64>().prop_map(|nonce| Frame::Pong { nonce }),
+        (any::<u16>(), text(100)).prop_map(|(code, reason)| Frame::Close { code, reason }),
+        (any::<u32>(), text(100)).prop_map(|(req, body)| Frame::Admin { req, body }),
+        (any::<u32>(), text(100)).prop_map(|(req, body)| Frame::AdminReply { req, body }),
+    ]
+}
+
+fn encode_frame(f: &Frame) -> BytesMut {
+    let mut b = BytesMut::new();
+    f.encode(&mut b)
+        .expect("generated frames are within the limits");
+    b
+}
+
+/// Value equality with floats compared by bits (NaN == NaN, -0.0 != 0.0).
+fn same_value(x: &Value, y: &Value) -> bool {
+    match (x, y) {
+        (Value::Float(x), Value::Float(y)) => x.to_bits() == y.to_bits(),
+        (x, y) => x == y,
+    }
+}
+
+/// Field-by-field event equality, floats compared by bits.
+fn same_event(a: &Event, b: &Event) -> bool {
+    a.header == b.header
+        && a.payload == b.payload
+        && a.fields.len() == b.fields.len()
+        && a.fields
+            .iter()
+            .zip(&b.fields)
+            .all(|((n, x), (m, y))| n == m && same_value(x, y))
+}
+
+/// Splits every complete frame off `buf`, decoding each.
+fn drain(dec: &FrameDecoder, buf: &mut BytesMut, out: &mut Vec<Frame>) {
+    while let Some((kind, body)) = dec.next_raw(buf).expect("valid stream splits") {
+        out.push(Frame::decode(kind, body).expect("valid frame decodes"));
+    }
+}
+
+/// Runs every decoder over `data`; errors are fine, panics are not.
+fn decode_everything(data: &[u8]) {
+    let dec = FrameDecoder::new(MIN_MAX_FRAME);
+    let mut buf = BytesMut::from(data);
+    while let Ok(Some((kind, body))) = dec.next_raw(&mut buf) {
+        if let Ok(Frame::Publish { event, .. } | Frame::Deliver { event, .. }) =
+            Frame::decode(kind, body)
+        {
+            if let Ok(view) = EventRef::parse(&event) {
+                let n = view.fields().count();
+                let decoded = Event::decode(&event).expect("parse and decode agree");
+                assert_eq!(decoded.fields.len(), n);
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn frame_roundtrips_through_encode_and_decode(f in frame()) {
+        let mut buf = encode_frame(&f);
+        let total = buf.len();
+        let len = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
+        prop_assert_eq!(len + 4, total, "length counts type + body");
+        prop_assert_eq!(buf[4], f.kind());
+        let (kind, body) = FrameDecoder::new(HARD_MAX_FRAME)
+            .next_raw(&mut buf)
+            .expect("splits")
+            .expect("complete");
+        prop_assert!(buf.is_empty());
+        prop_assert_eq!(body.len() + FRAME_HEADER_LEN, total);
+        let decoded = Frame::decode(kind, body).expect("decodes");
+        prop_assert_eq!(decoded, f);
+    }
+
+    #[test]
+    fn event_roundtrips_with_all_header_parts_and_fields(e in event()) {
+        let bytes = encode_event(&e);
+        prop_assert_eq!(bytes.len(), e.encoded_len());
+        let decoded = Event::decode(&bytes).expect("decodes");
+        prop_assert!(same_event(&decoded, &e), "{:?} != {:?}", decoded, e);
+        // The borrowed view sees the same header, fields and payload.
+        let view = EventRef::parse(&bytes).expect("parses");
+        prop_assert_eq!(view.tag, e.header.tag.as_str());
+        prop_assert_eq!(view.expiry, e.header.expiry);
+        prop_assert_eq!(view.payload, &e.payload[..]);
+        prop_assert_eq!(view.fields().count(), e.fields.len());
+        for (name, v) in &e.fields {
+            let got = view.field(name).expect("field present");
+            let got = got.to_owned();
+            prop_assert!(same_value(&got, v), "field {:?}: {:?} != {:?}", name, got, v);
+        }
+        // Re-encoding the decoded event gives the same bytes.
+        prop_assert_eq!(encode_event(&decoded), bytes);
+    }
+
+    #[test]
+    fn event_with_max_fields_roundtrips(n in (MAX_FIELDS - 8)..=MAX_FIELDS, v in value()) {
+        let mut e = Event::new("/many", Bytes::new());
+        e.fields = (0..n).map(|i| (format!("f{i}"), v.clone())).collect();
+        let decoded = Event::decode(&encode_event(&e)).expect("decodes");
+        prop_assert!(same_event(&decoded, &e));
+    }
+
+    #[test]
+    fn publish_encoded_in_place_equals_publish_frame(endpoint in any::<u32>(), e in event()) {
+        let mut direct = BytesMut::new();
+        encode_publish(endpoint, &e, &mut direct).expect("encodes");
+        let framed = encode_frame(&Frame::Publish { endpoint, event: encode_event(&e) });
+        prop_assert_eq!(direct, framed);
+    }
+
+    #[test]
+    fn decoder_yields_the_same_frames_for_any_chunking(
+        frames in vec(frame(), 1..12),
+        cuts in vec(any::<prop::sample::Index>(), 0..20),
+    ) {
+        let mut stream = BytesMut::new();
+        for f in &frames {
+            f.encode(&mut stream).expect("encodes");
+        }
+        let stream = stream.freeze();
+        let mut cuts: Vec<usize> = cuts.iter().map(|i| i.index(stream.len() + 1)).collect();
+        cuts.push(0);
+        cuts.push(stream.len());
+        cuts.sort_unstable();
+        let dec = FrameDecoder::new(HARD_MAX_FRAME);
+        let mut buf = BytesMut::new();
+        let mut got = Vec::new();
+        for w in cuts.windows(2) {
+            buf.extend_from_slice(&stream[w[0]..w[1]]);
+            drain(&dec, &mut buf, &mut got);
+        }
+        prop_assert!(buf.is_empty(), "{} bytes left over", buf.len());
+        prop_assert_eq!(got, frames);
+    }
+
+    #[test]
+    fn decoder_yields_the_same_frames_fed_one_byte_at_a_time(frames in vec(frame(), 1..4)) {
+        let mut stream = BytesMut::new();
+        for f in &frames {
+            f.encode(&mut stream).expect("encodes");
+        }
+        let dec = FrameDecoder::new(HARD_MAX_FRAME);
+        let mut buf = BytesMut::new();
+        let mut got = Vec::new();
+        for b in stream.iter() {
+            buf.extend_from_slice(&[*b]);
+            drain(&dec, &mut buf, &mut got);
+        }
+        prop_assert_eq!(got, frames);
+    }
+
+    #[test]
+    fn decoding_arbitrary_bytes_never_panics(data in vec(any::<u8>(), 0..600)) {
+        decode_everything(&data);
+    }
+
+    #[test]
+    fn decoding_arbitrary_frame_bodies_never_panics(kind in any::<u8>(), body in vec(any::<u8>(), 0..300)) {
+        let _ = Frame::decode(kind, Bytes::from(body.clone()));
+        let _ = EventRef::parse(&body);
+        let _ = Event::decode(&Bytes::from(body));
+    }
+
+    #[test]
+    fn decoding_mutated_valid_frames_never_panics(
+        f in frame(),
+        flips in vec((any::<prop::sample::Index>(), any::<u8>()), 1..4),
+        cut in any::<prop::sample::Index>(),
+    ) {
+        // Mutations of valid frames reach deeper than random bytes do.
+        let mut bytes = encode_frame(&f).to_vec();
+        for (at, x) in flips {
+            let i = at.index(bytes.len());
+            bytes[i] ^= x;
+        }
+        decode_everything(&bytes);
+        let keep = cut.index(bytes.len() + 1);
+        decode_everything(&bytes[..keep]);
+        if bytes.len() > FRAME_HEADER_LEN {
+            let body = Bytes::copy_from_slice(&bytes[FRAME_HEADER_LEN..]);
+            let _ = Frame::decode(bytes[4], body.clone());
+            if body.len() > 4 {
+                let _ = EventRef::parse(&body[4..]);
+            }
+        }
+    }
+}

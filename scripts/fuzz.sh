@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Runs a cargo-fuzz target of fuzz/ for a while.
+#
+#   scripts/fuzz.sh [TARGET] [SECONDS]     (defaults: frame_decoder 60)
+#
+# Installs cargo-fuzz if it is missing, writes the target's seed corpus (for
+# frame_decoder: the test vectors of docs/protocol.md), then fuzzes. Uses the
+# nightly toolchain if rustup has one, else stable with RUSTC_BOOTSTRAP=1;
+# uses AddressSanitizer unless it cannot be built here (then --sanitizer none).
+# Environment: FUZZ_TOOLCHAIN (nightly|stable) forces a toolchain,
+# FUZZ_SANITIZER (address|none|...) forces a sanitizer,
+# FUZZ_TARGET_DIR overrides the build directory (default fuzz/target),
+# FUZZ_JOBS runs that many fuzzing processes (default 1).
+# Exit status: 0 if no crash was found; a crash input is left in
+# fuzz/artifacts/TARGET/ and the status is non-zero.
+set -euo pipefail
+
+target="${1:-frame_decoder}"
+seconds="${2:-60}"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+target_dir="${FUZZ_TARGET_DIR:-$root/fuzz/target}"
+
+if ! cargo fuzz --version >/dev/null 2>&1; then
+    echo "fuzz.sh: installing cargo-fuzz" >&2
+    cargo install cargo-fuzz --locked
+fi
+
+# Toolchain: cargo-fuzz needs nightly flags (-Z sanitizer, ...).
+toolchain="${FUZZ_TOOLCHAIN:-}"
+if [[ -z "$toolchain" ]]; then
+    if rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
+        toolchain=nightly
+    else
+        toolchain=stable
+    fi
+fi
+if [[ "$toolchain" == nightly ]]; then
+    fuzz=(cargo +nightly fuzz)
+else
+    echo "fuzz.sh: using stable with RUSTC_BOOTSTRAP=1 (no nightly toolchain)" >&2
+    export RUSTC_BOOTSTRAP=1
+    fuzz=(cargo fuzz)
+fi
+
+# Seed corpus.
+corpus="$root/fuzz/corpus/$target"
+mkdir -p "$corpus"
+case "$target" in
+    frame_decoder)
+        TAGWIRE_FUZZ_CORPUS_DIR="$corpus" \
+            cargo test --quiet --manifest-path "$root/Cargo.toml" -p tagwire-proto \
+            --test fuzz_seed_corpus -- --ignored --nocapture
+        ;;
+    *)
+        echo "fuzz.sh: no seed generator for $target; starting from $corpus as it is" >&2
+        ;;
+esac
+
+cd "$root/fuzz"
+build_flags=(--debug-assertions --target-dir "$target_dir")
+sanitizer="${FUZZ_SANITIZER:-}"
+if [[ -z "$sanitizer" ]]; then
+    if "${fuzz[@]}" build "${build_flags[@]}" "$target"; then
+        sanitizer=address
+    else
+        echo "fuzz.sh: build with AddressSanitizer failed; retrying with --sanitizer none" >&2
+        sanitizer=none
+    fi
+fi
+echo "fuzz.sh: fuzzing $target for ${seconds}s (sanitizer: $sanitizer)" >&2
+libfuzzer_flags=(-max_total_time="$seconds" -timeout=10 -print_final_stats=1)
+if [[ "${FUZZ_JOBS:-1}" -gt 1 ]]; then
+    # Parallel workers log to fuzz-N.log in fuzz/.
+    libfuzzer_flags+=(-jobs="$FUZZ_JOBS" -workers="$FUZZ_JOBS")
+fi
+"${fuzz[@]}" run "${build_flags[@]}" --sanitizer "$sanitizer" "$target" "$corpus" -- \
+    "${libfuzzer_flags[@]}"

@@ -1,6 +1,6 @@
 //! Publishers: named endpoints that send events on tags.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -17,6 +17,7 @@ pub struct Publisher {
     id: u32,
     name: String,
     seq: AtomicU64,
+    express: AtomicBool,
 }
 
 fn now_ns() -> u64 {
@@ -37,7 +38,16 @@ impl Publisher {
             id,
             name,
             seq: AtomicU64::new(0),
+            express: AtomicBool::new(false),
         }
+    }
+
+    /// Express mode (as in Zenoh): every event is written at once, never
+    /// batched. Use it for request/response and control traffic where
+    /// latency matters more than throughput; the default batches events
+    /// published less than [`crate::HOT_INTERVAL`] apart.
+    pub fn set_express(&self, express: bool) {
+        self.express.store(express, Ordering::Relaxed);
     }
 
     /// The endpoint name.
@@ -68,7 +78,9 @@ impl Publisher {
         if event.header.source_time_ns == 0 {
             event.header.source_time_ns = now_ns();
         }
-        self.session.inner().publish(self.id, &event)
+        self.session
+            .inner()
+            .publish(self.id, &event, self.express.load(Ordering::Relaxed))
     }
 
     /// The session this publisher belongs to.

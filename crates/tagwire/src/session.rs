@@ -256,6 +256,18 @@ impl Session {
         }
     }
 
+    /// Measures one round trip to the router (a `Ping` answered by `Pong`).
+    pub fn ping(&self) -> Result<Duration> {
+        let start = Instant::now();
+        match self
+            .inner()
+            .request("ping", |req| Frame::Ping { nonce: req as u64 })?
+        {
+            Reply::Ok => Ok(start.elapsed()),
+            _ => Err(Error::BadReply("expected a Pong".into())),
+        }
+    }
+
     /// Writes any batched publishes now.
     pub fn flush(&self) -> Result<()> {
         let inner = self.inner();
@@ -379,7 +391,7 @@ impl Inner {
     }
 
     /// Queues a publish; writes now if the stream is idle or the batch is full.
-    pub(crate) fn publish(&self, endpoint: u32, event: &Event) -> Result<()> {
+    pub(crate) fn publish(&self, endpoint: u32, event: &Event, express: bool) -> Result<()> {
         let mut w = lock(&self.writer);
         if !w.connected {
             return Err(if self.closed.load(Ordering::Relaxed) {
@@ -401,7 +413,7 @@ impl Inner {
             .last_publish
             .is_some_and(|t| now.duration_since(t) < HOT_INTERVAL);
         w.last_publish = Some(now);
-        if !hot || w.buf.len() >= HIGH_WATER {
+        if express || !hot || w.buf.len() >= HIGH_WATER {
             return self.flush_locked(w);
         }
         if !w.flush_requested {
@@ -669,6 +681,11 @@ fn read_loop(inner: &Inner, stream: &mut Stream, max_frame: u32, buf: &mut Bytes
                         answer(inner, req, Reply::Err(code, message));
                     } else {
                         tracing::warn!("server reported: {message} (code {code:?})");
+                    }
+                }
+                Ok(Frame::Pong { nonce }) => {
+                    if let Ok(req) = u32::try_from(nonce) {
+                        answer(inner, req, Reply::Ok);
                     }
                 }
                 Ok(Frame::Ping { nonce }) => {

@@ -1,0 +1,114 @@
+//! `tagwired` — the tagwire node daemon. With no arguments it listens on
+//! `tcp://127.0.0.1:7700` and a Unix socket in `$XDG_RUNTIME_DIR` (else
+//! `/tmp`); a TOML file (`--config`) changes the defaults, flags override it.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use tagwire::router::{config::ConfigError, Router, RouterConfig};
+
+/// The tagwire node daemon.
+#[derive(Debug, Parser)]
+#[command(
+    name = "tagwired",
+    version,
+    about = "The tagwire node daemon: routes events between publishers and subscribers"
+)]
+struct Args {
+    /// TOML configuration file (see docs/configuration.md).
+    #[arg(long, short)]
+    config: Option<PathBuf>,
+    /// TCP listen address [default: 127.0.0.1:7700].
+    #[arg(long, value_name = "ADDR")]
+    tcp: Option<std::net::SocketAddr>,
+    /// Unix socket path [default: $XDG_RUNTIME_DIR/tagwire.sock, else /tmp/tagwire-UID.sock].
+    #[arg(long, value_name = "PATH")]
+    unix: Option<PathBuf>,
+    /// Do not listen on TCP.
+    #[arg(long, conflicts_with = "tcp")]
+    no_tcp: bool,
+    /// Do not listen on a Unix socket.
+    #[arg(long, conflicts_with = "unix")]
+    no_unix: bool,
+    /// Name reported to clients and in `tagwire list`.
+    #[arg(long)]
+    name: Option<String>,
+    /// Log filter (tracing syntax, e.g. `info`, `tagwire_router=debug`); RUST_LOG also works.
+    #[arg(long, default_value = "info")]
+    log: String,
+}
+
+fn config(args: &Args) -> Result<RouterConfig, ConfigError> {
+    let mut cfg = match &args.config {
+        Some(path) => RouterConfig::load(path)?,
+        None => RouterConfig::default(),
+    };
+    if let Some(a) = args.tcp {
+        cfg.tcp = Some(a);
+    }
+    if let Some(p) = &args.unix {
+        cfg.unix = Some(p.clone());
+    }
+    if args.no_tcp {
+        cfg.tcp = None;
+    }
+    if args.no_unix {
+        cfg.unix = None;
+    }
+    if let Some(n) = &args.name {
+        cfg.name = n.clone();
+    }
+    cfg.validate()?;
+    Ok(cfg)
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| args.log.clone());
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_new(&filter).unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cfg = match config(&args) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("tagwired: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let router = match Router::start(cfg) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("tagwired: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("tagwired: cannot start the signal handler: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let signal = rt.block_on(async {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate())?;
+        let mut int = signal(SignalKind::interrupt())?;
+        tokio::select! {
+            _ = term.recv() => Ok::<_, std::io::Error>("SIGTERM"),
+            _ = int.recv() => Ok("SIGINT"),
+        }
+    });
+    match signal {
+        Ok(s) => tracing::info!("{s} received; shutting down"),
+        Err(e) => tracing::error!("cannot wait for signals: {e}; shutting down"),
+    }
+    router.shutdown();
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,140 @@
+//! The clap types of the `tagwire` command.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// The tagwire command line.
+#[derive(Debug, Parser)]
+#[command(
+    name = "tagwire",
+    version,
+    about = "tagwire: real-time publish/subscribe from the command line"
+)]
+pub struct Cli {
+    /// Router to talk to: tcp://HOST:PORT or unix:///PATH [default: the local
+    /// daemon's Unix socket if present, else tcp://127.0.0.1:7700].
+    #[arg(long, short, global = true, env = "TAGWIRE_SERVER")]
+    pub server: Option<String>,
+    /// The subcommand.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Publish events on a tag.
+    Pub(PubArgs),
+    /// Subscribe to a tag pattern and print events.
+    Sub(SubArgs),
+    /// List tags, endpoints and subscriptions (with queue depth and drops).
+    List(ListArgs),
+    /// Measure round trips to the router.
+    Ping(PingArgs),
+    /// Benchmark throughput, latency or fan-out against a router.
+    Bench(BenchArgs),
+}
+
+/// `tagwire pub`.
+#[derive(Debug, Args)]
+pub struct PubArgs {
+    /// Tag to publish on, e.g. /demo/x.
+    pub tag: String,
+    /// Payload text; `-` reads stdin and publishes one event per line.
+    pub data: Option<String>,
+    /// Number of events to publish.
+    #[arg(long, short = 'n', default_value_t = 1)]
+    pub count: u64,
+    /// Events per second (default: as fast as possible).
+    #[arg(long, short)]
+    pub rate: Option<f64>,
+    /// Payload size in bytes (the payload is DATA repeated, or zeros).
+    #[arg(long)]
+    pub size: Option<usize>,
+    /// A filterable field NAME=VALUE (integer, float, true/false, else string); repeatable.
+    #[arg(long = "field", short = 'f', value_name = "NAME=VALUE")]
+    pub fields: Vec<String>,
+    /// Event priority 0-255.
+    #[arg(long, default_value_t = 0)]
+    pub priority: u8,
+    /// Publisher endpoint name [default: /cli/pub/PID].
+    #[arg(long)]
+    pub endpoint: Option<String>,
+}
+
+/// `tagwire sub`.
+#[derive(Debug, Args)]
+pub struct SubArgs {
+    /// Tag pattern: `*` matches one level, `**` any depth, e.g. '/demo/**'.
+    pub pattern: String,
+    /// Exit after this many events.
+    #[arg(long, short = 'n')]
+    pub count: Option<u64>,
+    /// Print each event as a JSON object (header, fields, payload).
+    #[arg(long)]
+    pub json: bool,
+    /// Subscriber endpoint name [default: /cli/sub/PID].
+    #[arg(long)]
+    pub endpoint: Option<String>,
+    /// Queue bound in the router, in events.
+    #[arg(long)]
+    pub max_queue: Option<usize>,
+    /// What a full queue does: drop_oldest, drop_newest or reject.
+    #[arg(long)]
+    pub discard: Option<String>,
+    /// Exit with an error if no event arrives within this many seconds.
+    #[arg(long)]
+    pub timeout: Option<f64>,
+}
+
+/// `tagwire list`.
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// Print the raw JSON listing.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `tagwire ping`.
+#[derive(Debug, Args)]
+pub struct PingArgs {
+    /// Number of pings.
+    #[arg(long, short = 'n', default_value_t = 10)]
+    pub count: u32,
+    /// Milliseconds between pings.
+    #[arg(long, short, default_value_t = 100)]
+    pub interval: u64,
+}
+
+/// What `tagwire bench` measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BenchMode {
+    /// One publisher to one subscriber, as fast as possible: msgs/s and MB/s.
+    Throughput,
+    /// Ping-pong through an echo client: round-trip p50/p99.
+    Latency,
+    /// One publisher to N subscribers: per-subscriber msgs/s.
+    Fanout,
+}
+
+/// `tagwire bench`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// What to measure.
+    #[arg(value_enum)]
+    pub mode: BenchMode,
+    /// Payload size in bytes.
+    #[arg(long, default_value_t = 64)]
+    pub size: usize,
+    /// Seconds to run.
+    #[arg(long, default_value_t = 3.0)]
+    pub duration: f64,
+    /// Subscribers for fanout.
+    #[arg(long, default_value_t = 10)]
+    pub subscribers: usize,
+    /// Run against an in-process router instead of a daemon.
+    #[arg(long)]
+    pub embedded: bool,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+}

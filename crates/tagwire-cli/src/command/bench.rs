@@ -1,0 +1,319 @@
+//! `tagwire bench throughput|latency|fanout`: the system benchmark behind
+//! BENCHMARKS.md. Every run uses fresh sessions (one connection each) on the
+//! same router; `bench/compare.sh` runs the same experiments against a raw
+//! TCP relay, nats-server and Zenoh (method: docs/benchmarks.md).
+//!
+//! - throughput: one publisher sends back-to-back for `--duration`; the rate
+//!   is measured at the subscriber from its first to its last event.
+//! - latency: ping on /bench/ping, an echo client republishes on
+//!   /bench/pong; one event in flight; 1,000 warm-up round trips dropped.
+//! - fanout: one publisher, N subscribers; per-subscriber rate.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use tagwire::{EmbeddedRouter, Session};
+
+use super::CmdResult;
+use crate::cli::{BenchArgs, BenchMode};
+
+const WARMUP_ROUND_TRIPS: u64 = 1000;
+const MAX_SIZE: usize = 8 * 1024 * 1024;
+
+/// Makes sessions on the router under test.
+enum Target {
+    Url(String),
+    Embedded(EmbeddedRouter),
+}
+
+impl Target {
+    fn session(&self) -> Result<Session, tagwire::Error> {
+        match self {
+            Target::Url(u) => Session::connect(u),
+            Target::Embedded(r) => r.session(),
+        }
+    }
+}
+
+pub fn run(server: Option<&str>, a: BenchArgs) -> CmdResult {
+    if a.size > MAX_SIZE {
+        return Err(format!(
+            "--size {} is over the benchmark's limit of {MAX_SIZE} bytes",
+            a.size
+        )
+        .into());
+    }
+    if !(a.duration > 0.0 && a.duration <= 3600.0) {
+        return Err(format!(
+            "--duration {} must be between 0 and 3600 seconds",
+            a.duration
+        )
+        .into());
+    }
+    if a.subscribers == 0 || a.subscribers > 1000 {
+        return Err(format!("--subscribers {} must be 1..=1000", a.subscribers).into());
+    }
+    let (target, system) = if a.embedded {
+        (
+            Target::Embedded(EmbeddedRouter::start()?),
+            "tagwire-embedded".to_owned(),
+        )
+    } else {
+        let url = match server {
+            Some(u) => u.to_owned(),
+            None => tagwire::ServerUrl::local_default().to_string(),
+        };
+        let system = if url.starts_with("unix:") {
+            "tagwire-unix"
+        } else {
+            "tagwire-tcp"
+        };
+        (Target::Url(url), system.to_owned())
+    };
+    let duration = Duration::from_secs_f64(a.duration);
+    let result = match a.mode {
+        BenchMode::Throughput => {
+            let r = fan_out(&target, a.size, duration, 1)?;
+            let rate = r.per_sub[0];
+            serde_json::json!({
+                "system": system, "mode": "throughput", "size": a.size,
+                "msgs_per_sec": rate, "mb_per_sec": rate * a.size as f64 / 1e6,
+                "received": r.received[0], "sent": r.sent,
+            })
+        }
+        BenchMode::Fanout => {
+            let r = fan_out(&target, a.size, duration, a.subscribers)?;
+            let per_sub = r.per_sub.iter().sum::<f64>() / r.per_sub.len() as f64;
+            serde_json::json!({
+                "system": system, "mode": "fanout", "size": a.size, "subscribers": a.subscribers,
+                "per_sub_msgs_per_sec": per_sub, "total_msgs_per_sec": per_sub * a.subscribers as f64,
+                "sent": r.sent, "received": r.received,
+            })
+        }
+        BenchMode::Latency => {
+            let h = latency(&target, a.size, duration)?;
+            serde_json::json!({
+                "system": system, "mode": "latency", "size": a.size,
+                "rtt_p50_us": h.value_at_quantile(0.5) as f64 / 1e3,
+                "rtt_p99_us": h.value_at_quantile(0.99) as f64 / 1e3,
+                "samples": h.len(),
+            })
+        }
+    };
+    if a.json {
+        println!("{result}");
+    } else {
+        print_text(&result);
+    }
+    Ok(())
+}
+
+fn print_text(r: &serde_json::Value) {
+    let f = |k: &str| r[k].as_f64().unwrap_or(0.0);
+    match r["mode"].as_str() {
+        Some("latency") => println!(
+            "{} latency, {} B: RTT p50 {:.1} µs, p99 {:.1} µs ({} round trips)",
+            r["system"],
+            r["size"],
+            f("rtt_p50_us"),
+            f("rtt_p99_us"),
+            r["samples"]
+        ),
+        Some("fanout") => println!(
+            "{} fan-out to {}, {} B: {:.0} msgs/s per subscriber, {:.0} msgs/s in all",
+            r["system"],
+            r["subscribers"],
+            r["size"],
+            f("per_sub_msgs_per_sec"),
+            f("total_msgs_per_sec")
+        ),
+        _ => println!(
+            "{} throughput, {} B: {:.0} msgs/s, {:.1} MB/s ({} received of {} sent)",
+            r["system"],
+            r["size"],
+            f("msgs_per_sec"),
+            f("mb_per_sec"),
+            r["received"],
+            r["sent"]
+        ),
+    }
+}
+
+/// Counts events and the first/last arrival, from a callback.
+struct Counter {
+    base: Instant,
+    count: AtomicU64,
+    first_ns: AtomicU64,
+    last_ns: AtomicU64,
+}
+
+impl Counter {
+    fn hit(&self) {
+        let t = self.base.elapsed().as_nanos() as u64;
+        if self.count.fetch_add(1, Ordering::Relaxed) == 0 {
+            self.first_ns.store(t, Ordering::Relaxed);
+        }
+        self.last_ns.store(t, Ordering::Relaxed);
+    }
+
+    fn rate(&self) -> f64 {
+        let n = self.count.load(Ordering::Relaxed);
+        let span = self
+            .last_ns
+            .load(Ordering::Relaxed)
+            .saturating_sub(self.first_ns.load(Ordering::Relaxed));
+        if n < 2 || span == 0 {
+            return 0.0;
+        }
+        (n - 1) as f64 / (span as f64 / 1e9)
+    }
+}
+
+struct FanResult {
+    sent: u64,
+    received: Vec<u64>,
+    per_sub: Vec<f64>,
+}
+
+fn fan_out(
+    target: &Target,
+    size: usize,
+    duration: Duration,
+    subscribers: usize,
+) -> Result<FanResult, tagwire::Error> {
+    let tag = format!("/bench/{}/data", std::process::id());
+    let base = Instant::now();
+    let mut keep = Vec::new();
+    let mut counters = Vec::new();
+    for _ in 0..subscribers {
+        let s = target.session()?;
+        let c = Arc::new(Counter {
+            base,
+            count: AtomicU64::new(0),
+            first_ns: AtomicU64::new(0),
+            last_ns: AtomicU64::new(0),
+        });
+        let c2 = c.clone();
+        let sub = s
+            .subscribe(&tag)
+            .max_queue_length(65_536)
+            .callback(move |_| c2.hit())?;
+        keep.push((s, sub));
+        counters.push(c);
+    }
+    let ps = target.session()?;
+    let publisher = ps.declare_publisher(&format!("/bench/{}/pub", std::process::id()))?;
+    let payload = tagwire::Bytes::from(vec![0xabu8; size]);
+    let start = Instant::now();
+    let mut sent = 0u64;
+    loop {
+        if sent % 256 == 0 && start.elapsed() >= duration {
+            break;
+        }
+        publisher.publish(&tag, payload.clone())?;
+        sent += 1;
+    }
+    ps.flush()?;
+    // Wait for the tail: until everything arrived or counts stop moving.
+    let total = |cs: &[Arc<Counter>]| {
+        cs.iter()
+            .map(|c| c.count.load(Ordering::Relaxed))
+            .sum::<u64>()
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut last = total(&counters);
+    let mut idle = 0;
+    while Instant::now() < deadline && last < sent * subscribers as u64 && idle < 5 {
+        std::thread::sleep(Duration::from_millis(100));
+        let now = total(&counters);
+        idle = if now == last { idle + 1 } else { 0 };
+        last = now;
+    }
+    Ok(FanResult {
+        sent,
+        received: counters
+            .iter()
+            .map(|c| c.count.load(Ordering::Relaxed))
+            .collect(),
+        per_sub: counters.iter().map(|c| c.rate()).collect(),
+    })
+}
+
+fn latency(
+    target: &Target,
+    size: usize,
+    duration: Duration,
+) -> Result<Histogram<u64>, Box<dyn std::error::Error>> {
+    let id = std::process::id();
+    let (ping_tag, pong_tag) = (format!("/bench/{id}/ping"), format!("/bench/{id}/pong"));
+    // Echo client: republishes every ping as a pong, from its callback.
+    let echo_session = target.session()?;
+    let echo_pub = Arc::new(echo_session.declare_publisher(&format!("/bench/{id}/echo"))?);
+    echo_pub.set_express(true);
+    let ep = echo_pub.clone();
+    let pong = pong_tag.clone();
+    let _echo = echo_session.subscribe(&ping_tag).callback(move |s| {
+        let _ = ep.publish(&pong, s.payload());
+    })?;
+    // Pinger: each pong records a round trip and sends the next ping.
+    let ping_session = target.session()?;
+    let pinger = Arc::new(ping_session.declare_publisher(&format!("/bench/{id}/pinger"))?);
+    pinger.set_express(true);
+    let base = Instant::now();
+    let sent_at = Arc::new(AtomicU64::new(0));
+    let rounds = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let hist = Arc::new(Mutex::new(Histogram::<u64>::new_with_bounds(
+        1,
+        60_000_000_000,
+        3,
+    )?));
+    let payload = tagwire::Bytes::from(vec![0x5au8; size]);
+    let (p2, s2, r2, st2, h2, pl2, tag2) = (
+        pinger.clone(),
+        sent_at.clone(),
+        rounds.clone(),
+        stop.clone(),
+        hist.clone(),
+        payload.clone(),
+        ping_tag.clone(),
+    );
+    let _pong_sub = ping_session.subscribe(&pong_tag).callback(move |_| {
+        let now = base.elapsed().as_nanos() as u64;
+        let rtt = now.saturating_sub(s2.load(Ordering::Relaxed)).max(1);
+        if r2.fetch_add(1, Ordering::Relaxed) >= WARMUP_ROUND_TRIPS {
+            if let Ok(mut h) = h2.lock() {
+                let _ = h.record(rtt);
+            }
+        }
+        if !st2.load(Ordering::Relaxed) {
+            s2.store(base.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            let _ = p2.publish(&tag2, pl2.clone());
+        }
+    })?;
+    let send_ping = || {
+        sent_at.store(base.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        pinger.publish(&ping_tag, payload.clone())
+    };
+    send_ping()?;
+    let start = Instant::now();
+    let mut seen = 0;
+    while start.elapsed() < duration {
+        std::thread::sleep(Duration::from_millis(200));
+        let r = rounds.load(Ordering::Relaxed);
+        if r == seen {
+            // A lost ping (e.g. the echo was not subscribed yet): send another.
+            send_ping()?;
+        }
+        seen = r;
+    }
+    stop.store(true, Ordering::Relaxed);
+    std::thread::sleep(Duration::from_millis(50));
+    let h = hist.lock().map_err(|_| "histogram lock poisoned")?.clone();
+    if h.is_empty() {
+        return Err("no round trip completed after warm-up; try a longer --duration".into());
+    }
+    Ok(h)
+}

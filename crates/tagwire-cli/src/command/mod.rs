@@ -1,0 +1,34 @@
+//! One module per subcommand; [`run`] dispatches.
+
+mod bench;
+mod list;
+mod ping;
+mod publish;
+mod subscribe;
+
+use tagwire::Session;
+
+use crate::cli::{Cli, Command};
+
+/// A failed command: printed as `tagwire: <message>` with a non-zero exit.
+pub type CmdResult = Result<(), Box<dyn std::error::Error>>;
+
+/// Runs a parsed command line.
+pub fn run(cli: Cli) -> CmdResult {
+    let server = cli.server;
+    match cli.command {
+        Command::Pub(a) => publish::run(&connect(server.as_deref())?, a),
+        Command::Sub(a) => subscribe::run(&connect(server.as_deref())?, a),
+        Command::List(a) => list::run(&connect(server.as_deref())?, a),
+        Command::Ping(a) => ping::run(&connect(server.as_deref())?, a),
+        Command::Bench(a) => bench::run(server.as_deref(), a),
+    }
+}
+
+/// Connects to `--server`, or to the local daemon.
+pub fn connect(server: Option<&str>) -> Result<Session, tagwire::Error> {
+    match server {
+        Some(url) => Session::connect(url),
+        None => Session::connect_local(),
+    }
+}

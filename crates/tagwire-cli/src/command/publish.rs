@@ -1,0 +1,109 @@
+//! `tagwire pub TAG [DATA] [--count N] [--rate HZ] [--size B] [--field K=V]`.
+
+use std::io::BufRead;
+use std::time::{Duration, Instant};
+
+use tagwire::{Session, Value};
+
+use super::CmdResult;
+use crate::cli::PubArgs;
+
+/// Parses `NAME=VALUE`: integer, float, true/false, else string.
+pub fn parse_field(s: &str) -> Result<(String, Value), String> {
+    let (name, value) = s
+        .split_once('=')
+        .ok_or_else(|| format!("invalid --field {s:?}: expected NAME=VALUE"))?;
+    if name.is_empty() {
+        return Err(format!("invalid --field {s:?}: empty name"));
+    }
+    let v = if let Ok(i) = value.parse::<i64>() {
+        Value::Int(i)
+    } else if let Ok(f) = value.parse::<f64>() {
+        Value::Float(f)
+    } else if let Ok(b) = value.parse::<bool>() {
+        Value::Bool(b)
+    } else {
+        Value::Str(value.to_owned())
+    };
+    Ok((name.to_owned(), v))
+}
+
+pub fn run(session: &Session, a: PubArgs) -> CmdResult {
+    let fields = a
+        .fields
+        .iter()
+        .map(|f| parse_field(f))
+        .collect::<Result<Vec<_>, _>>()?;
+    if let Some(r) = a.rate {
+        if !(r > 0.0 && r.is_finite()) {
+            return Err(format!(
+                "invalid --rate {r}: must be a positive number of events per second"
+            )
+            .into());
+        }
+    }
+    let name = a
+        .endpoint
+        .clone()
+        .unwrap_or_else(|| format!("/cli/pub/{}", std::process::id()));
+    let publisher = session.declare_publisher(&name)?;
+    let send = |payload: Vec<u8>| -> Result<(), tagwire::Error> {
+        let mut ev = publisher.event(&a.tag, payload).priority(a.priority);
+        for (k, v) in &fields {
+            ev = ev.field(k, v.clone());
+        }
+        ev.send()
+    };
+    if a.data.as_deref() == Some("-") {
+        for line in std::io::stdin().lock().lines() {
+            send(line?.into_bytes())?;
+        }
+        session.flush()?;
+        return Ok(());
+    }
+    let base = a.data.clone().unwrap_or_default().into_bytes();
+    let payload = match a.size {
+        Some(n) if base.is_empty() => vec![0u8; n],
+        Some(n) => base.iter().copied().cycle().take(n).collect(),
+        None => base,
+    };
+    let period = a.rate.map(|r| Duration::from_secs_f64(1.0 / r));
+    let start = Instant::now();
+    for i in 0..a.count {
+        if let Some(p) = period {
+            let due = start + p.mul_f64(i as f64);
+            if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                std::thread::sleep(wait);
+            }
+        }
+        send(payload.clone())?;
+    }
+    session.flush()?;
+    if a.count > 1 {
+        eprintln!(
+            "published {} events on {} in {:.3} s",
+            a.count,
+            a.tag,
+            start.elapsed().as_secs_f64()
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn field_values_get_the_narrowest_type_and_bad_ones_are_named() {
+        assert_eq!(parse_field("n=3"), Ok(("n".into(), Value::Int(3))));
+        assert_eq!(parse_field("x=2.5"), Ok(("x".into(), Value::Float(2.5))));
+        assert_eq!(parse_field("ok=true"), Ok(("ok".into(), Value::Bool(true))));
+        assert_eq!(
+            parse_field("s=a=b"),
+            Ok(("s".into(), Value::Str("a=b".into())))
+        );
+        assert!(parse_field("novalue").unwrap_err().contains("novalue"));
+        assert!(parse_field("=1").unwrap_err().contains("empty name"));
+    }
+}

@@ -37,7 +37,7 @@ fi
 if [[ "$toolchain" == nightly ]]; then
     fuzz=(cargo +nightly fuzz)
 else
-    echo "fuzz.sh: using stable with RUSTC_BOOTSTRAP=1 (no nightly toolchain)" >&2
+    echo "fuzz.sh: using the stable toolchain with RUSTC_BOOTSTRAP=1" >&2
     export RUSTC_BOOTSTRAP=1
     fuzz=(cargo fuzz)
 fi

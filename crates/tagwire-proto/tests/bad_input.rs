@@ -476,7 +476,7 @@ fn duplicate_field_name_is_refused_naming_the_field() {
 
 #[test]
 fn duplicate_field_name_among_many_fields_is_refused_naming_the_field() {
-    // Over 16 fields the check sorts instead of comparing pairwise.
+    // Over 8 fields the check sorts instead of comparing pairwise.
     let mut ev = event_head(b"/t", b"p", 0x20);
     let names: Vec<String> = (0..200)
         .map(|i| format!("f{i}"))

@@ -1,0 +1,135 @@
+//! The `tagwire place` command: clap arguments ([`PlaceArgs`]) and the
+//! runner ([`run`]). The main `tagwire` CLI embeds it as
+//! `Place(tagwire_place::cli::PlaceArgs)` and calls [`run`]; the crate's own
+//! `tagwire-place` binary does the same.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use crate::model::TopologySpec;
+use crate::problem::{Objective, PlacementProblem};
+use crate::report::{explain, Algorithm, PlacementReport};
+use crate::{limits, pick_algorithm, solve, AlgorithmChoice, ExhaustiveOptions, PlaceError};
+
+/// Choose proxy nodes for a topology (exhaustive search or MIP).
+#[derive(Debug, Clone, clap::Args)]
+pub struct PlaceArgs {
+    /// Topology file: TOML, or JSON when the name ends in `.json`.
+    pub topology: PathBuf,
+    /// What to minimise: bandwidth, cpu, or mixed:W (bandwidth + W·cpu).
+    #[arg(long, default_value = "bandwidth", value_parser = parse_objective)]
+    pub objective: Objective,
+    /// Use the exhaustive search (paper Appendix A).
+    #[arg(long, conflicts_with = "mip")]
+    pub exhaustive: bool,
+    /// Use the mixed-integer programme (HiGHS).
+    #[arg(long)]
+    pub mip: bool,
+    /// Print the result as JSON (format tagwire-placement/1).
+    #[arg(long)]
+    pub json: bool,
+    /// Also print the per-node table of delays and costs (like Appendix A).
+    #[arg(long)]
+    pub explain: bool,
+}
+
+fn parse_objective(s: &str) -> Result<Objective, PlaceError> {
+    s.parse()
+}
+
+impl PlaceArgs {
+    /// The algorithm the flags ask for.
+    pub fn algorithm_choice(&self) -> AlgorithmChoice {
+        match (self.exhaustive, self.mip) {
+            (true, _) => AlgorithmChoice::Exhaustive,
+            (false, true) => AlgorithmChoice::Mip,
+            (false, false) => AlgorithmChoice::Auto,
+        }
+    }
+}
+
+/// Runs `tagwire place`, printing to stdout (progress to stderr).
+pub fn run(args: &PlaceArgs) -> Result<(), PlaceError> {
+    let stdout = std::io::stdout();
+    let mut lock = stdout.lock();
+    run_to(args, &mut lock)
+}
+
+/// Runs `tagwire place`, writing the result to `out`.
+pub fn run_to(args: &PlaceArgs, out: &mut dyn Write) -> Result<(), PlaceError> {
+    let spec = TopologySpec::read_file(&args.topology, limits::MAX_FILE_BYTES)?;
+    let topology = spec.validate()?;
+    let started = Instant::now();
+    let problem = PlacementProblem::new(&topology)?;
+    let algorithm = pick_algorithm(&problem, args.algorithm_choice());
+    let bar = progress_bar(&problem, algorithm);
+    let mut on_progress = |done: u64, total: u64| {
+        if let Some(b) = &bar {
+            b.set_length(total);
+            b.set_position(done);
+        }
+    };
+    let result = solve(
+        &problem,
+        args.objective,
+        algorithm,
+        ExhaustiveOptions::default(),
+        &mut on_progress,
+    );
+    if let Some(b) = &bar {
+        b.finish_and_clear();
+    }
+    let assignment = result?;
+    let elapsed = started.elapsed();
+    let report = PlacementReport::new(&problem, args.objective, algorithm, &assignment);
+
+    let w = |out: &mut dyn Write, s: &str| out.write_all(s.as_bytes()).map_err(PlaceError::Output);
+    if args.explain && !args.json {
+        w(out, &explain(&problem, Some(&assignment)))?;
+    }
+    if args.json {
+        let text =
+            serde_json::to_string_pretty(&report).map_err(|e| PlaceError::Output(e.into()))?;
+        w(out, &text)?;
+        w(out, "\n")?;
+    } else {
+        w(out, &report.to_text())?;
+        w(
+            out,
+            &format!("solved in {:.3} ms\n", elapsed.as_secs_f64() * 1e3),
+        )?;
+    }
+    Ok(())
+}
+
+/// A bar for long exhaustive searches, a spinner for large MIPs; `None`
+/// for quick runs. indicatif hides it when stderr is not a terminal.
+fn progress_bar(
+    problem: &PlacementProblem<'_>,
+    algorithm: Algorithm,
+) -> Option<indicatif::ProgressBar> {
+    let big_search = !problem.capacity_rows().is_empty() && problem.combinations() > 1e5;
+    let big_mip = problem.candidates().iter().map(Vec::len).sum::<usize>() > 5_000;
+    match algorithm {
+        Algorithm::Exhaustive if big_search => {
+            let bar = indicatif::ProgressBar::new(
+                problem.candidates().first().map_or(0, |c| c.len() as u64),
+            );
+            bar.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "exhaustive search {bar:40} {pos}/{len} first-level branches ({elapsed})",
+                )
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            );
+            Some(bar)
+        }
+        Algorithm::Mip if big_mip => {
+            let bar = indicatif::ProgressBar::new_spinner();
+            bar.set_message("solving the MIP with HiGHS");
+            bar.enable_steady_tick(Duration::from_millis(120));
+            Some(bar)
+        }
+        _ => None,
+    }
+}

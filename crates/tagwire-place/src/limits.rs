@@ -1,0 +1,27 @@
+//! Size limits on input files and models. Anything above a limit is refused
+//! with [`crate::PlaceError::FileTooLarge`] or
+//! [`crate::PlaceError::LimitExceeded`]; nothing is truncated silently.
+
+/// Largest topology file read (16 MiB). Larger files are refused before
+/// they are read.
+pub const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
+/// Most nodes in a topology.
+pub const MAX_NODES: usize = 100_000;
+/// Most links in a topology.
+pub const MAX_LINKS: usize = 1_000_000;
+/// Most tags in a topology.
+pub const MAX_TAGS: usize = 10_000;
+/// Most subscribers over all tags.
+pub const MAX_SUBSCRIBERS: usize = 100_000;
+/// Most (unit, node) evaluations one problem may need: units × nodes.
+/// Bounds the precomputation time and the candidate tables.
+pub const MAX_EVALUATIONS: u64 = 50_000_000;
+/// Most shortest-path-tree entries: (distinct publisher and subscriber
+/// nodes) × nodes. Bounds memory of the route tables.
+pub const MAX_TREE_ENTRIES: u64 = 50_000_000;
+/// Default limit on search nodes the exhaustive search may visit before it
+/// gives up and suggests `--mip`.
+pub const DEFAULT_EXHAUSTIVE_VISITS: u64 = 20_000_000;
+/// Rows printed per unit by `--explain` on big topologies; the rest are
+/// summarised in one line.
+pub const MAX_EXPLAIN_ROWS: usize = 64;

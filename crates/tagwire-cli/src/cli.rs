@@ -32,6 +32,8 @@ pub enum Command {
     Ping(PingArgs),
     /// Benchmark throughput, latency or fan-out against a router.
     Bench(BenchArgs),
+    /// Choose proxy placement for a topology (exhaustive search or MIP).
+    Place(tagwire_place::cli::PlaceArgs),
 }
 
 /// `tagwire pub`.

@@ -105,7 +105,9 @@ where
         subs: HashMap::new(),
         max_control: limits.max_control_bytes,
     };
-    let mut decoder = FrameDecoder::new(limits.max_frame);
+    // Until the handshake, only a Hello-sized frame is accepted, so a peer
+    // that has not said Hello cannot make the router reserve a large buffer.
+    let mut decoder = FrameDecoder::new(tagwire_proto::limits::MIN_MAX_FRAME);
     let mut buf = BytesMut::with_capacity(READ_CHUNK);
     'read: loop {
         if buf.capacity() - buf.len() < READ_CHUNK / 4 {
@@ -299,7 +301,7 @@ impl Conn {
             return Next::Close;
         }
         let max_frame = match tagwire_proto::validate_max_frame(max_frame) {
-            Ok(m) => m.min(decoder.max_frame()),
+            Ok(m) => m.min(self.state.borrow().config.limits.max_frame),
             Err(e) => {
                 self.fail(ErrorCode::Malformed, 0, format!("bad Hello: {e}"));
                 return Next::Close;

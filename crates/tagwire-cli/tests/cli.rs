@@ -1,0 +1,288 @@
+//! The real binaries end to end: `tagwired` with defaults (in a private
+//! runtime directory and port), `tagwire sub`, `tagwire pub`, `tagwire list`,
+//! bad command lines, and a client reconnecting across a daemon restart.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const WAIT: Duration = Duration::from_secs(10);
+
+struct Daemon {
+    child: Child,
+    dir: PathBuf,
+}
+
+impl Daemon {
+    /// Starts tagwired with its default Unix socket in `dir` and a free TCP port.
+    fn start(dir: &Path, port: u16) -> Daemon {
+        std::fs::create_dir_all(dir).expect("runtime dir");
+        let child = Command::new(env!("CARGO_BIN_EXE_tagwired"))
+            .args(["--tcp", &format!("127.0.0.1:{port}")])
+            .env("XDG_RUNTIME_DIR", dir)
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn tagwired");
+        let d = Daemon {
+            child,
+            dir: dir.to_owned(),
+        };
+        let deadline = Instant::now() + WAIT;
+        while !d.dir.join("tagwire.sock").exists()
+            || std::net::TcpStream::connect(("127.0.0.1", port)).is_err()
+        {
+            assert!(
+                Instant::now() < deadline,
+                "tagwired did not start listening"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        d
+    }
+
+    fn tagwire(&self) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_tagwire"));
+        c.env("XDG_RUNTIME_DIR", &self.dir)
+            .env_remove("TAGWIRE_SERVER");
+        c
+    }
+
+    fn stop(mut self) {
+        // SIGTERM for a clean shutdown; the test only needs the process gone.
+        let _ = Command::new("kill")
+            .arg(self.child.id().to_string())
+            .status();
+        let deadline = Instant::now() + WAIT;
+        while self.child.try_wait().ok().flatten().is_none() {
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+fn temp_dir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("tagwire-cli-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+fn wait_output(mut child: Child) -> Output {
+    let deadline = Instant::now() + WAIT;
+    while child.try_wait().ok().flatten().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("output")
+}
+
+/// Waits until `tagwire list` mentions `what`.
+fn wait_listed(d: &Daemon, what: &str) -> String {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let out = d.tagwire().arg("list").output().expect("tagwire list");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        if text.contains(what) {
+            return text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "`tagwire list` never showed {what}:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn sub_receives_what_pub_sends_and_list_shows_both_endpoints() {
+    let dir = temp_dir("tour");
+    let d = Daemon::start(&dir, free_port());
+    let sub = d
+        .tagwire()
+        .args([
+            "sub",
+            "/demo/**",
+            "--count",
+            "2",
+            "--endpoint",
+            "/tour/viewer",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("tagwire sub");
+    wait_listed(&d, "/tour/viewer");
+    // A long-lived publisher so that `list` can see it.
+    let slow_pub = d
+        .tagwire()
+        .args([
+            "pub",
+            "/demo/x",
+            "hi",
+            "--count",
+            "2",
+            "--rate",
+            "2",
+            "--endpoint",
+            "/tour/pub",
+        ])
+        .spawn()
+        .expect("tagwire pub");
+    let listing = wait_listed(&d, "/tour/pub");
+    assert!(
+        listing.contains("/tour/viewer") && listing.contains("/demo/**"),
+        "{listing}"
+    );
+    let out = wait_output(sub);
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "/demo/x hi\n/demo/x hi\n"
+    );
+    assert!(wait_output(slow_pub).status.success());
+    d.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn sub_json_prints_header_fields_and_payload() {
+    let dir = temp_dir("json");
+    let d = Daemon::start(&dir, free_port());
+    let sub = d
+        .tagwire()
+        .args([
+            "sub",
+            "/j/*",
+            "--count",
+            "1",
+            "--json",
+            "--endpoint",
+            "/json/viewer",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("tagwire sub");
+    wait_listed(&d, "/json/viewer");
+    let status = d
+        .tagwire()
+        .args([
+            "pub",
+            "/j/a",
+            "payload",
+            "-f",
+            "severity=4",
+            "-f",
+            "site=lab",
+            "--priority",
+            "3",
+        ])
+        .status()
+        .expect("pub");
+    assert!(status.success());
+    let out = wait_output(sub);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(v["tag"], "/j/a");
+    assert_eq!(v["payload"], "payload");
+    assert_eq!(v["priority"], 3);
+    assert_eq!(v["fields"]["severity"], 4);
+    assert_eq!(v["fields"]["site"], "lab");
+    d.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bad_command_lines_fail_with_a_message_naming_the_problem() {
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_tagwire"))
+            .args(args)
+            .env_remove("TAGWIRE_SERVER")
+            .output()
+            .expect("run tagwire");
+        assert!(!out.status.success(), "{args:?} should fail");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    assert!(run(&["pub", "/x", "--server", "http://nope"]).contains("http://nope"));
+    assert!(run(&["sub", "/x", "--server", "tcp://127.0.0.1:1"]).contains("cannot connect"));
+    let e = run(&["bench", "latency", "--duration=-1", "--embedded"]);
+    assert!(e.contains("--duration"), "{e}");
+    let out = Command::new(env!("CARGO_BIN_EXE_tagwired"))
+        .args(["--config", "/nonexistent/tagwired.toml"])
+        .output()
+        .expect("run tagwired");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/tagwired.toml"));
+}
+
+#[test]
+fn second_daemon_on_the_same_socket_is_refused() {
+    let dir = temp_dir("twice");
+    let d = Daemon::start(&dir, free_port());
+    let out = Command::new(env!("CARGO_BIN_EXE_tagwired"))
+        .args(["--no-tcp"])
+        .env("XDG_RUNTIME_DIR", &dir)
+        .output()
+        .expect("second tagwired");
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("already listening"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    d.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn client_reconnects_and_resubscribes_after_a_daemon_restart() {
+    let dir = temp_dir("restart");
+    let port = free_port();
+    let d = Daemon::start(&dir, port);
+    let url = format!("tcp://127.0.0.1:{port}");
+    let session = tagwire::Session::connect(&url).expect("connect");
+    let sub = session
+        .subscribe("/restart/**")
+        .receiver()
+        .expect("subscribe");
+    d.stop();
+    let d = Daemon::start(&dir, port);
+    let deadline = Instant::now() + WAIT;
+    while session.reconnects() == 0 {
+        assert!(Instant::now() < deadline, "the session did not reconnect");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The re-subscription travels before anything else on the new
+    // connection, so an event published now reaches the old subscriber.
+    let publisher = tagwire::Session::connect(&url)
+        .expect("connect")
+        .declare_publisher("/restart/pub")
+        .expect("declare");
+    let deadline = Instant::now() + WAIT;
+    loop {
+        publisher.publish("/restart/x", "again").expect("publish");
+        if let Some(s) = sub.recv_timeout(Duration::from_millis(200)).expect("recv") {
+            assert_eq!(&s.payload()[..], b"again");
+            break;
+        }
+        assert!(Instant::now() < deadline, "no event after the restart");
+    }
+    d.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -75,6 +75,22 @@ pub enum TagError {
     },
 }
 
+/// Whether `tag` is a valid wildcard-free ASCII tag: the common case, checked
+/// byte by byte without decoding characters. Anything else takes the full path.
+fn is_plain_ascii_tag(tag: &[u8]) -> bool {
+    if tag.len() < 2 || tag.len() > MAX_TAG_LEN || tag[0] != b'/' || tag[tag.len() - 1] == b'/' {
+        return false;
+    }
+    let mut prev = 0u8;
+    for &b in tag {
+        if b <= b' ' || b >= 0x7f || b == b'*' || (b == b'/' && prev == b'/') {
+            return false;
+        }
+        prev = b;
+    }
+    true
+}
+
 fn check_levels(text: &str, what: &'static str, wildcards: bool) -> Result<(), TagError> {
     if text.is_empty() {
         return Err(TagError::Empty { what });
@@ -126,6 +142,9 @@ fn check_levels(text: &str, what: &'static str, wildcards: bool) -> Result<(), T
 
 /// Checks that `tag` is a valid tag (not a pattern).
 pub fn validate_tag(tag: &str) -> Result<(), TagError> {
+    if is_plain_ascii_tag(tag.as_bytes()) {
+        return Ok(());
+    }
     check_levels(tag, "tag", false)
 }
 
@@ -497,6 +516,15 @@ mod tests {
     }
     fn join(levels: Vec<String>) -> String {
         format!("/{}", levels.join("/"))
+    }
+
+    proptest! {
+        #[test]
+        fn ascii_fast_path_agrees_with_the_full_tag_check(tag in "[/a*b \\x00\\x7f]{0,8}") {
+            if is_plain_ascii_tag(tag.as_bytes()) {
+                prop_assert!(check_levels(&tag, "tag", false).is_ok(), "{:?}", tag);
+            }
+        }
     }
 
     proptest! {

@@ -23,6 +23,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 
 use crate::admin::AdminRequest;
 use crate::channel::{Channel, Offer, Outbox};
+use crate::config::Limits;
 use crate::state::{ConnEntry, State};
 
 /// How long a closing connection's writer may take to flush its last frames.
@@ -60,37 +61,11 @@ where
     W: AsyncWrite + Unpin + 'static,
 {
     let outbox = Rc::new(Outbox::default());
-    let (id, limits) = {
-        let mut st = state.borrow_mut();
-        let id = st.next_connection_id();
-        let limits = st.config.limits.clone();
-        if st.connections.len() >= limits.max_connections {
-            drop(st);
-            tracing::warn!(%peer, "refusing connection: {} connections already open", limits.max_connections);
-            outbox.send(
-                &Frame::Error {
-                    req: 0,
-                    code: ErrorCode::LimitReached,
-                    message: format!(
-                        "connection limit reached ({} connections)",
-                        limits.max_connections
-                    ),
-                },
-                usize::MAX,
-            );
-            outbox.close();
-            let _ = tokio::time::timeout(CLOSE_GRACE, outbox.run_writer(writer)).await;
-            return;
-        }
-        st.connections.insert(
-            id,
-            ConnEntry {
-                name: String::new(),
-                peer: peer.clone(),
-                outbox: outbox.clone(),
-            },
-        );
-        (id, limits)
+    let admitted = register(&state, &peer, &outbox);
+    let Ok((id, limits)) = admitted else {
+        // Over the connection limit: say so, flush, and close.
+        let _ = tokio::time::timeout(CLOSE_GRACE, outbox.run_writer(writer)).await;
+        return;
     };
     tracing::debug!(conn = id, %peer, "connection opened");
     let writer_box = outbox.clone();
@@ -162,6 +137,39 @@ where
         ),
     }
     tracing::debug!(conn = id, %peer, "connection closed");
+}
+
+/// Adds a connection to the router's table, or queues a `LimitReached`
+/// refusal on `outbox` (and closes it) when the table is full.
+fn register(state: &RefCell<State>, peer: &str, outbox: &Rc<Outbox>) -> Result<(u64, Limits), ()> {
+    let mut st = state.borrow_mut();
+    let limits = st.config.limits.clone();
+    if st.connections.len() >= limits.max_connections {
+        tracing::warn!(%peer, "refusing connection: {} connections already open", limits.max_connections);
+        outbox.send(
+            &Frame::Error {
+                req: 0,
+                code: ErrorCode::LimitReached,
+                message: format!(
+                    "connection limit reached ({} connections)",
+                    limits.max_connections
+                ),
+            },
+            usize::MAX,
+        );
+        outbox.close();
+        return Err(());
+    }
+    let id = st.next_connection_id();
+    st.connections.insert(
+        id,
+        ConnEntry {
+            name: String::new(),
+            peer: peer.to_owned(),
+            outbox: outbox.clone(),
+        },
+    );
+    Ok((id, limits))
 }
 
 impl Conn {

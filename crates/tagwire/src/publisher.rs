@@ -75,12 +75,12 @@ impl Publisher {
         tagwire_core::tags::validate_tag(&event.header.tag)?;
         self.name.clone_into(&mut event.header.publisher);
         event.header.seq = self.seq.fetch_add(1, Ordering::Relaxed) + 1;
+        let now = now_ns();
         if event.header.source_time_ns == 0 {
-            event.header.source_time_ns = now_ns();
+            event.header.source_time_ns = now;
         }
-        self.session
-            .inner()
-            .publish(self.id, &event, self.express.load(Ordering::Relaxed))
+        let express = self.express.load(Ordering::Relaxed);
+        self.session.inner().publish(self.id, &event, express, now)
     }
 
     /// The session this publisher belongs to.

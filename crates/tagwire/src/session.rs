@@ -87,8 +87,11 @@ struct Table {
 
 struct WriteState {
     buf: BytesMut,
-    last_publish: Option<Instant>,
+    /// Source timestamp of the previous publish (ns), for burst detection.
+    last_publish_ns: u64,
     flush_requested: bool,
+    /// The flusher is parked on the condvar (so a notify is needed).
+    flusher_waiting: bool,
     connected: bool,
     max_frame: u32,
 }
@@ -192,8 +195,9 @@ impl Session {
             name,
             writer: Mutex::new(WriteState {
                 buf: BytesMut::with_capacity(HIGH_WATER),
-                last_publish: None,
+                last_publish_ns: 0,
                 flush_requested: false,
+                flusher_waiting: false,
                 connected: true,
                 max_frame,
             }),
@@ -391,7 +395,14 @@ impl Inner {
     }
 
     /// Queues a publish; writes now if the stream is idle or the batch is full.
-    pub(crate) fn publish(&self, endpoint: u32, event: &Event, express: bool) -> Result<()> {
+    /// `now_ns` is the event's source timestamp, reused to detect bursts.
+    pub(crate) fn publish(
+        &self,
+        endpoint: u32,
+        event: &Event,
+        express: bool,
+        now_ns: u64,
+    ) -> Result<()> {
         let mut w = lock(&self.writer);
         if !w.connected {
             return Err(if self.closed.load(Ordering::Relaxed) {
@@ -408,17 +419,16 @@ impl Inner {
             }));
         }
         tagwire_proto::encode_publish(endpoint, event, &mut w.buf)?;
-        let now = Instant::now();
-        let hot = w
-            .last_publish
-            .is_some_and(|t| now.duration_since(t) < HOT_INTERVAL);
-        w.last_publish = Some(now);
+        let hot = now_ns.wrapping_sub(w.last_publish_ns) < HOT_INTERVAL.as_nanos() as u64;
+        w.last_publish_ns = now_ns;
         if express || !hot || w.buf.len() >= HIGH_WATER {
             return self.flush_locked(w);
         }
         if !w.flush_requested {
             w.flush_requested = true;
-            self.flush_cv.notify_one();
+            if w.flusher_waiting {
+                self.flush_cv.notify_one();
+            }
         }
         Ok(())
     }
@@ -543,7 +553,9 @@ fn flusher_main(inner: Arc<Inner>) {
     loop {
         let mut w = lock(&inner.writer);
         while !(w.flush_requested || inner.closed.load(Ordering::Relaxed)) {
+            w.flusher_waiting = true;
             w = inner.flush_cv.wait(w).unwrap_or_else(|e| e.into_inner());
+            w.flusher_waiting = false;
         }
         if inner.closed.load(Ordering::Relaxed) {
             return;

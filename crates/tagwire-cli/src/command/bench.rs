@@ -209,7 +209,7 @@ fn fan_out(
     let start = Instant::now();
     let mut sent = 0u64;
     loop {
-        if sent % 256 == 0 && start.elapsed() >= duration {
+        if sent.is_multiple_of(256) && start.elapsed() >= duration {
             break;
         }
         publisher.publish(&tag, payload.clone())?;

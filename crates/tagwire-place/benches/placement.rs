@@ -82,6 +82,21 @@ fn bench_vbns(c: &mut Criterion) {
             b.iter(|| mip(t))
         });
     }
+    // (1,10) with node 0's CPU capped so that one proxy must move: the
+    // capacity row couples the ten proxies (see tests/vbns.rs).
+    let mut capped = vbns_case("/vbns/1x10");
+    capped.nodes[0].cpu = Some(1105.0);
+    g.bench_with_input(
+        BenchmarkId::new("exhaustive", "1x10-cpu-capped"),
+        &capped,
+        |b, t| b.iter(|| exhaustive(t)),
+    );
+    #[cfg(any(feature = "highs", feature = "microlp"))]
+    g.bench_with_input(
+        BenchmarkId::new("mip", "1x10-cpu-capped"),
+        &capped,
+        |b, t| b.iter(|| mip(t)),
+    );
     g.finish();
 }
 

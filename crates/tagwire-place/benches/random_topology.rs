@@ -1,9 +1,8 @@
 //! Random placement problems for the benchmarks and the scaling run:
 //! a random tree plus extra links (connected, low diameter), some links and
 //! nodes with capacities, tags of ten subscribers each (alternately one
-//! shared proxy and one proxy per subscriber), delay bounds between the best
-//! (proxy at the subscriber, d·T) and the worst (proxy at the publisher,
-//! d·T') possible delay.
+//! shared proxy and one proxy per subscriber), delay bounds that some
+//! placement can always meet but that rule out part of the nodes.
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -33,6 +32,9 @@ pub struct RandomParams {
 pub fn random_topology(p: RandomParams) -> TopologySpec {
     let mut rng = StdRng::seed_from_u64(p.seed);
     let n = p.nodes.max(2);
+    // Capacities grow with the traffic so that they bind without making
+    // every instance infeasible.
+    let scale = (p.subscribers as f64 / 100.0).max(1.0);
     let name = |i: usize| format!("n{i}");
     let mut adj = vec![Vec::new(); n];
     let mut pairs = Vec::new();
@@ -71,7 +73,7 @@ pub fn random_topology(p: RandomParams) -> TopologySpec {
             name: name(i),
             cpu: rng
                 .gen_bool(p.capped_nodes)
-                .then(|| rng.gen_range(2_000.0..20_000.0)),
+                .then(|| scale * rng.gen_range(2_000.0..20_000.0)),
             label: None,
         })
         .collect();
@@ -83,7 +85,7 @@ pub fn random_topology(p: RandomParams) -> TopologySpec {
             between: [name(a), name(b)],
             bandwidth: rng
                 .gen_bool(p.capped_links)
-                .then(|| rng.gen_range(300_000.0..3_000_000.0)),
+                .then(|| scale * rng.gen_range(300_000.0..3_000_000.0)),
             latency_ms: None,
         })
         .collect();
@@ -96,6 +98,7 @@ pub fn random_topology(p: RandomParams) -> TopologySpec {
         let publisher = rng.gen_range(0..n);
         let dist = hops(publisher);
         let period = 10.0;
+        let shared = t % 2 == 0;
         let subscribers = (0..count)
             .map(|s| {
                 let node = rng.gen_range(0..n);
@@ -108,9 +111,14 @@ pub fn random_topology(p: RandomParams) -> TopologySpec {
                     node: name(node),
                     period_ms: Some(tp),
                     message_bytes: None,
-                    // Between d·T (always reachable) and d·T'.
-                    max_delay_ms: (d > 0.0 && rng.gen_bool(0.7))
-                        .then_some(d * (period + (tp - period) * r) + 0.5),
+                    // One proxy per subscriber: between d·T (proxy at the
+                    // subscriber) and d·T' (at the publisher). Shared: at
+                    // least d·T', so the publisher's node always serves all.
+                    max_delay_ms: (d > 0.0 && rng.gen_bool(0.7)).then_some(if shared {
+                        d * tp * (1.0 + r / 3.0) + 0.5
+                    } else {
+                        d * (period + (tp - period) * r) + 0.5
+                    }),
                 }
             })
             .collect();

@@ -3,6 +3,8 @@
 
 use std::path::PathBuf;
 
+use crate::report::num;
+
 /// Everything that can go wrong while loading, validating or solving a
 /// placement problem. Each variant names the offending node, link, tag or
 /// subscriber and carries the bad value.
@@ -152,7 +154,7 @@ pub enum PlaceError {
 
     // ----- no answer -----
     /// No node at all meets one subscriber's delay bound.
-    #[error("no placement satisfies subscriber {subscriber:?}'s delay bound of {bound_ms} ms (tag {tag:?}); best is node {best_node:?} with delay {best_delay_ms} ms")]
+    #[error("no placement satisfies subscriber {subscriber:?}'s delay bound of {} ms (tag {tag:?}); best is node {best_node:?} with delay {} ms", num(*.bound_ms), num(*.best_delay_ms))]
     DelayBoundUnsatisfiable {
         /// The tag.
         tag: String,
@@ -167,7 +169,7 @@ pub enum PlaceError {
     },
     /// Every subscriber of a shared proxy can be served alone, but no single
     /// node serves them all within their bounds.
-    #[error("no single proxy node for tag {tag:?} satisfies every subscriber's delay bound; best is node {best_node:?}, where subscriber {subscriber:?} gets {delay_ms} ms against a bound of {bound_ms} ms")]
+    #[error("no single proxy node for tag {tag:?} satisfies every subscriber's delay bound; best is node {best_node:?}, where subscriber {subscriber:?} gets {} ms against a bound of {} ms", num(*.delay_ms), num(*.bound_ms))]
     NoCommonProxyNode {
         /// The tag.
         tag: String,

@@ -587,3 +587,45 @@ fn evals_worst(e: &NodeEvaluation, unit: &Unit, tag: &crate::model::Tag) -> (f64
     }
     worst
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn objectives_parse_and_print_round_trip() {
+        for s in ["bandwidth", "cpu", "mixed:0.5", "mixed:0"] {
+            let o: Objective = s.parse().expect("valid objective");
+            assert_eq!(o.to_string(), s);
+        }
+        assert_eq!(
+            "mixed:2".parse::<Objective>().ok(),
+            Some(Objective::Mixed(2.0))
+        );
+    }
+
+    #[test]
+    fn bad_objectives_are_refused_with_the_text() {
+        for s in [
+            "",
+            "bw",
+            "mixed:",
+            "mixed:x",
+            "mixed:-1",
+            "mixed:inf",
+            "mixed:NaN",
+        ] {
+            match s.parse::<Objective>() {
+                Err(PlaceError::InvalidObjective { value }) => assert_eq!(value, s),
+                other => panic!("{s:?} gave {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn mixed_objective_weights_cpu() {
+        assert_eq!(Objective::Mixed(3.0).value(10.0, 2.0), 16.0);
+        assert_eq!(Objective::Bandwidth.value(10.0, 2.0), 10.0);
+        assert_eq!(Objective::Cpu.value(10.0, 2.0), 2.0);
+    }
+}

@@ -440,3 +440,23 @@ pub fn explain(problem: &PlacementProblem<'_>, assignment: Option<&Assignment>) 
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_drop_needless_decimals() {
+        assert_eq!(num(200.0), "200");
+        assert_eq!(num(89.507412), "89.507");
+        assert_eq!(num(0.5), "0.5");
+        assert_eq!(num(f64::INFINITY), "inf");
+    }
+
+    #[test]
+    fn symbolic_sums_leave_out_zero_and_unit_coefficients() {
+        assert_eq!(linear(&[(0, "T"), (2, "T'")]), "2T'");
+        assert_eq!(linear(&[(1, "T"), (1, "T'")]), "T + T'");
+        assert_eq!(linear(&[(0, "T"), (0, "T'")]), "0");
+    }
+}

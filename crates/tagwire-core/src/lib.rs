@@ -15,6 +15,7 @@
 //! ```
 
 pub mod endpoint;
+pub mod filter;
 pub mod qos;
 pub mod queue;
 pub mod tags;

@@ -1,0 +1,291 @@
+//! Evaluation of a compiled filter over an [`EventRef`], in Kleene
+//! three-valued logic (true, false, unknown). Recursion follows the filter's
+//! tree, whose depth the compiler bounded; nothing recurses on event data.
+
+use std::cmp::Ordering;
+
+use tagwire_proto::{EventRef, Expiry, ValueRef};
+
+use super::ast::{ArithOp, CmpOp, HeaderField, Lit, Node};
+
+/// A run-time value: literals, header fields and body fields all become one.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Val<'x> {
+    Int(i128),
+    Float(f64),
+    Bool(bool),
+    Str(&'x str),
+    Bytes(&'x [u8]),
+}
+
+impl<'x> From<ValueRef<'x>> for Val<'x> {
+    fn from(v: ValueRef<'x>) -> Self {
+        match v {
+            ValueRef::Int(i) => Val::Int(i.into()),
+            ValueRef::Float(f) => Val::Float(f),
+            ValueRef::Bool(b) => Val::Bool(b),
+            ValueRef::Str(s) => Val::Str(s),
+            ValueRef::Bytes(b) => Val::Bytes(b),
+        }
+    }
+}
+
+impl<'x> From<&'x Lit> for Val<'x> {
+    fn from(l: &'x Lit) -> Self {
+        match l {
+            Lit::Int(i) => Val::Int(*i),
+            Lit::Float(f) => Val::Float(*f),
+            Lit::Bool(b) => Val::Bool(*b),
+            Lit::Str(s) => Val::Str(s),
+            Lit::Bytes(b) => Val::Bytes(b),
+        }
+    }
+}
+
+/// Where body fields come from: a stand-alone filter scans the event; the
+/// subscription index reads a per-event table filled once.
+pub(crate) trait FieldSource<'x> {
+    fn get(&self, name: &str, slot: u32) -> Option<ValueRef<'x>>;
+}
+
+/// Body fields read straight from the event (a scan of its few fields).
+pub(crate) struct ScanFields<'x>(pub EventRef<'x>);
+
+impl<'x> FieldSource<'x> for ScanFields<'x> {
+    fn get(&self, name: &str, _slot: u32) -> Option<ValueRef<'x>> {
+        self.0.field(name)
+    }
+}
+
+/// The value of a header field; `None` when an optional part is absent.
+pub(crate) fn header_value<'x>(ev: &EventRef<'x>, h: HeaderField) -> Option<Val<'x>> {
+    let int = |v: u64| Some(Val::Int(v.into()));
+    match h {
+        HeaderField::Tag => Some(Val::Str(ev.tag)),
+        HeaderField::Publisher => Some(Val::Str(ev.publisher)),
+        HeaderField::Seq => int(ev.seq),
+        HeaderField::SourceTime => int(ev.source_time_ns),
+        HeaderField::VirtualTime => ev.virtual_time.and_then(int),
+        HeaderField::Priority => int(ev.priority.into()),
+        HeaderField::Timeout => match ev.expiry {
+            Expiry::AfterNs(ns) => int(ns),
+            _ => None,
+        },
+        HeaderField::StopTime => match ev.expiry {
+            Expiry::AtNs(ns) => int(ns),
+            _ => None,
+        },
+        HeaderField::StartTime => ev.start_time_ns.and_then(int),
+        HeaderField::TypeName => ev.type_name.map(Val::Str),
+        HeaderField::EventName => ev.event_name.map(Val::Str),
+        HeaderField::Flags => int(ev.flags.into()),
+        HeaderField::PayloadSize => int(ev.payload.len() as u64),
+    }
+}
+
+/// Exact comparison of an integer with a float (no rounding of the integer).
+fn cmp_int_float(i: i128, f: f64) -> Option<Ordering> {
+    if f.is_nan() {
+        return None;
+    }
+    const LIM: f64 = 1.7014118346046923e38; // 2^127
+    if f >= LIM {
+        return Some(Ordering::Less);
+    }
+    if f < -LIM {
+        return Some(Ordering::Greater);
+    }
+    let t = f.trunc();
+    // `t` is integral and within i128, so the cast is exact.
+    match i.cmp(&(t as i128)) {
+        Ordering::Equal => Some(if f > t {
+            Ordering::Less
+        } else if f < t {
+            Ordering::Greater
+        } else {
+            Ordering::Equal
+        }),
+        o => Some(o),
+    }
+}
+
+/// How two values compare.
+enum Cmp3 {
+    /// Ordered (or equal).
+    Ord(Ordering),
+    /// Both numeric but unordered (a NaN), or booleans/bytes that differ.
+    Unordered,
+    /// Different kinds (string vs number, ...): the comparison is unknown.
+    Mismatch,
+}
+
+fn compare(a: Val<'_>, b: Val<'_>) -> Cmp3 {
+    use Val::*;
+    let num = |o: Option<Ordering>| o.map_or(Cmp3::Unordered, Cmp3::Ord);
+    match (a, b) {
+        (Int(x), Int(y)) => Cmp3::Ord(x.cmp(&y)),
+        (Float(x), Float(y)) => num(x.partial_cmp(&y)),
+        (Int(x), Float(y)) => num(cmp_int_float(x, y)),
+        (Float(x), Int(y)) => num(cmp_int_float(y, x).map(Ordering::reverse)),
+        (Str(x), Str(y)) => Cmp3::Ord(x.cmp(y)),
+        (Bool(x), Bool(y)) => {
+            if x == y {
+                Cmp3::Ord(Ordering::Equal)
+            } else {
+                Cmp3::Unordered
+            }
+        }
+        (Bytes(x), Bytes(y)) => {
+            if x == y {
+                Cmp3::Ord(Ordering::Equal)
+            } else {
+                Cmp3::Unordered
+            }
+        }
+        _ => Cmp3::Mismatch,
+    }
+}
+
+/// `a == b` in three-valued logic: unknown when the kinds differ.
+pub(crate) fn equals(a: Val<'_>, b: Val<'_>) -> Option<bool> {
+    match compare(a, b) {
+        Cmp3::Ord(o) => Some(o == Ordering::Equal),
+        Cmp3::Unordered => Some(false),
+        Cmp3::Mismatch => None,
+    }
+}
+
+fn cmp_op(op: CmpOp, a: Val<'_>, b: Val<'_>) -> Option<bool> {
+    if let (Val::Bool(_) | Val::Bytes(_), _) = (a, b) {
+        if !matches!(op, CmpOp::Eq | CmpOp::Ne) {
+            return None;
+        }
+    }
+    match compare(a, b) {
+        Cmp3::Mismatch => None,
+        Cmp3::Unordered => Some(op == CmpOp::Ne),
+        Cmp3::Ord(o) => Some(match op {
+            CmpOp::Eq => o == Ordering::Equal,
+            CmpOp::Ne => o != Ordering::Equal,
+            CmpOp::Lt => o == Ordering::Less,
+            CmpOp::Le => o != Ordering::Greater,
+            CmpOp::Gt => o == Ordering::Greater,
+            CmpOp::Ge => o != Ordering::Less,
+        }),
+    }
+}
+
+fn arith<'x>(op: ArithOp, a: Val<'x>, b: Val<'x>) -> Option<Val<'x>> {
+    match (a, b) {
+        (Val::Int(x), Val::Int(y)) => match op {
+            ArithOp::Add => x.checked_add(y),
+            ArithOp::Sub => x.checked_sub(y),
+            ArithOp::Mul => x.checked_mul(y),
+            ArithOp::Div => x.checked_div(y),
+            ArithOp::Rem => x.checked_rem(y),
+        }
+        .map(Val::Int),
+        (Val::Int(_) | Val::Float(_), Val::Int(_) | Val::Float(_)) => {
+            let f = |v| match v {
+                Val::Int(i) => i as f64,
+                Val::Float(f) => f,
+                _ => 0.0,
+            };
+            let (x, y) = (f(a), f(b));
+            Some(Val::Float(match op {
+                ArithOp::Add => x + y,
+                ArithOp::Sub => x - y,
+                ArithOp::Mul => x * y,
+                ArithOp::Div => x / y,
+                ArithOp::Rem => x % y,
+            }))
+        }
+        _ => None,
+    }
+}
+
+/// The evaluation context of one event.
+pub(crate) struct Ctx<'e, 'x, F> {
+    pub ev: &'e EventRef<'x>,
+    pub fields: &'e F,
+}
+
+impl<'x, F: FieldSource<'x>> Ctx<'_, 'x, F> {
+    /// Truth value of a boolean node: `Some(true)`, `Some(false)` or unknown.
+    pub(crate) fn truth(&self, n: &'x Node) -> Option<bool> {
+        match n {
+            Node::And(v) => {
+                let mut all = Some(true);
+                for c in v {
+                    match self.truth(c) {
+                        Some(false) => return Some(false),
+                        None => all = None,
+                        Some(true) => {}
+                    }
+                }
+                all
+            }
+            Node::Or(v) => {
+                let mut any = Some(false);
+                for c in v {
+                    match self.truth(c) {
+                        Some(true) => return Some(true),
+                        None => any = None,
+                        Some(false) => {}
+                    }
+                }
+                any
+            }
+            Node::Not(a) => self.truth(a).map(|b| !b),
+            Node::Cmp(op, a, b) => cmp_op(*op, self.value(a)?, self.value(b)?),
+            Node::Exist(a) => Some(self.value(a).is_some()),
+            Node::In(a, list) => {
+                let v = self.value(a)?;
+                let mut any = Some(false);
+                for l in list {
+                    match equals(v, l.into()) {
+                        Some(true) => return Some(true),
+                        None => any = None,
+                        Some(false) => {}
+                    }
+                }
+                any
+            }
+            Node::Regex(a, re) => match self.value(a)? {
+                Val::Str(s) => Some(re.is_match(s)),
+                _ => None,
+            },
+            Node::Contains(a, b) => match (self.value(a)?, self.value(b)?) {
+                (Val::Str(s), Val::Str(t)) => {
+                    Some(memchr::memmem::find(s.as_bytes(), t.as_bytes()).is_some())
+                }
+                _ => None,
+            },
+            Node::StartsWith(a, b) => match (self.value(a)?, self.value(b)?) {
+                (Val::Str(s), Val::Str(t)) => Some(s.starts_with(t)),
+                _ => None,
+            },
+            other => match self.value(other)? {
+                Val::Bool(b) => Some(b),
+                _ => None,
+            },
+        }
+    }
+
+    /// Value of a node; `None` when unknown (absent field, wrong kind,
+    /// integer overflow or division by zero).
+    pub(crate) fn value(&self, n: &'x Node) -> Option<Val<'x>> {
+        match n {
+            Node::Lit(l) => Some(l.into()),
+            Node::Header(h) => header_value(self.ev, *h),
+            Node::Field { name, slot } => self.fields.get(name, *slot).map(Val::from),
+            Node::Neg(a) => match self.value(a)? {
+                Val::Int(i) => i.checked_neg().map(Val::Int),
+                Val::Float(f) => Some(Val::Float(-f)),
+                _ => None,
+            },
+            Node::Arith(op, a, b) => arith(*op, self.value(a)?, self.value(b)?),
+            boolean => self.truth(boolean).map(Val::Bool),
+        }
+    }
+}

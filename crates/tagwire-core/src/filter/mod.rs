@@ -1,0 +1,293 @@
+//! Content filters: the constraint language, mapping filters, TAO's filter
+//! levels and the indexed subscription matcher (issue 6). Pure logic: nothing
+//! here does I/O, reads a clock or spawns a thread.
+//!
+//! Which type to pick:
+//! - One condition on one channel: [`Filter`] (`$type_name == 'Alarm' and
+//!   $priority < 2`), compiled once at subscribe time, then
+//!   [`Filter::matches`] per event.
+//! - Session (admin) and channel (proxy) filters together, with TAO's AND/OR
+//!   between the two levels: [`FilterSet`].
+//! - Rewriting a channel's priority or timeout: [`MappingFilter`]
+//!   (`map priority=high when $.severity > 3`).
+//! - Many content subscriptions (integer and string keys, `<tag,value>` sets,
+//!   regular expressions, constraints) matched against each event:
+//!   [`SubscriptionIndex`], whose equality predicates live in hash indexes and
+//!   whose regular expressions are pre-filtered by required literals, so only
+//!   candidates are evaluated.
+//!
+//! The grammar, the semantics of absent fields and the cost bounds are in
+//! `docs/filters.md`.
+//!
+//! ```
+//! use tagwire_core::filter::{Filter, FilterLimits};
+//! use tagwire_proto::{Event, EventRef};
+//! let f = Filter::compile("$priority < 2 and $.severity > 3", &FilterLimits::default()).unwrap();
+//! let mut ev = Event::new("/alarms/a", &b""[..]);
+//! ev.fields.push(("severity".into(), tagwire_proto::Value::Int(5)));
+//! let mut buf = bytes::BytesMut::new();
+//! ev.encode(&mut buf).unwrap();
+//! assert!(f.matches(&EventRef::parse(&buf).unwrap()));
+//! ```
+
+mod ast;
+mod eval;
+mod index;
+mod levels;
+mod lexer;
+mod mapping;
+mod parser;
+
+use std::fmt;
+use std::sync::Arc;
+
+use tagwire_proto::EventRef;
+
+pub use index::{IndexStats, MatchScratch, RegexTarget, SubscriptionIndex, SubscriptionSpec};
+pub use levels::{levels_pass, FilterList, FilterSet, InterFilterOp};
+pub use mapping::{priority_by_name, MappingFilter, Overrides};
+
+/// Everything that can go wrong with a filter: the text is wrong (syntax,
+/// unknown header field, type mismatch, bad regular expression, bad UTF-8), a
+/// limit was reached, or the caller misused an index or filter list.
+///
+/// Positions (`at`) are 0-based byte offsets into the filter text.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum FilterError {
+    /// The text does not follow the grammar.
+    #[error("at {at}: expected {expected}, found {found}")]
+    Syntax {
+        /// Byte offset of the offending token.
+        at: usize,
+        /// What the grammar allows here.
+        expected: String,
+        /// What the text has instead.
+        found: String,
+    },
+    /// `$name` where `name` is not a header field.
+    #[error("at {at}: unknown header field '${name}' (header fields: {}; a body field is written '$.{name}')", header_names())]
+    UnknownHeaderField {
+        /// Byte offset of the `$`.
+        at: usize,
+        /// The name after `$`.
+        name: String,
+    },
+    /// An operator applied to values of types it does not accept.
+    #[error("at {at}: type mismatch: '{op}' cannot be applied to {left} and {right}")]
+    TypeMismatch {
+        /// Byte offset of the operator.
+        at: usize,
+        /// The operator.
+        op: String,
+        /// Type (and operand) on the left.
+        left: String,
+        /// Type (and operand) on the right, or what was required.
+        right: String,
+    },
+    /// A regular expression that does not compile.
+    #[error("at {at}: invalid regular expression '{pattern}': {reason}")]
+    Regex {
+        /// Byte offset of the pattern literal.
+        at: usize,
+        /// The pattern.
+        pattern: String,
+        /// Why the regex crate refused it.
+        reason: String,
+    },
+    /// The filter text is not UTF-8.
+    #[error("at {at}: invalid UTF-8 in filter text")]
+    InvalidUtf8 {
+        /// Offset of the first invalid byte.
+        at: usize,
+    },
+    /// A [`FilterLimits`] (or index) limit was exceeded.
+    #[error("{}limit {limit} exceeded: {value} > {max}", at.map(|a| format!("at {a}: ")).unwrap_or_default())]
+    LimitExceeded {
+        /// Name of the limit, as in [`FilterLimits`].
+        limit: &'static str,
+        /// The value that exceeded it.
+        value: usize,
+        /// The configured maximum.
+        max: usize,
+        /// Byte offset in the text, where the limit is about the text.
+        at: Option<usize>,
+    },
+    /// A mapping filter sets a property it cannot set.
+    #[error("at {at}: unknown mapping property '{name}' (expected priority, timeout or lifetime)")]
+    UnknownMappingProperty {
+        /// Byte offset of the property name.
+        at: usize,
+        /// The name.
+        name: String,
+    },
+    /// A mapping filter gives a property a value out of range.
+    #[error("at {at}: bad value for {property}: {value} ({expected})")]
+    BadMappingValue {
+        /// Byte offset of the value.
+        at: usize,
+        /// The property.
+        property: &'static str,
+        /// The value as written.
+        value: String,
+        /// What is accepted.
+        expected: &'static str,
+    },
+    /// A subscription or filter id is already present.
+    #[error("duplicate id {id}")]
+    DuplicateId {
+        /// The id.
+        id: u64,
+    },
+    /// A `<tag,value>` subscription with no pairs, or a key subscription
+    /// with an empty field name.
+    #[error("empty subscription: {what}")]
+    EmptySubscription {
+        /// What was empty.
+        what: &'static str,
+    },
+}
+
+fn header_names() -> String {
+    ast::HEADER_FIELDS
+        .iter()
+        .map(|(n, _, _)| format!("${n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Largest `max_depth` honoured, whatever the configuration says. The
+/// parser and evaluator recurse once per nesting level; at this cap they
+/// stay within 512 KiB of stack even in an unoptimized build (a few KiB per
+/// level there, far less in release), a quarter of a default thread stack.
+pub const MAX_DEPTH_CAP: usize = 64;
+
+/// Bounds on what a filter may cost (TAO §3.1). Every compile checks them;
+/// each violation is a [`FilterError::LimitExceeded`] naming the limit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FilterLimits {
+    /// Longest filter or mapping text, in bytes (default 4096).
+    pub max_text_len: usize,
+    /// Most nodes (values, fields, operators) in one filter (default 256).
+    pub max_nodes: usize,
+    /// Deepest nesting of parentheses and operators (default 32, capped at
+    /// [`MAX_DEPTH_CAP`]).
+    pub max_depth: usize,
+    /// Most regular expressions in one filter (default 4).
+    pub max_regexes: usize,
+    /// Largest compiled regular expression, in bytes (`RegexBuilder::size_limit`;
+    /// default 64 KiB). Its lazy DFA cache is bounded to four times this.
+    pub max_regex_size: usize,
+    /// Most filters on one level of one channel ([`FilterList`]; default 16).
+    pub max_filters_per_channel: usize,
+    /// Most subscriptions in one [`SubscriptionIndex`] (default 1,000,000).
+    pub max_subscriptions: usize,
+    /// Most subscriptions of an index that no index can narrow down, so are
+    /// evaluated for every event (default 10,000).
+    pub max_unindexed: usize,
+}
+
+impl Default for FilterLimits {
+    fn default() -> Self {
+        FilterLimits {
+            max_text_len: 4096,
+            max_nodes: 256,
+            max_depth: 32,
+            max_regexes: 4,
+            max_regex_size: 64 * 1024,
+            max_filters_per_channel: 16,
+            max_subscriptions: 1_000_000,
+            max_unindexed: 10_000,
+        }
+    }
+}
+
+impl FilterLimits {
+    pub(crate) fn effective_max_depth(&self) -> usize {
+        self.max_depth.min(MAX_DEPTH_CAP)
+    }
+}
+
+/// A compiled filter: a condition over an event's header and fields.
+///
+/// Compiling checks syntax, field names, types, regular expressions and
+/// limits, so a filter that compiles never fails at evaluation: per event it
+/// only answers match or no match.
+#[derive(Debug, Clone)]
+pub struct Filter {
+    text: Arc<str>,
+    pub(crate) root: ast::Node,
+}
+
+impl Filter {
+    /// Compiles a filter from its text. See `docs/filters.md` for the grammar.
+    pub fn compile(text: &str, limits: &FilterLimits) -> Result<Filter, FilterError> {
+        check_len(text.len(), limits)?;
+        let toks = lexer::tokenize(text)?;
+        let mut p = parser::Parser::new(&toks, limits);
+        let e = p.boolean()?;
+        p.expect_end(&[])?;
+        Ok(Filter {
+            text: text.into(),
+            root: e.node,
+        })
+    }
+
+    /// Compiles a filter from bytes that should be UTF-8 (as read from the
+    /// network or a file): the length limit first, then UTF-8, then the text.
+    pub fn compile_bytes(text: &[u8], limits: &FilterLimits) -> Result<Filter, FilterError> {
+        check_len(text.len(), limits)?;
+        let s = std::str::from_utf8(text).map_err(|e| FilterError::InvalidUtf8 {
+            at: e.valid_up_to(),
+        })?;
+        Filter::compile(s, limits)
+    }
+
+    /// Whether `event` passes: true only when the condition is definitely
+    /// true (an unknown, e.g. from an absent field, does not pass).
+    pub fn matches(&self, event: &EventRef<'_>) -> bool {
+        self.truth(event) == Some(true)
+    }
+
+    /// The three-valued result: `Some(true)`, `Some(false)`, or `None` when
+    /// unknown (an absent field or a value of the wrong kind decided it).
+    pub fn truth(&self, event: &EventRef<'_>) -> Option<bool> {
+        let fields = eval::ScanFields(*event);
+        eval::Ctx {
+            ev: event,
+            fields: &fields,
+        }
+        .truth(&self.root)
+    }
+
+    /// The text the filter was compiled from.
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// A filter built by the engine from a node (subscription formats).
+    pub(crate) fn from_node(text: String, root: ast::Node) -> Filter {
+        Filter {
+            text: text.into(),
+            root,
+        }
+    }
+}
+
+impl fmt::Display for Filter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+fn check_len(len: usize, limits: &FilterLimits) -> Result<(), FilterError> {
+    if len > limits.max_text_len {
+        return Err(FilterError::LimitExceeded {
+            limit: "max_text_len",
+            value: len,
+            max: limits.max_text_len,
+            at: None,
+        });
+    }
+    Ok(())
+}

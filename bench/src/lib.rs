@@ -1,0 +1,22 @@
+//! Baseline systems for tagwire's system benchmark comparison (issue 3).
+//!
+//! Three systems are driven with one measurement contract, the same one
+//! `tagwire bench` implements, so their JSON lines can be compared row by
+//! row in `BENCHMARKS.md`:
+//!
+//! - [`raw_relay`]: a minimal TCP relay process — the best a daemon hop can do;
+//! - [`nats_client`]: a real `nats-server` driven by the `async-nats` client;
+//! - [`zenoh_client`]: a Zenoh router process and client-mode sessions.
+//!
+//! [`measure`] holds what every system shares: subscriber counters, the rule
+//! that ends a run, the RTT histogram and the JSON report. `bench/compare.sh`
+//! runs them all and `bench/report.py` turns the JSON into markdown; the
+//! method is in `docs/benchmarks.md`.
+
+pub mod error;
+pub mod measure;
+pub mod nats_client;
+pub mod raw_relay;
+pub mod zenoh_client;
+
+pub use error::BenchError;

@@ -1,0 +1,200 @@
+//! Zenoh baseline: client → router → client.
+//!
+//! `baseline zenoh-router` is a zenohd-equivalent router (the `zenoh` crate
+//! opened in router mode, its default configuration apart from listening on
+//! loopback only, with multicast scouting off). Publishers, subscribers,
+//! pinger and echo each open their own client-mode session to it. Throughput
+//! publishers use `CongestionControl::Block` (nothing is dropped, as in
+//! Zenoh's own `z_pub_thr`) with batching on; latency publishers are
+//! `express` (no batching), as in Zenoh's `z_ping`/`z_pong`.
+
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use zenoh::qos::CongestionControl;
+use zenoh::{Session, Wait};
+
+use crate::measure::{self, Mode, RttRecorder, RunParams, SubCounter, REPLY_TIMEOUT};
+use crate::BenchError;
+
+const NAME: &str = "zenoh";
+const STREAM_KEY: &str = "bench/stream";
+const PING_KEY: &str = "bench/ping";
+const PONG_KEY: &str = "bench/pong";
+/// How long a publisher waits for the router to report a matching
+/// subscriber before it starts anyway.
+const MATCH_TIMEOUT: Duration = Duration::from_secs(5);
+/// Extra settling after the first match, so every subscriber's declaration
+/// has reached the router (declarations are not acknowledged).
+const SETTLE: Duration = Duration::from_millis(300);
+
+fn config(mode: &str, endpoints_key: &str, endpoint: &str) -> Result<zenoh::Config, BenchError> {
+    let mut c = zenoh::Config::default();
+    let set = |c: &mut zenoh::Config, k: &str, v: String| {
+        c.insert_json5(k, &v)
+            .map_err(BenchError::zenoh("configuring a session"))
+    };
+    set(&mut c, "mode", format!("{mode:?}"))?;
+    set(&mut c, endpoints_key, format!("[{endpoint:?}]"))?;
+    set(&mut c, "scouting/multicast/enabled", "false".into())?;
+    Ok(c)
+}
+
+/// Runs a Zenoh router listening on `tcp/127.0.0.1:port` until the process
+/// is killed.
+pub fn serve_router(port: u16) -> Result<(), BenchError> {
+    let endpoint = format!("tcp/127.0.0.1:{port}");
+    let cfg = config("router", "listen/endpoints", &endpoint)?;
+    let _session = zenoh::open(cfg)
+        .wait()
+        .map_err(BenchError::zenoh("opening the router"))?;
+    eprintln!("zenoh router listening on {endpoint}");
+    loop {
+        std::thread::sleep(Duration::from_secs(3600));
+    }
+}
+
+fn open_client(router: &str) -> Result<Session, BenchError> {
+    let cfg = config("client", "connect/endpoints", router)?;
+    zenoh::open(cfg)
+        .wait()
+        .map_err(BenchError::zenoh("opening a client session"))
+}
+
+/// Runs one measurement against the router at `router`
+/// (`tcp/127.0.0.1:7447`) and returns its JSON.
+pub fn run(router: &str, mode: Mode, params: RunParams) -> Result<serde_json::Value, BenchError> {
+    match mode {
+        Mode::Latency => {
+            let rtt = latency(router, params)?;
+            Ok(measure::latency_report(NAME, params.size, &rtt))
+        }
+        Mode::Throughput | Mode::Fanout => {
+            let subs = stream(router, params)?;
+            Ok(measure::stream_report(NAME, mode, params.size, &subs))
+        }
+    }
+}
+
+fn wait_matching(publisher: &zenoh::pubsub::Publisher<'_>) -> Result<(), BenchError> {
+    let until = Instant::now() + MATCH_TIMEOUT;
+    while Instant::now() < until {
+        let status = publisher
+            .matching_status()
+            .wait()
+            .map_err(BenchError::zenoh("asking the matching status"))?;
+        if status.matching() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(SETTLE);
+    Ok(())
+}
+
+fn stream(router: &str, params: RunParams) -> Result<Vec<measure::SubSnapshot>, BenchError> {
+    let counters = measure::counters(params.subscribers);
+    let mut sessions = Vec::new();
+    for counter in &counters {
+        let session = open_client(router)?;
+        let counter: Arc<SubCounter> = Arc::clone(counter);
+        let sub = session
+            .declare_subscriber(STREAM_KEY)
+            .callback(move |_sample| counter.record(1))
+            .wait()
+            .map_err(BenchError::zenoh("declaring a subscriber"))?;
+        sessions.push((session, sub));
+    }
+    let session = open_client(router)?;
+    let publisher = session
+        .declare_publisher(STREAM_KEY)
+        .congestion_control(CongestionControl::Block)
+        .wait()
+        .map_err(BenchError::zenoh("declaring the publisher"))?;
+    wait_matching(&publisher)?;
+    let payload = zenoh::bytes::ZBytes::from(params.payload());
+    let start = Instant::now();
+    let mut sent: u64 = 0;
+    loop {
+        publisher
+            .put(payload.clone())
+            .wait()
+            .map_err(BenchError::zenoh("publishing"))?;
+        sent += 1;
+        if sent.is_multiple_of(64) && start.elapsed() >= params.duration {
+            break;
+        }
+    }
+    let publisher_done = Instant::now();
+    let snapshots = measure::wait_drained(&counters, publisher_done);
+    drop(publisher);
+    let _ = session.close().wait();
+    for (s, sub) in sessions {
+        drop(sub);
+        let _ = s.close().wait();
+    }
+    Ok(snapshots)
+}
+
+fn latency(router: &str, params: RunParams) -> Result<RttRecorder, BenchError> {
+    let echo = open_client(router)?;
+    let pong_pub = echo
+        .declare_publisher(PONG_KEY)
+        .congestion_control(CongestionControl::Block)
+        .express(true)
+        .wait()
+        .map_err(BenchError::zenoh("declaring the echo publisher"))?;
+    let echo_sub = echo
+        .declare_subscriber(PING_KEY)
+        .callback(move |sample| {
+            let _ = pong_pub.put(sample.payload().clone()).wait();
+        })
+        .wait()
+        .map_err(BenchError::zenoh("declaring the echo subscriber"))?;
+
+    let pinger = open_client(router)?;
+    let (tx, rx) = mpsc::sync_channel::<()>(16);
+    let pong_sub = pinger
+        .declare_subscriber(PONG_KEY)
+        .callback(move |_sample| {
+            let _ = tx.try_send(());
+        })
+        .wait()
+        .map_err(BenchError::zenoh("declaring the pinger subscriber"))?;
+    let ping_pub = pinger
+        .declare_publisher(PING_KEY)
+        .congestion_control(CongestionControl::Block)
+        .express(true)
+        .wait()
+        .map_err(BenchError::zenoh("declaring the ping publisher"))?;
+    wait_matching(&ping_pub)?;
+    let payload = zenoh::bytes::ZBytes::from(params.payload());
+    let mut rtt = RttRecorder::new();
+    let start = Instant::now();
+    let result = loop {
+        if start.elapsed() >= params.duration {
+            break Ok(());
+        }
+        let t0 = Instant::now();
+        if let Err(e) = ping_pub.put(payload.clone()).wait() {
+            break Err(BenchError::zenoh("sending a ping")(e));
+        }
+        match rx.recv_timeout(REPLY_TIMEOUT) {
+            Ok(()) => rtt.record(t0.elapsed()),
+            Err(_) => {
+                break Err(BenchError::ReplyTimeout {
+                    system: NAME,
+                    timeout_ms: REPLY_TIMEOUT.as_millis() as u64,
+                    round_trips: rtt.round_trips(),
+                })
+            }
+        }
+    };
+    drop(ping_pub);
+    drop(pong_sub);
+    drop(echo_sub);
+    let _ = pinger.close().wait();
+    let _ = echo.close().wait();
+    result.map(|()| rtt)
+}

@@ -7,7 +7,7 @@
 //! - an equality (`$x == lit`, `$x in (lits)`, every key format and every
 //!   `<tag,value>` pair) goes into a hash index keyed by (field, value);
 //! - otherwise a regular expression, substring or prefix test with a
-//!   required literal goes into a gram index keyed by (field, up to 3 bytes
+//!   required literal goes into a gram index keyed by (field, up to 7 bytes
 //!   of that literal);
 //! - otherwise the subscription is *unindexed* and evaluated for every event
 //!   (bounded by [`FilterLimits::max_unindexed`]).
@@ -311,14 +311,60 @@ impl Equivalent<EqKey> for EqProbe<'_> {
     }
 }
 
-fn gram_key(op: u32, g: &[u8]) -> u64 {
-    let mut b = [0u8; 3];
-    b[..g.len()].copy_from_slice(g);
-    ((op as u64) << 32)
-        | ((g.len() as u64) << 24)
-        | ((b[0] as u64) << 16)
-        | ((b[1] as u64) << 8)
-        | b[2] as u64
+/// Hash-index key on two equalities at once: (operand, value) twice, the
+/// operands in increasing order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct PairKey {
+    a: EqKey,
+    b: EqKey,
+}
+
+impl Hash for PairKey {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        self.a.key.as_ref().hash_into(self.a.op, h);
+        self.b.key.as_ref().hash_into(self.b.op, h);
+    }
+}
+
+/// Borrowed probe for [`PairKey`].
+struct PairProbe<'a> {
+    a: EqProbe<'a>,
+    b: EqProbe<'a>,
+}
+
+impl Hash for PairProbe<'_> {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        self.a.key.hash_into(self.a.op, h);
+        self.b.key.hash_into(self.b.op, h);
+    }
+}
+
+impl Equivalent<PairKey> for PairProbe<'_> {
+    fn equivalent(&self, k: &PairKey) -> bool {
+        self.a.equivalent(&k.a) && self.b.equivalent(&k.b)
+    }
+}
+
+/// Most distinct operand pairs used by pair access; each costs one probe
+/// per event, so beyond this new subscriptions use single equalities.
+const MAX_PAIR_SHAPES: usize = 32;
+
+/// Longest gram (bytes of a required literal) the literal index uses.
+const MAX_GRAM: usize = 7;
+
+/// Gram-index key: operand, and the gram's length (top byte) and bytes.
+type GramKey = (u32, u64);
+
+fn gram_key(op: u32, g: &[u8]) -> GramKey {
+    let mut v = (g.len() as u64) << 56;
+    for (i, b) in g.iter().enumerate() {
+        v |= (*b as u64) << (8 * i);
+    }
+    (op, v)
+}
+
+fn gram_len(k: &GramKey) -> usize {
+    (k.1 >> 56) as usize
 }
 
 /// How a subscription is found.
@@ -330,8 +376,10 @@ enum Access {
     Scan,
     /// Candidate when operand `op` equals one of `keys`.
     Eq { op: u32, keys: Vec<Key> },
+    /// Candidate when both equalities hold (two conjuncts `$x == lit`).
+    Pair(Box<PairKey>),
     /// Candidate when operand `op` contains one of these grams.
-    Gram { op: u32, grams: Vec<u64> },
+    Gram { op: u32, grams: Vec<GramKey> },
 }
 
 #[derive(Debug, Clone)]
@@ -441,9 +489,12 @@ pub struct SubscriptionIndex<T> {
     eq: HashMap<EqKey, Vec<u32>>,
     /// Per operand: entries using the equality index on it.
     eq_ops: Vec<u32>,
-    grams: HashMap<u64, Vec<u32>>,
-    /// Per operand: grams registered of length 1, 2, 3.
-    gram_ops: Vec<[u32; 3]>,
+    pairs: HashMap<PairKey, Vec<u32>>,
+    /// Operand pairs in use by pair access, with their entry counts.
+    pair_ops: HashMap<(u32, u32), u32>,
+    grams: HashMap<GramKey, Vec<u32>>,
+    /// Per operand: grams registered of each length 1..=MAX_GRAM.
+    gram_ops: Vec<[u32; MAX_GRAM]>,
     all: Vec<u32>,
     scan: Vec<u32>,
     stats: IndexStats,
@@ -521,6 +572,8 @@ impl<T: Clone> SubscriptionIndex<T> {
             next_slot: 0,
             eq: HashMap::new(),
             eq_ops: Vec::new(),
+            pairs: HashMap::new(),
+            pair_ops: HashMap::new(),
             grams: HashMap::new(),
             gram_ops: Vec::new(),
             all: Vec::new(),
@@ -624,13 +677,18 @@ impl<T: Clone> SubscriptionIndex<T> {
                 bump(&mut self.eq_ops, *op, true);
                 self.stats.equality_indexed += 1;
             }
+            Access::Pair(k) => {
+                self.pairs.entry((**k).clone()).or_default().push(e);
+                *self.pair_ops.entry((k.a.op, k.b.op)).or_default() += 1;
+                self.stats.equality_indexed += 1;
+            }
             Access::Gram { op, grams } => {
                 if self.gram_ops.len() <= *op as usize {
-                    self.gram_ops.resize(*op as usize + 1, [0; 3]);
+                    self.gram_ops.resize(*op as usize + 1, [0; MAX_GRAM]);
                 }
                 for g in grams {
                     self.grams.entry(*g).or_default().push(e);
-                    let len = ((g >> 24) & 0xff) as usize;
+                    let len = gram_len(g);
                     self.gram_ops[*op as usize][len - 1] += 1;
                 }
                 self.stats.literal_indexed += 1;
@@ -676,6 +734,22 @@ impl<T: Clone> SubscriptionIndex<T> {
                 bump(&mut self.eq_ops, *op, false);
                 self.stats.equality_indexed -= 1;
             }
+            Access::Pair(k) => {
+                if let Some(list) = self.pairs.get_mut(&**k) {
+                    remove_from(list, e);
+                    if list.is_empty() {
+                        self.pairs.remove(&**k);
+                    }
+                }
+                let shape = (k.a.op, k.b.op);
+                if let Some(c) = self.pair_ops.get_mut(&shape) {
+                    *c -= 1;
+                    if *c == 0 {
+                        self.pair_ops.remove(&shape);
+                    }
+                }
+                self.stats.equality_indexed -= 1;
+            }
             Access::Gram { op, grams } => {
                 for g in grams {
                     if let Some(list) = self.grams.get_mut(g) {
@@ -684,7 +758,7 @@ impl<T: Clone> SubscriptionIndex<T> {
                             self.grams.remove(g);
                         }
                     }
-                    let len = ((g >> 24) & 0xff) as usize;
+                    let len = gram_len(g);
                     if let Some(c) = self.gram_ops.get_mut(*op as usize) {
                         c[len - 1] = c[len - 1].saturating_sub(1);
                     }
@@ -760,7 +834,9 @@ impl<T: Clone> SubscriptionIndex<T> {
             other => std::slice::from_ref(other),
         };
         let mut best_eq: Option<(usize, u32, Vec<Key>)> = None;
-        let mut best_gram: Option<(usize, u32, Vec<u64>)> = None;
+        // Single-value equalities, for pair access.
+        let mut singles: Vec<(u32, Key)> = Vec::new();
+        let mut best_gram: Option<(usize, u32, Vec<GramKey>)> = None;
         for c in conjuncts {
             let eq: Option<(u32, Vec<Key>)> = match c {
                 Node::Cmp(CmpOp::Eq, a, b) => match (operand(a), operand(b), &**a, &**b) {
@@ -782,6 +858,9 @@ impl<T: Clone> SubscriptionIndex<T> {
                 _ => None,
             };
             if let Some((op, keys)) = eq {
+                if keys.len() == 1 && !singles.iter().any(|(o, _)| *o == op) {
+                    singles.push((op, keys[0].clone()));
+                }
                 let cost = keys
                     .iter()
                     .map(|k| self.eq_cost(op, k.as_ref()))
@@ -810,7 +889,7 @@ impl<T: Clone> SubscriptionIndex<T> {
                 let mut grams = Vec::new();
                 let mut cost = 0;
                 for lit in &lits {
-                    let g = lit.len().min(3);
+                    let g = lit.len().min(MAX_GRAM);
                     // The window whose posting list is shortest now.
                     let (c, k) = lit
                         .windows(g)
@@ -830,6 +909,20 @@ impl<T: Clone> SubscriptionIndex<T> {
                 let cost = cost + if shortest < 3 { 1 << 20 } else { 0 };
                 if best_gram.as_ref().is_none_or(|b| cost < b.0) {
                     best_gram = Some((cost, op, grams));
+                }
+            }
+        }
+        if singles.len() >= 2 {
+            // The two lowest operands: a deterministic choice keeps the
+            // number of distinct pairs (one probe each per event) small.
+            singles.sort_by_key(|(o, _)| *o);
+            let mut it = singles.into_iter();
+            if let (Some((oa, ka)), Some((ob, kb))) = (it.next(), it.next()) {
+                if self.pair_ops.contains_key(&(oa, ob)) || self.pair_ops.len() < MAX_PAIR_SHAPES {
+                    return Access::Pair(Box::new(PairKey {
+                        a: EqKey { op: oa, key: ka },
+                        b: EqKey { op: ob, key: kb },
+                    }));
                 }
             }
         }
@@ -927,12 +1020,44 @@ impl<T: Clone> SubscriptionIndex<T> {
                 }
             }
         }
+        if !self.pairs.is_empty() {
+            let value_of = |op: u32| -> Option<Val<'_>> {
+                if op < HDR {
+                    header_value(event, HEADER_FIELDS[op as usize].1)
+                } else {
+                    match slot_map.get((op - HDR) as usize) {
+                        Some(&(ep, i)) if ep == epoch => {
+                            ev_vals.get(i as usize).map(|v| Val::from(*v))
+                        }
+                        _ => None,
+                    }
+                }
+            };
+            for &(oa, ob) in self.pair_ops.keys() {
+                let (Some(va), Some(vb)) = (value_of(oa), value_of(ob)) else {
+                    continue;
+                };
+                let probe = PairProbe {
+                    a: EqProbe {
+                        op: oa,
+                        key: KeyRef::of(va),
+                    },
+                    b: EqProbe {
+                        op: ob,
+                        key: KeyRef::of(vb),
+                    },
+                };
+                if let Some(list) = self.pairs.get(&probe) {
+                    cands.extend_from_slice(list);
+                }
+            }
+        }
         if !self.grams.is_empty() {
             let mut scan_str = |op: u32, s: &[u8], cands: &mut Vec<u32>| {
                 let Some(lens) = self.gram_ops.get(op as usize) else {
                     return;
                 };
-                for g in 1..=3usize {
+                for g in 1..=MAX_GRAM {
                     if lens[g - 1] == 0 || s.len() < g {
                         continue;
                     }

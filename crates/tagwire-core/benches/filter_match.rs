@@ -6,13 +6,15 @@
 //!
 //! Run: `cargo bench -p tagwire-core --bench filter_match`
 //! (`-- regex` to run one kind). Workloads are described in BENCHMARKS.md.
+//! With `FIGURE3_SVG=path`, it then plots criterion's medians beside
+//! Narada's numbers as an SVG in the style of the paper's figure.
 #![allow(missing_docs)]
 
 use std::hint::black_box;
 use std::time::Duration;
 
 use bytes::BytesMut;
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use criterion::{criterion_group, BenchmarkId, Criterion};
 use tagwire_core::filter::{
     FilterLimits, MatchScratch, RegexTarget, SubscriptionIndex, SubscriptionSpec,
 };
@@ -181,4 +183,121 @@ fn figure3(c: &mut Criterion) {
 }
 
 criterion_group!(benches, figure3);
-criterion_main!(benches);
+
+fn main() {
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+    if let Ok(path) = std::env::var("FIGURE3_SVG") {
+        match plot(&path) {
+            Ok(()) => eprintln!("wrote {path}"),
+            Err(e) => eprintln!("plot not written: {e}"),
+        }
+    }
+}
+
+/// Criterion's median for one benchmark, in ns, from its estimates.json.
+fn median_ns(kind: &str, n: usize) -> Option<f64> {
+    let target = std::env::var("CARGO_TARGET_DIR")
+        .unwrap_or_else(|_| format!("{}/../../target", env!("CARGO_MANIFEST_DIR")));
+    let path = format!("{target}/criterion/figure3_{kind}/{n}/new/estimates.json");
+    let text = std::fs::read_to_string(path).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    v["median"]["point_estimate"].as_f64()
+}
+
+/// Log-scale plot of time per event against subscriptions, one line per
+/// kind, Narada's reported numbers dashed.
+fn plot(path: &str) -> std::io::Result<()> {
+    let (w, h, l, r, t, b) = (760.0, 460.0, 80.0, 210.0, 30.0, 50.0);
+    let (lo, hi) = (1e2f64.log10(), 1e10f64.log10()); // 100 ns .. 10 s
+    let x = |n: f64| l + (n - 20_000.0) / 80_000.0 * (w - l - r);
+    let y = |ns: f64| t + (hi - ns.max(1e2).log10()) / (hi - lo) * (h - t - b);
+    let mut svg = format!(
+        "<svg xmlns='http://www.w3.org/2000/svg' width='{w}' height='{h}' font-family='sans-serif' font-size='12'>\n\
+         <rect width='100%' height='100%' fill='white'/>\n\
+         <text x='{}' y='18' text-anchor='middle' font-size='14'>Time to compute the destinations of one event (Narada Figure 3)</text>\n",
+        w / 2.0
+    );
+    for e in 2..=10 {
+        let yy = y(10f64.powi(e));
+        let label = [
+            "100 ns", "1 µs", "10 µs", "100 µs", "1 ms", "10 ms", "100 ms", "1 s", "10 s",
+        ][e as usize - 2];
+        svg += &format!(
+            "<line x1='{l}' x2='{}' y1='{yy}' y2='{yy}' stroke='#ddd'/><text x='{}' y='{}' text-anchor='end'>{label}</text>\n",
+            w - r,
+            l - 6.0,
+            yy + 4.0
+        );
+    }
+    for &n in &SIZES {
+        let xx = x(n as f64);
+        svg += &format!(
+            "<line x1='{xx}' x2='{xx}' y1='{t}' y2='{}' stroke='#eee'/><text x='{xx}' y='{}' text-anchor='middle'>{}k</text>\n",
+            h - b,
+            h - b + 16.0,
+            n / 1000
+        );
+    }
+    svg += &format!(
+        "<text x='{}' y='{}' text-anchor='middle'>subscriptions</text>\n",
+        (l + w - r) / 2.0,
+        h - 10.0
+    );
+    let kinds = [
+        ("integer", "#1f77b4"),
+        ("string", "#ff7f0e"),
+        ("tag-value", "#2ca02c"),
+        ("regex", "#d62728"),
+        ("constraint", "#9467bd"),
+        ("regex-scan", "#8c564b"),
+    ];
+    let mut legend_y = t + 10.0;
+    let mut legend = |svg: &mut String, name: &str, colour: &str, dash: &str| {
+        *svg += &format!(
+            "<line x1='{}' x2='{}' y1='{legend_y}' y2='{legend_y}' stroke='{colour}' stroke-width='2' stroke-dasharray='{dash}'/><text x='{}' y='{}'>{name}</text>\n",
+            w - r + 10.0,
+            w - r + 40.0,
+            w - r + 46.0,
+            legend_y + 4.0
+        );
+        legend_y += 18.0;
+    };
+    for (kind, colour) in kinds {
+        let pts: Vec<(f64, f64)> = SIZES
+            .iter()
+            .filter_map(|&n| median_ns(kind, n).map(|ns| (x(n as f64), y(ns))))
+            .collect();
+        if pts.is_empty() {
+            continue;
+        }
+        let line: Vec<String> = pts.iter().map(|(a, b)| format!("{a:.1},{b:.1}")).collect();
+        svg += &format!(
+            "<polyline points='{}' fill='none' stroke='{colour}' stroke-width='2'/>\n",
+            line.join(" ")
+        );
+        for (a, b) in &pts {
+            svg += &format!("<circle cx='{a:.1}' cy='{b:.1}' r='3' fill='{colour}'/>\n");
+        }
+        legend(&mut svg, &format!("tagwire {kind}"), colour, "");
+    }
+    // Narada, as reported in the paper's text (1 GHz, Java 1.4).
+    let narada = [
+        ("integer", "#1f77b4", 6e3, 6e3),
+        ("string", "#ff7f0e", 7e3, 7e3),
+        ("tag-value", "#2ca02c", 18e3, 18e3),
+        ("regex", "#d62728", 242e6, 1178e6),
+    ];
+    for (kind, colour, a, z) in narada {
+        svg += &format!(
+            "<line x1='{}' x2='{}' y1='{}' y2='{}' stroke='{colour}' stroke-width='1.5' stroke-dasharray='6 4'/>\n",
+            x(20_000.0),
+            x(100_000.0),
+            y(a),
+            y(z)
+        );
+        legend(&mut svg, &format!("Narada {kind}"), colour, "6 4");
+    }
+    svg += "</svg>\n";
+    std::fs::write(path, svg)
+}

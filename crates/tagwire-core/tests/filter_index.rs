@@ -382,3 +382,13 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn engine_types_are_send_and_sync() {
+    fn assert_send_sync<X: Send + Sync>() {}
+    assert_send_sync::<SubscriptionIndex<u64>>();
+    assert_send_sync::<tagwire_core::filter::Filter>();
+    assert_send_sync::<tagwire_core::filter::MappingFilter>();
+    assert_send_sync::<tagwire_core::filter::FilterSet>();
+    assert_send_sync::<MatchScratch>();
+}

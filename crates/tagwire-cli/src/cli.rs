@@ -32,6 +32,8 @@ pub enum Command {
     Ping(PingArgs),
     /// Benchmark throughput, latency or fan-out against a router.
     Bench(BenchArgs),
+    /// Administer the router (filters).
+    Admin(AdminArgs),
     /// Choose proxy placement for a topology (exhaustive search or MIP).
     Place(tagwire_place::cli::PlaceArgs),
 }
@@ -83,6 +85,13 @@ pub struct SubArgs {
     /// What a full queue does: drop_oldest, drop_newest or reject.
     #[arg(long)]
     pub discard: Option<String>,
+    /// Content filter on this channel, e.g. '$priority < 2 and $.severity > 3'
+    /// (single-quote it in the shell); repeatable, any match passes.
+    #[arg(long = "filter", value_name = "CONSTRAINT")]
+    pub filters: Vec<String>,
+    /// Mapping filter, e.g. 'map priority=high when $.severity > 3'.
+    #[arg(long = "map", value_name = "MAPPING")]
+    pub mapping: Option<String>,
     /// Exit with an error if no event arrives within this many seconds.
     #[arg(long)]
     pub timeout: Option<f64>,
@@ -139,4 +148,68 @@ pub struct BenchArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `tagwire admin`.
+#[derive(Debug, Args)]
+pub struct AdminArgs {
+    /// What to administer.
+    #[command(subcommand)]
+    pub command: AdminCommand,
+}
+
+/// `tagwire admin …` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum AdminCommand {
+    /// Manage content filters.
+    #[command(subcommand)]
+    Filter(FilterCommand),
+}
+
+/// Which level a filter attaches to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Level {
+    /// Every subscription of the endpoint's session (TAO admin).
+    Session,
+    /// Each subscription of the endpoint (TAO proxy).
+    Channel,
+}
+
+/// `tagwire admin filter …`.
+#[derive(Debug, Subcommand)]
+pub enum FilterCommand {
+    /// Attach a filter (or, with --map, a mapping filter) through an endpoint.
+    Add {
+        /// The subscriber endpoint, e.g. /viewer3.
+        #[arg(long)]
+        endpoint: String,
+        /// session: all of the endpoint's session; channel: the endpoint's subscriptions.
+        #[arg(long, value_enum, default_value_t = Level::Channel)]
+        level: Level,
+        /// The text is a mapping filter ('map priority=high when …').
+        #[arg(long)]
+        map: bool,
+        /// The constraint or mapping text.
+        text: String,
+    },
+    /// List filters with their ids.
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a filter by id.
+    Remove {
+        /// The id shown by `add` or `list`.
+        id: u64,
+    },
+    /// Set how the session and channel levels combine for the endpoint's session.
+    Op {
+        /// An endpoint of the session.
+        #[arg(long)]
+        endpoint: String,
+        /// and: an event must pass both levels; or: either level.
+        #[arg(value_parser = ["and", "or"])]
+        interfilter: String,
+    },
 }

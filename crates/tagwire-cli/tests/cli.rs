@@ -286,3 +286,69 @@ fn client_reconnects_and_resubscribes_after_a_daemon_restart() {
     d.stop();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn sub_filter_and_admin_filter_commands_work_end_to_end() {
+    let dir = temp_dir("filter");
+    let d = Daemon::start(&dir, free_port());
+    let sub = d
+        .tagwire()
+        .args([
+            "sub",
+            "/alarms/**",
+            "--count",
+            "1",
+            "--endpoint",
+            "/cli/alarms",
+            "--filter",
+            "$priority < 2 and $.severity > 3",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("tagwire sub");
+    wait_listed(&d, "/cli/alarms");
+    let out = d
+        .tagwire()
+        .args(["admin", "filter", "list"])
+        .output()
+        .expect("filter list");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("/cli/alarms") && text.contains("$.severity > 3"),
+        "{text}"
+    );
+    let out = d
+        .tagwire()
+        .args([
+            "admin",
+            "filter",
+            "add",
+            "--endpoint",
+            "/cli/alarms",
+            "$prority > 1",
+        ])
+        .output()
+        .expect("add");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("$prority"));
+    for (payload, prio, sev) in [("skip", "5", "9"), ("skip2", "1", "1"), ("take", "1", "7")] {
+        let st = d
+            .tagwire()
+            .args([
+                "pub",
+                "/alarms/x",
+                payload,
+                "--priority",
+                prio,
+                "-f",
+                &format!("severity={sev}"),
+            ])
+            .status()
+            .expect("pub");
+        assert!(st.success());
+    }
+    let out = wait_output(sub);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "/alarms/x take\n");
+    d.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}

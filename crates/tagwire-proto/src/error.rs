@@ -197,4 +197,7 @@ error_codes! {
     ShuttingDown = 16,
     /// An internal error (a bug); the connection is closed.
     Internal = 17,
+    /// A content filter or mapping filter that does not compile (syntax,
+    /// type or limit); the message gives the position and what was expected.
+    InvalidFilter = 18,
 }

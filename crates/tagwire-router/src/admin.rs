@@ -4,6 +4,12 @@
 //! lowest-priority lane.
 
 use serde::{Deserialize, Serialize};
+use tagwire_core::filter::InterFilterOp;
+use tagwire_proto::ErrorCode;
+
+use crate::filters::{op_name, FilterRecord};
+pub use crate::filters::{FilterInfo, FilterLevel};
+use crate::state::State;
 
 /// An admin request, tagged by `op`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -12,6 +18,245 @@ use serde::{Deserialize, Serialize};
 pub enum AdminRequest {
     /// Lists connections, endpoints, subscriptions and tags.
     List,
+    /// Attaches a filter (`filter`) or a mapping filter (`map`) through an
+    /// endpoint: to its connection's session, or to each of its channels.
+    FilterAdd {
+        /// The endpoint whose session or channels get the filter.
+        endpoint: String,
+        /// `session` or `channel` (default).
+        #[serde(default)]
+        level: FilterLevel,
+        /// A constraint.
+        #[serde(default)]
+        filter: Option<String>,
+        /// A mapping filter (channel level only).
+        #[serde(default)]
+        map: Option<String>,
+    },
+    /// Lists every filter with its id.
+    FilterList,
+    /// Removes filter `id`.
+    FilterRemove {
+        /// The id from `filter_add` or `filter_list`.
+        id: u64,
+    },
+    /// Sets the operator between the session and channel levels of the
+    /// endpoint's connection: `and` (default) or `or`.
+    FilterOp {
+        /// An endpoint of the connection.
+        endpoint: String,
+        /// `and` or `or`.
+        interfilter: String,
+    },
+}
+
+/// Runs an admin request against the router's state; the error is the code
+/// and message of the `Error` frame to send.
+pub(crate) fn handle(st: &mut State, body: &str) -> Result<String, (ErrorCode, String)> {
+    let bad = |m: String| (ErrorCode::BadRequest, m);
+    let request: AdminRequest =
+        serde_json::from_str(body).map_err(|e| bad(format!("bad admin request: {e}")))?;
+    let reply = match request {
+        AdminRequest::List => serde_json::to_value(st.listing()),
+        AdminRequest::FilterList => {
+            let mut v: Vec<&FilterInfo> = st.filters.records.values().map(|r| &r.info).collect();
+            v.sort_by_key(|i| i.id);
+            Ok(serde_json::json!({ "filters": v }))
+        }
+        AdminRequest::FilterRemove { id } => {
+            let rec = st
+                .filters
+                .records
+                .remove(&id)
+                .ok_or_else(|| bad(format!("no filter with id {id}")))?;
+            match rec.info.level {
+                FilterLevel::Session => {
+                    if let Some(c) = st.connections.get(&rec.connection) {
+                        c.session.list.borrow_mut().remove(id);
+                    }
+                }
+                FilterLevel::Channel => {
+                    for ch in rec.channels.iter().filter_map(|g| st.channels.get(g)) {
+                        ch.filters.list.borrow_mut().remove(id);
+                        let mut m = ch.filters.mapping.borrow_mut();
+                        if m.as_ref().is_some_and(|(mid, _)| *mid == id) {
+                            *m = None;
+                        }
+                    }
+                }
+            }
+            Ok(serde_json::json!({ "removed": id }))
+        }
+        AdminRequest::FilterOp {
+            endpoint,
+            interfilter,
+        } => {
+            let op = match interfilter.as_str() {
+                "and" => InterFilterOp::And,
+                "or" => InterFilterOp::Or,
+                other => {
+                    return Err(bad(format!(
+                        "interfilter must be \"and\" or \"or\", not {other:?}"
+                    )))
+                }
+            };
+            let conn = owner(st, &endpoint)?;
+            if let Some(c) = st.connections.get(&conn) {
+                c.session.op.set(op);
+            }
+            for r in st
+                .filters
+                .records
+                .values_mut()
+                .filter(|r| r.connection == conn)
+            {
+                r.info.interfilter = op_name(op).to_owned();
+            }
+            Ok(serde_json::json!({ "endpoint": endpoint, "interfilter": op_name(op) }))
+        }
+        AdminRequest::FilterAdd {
+            endpoint,
+            level,
+            filter,
+            map,
+        } => {
+            let id = add_filter(st, &endpoint, level, filter, map)?;
+            Ok(serde_json::json!({ "id": id }))
+        }
+    };
+    reply.map(|v| v.to_string()).map_err(|e| {
+        (
+            ErrorCode::Internal,
+            format!("cannot encode admin reply: {e}"),
+        )
+    })
+}
+
+fn owner(st: &State, endpoint: &str) -> Result<u64, (ErrorCode, String)> {
+    st.endpoints.get(endpoint).map(|e| e.owner).ok_or_else(|| {
+        (
+            ErrorCode::UnknownEndpoint,
+            format!("no endpoint named {endpoint:?}"),
+        )
+    })
+}
+
+fn add_filter(
+    st: &mut State,
+    endpoint: &str,
+    level: FilterLevel,
+    filter: Option<String>,
+    map: Option<String>,
+) -> Result<u64, (ErrorCode, String)> {
+    let bad = |m: String| (ErrorCode::BadRequest, m);
+    let invalid = |what: &str, text: &str, e: tagwire_core::filter::FilterError| {
+        (
+            ErrorCode::InvalidFilter,
+            format!("invalid {what} {text:?}: {e}"),
+        )
+    };
+    let conn = owner(st, endpoint)?;
+    let (kind, text) = match (filter, map) {
+        (Some(f), None) => ("filter", f),
+        (None, Some(m)) => ("map", m),
+        _ => return Err(bad("give exactly one of \"filter\" and \"map\"".into())),
+    };
+    let id = st.filters.next_id();
+    let channels: Vec<u64> = st
+        .channels
+        .iter()
+        .filter(|(_, ch)| &*ch.endpoint == endpoint)
+        .map(|(g, _)| *g)
+        .collect();
+    match (level, kind) {
+        (FilterLevel::Session, "map") => {
+            return Err(bad(
+                "mapping filters attach to channels, not sessions (use level \"channel\")".into(),
+            ))
+        }
+        (FilterLevel::Session, _) => {
+            let f = st
+                .filters
+                .compile(&text)
+                .map_err(|e| invalid(kind, &text, e))?;
+            let session = st.connections.get(&conn).map(|c| c.session.clone());
+            if let Some(s) = session {
+                s.list
+                    .borrow_mut()
+                    .add(id, f)
+                    .map_err(|e| invalid(kind, &text, e))?;
+            }
+        }
+        (FilterLevel::Channel, _) => {
+            if channels.is_empty() {
+                return Err(bad(format!(
+                    "endpoint {endpoint:?} has no subscriptions to filter"
+                )));
+            }
+            if kind == "map" {
+                let m = st
+                    .filters
+                    .compile_mapping(&text)
+                    .map_err(|e| invalid(kind, &text, e))?;
+                for g in &channels {
+                    if let Some(ch) = st.channels.get(g) {
+                        *ch.filters.mapping.borrow_mut() = Some((id, m.clone()));
+                    }
+                }
+                // A channel holds one mapping filter: the new one replaces any other.
+                for r in st
+                    .filters
+                    .records
+                    .values_mut()
+                    .filter(|r| r.info.kind == "map")
+                {
+                    r.channels.retain(|c| !channels.contains(c));
+                }
+                st.filters
+                    .records
+                    .retain(|_, r| r.info.kind != "map" || !r.channels.is_empty());
+            } else {
+                let f = st
+                    .filters
+                    .compile(&text)
+                    .map_err(|e| invalid(kind, &text, e))?;
+                for g in &channels {
+                    if let Some(ch) = st.channels.get(g) {
+                        ch.filters
+                            .list
+                            .borrow_mut()
+                            .add(id, f.clone())
+                            .map_err(|e| invalid(kind, &text, e))?;
+                    }
+                }
+            }
+        }
+    }
+    let interfilter = st
+        .connections
+        .get(&conn)
+        .map_or("and", |c| op_name(c.session.op.get()))
+        .to_owned();
+    st.filters.records.insert(
+        id,
+        FilterRecord {
+            info: FilterInfo {
+                id,
+                endpoint: endpoint.to_owned(),
+                level,
+                kind: kind.to_owned(),
+                text,
+                interfilter,
+            },
+            connection: conn,
+            channels: if level == FilterLevel::Channel {
+                channels
+            } else {
+                Vec::new()
+            },
+        },
+    );
+    Ok(id)
 }
 
 /// The reply to [`AdminRequest::List`].

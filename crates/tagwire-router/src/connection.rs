@@ -21,9 +21,11 @@ use tagwire_proto::{
 };
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 
-use crate::admin::AdminRequest;
 use crate::channel::{Channel, Offer, Outbox};
 use crate::config::Limits;
+use crate::filters::{
+    op_name, rewrite, FilterInfo, FilterLevel, FilterRecord, SessionFilters, Verdict,
+};
 use crate::state::{ConnEntry, State};
 
 /// How long a closing connection's writer may take to flush its last frames.
@@ -46,6 +48,12 @@ struct Conn {
     /// Client subscription id → router-wide subscription id.
     subs: HashMap<u32, u64>,
     max_control: usize,
+}
+
+/// A compiled `filter` or `map` subscription property.
+enum Compiled {
+    Filter(tagwire_core::filter::Filter),
+    Mapping(tagwire_core::filter::MappingFilter),
 }
 
 /// Whether to keep reading after a frame.
@@ -167,6 +175,7 @@ fn register(state: &RefCell<State>, peer: &str, outbox: &Rc<Outbox>) -> Result<(
             name: String::new(),
             peer: peer.to_owned(),
             outbox: outbox.clone(),
+            session: Rc::new(SessionFilters::default()),
         },
     );
     Ok((id, limits))
@@ -414,6 +423,12 @@ impl Conn {
             Ok(p) => p,
             Err(e) => return self.fail(ErrorCode::InvalidPattern, req, e.to_string()),
         };
+        let (filter_props, qos): (Vec<_>, Vec<_>) =
+            qos.iter().partition(|(k, _)| k == "filter" || k == "map");
+        let compiled = match self.compile_filters(&filter_props) {
+            Ok(c) => c,
+            Err(message) => return self.fail(ErrorCode::InvalidFilter, req, message),
+        };
         let channel_qos = match ChannelQos::default()
             .apply(qos.iter().map(|(k, v)| (k.as_str(), v.as_str())), |_, _| {
                 Ok(false)
@@ -438,14 +453,48 @@ impl Conn {
             limits.max_queue_bytes,
             channel_qos.discard,
         );
+        let session = match st.connections.get(&self.id) {
+            Some(c) => c.session.clone(),
+            None => Rc::default(),
+        };
         let channel = Rc::new(Channel::new(
             sub,
-            endpoint_name,
+            endpoint_name.clone(),
             pattern.to_owned(),
             queue,
             self.outbox.clone(),
+            session,
         ));
         let global = (self.id << 32) | sub as u64;
+        for (kind, text, f) in compiled {
+            let id = st.filters.next_id();
+            let attached = match f {
+                Compiled::Filter(f) => channel.filters.list.borrow_mut().add(id, f),
+                Compiled::Mapping(m) => {
+                    *channel.filters.mapping.borrow_mut() = Some((id, m));
+                    Ok(())
+                }
+            };
+            if let Err(e) = attached {
+                drop(st);
+                return self.fail(ErrorCode::InvalidFilter, req, e.to_string());
+            }
+            st.filters.records.insert(
+                id,
+                FilterRecord {
+                    info: FilterInfo {
+                        id,
+                        endpoint: endpoint_name.to_string(),
+                        level: FilterLevel::Channel,
+                        kind: kind.to_owned(),
+                        text,
+                        interfilter: op_name(channel.session.op.get()).to_owned(),
+                    },
+                    connection: self.id,
+                    channels: vec![global],
+                },
+            );
+        }
         st.table.insert(global, parsed, channel.clone());
         st.channels.insert(global, channel);
         drop(st);
@@ -495,12 +544,32 @@ impl Conn {
         let channels = st.table.matches(ev.tag);
         drop(st);
         let mut reject = None;
+        let mut expired_by_mapping = 0;
         for ch in channels.iter() {
-            if let Offer::Rejected { report: true } = ch.offer(&event) {
+            let offer = if ch.filters.is_idle(&ch.session) {
+                ch.offer(&event)
+            } else {
+                match ch.filters.judge(&ch.session, &ev) {
+                    Verdict::Reject => continue,
+                    Verdict::Deliver => ch.offer(&event),
+                    Verdict::Rewrite(o) => match rewrite(&event, o) {
+                        Some(copy) if EventRef::parse(&copy).is_ok_and(|e| expired(&e)) => {
+                            expired_by_mapping += 1;
+                            continue;
+                        }
+                        Some(copy) => ch.offer(&copy),
+                        None => ch.offer(&event),
+                    },
+                }
+            };
+            if let Offer::Rejected { report: true } = offer {
                 reject
                     .get_or_insert_with(Vec::new)
                     .push(format!("{} ({})", ch.endpoint, ch.pattern));
             }
+        }
+        if expired_by_mapping > 0 {
+            self.state.borrow_mut().expired += expired_by_mapping;
         }
         match reject {
             Some(who) => self.fail(
@@ -517,26 +586,10 @@ impl Conn {
     }
 
     fn admin(&mut self, req: u32, body: &str) -> Next {
-        let request: AdminRequest = match serde_json::from_str(body) {
-            Ok(r) => r,
-            Err(e) => {
-                return self.fail(
-                    ErrorCode::BadRequest,
-                    req,
-                    format!("bad admin request: {e}"),
-                )
-            }
-        };
-        let reply = match request {
-            AdminRequest::List => serde_json::to_string(&self.state.borrow().listing()),
-        };
-        match reply {
+        let result = crate::admin::handle(&mut self.state.borrow_mut(), body);
+        match result {
             Ok(body) => self.reply(Frame::AdminReply { req, body }),
-            Err(e) => self.fail(
-                ErrorCode::Internal,
-                req,
-                format!("cannot encode admin reply: {e}"),
-            ),
+            Err((code, message)) => self.fail(code, req, message),
         }
     }
 
@@ -553,6 +606,34 @@ impl Conn {
         let mut st = self.state.borrow_mut();
         st.table.remove(global);
         st.channels.remove(&global);
+        st.filters.forget_channel(global);
+    }
+
+    /// Compiles a subscription's `filter` and `map` properties; the error
+    /// names the property and says where the text is wrong.
+    fn compile_filters(
+        &self,
+        props: &[&(String, String)],
+    ) -> Result<Vec<(&'static str, String, Compiled)>, String> {
+        let st = self.state.borrow();
+        let mut out = Vec::new();
+        let mut maps = 0;
+        for (k, text) in props {
+            let compiled = if k == "map" {
+                maps += 1;
+                if maps > 1 {
+                    return Err("at most one `map` property per subscription".into());
+                }
+                st.filters.compile_mapping(text).map(Compiled::Mapping)
+            } else {
+                st.filters.compile(text).map(Compiled::Filter)
+            };
+            match compiled {
+                Ok(c) => out.push((if k == "map" { "map" } else { "filter" }, text.clone(), c)),
+                Err(e) => return Err(format!("invalid {k} {text:?}: {e}")),
+            }
+        }
+        Ok(out)
     }
 
     /// Forgets this connection's subscriptions and endpoints.
@@ -562,6 +643,7 @@ impl Conn {
             st.table.remove(global);
             st.channels.remove(&global);
         }
+        st.filters.forget_connection(self.id);
         drop(st);
         let mut st = self.state.borrow_mut();
         for (_, e) in self.endpoints.drain() {

@@ -29,6 +29,7 @@ mod admin;
 mod channel;
 pub mod config;
 mod connection;
+mod filters;
 mod lane;
 mod state;
 
@@ -40,7 +41,10 @@ use std::rc::Rc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-pub use admin::{AdminRequest, ConnectionInfo, EndpointEntry, Listing, SubscriptionInfo, TagInfo};
+pub use admin::{
+    AdminRequest, ConnectionInfo, EndpointEntry, FilterInfo, FilterLevel, Listing,
+    SubscriptionInfo, TagInfo,
+};
 pub use config::{Limits, RouterConfig};
 use state::State;
 use tagwire_proto::{ErrorCode, Frame};

@@ -11,11 +11,14 @@ use tagwire_core::tags::TagTable;
 use crate::admin::{ConnectionInfo, EndpointEntry, Listing, SubscriptionInfo, TagInfo};
 use crate::channel::{Channel, Outbox};
 use crate::config::RouterConfig;
+use crate::filters::{FilterBook, SessionFilters};
 
 pub(crate) struct ConnEntry {
     pub name: String,
     pub peer: String,
     pub outbox: Rc<Outbox>,
+    /// Session-level (admin) filters, shared with the connection's channels.
+    pub session: Rc<SessionFilters>,
 }
 
 pub(crate) struct TagStats {
@@ -33,6 +36,8 @@ pub(crate) struct State {
     pub tags: HashMap<Box<str>, TagStats>,
     pub untracked_publishes: u64,
     pub expired: u64,
+    /// Filters attached by subscriptions and admin requests.
+    pub filters: FilterBook,
     next_conn: u64,
 }
 
@@ -48,6 +53,7 @@ impl State {
             tags: HashMap::new(),
             untracked_publishes: 0,
             expired: 0,
+            filters: FilterBook::default(),
             next_conn: 1,
         }
     }

@@ -249,14 +249,21 @@ impl Session {
 
     /// Asks the router for its tags, endpoints and subscriptions.
     pub fn list(&self) -> Result<Listing> {
-        let body = serde_json::json!({"op": "list"}).to_string();
+        let reply = self.admin(&serde_json::json!({"op": "list"}))?;
+        serde_json::from_value(reply).map_err(|e| Error::BadReply(format!("admin list reply: {e}")))
+    }
+
+    /// Sends an admin request (`docs/admin.md`) and returns the JSON reply.
+    pub fn admin(&self, request: &serde_json::Value) -> Result<serde_json::Value> {
+        let body = request.to_string();
         match self
             .inner()
             .request("admin request", |req| Frame::Admin { req, body })?
         {
             Reply::Admin(text) => serde_json::from_str(&text)
-                .map_err(|e| Error::BadReply(format!("admin list reply: {e}"))),
-            _ => Err(Error::BadReply("expected an admin reply".into())),
+                .map_err(|e| Error::BadReply(format!("admin reply: {e}"))),
+            Reply::Err(code, message) => Err(Error::Refused { code, message }),
+            Reply::Ok => Err(Error::BadReply("expected an admin reply".into())),
         }
     }
 

@@ -68,6 +68,20 @@ impl SubscriptionBuilder {
         self
     }
 
+    /// Adds a channel-level content filter in the constraint language
+    /// (`docs/filters.md`), e.g. `$priority < 2 and $.severity > 3`. Several
+    /// filters are alternatives (any match passes). A filter that does not
+    /// compile makes the subscription fail with `InvalidFilter`.
+    pub fn filter(self, constraint: &str) -> Self {
+        self.qos("filter", constraint)
+    }
+
+    /// Sets a mapping filter that rewrites this channel's copy of matching
+    /// events, e.g. `map priority=high when $.severity > 3`.
+    pub fn map(self, mapping: &str) -> Self {
+        self.qos("map", mapping)
+    }
+
     /// Sets any QoS property by name, as users type them (`docs/protocol.md`).
     pub fn qos(mut self, name: &str, value: &str) -> Self {
         self.qos.push((name.to_owned(), value.to_owned()));

@@ -1,5 +1,6 @@
 //! One module per subcommand; [`run`] dispatches.
 
+mod admin;
 mod bench;
 mod list;
 mod ping;
@@ -22,6 +23,7 @@ pub fn run(cli: Cli) -> CmdResult {
         Command::List(a) => list::run(&connect(server.as_deref())?, a),
         Command::Ping(a) => ping::run(&connect(server.as_deref())?, a),
         Command::Bench(a) => bench::run(server.as_deref(), a),
+        Command::Admin(a) => admin::run(&connect(server.as_deref())?, a),
         Command::Place(a) => Ok(tagwire_place::cli::run(&a)?),
     }
 }

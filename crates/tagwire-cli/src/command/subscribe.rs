@@ -21,6 +21,12 @@ pub fn run(session: &Session, a: SubArgs) -> CmdResult {
     if let Some(d) = &a.discard {
         b = b.discard(d.parse::<DiscardPolicy>()?);
     }
+    for f in &a.filters {
+        b = b.filter(f);
+    }
+    if let Some(m) = &a.mapping {
+        b = b.map(m);
+    }
     let sub = b.receiver()?;
     let timeout = a.timeout.map(Duration::from_secs_f64);
     let stdout = std::io::stdout();

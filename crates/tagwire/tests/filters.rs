@@ -1,0 +1,285 @@
+//! Content filters end to end, on every transport: channel (proxy) filters
+//! given at subscribe time, session (admin) filters added by admin requests,
+//! TAO's AND/OR between the levels, and mapping filters.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{all_servers, Server, WAIT};
+use serde_json::json;
+use tagwire::{Error, ErrorCode, Publisher, Subscriber};
+
+/// Publishes the events, then a marker that every subscriber in these tests
+/// accepts, and returns the payloads `sub` got before the marker.
+fn received(p: &Publisher, sub: &Subscriber, events: &[(&str, u8, i64)]) -> Vec<String> {
+    for (payload, priority, severity) in events {
+        p.event("/alarms/a", payload.to_string())
+            .priority(*priority)
+            .field("severity", *severity)
+            .send()
+            .expect("publish");
+    }
+    p.event("/alarms/a", "end")
+        .priority(0)
+        .field("severity", 99)
+        .field("marker", true)
+        .send()
+        .expect("marker");
+    let mut got = Vec::new();
+    loop {
+        let s = sub
+            .recv_timeout(WAIT)
+            .expect("recv")
+            .expect("the marker arrives");
+        let text = String::from_utf8_lossy(&s.payload()).into_owned();
+        if text == "end" {
+            return got;
+        }
+        got.push(text);
+    }
+}
+
+fn publisher(server: &Server, name: &str) -> Publisher {
+    server.session().declare_publisher(name).expect("declare")
+}
+
+#[test]
+fn channel_filter_passes_only_matching_events() {
+    for (name, server) in all_servers() {
+        let s = server.session();
+        let sub = s
+            .subscribe("/alarms/**")
+            .filter("$priority < 2 and $.severity > 3 or exist $.marker")
+            .receiver()
+            .expect("subscribe");
+        let p = publisher(&server, "/f/pub");
+        let got = received(
+            &p,
+            &sub,
+            &[("low-sev", 1, 2), ("match", 1, 5), ("high-prio", 5, 9)],
+        );
+        assert_eq!(got, vec!["match"], "{name}");
+    }
+}
+
+#[test]
+fn filter_that_does_not_compile_is_refused_at_subscribe_time_with_its_position() {
+    for (name, server) in all_servers() {
+        let s = server.session();
+        match s
+            .subscribe("/a")
+            .filter("$priority == and $seq > 1")
+            .receiver()
+        {
+            Err(Error::Refused { code, message }) => {
+                assert_eq!(code, ErrorCode::InvalidFilter, "{name}");
+                assert!(
+                    message.contains("at 13") && message.contains("expected a value"),
+                    "{name}: {message}"
+                );
+            }
+            other => panic!("{name}: expected InvalidFilter, got {other:?}"),
+        }
+        match s.subscribe("/a").filter("$priority == 'x'").receiver() {
+            Err(Error::Refused { message, .. }) => {
+                assert!(message.contains("type mismatch"), "{name}: {message}")
+            }
+            other => panic!("{name}: expected a type error, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn mapping_filter_rewrites_only_its_channels_copy() {
+    for (name, server) in all_servers() {
+        let s = server.session();
+        let mapped = s
+            .subscribe("/alarms/a")
+            .map("map priority=high when $.severity > 3")
+            .receiver()
+            .expect("mapped");
+        let plain = s.subscribe("/alarms/a").receiver().expect("plain");
+        let p = publisher(&server, "/m/pub");
+        p.event("/alarms/a", "x")
+            .priority(1)
+            .field("severity", 7)
+            .send()
+            .expect("publish");
+        let m = mapped
+            .recv_timeout(WAIT)
+            .expect("recv")
+            .expect("mapped event");
+        let o = plain
+            .recv_timeout(WAIT)
+            .expect("recv")
+            .expect("plain event");
+        assert_eq!(m.event().priority, 128, "{name}: 'high' is 128");
+        assert_eq!(
+            o.event().priority,
+            1,
+            "{name}: the other channel keeps the original"
+        );
+        assert_eq!(m.payload(), o.payload(), "{name}");
+    }
+}
+
+#[test]
+fn mapping_filter_lifetime_drops_events_already_too_old_for_that_channel() {
+    for (name, server) in all_servers() {
+        let s = server.session();
+        let short = s
+            .subscribe("/alarms/a")
+            .map("map timeout=1ms when not exist $.marker")
+            .receiver()
+            .expect("short");
+        let p = publisher(&server, "/t/pub");
+        // A source timestamp one second in the past: already 999 ms over a 1 ms lifetime.
+        let past = std::time::SystemTime::now() - Duration::from_secs(1);
+        let ns = past
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("after epoch")
+            .as_nanos() as u64;
+        p.event("/alarms/a", "stale")
+            .source_time_ns(ns)
+            .field("severity", 1)
+            .send()
+            .expect("publish");
+        let got = received(&p, &short, &[]);
+        assert!(got.is_empty(), "{name}: {got:?}");
+    }
+}
+
+#[test]
+fn session_filter_applies_to_every_channel_of_that_session_only() {
+    for (name, server) in all_servers() {
+        let a = server.session();
+        let sub1 = a
+            .subscribe("/alarms/**")
+            .endpoint("/sess/one")
+            .receiver()
+            .expect("sub1");
+        let sub2 = a
+            .subscribe("/alarms/*")
+            .endpoint("/sess/two")
+            .receiver()
+            .expect("sub2");
+        let other = server.session();
+        let sub3 = other
+            .subscribe("/alarms/**")
+            .endpoint("/sess/other")
+            .receiver()
+            .expect("sub3");
+        let admin = server.session();
+        let reply = admin
+            .admin(
+                &json!({"op": "filter_add", "endpoint": "/sess/one", "level": "session",
+                           "filter": "$.severity >= 5 or exist $.marker"}),
+            )
+            .expect("filter_add");
+        let id = reply["id"].as_u64().expect("an id");
+        let p = publisher(&server, "/s/pub");
+        let events = [("sev2", 0, 2), ("sev6", 0, 6)];
+        assert_eq!(received(&p, &sub1, &events), vec!["sev6"], "{name}");
+        assert_eq!(received_after(&sub2), vec!["sev6"], "{name}: same session");
+        assert_eq!(
+            received_after(&sub3),
+            vec!["sev2", "sev6"],
+            "{name}: other session unfiltered"
+        );
+        let list = admin.admin(&json!({"op": "filter_list"})).expect("list");
+        assert!(
+            list["filters"]
+                .as_array()
+                .expect("array")
+                .iter()
+                .any(|f| f["id"] == id && f["level"] == "session"),
+            "{name}"
+        );
+        admin
+            .admin(&json!({"op": "filter_remove", "id": id}))
+            .expect("remove");
+        assert_eq!(
+            received(&p, &sub1, &events),
+            vec!["sev2", "sev6"],
+            "{name}: removed"
+        );
+    }
+}
+
+/// What `sub` got up to the marker (already published by `received`).
+fn received_after(sub: &Subscriber) -> Vec<String> {
+    let mut got = Vec::new();
+    loop {
+        let s = sub.recv_timeout(WAIT).expect("recv").expect("marker");
+        let text = String::from_utf8_lossy(&s.payload()).into_owned();
+        if text == "end" {
+            return got;
+        }
+        got.push(text);
+    }
+}
+
+#[test]
+fn or_between_levels_passes_events_that_either_level_accepts() {
+    for (name, server) in all_servers() {
+        let a = server.session();
+        let sub = a
+            .subscribe("/alarms/a")
+            .endpoint("/or/sub")
+            .filter("$priority >= 5 or exist $.marker")
+            .receiver()
+            .expect("sub");
+        let admin = server.session();
+        admin
+            .admin(&json!({"op": "filter_add", "endpoint": "/or/sub", "level": "session", "filter": "$.severity >= 5"}))
+            .expect("add");
+        let p = publisher(&server, "/or/pub");
+        let events = [
+            ("neither", 0, 0),
+            ("prio", 6, 0),
+            ("sev", 0, 6),
+            ("both", 6, 6),
+        ];
+        assert_eq!(
+            received(&p, &sub, &events),
+            vec!["both"],
+            "{name}: AND by default"
+        );
+        admin
+            .admin(&json!({"op": "filter_op", "endpoint": "/or/sub", "interfilter": "or"}))
+            .expect("op");
+        assert_eq!(
+            received(&p, &sub, &events),
+            vec!["prio", "sev", "both"],
+            "{name}: OR"
+        );
+    }
+}
+
+#[test]
+fn admin_filter_errors_name_the_problem() {
+    for (name, server) in all_servers() {
+        let admin = server.session();
+        let e = admin
+            .admin(&json!({"op": "filter_add", "endpoint": "/nobody", "filter": "$priority > 1"}))
+            .unwrap_err();
+        assert!(e.to_string().contains("/nobody"), "{name}: {e}");
+        let _sub = admin
+            .subscribe("/x")
+            .endpoint("/err/sub")
+            .receiver()
+            .expect("sub");
+        let e = admin
+            .admin(&json!({"op": "filter_add", "endpoint": "/err/sub", "filter": "$prority > 1"}))
+            .unwrap_err();
+        assert!(
+            matches!(&e, Error::Refused { code: ErrorCode::InvalidFilter, message } if message.contains("$prority")),
+            "{name}: {e}"
+        );
+        let e = admin
+            .admin(&json!({"op": "filter_remove", "id": 999_999}))
+            .unwrap_err();
+        assert!(e.to_string().contains("999999"), "{name}: {e}");
+    }
+}

@@ -6,6 +6,8 @@
 //! - [`queue`]: bounded per-subscriber queues with discard policies.
 //! - [`endpoint`]: the registry of named endpoints.
 //! - [`qos`]: channel QoS properties parsed from `(name, value)` pairs.
+//! - [`filter`]: the content-filter language, mapping filters, TAO's filter
+//!   levels and the indexed matcher for many content subscriptions.
 //!
 //! ```
 //! use tagwire_core::tags::{Pattern, TagTable};

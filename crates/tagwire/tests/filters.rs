@@ -26,18 +26,7 @@ fn received(p: &Publisher, sub: &Subscriber, events: &[(&str, u8, i64)]) -> Vec<
         .field("marker", true)
         .send()
         .expect("marker");
-    let mut got = Vec::new();
-    loop {
-        let s = sub
-            .recv_timeout(WAIT)
-            .expect("recv")
-            .expect("the marker arrives");
-        let text = String::from_utf8_lossy(&s.payload()).into_owned();
-        if text == "end" {
-            return got;
-        }
-        got.push(text);
-    }
+    received_after(sub)
 }
 
 fn publisher(server: &Server, name: &str) -> Publisher {

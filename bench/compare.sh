@@ -20,7 +20,7 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-COMMAND="bench/compare.sh $*"
+COMMAND="${CARGO_TARGET_DIR:+CARGO_TARGET_DIR=$CARGO_TARGET_DIR }bench/compare.sh $*"
 DURATION=3
 SIZES="64 1024 65536"
 SUBSCRIBERS=10
@@ -71,10 +71,10 @@ TAGWIRED="$TW_TARGET/release/tagwired"
 TAGWIRE="$TW_TARGET/release/tagwire"
 BASELINE="$BENCH_TARGET/release/baseline"
 
-log "building tagwire (release) in $TW_TARGET"
+log "building tagwire and tagwired (release) in $TW_TARGET"
 TAGWIRE_SKIP=""
-if ! (cd "$ROOT" && CARGO_TARGET_DIR="$TW_TARGET" cargo build --release 2>&1 | tail -n 3 >&2); then
-  TAGWIRE_SKIP="cargo build --release of the workspace failed"
+if ! (cd "$ROOT" && CARGO_TARGET_DIR="$TW_TARGET" cargo build --release --bin tagwire --bin tagwired 2>&1 | tail -n 3 >&2); then
+  TAGWIRE_SKIP="cargo build --release --bin tagwire --bin tagwired failed"
 fi
 if [[ -z "$TAGWIRE_SKIP" ]]; then
   if [[ ! -x "$TAGWIRE" || ! -x "$TAGWIRED" ]]; then
@@ -182,6 +182,7 @@ run_system() {
 }
 
 START=$(date +%s)
+LOAD_BEFORE=$(cut -d" " -f1-3 /proc/loadavg)
 log "runs of ${DURATION}s each, sizes: $SIZES"
 PREFIX=("$BASELINE" raw); SUFFIX=(--server "127.0.0.1:$RAW_PORT"); run_system raw-relay
 PREFIX=("$BASELINE" nats); SUFFIX=(--server "nats://127.0.0.1:$NATS_PORT"); run_system nats
@@ -192,9 +193,16 @@ if [[ -z "$TAGWIRE_SKIP" ]]; then
   PREFIX=("$TAGWIRE" bench); SUFFIX=(--embedded); run_system tagwire-embedded
 fi
 log "runs took $(( $(date +%s) - START ))s"
+LOAD_AFTER=$(cut -d" " -f1-3 /proc/loadavg)
+GIT_REV=$(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo unknown)
+[[ -n $(cd "$ROOT" && git status --porcelain --untracked-files=no -- crates Cargo.toml 2>/dev/null) ]] && GIT_REV="$GIT_REV + uncommitted changes in crates/"
 
 # ---------------------------------------------------------------- report
+# Kept (git-ignored) so the markdown can be regenerated, e.g. after editing
+# bench/notes.md: python3 bench/report.py --results bench/target/last-results.jsonl …
+mkdir -p "$ROOT/bench/target" && cp "$RESULTS" "$ROOT/bench/target/last-results.jsonl"
 REPORT_ARGS=(--results "$RESULTS" --command "$COMMAND" --nproc "$NPROC"
+  --load "$LOAD_BEFORE (before) / $LOAD_AFTER (after)" --revision "$GIT_REV"
   --duration "$DURATION" --subscribers "$SUBSCRIBERS"
   --nats-version "$(nats-server --version 2>&1 | head -n 1)"
   --lockfile "$ROOT/bench/Cargo.lock"

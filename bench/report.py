@@ -266,6 +266,14 @@ def render(res, args, raw_lines):
         "[docs/benchmarks.md](docs/benchmarks.md). MB = 10⁶ bytes of payload.",
         "",
     ]
+    facts = []
+    if args.revision:
+        facts.append(f"tagwire revision: {args.revision}")
+    if args.load:
+        facts.append(f"load average (1/5/15 min): {args.load} — the machine is shared, "
+                     "so differences under ~10 % are noise")
+    if facts:
+        out += ["; ".join(facts) + ".", ""]
     if args.tagwire_skipped:
         out += [f"**tagwire was not measured in this run:** {args.tagwire_skipped}. "
                 "Its rows, ratios and targets are missing below.", ""]
@@ -332,6 +340,8 @@ def main(argv=None):
     p.add_argument("--duration", default="?")
     p.add_argument("--subscribers", type=int, default=10)
     p.add_argument("--date")
+    p.add_argument("--load", help="load averages (1/5/15 min) around the runs")
+    p.add_argument("--revision", help="git revision of the tagwire measured")
     p.add_argument("--nats-version")
     p.add_argument("--lockfile")
     p.add_argument("--notes", help="markdown appended as the analysis (bench/notes.md)")

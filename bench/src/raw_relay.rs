@@ -302,7 +302,15 @@ fn stream(server: &str, params: RunParams) -> Result<Vec<measure::SubSnapshot>, 
     }
     let frame = frame(&params.payload())?;
     let publisher = connect(server, ROLE_PUBLISHER, STREAM_TOPIC)?;
-    let mut out = BufWriter::with_capacity(CHUNK, publisher);
+    // Small frames are gathered into CHUNK-sized writes; a frame of a
+    // quarter chunk or more goes straight to the socket (BufWriter passes
+    // writes at least its capacity through), saving a copy per message.
+    let capacity = if frame.len() >= CHUNK / 4 {
+        frame.len()
+    } else {
+        CHUNK
+    };
+    let mut out = BufWriter::with_capacity(capacity, publisher);
     let start = Instant::now();
     let mut sent: u64 = 0;
     loop {

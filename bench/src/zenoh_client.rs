@@ -8,8 +8,8 @@
 //! Zenoh's own `z_pub_thr`) with batching on; latency publishers are
 //! `express` (no batching), as in Zenoh's `z_ping`/`z_pong`.
 
-use std::sync::mpsc;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use zenoh::qos::CongestionControl;
@@ -153,48 +153,87 @@ fn latency(router: &str, params: RunParams) -> Result<RttRecorder, BenchError> {
         .wait()
         .map_err(BenchError::zenoh("declaring the echo subscriber"))?;
 
+    // Pinger: as in `tagwire bench`, the pong callback records the round
+    // trip and sends the next ping itself, so no thread hand-off is timed.
     let pinger = open_client(router)?;
-    let (tx, rx) = mpsc::sync_channel::<()>(16);
-    let pong_sub = pinger
-        .declare_subscriber(PONG_KEY)
-        .callback(move |_sample| {
-            let _ = tx.try_send(());
-        })
-        .wait()
-        .map_err(BenchError::zenoh("declaring the pinger subscriber"))?;
-    let ping_pub = pinger
-        .declare_publisher(PING_KEY)
-        .congestion_control(CongestionControl::Block)
-        .express(true)
-        .wait()
-        .map_err(BenchError::zenoh("declaring the ping publisher"))?;
-    wait_matching(&ping_pub)?;
+    let ping_pub = Arc::new(
+        pinger
+            .declare_publisher(PING_KEY)
+            .congestion_control(CongestionControl::Block)
+            .express(true)
+            .wait()
+            .map_err(BenchError::zenoh("declaring the ping publisher"))?,
+    );
     let payload = zenoh::bytes::ZBytes::from(params.payload());
-    let mut rtt = RttRecorder::new();
-    let start = Instant::now();
-    let result = loop {
-        if start.elapsed() >= params.duration {
-            break Ok(());
-        }
-        let t0 = Instant::now();
-        if let Err(e) = ping_pub.put(payload.clone()).wait() {
-            break Err(BenchError::zenoh("sending a ping")(e));
-        }
-        match rx.recv_timeout(REPLY_TIMEOUT) {
-            Ok(()) => rtt.record(t0.elapsed()),
-            Err(_) => {
-                break Err(BenchError::ReplyTimeout {
-                    system: NAME,
-                    timeout_ms: REPLY_TIMEOUT.as_millis() as u64,
-                    round_trips: rtt.round_trips(),
-                })
-            }
-        }
+    let state = Arc::new(Mutex::new(PingState {
+        rtt: RttRecorder::new(),
+        sent_at: Instant::now(),
+    }));
+    let rounds = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let pong_sub = {
+        let (state, rounds, stop) = (Arc::clone(&state), Arc::clone(&rounds), Arc::clone(&stop));
+        let (ping_pub, payload) = (Arc::clone(&ping_pub), payload.clone());
+        pinger
+            .declare_subscriber(PONG_KEY)
+            .callback(move |_sample| {
+                let now = Instant::now();
+                let mut s = lock(&state);
+                let rtt = now.saturating_duration_since(s.sent_at);
+                s.rtt.record(rtt);
+                rounds.fetch_add(1, Ordering::Release);
+                if !stop.load(Ordering::Acquire) {
+                    s.sent_at = Instant::now();
+                    drop(s);
+                    let _ = ping_pub.put(payload.clone()).wait();
+                }
+            })
+            .wait()
+            .map_err(BenchError::zenoh("declaring the pinger subscriber"))?
     };
-    drop(ping_pub);
+    wait_matching(&ping_pub)?;
+    lock(&state).sent_at = Instant::now();
+    ping_pub
+        .put(payload.clone())
+        .wait()
+        .map_err(BenchError::zenoh("sending the first ping"))?;
+    let start = Instant::now();
+    let mut seen = 0;
+    let mut moved_at = Instant::now();
+    let mut result = Ok(());
+    while start.elapsed() < params.duration {
+        std::thread::sleep(Duration::from_millis(20));
+        let r = rounds.load(Ordering::Acquire);
+        if r != seen {
+            seen = r;
+            moved_at = Instant::now();
+        } else if moved_at.elapsed() >= REPLY_TIMEOUT {
+            result = Err(BenchError::ReplyTimeout {
+                system: NAME,
+                timeout_ms: REPLY_TIMEOUT.as_millis() as u64,
+                round_trips: r,
+            });
+            break;
+        }
+    }
+    stop.store(true, Ordering::Release);
+    std::thread::sleep(Duration::from_millis(50));
     drop(pong_sub);
     drop(echo_sub);
     let _ = pinger.close().wait();
     let _ = echo.close().wait();
+    let rtt = std::mem::take(&mut lock(&state).rtt);
     result.map(|()| rtt)
+}
+
+/// The pinger's state, shared with its pong callback.
+struct PingState {
+    rtt: RttRecorder,
+    sent_at: Instant,
+}
+
+fn lock(state: &Mutex<PingState>) -> MutexGuard<'_, PingState> {
+    // The callback cannot leave the state half-written (plain stores), so a
+    // poisoned lock is still usable.
+    state.lock().unwrap_or_else(|p| p.into_inner())
 }

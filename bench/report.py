@@ -186,7 +186,8 @@ def latency_table(res, nm, pinned):
 
 
 def ratio_table(res, nm):
-    head = ["tagwire", "metric", "size"] + [f"÷ {nm[b].split(' (')[0]}" for b in BASELINES]
+    short = {"raw-relay": "raw relay", "nats": "nats-server", "zenoh": "Zenoh"}
+    head = ["tagwire", "metric", "size"] + [f"÷ {short[b]}" for b in BASELINES]
     rows = []
     metrics = [
         ("throughput msgs/s (higher is better)", lambda l, s: res.thr(l, s)),

@@ -139,7 +139,7 @@ fn sweep(
 /// has its own proxy and the capacities bind, so units cannot be solved one
 /// by one.
 fn exhaustive_limit(md: &mut String) {
-    let _ = writeln!(md, "\nExhaustive search on coupled problems (40 nodes, one proxy per subscriber, capacities binding)\n");
+    let _ = writeln!(md, "\nExhaustive search on coupled problems (40 random nodes, one proxy per subscriber, capacities on 60 % of links and 50 % of nodes; \"capacity rows\" are those that can bind)\n");
     let _ = writeln!(md, "| proxies | candidates | capacity rows | combinations | visited | exhaustive ms | MIP ms |");
     let _ = writeln!(md, "|---:|---:|---:|---:|---:|---:|---:|");
     for subs in [2usize, 4, 6, 8, 10, 12, 16, 20, 30, 40] {

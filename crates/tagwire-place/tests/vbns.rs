@@ -63,13 +63,26 @@ fn check_case(tag: &str, subscribers: usize, algorithm: AlgorithmChoice) -> Plac
     )
     .expect("solvable");
     let oracle = chain_oracle(&spec);
-    let got: Vec<String> = report
-        .proxies
-        .iter()
-        .map(|p| p.proxy_node.clone())
-        .collect();
-    let want: Vec<String> = oracle.iter().map(|(j, _)| j.clone()).collect();
-    assert_eq!(got, want, "proxy nodes of {tag}");
+    for (p, (_, cost)) in report.proxies.iter().zip(&oracle) {
+        assert!(
+            (p.bandwidth - cost).abs() < 1e-6 * cost.max(1.0),
+            "{tag}/{}: cost {} vs oracle {cost}",
+            p.subscribers[0].subscriber,
+            p.bandwidth
+        );
+    }
+    // The exhaustive search breaks ties towards the node declared first, as
+    // the oracle does; the MIP may return any of several equal optima
+    // (n2 has T' = T, so nodes 0, 1 and 2 cost the same).
+    if algorithm == AlgorithmChoice::Exhaustive {
+        let got: Vec<String> = report
+            .proxies
+            .iter()
+            .map(|p| p.proxy_node.clone())
+            .collect();
+        let want: Vec<String> = oracle.iter().map(|(j, _)| j.clone()).collect();
+        assert_eq!(got, want, "proxy nodes of {tag}");
+    }
     let total: f64 = oracle.iter().map(|(_, c)| c).sum();
     assert!((report.objective_value - total).abs() < 1e-6 * total.max(1.0));
     for p in &report.proxies {

@@ -29,7 +29,8 @@ pub struct PlaceArgs {
     /// Print the result as JSON (format tagwire-placement/1).
     #[arg(long)]
     pub json: bool,
-    /// Also print the per-node table of delays and costs (like Appendix A).
+    /// Also print the per-node table of delays and costs (like Appendix A);
+    /// with --json it goes to stderr.
     #[arg(long)]
     pub explain: bool,
 }
@@ -85,8 +86,14 @@ pub fn run_to(args: &PlaceArgs, out: &mut dyn Write) -> Result<(), PlaceError> {
     let report = PlacementReport::new(&problem, args.objective, algorithm, &assignment);
 
     let w = |out: &mut dyn Write, s: &str| out.write_all(s.as_bytes()).map_err(PlaceError::Output);
-    if args.explain && !args.json {
-        w(out, &explain(&problem, Some(&assignment)))?;
+    if args.explain {
+        let table = explain(&problem, Some(&assignment));
+        if args.json {
+            // Keep stdout pure JSON for the daemon; the table goes to stderr.
+            eprint!("{table}");
+        } else {
+            w(out, &table)?;
+        }
     }
     if args.json {
         let text =

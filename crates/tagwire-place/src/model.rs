@@ -294,6 +294,9 @@ impl Tag {
 }
 
 /// A validated topology: names resolved, numbers checked, graph connected.
+/// Fields are public for reading (and for tests and benchmarks that tweak a
+/// capacity); changing them skips validation, so prefer editing the
+/// [`TopologySpec`] and validating again.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Topology {
     /// Nodes in declaration order.

@@ -109,3 +109,22 @@ fn a_bad_file_exits_non_zero_with_the_error() {
         "{err}"
     );
 }
+
+#[test]
+fn json_topology_files_are_read_by_extension() {
+    let text = std::fs::read_to_string(example("appendix-a.toml")).expect("example");
+    let spec = tagwire_place::TopologySpec::from_toml_str(&text).expect("toml");
+    let dir = std::env::temp_dir().join(format!("tagwire-place-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join("appendix-a.json");
+    std::fs::write(&path, serde_json::to_string(&spec).expect("json")).expect("write");
+    let (ok, out, err) = run(&[path.to_str().expect("utf-8 path"), "--json", "--explain"]);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("stdout is pure JSON");
+    assert_eq!(v["proxies"][0]["proxy_node"], "1");
+    assert!(
+        err.contains("K·4f' = 200"),
+        "explain table on stderr: {err}"
+    );
+}

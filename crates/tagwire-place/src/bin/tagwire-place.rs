@@ -17,6 +17,10 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     match tagwire_place::cli::run(&cli.args) {
         Ok(()) => std::process::ExitCode::SUCCESS,
+        // `tagwire-place … | head`: the reader left; not an error.
+        Err(tagwire_place::PlaceError::Output(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+            std::process::ExitCode::SUCCESS
+        }
         Err(e) => {
             eprintln!("error: {e}");
             std::process::ExitCode::from(2)

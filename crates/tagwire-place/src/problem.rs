@@ -398,16 +398,9 @@ impl<'t> PlacementProblem<'t> {
         // node whose worst excess over a bound is smallest.
         let mut best: Option<(f64, usize, usize)> = None;
         for e in &evals {
-            for (pos, &s) in unit.subscribers.iter().enumerate() {
-                let bound = tag.subscribers[s].max_delay_ms.unwrap_or(f64::INFINITY);
-                let excess = e.delays_ms[pos] - bound;
-                if excess > 0.0 {
-                    let worse_here = evals_worst(e, unit, tag);
-                    if best.is_none_or(|(b, _, _)| worse_here.0 < b) {
-                        best = Some((worse_here.0, e.node, worse_here.1));
-                    }
-                    break;
-                }
+            let (excess, pos) = worst_excess(e, unit, tag);
+            if excess > 0.0 && best.map_or(true, |(b, _, _)| excess < b) {
+                best = Some((excess, e.node, pos));
             }
         }
         match best {
@@ -576,7 +569,7 @@ impl<'t> PlacementProblem<'t> {
 }
 
 /// Largest excess of a delay over its bound at one node: (excess, position).
-fn evals_worst(e: &NodeEvaluation, unit: &Unit, tag: &crate::model::Tag) -> (f64, usize) {
+fn worst_excess(e: &NodeEvaluation, unit: &Unit, tag: &crate::model::Tag) -> (f64, usize) {
     let mut worst = (f64::NEG_INFINITY, 0);
     for (pos, &s) in unit.subscribers.iter().enumerate() {
         let bound = tag.subscribers[s].max_delay_ms.unwrap_or(f64::INFINITY);

@@ -109,7 +109,7 @@ fn naive(problem: &PlacementProblem<'_>, objective: Objective) -> Option<f64> {
                 .enumerate()
                 .map(|(u, &k)| objective.value(cands[u][k].bandwidth, cands[u][k].cpu))
                 .sum();
-            if best.is_none_or(|b| v < b) {
+            if best.map_or(true, |b| v < b) {
                 best = Some(v);
             }
         }

@@ -40,7 +40,7 @@ fn chain_oracle(spec: &TopologySpec) -> Vec<(String, f64)> {
                     continue;
                 }
                 let cost = j as f64 * l + d_sub * l2;
-                if best.is_none_or(|(_, c)| cost < c) {
+                if best.map_or(true, |(_, c)| cost < c) {
                     best = Some((j, cost));
                 }
             }

@@ -73,3 +73,39 @@ impl ShortestPathTree {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::TopologySpec;
+
+    #[test]
+    fn equal_length_routes_take_the_link_declared_first_and_sum_latency() {
+        // A square p-a-s / p-b-s: both routes are two hops; p-a is declared
+        // first, so the tree from p reaches s through a.
+        let topo = TopologySpec::from_toml_str(
+            r#"
+            nodes = [{ name = "p" }, { name = "a" }, { name = "b" }, { name = "s" }]
+            links = [
+              { name = "pa", between = ["p", "a"], latency_ms = 1 },
+              { name = "pb", between = ["p", "b"] },
+              { name = "as", between = ["a", "s"], latency_ms = 2 },
+              { name = "bs", between = ["b", "s"] },
+            ]
+            [[tags]]
+            name = "/t"
+            publisher = "p"
+            period_ms = 1
+            subscribers = [{ name = "x", node = "s" }]
+            "#,
+        )
+        .and_then(|s| s.validate())
+        .expect("valid");
+        let tree = ShortestPathTree::new(&topo, 0);
+        assert_eq!(tree.hops(3), 2);
+        assert_eq!(tree.latency_ms(3), 3.0);
+        let mut links = Vec::new();
+        tree.for_each_link(3, |l, _, _| links.push(topo.links[l].name.clone()));
+        assert_eq!(links, vec!["as", "pa"]);
+    }
+}

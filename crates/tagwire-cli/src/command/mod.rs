@@ -24,7 +24,15 @@ pub fn run(cli: Cli) -> CmdResult {
         Command::Ping(a) => ping::run(&connect(server.as_deref())?, a),
         Command::Bench(a) => bench::run(server.as_deref(), a),
         Command::Admin(a) => admin::run(&connect(server.as_deref())?, a),
-        Command::Place(a) => Ok(tagwire_place::cli::run(&a)?),
+        Command::Place(a) => match tagwire_place::cli::run(&a) {
+            // `tagwire place … | head` closing the pipe is not an error.
+            Err(tagwire_place::PlaceError::Output(e))
+                if e.kind() == std::io::ErrorKind::BrokenPipe =>
+            {
+                Ok(())
+            }
+            r => Ok(r?),
+        },
     }
 }
 

@@ -270,7 +270,9 @@ pub const DEFAULT_CACHE_ENTRIES: usize = 4096;
 pub struct TagTable<T> {
     root: Node<T>,
     patterns: HashMap<SubId, Pattern>,
-    cache: HashMap<Box<str>, Arc<[T]>>,
+    /// Looked up once per published event: hashbrown's default hasher
+    /// (foldhash, seeded per process) is several times cheaper than SipHash.
+    cache: hashbrown::HashMap<Box<str>, Arc<[T]>>,
     cache_capacity: usize,
 }
 
@@ -286,7 +288,7 @@ impl<T: Clone> TagTable<T> {
         TagTable {
             root: Node::new(false),
             patterns: HashMap::new(),
-            cache: HashMap::new(),
+            cache: hashbrown::HashMap::new(),
             cache_capacity,
         }
     }

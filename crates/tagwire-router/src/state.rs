@@ -33,7 +33,8 @@ pub(crate) struct State {
     pub channels: HashMap<u64, Rc<Channel>>,
     pub endpoints: EndpointRegistry,
     pub connections: HashMap<u64, ConnEntry>,
-    pub tags: HashMap<Box<str>, TagStats>,
+    /// Updated once per published event, so a fast (seeded) hasher.
+    pub tags: hashbrown::HashMap<Box<str>, TagStats>,
     pub untracked_publishes: u64,
     pub expired: u64,
     /// Filters attached by subscriptions and admin requests.
@@ -50,7 +51,7 @@ impl State {
             channels: HashMap::new(),
             endpoints,
             connections: HashMap::new(),
-            tags: HashMap::new(),
+            tags: hashbrown::HashMap::new(),
             untracked_publishes: 0,
             expired: 0,
             filters: FilterBook::default(),

@@ -8,7 +8,8 @@
 //! *flusher* thread writes batched publishes. Publishing writes directly
 //! from the caller's thread when the stream is idle (lowest latency) and
 //! batches when publishes come faster than [`HOT_INTERVAL`] apart (highest
-//! throughput: one `write` carries many events).
+//! throughput: one `write` carries many events; the flusher lingers up to
+//! 50 µs for a batch, so the last events of a burst wait at most that long).
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -30,6 +31,9 @@ use crate::url::ServerUrl;
 
 /// Publishes closer together than this are batched into one write.
 pub const HOT_INTERVAL: Duration = Duration::from_micros(20);
+/// In burst mode, how long the flusher waits for more events before writing
+/// a small batch: the most a burst's last events wait.
+const LINGER: Duration = Duration::from_micros(50);
 /// Buffered publish bytes that force an immediate write.
 const HIGH_WATER: usize = 64 * 1024;
 /// How long a request (declare, subscribe, admin) waits for its reply.
@@ -566,6 +570,14 @@ fn flusher_main(inner: Arc<Inner>) {
         }
         if inner.closed.load(Ordering::Relaxed) {
             return;
+        }
+        // Burst mode: linger briefly so one write carries many events (the
+        // publisher writes a full batch itself at HIGH_WATER).
+        if w.buf.len() < HIGH_WATER / 4 {
+            w = inner
+                .flush_cv
+                .wait_timeout(w, LINGER)
+                .map_or_else(|e| e.into_inner().0, |(g, _)| g);
         }
         w.flush_requested = false;
         let _ = inner.flush_locked(w);

@@ -16,8 +16,10 @@ use std::time::Duration;
 use bytes::BytesMut;
 use criterion::{criterion_group, BenchmarkId, Criterion};
 use tagwire_core::filter::{
-    FilterLimits, MatchScratch, RegexTarget, SubscriptionIndex, SubscriptionSpec,
+    Filter, FilterLimits, MatchScratch, RegexTarget, SubscriptionIndex, SubscriptionSpec,
 };
+use tagwire_core::route::Routes;
+use tagwire_core::tags::Pattern;
 use tagwire_proto::{Event, EventRef, Value};
 
 const SIZES: [usize; 5] = [20_000, 40_000, 60_000, 80_000, 100_000];
@@ -174,6 +176,52 @@ fn bench_kind(c: &mut Criterion, kind: &str, sizes: &[usize]) {
     group.finish();
 }
 
+/// The daemon's view: `n` channels on one pattern, channel *i* filtered by
+/// `$.key == i`, routed by [`Routes`] (through the index), against the same
+/// channels with the equivalent unindexable `$.key >= i and $.key <= i`
+/// (every channel's filter evaluated, as a router without an index would).
+fn bench_routes(c: &mut Criterion) {
+    let mut group = c.benchmark_group("routes");
+    group
+        .sample_size(20)
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(1));
+    for (name, text) in [
+        ("indexed", "$.key == {i}"),
+        ("evaluated", "$.key >= {i} and $.key <= {i}"),
+    ] {
+        for n in [20_000usize, 100_000] {
+            let mut routes: Routes<u64> = Routes::new(limits());
+            let pattern = Pattern::parse("/bench/**").expect("pattern");
+            for i in 0..n as u64 {
+                let f = Filter::compile(&text.replace("{i}", &i.to_string()), &limits())
+                    .expect("bench filter compiles");
+                routes
+                    .add_channel(i, i % 100, pattern.clone(), i, vec![(i, f)], None)
+                    .expect("channel added");
+            }
+            let mut ev = Event::new("/bench/topic", &b"payload"[..]);
+            ev.fields.push(("key".into(), Value::Int((n / 2) as i64)));
+            let buf = encode(&ev);
+            let event = EventRef::parse(&buf).expect("bench event parses");
+            let mut hits = 0usize;
+            routes.route(&event, |_, _| hits += 1);
+            eprintln!(
+                "routes/{name} n={n}: {hits} destinations, {:?}",
+                routes.stats()
+            );
+            group.bench_with_input(BenchmarkId::new(name, n), &n, |b, _| {
+                b.iter(|| {
+                    let mut hits = 0usize;
+                    routes.route(black_box(&event), |_, _| hits += 1);
+                    black_box(hits)
+                })
+            });
+        }
+    }
+    group.finish();
+}
+
 fn figure3(c: &mut Criterion) {
     for kind in ["integer", "string", "tag-value", "regex", "constraint"] {
         bench_kind(c, kind, &SIZES);
@@ -182,7 +230,7 @@ fn figure3(c: &mut Criterion) {
     bench_kind(c, "regex-scan", &[20_000, 100_000]);
 }
 
-criterion_group!(benches, figure3);
+criterion_group!(benches, figure3, bench_routes);
 
 fn main() {
     benches();

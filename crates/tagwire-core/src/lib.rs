@@ -8,6 +8,8 @@
 //! - [`qos`]: channel QoS properties parsed from `(name, value)` pairs.
 //! - [`filter`]: the content-filter language, mapping filters, TAO's filter
 //!   levels and the indexed matcher for many content subscriptions.
+//! - [`route`]: where an event goes — patterns, filter levels and the index
+//!   in one table, used by the router for every publish.
 //!
 //! ```
 //! use tagwire_core::tags::{Pattern, TagTable};
@@ -20,4 +22,5 @@ pub mod endpoint;
 pub mod filter;
 pub mod qos;
 pub mod queue;
+pub mod route;
 pub mod tags;

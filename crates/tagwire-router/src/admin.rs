@@ -5,6 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 use tagwire_core::filter::InterFilterOp;
+use tagwire_core::route::RouteError;
 use tagwire_proto::ErrorCode;
 
 use crate::filters::{op_name, FilterRecord};
@@ -71,16 +72,14 @@ pub(crate) fn handle(st: &mut State, body: &str) -> Result<String, (ErrorCode, S
                 .ok_or_else(|| bad(format!("no filter with id {id}")))?;
             match rec.info.level {
                 FilterLevel::Session => {
-                    if let Some(c) = st.connections.get(&rec.connection) {
-                        c.session.list.borrow_mut().remove(id);
-                    }
+                    st.routes.remove_session_filter(rec.connection, id);
                 }
                 FilterLevel::Channel => {
-                    for ch in rec.channels.iter().filter_map(|g| st.channels.get(g)) {
-                        ch.filters.list.borrow_mut().remove(id);
-                        let mut m = ch.filters.mapping.borrow_mut();
-                        if m.as_ref().is_some_and(|(mid, _)| *mid == id) {
-                            *m = None;
+                    for g in &rec.channels {
+                        if rec.info.kind == "map" {
+                            st.routes.remove_mapping(*g, id);
+                        } else {
+                            st.routes.remove_channel_filter(*g, id);
                         }
                     }
                 }
@@ -101,9 +100,7 @@ pub(crate) fn handle(st: &mut State, body: &str) -> Result<String, (ErrorCode, S
                 }
             };
             let conn = owner(st, &endpoint)?;
-            if let Some(c) = st.connections.get(&conn) {
-                c.session.op.set(op);
-            }
+            st.routes.set_op(conn, op);
             for r in st
                 .filters
                 .records
@@ -168,6 +165,12 @@ fn add_filter(
         .filter(|(_, ch)| &*ch.endpoint == endpoint)
         .map(|(g, _)| *g)
         .collect();
+    let refused = |e: RouteError| {
+        (
+            ErrorCode::InvalidFilter,
+            format!("cannot add {kind} {text:?}: {e}"),
+        )
+    };
     match (level, kind) {
         (FilterLevel::Session, "map") => {
             return Err(bad(
@@ -179,13 +182,7 @@ fn add_filter(
                 .filters
                 .compile(&text)
                 .map_err(|e| invalid(kind, &text, e))?;
-            let session = st.connections.get(&conn).map(|c| c.session.clone());
-            if let Some(s) = session {
-                s.list
-                    .borrow_mut()
-                    .add(id, f)
-                    .map_err(|e| invalid(kind, &text, e))?;
-            }
+            st.routes.add_session_filter(conn, id, f).map_err(refused)?;
         }
         (FilterLevel::Channel, _) => {
             if channels.is_empty() {
@@ -198,11 +195,7 @@ fn add_filter(
                     .filters
                     .compile_mapping(&text)
                     .map_err(|e| invalid(kind, &text, e))?;
-                for g in &channels {
-                    if let Some(ch) = st.channels.get(g) {
-                        *ch.filters.mapping.borrow_mut() = Some((id, m.clone()));
-                    }
-                }
+                st.routes.set_mapping(&channels, id, &m);
                 // A channel holds one mapping filter: the new one replaces any other.
                 for r in st
                     .filters
@@ -220,23 +213,13 @@ fn add_filter(
                     .filters
                     .compile(&text)
                     .map_err(|e| invalid(kind, &text, e))?;
-                for g in &channels {
-                    if let Some(ch) = st.channels.get(g) {
-                        ch.filters
-                            .list
-                            .borrow_mut()
-                            .add(id, f.clone())
-                            .map_err(|e| invalid(kind, &text, e))?;
-                    }
-                }
+                st.routes
+                    .add_channel_filter(&channels, id, &f)
+                    .map_err(refused)?;
             }
         }
     }
-    let interfilter = st
-        .connections
-        .get(&conn)
-        .map_or("and", |c| op_name(c.session.op.get()))
-        .to_owned();
+    let interfilter = op_name(st.routes.op(conn)).to_owned();
     st.filters.records.insert(
         id,
         FilterRecord {
@@ -317,6 +300,11 @@ pub struct SubscriptionInfo {
     pub dropped: u64,
     /// Events written to the subscriber.
     pub delivered: u64,
+    /// How the router finds it per event: `tag` (pattern only), `filtered`
+    /// (pattern, then its filters evaluated) or `indexed` (through the
+    /// subscription index; see docs/filters.md).
+    #[serde(default)]
+    pub route: String,
 }
 
 /// One tag.

@@ -18,8 +18,6 @@ use tagwire_proto::{deliver_prefix, Frame, DELIVER_PREFIX_LEN};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::Notify;
 
-use crate::filters::{ChannelFilters, SessionFilters};
-
 /// Most events gathered into one vectored write (two iovecs each).
 pub const BATCH_EVENTS: usize = 256;
 /// Most bytes gathered into one vectored write.
@@ -46,10 +44,6 @@ pub(crate) struct Channel {
     scheduled: Cell<bool>,
     /// The connection it delivers on.
     pub outbox: Rc<Outbox>,
-    /// This channel's own (proxy) filters and mapping filter.
-    pub filters: ChannelFilters,
-    /// Its connection's session (admin) filters.
-    pub session: Rc<SessionFilters>,
 }
 
 /// What [`Channel::offer`] did with an event.
@@ -74,7 +68,6 @@ impl Channel {
         pattern: String,
         queue: BoundedQueue<Bytes>,
         outbox: Rc<Outbox>,
-        session: Rc<SessionFilters>,
     ) -> Self {
         Channel {
             sub,
@@ -85,8 +78,6 @@ impl Channel {
             reject_reported: Cell::new(false),
             scheduled: Cell::new(false),
             outbox,
-            filters: ChannelFilters::default(),
-            session,
         }
     }
 

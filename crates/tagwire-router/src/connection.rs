@@ -23,9 +23,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 
 use crate::channel::{Channel, Offer, Outbox};
 use crate::config::Limits;
-use crate::filters::{
-    op_name, rewrite, FilterInfo, FilterLevel, FilterRecord, SessionFilters, Verdict,
-};
+use crate::filters::{op_name, rewrite, FilterInfo, FilterLevel, FilterRecord};
 use crate::state::{ConnEntry, State};
 
 /// How long a closing connection's writer may take to flush its last frames.
@@ -175,7 +173,6 @@ fn register(state: &RefCell<State>, peer: &str, outbox: &Rc<Outbox>) -> Result<(
             name: String::new(),
             peer: peer.to_owned(),
             outbox: outbox.clone(),
-            session: Rc::new(SessionFilters::default()),
         },
     );
     Ok((id, limits))
@@ -439,7 +436,7 @@ impl Conn {
         let mut st = self.state.borrow_mut();
         let limits = &st.config.limits;
         if self.subs.len() >= limits.max_subscriptions_per_connection
-            || st.table.len() >= limits.max_subscriptions
+            || st.routes.len() >= limits.max_subscriptions
         {
             let msg = format!(
                 "subscription limit reached ({} per connection, {} in all)",
@@ -453,32 +450,34 @@ impl Conn {
             limits.max_queue_bytes,
             channel_qos.discard,
         );
-        let session = match st.connections.get(&self.id) {
-            Some(c) => c.session.clone(),
-            None => Rc::default(),
-        };
         let channel = Rc::new(Channel::new(
             sub,
             endpoint_name.clone(),
             pattern.to_owned(),
             queue,
             self.outbox.clone(),
-            session,
         ));
         let global = (self.id << 32) | sub as u64;
+        let mut filters = Vec::new();
+        let mut mapping = None;
+        let mut records = Vec::new();
         for (kind, text, f) in compiled {
             let id = st.filters.next_id();
-            let attached = match f {
-                Compiled::Filter(f) => channel.filters.list.borrow_mut().add(id, f),
-                Compiled::Mapping(m) => {
-                    *channel.filters.mapping.borrow_mut() = Some((id, m));
-                    Ok(())
-                }
-            };
-            if let Err(e) = attached {
-                drop(st);
-                return self.fail(ErrorCode::InvalidFilter, req, e.to_string());
+            match f {
+                Compiled::Filter(f) => filters.push((id, f)),
+                Compiled::Mapping(m) => mapping = Some((id, m)),
             }
+            records.push((id, kind, text));
+        }
+        let added =
+            st.routes
+                .add_channel(global, self.id, parsed, channel.clone(), filters, mapping);
+        if let Err(e) = added {
+            drop(st);
+            return self.fail(ErrorCode::InvalidFilter, req, e.to_string());
+        }
+        let interfilter = op_name(st.routes.op(self.id));
+        for (id, kind, text) in records {
             st.filters.records.insert(
                 id,
                 FilterRecord {
@@ -488,14 +487,13 @@ impl Conn {
                         level: FilterLevel::Channel,
                         kind: kind.to_owned(),
                         text,
-                        interfilter: op_name(channel.session.op.get()).to_owned(),
+                        interfilter: interfilter.to_owned(),
                     },
                     connection: self.id,
                     channels: vec![global],
                 },
             );
         }
-        st.table.insert(global, parsed, channel.clone());
         st.channels.insert(global, channel);
         drop(st);
         self.subs.insert(sub, global);
@@ -541,25 +539,19 @@ impl Conn {
             return Next::Continue;
         }
         st.note_publish(ev.tag, ev.publisher);
-        let channels = st.table.matches(ev.tag);
-        drop(st);
         let mut reject = None;
         let mut expired_by_mapping = 0;
-        for ch in channels.iter() {
-            let offer = if ch.filters.is_idle(&ch.session) {
+        st.routes.route(&ev, |ch, overrides| {
+            let offer = if overrides.is_empty() {
                 ch.offer(&event)
             } else {
-                match ch.filters.judge(&ch.session, &ev) {
-                    Verdict::Reject => continue,
-                    Verdict::Deliver => ch.offer(&event),
-                    Verdict::Rewrite(o) => match rewrite(&event, o) {
-                        Some(copy) if EventRef::parse(&copy).is_ok_and(|e| expired(&e)) => {
-                            expired_by_mapping += 1;
-                            continue;
-                        }
-                        Some(copy) => ch.offer(&copy),
-                        None => ch.offer(&event),
-                    },
+                match rewrite(&event, overrides) {
+                    Some(copy) if EventRef::parse(&copy).is_ok_and(|e| expired(&e)) => {
+                        expired_by_mapping += 1;
+                        return;
+                    }
+                    Some(copy) => ch.offer(&copy),
+                    None => ch.offer(&event),
                 }
             };
             if let Offer::Rejected { report: true } = offer {
@@ -567,10 +559,9 @@ impl Conn {
                     .get_or_insert_with(Vec::new)
                     .push(format!("{} ({})", ch.endpoint, ch.pattern));
             }
-        }
-        if expired_by_mapping > 0 {
-            self.state.borrow_mut().expired += expired_by_mapping;
-        }
+        });
+        st.expired += expired_by_mapping;
+        drop(st);
         match reject {
             Some(who) => self.fail(
                 ErrorCode::QueueFull,
@@ -604,7 +595,7 @@ impl Conn {
 
     fn drop_channel(&self, global: u64) {
         let mut st = self.state.borrow_mut();
-        st.table.remove(global);
+        st.routes.remove_channel(global);
         st.channels.remove(&global);
         st.filters.forget_channel(global);
     }
@@ -639,8 +630,8 @@ impl Conn {
     /// Forgets this connection's subscriptions and endpoints.
     fn cleanup(&mut self) {
         let mut st = self.state.borrow_mut();
+        st.routes.remove_session(self.id);
         for (_, global) in self.subs.drain() {
-            st.table.remove(global);
             st.channels.remove(&global);
         }
         st.filters.forget_connection(self.id);

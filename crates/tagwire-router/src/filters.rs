@@ -4,78 +4,25 @@
 //! default, or OR) combines the two levels. A mapping filter on a channel
 //! rewrites the priority or lifetime of that channel's copy of an event.
 //!
+//! The filters themselves live in the lane's
+//! [`Routes`](tagwire_core::route::Routes), which evaluates them (through the
+//! subscription index where it can) when an event is routed; this module
+//! keeps the bookkeeping `tagwire admin filter list|remove` needs.
+//!
 //! With one daemon, the publisher's daemon and the subscriber's daemon are the
 //! same router, so filters run once, when the event is routed: an event a
 //! filter rejects is never queued. (Federation will evaluate the same sets at
 //! the publisher's daemon, carried with interest, so that rejected events
 //! never cross a link.)
 
-use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 
 use bytes::{Bytes, BytesMut};
 use serde::{Deserialize, Serialize};
 use tagwire_core::filter::{
-    levels_pass, Filter, FilterError, FilterLimits, FilterList, InterFilterOp, MappingFilter,
-    Overrides,
+    Filter, FilterError, FilterLimits, InterFilterOp, MappingFilter, Overrides,
 };
-use tagwire_proto::{Event, EventRef, Expiry};
-
-/// A connection's session-level (TAO admin) filters and operator.
-#[derive(Debug, Default)]
-pub(crate) struct SessionFilters {
-    pub list: RefCell<FilterList>,
-    pub op: Cell<InterFilterOp>,
-}
-
-/// A channel's own (TAO proxy) filters and mapping filter.
-#[derive(Debug, Default)]
-pub(crate) struct ChannelFilters {
-    pub list: RefCell<FilterList>,
-    pub mapping: RefCell<Option<(u64, MappingFilter)>>,
-}
-
-/// What the filters decided for one event on one channel.
-pub(crate) enum Verdict {
-    /// Filtered out.
-    Reject,
-    /// Deliver the event as published.
-    Deliver,
-    /// Deliver a copy with these header changes.
-    Rewrite(Overrides),
-}
-
-impl ChannelFilters {
-    /// Whether this channel needs any evaluation (a cheap check first).
-    pub fn is_idle(&self, session: &SessionFilters) -> bool {
-        self.list.borrow().is_empty()
-            && self.mapping.borrow().is_none()
-            && session.list.borrow().is_empty()
-    }
-
-    /// Applies both levels and the mapping filter to `ev`.
-    pub fn judge(&self, session: &SessionFilters, ev: &EventRef<'_>) -> Verdict {
-        if !levels_pass(
-            session.op.get(),
-            &session.list.borrow(),
-            &self.list.borrow(),
-            ev,
-        ) {
-            return Verdict::Reject;
-        }
-        match &*self.mapping.borrow() {
-            Some((_, m)) => {
-                let o = m.apply(ev);
-                if o.is_empty() {
-                    Verdict::Deliver
-                } else {
-                    Verdict::Rewrite(o)
-                }
-            }
-            None => Verdict::Deliver,
-        }
-    }
-}
+use tagwire_proto::{Event, Expiry};
 
 /// The event re-encoded with a mapping filter's overrides (a per-channel
 /// copy: only channels whose mapping fires pay for it).

@@ -1,4 +1,5 @@
-//! The routing state a lane holds: the tag table of channels, the endpoint
+//! The routing state a lane holds: the routes (channels by pattern and
+//! filter), the endpoint
 //! registry, connection and tag bookkeeping. Single-threaded (`Rc`/`RefCell`)
 //! because a lane is one thread; nothing here is held across an `.await`.
 
@@ -6,19 +7,17 @@ use std::collections::HashMap;
 use std::rc::Rc;
 
 use tagwire_core::endpoint::EndpointRegistry;
-use tagwire_core::tags::TagTable;
+use tagwire_core::route::Routes;
 
 use crate::admin::{ConnectionInfo, EndpointEntry, Listing, SubscriptionInfo, TagInfo};
 use crate::channel::{Channel, Outbox};
 use crate::config::RouterConfig;
-use crate::filters::{FilterBook, SessionFilters};
+use crate::filters::FilterBook;
 
 pub(crate) struct ConnEntry {
     pub name: String,
     pub peer: String,
     pub outbox: Rc<Outbox>,
-    /// Session-level (admin) filters, shared with the connection's channels.
-    pub session: Rc<SessionFilters>,
 }
 
 pub(crate) struct TagStats {
@@ -28,7 +27,9 @@ pub(crate) struct TagStats {
 
 pub(crate) struct State {
     pub config: RouterConfig,
-    pub table: TagTable<Rc<Channel>>,
+    /// Channels by pattern, with their filters and their sessions' (one
+    /// session per connection, keyed by connection id).
+    pub routes: Routes<Rc<Channel>>,
     /// Every channel by its router-wide subscription id.
     pub channels: HashMap<u64, Rc<Channel>>,
     pub endpoints: EndpointRegistry,
@@ -45,16 +46,17 @@ pub(crate) struct State {
 impl State {
     pub fn new(config: RouterConfig) -> Self {
         let endpoints = EndpointRegistry::new(config.limits.max_endpoints);
+        let filters = FilterBook::default();
         State {
             config,
-            table: TagTable::default(),
+            routes: Routes::new(filters.limits.clone()),
             channels: HashMap::new(),
             endpoints,
             connections: HashMap::new(),
             tags: hashbrown::HashMap::new(),
             untracked_publishes: 0,
             expired: 0,
-            filters: FilterBook::default(),
+            filters,
             next_conn: 1,
         }
     }
@@ -126,7 +128,7 @@ impl State {
                 .collect(),
             subscriptions: channels
                 .into_iter()
-                .map(|(_, ch)| {
+                .map(|(id, ch)| {
                     let q = ch.queue.borrow();
                     SubscriptionInfo {
                         endpoint: ch.endpoint.to_string(),
@@ -136,6 +138,7 @@ impl State {
                         discard: q.policy().to_string(),
                         dropped: q.dropped(),
                         delivered: ch.delivered.get(),
+                        route: self.routes.kind(*id).map_or("", |k| k.as_str()).to_owned(),
                     }
                 })
                 .collect(),

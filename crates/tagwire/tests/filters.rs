@@ -272,3 +272,49 @@ fn admin_filter_errors_name_the_problem() {
         assert!(e.to_string().contains("999999"), "{name}: {e}");
     }
 }
+
+#[test]
+fn many_keyed_subscriptions_are_routed_through_the_index() {
+    const N: i64 = 200;
+    for (name, server) in all_servers() {
+        let s = server.session();
+        let subs: Vec<Subscriber> = (0..N)
+            .map(|i| {
+                s.subscribe("/keys/**")
+                    .endpoint(&format!("/keys/sub{i}"))
+                    .filter(&format!("$.key == {i}"))
+                    .filter("$.marker == true")
+                    .receiver()
+                    .expect("subscribe")
+            })
+            .collect();
+        let listing = s.list().expect("list");
+        let routes: Vec<&str> = listing
+            .subscriptions
+            .iter()
+            .filter(|x| x.pattern == "/keys/**")
+            .map(|x| x.route.as_str())
+            .collect();
+        assert_eq!(routes.len(), N as usize, "{name}");
+        assert!(routes.iter().all(|r| *r == "indexed"), "{name}: {routes:?}");
+
+        let p = publisher(&server, "/keys/pub");
+        for i in (0..N).rev() {
+            p.event("/keys/x", format!("k{i}"))
+                .field("key", i)
+                .send()
+                .expect("publish");
+        }
+        p.event("/keys/x", "end")
+            .field("marker", true)
+            .send()
+            .expect("marker");
+        for (i, sub) in subs.iter().enumerate() {
+            assert_eq!(
+                received_after(sub),
+                vec![format!("k{i}")],
+                "{name}: sub {i}"
+            );
+        }
+    }
+}

@@ -23,13 +23,20 @@ pub fn run(session: &Session, a: ListArgs) -> CmdResult {
     }
     println!("\nSUBSCRIPTIONS");
     println!(
-        "  {:<32} {:<24} {:>7} {:>7} {:<12} {:>10} {:>8}",
+        "  {:<32} {:<24} {:>7} {:>7} {:<12} {:>10} {:>8}  ROUTE",
         "ENDPOINT", "PATTERN", "DEPTH", "BOUND", "DISCARD", "DELIVERED", "DROPPED"
     );
     for s in &l.subscriptions {
         println!(
-            "  {:<32} {:<24} {:>7} {:>7} {:<12} {:>10} {:>8}",
-            s.endpoint, s.pattern, s.queue_depth, s.queue_bound, s.discard, s.delivered, s.dropped
+            "  {:<32} {:<24} {:>7} {:>7} {:<12} {:>10} {:>8}  {}",
+            s.endpoint,
+            s.pattern,
+            s.queue_depth,
+            s.queue_bound,
+            s.discard,
+            s.delivered,
+            s.dropped,
+            s.route
         );
     }
     println!("\nTAGS");

@@ -623,6 +623,30 @@ impl<T: Clone> SubscriptionIndex<T> {
     /// Fails on a compile error, a duplicate id, or a full index; the index
     /// is unchanged then.
     pub fn insert(&mut self, id: u64, spec: SubscriptionSpec, value: T) -> Result<(), FilterError> {
+        self.insert_with(id, spec, value, false).map(|_| ())
+    }
+
+    /// Adds `filter` under `id` only if events find it through the equality
+    /// or literal index (it is neither matched by every event nor evaluated
+    /// for every event); returns whether it was added. The router uses this
+    /// to keep per-event cost proportional to the candidates, not to every
+    /// filter held.
+    pub fn insert_indexed(
+        &mut self,
+        id: u64,
+        filter: Filter,
+        value: T,
+    ) -> Result<bool, FilterError> {
+        self.insert_with(id, SubscriptionSpec::Filter(filter), value, true)
+    }
+
+    fn insert_with(
+        &mut self,
+        id: u64,
+        spec: SubscriptionSpec,
+        value: T,
+        indexed_only: bool,
+    ) -> Result<bool, FilterError> {
         if self.by_id.contains_key(&id) {
             return Err(FilterError::DuplicateId { id });
         }
@@ -637,6 +661,12 @@ impl<T: Clone> SubscriptionIndex<T> {
         let mut filter = spec.compile(&self.limits)?;
         let slots = self.bind(&mut filter);
         let access = self.choose_access(&filter.root);
+        if indexed_only && matches!(access, Access::All | Access::Scan) {
+            for s in slots {
+                self.release_slot(s);
+            }
+            return Ok(false);
+        }
         if matches!(access, Access::Scan) && self.stats.unindexed >= self.limits.max_unindexed {
             for s in slots {
                 self.release_slot(s);
@@ -702,7 +732,7 @@ impl<T: Clone> SubscriptionIndex<T> {
             slots,
         });
         self.by_id.insert(id, e);
-        Ok(())
+        Ok(true)
     }
 
     /// Removes subscription `id`, returning its handle.

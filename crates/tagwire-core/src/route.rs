@@ -1,0 +1,514 @@
+//! Where an event goes: tag patterns, TAO's filter levels and the
+//! subscription index in one structure, so the daemon, embedded mode and the
+//! benchmarks ask the same code for an event's destinations.
+//!
+//! A *channel* is one subscription: a pattern, the *session* (connection) it
+//! belongs to, its own (TAO proxy) filters and at most one mapping filter. A
+//! session holds the admin-level filters and the operator between the levels
+//! (see [`levels_pass`]).
+//!
+//! Each channel is found one of two ways, chosen again whenever its filters,
+//! its session's filters or the operator change:
+//! - **through the index**: a channel with its own filters, in a session
+//!   whose operator is AND (or that has no filters), can only receive an
+//!   event one of its own filters matches. If every one of those filters has
+//!   an equality or a required literal, they sit in a [`SubscriptionIndex`];
+//!   per event the index finds the filters that match without evaluating the
+//!   others, and only those channels' patterns and session filters are
+//!   checked. A daemon with 100,000 filtered subscriptions on one pattern
+//!   evaluates a handful per event, not 100,000.
+//! - **by tag**: every other channel is found through the tag trie; if it
+//!   has filters of any level or a mapping filter they are evaluated for each
+//!   event whose tag it matches.
+//!
+//! Either way the result is that of [`levels_pass`] on every channel whose
+//! pattern matches (a property test checks this).
+
+use std::collections::HashMap;
+
+use tagwire_proto::EventRef;
+
+use crate::filter::{
+    levels_pass, Filter, FilterError, FilterLimits, FilterList, InterFilterOp, MappingFilter,
+    MatchScratch, Overrides, SubscriptionIndex,
+};
+use crate::tags::{Pattern, TagTable};
+
+/// A channel's id, unique in one [`Routes`].
+pub type ChannelId = u64;
+/// A session's id (the daemon uses its connection id).
+pub type SessionId = u64;
+/// A filter's id, chosen by the caller (for `filter list|remove`).
+pub type FilterId = u64;
+
+/// What went wrong changing the routes; the routes are unchanged then.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RouteError {
+    /// `add_channel` with an id already present.
+    #[error("channel {0} already exists")]
+    DuplicateChannel(ChannelId),
+    /// The channel is not present.
+    #[error("no channel {0}")]
+    UnknownChannel(ChannelId),
+    /// A filter list refused the filter (duplicate id, list full).
+    #[error(transparent)]
+    Filter(#[from] FilterError),
+}
+
+/// A channel as the tag trie holds it.
+#[derive(Debug, Clone)]
+struct ByTag<T> {
+    id: ChannelId,
+    /// Whether any filter (either level) or a mapping filter must be applied.
+    judge: bool,
+    value: T,
+}
+
+#[derive(Debug)]
+struct Chan<T> {
+    session: SessionId,
+    pattern: Pattern,
+    value: T,
+    proxy: FilterList,
+    mapping: Option<(FilterId, MappingFilter)>,
+    /// Index entries holding `proxy`'s filters while the channel is found
+    /// through the index; empty while it is found by tag.
+    entries: Vec<u64>,
+}
+
+impl<T> Chan<T> {
+    fn mapped(&self, event: &EventRef<'_>) -> Overrides {
+        self.mapping
+            .as_ref()
+            .map_or_else(Overrides::default, |(_, m)| m.apply(event))
+    }
+}
+
+#[derive(Debug)]
+struct Session {
+    admin: FilterList,
+    op: InterFilterOp,
+    channels: Vec<ChannelId>,
+}
+
+/// How one channel is found (shown by `tagwire list`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RouteKind {
+    /// By tag alone, with nothing to evaluate.
+    Plain,
+    /// By tag, with its filters evaluated for each event the tag matches.
+    Judged,
+    /// Through the subscription index.
+    Indexed,
+}
+
+impl RouteKind {
+    /// `tag`, `filtered` or `indexed`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RouteKind::Plain => "tag",
+            RouteKind::Judged => "filtered",
+            RouteKind::Indexed => "indexed",
+        }
+    }
+}
+
+/// How many channels are found each way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RouteStats {
+    /// Channels found by tag alone, with nothing to evaluate.
+    pub plain: usize,
+    /// Channels found by tag whose filters are evaluated per event.
+    pub judged: usize,
+    /// Channels found through the subscription index.
+    pub indexed: usize,
+}
+
+/// The routing table: channels by pattern, their filters and sessions.
+///
+/// Bounded by its caller: the daemon limits the channels and
+/// [`FilterLimits::max_filters_per_channel`] the filters of each level.
+#[derive(Debug)]
+pub struct Routes<T> {
+    limits: FilterLimits,
+    by_tag: TagTable<ByTag<T>>,
+    /// Patterns of the indexed channels: the index is probed only for
+    /// events that at least one of them matches.
+    indexed_tags: TagTable<()>,
+    index: SubscriptionIndex<ChannelId>,
+    scratch: MatchScratch,
+    hits: Vec<ChannelId>,
+    channels: HashMap<ChannelId, Chan<T>>,
+    sessions: HashMap<SessionId, Session>,
+    next_entry: u64,
+}
+
+impl<T: Clone> Default for Routes<T> {
+    fn default() -> Self {
+        Routes::new(FilterLimits::default())
+    }
+}
+
+impl<T: Clone> Routes<T> {
+    /// Empty routes; `limits` bound each filter list.
+    pub fn new(limits: FilterLimits) -> Self {
+        let index_limits = FilterLimits {
+            // The index only ever holds indexed filters; the caller bounds
+            // how many channels (and so filters) there are.
+            max_subscriptions: usize::MAX,
+            ..limits.clone()
+        };
+        Routes {
+            by_tag: TagTable::default(),
+            indexed_tags: TagTable::default(),
+            index: SubscriptionIndex::new(index_limits),
+            scratch: MatchScratch::new(),
+            hits: Vec::new(),
+            channels: HashMap::new(),
+            sessions: HashMap::new(),
+            next_entry: 0,
+            limits,
+        }
+    }
+
+    /// The limits filter lists are bounded by.
+    pub fn limits(&self) -> &FilterLimits {
+        &self.limits
+    }
+
+    /// Number of channels.
+    pub fn len(&self) -> usize {
+        self.channels.len()
+    }
+
+    /// True when there are no channels.
+    pub fn is_empty(&self) -> bool {
+        self.channels.is_empty()
+    }
+
+    /// How many channels are found each way.
+    pub fn stats(&self) -> RouteStats {
+        let mut s = RouteStats::default();
+        for ch in self.channels.values() {
+            match self.kind_of(ch) {
+                RouteKind::Plain => s.plain += 1,
+                RouteKind::Judged => s.judged += 1,
+                RouteKind::Indexed => s.indexed += 1,
+            }
+        }
+        s
+    }
+
+    /// How channel `id` is found.
+    pub fn kind(&self, id: ChannelId) -> Option<RouteKind> {
+        self.channels.get(&id).map(|ch| self.kind_of(ch))
+    }
+
+    fn kind_of(&self, ch: &Chan<T>) -> RouteKind {
+        if !ch.entries.is_empty() {
+            RouteKind::Indexed
+        } else if self.needs_judge(ch) {
+            RouteKind::Judged
+        } else {
+            RouteKind::Plain
+        }
+    }
+
+    /// The operator between a session's levels (AND for an unknown session).
+    pub fn op(&self, session: SessionId) -> InterFilterOp {
+        self.sessions
+            .get(&session)
+            .map_or_else(Default::default, |s| s.op)
+    }
+
+    /// Adds channel `id` of `session` on `pattern` with its own filters and
+    /// mapping filter; `value` is what [`Routes::route`] hands back.
+    pub fn add_channel(
+        &mut self,
+        id: ChannelId,
+        session: SessionId,
+        pattern: Pattern,
+        value: T,
+        filters: Vec<(FilterId, Filter)>,
+        mapping: Option<(FilterId, MappingFilter)>,
+    ) -> Result<(), RouteError> {
+        if self.channels.contains_key(&id) {
+            return Err(RouteError::DuplicateChannel(id));
+        }
+        let mut proxy = FilterList::new(&self.limits);
+        for (fid, f) in filters {
+            proxy.add(fid, f)?;
+        }
+        self.channels.insert(
+            id,
+            Chan {
+                session,
+                pattern,
+                value,
+                proxy,
+                mapping,
+                entries: Vec::new(),
+            },
+        );
+        self.session_mut(session).channels.push(id);
+        self.place(id);
+        Ok(())
+    }
+
+    /// Removes channel `id`, returning its value.
+    pub fn remove_channel(&mut self, id: ChannelId) -> Option<T> {
+        self.unplace(id);
+        let ch = self.channels.remove(&id)?;
+        if let Some(s) = self.sessions.get_mut(&ch.session) {
+            s.channels.retain(|c| *c != id);
+        }
+        Some(ch.value)
+    }
+
+    /// Removes a session and all its channels, returning their values.
+    pub fn remove_session(&mut self, session: SessionId) -> Vec<T> {
+        let Some(s) = self.sessions.remove(&session) else {
+            return Vec::new();
+        };
+        s.channels
+            .into_iter()
+            .filter_map(|c| {
+                self.unplace(c);
+                self.channels.remove(&c).map(|ch| ch.value)
+            })
+            .collect()
+    }
+
+    /// Adds filter `fid` to the own (proxy) level of every channel in
+    /// `channels`: to all of them, or (on an error) to none.
+    pub fn add_channel_filter(
+        &mut self,
+        channels: &[ChannelId],
+        fid: FilterId,
+        filter: &Filter,
+    ) -> Result<(), RouteError> {
+        if let Some(c) = channels.iter().find(|c| !self.channels.contains_key(c)) {
+            return Err(RouteError::UnknownChannel(*c));
+        }
+        for (i, c) in channels.iter().enumerate() {
+            let added = self
+                .channels
+                .get_mut(c)
+                .map(|ch| ch.proxy.add(fid, filter.clone()));
+            if let Some(Err(e)) = added {
+                for c in &channels[..i] {
+                    if let Some(ch) = self.channels.get_mut(c) {
+                        ch.proxy.remove(fid);
+                    }
+                }
+                return Err(e.into());
+            }
+        }
+        for c in channels {
+            self.place(*c);
+        }
+        Ok(())
+    }
+
+    /// Removes filter `fid` from channel `id`'s own level; whether it was there.
+    pub fn remove_channel_filter(&mut self, id: ChannelId, fid: FilterId) -> bool {
+        let removed = self
+            .channels
+            .get_mut(&id)
+            .is_some_and(|ch| ch.proxy.remove(fid).is_some());
+        if removed {
+            self.place(id);
+        }
+        removed
+    }
+
+    /// Sets (replaces) the mapping filter of every channel in `channels`.
+    pub fn set_mapping(&mut self, channels: &[ChannelId], fid: FilterId, mapping: &MappingFilter) {
+        for c in channels {
+            if let Some(ch) = self.channels.get_mut(c) {
+                ch.mapping = Some((fid, mapping.clone()));
+                self.place(*c);
+            }
+        }
+    }
+
+    /// Removes channel `id`'s mapping filter if its id is `fid`; whether it was.
+    pub fn remove_mapping(&mut self, id: ChannelId, fid: FilterId) -> bool {
+        let removed = self.channels.get_mut(&id).is_some_and(|ch| {
+            let hit = ch.mapping.as_ref().is_some_and(|(f, _)| *f == fid);
+            if hit {
+                ch.mapping = None;
+            }
+            hit
+        });
+        if removed {
+            self.place(id);
+        }
+        removed
+    }
+
+    /// Adds filter `fid` to a session's (admin) level.
+    pub fn add_session_filter(
+        &mut self,
+        session: SessionId,
+        fid: FilterId,
+        filter: Filter,
+    ) -> Result<(), RouteError> {
+        self.session_mut(session).admin.add(fid, filter)?;
+        self.replace_session(session);
+        Ok(())
+    }
+
+    /// Removes filter `fid` from a session's level; whether it was there.
+    pub fn remove_session_filter(&mut self, session: SessionId, fid: FilterId) -> bool {
+        let removed = self
+            .sessions
+            .get_mut(&session)
+            .is_some_and(|s| s.admin.remove(fid).is_some());
+        if removed {
+            self.replace_session(session);
+        }
+        removed
+    }
+
+    /// Sets the operator between a session's two levels.
+    pub fn set_op(&mut self, session: SessionId, op: InterFilterOp) {
+        self.session_mut(session).op = op;
+        self.replace_session(session);
+    }
+
+    /// Calls `deliver(value, overrides)` once for every channel that gets
+    /// `event`; `overrides` are what its mapping filter sets (empty if none).
+    pub fn route(&mut self, event: &EventRef<'_>, mut deliver: impl FnMut(&T, Overrides)) {
+        let tag = event.tag;
+        for e in self.by_tag.matches(tag).iter() {
+            if !e.judge {
+                deliver(&e.value, Overrides::default());
+                continue;
+            }
+            let Some(ch) = self.channels.get(&e.id) else {
+                continue;
+            };
+            let Some(s) = self.sessions.get(&ch.session) else {
+                continue;
+            };
+            if levels_pass(s.op, &s.admin, &ch.proxy, event) {
+                deliver(&e.value, ch.mapped(event));
+            }
+        }
+        if self.index.is_empty() || self.indexed_tags.matches(tag).is_empty() {
+            return;
+        }
+        self.hits.clear();
+        self.index
+            .matching(event, &mut self.scratch, &mut self.hits);
+        if self.hits.len() > 1 {
+            // A channel with several matching filters is delivered once.
+            self.hits.sort_unstable();
+            self.hits.dedup();
+        }
+        for id in &self.hits {
+            let Some(ch) = self.channels.get(id) else {
+                continue;
+            };
+            // Indexed channels' sessions use AND or have no filters.
+            let session_passes = self
+                .sessions
+                .get(&ch.session)
+                .is_some_and(|s| s.admin.passes(event));
+            if session_passes && ch.pattern.matches(tag) {
+                deliver(&ch.value, ch.mapped(event));
+            }
+        }
+    }
+
+    fn session_mut(&mut self, session: SessionId) -> &mut Session {
+        let limits = &self.limits;
+        self.sessions.entry(session).or_insert_with(|| Session {
+            admin: FilterList::new(limits),
+            op: InterFilterOp::default(),
+            channels: Vec::new(),
+        })
+    }
+
+    fn replace_session(&mut self, session: SessionId) {
+        let channels = self
+            .sessions
+            .get(&session)
+            .map(|s| s.channels.clone())
+            .unwrap_or_default();
+        for c in channels {
+            self.place(c);
+        }
+    }
+
+    fn needs_judge(&self, ch: &Chan<T>) -> bool {
+        !ch.proxy.is_empty()
+            || ch.mapping.is_some()
+            || self
+                .sessions
+                .get(&ch.session)
+                .is_some_and(|s| !s.admin.is_empty())
+    }
+
+    /// Takes channel `id` out of the trie or the index.
+    fn unplace(&mut self, id: ChannelId) {
+        let Some(ch) = self.channels.get_mut(&id) else {
+            return;
+        };
+        if ch.entries.is_empty() {
+            self.by_tag.remove(id);
+        } else {
+            for e in ch.entries.drain(..) {
+                self.index.remove(e);
+            }
+            self.indexed_tags.remove(id);
+        }
+    }
+
+    /// Puts channel `id` where its filters say (see the module docs),
+    /// taking it out of where it was first.
+    fn place(&mut self, id: ChannelId) {
+        self.unplace(id);
+        let Some(ch) = self.channels.get(&id) else {
+            return;
+        };
+        let session_allows = !matches!(
+            self.sessions.get(&ch.session),
+            Some(s) if s.op == InterFilterOp::Or && !s.admin.is_empty()
+        );
+        if !ch.proxy.is_empty() && session_allows {
+            let mut entries = Vec::with_capacity(ch.proxy.len());
+            let mut all_indexed = true;
+            for (_, f) in ch.proxy.iter() {
+                let e = self.next_entry;
+                self.next_entry += 1;
+                match self.index.insert_indexed(e, f.clone(), id) {
+                    Ok(true) => entries.push(e),
+                    _ => {
+                        all_indexed = false;
+                        break;
+                    }
+                }
+            }
+            if all_indexed {
+                let pattern = ch.pattern.clone();
+                self.indexed_tags.insert(id, pattern, ());
+                if let Some(ch) = self.channels.get_mut(&id) {
+                    ch.entries = entries;
+                }
+                return;
+            }
+            for e in entries {
+                self.index.remove(e);
+            }
+        }
+        let entry = ByTag {
+            id,
+            judge: self.needs_judge(ch),
+            value: ch.value.clone(),
+        };
+        self.by_tag.insert(id, ch.pattern.clone(), entry);
+    }
+}

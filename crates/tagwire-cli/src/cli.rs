@@ -171,8 +171,12 @@ pub enum AdminCommand {
 pub enum Level {
     /// Every subscription of the endpoint's session (TAO admin).
     Session,
-    /// Each subscription of the endpoint (TAO proxy).
+    /// Each subscription of the endpoint (TAO proxy); on a publisher
+    /// endpoint, the same as `publisher`.
     Channel,
+    /// A publisher endpoint's own events (TAO supplier side): events no such
+    /// filter accepts are dropped before routing.
+    Publisher,
 }
 
 /// `tagwire admin filter …`.
@@ -180,10 +184,12 @@ pub enum Level {
 pub enum FilterCommand {
     /// Attach a filter (or, with --map, a mapping filter) through an endpoint.
     Add {
-        /// The subscriber endpoint, e.g. /viewer3.
+        /// The endpoint, e.g. /viewer3 (a subscriber) or /sensors/pub (a publisher).
         #[arg(long)]
         endpoint: String,
-        /// session: all of the endpoint's session; channel: the endpoint's subscriptions.
+        /// session: all of the endpoint's session; channel: the endpoint's
+        /// subscriptions (or, for a publisher endpoint, its events); publisher: a
+        /// publisher endpoint's events.
         #[arg(long, value_enum, default_value_t = Level::Channel)]
         level: Level,
         /// The text is a mapping filter ('map priority=high when …').

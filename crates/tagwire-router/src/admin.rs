@@ -83,6 +83,11 @@ pub(crate) fn handle(st: &mut State, body: &str) -> Result<String, (ErrorCode, S
                         }
                     }
                 }
+                FilterLevel::Publisher => {
+                    if let Some(f) = st.sources.get(rec.info.endpoint.as_str()) {
+                        f.borrow_mut().remove(id);
+                    }
+                }
             }
             Ok(serde_json::json!({ "removed": id }))
         }
@@ -158,6 +163,18 @@ fn add_filter(
         (None, Some(m)) => ("map", m),
         _ => return Err(bad("give exactly one of \"filter\" and \"map\"".into())),
     };
+    // On a publisher endpoint the default (channel) level means the
+    // publisher's own filters: it has no channels.
+    let is_publisher = st.sources.contains_key(endpoint);
+    let level = match (level, is_publisher) {
+        (FilterLevel::Channel, true) => FilterLevel::Publisher,
+        (FilterLevel::Publisher, false) => {
+            return Err(bad(format!(
+                "endpoint {endpoint:?} is not a publisher; publisher-level filters attach to publisher endpoints"
+            )))
+        }
+        (level, _) => level,
+    };
     let id = st.filters.next_id();
     let channels: Vec<u64> = st
         .channels
@@ -172,6 +189,24 @@ fn add_filter(
         )
     };
     match (level, kind) {
+        (FilterLevel::Publisher, "map") => {
+            return Err(bad(
+                "mapping filters attach to subscriptions (level \"channel\"), not publishers"
+                    .into(),
+            ))
+        }
+        (FilterLevel::Publisher, _) => {
+            let f = st
+                .filters
+                .compile(&text)
+                .map_err(|e| invalid(kind, &text, e))?;
+            if let Some(source) = st.sources.get(endpoint) {
+                source
+                    .borrow_mut()
+                    .add(id, f)
+                    .map_err(|e| invalid(kind, &text, e))?;
+            }
+        }
         (FilterLevel::Session, "map") => {
             return Err(bad(
                 "mapping filters attach to channels, not sessions (use level \"channel\")".into(),
@@ -259,6 +294,9 @@ pub struct Listing {
     pub untracked_publishes: u64,
     /// Events dropped because they had expired on arrival.
     pub expired: u64,
+    /// Events dropped by their publisher's (publisher-level) filters.
+    #[serde(default)]
+    pub filtered_at_source: u64,
 }
 
 /// One client connection.

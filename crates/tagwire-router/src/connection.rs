@@ -12,6 +12,7 @@ use std::rc::Rc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::{Bytes, BytesMut};
+use tagwire_core::filter::FilterList;
 use tagwire_core::qos::ChannelQos;
 use tagwire_core::queue::BoundedQueue;
 use tagwire_core::tags::{validate_tag, Pattern};
@@ -23,7 +24,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 
 use crate::channel::{Channel, Offer, Outbox};
 use crate::config::Limits;
-use crate::filters::{op_name, rewrite, FilterInfo, FilterLevel, FilterRecord};
+use crate::filters::{op_name, rewrite, FilterInfo, FilterLevel, FilterRecord, SourceFilters};
 use crate::state::{ConnEntry, State};
 
 /// How long a closing connection's writer may take to flush its last frames.
@@ -34,6 +35,8 @@ const READ_CHUNK: usize = 64 * 1024;
 struct Endpoint {
     name: Rc<str>,
     kind: EndpointKind,
+    /// A publisher's own filters (empty: everything passes).
+    filters: SourceFilters,
 }
 
 /// Per-connection protocol state.
@@ -262,7 +265,12 @@ impl Conn {
                             self.drop_channel(g);
                         }
                     }
-                    self.state.borrow_mut().endpoints.remove(&e.name);
+                    let mut st = self.state.borrow_mut();
+                    st.endpoints.remove(&e.name);
+                    if st.sources.remove(&e.name).is_some() {
+                        st.filters.forget_publisher(&e.name);
+                    }
+                    drop(st);
                     self.ack(req)
                 }
                 None => self.fail(
@@ -374,11 +382,21 @@ impl Conn {
             return self.fail(code, req, e.to_string());
         }
         tracing::debug!(conn = self.id, endpoint = %name, ?kind, "endpoint declared");
+        let name: Rc<str> = name.into();
+        let filters = {
+            let mut st = self.state.borrow_mut();
+            let filters = Rc::new(RefCell::new(FilterList::new(&st.filters.limits)));
+            if kind == EndpointKind::Publisher {
+                st.sources.insert(name.clone(), filters.clone());
+            }
+            filters
+        };
         self.endpoints.insert(
             id,
             Endpoint {
-                name: name.into(),
+                name,
                 kind,
+                filters,
             },
         );
         self.ack(req)
@@ -516,8 +534,8 @@ impl Conn {
             Ok(ev) => ev,
             Err(e) => return self.fail(ErrorCode::Malformed, 0, format!("bad Publish frame: {e}")),
         };
-        let publisher = match self.endpoints.get(&id) {
-            Some(e) if e.kind == EndpointKind::Publisher => &e.name,
+        let (publisher, source) = match self.endpoints.get(&id) {
+            Some(e) if e.kind == EndpointKind::Publisher => (&e.name, &e.filters),
             _ => return self.fail(ErrorCode::UnknownEndpoint, 0, format!("publish on endpoint id {id}, which this connection has not declared as a publisher")),
         };
         if ev.publisher != &**publisher {
@@ -536,6 +554,14 @@ impl Conn {
         let mut st = self.state.borrow_mut();
         if expired(&ev) {
             st.expired += 1;
+            return Next::Continue;
+        }
+        let accepted = {
+            let f = source.borrow();
+            f.is_empty() || f.any_matches(&ev)
+        };
+        if !accepted {
+            st.filtered_at_source += 1;
             return Next::Continue;
         }
         st.note_publish(ev.tag, ev.publisher);
@@ -639,6 +665,7 @@ impl Conn {
         let mut st = self.state.borrow_mut();
         for (_, e) in self.endpoints.drain() {
             st.endpoints.remove(&e.name);
+            st.sources.remove(&e.name);
         }
         st.connections.remove(&self.id);
     }

@@ -20,9 +20,14 @@ use std::collections::HashMap;
 use bytes::{Bytes, BytesMut};
 use serde::{Deserialize, Serialize};
 use tagwire_core::filter::{
-    Filter, FilterError, FilterLimits, InterFilterOp, MappingFilter, Overrides,
+    Filter, FilterError, FilterLimits, FilterList, InterFilterOp, MappingFilter, Overrides,
 };
 use tagwire_proto::{Event, Expiry};
+
+/// A publisher endpoint's filters, shared between its connection (which
+/// applies them to each publish) and the router's state (where admin
+/// requests change them).
+pub(crate) type SourceFilters = std::rc::Rc<std::cell::RefCell<FilterList>>;
 
 /// The event re-encoded with a mapping filter's overrides (a per-channel
 /// copy: only channels whose mapping fires pay for it).
@@ -48,6 +53,9 @@ pub enum FilterLevel {
     /// Each channel of the endpoint (TAO proxy).
     #[default]
     Channel,
+    /// A publisher endpoint (TAO supplier-side proxy): its events that no
+    /// such filter accepts are dropped before routing, for every subscriber.
+    Publisher,
 }
 
 /// One filter known to the router, as `tagwire admin filter list` shows it.
@@ -96,6 +104,12 @@ impl FilterBook {
             r.channels.retain(|c| *c != global);
             r.info.level == FilterLevel::Session || !r.channels.is_empty()
         });
+    }
+
+    /// Forgets the publisher-level filters of endpoint `name`.
+    pub fn forget_publisher(&mut self, name: &str) {
+        self.records
+            .retain(|_, r| r.info.level != FilterLevel::Publisher || r.info.endpoint != name);
     }
 
     /// Forgets everything attached through connection `conn`.

@@ -12,7 +12,7 @@ use tagwire_core::route::Routes;
 use crate::admin::{ConnectionInfo, EndpointEntry, Listing, SubscriptionInfo, TagInfo};
 use crate::channel::{Channel, Outbox};
 use crate::config::RouterConfig;
-use crate::filters::FilterBook;
+use crate::filters::{FilterBook, SourceFilters};
 
 pub(crate) struct ConnEntry {
     pub name: String,
@@ -40,6 +40,10 @@ pub(crate) struct State {
     pub expired: u64,
     /// Filters attached by subscriptions and admin requests.
     pub filters: FilterBook,
+    /// Each publisher endpoint's filters, by endpoint name.
+    pub sources: HashMap<Rc<str>, SourceFilters>,
+    /// Events dropped because their publisher's filters rejected them.
+    pub filtered_at_source: u64,
     next_conn: u64,
 }
 
@@ -57,6 +61,8 @@ impl State {
             untracked_publishes: 0,
             expired: 0,
             filters,
+            sources: HashMap::new(),
+            filtered_at_source: 0,
             next_conn: 1,
         }
     }
@@ -145,6 +151,7 @@ impl State {
             tags,
             untracked_publishes: self.untracked_publishes,
             expired: self.expired,
+            filtered_at_source: self.filtered_at_source,
         }
     }
 }

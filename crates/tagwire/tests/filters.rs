@@ -318,3 +318,54 @@ fn many_keyed_subscriptions_are_routed_through_the_index() {
         }
     }
 }
+
+#[test]
+fn publisher_filter_drops_events_before_routing_for_every_subscriber() {
+    for (name, server) in all_servers() {
+        let s = server.session();
+        let a = s.subscribe("/alarms/**").receiver().expect("sub a");
+        let b = s.subscribe("/alarms/a").receiver().expect("sub b");
+        let p = publisher(&server, "/src/pub");
+        let admin = server.session();
+        let reply = admin
+            .admin(&json!({"op": "filter_add", "endpoint": "/src/pub", "filter": "$.severity > 3 or exist $.marker"}))
+            .expect("add");
+        let id = reply["id"].as_u64().expect("id");
+        let listed = admin.admin(&json!({"op": "filter_list"})).expect("list");
+        assert_eq!(listed["filters"][0]["level"], "publisher", "{name}: {listed}");
+
+        let events = [("low", 0, 1), ("high", 0, 5)];
+        assert_eq!(received(&p, &a, &events), vec!["high"], "{name}: a");
+        assert_eq!(received_after(&b), vec!["high"], "{name}: b");
+        assert_eq!(admin.list().expect("list").filtered_at_source, 1, "{name}");
+
+        admin
+            .admin(&json!({"op": "filter_remove", "id": id}))
+            .expect("remove");
+        assert_eq!(received(&p, &a, &events), vec!["low", "high"], "{name}: removed");
+    }
+}
+
+#[test]
+fn publisher_level_errors_name_the_problem() {
+    for (name, server) in all_servers() {
+        let s = server.session();
+        let _sub = s
+            .subscribe("/x")
+            .endpoint("/lvl/sub")
+            .receiver()
+            .expect("sub");
+        let _p = publisher(&server, "/lvl/pub");
+        let e = s
+            .admin(&json!({"op": "filter_add", "endpoint": "/lvl/sub", "level": "publisher", "filter": "$priority > 1"}))
+            .unwrap_err();
+        assert!(
+            matches!(&e, Error::Refused { code: ErrorCode::BadRequest, message } if message.contains("/lvl/sub") && message.contains("not a publisher")),
+            "{name}: {e}"
+        );
+        let e = s
+            .admin(&json!({"op": "filter_add", "endpoint": "/lvl/pub", "map": "map priority=high"}))
+            .unwrap_err();
+        assert!(e.to_string().contains("not publishers"), "{name}: {e}");
+    }
+}

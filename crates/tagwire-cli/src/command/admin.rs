@@ -19,6 +19,7 @@ pub fn run(session: &Session, a: AdminArgs) -> CmdResult {
             let level = match level {
                 Level::Session => "session",
                 Level::Channel => "channel",
+                Level::Publisher => "publisher",
             };
             let key = if map { "map" } else { "filter" };
             let reply = session.admin(

@@ -53,5 +53,11 @@ pub fn run(session: &Session, a: ListArgs) -> CmdResult {
     if l.expired > 0 {
         println!("\n{} event(s) dropped as expired on arrival", l.expired);
     }
+    if l.filtered_at_source > 0 {
+        println!(
+            "\n{} event(s) dropped by their publisher's filters",
+            l.filtered_at_source
+        );
+    }
     Ok(())
 }

@@ -313,39 +313,38 @@ impl<T: Clone> Routes<T> {
 
     /// Removes filter `fid` from channel `id`'s own level; whether it was there.
     pub fn remove_channel_filter(&mut self, id: ChannelId, fid: FilterId) -> bool {
-        let removed = self
-            .channels
-            .get_mut(&id)
-            .is_some_and(|ch| ch.proxy.remove(fid).is_some());
-        if removed {
-            self.place(id);
-        }
-        removed
+        self.change_channel(id, |ch| ch.proxy.remove(fid).is_some())
     }
 
     /// Sets (replaces) the mapping filter of every channel in `channels`.
     pub fn set_mapping(&mut self, channels: &[ChannelId], fid: FilterId, mapping: &MappingFilter) {
         for c in channels {
-            if let Some(ch) = self.channels.get_mut(c) {
+            self.change_channel(*c, |ch| {
                 ch.mapping = Some((fid, mapping.clone()));
-                self.place(*c);
-            }
+                true
+            });
         }
     }
 
     /// Removes channel `id`'s mapping filter if its id is `fid`; whether it was.
     pub fn remove_mapping(&mut self, id: ChannelId, fid: FilterId) -> bool {
-        let removed = self.channels.get_mut(&id).is_some_and(|ch| {
+        self.change_channel(id, |ch| {
             let hit = ch.mapping.as_ref().is_some_and(|(f, _)| *f == fid);
             if hit {
                 ch.mapping = None;
             }
             hit
-        });
-        if removed {
+        })
+    }
+
+    /// Applies `change` to channel `id` and, if it reports a change, puts
+    /// the channel where its filters now say; whether it changed.
+    fn change_channel(&mut self, id: ChannelId, change: impl FnOnce(&mut Chan<T>) -> bool) -> bool {
+        let changed = self.channels.get_mut(&id).is_some_and(change);
+        if changed {
             self.place(id);
         }
-        removed
+        changed
     }
 
     /// Adds filter `fid` to a session's (admin) level.

@@ -332,7 +332,10 @@ fn publisher_filter_drops_events_before_routing_for_every_subscriber() {
             .expect("add");
         let id = reply["id"].as_u64().expect("id");
         let listed = admin.admin(&json!({"op": "filter_list"})).expect("list");
-        assert_eq!(listed["filters"][0]["level"], "publisher", "{name}: {listed}");
+        assert_eq!(
+            listed["filters"][0]["level"], "publisher",
+            "{name}: {listed}"
+        );
 
         let events = [("low", 0, 1), ("high", 0, 5)];
         assert_eq!(received(&p, &a, &events), vec!["high"], "{name}: a");
@@ -342,7 +345,11 @@ fn publisher_filter_drops_events_before_routing_for_every_subscriber() {
         admin
             .admin(&json!({"op": "filter_remove", "id": id}))
             .expect("remove");
-        assert_eq!(received(&p, &a, &events), vec!["low", "high"], "{name}: removed");
+        assert_eq!(
+            received(&p, &a, &events),
+            vec!["low", "high"],
+            "{name}: removed"
+        );
     }
 }
 

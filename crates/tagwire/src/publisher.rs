@@ -1,13 +1,14 @@
 //! Publishers: named endpoints that send events on tags.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use tagwire_proto::{Event, Expiry, Value};
 
 use crate::error::Result;
-use crate::session::Session;
+use crate::session::{lock, Session};
 
 /// A declared publisher endpoint. Each event it sends gets the next
 /// per-publisher sequence number and a source timestamp.
@@ -18,6 +19,10 @@ pub struct Publisher {
     name: String,
     seq: AtomicU64,
     express: AtomicBool,
+    /// The event [`Publisher::publish`] reuses, so that a plain publish
+    /// allocates nothing once its tag fits: header fields at their defaults,
+    /// the publisher name set, the tag and payload replaced per call.
+    plain: Mutex<Event>,
 }
 
 fn now_ns() -> u64 {
@@ -33,12 +38,15 @@ fn system_time_ns(t: SystemTime) -> u64 {
 
 impl Publisher {
     pub(crate) fn new(session: Session, id: u32, name: String) -> Self {
+        let mut plain = Event::default();
+        plain.header.publisher.clone_from(&name);
         Publisher {
             session,
             id,
             name,
             seq: AtomicU64::new(0),
             express: AtomicBool::new(false),
+            plain: Mutex::new(plain),
         }
     }
 
@@ -55,9 +63,18 @@ impl Publisher {
         &self.name
     }
 
-    /// Publishes `payload` on `tag` with default header values.
+    /// Publishes `payload` on `tag` with default header values. (The same
+    /// as `self.event(tag, payload).send()`, without building a new event.)
     pub fn publish(&self, tag: &str, payload: impl Into<Bytes>) -> Result<()> {
-        self.event(tag, payload).send()
+        let mut ev = lock(&self.plain);
+        ev.header.tag.clear();
+        ev.header.tag.push_str(tag);
+        ev.header.source_time_ns = 0;
+        ev.payload = payload.into();
+        let sent = self.stamp_and_send(&mut ev);
+        // Do not keep the caller's payload alive until the next publish.
+        ev.payload = Bytes::new();
+        sent
     }
 
     /// Starts an event on `tag` whose header and fields can be set before
@@ -72,15 +89,22 @@ impl Publisher {
     /// Sends a prepared event. Its publisher name and sequence number are
     /// set here; a zero source timestamp is set to now.
     pub fn send(&self, mut event: Event) -> Result<()> {
-        tagwire_core::tags::validate_tag(&event.header.tag)?;
         self.name.clone_into(&mut event.header.publisher);
+        self.stamp_and_send(&mut event)
+    }
+
+    /// Checks the tag, sets the sequence number and (if zero) the source
+    /// timestamp of an event already carrying this publisher's name, and
+    /// hands it to the session.
+    fn stamp_and_send(&self, event: &mut Event) -> Result<()> {
+        tagwire_core::tags::validate_tag(&event.header.tag)?;
         event.header.seq = self.seq.fetch_add(1, Ordering::Relaxed) + 1;
         let now = now_ns();
         if event.header.source_time_ns == 0 {
             event.header.source_time_ns = now;
         }
         let express = self.express.load(Ordering::Relaxed);
-        self.session.inner().publish(self.id, &event, express, now)
+        self.session.inner().publish(self.id, event, express, now)
     }
 
     /// The session this publisher belongs to.

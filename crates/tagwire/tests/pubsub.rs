@@ -46,6 +46,39 @@ fn wildcard_subscriber_receives_event_with_header_and_fields() {
 }
 
 #[test]
+fn plain_publishes_interleaved_with_built_events_carry_their_own_headers() {
+    for (name, server) in all_servers() {
+        let s = server.session();
+        let sub = s.subscribe("/plain/**").receiver().expect("subscribe");
+        let p = s.declare_publisher("/plain/pub").expect("declare");
+        p.publish("/plain/a-longer-tag", "one").expect("publish");
+        p.event("/plain/b", "two")
+            .priority(9)
+            .type_name("T")
+            .send()
+            .expect("send");
+        p.publish("/plain/c", "three").expect("publish");
+        for (seq, tag, payload, priority) in [
+            (1, "/plain/a-longer-tag", "one", 0),
+            (2, "/plain/b", "two", 9),
+            (3, "/plain/c", "three", 0),
+        ] {
+            let got = sub.recv_timeout(WAIT).expect("recv").expect("event");
+            let ev = got.event();
+            assert_eq!(
+                (ev.seq, ev.tag, ev.priority),
+                (seq, tag, priority),
+                "{name}"
+            );
+            assert_eq!(&got.payload()[..], payload.as_bytes(), "{name}");
+            assert_eq!(ev.publisher, "/plain/pub", "{name}");
+            assert!(ev.source_time_ns > 0, "{name}");
+            assert_eq!(ev.type_name.is_some(), seq == 2, "{name}");
+        }
+    }
+}
+
+#[test]
 fn events_on_unmatched_tags_are_not_delivered() {
     for (name, server) in all_servers() {
         let s = server.session();

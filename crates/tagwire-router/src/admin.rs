@@ -338,6 +338,9 @@ pub struct SubscriptionInfo {
     pub dropped: u64,
     /// Events written to the subscriber.
     pub delivered: u64,
+    /// Events that expired while queued (dropped, not delivered).
+    #[serde(default)]
+    pub expired: u64,
     /// How the router finds it per event: `tag` (pattern only), `filtered`
     /// (pattern, then its filters evaluated) or `indexed` (through the
     /// subscription index; see docs/filters.md).

@@ -18,12 +18,27 @@ use tagwire_proto::{deliver_prefix, Frame, DELIVER_PREFIX_LEN};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::Notify;
 
+use crate::connection::now_ns;
+
 /// Most events gathered into one vectored write (two iovecs each).
 pub const BATCH_EVENTS: usize = 256;
 /// Most bytes gathered into one vectored write.
 pub const BATCH_BYTES: usize = 1024 * 1024;
 /// Most events taken from one channel before the next channel's turn.
 const PER_CHANNEL_TURN: usize = 64;
+
+/// The deadline of an event that does not expire.
+pub(crate) const NEVER: u64 = u64::MAX;
+
+/// An event waiting in a channel's queue.
+#[derive(Debug)]
+pub(crate) struct Queued {
+    /// The encoded event, shared with every other channel that got it.
+    pub event: Bytes,
+    /// When it expires (ns since the Unix epoch), or [`NEVER`]: an event
+    /// whose deadline passes while it waits is dropped, not delivered.
+    pub deadline: u64,
+}
 
 /// One subscription: where its events wait for the connection's writer.
 #[derive(Debug)]
@@ -35,9 +50,11 @@ pub(crate) struct Channel {
     /// The pattern as written.
     pub pattern: String,
     /// Queued encoded events.
-    pub queue: RefCell<BoundedQueue<Bytes>>,
+    pub queue: RefCell<BoundedQueue<Queued>>,
     /// Events handed to the socket.
     pub delivered: Cell<u64>,
+    /// Events that expired while queued (dropped, not delivered).
+    pub expired: Cell<u64>,
     /// Whether a `QueueFull` was reported since the queue last accepted.
     pub reject_reported: Cell<bool>,
     /// Whether this channel is in its outbox's ready list.
@@ -66,7 +83,7 @@ impl Channel {
         sub: u32,
         endpoint: Rc<str>,
         pattern: String,
-        queue: BoundedQueue<Bytes>,
+        queue: BoundedQueue<Queued>,
         outbox: Rc<Outbox>,
     ) -> Self {
         Channel {
@@ -75,18 +92,24 @@ impl Channel {
             pattern,
             queue: RefCell::new(queue),
             delivered: Cell::new(0),
+            expired: Cell::new(0),
             reject_reported: Cell::new(false),
             scheduled: Cell::new(false),
             outbox,
         }
     }
 
-    /// Queues `event` (a shared reference, not a copy) and wakes the writer.
-    pub(crate) fn offer(self: &Rc<Self>, event: &Bytes) -> Offer {
+    /// Queues `event` (a shared reference, not a copy), to be dropped if
+    /// still queued at `deadline`, and wakes the writer.
+    pub(crate) fn offer(self: &Rc<Self>, event: &Bytes, deadline: u64) -> Offer {
+        let queued = Queued {
+            event: event.clone(),
+            deadline,
+        };
         let pushed = self
             .queue
             .borrow_mut()
-            .push(event.clone(), event.len() + DELIVER_PREFIX_LEN);
+            .push(queued, event.len() + DELIVER_PREFIX_LEN);
         match pushed {
             Pushed::Queued { .. } => {
                 self.reject_reported.set(false);
@@ -177,21 +200,31 @@ impl Outbox {
         mut total: usize,
     ) {
         let mut ready = self.ready.borrow_mut();
+        // Read the clock at most once per batch, and only for an event that
+        // can expire.
+        let mut now = None;
         while bodies.len() < BATCH_EVENTS && total < BATCH_BYTES {
             let Some(ch) = ready.pop_front() else { break };
             let mut q = ch.queue.borrow_mut();
-            let mut taken = 0u64;
+            let (mut taken, mut expired) = (0u64, 0u64);
             while taken < PER_CHANNEL_TURN as u64
                 && bodies.len() < BATCH_EVENTS
                 && total < BATCH_BYTES
             {
-                let Some(b) = q.pop() else { break };
-                prefixes.push(deliver_prefix(ch.sub, b.len()));
-                total += DELIVER_PREFIX_LEN + b.len();
-                bodies.push(b);
+                let Some(Queued { event, deadline }) = q.pop() else {
+                    break;
+                };
+                if deadline != NEVER && *now.get_or_insert_with(now_ns) > deadline {
+                    expired += 1;
+                    continue;
+                }
+                prefixes.push(deliver_prefix(ch.sub, event.len()));
+                total += DELIVER_PREFIX_LEN + event.len();
+                bodies.push(event);
                 taken += 1;
             }
             ch.delivered.set(ch.delivered.get() + taken);
+            ch.expired.set(ch.expired.get() + expired);
             let empty = q.is_empty();
             drop(q);
             if empty {

@@ -22,7 +22,7 @@ use tagwire_proto::{
 };
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 
-use crate::channel::{Channel, Offer, Outbox};
+use crate::channel::{Channel, Offer, Outbox, NEVER};
 use crate::config::Limits;
 use crate::filters::{op_name, rewrite, FilterInfo, FilterLevel, FilterRecord, SourceFilters};
 use crate::state::{ConnEntry, State};
@@ -552,7 +552,8 @@ impl Conn {
             return self.fail(ErrorCode::InvalidTag, 0, e.to_string());
         }
         let mut st = self.state.borrow_mut();
-        if expired(&ev) {
+        let deadline = deadline(&ev);
+        if expired(deadline) {
             st.expired += 1;
             return Next::Continue;
         }
@@ -569,15 +570,19 @@ impl Conn {
         let mut expired_by_mapping = 0;
         st.routes.route(&ev, |ch, overrides| {
             let offer = if overrides.is_empty() {
-                ch.offer(&event)
+                ch.offer(&event, deadline)
             } else {
-                match rewrite(&event, overrides) {
-                    Some(copy) if EventRef::parse(&copy).is_ok_and(|e| expired(&e)) => {
+                let copy = rewrite(&event, overrides).and_then(|copy| {
+                    let d = deadline_of(&copy)?;
+                    Some((copy, d))
+                });
+                match copy {
+                    Some((_, d)) if expired(d) => {
                         expired_by_mapping += 1;
                         return;
                     }
-                    Some(copy) => ch.offer(&copy),
-                    None => ch.offer(&event),
+                    Some((copy, d)) => ch.offer(&copy, d),
+                    None => ch.offer(&event, deadline),
                 }
             };
             if let Offer::Rejected { report: true } = offer {
@@ -671,17 +676,31 @@ impl Conn {
     }
 }
 
-/// Whether the event's timeout or stop time has passed. Events without a
-/// source timestamp cannot expire relative to it.
-fn expired(ev: &EventRef<'_>) -> bool {
-    let deadline = match ev.expiry {
-        Expiry::Never => return false,
-        Expiry::AfterNs(_) if ev.source_time_ns == 0 => return false,
+/// When the event expires (its timeout or stop time), ns since the Unix
+/// epoch; [`NEVER`] if it does not. Events without a source timestamp cannot
+/// expire relative to it.
+fn deadline(ev: &EventRef<'_>) -> u64 {
+    match ev.expiry {
+        Expiry::Never => NEVER,
+        Expiry::AfterNs(_) if ev.source_time_ns == 0 => NEVER,
         Expiry::AfterNs(d) => ev.source_time_ns.saturating_add(d),
         Expiry::AtNs(t) => t,
-    };
-    let now = SystemTime::now()
+    }
+}
+
+/// The deadline of an encoded event.
+fn deadline_of(event: &Bytes) -> Option<u64> {
+    EventRef::parse(event).ok().map(|e| deadline(&e))
+}
+
+/// Whether `deadline` has passed (reads the clock only if there is one).
+pub(crate) fn expired(deadline: u64) -> bool {
+    deadline != NEVER && now_ns() > deadline
+}
+
+/// Wall-clock time, ns since the Unix epoch (0 before it).
+pub(crate) fn now_ns() -> u64 {
+    SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
-    now > deadline
+        .map_or(0, |d| d.as_nanos() as u64)
 }

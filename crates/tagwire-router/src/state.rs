@@ -144,6 +144,7 @@ impl State {
                         discard: q.policy().to_string(),
                         dropped: q.dropped(),
                         delivered: ch.delivered.get(),
+                        expired: ch.expired.get(),
                         route: self.routes.kind(*id).map_or("", |k| k.as_str()).to_owned(),
                     }
                 })

@@ -7,7 +7,9 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use tagwire_proto::{EndpointKind, ErrorCode, Event, Frame, FrameDecoder, PROTOCOL_VERSION};
+use tagwire_proto::{
+    EndpointKind, ErrorCode, Event, Expiry, Frame, FrameDecoder, PROTOCOL_VERSION,
+};
 use tagwire_router::{Router, RouterConfig, RouterHandle};
 
 const WAIT: Duration = Duration::from_secs(5);
@@ -407,6 +409,103 @@ fn stalled_subscriber_drops_by_policy_while_a_healthy_one_receives_everything() 
         s.queue_depth
     );
     assert!(s.dropped > 0, "the stalled subscriber's drops are counted");
+}
+
+#[test]
+fn events_that_expire_while_queued_for_a_stalled_subscriber_are_dropped_not_delivered() {
+    let h = start();
+    let mut stalled = Raw::hello(&h);
+    stalled.send(&Frame::DeclareEndpoint {
+        req: 1,
+        id: 1,
+        kind: EndpointKind::Subscriber,
+        name: "/slow".into(),
+    });
+    stalled.send(&Frame::Subscribe {
+        req: 2,
+        sub: 1,
+        endpoint: 1,
+        pattern: "/exp".into(),
+        qos: vec![("max_queue_length".into(), "100000".into())],
+    });
+    assert_eq!(stalled.recv(), Some(Frame::Ok { req: 1 }));
+    assert_eq!(stalled.recv(), Some(Frame::Ok { req: 2 }));
+    let mut publisher = Raw::hello(&h);
+    publisher.send(&Frame::DeclareEndpoint {
+        req: 1,
+        id: 1,
+        kind: EndpointKind::Publisher,
+        name: "/exp/pub".into(),
+    });
+    assert_eq!(publisher.recv(), Some(Frame::Ok { req: 1 }));
+    let event = |payload: Vec<u8>, expiry: Expiry| {
+        let mut ev = Event::new("/exp", payload);
+        ev.header.publisher = "/exp/pub".into();
+        ev.header.expiry = expiry;
+        ev.header.source_time_ns = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock after 1970")
+            .as_nanos() as u64;
+        let mut buf = BytesMut::new();
+        tagwire_proto::encode_publish(1, &ev, &mut buf).expect("encode");
+        buf
+    };
+    // 20 MB that never expire, far more than the socket buffers hold, so
+    // what follows waits in the router's queue for the subscriber.
+    let filler = event(vec![0u8; 4096], Expiry::Never);
+    for _ in 0..5_000 {
+        publisher.send_bytes(&filler);
+    }
+    let lifetime = Duration::from_secs(2);
+    for _ in 0..100 {
+        publisher.send_bytes(&event(
+            vec![1u8; 16],
+            Expiry::AfterNs(lifetime.as_nanos() as u64),
+        ));
+    }
+    publisher.send_bytes(&event(b"end".to_vec(), Expiry::Never));
+    std::thread::sleep(lifetime + Duration::from_millis(500));
+
+    let (mut filler_seen, mut expiring_seen) = (0, 0);
+    loop {
+        match stalled.recv() {
+            Some(Frame::Deliver { event, .. }) => {
+                match tagwire_proto::EventRef::parse(&event)
+                    .expect("event")
+                    .payload
+                {
+                    b"end" => break,
+                    [1, ..] => expiring_seen += 1,
+                    _ => filler_seen += 1,
+                }
+            }
+            other => panic!("subscriber got {other:?} after {filler_seen} events"),
+        }
+    }
+    assert_eq!(
+        filler_seen, 5_000,
+        "events without expiry are all delivered"
+    );
+    assert_eq!(
+        expiring_seen, 0,
+        "events that expired while queued are not delivered"
+    );
+    let mut admin = Raw::hello(&h);
+    admin.send(&Frame::Admin {
+        req: 1,
+        body: r#"{"op":"list"}"#.into(),
+    });
+    let Some(Frame::AdminReply { body, .. }) = admin.recv() else {
+        panic!("no admin reply")
+    };
+    let listing: tagwire_router::Listing = serde_json::from_str(&body).expect("listing");
+    let s = listing
+        .subscriptions
+        .iter()
+        .find(|s| s.endpoint == "/slow")
+        .expect("subscription listed");
+    assert_eq!(s.expired, 100, "they are counted as expired in its queue");
+    assert_eq!(listing.expired, 0, "none had expired on arrival");
 }
 
 #[test]

@@ -23,12 +23,12 @@ pub fn run(session: &Session, a: ListArgs) -> CmdResult {
     }
     println!("\nSUBSCRIPTIONS");
     println!(
-        "  {:<32} {:<24} {:>7} {:>7} {:<12} {:>10} {:>8}  ROUTE",
-        "ENDPOINT", "PATTERN", "DEPTH", "BOUND", "DISCARD", "DELIVERED", "DROPPED"
+        "  {:<32} {:<24} {:>7} {:>7} {:<12} {:>10} {:>8} {:>8}  ROUTE",
+        "ENDPOINT", "PATTERN", "DEPTH", "BOUND", "DISCARD", "DELIVERED", "DROPPED", "EXPIRED"
     );
     for s in &l.subscriptions {
         println!(
-            "  {:<32} {:<24} {:>7} {:>7} {:<12} {:>10} {:>8}  {}",
+            "  {:<32} {:<24} {:>7} {:>7} {:<12} {:>10} {:>8} {:>8}  {}",
             s.endpoint,
             s.pattern,
             s.queue_depth,
@@ -36,6 +36,7 @@ pub fn run(session: &Session, a: ListArgs) -> CmdResult {
             s.discard,
             s.delivered,
             s.dropped,
+            s.expired,
             s.route
         );
     }

@@ -198,27 +198,52 @@ impl Pattern {
         &self.levels
     }
 
-    /// Whether this pattern matches `tag` (a direct, trie-free matcher; the
-    /// reference the trie is tested against).
+    /// Whether this pattern matches `tag`: a direct, trie-free matcher that
+    /// allocates nothing (the router checks index candidates with it).
+    ///
+    /// Glob matching over levels: `*` is one level, `**` any run of levels.
+    /// On a mismatch the most recent `**` takes one more level and matching
+    /// resumes after it; keeping only the latest `**` is enough, because a
+    /// later `**` can absorb whatever an earlier one would have.
     pub fn matches(&self, tag: &str) -> bool {
-        let levels: Vec<&str> = tag.get(1..).unwrap_or("").split('/').collect();
-        // Dynamic programming over (pattern level, tag level): no backtracking blow-up.
-        let (p, t) = (self.levels.len(), levels.len());
-        let mut reach = vec![false; t + 1];
-        reach[0] = true;
-        for level in &self.levels {
-            let mut next = vec![false; t + 1];
-            for j in 0..=t {
-                match level {
-                    Level::Any => next[j] = reach[j] || (j > 0 && next[j - 1]),
-                    Level::One => next[j] = j > 0 && reach[j - 1],
-                    Level::Literal(l) => next[j] = j > 0 && reach[j - 1] && *levels[j - 1] == **l,
-                }
+        let t = tag.get(1..).unwrap_or("");
+        // The level starting at byte `pos` of `t`, and where the next starts
+        // (`t.len() + 1` once the tag is used up).
+        let level_at = |pos: usize| {
+            let end = t[pos..].find('/').map_or(t.len(), |i| pos + i);
+            (&t[pos..end], end + 1)
+        };
+        let (mut p, mut pos) = (0, 0);
+        // (pattern index after the latest `**`, tag position it resumes at)
+        let mut star: Option<(usize, usize)> = None;
+        loop {
+            if pos > t.len() {
+                return self.levels[p..].iter().all(|l| *l == Level::Any);
             }
-            reach = next;
+            let (level, next) = level_at(pos);
+            match self.levels.get(p) {
+                Some(Level::Any) => {
+                    star = Some((p + 1, pos));
+                    p += 1;
+                    continue;
+                }
+                Some(Level::One) => {
+                    (p, pos) = (p + 1, next);
+                    continue;
+                }
+                Some(Level::Literal(l)) if **l == *level => {
+                    (p, pos) = (p + 1, next);
+                    continue;
+                }
+                _ => {}
+            }
+            let Some((after_star, from)) = star else {
+                return false;
+            };
+            let (_, resume) = level_at(from);
+            star = Some((after_star, resume));
+            (p, pos) = (after_star, resume);
         }
-        let _ = p;
-        reach[t]
     }
 }
 
@@ -526,6 +551,40 @@ mod tests {
             if is_plain_ascii_tag(tag.as_bytes()) {
                 prop_assert!(check_levels(&tag, "tag", false).is_ok(), "{:?}", tag);
             }
+        }
+    }
+
+    /// The reference matcher: dynamic programming over (pattern level, tag
+    /// level), obviously correct and allocation-heavy.
+    fn matches_dp(pattern: &Pattern, tag: &str) -> bool {
+        let levels: Vec<&str> = tag.get(1..).unwrap_or("").split('/').collect();
+        let t = levels.len();
+        let mut reach = vec![false; t + 1];
+        reach[0] = true;
+        for level in pattern.levels() {
+            let mut next = vec![false; t + 1];
+            for j in 0..=t {
+                next[j] = match level {
+                    Level::Any => reach[j] || (j > 0 && next[j - 1]),
+                    Level::One => j > 0 && reach[j - 1],
+                    Level::Literal(l) => j > 0 && reach[j - 1] && *levels[j - 1] == **l,
+                };
+            }
+            reach = next;
+        }
+        reach[t]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+        #[test]
+        fn pattern_matcher_equals_dynamic_programming(
+            pattern in prop::collection::vec(pattern_level(), 1..7),
+            tag in prop::collection::vec(level(), 1..8),
+        ) {
+            let pattern = p(&join(pattern));
+            let tag = join(tag);
+            prop_assert_eq!(pattern.matches(&tag), matches_dp(&pattern, &tag), "{} on {}", pattern, tag);
         }
     }
 

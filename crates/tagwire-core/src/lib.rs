@@ -4,6 +4,7 @@
 //! - [`tags`]: tag and pattern syntax, and the [`TagTable`](tags::TagTable)
 //!   trie that finds the subscriptions matching a tag.
 //! - [`queue`]: bounded per-subscriber queues with discard policies.
+//! - [`defer`]: events held until their start time.
 //! - [`endpoint`]: the registry of named endpoints.
 //! - [`qos`]: channel QoS properties parsed from `(name, value)` pairs.
 //! - [`filter`]: the content-filter language, mapping filters, TAO's filter
@@ -18,6 +19,7 @@
 //! assert_eq!(&*table.matches("/demo/x"), &["viewer"]);
 //! ```
 
+pub mod defer;
 pub mod endpoint;
 pub mod filter;
 pub mod qos;

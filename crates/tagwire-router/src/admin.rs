@@ -297,6 +297,9 @@ pub struct Listing {
     /// Events dropped by their publisher's (publisher-level) filters.
     #[serde(default)]
     pub filtered_at_source: u64,
+    /// Events held until their start time.
+    #[serde(default)]
+    pub deferred: usize,
 }
 
 /// One client connection.

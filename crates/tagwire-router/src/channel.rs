@@ -18,7 +18,7 @@ use tagwire_proto::{deliver_prefix, Frame, DELIVER_PREFIX_LEN};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::Notify;
 
-use crate::connection::now_ns;
+use crate::timing::{now_ns, NEVER};
 
 /// Most events gathered into one vectored write (two iovecs each).
 pub const BATCH_EVENTS: usize = 256;
@@ -26,9 +26,6 @@ pub const BATCH_EVENTS: usize = 256;
 pub const BATCH_BYTES: usize = 1024 * 1024;
 /// Most events taken from one channel before the next channel's turn.
 const PER_CHANNEL_TURN: usize = 64;
-
-/// The deadline of an event that does not expire.
-pub(crate) const NEVER: u64 = u64::MAX;
 
 /// An event waiting in a channel's queue.
 #[derive(Debug)]

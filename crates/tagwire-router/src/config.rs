@@ -51,6 +51,11 @@ pub struct Limits {
     pub max_control_bytes: usize,
     /// Distinct tags tracked for `tagwire list`; beyond it new tags are counted but not listed.
     pub max_tracked_tags: usize,
+    /// Events held until their start time, in the whole router; beyond it
+    /// (or [`Limits::max_deferred_bytes`]) such events get `LimitReached`.
+    pub max_deferred_events: usize,
+    /// Bytes of events held until their start time.
+    pub max_deferred_bytes: usize,
 }
 
 impl Default for Limits {
@@ -65,6 +70,8 @@ impl Default for Limits {
             max_queue_bytes: 64 * 1024 * 1024,
             max_control_bytes: 4 * 1024 * 1024,
             max_tracked_tags: 10_000,
+            max_deferred_events: 65_536,
+            max_deferred_bytes: 64 * 1024 * 1024,
         }
     }
 }

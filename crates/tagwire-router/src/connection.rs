@@ -9,7 +9,7 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use tagwire_core::filter::FilterList;
@@ -17,15 +17,16 @@ use tagwire_core::qos::ChannelQos;
 use tagwire_core::queue::BoundedQueue;
 use tagwire_core::tags::{validate_tag, Pattern};
 use tagwire_proto::{
-    kind, EndpointKind, ErrorCode, EventRef, Expiry, Frame, FrameDecoder, StreamError,
-    PROTOCOL_VERSION,
+    kind, EndpointKind, ErrorCode, EventRef, Frame, FrameDecoder, StreamError, PROTOCOL_VERSION,
 };
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 
-use crate::channel::{Channel, Offer, Outbox, NEVER};
+use crate::channel::{Channel, Outbox};
 use crate::config::Limits;
-use crate::filters::{op_name, rewrite, FilterInfo, FilterLevel, FilterRecord, SourceFilters};
+use crate::dispatch::deliver;
+use crate::filters::{op_name, FilterInfo, FilterLevel, FilterRecord, SourceFilters};
 use crate::state::{ConnEntry, State};
+use crate::timing::{deadline, expired, now_ns};
 
 /// How long a closing connection's writer may take to flush its last frames.
 const CLOSE_GRACE: Duration = Duration::from_secs(1);
@@ -566,32 +567,24 @@ impl Conn {
             return Next::Continue;
         }
         st.note_publish(ev.tag, ev.publisher);
-        let mut reject = None;
-        let mut expired_by_mapping = 0;
-        st.routes.route(&ev, |ch, overrides| {
-            let offer = if overrides.is_empty() {
-                ch.offer(&event, deadline)
-            } else {
-                let copy = rewrite(&event, overrides).and_then(|copy| {
-                    let d = deadline_of(&copy)?;
-                    Some((copy, d))
-                });
-                match copy {
-                    Some((_, d)) if expired(d) => {
-                        expired_by_mapping += 1;
-                        return;
-                    }
-                    Some((copy, d)) => ch.offer(&copy, d),
-                    None => ch.offer(&event, deadline),
+        if let Some(start) = ev.start_time_ns.filter(|s| *s > now_ns()) {
+            // Held until its start time; a copy, so the read buffer is not pinned.
+            let held = Bytes::copy_from_slice(&event);
+            let deferred = st.deferred.push(start, held, event.len());
+            drop(st);
+            return match deferred {
+                Ok(()) => {
+                    self.state.borrow().deferred_wake.notify_one();
+                    Next::Continue
                 }
+                Err(e) => self.fail(
+                    ErrorCode::LimitReached,
+                    0,
+                    format!("event on {} refused: {e}", ev.tag),
+                ),
             };
-            if let Offer::Rejected { report: true } = offer {
-                reject
-                    .get_or_insert_with(Vec::new)
-                    .push(format!("{} ({})", ch.endpoint, ch.pattern));
-            }
-        });
-        st.expired += expired_by_mapping;
+        }
+        let reject = deliver(&mut st, &event, &ev, deadline);
         drop(st);
         match reject {
             Some(who) => self.fail(
@@ -674,33 +667,4 @@ impl Conn {
         }
         st.connections.remove(&self.id);
     }
-}
-
-/// When the event expires (its timeout or stop time), ns since the Unix
-/// epoch; [`NEVER`] if it does not. Events without a source timestamp cannot
-/// expire relative to it.
-fn deadline(ev: &EventRef<'_>) -> u64 {
-    match ev.expiry {
-        Expiry::Never => NEVER,
-        Expiry::AfterNs(_) if ev.source_time_ns == 0 => NEVER,
-        Expiry::AfterNs(d) => ev.source_time_ns.saturating_add(d),
-        Expiry::AtNs(t) => t,
-    }
-}
-
-/// The deadline of an encoded event.
-fn deadline_of(event: &Bytes) -> Option<u64> {
-    EventRef::parse(event).ok().map(|e| deadline(&e))
-}
-
-/// Whether `deadline` has passed (reads the clock only if there is one).
-pub(crate) fn expired(deadline: u64) -> bool {
-    deadline != NEVER && now_ns() > deadline
-}
-
-/// Wall-clock time, ns since the Unix epoch (0 before it).
-pub(crate) fn now_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
 }

@@ -29,9 +29,11 @@ mod admin;
 mod channel;
 pub mod config;
 mod connection;
+mod dispatch;
 mod filters;
 mod lane;
 mod state;
+mod timing;
 
 use std::cell::RefCell;
 use std::net::SocketAddr;
@@ -215,7 +217,9 @@ async fn serve(
 ) {
     let unix_path = config.unix.clone();
     let state = Rc::new(RefCell::new(State::new(config)));
-    let mut accepts = Vec::new();
+    let mut accepts = vec![tokio::task::spawn_local(dispatch::release_deferred(
+        state.clone(),
+    ))];
     if let Some(l) = tcp {
         match tokio::net::TcpListener::from_std(l) {
             Ok(l) => accepts.push(tokio::task::spawn_local(accept_tcp(state.clone(), l))),

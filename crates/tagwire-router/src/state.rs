@@ -6,6 +6,8 @@
 use std::collections::HashMap;
 use std::rc::Rc;
 
+use bytes::Bytes;
+use tagwire_core::defer::Deferred;
 use tagwire_core::endpoint::EndpointRegistry;
 use tagwire_core::route::Routes;
 
@@ -44,12 +46,20 @@ pub(crate) struct State {
     pub sources: HashMap<Rc<str>, SourceFilters>,
     /// Events dropped because their publisher's filters rejected them.
     pub filtered_at_source: u64,
+    /// Events held until their start time.
+    pub deferred: Deferred<Bytes>,
+    /// Wakes the task that releases deferred events.
+    pub deferred_wake: Rc<tokio::sync::Notify>,
     next_conn: u64,
 }
 
 impl State {
     pub fn new(config: RouterConfig) -> Self {
         let endpoints = EndpointRegistry::new(config.limits.max_endpoints);
+        let deferred = Deferred::new(
+            config.limits.max_deferred_events,
+            config.limits.max_deferred_bytes,
+        );
         let filters = FilterBook::default();
         State {
             config,
@@ -63,6 +73,8 @@ impl State {
             filters,
             sources: HashMap::new(),
             filtered_at_source: 0,
+            deferred,
+            deferred_wake: Rc::default(),
             next_conn: 1,
         }
     }
@@ -153,6 +165,7 @@ impl State {
             untracked_publishes: self.untracked_publishes,
             expired: self.expired,
             filtered_at_source: self.filtered_at_source,
+            deferred: self.deferred.len(),
         }
     }
 }

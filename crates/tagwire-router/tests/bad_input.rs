@@ -509,6 +509,41 @@ fn events_that_expire_while_queued_for_a_stalled_subscriber_are_dropped_not_deli
 }
 
 #[test]
+fn events_beyond_the_deferred_limit_are_refused_with_limit_reached() {
+    let mut cfg = RouterConfig {
+        tcp: "127.0.0.1:0".parse().ok(),
+        unix: None,
+        ..RouterConfig::default()
+    };
+    cfg.limits.max_deferred_events = 2;
+    let h = Router::start(cfg).expect("router");
+    let mut publisher = Raw::hello(&h);
+    publisher.send(&Frame::DeclareEndpoint {
+        req: 1,
+        id: 1,
+        kind: EndpointKind::Publisher,
+        name: "/defer/pub".into(),
+    });
+    assert_eq!(publisher.recv(), Some(Frame::Ok { req: 1 }));
+    let an_hour = std::time::SystemTime::now() + Duration::from_secs(3600);
+    let mut ev = Event::new("/defer/x", &b"held"[..]);
+    ev.header.publisher = "/defer/pub".into();
+    ev.header.start_time_ns = Some(
+        an_hour
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock after 1970")
+            .as_nanos() as u64,
+    );
+    let mut buf = BytesMut::new();
+    tagwire_proto::encode_publish(1, &ev, &mut buf).expect("encode");
+    for _ in 0..3 {
+        publisher.send_bytes(&buf);
+    }
+    publisher.expect_error(ErrorCode::LimitReached, "start time");
+    publisher.expect_alive();
+}
+
+#[test]
 fn admin_request_that_is_not_json_is_refused_and_the_connection_carries_on() {
     let h = start();
     let mut a = Raw::hello(&h);

@@ -79,6 +79,37 @@ fn plain_publishes_interleaved_with_built_events_carry_their_own_headers() {
 }
 
 #[test]
+fn an_event_with_a_start_time_is_held_until_then() {
+    for (name, server) in all_servers() {
+        let s = server.session();
+        let sub = s.subscribe("/later/**").receiver().expect("subscribe");
+        let p = s.declare_publisher("/later/pub").expect("declare");
+        // Far enough ahead that even a slow machine defers it rather than
+        // finding the start time already passed on arrival.
+        let start = std::time::SystemTime::now() + Duration::from_secs(1);
+        p.event("/later/x", "later")
+            .start_time(start)
+            .send()
+            .expect("publish");
+        p.publish("/later/x", "now").expect("publish");
+        let first = sub.recv_timeout(WAIT).expect("recv").expect("event");
+        assert_eq!(
+            &first.payload()[..],
+            b"now",
+            "{name}: the held event comes second"
+        );
+        assert_eq!(s.list().expect("list").deferred, 1, "{name}");
+        let second = sub.recv_timeout(WAIT).expect("recv").expect("event");
+        assert_eq!(&second.payload()[..], b"later", "{name}");
+        assert!(
+            std::time::SystemTime::now() >= start,
+            "{name}: delivered before its start time"
+        );
+        assert_eq!(s.list().expect("list").deferred, 0, "{name}");
+    }
+}
+
+#[test]
 fn events_on_unmatched_tags_are_not_delivered() {
     for (name, server) in all_servers() {
         let s = server.session();

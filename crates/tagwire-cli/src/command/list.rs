@@ -54,6 +54,9 @@ pub fn run(session: &Session, a: ListArgs) -> CmdResult {
     if l.expired > 0 {
         println!("\n{} event(s) dropped as expired on arrival", l.expired);
     }
+    if l.deferred > 0 {
+        println!("\n{} event(s) waiting for their start time", l.deferred);
+    }
     if l.filtered_at_source > 0 {
         println!(
             "\n{} event(s) dropped by their publisher's filters",

@@ -1,0 +1,87 @@
+//! Handing an accepted event to the channels that get it, now or, for an
+//! event with a future start time, when that time comes.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tagwire_proto::EventRef;
+
+use crate::channel::Offer;
+use crate::filters::rewrite;
+use crate::state::State;
+use crate::timing::{deadline, deadline_of, expired, now_ns};
+
+/// Offers `event` (already checked, with its `deadline`) to every channel
+/// its routes give, applying mapping filters. Returns the subscribers whose
+/// full `reject` queue refused it and should be reported to the publisher.
+pub(crate) fn deliver(
+    st: &mut State,
+    event: &Bytes,
+    ev: &EventRef<'_>,
+    deadline: u64,
+) -> Option<Vec<String>> {
+    let mut reject = None;
+    let mut expired_by_mapping = 0;
+    st.routes.route(ev, |ch, overrides| {
+        let offer = if overrides.is_empty() {
+            ch.offer(event, deadline)
+        } else {
+            let copy = rewrite(event, overrides).and_then(|copy| {
+                let d = deadline_of(&copy)?;
+                Some((copy, d))
+            });
+            match copy {
+                Some((_, d)) if expired(d) => {
+                    expired_by_mapping += 1;
+                    return;
+                }
+                Some((copy, d)) => ch.offer(&copy, d),
+                None => ch.offer(event, deadline),
+            }
+        };
+        if let Offer::Rejected { report: true } = offer {
+            reject
+                .get_or_insert_with(Vec::new)
+                .push(format!("{} ({})", ch.endpoint, ch.pattern));
+        }
+    });
+    st.expired += expired_by_mapping;
+    reject
+}
+
+/// The lane task that delivers deferred events when their start time comes
+/// (routing them then, so subscriptions made meanwhile get them too). It
+/// sleeps until the earliest start time or until a new event is deferred.
+pub(crate) async fn release_deferred(state: Rc<RefCell<State>>) {
+    let wake = state.borrow().deferred_wake.clone();
+    loop {
+        let next = {
+            let mut st = state.borrow_mut();
+            let now = now_ns();
+            while let Some(event) = st.deferred.pop_due(now) {
+                // Parsed and checked when it was published.
+                let Ok(ev) = EventRef::parse(&event) else {
+                    continue;
+                };
+                let d = deadline(&ev);
+                if expired(d) {
+                    st.expired += 1;
+                } else {
+                    // A `reject` queue's refusal has nobody to tell by now;
+                    // the queue counts it.
+                    let _ = deliver(&mut st, &event, &ev, d);
+                }
+            }
+            st.deferred.next_due()
+        };
+        match next {
+            Some(due) => {
+                let wait = Duration::from_nanos(due.saturating_sub(now_ns()));
+                let _ = tokio::time::timeout(wait, wake.notified()).await;
+            }
+            None => wake.notified().await,
+        }
+    }
+}

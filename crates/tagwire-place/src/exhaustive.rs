@@ -55,16 +55,8 @@ pub fn solve_exhaustive(
     options: ExhaustiveOptions,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<Assignment, PlaceError> {
-    let cands = problem.candidates();
-    let values: Vec<Vec<f64>> = cands
-        .iter()
-        .map(|cs| {
-            cs.iter()
-                .map(|c| objective.value(c.bandwidth, c.cpu))
-                .collect()
-        })
-        .collect();
-    let units = cands.len();
+    let values = problem.objective_values(objective)?;
+    let units = values.len();
     let rows = problem.capacity_rows();
 
     if rows.is_empty() {
@@ -132,9 +124,11 @@ pub fn solve_exhaustive(
                 }
             }
             let ls = problem.candidate_loads(depth, k);
+            // Relative slack only: capacities are positive, and an absolute
+            // floor would let a tiny capacity be exceeded many times over.
             let fits = ls.iter().all(|&(r, x)| {
                 let cap = rows[r as usize].capacity;
-                loads[r as usize] + x <= cap + tolerance(cap)
+                loads[r as usize] + x <= cap * (1.0 + 1e-9)
             });
             if !fits {
                 continue;

@@ -37,6 +37,7 @@ pub fn solve_mip(
 
     let cands = problem.candidates();
     let rows = problem.capacity_rows();
+    let values = problem.objective_values(objective)?;
     #[cfg(feature = "highs")]
     let binaries: usize = cands.iter().map(Vec::len).sum();
     let mut vars = ProblemVariables::new();
@@ -45,9 +46,9 @@ pub fn solve_mip(
         .map(|cs| vars.add_vector(variable().binary(), cs.len()))
         .collect();
     let mut obj = Expression::with_capacity(cands.iter().map(Vec::len).sum());
-    for (u, cs) in cands.iter().enumerate() {
-        for (k, c) in cs.iter().enumerate() {
-            obj.add_mul(objective.value(c.bandwidth, c.cpu), x[u][k]);
+    for (vs, xs) in values.iter().zip(&x) {
+        for (&v, &var) in vs.iter().zip(xs) {
+            obj.add_mul(v, var);
         }
     }
     let mut row_exprs: Vec<Expression> = rows.iter().map(|_| Expression::default()).collect();
@@ -113,8 +114,7 @@ pub fn solve_mip(
             .ok_or_else(|| PlaceError::Solver {
                 message: format!("no location chosen for placement unit {u}"),
             })?;
-        let c = &cands[u][k];
-        total += objective.value(c.bandwidth, c.cpu);
+        total += values[u][k];
         choice.push(k);
     }
     Ok(Assignment {

@@ -80,6 +80,10 @@ pub struct Unit {
     pub subscribers: Vec<usize>,
 }
 
+/// Names of a candidate's costs in [`PlacementProblem::objective_values`]'s
+/// errors: bandwidth, CPU, objective value.
+const COST_NAMES: [&str; 3] = ["bandwidth", "CPU", "objective"];
+
 /// A node that meets every delay bound of a unit, with its costs.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Candidate {
@@ -310,6 +314,57 @@ impl<'t> PlacementProblem<'t> {
     /// integers quickly). This is what a naive exhaustive search enumerates.
     pub fn combinations(&self) -> f64 {
         self.candidates.iter().map(|c| c.len() as f64).product()
+    }
+
+    /// The objective value of every candidate, `[unit][candidate]`, for a
+    /// solver. Fails if a candidate's bandwidth, CPU or objective value, or
+    /// their sum over the costliest candidate of every unit, is not finite
+    /// (rates, sizes or CPU costs so large that they overflow): neither
+    /// algorithm can compare such costs, and the MIP solver must not be
+    /// given them. Finite sums also keep every capacity row's load finite.
+    pub fn objective_values(&self, objective: Objective) -> Result<Vec<Vec<f64>>, PlaceError> {
+        const REQUIREMENT: &str = "a finite number (message sizes, rates or CPU costs too large)";
+        let mut values = Vec::with_capacity(self.candidates.len());
+        let mut worst = [0.0f64; 3];
+        for (u, cands) in self.candidates.iter().enumerate() {
+            let mut vs = Vec::with_capacity(cands.len());
+            let mut unit_worst = [0.0f64; 3];
+            for c in cands {
+                let v = objective.value(c.bandwidth, c.cpu);
+                let costs = [c.bandwidth, c.cpu, v];
+                if let Some(i) = costs.iter().position(|x| !x.is_finite()) {
+                    return Err(PlaceError::InvalidValue {
+                        what: format!(
+                            "the {} cost of tag {:?} with its proxy on node {:?}",
+                            COST_NAMES[i],
+                            self.topo.tags[self.units[u].tag].name,
+                            self.topo.nodes[c.node].name
+                        ),
+                        value: costs[i],
+                        requirement: REQUIREMENT,
+                    });
+                }
+                for (w, x) in unit_worst.iter_mut().zip(costs) {
+                    *w = w.max(x);
+                }
+                vs.push(v);
+            }
+            for (w, x) in worst.iter_mut().zip(unit_worst) {
+                *w += x;
+            }
+            values.push(vs);
+        }
+        if let Some(i) = worst.iter().position(|x| !x.is_finite()) {
+            return Err(PlaceError::InvalidValue {
+                what: format!(
+                    "the total {} cost of the costliest placement",
+                    COST_NAMES[i]
+                ),
+                value: worst[i],
+                requirement: REQUIREMENT,
+            });
+        }
+        Ok(values)
     }
 
     /// The Appendix A table row of unit `u` at node `j`: delays of all the

@@ -3,7 +3,10 @@
 
 use std::io::Write;
 
-use tagwire_place::{limits, model::TopologySpec, PlaceError, PlacementProblem};
+use tagwire_place::{
+    limits, model::TopologySpec, solve_exhaustive, Assignment, ExhaustiveOptions, Objective,
+    PlaceError, PlacementProblem,
+};
 
 const GOOD: &str = r#"
 nodes = [{ name = "p" }, { name = "m", cpu = 100 }, { name = "s" }]
@@ -236,4 +239,124 @@ fn json_input_is_accepted() {
     let back = TopologySpec::from_json_str(&json).expect("json");
     assert_eq!(back, spec);
     back.validate().expect("valid");
+}
+
+/// Found by running the `place_model` fuzz target on hand-made inputs with
+/// extreme numbers: a rate of 1000 / 1e-300 messages per second of 1e300
+/// bytes overflows every cost to infinity (NaN on the publisher's node,
+/// 0 hops × ∞). The MIP solver (microlp) panicked on it (`assertion failed:
+/// self.dual_edge_sq_norms[r].is_finite()`) and the exhaustive search
+/// reported an infinite objective; both now refuse it.
+#[test]
+fn costs_that_overflow_are_refused_by_both_algorithms() {
+    let text = r#"
+nodes = [{ name = "p" }, { name = "m", cpu = 100 }, { name = "s" }]
+links = [
+  { name = "pm", between = ["p", "m"], bandwidth = 1e-300 },
+  { name = "ms", between = ["m", "s"] },
+]
+[[tags]]
+name = "/t"
+publisher = "p"
+period_ms = 1e-300
+message_bytes = 1e300
+subscribers = [{ name = "viewer", node = "s" }]
+"#;
+    let topo = validate(text).expect("every number is finite and positive");
+    let problem = PlacementProblem::new(&topo).expect("no delay bound");
+    let check = |r: Result<Assignment, PlaceError>| match r {
+        Err(PlaceError::InvalidValue { what, value, .. }) => {
+            assert!(what.contains("cost of tag \"/t\""), "{what}");
+            assert!(!value.is_finite());
+        }
+        other => panic!("expected InvalidValue, got {other:?}"),
+    };
+    for objective in [Objective::Bandwidth, Objective::Cpu, Objective::Mixed(1.0)] {
+        check(solve_exhaustive(
+            &problem,
+            objective,
+            ExhaustiveOptions::default(),
+            &mut |_, _| {},
+        ));
+        #[cfg(any(feature = "highs", feature = "microlp"))]
+        check(tagwire_place::solve_mip(&problem, objective));
+    }
+}
+
+/// Each candidate's cost is finite (1e308 bytes/s), but two of them add up
+/// to infinity: refused as well.
+#[test]
+fn costs_whose_sum_overflows_are_refused() {
+    let text = r#"
+nodes = [{ name = "p" }, { name = "s" }]
+links = [{ between = ["p", "s"] }]
+[[tags]]
+name = "/a"
+publisher = "p"
+period_ms = 1000
+message_bytes = 1e308
+subscribers = [{ name = "x", node = "s" }]
+[[tags]]
+name = "/b"
+publisher = "p"
+period_ms = 1000
+message_bytes = 1e308
+subscribers = [{ name = "y", node = "s" }]
+"#;
+    let topo = validate(text).expect("valid");
+    let problem = PlacementProblem::new(&topo).expect("no delay bound");
+    let err = problem
+        .objective_values(Objective::Bandwidth)
+        .expect_err("the sum overflows");
+    assert!(
+        err.to_string()
+            .starts_with("the total bandwidth cost of the costliest placement is inf"),
+        "{err}"
+    );
+    let ex = solve_exhaustive(
+        &problem,
+        Objective::Bandwidth,
+        ExhaustiveOptions::default(),
+        &mut |_, _| {},
+    );
+    assert!(matches!(ex, Err(PlaceError::InvalidValue { .. })), "{ex:?}");
+}
+
+/// Found by running the `place_model` fuzz target on hand-made inputs with
+/// extreme numbers: a CPU capacity of 1e-300 units/s against a load of
+/// about 1e-297 (rate 1000 / 1e300). The exhaustive search allowed an
+/// absolute slack of 1e-9 on every capacity, so it placed the proxy on a
+/// node loaded a thousand times over its capacity while the MIP (rightly)
+/// found no placement; its slack is now relative.
+#[test]
+fn a_tiny_capacity_is_not_exceeded_by_an_absolute_slack() {
+    let text = r#"
+nodes = [{ name = "p" }, { name = "m", cpu = 1e-300 }, { name = "s" }]
+links = [{ between = ["p", "m"] }, { between = ["m", "s"] }]
+[[tags]]
+name = "/t"
+publisher = "p"
+period_ms = 1e300
+subscribers = [{ name = "viewer", node = "s" }]
+"#;
+    let topo = validate(text).expect("valid");
+    let problem = PlacementProblem::new(&topo).expect("no delay bound");
+    let ex = solve_exhaustive(
+        &problem,
+        Objective::Bandwidth,
+        ExhaustiveOptions::default(),
+        &mut |_, _| {},
+    );
+    assert!(
+        matches!(ex, Err(PlaceError::CapacityInfeasible { .. })),
+        "{ex:?}"
+    );
+    #[cfg(any(feature = "highs", feature = "microlp"))]
+    {
+        let mip = tagwire_place::solve_mip(&problem, Objective::Bandwidth);
+        assert!(
+            matches!(mip, Err(PlaceError::CapacityInfeasible { .. })),
+            "{mip:?}"
+        );
+    }
 }

@@ -3,10 +3,22 @@
 #
 #   scripts/fuzz.sh [TARGET] [SECONDS]     (defaults: frame_decoder 60)
 #
+# Targets (fuzz/fuzz_targets/TARGET.rs):
+#   frame_decoder  wire frames and events (tagwire-proto)
+#   filter_parser  filter and mapping-filter compiler, index vs filter
+#   tag_pattern    patterns and tags, TagTable trie vs the naive matcher
+#   routes_ops     sequences of changes to Routes vs a levels_pass model
+#   router_config  the daemon's TOML config file (RouterConfig)
+#   place_model    placement topology files (TOML and JSON), exhaustive
+#                  search vs MIP on small valid instances (tagwire-place)
+#
 # Installs cargo-fuzz if it is missing, writes the target's seed corpus (for
-# frame_decoder: the test vectors of docs/protocol.md), then fuzzes. Uses the
-# nightly toolchain if rustup has one, else stable with RUSTC_BOOTSTRAP=1;
-# uses AddressSanitizer unless it cannot be built here (then --sanitizer none).
+# frame_decoder: the test vectors of docs/protocol.md; for the others the
+# files in fuzz/seeds/TARGET/, plus examples/*.toml for place_model and the
+# example file of docs/configuration.md for router_config), then fuzzes.
+# Uses the nightly toolchain if rustup has one, else stable with
+# RUSTC_BOOTSTRAP=1; uses AddressSanitizer unless it cannot be built here
+# (then --sanitizer none).
 # Environment: FUZZ_TOOLCHAIN (nightly|stable) forces a toolchain,
 # FUZZ_SANITIZER (address|none|...) forces a sanitizer,
 # FUZZ_TARGET_DIR overrides the build directory (default fuzz/target),
@@ -52,7 +64,21 @@ case "$target" in
             --test fuzz_seed_corpus -- --ignored --nocapture
         ;;
     *)
-        echo "fuzz.sh: no seed generator for $target; starting from $corpus as it is" >&2
+        if [[ -d "$root/fuzz/seeds/$target" ]]; then
+            cp "$root/fuzz/seeds/$target"/* "$corpus"/
+        else
+            echo "fuzz.sh: no seeds for $target; starting from $corpus as it is" >&2
+        fi
+        ;;
+esac
+case "$target" in
+    place_model)
+        cp "$root"/examples/*.toml "$corpus"/
+        ;;
+    router_config)
+        # The ```toml block of docs/configuration.md's "File format".
+        awk '/^```toml$/ { on = 1; next } /^```$/ { on = 0 } on' \
+            "$root/docs/configuration.md" >"$corpus/configuration-md.toml"
         ;;
 esac
 

@@ -31,6 +31,36 @@ struct Raw {
 }
 
 impl Raw {
+    /// Declares an endpoint and expects `Ok`.
+    fn declare(&mut self, req: u32, id: u32, kind: EndpointKind, name: &str) {
+        self.send(&Frame::DeclareEndpoint {
+            req,
+            id,
+            kind,
+            name: name.into(),
+        });
+        assert_eq!(self.recv(), Some(Frame::Ok { req }), "declare {name}");
+    }
+
+    /// Subscribes and expects `Ok`.
+    fn subscribe(
+        &mut self,
+        req: u32,
+        sub: u32,
+        endpoint: u32,
+        pattern: &str,
+        qos: Vec<(String, String)>,
+    ) {
+        self.send(&Frame::Subscribe {
+            req,
+            sub,
+            endpoint,
+            pattern: pattern.into(),
+            qos,
+        });
+        assert_eq!(self.recv(), Some(Frame::Ok { req }), "subscribe {pattern}");
+    }
+
     fn connect(h: &RouterHandle) -> Raw {
         let s = TcpStream::connect(h.tcp_addr().expect("tcp")).expect("connect");
         s.set_read_timeout(Some(WAIT)).expect("timeout");
@@ -210,13 +240,7 @@ fn unknown_frame_type_gets_an_error_and_the_connection_carries_on() {
 fn non_utf8_tag_is_refused_and_the_connection_carries_on() {
     let h = start();
     let mut bad = Raw::hello(&h);
-    bad.send(&Frame::DeclareEndpoint {
-        req: 1,
-        id: 1,
-        kind: EndpointKind::Publisher,
-        name: "/u8".into(),
-    });
-    assert_eq!(bad.recv(), Some(Frame::Ok { req: 1 }));
+    bad.declare(1, 1, EndpointKind::Publisher, "/u8");
     let mut ev = Event::new("/ab", "x");
     ev.header.publisher = "/u8".into();
     let mut b = BytesMut::new();
@@ -233,13 +257,7 @@ fn non_utf8_tag_is_refused_and_the_connection_carries_on() {
 fn invalid_patterns_are_refused_naming_the_problem() {
     let h = start();
     let mut bad = Raw::hello(&h);
-    bad.send(&Frame::DeclareEndpoint {
-        req: 1,
-        id: 1,
-        kind: EndpointKind::Subscriber,
-        name: "/pat".into(),
-    });
-    assert_eq!(bad.recv(), Some(Frame::Ok { req: 1 }));
+    bad.declare(1, 1, EndpointKind::Subscriber, "/pat");
     bad.send(&Frame::Subscribe {
         req: 2,
         sub: 1,
@@ -265,13 +283,7 @@ fn duplicate_endpoint_name_is_refused_naming_it() {
     let h = start();
     let mut a = Raw::hello(&h);
     let mut b = Raw::hello(&h);
-    a.send(&Frame::DeclareEndpoint {
-        req: 1,
-        id: 1,
-        kind: EndpointKind::Publisher,
-        name: "/dup".into(),
-    });
-    assert_eq!(a.recv(), Some(Frame::Ok { req: 1 }));
+    a.declare(1, 1, EndpointKind::Publisher, "/dup");
     b.send(&Frame::DeclareEndpoint {
         req: 9,
         id: 1,
@@ -307,13 +319,7 @@ fn publish_on_undeclared_or_mismatched_endpoint_is_refused() {
     tagwire_proto::encode_publish(5, &ev, &mut b).expect("encode");
     bad.send_bytes(&b);
     bad.expect_error(ErrorCode::UnknownEndpoint, "endpoint id 5");
-    bad.send(&Frame::DeclareEndpoint {
-        req: 1,
-        id: 5,
-        kind: EndpointKind::Publisher,
-        name: "/real".into(),
-    });
-    assert_eq!(bad.recv(), Some(Frame::Ok { req: 1 }));
+    bad.declare(1, 5, EndpointKind::Publisher, "/real");
     bad.send_bytes(&b);
     bad.expect_error(ErrorCode::PublisherMismatch, "/nobody");
     bad.expect_alive();
@@ -324,45 +330,25 @@ fn stalled_subscriber_drops_by_policy_while_a_healthy_one_receives_everything() 
     let h = start();
     // The stalled subscriber never reads.
     let mut stalled = Raw::hello(&h);
-    stalled.send(&Frame::DeclareEndpoint {
-        req: 1,
-        id: 1,
-        kind: EndpointKind::Subscriber,
-        name: "/stalled".into(),
-    });
-    stalled.send(&Frame::Subscribe {
-        req: 2,
-        sub: 1,
-        endpoint: 1,
-        pattern: "/flood".into(),
-        qos: vec![("max_queue_length".into(), "16".into())],
-    });
-    assert_eq!(stalled.recv(), Some(Frame::Ok { req: 1 }));
-    assert_eq!(stalled.recv(), Some(Frame::Ok { req: 2 }));
+    stalled.declare(1, 1, EndpointKind::Subscriber, "/stalled");
+    stalled.subscribe(
+        2,
+        1,
+        1,
+        "/flood",
+        vec![("max_queue_length".into(), "16".into())],
+    );
     let mut healthy = Raw::hello(&h);
-    healthy.send(&Frame::DeclareEndpoint {
-        req: 1,
-        id: 1,
-        kind: EndpointKind::Subscriber,
-        name: "/healthy".into(),
-    });
-    healthy.send(&Frame::Subscribe {
-        req: 2,
-        sub: 1,
-        endpoint: 1,
-        pattern: "/flood".into(),
-        qos: vec![("max_queue_length".into(), "100000".into())],
-    });
-    assert_eq!(healthy.recv(), Some(Frame::Ok { req: 1 }));
-    assert_eq!(healthy.recv(), Some(Frame::Ok { req: 2 }));
+    healthy.declare(1, 1, EndpointKind::Subscriber, "/healthy");
+    healthy.subscribe(
+        2,
+        1,
+        1,
+        "/flood",
+        vec![("max_queue_length".into(), "100000".into())],
+    );
     let mut publisher = Raw::hello(&h);
-    publisher.send(&Frame::DeclareEndpoint {
-        req: 1,
-        id: 1,
-        kind: EndpointKind::Publisher,
-        name: "/flooder".into(),
-    });
-    assert_eq!(publisher.recv(), Some(Frame::Ok { req: 1 }));
+    publisher.declare(1, 1, EndpointKind::Publisher, "/flooder");
     // 40 MB through a subscriber that never reads: far more than socket buffers hold.
     let n = 10_000;
     let mut ev = Event::new("/flood", vec![1u8; 4096]);
@@ -415,29 +401,16 @@ fn stalled_subscriber_drops_by_policy_while_a_healthy_one_receives_everything() 
 fn events_that_expire_while_queued_for_a_stalled_subscriber_are_dropped_not_delivered() {
     let h = start();
     let mut stalled = Raw::hello(&h);
-    stalled.send(&Frame::DeclareEndpoint {
-        req: 1,
-        id: 1,
-        kind: EndpointKind::Subscriber,
-        name: "/slow".into(),
-    });
-    stalled.send(&Frame::Subscribe {
-        req: 2,
-        sub: 1,
-        endpoint: 1,
-        pattern: "/exp".into(),
-        qos: vec![("max_queue_length".into(), "100000".into())],
-    });
-    assert_eq!(stalled.recv(), Some(Frame::Ok { req: 1 }));
-    assert_eq!(stalled.recv(), Some(Frame::Ok { req: 2 }));
+    stalled.declare(1, 1, EndpointKind::Subscriber, "/slow");
+    stalled.subscribe(
+        2,
+        1,
+        1,
+        "/exp",
+        vec![("max_queue_length".into(), "100000".into())],
+    );
     let mut publisher = Raw::hello(&h);
-    publisher.send(&Frame::DeclareEndpoint {
-        req: 1,
-        id: 1,
-        kind: EndpointKind::Publisher,
-        name: "/exp/pub".into(),
-    });
-    assert_eq!(publisher.recv(), Some(Frame::Ok { req: 1 }));
+    publisher.declare(1, 1, EndpointKind::Publisher, "/exp/pub");
     let event = |payload: Vec<u8>, expiry: Expiry| {
         let mut ev = Event::new("/exp", payload);
         ev.header.publisher = "/exp/pub".into();
@@ -518,13 +491,7 @@ fn events_beyond_the_deferred_limit_are_refused_with_limit_reached() {
     cfg.limits.max_deferred_events = 2;
     let h = Router::start(cfg).expect("router");
     let mut publisher = Raw::hello(&h);
-    publisher.send(&Frame::DeclareEndpoint {
-        req: 1,
-        id: 1,
-        kind: EndpointKind::Publisher,
-        name: "/defer/pub".into(),
-    });
-    assert_eq!(publisher.recv(), Some(Frame::Ok { req: 1 }));
+    publisher.declare(1, 1, EndpointKind::Publisher, "/defer/pub");
     let an_hour = std::time::SystemTime::now() + Duration::from_secs(3600);
     let mut ev = Event::new("/defer/x", &b"held"[..]);
     ev.header.publisher = "/defer/pub".into();

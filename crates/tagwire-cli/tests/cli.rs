@@ -29,7 +29,7 @@ impl Daemon {
             dir: dir.to_owned(),
         };
         let deadline = Instant::now() + WAIT;
-        while !d.dir.join("tagwire.sock").exists()
+        while !d.dir.join("tagwire").join("tagwire.sock").exists()
             || std::net::TcpStream::connect(("127.0.0.1", port)).is_err()
         {
             assert!(
@@ -255,7 +255,12 @@ fn client_reconnects_and_resubscribes_after_a_daemon_restart() {
     let dir = temp_dir("restart");
     let port = free_port();
     let d = Daemon::start(&dir, port);
-    let url = format!("tcp://127.0.0.1:{port}");
+    // The Unix socket: the kernel's peer credentials identify this process
+    // (over TCP it would need the daemon's token from `dir`).
+    let url = format!(
+        "unix://{}",
+        dir.join("tagwire").join("tagwire.sock").display()
+    );
     let session = tagwire::Session::connect(&url).expect("connect");
     let sub = session
         .subscribe("/restart/**")

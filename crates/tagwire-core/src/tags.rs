@@ -247,6 +247,35 @@ impl Pattern {
     }
 }
 
+impl Pattern {
+    /// Whether every tag `other` matches is also matched by `self` (used to
+    /// check a subscription against the patterns an ACL grants).
+    ///
+    /// Sound, so safe for access control: `true` only when the containment
+    /// holds. Dynamic programming over (level of `self`, level of `other`):
+    /// a `**` of `self` absorbs any run of `other`'s levels, wildcards
+    /// included; a `*` covers one literal or `*`; a literal covers only
+    /// itself; nothing but `**` covers a `**`. Cost O(levels² × levels).
+    pub fn covers(&self, other: &Pattern) -> bool {
+        let (a, b) = (&self.levels, &other.levels);
+        // ok[i][j]: a[i..] covers b[j..]; filled from the ends.
+        let mut ok = vec![vec![false; b.len() + 1]; a.len() + 1];
+        ok[a.len()][b.len()] = true;
+        for i in (0..a.len()).rev() {
+            for j in (0..=b.len()).rev() {
+                ok[i][j] = match (&a[i], b.get(j)) {
+                    (Level::Any, _) => (j..=b.len()).any(|k| ok[i + 1][k]),
+                    (_, None) | (_, Some(Level::Any)) => false,
+                    (Level::One, Some(_)) => ok[i + 1][j + 1],
+                    (Level::Literal(x), Some(Level::Literal(y))) => x == y && ok[i + 1][j + 1],
+                    (Level::Literal(_), Some(Level::One)) => false,
+                };
+            }
+        }
+        ok[0][0]
+    }
+}
+
 impl std::fmt::Display for Pattern {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.text)
@@ -614,6 +643,51 @@ mod tests {
                     prop_assert_eq!(&got, &want, "tag {}", tag);
                 }
             }
+        }
+    }
+
+    #[test]
+    fn covers_examples() {
+        for (a, b, want) in [
+            ("/**", "/a/*/b/**", true),
+            ("/a/**", "/a", true),
+            ("/a/**", "/b", false),
+            ("/a/*", "/a/x", true),
+            ("/a/*", "/a/*", true),
+            ("/a/*", "/a/**", false),
+            ("/a/x", "/a/*", false),
+            ("/a/**/z", "/a/b/**/z", true),
+            ("/a/**/z", "/a/b/**", false),
+            ("/*/**", "/**", false),
+        ] {
+            assert_eq!(p(a).covers(&p(b)), want, "{a} covers {b}");
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(1024))]
+        /// Soundness, the property access control needs: when `a` covers
+        /// `b`, no tag matched by `b` escapes `a`.
+        #[test]
+        fn covers_is_sound(
+            a in prop::collection::vec(pattern_level(), 1..5),
+            b in prop::collection::vec(pattern_level(), 1..5),
+            tags in prop::collection::vec(prop::collection::vec(level(), 1..7), 1..24),
+        ) {
+            let (a, b) = (p(&join(a)), p(&join(b)));
+            if a.covers(&b) {
+                for tag in tags.into_iter().map(join) {
+                    prop_assert!(!b.matches(&tag) || a.matches(&tag), "{} covers {} but not {}", a, b, tag);
+                }
+            }
+        }
+
+        /// Every pattern covers itself and `/**` covers everything.
+        #[test]
+        fn covers_is_reflexive(b in prop::collection::vec(pattern_level(), 1..6)) {
+            let b = p(&join(b));
+            prop_assert!(b.covers(&b), "{}", b);
+            prop_assert!(p("/**").covers(&b));
         }
     }
 }

@@ -200,4 +200,12 @@ error_codes! {
     /// A content filter or mapping filter that does not compile (syntax,
     /// type or limit); the message gives the position and what was expected.
     InvalidFilter = 18,
+    /// The client did not prove an identity the server accepts (no token,
+    /// a wrong token, or a transport that identifies nobody); the connection
+    /// is closed.
+    Unauthenticated = 19,
+    /// The client's identity may not do this: publish or subscribe on a tag
+    /// its ACL does not grant, change or remove another identity's endpoint,
+    /// or use an admin request that needs the admin right.
+    PermissionDenied = 20,
 }

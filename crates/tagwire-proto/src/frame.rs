@@ -10,8 +10,13 @@ use crate::event::Event;
 use crate::limits::{HARD_MAX_FRAME, MAX_TEXT_LEN, MIN_MAX_FRAME};
 use crate::reader::Reader;
 
-/// The protocol version this crate speaks.
-pub const PROTOCOL_VERSION: u16 = 1;
+/// The newest protocol version this crate speaks (version 2 adds the
+/// credentials to `Hello`; version 1 is still understood).
+pub const PROTOCOL_VERSION: u16 = 2;
+/// The oldest protocol version this crate still understands.
+pub const MIN_PROTOCOL_VERSION: u16 = 1;
+/// Bytes of the session id a version-2 `Hello` carries.
+pub const SESSION_ID_LEN: usize = 16;
 /// The four bytes every `Hello` starts with.
 pub const MAGIC: [u8; 4] = *b"TAGW";
 /// Bytes before a frame's body: the length and the type.
@@ -94,6 +99,13 @@ pub enum Frame {
         max_frame: u32,
         /// Client name (for logs and `tagwire list`).
         name: String,
+        /// A bearer token proving the client's identity (version 2; empty:
+        /// none, the transport identifies the client, e.g. Unix peer
+        /// credentials or a TLS client certificate).
+        token: String,
+        /// A random id the client keeps across reconnects (version 2; all
+        /// zero: none), so that it can reclaim its endpoint names.
+        session: [u8; SESSION_ID_LEN],
     },
     /// Accepts a session; `max_frame` is the negotiated limit for both ways.
     Welcome {
@@ -244,11 +256,17 @@ impl Frame {
                 version,
                 max_frame,
                 name,
+                token,
+                session,
             } => {
                 out.put_slice(&MAGIC);
                 out.put_u16_le(*version);
                 out.put_u32_le(*max_frame);
                 put_short_str(out, "client name", name)?;
+                if *version == 2 {
+                    put_short_str(out, "token", token)?;
+                    out.put_slice(session);
+                }
             }
             Frame::Welcome {
                 version,
@@ -336,21 +354,28 @@ impl Frame {
                     a.copy_from_slice(m);
                     return Err(DecodeError::BadMagic(a));
                 }
+                let version = r.u16("version")?;
+                let max_frame = r.u32("max frame")?;
+                let name = r.short_str("client name")?.to_owned();
+                let (token, session) = if version == 2 {
+                    let token = r.short_str("token")?.to_owned();
+                    let mut session = [0u8; SESSION_ID_LEN];
+                    session.copy_from_slice(r.bytes(SESSION_ID_LEN, "session id")?);
+                    (token, session)
+                } else {
+                    (String::new(), [0u8; SESSION_ID_LEN])
+                };
                 let hello = Frame::Hello {
-                    version: r.u16("version")?,
-                    max_frame: r.u32("max frame")?,
-                    name: r.short_str("client name")?.to_owned(),
+                    version,
+                    max_frame,
+                    name,
+                    token,
+                    session,
                 };
                 // This prefix of `Hello` is frozen across versions; another
                 // version may append to it. Skip that, so the server can
                 // answer `UnsupportedVersion` instead of `Malformed`.
-                if !matches!(
-                    hello,
-                    Frame::Hello {
-                        version: PROTOCOL_VERSION,
-                        ..
-                    }
-                ) {
+                if !(MIN_PROTOCOL_VERSION..=PROTOCOL_VERSION).contains(&version) {
                     return Ok(hello);
                 }
                 hello

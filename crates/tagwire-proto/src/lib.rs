@@ -26,5 +26,6 @@ pub use error::{DecodeError, EncodeError, ErrorCode};
 pub use event::{Event, EventRef, Expiry, FieldIter, Header, Value, ValueRef};
 pub use frame::{
     deliver_prefix, encode_publish, frame_name, kind, validate_max_frame, EndpointKind, Frame,
-    FrameDecoder, StreamError, DELIVER_PREFIX_LEN, FRAME_HEADER_LEN, MAGIC, PROTOCOL_VERSION,
+    FrameDecoder, StreamError, DELIVER_PREFIX_LEN, FRAME_HEADER_LEN, MAGIC, MIN_PROTOCOL_VERSION,
+    PROTOCOL_VERSION, SESSION_ID_LEN,
 };

@@ -114,7 +114,7 @@ fn garbage_frames_are_refused_or_decode_to_exactly_their_bytes() {
         let raw = &soup[at..at + before - buf.len()];
         if let Ok(f) = Frame::decode(kind, body) {
             decoded += 1;
-            if matches!(f, Frame::Hello { version, .. } if version != 1) {
+            if matches!(f, Frame::Hello { version, .. } if !(1..=2).contains(&version)) {
                 continue; // may carry appended bytes, skipped by design
             }
             let mut out = BytesMut::new();
@@ -400,15 +400,17 @@ fn hello_of_another_version_with_appended_bytes_still_decodes() {
     // Regression: a future client's Hello must reach the version check so the
     // server can answer UnsupportedVersion (not Malformed).
     let mut body = MAGIC.to_vec();
-    body.extend_from_slice(&2u16.to_le_bytes());
+    body.extend_from_slice(&3u16.to_le_bytes());
     body.extend_from_slice(&(1u32 << 20).to_le_bytes());
     body.extend_from_slice(&[3, b'n', b'e', b'w', 0xaa, 0xbb]);
     assert_eq!(
         decode_one(&frame(kind::HELLO, &body)),
         Ok(Frame::Hello {
-            version: 2,
+            version: 3,
             max_frame: 1 << 20,
-            name: "new".into()
+            name: "new".into(),
+            token: String::new(),
+            session: [0; 16],
         })
     );
 }
@@ -540,6 +542,15 @@ fn trailing_bytes_are_refused_naming_the_frame_and_count() {
             version: 1,
             max_frame: MIN_MAX_FRAME,
             name: "c".into(),
+            token: String::new(),
+            session: [0; 16],
+        },
+        Frame::Hello {
+            version: 2,
+            max_frame: MIN_MAX_FRAME,
+            name: "c".into(),
+            token: "t".into(),
+            session: [7; 16],
         },
         Frame::Welcome {
             version: 1,

@@ -8,7 +8,7 @@ use proptest::prelude::*;
 use tagwire_proto::limits::{HARD_MAX_FRAME, MAX_FIELDS, MIN_MAX_FRAME};
 use tagwire_proto::{
     encode_publish, EndpointKind, ErrorCode, Event, EventRef, Expiry, Frame, FrameDecoder, Header,
-    Value, FRAME_HEADER_LEN,
+    Value, FRAME_HEADER_LEN, SESSION_ID_LEN,
 };
 
 /// A string of at most `max_chars` characters (so at most 4 × that many bytes).
@@ -120,11 +120,24 @@ fn frame() -> impl Strategy<Value = Frame> {
         Just(EndpointKind::Subscriber)
     ];
     prop_oneof![
-        (any::<u16>(), any::<u32>(), name()).prop_map(|(version, max_frame, name)| Frame::Hello {
-            version,
-            max_frame,
-            name
-        }),
+        (
+            any::<u16>(),
+            any::<u32>(),
+            name(),
+            name(),
+            any::<[u8; SESSION_ID_LEN]>()
+        )
+            .prop_map(|(version, max_frame, name, token, session)| {
+                // Only version 2 carries the credentials.
+                let v2 = version == 2;
+                Frame::Hello {
+                    version,
+                    max_frame,
+                    name,
+                    token: if v2 { token } else { String::new() },
+                    session: if v2 { session } else { [0; SESSION_ID_LEN] },
+                }
+            }),
         (any::<u16>(), any::<u32>(), name()).prop_map(|(version, max_frame, name)| {
             Frame::Welcome {
                 version,

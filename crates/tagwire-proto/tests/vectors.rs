@@ -69,6 +69,8 @@ fn valid_vectors() -> Vec<(&'static str, Frame, Option<Event>)> {
                 version: 1,
                 max_frame: 1 << 20,
                 name: s("cli"),
+                token: String::new(),
+                session: [0; 16],
             },
             None,
         ),

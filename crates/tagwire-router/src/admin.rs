@@ -51,20 +51,79 @@ pub enum AdminRequest {
     },
 }
 
-/// Runs an admin request against the router's state; the error is the code
-/// and message of the `Error` frame to send.
-pub(crate) fn handle(st: &mut State, body: &str) -> Result<String, (ErrorCode, String)> {
+/// Who sent an admin request: an identity sees and changes only what its own
+/// connections declared, unless it has the admin right.
+pub(crate) struct Requester<'a> {
+    /// Its identity.
+    pub identity: &'a str,
+    /// Whether it may administer everything.
+    pub admin: bool,
+}
+
+impl Requester<'_> {
+    /// Whether it may see or change what connection `conn` holds.
+    fn may_touch(&self, st: &State, conn: u64) -> bool {
+        self.admin
+            || st
+                .connections
+                .get(&conn)
+                .is_some_and(|c| *c.identity == *self.identity)
+    }
+
+    /// `may_touch`, as the error to send when it may not.
+    fn check(&self, st: &State, conn: u64, what: &str) -> Result<(), (ErrorCode, String)> {
+        if self.may_touch(st, conn) {
+            Ok(())
+        } else {
+            Err((
+                ErrorCode::PermissionDenied,
+                format!(
+                    "identity {} may not change {what}: it belongs to another identity \
+                     (the admin right is needed; see docs/security.md)",
+                    self.identity
+                ),
+            ))
+        }
+    }
+}
+
+/// Runs an admin request against the router's state on behalf of `who`; the
+/// error is the code and message of the `Error` frame to send.
+pub(crate) fn handle(
+    st: &mut State,
+    body: &str,
+    who: &Requester<'_>,
+) -> Result<String, (ErrorCode, String)> {
     let bad = |m: String| (ErrorCode::BadRequest, m);
     let request: AdminRequest =
         serde_json::from_str(body).map_err(|e| bad(format!("bad admin request: {e}")))?;
     let reply = match request {
-        AdminRequest::List => serde_json::to_value(st.listing()),
+        AdminRequest::List => {
+            let mut listing = st.listing();
+            if !who.admin {
+                own_only(st, &mut listing, who);
+            }
+            serde_json::to_value(listing)
+        }
         AdminRequest::FilterList => {
-            let mut v: Vec<&FilterInfo> = st.filters.records.values().map(|r| &r.info).collect();
+            let mut v: Vec<&FilterInfo> = st
+                .filters
+                .records
+                .values()
+                .filter(|r| who.may_touch(st, r.connection))
+                .map(|r| &r.info)
+                .collect();
             v.sort_by_key(|i| i.id);
             Ok(serde_json::json!({ "filters": v }))
         }
         AdminRequest::FilterRemove { id } => {
+            let conn = st
+                .filters
+                .records
+                .get(&id)
+                .ok_or_else(|| bad(format!("no filter with id {id}")))?
+                .connection;
+            who.check(st, conn, &format!("filter {id}"))?;
             let rec = st
                 .filters
                 .records
@@ -105,6 +164,7 @@ pub(crate) fn handle(st: &mut State, body: &str) -> Result<String, (ErrorCode, S
                 }
             };
             let conn = owner(st, &endpoint)?;
+            who.check(st, conn, &format!("endpoint {endpoint:?}"))?;
             st.routes.set_op(conn, op);
             for r in st
                 .filters
@@ -122,6 +182,7 @@ pub(crate) fn handle(st: &mut State, body: &str) -> Result<String, (ErrorCode, S
             filter,
             map,
         } => {
+            who.check(st, owner(st, &endpoint)?, &format!("endpoint {endpoint:?}"))?;
             let id = add_filter(st, &endpoint, level, filter, map)?;
             Ok(serde_json::json!({ "id": id }))
         }
@@ -132,6 +193,21 @@ pub(crate) fn handle(st: &mut State, body: &str) -> Result<String, (ErrorCode, S
             format!("cannot encode admin reply: {e}"),
         )
     })
+}
+
+/// Narrows `listing` to what `who`'s identity holds (tags are hidden: they
+/// do not record who published them).
+fn own_only(st: &State, listing: &mut Listing, who: &Requester<'_>) {
+    listing.connections.retain(|c| c.identity == who.identity);
+    listing
+        .endpoints
+        .retain(|e| who.may_touch(st, e.connection));
+    let mine: std::collections::HashSet<&str> =
+        listing.endpoints.iter().map(|e| e.name.as_str()).collect();
+    listing
+        .subscriptions
+        .retain(|s| mine.contains(s.endpoint.as_str()));
+    listing.tags.clear();
 }
 
 fn owner(st: &State, endpoint: &str) -> Result<u64, (ErrorCode, String)> {
@@ -282,6 +358,9 @@ fn add_filter(
 pub struct Listing {
     /// The router's name.
     pub server: String,
+    /// How clients authenticate (e.g. `on: owner uid:1000, …` or `off …`).
+    #[serde(default)]
+    pub auth: String,
     /// Open client connections.
     pub connections: Vec<ConnectionInfo>,
     /// Registered endpoints.
@@ -311,6 +390,9 @@ pub struct ConnectionInfo {
     pub name: String,
     /// Peer address.
     pub peer: String,
+    /// Who it is (`uid:1000`, `token:alice`, `cert:alice`, `anonymous`).
+    #[serde(default)]
+    pub identity: String,
 }
 
 /// One endpoint.

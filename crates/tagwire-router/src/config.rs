@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::auth::{AclRule, AuthConfig, TokenConfig};
+
 /// Default TCP listen address.
 pub const DEFAULT_TCP: &str = "127.0.0.1:7700";
 /// Largest configuration file read, in bytes.
@@ -24,6 +26,10 @@ pub struct RouterConfig {
     pub unix: Option<PathBuf>,
     /// Limits on tables, queues and frames.
     pub limits: Limits,
+    /// How clients prove who they are (`[auth]`).
+    pub auth: AuthConfig,
+    /// What identities other than the owner may do (`[[acl]]` rules).
+    pub acl: Vec<AclRule>,
 }
 
 /// Bounds on every table and queue the router keeps. At each bound the
@@ -56,6 +62,19 @@ pub struct Limits {
     pub max_deferred_events: usize,
     /// Bytes of events held until their start time.
     pub max_deferred_bytes: usize,
+    /// Connections one identity may hold open; more get `LimitReached`.
+    pub max_connections_per_identity: usize,
+    /// Endpoints one identity may hold, across its connections.
+    pub max_endpoints_per_identity: usize,
+    /// Subscriptions one identity may hold, across its connections.
+    pub max_subscriptions_per_identity: usize,
+    /// Seconds an endpoint name stays reserved for its session after the
+    /// connection drops without a `Close` (or the daemon restarts), so that
+    /// the session, reconnecting, gets it back and nobody else can take it.
+    pub endpoint_reservation_secs: u64,
+    /// Endpoint names held in reservation at once; past it the oldest
+    /// reservation is forgotten.
+    pub max_reservations: usize,
 }
 
 impl Default for Limits {
@@ -72,6 +91,11 @@ impl Default for Limits {
             max_tracked_tags: 10_000,
             max_deferred_events: 65_536,
             max_deferred_bytes: 64 * 1024 * 1024,
+            max_connections_per_identity: 1024,
+            max_endpoints_per_identity: 25_000,
+            max_subscriptions_per_identity: 250_000,
+            endpoint_reservation_secs: 30,
+            max_reservations: 100_000,
         }
     }
 }
@@ -83,6 +107,8 @@ impl Default for RouterConfig {
             tcp: DEFAULT_TCP.parse().ok(),
             unix: Some(default_unix_path()),
             limits: Limits::default(),
+            auth: AuthConfig::default(),
+            acl: Vec::new(),
         }
     }
 }
@@ -164,22 +190,23 @@ impl RouterConfig {
         if self.tcp.is_none() && self.unix.is_none() {
             return Err(ConfigError::Invalid("no listener: set tcp or unix".into()));
         }
+        if let Some(addr) = self.tcp.filter(|a| !a.ip().is_loopback()) {
+            if !self.auth.enabled {
+                return Err(ConfigError::Invalid(format!(
+                    "tcp = {addr} is not a loopback address, and [auth] enabled = false: \
+                     without authentication the daemon listens on loopback only"
+                )));
+            }
+        }
         Ok(())
     }
 }
 
-/// `$XDG_RUNTIME_DIR/tagwire.sock`, else `/tmp/tagwire-<uid>.sock`.
+/// The socket in the user's private runtime directory:
+/// `$XDG_RUNTIME_DIR/tagwire/tagwire.sock`, else `/tmp/tagwire-UID/tagwire.sock`
+/// (see [`crate::local`]).
 pub fn default_unix_path() -> PathBuf {
-    match std::env::var_os("XDG_RUNTIME_DIR") {
-        Some(dir) if !dir.is_empty() => Path::new(&dir).join("tagwire.sock"),
-        _ => {
-            use std::os::unix::fs::MetadataExt;
-            let uid = std::fs::metadata("/proc/self")
-                .map(|m| m.uid())
-                .unwrap_or(0);
-            PathBuf::from(format!("/tmp/tagwire-{uid}.sock"))
-        }
-    }
+    crate::local::runtime_dir().join("tagwire.sock")
 }
 
 #[cfg(test)]

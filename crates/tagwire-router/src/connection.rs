@@ -17,15 +17,17 @@ use tagwire_core::qos::ChannelQos;
 use tagwire_core::queue::BoundedQueue;
 use tagwire_core::tags::{validate_tag, Pattern};
 use tagwire_proto::{
-    kind, EndpointKind, ErrorCode, EventRef, Frame, FrameDecoder, StreamError, PROTOCOL_VERSION,
+    kind, EndpointKind, ErrorCode, EventRef, Frame, FrameDecoder, StreamError,
+    MIN_PROTOCOL_VERSION, PROTOCOL_VERSION, SESSION_ID_LEN,
 };
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 
+use crate::auth::{Rights, Transport};
 use crate::channel::{Channel, Outbox};
 use crate::config::Limits;
 use crate::dispatch::deliver;
 use crate::filters::{op_name, FilterInfo, FilterLevel, FilterRecord, SourceFilters};
-use crate::state::{ConnEntry, State};
+use crate::state::{ConnEntry, Reservation, State};
 use crate::timing::{deadline, expired, now_ns};
 
 /// How long a closing connection's writer may take to flush its last frames.
@@ -50,6 +52,17 @@ struct Conn {
     /// Client subscription id → router-wide subscription id.
     subs: HashMap<u32, u64>,
     max_control: usize,
+    /// How the peer reached us (what identifies it before any token).
+    transport: Transport,
+    /// Who the peer is, once through the handshake.
+    identity: Rc<str>,
+    /// What it may do.
+    rights: Rights,
+    /// Its session id (all zero: none), for endpoint reservations.
+    session: [u8; SESSION_ID_LEN],
+    /// Whether the peer said `Close`: its endpoint names are then released,
+    /// not reserved.
+    closed_cleanly: bool,
 }
 
 /// A compiled `filter` or `map` subscription property.
@@ -65,8 +78,13 @@ enum Next {
 }
 
 /// Serves one accepted connection until it closes. `peer` is for logs.
-pub(crate) async fn serve<R, W>(state: Rc<RefCell<State>>, peer: String, mut reader: R, writer: W)
-where
+pub(crate) async fn serve<R, W>(
+    state: Rc<RefCell<State>>,
+    peer: String,
+    transport: Transport,
+    mut reader: R,
+    writer: W,
+) where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin + 'static,
 {
@@ -89,6 +107,11 @@ where
         endpoints: HashMap::new(),
         subs: HashMap::new(),
         max_control: limits.max_control_bytes,
+        transport,
+        identity: Rc::from(""),
+        rights: Rights::default(),
+        session: [0; SESSION_ID_LEN],
+        closed_cleanly: false,
     };
     // Until the handshake, only a Hello-sized frame is accepted, so a peer
     // that has not said Hello cannot make the router reserve a large buffer.
@@ -177,6 +200,8 @@ fn register(state: &RefCell<State>, peer: &str, outbox: &Rc<Outbox>) -> Result<(
             name: String::new(),
             peer: peer.to_owned(),
             outbox: outbox.clone(),
+            identity: Rc::from(""),
+            session: [0; SESSION_ID_LEN],
         },
     );
     Ok((id, limits))
@@ -268,6 +293,8 @@ impl Conn {
                     }
                     let mut st = self.state.borrow_mut();
                     st.endpoints.remove(&e.name);
+                    let u = st.usage(&self.identity);
+                    u.endpoints = u.endpoints.saturating_sub(1);
                     if st.sources.remove(&e.name).is_some() {
                         st.filters.forget_publisher(&e.name);
                     }
@@ -282,7 +309,10 @@ impl Conn {
             },
             Frame::Ping { nonce } => self.reply(Frame::Pong { nonce }),
             Frame::Pong { .. } => Next::Continue,
-            Frame::Close { .. } => Next::Close,
+            Frame::Close { .. } => {
+                self.closed_cleanly = true;
+                Next::Close
+            }
             Frame::Admin { req, body } => self.admin(req, &body),
             Frame::Hello { .. } => {
                 self.fail(ErrorCode::Malformed, 0, "Hello after the handshake".into())
@@ -303,6 +333,8 @@ impl Conn {
             version,
             max_frame,
             name,
+            token,
+            session,
         } = frame
         else {
             self.fail(
@@ -315,11 +347,11 @@ impl Conn {
             );
             return Next::Close;
         };
-        if version != PROTOCOL_VERSION {
+        if !(MIN_PROTOCOL_VERSION..=PROTOCOL_VERSION).contains(&version) {
             self.fail(
                 ErrorCode::UnsupportedVersion,
                 0,
-                format!("protocol version {version} is not supported (this server speaks {PROTOCOL_VERSION})"),
+                format!("protocol version {version} is not supported (this server speaks {MIN_PROTOCOL_VERSION} to {PROTOCOL_VERSION})"),
             );
             return Next::Close;
         }
@@ -330,17 +362,42 @@ impl Conn {
                 return Next::Close;
             }
         };
+        let mut st = self.state.borrow_mut();
+        let (identity, rights) = match st.auth.authenticate(&self.transport, &token) {
+            Ok(granted) => granted,
+            Err((code, message)) => {
+                drop(st);
+                self.fail(code, 0, message);
+                return Next::Close;
+            }
+        };
+        let max_conns = st.config.limits.max_connections_per_identity;
+        let usage = st.usage(&identity);
+        if usage.connections >= max_conns {
+            drop(st);
+            self.fail(
+                ErrorCode::LimitReached,
+                0,
+                format!("identity {identity} already has {max_conns} connections open (max_connections_per_identity)"),
+            );
+            return Next::Close;
+        }
+        usage.connections += 1;
+        if let Some(c) = st.connections.get_mut(&self.id) {
+            c.name = name;
+            c.identity = identity.clone();
+            c.session = session;
+        }
+        let server = st.config.name.clone();
+        drop(st);
+        tracing::debug!(conn = self.id, %identity, "authenticated");
+        self.identity = identity;
+        self.rights = rights;
+        self.session = session;
         decoder.set_max_frame(max_frame);
         self.welcomed = true;
-        let server = {
-            let mut st = self.state.borrow_mut();
-            if let Some(c) = st.connections.get_mut(&self.id) {
-                c.name = name;
-            }
-            st.config.name.clone()
-        };
         self.reply(Frame::Welcome {
-            version: PROTOCOL_VERSION,
+            version,
             max_frame,
             name: server,
         })
@@ -367,11 +424,38 @@ impl Conn {
                 format!("this connection already has {max} endpoints"),
             );
         }
-        let declared = self
-            .state
-            .borrow_mut()
-            .endpoints
-            .declare(&name, kind, self.id);
+        let mut st = self.state.borrow_mut();
+        let max_per_identity = st.config.limits.max_endpoints_per_identity;
+        if st.usage(&self.identity).endpoints >= max_per_identity {
+            drop(st);
+            return self.fail(
+                ErrorCode::LimitReached,
+                req,
+                format!(
+                    "identity {} already holds {max_per_identity} endpoints (max_endpoints_per_identity)",
+                    self.identity
+                ),
+            );
+        }
+        if let Some(r) = st.reservations.get(&name) {
+            let now = now_ns();
+            let ours = r.identity == *self.identity && r.session == hex(&self.session);
+            if r.until_ns > now && !ours {
+                let left = (r.until_ns - now) / 1_000_000_000 + 1;
+                drop(st);
+                return self.fail(
+                    ErrorCode::DuplicateEndpoint,
+                    req,
+                    format!("endpoint name {name:?} is reserved for the session that held it for another {left} s"),
+                );
+            }
+            st.reservations.remove(&name);
+        }
+        let declared = st.endpoints.declare(&name, kind, self.id);
+        if declared.is_ok() {
+            st.usage(&self.identity).endpoints += 1;
+        }
+        drop(st);
         if let Err(e) = declared {
             let code = match e {
                 tagwire_core::endpoint::EndpointError::Duplicate { .. } => {
@@ -439,6 +523,16 @@ impl Conn {
             Ok(p) => p,
             Err(e) => return self.fail(ErrorCode::InvalidPattern, req, e.to_string()),
         };
+        if !self.rights.may_subscribe(&parsed) {
+            return self.fail(
+                ErrorCode::PermissionDenied,
+                req,
+                format!(
+                    "identity {} may not subscribe to {pattern:?} (no [[acl]] subscribe pattern covers it)",
+                    self.identity
+                ),
+            );
+        }
         let (filter_props, qos): (Vec<_>, Vec<_>) =
             qos.iter().partition(|(k, _)| k == "filter" || k == "map");
         let compiled = match self.compile_filters(&filter_props) {
@@ -454,12 +548,16 @@ impl Conn {
         };
         let mut st = self.state.borrow_mut();
         let limits = &st.config.limits;
+        let held = st.usage.get(&self.identity).map_or(0, |u| u.subscriptions);
         if self.subs.len() >= limits.max_subscriptions_per_connection
             || st.routes.len() >= limits.max_subscriptions
+            || held >= limits.max_subscriptions_per_identity
         {
             let msg = format!(
-                "subscription limit reached ({} per connection, {} in all)",
-                limits.max_subscriptions_per_connection, limits.max_subscriptions
+                "subscription limit reached ({} per connection, {} per identity, {} in all)",
+                limits.max_subscriptions_per_connection,
+                limits.max_subscriptions_per_identity,
+                limits.max_subscriptions
             );
             drop(st);
             return self.fail(ErrorCode::LimitReached, req, msg);
@@ -514,6 +612,7 @@ impl Conn {
             );
         }
         st.channels.insert(global, channel);
+        st.usage(&self.identity).subscriptions += 1;
         drop(st);
         self.subs.insert(sub, global);
         self.ack(req)
@@ -551,6 +650,16 @@ impl Conn {
         }
         if let Err(e) = validate_tag(ev.tag) {
             return self.fail(ErrorCode::InvalidTag, 0, e.to_string());
+        }
+        if !self.rights.may_publish(ev.tag) {
+            return self.fail(
+                ErrorCode::PermissionDenied,
+                0,
+                format!(
+                    "identity {} may not publish on {} (no [[acl]] publish pattern matches it)",
+                    self.identity, ev.tag
+                ),
+            );
         }
         let mut st = self.state.borrow_mut();
         let deadline = deadline(&ev);
@@ -601,7 +710,11 @@ impl Conn {
     }
 
     fn admin(&mut self, req: u32, body: &str) -> Next {
-        let result = crate::admin::handle(&mut self.state.borrow_mut(), body);
+        let requester = crate::admin::Requester {
+            identity: &self.identity,
+            admin: self.rights.admin,
+        };
+        let result = crate::admin::handle(&mut self.state.borrow_mut(), body, &requester);
         match result {
             Ok(body) => self.reply(Frame::AdminReply { req, body }),
             Err((code, message)) => self.fail(code, req, message),
@@ -619,6 +732,8 @@ impl Conn {
 
     fn drop_channel(&self, global: u64) {
         let mut st = self.state.borrow_mut();
+        let u = st.usage(&self.identity);
+        u.subscriptions = u.subscriptions.saturating_sub(1);
         st.routes.remove_channel(global);
         st.channels.remove(&global);
         st.filters.forget_channel(global);
@@ -651,20 +766,49 @@ impl Conn {
         Ok(out)
     }
 
-    /// Forgets this connection's subscriptions and endpoints.
+    /// Forgets this connection's subscriptions and endpoints. Unless the
+    /// peer said `Close`, its endpoint names stay reserved for its session
+    /// (see [`Reservation`]).
     fn cleanup(&mut self) {
         let mut st = self.state.borrow_mut();
         st.routes.remove_session(self.id);
+        let subs = self.subs.len();
         for (_, global) in self.subs.drain() {
             st.channels.remove(&global);
         }
         st.filters.forget_connection(self.id);
-        drop(st);
-        let mut st = self.state.borrow_mut();
+        let reserve = !self.closed_cleanly && self.session != [0; SESSION_ID_LEN];
+        let until_ns = now_ns().saturating_add(
+            st.config
+                .limits
+                .endpoint_reservation_secs
+                .saturating_mul(1_000_000_000),
+        );
+        let endpoints = self.endpoints.len();
         for (_, e) in self.endpoints.drain() {
             st.endpoints.remove(&e.name);
             st.sources.remove(&e.name);
+            if reserve {
+                let r = Reservation {
+                    identity: self.identity.to_string(),
+                    session: hex(&self.session),
+                    until_ns,
+                };
+                st.reserve(&e.name, r);
+            }
         }
         st.connections.remove(&self.id);
+        if self.welcomed {
+            let u = st.usage(&self.identity);
+            u.connections = u.connections.saturating_sub(1);
+            u.endpoints = u.endpoints.saturating_sub(endpoints);
+            u.subscriptions = u.subscriptions.saturating_sub(subs);
+            st.forget_idle_identity(&self.identity);
+        }
     }
+}
+
+/// Lower-case hex of `bytes` (session ids in reservations).
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

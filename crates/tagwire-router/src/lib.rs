@@ -26,12 +26,14 @@
 //! and shut it down.
 
 mod admin;
+pub mod auth;
 mod channel;
 pub mod config;
 mod connection;
 mod dispatch;
 mod filters;
 mod lane;
+pub mod local;
 mod state;
 mod timing;
 
@@ -47,6 +49,7 @@ pub use admin::{
     AdminRequest, ConnectionInfo, EndpointEntry, FilterInfo, FilterLevel, Listing,
     SubscriptionInfo, TagInfo,
 };
+use auth::{Authenticator, Transport};
 pub use config::{Limits, RouterConfig};
 use state::State;
 use tagwire_proto::{ErrorCode, Frame};
@@ -73,6 +76,9 @@ pub enum RouterError {
     /// The configuration is invalid.
     #[error(transparent)]
     Config(#[from] config::ConfigError),
+    /// The private runtime directory or a file in it is unsafe or unwritable.
+    #[error(transparent)]
+    Local(#[from] local::LocalError),
 }
 
 enum Command {
@@ -91,6 +97,8 @@ pub struct RouterHandle {
     lane: Option<JoinHandle<()>>,
     tcp: Option<SocketAddr>,
     unix: Option<PathBuf>,
+    /// The owner's token file, removed at shutdown.
+    token_file: Option<PathBuf>,
 }
 
 impl Router {
@@ -109,6 +117,11 @@ impl Router {
             tcp: None,
             unix: None,
             limits,
+            auth: config::AuthConfig {
+                local_token: false,
+                ..config::AuthConfig::default()
+            },
+            acl: Vec::new(),
         })
     }
 
@@ -126,13 +139,38 @@ impl Router {
             None => None,
         };
         let tcp_addr = tcp.as_ref().and_then(|l| l.local_addr().ok());
+        let runtime_dir = local::runtime_dir();
         let unix = match &config.unix {
-            Some(path) => Some(bind_unix(path)?),
+            Some(path) => {
+                // The default socket lives in the user's private directory;
+                // never bind it inside one someone else made.
+                if path.parent() == Some(runtime_dir.as_path()) {
+                    local::prepare_private_dir(&runtime_dir)?;
+                }
+                Some(bind_unix(path)?)
+            }
             None => None,
         };
         let unix_path = config.unix.clone();
+        let (token, token_file) = match tcp_addr {
+            Some(a) if config.auth.enabled && config.auth.local_token => {
+                local::prepare_private_dir(&runtime_dir)?;
+                let path = local::token_path(a.port());
+                (Some(local::write_token(&path)?), Some(path))
+            }
+            _ => (None, None),
+        };
+        let auth = Authenticator::new(&config.auth, &config.acl, local::current_uid(), token)?;
+        if config.name != "embedded" {
+            tracing::info!("authentication {}", auth.describe());
+            if !auth.enabled() {
+                tracing::warn!(
+                    "authentication is off: any local user may publish, subscribe and administer"
+                );
+            }
+        }
         let (tx, rx) = mpsc::unbounded_channel();
-        let lane = lane::spawn("tagwire-lane-0", move || serve(config, tcp, unix, rx))
+        let lane = lane::spawn("tagwire-lane-0", move || serve(config, auth, tcp, unix, rx))
             .map_err(RouterError::Lane)?;
         if let Some(a) = tcp_addr {
             tracing::info!("listening on tcp://{a}");
@@ -145,6 +183,7 @@ impl Router {
             lane: Some(lane),
             tcp: tcp_addr,
             unix: unix_path,
+            token_file,
         })
     }
 }
@@ -183,6 +222,9 @@ impl RouterHandle {
                 tracing::error!("the lane thread panicked");
             }
         }
+        if let Some(t) = self.token_file.take() {
+            let _ = std::fs::remove_file(t);
+        }
     }
 }
 
@@ -211,12 +253,13 @@ fn bind_unix(path: &Path) -> Result<std::os::unix::net::UnixListener, RouterErro
 
 async fn serve(
     config: RouterConfig,
+    auth: Authenticator,
     tcp: Option<std::net::TcpListener>,
     unix: Option<std::os::unix::net::UnixListener>,
     mut commands: mpsc::UnboundedReceiver<Command>,
 ) {
     let unix_path = config.unix.clone();
-    let state = Rc::new(RefCell::new(State::new(config)));
+    let state = Rc::new(RefCell::new(State::new(config, auth)));
     let mut accepts = vec![tokio::task::spawn_local(dispatch::release_deferred(
         state.clone(),
     ))];
@@ -239,7 +282,9 @@ async fn serve(
                     .set_nonblocking(true)
                     .and_then(|()| tokio::net::UnixStream::from_std(s));
                 match stream {
-                    Ok(s) => spawn_unix(state.clone(), s, "in-process".into()),
+                    Ok(s) => {
+                        spawn_unix(state.clone(), s, "in-process".into(), Transport::InProcess)
+                    }
                     Err(e) => tracing::error!("cannot attach in-process client: {e}"),
                 }
             }
@@ -284,7 +329,14 @@ async fn accept_tcp(state: Rc<RefCell<State>>, l: tokio::net::TcpListener) {
             Ok((s, peer)) => {
                 let _ = s.set_nodelay(true);
                 let (r, w) = s.into_split();
-                tokio::task::spawn_local(connection::serve(state.clone(), peer.to_string(), r, w));
+                let transport = Transport::Tcp { cert: None };
+                tokio::task::spawn_local(connection::serve(
+                    state.clone(),
+                    peer.to_string(),
+                    transport,
+                    r,
+                    w,
+                ));
             }
             Err(e) => {
                 tracing::warn!("accept (tcp): {e}");
@@ -297,7 +349,14 @@ async fn accept_tcp(state: Rc<RefCell<State>>, l: tokio::net::TcpListener) {
 async fn accept_unix(state: Rc<RefCell<State>>, l: tokio::net::UnixListener) {
     loop {
         match l.accept().await {
-            Ok((s, _)) => spawn_unix(state.clone(), s, "unix".into()),
+            Ok((s, _)) => {
+                let uid = s.peer_cred().ok().map(|c| c.uid());
+                let peer = match uid {
+                    Some(uid) => format!("unix uid {uid}"),
+                    None => "unix".into(),
+                };
+                spawn_unix(state.clone(), s, peer, Transport::Unix { uid });
+            }
             Err(e) => {
                 tracing::warn!("accept (unix): {e}");
                 tokio::time::sleep(Duration::from_millis(50)).await;
@@ -306,7 +365,12 @@ async fn accept_unix(state: Rc<RefCell<State>>, l: tokio::net::UnixListener) {
     }
 }
 
-fn spawn_unix(state: Rc<RefCell<State>>, s: tokio::net::UnixStream, peer: String) {
+fn spawn_unix(
+    state: Rc<RefCell<State>>,
+    s: tokio::net::UnixStream,
+    peer: String,
+    transport: Transport,
+) {
     let (r, w) = s.into_split();
-    tokio::task::spawn_local(connection::serve(state, peer, r, w));
+    tokio::task::spawn_local(connection::serve(state, peer, transport, r, w));
 }

@@ -11,7 +11,10 @@ use tagwire_core::defer::Deferred;
 use tagwire_core::endpoint::EndpointRegistry;
 use tagwire_core::route::Routes;
 
+use serde::{Deserialize, Serialize};
+
 use crate::admin::{ConnectionInfo, EndpointEntry, Listing, SubscriptionInfo, TagInfo};
+use crate::auth::Authenticator;
 use crate::channel::{Channel, Outbox};
 use crate::config::RouterConfig;
 use crate::filters::{FilterBook, SourceFilters};
@@ -20,6 +23,29 @@ pub(crate) struct ConnEntry {
     pub name: String,
     pub peer: String,
     pub outbox: Rc<Outbox>,
+    /// Who it is, once through the handshake (empty before).
+    pub identity: Rc<str>,
+    /// Its session id (all zero: none), for endpoint reservations.
+    pub session: [u8; tagwire_proto::SESSION_ID_LEN],
+}
+
+/// What one identity holds, checked against the per-identity quotas.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Usage {
+    pub connections: usize,
+    pub endpoints: usize,
+    pub subscriptions: usize,
+}
+
+/// An endpoint name kept for the session that held it when its connection
+/// dropped without `Close` (or the daemon restarted).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Reservation {
+    pub identity: String,
+    /// The session id, hex.
+    pub session: String,
+    /// Until when (ns since the Unix epoch).
+    pub until_ns: u64,
 }
 
 pub(crate) struct TagStats {
@@ -50,11 +76,17 @@ pub(crate) struct State {
     pub deferred: Deferred<Bytes>,
     /// Wakes the task that releases deferred events.
     pub deferred_wake: Rc<tokio::sync::Notify>,
+    /// Who may connect and what they may do.
+    pub auth: Authenticator,
+    /// What each identity holds, for its quotas.
+    pub usage: HashMap<Rc<str>, Usage>,
+    /// Endpoint names reserved for the sessions that held them.
+    pub reservations: HashMap<String, Reservation>,
     next_conn: u64,
 }
 
 impl State {
-    pub fn new(config: RouterConfig) -> Self {
+    pub fn new(config: RouterConfig, auth: Authenticator) -> Self {
         let endpoints = EndpointRegistry::new(config.limits.max_endpoints);
         let deferred = Deferred::new(
             config.limits.max_deferred_events,
@@ -75,7 +107,45 @@ impl State {
             filtered_at_source: 0,
             deferred,
             deferred_wake: Rc::default(),
+            auth,
+            usage: HashMap::new(),
+            reservations: HashMap::new(),
             next_conn: 1,
+        }
+    }
+
+    /// The usage entry of `identity`.
+    pub fn usage(&mut self, identity: &Rc<str>) -> &mut Usage {
+        self.usage.entry(identity.clone()).or_default()
+    }
+
+    /// Drops `identity`'s usage entry once it holds nothing, so the table
+    /// stays as small as the set of identities connected.
+    pub fn forget_idle_identity(&mut self, identity: &str) {
+        if let Some(u) = self.usage.get(identity) {
+            if u.connections == 0 && u.endpoints == 0 && u.subscriptions == 0 {
+                self.usage.remove(identity);
+            }
+        }
+    }
+
+    /// Reserves endpoint `name` for `(identity, session)` until `until_ns`,
+    /// forgetting the reservation closest to expiry when the table is full.
+    pub fn reserve(&mut self, name: &str, r: Reservation) {
+        if self.reservations.len() >= self.config.limits.max_reservations
+            && !self.reservations.contains_key(name)
+        {
+            let oldest = self
+                .reservations
+                .iter()
+                .min_by_key(|(_, r)| r.until_ns)
+                .map(|(n, _)| n.clone());
+            if let Some(n) = oldest {
+                self.reservations.remove(&n);
+            }
+        }
+        if self.reservations.len() < self.config.limits.max_reservations {
+            self.reservations.insert(name.to_owned(), r);
         }
     }
 
@@ -115,6 +185,7 @@ impl State {
                 id: *id,
                 name: c.name.clone(),
                 peer: c.peer.clone(),
+                identity: c.identity.to_string(),
             })
             .collect();
         connections.sort_by_key(|c| c.id);
@@ -130,6 +201,7 @@ impl State {
         tags.sort_by(|a, b| a.tag.cmp(&b.tag));
         Listing {
             server: self.config.name.clone(),
+            auth: self.auth.describe(),
             connections,
             endpoints: self
                 .endpoints

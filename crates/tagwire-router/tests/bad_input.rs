@@ -73,10 +73,15 @@ impl Raw {
 
     fn hello(h: &RouterHandle) -> Raw {
         let mut r = Raw::connect(h);
+        let port = h.tcp_addr().expect("tcp").port();
+        let token = tagwire_router::local::read_token(&tagwire_router::local::token_path(port))
+            .expect("the router wrote its local token");
         r.send(&Frame::Hello {
             version: PROTOCOL_VERSION,
             max_frame: 1 << 20,
             name: "raw".into(),
+            token,
+            session: [0; 16],
         });
         assert!(matches!(r.recv(), Some(Frame::Welcome { .. })));
         r

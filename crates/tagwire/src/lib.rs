@@ -19,6 +19,7 @@
 //! # Ok::<(), tagwire::Error>(())
 //! ```
 
+mod credentials;
 mod error;
 mod publisher;
 mod sample;

@@ -67,6 +67,14 @@ impl Target {
             Target::Embedded(_) => "embedded".into(),
         }
     }
+
+    /// The token to present in `Hello` (empty: the transport identifies us).
+    fn token(&self) -> String {
+        match self {
+            Target::Url(u) => crate::credentials::token_for(u),
+            Target::Embedded(_) => String::new(),
+        }
+    }
 }
 
 pub(crate) enum Reply {
@@ -103,6 +111,8 @@ struct WriteState {
 pub(crate) struct Inner {
     target: Target,
     name: String,
+    /// Kept across reconnects, so the router gives our endpoint names back.
+    session_id: [u8; tagwire_proto::SESSION_ID_LEN],
     /// Lock order: `writer` before `socket`.
     writer: Mutex<WriteState>,
     socket: Mutex<Option<Stream>>,
@@ -191,12 +201,14 @@ impl Session {
             std::process::id(),
             SESSION_COUNTER.fetch_add(1, Ordering::Relaxed)
         );
+        let session_id = crate::credentials::new_session_id();
         let mut stream = target.connect()?;
-        let (max_frame, leftover) = handshake(&mut stream, &name, &target.describe())?;
+        let (max_frame, leftover) = handshake(&mut stream, &name, &target, &session_id)?;
         let write_half = stream.try_clone()?;
         let inner = Arc::new(Inner {
             target,
             name,
+            session_id,
             writer: Mutex::new(WriteState {
                 buf: BytesMut::with_capacity(HIGH_WATER),
                 last_publish_ns: 0,
@@ -508,9 +520,15 @@ fn expect_ok(r: Reply) -> Result<()> {
 
 /// Sends `Hello`, waits for `Welcome`; returns the negotiated max frame and
 /// any bytes read past the `Welcome`.
-fn handshake(stream: &mut Stream, name: &str, url: &str) -> Result<(u32, BytesMut)> {
+fn handshake(
+    stream: &mut Stream,
+    name: &str,
+    target: &Target,
+    session: &[u8; tagwire_proto::SESSION_ID_LEN],
+) -> Result<(u32, BytesMut)> {
+    let url = target.describe();
     let fail = |reason: String| Error::Handshake {
-        url: url.to_owned(),
+        url: url.clone(),
         reason,
     };
     let mut out = BytesMut::new();
@@ -518,6 +536,8 @@ fn handshake(stream: &mut Stream, name: &str, url: &str) -> Result<(u32, BytesMu
         version: PROTOCOL_VERSION,
         max_frame: tagwire_proto::limits::DEFAULT_MAX_FRAME,
         name: name.to_owned(),
+        token: target.token(),
+        session: *session,
     }
     .encode(&mut out)?;
     stream.write_all(&out)?;
@@ -635,7 +655,7 @@ fn close_sinks(inner: &Inner) {
 /// subscription before publishers may write.
 fn reconnect(inner: &Inner) -> Result<(Stream, BytesMut)> {
     let mut s = inner.target.connect()?;
-    let (max_frame, leftover) = handshake(&mut s, &inner.name, &inner.target.describe())?;
+    let (max_frame, leftover) = handshake(&mut s, &inner.name, &inner.target, &inner.session_id)?;
     let write_half = s.try_clone()?;
     let mut w = lock(&inner.writer);
     w.buf.clear();

@@ -23,7 +23,11 @@ impl Stream {
                 s.set_nodelay(true)?;
                 Ok(Stream::Tcp(s))
             }
-            ServerUrl::Unix(path) => Ok(Stream::Unix(UnixStream::connect(path)?)),
+            ServerUrl::Unix(path) => {
+                let s = UnixStream::connect(path)?;
+                crate::credentials::check_daemon(&s, url)?;
+                Ok(Stream::Unix(s))
+            }
         }
     }
 

@@ -43,14 +43,18 @@ impl ServerUrl {
         }
     }
 
-    /// The local daemon: its Unix socket if that exists, else `tcp://127.0.0.1:7700`.
+    /// The local daemon: its Unix socket if that exists in the user's
+    /// private runtime directory, else `tcp://127.0.0.1:7700`. A runtime
+    /// directory that is not private (another user made it) is not used.
     pub fn local_default() -> Self {
         let path = tagwire_router::config::default_unix_path();
-        if path.exists() {
-            ServerUrl::Unix(path)
-        } else {
-            ServerUrl::Tcp(tagwire_router::config::DEFAULT_TCP.to_owned())
+        let private = path.parent().map(tagwire_router::local::check_private_dir);
+        match private {
+            Some(Ok(())) if path.exists() => return ServerUrl::Unix(path),
+            Some(Err(e)) if path.exists() => tracing::warn!("not using the local socket: {e}"),
+            _ => {}
         }
+        ServerUrl::Tcp(tagwire_router::config::DEFAULT_TCP.to_owned())
     }
 }
 

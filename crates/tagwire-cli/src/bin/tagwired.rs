@@ -22,7 +22,7 @@ struct Args {
     /// TCP listen address [default: 127.0.0.1:7700].
     #[arg(long, value_name = "ADDR")]
     tcp: Option<std::net::SocketAddr>,
-    /// Unix socket path [default: $XDG_RUNTIME_DIR/tagwire.sock, else /tmp/tagwire-UID.sock].
+    /// Unix socket path [default: $XDG_RUNTIME_DIR/tagwire/tagwire.sock, else /tmp/tagwire-UID/tagwire.sock].
     #[arg(long, value_name = "PATH")]
     unix: Option<PathBuf>,
     /// Do not listen on TCP.

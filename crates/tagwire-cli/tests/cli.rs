@@ -357,3 +357,146 @@ fn sub_filter_and_admin_filter_commands_work_end_to_end() {
     d.stop();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+// ---- Trespass (issue 12, items 10 and 11). These switch uid, so they need
+// root, as CI has; run them with `sudo -E cargo test -p tagwire-cli`.
+
+/// The unprivileged user the trespass tests act as.
+const NOBODY: u32 = 65534;
+
+fn require_root() {
+    assert_eq!(
+        tagwire::router::local::current_uid(),
+        0,
+        "this test acts as another user (uid {NOBODY}) and needs root: run it as root, as CI does"
+    );
+}
+
+/// A directory anyone may enter (for a socket another user must reach).
+fn open_dir(tag: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let d = temp_dir(tag);
+    std::fs::create_dir_all(&d).expect("dir");
+    std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    d
+}
+
+/// A child process killed when the test ends, even by a failed assertion.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts tagwired on a Unix socket only, as `uid`, with `config` (TOML).
+fn daemon_on_socket(dir: &Path, uid: u32, config: &str) -> (Killed, PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let sock = dir.join("d.sock");
+    let cfg = dir.join("tagwired.toml");
+    std::fs::write(&cfg, config).expect("config");
+    std::fs::set_permissions(&cfg, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let child = Command::new(env!("CARGO_BIN_EXE_tagwired"))
+        .args(["--no-tcp", "--unix"])
+        .arg(&sock)
+        .arg("--config")
+        .arg(&cfg)
+        .env("XDG_RUNTIME_DIR", dir)
+        .uid(uid)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn tagwired");
+    let child = Killed(child);
+    let deadline = Instant::now() + WAIT;
+    while !sock.exists() {
+        assert!(Instant::now() < deadline, "tagwired did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (child, sock)
+}
+
+/// Runs `tagwire --server unix://SOCK ARGS…` as `uid`.
+fn tagwire_as(uid: u32, sock: &Path, args: &[&str]) -> Output {
+    use std::os::unix::process::CommandExt;
+    Command::new(env!("CARGO_BIN_EXE_tagwire"))
+        .arg("--server")
+        .arg(format!("unix://{}", sock.display()))
+        .args(args)
+        .env_remove("TAGWIRE_SERVER")
+        .env_remove("XDG_RUNTIME_DIR")
+        .uid(uid)
+        .output()
+        .expect("run tagwire")
+}
+
+#[test]
+fn another_user_is_refused_unless_an_acl_rule_names_it() {
+    require_root();
+    let dir = open_dir("stranger");
+    let (d, sock) = daemon_on_socket(&dir, 0, "");
+    let out = tagwire_as(NOBODY, &sock, &["list"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains(&format!("uid:{NOBODY} has no rights")),
+        "{err}"
+    );
+    // Nor may it publish.
+    let out = tagwire_as(NOBODY, &sock, &["pub", "/victim/x", "hi"]);
+    assert!(!out.status.success());
+    drop(d);
+
+    // With a rule it may subscribe within /pub/**, and its listing shows
+    // only what it holds.
+    let rule = format!("[[acl]]\nidentity = \"uid:{NOBODY}\"\nsubscribe = [\"/pub/**\"]\n");
+    let _ = std::fs::remove_file(&sock);
+    let (_d, sock) = daemon_on_socket(&dir, 0, &rule);
+    let out = tagwire_as(NOBODY, &sock, &["list"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = tagwire_as(NOBODY, &sock, &["sub", "/**", "--count", "1"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("may not subscribe"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_client_refuses_a_daemon_socket_served_by_another_user() {
+    require_root();
+    let dir = open_dir("planted");
+    std::os::unix::fs::chown(&dir, Some(NOBODY), None).expect("chown");
+    let (_d, sock) = daemon_on_socket(&dir, NOBODY, "");
+    let out = tagwire_as(0, &sock, &["pub", "/secret", "password"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains(&format!("runs as uid {NOBODY}")), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_runtime_directory_made_by_another_user_is_refused() {
+    require_root();
+    let dir = open_dir("squatted");
+    let runtime = dir.join("tagwire");
+    std::fs::create_dir(&runtime).expect("dir");
+    std::os::unix::fs::chown(&runtime, Some(NOBODY), None).expect("chown");
+    let out = Command::new(env!("CARGO_BIN_EXE_tagwired"))
+        .args(["--no-tcp"])
+        .env("XDG_RUNTIME_DIR", &dir)
+        .output()
+        .expect("run tagwired");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains(&format!("owned by uid {NOBODY}")), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

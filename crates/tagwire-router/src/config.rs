@@ -30,6 +30,10 @@ pub struct RouterConfig {
     pub auth: AuthConfig,
     /// What identities other than the owner may do (`[[acl]]` rules).
     pub acl: Vec<AclRule>,
+    /// Where endpoint reservations are kept across a restart: written at
+    /// shutdown (live endpoints included), read at start. `None`: not kept.
+    /// `tagwired` uses `reservations.json` in the private runtime directory.
+    pub reservations_file: Option<PathBuf>,
 }
 
 /// Bounds on every table and queue the router keeps. At each bound the
@@ -109,6 +113,7 @@ impl Default for RouterConfig {
             limits: Limits::default(),
             auth: AuthConfig::default(),
             acl: Vec::new(),
+            reservations_file: None,
         }
     }
 }

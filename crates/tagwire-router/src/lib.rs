@@ -122,6 +122,7 @@ impl Router {
                 ..config::AuthConfig::default()
             },
             acl: Vec::new(),
+            reservations_file: None,
         })
     }
 
@@ -248,6 +249,11 @@ fn bind_unix(path: &Path) -> Result<std::os::unix::net::UnixListener, RouterErro
     };
     let l = std::os::unix::net::UnixListener::bind(path).map_err(listen_err)?;
     l.set_nonblocking(true).map_err(listen_err)?;
+    // Who may connect is decided by the directory (private by default) and
+    // then by the peer's credentials against the ACL, not by the socket
+    // file's mode: another user who can reach it gets a named refusal.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666)).map_err(listen_err)?;
     Ok(l)
 }
 
@@ -259,7 +265,11 @@ async fn serve(
     mut commands: mpsc::UnboundedReceiver<Command>,
 ) {
     let unix_path = config.unix.clone();
+    let reservations_file = config.reservations_file.clone();
     let state = Rc::new(RefCell::new(State::new(config, auth)));
+    if let Some(f) = &reservations_file {
+        state.borrow_mut().load_reservations(f, timing::now_ns());
+    }
     let mut accepts = vec![tokio::task::spawn_local(dispatch::release_deferred(
         state.clone(),
     ))];
@@ -319,6 +329,9 @@ async fn serve(
     }
     if let Some(p) = unix_path {
         let _ = std::fs::remove_file(p);
+    }
+    if let Some(f) = &reservations_file {
+        state.borrow_mut().save_reservations(f, timing::now_ns());
     }
     tracing::info!("router stopped");
 }

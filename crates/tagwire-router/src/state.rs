@@ -149,6 +149,90 @@ impl State {
         }
     }
 
+    /// Reads reservations kept by [`save_reservations`](Self::save_reservations)
+    /// at the last shutdown; each lasts the configured time from `now`. A
+    /// missing file is normal; a bad one is logged and ignored.
+    pub fn load_reservations(&mut self, path: &std::path::Path, now: u64) {
+        const MAX_FILE: u64 = 64 * 1024 * 1024;
+        let read = || -> Result<HashMap<String, Reservation>, String> {
+            if let Some(dir) = path.parent() {
+                crate::local::check_private_dir(dir).map_err(|e| e.to_string())?;
+            }
+            let len = std::fs::metadata(path).map_err(|e| e.to_string())?.len();
+            if len > MAX_FILE {
+                return Err(format!("{len} bytes, over {MAX_FILE}"));
+            }
+            let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
+            serde_json::from_str(&text).map_err(|e| e.to_string())
+        };
+        if !path.exists() {
+            return;
+        }
+        match read() {
+            Ok(kept) => {
+                let secs = self.config.limits.endpoint_reservation_secs;
+                let until_ns = now.saturating_add(secs.saturating_mul(1_000_000_000));
+                let n = kept.len();
+                for (name, mut r) in kept {
+                    r.until_ns = until_ns;
+                    self.reserve(&name, r);
+                }
+                tracing::info!(
+                    "{n} endpoint name(s) reserved for their sessions for {secs} s (from {})",
+                    path.display()
+                );
+            }
+            Err(e) => tracing::warn!("ignoring reservations file {}: {e}", path.display()),
+        }
+        let _ = std::fs::remove_file(path);
+    }
+
+    /// Writes the live endpoints of sessions that have an id, and the
+    /// unexpired reservations, to `path` (mode 0600), for the next start.
+    pub fn save_reservations(&mut self, path: &std::path::Path, now: u64) {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut kept: HashMap<String, Reservation> = self
+            .reservations
+            .drain()
+            .filter(|(_, r)| r.until_ns > now)
+            .collect();
+        for e in self.endpoints.list() {
+            let Some(c) = self.connections.get(&e.owner) else {
+                continue;
+            };
+            if c.session != [0; tagwire_proto::SESSION_ID_LEN] {
+                let session = crate::connection::hex(&c.session);
+                let identity = c.identity.to_string();
+                kept.insert(
+                    e.name.clone(),
+                    Reservation {
+                        identity,
+                        session,
+                        until_ns: now,
+                    },
+                );
+            }
+        }
+        let write = || -> std::io::Result<()> {
+            let tmp = path.with_extension("tmp");
+            let _ = std::fs::remove_file(&tmp);
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&tmp)?;
+            f.write_all(serde_json::to_string(&kept)?.as_bytes())?;
+            std::fs::rename(&tmp, path)
+        };
+        if let Err(e) = write() {
+            tracing::warn!(
+                "cannot keep endpoint reservations in {}: {e}",
+                path.display()
+            );
+        }
+    }
+
     pub fn next_connection_id(&mut self) -> u64 {
         let id = self.next_conn;
         self.next_conn += 1;

@@ -42,5 +42,7 @@ pub use tagwire_router::{Listing, RouterConfig, RouterHandle};
 
 /// Router types for running a router in-process with full control.
 pub mod router {
-    pub use tagwire_router::{config, Limits, Router, RouterConfig, RouterError, RouterHandle};
+    pub use tagwire_router::{
+        auth, config, local, Limits, Router, RouterConfig, RouterError, RouterHandle,
+    };
 }

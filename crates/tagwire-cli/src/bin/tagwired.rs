@@ -59,6 +59,10 @@ fn config(args: &Args) -> Result<RouterConfig, ConfigError> {
     if let Some(n) = &args.name {
         cfg.name = n.clone();
     }
+    if cfg.reservations_file.is_none() {
+        cfg.reservations_file =
+            Some(tagwire::router::local::runtime_dir().join("reservations.json"));
+    }
     cfg.validate()?;
     Ok(cfg)
 }

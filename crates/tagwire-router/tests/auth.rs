@@ -1,0 +1,441 @@
+//! Authentication and authorization at the daemon (issue 12, items 6, 7,
+//! 10 and 12): who may connect, what an identity may publish, subscribe and
+//! administer, per-identity quotas, and endpoint names kept for the session
+//! that held them. Driven with raw protocol frames so the tests control the
+//! token and the session id.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use tagwire_proto::{EndpointKind, ErrorCode, Frame, FrameDecoder, PROTOCOL_VERSION};
+use tagwire_router::config::{AclRule, AuthConfig, TokenConfig};
+use tagwire_router::{local, Router, RouterConfig, RouterHandle};
+
+const ALICE: &str = "alice-token-0123456789abcdef";
+const BOB: &str = "bob-token-0123456789abcdef";
+
+fn config() -> RouterConfig {
+    RouterConfig {
+        tcp: "127.0.0.1:0".parse().ok(),
+        unix: None,
+        auth: AuthConfig {
+            tokens: vec![
+                TokenConfig {
+                    name: "alice".into(),
+                    token: Some(ALICE.into()),
+                    file: None,
+                },
+                TokenConfig {
+                    name: "bob".into(),
+                    token: Some(BOB.into()),
+                    file: None,
+                },
+            ],
+            ..AuthConfig::default()
+        },
+        acl: vec![
+            AclRule {
+                identity: "token:alice".into(),
+                publish: vec!["/alice/**".into()],
+                subscribe: vec!["/alice/**".into(), "/shared/*".into()],
+                admin: false,
+            },
+            AclRule {
+                identity: "token:bob".into(),
+                publish: vec!["/**".into()],
+                subscribe: vec!["/**".into()],
+                admin: false,
+            },
+        ],
+        ..RouterConfig::default()
+    }
+}
+
+fn owner_token(h: &RouterHandle) -> String {
+    let port = h.tcp_addr().expect("tcp").port();
+    local::read_token(&local::token_path(port)).expect("the router wrote its local token")
+}
+
+/// A raw protocol client over TCP.
+struct Raw {
+    s: TcpStream,
+    buf: BytesMut,
+    dec: FrameDecoder,
+    next_req: u32,
+}
+
+impl Raw {
+    fn connect(h: &RouterHandle) -> Raw {
+        let s = TcpStream::connect(h.tcp_addr().expect("tcp")).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        Raw {
+            s,
+            buf: BytesMut::new(),
+            dec: FrameDecoder::new(1 << 24),
+            next_req: 1,
+        }
+    }
+
+    /// Says Hello with `token` and `session`; returns the answer.
+    fn hello(h: &RouterHandle, token: &str, session: [u8; 16]) -> (Raw, Option<Frame>) {
+        let mut r = Raw::connect(h);
+        r.send(&Frame::Hello {
+            version: PROTOCOL_VERSION,
+            max_frame: 1 << 20,
+            name: "raw".into(),
+            token: token.into(),
+            session,
+        });
+        let answer = r.recv();
+        (r, answer)
+    }
+
+    /// A client through the handshake.
+    fn welcomed(h: &RouterHandle, token: &str, session: [u8; 16]) -> Raw {
+        let (r, answer) = Raw::hello(h, token, session);
+        assert!(matches!(answer, Some(Frame::Welcome { .. })), "{answer:?}");
+        r
+    }
+
+    fn send(&mut self, f: &Frame) {
+        let mut b = BytesMut::new();
+        f.encode(&mut b).expect("encode");
+        let _ = self.s.write_all(&b);
+    }
+
+    fn recv(&mut self) -> Option<Frame> {
+        loop {
+            if let Some((k, body)) = self.dec.next_raw(&mut self.buf).expect("frame") {
+                return Some(Frame::decode(k, body).expect("decode"));
+            }
+            let mut chunk = [0u8; 65536];
+            match self.s.read(&mut chunk) {
+                Ok(0) | Err(_) => return None,
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+    }
+
+    /// Sends a request made with a fresh request id; returns the reply.
+    fn request(&mut self, make: impl FnOnce(u32) -> Frame) -> Frame {
+        let req = self.next_req;
+        self.next_req += 1;
+        self.send(&make(req));
+        self.recv().expect("a reply")
+    }
+
+    fn declare(&mut self, id: u32, kind: EndpointKind, name: &str) -> Frame {
+        self.request(|req| Frame::DeclareEndpoint {
+            req,
+            id,
+            kind,
+            name: name.into(),
+        })
+    }
+
+    fn subscribe(&mut self, sub: u32, endpoint: u32, pattern: &str) -> Frame {
+        self.request(|req| Frame::Subscribe {
+            req,
+            sub,
+            endpoint,
+            pattern: pattern.into(),
+            qos: vec![],
+        })
+    }
+
+    fn admin(&mut self, body: serde_json::Value) -> Frame {
+        self.request(|req| Frame::Admin {
+            req,
+            body: body.to_string(),
+        })
+    }
+
+    /// Closes the socket without a `Close` frame (a crash or a cut link).
+    fn drop_without_close(self) {
+        let _ = self.s.shutdown(std::net::Shutdown::Both);
+    }
+}
+
+fn error_code(f: &Frame) -> Option<ErrorCode> {
+    match f {
+        Frame::Error { code, .. } => Some(*code),
+        _ => None,
+    }
+}
+
+fn message(f: &Frame) -> String {
+    match f {
+        Frame::Error { message, .. } => message.clone(),
+        other => format!("{other:?}"),
+    }
+}
+
+#[test]
+fn tcp_without_a_token_or_with_a_wrong_one_is_refused_and_closed() {
+    let h = Router::start(config()).expect("start");
+    for token in ["", "not-the-token-0123456789"] {
+        let (mut r, answer) = Raw::hello(&h, token, [0; 16]);
+        let answer = answer.expect("an answer");
+        assert_eq!(
+            error_code(&answer),
+            Some(ErrorCode::Unauthenticated),
+            "{answer:?}"
+        );
+        assert_eq!(r.recv(), None, "the connection is closed");
+    }
+    // The owner's local token works.
+    Raw::welcomed(&h, &owner_token(&h), [0; 16]);
+}
+
+#[test]
+fn an_acl_limits_a_token_identity_to_its_tags() {
+    let h = Router::start(config()).expect("start");
+    let mut alice = Raw::welcomed(&h, ALICE, [0; 16]);
+    assert_eq!(
+        alice.declare(1, EndpointKind::Subscriber, "/alice/sub"),
+        Frame::Ok { req: 1 }
+    );
+    let denied = alice.subscribe(1, 1, "/**");
+    assert_eq!(
+        error_code(&denied),
+        Some(ErrorCode::PermissionDenied),
+        "{denied:?}"
+    );
+    assert!(message(&denied).contains("token:alice"), "{denied:?}");
+    assert_eq!(
+        error_code(&alice.subscribe(2, 1, "/shared/**")),
+        Some(ErrorCode::PermissionDenied)
+    );
+    assert!(matches!(
+        alice.subscribe(3, 1, "/shared/x"),
+        Frame::Ok { .. }
+    ));
+    assert!(matches!(
+        alice.subscribe(4, 1, "/alice/*/y"),
+        Frame::Ok { .. }
+    ));
+
+    // Publishing outside /alice/** is refused, inside is delivered.
+    assert!(matches!(
+        alice.declare(2, EndpointKind::Publisher, "/alice/pub"),
+        Frame::Ok { .. }
+    ));
+    let mut publish = |tag: &str| {
+        let mut e = tagwire_proto::Event::new(tag, "x");
+        e.header.publisher = "/alice/pub".into();
+        let mut b = BytesMut::new();
+        tagwire_proto::encode_publish(2, &e, &mut b).expect("encode");
+        let _ = alice.s.write_all(&b);
+    };
+    publish("/bob/x");
+    publish("/alice/z/y");
+    let refused = alice.recv().expect("an error");
+    assert_eq!(
+        error_code(&refused),
+        Some(ErrorCode::PermissionDenied),
+        "{refused:?}"
+    );
+    assert!(matches!(alice.recv(), Some(Frame::Deliver { sub: 4, .. })));
+}
+
+#[test]
+fn an_identity_cannot_touch_another_identitys_endpoints_and_lists_only_its_own() {
+    let h = Router::start(config()).expect("start");
+    let mut owner = Raw::welcomed(&h, &owner_token(&h), [0; 16]);
+    owner.declare(1, EndpointKind::Subscriber, "/owner/sub");
+    owner.subscribe(1, 1, "/alice/**");
+    let mut bob = Raw::welcomed(&h, BOB, [0; 16]);
+    bob.declare(1, EndpointKind::Subscriber, "/bob/sub");
+    bob.subscribe(1, 1, "/bob/**");
+
+    // Bob may not silence the owner's subscriber, nor change its operator.
+    for request in [
+        serde_json::json!({"op": "filter_add", "endpoint": "/owner/sub", "filter": "false"}),
+        serde_json::json!({"op": "filter_op", "endpoint": "/owner/sub", "interfilter": "or"}),
+    ] {
+        let r = bob.admin(request);
+        assert_eq!(error_code(&r), Some(ErrorCode::PermissionDenied), "{r:?}");
+    }
+    // He may filter his own.
+    let r = bob
+        .admin(serde_json::json!({"op": "filter_add", "endpoint": "/bob/sub", "filter": "true"}));
+    assert!(matches!(r, Frame::AdminReply { .. }), "{r:?}");
+    // The owner's filter is invisible to him, and he may not remove it.
+    let r = owner
+        .admin(serde_json::json!({"op": "filter_add", "endpoint": "/owner/sub", "filter": "true"}));
+    let Frame::AdminReply { body, .. } = r else {
+        panic!("{r:?}")
+    };
+    let id = serde_json::from_str::<serde_json::Value>(&body).expect("json")["id"].clone();
+    let r = bob.admin(serde_json::json!({"op": "filter_remove", "id": id}));
+    assert_eq!(error_code(&r), Some(ErrorCode::PermissionDenied), "{r:?}");
+
+    let listing = |r: Frame| -> serde_json::Value {
+        let Frame::AdminReply { body, .. } = r else {
+            panic!("{r:?}")
+        };
+        serde_json::from_str(&body).expect("json")
+    };
+    let mine = listing(bob.admin(serde_json::json!({"op": "list"})));
+    let names: Vec<&str> = mine["endpoints"]
+        .as_array()
+        .expect("endpoints")
+        .iter()
+        .filter_map(|e| e["name"].as_str())
+        .collect();
+    assert_eq!(names, ["/bob/sub"], "{mine}");
+    let filters = listing(bob.admin(serde_json::json!({"op": "filter_list"})));
+    assert_eq!(
+        filters["filters"].as_array().map(Vec::len),
+        Some(1),
+        "{filters}"
+    );
+    // The owner (admin right) sees everyone.
+    let all = listing(owner.admin(serde_json::json!({"op": "list"})));
+    assert_eq!(all["endpoints"].as_array().map(Vec::len), Some(2), "{all}");
+    assert!(
+        all["auth"].as_str().is_some_and(|a| a.starts_with("on")),
+        "{all}"
+    );
+}
+
+#[test]
+fn an_endpoint_name_is_kept_for_its_session_after_a_drop_and_released_by_close() {
+    let h = Router::start(config()).expect("start");
+    let token = owner_token(&h);
+    let (s1, s2) = ([1u8; 16], [2u8; 16]);
+    let mut first = Raw::welcomed(&h, &token, s1);
+    assert!(matches!(
+        first.declare(1, EndpointKind::Subscriber, "/kept"),
+        Frame::Ok { .. }
+    ));
+    first.drop_without_close();
+
+    // A stranger (another session) cannot take the name; it is not held by
+    // a live connection any more, but reserved.
+    let mut stranger = Raw::welcomed(&h, &token, s2);
+    let r = loop {
+        let r = stranger.declare(1, EndpointKind::Subscriber, "/kept");
+        if message(&r).contains("reserved") || matches!(r, Frame::Ok { .. }) {
+            break r;
+        }
+        // Still held by the old connection until the router notices the drop.
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert_eq!(error_code(&r), Some(ErrorCode::DuplicateEndpoint), "{r:?}");
+    // The same session, reconnecting, gets it back.
+    let mut again = Raw::welcomed(&h, &token, s1);
+    assert!(matches!(
+        again.declare(1, EndpointKind::Subscriber, "/kept"),
+        Frame::Ok { .. }
+    ));
+
+    // A clean Close releases the name at once.
+    again.send(&Frame::Close {
+        code: 0,
+        reason: "bye".into(),
+    });
+    assert_eq!(again.recv(), None);
+    let r = loop {
+        let r = stranger.declare(2, EndpointKind::Subscriber, "/kept");
+        if !message(&r).contains("already") {
+            break r;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert!(matches!(r, Frame::Ok { .. }), "{r:?}");
+}
+
+fn temp_dir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("tagwire-auth-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    local::prepare_private_dir(&d).expect("private temp dir");
+    d
+}
+
+#[test]
+fn endpoint_names_stay_reserved_for_their_sessions_across_a_restart() {
+    let dir = temp_dir("restart");
+    let cfg = RouterConfig {
+        reservations_file: Some(dir.join("reservations.json")),
+        ..config()
+    };
+    let h = Router::start(cfg.clone()).expect("start");
+    let token = owner_token(&h);
+    let mut sub = Raw::welcomed(&h, &token, [7; 16]);
+    assert!(matches!(
+        sub.declare(1, EndpointKind::Subscriber, "/survivor"),
+        Frame::Ok { .. }
+    ));
+    h.shutdown();
+
+    let h = Router::start(cfg).expect("restart");
+    let token = owner_token(&h);
+    let mut stranger = Raw::welcomed(&h, &token, [8; 16]);
+    let r = stranger.declare(1, EndpointKind::Subscriber, "/survivor");
+    assert_eq!(error_code(&r), Some(ErrorCode::DuplicateEndpoint), "{r:?}");
+    assert!(message(&r).contains("reserved"), "{r:?}");
+    let mut back = Raw::welcomed(&h, &token, [7; 16]);
+    assert!(matches!(
+        back.declare(1, EndpointKind::Subscriber, "/survivor"),
+        Frame::Ok { .. }
+    ));
+    h.shutdown();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn per_identity_quotas_refuse_the_excess_and_leave_others_alone() {
+    let mut cfg = config();
+    cfg.limits.max_connections_per_identity = 2;
+    cfg.limits.max_endpoints_per_identity = 3;
+    cfg.limits.max_subscriptions_per_identity = 2;
+    let h = Router::start(cfg).expect("start");
+    let mut a1 = Raw::welcomed(&h, BOB, [0; 16]);
+    let _a2 = Raw::welcomed(&h, BOB, [0; 16]);
+    let (_, third) = Raw::hello(&h, BOB, [0; 16]);
+    let third = third.expect("an answer");
+    assert_eq!(
+        error_code(&third),
+        Some(ErrorCode::LimitReached),
+        "{third:?}"
+    );
+    assert!(
+        message(&third).contains("max_connections_per_identity"),
+        "{third:?}"
+    );
+    // Another identity still connects.
+    let mut alice = Raw::welcomed(&h, ALICE, [0; 16]);
+
+    for id in 1..=3 {
+        assert!(matches!(
+            a1.declare(id, EndpointKind::Subscriber, &format!("/bob/{id}")),
+            Frame::Ok { .. }
+        ));
+    }
+    let r = a1.declare(4, EndpointKind::Subscriber, "/bob/4");
+    assert_eq!(error_code(&r), Some(ErrorCode::LimitReached), "{r:?}");
+    assert!(matches!(a1.subscribe(1, 1, "/a"), Frame::Ok { .. }));
+    assert!(matches!(a1.subscribe(2, 1, "/b"), Frame::Ok { .. }));
+    let r = a1.subscribe(3, 1, "/c");
+    assert_eq!(error_code(&r), Some(ErrorCode::LimitReached), "{r:?}");
+    // Unsubscribing gives the quota back.
+    assert!(matches!(
+        a1.request(|req| Frame::Unsubscribe { req, sub: 1 }),
+        Frame::Ok { .. }
+    ));
+    assert!(matches!(a1.subscribe(3, 1, "/c"), Frame::Ok { .. }));
+    // Alice is unaffected.
+    assert!(matches!(
+        alice.declare(1, EndpointKind::Subscriber, "/alice/s"),
+        Frame::Ok { .. }
+    ));
+    assert!(matches!(
+        alice.subscribe(1, 1, "/alice/x"),
+        Frame::Ok { .. }
+    ));
+}

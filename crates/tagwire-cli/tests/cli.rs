@@ -352,3 +352,53 @@ fn sub_filter_and_admin_filter_commands_work_end_to_end() {
     d.stop();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Runs `tagwire ARGS` with its stdout a pipe whose reader goes away at
+/// once; returns how it ended. The commands used print more than a pipe
+/// holds (64 KiB), so a write fails with EPIPE whatever the timing.
+fn run_into_closed_pipe(d: &Daemon, args: &[&str]) -> Output {
+    let mut child = d
+        .tagwire()
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn tagwire");
+    drop(child.stdout.take());
+    wait_output(child)
+}
+
+#[test]
+fn commands_whose_stdout_is_closed_exit_quietly_without_panicking() {
+    let dir = temp_dir("epipe");
+    let d = Daemon::start(&dir, free_port());
+    let session =
+        tagwire::Session::connect(&format!("unix://{}", dir.join("tagwire.sock").display()))
+            .expect("connect");
+    // ~1,000 subscriptions: a listing of well over 64 KiB.
+    let subs: Vec<_> = (0..1000)
+        .map(|i| {
+            session
+                .subscribe(&format!("/epipe/{i}/**"))
+                .endpoint(&format!("/epipe/subscriber/with/a/long/name/{i}"))
+                .receiver()
+                .expect("subscribe")
+        })
+        .collect();
+    for args in [
+        &["list"][..],
+        &["list", "--json"],
+        &["ping", "--count", "5000", "--interval", "0"],
+    ] {
+        let out = run_into_closed_pipe(&d, args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() && stderr.is_empty(),
+            "tagwire {args:?}: {:?}, stderr: {stderr}",
+            out.status
+        );
+    }
+    drop(subs);
+    d.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,4 +1,18 @@
-//! One module per subcommand; [`run`] dispatches.
+//! One module per subcommand; [`run`] dispatches. Commands print with
+//! [`outln!`], never `println!`, so that a closed stdout (`tagwire list |
+//! head`) ends the command quietly instead of panicking.
+
+/// `println!` that returns the write error instead of panicking; use it in a
+/// function returning [`CmdResult`] (or `std::io::Result`). A broken pipe
+/// then ends the command quietly (see [`run`]).
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        std::io::Write::write_fmt(
+            &mut std::io::stdout(),
+            format_args!("{}\n", format_args!($($arg)*)),
+        )?
+    };
+}
 
 mod admin;
 mod bench;
@@ -14,8 +28,24 @@ use crate::cli::{Cli, Command};
 /// A failed command: printed as `tagwire: <message>` with a non-zero exit.
 pub type CmdResult = Result<(), Box<dyn std::error::Error>>;
 
-/// Runs a parsed command line.
+/// Runs a parsed command line. A command whose stdout was closed by its
+/// reader (`tagwire list | head`) stops at its next write and succeeds, as
+/// `cat` does.
 pub fn run(cli: Cli) -> CmdResult {
+    match run_command(cli) {
+        Err(e) if is_broken_pipe(&*e) => Ok(()),
+        r => r,
+    }
+}
+
+/// Whether `e` is the error of writing to a stdout whose reader went away
+/// (not a broken connection to the router, which is a `tagwire::Error`).
+fn is_broken_pipe(e: &(dyn std::error::Error + 'static)) -> bool {
+    e.downcast_ref::<std::io::Error>()
+        .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+}
+
+fn run_command(cli: Cli) -> CmdResult {
     let server = cli.server;
     match cli.command {
         Command::Pub(a) => publish::run(&connect(server.as_deref())?, a),

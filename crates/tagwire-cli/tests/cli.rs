@@ -70,6 +70,33 @@ impl Drop for Daemon {
     }
 }
 
+/// A child process killed if the test ends before it does.
+struct Reap(Option<Child>);
+
+impl Reap {
+    fn new(child: Child) -> Reap {
+        Reap(Some(child))
+    }
+
+    fn child(&mut self) -> &mut Child {
+        self.0.as_mut().expect("the child is reaped only by finish")
+    }
+
+    /// Waits (bounded) for the child to exit and returns its output.
+    fn finish(mut self) -> Output {
+        wait_output(self.0.take().expect("the child is reaped only by finish"))
+    }
+}
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -401,4 +428,91 @@ fn commands_whose_stdout_is_closed_exit_quietly_without_panicking() {
     drop(subs);
     d.stop();
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn pub_rides_through_a_daemon_restart_and_a_new_subscriber_gets_later_events() {
+    use std::io::Write;
+    let dir = temp_dir("ride");
+    let port = free_port();
+    let d = Daemon::start(&dir, port);
+    let server = format!("tcp://127.0.0.1:{port}");
+    // One event per stdin line, so the test decides when each is published.
+    let mut publisher = Reap::new(
+        d.tagwire()
+            .args([
+                "pub",
+                "/ride/x",
+                "-",
+                "--endpoint",
+                "/ride/pub",
+                "--server",
+                &server,
+            ])
+            .stdin(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("tagwire pub"),
+    );
+    let mut lines = publisher.child().stdin.take().expect("stdin");
+    writeln!(lines, "before").expect("write");
+    wait_listed(&d, "/ride/pub");
+    d.stop();
+    writeln!(lines, "while down").expect("write");
+    let d = Daemon::start(&dir, port);
+    let mut sub = Reap::new(
+        d.tagwire()
+            .args(["sub", "/ride/**", "--count", "1", "--server", &server])
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("tagwire sub"),
+    );
+    let deadline = Instant::now() + WAIT;
+    let mut n = 0;
+    while sub.child().try_wait().expect("sub status").is_none() && Instant::now() < deadline {
+        n += 1;
+        // A failed write means `tagwire pub` exited: its stderr says why.
+        if writeln!(lines, "after {n}").is_err() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(lines);
+    let publisher = publisher.finish();
+    assert!(
+        publisher.status.success(),
+        "tagwire pub failed across the restart: {}",
+        String::from_utf8_lossy(&publisher.stderr)
+    );
+    let sub = sub.finish();
+    let got = String::from_utf8_lossy(&sub.stdout);
+    assert!(
+        got.starts_with("/ride/x after") || got.starts_with("/ride/x while down"),
+        "the new daemon's subscriber got {got:?}"
+    );
+    d.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn connect_timeout_bounds_the_wait_for_a_server_that_never_answers() {
+    // A listener nobody accepts from: the handshake's Welcome never comes.
+    let silent = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("tcp://{}", silent.local_addr().expect("addr"));
+    let out = Command::new(env!("CARGO_BIN_EXE_tagwire"))
+        .args(["list", "--connect-timeout", "0.3", "--server", &url])
+        .env_remove("TAGWIRE_SERVER")
+        .output()
+        .expect("run tagwire");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains(&url) && stderr.contains("no answer within 300ms"),
+        "{stderr}"
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_tagwire"))
+        .args(["list", "--connect-timeout=-1", "--server", &url])
+        .output()
+        .expect("run tagwire");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--connect-timeout -1"));
 }

@@ -21,6 +21,8 @@ mod ping;
 mod publish;
 mod subscribe;
 
+use std::time::Duration;
+
 use tagwire::Session;
 
 use crate::cli::{Cli, Command};
@@ -47,13 +49,22 @@ fn is_broken_pipe(e: &(dyn std::error::Error + 'static)) -> bool {
 
 fn run_command(cli: Cli) -> CmdResult {
     let server = cli.server;
+    let connect = || -> Result<Session, Box<dyn std::error::Error>> {
+        let builder = Session::builder()
+            .connect_timeout(seconds("--connect-timeout", cli.connect_timeout)?)
+            .reconnect_wait(seconds("--reconnect-wait", cli.reconnect_wait)?);
+        Ok(match server.as_deref() {
+            Some(url) => builder.connect(url)?,
+            None => builder.connect_local()?,
+        })
+    };
     match cli.command {
-        Command::Pub(a) => publish::run(&connect(server.as_deref())?, a),
-        Command::Sub(a) => subscribe::run(&connect(server.as_deref())?, a),
-        Command::List(a) => list::run(&connect(server.as_deref())?, a),
-        Command::Ping(a) => ping::run(&connect(server.as_deref())?, a),
+        Command::Pub(a) => publish::run(&connect()?, a),
+        Command::Sub(a) => subscribe::run(&connect()?, a),
+        Command::List(a) => list::run(&connect()?, a),
+        Command::Ping(a) => ping::run(&connect()?, a),
         Command::Bench(a) => bench::run(server.as_deref(), a),
-        Command::Admin(a) => admin::run(&connect(server.as_deref())?, a),
+        Command::Admin(a) => admin::run(&connect()?, a),
         Command::Place(a) => match tagwire_place::cli::run(&a) {
             // `tagwire place … | head` closing the pipe is not an error.
             Err(tagwire_place::PlaceError::Output(e))
@@ -66,10 +77,8 @@ fn run_command(cli: Cli) -> CmdResult {
     }
 }
 
-/// Connects to `--server`, or to the local daemon.
-pub fn connect(server: Option<&str>) -> Result<Session, tagwire::Error> {
-    match server {
-        Some(url) => Session::connect(url),
-        None => Session::connect_local(),
-    }
+/// A non-negative number of seconds from option `name`.
+fn seconds(name: &str, secs: f64) -> Result<Duration, String> {
+    Duration::try_from_secs_f64(secs)
+        .map_err(|_| format!("invalid {name} {secs}: expected a number of seconds, 0 or more"))
 }

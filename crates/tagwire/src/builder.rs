@@ -4,7 +4,7 @@
 //! Pick a short `connect_timeout` for tools that should fail fast when no
 //! daemon answers, and a `reconnect_wait` longer than your daemon takes to
 //! restart for publishers that should ride through a restart; a
-//! `reconnect_wait` of zero fails at once with [`Error::NotReconnected`]
+//! `reconnect_wait` of zero fails at once with [`Error::NotReconnected`](crate::Error::NotReconnected)
 //! instead.
 
 use std::time::Duration;
@@ -56,7 +56,7 @@ impl Default for SessionBuilder {
 impl SessionBuilder {
     /// The longest a connection attempt may take, from the socket's connect
     /// to the server's `Welcome` (default [`DEFAULT_CONNECT_TIMEOUT`]). At
-    /// the bound, connecting fails with [`Error::ConnectTimeout`]; the same
+    /// the bound, connecting fails with [`Error::ConnectTimeout`](crate::Error::ConnectTimeout); the same
     /// bound applies to each reconnection attempt.
     pub fn connect_timeout(mut self, d: Duration) -> Self {
         self.options.connect_timeout = d;
@@ -67,7 +67,7 @@ impl SessionBuilder {
     /// made while the session is reconnecting waits for the connection to
     /// come back (default [`DEFAULT_RECONNECT_WAIT`]). A publish never
     /// buffers while it waits, so memory stays bounded; past the bound it
-    /// fails with [`Error::NotReconnected`], and the session keeps trying to
+    /// fails with [`Error::NotReconnected`](crate::Error::NotReconnected), and the session keeps trying to
     /// reconnect in the background.
     pub fn reconnect_wait(mut self, d: Duration) -> Self {
         self.options.reconnect_wait = d;

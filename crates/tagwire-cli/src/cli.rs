@@ -102,6 +102,11 @@ pub struct SubArgs {
     /// Queue bound in the router, in events.
     #[arg(long)]
     pub max_queue: Option<usize>,
+    /// Queue bound in this process, in events: what waits for the terminal
+    /// or pipe. Each queued event holds its memory (4096 events of 64 KiB
+    /// are 256 MiB); events beyond it are dropped by --discard and counted.
+    #[arg(long, default_value_t = crate::command::subscribe::LOCAL_QUEUE)]
+    pub local_queue: usize,
     /// What a full queue does: drop_oldest, drop_newest or reject.
     #[arg(long)]
     pub discard: Option<String>,

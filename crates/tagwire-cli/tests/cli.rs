@@ -516,3 +516,94 @@ fn connect_timeout_bounds_the_wait_for_a_server_that_never_answers() {
         .expect("run tagwire");
     assert!(String::from_utf8_lossy(&out.stderr).contains("--connect-timeout -1"));
 }
+
+#[test]
+fn sub_json_reports_what_the_client_dropped_while_its_stdout_was_stuck() {
+    use std::io::BufRead;
+    let dir = temp_dir("drops");
+    let d = Daemon::start(&dir, free_port());
+    let mut sub = Reap::new(
+        d.tagwire()
+            .args([
+                "sub",
+                "/flood/**",
+                "--json",
+                "--local-queue",
+                "16",
+                "--max-queue",
+                "100000",
+                "--endpoint",
+                "/flood/viewer",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("tagwire sub"),
+    );
+    wait_listed(&d, "/flood/viewer");
+    // Nobody reads the subscriber's stdout yet: once the pipe is full its
+    // printing blocks and its 16-event queue overflows.
+    let published = 2000;
+    let status = d
+        .tagwire()
+        .args([
+            "pub",
+            "/flood/x",
+            "--count",
+            &published.to_string(),
+            "--size",
+            "1024",
+        ])
+        .stderr(Stdio::null())
+        .status()
+        .expect("pub");
+    assert!(status.success());
+    // A marker after the flood: once it is printed, every flood event has
+    // been printed or dropped.
+    assert!(d
+        .tagwire()
+        .args(["pub", "/flood/end", "."])
+        .status()
+        .expect("pub")
+        .success());
+    let pid = sub.child().id().to_string();
+    let stdout = sub.child().stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if line.contains("/flood/end") {
+                let _ = Command::new("kill").args(["-TERM", &pid]).status();
+            }
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let out = sub.finish();
+    // The child has exited, so its stdout is at EOF and the reader ends.
+    reader.join().expect("stdout reader");
+    let lines: Vec<serde_json::Value> = rx
+        .try_iter()
+        .map(|l| serde_json::from_str(&l).expect("a JSON line"))
+        .collect();
+    let printed = lines.iter().filter(|v| v["tag"] == "/flood/x").count() as u64;
+    let summary = lines.last().expect("a summary line");
+    let dropped = summary["dropped_in_client"]
+        .as_u64()
+        .expect("dropped_in_client");
+    assert!(dropped > 0, "nothing dropped: {summary}");
+    assert_eq!(
+        printed + dropped,
+        published,
+        "printed + dropped == published"
+    );
+    assert_eq!(summary["received"].as_u64(), Some(printed + 1), "{summary}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("dropped {dropped} events in the client")),
+        "{stderr}"
+    );
+    d.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}

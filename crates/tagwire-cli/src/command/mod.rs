@@ -19,7 +19,7 @@ mod bench;
 mod list;
 mod ping;
 mod publish;
-mod subscribe;
+pub mod subscribe;
 
 use std::time::Duration;
 

@@ -14,6 +14,26 @@ pub struct Cli {
     /// daemon's Unix socket if present, else tcp://127.0.0.1:7700].
     #[arg(long, short, global = true, env = "TAGWIRE_SERVER")]
     pub server: Option<String>,
+    /// Seconds to wait for the router to accept the connection and answer
+    /// the handshake before giving up.
+    #[arg(
+        long,
+        global = true,
+        env = "TAGWIRE_CONNECT_TIMEOUT",
+        default_value_t = 5.0,
+        value_name = "SECS"
+    )]
+    pub connect_timeout: f64,
+    /// Seconds a publish or request waits for a lost connection to come
+    /// back (a daemon restart) before failing.
+    #[arg(
+        long,
+        global = true,
+        env = "TAGWIRE_RECONNECT_WAIT",
+        default_value_t = 5.0,
+        value_name = "SECS"
+    )]
+    pub reconnect_wait: f64,
     /// The subcommand.
     #[command(subcommand)]
     pub command: Command,
@@ -82,6 +102,11 @@ pub struct SubArgs {
     /// Queue bound in the router, in events.
     #[arg(long)]
     pub max_queue: Option<usize>,
+    /// Queue bound in this process, in events: what waits for the terminal
+    /// or pipe. Each queued event holds its memory (4096 events of 64 KiB
+    /// are 256 MiB); events beyond it are dropped by --discard and counted.
+    #[arg(long, default_value_t = crate::command::subscribe::LOCAL_QUEUE)]
+    pub local_queue: usize,
     /// What a full queue does: drop_oldest, drop_newest or reject.
     #[arg(long)]
     pub discard: Option<String>,

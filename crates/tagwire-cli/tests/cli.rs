@@ -70,6 +70,33 @@ impl Drop for Daemon {
     }
 }
 
+/// A child process killed if the test ends before it does.
+struct Reap(Option<Child>);
+
+impl Reap {
+    fn new(child: Child) -> Reap {
+        Reap(Some(child))
+    }
+
+    fn child(&mut self) -> &mut Child {
+        self.0.as_mut().expect("the child is reaped only by finish")
+    }
+
+    /// Waits (bounded) for the child to exit and returns its output.
+    fn finish(mut self) -> Output {
+        wait_output(self.0.take().expect("the child is reaped only by finish"))
+    }
+}
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -498,5 +525,235 @@ fn a_runtime_directory_made_by_another_user_is_refused() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(err.contains(&format!("owned by uid {NOBODY}")), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Runs `tagwire ARGS` with its stdout a pipe whose reader goes away at
+/// once; returns how it ended. The commands used print more than a pipe
+/// holds (64 KiB), so a write fails with EPIPE whatever the timing.
+fn run_into_closed_pipe(d: &Daemon, args: &[&str]) -> Output {
+    let mut child = d
+        .tagwire()
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn tagwire");
+    drop(child.stdout.take());
+    wait_output(child)
+}
+
+#[test]
+fn commands_whose_stdout_is_closed_exit_quietly_without_panicking() {
+    let dir = temp_dir("epipe");
+    let d = Daemon::start(&dir, free_port());
+    let session = tagwire::Session::connect(&format!(
+        "unix://{}",
+        dir.join("tagwire").join("tagwire.sock").display()
+    ))
+    .expect("connect");
+    // ~1,000 subscriptions: a listing of well over 64 KiB.
+    let subs: Vec<_> = (0..1000)
+        .map(|i| {
+            session
+                .subscribe(&format!("/epipe/{i}/**"))
+                .endpoint(&format!("/epipe/subscriber/with/a/long/name/{i}"))
+                .receiver()
+                .expect("subscribe")
+        })
+        .collect();
+    for args in [
+        &["list"][..],
+        &["list", "--json"],
+        &["ping", "--count", "5000", "--interval", "0"],
+    ] {
+        let out = run_into_closed_pipe(&d, args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() && stderr.is_empty(),
+            "tagwire {args:?}: {:?}, stderr: {stderr}",
+            out.status
+        );
+    }
+    drop(subs);
+    d.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn pub_rides_through_a_daemon_restart_and_a_new_subscriber_gets_later_events() {
+    use std::io::Write;
+    let dir = temp_dir("ride");
+    let port = free_port();
+    let d = Daemon::start(&dir, port);
+    let server = format!("tcp://127.0.0.1:{port}");
+    // One event per stdin line, so the test decides when each is published.
+    let mut publisher = Reap::new(
+        d.tagwire()
+            .args([
+                "pub",
+                "/ride/x",
+                "-",
+                "--endpoint",
+                "/ride/pub",
+                "--server",
+                &server,
+            ])
+            .stdin(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("tagwire pub"),
+    );
+    let mut lines = publisher.child().stdin.take().expect("stdin");
+    writeln!(lines, "before").expect("write");
+    wait_listed(&d, "/ride/pub");
+    d.stop();
+    writeln!(lines, "while down").expect("write");
+    let d = Daemon::start(&dir, port);
+    let mut sub = Reap::new(
+        d.tagwire()
+            .args(["sub", "/ride/**", "--count", "1", "--server", &server])
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("tagwire sub"),
+    );
+    let deadline = Instant::now() + WAIT;
+    let mut n = 0;
+    while sub.child().try_wait().expect("sub status").is_none() && Instant::now() < deadline {
+        n += 1;
+        // A failed write means `tagwire pub` exited: its stderr says why.
+        if writeln!(lines, "after {n}").is_err() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(lines);
+    let publisher = publisher.finish();
+    assert!(
+        publisher.status.success(),
+        "tagwire pub failed across the restart: {}",
+        String::from_utf8_lossy(&publisher.stderr)
+    );
+    let sub = sub.finish();
+    let got = String::from_utf8_lossy(&sub.stdout);
+    assert!(
+        got.starts_with("/ride/x after") || got.starts_with("/ride/x while down"),
+        "the new daemon's subscriber got {got:?}"
+    );
+    d.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn connect_timeout_bounds_the_wait_for_a_server_that_never_answers() {
+    // A listener nobody accepts from: the handshake's Welcome never comes.
+    let silent = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("tcp://{}", silent.local_addr().expect("addr"));
+    let out = Command::new(env!("CARGO_BIN_EXE_tagwire"))
+        .args(["list", "--connect-timeout", "0.3", "--server", &url])
+        .env_remove("TAGWIRE_SERVER")
+        .output()
+        .expect("run tagwire");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains(&url) && stderr.contains("no answer within 300ms"),
+        "{stderr}"
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_tagwire"))
+        .args(["list", "--connect-timeout=-1", "--server", &url])
+        .output()
+        .expect("run tagwire");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--connect-timeout -1"));
+}
+
+#[test]
+fn sub_json_reports_what_the_client_dropped_while_its_stdout_was_stuck() {
+    use std::io::BufRead;
+    let dir = temp_dir("drops");
+    let d = Daemon::start(&dir, free_port());
+    let mut sub = Reap::new(
+        d.tagwire()
+            .args([
+                "sub",
+                "/flood/**",
+                "--json",
+                "--local-queue",
+                "16",
+                "--max-queue",
+                "100000",
+                "--endpoint",
+                "/flood/viewer",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("tagwire sub"),
+    );
+    wait_listed(&d, "/flood/viewer");
+    // Nobody reads the subscriber's stdout yet: once the pipe is full its
+    // printing blocks and its 16-event queue overflows.
+    let published = 2000;
+    let status = d
+        .tagwire()
+        .args([
+            "pub",
+            "/flood/x",
+            "--count",
+            &published.to_string(),
+            "--size",
+            "1024",
+        ])
+        .stderr(Stdio::null())
+        .status()
+        .expect("pub");
+    assert!(status.success());
+    // A marker after the flood: once it is printed, every flood event has
+    // been printed or dropped.
+    assert!(d
+        .tagwire()
+        .args(["pub", "/flood/end", "."])
+        .status()
+        .expect("pub")
+        .success());
+    let pid = sub.child().id().to_string();
+    let stdout = sub.child().stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if line.contains("/flood/end") {
+                let _ = Command::new("kill").args(["-TERM", &pid]).status();
+            }
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let out = sub.finish();
+    // The child has exited, so its stdout is at EOF and the reader ends.
+    reader.join().expect("stdout reader");
+    let lines: Vec<serde_json::Value> = rx
+        .try_iter()
+        .map(|l| serde_json::from_str(&l).expect("a JSON line"))
+        .collect();
+    let printed = lines.iter().filter(|v| v["tag"] == "/flood/x").count() as u64;
+    let summary = lines.last().expect("a summary line");
+    let dropped = summary["dropped_in_client"]
+        .as_u64()
+        .expect("dropped_in_client");
+    assert!(dropped > 0, "nothing dropped: {summary}");
+    assert_eq!(
+        printed + dropped,
+        published,
+        "printed + dropped == published"
+    );
+    assert_eq!(summary["received"].as_u64(), Some(printed + 1), "{summary}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("dropped {dropped} events in the client")),
+        "{stderr}"
+    );
+    d.stop();
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -14,13 +14,13 @@ pub const DEFAULT_QUEUE_LENGTH: usize = 1024;
 #[non_exhaustive]
 pub enum QosError {
     /// No such property.
-    #[error("unknown QoS property {name:?}")]
+    #[error("unknown QoS property {}", tagwire_proto::excerpt(.name))]
     UnknownProperty {
         /// The name given.
         name: String,
     },
     /// A value the property does not accept.
-    #[error("invalid value {value:?} for QoS property {name:?}: {reason}")]
+    #[error("invalid value {} for QoS property {}: {reason}", tagwire_proto::excerpt(.value), tagwire_proto::excerpt(.name))]
     InvalidValue {
         /// The property.
         name: String,

@@ -159,7 +159,8 @@ pub(crate) fn handle(
                 "or" => InterFilterOp::Or,
                 other => {
                     return Err(bad(format!(
-                        "interfilter must be \"and\" or \"or\", not {other:?}"
+                        "interfilter must be \"and\" or \"or\", not {}",
+                        tagwire_proto::excerpt(other)
                     )))
                 }
             };
@@ -214,7 +215,7 @@ fn owner(st: &State, endpoint: &str) -> Result<u64, (ErrorCode, String)> {
     st.endpoints.get(endpoint).map(|e| e.owner).ok_or_else(|| {
         (
             ErrorCode::UnknownEndpoint,
-            format!("no endpoint named {endpoint:?}"),
+            format!("no endpoint named {}", tagwire_proto::excerpt(endpoint)),
         )
     })
 }
@@ -230,7 +231,7 @@ fn add_filter(
     let invalid = |what: &str, text: &str, e: tagwire_core::filter::FilterError| {
         (
             ErrorCode::InvalidFilter,
-            format!("invalid {what} {text:?}: {e}"),
+            format!("invalid {what} {}: {e}", tagwire_proto::excerpt(text)),
         )
     };
     let conn = owner(st, endpoint)?;
@@ -246,8 +247,9 @@ fn add_filter(
         (FilterLevel::Channel, true) => FilterLevel::Publisher,
         (FilterLevel::Publisher, false) => {
             return Err(bad(format!(
-                "endpoint {endpoint:?} is not a publisher; publisher-level filters attach to publisher endpoints"
-            )))
+            "endpoint {} is not a publisher; publisher-level filters attach to publisher endpoints",
+            tagwire_proto::excerpt(endpoint)
+        )))
         }
         (level, _) => level,
     };
@@ -261,7 +263,7 @@ fn add_filter(
     let refused = |e: RouteError| {
         (
             ErrorCode::InvalidFilter,
-            format!("cannot add {kind} {text:?}: {e}"),
+            format!("cannot add {kind} {}: {e}", tagwire_proto::excerpt(&text)),
         )
     };
     match (level, kind) {
@@ -298,7 +300,8 @@ fn add_filter(
         (FilterLevel::Channel, _) => {
             if channels.is_empty() {
                 return Err(bad(format!(
-                    "endpoint {endpoint:?} has no subscriptions to filter"
+                    "endpoint {} has no subscriptions to filter",
+                    tagwire_proto::excerpt(endpoint)
                 )));
             }
             if kind == "map" {

@@ -760,7 +760,7 @@ impl Conn {
             };
             match compiled {
                 Ok(c) => out.push((if k == "map" { "map" } else { "filter" }, text.clone(), c)),
-                Err(e) => return Err(format!("invalid {k} {text:?}: {e}")),
+                Err(e) => return Err(format!("invalid {k} {}: {e}", tagwire_proto::excerpt(text))),
             }
         }
         Ok(out)

@@ -23,6 +23,25 @@ pub enum Error {
         /// Why.
         source: std::io::Error,
     },
+    /// No connection within the connect timeout (the server is down, not
+    /// accepting, or unreachable); see [`crate::SessionBuilder::connect_timeout`].
+    #[error("cannot connect to {url}: no answer within {timeout:?} (is tagwired running and accepting connections?)")]
+    ConnectTimeout {
+        /// The server.
+        url: String,
+        /// The timeout that ran out.
+        timeout: std::time::Duration,
+    },
+    /// The connection was lost and did not come back within the reconnect
+    /// wait; see [`crate::SessionBuilder::reconnect_wait`]. The session keeps
+    /// trying to reconnect: a later call may succeed.
+    #[error("lost the connection to {url} and it did not come back within {waited:?} (is tagwired running?)")]
+    NotReconnected {
+        /// The server.
+        url: String,
+        /// How long the call waited.
+        waited: std::time::Duration,
+    },
     /// The handshake failed.
     #[error("handshake with {url} failed: {reason}")]
     Handshake {
@@ -39,7 +58,9 @@ pub enum Error {
         /// The server's message.
         message: String,
     },
-    /// The connection is down (the session is reconnecting).
+    /// The connection was lost while a request waited for its reply, or a
+    /// subscription callback published while the session was reconnecting
+    /// (the reader thread cannot wait for itself).
     #[error("not connected to the server (reconnecting)")]
     Disconnected,
     /// The session was closed.

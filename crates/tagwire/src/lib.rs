@@ -7,7 +7,10 @@
 //! protocol either way. From a session, declare named [`Publisher`]s and
 //! subscribe to tag patterns (`*` one level, `**` any depth), receiving by
 //! blocking [`Subscriber::recv`] / iterator, async stream, or callback.
-//! Sessions reconnect with backoff and re-subscribe after a daemon restart.
+//! Sessions reconnect with backoff and re-subscribe after a daemon restart;
+//! meanwhile a publish waits (bounded by [`SessionBuilder::reconnect_wait`])
+//! instead of failing, and connecting is bounded by
+//! [`SessionBuilder::connect_timeout`].
 //!
 //! ```no_run
 //! let session = tagwire::Session::connect("tcp://127.0.0.1:7700")?;
@@ -19,6 +22,7 @@
 //! # Ok::<(), tagwire::Error>(())
 //! ```
 
+mod builder;
 mod credentials;
 mod error;
 mod publisher;
@@ -28,6 +32,7 @@ mod stream;
 mod subscriber;
 mod url;
 
+pub use builder::{SessionBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RECONNECT_WAIT};
 pub use error::{Error, Result};
 pub use publisher::{EventBuilder, Publisher};
 pub use sample::Sample;

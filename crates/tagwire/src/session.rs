@@ -23,6 +23,7 @@ use bytes::BytesMut;
 use tagwire_proto::{EndpointKind, ErrorCode, Event, Frame, FrameDecoder, PROTOCOL_VERSION};
 use tagwire_router::{Limits, Listing, Router, RouterHandle};
 
+use crate::builder::{is_timeout, Options, SessionBuilder};
 use crate::error::{Error, Result};
 use crate::publisher::Publisher;
 use crate::stream::Stream;
@@ -45,17 +46,26 @@ const BACKOFF_MAX: Duration = Duration::from_secs(2);
 const READ_CHUNK: usize = 64 * 1024;
 
 /// Where a session's connection comes from.
-enum Target {
+pub(crate) enum Target {
     Url(ServerUrl),
     Embedded(Arc<RouterHandle>),
 }
 
 impl Target {
-    fn connect(&self) -> Result<Stream> {
+    fn connect(&self, timeout: Duration) -> Result<Stream> {
         match self {
-            Target::Url(url) => Stream::connect(url).map_err(|source| Error::Connect {
-                url: url.to_string(),
-                source,
+            Target::Url(url) => Stream::connect(url, timeout).map_err(|source| {
+                if is_timeout(&source) {
+                    Error::ConnectTimeout {
+                        url: url.to_string(),
+                        timeout,
+                    }
+                } else {
+                    Error::Connect {
+                        url: url.to_string(),
+                        source,
+                    }
+                }
             }),
             Target::Embedded(r) => Ok(Stream::Unix(r.connect_in_process()?)),
         }
@@ -113,10 +123,17 @@ pub(crate) struct Inner {
     name: String,
     /// Kept across reconnects, so the router gives our endpoint names back.
     session_id: [u8; tagwire_proto::SESSION_ID_LEN],
-    /// Lock order: `writer` before `socket`.
+    options: Options,
+    /// Lock order: `writer` before `socket` before `replay`.
     writer: Mutex<WriteState>,
     socket: Mutex<Option<Stream>>,
+    /// A batch whose write failed when the connection broke: its publishes
+    /// go out again first after the reconnect (at most the batches in flight
+    /// then, each at most `HIGH_WATER` plus one event).
+    replay: Mutex<BytesMut>,
     flush_cv: Condvar,
+    /// Notified when the connection comes back or the session closes.
+    connected_cv: Condvar,
     table: Mutex<Table>,
     subs_generation: AtomicU64,
     next_id: AtomicU32,
@@ -167,22 +184,31 @@ impl EmbeddedRouter {
 
     /// A new session on this router.
     pub fn session(&self) -> Result<Session> {
-        Session::open(Target::Embedded(self.0.clone()))
+        Session::open(
+            Target::Embedded(self.0.clone()),
+            SessionBuilder::default().options(),
+        )
     }
 }
 
 static SESSION_COUNTER: AtomicU64 = AtomicU64::new(0);
 
 impl Session {
-    /// Connects to a daemon at `url`: `tcp://HOST:PORT` or `unix:///PATH`.
+    /// Connects to a daemon at `url`: `tcp://HOST:PORT` or `unix:///PATH`,
+    /// with the default timeouts ([`SessionBuilder`]).
     pub fn connect(url: &str) -> Result<Session> {
-        Session::open(Target::Url(ServerUrl::parse(url)?))
+        Session::builder().connect(url)
     }
 
     /// Connects to the local daemon: its Unix socket if present, else
     /// `tcp://127.0.0.1:7700`.
     pub fn connect_local() -> Result<Session> {
-        Session::open(Target::Url(ServerUrl::local_default()))
+        Session::builder().connect_local()
+    }
+
+    /// Starts configuring a session: connect timeout, reconnect wait.
+    pub fn builder() -> SessionBuilder {
+        SessionBuilder::default()
     }
 
     /// Starts a private in-process router and connects to it: the same API
@@ -191,7 +217,7 @@ impl Session {
         EmbeddedRouter::start()?.session()
     }
 
-    fn open(target: Target) -> Result<Session> {
+    pub(crate) fn open(target: Target, options: Options) -> Result<Session> {
         let name = format!(
             "{}-{}.{}",
             std::env::current_exe()
@@ -202,13 +228,25 @@ impl Session {
             SESSION_COUNTER.fetch_add(1, Ordering::Relaxed)
         );
         let session_id = crate::credentials::new_session_id();
-        let mut stream = target.connect()?;
-        let (max_frame, leftover) = handshake(&mut stream, &name, &target, &session_id)?;
+        let started = Instant::now();
+        let mut stream = target.connect(options.connect_timeout)?;
+        let left = options.connect_timeout.saturating_sub(started.elapsed());
+        let token = options.token.clone().unwrap_or_else(|| target.token());
+        let (max_frame, leftover) = handshake(
+            &mut stream,
+            &name,
+            &target.describe(),
+            &token,
+            &session_id,
+            left,
+        )
+        .map_err(|e| timed_out(e, &target, options.connect_timeout))?;
         let write_half = stream.try_clone()?;
         let inner = Arc::new(Inner {
             target,
             name,
             session_id,
+            options,
             writer: Mutex::new(WriteState {
                 buf: BytesMut::with_capacity(HIGH_WATER),
                 last_publish_ns: 0,
@@ -218,7 +256,9 @@ impl Session {
                 max_frame,
             }),
             socket: Mutex::new(Some(write_half)),
+            replay: Mutex::new(BytesMut::new()),
             flush_cv: Condvar::new(),
+            connected_cv: Condvar::new(),
             table: Mutex::new(Table::default()),
             subs_generation: AtomicU64::new(0),
             next_id: AtomicU32::new(1),
@@ -384,6 +424,7 @@ impl Inner {
                 "cannot make a {what} from inside a subscription callback (it would wait for itself)"
             )));
         }
+        drop(self.wait_connected(lock(&self.writer))?);
         let req = self.next_id();
         let (tx, rx) = sync_channel(1);
         lock(&self.table).pending.insert(req, tx);
@@ -426,14 +467,8 @@ impl Inner {
         express: bool,
         now_ns: u64,
     ) -> Result<()> {
-        let mut w = lock(&self.writer);
-        if !w.connected {
-            return Err(if self.closed.load(Ordering::Relaxed) {
-                Error::Closed
-            } else {
-                Error::Disconnected
-            });
-        }
+        let w = self.wait_connected(lock(&self.writer))?;
+        let mut w = w;
         let len = 1 + 4 + event.encoded_len();
         if len > w.max_frame as usize {
             return Err(Error::Encode(tagwire_proto::EncodeError::FrameTooLarge {
@@ -456,23 +491,64 @@ impl Inner {
         Ok(())
     }
 
+    /// Returns `w` once the session is connected: at once if it is, else
+    /// after waiting up to `reconnect_wait` for the reader thread to
+    /// reconnect. Fails with [`Error::Closed`] if the session closes, with
+    /// [`Error::NotReconnected`] at the bound, and with
+    /// [`Error::Disconnected`] on the reader thread (a callback), which
+    /// cannot wait for itself.
+    fn wait_connected<'a>(
+        &'a self,
+        mut w: MutexGuard<'a, WriteState>,
+    ) -> Result<MutexGuard<'a, WriteState>> {
+        let mut deadline = None;
+        while !w.connected {
+            if self.closed.load(Ordering::Relaxed) {
+                return Err(Error::Closed);
+            }
+            if *lock(&self.reader_thread) == Some(std::thread::current().id()) {
+                return Err(Error::Disconnected);
+            }
+            let now = Instant::now();
+            let deadline = *deadline.get_or_insert(now + self.options.reconnect_wait);
+            if now >= deadline {
+                return Err(Error::NotReconnected {
+                    url: self.target.describe(),
+                    waited: self.options.reconnect_wait,
+                });
+            }
+            w = self
+                .connected_cv
+                .wait_timeout(w, deadline - now)
+                .map_or_else(|e| e.into_inner().0, |(g, _)| g);
+        }
+        Ok(w)
+    }
+
     /// Writes the buffer. Takes the socket lock before releasing the writer
     /// lock, so bytes reach the socket in the order they were buffered.
+    ///
+    /// With no connection the bytes stay buffered, and a batch whose write
+    /// fails is kept for replay: either way, after a reconnect the
+    /// publishes among them are sent again (`reconnect`). The session is
+    /// marked disconnected, so later publishes wait instead of piling up.
     fn flush_locked(&self, mut w: MutexGuard<'_, WriteState>) -> Result<()> {
         if w.buf.is_empty() {
             return Ok(());
         }
         let mut sock = lock(&self.socket);
+        let Some(s) = sock.as_mut() else {
+            w.connected = false;
+            return Ok(());
+        };
         let data = w.buf.split().freeze();
         drop(w);
-        let Some(s) = sock.as_mut() else {
-            return Err(Error::Disconnected);
-        };
         if let Err(e) = s.write_all(&data) {
-            tracing::debug!("write failed: {e}");
+            tracing::debug!("write failed: {e}; keeping the batch for after the reconnect");
             // Wake the reader so it notices and reconnects.
             s.shutdown();
-            return Err(Error::Disconnected);
+            *sock = None;
+            lock(&self.replay).extend_from_slice(&data);
         }
         Ok(())
     }
@@ -503,6 +579,7 @@ impl Inner {
         }
         drop(w);
         self.flush_cv.notify_all();
+        self.connected_cv.notify_all();
         let t = std::mem::take(&mut lock(&self.table).subs);
         for (_, e) in t {
             e.sink.close();
@@ -518,17 +595,18 @@ fn expect_ok(r: Reply) -> Result<()> {
     }
 }
 
-/// Sends `Hello`, waits for `Welcome`; returns the negotiated max frame and
-/// any bytes read past the `Welcome`.
+/// Sends `Hello` with `token` and `session`, waits up to `timeout` for
+/// `Welcome`; returns the negotiated max frame and any bytes read past it.
 fn handshake(
     stream: &mut Stream,
     name: &str,
-    target: &Target,
+    url: &str,
+    token: &str,
     session: &[u8; tagwire_proto::SESSION_ID_LEN],
+    timeout: Duration,
 ) -> Result<(u32, BytesMut)> {
-    let url = target.describe();
     let fail = |reason: String| Error::Handshake {
-        url: url.clone(),
+        url: url.to_owned(),
         reason,
     };
     let mut out = BytesMut::new();
@@ -536,12 +614,12 @@ fn handshake(
         version: PROTOCOL_VERSION,
         max_frame: tagwire_proto::limits::DEFAULT_MAX_FRAME,
         name: name.to_owned(),
-        token: target.token(),
+        token: token.to_owned(),
         session: *session,
     }
     .encode(&mut out)?;
     stream.write_all(&out)?;
-    stream.set_read_timeout(Some(REQUEST_TIMEOUT))?;
+    stream.set_read_timeout(Some(timeout.max(Duration::from_millis(1))))?;
     let decoder = FrameDecoder::new(tagwire_proto::limits::DEFAULT_MAX_FRAME);
     let mut buf = BytesMut::new();
     let frame = loop {
@@ -551,7 +629,10 @@ fn handshake(
         {
             break Frame::decode(k, body).map_err(|e| fail(e.to_string()))?;
         }
-        if !read_some(stream, &mut buf).map_err(|e| fail(format!("reading Welcome: {e}")))? {
+        if !read_some(stream, &mut buf).map_err(|e| match is_timeout(&e) {
+            true => Error::Io(e),
+            false => fail(format!("reading Welcome: {e}")),
+        })? {
             return Err(fail("server closed the connection".into()));
         }
     };
@@ -654,11 +735,27 @@ fn close_sinks(inner: &Inner) {
 /// Connects again, re-declares every endpoint and re-subscribes every
 /// subscription before publishers may write.
 fn reconnect(inner: &Inner) -> Result<(Stream, BytesMut)> {
-    let mut s = inner.target.connect()?;
-    let (max_frame, leftover) = handshake(&mut s, &inner.name, &inner.target, &inner.session_id)?;
+    let timeout = inner.options.connect_timeout;
+    let started = Instant::now();
+    let mut s = inner.target.connect(timeout)?;
+    let left = timeout.saturating_sub(started.elapsed());
+    let token = (inner.options.token.clone()).unwrap_or_else(|| inner.target.token());
+    let (max_frame, leftover) = handshake(
+        &mut s,
+        &inner.name,
+        &inner.target.describe(),
+        &token,
+        &inner.session_id,
+        left,
+    )
+    .map_err(|e| timed_out(e, &inner.target, timeout))?;
     let write_half = s.try_clone()?;
     let mut w = lock(&inner.writer);
-    w.buf.clear();
+    // Publishes not yet written (buffered, or in a batch whose write failed)
+    // follow the declarations; requests among them are not replayed: their
+    // callers already got `Disconnected`.
+    let unsent = w.buf.split();
+    let failed = std::mem::take(&mut *lock(&inner.replay));
     {
         let t = lock(&inner.table);
         let mut endpoints: Vec<_> = t.endpoints.iter().collect();
@@ -683,11 +780,44 @@ fn reconnect(inner: &Inner) -> Result<(Stream, BytesMut)> {
             .encode(&mut w.buf)?;
         }
     }
+    keep_publishes(&failed, max_frame, &mut w.buf);
+    keep_publishes(&unsent, max_frame, &mut w.buf);
     *lock(&inner.socket) = Some(write_half);
     w.connected = true;
     w.max_frame = max_frame;
+    inner.connected_cv.notify_all();
     inner.flush_locked(w)?;
     Ok((s, leftover))
+}
+
+/// Appends to `out` the `Publish` frames of `frames` (whole frames, as this
+/// session encoded them) that fit in `max_frame`.
+fn keep_publishes(frames: &[u8], max_frame: u32, out: &mut BytesMut) {
+    let mut rest = frames;
+    while let Some(len) = rest
+        .get(..4)
+        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    {
+        let end = 4 + len as usize;
+        let Some(frame) = rest.get(..end) else {
+            return;
+        };
+        if frame.get(4) == Some(&tagwire_proto::kind::PUBLISH) && len <= max_frame {
+            out.extend_from_slice(frame);
+        }
+        rest = &rest[end..];
+    }
+}
+
+/// Turns a handshake that ran out of time into [`Error::ConnectTimeout`].
+fn timed_out(e: Error, target: &Target, timeout: Duration) -> Error {
+    match e {
+        Error::Io(io) if is_timeout(&io) => Error::ConnectTimeout {
+            url: target.describe(),
+            timeout,
+        },
+        e => e,
+    }
 }
 
 fn read_loop(inner: &Inner, stream: &mut Stream, max_frame: u32, buf: &mut BytesMut) {
@@ -766,5 +896,33 @@ fn read_loop(inner: &Inner, stream: &mut Stream, max_frame: u32, buf: &mut Bytes
 fn answer(inner: &Inner, req: u32, reply: Reply) {
     if let Some(tx) = lock(&inner.table).pending.remove(&req) {
         let _ = tx.send(reply);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replay_keeps_only_whole_publish_frames_that_fit() {
+        let mut frames = BytesMut::new();
+        let small = Event::new("/a", "x");
+        let big = Event::new("/a", vec![0u8; 5000]);
+        tagwire_proto::encode_publish(1, &small, &mut frames).expect("encode");
+        Frame::Ping { nonce: 9 }
+            .encode(&mut frames)
+            .expect("encode");
+        tagwire_proto::encode_publish(1, &big, &mut frames).expect("encode");
+        let mut expected = BytesMut::new();
+        tagwire_proto::encode_publish(1, &small, &mut expected).expect("encode");
+        let mut kept = BytesMut::new();
+        keep_publishes(&frames, 4096, &mut kept);
+        assert_eq!(
+            kept, expected,
+            "the Ping and the 5000-byte publish are left out"
+        );
+        let mut kept = BytesMut::new();
+        keep_publishes(&frames[..frames.len() - 1], 1 << 20, &mut kept);
+        assert_eq!(kept, expected, "a cut-off last frame is left out");
     }
 }

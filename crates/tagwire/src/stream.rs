@@ -2,9 +2,12 @@
 //! socketpair in embedded mode), used with blocking I/O.
 
 use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::net::{TcpStream, ToSocketAddrs};
+use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use socket2::{Domain, SockAddr, Socket, Type};
 
 use crate::url::ServerUrl;
 
@@ -16,15 +19,39 @@ pub(crate) enum Stream {
 }
 
 impl Stream {
-    pub(crate) fn connect(url: &ServerUrl) -> std::io::Result<Stream> {
+    /// Connects within `timeout`; a connect that runs out of time fails
+    /// with `TimedOut` or `WouldBlock` (see `builder::is_timeout`).
+    pub(crate) fn connect(url: &ServerUrl, timeout: Duration) -> std::io::Result<Stream> {
+        let deadline = Instant::now() + timeout;
         match url {
             ServerUrl::Tcp(addr) => {
-                let s = TcpStream::connect(addr.as_str())?;
-                s.set_nodelay(true)?;
-                Ok(Stream::Tcp(s))
+                let mut last = std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    format!("{addr} resolves to no address"),
+                );
+                for a in addr.as_str().to_socket_addrs()? {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return Err(std::io::ErrorKind::TimedOut.into());
+                    }
+                    match TcpStream::connect_timeout(&a, left) {
+                        Ok(s) => {
+                            s.set_nodelay(true)?;
+                            return Ok(Stream::Tcp(s));
+                        }
+                        Err(e) => last = e,
+                    }
+                }
+                Err(last)
             }
             ServerUrl::Unix(path) => {
-                let s = UnixStream::connect(path)?;
+                // A blocking connect to a listener whose backlog is full
+                // waits for room, at most SO_SNDTIMEO (Linux).
+                let socket = Socket::new(Domain::UNIX, Type::STREAM, None)?;
+                socket.set_write_timeout(Some(timeout.max(Duration::from_millis(1))))?;
+                socket.connect(&SockAddr::unix(path)?)?;
+                socket.set_write_timeout(None)?;
+                let s = UnixStream::from(OwnedFd::from(socket));
                 crate::credentials::check_daemon(&s, url)?;
                 Ok(Stream::Unix(s))
             }

@@ -31,6 +31,7 @@ pub struct SubscriptionBuilder {
     endpoint: Option<String>,
     qos: Vec<(String, String)>,
     max_queue_length: usize,
+    local_queue_length: Option<usize>,
     discard: DiscardPolicy,
 }
 
@@ -44,6 +45,7 @@ impl SubscriptionBuilder {
             endpoint: None,
             qos: Vec::new(),
             max_queue_length: DEFAULT_QUEUE_LENGTH,
+            local_queue_length: None,
             discard: DiscardPolicy::default(),
         }
     }
@@ -58,6 +60,16 @@ impl SubscriptionBuilder {
     pub fn max_queue_length(mut self, n: usize) -> Self {
         self.max_queue_length = n;
         self.qos.push(("max_queue_length".into(), n.to_string()));
+        self
+    }
+
+    /// Bounds only this process's queue (default: the
+    /// [`max_queue_length`](Self::max_queue_length)). A larger local queue
+    /// absorbs bursts that the application reads more slowly than the
+    /// connection delivers them; each queued event holds its memory until
+    /// read, so mind the event size.
+    pub fn local_queue_length(mut self, n: usize) -> Self {
+        self.local_queue_length = Some(n);
         self
     }
 
@@ -90,7 +102,8 @@ impl SubscriptionBuilder {
 
     /// Subscribes; events queue for [`Subscriber::recv`], its iterator or its stream.
     pub fn receiver(self) -> Result<Subscriber> {
-        let queue = SubQueue::new(self.max_queue_length, self.discard);
+        let bound = self.local_queue_length.unwrap_or(self.max_queue_length);
+        let queue = SubQueue::new(bound, self.discard);
         let (session, sub) = self.create(Sink::Queue(queue.clone()))?;
         Ok(Subscriber {
             session,
@@ -299,7 +312,10 @@ impl Subscriber {
         std::iter::from_fn(move || self.recv().ok())
     }
 
-    /// Events dropped by this process's queue (the router counts its own).
+    /// Events dropped by this process's queue because the application did
+    /// not read fast enough (a slow consumer), by the subscription's discard
+    /// policy. The router counts the drops of its own queue separately
+    /// (`tagwire list`, [`crate::Listing`]).
     pub fn dropped(&self) -> u64 {
         lock(&self.queue.state).q.dropped()
     }

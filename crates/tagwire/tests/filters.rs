@@ -376,3 +376,70 @@ fn publisher_level_errors_name_the_problem() {
         assert!(e.to_string().contains("not publishers"), "{name}: {e}");
     }
 }
+
+/// The longest error message these tests accept for a refused 64 KB text:
+/// the router quotes at most the first 120 characters of client text.
+const SHORT_ERROR: usize = 600;
+
+#[test]
+fn errors_about_64_kb_of_client_text_quote_only_its_start() {
+    let long_ident = format!("$.{} >", "a".repeat(65_000));
+    let long_string = format!("$.x == '{}' and", "s".repeat(65_000));
+    let long_regex = format!("$.x ~~ '({}'", "r".repeat(65_000));
+    let long_map = format!("map priority={}", "9".repeat(65_000));
+    for (name, server) in all_servers() {
+        let s = server.session();
+        for (what, text) in [
+            ("identifier", &long_ident),
+            ("string", &long_string),
+            ("regex", &long_regex),
+        ] {
+            let e = s.subscribe("/a").filter(text).receiver().unwrap_err();
+            let Error::Refused { code, message } = &e else {
+                panic!("{name} {what}: expected a refusal, got {e}");
+            };
+            assert_eq!(*code, ErrorCode::InvalidFilter, "{name} {what}: {message}");
+            assert!(
+                message.len() < SHORT_ERROR && message.contains("bytes)"),
+                "{name} {what}: a {}-byte message: {}…",
+                message.len(),
+                &message[..SHORT_ERROR.min(message.len())]
+            );
+        }
+        let e = s.subscribe("/a").map(&long_map).receiver().unwrap_err();
+        assert!(
+            e.to_string().len() < SHORT_ERROR,
+            "{name} map: {} bytes",
+            e.to_string().len()
+        );
+        let e = s
+            .subscribe("/a")
+            .qos("max_queue_length", &long_ident)
+            .receiver()
+            .unwrap_err();
+        assert!(
+            e.to_string().len() < SHORT_ERROR,
+            "{name} qos: {} bytes",
+            e.to_string().len()
+        );
+        let _sub = s
+            .subscribe("/x")
+            .endpoint("/echo/sub")
+            .receiver()
+            .expect("sub");
+        for request in [
+            json!({"op": "filter_add", "endpoint": "/echo/sub", "filter": long_ident}),
+            json!({"op": "filter_add", "endpoint": "/echo/sub", "map": long_map}),
+            json!({"op": "filter_add", "endpoint": "n".repeat(65_000), "filter": "true"}),
+            json!({"op": "filter_op", "endpoint": "/echo/sub", "interfilter": "o".repeat(65_000)}),
+        ] {
+            let e = s.admin(&request).unwrap_err().to_string();
+            assert!(
+                e.len() < SHORT_ERROR && e.contains("bytes)"),
+                "{name}: a {}-byte message: {}…",
+                e.len(),
+                &e[..SHORT_ERROR.min(e.len())]
+            );
+        }
+    }
+}

@@ -25,20 +25,24 @@ pub fn run(session: &Session, a: AdminArgs) -> CmdResult {
             let reply = session.admin(
                 &json!({"op": "filter_add", "endpoint": endpoint, "level": level, key: text}),
             )?;
-            println!("filter {} added", reply["id"]);
+            outln!("filter {} added", reply["id"]);
         }
         FilterCommand::List { json } => {
             let reply = session.admin(&json!({"op": "filter_list"}))?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&reply)?);
+                outln!("{}", serde_json::to_string_pretty(&reply)?);
                 return Ok(());
             }
-            println!(
+            outln!(
                 "{:>4}  {:<24} {:<8} {:<7} {:<4} TEXT",
-                "ID", "ENDPOINT", "LEVEL", "KIND", "OP"
+                "ID",
+                "ENDPOINT",
+                "LEVEL",
+                "KIND",
+                "OP"
             );
             for f in reply["filters"].as_array().into_iter().flatten() {
-                println!(
+                outln!(
                     "{:>4}  {:<24} {:<8} {:<7} {:<4} {}",
                     f["id"],
                     f["endpoint"].as_str().unwrap_or_default(),
@@ -51,7 +55,7 @@ pub fn run(session: &Session, a: AdminArgs) -> CmdResult {
         }
         FilterCommand::Remove { id } => {
             session.admin(&json!({"op": "filter_remove", "id": id}))?;
-            println!("filter {id} removed");
+            outln!("filter {id} removed");
         }
         FilterCommand::Op {
             endpoint,
@@ -60,7 +64,7 @@ pub fn run(session: &Session, a: AdminArgs) -> CmdResult {
             session.admin(
                 &json!({"op": "filter_op", "endpoint": endpoint, "interfilter": interfilter}),
             )?;
-            println!(
+            outln!(
                 "{endpoint}: levels combine with {}",
                 interfilter.to_uppercase()
             );

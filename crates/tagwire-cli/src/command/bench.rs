@@ -103,17 +103,17 @@ pub fn run(server: Option<&str>, a: BenchArgs) -> CmdResult {
         }
     };
     if a.json {
-        println!("{result}");
+        outln!("{result}");
     } else {
-        print_text(&result);
+        print_text(&result)?;
     }
     Ok(())
 }
 
-fn print_text(r: &serde_json::Value) {
+fn print_text(r: &serde_json::Value) -> std::io::Result<()> {
     let f = |k: &str| r[k].as_f64().unwrap_or(0.0);
     match r["mode"].as_str() {
-        Some("latency") => println!(
+        Some("latency") => outln!(
             "{} latency, {} B: RTT p50 {:.1} µs, p99 {:.1} µs ({} round trips)",
             r["system"],
             r["size"],
@@ -121,7 +121,7 @@ fn print_text(r: &serde_json::Value) {
             f("rtt_p99_us"),
             r["samples"]
         ),
-        Some("fanout") => println!(
+        Some("fanout") => outln!(
             "{} fan-out to {}, {} B: {:.0} msgs/s per subscriber, {:.0} msgs/s in all",
             r["system"],
             r["subscribers"],
@@ -129,7 +129,7 @@ fn print_text(r: &serde_json::Value) {
             f("per_sub_msgs_per_sec"),
             f("total_msgs_per_sec")
         ),
-        _ => println!(
+        _ => outln!(
             "{} throughput, {} B: {:.0} msgs/s, {:.1} MB/s ({} received of {} sent)",
             r["system"],
             r["size"],
@@ -139,6 +139,7 @@ fn print_text(r: &serde_json::Value) {
             r["sent"]
         ),
     }
+    Ok(())
 }
 
 /// Counts events and the first/last arrival, from a callback.

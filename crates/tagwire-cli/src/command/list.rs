@@ -8,26 +8,33 @@ use crate::cli::ListArgs;
 pub fn run(session: &Session, a: ListArgs) -> CmdResult {
     let l = session.list()?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&l)?);
+        outln!("{}", serde_json::to_string_pretty(&l)?);
         return Ok(());
     }
-    println!(
+    outln!(
         "server {} — {} connection(s)",
         l.server,
         l.connections.len()
     );
-    println!("\nENDPOINTS");
-    println!("  {:<32} {:<11} {:>5}", "NAME", "KIND", "CONN");
+    outln!("\nENDPOINTS");
+    outln!("  {:<32} {:<11} {:>5}", "NAME", "KIND", "CONN");
     for e in &l.endpoints {
-        println!("  {:<32} {:<11} {:>5}", e.name, e.kind, e.connection);
+        outln!("  {:<32} {:<11} {:>5}", e.name, e.kind, e.connection);
     }
-    println!("\nSUBSCRIPTIONS");
-    println!(
+    outln!("\nSUBSCRIPTIONS");
+    outln!(
         "  {:<32} {:<24} {:>7} {:>7} {:<12} {:>10} {:>8} {:>8}  ROUTE",
-        "ENDPOINT", "PATTERN", "DEPTH", "BOUND", "DISCARD", "DELIVERED", "DROPPED", "EXPIRED"
+        "ENDPOINT",
+        "PATTERN",
+        "DEPTH",
+        "BOUND",
+        "DISCARD",
+        "DELIVERED",
+        "DROPPED",
+        "EXPIRED"
     );
     for s in &l.subscriptions {
-        println!(
+        outln!(
             "  {:<32} {:<24} {:>7} {:>7} {:<12} {:>10} {:>8} {:>8}  {}",
             s.endpoint,
             s.pattern,
@@ -40,25 +47,25 @@ pub fn run(session: &Session, a: ListArgs) -> CmdResult {
             s.route
         );
     }
-    println!("\nTAGS");
-    println!("  {:<40} {:>10}  LAST PUBLISHER", "TAG", "PUBLISHED");
+    outln!("\nTAGS");
+    outln!("  {:<40} {:>10}  LAST PUBLISHER", "TAG", "PUBLISHED");
     for t in &l.tags {
-        println!("  {:<40} {:>10}  {}", t.tag, t.published, t.last_publisher);
+        outln!("  {:<40} {:>10}  {}", t.tag, t.published, t.last_publisher);
     }
     if l.untracked_publishes > 0 {
-        println!(
+        outln!(
             "  ({} publishes on tags beyond the tracking limit)",
             l.untracked_publishes
         );
     }
     if l.expired > 0 {
-        println!("\n{} event(s) dropped as expired on arrival", l.expired);
+        outln!("\n{} event(s) dropped as expired on arrival", l.expired);
     }
     if l.deferred > 0 {
-        println!("\n{} event(s) waiting for their start time", l.deferred);
+        outln!("\n{} event(s) waiting for their start time", l.deferred);
     }
     if l.filtered_at_source > 0 {
-        println!(
+        outln!(
             "\n{} event(s) dropped by their publisher's filters",
             l.filtered_at_source
         );

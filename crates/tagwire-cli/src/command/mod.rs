@@ -1,11 +1,27 @@
-//! One module per subcommand; [`run`] dispatches.
+//! One module per subcommand; [`run`] dispatches. Commands print with
+//! [`outln!`], never `println!`, so that a closed stdout (`tagwire list |
+//! head`) ends the command quietly instead of panicking.
+
+/// `println!` that returns the write error instead of panicking; use it in a
+/// function returning [`CmdResult`] (or `std::io::Result`). A broken pipe
+/// then ends the command quietly (see [`run`]).
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        std::io::Write::write_fmt(
+            &mut std::io::stdout(),
+            format_args!("{}\n", format_args!($($arg)*)),
+        )?
+    };
+}
 
 mod admin;
 mod bench;
 mod list;
 mod ping;
 mod publish;
-mod subscribe;
+pub mod subscribe;
+
+use std::time::Duration;
 
 use tagwire::Session;
 
@@ -14,16 +30,41 @@ use crate::cli::{Cli, Command};
 /// A failed command: printed as `tagwire: <message>` with a non-zero exit.
 pub type CmdResult = Result<(), Box<dyn std::error::Error>>;
 
-/// Runs a parsed command line.
+/// Runs a parsed command line. A command whose stdout was closed by its
+/// reader (`tagwire list | head`) stops at its next write and succeeds, as
+/// `cat` does.
 pub fn run(cli: Cli) -> CmdResult {
+    match run_command(cli) {
+        Err(e) if is_broken_pipe(&*e) => Ok(()),
+        r => r,
+    }
+}
+
+/// Whether `e` is the error of writing to a stdout whose reader went away
+/// (not a broken connection to the router, which is a `tagwire::Error`).
+fn is_broken_pipe(e: &(dyn std::error::Error + 'static)) -> bool {
+    e.downcast_ref::<std::io::Error>()
+        .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+}
+
+fn run_command(cli: Cli) -> CmdResult {
     let server = cli.server;
+    let connect = || -> Result<Session, Box<dyn std::error::Error>> {
+        let builder = Session::builder()
+            .connect_timeout(seconds("--connect-timeout", cli.connect_timeout)?)
+            .reconnect_wait(seconds("--reconnect-wait", cli.reconnect_wait)?);
+        Ok(match server.as_deref() {
+            Some(url) => builder.connect(url)?,
+            None => builder.connect_local()?,
+        })
+    };
     match cli.command {
-        Command::Pub(a) => publish::run(&connect(server.as_deref())?, a),
-        Command::Sub(a) => subscribe::run(&connect(server.as_deref())?, a),
-        Command::List(a) => list::run(&connect(server.as_deref())?, a),
-        Command::Ping(a) => ping::run(&connect(server.as_deref())?, a),
+        Command::Pub(a) => publish::run(&connect()?, a),
+        Command::Sub(a) => subscribe::run(&connect()?, a),
+        Command::List(a) => list::run(&connect()?, a),
+        Command::Ping(a) => ping::run(&connect()?, a),
         Command::Bench(a) => bench::run(server.as_deref(), a),
-        Command::Admin(a) => admin::run(&connect(server.as_deref())?, a),
+        Command::Admin(a) => admin::run(&connect()?, a),
         Command::Place(a) => match tagwire_place::cli::run(&a) {
             // `tagwire place … | head` closing the pipe is not an error.
             Err(tagwire_place::PlaceError::Output(e))
@@ -36,10 +77,8 @@ pub fn run(cli: Cli) -> CmdResult {
     }
 }
 
-/// Connects to `--server`, or to the local daemon.
-pub fn connect(server: Option<&str>) -> Result<Session, tagwire::Error> {
-    match server {
-        Some(url) => Session::connect(url),
-        None => Session::connect_local(),
-    }
+/// A non-negative number of seconds from option `name`.
+fn seconds(name: &str, secs: f64) -> Result<Duration, String> {
+    Duration::try_from_secs_f64(secs)
+        .map_err(|_| format!("invalid {name} {secs}: expected a number of seconds, 0 or more"))
 }

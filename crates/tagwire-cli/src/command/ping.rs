@@ -14,14 +14,14 @@ pub fn run(session: &Session, a: PingArgs) -> CmdResult {
             std::thread::sleep(Duration::from_millis(a.interval));
         }
         let rtt = session.ping()?;
-        println!("pong seq={} time={:.1} µs", i + 1, rtt.as_secs_f64() * 1e6);
+        outln!("pong seq={} time={:.1} µs", i + 1, rtt.as_secs_f64() * 1e6);
         rtts.push(rtt.as_secs_f64() * 1e6);
     }
     if !rtts.is_empty() {
         let min = rtts.iter().copied().fold(f64::INFINITY, f64::min);
         let max = rtts.iter().copied().fold(0.0, f64::max);
         let avg = rtts.iter().sum::<f64>() / rtts.len() as f64;
-        println!(
+        outln!(
             "{} pings: min/avg/max = {min:.1}/{avg:.1}/{max:.1} µs",
             rtts.len()
         );

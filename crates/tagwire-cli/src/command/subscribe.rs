@@ -1,20 +1,35 @@
 //! `tagwire sub PATTERN [--count N] [--json]`: prints `TAG PAYLOAD` per event
-//! (like `mosquitto_sub -v`), or one JSON object per line.
+//! (like `mosquitto_sub -v`), or one JSON object per line. Events the client
+//! library dropped because printing fell behind are reported on stderr while
+//! they grow and at exit (also as a last JSON line with `--json`).
 
-use std::io::Write;
-use std::time::Duration;
+use std::io::{BufWriter, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use tagwire::{DiscardPolicy, Sample, Session, ValueRef};
+use tagwire::{DiscardPolicy, Sample, Session, Subscriber, ValueRef};
 
 use super::CmdResult;
 use crate::cli::SubArgs;
+
+/// Default `--local-queue`: four times the router's default queue, so a
+/// burst that the terminal or pipe takes slowly is absorbed, not dropped.
+pub const LOCAL_QUEUE: usize = 4096;
+/// While drops grow, at most one stderr warning this often.
+const WARN_EVERY: Duration = Duration::from_secs(1);
+/// The longest one wait for an event, so that a stop signal is noticed.
+const POLL: Duration = Duration::from_millis(100);
 
 pub fn run(session: &Session, a: SubArgs) -> CmdResult {
     let name = a
         .endpoint
         .clone()
         .unwrap_or_else(|| format!("/cli/sub/{}", std::process::id()));
-    let mut b = session.subscribe(&a.pattern).endpoint(&name);
+    let mut b = session
+        .subscribe(&a.pattern)
+        .endpoint(&name)
+        .local_queue_length(a.local_queue);
     if let Some(n) = a.max_queue {
         b = b.max_queue_length(n);
     }
@@ -28,17 +43,101 @@ pub fn run(session: &Session, a: SubArgs) -> CmdResult {
         b = b.map(m);
     }
     let sub = b.receiver()?;
+    let stop = stop_on_signal();
+    let mut out = BufWriter::new(std::io::stdout().lock());
+    let mut drops = DropReport::default();
+    let result = print_events(&sub, &a, &stop, &mut out, &mut drops);
+    // Report drops however the loop ended (count reached, signal, error).
+    let dropped = sub.dropped();
+    if dropped > 0 {
+        eprintln!(
+            "tagwire: dropped {dropped} events in the client (slow consumer; received {}); \
+             a larger --local-queue absorbs longer bursts",
+            drops.received
+        );
+        if a.json {
+            let summary = serde_json::json!({
+                "dropped_in_client": dropped,
+                "received": drops.received,
+            });
+            // Best effort: stdout may be the closed pipe that ended the loop.
+            let _ = writeln!(out, "{summary}").and_then(|()| out.flush());
+        }
+    }
+    result
+}
+
+/// Counts events printed and warns on stderr while the client drops.
+#[derive(Default)]
+struct DropReport {
+    received: u64,
+    warned: u64,
+    last_check: Option<Instant>,
+}
+
+impl DropReport {
+    /// Warns if drops grew since the last warning, at most every `WARN_EVERY`.
+    fn check(&mut self, sub: &Subscriber) {
+        let now = Instant::now();
+        if self
+            .last_check
+            .is_some_and(|t| now.duration_since(t) < WARN_EVERY)
+        {
+            return;
+        }
+        self.last_check = Some(now);
+        let dropped = sub.dropped();
+        if dropped > self.warned {
+            eprintln!(
+                "tagwire: {dropped} events dropped in the client so far ({} since the last warning; slow consumer)",
+                dropped - self.warned
+            );
+            self.warned = dropped;
+        }
+    }
+}
+
+/// Prints events until `--count`, `--timeout`, a stop signal, or an error.
+/// Output is buffered and flushed whenever no event is waiting, so a flood
+/// is written in large blocks and a trickle appears at once.
+fn print_events(
+    sub: &Subscriber,
+    a: &SubArgs,
+    stop: &AtomicBool,
+    out: &mut impl Write,
+    drops: &mut DropReport,
+) -> CmdResult {
     let timeout = a.timeout.map(Duration::from_secs_f64);
-    let stdout = std::io::stdout();
-    let mut received = 0u64;
-    while a.count.is_none_or(|n| received < n) {
-        let sample = match timeout {
-            Some(t) => sub.recv_timeout(t)?.ok_or_else(|| {
-                format!("no event on {} within {:.1} s", a.pattern, t.as_secs_f64())
-            })?,
-            None => sub.recv()?,
+    let mut last_event = Instant::now();
+    while a.count.is_none_or(|n| drops.received < n) {
+        drops.check(sub);
+        let sample = match sub.try_recv()? {
+            Some(s) => s,
+            None => {
+                out.flush()?;
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                let mut wait = POLL;
+                if let Some(t) = timeout {
+                    let left = t.saturating_sub(last_event.elapsed());
+                    if left.is_zero() {
+                        return Err(format!(
+                            "no event on {} within {:.1} s",
+                            a.pattern,
+                            t.as_secs_f64()
+                        )
+                        .into());
+                    }
+                    wait = wait.min(left);
+                }
+                match sub.recv_timeout(wait)? {
+                    Some(s) => s,
+                    None => continue,
+                }
+            }
         };
-        let mut out = stdout.lock();
+        last_event = Instant::now();
         if a.json {
             writeln!(out, "{}", to_json(&sample))?;
         } else {
@@ -49,12 +148,67 @@ pub fn run(session: &Session, a: SubArgs) -> CmdResult {
                 String::from_utf8_lossy(&sample.payload())
             )?;
         }
-        out.flush()?;
-        received += 1;
+        drops.received += 1;
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
     }
+    out.flush()?;
     Ok(())
 }
 
+/// A flag set by SIGINT or SIGTERM, so that `tagwire sub` stopped by Ctrl-C
+/// or `kill` still reports its drops; a second signal exits at once (130).
+/// If the handler cannot be installed the signals keep their default action.
+fn stop_on_signal() -> Arc<AtomicBool> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
+    let spawned = std::thread::Builder::new()
+        .name("tagwire-signals".into())
+        .spawn(move || {
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    tracing::debug!("no signal handler: {e}");
+                    let _ = ready_tx.send(());
+                    return;
+                }
+            };
+            rt.block_on(async {
+                use tokio::signal::unix::{signal, SignalKind};
+                let (Ok(mut term), Ok(mut int)) = (
+                    signal(SignalKind::terminate()),
+                    signal(SignalKind::interrupt()),
+                ) else {
+                    let _ = ready_tx.send(());
+                    return;
+                };
+                let _ = ready_tx.send(());
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = int.recv() => {}
+                }
+                flag.store(true, Ordering::Relaxed);
+                // A second signal exits at once, even if printing is stuck
+                // on a pipe nobody reads.
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = int.recv() => {}
+                }
+                std::process::exit(130);
+            });
+        });
+    if spawned.is_ok() {
+        // Installed before the first event is printed, so a test or script
+        // that signals after seeing output is always handled.
+        let _ = ready_rx.recv();
+    }
+    stop
+}
 fn value_json(v: ValueRef<'_>) -> serde_json::Value {
     match v {
         ValueRef::Int(i) => i.into(),

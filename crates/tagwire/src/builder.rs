@@ -1,0 +1,121 @@
+//! [`SessionBuilder`]: how long a session waits to connect, and how long a
+//! publish or request waits for a lost connection to come back.
+//!
+//! Pick a short `connect_timeout` for tools that should fail fast when no
+//! daemon answers, and a `reconnect_wait` longer than your daemon takes to
+//! restart for publishers that should ride through a restart; a
+//! `reconnect_wait` of zero fails at once with [`Error::NotReconnected`](crate::Error::NotReconnected)
+//! instead.
+
+use std::time::Duration;
+
+use crate::error::Result;
+use crate::session::{Session, Target};
+use crate::url::ServerUrl;
+
+/// Default [`SessionBuilder::connect_timeout`].
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default [`SessionBuilder::reconnect_wait`].
+pub const DEFAULT_RECONNECT_WAIT: Duration = Duration::from_secs(5);
+
+/// Settings fixed when a session opens.
+#[derive(Clone)]
+pub(crate) struct Options {
+    pub connect_timeout: Duration,
+    pub reconnect_wait: Duration,
+    /// The token to present; `None`: `TAGWIRE_TOKEN`, or the local token
+    /// file for a daemon on loopback (see `docs/security.md`).
+    pub token: Option<String>,
+}
+
+impl std::fmt::Debug for Options {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Options")
+            .field("connect_timeout", &self.connect_timeout)
+            .field("reconnect_wait", &self.reconnect_wait)
+            .field("token", &self.token.as_ref().map(|_| "(set)"))
+            .finish()
+    }
+}
+
+/// Opens a [`Session`] with non-default timeouts; start with
+/// [`Session::builder`].
+///
+/// ```no_run
+/// use std::time::Duration;
+/// let session = tagwire::Session::builder()
+///     .connect_timeout(Duration::from_secs(1))
+///     .reconnect_wait(Duration::from_secs(30))
+///     .connect("tcp://127.0.0.1:7700")?;
+/// # Ok::<(), tagwire::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+#[must_use = "a session is opened by .connect() or .connect_local()"]
+pub struct SessionBuilder {
+    options: Options,
+}
+
+impl Default for SessionBuilder {
+    fn default() -> Self {
+        SessionBuilder {
+            options: Options {
+                connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+                reconnect_wait: DEFAULT_RECONNECT_WAIT,
+                token: None,
+            },
+        }
+    }
+}
+
+impl SessionBuilder {
+    /// The longest a connection attempt may take, from the socket's connect
+    /// to the server's `Welcome` (default [`DEFAULT_CONNECT_TIMEOUT`]). At
+    /// the bound, connecting fails with [`Error::ConnectTimeout`](crate::Error::ConnectTimeout); the same
+    /// bound applies to each reconnection attempt.
+    pub fn connect_timeout(mut self, d: Duration) -> Self {
+        self.options.connect_timeout = d;
+        self
+    }
+
+    /// How long a publish or a request (declare, subscribe, admin, ping)
+    /// made while the session is reconnecting waits for the connection to
+    /// come back (default [`DEFAULT_RECONNECT_WAIT`]). A publish never
+    /// buffers while it waits, so memory stays bounded; past the bound it
+    /// fails with [`Error::NotReconnected`](crate::Error::NotReconnected), and the session keeps trying to
+    /// reconnect in the background.
+    pub fn reconnect_wait(mut self, d: Duration) -> Self {
+        self.options.reconnect_wait = d;
+        self
+    }
+
+    /// The token to present to the daemon over TCP, instead of
+    /// `TAGWIRE_TOKEN` or the local token file (see `docs/security.md`).
+    pub fn token(mut self, token: impl Into<String>) -> Self {
+        self.options.token = Some(token.into());
+        self
+    }
+
+    pub(crate) fn options(&self) -> Options {
+        self.options.clone()
+    }
+
+    /// Connects to a daemon at `url`: `tcp://HOST:PORT` or `unix:///PATH`.
+    pub fn connect(self, url: &str) -> Result<Session> {
+        Session::open(Target::Url(ServerUrl::parse(url)?), self.options)
+    }
+
+    /// Connects to the local daemon: its Unix socket if present, else
+    /// `tcp://127.0.0.1:7700`.
+    pub fn connect_local(self) -> Result<Session> {
+        Session::open(Target::Url(ServerUrl::local_default()), self.options)
+    }
+}
+
+/// Whether an I/O error is a timeout (`SO_RCVTIMEO`/`SO_SNDTIMEO` report
+/// `WouldBlock`, `connect_timeout` reports `TimedOut`).
+pub(crate) fn is_timeout(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+    )
+}

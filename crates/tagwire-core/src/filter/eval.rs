@@ -119,10 +119,16 @@ enum Cmp3 {
     Mismatch,
 }
 
-fn compare(a: Val<'_>, b: Val<'_>) -> Cmp3 {
+/// Compares `a` and `b`. Two strings (or byte strings) both longer than
+/// `max_input` bytes are not compared (unknown), so no comparison reads more
+/// than `max_input` bytes of each side.
+fn compare(a: Val<'_>, b: Val<'_>, max_input: usize) -> Cmp3 {
     use Val::*;
     let num = |o: Option<Ordering>| o.map_or(Cmp3::Unordered, Cmp3::Ord);
+    let long = |x: usize, y: usize| x > max_input && y > max_input;
     match (a, b) {
+        (Str(x), Str(y)) if long(x.len(), y.len()) => Cmp3::Mismatch,
+        (Bytes(x), Bytes(y)) if long(x.len(), y.len()) => Cmp3::Mismatch,
         (Int(x), Int(y)) => Cmp3::Ord(x.cmp(&y)),
         (Float(x), Float(y)) => num(x.partial_cmp(&y)),
         (Int(x), Float(y)) => num(cmp_int_float(x, y)),
@@ -146,22 +152,23 @@ fn compare(a: Val<'_>, b: Val<'_>) -> Cmp3 {
     }
 }
 
-/// `a == b` in three-valued logic: unknown when the kinds differ.
-pub(crate) fn equals(a: Val<'_>, b: Val<'_>) -> Option<bool> {
-    match compare(a, b) {
+/// `a == b` in three-valued logic: unknown when the kinds differ (or both
+/// are strings longer than `max_input`).
+pub(crate) fn equals(a: Val<'_>, b: Val<'_>, max_input: usize) -> Option<bool> {
+    match compare(a, b, max_input) {
         Cmp3::Ord(o) => Some(o == Ordering::Equal),
         Cmp3::Unordered => Some(false),
         Cmp3::Mismatch => None,
     }
 }
 
-fn cmp_op(op: CmpOp, a: Val<'_>, b: Val<'_>) -> Option<bool> {
+fn cmp_op(op: CmpOp, a: Val<'_>, b: Val<'_>, max_input: usize) -> Option<bool> {
     if let (Val::Bool(_) | Val::Bytes(_), _) = (a, b) {
         if !matches!(op, CmpOp::Eq | CmpOp::Ne) {
             return None;
         }
     }
-    match compare(a, b) {
+    match compare(a, b, max_input) {
         Cmp3::Mismatch => None,
         Cmp3::Unordered => Some(op == CmpOp::Ne),
         Cmp3::Ord(o) => Some(match op {
@@ -192,13 +199,16 @@ fn arith<'x>(op: ArithOp, a: Val<'x>, b: Val<'x>) -> Option<Val<'x>> {
                 _ => 0.0,
             };
             let (x, y) = (f(a), f(b));
-            Some(Val::Float(match op {
+            let r = match op {
                 ArithOp::Add => x + y,
                 ArithOp::Sub => x - y,
                 ArithOp::Mul => x * y,
                 ArithOp::Div => x / y,
                 ArithOp::Rem => x % y,
-            }))
+            };
+            // Division or remainder by zero, overflow to infinity, and any
+            // NaN are unknown, as integer overflow and division by zero are.
+            r.is_finite().then_some(Val::Float(r))
         }
         _ => None,
     }
@@ -208,6 +218,9 @@ fn arith<'x>(op: ArithOp, a: Val<'x>, b: Val<'x>) -> Option<Val<'x>> {
 pub(crate) struct Ctx<'e, 'x, F> {
     pub ev: &'e EventRef<'x>,
     pub fields: &'e F,
+    /// [`FilterLimits::max_match_input`](super::FilterLimits::max_match_input)
+    /// of the filter being evaluated.
+    pub max_input: usize,
 }
 
 impl<'x, F: FieldSource<'x>> Ctx<'_, 'x, F> {
@@ -237,13 +250,13 @@ impl<'x, F: FieldSource<'x>> Ctx<'_, 'x, F> {
                 any
             }
             Node::Not(a) => self.truth(a).map(|b| !b),
-            Node::Cmp(op, a, b) => cmp_op(*op, self.value(a)?, self.value(b)?),
+            Node::Cmp(op, a, b) => cmp_op(*op, self.value(a)?, self.value(b)?, self.max_input),
             Node::Exist(a) => Some(self.value(a).is_some()),
             Node::In(a, list) => {
                 let v = self.value(a)?;
                 let mut any = Some(false);
                 for l in list {
-                    match equals(v, l.into()) {
+                    match equals(v, l.into(), self.max_input) {
                         Some(true) => return Some(true),
                         None => any = None,
                         Some(false) => {}
@@ -251,17 +264,28 @@ impl<'x, F: FieldSource<'x>> Ctx<'_, 'x, F> {
                 }
                 any
             }
+            // `=~` and `~` read all of their subject: at most `max_input`
+            // bytes, else unknown.
             Node::Regex(a, re) => match self.value(a)? {
-                Val::Str(s) => Some(re.is_match(s)),
+                Val::Str(s) if s.len() <= self.max_input => re.is_match(s),
                 _ => None,
             },
             Node::Contains(a, b) => match (self.value(a)?, self.value(b)?) {
+                (Val::Str(s), Val::Str(_)) if s.len() > self.max_input => None,
+                // Checked first so a long needle costs nothing to prepare.
+                (Val::Str(s), Val::Str(t)) if t.len() > s.len() => Some(false),
                 (Val::Str(s), Val::Str(t)) => {
                     Some(memchr::memmem::find(s.as_bytes(), t.as_bytes()).is_some())
                 }
                 _ => None,
             },
+            // Reads at most the shorter string; unknown when both are long.
             Node::StartsWith(a, b) => match (self.value(a)?, self.value(b)?) {
+                (Val::Str(s), Val::Str(t))
+                    if s.len() > self.max_input && t.len() > self.max_input =>
+                {
+                    None
+                }
                 (Val::Str(s), Val::Str(t)) => Some(s.starts_with(t)),
                 _ => None,
             },
@@ -273,7 +297,8 @@ impl<'x, F: FieldSource<'x>> Ctx<'_, 'x, F> {
     }
 
     /// Value of a node; `None` when unknown (absent field, wrong kind,
-    /// integer overflow or division by zero).
+    /// integer overflow, division by zero, or a float result that is
+    /// infinite or NaN).
     pub(crate) fn value(&self, n: &'x Node) -> Option<Val<'x>> {
         match n {
             Node::Lit(l) => Some(l.into()),
@@ -281,7 +306,7 @@ impl<'x, F: FieldSource<'x>> Ctx<'_, 'x, F> {
             Node::Field { name, slot } => self.fields.get(name, *slot).map(Val::from),
             Node::Neg(a) => match self.value(a)? {
                 Val::Int(i) => i.checked_neg().map(Val::Int),
-                Val::Float(f) => Some(Val::Float(-f)),
+                Val::Float(f) => f.is_finite().then_some(Val::Float(-f)),
                 _ => None,
             },
             Node::Arith(op, a, b) => arith(*op, self.value(a)?, self.value(b)?),

@@ -2,6 +2,7 @@
 //! three-valued logic (true, false, unknown). Recursion follows the filter's
 //! tree, whose depth the compiler bounded; nothing recurses on event data.
 
+use std::cell::OnceCell;
 use std::cmp::Ordering;
 
 use tagwire_proto::{EventRef, Expiry, ValueRef};
@@ -48,12 +49,75 @@ pub(crate) trait FieldSource<'x> {
     fn get(&self, name: &str, slot: u32) -> Option<ValueRef<'x>>;
 }
 
-/// Body fields read straight from the event (a scan of its few fields).
-pub(crate) struct ScanFields<'x>(pub EventRef<'x>);
+/// Events with at most this many fields keep them in an inline array (no
+/// allocation); larger ones in a table sorted by name.
+const FEW_FIELDS: usize = 8;
 
-impl<'x> FieldSource<'x> for ScanFields<'x> {
+type FieldEntry<'x> = (&'x str, ValueRef<'x>);
+
+/// An event's fields, decoded once.
+// The inline variant is the point (no allocation for small events); one
+// table lives on the stack per evaluation, never in a collection.
+#[allow(clippy::large_enum_variant)]
+enum Table<'x> {
+    /// At most [`FEW_FIELDS`], in event order: a read scans them.
+    Few([Option<FieldEntry<'x>>; FEW_FIELDS]),
+    /// More, sorted by name: a read is a binary search.
+    Many(Vec<FieldEntry<'x>>),
+}
+
+/// Body fields of one event for stand-alone filters and filter levels,
+/// decoded (and string values checked as UTF-8) on the first read only, so
+/// a filter of `max_nodes` field reads on an event of 256 fields, or of one
+/// large string, costs one decode and `max_nodes` lookups (issue 12 item 4:
+/// re-decoding per read cost 41 ms for one subscription at the limits).
+pub(crate) struct EventFields<'x> {
+    ev: EventRef<'x>,
+    table: OnceCell<Table<'x>>,
+}
+
+impl<'x> EventFields<'x> {
+    pub(crate) fn new(ev: EventRef<'x>) -> Self {
+        EventFields {
+            ev,
+            table: OnceCell::new(),
+        }
+    }
+
+    fn table(&self) -> &Table<'x> {
+        self.table.get_or_init(|| {
+            let mut few = [None; FEW_FIELDS];
+            let mut it = self.ev.fields();
+            for slot in few.iter_mut() {
+                match it.next() {
+                    Some(f) => *slot = Some(f),
+                    None => return Table::Few(few),
+                }
+            }
+            if it.next().is_none() {
+                return Table::Few(few);
+            }
+            // Names are unique (`EventRef::parse` refuses duplicates).
+            let mut t: Vec<_> = self.ev.fields().collect();
+            t.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            Table::Many(t)
+        })
+    }
+}
+
+impl<'x> FieldSource<'x> for EventFields<'x> {
     fn get(&self, name: &str, _slot: u32) -> Option<ValueRef<'x>> {
-        self.0.field(name)
+        match self.table() {
+            Table::Few(few) => few
+                .iter()
+                .map_while(|f| *f)
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| v),
+            Table::Many(t) => t
+                .binary_search_by(|(n, _)| (*n).cmp(name))
+                .ok()
+                .map(|i| t[i].1),
+        }
     }
 }
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use tagwire_proto::EventRef;
 
 use super::ast::Node;
-use super::eval::{Ctx, ScanFields};
+use super::eval::{Ctx, EventFields};
 use super::lexer::{tokenize, Tok};
 use super::parser::Parser;
 use super::{check_len, FilterError, FilterLimits};
@@ -165,7 +165,7 @@ impl MappingFilter {
     /// The overrides for `event`: per property, the first rule that sets it
     /// and whose condition is true (unknown counts as false).
     pub fn apply(&self, event: &EventRef<'_>) -> Overrides {
-        let fields = ScanFields(*event);
+        let fields = EventFields::new(*event);
         let ctx = Ctx {
             ev: event,
             fields: &fields,

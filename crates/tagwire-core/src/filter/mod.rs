@@ -281,10 +281,19 @@ impl Filter {
     /// The three-valued result: `Some(true)`, `Some(false)`, or `None` when
     /// unknown (an absent field or a value of the wrong kind decided it).
     pub fn truth(&self, event: &EventRef<'_>) -> Option<bool> {
-        let fields = eval::ScanFields(*event);
+        self.truth_in(event, &eval::EventFields::new(*event))
+    }
+
+    /// [`Filter::truth`] with the event's fields decoded by the caller, so
+    /// that several filters on one event (a level) decode them once.
+    pub(crate) fn truth_in<'x>(
+        &'x self,
+        event: &EventRef<'x>,
+        fields: &eval::EventFields<'x>,
+    ) -> Option<bool> {
         eval::Ctx {
             ev: event,
-            fields: &fields,
+            fields,
             max_input: self.max_match_input,
         }
         .truth(&self.root)

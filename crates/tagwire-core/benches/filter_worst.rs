@@ -190,7 +190,7 @@ fn old_engine(c: &mut Criterion) {
 }
 
 /// Cost of compiling (installing) a filter: the attack filter, four large
-/// Unicode regexes, and a refused one (which is compiled again under a 4x
+/// Unicode regexes, and a refused one (which is compiled again under a 2x
 /// larger limit to report its size).
 fn compile(c: &mut Criterion) {
     let limits = FilterLimits::default();

@@ -96,18 +96,21 @@ pub enum FilterError {
         /// Why the regex crate refused it.
         reason: String,
     },
-    /// A regular expression whose compiled automaton (NFA or DFA) is larger
-    /// than [`FilterLimits::max_regex_size`].
-    #[error("at {at}: regular expression '{pattern}' compiles to {}, more than max_regex_size {max} (Unicode classes such as \\w and \\d are large; (?-u:\\w) is ASCII only)", match size { Some(s) => format!("{s} bytes"), None => format!("more than {probed} bytes") })]
+    /// A regular expression that needs more than
+    /// [`FilterLimits::max_regex_size`]: its NFA or DFA is larger, or
+    /// building the DFA needs more than twice that in working memory.
+    #[error("at {at}: regular expression '{pattern}' {}, more than max_regex_size {max} (Unicode classes such as \\w and \\d are large; (?-u:\\w) is ASCII only)", match size { Some(s) => format!("compiles to {s} bytes"), None => format!("needs more than {max} bytes to compile (measured up to {probed})") })]
     RegexTooBig {
         /// Byte offset of the pattern literal.
         at: usize,
         /// The pattern (its first 64 characters).
         pattern: String,
-        /// Its compiled size in bytes, when it is at most `probed`.
+        /// Its compiled size in bytes (NFA or DFA, the larger), when that is
+        /// what exceeds `max` and it compiles within `probed`; `None` when it
+        /// is larger still, or when the DFA construction's working memory
+        /// was what exceeded the limit.
         size: Option<usize>,
-        /// The largest size measured (the limit times 4); `size` is `None`
-        /// when the regex is larger still.
+        /// The limit it was compiled again under to measure it (twice `max`).
         probed: usize,
         /// The configured `max_regex_size`.
         max: usize,

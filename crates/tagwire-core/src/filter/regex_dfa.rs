@@ -16,7 +16,7 @@ use super::{FilterError, FilterLimits};
 
 /// How much larger than `max_regex_size` a refused regex may be compiled
 /// again to report its actual size; past this the error says "more than".
-const SIZE_PROBE_FACTOR: usize = 4;
+const SIZE_PROBE_FACTOR: usize = 2;
 
 /// Longest part of a pattern an error message repeats.
 const PATTERN_IN_ERROR: usize = 64;
@@ -105,9 +105,13 @@ impl CompiledRegex {
             Err(Refusal::TooBig) => {
                 // Compiled again under a larger limit, only to say how big.
                 let probed = max.saturating_mul(SIZE_PROBE_FACTOR);
+                // The compiled size, when that is what is over the limit (it
+                // may instead be the working memory of the DFA construction,
+                // bounded to twice the limit, with a small result).
                 let size = build(pattern, probed)
                     .ok()
-                    .map(|(n, d)| n.memory_usage().max(d.memory_usage()));
+                    .map(|(n, d)| n.memory_usage().max(d.memory_usage()))
+                    .filter(|&s| s > max);
                 Err(FilterError::RegexTooBig {
                     at,
                     pattern: shorten(pattern),

@@ -2,7 +2,7 @@
 //! reference, regular expression and literal has been resolved at compile
 //! time, so evaluation cannot fail, only answer true, false or unknown.
 
-use regex::Regex;
+use super::regex_dfa::CompiledRegex;
 
 /// Static type of an expression, known at compile time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -153,7 +153,7 @@ pub(crate) enum Node {
     /// `l ~^ r`: string `l` starts with string `r`.
     StartsWith(Box<Node>, Box<Node>),
     /// `l =~ 'pattern'`: the pattern matches somewhere in `l`.
-    Regex(Box<Node>, Regex),
+    Regex(Box<Node>, CompiledRegex),
     /// `l in (a, b, ...)`.
     In(Box<Node>, Vec<Lit>),
     /// `exist $x`: the field is present.
@@ -164,6 +164,37 @@ pub(crate) enum Node {
 }
 
 impl Node {
+    /// Heap bytes below this node (not counting the node itself): boxed and
+    /// listed children, strings, regex DFAs. Recursion follows the tree,
+    /// whose depth the compiler bounded.
+    pub(crate) fn heap_bytes(&self) -> usize {
+        const NODE: usize = std::mem::size_of::<Node>();
+        let lit = |l: &Lit| match l {
+            Lit::Str(s) => s.len(),
+            Lit::Bytes(b) => b.len(),
+            _ => 0,
+        };
+        match self {
+            Node::Lit(l) => lit(l),
+            Node::Header(_) => 0,
+            Node::Field { name, .. } => name.len(),
+            Node::Neg(a) | Node::Not(a) | Node::Exist(a) => NODE + a.heap_bytes(),
+            Node::Regex(a, re) => NODE + a.heap_bytes() + re.memory_usage(),
+            Node::In(a, list) => {
+                NODE + a.heap_bytes()
+                    + list.capacity() * std::mem::size_of::<Lit>()
+                    + list.iter().map(lit).sum::<usize>()
+            }
+            Node::Arith(_, a, b)
+            | Node::Cmp(_, a, b)
+            | Node::Contains(a, b)
+            | Node::StartsWith(a, b) => 2 * NODE + a.heap_bytes() + b.heap_bytes(),
+            Node::And(v) | Node::Or(v) => {
+                v.capacity() * NODE + v.iter().map(Node::heap_bytes).sum::<usize>()
+            }
+        }
+    }
+
     /// Calls `f` on every body-field reference, mutably (used to bind slots).
     pub(crate) fn for_each_field_mut(&mut self, f: &mut impl FnMut(&str, &mut u32)) {
         match self {

@@ -2,6 +2,7 @@
 //! three-valued logic (true, false, unknown). Recursion follows the filter's
 //! tree, whose depth the compiler bounded; nothing recurses on event data.
 
+use std::cell::OnceCell;
 use std::cmp::Ordering;
 
 use tagwire_proto::{EventRef, Expiry, ValueRef};
@@ -48,12 +49,75 @@ pub(crate) trait FieldSource<'x> {
     fn get(&self, name: &str, slot: u32) -> Option<ValueRef<'x>>;
 }
 
-/// Body fields read straight from the event (a scan of its few fields).
-pub(crate) struct ScanFields<'x>(pub EventRef<'x>);
+/// Events with at most this many fields keep them in an inline array (no
+/// allocation); larger ones in a table sorted by name.
+const FEW_FIELDS: usize = 8;
 
-impl<'x> FieldSource<'x> for ScanFields<'x> {
+type FieldEntry<'x> = (&'x str, ValueRef<'x>);
+
+/// An event's fields, decoded once.
+// The inline variant is the point (no allocation for small events); one
+// table lives on the stack per evaluation, never in a collection.
+#[allow(clippy::large_enum_variant)]
+enum Table<'x> {
+    /// At most [`FEW_FIELDS`], in event order: a read scans them.
+    Few([Option<FieldEntry<'x>>; FEW_FIELDS]),
+    /// More, sorted by name: a read is a binary search.
+    Many(Vec<FieldEntry<'x>>),
+}
+
+/// Body fields of one event for stand-alone filters and filter levels,
+/// decoded (and string values checked as UTF-8) on the first read only, so
+/// a filter of `max_nodes` field reads on an event of 256 fields, or of one
+/// large string, costs one decode and `max_nodes` lookups (issue 12 item 4:
+/// re-decoding per read cost 41 ms for one subscription at the limits).
+pub(crate) struct EventFields<'x> {
+    ev: EventRef<'x>,
+    table: OnceCell<Table<'x>>,
+}
+
+impl<'x> EventFields<'x> {
+    pub(crate) fn new(ev: EventRef<'x>) -> Self {
+        EventFields {
+            ev,
+            table: OnceCell::new(),
+        }
+    }
+
+    fn table(&self) -> &Table<'x> {
+        self.table.get_or_init(|| {
+            let mut few = [None; FEW_FIELDS];
+            let mut it = self.ev.fields();
+            for slot in few.iter_mut() {
+                match it.next() {
+                    Some(f) => *slot = Some(f),
+                    None => return Table::Few(few),
+                }
+            }
+            if it.next().is_none() {
+                return Table::Few(few);
+            }
+            // Names are unique (`EventRef::parse` refuses duplicates).
+            let mut t: Vec<_> = self.ev.fields().collect();
+            t.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            Table::Many(t)
+        })
+    }
+}
+
+impl<'x> FieldSource<'x> for EventFields<'x> {
     fn get(&self, name: &str, _slot: u32) -> Option<ValueRef<'x>> {
-        self.0.field(name)
+        match self.table() {
+            Table::Few(few) => few
+                .iter()
+                .map_while(|f| *f)
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| v),
+            Table::Many(t) => t
+                .binary_search_by(|(n, _)| (*n).cmp(name))
+                .ok()
+                .map(|i| t[i].1),
+        }
     }
 }
 
@@ -119,10 +183,16 @@ enum Cmp3 {
     Mismatch,
 }
 
-fn compare(a: Val<'_>, b: Val<'_>) -> Cmp3 {
+/// Compares `a` and `b`. Two strings (or byte strings) both longer than
+/// `max_input` bytes are not compared (unknown), so no comparison reads more
+/// than `max_input` bytes of each side.
+fn compare(a: Val<'_>, b: Val<'_>, max_input: usize) -> Cmp3 {
     use Val::*;
     let num = |o: Option<Ordering>| o.map_or(Cmp3::Unordered, Cmp3::Ord);
+    let long = |x: usize, y: usize| x > max_input && y > max_input;
     match (a, b) {
+        (Str(x), Str(y)) if long(x.len(), y.len()) => Cmp3::Mismatch,
+        (Bytes(x), Bytes(y)) if long(x.len(), y.len()) => Cmp3::Mismatch,
         (Int(x), Int(y)) => Cmp3::Ord(x.cmp(&y)),
         (Float(x), Float(y)) => num(x.partial_cmp(&y)),
         (Int(x), Float(y)) => num(cmp_int_float(x, y)),
@@ -146,22 +216,23 @@ fn compare(a: Val<'_>, b: Val<'_>) -> Cmp3 {
     }
 }
 
-/// `a == b` in three-valued logic: unknown when the kinds differ.
-pub(crate) fn equals(a: Val<'_>, b: Val<'_>) -> Option<bool> {
-    match compare(a, b) {
+/// `a == b` in three-valued logic: unknown when the kinds differ (or both
+/// are strings longer than `max_input`).
+pub(crate) fn equals(a: Val<'_>, b: Val<'_>, max_input: usize) -> Option<bool> {
+    match compare(a, b, max_input) {
         Cmp3::Ord(o) => Some(o == Ordering::Equal),
         Cmp3::Unordered => Some(false),
         Cmp3::Mismatch => None,
     }
 }
 
-fn cmp_op(op: CmpOp, a: Val<'_>, b: Val<'_>) -> Option<bool> {
+fn cmp_op(op: CmpOp, a: Val<'_>, b: Val<'_>, max_input: usize) -> Option<bool> {
     if let (Val::Bool(_) | Val::Bytes(_), _) = (a, b) {
         if !matches!(op, CmpOp::Eq | CmpOp::Ne) {
             return None;
         }
     }
-    match compare(a, b) {
+    match compare(a, b, max_input) {
         Cmp3::Mismatch => None,
         Cmp3::Unordered => Some(op == CmpOp::Ne),
         Cmp3::Ord(o) => Some(match op {
@@ -192,13 +263,16 @@ fn arith<'x>(op: ArithOp, a: Val<'x>, b: Val<'x>) -> Option<Val<'x>> {
                 _ => 0.0,
             };
             let (x, y) = (f(a), f(b));
-            Some(Val::Float(match op {
+            let r = match op {
                 ArithOp::Add => x + y,
                 ArithOp::Sub => x - y,
                 ArithOp::Mul => x * y,
                 ArithOp::Div => x / y,
                 ArithOp::Rem => x % y,
-            }))
+            };
+            // Division or remainder by zero, overflow to infinity, and any
+            // NaN are unknown, as integer overflow and division by zero are.
+            r.is_finite().then_some(Val::Float(r))
         }
         _ => None,
     }
@@ -208,6 +282,9 @@ fn arith<'x>(op: ArithOp, a: Val<'x>, b: Val<'x>) -> Option<Val<'x>> {
 pub(crate) struct Ctx<'e, 'x, F> {
     pub ev: &'e EventRef<'x>,
     pub fields: &'e F,
+    /// [`FilterLimits::max_match_input`](super::FilterLimits::max_match_input)
+    /// of the filter being evaluated.
+    pub max_input: usize,
 }
 
 impl<'x, F: FieldSource<'x>> Ctx<'_, 'x, F> {
@@ -237,13 +314,13 @@ impl<'x, F: FieldSource<'x>> Ctx<'_, 'x, F> {
                 any
             }
             Node::Not(a) => self.truth(a).map(|b| !b),
-            Node::Cmp(op, a, b) => cmp_op(*op, self.value(a)?, self.value(b)?),
+            Node::Cmp(op, a, b) => cmp_op(*op, self.value(a)?, self.value(b)?, self.max_input),
             Node::Exist(a) => Some(self.value(a).is_some()),
             Node::In(a, list) => {
                 let v = self.value(a)?;
                 let mut any = Some(false);
                 for l in list {
-                    match equals(v, l.into()) {
+                    match equals(v, l.into(), self.max_input) {
                         Some(true) => return Some(true),
                         None => any = None,
                         Some(false) => {}
@@ -251,17 +328,28 @@ impl<'x, F: FieldSource<'x>> Ctx<'_, 'x, F> {
                 }
                 any
             }
+            // `=~` and `~` read all of their subject: at most `max_input`
+            // bytes, else unknown.
             Node::Regex(a, re) => match self.value(a)? {
-                Val::Str(s) => Some(re.is_match(s)),
+                Val::Str(s) if s.len() <= self.max_input => re.is_match(s),
                 _ => None,
             },
             Node::Contains(a, b) => match (self.value(a)?, self.value(b)?) {
+                (Val::Str(s), Val::Str(_)) if s.len() > self.max_input => None,
+                // Checked first so a long needle costs nothing to prepare.
+                (Val::Str(s), Val::Str(t)) if t.len() > s.len() => Some(false),
                 (Val::Str(s), Val::Str(t)) => {
                     Some(memchr::memmem::find(s.as_bytes(), t.as_bytes()).is_some())
                 }
                 _ => None,
             },
+            // Reads at most the shorter string; unknown when both are long.
             Node::StartsWith(a, b) => match (self.value(a)?, self.value(b)?) {
+                (Val::Str(s), Val::Str(t))
+                    if s.len() > self.max_input && t.len() > self.max_input =>
+                {
+                    None
+                }
                 (Val::Str(s), Val::Str(t)) => Some(s.starts_with(t)),
                 _ => None,
             },
@@ -273,7 +361,8 @@ impl<'x, F: FieldSource<'x>> Ctx<'_, 'x, F> {
     }
 
     /// Value of a node; `None` when unknown (absent field, wrong kind,
-    /// integer overflow or division by zero).
+    /// integer overflow, division by zero, or a float result that is
+    /// infinite or NaN).
     pub(crate) fn value(&self, n: &'x Node) -> Option<Val<'x>> {
         match n {
             Node::Lit(l) => Some(l.into()),
@@ -281,7 +370,7 @@ impl<'x, F: FieldSource<'x>> Ctx<'_, 'x, F> {
             Node::Field { name, slot } => self.fields.get(name, *slot).map(Val::from),
             Node::Neg(a) => match self.value(a)? {
                 Val::Int(i) => i.checked_neg().map(Val::Int),
-                Val::Float(f) => Some(Val::Float(-f)),
+                Val::Float(f) => f.is_finite().then_some(Val::Float(-f)),
                 _ => None,
             },
             Node::Arith(op, a, b) => arith(*op, self.value(a)?, self.value(b)?),

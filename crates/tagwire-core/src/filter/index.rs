@@ -110,12 +110,15 @@ impl SubscriptionSpec {
             }
         };
         Ok(match self {
-            SubscriptionSpec::All => Filter::from_node("true".into(), Node::Lit(Lit::Bool(true))),
+            SubscriptionSpec::All => {
+                Filter::from_node("true".into(), Node::Lit(Lit::Bool(true)), limits)
+            }
             SubscriptionSpec::IntKey { field, key } => {
                 nonempty(field)?;
                 Filter::from_node(
                     format!("<int {field}={key}>"),
                     field_eq(field, Lit::Int((*key).into())),
+                    limits,
                 )
             }
             SubscriptionSpec::StrKey { field, key } => {
@@ -123,6 +126,7 @@ impl SubscriptionSpec {
                 Filter::from_node(
                     format!("<string {field}={key:?}>"),
                     field_eq(field, Lit::Str(key.as_str().into())),
+                    limits,
                 )
             }
             SubscriptionSpec::TagValues(pairs) => {
@@ -156,7 +160,7 @@ impl SubscriptionSpec {
                 } else {
                     Node::And(conj)
                 };
-                Filter::from_node(text, root)
+                Filter::from_node(text, root, limits)
             }
             SubscriptionSpec::Regex { target, pattern } => {
                 super::check_len(pattern.len(), limits)?;
@@ -177,7 +181,7 @@ impl SubscriptionSpec {
                         )
                     }
                 };
-                Filter::from_node(text, Node::Regex(Box::new(subject), re))
+                Filter::from_node(text, Node::Regex(Box::new(subject), re), limits)
             }
             SubscriptionSpec::Constraint(text) => Filter::compile(text, limits)?,
             SubscriptionSpec::Filter(f) => f.clone(),
@@ -1121,12 +1125,13 @@ impl<T: Clone> SubscriptionIndex<T> {
             epoch,
             vals: &ev_vals,
         };
-        let ctx = Ctx {
-            ev: event,
-            fields: &src,
-        };
         for &e in cands.iter() {
             if let Some(en) = &self.entries[e as usize] {
+                let ctx = Ctx {
+                    ev: event,
+                    fields: &src,
+                    max_input: en.filter.max_match_input,
+                };
                 if ctx.truth(&en.filter.root) == Some(true) {
                     f(en.id, &en.value);
                 }

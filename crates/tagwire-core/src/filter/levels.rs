@@ -3,6 +3,7 @@
 
 use tagwire_proto::EventRef;
 
+use super::eval::EventFields;
 use super::{Filter, FilterError, FilterLimits};
 
 /// How a session's (admin) filters combine with a channel's (proxy) filters,
@@ -84,12 +85,22 @@ impl FilterList {
 
     /// Whether any filter matches (false for an empty list; see [`FilterList::passes`]).
     pub fn any_matches(&self, event: &EventRef<'_>) -> bool {
-        self.filters.iter().any(|(_, f)| f.matches(event))
+        self.any_matches_in(event, &EventFields::new(*event))
+    }
+
+    fn any_matches_in<'x>(&'x self, event: &EventRef<'x>, fields: &EventFields<'x>) -> bool {
+        self.filters
+            .iter()
+            .any(|(_, f)| f.truth_in(event, fields) == Some(true))
     }
 
     /// Whether the level lets `event` through: empty, or any filter matches.
     pub fn passes(&self, event: &EventRef<'_>) -> bool {
         self.is_empty() || self.any_matches(event)
+    }
+
+    fn passes_in<'x>(&'x self, event: &EventRef<'x>, fields: &EventFields<'x>) -> bool {
+        self.is_empty() || self.any_matches_in(event, fields)
     }
 }
 
@@ -105,12 +116,14 @@ pub fn levels_pass(
     proxy: &FilterList,
     event: &EventRef<'_>,
 ) -> bool {
+    // Both levels read the event's fields through one table.
+    let fields = EventFields::new(*event);
     match op {
-        InterFilterOp::And => admin.passes(event) && proxy.passes(event),
+        InterFilterOp::And => admin.passes_in(event, &fields) && proxy.passes_in(event, &fields),
         InterFilterOp::Or => {
             (admin.is_empty() && proxy.is_empty())
-                || admin.any_matches(event)
-                || proxy.any_matches(event)
+                || admin.any_matches_in(event, &fields)
+                || proxy.any_matches_in(event, &fields)
         }
     }
 }

@@ -358,9 +358,11 @@ fn number(text: &str, start: usize) -> Result<(Tok, usize), FilterError> {
         "s" => 1_000_000_000,
         "m" => 60_000_000_000,
         "h" => 3_600_000_000_000,
+        // `1and`, `5x`: letters glued to a number are never read as a
+        // separate word; only a duration unit may follow without a space.
         _ => {
             return Err(bad(
-                "a number, or a duration with unit ns, us, ms, s, m or h",
+                "a number, or a duration with unit ns, us, ms, s, m or h (put a space between a number and a following word)",
             ))
         }
     };

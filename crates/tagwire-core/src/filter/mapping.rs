@@ -6,7 +6,7 @@ use std::sync::Arc;
 use tagwire_proto::EventRef;
 
 use super::ast::Node;
-use super::eval::{Ctx, ScanFields};
+use super::eval::{Ctx, EventFields};
 use super::lexer::{tokenize, Tok};
 use super::parser::Parser;
 use super::{check_len, FilterError, FilterLimits};
@@ -47,6 +47,7 @@ struct Rule {
 pub struct MappingFilter {
     text: Arc<str>,
     rules: Vec<Rule>,
+    max_match_input: usize,
 }
 
 /// The priority a name stands for: `low` 0, `normal` 64, `high` 128,
@@ -157,16 +158,18 @@ impl MappingFilter {
         Ok(MappingFilter {
             text: text.into(),
             rules,
+            max_match_input: limits.max_match_input,
         })
     }
 
     /// The overrides for `event`: per property, the first rule that sets it
     /// and whose condition is true (unknown counts as false).
     pub fn apply(&self, event: &EventRef<'_>) -> Overrides {
-        let fields = ScanFields(*event);
+        let fields = EventFields::new(*event);
         let ctx = Ctx {
             ev: event,
             fields: &fields,
+            max_input: self.max_match_input,
         };
         let mut out = Overrides::default();
         for r in &self.rules {
@@ -189,5 +192,20 @@ impl MappingFilter {
     /// The text the mapping filter was compiled from.
     pub fn as_str(&self) -> &str {
         &self.text
+    }
+
+    /// An estimate, in bytes, of the heap memory this mapping filter holds,
+    /// counted as [`Filter::memory_estimate`](super::Filter::memory_estimate)
+    /// counts it (regex DFAs exactly, the rest from lengths), over all rules.
+    pub fn memory_estimate(&self) -> usize {
+        std::mem::size_of::<MappingFilter>()
+            + self.text.len()
+            + self.rules.capacity() * std::mem::size_of::<Rule>()
+            + self
+                .rules
+                .iter()
+                .filter_map(|r| r.when.as_ref())
+                .map(Node::heap_bytes)
+                .sum::<usize>()
     }
 }

@@ -37,6 +37,7 @@ mod levels;
 mod lexer;
 mod mapping;
 mod parser;
+mod regex_dfa;
 
 use std::fmt;
 use std::sync::Arc;
@@ -94,6 +95,25 @@ pub enum FilterError {
         pattern: String,
         /// Why the regex crate refused it.
         reason: String,
+    },
+    /// A regular expression that needs more than
+    /// [`FilterLimits::max_regex_size`]: its NFA or DFA is larger, or
+    /// building the DFA needs more than twice that in working memory.
+    #[error("at {at}: regular expression '{pattern}' {}, more than max_regex_size {max} (Unicode classes such as \\w and \\d are large; (?-u:\\w) is ASCII only)", match size { Some(s) => format!("compiles to {s} bytes"), None => format!("needs more than {max} bytes to compile (measured up to {probed})") })]
+    RegexTooBig {
+        /// Byte offset of the pattern literal.
+        at: usize,
+        /// The pattern (its first 64 characters).
+        pattern: String,
+        /// Its compiled size in bytes (NFA or DFA, the larger), when that is
+        /// what exceeds `max` and it compiles within `probed`; `None` when it
+        /// is larger still, or when the DFA construction's working memory
+        /// was what exceeded the limit.
+        size: Option<usize>,
+        /// The limit it was compiled again under to measure it (twice `max`).
+        probed: usize,
+        /// The configured `max_regex_size`.
+        max: usize,
     },
     /// The filter text is not UTF-8.
     #[error("at {at}: invalid UTF-8 in filter text")]
@@ -175,9 +195,17 @@ pub struct FilterLimits {
     pub max_depth: usize,
     /// Most regular expressions in one filter (default 4).
     pub max_regexes: usize,
-    /// Largest compiled regular expression, in bytes (`RegexBuilder::size_limit`;
-    /// default 64 KiB). Its lazy DFA cache is bounded to four times this.
+    /// Largest compiled regular expression, in bytes (default 512 KiB): the
+    /// size of its DFA (and of the NFA it is built from). Each regex is
+    /// compiled to a full DFA when the filter is compiled, so matching costs
+    /// one table lookup per subject byte whatever the pattern; this limit
+    /// bounds the memory and the compile time that takes.
     pub max_regex_size: usize,
+    /// Longest event string, in bytes, that `=~` or `~` examine (default
+    /// 1024, the longest tag): on a longer subject they are unknown, as is a
+    /// comparison (`==`, `<`, `~^`, ...) of two strings or byte strings that
+    /// are both longer. This bounds the bytes any string operator reads.
+    pub max_match_input: usize,
     /// Most filters on one level of one channel ([`FilterList`]; default 16).
     pub max_filters_per_channel: usize,
     /// Most subscriptions in one [`SubscriptionIndex`] (default 1,000,000).
@@ -194,7 +222,8 @@ impl Default for FilterLimits {
             max_nodes: 256,
             max_depth: 32,
             max_regexes: 4,
-            max_regex_size: 64 * 1024,
+            max_regex_size: 512 * 1024,
+            max_match_input: 1024,
             max_filters_per_channel: 16,
             max_subscriptions: 1_000_000,
             max_unindexed: 10_000,
@@ -217,6 +246,8 @@ impl FilterLimits {
 pub struct Filter {
     text: Arc<str>,
     pub(crate) root: ast::Node,
+    /// [`FilterLimits::max_match_input`] when it was compiled.
+    pub(crate) max_match_input: usize,
 }
 
 impl Filter {
@@ -230,6 +261,7 @@ impl Filter {
         Ok(Filter {
             text: text.into(),
             root: e.node,
+            max_match_input: limits.max_match_input,
         })
     }
 
@@ -252,10 +284,20 @@ impl Filter {
     /// The three-valued result: `Some(true)`, `Some(false)`, or `None` when
     /// unknown (an absent field or a value of the wrong kind decided it).
     pub fn truth(&self, event: &EventRef<'_>) -> Option<bool> {
-        let fields = eval::ScanFields(*event);
+        self.truth_in(event, &eval::EventFields::new(*event))
+    }
+
+    /// [`Filter::truth`] with the event's fields decoded by the caller, so
+    /// that several filters on one event (a level) decode them once.
+    pub(crate) fn truth_in<'x>(
+        &'x self,
+        event: &EventRef<'x>,
+        fields: &eval::EventFields<'x>,
+    ) -> Option<bool> {
         eval::Ctx {
             ev: event,
-            fields: &fields,
+            fields,
+            max_input: self.max_match_input,
         }
         .truth(&self.root)
     }
@@ -265,11 +307,24 @@ impl Filter {
         &self.text
     }
 
+    /// An estimate, in bytes, of the heap memory this filter holds: each
+    /// regular expression's DFA tables (exact, as the DFA reports them: the
+    /// bulk of a filter with regexes, up to
+    /// [`FilterLimits::max_regex_size`] each), plus the expression tree's
+    /// nodes, lists and strings and the filter text, counted from their
+    /// lengths without allocator overhead. Clones share the text and the
+    /// DFAs, so each clone reports the whole. Cost: one walk of the tree
+    /// (at most [`FilterLimits::max_nodes`] nodes).
+    pub fn memory_estimate(&self) -> usize {
+        std::mem::size_of::<Filter>() + self.text.len() + self.root.heap_bytes()
+    }
+
     /// A filter built by the engine from a node (subscription formats).
-    pub(crate) fn from_node(text: String, root: ast::Node) -> Filter {
+    pub(crate) fn from_node(text: String, root: ast::Node, limits: &FilterLimits) -> Filter {
         Filter {
             text: text.into(),
             root,
+            max_match_input: limits.max_match_input,
         }
     }
 }

@@ -1,10 +1,9 @@
 //! Pratt parser from tokens to a typed [`Node`] tree, with the limits checked
 //! before every recursive step so no input can exhaust the stack.
 
-use regex::RegexBuilder;
-
 use super::ast::{ArithOp, CmpOp, HeaderField, Lit, Node, Ty, HEADER_FIELDS};
 use super::lexer::{Tok, Token};
+use super::regex_dfa::CompiledRegex;
 use super::{FilterError, FilterLimits};
 
 /// A parsed sub-expression: the node, its static type, where it starts and
@@ -568,7 +567,7 @@ impl<'t> Parser<'t> {
         &mut self,
         pattern: &str,
         at: usize,
-    ) -> Result<regex::Regex, FilterError> {
+    ) -> Result<CompiledRegex, FilterError> {
         self.regexes += 1;
         if self.regexes > self.limits.max_regexes {
             return Err(FilterError::LimitExceeded {
@@ -603,25 +602,8 @@ pub(crate) fn compile_regex(
     pattern: &str,
     at: usize,
     limits: &FilterLimits,
-) -> Result<regex::Regex, FilterError> {
-    RegexBuilder::new(pattern)
-        .size_limit(limits.max_regex_size)
-        .dfa_size_limit(limits.max_regex_size.saturating_mul(4))
-        .nest_limit(64)
-        .build()
-        .map_err(|e| match e {
-            regex::Error::CompiledTooBig(size) => FilterError::LimitExceeded {
-                limit: "max_regex_size",
-                value: size,
-                max: limits.max_regex_size,
-                at: Some(at),
-            },
-            other => FilterError::Regex {
-                at,
-                pattern: pattern.to_owned(),
-                reason: other.to_string(),
-            },
-        })
+) -> Result<CompiledRegex, FilterError> {
+    CompiledRegex::compile(pattern, at, limits)
 }
 
 fn header(name: &str, at: usize) -> Result<(HeaderField, Ty), FilterError> {

@@ -64,9 +64,15 @@ enum Next {
     Close,
 }
 
-/// Serves one accepted connection until it closes. `peer` is for logs.
-pub(crate) async fn serve<R, W>(state: Rc<RefCell<State>>, peer: String, mut reader: R, writer: W)
-where
+/// Serves one accepted connection until it closes. `peer` is for logs;
+/// `cert_identity` is `cert:<name>` from a verified TLS client certificate.
+pub(crate) async fn serve<R, W>(
+    state: Rc<RefCell<State>>,
+    peer: String,
+    mut reader: R,
+    writer: W,
+    cert_identity: Option<String>,
+) where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin + 'static,
 {
@@ -77,7 +83,7 @@ where
         let _ = tokio::time::timeout(CLOSE_GRACE, outbox.run_writer(writer)).await;
         return;
     };
-    tracing::debug!(conn = id, %peer, "connection opened");
+    tracing::debug!(conn = id, %peer, identity = cert_identity.as_deref(), "connection opened");
     let writer_box = outbox.clone();
     let writer_task = tokio::task::spawn_local(async move { writer_box.run_writer(writer).await });
 

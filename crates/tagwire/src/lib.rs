@@ -1,8 +1,8 @@
 //! `tagwire` — the client library of the tagwire real-time publish/subscribe
 //! middleware.
 //!
-//! A [`Session`] connects to a router: the node daemon `tagwired` over TCP or
-//! a Unix socket ([`Session::connect`]), or a router running inside this
+//! A [`Session`] connects to a router: the node daemon `tagwired` over TCP
+//! (optionally TLS, [`TlsOptions`]) or a Unix socket ([`Session::connect`]), or a router running inside this
 //! process ([`Session::embedded`], [`EmbeddedRouter`]) — the same API and
 //! protocol either way. From a session, declare named [`Publisher`]s and
 //! subscribe to tag patterns (`*` one level, `**` any depth), receiving by
@@ -25,6 +25,7 @@ mod sample;
 mod session;
 mod stream;
 mod subscriber;
+mod tls;
 mod url;
 
 pub use error::{Error, Result};
@@ -32,6 +33,7 @@ pub use publisher::{EventBuilder, Publisher};
 pub use sample::Sample;
 pub use session::{EmbeddedRouter, Session, HOT_INTERVAL};
 pub use subscriber::{CallbackSubscription, Subscriber, SubscriptionBuilder};
+pub use tls::TlsOptions;
 pub use url::ServerUrl;
 
 pub use bytes::Bytes;
@@ -41,5 +43,7 @@ pub use tagwire_router::{Listing, RouterConfig, RouterHandle};
 
 /// Router types for running a router in-process with full control.
 pub mod router {
-    pub use tagwire_router::{config, Limits, Router, RouterConfig, RouterError, RouterHandle};
+    pub use tagwire_router::{
+        config, Limits, Router, RouterConfig, RouterError, RouterHandle, TlsConfig,
+    };
 }

@@ -27,6 +27,7 @@ use crate::error::{Error, Result};
 use crate::publisher::Publisher;
 use crate::stream::Stream;
 use crate::subscriber::{Sink, SubscriptionBuilder};
+use crate::tls::{TlsConnector, TlsOptions};
 use crate::url::ServerUrl;
 
 /// Publishes closer together than this are batched into one write.
@@ -48,9 +49,23 @@ const READ_CHUNK: usize = 64 * 1024;
 enum Target {
     Url(ServerUrl),
     Embedded(Arc<RouterHandle>),
+    /// A `tls://` URL's `HOST:PORT` with its loaded TLS settings (reused on
+    /// reconnect).
+    Tls(String, TlsConnector),
 }
 
 impl Target {
+    /// A target for `url`; `tls` gives the settings if it is `tls://`.
+    fn new(url: ServerUrl, tls: impl FnOnce() -> TlsOptions) -> Result<Target> {
+        Ok(match url {
+            ServerUrl::Tls(addr) => {
+                let connector = TlsConnector::new(&tls(), &format!("tls://{addr}"))?;
+                Target::Tls(addr, connector)
+            }
+            url => Target::Url(url),
+        })
+    }
+
     fn connect(&self) -> Result<Stream> {
         match self {
             Target::Url(url) => Stream::connect(url).map_err(|source| Error::Connect {
@@ -58,12 +73,16 @@ impl Target {
                 source,
             }),
             Target::Embedded(r) => Ok(Stream::Unix(r.connect_in_process()?)),
+            Target::Tls(addr, connector) => {
+                Stream::connect_tls(connector, addr, &format!("tls://{addr}"))
+            }
         }
     }
 
     fn describe(&self) -> String {
         match self {
             Target::Url(u) => u.to_string(),
+            Target::Tls(addr, _) => format!("tls://{addr}"),
             Target::Embedded(_) => "embedded".into(),
         }
     }
@@ -164,9 +183,17 @@ impl EmbeddedRouter {
 static SESSION_COUNTER: AtomicU64 = AtomicU64::new(0);
 
 impl Session {
-    /// Connects to a daemon at `url`: `tcp://HOST:PORT` or `unix:///PATH`.
+    /// Connects to a daemon at `url`: `tcp://HOST:PORT`, `tls://HOST:PORT`
+    /// or `unix:///PATH`. A `tls://` URL takes its settings from the
+    /// environment ([`TlsOptions::from_env`]).
     pub fn connect(url: &str) -> Result<Session> {
-        Session::open(Target::Url(ServerUrl::parse(url)?))
+        Session::open(Target::new(ServerUrl::parse(url)?, TlsOptions::from_env)?)
+    }
+
+    /// Connects like [`Session::connect`], with these TLS settings for a
+    /// `tls://` URL instead of the environment's (other schemes ignore them).
+    pub fn connect_with_tls(url: &str, tls: &TlsOptions) -> Result<Session> {
+        Session::open(Target::new(ServerUrl::parse(url)?, || tls.clone())?)
     }
 
     /// Connects to the local daemon: its Unix socket if present, else

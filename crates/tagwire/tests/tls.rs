@@ -1,0 +1,302 @@
+//! TLS and mutual TLS on TCP: a router with `[tls]` (and `client_ca`) and
+//! sessions on `tls://` URLs. Every certificate is made at test time with
+//! rcgen in a temporary directory.
+
+use std::path::PathBuf;
+
+use tagwire::router::{Router, RouterConfig, RouterError, RouterHandle, TlsConfig};
+use tagwire::{Error, Session, TlsOptions};
+
+const WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// A certificate authority that signs leaf certificates into `dir`.
+struct Ca {
+    issuer: rcgen::CertifiedIssuer<'static, rcgen::KeyPair>,
+    pem: PathBuf,
+}
+
+/// A certificate and its key on disk.
+struct Leaf {
+    cert: PathBuf,
+    key: PathBuf,
+}
+
+fn new_ca(dir: &tempfile::TempDir, name: &str) -> Ca {
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("CA params");
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, format!("{name} test CA"));
+    params.key_usages = vec![
+        rcgen::KeyUsagePurpose::KeyCertSign,
+        rcgen::KeyUsagePurpose::CrlSign,
+        rcgen::KeyUsagePurpose::DigitalSignature,
+    ];
+    let key = rcgen::KeyPair::generate().expect("CA key");
+    let issuer = rcgen::CertifiedIssuer::self_signed(params, key).expect("self-sign CA");
+    let pem = dir.path().join(format!("{name}-ca.pem"));
+    std::fs::write(&pem, issuer.pem()).expect("write CA");
+    Ca { issuer, pem }
+}
+
+impl Ca {
+    /// Signs a certificate with subject CN `cn` and these subject alternative
+    /// names, for a server or a client.
+    fn sign(&self, dir: &tempfile::TempDir, cn: &str, sans: &[&str], server: bool) -> Leaf {
+        let mut params =
+            rcgen::CertificateParams::new(sans.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>())
+                .expect("leaf params");
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, cn);
+        params.extended_key_usages = vec![if server {
+            rcgen::ExtendedKeyUsagePurpose::ServerAuth
+        } else {
+            rcgen::ExtendedKeyUsagePurpose::ClientAuth
+        }];
+        let key = rcgen::KeyPair::generate().expect("leaf key");
+        let cert = params.signed_by(&key, &self.issuer).expect("sign leaf");
+        let leaf = Leaf {
+            cert: dir.path().join(format!("{cn}.pem")),
+            key: dir.path().join(format!("{cn}.key")),
+        };
+        std::fs::write(&leaf.cert, cert.pem()).expect("write cert");
+        std::fs::write(&leaf.key, key.serialize_pem()).expect("write key");
+        leaf
+    }
+}
+
+/// A CA, a server certificate for 127.0.0.1/localhost, a client
+/// certificate for alice, and a second, unrelated CA.
+struct Pki {
+    dir: tempfile::TempDir,
+    ca: Ca,
+    server: Leaf,
+    alice: Leaf,
+    other_ca: Ca,
+}
+
+fn pki() -> Pki {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ca = new_ca(&dir, "main");
+    let server = ca.sign(&dir, "server", &["localhost", "127.0.0.1"], true);
+    let alice = ca.sign(&dir, "alice", &[], false);
+    let other_ca = new_ca(&dir, "other");
+    Pki {
+        dir,
+        ca,
+        server,
+        alice,
+        other_ca,
+    }
+}
+
+/// Starts a TLS router; with `mtls` it requires client certificates from
+/// the main CA. Returns it and its `tls://` URL.
+fn tls_router(pki: &Pki, mtls: bool) -> (RouterHandle, String) {
+    let cfg = RouterConfig {
+        tcp: "127.0.0.1:0".parse().ok(),
+        unix: None,
+        tls: Some(TlsConfig {
+            cert: pki.server.cert.clone(),
+            key: pki.server.key.clone(),
+            client_ca: mtls.then(|| pki.ca.pem.clone()),
+        }),
+        ..RouterConfig::default()
+    };
+    let h = Router::start(cfg).expect("start TLS router");
+    let url = format!("tls://{}", h.tcp_addr().expect("tcp addr"));
+    (h, url)
+}
+
+fn options(ca: &Ca, client: Option<&Leaf>) -> TlsOptions {
+    TlsOptions {
+        ca: Some(ca.pem.clone()),
+        cert: client.map(|l| l.cert.clone()),
+        key: client.map(|l| l.key.clone()),
+        server_name: None,
+    }
+}
+
+fn round_trip(s: &Session, tag: &str, payload: &[u8]) -> Vec<u8> {
+    let sub = s.subscribe(tag).receiver().expect("subscribe");
+    let p = s.declare_publisher(&format!("{tag}/pub")).expect("declare");
+    p.event(tag, payload.to_vec()).send().expect("publish");
+    let got = sub
+        .recv_timeout(WAIT)
+        .expect("recv")
+        .expect("an event within the wait");
+    got.payload().to_vec()
+}
+
+#[test]
+fn publish_and_subscribe_work_over_tls_with_client_certificates() {
+    let pki = pki();
+    let (_router, url) = tls_router(&pki, true);
+    let s = Session::connect_with_tls(&url, &options(&pki.ca, Some(&pki.alice))).expect("connect");
+    assert_eq!(round_trip(&s, "/tls/hello", b"hi"), b"hi");
+}
+
+#[test]
+fn large_events_and_many_events_arrive_whole_and_in_order_over_tls() {
+    let pki = pki();
+    let (_router, url) = tls_router(&pki, true);
+    let opts = options(&pki.ca, Some(&pki.alice));
+    let subscriber = Session::connect_with_tls(&url, &opts).expect("connect subscriber");
+    let publisher = Session::connect_with_tls(&url, &opts).expect("connect publisher");
+    let sub = subscriber
+        .subscribe("/tls/bulk")
+        .max_queue_length(1000)
+        .receiver()
+        .expect("subscribe");
+    let p = publisher
+        .declare_publisher("/tls/bulk/pub")
+        .expect("declare");
+    let big: Vec<u8> = (0..1_000_000u32).map(|i| (i % 251) as u8).collect();
+    p.event("/tls/bulk", big.clone())
+        .send()
+        .expect("publish big");
+    for i in 0..500u32 {
+        p.event("/tls/bulk", i.to_be_bytes().to_vec())
+            .send()
+            .expect("publish small");
+    }
+    let first = sub.recv_timeout(WAIT).expect("recv").expect("big event");
+    assert_eq!(first.payload().len(), big.len());
+    assert!(first.payload()[..] == big[..], "big payload corrupted");
+    for i in 0..500u32 {
+        let got = sub
+            .recv_timeout(WAIT)
+            .expect("recv")
+            .unwrap_or_else(|| panic!("event {i} missing"));
+        assert_eq!(&got.payload()[..], &i.to_be_bytes(), "event {i}");
+    }
+}
+
+#[test]
+fn tls_without_client_ca_needs_no_client_certificate() {
+    let pki = pki();
+    let (_router, url) = tls_router(&pki, false);
+    let s = Session::connect_with_tls(&url, &options(&pki.ca, None)).expect("connect");
+    assert_eq!(round_trip(&s, "/tls/plain", b"x"), b"x");
+}
+
+#[test]
+fn a_client_without_a_certificate_is_refused_when_client_ca_is_set() {
+    let pki = pki();
+    let (_router, url) = tls_router(&pki, true);
+    let e = Session::connect_with_tls(&url, &options(&pki.ca, None))
+        .expect_err("refused without a client certificate")
+        .to_string();
+    assert!(e.contains("certificate"), "{e}");
+}
+
+#[test]
+fn a_client_certificate_from_another_ca_is_refused() {
+    let pki = pki();
+    let (_router, url) = tls_router(&pki, true);
+    let mallory = pki.other_ca.sign(&pki.dir, "mallory", &[], false);
+    let e = Session::connect_with_tls(&url, &options(&pki.ca, Some(&mallory)))
+        .expect_err("refused with a certificate from another CA")
+        .to_string();
+    assert!(e.contains("certificate"), "{e}");
+}
+
+#[test]
+fn a_client_that_does_not_trust_the_servers_ca_fails_with_a_certificate_error() {
+    let pki = pki();
+    let (_router, url) = tls_router(&pki, true);
+    let e = Session::connect_with_tls(&url, &options(&pki.other_ca, Some(&pki.alice)))
+        .expect_err("server certificate not trusted");
+    assert!(matches!(e, Error::Tls { .. }), "{e:?}");
+    let e = e.to_string();
+    assert!(
+        e.contains("server's certificate") && e.contains("UnknownIssuer"),
+        "{e}"
+    );
+}
+
+#[test]
+fn the_server_name_is_checked_and_can_be_overridden() {
+    let pki = pki();
+    let (_router, url) = tls_router(&pki, true);
+    let mut opts = options(&pki.ca, Some(&pki.alice));
+    opts.server_name = Some("localhost".into());
+    let s = Session::connect_with_tls(&url, &opts).expect("connect as localhost");
+    assert_eq!(round_trip(&s, "/tls/name", b"n"), b"n");
+    opts.server_name = Some("elsewhere.example".into());
+    let e = Session::connect_with_tls(&url, &opts)
+        .expect_err("wrong server name")
+        .to_string();
+    assert!(
+        e.contains("server's certificate") && e.contains("NotValidForName"),
+        "{e}"
+    );
+}
+
+#[test]
+fn client_tls_settings_that_cannot_be_used_are_named() {
+    let pki = pki();
+    let url = "tls://127.0.0.1:1";
+    let e = Session::connect_with_tls(url, &TlsOptions::default())
+        .expect_err("no CA")
+        .to_string();
+    assert!(e.contains("TAGWIRE_TLS_CA"), "{e}");
+    let mut opts = options(&pki.ca, None);
+    opts.cert = Some(pki.alice.cert.clone());
+    let e = Session::connect_with_tls(url, &opts)
+        .expect_err("cert without key")
+        .to_string();
+    assert!(e.contains("--tls-key"), "{e}");
+    let missing = pki.dir.path().join("missing-ca.pem");
+    opts = options(&pki.ca, None);
+    opts.ca = Some(missing.clone());
+    let e = Session::connect_with_tls(url, &opts)
+        .expect_err("missing CA file")
+        .to_string();
+    assert!(e.contains(&missing.display().to_string()), "{e}");
+}
+
+#[test]
+fn router_start_names_a_missing_tls_file() {
+    let pki = pki();
+    let missing = pki.dir.path().join("no-such-ca.pem");
+    let cfg = RouterConfig {
+        tcp: "127.0.0.1:0".parse().ok(),
+        unix: None,
+        tls: Some(TlsConfig {
+            cert: pki.server.cert.clone(),
+            key: pki.server.key.clone(),
+            client_ca: Some(missing.clone()),
+        }),
+        ..RouterConfig::default()
+    };
+    let e = Router::start(cfg).expect_err("missing client CA");
+    assert!(matches!(e, RouterError::Tls(_)), "{e:?}");
+    let e = e.to_string();
+    assert!(
+        e.contains("client CA") && e.contains(&missing.display().to_string()),
+        "{e}"
+    );
+}
+
+#[test]
+fn router_start_refuses_a_key_that_does_not_match_the_certificate() {
+    let pki = pki();
+    let cfg = RouterConfig {
+        tcp: "127.0.0.1:0".parse().ok(),
+        unix: None,
+        tls: Some(TlsConfig {
+            cert: pki.server.cert.clone(),
+            key: pki.alice.key.clone(),
+            client_ca: None,
+        }),
+        ..RouterConfig::default()
+    };
+    let e = Router::start(cfg).expect_err("mismatched key").to_string();
+    assert!(
+        e.contains(&pki.server.cert.display().to_string())
+            && e.contains(&pki.alice.key.display().to_string()),
+        "{e}"
+    );
+}

@@ -7,7 +7,7 @@ mod ping;
 mod publish;
 mod subscribe;
 
-use tagwire::Session;
+use tagwire::{Session, TlsOptions};
 
 use crate::cli::{Cli, Command};
 
@@ -17,13 +17,15 @@ pub type CmdResult = Result<(), Box<dyn std::error::Error>>;
 /// Runs a parsed command line.
 pub fn run(cli: Cli) -> CmdResult {
     let server = cli.server;
+    let tls = cli.tls.options();
+    let connect = || connect(server.as_deref(), &tls);
     match cli.command {
-        Command::Pub(a) => publish::run(&connect(server.as_deref())?, a),
-        Command::Sub(a) => subscribe::run(&connect(server.as_deref())?, a),
-        Command::List(a) => list::run(&connect(server.as_deref())?, a),
-        Command::Ping(a) => ping::run(&connect(server.as_deref())?, a),
-        Command::Bench(a) => bench::run(server.as_deref(), a),
-        Command::Admin(a) => admin::run(&connect(server.as_deref())?, a),
+        Command::Pub(a) => publish::run(&connect()?, a),
+        Command::Sub(a) => subscribe::run(&connect()?, a),
+        Command::List(a) => list::run(&connect()?, a),
+        Command::Ping(a) => ping::run(&connect()?, a),
+        Command::Bench(a) => bench::run(server.as_deref(), &tls, a),
+        Command::Admin(a) => admin::run(&connect()?, a),
         Command::Place(a) => match tagwire_place::cli::run(&a) {
             // `tagwire place … | head` closing the pipe is not an error.
             Err(tagwire_place::PlaceError::Output(e))
@@ -36,10 +38,11 @@ pub fn run(cli: Cli) -> CmdResult {
     }
 }
 
-/// Connects to `--server`, or to the local daemon.
-pub fn connect(server: Option<&str>) -> Result<Session, tagwire::Error> {
+/// Connects to `--server` (with the `--tls-*` settings for `tls://`), or
+/// to the local daemon.
+pub fn connect(server: Option<&str>, tls: &TlsOptions) -> Result<Session, tagwire::Error> {
     match server {
-        Some(url) => Session::connect(url),
+        Some(url) => Session::connect_with_tls(url, tls),
         None => Session::connect_local(),
     }
 }

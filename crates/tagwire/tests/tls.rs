@@ -2,94 +2,14 @@
 //! sessions on `tls://` URLs. Every certificate is made at test time with
 //! rcgen in a temporary directory.
 
-use std::path::PathBuf;
+#[path = "tls_pki/mod.rs"]
+mod tls_pki;
 
 use tagwire::router::{Router, RouterConfig, RouterError, RouterHandle, TlsConfig};
 use tagwire::{Error, Session, TlsOptions};
+use tls_pki::{pki, Ca, Leaf, Pki};
 
 const WAIT: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// A certificate authority that signs leaf certificates into `dir`.
-struct Ca {
-    issuer: rcgen::CertifiedIssuer<'static, rcgen::KeyPair>,
-    pem: PathBuf,
-}
-
-/// A certificate and its key on disk.
-struct Leaf {
-    cert: PathBuf,
-    key: PathBuf,
-}
-
-fn new_ca(dir: &tempfile::TempDir, name: &str) -> Ca {
-    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("CA params");
-    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, format!("{name} test CA"));
-    params.key_usages = vec![
-        rcgen::KeyUsagePurpose::KeyCertSign,
-        rcgen::KeyUsagePurpose::CrlSign,
-        rcgen::KeyUsagePurpose::DigitalSignature,
-    ];
-    let key = rcgen::KeyPair::generate().expect("CA key");
-    let issuer = rcgen::CertifiedIssuer::self_signed(params, key).expect("self-sign CA");
-    let pem = dir.path().join(format!("{name}-ca.pem"));
-    std::fs::write(&pem, issuer.pem()).expect("write CA");
-    Ca { issuer, pem }
-}
-
-impl Ca {
-    /// Signs a certificate with subject CN `cn` and these subject alternative
-    /// names, for a server or a client.
-    fn sign(&self, dir: &tempfile::TempDir, cn: &str, sans: &[&str], server: bool) -> Leaf {
-        let mut params =
-            rcgen::CertificateParams::new(sans.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>())
-                .expect("leaf params");
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, cn);
-        params.extended_key_usages = vec![if server {
-            rcgen::ExtendedKeyUsagePurpose::ServerAuth
-        } else {
-            rcgen::ExtendedKeyUsagePurpose::ClientAuth
-        }];
-        let key = rcgen::KeyPair::generate().expect("leaf key");
-        let cert = params.signed_by(&key, &self.issuer).expect("sign leaf");
-        let leaf = Leaf {
-            cert: dir.path().join(format!("{cn}.pem")),
-            key: dir.path().join(format!("{cn}.key")),
-        };
-        std::fs::write(&leaf.cert, cert.pem()).expect("write cert");
-        std::fs::write(&leaf.key, key.serialize_pem()).expect("write key");
-        leaf
-    }
-}
-
-/// A CA, a server certificate for 127.0.0.1/localhost, a client
-/// certificate for alice, and a second, unrelated CA.
-struct Pki {
-    dir: tempfile::TempDir,
-    ca: Ca,
-    server: Leaf,
-    alice: Leaf,
-    other_ca: Ca,
-}
-
-fn pki() -> Pki {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let ca = new_ca(&dir, "main");
-    let server = ca.sign(&dir, "server", &["localhost", "127.0.0.1"], true);
-    let alice = ca.sign(&dir, "alice", &[], false);
-    let other_ca = new_ca(&dir, "other");
-    Pki {
-        dir,
-        ca,
-        server,
-        alice,
-        other_ca,
-    }
-}
 
 /// Starts a TLS router; with `mtls` it requires client certificates from
 /// the main CA. Returns it and its `tls://` URL.

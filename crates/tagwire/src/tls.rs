@@ -168,16 +168,7 @@ impl TlsConnector {
         };
         let name = match &self.server_name {
             Some(n) => n.clone(),
-            None => {
-                let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
-                let host = host.trim_start_matches('[').trim_end_matches(']');
-                ServerName::try_from(host.to_owned()).map_err(|e| {
-                    fail(format!(
-                        "{host:?} is not a valid TLS server name ({e}); set one with \
-                         TlsOptions::server_name or TAGWIRE_TLS_SERVER_NAME"
-                    ))
-                })?
-            }
+            None => default_server_name(addr).map_err(fail)?,
         };
         let connect_err = |source| Error::Connect {
             url: url.to_owned(),
@@ -218,6 +209,19 @@ impl TlsConnector {
             .map_err(connect_err)?;
         Ok((ours, status))
     }
+}
+
+/// The name to verify when none is given: the host of `HOST:PORT` (an IP
+/// address, bracketed for IPv6, or a DNS name).
+fn default_server_name(addr: &str) -> Result<ServerName<'static>, String> {
+    let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    ServerName::try_from(host.to_owned()).map_err(|e| {
+        format!(
+            "{host:?} is not a valid TLS server name ({e}); set one with \
+             TlsOptions::server_name or TAGWIRE_TLS_SERVER_NAME"
+        )
+    })
 }
 
 /// Says which step of TLS failed, with a hint where one helps.
@@ -482,4 +486,23 @@ fn is_transient(e: &std::io::Error) -> bool {
         e.kind(),
         std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_server_name_is_the_urls_host() {
+        let name = |a| default_server_name(a).map(|n| n.to_str().into_owned());
+        assert_eq!(name("broker.lan:7701").as_deref(), Ok("broker.lan"));
+        assert_eq!(name("127.0.0.1:7701").as_deref(), Ok("127.0.0.1"));
+        assert_eq!(name("[::1]:7701").as_deref(), Ok("::1"));
+        assert!(matches!(
+            default_server_name("[::1]:7701"),
+            Ok(ServerName::IpAddress(_))
+        ));
+        let e = name("bad host:1").expect_err("a space is not a DNS name");
+        assert!(e.contains("TAGWIRE_TLS_SERVER_NAME"), "{e}");
+    }
 }

@@ -220,3 +220,40 @@ fn router_start_refuses_a_key_that_does_not_match_the_certificate() {
         "{e}"
     );
 }
+
+#[test]
+fn a_tls_session_reconnects_and_resubscribes_after_a_router_restart() {
+    let pki = pki();
+    let (router, url) = tls_router(&pki, true);
+    let addr = router.tcp_addr().expect("tcp addr");
+    let s = Session::connect_with_tls(&url, &options(&pki.ca, Some(&pki.alice))).expect("connect");
+    let sub = s.subscribe("/tls/again").receiver().expect("subscribe");
+    let p = s.declare_publisher("/tls/again/pub").expect("declare");
+    router.shutdown();
+    let restarted = Router::start(RouterConfig {
+        tcp: Some(addr),
+        unix: None,
+        tls: Some(TlsConfig {
+            cert: pki.server.cert.clone(),
+            key: pki.server.key.clone(),
+            client_ca: Some(pki.ca.pem.clone()),
+        }),
+        ..RouterConfig::default()
+    })
+    .expect("restart the router on the same port");
+    let deadline = std::time::Instant::now() + WAIT;
+    while s.reconnects() == 0 || !s.is_connected() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no reconnect over TLS"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    p.event("/tls/again", "back").send().expect("publish");
+    let got = sub
+        .recv_timeout(WAIT)
+        .expect("recv")
+        .expect("an event after the reconnect");
+    assert_eq!(&got.payload()[..], b"back");
+    drop(restarted);
+}

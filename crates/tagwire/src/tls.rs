@@ -396,7 +396,7 @@ impl Pump {
             drop(fds);
             let readable = PollFlags::IN | PollFlags::HUP | PollFlags::ERR;
             if tcp_events.contains(PollFlags::IN) && tcp_ready.intersects(readable) {
-                match self.read_tcp() {
+                match self.read_tcp(&mut chunk) {
                     Ok(eof) => tcp_eof = eof,
                     Err(stop) => return stop,
                 }
@@ -447,8 +447,7 @@ impl Pump {
 
     /// Reads TLS records until the socket would block; true at the end of
     /// the server's stream.
-    fn read_tcp(&mut self) -> Result<bool, Stop> {
-        let mut plain = vec![0u8; CHUNK];
+    fn read_tcp(&mut self, plain: &mut [u8]) -> Result<bool, Stop> {
         while self.to_local.len() < MAX_PENDING_TO_SESSION {
             match self.tls.read_tls(&mut self.tcp) {
                 Ok(0) => return Ok(true),
@@ -467,7 +466,7 @@ impl Pump {
                 )));
             }
             loop {
-                match self.tls.reader().read(&mut plain) {
+                match self.tls.reader().read(plain) {
                     Ok(0) => return Ok(true),
                     Ok(n) => self.to_local.extend_from_slice(&plain[..n]),
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,

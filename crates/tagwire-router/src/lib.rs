@@ -2,7 +2,7 @@
 //! embedded mode: lanes, listeners, connections, the admin service.
 //!
 //! ```text
-//!   TCP / Unix socket / in-process socketpair
+//!   TCP (or TLS: `tls` module) / Unix socket / in-process socketpair
 //!        │ read_buf (64 KiB chunks)
 //!        ▼
 //!   FrameDecoder ── split frames, bodies are zero-copy `Bytes` slices

@@ -1,5 +1,7 @@
 //! The clap types of the `tagwire` command.
 
+use std::path::PathBuf;
+
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// The tagwire command line.
@@ -10,8 +12,9 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
     about = "tagwire: real-time publish/subscribe from the command line"
 )]
 pub struct Cli {
-    /// Router to talk to: tcp://HOST:PORT or unix:///PATH [default: the local
-    /// daemon's Unix socket if present, else tcp://127.0.0.1:7700].
+    /// Router to talk to: tcp://HOST:PORT, tls://HOST:PORT or unix:///PATH
+    /// [default: the local daemon's Unix socket if present, else
+    /// tcp://127.0.0.1:7700].
     #[arg(long, short, global = true, env = "TAGWIRE_SERVER")]
     pub server: Option<String>,
     /// Seconds to wait for the router to accept the connection and answer
@@ -34,9 +37,46 @@ pub struct Cli {
         value_name = "SECS"
     )]
     pub reconnect_wait: f64,
+    /// TLS settings for a tls:// server.
+    #[command(flatten)]
+    pub tls: TlsArgs,
     /// The subcommand.
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// TLS settings for `tls://` servers (see docs/security.md).
+#[derive(Debug, Args)]
+pub struct TlsArgs {
+    /// CA certificates (PEM) the server's certificate must chain to.
+    #[arg(long, global = true, env = "TAGWIRE_TLS_CA", value_name = "PEM")]
+    pub tls_ca: Option<PathBuf>,
+    /// Client certificate (PEM), for a router that requires one (mTLS).
+    #[arg(long, global = true, env = "TAGWIRE_TLS_CERT", value_name = "PEM")]
+    pub tls_cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(long, global = true, env = "TAGWIRE_TLS_KEY", value_name = "PEM")]
+    pub tls_key: Option<PathBuf>,
+    /// Name the server's certificate must carry [default: the URL's host].
+    #[arg(
+        long,
+        global = true,
+        env = "TAGWIRE_TLS_SERVER_NAME",
+        value_name = "NAME"
+    )]
+    pub tls_server_name: Option<String>,
+}
+
+impl TlsArgs {
+    /// The library's TLS settings.
+    pub fn options(&self) -> tagwire::TlsOptions {
+        tagwire::TlsOptions {
+            ca: self.tls_ca.clone(),
+            cert: self.tls_cert.clone(),
+            key: self.tls_key.clone(),
+            server_name: self.tls_server_name.clone(),
+        }
+    }
 }
 
 /// Subcommands.

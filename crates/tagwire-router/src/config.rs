@@ -34,6 +34,25 @@ pub struct RouterConfig {
     /// shutdown (live endpoints included), read at start. `None`: not kept.
     /// `tagwired` uses `reservations.json` in the private runtime directory.
     pub reservations_file: Option<PathBuf>,
+    /// TLS on the TCP listener (`[tls]`); `None`: plain TCP.
+    pub tls: Option<TlsConfig>,
+}
+
+/// The `[tls]` section: when present the TCP listener speaks TLS only.
+/// Relative paths in a configuration file are relative to that file's
+/// directory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// The server's certificate chain, PEM (leaf first).
+    pub cert: PathBuf,
+    /// The server's private key, PEM (PKCS#8, RSA or EC).
+    pub key: PathBuf,
+    /// CA certificates, PEM. When set, every client must present a
+    /// certificate signed by one of them (mutual TLS); its subject CN
+    /// becomes the connection's identity `cert:<CN>`.
+    #[serde(default)]
+    pub client_ca: Option<PathBuf>,
 }
 
 /// Bounds on every table and queue the router keeps. At each bound the
@@ -114,6 +133,7 @@ impl Default for RouterConfig {
             auth: AuthConfig::default(),
             acl: Vec::new(),
             reservations_file: None,
+            tls: None,
         }
     }
 }
@@ -154,12 +174,23 @@ pub enum ConfigError {
 }
 
 impl RouterConfig {
-    /// Parses TOML text (keys not given keep their defaults).
+    /// Parses TOML text (keys not given keep their defaults). Relative
+    /// `[tls]` paths are taken relative to `path`'s directory.
     pub fn from_toml(text: &str, path: &Path) -> Result<Self, ConfigError> {
-        let cfg: RouterConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
+        let mut cfg: RouterConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: path.to_owned(),
             message: e.to_string(),
         })?;
+        if let (Some(tls), Some(dir)) = (&mut cfg.tls, path.parent()) {
+            for file in [&mut tls.cert, &mut tls.key]
+                .into_iter()
+                .chain(tls.client_ca.as_mut())
+            {
+                if file.is_relative() {
+                    *file = dir.join(&*file);
+                }
+            }
+        }
         cfg.validate()?;
         Ok(cfg)
     }
@@ -203,6 +234,11 @@ impl RouterConfig {
                 )));
             }
         }
+        if self.tls.is_some() && self.tcp.is_none() {
+            return Err(ConfigError::Invalid(
+                "[tls] is set but tcp is not: TLS applies to the TCP listener".into(),
+            ));
+        }
         Ok(())
     }
 }
@@ -233,5 +269,24 @@ mod tests {
         let e =
             RouterConfig::from_toml("[limits]\nmax_frame = 1", Path::new("x.toml")).unwrap_err();
         assert!(e.to_string().contains("max_frame"), "{e}");
+    }
+
+    #[test]
+    fn tls_section_paths_are_relative_to_the_config_file() {
+        let c = RouterConfig::from_toml(
+            "[tls]\ncert = \"server.pem\"\nkey = \"/abs/server.key\"\nclient_ca = \"ca.pem\"\n",
+            Path::new("/etc/tagwire/tagwired.toml"),
+        )
+        .expect("valid config");
+        let tls = c.tls.expect("tls section");
+        assert_eq!(tls.cert, Path::new("/etc/tagwire/server.pem"));
+        assert_eq!(tls.key, Path::new("/abs/server.key"));
+        assert_eq!(
+            tls.client_ca.as_deref(),
+            Some(Path::new("/etc/tagwire/ca.pem"))
+        );
+        let e =
+            RouterConfig::from_toml("[tls]\ncert = \"a.pem\"\n", Path::new("x.toml")).unwrap_err();
+        assert!(e.to_string().contains("key"), "{e}");
     }
 }

@@ -2,7 +2,7 @@
 //! embedded mode: lanes, listeners, connections, the admin service.
 //!
 //! ```text
-//!   TCP / Unix socket / in-process socketpair
+//!   TCP (or TLS: `tls` module) / Unix socket / in-process socketpair
 //!        │ read_buf (64 KiB chunks)
 //!        ▼
 //!   FrameDecoder ── split frames, bodies are zero-copy `Bytes` slices
@@ -36,12 +36,14 @@ mod lane;
 pub mod local;
 mod state;
 mod timing;
+pub mod tls;
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
 use std::os::unix::net::UnixStream as StdUnixStream;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -50,7 +52,7 @@ pub use admin::{
     SubscriptionInfo, TagInfo,
 };
 use auth::{Authenticator, Transport};
-pub use config::{Limits, RouterConfig};
+pub use config::{Limits, RouterConfig, TlsConfig};
 use state::State;
 use tagwire_proto::{ErrorCode, Frame};
 use tokio::sync::mpsc;
@@ -79,6 +81,9 @@ pub enum RouterError {
     /// The private runtime directory or a file in it is unsafe or unwritable.
     #[error(transparent)]
     Local(#[from] local::LocalError),
+    /// A `[tls]` file is missing or unusable (the error names the file).
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
 }
 
 enum Command {
@@ -123,10 +128,15 @@ impl Router {
             },
             acl: Vec::new(),
             reservations_file: None,
+            tls: None,
         })
     }
 
     fn start_unchecked(config: RouterConfig) -> Result<RouterHandle, RouterError> {
+        let tls = match &config.tls {
+            Some(t) => Some(tls::server_config(t)?),
+            None => None,
+        };
         let tcp = match config.tcp {
             Some(addr) => {
                 let l =
@@ -170,11 +180,14 @@ impl Router {
                 );
             }
         }
+        let scheme = if tls.is_some() { "tls" } else { "tcp" };
         let (tx, rx) = mpsc::unbounded_channel();
-        let lane = lane::spawn("tagwire-lane-0", move || serve(config, auth, tcp, unix, rx))
-            .map_err(RouterError::Lane)?;
+        let lane = lane::spawn("tagwire-lane-0", move || {
+            serve(config, auth, tcp, tls, unix, rx)
+        })
+        .map_err(RouterError::Lane)?;
         if let Some(a) = tcp_addr {
-            tracing::info!("listening on tcp://{a}");
+            tracing::info!("listening on {scheme}://{a}");
         }
         if let Some(p) = &unix_path {
             tracing::info!("listening on unix://{}", p.display());
@@ -261,6 +274,7 @@ async fn serve(
     config: RouterConfig,
     auth: Authenticator,
     tcp: Option<std::net::TcpListener>,
+    tls: Option<Arc<rustls::ServerConfig>>,
     unix: Option<std::os::unix::net::UnixListener>,
     mut commands: mpsc::UnboundedReceiver<Command>,
 ) {
@@ -275,7 +289,7 @@ async fn serve(
     ))];
     if let Some(l) = tcp {
         match tokio::net::TcpListener::from_std(l) {
-            Ok(l) => accepts.push(tokio::task::spawn_local(accept_tcp(state.clone(), l))),
+            Ok(l) => accepts.push(tokio::task::spawn_local(accept_tcp(state.clone(), l, tls))),
             Err(e) => tracing::error!("tcp listener: {e}"),
         }
     }
@@ -336,20 +350,36 @@ async fn serve(
     tracing::info!("router stopped");
 }
 
-async fn accept_tcp(state: Rc<RefCell<State>>, l: tokio::net::TcpListener) {
+async fn accept_tcp(
+    state: Rc<RefCell<State>>,
+    l: tokio::net::TcpListener,
+    tls: Option<Arc<rustls::ServerConfig>>,
+) {
+    let tls = tls.map(|config| {
+        let max_pending = state.borrow().config.limits.max_connections;
+        TlsAccept {
+            acceptor: tokio_rustls::TlsAcceptor::from(config),
+            pending: Rc::new(Cell::new(0)),
+            max_pending,
+        }
+    });
     loop {
         match l.accept().await {
             Ok((s, peer)) => {
                 let _ = s.set_nodelay(true);
-                let (r, w) = s.into_split();
-                let transport = Transport::Tcp { cert: None };
-                tokio::task::spawn_local(connection::serve(
-                    state.clone(),
-                    peer.to_string(),
-                    transport,
-                    r,
-                    w,
-                ));
+                match &tls {
+                    Some(t) => t.spawn(state.clone(), s, peer),
+                    None => {
+                        let (r, w) = s.into_split();
+                        tokio::task::spawn_local(connection::serve(
+                            state.clone(),
+                            peer.to_string(),
+                            Transport::Tcp { cert: None },
+                            r,
+                            w,
+                        ));
+                    }
+                }
             }
             Err(e) => {
                 tracing::warn!("accept (tcp): {e}");
@@ -386,4 +416,52 @@ fn spawn_unix(
 ) {
     let (r, w) = s.into_split();
     tokio::task::spawn_local(connection::serve(state, peer, transport, r, w));
+}
+
+/// The TLS side of the TCP listener: handshakes run in their own tasks,
+/// bounded in time ([`TLS_HANDSHAKE_TIMEOUT`]) and in number (at most
+/// `limits.max_connections` at once; beyond that new sockets are closed).
+struct TlsAccept {
+    acceptor: tokio_rustls::TlsAcceptor,
+    pending: Rc<Cell<usize>>,
+    max_pending: usize,
+}
+
+/// How long a TLS handshake may take before the socket is dropped.
+const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+
+impl TlsAccept {
+    fn spawn(&self, state: Rc<RefCell<State>>, s: tokio::net::TcpStream, peer: SocketAddr) {
+        if self.pending.get() >= self.max_pending {
+            tracing::debug!(%peer, "dropping connection: {} TLS handshakes already in progress", self.max_pending);
+            return;
+        }
+        self.pending.set(self.pending.get() + 1);
+        let pending = self.pending.clone();
+        let accept = self.acceptor.accept(s);
+        tokio::task::spawn_local(async move {
+            let done = tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, accept).await;
+            pending.set(pending.get() - 1);
+            let stream = match done {
+                Ok(Ok(stream)) => stream,
+                Ok(Err(e)) => {
+                    tracing::debug!(%peer, "TLS handshake failed: {e}");
+                    return;
+                }
+                Err(_) => {
+                    tracing::debug!(%peer, "TLS handshake timed out after {} s", TLS_HANDSHAKE_TIMEOUT.as_secs());
+                    return;
+                }
+            };
+            let identity = stream
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|chain| chain.first())
+                .and_then(tls::cert_identity);
+            let (r, w) = tokio::io::split(stream);
+            let transport = Transport::Tcp { cert: identity };
+            connection::serve(state, peer.to_string(), transport, r, w).await;
+        });
+    }
 }

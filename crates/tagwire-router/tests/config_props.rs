@@ -52,6 +52,8 @@ const NUMBERS: &[&str] = &[
     "0x10",
 ];
 
+const TLS_KEYS: &[&str] = &["cert", "key", "client_ca"];
+
 /// Values of the wrong type or shape, keys that do not exist.
 const ODD: &[&str] = &[
     "1.5",
@@ -62,6 +64,7 @@ const ODD: &[&str] = &[
     "tcpp = 1",
     "[other]",
     "[limits]",
+    "[tls]",
 ];
 
 /// `key = value` lines, mostly of the right type for the key.
@@ -87,6 +90,7 @@ fn config_text() -> impl Strategy<Value = String> {
     (
         lines(TOP_KEYS, STRINGS),
         prop::option::of(lines(LIMIT_KEYS, NUMBERS)),
+        prop::option::of(lines(TLS_KEYS, STRINGS)),
         prop::option::weighted(
             0.2,
             (
@@ -98,11 +102,15 @@ fn config_text() -> impl Strategy<Value = String> {
             ),
         ),
     )
-        .prop_map(|(top, limits, odd)| {
+        .prop_map(|(top, limits, tls, odd)| {
             let mut all = top;
             if let Some(limits) = limits {
                 all.push("[limits]".to_owned());
                 all.extend(limits);
+            }
+            if let Some(tls) = tls {
+                all.push("[tls]".to_owned());
+                all.extend(tls);
             }
             if let Some((at, line)) = odd {
                 all.insert(at.index(all.len() + 1), line);

@@ -12,6 +12,7 @@ use std::time::Duration;
 use crate::error::Result;
 use crate::session::{Session, Target};
 use crate::url::ServerUrl;
+use crate::TlsOptions;
 
 /// Default [`SessionBuilder::connect_timeout`].
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -26,6 +27,8 @@ pub(crate) struct Options {
     /// The token to present; `None`: `TAGWIRE_TOKEN`, or the local token
     /// file for a daemon on loopback (see `docs/security.md`).
     pub token: Option<String>,
+    /// TLS settings for a `tls://` URL; `None`: from the environment.
+    pub tls: Option<TlsOptions>,
 }
 
 impl std::fmt::Debug for Options {
@@ -34,6 +37,7 @@ impl std::fmt::Debug for Options {
             .field("connect_timeout", &self.connect_timeout)
             .field("reconnect_wait", &self.reconnect_wait)
             .field("token", &self.token.as_ref().map(|_| "(set)"))
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -62,6 +66,7 @@ impl Default for SessionBuilder {
                 connect_timeout: DEFAULT_CONNECT_TIMEOUT,
                 reconnect_wait: DEFAULT_RECONNECT_WAIT,
                 token: None,
+                tls: None,
             },
         }
     }
@@ -95,13 +100,24 @@ impl SessionBuilder {
         self
     }
 
+    /// TLS settings for a `tls://` URL, instead of the environment's
+    /// ([`TlsOptions::from_env`]).
+    pub fn tls(mut self, tls: TlsOptions) -> Self {
+        self.options.tls = Some(tls);
+        self
+    }
+
     pub(crate) fn options(&self) -> Options {
         self.options.clone()
     }
 
     /// Connects to a daemon at `url`: `tcp://HOST:PORT` or `unix:///PATH`.
     pub fn connect(self, url: &str) -> Result<Session> {
-        Session::open(Target::Url(ServerUrl::parse(url)?), self.options)
+        let tls = self.options.tls.clone();
+        let target = Target::new(ServerUrl::parse(url)?, || {
+            tls.unwrap_or_else(TlsOptions::from_env)
+        })?;
+        Session::open(target, self.options)
     }
 
     /// Connects to the local daemon: its Unix socket if present, else

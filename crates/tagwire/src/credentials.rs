@@ -18,14 +18,12 @@ use tagwire_router::local;
 
 use crate::url::ServerUrl;
 
-/// The token to present to `url` (empty: none).
-pub(crate) fn token_for(url: &ServerUrl) -> String {
+/// The token to present to a daemon at `HOST:PORT` over TCP or TLS
+/// (empty: none).
+pub(crate) fn token_for(addr: &str) -> String {
     if let Ok(t) = std::env::var("TAGWIRE_TOKEN") {
         return t.trim().to_owned();
     }
-    let ServerUrl::Tcp(addr) = url else {
-        return String::new();
-    };
     let Some((host, port)) = addr.rsplit_once(':') else {
         return String::new();
     };

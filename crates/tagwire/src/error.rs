@@ -7,7 +7,8 @@ use tagwire_proto::ErrorCode;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// The server URL is not one of `tcp://HOST:PORT`, `unix:///PATH`.
+    /// The server URL is not one of `tcp://HOST:PORT`, `tls://HOST:PORT`,
+    /// `unix:///PATH`.
     #[error("invalid server URL {url:?}: {reason}")]
     BadUrl {
         /// The URL given.
@@ -41,6 +42,16 @@ pub enum Error {
         url: String,
         /// How long the call waited.
         waited: std::time::Duration,
+    },
+    /// TLS could not be set up (a CA, certificate or key file that cannot
+    /// be used) or the TLS handshake failed; the reason names the file or
+    /// the verification step.
+    #[error("TLS with {url}: {reason}")]
+    Tls {
+        /// The server.
+        url: String,
+        /// Why.
+        reason: String,
     },
     /// The handshake failed.
     #[error("handshake with {url} failed: {reason}")]

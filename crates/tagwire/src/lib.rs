@@ -1,8 +1,8 @@
 //! `tagwire` — the client library of the tagwire real-time publish/subscribe
 //! middleware.
 //!
-//! A [`Session`] connects to a router: the node daemon `tagwired` over TCP or
-//! a Unix socket ([`Session::connect`]), or a router running inside this
+//! A [`Session`] connects to a router: the node daemon `tagwired` over TCP
+//! (optionally TLS, [`TlsOptions`]) or a Unix socket ([`Session::connect`]), or a router running inside this
 //! process ([`Session::embedded`], [`EmbeddedRouter`]) — the same API and
 //! protocol either way. From a session, declare named [`Publisher`]s and
 //! subscribe to tag patterns (`*` one level, `**` any depth), receiving by
@@ -30,6 +30,7 @@ mod sample;
 mod session;
 mod stream;
 mod subscriber;
+mod tls;
 mod url;
 
 pub use builder::{SessionBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RECONNECT_WAIT};
@@ -38,6 +39,7 @@ pub use publisher::{EventBuilder, Publisher};
 pub use sample::Sample;
 pub use session::{EmbeddedRouter, Session, HOT_INTERVAL};
 pub use subscriber::{CallbackSubscription, Subscriber, SubscriptionBuilder};
+pub use tls::TlsOptions;
 pub use url::ServerUrl;
 
 pub use bytes::Bytes;
@@ -48,6 +50,6 @@ pub use tagwire_router::{Listing, RouterConfig, RouterHandle};
 /// Router types for running a router in-process with full control.
 pub mod router {
     pub use tagwire_router::{
-        auth, config, local, Limits, Router, RouterConfig, RouterError, RouterHandle,
+        auth, config, local, Limits, Router, RouterConfig, RouterError, RouterHandle, TlsConfig,
     };
 }

@@ -28,6 +28,7 @@ use crate::error::{Error, Result};
 use crate::publisher::Publisher;
 use crate::stream::Stream;
 use crate::subscriber::{Sink, SubscriptionBuilder};
+use crate::tls::{TlsConnector, TlsOptions};
 use crate::url::ServerUrl;
 
 /// Publishes closer together than this are batched into one write.
@@ -49,9 +50,23 @@ const READ_CHUNK: usize = 64 * 1024;
 pub(crate) enum Target {
     Url(ServerUrl),
     Embedded(Arc<RouterHandle>),
+    /// A `tls://` URL's `HOST:PORT` with its loaded TLS settings (reused on
+    /// reconnect).
+    Tls(String, TlsConnector),
 }
 
 impl Target {
+    /// A target for `url`; `tls` gives the settings if it is `tls://`.
+    pub(crate) fn new(url: ServerUrl, tls: impl FnOnce() -> TlsOptions) -> Result<Target> {
+        Ok(match url {
+            ServerUrl::Tls(addr) => {
+                let connector = TlsConnector::new(&tls(), &format!("tls://{addr}"))?;
+                Target::Tls(addr, connector)
+            }
+            url => Target::Url(url),
+        })
+    }
+
     fn connect(&self, timeout: Duration) -> Result<Stream> {
         match self {
             Target::Url(url) => Stream::connect(url, timeout).map_err(|source| {
@@ -68,12 +83,16 @@ impl Target {
                 }
             }),
             Target::Embedded(r) => Ok(Stream::Unix(r.connect_in_process()?)),
+            Target::Tls(addr, connector) => {
+                Stream::connect_tls(connector, addr, &format!("tls://{addr}"), timeout)
+            }
         }
     }
 
     fn describe(&self) -> String {
         match self {
             Target::Url(u) => u.to_string(),
+            Target::Tls(addr, _) => format!("tls://{addr}"),
             Target::Embedded(_) => "embedded".into(),
         }
     }
@@ -81,8 +100,10 @@ impl Target {
     /// The token to present in `Hello` (empty: the transport identifies us).
     fn token(&self) -> String {
         match self {
-            Target::Url(u) => crate::credentials::token_for(u),
-            Target::Embedded(_) => String::new(),
+            Target::Url(ServerUrl::Tcp(addr)) | Target::Tls(addr, _) => {
+                crate::credentials::token_for(addr)
+            }
+            Target::Url(_) | Target::Embedded(_) => String::new(),
         }
     }
 }
@@ -194,10 +215,18 @@ impl EmbeddedRouter {
 static SESSION_COUNTER: AtomicU64 = AtomicU64::new(0);
 
 impl Session {
-    /// Connects to a daemon at `url`: `tcp://HOST:PORT` or `unix:///PATH`,
-    /// with the default timeouts ([`SessionBuilder`]).
+    /// Connects to a daemon at `url`: `tcp://HOST:PORT`, `tls://HOST:PORT`
+    /// or `unix:///PATH`, with the default timeouts ([`SessionBuilder`]). A
+    /// `tls://` URL takes its settings from the environment
+    /// ([`TlsOptions::from_env`]).
     pub fn connect(url: &str) -> Result<Session> {
         Session::builder().connect(url)
+    }
+
+    /// Connects like [`Session::connect`], with these TLS settings for a
+    /// `tls://` URL instead of the environment's (other schemes ignore them).
+    pub fn connect_with_tls(url: &str, tls: &TlsOptions) -> Result<Session> {
+        Session::builder().tls(tls.clone()).connect(url)
     }
 
     /// Connects to the local daemon: its Unix socket if present, else

@@ -1,14 +1,17 @@
 //! The byte stream under a session: a TCP or Unix socket (an in-process
-//! socketpair in embedded mode), used with blocking I/O.
+//! socketpair in embedded mode), or for TLS one end of a socketpair whose
+//! other end a pump thread serves (see `tls.rs`); used with blocking I/O.
 
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use socket2::{Domain, SockAddr, Socket, Type};
 
+use crate::tls::{PumpStatus, TlsConnector};
 use crate::url::ServerUrl;
 
 /// A connected socket.
@@ -16,6 +19,9 @@ use crate::url::ServerUrl;
 pub(crate) enum Stream {
     Tcp(TcpStream),
     Unix(UnixStream),
+    /// TLS: the session's end of a pair served by a pump thread, and what
+    /// the pump met (reported when the stream ends on an error).
+    Tls(UnixStream, Arc<PumpStatus>),
 }
 
 impl Stream {
@@ -55,20 +61,36 @@ impl Stream {
                 crate::credentials::check_daemon(&s, url)?;
                 Ok(Stream::Unix(s))
             }
+            ServerUrl::Tls(_) => Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "tls:// URLs connect with Stream::connect_tls",
+            )),
         }
+    }
+
+    /// Connects to a `tls://` address and completes the TLS handshake.
+    pub(crate) fn connect_tls(
+        connector: &TlsConnector,
+        addr: &str,
+        url: &str,
+        timeout: Duration,
+    ) -> crate::Result<Stream> {
+        let (s, status) = connector.connect(addr, url, timeout)?;
+        Ok(Stream::Tls(s, status))
     }
 
     pub(crate) fn try_clone(&self) -> std::io::Result<Stream> {
         Ok(match self {
             Stream::Tcp(s) => Stream::Tcp(s.try_clone()?),
             Stream::Unix(s) => Stream::Unix(s.try_clone()?),
+            Stream::Tls(s, status) => Stream::Tls(s.try_clone()?, status.clone()),
         })
     }
 
     pub(crate) fn set_read_timeout(&self, d: Option<Duration>) -> std::io::Result<()> {
         match self {
             Stream::Tcp(s) => s.set_read_timeout(d),
-            Stream::Unix(s) => s.set_read_timeout(d),
+            Stream::Unix(s) | Stream::Tls(s, _) => s.set_read_timeout(d),
         }
     }
 
@@ -76,7 +98,7 @@ impl Stream {
     pub(crate) fn shutdown(&self) {
         let _ = match self {
             Stream::Tcp(s) => s.shutdown(std::net::Shutdown::Both),
-            Stream::Unix(s) => s.shutdown(std::net::Shutdown::Both),
+            Stream::Unix(s) | Stream::Tls(s, _) => s.shutdown(std::net::Shutdown::Both),
         };
     }
 }
@@ -86,6 +108,18 @@ impl Read for Stream {
         match self {
             Stream::Tcp(s) => s.read(buf),
             Stream::Unix(s) => s.read(buf),
+            // The end of a TLS stream (or a reset: the pump closed its end
+            // with our bytes unread) reads as the error that ended the
+            // pump, if any, so that it names the TLS failure.
+            Stream::Tls(s, status) => {
+                let r = s.read(buf);
+                match (&r, status.error()) {
+                    (Ok(0) | Err(_), Some(tls)) if !buf.is_empty() => {
+                        Err(std::io::Error::other(format!("TLS: {tls}")))
+                    }
+                    _ => r,
+                }
+            }
         }
     }
 }
@@ -95,6 +129,10 @@ impl Write for Stream {
         match self {
             Stream::Tcp(s) => s.write(buf),
             Stream::Unix(s) => s.write(buf),
+            Stream::Tls(s, status) => s.write(buf).map_err(|e| match status.error() {
+                Some(tls) => std::io::Error::other(format!("TLS: {tls}")),
+                None => e,
+            }),
         }
     }
     fn flush(&mut self) -> std::io::Result<()> {

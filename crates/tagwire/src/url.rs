@@ -1,4 +1,5 @@
-//! Server addresses: `tcp://HOST:PORT` and `unix:///PATH`.
+//! Server addresses: `tcp://HOST:PORT`, `tls://HOST:PORT` (TCP with TLS;
+//! settings in [`crate::TlsOptions`]) and `unix:///PATH`.
 
 use std::path::PathBuf;
 
@@ -9,27 +10,35 @@ use crate::error::Error;
 pub enum ServerUrl {
     /// A TCP address, `tcp://HOST:PORT`.
     Tcp(String),
+    /// A TCP address spoken to with TLS, `tls://HOST:PORT`.
+    Tls(String),
     /// A Unix socket path, `unix:///PATH`.
     Unix(PathBuf),
 }
 
 impl ServerUrl {
-    /// Parses `tcp://HOST:PORT` or `unix:///PATH` (also `unix:PATH`).
+    /// Parses `tcp://HOST:PORT`, `tls://HOST:PORT` or `unix:///PATH` (also
+    /// `unix:PATH`).
     pub fn parse(url: &str) -> Result<Self, Error> {
         let bad = |reason: &str| Error::BadUrl {
             url: url.to_owned(),
             reason: reason.to_owned(),
         };
-        if let Some(rest) = url.strip_prefix("tcp://") {
+        let host_port = |scheme: &str, rest: &str| {
             let (host, port) = rest
                 .rsplit_once(':')
-                .ok_or_else(|| bad("expected tcp://HOST:PORT"))?;
+                .ok_or_else(|| bad(&format!("expected {scheme}://HOST:PORT")))?;
             if host.is_empty() {
                 return Err(bad("missing host"));
             }
             port.parse::<u16>()
                 .map_err(|_| bad("port must be a number 0-65535"))?;
-            Ok(ServerUrl::Tcp(rest.to_owned()))
+            Ok(rest.to_owned())
+        };
+        if let Some(rest) = url.strip_prefix("tcp://") {
+            Ok(ServerUrl::Tcp(host_port("tcp", rest)?))
+        } else if let Some(rest) = url.strip_prefix("tls://") {
+            Ok(ServerUrl::Tls(host_port("tls", rest)?))
         } else if let Some(rest) = url
             .strip_prefix("unix://")
             .or_else(|| url.strip_prefix("unix:"))
@@ -39,7 +48,9 @@ impl ServerUrl {
             }
             Ok(ServerUrl::Unix(PathBuf::from(rest)))
         } else {
-            Err(bad("expected tcp://HOST:PORT or unix:///PATH"))
+            Err(bad(
+                "expected tcp://HOST:PORT, tls://HOST:PORT or unix:///PATH",
+            ))
         }
     }
 
@@ -62,6 +73,7 @@ impl std::fmt::Display for ServerUrl {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             ServerUrl::Tcp(a) => write!(f, "tcp://{a}"),
+            ServerUrl::Tls(a) => write!(f, "tls://{a}"),
             ServerUrl::Unix(p) => write!(f, "unix://{}", p.display()),
         }
     }
@@ -78,6 +90,10 @@ mod tests {
             Some(ServerUrl::Tcp("127.0.0.1:7700".into()))
         );
         assert_eq!(
+            ServerUrl::parse("tls://broker.lan:7701").ok(),
+            Some(ServerUrl::Tls("broker.lan:7701".into()))
+        );
+        assert_eq!(
             ServerUrl::parse("unix:///run/t.sock").ok(),
             Some(ServerUrl::Unix("/run/t.sock".into()))
         );
@@ -85,6 +101,8 @@ mod tests {
             ("http://x", "expected"),
             ("tcp://x", "HOST:PORT"),
             ("tcp://x:99999", "port"),
+            ("tls://x", "tls://HOST:PORT"),
+            ("tls://:7701", "host"),
             ("unix://", "path"),
         ] {
             let e = ServerUrl::parse(bad).unwrap_err().to_string();

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use tagwire::router::{config::ConfigError, Router, RouterConfig};
+use tagwire::router::{config::ConfigError, Router, RouterConfig, TlsConfig};
 
 /// The tagwire node daemon.
 #[derive(Debug, Parser)]
@@ -31,6 +31,17 @@ struct Args {
     /// Do not listen on a Unix socket.
     #[arg(long, conflicts_with = "unix")]
     no_unix: bool,
+    /// Serve TLS on the TCP listener with this certificate chain (PEM);
+    /// needs --tls-key. Overrides `[tls] cert`.
+    #[arg(long, value_name = "PEM", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The TLS certificate's private key (PEM). Overrides `[tls] key`.
+    #[arg(long, value_name = "PEM", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Require client certificates signed by these CAs (PEM): mutual TLS.
+    /// Overrides `[tls] client_ca`.
+    #[arg(long, value_name = "PEM")]
+    tls_client_ca: Option<PathBuf>,
     /// Name reported to clients and in `tagwire list`.
     #[arg(long)]
     name: Option<String>,
@@ -62,6 +73,24 @@ fn config(args: &Args) -> Result<RouterConfig, ConfigError> {
     if cfg.reservations_file.is_none() {
         cfg.reservations_file =
             Some(tagwire::router::local::runtime_dir().join("reservations.json"));
+    }
+    if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
+        let client_ca = cfg.tls.take().and_then(|t| t.client_ca);
+        cfg.tls = Some(TlsConfig {
+            cert: cert.clone(),
+            key: key.clone(),
+            client_ca,
+        });
+    }
+    if let Some(ca) = &args.tls_client_ca {
+        match &mut cfg.tls {
+            Some(tls) => tls.client_ca = Some(ca.clone()),
+            None => {
+                return Err(ConfigError::Invalid(
+                    "--tls-client-ca needs TLS: give --tls-cert and --tls-key, or [tls] in the config file".into(),
+                ))
+            }
+        }
     }
     cfg.validate()?;
     Ok(cfg)

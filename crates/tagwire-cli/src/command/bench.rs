@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use tagwire::{EmbeddedRouter, Session};
+use tagwire::{EmbeddedRouter, Session, TlsOptions};
 
 use super::CmdResult;
 use crate::cli::{BenchArgs, BenchMode};
@@ -24,20 +24,20 @@ const MAX_SIZE: usize = 8 * 1024 * 1024;
 
 /// Makes sessions on the router under test.
 enum Target {
-    Url(String),
+    Url(String, TlsOptions),
     Embedded(EmbeddedRouter),
 }
 
 impl Target {
     fn session(&self) -> Result<Session, tagwire::Error> {
         match self {
-            Target::Url(u) => Session::connect(u),
+            Target::Url(u, tls) => Session::connect_with_tls(u, tls),
             Target::Embedded(r) => r.session(),
         }
     }
 }
 
-pub fn run(server: Option<&str>, a: BenchArgs) -> CmdResult {
+pub fn run(server: Option<&str>, tls: &TlsOptions, a: BenchArgs) -> CmdResult {
     if a.size > MAX_SIZE {
         return Err(format!(
             "--size {} is over the benchmark's limit of {MAX_SIZE} bytes",
@@ -67,10 +67,12 @@ pub fn run(server: Option<&str>, a: BenchArgs) -> CmdResult {
         };
         let system = if url.starts_with("unix:") {
             "tagwire-unix"
+        } else if url.starts_with("tls:") {
+            "tagwire-tls"
         } else {
             "tagwire-tcp"
         };
-        (Target::Url(url), system.to_owned())
+        (Target::Url(url, tls.clone()), system.to_owned())
     };
     let duration = Duration::from_secs_f64(a.duration);
     let result = match a.mode {

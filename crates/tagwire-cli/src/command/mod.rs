@@ -49,10 +49,12 @@ fn is_broken_pipe(e: &(dyn std::error::Error + 'static)) -> bool {
 
 fn run_command(cli: Cli) -> CmdResult {
     let server = cli.server;
+    let tls = cli.tls.options();
     let connect = || -> Result<Session, Box<dyn std::error::Error>> {
         let builder = Session::builder()
             .connect_timeout(seconds("--connect-timeout", cli.connect_timeout)?)
-            .reconnect_wait(seconds("--reconnect-wait", cli.reconnect_wait)?);
+            .reconnect_wait(seconds("--reconnect-wait", cli.reconnect_wait)?)
+            .tls(tls.clone());
         Ok(match server.as_deref() {
             Some(url) => builder.connect(url)?,
             None => builder.connect_local()?,
@@ -63,7 +65,7 @@ fn run_command(cli: Cli) -> CmdResult {
         Command::Sub(a) => subscribe::run(&connect()?, a),
         Command::List(a) => list::run(&connect()?, a),
         Command::Ping(a) => ping::run(&connect()?, a),
-        Command::Bench(a) => bench::run(server.as_deref(), a),
+        Command::Bench(a) => bench::run(server.as_deref(), &tls, a),
         Command::Admin(a) => admin::run(&connect()?, a),
         Command::Place(a) => match tagwire_place::cli::run(&a) {
             // `tagwire place … | head` closing the pipe is not an error.

@@ -26,12 +26,15 @@
 //! and shut it down.
 
 mod admin;
+mod admission;
+mod budget;
 mod channel;
 pub mod config;
 mod connection;
 mod dispatch;
 mod filters;
 mod lane;
+mod read_buffer;
 mod state;
 mod timing;
 
@@ -44,7 +47,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 pub use admin::{
-    AdminRequest, ConnectionInfo, EndpointEntry, FilterInfo, FilterLevel, Listing,
+    AdminRequest, ConnectionInfo, EndpointEntry, FilterInfo, FilterLevel, Listing, MemoryInfo,
     SubscriptionInfo, TagInfo,
 };
 pub use config::{Limits, RouterConfig};

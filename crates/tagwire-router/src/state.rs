@@ -11,7 +11,9 @@ use tagwire_core::defer::Deferred;
 use tagwire_core::endpoint::EndpointRegistry;
 use tagwire_core::route::Routes;
 
-use crate::admin::{ConnectionInfo, EndpointEntry, Listing, SubscriptionInfo, TagInfo};
+use crate::admin::{ConnectionInfo, EndpointEntry, Listing, MemoryInfo, SubscriptionInfo, TagInfo};
+use crate::admission::Admission;
+use crate::budget::MemoryBudget;
 use crate::channel::{Channel, Outbox};
 use crate::config::RouterConfig;
 use crate::filters::{FilterBook, SourceFilters};
@@ -50,6 +52,10 @@ pub(crate) struct State {
     pub deferred: Deferred<Bytes>,
     /// Wakes the task that releases deferred events.
     pub deferred_wake: Rc<tokio::sync::Notify>,
+    /// The router-wide memory budget (`limits.max_buffered_bytes`).
+    pub memory: Rc<MemoryBudget>,
+    /// Connections before and after the handshake, and the log rate limit.
+    pub admission: Admission,
     next_conn: u64,
 }
 
@@ -61,6 +67,7 @@ impl State {
             config.limits.max_deferred_bytes,
         );
         let filters = FilterBook::default();
+        let memory = Rc::new(MemoryBudget::new(config.limits.max_buffered_bytes));
         State {
             config,
             routes: Routes::new(filters.limits.clone()),
@@ -75,6 +82,8 @@ impl State {
             filtered_at_source: 0,
             deferred,
             deferred_wake: Rc::default(),
+            memory,
+            admission: Admission::default(),
             next_conn: 1,
         }
     }
@@ -166,6 +175,12 @@ impl State {
             expired: self.expired,
             filtered_at_source: self.filtered_at_source,
             deferred: self.deferred.len(),
+            memory: MemoryInfo {
+                buffered_bytes: self.memory.used() as u64,
+                max_buffered_bytes: self.memory.max() as u64,
+                discarded_events: self.memory.discards(),
+                refused_connections: self.memory.refusals(),
+            },
         }
     }
 }

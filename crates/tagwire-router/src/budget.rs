@@ -25,6 +25,9 @@ pub(crate) struct MemoryBudget {
     discards: Cell<u64>,
     /// Connections closed because the budget was spent.
     refusals: Cell<u64>,
+    /// Counts reads: identifies the read chunk whose frames are being
+    /// handled (see [`crate::channel::Outgoing`]).
+    epoch: Cell<u64>,
 }
 
 impl MemoryBudget {
@@ -35,6 +38,7 @@ impl MemoryBudget {
             max,
             discards: Cell::new(0),
             refusals: Cell::new(0),
+            epoch: Cell::new(0),
         }
     }
 
@@ -59,6 +63,13 @@ impl MemoryBudget {
     pub(crate) fn release(&self, n: usize) {
         debug_assert!(n <= self.used.get(), "released more than was reserved");
         self.used.set(self.used.get().saturating_sub(n));
+    }
+
+    /// A new read epoch: frames handled from now on come from a new read.
+    pub(crate) fn next_epoch(&self) -> u64 {
+        let e = self.epoch.get() + 1;
+        self.epoch.set(e);
+        e
     }
 
     /// Counts an event a queue dropped or refused for want of budget.

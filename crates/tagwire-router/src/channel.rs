@@ -14,14 +14,23 @@
 //!
 //! **What a queued event keeps alive.** Events arrive as slices of a
 //! connection's read buffer ([`READ_CHUNK`] bytes, shared by every frame read
-//! into it), and a queued slice keeps that whole buffer alive. So an event
-//! smaller than [`COPY_BELOW`] that gets queued is first copied, once, into a
-//! buffer of its own size, and that copy is shared by every subscriber that
-//! gets it (no per-subscriber copy). A larger event stays a slice and is
-//! counted at what it can keep alive: the whole chunk (at most twice its
-//! size), or, for a frame read into a buffer of its own, its own size. Each
-//! queue counts every event it holds at that size plus [`QUEUED_OVERHEAD`],
-//! against its own byte bound and the router-wide memory budget.
+//! into it), and a queued slice keeps that whole buffer alive. The rules:
+//! - A channel whose queue is empty, or holds only slices of the read being
+//!   handled now, queues a small event as a slice (no copy: the hot path of
+//!   a subscriber that keeps up), and holds one [`READ_CHUNK`] of the
+//!   memory budget for that read's buffer until its queue is empty again.
+//!   So a queue's slices of small events pin at most one read buffer.
+//! - A channel that is behind (its queue holds events from earlier reads)
+//!   gets a copy: the event smaller than [`COPY_BELOW`] is copied once into a
+//!   buffer of its own size, and the copy is shared by every other channel
+//!   that gets the event (no per-subscriber copy).
+//! - An event of [`COPY_BELOW`] bytes or more stays a slice and is counted at
+//!   what it can keep alive: the whole chunk (at most twice its size), or,
+//!   for a frame read into a buffer of its own, its own size.
+//!
+//! Each queue counts every event it holds at that size plus
+//! [`QUEUED_OVERHEAD`], against its own byte bound and the router-wide
+//! memory budget.
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -57,26 +66,25 @@ pub(crate) const QUEUED_OVERHEAD: usize = 128;
 #[derive(Debug)]
 pub(crate) struct Outgoing {
     bytes: Bytes,
-    /// Whether `bytes` is a slice of a shared read chunk.
-    in_chunk: bool,
+    /// The read epoch of the shared chunk `bytes` is a slice of, or `None`
+    /// for a buffer of its own.
+    chunk: Option<u64>,
 }
 
 impl Outgoing {
-    /// An event that is a slice of a shared [`READ_CHUNK`] read buffer.
-    pub(crate) fn in_chunk(bytes: Bytes) -> Self {
+    /// An event that is a slice of the shared [`READ_CHUNK`] buffer of read
+    /// `epoch`.
+    pub(crate) fn in_chunk(bytes: Bytes, epoch: u64) -> Self {
         Outgoing {
             bytes,
-            in_chunk: true,
+            chunk: Some(epoch),
         }
     }
 
     /// An event in a buffer of its own (a copy, or a frame read into a buffer
     /// of its own size).
     pub(crate) fn owned(bytes: Bytes) -> Self {
-        Outgoing {
-            bytes,
-            in_chunk: false,
-        }
+        Outgoing { bytes, chunk: None }
     }
 
     /// The encoded event.
@@ -84,17 +92,24 @@ impl Outgoing {
         &self.bytes
     }
 
-    /// The bytes to queue and what they count for: copies a small event out
-    /// of its shared chunk the first time it is queued (later channels share
-    /// the copy).
-    fn for_queue(&mut self) -> (&Bytes, usize) {
-        if self.in_chunk && self.bytes.len() < COPY_BELOW {
+    /// The read epoch of a small event that could be queued as a slice.
+    fn small_slice_epoch(&self) -> Option<u64> {
+        self.chunk.filter(|_| self.bytes.len() < COPY_BELOW)
+    }
+
+    /// The bytes to queue and what they count for. A small slice is copied
+    /// out of its chunk unless `slice_ok` (the channel holds budget for the
+    /// chunk); the copy replaces the slice, so later channels share it.
+    fn for_queue(&mut self, slice_ok: bool) -> (&Bytes, usize) {
+        if self.small_slice_epoch().is_some() && !slice_ok {
             self.bytes = Bytes::copy_from_slice(&self.bytes);
-            self.in_chunk = false;
+            self.chunk = None;
         }
-        let pinned = if self.in_chunk {
+        let pinned = if self.chunk.is_some() && self.bytes.len() >= COPY_BELOW {
             READ_CHUNK.max(self.bytes.len())
         } else {
+            // A copy, a buffer of its own, or a small slice whose chunk the
+            // channel holds budget for.
             self.bytes.len() + DELIVER_PREFIX_LEN
         };
         (&self.bytes, pinned + QUEUED_OVERHEAD)
@@ -134,6 +149,9 @@ pub(crate) struct Channel {
     pub outbox: Rc<Outbox>,
     /// The router-wide budget its queued bytes are charged to.
     budget: Rc<MemoryBudget>,
+    /// The read epoch whose chunk this queue's small slices come from; while
+    /// set, the channel holds [`READ_CHUNK`] of the budget for that chunk.
+    pinned: Cell<Option<u64>>,
 }
 
 /// What [`Channel::offer`] did with an event.
@@ -171,6 +189,28 @@ impl Channel {
             scheduled: Cell::new(false),
             outbox,
             budget,
+            pinned: Cell::new(None),
+        }
+    }
+
+    /// Whether a small slice of read `epoch` may be queued as a slice: the
+    /// queue is empty (then the channel takes budget for the chunk) or holds
+    /// slices of that same read only.
+    fn may_pin(&self, epoch: u64) -> bool {
+        match self.pinned.get() {
+            Some(e) => e == epoch,
+            None if self.queue.borrow().is_empty() && self.budget.try_reserve(READ_CHUNK) => {
+                self.pinned.set(Some(epoch));
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Gives back the budget held for a pinned chunk (the queue is empty).
+    fn unpin(&self) {
+        if self.pinned.take().is_some() {
+            self.budget.release(READ_CHUNK);
         }
     }
 
@@ -179,7 +219,8 @@ impl Channel {
     /// the writer. The queue may use at most the memory budget's free room;
     /// beyond it the discard policy applies as at the queue's own bound.
     pub(crate) fn offer(self: &Rc<Self>, event: &mut Outgoing, deadline: u64) -> Offer {
-        let (bytes, size) = event.for_queue();
+        let slice_ok = event.small_slice_epoch().is_some_and(|e| self.may_pin(e));
+        let (bytes, size) = event.for_queue(slice_ok);
         let queued = Queued {
             event: bytes.clone(),
             deadline,
@@ -210,19 +251,31 @@ impl Channel {
                 }
                 Offer::Queued
             }
-            Pushed::DroppedNewest(_) => Offer::Dropped,
+            Pushed::DroppedNewest(_) | Pushed::Rejected(_) if self.queue.borrow().is_empty() => {
+                // Nothing queued after all: nothing pinned.
+                self.unpin();
+                self.refused(pushed)
+            }
+            other => self.refused(other),
+        }
+    }
+
+    fn refused(&self, pushed: Pushed<Queued>) -> Offer {
+        match pushed {
             Pushed::Rejected(_) => Offer::Rejected {
                 report: !self.reject_reported.replace(true),
             },
+            _ => Offer::Dropped,
         }
     }
 }
 
 impl Drop for Channel {
-    /// Gives the queued events' bytes back to the memory budget (the events
-    /// themselves are freed with the queue).
+    /// Gives the queued events' bytes (and a pinned chunk's) back to the
+    /// memory budget; the events themselves are freed with the queue.
     fn drop(&mut self) {
         self.budget.release(self.queue.get_mut().bytes());
+        self.unpin();
     }
 }
 
@@ -334,6 +387,7 @@ impl Outbox {
             drop(q);
             if empty {
                 ch.scheduled.set(false);
+                ch.unpin();
             } else {
                 ready.push_back(weak);
             }
@@ -380,7 +434,7 @@ mod tests {
         let (outbox, ch) = channel(&budget);
         let chunk = Bytes::from(vec![7u8; READ_CHUNK]);
         for _ in 0..10 {
-            let mut ev = Outgoing::in_chunk(chunk.slice(0..40_000));
+            let mut ev = Outgoing::in_chunk(chunk.slice(0..40_000), 1);
             assert_eq!(ch.offer(&mut ev, NEVER), Offer::Queued);
         }
         assert!(budget.used() > 0);
@@ -401,25 +455,54 @@ mod tests {
     }
 
     #[test]
-    fn a_small_event_from_a_shared_chunk_is_copied_once_and_counted_at_its_size() {
+    fn a_small_event_to_a_queue_that_keeps_up_stays_a_slice_and_holds_one_chunk() {
+        let budget = Rc::new(MemoryBudget::new(1 << 30));
+        let (outbox, a) = channel(&budget);
+        let chunk = Bytes::from(vec![7u8; READ_CHUNK]);
+        for i in 0..10 {
+            let mut ev = Outgoing::in_chunk(chunk.slice(i * 44..(i + 1) * 44), 1);
+            a.offer(&mut ev, NEVER);
+        }
+        let per_event = 44 + DELIVER_PREFIX_LEN + QUEUED_OVERHEAD;
+        {
+            let q = a.queue.borrow();
+            let first = &q.iter().next().expect("queued").event;
+            assert_eq!(first.as_ptr(), chunk.as_ptr(), "a slice, not a copy");
+            assert_eq!(q.bytes(), 10 * per_event);
+        }
+        assert_eq!(budget.used(), 10 * per_event + READ_CHUNK, "plus the chunk");
+        let (mut bodies, mut prefixes) = (Vec::new(), Vec::new());
+        outbox.gather(&mut bodies, &mut prefixes, 0);
+        assert_eq!(bodies.len(), 10);
+        assert_eq!(budget.used(), 0, "an empty queue pins nothing");
+    }
+
+    #[test]
+    fn a_small_event_to_queues_that_are_behind_is_copied_once_for_all_of_them() {
         let budget = Rc::new(MemoryBudget::new(1 << 30));
         let (_o1, a) = channel(&budget);
         let (_o2, b) = channel(&budget);
+        let old = Bytes::from(vec![1u8; READ_CHUNK]);
+        // Both hold an event of an earlier read (epoch 1): they are behind.
+        a.offer(&mut Outgoing::in_chunk(old.slice(0..44), 1), NEVER);
+        b.offer(&mut Outgoing::in_chunk(old.slice(0..44), 1), NEVER);
         let chunk = Bytes::from(vec![7u8; READ_CHUNK]);
         let range = chunk.as_ptr_range();
-        let mut ev = Outgoing::in_chunk(chunk.slice(100..144));
+        let mut ev = Outgoing::in_chunk(chunk.slice(100..144), 2);
         a.offer(&mut ev, NEVER);
         b.offer(&mut ev, NEVER);
         let qa = a.queue.borrow();
         let qb = b.queue.borrow();
-        let (ea, eb) = (
-            &qa.iter().next().expect("queued").event,
-            &qb.iter().next().expect("queued").event,
+        let ea = &qa.iter().nth(1).expect("queued").event;
+        let eb = &qb.iter().nth(1).expect("queued").event;
+        assert!(
+            !range.contains(&ea.as_ptr()),
+            "not a slice of the new chunk"
         );
-        assert!(!range.contains(&ea.as_ptr()), "not a slice of the chunk");
         assert_eq!(ea.as_ptr(), eb.as_ptr(), "one copy shared by both channels");
-        assert_eq!(qa.bytes(), 44 + DELIVER_PREFIX_LEN + QUEUED_OVERHEAD);
-        assert_eq!(budget.used(), 2 * qa.bytes());
+        let per_event = 44 + DELIVER_PREFIX_LEN + QUEUED_OVERHEAD;
+        assert_eq!(qa.bytes(), 2 * per_event);
+        assert_eq!(budget.used(), 2 * (2 * per_event + READ_CHUNK));
     }
 
     #[test]
@@ -427,7 +510,7 @@ mod tests {
         let budget = Rc::new(MemoryBudget::new(1 << 30));
         let (_o, a) = channel(&budget);
         let chunk = Bytes::from(vec![7u8; READ_CHUNK]);
-        let mut ev = Outgoing::in_chunk(chunk.slice(0..COPY_BELOW));
+        let mut ev = Outgoing::in_chunk(chunk.slice(0..COPY_BELOW), 1);
         a.offer(&mut ev, NEVER);
         let q = a.queue.borrow();
         assert_eq!(

@@ -112,6 +112,7 @@ where
         tokio::task::spawn_local(async move { writer_box.run_writer(writer).await });
 
     let memory = state.borrow().memory.clone();
+    let budget = memory.clone();
     let mut conn = Conn {
         id,
         state: state.clone(),
@@ -130,7 +131,7 @@ where
     let mut decoder = FrameDecoder::new(tagwire_proto::limits::MIN_MAX_FRAME);
     let mut rb = ReadBuffer::new(
         tagwire_proto::limits::MIN_MAX_FRAME as usize + FRAME_HEADER_LEN,
-        memory,
+        budget,
     );
     let handshake_deadline = Instant::now() + limits.handshake_timeout;
     let mut last_heard = Instant::now();
@@ -210,12 +211,19 @@ where
                 continue;
             }
         }
+        let epoch = memory.next_epoch();
         // Split complete frames; stop at one whose bytes are still coming
         // (the next make_room grows the buffer for it, within the budget).
         while rb.incomplete_frame(decoder.max_frame()).is_none() {
             match decoder.next_raw(&mut rb.buf) {
                 Ok(Some((k, body))) => {
-                    let large = rb.is_large(body.len() + FRAME_HEADER_LEN);
+                    // Which read buffer the frame lives in: its own, or the
+                    // shared chunk of this read (see `Outgoing`).
+                    let chunk = if rb.is_large(body.len() + FRAME_HEADER_LEN) {
+                        None
+                    } else {
+                        Some(epoch)
+                    };
                     rb.frame_taken();
                     let welcomed = conn.welcomed;
                     if !welcomed && k == kind::HELLO {
@@ -226,7 +234,7 @@ where
                             break 'read;
                         }
                     }
-                    if let Next::Close = conn.handle(k, body, large, &mut decoder) {
+                    if let Next::Close = conn.handle(k, body, chunk, &mut decoder) {
                         break 'read;
                     }
                     if !welcomed && conn.welcomed {
@@ -402,11 +410,17 @@ impl Conn {
         }
     }
 
-    /// Handles one frame; `large` says it was read into a buffer of its own
-    /// (see [`ReadBuffer`]) rather than a shared chunk.
-    fn handle(&mut self, k: u8, body: Bytes, large: bool, decoder: &mut FrameDecoder) -> Next {
+    /// Handles one frame; `chunk` is the read epoch of the shared chunk it
+    /// was read into, or `None` for a buffer of its own (see [`ReadBuffer`]).
+    fn handle(
+        &mut self,
+        k: u8,
+        body: Bytes,
+        chunk: Option<u64>,
+        decoder: &mut FrameDecoder,
+    ) -> Next {
         if k == kind::PUBLISH && self.welcomed {
-            return self.publish(body, large);
+            return self.publish(body, chunk);
         }
         let frame = match Frame::decode(k, body) {
             Ok(f) => f,
@@ -723,8 +737,8 @@ impl Conn {
     }
 
     /// The hot path: check an event, then hand it (by reference) to every
-    /// matching channel. `large`: the frame has a read buffer of its own.
-    fn publish(&mut self, body: Bytes, large: bool) -> Next {
+    /// matching channel. `chunk`: as for [`Conn::handle`].
+    fn publish(&mut self, body: Bytes, chunk: Option<u64>) -> Next {
         if body.len() < 4 {
             return self.fail(
                 ErrorCode::Malformed,
@@ -787,10 +801,9 @@ impl Conn {
                 ),
             };
         }
-        let mut outgoing = if large {
-            Outgoing::owned(event.clone())
-        } else {
-            Outgoing::in_chunk(event.clone())
+        let mut outgoing = match chunk {
+            None => Outgoing::owned(event.clone()),
+            Some(epoch) => Outgoing::in_chunk(event.clone(), epoch),
         };
         let reject = deliver(&mut st, &mut outgoing, &ev, deadline);
         drop(st);

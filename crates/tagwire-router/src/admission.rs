@@ -26,7 +26,7 @@ use tokio::sync::Notify;
 pub(crate) const LOGGED_PER_CONNECTION: u32 = 8;
 /// Peer-caused warning lines the router writes per second, all connections
 /// together.
-pub(crate) const ROUTER_LOG_PER_SECOND: u32 = 100;
+pub(crate) const ROUTER_LOG_PER_SECOND: u32 = 20;
 /// Shortest time between two summary lines.
 const SUMMARY_EVERY: Duration = Duration::from_secs(1);
 

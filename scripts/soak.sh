@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Soak run (not in CI): tagwired's memory stays bounded while a subscriber
-# that never reads is flooded and clients keep connecting and leaving.
+# that never reads is flooded, stalled subscribers die with full queues, and
+# clients keep connecting and leaving.
 #
 #   scripts/soak.sh [SECONDS]        (default 120)
 #
@@ -8,7 +9,10 @@
 #   - a subscriber on /soak/** that is stopped (SIGSTOP) and so never reads;
 #   - a healthy subscriber on /soak/** that reads everything;
 #   - a publisher sending 4 KiB events on /soak/data as fast as it can;
-#   - churn: every second a short-lived publisher and subscriber come and go.
+#   - churn: every second a short-lived publisher and subscriber come and go;
+#   - killed stalled subscribers: every 5 s a subscriber on /soak/** is
+#     started, stopped (SIGSTOP) so its queue fills with 4 KiB events, and
+#     killed (SIGKILL) with its queue full (a leaked queue is ~64 MB each).
 # It samples the daemon's resident memory (RSS) every second and fails
 # (exit 1) if the daemon died, if RSS in the last quarter of the run exceeds
 # the peak of the first quarter by more than 10 % + 16 MB (growth = a leak
@@ -31,10 +35,15 @@ cleanup() {
         kill "$p" 2>/dev/null || true
     done
     wait 2>/dev/null || true
+    rm -f "${conf:-}"
 }
 trap cleanup EXIT
 
-"$bin/tagwired" --tcp "$addr" --no-unix --log warn &
+# A long idle timeout: the stalled subscriber never answers the router's
+# Pings, and must stay for the whole run.
+conf="$(mktemp)"
+printf '[limits]\nidle_timeout = 86400\n' >"$conf"
+"$bin/tagwired" --config "$conf" --tcp "$addr" --no-unix --log warn &
 daemon=$!
 pids+=("$daemon")
 for _ in $(seq 50); do
@@ -67,6 +76,22 @@ pids+=("$!")
             --endpoint "/soak/churn-pub-$i" >/dev/null 2>&1 || true
         wait 2>/dev/null || true
         sleep 0.8
+    done
+) &
+pids+=("$!")
+
+(
+    i=0
+    while true; do
+        i=$((i + 1))
+        "$bin/tagwire" sub '/soak/**' --server "$server" --endpoint "/soak/killed-$i" >/dev/null 2>&1 &
+        victim=$!
+        sleep 1
+        kill -STOP "$victim" 2>/dev/null || true
+        sleep 3
+        kill -KILL "$victim" 2>/dev/null || true
+        wait "$victim" 2>/dev/null || true
+        sleep 1
     done
 ) &
 pids+=("$!")

@@ -112,17 +112,29 @@ impl<T> BoundedQueue<T> {
         }
     }
 
-    fn fits(&self, size: usize) -> bool {
-        self.items.len() < self.bound && self.bytes.saturating_add(size) <= self.max_bytes
+    fn fits_within(&self, size: usize, cap: usize) -> bool {
+        self.items.len() < self.bound && self.bytes.saturating_add(size) <= cap
     }
 
     /// Offers `item` of `size` bytes; at a bound, applies the discard policy.
     pub fn push(&mut self, item: T, size: usize) -> Pushed<T> {
-        if size > self.max_bytes {
+        self.push_within(item, size, usize::MAX)
+    }
+
+    /// Like [`push`](Self::push), but the queue may grow by at most `room`
+    /// bytes beyond what it holds now (a share of a wider memory budget): its
+    /// byte bound for this push is `min(max_bytes, bytes() + room)`. At that
+    /// bound the discard policy applies as at the queue's own bound, so a
+    /// `DropOldest` queue makes room by dropping its own oldest events, and
+    /// an event that cannot fit even in an emptied queue is dropped (and
+    /// counted) whatever the policy.
+    pub fn push_within(&mut self, item: T, size: usize, room: usize) -> Pushed<T> {
+        let cap = self.max_bytes.min(self.bytes.saturating_add(room));
+        if size > cap {
             self.dropped += 1;
             return Pushed::DroppedNewest(item);
         }
-        if !self.fits(size) {
+        if !self.fits_within(size, cap) {
             match self.policy {
                 DiscardPolicy::DropOldest => {}
                 DiscardPolicy::DropNewest => {
@@ -136,7 +148,7 @@ impl<T> BoundedQueue<T> {
             }
         }
         let mut dropped = 0;
-        while !self.fits(size) {
+        while !self.fits_within(size, cap) {
             // size <= max_bytes, so emptying the queue always makes room.
             let Some((_, old)) = self.items.pop_front() else {
                 break;
@@ -256,6 +268,23 @@ mod tests {
         assert_eq!(q.push(2, 1), Pushed::Rejected(2));
         assert_eq!(q.pop(), Some(1));
         assert_eq!(q.bytes(), 0);
+    }
+
+    #[test]
+    fn push_within_a_budget_share_applies_the_policy_at_the_share() {
+        // Room for 3 more bytes: a DropOldest queue makes room from itself.
+        let mut q = BoundedQueue::with_byte_limit(100, 100, DiscardPolicy::DropOldest);
+        assert_eq!(q.push(1, 4), Pushed::Queued { dropped: 0 });
+        assert_eq!(q.push_within(2, 4, 3), Pushed::Queued { dropped: 1 });
+        assert_eq!(q.bytes(), 4);
+        // Nothing queued and no room: dropped and counted, whatever the policy.
+        let mut q = BoundedQueue::with_byte_limit(100, 100, DiscardPolicy::DropOldest);
+        assert_eq!(q.push_within(1, 4, 3), Pushed::DroppedNewest(1));
+        assert_eq!(q.dropped(), 1);
+        let mut q = BoundedQueue::with_byte_limit(100, 100, DiscardPolicy::Reject);
+        assert_eq!(q.push(1, 4), Pushed::Queued { dropped: 0 });
+        assert_eq!(q.push_within(2, 4, 0), Pushed::Rejected(2));
+        assert_eq!(q.bytes(), 4);
     }
 
     #[test]

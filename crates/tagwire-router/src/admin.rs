@@ -382,6 +382,22 @@ pub struct Listing {
     /// Events held until their start time.
     #[serde(default)]
     pub deferred: usize,
+    /// Use of the router-wide memory budget.
+    #[serde(default)]
+    pub memory: MemoryInfo,
+}
+
+/// Use of the memory budget (`limits.max_buffered_bytes`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemoryInfo {
+    /// Bytes charged now: large frames being read plus queued events.
+    pub buffered_bytes: u64,
+    /// The budget.
+    pub max_buffered_bytes: u64,
+    /// Events dropped or refused because the budget was spent.
+    pub discarded_events: u64,
+    /// Connections closed because the budget was spent.
+    pub refused_connections: u64,
 }
 
 /// One client connection.

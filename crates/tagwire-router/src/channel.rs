@@ -1,16 +1,41 @@
 //! Channels (one subscription's delivery path) and the per-connection outbox
 //! that batches their frames into vectored writes.
 //!
-//! A channel owns a bounded queue of encoded events (`Bytes` shared with the
-//! publisher's read buffer and every other subscriber: no payload copy). The
-//! outbox lists channels with queued events and control frames (replies,
-//! errors); the connection's writer drains it round-robin, at most
-//! [`BATCH_EVENTS`] events or [`BATCH_BYTES`] bytes per `writev`.
+//! A channel owns a bounded queue of encoded events. The outbox lists
+//! channels with queued events and control frames (replies, errors); the
+//! connection's writer drains it round-robin, at most [`BATCH_EVENTS`] events
+//! or [`BATCH_BYTES`] bytes per `writev`.
+//!
+//! **Ownership.** The router's tables (`State::channels`, the routes) are the
+//! only strong owners of a channel; an outbox's ready list holds it weakly.
+//! So a channel, and every event in its queue, is freed the moment it leaves
+//! the tables, whatever its connection's writer is doing — there is no
+//! channel → outbox → channel cycle for a forgotten path to leave behind.
+//!
+//! **What a queued event keeps alive.** Events arrive as slices of a
+//! connection's read buffer ([`READ_CHUNK`] bytes, shared by every frame read
+//! into it), and a queued slice keeps that whole buffer alive. The rules:
+//! - A channel whose queue is empty, or holds only slices of the read being
+//!   handled now, queues a small event as a slice (no copy: the hot path of
+//!   a subscriber that keeps up), and holds one [`READ_CHUNK`] of the
+//!   memory budget for that read's buffer until its queue is empty again.
+//!   So a queue's slices of small events pin at most one read buffer.
+//! - A channel that is behind (its queue holds events from earlier reads)
+//!   gets a copy: the event smaller than [`COPY_BELOW`] is copied once into a
+//!   buffer of its own size, and the copy is shared by every other channel
+//!   that gets the event (no per-subscriber copy).
+//! - An event of [`COPY_BELOW`] bytes or more stays a slice and is counted at
+//!   what it can keep alive: the whole chunk (at most twice its size), or,
+//!   for a frame read into a buffer of its own, its own size.
+//!
+//! Each queue counts every event it holds at that size plus
+//! [`QUEUED_OVERHEAD`], against its own byte bound and the router-wide
+//! memory budget.
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::io::IoSlice;
-use std::rc::Rc;
+use std::rc::{Rc, Weak};
 
 use bytes::{Bytes, BytesMut};
 use tagwire_core::queue::{BoundedQueue, Pushed};
@@ -18,6 +43,7 @@ use tagwire_proto::{deliver_prefix, Frame, DELIVER_PREFIX_LEN};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::Notify;
 
+use crate::budget::MemoryBudget;
 use crate::timing::{now_ns, NEVER};
 
 /// Most events gathered into one vectored write (two iovecs each).
@@ -26,6 +52,69 @@ pub const BATCH_EVENTS: usize = 256;
 pub const BATCH_BYTES: usize = 1024 * 1024;
 /// Most events taken from one channel before the next channel's turn.
 const PER_CHANNEL_TURN: usize = 64;
+/// Size of an established connection's read buffer; frames that fit are
+/// read into one shared buffer of this size.
+pub(crate) const READ_CHUNK: usize = 64 * 1024;
+/// Events read into a shared chunk and smaller than this are copied (once)
+/// before they are queued, so that they do not keep the chunk alive.
+pub(crate) const COPY_BELOW: usize = READ_CHUNK / 2;
+/// Bytes counted per queued event besides its own: the queue slot and the
+/// allocator's and `Bytes`' headers of its buffer.
+pub(crate) const QUEUED_OVERHEAD: usize = 128;
+
+/// An encoded event on its way to channels, and what queuing it keeps alive.
+#[derive(Debug)]
+pub(crate) struct Outgoing {
+    bytes: Bytes,
+    /// The read epoch of the shared chunk `bytes` is a slice of, or `None`
+    /// for a buffer of its own.
+    chunk: Option<u64>,
+}
+
+impl Outgoing {
+    /// An event that is a slice of the shared [`READ_CHUNK`] buffer of read
+    /// `epoch`.
+    pub(crate) fn in_chunk(bytes: Bytes, epoch: u64) -> Self {
+        Outgoing {
+            bytes,
+            chunk: Some(epoch),
+        }
+    }
+
+    /// An event in a buffer of its own (a copy, or a frame read into a buffer
+    /// of its own size).
+    pub(crate) fn owned(bytes: Bytes) -> Self {
+        Outgoing { bytes, chunk: None }
+    }
+
+    /// The encoded event.
+    pub(crate) fn bytes(&self) -> &Bytes {
+        &self.bytes
+    }
+
+    /// The read epoch of a small event that could be queued as a slice.
+    fn small_slice_epoch(&self) -> Option<u64> {
+        self.chunk.filter(|_| self.bytes.len() < COPY_BELOW)
+    }
+
+    /// The bytes to queue and what they count for. A small slice is copied
+    /// out of its chunk unless `slice_ok` (the channel holds budget for the
+    /// chunk); the copy replaces the slice, so later channels share it.
+    fn for_queue(&mut self, slice_ok: bool) -> (&Bytes, usize) {
+        if self.small_slice_epoch().is_some() && !slice_ok {
+            self.bytes = Bytes::copy_from_slice(&self.bytes);
+            self.chunk = None;
+        }
+        let pinned = if self.chunk.is_some() && self.bytes.len() >= COPY_BELOW {
+            READ_CHUNK.max(self.bytes.len())
+        } else {
+            // A copy, a buffer of its own, or a small slice whose chunk the
+            // channel holds budget for.
+            self.bytes.len() + DELIVER_PREFIX_LEN
+        };
+        (&self.bytes, pinned + QUEUED_OVERHEAD)
+    }
+}
 
 /// An event waiting in a channel's queue.
 #[derive(Debug)]
@@ -58,6 +147,11 @@ pub(crate) struct Channel {
     scheduled: Cell<bool>,
     /// The connection it delivers on.
     pub outbox: Rc<Outbox>,
+    /// The router-wide budget its queued bytes are charged to.
+    budget: Rc<MemoryBudget>,
+    /// The read epoch whose chunk this queue's small slices come from; while
+    /// set, the channel holds [`READ_CHUNK`] of the budget for that chunk.
+    pinned: Cell<Option<u64>>,
 }
 
 /// What [`Channel::offer`] did with an event.
@@ -82,6 +176,7 @@ impl Channel {
         pattern: String,
         queue: BoundedQueue<Queued>,
         outbox: Rc<Outbox>,
+        budget: Rc<MemoryBudget>,
     ) -> Self {
         Channel {
             sub,
@@ -93,41 +188,103 @@ impl Channel {
             reject_reported: Cell::new(false),
             scheduled: Cell::new(false),
             outbox,
+            budget,
+            pinned: Cell::new(None),
         }
     }
 
-    /// Queues `event` (a shared reference, not a copy), to be dropped if
-    /// still queued at `deadline`, and wakes the writer.
-    pub(crate) fn offer(self: &Rc<Self>, event: &Bytes, deadline: u64) -> Offer {
+    /// Whether a small slice of read `epoch` may be queued as a slice: the
+    /// queue is empty (then the channel takes budget for the chunk) or holds
+    /// slices of that same read only.
+    fn may_pin(&self, epoch: u64) -> bool {
+        match self.pinned.get() {
+            Some(e) => e == epoch,
+            None if self.queue.borrow().is_empty() && self.budget.try_reserve(READ_CHUNK) => {
+                self.pinned.set(Some(epoch));
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Gives back the budget held for a pinned chunk (the queue is empty).
+    fn unpin(&self) {
+        if self.pinned.take().is_some() {
+            self.budget.release(READ_CHUNK);
+        }
+    }
+
+    /// Queues `event` (shared with the other channels that get it, see
+    /// [`Outgoing`]), to be dropped if still queued at `deadline`, and wakes
+    /// the writer. The queue may use at most the memory budget's free room;
+    /// beyond it the discard policy applies as at the queue's own bound.
+    pub(crate) fn offer(self: &Rc<Self>, event: &mut Outgoing, deadline: u64) -> Offer {
+        let slice_ok = event.small_slice_epoch().is_some_and(|e| self.may_pin(e));
+        let (bytes, size) = event.for_queue(slice_ok);
         let queued = Queued {
-            event: event.clone(),
+            event: bytes.clone(),
             deadline,
         };
-        let pushed = self
-            .queue
-            .borrow_mut()
-            .push(queued, event.len() + DELIVER_PREFIX_LEN);
+        let room = self.budget.room();
+        let mut q = self.queue.borrow_mut();
+        let before = q.bytes();
+        let pushed = q.push_within(queued, size, room);
+        let after = q.bytes();
+        drop(q);
+        if after >= before {
+            self.budget.charge(after - before);
+        } else {
+            self.budget.release(before - after);
+        }
+        if room < size && !matches!(pushed, Pushed::Queued { dropped: 0 }) {
+            self.budget.note_discard();
+        }
         match pushed {
             Pushed::Queued { .. } => {
                 self.reject_reported.set(false);
                 if !self.scheduled.replace(true) {
-                    self.outbox.ready.borrow_mut().push_back(self.clone());
+                    self.outbox
+                        .ready
+                        .borrow_mut()
+                        .push_back(Rc::downgrade(self));
                     self.outbox.notify.notify_one();
                 }
                 Offer::Queued
             }
-            Pushed::DroppedNewest(_) => Offer::Dropped,
+            Pushed::DroppedNewest(_) | Pushed::Rejected(_) if self.queue.borrow().is_empty() => {
+                // Nothing queued after all: nothing pinned.
+                self.unpin();
+                self.refused(pushed)
+            }
+            other => self.refused(other),
+        }
+    }
+
+    fn refused(&self, pushed: Pushed<Queued>) -> Offer {
+        match pushed {
             Pushed::Rejected(_) => Offer::Rejected {
                 report: !self.reject_reported.replace(true),
             },
+            _ => Offer::Dropped,
         }
+    }
+}
+
+impl Drop for Channel {
+    /// Gives the queued events' bytes (and a pinned chunk's) back to the
+    /// memory budget; the events themselves are freed with the queue.
+    fn drop(&mut self) {
+        self.budget.release(self.queue.get_mut().bytes());
+        self.unpin();
     }
 }
 
 /// A connection's outgoing side: control frames plus channels with events.
 #[derive(Debug, Default)]
 pub(crate) struct Outbox {
-    ready: RefCell<VecDeque<Rc<Channel>>>,
+    /// Channels with queued events, held weakly: a channel dropped from the
+    /// router's tables is skipped here (see the module doc).
+    ready: RefCell<VecDeque<Weak<Channel>>>,
     control: RefCell<BytesMut>,
     notify: Notify,
     /// Set when the connection is closing: the writer flushes and stops.
@@ -201,8 +358,11 @@ impl Outbox {
         // can expire.
         let mut now = None;
         while bodies.len() < BATCH_EVENTS && total < BATCH_BYTES {
-            let Some(ch) = ready.pop_front() else { break };
+            let Some(weak) = ready.pop_front() else { break };
+            // A channel that was dropped meanwhile took its queue with it.
+            let Some(ch) = weak.upgrade() else { continue };
             let mut q = ch.queue.borrow_mut();
+            let before = q.bytes();
             let (mut taken, mut expired) = (0u64, 0u64);
             while taken < PER_CHANNEL_TURN as u64
                 && bodies.len() < BATCH_EVENTS
@@ -222,12 +382,14 @@ impl Outbox {
             }
             ch.delivered.set(ch.delivered.get() + taken);
             ch.expired.set(ch.expired.get() + expired);
+            ch.budget.release(before - q.bytes());
             let empty = q.is_empty();
             drop(q);
             if empty {
                 ch.scheduled.set(false);
+                ch.unpin();
             } else {
-                ready.push_back(ch);
+                ready.push_back(weak);
             }
         }
     }
@@ -245,4 +407,135 @@ async fn write_all_vectored<W: AsyncWrite + Unpin>(
         IoSlice::advance_slices(&mut slices, n);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tagwire_core::queue::DiscardPolicy;
+
+    fn channel(budget: &Rc<MemoryBudget>) -> (Rc<Outbox>, Rc<Channel>) {
+        let outbox = Rc::new(Outbox::default());
+        let queue = BoundedQueue::with_byte_limit(1 << 20, 1 << 30, DiscardPolicy::DropOldest);
+        let ch = Rc::new(Channel::new(
+            1,
+            "/sub".into(),
+            "/**".into(),
+            queue,
+            outbox.clone(),
+            budget.clone(),
+        ));
+        (outbox, ch)
+    }
+
+    #[test]
+    fn a_dropped_channel_frees_its_queue_although_its_outbox_lists_it() {
+        let budget = Rc::new(MemoryBudget::new(1 << 30));
+        let (outbox, ch) = channel(&budget);
+        let chunk = Bytes::from(vec![7u8; READ_CHUNK]);
+        for _ in 0..10 {
+            let mut ev = Outgoing::in_chunk(chunk.slice(0..40_000), 1);
+            assert_eq!(ch.offer(&mut ev, NEVER), Offer::Queued);
+        }
+        assert!(budget.used() > 0);
+        assert_eq!(outbox.ready.borrow().len(), 1, "scheduled on its outbox");
+        let weak = Rc::downgrade(&ch);
+        // The router's tables let go of the channel (its subscriber left).
+        drop(ch);
+        assert!(
+            weak.upgrade().is_none(),
+            "the outbox does not keep it alive"
+        );
+        assert_eq!(budget.used(), 0, "its queued bytes are given back");
+        // The outbox's (dead) entry is skipped by the writer.
+        let (mut bodies, mut prefixes) = (Vec::new(), Vec::new());
+        outbox.gather(&mut bodies, &mut prefixes, 0);
+        assert!(bodies.is_empty());
+        assert_eq!(Rc::strong_count(&outbox), 1);
+    }
+
+    #[test]
+    fn a_small_event_to_a_queue_that_keeps_up_stays_a_slice_and_holds_one_chunk() {
+        let budget = Rc::new(MemoryBudget::new(1 << 30));
+        let (outbox, a) = channel(&budget);
+        let chunk = Bytes::from(vec![7u8; READ_CHUNK]);
+        for i in 0..10 {
+            let mut ev = Outgoing::in_chunk(chunk.slice(i * 44..(i + 1) * 44), 1);
+            a.offer(&mut ev, NEVER);
+        }
+        let per_event = 44 + DELIVER_PREFIX_LEN + QUEUED_OVERHEAD;
+        {
+            let q = a.queue.borrow();
+            let first = &q.iter().next().expect("queued").event;
+            assert_eq!(first.as_ptr(), chunk.as_ptr(), "a slice, not a copy");
+            assert_eq!(q.bytes(), 10 * per_event);
+        }
+        assert_eq!(budget.used(), 10 * per_event + READ_CHUNK, "plus the chunk");
+        let (mut bodies, mut prefixes) = (Vec::new(), Vec::new());
+        outbox.gather(&mut bodies, &mut prefixes, 0);
+        assert_eq!(bodies.len(), 10);
+        assert_eq!(budget.used(), 0, "an empty queue pins nothing");
+    }
+
+    #[test]
+    fn a_small_event_to_queues_that_are_behind_is_copied_once_for_all_of_them() {
+        let budget = Rc::new(MemoryBudget::new(1 << 30));
+        let (_o1, a) = channel(&budget);
+        let (_o2, b) = channel(&budget);
+        let old = Bytes::from(vec![1u8; READ_CHUNK]);
+        // Both hold an event of an earlier read (epoch 1): they are behind.
+        a.offer(&mut Outgoing::in_chunk(old.slice(0..44), 1), NEVER);
+        b.offer(&mut Outgoing::in_chunk(old.slice(0..44), 1), NEVER);
+        let chunk = Bytes::from(vec![7u8; READ_CHUNK]);
+        let range = chunk.as_ptr_range();
+        let mut ev = Outgoing::in_chunk(chunk.slice(100..144), 2);
+        a.offer(&mut ev, NEVER);
+        b.offer(&mut ev, NEVER);
+        let qa = a.queue.borrow();
+        let qb = b.queue.borrow();
+        let ea = &qa.iter().nth(1).expect("queued").event;
+        let eb = &qb.iter().nth(1).expect("queued").event;
+        assert!(
+            !range.contains(&ea.as_ptr()),
+            "not a slice of the new chunk"
+        );
+        assert_eq!(ea.as_ptr(), eb.as_ptr(), "one copy shared by both channels");
+        let per_event = 44 + DELIVER_PREFIX_LEN + QUEUED_OVERHEAD;
+        assert_eq!(qa.bytes(), 2 * per_event);
+        assert_eq!(budget.used(), 2 * (2 * per_event + READ_CHUNK));
+    }
+
+    #[test]
+    fn a_large_event_stays_in_its_chunk_and_is_counted_at_the_chunk() {
+        let budget = Rc::new(MemoryBudget::new(1 << 30));
+        let (_o, a) = channel(&budget);
+        let chunk = Bytes::from(vec![7u8; READ_CHUNK]);
+        let mut ev = Outgoing::in_chunk(chunk.slice(0..COPY_BELOW), 1);
+        a.offer(&mut ev, NEVER);
+        let q = a.queue.borrow();
+        assert_eq!(
+            q.iter().next().expect("queued").event.as_ptr(),
+            chunk.as_ptr()
+        );
+        assert_eq!(q.bytes(), READ_CHUNK + QUEUED_OVERHEAD);
+    }
+
+    #[test]
+    fn queues_stop_at_the_memory_budget_with_their_discard_policy() {
+        let per_event = 1000 + DELIVER_PREFIX_LEN + QUEUED_OVERHEAD;
+        let budget = Rc::new(MemoryBudget::new(3 * per_event));
+        let (_o1, a) = channel(&budget);
+        let (_o2, b) = channel(&budget);
+        let ev = || Outgoing::owned(Bytes::from(vec![1u8; 1000]));
+        for _ in 0..3 {
+            assert_eq!(a.offer(&mut ev(), NEVER), Offer::Queued);
+        }
+        // b has nothing to drop: the event is dropped and counted.
+        assert_eq!(b.offer(&mut ev(), NEVER), Offer::Dropped);
+        // a (drop_oldest) makes room from its own queue.
+        assert_eq!(a.offer(&mut ev(), NEVER), Offer::Queued);
+        assert_eq!(a.queue.borrow().dropped(), 1);
+        assert_eq!(budget.used(), 3 * per_event);
+        assert_eq!(budget.discards(), 2);
+    }
 }

@@ -4,6 +4,7 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -98,6 +99,51 @@ pub struct Limits {
     /// Endpoint names held in reservation at once; past it the oldest
     /// reservation is forgotten.
     pub max_reservations: usize,
+    /// The router-wide memory budget, bytes: read buffers grown for frames
+    /// larger than the 64 KiB read chunk plus every subscriber queue's bytes
+    /// (counted at what they keep alive). A connection whose next frame would
+    /// pass it gets `LimitReached` and is closed; an event that would pass it
+    /// gets its channel's discard policy. The daemon never aborts on it.
+    pub max_buffered_bytes: usize,
+    /// Connections accepted but not yet through the handshake; further ones
+    /// get `LimitReached` and are closed. They do not count toward
+    /// [`Limits::max_connections`], which bounds established connections.
+    pub max_pending_handshakes: usize,
+    /// Time a new connection has to complete its handshake before it is
+    /// closed (an `Error` with `HandshakeRequired` says so). TOML: seconds,
+    /// fractions allowed.
+    #[serde(with = "seconds")]
+    pub handshake_timeout: Duration,
+    /// Silence after which the router pings an established connection; if
+    /// the peer still sends nothing for as long again, it is closed. TOML:
+    /// seconds, fractions allowed.
+    #[serde(with = "seconds")]
+    pub idle_timeout: Duration,
+    /// Protocol errors (malformed or unknown frames, publishing on an
+    /// undeclared endpoint, bad tags, ...) one connection may cause; at the
+    /// bound it gets a last `Error` saying so and is closed.
+    pub max_protocol_errors: u32,
+}
+
+/// `Duration` as (fractional) seconds in TOML, within 1 ms ..= 1 day.
+mod seconds {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(d.as_secs_f64())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let secs = f64::deserialize(d)?;
+        if !(0.001..=86_400.0).contains(&secs) {
+            return Err(serde::de::Error::custom(format!(
+                "{secs} seconds is outside 0.001..=86400"
+            )));
+        }
+        Ok(Duration::from_secs_f64(secs))
+    }
 }
 
 impl Default for Limits {
@@ -119,6 +165,11 @@ impl Default for Limits {
             max_subscriptions_per_identity: 250_000,
             endpoint_reservation_secs: 30,
             max_reservations: 100_000,
+            max_buffered_bytes: 1024 * 1024 * 1024,
+            max_pending_handshakes: 256,
+            handshake_timeout: Duration::from_secs(5),
+            idle_timeout: Duration::from_secs(60),
+            max_protocol_errors: 64,
         }
     }
 }
@@ -223,6 +274,18 @@ impl RouterConfig {
                 tagwire_proto::limits::HARD_MAX_FRAME
             ))
         })?;
+        let l = &self.limits;
+        if l.max_buffered_bytes < l.max_frame as usize {
+            return Err(ConfigError::Invalid(format!(
+                "limits.max_buffered_bytes = {} is smaller than limits.max_frame = {}: no large frame could ever be read",
+                l.max_buffered_bytes, l.max_frame
+            )));
+        }
+        if l.max_pending_handshakes == 0 || l.max_connections == 0 || l.max_protocol_errors == 0 {
+            return Err(ConfigError::Invalid(
+                "limits.max_pending_handshakes, limits.max_connections and limits.max_protocol_errors must be at least 1".into(),
+            ));
+        }
         if self.tcp.is_none() && self.unix.is_none() {
             return Err(ConfigError::Invalid("no listener: set tcp or unix".into()));
         }
@@ -288,5 +351,23 @@ mod tests {
         let e =
             RouterConfig::from_toml("[tls]\ncert = \"a.pem\"\n", Path::new("x.toml")).unwrap_err();
         assert!(e.to_string().contains("key"), "{e}");
+    }
+
+    #[test]
+    fn timeouts_are_seconds_with_fractions_and_out_of_range_values_are_named() {
+        let c = RouterConfig::from_toml(
+            "[limits]\nhandshake_timeout = 0.25\nidle_timeout = 30\n",
+            Path::new("x.toml"),
+        )
+        .expect("valid config");
+        assert_eq!(c.limits.handshake_timeout, Duration::from_millis(250));
+        assert_eq!(c.limits.idle_timeout, Duration::from_secs(30));
+        let e = RouterConfig::from_toml("[limits]\nidle_timeout = -1\n", Path::new("x.toml"))
+            .unwrap_err();
+        assert!(e.to_string().contains("idle_timeout"), "{e}");
+        let e =
+            RouterConfig::from_toml("[limits]\nmax_buffered_bytes = 1000\n", Path::new("x.toml"))
+                .unwrap_err();
+        assert!(e.to_string().contains("max_buffered_bytes"), "{e}");
     }
 }

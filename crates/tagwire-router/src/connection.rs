@@ -6,34 +6,49 @@
 //! split into frames any more (oversized or zero length) gets an `Error` and
 //! is closed. Nothing here panics on peer input.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use tagwire_core::filter::FilterList;
 use tagwire_core::qos::ChannelQos;
 use tagwire_core::queue::BoundedQueue;
 use tagwire_core::tags::{validate_tag, Pattern};
 use tagwire_proto::{
-    kind, EndpointKind, ErrorCode, EventRef, Frame, FrameDecoder, StreamError,
+    kind, EndpointKind, ErrorCode, EventRef, Frame, FrameDecoder, StreamError, FRAME_HEADER_LEN,
     MIN_PROTOCOL_VERSION, PROTOCOL_VERSION, SESSION_ID_LEN,
 };
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
+use tokio::sync::Notify;
+use tokio::time::Instant;
 
+use crate::admission::{truncate, ConnLog, LogLine};
 use crate::auth::{Rights, Transport};
-use crate::channel::{Channel, Outbox};
+use crate::channel::{Channel, Outbox, Outgoing, READ_CHUNK};
 use crate::config::Limits;
 use crate::dispatch::deliver;
 use crate::filters::{op_name, FilterInfo, FilterLevel, FilterRecord, SourceFilters};
+use crate::read_buffer::ReadBuffer;
 use crate::state::{ConnEntry, Reservation, State};
 use crate::timing::{deadline, expired, now_ns};
 
 /// How long a closing connection's writer may take to flush its last frames.
 const CLOSE_GRACE: Duration = Duration::from_secs(1);
-/// Read buffer growth step.
-const READ_CHUNK: usize = 64 * 1024;
+
+/// Whether an error is the peer's protocol mistake (counted toward
+/// `limits.max_protocol_errors`) rather than a refusal for want of room
+/// (`QueueFull`, `LimitReached`) or the router's own state.
+fn is_protocol_error(code: ErrorCode) -> bool {
+    !matches!(
+        code,
+        ErrorCode::QueueFull
+            | ErrorCode::LimitReached
+            | ErrorCode::ShuttingDown
+            | ErrorCode::Internal
+    )
+}
 
 struct Endpoint {
     name: Rc<str>,
@@ -63,6 +78,12 @@ struct Conn {
     /// Whether the peer said `Close`: its endpoint names are then released,
     /// not reserved.
     closed_cleanly: bool,
+    /// `limits.max_protocol_errors`.
+    max_protocol_errors: u32,
+    /// Protocol errors so far.
+    protocol_errors: Cell<u32>,
+    /// Rate limit on this connection's error log lines.
+    log: ConnLog,
 }
 
 /// A compiled `filter` or `map` subscription property.
@@ -78,6 +99,13 @@ enum Next {
 }
 
 /// Serves one accepted connection until it closes. `peer` is for logs.
+///
+/// The read loop enforces the connection's time and memory bounds: the
+/// handshake must complete within `limits.handshake_timeout`; an established
+/// connection that sends nothing for `limits.idle_timeout` gets a `Ping`,
+/// and is closed if it still sends nothing for as long again; the read
+/// buffer grows for a large frame only within the memory budget
+/// ([`ReadBuffer`]); and `limits.max_protocol_errors` bad frames close it.
 pub(crate) async fn serve<R, W>(
     state: Rc<RefCell<State>>,
     peer: String,
@@ -89,16 +117,19 @@ pub(crate) async fn serve<R, W>(
     W: AsyncWrite + Unpin + 'static,
 {
     let outbox = Rc::new(Outbox::default());
-    let admitted = register(&state, &peer, &outbox);
-    let Ok((id, limits)) = admitted else {
-        // Over the connection limit: say so, flush, and close.
-        let _ = tokio::time::timeout(CLOSE_GRACE, outbox.run_writer(writer)).await;
-        return;
+    let (id, limits, evict) = register(&state, &peer, &outbox);
+    let slot = Slot {
+        id,
+        state: state.clone(),
+        established: Cell::new(false),
     };
     tracing::debug!(conn = id, %peer, "connection opened");
     let writer_box = outbox.clone();
-    let writer_task = tokio::task::spawn_local(async move { writer_box.run_writer(writer).await });
+    let mut writer_task =
+        tokio::task::spawn_local(async move { writer_box.run_writer(writer).await });
 
+    let memory = state.borrow().memory.clone();
+    let budget = memory.clone();
     let mut conn = Conn {
         id,
         state: state.clone(),
@@ -112,33 +143,125 @@ pub(crate) async fn serve<R, W>(
         rights: Rights::default(),
         session: [0; SESSION_ID_LEN],
         closed_cleanly: false,
+        max_protocol_errors: limits.max_protocol_errors,
+        protocol_errors: Cell::new(0),
+        log: ConnLog::default(),
     };
-    // Until the handshake, only a Hello-sized frame is accepted, so a peer
-    // that has not said Hello cannot make the router reserve a large buffer.
+    // Until the handshake, only a Hello-sized frame is accepted and read into
+    // a Hello-sized buffer, so a peer that has not said Hello cannot make the
+    // router reserve a large buffer.
     let mut decoder = FrameDecoder::new(tagwire_proto::limits::MIN_MAX_FRAME);
-    let mut buf = BytesMut::with_capacity(READ_CHUNK);
+    let mut rb = ReadBuffer::new(
+        tagwire_proto::limits::MIN_MAX_FRAME as usize + FRAME_HEADER_LEN,
+        budget,
+    );
+    let handshake_deadline = Instant::now() + limits.handshake_timeout;
+    let mut last_heard = Instant::now();
+    let mut pinged = false;
     'read: loop {
-        if buf.capacity() - buf.len() < READ_CHUNK / 4 {
-            buf.reserve(READ_CHUNK);
+        if let Err(e) = rb.make_room(decoder.max_frame()) {
+            conn.fail(ErrorCode::LimitReached, 0, e.to_string());
+            break;
         }
-        match reader.read_buf(&mut buf).await {
-            Ok(0) => {
-                if !buf.is_empty() {
-                    tracing::warn!(conn = id, %peer, "connection closed in the middle of a frame ({} bytes pending)", buf.len());
+        let deadline = if !conn.welcomed {
+            handshake_deadline
+        } else if pinged {
+            last_heard + 2 * limits.idle_timeout
+        } else {
+            last_heard + limits.idle_timeout
+        };
+        let read = tokio::select! {
+            r = tokio::time::timeout_at(deadline, reader.read_buf(&mut rb.buf)) => r,
+            () = evict.notified(), if !conn.welcomed => {
+                conn.fail(
+                    ErrorCode::LimitReached,
+                    0,
+                    format!(
+                        "closed to make room: {} newer connections are waiting for their handshake (limits.max_pending_handshakes)",
+                        limits.max_pending_handshakes
+                    ),
+                );
+                break;
+            }
+        };
+        match read {
+            Ok(Ok(0)) => {
+                if !rb.buf.is_empty() {
+                    conn.warn(format!(
+                        "connection closed in the middle of a frame ({} bytes pending)",
+                        rb.buf.len()
+                    ));
                 }
                 break;
             }
-            Ok(_) => {}
-            Err(e) => {
+            Ok(Ok(_)) => {
+                last_heard = Instant::now();
+                pinged = false;
+            }
+            Ok(Err(e)) => {
                 tracing::debug!(conn = id, %peer, "read error: {e}");
                 break;
             }
+            Err(_) if !conn.welcomed => {
+                conn.fail(
+                    ErrorCode::HandshakeRequired,
+                    0,
+                    format!(
+                        "no Hello within {:?} (limits.handshake_timeout); closing the connection",
+                        limits.handshake_timeout
+                    ),
+                );
+                break;
+            }
+            Err(_) if pinged => {
+                conn.fail(
+                    ErrorCode::LimitReached,
+                    0,
+                    format!(
+                        "nothing received for {:?}, Ping unanswered (limits.idle_timeout = {:?}); closing the connection",
+                        2 * limits.idle_timeout,
+                        limits.idle_timeout
+                    ),
+                );
+                break;
+            }
+            Err(_) => {
+                pinged = true;
+                if let Next::Close = conn.reply(Frame::Ping { nonce: id }) {
+                    break;
+                }
+                continue;
+            }
         }
-        loop {
-            match decoder.next_raw(&mut buf) {
+        let epoch = memory.next_epoch();
+        // Split complete frames; stop at one whose bytes are still coming
+        // (the next make_room grows the buffer for it, within the budget).
+        while rb.incomplete_frame(decoder.max_frame()).is_none() {
+            match decoder.next_raw(&mut rb.buf) {
                 Ok(Some((k, body))) => {
-                    if let Next::Close = conn.handle(k, body, &mut decoder) {
+                    // Which read buffer the frame lives in: its own, or the
+                    // shared chunk of this read (see `Outgoing`).
+                    let chunk = if rb.is_large(body.len() + FRAME_HEADER_LEN) {
+                        None
+                    } else {
+                        Some(epoch)
+                    };
+                    rb.frame_taken();
+                    let welcomed = conn.welcomed;
+                    if !welcomed && k == kind::HELLO {
+                        // The per-identity limit is checked in `handshake`,
+                        // once the credentials name the identity.
+                        if let Err(message) = slot.check_room() {
+                            conn.fail(ErrorCode::LimitReached, 0, message);
+                            break 'read;
+                        }
+                    }
+                    if let Next::Close = conn.handle(k, body, chunk, &mut decoder) {
                         break 'read;
+                    }
+                    if !welcomed && conn.welcomed {
+                        slot.establish();
+                        rb.set_chunk(READ_CHUNK);
                     }
                 }
                 Ok(None) => break,
@@ -159,41 +282,85 @@ pub(crate) async fn serve<R, W>(
         // burst from one publisher does not overrun fast subscribers' queues.
         tokio::task::yield_now().await;
     }
-    conn.cleanup();
-    outbox.close();
-    match tokio::time::timeout(CLOSE_GRACE, writer_task).await {
-        Ok(_) => {}
-        Err(_) => tracing::debug!(
-            conn = id,
-            "writer did not flush within {:?}; dropping it",
-            CLOSE_GRACE
-        ),
+    if let Some((n, last)) = conn.log.take_unreported() {
+        conn.warn(format!(
+            "{n} more errors on this connection were not logged (last: {last})"
+        ));
     }
+    conn.cleanup();
+    drop(rb);
+    outbox.close();
+    if tokio::time::timeout(CLOSE_GRACE, &mut writer_task)
+        .await
+        .is_err()
+    {
+        // A peer that does not read must not keep its writer (and what it
+        // holds) alive.
+        writer_task.abort();
+        tracing::debug!(
+            conn = id,
+            "writer did not flush within {:?}; dropped it",
+            CLOSE_GRACE
+        );
+    }
+    drop(slot);
     tracing::debug!(conn = id, %peer, "connection closed");
 }
 
-/// Adds a connection to the router's table, or queues a `LimitReached`
-/// refusal on `outbox` (and closes it) when the table is full.
-fn register(state: &RefCell<State>, peer: &str, outbox: &Rc<Outbox>) -> Result<(u64, Limits), ()> {
+/// A connection's place in the admission counts; given back on drop.
+struct Slot {
+    id: u64,
+    state: Rc<RefCell<State>>,
+    established: Cell<bool>,
+}
+
+impl Slot {
+    /// Whether an established connection may be added (checked on `Hello`).
+    fn check_room(&self) -> Result<(), String> {
+        let st = self.state.borrow();
+        let max = st.config.limits.max_connections;
+        if st.admission.established >= max {
+            tracing::warn!("refusing a handshake: {max} connections already established");
+            return Err(format!(
+                "connection limit reached ({max} established connections, limits.max_connections)"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Moves the connection from pending to established.
+    fn establish(&self) {
+        if !self.established.replace(true) {
+            let mut st = self.state.borrow_mut();
+            st.admission.remove_pending(self.id);
+            st.admission.established += 1;
+        }
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut st = self.state.borrow_mut();
+        if self.established.get() {
+            st.admission.established -= 1;
+        } else {
+            st.admission.remove_pending(self.id);
+        }
+    }
+}
+
+/// Adds a connection to the router's table as pending its handshake. When
+/// `limits.max_pending_handshakes` connections are pending already, the one
+/// that has waited longest is told to close to make room. Returns the
+/// connection's id, the limits, and the signal that it must close.
+fn register(state: &RefCell<State>, peer: &str, outbox: &Rc<Outbox>) -> (u64, Limits, Rc<Notify>) {
     let mut st = state.borrow_mut();
     let limits = st.config.limits.clone();
-    if st.connections.len() >= limits.max_connections {
-        tracing::warn!(%peer, "refusing connection: {} connections already open", limits.max_connections);
-        outbox.send(
-            &Frame::Error {
-                req: 0,
-                code: ErrorCode::LimitReached,
-                message: format!(
-                    "connection limit reached ({} connections)",
-                    limits.max_connections
-                ),
-            },
-            usize::MAX,
-        );
-        outbox.close();
-        return Err(());
-    }
     let id = st.next_connection_id();
+    let (evict, evicted) = st.admission.add_pending(id, limits.max_pending_handshakes);
+    if evicted && st.admission.log.allow(std::time::Instant::now()) {
+        tracing::warn!(%peer, "{} connections waiting for their handshake: closing the oldest to make room", limits.max_pending_handshakes);
+    }
     st.connections.insert(
         id,
         ConnEntry {
@@ -204,14 +371,54 @@ fn register(state: &RefCell<State>, peer: &str, outbox: &Rc<Outbox>) -> Result<(
             session: [0; SESSION_ID_LEN],
         },
     );
-    Ok((id, limits))
+    (id, limits, evict)
 }
 
 impl Conn {
-    /// Sends an error frame and logs it.
+    /// Sends an error frame and logs it (rate-limited). A protocol error
+    /// counts toward `limits.max_protocol_errors`; at the bound a last
+    /// `Error` says so and the connection closes.
     fn fail(&self, code: ErrorCode, req: u32, message: String) -> Next {
-        tracing::warn!(conn = self.id, ?code, "{message}");
-        self.reply(Frame::Error { req, code, message })
+        match self.log.note(&message, std::time::Instant::now()) {
+            LogLine::Full => self.warn(format!("{code:?}: {message}")),
+            LogLine::Summary(n) => self.warn(format!(
+                "{n} errors on this connection not logged since the last summary (latest: {code:?}: {})",
+                truncate(&message, 200)
+            )),
+            LogLine::Nothing => {}
+        }
+        let next = self.reply(Frame::Error { req, code, message });
+        if !is_protocol_error(code) {
+            return next;
+        }
+        let n = self.protocol_errors.get() + 1;
+        self.protocol_errors.set(n);
+        if n < self.max_protocol_errors {
+            return next;
+        }
+        let message = format!(
+            "{n} protocol errors on this connection (limits.max_protocol_errors); closing the connection"
+        );
+        self.warn(message.clone());
+        let _ = self.reply(Frame::Error {
+            req: 0,
+            code: ErrorCode::LimitReached,
+            message,
+        });
+        Next::Close
+    }
+
+    /// A peer-caused warning, within the router-wide log rate limit.
+    fn warn(&self, message: String) {
+        if self
+            .state
+            .borrow()
+            .admission
+            .log
+            .allow(std::time::Instant::now())
+        {
+            tracing::warn!(conn = self.id, "{message}");
+        }
     }
 
     fn reply(&self, frame: Frame) -> Next {
@@ -227,9 +434,17 @@ impl Conn {
         }
     }
 
-    fn handle(&mut self, k: u8, body: Bytes, decoder: &mut FrameDecoder) -> Next {
+    /// Handles one frame; `chunk` is the read epoch of the shared chunk it
+    /// was read into, or `None` for a buffer of its own (see [`ReadBuffer`]).
+    fn handle(
+        &mut self,
+        k: u8,
+        body: Bytes,
+        chunk: Option<u64>,
+        decoder: &mut FrameDecoder,
+    ) -> Next {
         if k == kind::PUBLISH && self.welcomed {
-            return self.publish(body);
+            return self.publish(body, chunk);
         }
         let frame = match Frame::decode(k, body) {
             Ok(f) => f,
@@ -573,6 +788,7 @@ impl Conn {
             pattern.to_owned(),
             queue,
             self.outbox.clone(),
+            st.memory.clone(),
         ));
         let global = (self.id << 32) | sub as u64;
         let mut filters = Vec::new();
@@ -619,8 +835,8 @@ impl Conn {
     }
 
     /// The hot path: check an event, then hand it (by reference) to every
-    /// matching channel.
-    fn publish(&mut self, body: Bytes) -> Next {
+    /// matching channel. `chunk`: as for [`Conn::handle`].
+    fn publish(&mut self, body: Bytes, chunk: Option<u64>) -> Next {
         if body.len() < 4 {
             return self.fail(
                 ErrorCode::Malformed,
@@ -693,7 +909,11 @@ impl Conn {
                 ),
             };
         }
-        let reject = deliver(&mut st, &event, &ev, deadline);
+        let mut outgoing = match chunk {
+            None => Outgoing::owned(event.clone()),
+            Some(epoch) => Outgoing::in_chunk(event.clone(), epoch),
+        };
+        let reject = deliver(&mut st, &mut outgoing, &ev, deadline);
         drop(st);
         match reject {
             Some(who) => self.fail(

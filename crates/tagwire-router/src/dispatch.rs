@@ -5,20 +5,21 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use tagwire_proto::EventRef;
 
-use crate::channel::Offer;
+use crate::channel::{Offer, Outgoing};
 use crate::filters::rewrite;
 use crate::state::State;
 use crate::timing::{deadline, deadline_of, expired, now_ns};
 
 /// Offers `event` (already checked, with its `deadline`) to every channel
-/// its routes give, applying mapping filters. Returns the subscribers whose
-/// full `reject` queue refused it and should be reported to the publisher.
+/// its routes give, applying mapping filters. A small event read into a
+/// shared chunk is copied once, when the first channel queues it (see
+/// [`Outgoing`]). Returns the subscribers whose full `reject` queue refused
+/// it and should be reported to the publisher.
 pub(crate) fn deliver(
     st: &mut State,
-    event: &Bytes,
+    event: &mut Outgoing,
     ev: &EventRef<'_>,
     deadline: u64,
 ) -> Option<Vec<String>> {
@@ -28,7 +29,7 @@ pub(crate) fn deliver(
         let offer = if overrides.is_empty() {
             ch.offer(event, deadline)
         } else {
-            let copy = rewrite(event, overrides).and_then(|copy| {
+            let copy = rewrite(event.bytes(), overrides).and_then(|copy| {
                 let d = deadline_of(&copy)?;
                 Some((copy, d))
             });
@@ -37,7 +38,7 @@ pub(crate) fn deliver(
                     expired_by_mapping += 1;
                     return;
                 }
-                Some((copy, d)) => ch.offer(&copy, d),
+                Some((copy, d)) => ch.offer(&mut Outgoing::owned(copy), d),
                 None => ch.offer(event, deadline),
             }
         };
@@ -71,7 +72,7 @@ pub(crate) async fn release_deferred(state: Rc<RefCell<State>>) {
                 } else {
                     // A `reject` queue's refusal has nobody to tell by now;
                     // the queue counts it.
-                    let _ = deliver(&mut st, &event, &ev, d);
+                    let _ = deliver(&mut st, &mut Outgoing::owned(event.clone()), &ev, d);
                 }
             }
             st.deferred.next_due()

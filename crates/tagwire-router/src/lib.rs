@@ -26,7 +26,9 @@
 //! and shut it down.
 
 mod admin;
+mod admission;
 pub mod auth;
+mod budget;
 mod channel;
 pub mod config;
 mod connection;
@@ -34,6 +36,7 @@ mod dispatch;
 mod filters;
 mod lane;
 pub mod local;
+mod read_buffer;
 mod state;
 mod timing;
 pub mod tls;
@@ -48,7 +51,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 pub use admin::{
-    AdminRequest, ConnectionInfo, EndpointEntry, FilterInfo, FilterLevel, Listing,
+    AdminRequest, ConnectionInfo, EndpointEntry, FilterInfo, FilterLevel, Listing, MemoryInfo,
     SubscriptionInfo, TagInfo,
 };
 use auth::{Authenticator, Transport};

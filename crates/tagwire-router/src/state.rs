@@ -13,8 +13,10 @@ use tagwire_core::route::Routes;
 
 use serde::{Deserialize, Serialize};
 
-use crate::admin::{ConnectionInfo, EndpointEntry, Listing, SubscriptionInfo, TagInfo};
+use crate::admin::{ConnectionInfo, EndpointEntry, Listing, MemoryInfo, SubscriptionInfo, TagInfo};
+use crate::admission::Admission;
 use crate::auth::Authenticator;
+use crate::budget::MemoryBudget;
 use crate::channel::{Channel, Outbox};
 use crate::config::RouterConfig;
 use crate::filters::{FilterBook, SourceFilters};
@@ -82,6 +84,10 @@ pub(crate) struct State {
     pub usage: HashMap<Rc<str>, Usage>,
     /// Endpoint names reserved for the sessions that held them.
     pub reservations: HashMap<String, Reservation>,
+    /// The router-wide memory budget (`limits.max_buffered_bytes`).
+    pub memory: Rc<MemoryBudget>,
+    /// Connections before and after the handshake, and the log rate limit.
+    pub admission: Admission,
     next_conn: u64,
 }
 
@@ -93,6 +99,7 @@ impl State {
             config.limits.max_deferred_bytes,
         );
         let filters = FilterBook::default();
+        let memory = Rc::new(MemoryBudget::new(config.limits.max_buffered_bytes));
         State {
             config,
             routes: Routes::new(filters.limits.clone()),
@@ -110,6 +117,8 @@ impl State {
             auth,
             usage: HashMap::new(),
             reservations: HashMap::new(),
+            memory,
+            admission: Admission::default(),
             next_conn: 1,
         }
     }
@@ -322,6 +331,12 @@ impl State {
             expired: self.expired,
             filtered_at_source: self.filtered_at_source,
             deferred: self.deferred.len(),
+            memory: MemoryInfo {
+                buffered_bytes: self.memory.used() as u64,
+                max_buffered_bytes: self.memory.max() as u64,
+                discarded_events: self.memory.discards(),
+                refused_connections: self.memory.refusals(),
+            },
         }
     }
 }

@@ -537,7 +537,17 @@ fn connections_over_the_limit_are_refused_with_limit_reached() {
     cfg.limits.max_connections = 1;
     let h = Router::start(cfg).expect("router");
     let mut first = Raw::hello(&h);
+    // The limit counts established connections: refused at its Hello.
     let mut second = Raw::connect(&h);
+    let port = h.tcp_addr().expect("tcp").port();
+    second.send(&Frame::Hello {
+        version: PROTOCOL_VERSION,
+        max_frame: 1 << 20,
+        name: "second".into(),
+        token: tagwire_router::local::read_token(&tagwire_router::local::token_path(port))
+            .expect("local token"),
+        session: [0; 16],
+    });
     second.expect_error(ErrorCode::LimitReached, "connection limit");
     second.expect_closed();
     first.expect_alive();

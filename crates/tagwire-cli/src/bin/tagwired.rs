@@ -71,8 +71,12 @@ fn config(args: &Args) -> Result<RouterConfig, ConfigError> {
         cfg.name = n.clone();
     }
     if cfg.reservations_file.is_none() {
-        cfg.reservations_file =
-            Some(tagwire::router::local::runtime_dir().join("reservations.json"));
+        // One file per daemon: named after its TCP port when it has one.
+        let name = match cfg.tcp {
+            Some(a) => format!("reservations-{}.json", a.port()),
+            None => "reservations.json".into(),
+        };
+        cfg.reservations_file = Some(tagwire::router::local::runtime_dir().join(name));
     }
     if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
         let client_ca = cfg.tls.take().and_then(|t| t.client_ca);

@@ -23,8 +23,17 @@
 //!
 //! Either way the result is that of [`levels_pass`] on every channel whose
 //! pattern matches (a property test checks this).
+//!
+//! Work that is inherently proportional to a session's size can be done in
+//! bounded slices, so that a caller serving other traffic on the same thread
+//! never stalls for long: [`Routes::retire_session`] and
+//! [`Routes::retire_channel`] make channels unreachable at once and leave
+//! their removal, and the `queue_*` session-level changes leave the
+//! re-placement of the session's channels, to [`Routes::settle`], which does
+//! at most `budget` channels per call. Every other change costs O(1) (or
+//! the number of filters involved) per channel.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 
 use tagwire_proto::EventRef;
 
@@ -60,6 +69,7 @@ pub enum RouteError {
 #[derive(Debug, Clone)]
 struct ByTag<T> {
     id: ChannelId,
+    session: SessionId,
     /// Whether any filter (either level) or a mapping filter must be applied.
     judge: bool,
     value: T,
@@ -89,7 +99,59 @@ impl<T> Chan<T> {
 struct Session {
     admin: FilterList,
     op: InterFilterOp,
+    channels: HashSet<ChannelId>,
+}
+
+/// Work left for [`Routes::settle`].
+#[derive(Debug)]
+struct Pending<T> {
+    /// Retired channels removed early (their id or session id was used
+    /// again), still to hand back.
+    removed: Vec<(ChannelId, T)>,
+    /// Retired sessions and the channels of theirs still to remove.
+    sessions: VecDeque<(SessionId, Vec<ChannelId>)>,
+    /// Sessions retired, whose channels route nowhere any more.
+    gone_sessions: HashSet<SessionId>,
+    /// Channels retired one by one, still to remove (ids also in `gone`).
     channels: Vec<ChannelId>,
+    gone: HashSet<ChannelId>,
+    /// Sessions whose channels are still to be re-placed after a
+    /// session-level change; until then their channels found by tag are
+    /// judged (their filters evaluated) whatever their placement says.
+    replace: VecDeque<(SessionId, Vec<ChannelId>)>,
+    replacing: HashMap<SessionId, usize>,
+}
+
+impl<T> Default for Pending<T> {
+    fn default() -> Self {
+        Pending {
+            removed: Vec::new(),
+            sessions: VecDeque::new(),
+            gone_sessions: HashSet::new(),
+            channels: Vec::new(),
+            gone: HashSet::new(),
+            replace: VecDeque::new(),
+            replacing: HashMap::new(),
+        }
+    }
+}
+
+impl<T> Pending<T> {
+    fn is_empty(&self) -> bool {
+        self.removed.is_empty()
+            && self.sessions.is_empty()
+            && self.channels.is_empty()
+            && self.replace.is_empty()
+    }
+
+    /// Whether anything retired or being re-placed may affect routing.
+    fn affects_routing(&self) -> bool {
+        !self.gone_sessions.is_empty() || !self.gone.is_empty() || !self.replacing.is_empty()
+    }
+
+    fn is_gone(&self, id: ChannelId, session: SessionId) -> bool {
+        self.gone.contains(&id) || self.gone_sessions.contains(&session)
+    }
 }
 
 /// How one channel is found (shown by `tagwire list`).
@@ -142,6 +204,7 @@ pub struct Routes<T> {
     channels: HashMap<ChannelId, Chan<T>>,
     sessions: HashMap<SessionId, Session>,
     next_entry: u64,
+    pending: Pending<T>,
 }
 
 impl<T: Clone> Default for Routes<T> {
@@ -168,6 +231,7 @@ impl<T: Clone> Routes<T> {
             channels: HashMap::new(),
             sessions: HashMap::new(),
             next_entry: 0,
+            pending: Pending::default(),
             limits,
         }
     }
@@ -177,14 +241,15 @@ impl<T: Clone> Routes<T> {
         &self.limits
     }
 
-    /// Number of channels.
+    /// Number of channels, counting retired ones not yet handed back by
+    /// [`Routes::settle`].
     pub fn len(&self) -> usize {
-        self.channels.len()
+        self.channels.len() + self.pending.removed.len()
     }
 
     /// True when there are no channels.
     pub fn is_empty(&self) -> bool {
-        self.channels.is_empty()
+        self.len() == 0
     }
 
     /// How many channels are found each way.
@@ -200,9 +265,13 @@ impl<T: Clone> Routes<T> {
         s
     }
 
-    /// How channel `id` is found.
+    /// How channel `id` is found; `None` if it is unknown or retired.
     pub fn kind(&self, id: ChannelId) -> Option<RouteKind> {
-        self.channels.get(&id).map(|ch| self.kind_of(ch))
+        let ch = self.channels.get(&id)?;
+        if self.pending.is_gone(id, ch.session) {
+            return None;
+        }
+        Some(self.kind_of(ch))
     }
 
     fn kind_of(&self, ch: &Chan<T>) -> RouteKind {
@@ -224,6 +293,9 @@ impl<T: Clone> Routes<T> {
 
     /// Adds channel `id` of `session` on `pattern` with its own filters and
     /// mapping filter; `value` is what [`Routes::route`] hands back.
+    ///
+    /// A retired channel with the same id is removed first; so, all at once,
+    /// are the retired channels of a retired session of the same id.
     pub fn add_channel(
         &mut self,
         id: ChannelId,
@@ -233,8 +305,16 @@ impl<T: Clone> Routes<T> {
         filters: Vec<(FilterId, Filter)>,
         mapping: Option<(FilterId, MappingFilter)>,
     ) -> Result<(), RouteError> {
-        if self.channels.contains_key(&id) {
-            return Err(RouteError::DuplicateChannel(id));
+        self.flush_retired_session(session);
+        if let Some(old) = self.channels.get(&id) {
+            if !self.pending.is_gone(id, old.session) {
+                return Err(RouteError::DuplicateChannel(id));
+            }
+            let old_session = old.session;
+            self.pending.gone.remove(&id);
+            if let Some(value) = self.remove_now(id, old_session) {
+                self.pending.removed.push((id, value));
+            }
         }
         let mut proxy = FilterList::new(&self.limits);
         for (fid, f) in filters {
@@ -251,22 +331,24 @@ impl<T: Clone> Routes<T> {
                 entries: Vec::new(),
             },
         );
-        self.session_mut(session).channels.push(id);
+        self.session_mut(session).channels.insert(id);
         self.place(id);
         Ok(())
     }
 
-    /// Removes channel `id`, returning its value.
+    /// Removes channel `id`, returning its value (`None` if it is unknown
+    /// or already retired). Costs O(1) plus its own filters.
     pub fn remove_channel(&mut self, id: ChannelId) -> Option<T> {
-        self.unplace(id);
-        let ch = self.channels.remove(&id)?;
-        if let Some(s) = self.sessions.get_mut(&ch.session) {
-            s.channels.retain(|c| *c != id);
+        let session = self.channels.get(&id)?.session;
+        if self.pending.is_gone(id, session) {
+            return None;
         }
-        Some(ch.value)
+        self.remove_now(id, session)
     }
 
-    /// Removes a session and all its channels, returning their values.
+    /// Removes a session and all its channels at once, returning their
+    /// values; O(its channels). See [`Routes::retire_session`] for the
+    /// sliced form.
     pub fn remove_session(&mut self, session: SessionId) -> Vec<T> {
         let Some(s) = self.sessions.remove(&session) else {
             return Vec::new();
@@ -278,6 +360,151 @@ impl<T: Clone> Routes<T> {
                 self.channels.remove(&c).map(|ch| ch.value)
             })
             .collect()
+    }
+
+    /// Makes every channel of `session` unreachable at once, in O(1): from
+    /// now on [`Routes::route`] hands none of them back. Their removal is
+    /// left to [`Routes::settle`]. Returns how many channels it had.
+    pub fn retire_session(&mut self, session: SessionId) -> usize {
+        let Some(s) = self.sessions.remove(&session) else {
+            return 0;
+        };
+        let n = s.channels.len();
+        self.pending.replacing.remove(&session);
+        self.pending.gone_sessions.insert(session);
+        self.pending
+            .sessions
+            .push_back((session, s.channels.into_iter().collect()));
+        n
+    }
+
+    /// Makes channel `id` unreachable at once, in O(1), leaving its removal
+    /// to [`Routes::settle`]; whether it was there (and not yet retired).
+    pub fn retire_channel(&mut self, id: ChannelId) -> bool {
+        let Some(ch) = self.channels.get(&id) else {
+            return false;
+        };
+        let session = ch.session;
+        if self.pending.is_gone(id, session) {
+            return false;
+        }
+        if let Some(s) = self.sessions.get_mut(&session) {
+            s.channels.remove(&id);
+        }
+        self.pending.gone.insert(id);
+        self.pending.channels.push(id);
+        true
+    }
+
+    /// Whether [`Routes::settle`] has work left.
+    pub fn is_settled(&self) -> bool {
+        self.pending.is_empty()
+    }
+
+    /// Does at most `budget` channels' worth of left-over work: removes
+    /// retired channels (appending `(id, value)` to `removed`) and re-places
+    /// the channels of sessions changed by the `queue_*` methods. Returns
+    /// true when no work is left.
+    pub fn settle(&mut self, budget: usize, removed: &mut Vec<(ChannelId, T)>) -> bool {
+        let mut left = budget;
+        while left > 0 {
+            if let Some(done) = self.pending.removed.pop() {
+                left -= 1;
+                removed.push(done);
+                continue;
+            }
+            if let Some(id) = self.pending.channels.pop() {
+                left -= 1;
+                if self.pending.gone.remove(&id) {
+                    let session = self.channels.get(&id).map(|c| c.session);
+                    if let Some(value) = session.and_then(|s| self.remove_now(id, s)) {
+                        removed.push((id, value));
+                    }
+                }
+                continue;
+            }
+            if let Some((session, ids)) = self.pending.sessions.front_mut() {
+                let session = *session;
+                let take = ids.len().min(left);
+                let batch: Vec<ChannelId> = ids.drain(ids.len() - take..).collect();
+                if ids.is_empty() {
+                    self.pending.sessions.pop_front();
+                    if !self.pending.sessions.iter().any(|(s, _)| *s == session) {
+                        self.pending.gone_sessions.remove(&session);
+                    }
+                }
+                left -= take.max(1);
+                for id in batch {
+                    if self.channels.get(&id).is_some_and(|c| c.session == session) {
+                        if let Some(value) = self.remove_now(id, session) {
+                            removed.push((id, value));
+                        }
+                    }
+                }
+                continue;
+            }
+            if let Some((session, ids)) = self.pending.replace.front_mut() {
+                let session = *session;
+                let take = ids.len().min(left);
+                let batch: Vec<ChannelId> = ids.drain(ids.len() - take..).collect();
+                if ids.is_empty() {
+                    self.pending.replace.pop_front();
+                    if let Some(n) = self.pending.replacing.get_mut(&session) {
+                        *n -= 1;
+                        if *n == 0 {
+                            self.pending.replacing.remove(&session);
+                        }
+                    }
+                }
+                left -= take.max(1);
+                for id in batch {
+                    if self
+                        .channels
+                        .get(&id)
+                        .is_some_and(|c| c.session == session && !self.pending.gone.contains(&id))
+                    {
+                        self.place(id);
+                    }
+                }
+                continue;
+            }
+            break;
+        }
+        self.pending.is_empty()
+    }
+
+    /// Removes channel `id` of `session` now (its pending marks are the
+    /// caller's business).
+    fn remove_now(&mut self, id: ChannelId, session: SessionId) -> Option<T> {
+        self.unplace(id);
+        let ch = self.channels.remove(&id)?;
+        if let Some(s) = self.sessions.get_mut(&session) {
+            s.channels.remove(&id);
+        }
+        Some(ch.value)
+    }
+
+    /// Finishes, at once, the removal of a retired session's channels
+    /// before its id is used again.
+    fn flush_retired_session(&mut self, session: SessionId) {
+        if !self.pending.gone_sessions.remove(&session) {
+            return;
+        }
+        let mut keep = VecDeque::new();
+        while let Some((s, ids)) = self.pending.sessions.pop_front() {
+            if s != session {
+                keep.push_back((s, ids));
+                continue;
+            }
+            for id in ids {
+                if self.channels.get(&id).is_some_and(|c| c.session == session) {
+                    if let Some(value) = self.remove_now(id, session) {
+                        self.pending.removed.push((id, value));
+                    }
+                }
+            }
+        }
+        self.pending.sessions = keep;
     }
 
     /// Adds filter `fid` to the own (proxy) level of every channel in
@@ -347,7 +574,8 @@ impl<T: Clone> Routes<T> {
         changed
     }
 
-    /// Adds filter `fid` to a session's (admin) level.
+    /// Adds filter `fid` to a session's (admin) level and re-places the
+    /// session's channels at once (O(its channels)).
     pub fn add_session_filter(
         &mut self,
         session: SessionId,
@@ -355,34 +583,94 @@ impl<T: Clone> Routes<T> {
         filter: Filter,
     ) -> Result<(), RouteError> {
         self.session_mut(session).admin.add(fid, filter)?;
-        self.replace_session(session);
+        self.replace_now(session);
         Ok(())
     }
 
     /// Removes filter `fid` from a session's level; whether it was there.
+    /// Re-places the session's channels at once.
     pub fn remove_session_filter(&mut self, session: SessionId, fid: FilterId) -> bool {
         let removed = self
             .sessions
             .get_mut(&session)
             .is_some_and(|s| s.admin.remove(fid).is_some());
         if removed {
-            self.replace_session(session);
+            self.replace_now(session);
         }
         removed
     }
 
-    /// Sets the operator between a session's two levels.
+    /// Sets the operator between a session's two levels. Re-places the
+    /// session's channels at once.
     pub fn set_op(&mut self, session: SessionId, op: InterFilterOp) {
         self.session_mut(session).op = op;
-        self.replace_session(session);
+        self.replace_now(session);
+    }
+
+    /// Like [`Routes::add_session_filter`], in O(1): the re-placement of
+    /// the session's channels is left to [`Routes::settle`]. Meanwhile the
+    /// new filter applies to every channel found by tag; a channel found
+    /// through the index that the change moves to the tag path (operator
+    /// OR) may miss events only the session level passes until then.
+    pub fn queue_add_session_filter(
+        &mut self,
+        session: SessionId,
+        fid: FilterId,
+        filter: Filter,
+    ) -> Result<(), RouteError> {
+        self.session_mut(session).admin.add(fid, filter)?;
+        self.queue_replace(session);
+        Ok(())
+    }
+
+    /// Like [`Routes::remove_session_filter`], leaving the re-placement to
+    /// [`Routes::settle`] (see [`Routes::queue_add_session_filter`]).
+    pub fn queue_remove_session_filter(&mut self, session: SessionId, fid: FilterId) -> bool {
+        let removed = self
+            .sessions
+            .get_mut(&session)
+            .is_some_and(|s| s.admin.remove(fid).is_some());
+        if removed {
+            self.queue_replace(session);
+        }
+        removed
+    }
+
+    /// Like [`Routes::set_op`], leaving the re-placement to
+    /// [`Routes::settle`] (see [`Routes::queue_add_session_filter`]).
+    pub fn queue_set_op(&mut self, session: SessionId, op: InterFilterOp) {
+        self.session_mut(session).op = op;
+        self.queue_replace(session);
+    }
+
+    /// Re-places every channel of `session` now, dropping any queued
+    /// re-placement of it.
+    fn replace_now(&mut self, session: SessionId) {
+        if self.pending.replacing.remove(&session).is_some() {
+            self.pending.replace.retain(|(s, _)| *s != session);
+        }
+        let ids: Vec<ChannelId> = self
+            .sessions
+            .get(&session)
+            .map(|s| s.channels.iter().copied().collect())
+            .unwrap_or_default();
+        for id in ids {
+            self.place(id);
+        }
     }
 
     /// Calls `deliver(value, overrides)` once for every channel that gets
     /// `event`; `overrides` are what its mapping filter sets (empty if none).
     pub fn route(&mut self, event: &EventRef<'_>, mut deliver: impl FnMut(&T, Overrides)) {
         let tag = event.tag;
+        let unsettled = self.pending.affects_routing();
         for e in self.by_tag.matches(tag).iter() {
-            if !e.judge {
+            if unsettled && self.pending.is_gone(e.id, e.session) {
+                continue;
+            }
+            // A session whose channels are being re-placed judges them all.
+            let judge = e.judge || (unsettled && self.pending.replacing.contains_key(&e.session));
+            if !judge {
                 deliver(&e.value, Overrides::default());
                 continue;
             }
@@ -411,6 +699,9 @@ impl<T: Clone> Routes<T> {
             let Some(ch) = self.channels.get(id) else {
                 continue;
             };
+            if unsettled && self.pending.is_gone(*id, ch.session) {
+                continue;
+            }
             // Indexed channels' sessions use AND or have no filters.
             let session_passes = self
                 .sessions
@@ -423,23 +714,35 @@ impl<T: Clone> Routes<T> {
     }
 
     fn session_mut(&mut self, session: SessionId) -> &mut Session {
+        if !self.sessions.contains_key(&session) {
+            self.flush_retired_session(session);
+        }
         let limits = &self.limits;
         self.sessions.entry(session).or_insert_with(|| Session {
             admin: FilterList::new(limits),
             op: InterFilterOp::default(),
-            channels: Vec::new(),
+            channels: HashSet::new(),
         })
     }
 
-    fn replace_session(&mut self, session: SessionId) {
-        let channels = self
-            .sessions
-            .get(&session)
-            .map(|s| s.channels.clone())
-            .unwrap_or_default();
-        for c in channels {
-            self.place(c);
+    /// Queues the re-placement of every channel of `session`.
+    fn queue_replace(&mut self, session: SessionId) {
+        let Some(s) = self.sessions.get(&session) else {
+            return;
+        };
+        if s.channels.is_empty() {
+            return;
         }
+        let ids: Vec<ChannelId> = s.channels.iter().copied().collect();
+        if self.pending.replacing.contains_key(&session) {
+            // Already queued: start that re-placement over, with every channel.
+            if let Some(queued) = self.pending.replace.iter_mut().find(|(s, _)| *s == session) {
+                queued.1 = ids;
+                return;
+            }
+        }
+        *self.pending.replacing.entry(session).or_default() += 1;
+        self.pending.replace.push_back((session, ids));
     }
 
     fn needs_judge(&self, ch: &Chan<T>) -> bool {
@@ -505,6 +808,7 @@ impl<T: Clone> Routes<T> {
         }
         let entry = ByTag {
             id,
+            session: ch.session,
             judge: self.needs_judge(ch),
             value: ch.value.clone(),
         };

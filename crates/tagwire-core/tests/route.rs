@@ -299,6 +299,14 @@ enum Op {
     SetMapping(usize, usize),
     RemoveMapping(usize),
     RemoveSession(u64),
+    /// Retire (not remove) a session's channels.
+    RetireSession(u64),
+    RetireChannel(usize),
+    /// `settle` with this budget.
+    Settle(usize),
+    /// A session-level change whose re-placement waits for `settle`.
+    QueuedSessionFilter(u64, usize),
+    QueuedOperator(u64, bool),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -313,8 +321,13 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0u64..3, 0usize..4).prop_map(|(s, k)| Op::RemoveSessionFilter(s, k)),
         2 => (0u64..3, any::<bool>()).prop_map(|(s, or)| Op::Operator(s, or)),
         1 => (idx.clone(), 0..MAPS.len()).prop_map(|(c, m)| Op::SetMapping(c, m)),
-        1 => idx.prop_map(Op::RemoveMapping),
+        1 => idx.clone().prop_map(Op::RemoveMapping),
         1 => (0u64..3).prop_map(Op::RemoveSession),
+        1 => (0u64..3).prop_map(Op::RetireSession),
+        1 => idx.prop_map(Op::RetireChannel),
+        2 => (0usize..4).prop_map(Op::Settle),
+        1 => (0u64..3, 0..FILTERS.len()).prop_map(|(s, f)| Op::QueuedSessionFilter(s, f)),
+        1 => (0u64..3, any::<bool>()).prop_map(|(s, or)| Op::QueuedOperator(s, or)),
     ]
 }
 
@@ -394,6 +407,20 @@ proptest! {
     ) {
         let mut r: Routes<u64> = Routes::default();
         let mut model = Model::default();
+        // Retired channels not yet handed back by `settle`, and whether a
+        // queued re-placement may still be pending.
+        let mut retired: std::collections::BTreeSet<u64> = Default::default();
+        let mut replacing = false;
+        let settle = |r: &mut Routes<u64>, budget: usize, retired: &mut std::collections::BTreeSet<u64>| -> Result<bool, TestCaseError> {
+            let mut removed = Vec::new();
+            let done = r.settle(budget, &mut removed);
+            prop_assert!(removed.len() <= budget, "settle({}) removed {}", budget, removed.len());
+            for (id, value) in removed {
+                prop_assert_eq!(id, value);
+                prop_assert!(retired.remove(&id), "channel {} removed but not retired", id);
+            }
+            Ok(done)
+        };
         for (step, op) in ops.into_iter().enumerate() {
             // Ids of filters added alone; a new channel's own filters take
             // ids from a separate range (1000 + 10 * fid + i).
@@ -473,9 +500,60 @@ proptest! {
                     model.channels.retain(|_, c| c.0 != s);
                     model.sessions.remove(&s);
                 }
+                Op::RetireSession(s) => {
+                    let want: Vec<u64> = model.channels.iter().filter(|(_, c)| c.0 == s).map(|(id, _)| *id).collect();
+                    prop_assert_eq!(r.retire_session(s), want.len());
+                    retired.extend(want);
+                    model.channels.retain(|_, c| c.0 != s);
+                    model.sessions.remove(&s);
+                }
+                Op::RetireChannel(i) => {
+                    if let Some(c) = nth_channel(&model, i) {
+                        prop_assert!(r.retire_channel(c));
+                        prop_assert!(!r.retire_channel(c), "retired twice");
+                        prop_assert_eq!(r.remove_channel(c), None);
+                        prop_assert_eq!(r.kind(c), None);
+                        retired.insert(c);
+                        model.channels.remove(&c);
+                    }
+                }
+                Op::Settle(budget) => {
+                    if settle(&mut r, budget, &mut retired)? {
+                        replacing = false;
+                        prop_assert!(retired.is_empty(), "settled with {:?} retired", retired);
+                    }
+                }
+                Op::QueuedSessionFilter(s, x) => {
+                    if r.queue_add_session_filter(s, fid, f(FILTERS[x])).is_ok() {
+                        model.session(s).0.add(fid, f(FILTERS[x])).expect("same limits");
+                        replacing = true;
+                    }
+                }
+                Op::QueuedOperator(s, or) => {
+                    let op = if or { InterFilterOp::Or } else { InterFilterOp::And };
+                    r.queue_set_op(s, op);
+                    model.session(s).1 = op;
+                    replacing = true;
+                }
             }
-            prop_assert_eq!(r.len(), model.channels.len());
+            prop_assert_eq!(r.len(), model.channels.len() + retired.len());
         }
+        // Retired channels route nowhere before `settle` removes them (a
+        // queued re-placement may still route by the old placement).
+        if !replacing {
+            for ev in &events {
+                let buf = encode(ev);
+                let e = EventRef::parse(&buf).expect("valid");
+                let mut got = Vec::new();
+                r.route(&e, |id, o| got.push((*id, o)));
+                got.sort_by_key(|(id, _)| *id);
+                prop_assert_eq!(got, model.route(&e), "before settling, event {:?}", ev);
+            }
+        }
+        while !settle(&mut r, 3, &mut retired)? {}
+        prop_assert!(retired.is_empty(), "never removed: {:?}", retired);
+        prop_assert!(r.is_settled());
+        prop_assert_eq!(r.len(), model.channels.len());
         for ev in &events {
             let buf = encode(ev);
             let e = EventRef::parse(&buf).expect("valid");

@@ -21,6 +21,7 @@ use tagwire_proto::{
 };
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 
+use crate::admin::Reply;
 use crate::channel::{Channel, Outbox};
 use crate::config::Limits;
 use crate::dispatch::deliver;
@@ -249,24 +250,16 @@ impl Conn {
             },
             Frame::UndeclareEndpoint { req, id } => match self.endpoints.remove(&id) {
                 Some(e) => {
-                    let gone: Vec<u32> = self
-                        .subs
-                        .iter()
-                        .filter(|(_, g)| {
-                            self.state
-                                .borrow()
-                                .channels
-                                .get(g)
-                                .is_some_and(|c| c.endpoint == e.name)
-                        })
-                        .map(|(s, _)| *s)
-                        .collect();
-                    for s in gone {
-                        if let Some(g) = self.subs.remove(&s) {
-                            self.drop_channel(g);
+                    // The endpoint's channels stop receiving now; the lane's
+                    // housekeeping removes them in slices.
+                    let mut st = self.state.borrow_mut();
+                    for g in st.channels.of_endpoint(&e.name) {
+                        // A router-wide id is (connection id << 32) | client id.
+                        if self.subs.remove(&(g as u32)) == Some(g) {
+                            st.routes.retire_channel(g);
                         }
                     }
-                    let mut st = self.state.borrow_mut();
+                    st.housekeeping.notify_one();
                     st.endpoints.remove(&e.name);
                     if st.sources.remove(&e.name).is_some() {
                         st.filters.forget_publisher(&e.name);
@@ -283,7 +276,7 @@ impl Conn {
             Frame::Ping { nonce } => self.reply(Frame::Pong { nonce }),
             Frame::Pong { .. } => Next::Continue,
             Frame::Close { .. } => Next::Close,
-            Frame::Admin { req, body } => self.admin(req, &body),
+            Frame::Admin { req, body } => self.admin(req, &body, decoder.max_frame()),
             Frame::Hello { .. } => {
                 self.fail(ErrorCode::Malformed, 0, "Hello after the handshake".into())
             }
@@ -600,10 +593,16 @@ impl Conn {
         }
     }
 
-    fn admin(&mut self, req: u32, body: &str) -> Next {
-        let result = crate::admin::handle(&mut self.state.borrow_mut(), body);
+    fn admin(&mut self, req: u32, body: &str, max_frame: u32) -> Next {
+        let result = crate::admin::handle(&mut self.state.borrow_mut(), body, max_frame as usize);
         match result {
-            Ok(body) => self.reply(Frame::AdminReply { req, body }),
+            Ok(Reply::Now(body)) => self.reply(Frame::AdminReply { req, body }),
+            Ok(Reply::WhenSettled(body)) => {
+                self.state
+                    .borrow_mut()
+                    .reply_when_settled(self.outbox.clone(), Frame::AdminReply { req, body });
+                Next::Continue
+            }
             Err((code, message)) => self.fail(code, req, message),
         }
     }
@@ -651,19 +650,20 @@ impl Conn {
         Ok(out)
     }
 
-    /// Forgets this connection's subscriptions and endpoints.
+    /// Forgets this connection's subscriptions and endpoints. Its channels
+    /// stop receiving at once (O(1)); the lane's housekeeping task removes
+    /// them, and their filters, in slices.
     fn cleanup(&mut self) {
         let mut st = self.state.borrow_mut();
-        st.routes.remove_session(self.id);
-        for (_, global) in self.subs.drain() {
-            st.channels.remove(&global);
-        }
+        st.routes.retire_session(self.id);
+        st.housekeeping.notify_one();
+        self.subs.clear();
         st.filters.forget_connection(self.id);
-        drop(st);
-        let mut st = self.state.borrow_mut();
         for (_, e) in self.endpoints.drain() {
             st.endpoints.remove(&e.name);
-            st.sources.remove(&e.name);
+            if st.sources.remove(&e.name).is_some() {
+                st.filters.forget_publisher(&e.name);
+            }
         }
         st.connections.remove(&self.id);
     }

@@ -15,7 +15,8 @@
 //! the publisher's daemon, carried with interest, so that rejected events
 //! never cross a link.)
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::ops::Bound;
 
 use bytes::{Bytes, BytesMut};
 use serde::{Deserialize, Serialize};
@@ -75,7 +76,7 @@ pub struct FilterInfo {
     pub interfilter: String,
 }
 
-/// Where a filter lives, for listing and removal.
+/// A filter to record: where it was attached.
 #[derive(Debug, Clone)]
 pub(crate) struct FilterRecord {
     pub info: FilterInfo,
@@ -84,11 +85,117 @@ pub(crate) struct FilterRecord {
     pub channels: Vec<u64>,
 }
 
+/// A recorded filter.
+#[derive(Debug)]
+pub(crate) struct Stored {
+    pub info: FilterInfo,
+    pub connection: u64,
+    /// Channel ids holding it (channel level).
+    pub channels: HashSet<u64>,
+}
+
+/// Every filter by id (ordered, for paged listings), indexed by channel,
+/// by connection (session level) and by publisher endpoint, so that
+/// removing a channel, a connection or an endpoint touches only its own
+/// filters.
+#[derive(Debug, Default)]
+pub(crate) struct Records {
+    by_id: BTreeMap<u64, Stored>,
+    by_channel: HashMap<u64, Vec<u64>>,
+    sessions: HashMap<u64, Vec<u64>>,
+    publishers: HashMap<String, Vec<u64>>,
+}
+
+impl Records {
+    /// Records filter `id`.
+    pub fn insert(&mut self, id: u64, r: FilterRecord) {
+        self.remove(id);
+        for c in &r.channels {
+            self.by_channel.entry(*c).or_default().push(id);
+        }
+        match r.info.level {
+            FilterLevel::Session => self.sessions.entry(r.connection).or_default().push(id),
+            FilterLevel::Publisher => self
+                .publishers
+                .entry(r.info.endpoint.clone())
+                .or_default()
+                .push(id),
+            FilterLevel::Channel => {}
+        }
+        self.by_id.insert(
+            id,
+            Stored {
+                info: r.info,
+                connection: r.connection,
+                channels: r.channels.into_iter().collect(),
+            },
+        );
+    }
+
+    /// Filter `id`.
+    pub fn get(&self, id: u64) -> Option<&Stored> {
+        self.by_id.get(&id)
+    }
+
+    /// Forgets filter `id`; O(its channels).
+    pub fn remove(&mut self, id: u64) -> Option<Stored> {
+        let r = self.by_id.remove(&id)?;
+        for c in &r.channels {
+            unlist(&mut self.by_channel, c, id);
+        }
+        match r.info.level {
+            FilterLevel::Session => unlist(&mut self.sessions, &r.connection, id),
+            FilterLevel::Publisher => unlist(&mut self.publishers, r.info.endpoint.as_str(), id),
+            FilterLevel::Channel => {}
+        }
+        Some(r)
+    }
+
+    /// Filters with ids above `after`, in id order.
+    pub fn after(&self, after: Option<u64>) -> impl Iterator<Item = &Stored> {
+        let from = after.map_or(Bound::Unbounded, Bound::Excluded);
+        self.by_id.range((from, Bound::Unbounded)).map(|(_, r)| r)
+    }
+
+    /// The ids of the filters channel `global` holds.
+    pub fn of_channel(&self, global: u64) -> &[u64] {
+        self.by_channel.get(&global).map_or(&[], Vec::as_slice)
+    }
+
+    /// Detaches channel `global` from filter `id`; forgets a channel-level
+    /// filter left with no channel.
+    pub fn detach(&mut self, id: u64, global: u64) {
+        unlist(&mut self.by_channel, &global, id);
+        let empty = self.by_id.get_mut(&id).is_some_and(|r| {
+            r.channels.remove(&global);
+            r.info.level == FilterLevel::Channel && r.channels.is_empty()
+        });
+        if empty {
+            self.by_id.remove(&id);
+        }
+    }
+}
+
+fn unlist<K, Q>(map: &mut HashMap<K, Vec<u64>>, key: &Q, id: u64)
+where
+    K: std::borrow::Borrow<Q> + std::hash::Hash + Eq,
+    Q: std::hash::Hash + Eq + ?Sized,
+{
+    if let Some(list) = map.get_mut(key) {
+        if let Some(i) = list.iter().position(|x| *x == id) {
+            list.swap_remove(i);
+        }
+        if list.is_empty() {
+            map.remove(key);
+        }
+    }
+}
+
 /// The router's filter bookkeeping.
 #[derive(Debug, Default)]
 pub(crate) struct FilterBook {
     pub limits: FilterLimits,
-    pub records: HashMap<u64, FilterRecord>,
+    pub records: Records,
     next_id: u64,
 }
 
@@ -98,23 +205,40 @@ impl FilterBook {
         self.next_id
     }
 
-    /// Forgets channel `global`; drops channel filters left with no channel.
+    /// Forgets channel `global`; drops channel filters left with no
+    /// channel. O(the channel's filters).
     pub fn forget_channel(&mut self, global: u64) {
-        self.records.retain(|_, r| {
-            r.channels.retain(|c| *c != global);
-            r.info.level == FilterLevel::Session || !r.channels.is_empty()
-        });
+        let ids = self.records.of_channel(global).to_vec();
+        for id in ids {
+            self.records.detach(id, global);
+        }
     }
 
     /// Forgets the publisher-level filters of endpoint `name`.
     pub fn forget_publisher(&mut self, name: &str) {
-        self.records
-            .retain(|_, r| r.info.level != FilterLevel::Publisher || r.info.endpoint != name);
+        let ids = self
+            .records
+            .publishers
+            .get(name)
+            .cloned()
+            .unwrap_or_default();
+        for id in ids {
+            self.records.remove(id);
+        }
     }
 
-    /// Forgets everything attached through connection `conn`.
+    /// Forgets the session-level filters of connection `conn` (its
+    /// channels' filters go with its channels, its publishers' with them).
     pub fn forget_connection(&mut self, conn: u64) {
-        self.records.retain(|_, r| r.connection != conn);
+        let ids = self
+            .records
+            .sessions
+            .get(&conn)
+            .cloned()
+            .unwrap_or_default();
+        for id in ids {
+            self.records.remove(id);
+        }
     }
 
     /// Compiles a filter with the router's limits.

@@ -45,7 +45,7 @@ use std::time::Duration;
 
 pub use admin::{
     AdminRequest, ConnectionInfo, EndpointEntry, FilterInfo, FilterLevel, Listing,
-    SubscriptionInfo, TagInfo,
+    SubscriptionInfo, TagInfo, DEFAULT_PAGE_ITEMS, MAX_PAGE_ITEMS,
 };
 pub use config::{Limits, RouterConfig};
 use state::State;
@@ -217,9 +217,10 @@ async fn serve(
 ) {
     let unix_path = config.unix.clone();
     let state = Rc::new(RefCell::new(State::new(config)));
-    let mut accepts = vec![tokio::task::spawn_local(dispatch::release_deferred(
-        state.clone(),
-    ))];
+    let mut accepts = vec![
+        tokio::task::spawn_local(dispatch::release_deferred(state.clone())),
+        tokio::task::spawn_local(state::housekeeping(state.clone())),
+    ];
     if let Some(l) = tcp {
         match tokio::net::TcpListener::from_std(l) {
             Ok(l) => accepts.push(tokio::task::spawn_local(accept_tcp(state.clone(), l))),

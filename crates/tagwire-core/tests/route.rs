@@ -96,6 +96,46 @@ fn channels_with_indexable_filters_go_through_the_index() {
 }
 
 #[test]
+fn removing_some_of_many_channels_that_share_filters_leaves_the_others_routed() {
+    // Hundreds of channels per index key (equality, substring, unindexed),
+    // removed one by one in no particular order, retired and settled.
+    let texts = ["$.k == 1", "$.s ~ 'yy'", "$.k > 0"];
+    let mut r = Routes::default();
+    for i in 0..600u64 {
+        let filter = f(texts[(i % 3) as usize]);
+        r.add_channel(i, i % 2, p("/t/**"), i, vec![(i, filter)], None)
+            .expect("added");
+    }
+    let gone = |i: u64| i.is_multiple_of(5) || i.is_multiple_of(7);
+    for i in (0..600u64)
+        .rev()
+        .filter(|i| gone(*i) && i.is_multiple_of(2))
+    {
+        assert_eq!(r.remove_channel(i), Some(i));
+    }
+    for i in (0..600u64).filter(|i| gone(*i) && !i.is_multiple_of(2)) {
+        assert!(r.retire_channel(i));
+    }
+    let ev = event(
+        "/t/x",
+        0,
+        &[("k", Value::Int(1)), ("s", Value::Str("ayyb".into()))],
+    );
+    let want: Vec<u64> = (0..600u64).filter(|i| !gone(*i)).collect();
+    assert_eq!(ids(&mut r, &ev), want, "before settling");
+    let mut removed = Vec::new();
+    while !r.settle(7, &mut removed) {}
+    removed.sort_unstable();
+    let retired: Vec<(u64, u64)> = (0..600u64)
+        .filter(|i| gone(*i) && !i.is_multiple_of(2))
+        .map(|i| (i, i))
+        .collect();
+    assert_eq!(removed, retired);
+    assert_eq!(ids(&mut r, &ev), want, "after settling");
+    assert_eq!(r.len(), want.len());
+}
+
+#[test]
 fn a_channel_with_several_matching_filters_is_delivered_once() {
     let mut r = Routes::default();
     let filters = vec![(1, f("$.a == 1")), (2, f("$.b == 'x'"))];

@@ -538,6 +538,106 @@ impl<T: Clone> Routes<T> {
         Ok(())
     }
 
+    /// Like [`Routes::add_channel_filter`], but only O(1) per channel (the
+    /// filter joins each channel's list): their re-placement is left to
+    /// [`Routes::settle`]. Meanwhile the filter applies to channels found
+    /// by tag; a channel found through the index may miss events only the
+    /// new filter passes until it is re-placed.
+    pub fn queue_add_channel_filter(
+        &mut self,
+        channels: &[ChannelId],
+        fid: FilterId,
+        filter: &Filter,
+    ) -> Result<(), RouteError> {
+        if let Some(c) = channels.iter().find(|c| !self.is_live(**c)) {
+            return Err(RouteError::UnknownChannel(*c));
+        }
+        for (i, c) in channels.iter().enumerate() {
+            let added = self
+                .channels
+                .get_mut(c)
+                .map(|ch| ch.proxy.add(fid, filter.clone()));
+            if let Some(Err(e)) = added {
+                for c in &channels[..i] {
+                    if let Some(ch) = self.channels.get_mut(c) {
+                        ch.proxy.remove(fid);
+                    }
+                }
+                return Err(e.into());
+            }
+        }
+        self.queue_replace_channels(channels);
+        Ok(())
+    }
+
+    /// Removes filter `fid` from the own level of each of `channels`, O(1)
+    /// per channel, leaving their re-placement to [`Routes::settle`]; until
+    /// then a channel found through the index may still get events only the
+    /// removed filter passes.
+    pub fn queue_remove_channel_filter(&mut self, channels: &[ChannelId], fid: FilterId) {
+        let mut changed = Vec::with_capacity(channels.len());
+        for c in channels {
+            if let Some(ch) = self.channels.get_mut(c) {
+                if ch.proxy.remove(fid).is_some() {
+                    changed.push(*c);
+                }
+            }
+        }
+        self.queue_replace_channels(&changed);
+    }
+
+    /// Sets (replaces) the mapping filter of every channel in `channels`,
+    /// O(1) per channel; a mapping filter applies on either path at once,
+    /// and [`Routes::settle`] later re-places the channels.
+    pub fn queue_set_mapping(
+        &mut self,
+        channels: &[ChannelId],
+        fid: FilterId,
+        mapping: &MappingFilter,
+    ) {
+        for c in channels {
+            if let Some(ch) = self.channels.get_mut(c) {
+                ch.mapping = Some((fid, mapping.clone()));
+            }
+        }
+        self.queue_replace_channels(channels);
+    }
+
+    /// Removes the mapping filter `fid` from each of `channels` that has it,
+    /// O(1) per channel, leaving their re-placement to [`Routes::settle`].
+    pub fn queue_remove_mapping(&mut self, channels: &[ChannelId], fid: FilterId) {
+        let mut changed = Vec::with_capacity(channels.len());
+        for c in channels {
+            if let Some(ch) = self.channels.get_mut(c) {
+                if ch.mapping.as_ref().is_some_and(|(f, _)| *f == fid) {
+                    ch.mapping = None;
+                    changed.push(*c);
+                }
+            }
+        }
+        self.queue_replace_channels(&changed);
+    }
+
+    fn is_live(&self, id: ChannelId) -> bool {
+        self.channels
+            .get(&id)
+            .is_some_and(|ch| !self.pending.is_gone(id, ch.session))
+    }
+
+    /// Queues the re-placement of `channels`, by session.
+    fn queue_replace_channels(&mut self, channels: &[ChannelId]) {
+        let mut by_session: HashMap<SessionId, Vec<ChannelId>> = HashMap::new();
+        for c in channels {
+            if let Some(ch) = self.channels.get(c) {
+                by_session.entry(ch.session).or_default().push(*c);
+            }
+        }
+        for (session, ids) in by_session {
+            *self.pending.replacing.entry(session).or_default() += 1;
+            self.pending.replace.push_back((session, ids));
+        }
+    }
+
     /// Removes filter `fid` from channel `id`'s own level; whether it was there.
     pub fn remove_channel_filter(&mut self, id: ChannelId, fid: FilterId) -> bool {
         self.change_channel(id, |ch| ch.proxy.remove(fid).is_some())

@@ -347,6 +347,9 @@ enum Op {
     /// A session-level change whose re-placement waits for `settle`.
     QueuedSessionFilter(u64, usize),
     QueuedOperator(u64, bool),
+    QueuedChannelFilter(Vec<usize>, usize),
+    QueuedRemoveChannelFilter(usize, usize),
+    QueuedMapping(usize, usize),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -368,6 +371,9 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (0usize..4).prop_map(Op::Settle),
         1 => (0u64..3, 0..FILTERS.len()).prop_map(|(s, f)| Op::QueuedSessionFilter(s, f)),
         1 => (0u64..3, any::<bool>()).prop_map(|(s, or)| Op::QueuedOperator(s, or)),
+        1 => (prop::collection::vec(0usize..64, 1..3), 0..FILTERS.len()).prop_map(|(c, f)| Op::QueuedChannelFilter(c, f)),
+        1 => (0usize..64, 0usize..4).prop_map(|(c, k)| Op::QueuedRemoveChannelFilter(c, k)),
+        1 => (0usize..64, 0..MAPS.len()).prop_map(|(c, m)| Op::QueuedMapping(c, m)),
     ]
 }
 
@@ -566,6 +572,34 @@ proptest! {
                 Op::QueuedSessionFilter(s, x) => {
                     if r.queue_add_session_filter(s, fid, f(FILTERS[x])).is_ok() {
                         model.session(s).0.add(fid, f(FILTERS[x])).expect("same limits");
+                        replacing = true;
+                    }
+                }
+                Op::QueuedChannelFilter(cs, x) => {
+                    let mut cs: Vec<u64> = cs.iter().filter_map(|i| nth_channel(&model, *i)).collect();
+                    cs.dedup();
+                    let ok = r.queue_add_channel_filter(&cs, fid, &f(FILTERS[x])).is_ok();
+                    let fits = cs.iter().all(|c| model.channels[c].2.len() < FilterLimits::default().max_filters_per_channel);
+                    prop_assert_eq!(ok, fits);
+                    if ok {
+                        for c in cs { model.channels.get_mut(&c).expect("present").2.add(fid, f(FILTERS[x])).expect("room"); }
+                        replacing = true;
+                    }
+                }
+                Op::QueuedRemoveChannelFilter(i, k) => {
+                    if let Some(c) = nth_channel(&model, i) {
+                        let ids: Vec<u64> = model.channels[&c].2.iter().map(|(id, _)| id).collect();
+                        if let Some(&id) = ids.get(k % ids.len().max(1)) {
+                            r.queue_remove_channel_filter(&[c], id);
+                            model.channels.get_mut(&c).expect("present").2.remove(id);
+                            replacing = true;
+                        }
+                    }
+                }
+                Op::QueuedMapping(i, x) => {
+                    if let Some(c) = nth_channel(&model, i) {
+                        r.queue_set_mapping(&[c], fid, &m(MAPS[x]));
+                        model.channels.get_mut(&c).expect("present").3 = Some((fid, m(MAPS[x])));
                         replacing = true;
                     }
                 }

@@ -132,13 +132,13 @@ pub(crate) fn handle(
                     return Ok(Reply::WhenSettled(reply));
                 }
                 FilterLevel::Channel => {
-                    for g in &rec.channels {
-                        if rec.info.kind == "map" {
-                            st.routes.remove_mapping(*g, id);
-                        } else {
-                            st.routes.remove_channel_filter(*g, id);
-                        }
+                    let channels: Vec<u64> = rec.channels.iter().copied().collect();
+                    if rec.info.kind == "map" {
+                        st.routes.queue_remove_mapping(&channels, id);
+                    } else {
+                        st.routes.queue_remove_channel_filter(&channels, id);
                     }
+                    return Ok(Reply::WhenSettled(reply));
                 }
                 FilterLevel::Publisher => {
                     if let Some(f) = st.sources.get(rec.info.endpoint.as_str()) {
@@ -174,10 +174,10 @@ pub(crate) fn handle(
         } => {
             let (id, level) = add_filter(st, &endpoint, level, filter, map)?;
             let reply = encode(Ok(serde_json::json!({ "id": id })))?;
-            Ok(if level == FilterLevel::Session {
-                Reply::WhenSettled(reply)
-            } else {
+            Ok(if level == FilterLevel::Publisher {
                 Reply::Now(reply)
+            } else {
+                Reply::WhenSettled(reply)
             })
         }
     }
@@ -568,7 +568,7 @@ fn add_filter(
                     .filters
                     .compile_mapping(&text)
                     .map_err(|e| invalid(kind, &text, e))?;
-                st.routes.set_mapping(&channels, id, &m);
+                st.routes.queue_set_mapping(&channels, id, &m);
                 // A channel holds one mapping filter: the new one replaces any other.
                 for c in &channels {
                     let maps: Vec<u64> = st
@@ -594,7 +594,7 @@ fn add_filter(
                     .compile(&text)
                     .map_err(|e| invalid(kind, &text, e))?;
                 st.routes
-                    .add_channel_filter(&channels, id, &f)
+                    .queue_add_channel_filter(&channels, id, &f)
                     .map_err(refused)?;
             }
         }

@@ -4,9 +4,9 @@
 //!
 //! - `remove_each`: `remove_channel` on all 65,536, one by one;
 //! - `retire_and_settle`: `retire_session` (O(1)) then `settle` to the end;
-//! - `settle_slice_1024`: one `settle(1024)` slice of that removal, the most
+//! - `settle_slice_256`: one `settle(256)` slice of that removal, the most
 //!   work the router's housekeeping does between two yields to the lane;
-//! - `replace_slice_1024`: one slice of re-placing the session's channels
+//! - `replace_slice_256`: one slice of re-placing the session's channels
 //!   after a session-level change (`queue_set_op`).
 //!
 //! Run: `cargo bench -p tagwire-core --bench route_removal`. Results are in
@@ -22,7 +22,7 @@ use tagwire_core::route::Routes;
 use tagwire_core::tags::Pattern;
 
 const CHANNELS: u64 = 65_536;
-const SLICE: usize = 1024;
+const SLICE: usize = 256;
 
 fn routes() -> Routes<u64> {
     let limits = FilterLimits::default();
@@ -65,7 +65,7 @@ fn bench(c: &mut Criterion) {
             BatchSize::PerIteration,
         )
     });
-    g.bench_function("settle_slice_1024", |b| {
+    g.bench_function("settle_slice_256", |b| {
         b.iter_batched(
             || {
                 let mut r = routes();
@@ -79,7 +79,7 @@ fn bench(c: &mut Criterion) {
             BatchSize::PerIteration,
         )
     });
-    g.bench_function("replace_slice_1024", |b| {
+    g.bench_function("replace_slice_256", |b| {
         b.iter_batched(
             || {
                 let mut r = routes();

@@ -345,7 +345,8 @@ fn list_page(
                     }
                     // Retired (unsubscribed, or its connection closed) and
                     // waiting for housekeeping to remove it.
-                    let Some(route) = st.routes.kind(*id) else {
+                    let route = st.routes.kind(*id).filter(|_| !st.is_retired(ch));
+                    let Some(route) = route else {
                         last = id.to_string();
                         continue;
                     };
@@ -512,7 +513,9 @@ fn add_filter(
     // any retired ones still waiting for housekeeping.
     let channels: Vec<u64> = if level == FilterLevel::Channel {
         let mut c = st.channels.of_endpoint(endpoint);
-        c.retain(|g| st.routes.kind(*g).is_some());
+        c.retain(|g| {
+            st.routes.kind(*g).is_some() && st.channels.get(g).is_some_and(|ch| !st.is_retired(ch))
+        });
         c.sort_unstable();
         c
     } else {

@@ -253,13 +253,10 @@ impl Conn {
                     // The endpoint's channels stop receiving now; the lane's
                     // housekeeping removes them in slices.
                     let mut st = self.state.borrow_mut();
-                    for g in st.channels.of_endpoint(&e.name) {
-                        // A router-wide id is (connection id << 32) | client id.
-                        if self.subs.remove(&(g as u32)) == Some(g) {
-                            st.routes.retire_channel(g);
-                        }
-                    }
-                    st.housekeeping.notify_one();
+                    let mut gone = st.channels.of_endpoint(&e.name);
+                    // A router-wide id is (connection id << 32) | client id.
+                    gone.retain(|g| self.subs.remove(&(*g as u32)) == Some(*g));
+                    st.retire_endpoint(e.name.clone(), gone);
                     st.endpoints.remove(&e.name);
                     if st.sources.remove(&e.name).is_some() {
                         st.filters.forget_publisher(&e.name);

@@ -31,6 +31,8 @@ struct Stall {
     worst_us: AtomicU64,
     /// When the unanswered ping was sent (µs since `base`), or 0.
     pending_since_us: AtomicU64,
+    /// When the current step began: a ping sent before counts from here.
+    step_since_us: AtomicU64,
     stop: AtomicBool,
 }
 
@@ -40,8 +42,11 @@ impl Stall {
     }
 
     fn take(&self) -> Duration {
+        let now = self.now_us();
         let since = self.pending_since_us.load(Ordering::Relaxed);
-        let waiting = if since == 0 { 0 } else { self.now_us() - since };
+        let step = self.step_since_us.swap(now, Ordering::Relaxed);
+        let since = if since == 0 { 0 } else { since.max(step) };
+        let waiting = if since == 0 { 0 } else { now - since };
         let worst = self.worst_us.swap(0, Ordering::Relaxed).max(waiting);
         Duration::from_micros(worst)
     }
@@ -94,6 +99,7 @@ fn admin_work_at_scale() {
         base: Instant::now(),
         worst_us: AtomicU64::new(0),
         pending_since_us: AtomicU64::new(0),
+        step_since_us: AtomicU64::new(0),
         stop: AtomicBool::new(false),
     });
     let mut pinger = Raw::hello(&h);
@@ -106,7 +112,9 @@ fn admin_work_at_scale() {
             s2.pending_since_us.store(sent, Ordering::Relaxed);
             pinger.ping(nonce);
             s2.pending_since_us.store(0, Ordering::Relaxed);
-            s2.worst_us.fetch_max(s2.now_us() - sent, Ordering::Relaxed);
+            let from = sent.max(s2.step_since_us.load(Ordering::Relaxed));
+            s2.worst_us
+                .fetch_max(s2.now_us().saturating_sub(from), Ordering::Relaxed);
             std::thread::sleep(Duration::from_millis(1));
         }
     });

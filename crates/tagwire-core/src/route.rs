@@ -115,6 +115,9 @@ struct Pending<T> {
     /// Channels retired one by one, still to remove (ids also in `gone`).
     channels: Vec<ChannelId>,
     gone: HashSet<ChannelId>,
+    /// Channels retired together by [`Routes::retire_channels`], each batch
+    /// sorted (found by binary search), still to remove.
+    batches: Vec<Vec<ChannelId>>,
     /// Sessions whose channels are still to be re-placed after a
     /// session-level change; until then their channels found by tag are
     /// judged (their filters evaluated) whatever their placement says.
@@ -130,6 +133,7 @@ impl<T> Default for Pending<T> {
             gone_sessions: HashSet::new(),
             channels: Vec::new(),
             gone: HashSet::new(),
+            batches: Vec::new(),
             replace: VecDeque::new(),
             replacing: HashMap::new(),
         }
@@ -139,6 +143,7 @@ impl<T> Default for Pending<T> {
 impl<T> Pending<T> {
     fn is_empty(&self) -> bool {
         self.removed.is_empty()
+            && self.batches.is_empty()
             && self.sessions.is_empty()
             && self.channels.is_empty()
             && self.replace.is_empty()
@@ -146,11 +151,27 @@ impl<T> Pending<T> {
 
     /// Whether anything retired or being re-placed may affect routing.
     fn affects_routing(&self) -> bool {
-        !self.gone_sessions.is_empty() || !self.gone.is_empty() || !self.replacing.is_empty()
+        !self.gone_sessions.is_empty()
+            || !self.gone.is_empty()
+            || !self.batches.is_empty()
+            || !self.replacing.is_empty()
     }
 
     fn is_gone(&self, id: ChannelId, session: SessionId) -> bool {
-        self.gone.contains(&id) || self.gone_sessions.contains(&session)
+        self.gone.contains(&id)
+            || self.gone_sessions.contains(&session)
+            || self.batches.iter().any(|b| b.binary_search(&id).is_ok())
+    }
+
+    /// Forgets that channel `id` is retired (it is being removed early).
+    fn unmark(&mut self, id: ChannelId) {
+        self.gone.remove(&id);
+        for b in &mut self.batches {
+            if let Ok(i) = b.binary_search(&id) {
+                b.remove(i);
+            }
+        }
+        self.batches.retain(|b| !b.is_empty());
     }
 }
 
@@ -311,7 +332,7 @@ impl<T: Clone> Routes<T> {
                 return Err(RouteError::DuplicateChannel(id));
             }
             let old_session = old.session;
-            self.pending.gone.remove(&id);
+            self.pending.unmark(id);
             if let Some(value) = self.remove_now(id, old_session) {
                 self.pending.removed.push((id, value));
             }
@@ -353,8 +374,13 @@ impl<T: Clone> Routes<T> {
         let Some(s) = self.sessions.remove(&session) else {
             return Vec::new();
         };
-        s.channels
+        // Channels retired in a batch stay for `settle` to hand back.
+        let live: Vec<ChannelId> = s
+            .channels
             .into_iter()
+            .filter(|c| !self.pending.is_gone(*c, session))
+            .collect();
+        live.into_iter()
             .filter_map(|c| {
                 self.unplace(c);
                 self.channels.remove(&c).map(|ch| ch.value)
@@ -364,7 +390,8 @@ impl<T: Clone> Routes<T> {
 
     /// Makes every channel of `session` unreachable at once, in O(1): from
     /// now on [`Routes::route`] hands none of them back. Their removal is
-    /// left to [`Routes::settle`]. Returns how many channels it had.
+    /// left to [`Routes::settle`]. Returns how many channels it had (counting
+    /// any already retired by [`Routes::retire_channels`]).
     pub fn retire_session(&mut self, session: SessionId) -> usize {
         let Some(s) = self.sessions.remove(&session) else {
             return 0;
@@ -396,6 +423,32 @@ impl<T: Clone> Routes<T> {
         true
     }
 
+    /// Makes every channel in `ids` unreachable at once, in O(n log n) for
+    /// the sort with no per-channel table work, leaving their removal to
+    /// [`Routes::settle`]. Ids of unknown or already retired channels are
+    /// ignored.
+    pub fn retire_channels(&mut self, mut ids: Vec<ChannelId>) {
+        if ids.is_empty() {
+            return;
+        }
+        ids.sort_unstable();
+        ids.dedup();
+        self.pending.batches.push(ids);
+    }
+
+    /// The ids of live channel `id`'s own filters and mapping filter.
+    pub fn filter_ids(&self, id: ChannelId) -> Vec<FilterId> {
+        self.channels
+            .get(&id)
+            .filter(|ch| !self.pending.is_gone(id, ch.session))
+            .map(|ch| {
+                let mut ids: Vec<FilterId> = ch.proxy.iter().map(|(f, _)| f).collect();
+                ids.extend(ch.mapping.as_ref().map(|(f, _)| *f));
+                ids
+            })
+            .unwrap_or_default()
+    }
+
     /// Whether [`Routes::settle`] has work left.
     pub fn is_settled(&self) -> bool {
         self.pending.is_empty()
@@ -411,6 +464,29 @@ impl<T: Clone> Routes<T> {
             if let Some(done) = self.pending.removed.pop() {
                 left -= 1;
                 removed.push(done);
+                continue;
+            }
+            if let Some(batch) = self.pending.batches.last_mut() {
+                let take = batch.len().min(left);
+                let ids: Vec<ChannelId> = batch.drain(batch.len() - take..).collect();
+                if batch.is_empty() {
+                    self.pending.batches.pop();
+                }
+                left -= take.max(1);
+                for id in ids {
+                    let Some(session) = self.channels.get(&id).map(|c| c.session) else {
+                        continue;
+                    };
+                    // Retired some other way meanwhile: removed by that.
+                    if self.pending.gone.contains(&id)
+                        || self.pending.gone_sessions.contains(&session)
+                    {
+                        continue;
+                    }
+                    if let Some(value) = self.remove_now(id, session) {
+                        removed.push((id, value));
+                    }
+                }
                 continue;
             }
             if let Some(id) = self.pending.channels.pop() {
@@ -461,7 +537,7 @@ impl<T: Clone> Routes<T> {
                     if self
                         .channels
                         .get(&id)
-                        .is_some_and(|c| c.session == session && !self.pending.gone.contains(&id))
+                        .is_some_and(|c| c.session == session && !self.pending.is_gone(id, session))
                     {
                         self.place(id);
                     }

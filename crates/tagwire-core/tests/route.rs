@@ -350,6 +350,7 @@ enum Op {
     QueuedChannelFilter(Vec<usize>, usize),
     QueuedRemoveChannelFilter(usize, usize),
     QueuedMapping(usize, usize),
+    RetireBatch(Vec<usize>),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -374,6 +375,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (prop::collection::vec(0usize..64, 1..3), 0..FILTERS.len()).prop_map(|(c, f)| Op::QueuedChannelFilter(c, f)),
         1 => (0usize..64, 0usize..4).prop_map(|(c, k)| Op::QueuedRemoveChannelFilter(c, k)),
         1 => (0usize..64, 0..MAPS.len()).prop_map(|(c, m)| Op::QueuedMapping(c, m)),
+        1 => prop::collection::vec(0usize..64, 0..4).prop_map(Op::RetireBatch),
     ]
 }
 
@@ -456,6 +458,9 @@ proptest! {
         // Retired channels not yet handed back by `settle`, and whether a
         // queued re-placement may still be pending.
         let mut retired: std::collections::BTreeSet<u64> = Default::default();
+        // Sessions of channels retired in batches (still in their session
+        // until removed).
+        let mut batch_sessions: HashMap<u64, u64> = HashMap::new();
         let mut replacing = false;
         let settle = |r: &mut Routes<u64>, budget: usize, retired: &mut std::collections::BTreeSet<u64>| -> Result<bool, TestCaseError> {
             let mut removed = Vec::new();
@@ -539,6 +544,8 @@ proptest! {
                     }
                 }
                 Op::RemoveSession(s) => {
+                    // Its batch-retired channels leave the session too.
+                    batch_sessions.retain(|c, cs| retired.contains(c) && *cs != s);
                     let mut got = r.remove_session(s);
                     got.sort_unstable();
                     let want: Vec<u64> = model.channels.iter().filter(|(_, c)| c.0 == s).map(|(id, _)| *id).collect();
@@ -548,7 +555,9 @@ proptest! {
                 }
                 Op::RetireSession(s) => {
                     let want: Vec<u64> = model.channels.iter().filter(|(_, c)| c.0 == s).map(|(id, _)| *id).collect();
-                    prop_assert_eq!(r.retire_session(s), want.len());
+                    let batched = retired.iter().filter(|c| batch_sessions.get(c) == Some(&s)).count();
+                    prop_assert_eq!(r.retire_session(s), want.len() + batched);
+                    batch_sessions.retain(|_, cs| *cs != s);
                     retired.extend(want);
                     model.channels.retain(|_, c| c.0 != s);
                     model.sessions.remove(&s);
@@ -595,6 +604,19 @@ proptest! {
                             replacing = true;
                         }
                     }
+                }
+                Op::RetireBatch(is) => {
+                    let mut cs: Vec<u64> = is.iter().filter_map(|i| nth_channel(&model, *i)).collect();
+                    cs.sort_unstable();
+                    cs.dedup();
+                    for c in &cs {
+                        batch_sessions.insert(*c, model.channels[c].0);
+                        model.channels.remove(c);
+                        retired.insert(*c);
+                    }
+                    // An unknown id in a batch is ignored.
+                    cs.push(u64::MAX);
+                    r.retire_channels(cs);
                 }
                 Op::QueuedMapping(i, x) => {
                     if let Some(c) = nth_channel(&model, i) {

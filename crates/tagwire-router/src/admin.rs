@@ -345,8 +345,7 @@ fn list_page(
                     }
                     // Retired (unsubscribed, or its connection closed) and
                     // waiting for housekeeping to remove it.
-                    let route = st.routes.kind(*id).filter(|_| !st.is_retired(ch));
-                    let Some(route) = route else {
+                    let Some(route) = st.routes.kind(*id) else {
                         last = id.to_string();
                         continue;
                     };
@@ -513,9 +512,7 @@ fn add_filter(
     // any retired ones still waiting for housekeeping.
     let channels: Vec<u64> = if level == FilterLevel::Channel {
         let mut c = st.channels.of_endpoint(endpoint);
-        c.retain(|g| {
-            st.routes.kind(*g).is_some() && st.channels.get(g).is_some_and(|ch| !st.is_retired(ch))
-        });
+        c.retain(|g| st.routes.kind(*g).is_some());
         c.sort_unstable();
         c
     } else {

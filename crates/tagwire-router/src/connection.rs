@@ -256,7 +256,7 @@ impl Conn {
                     let mut gone = st.channels.of_endpoint(&e.name);
                     // A router-wide id is (connection id << 32) | client id.
                     gone.retain(|g| self.subs.remove(&(*g as u32)) == Some(*g));
-                    st.retire_endpoint(e.name.clone(), gone);
+                    st.retire_endpoint(gone);
                     st.endpoints.remove(&e.name);
                     if st.sources.remove(&e.name).is_some() {
                         st.filters.forget_publisher(&e.name);

@@ -24,12 +24,7 @@ pub(crate) fn deliver(
 ) -> Option<Vec<String>> {
     let mut reject = None;
     let mut expired_by_mapping = 0;
-    // Channels of an undeclared endpoint get nothing while housekeeping retires them.
-    let retired = &st.retired_endpoints;
     st.routes.route(ev, |ch, overrides| {
-        if retired.holds(ch) {
-            return;
-        }
         let offer = if overrides.is_empty() {
             ch.offer(event, deadline)
         } else {

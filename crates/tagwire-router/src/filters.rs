@@ -214,6 +214,15 @@ impl FilterBook {
         }
     }
 
+    /// Like [`FilterBook::forget_channel`] for a channel whose id a new
+    /// channel holding filters `keep` already uses.
+    pub fn forget_channel_except(&mut self, global: u64, keep: &[u64]) {
+        let ids = self.records.of_channel(global).to_vec();
+        for id in ids.into_iter().filter(|id| !keep.contains(id)) {
+            self.records.detach(id, global);
+        }
+    }
+
     /// Forgets the publisher-level filters of endpoint `name`.
     pub fn forget_publisher(&mut self, name: &str) {
         let ids = self

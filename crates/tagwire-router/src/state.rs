@@ -10,7 +10,7 @@
 //! lane's [`housekeeping`] task, which does it in slices of
 //! [`SETTLE_SLICE`] channels and yields to the lane between slices.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::ops::Bound;
 use std::rc::Rc;
 
@@ -63,13 +63,6 @@ pub(crate) struct State {
     /// Admin replies to send once the routes have settled (a session-level
     /// change answers when every channel of the session is re-placed).
     pub replies_when_settled: Vec<(Rc<Outbox>, Frame)>,
-    /// Undeclared subscriber endpoints whose channels housekeeping has yet
-    /// to retire, with those channels' ids.
-    endpoint_retirements: VecDeque<(Rc<str>, Vec<u64>)>,
-    /// The same endpoints by the address of their name (each declaration
-    /// has its own `Rc`, shared by its channels): their channels get
-    /// nothing more from the moment the endpoint is undeclared.
-    pub retired_endpoints: RetiredEndpoints,
     next_conn: u64,
 }
 
@@ -97,8 +90,6 @@ impl State {
             deferred_wake: Rc::default(),
             housekeeping: Rc::default(),
             replies_when_settled: Vec::new(),
-            endpoint_retirements: VecDeque::new(),
-            retired_endpoints: RetiredEndpoints::default(),
             next_conn: 1,
         }
     }
@@ -142,54 +133,30 @@ impl State {
         }
     }
 
-    /// Makes the channels of undeclared endpoint `name` (this declaration
-    /// of it) get nothing more, at once, and leaves their removal to
-    /// housekeeping.
-    ///
-    /// An endpoint with at most [`SETTLE_SLICE`] channels has them retired
-    /// at once, so their ids can be used again straight away; a larger one
-    /// frees them as housekeeping goes (a few milliseconds).
-    pub fn retire_endpoint(&mut self, name: Rc<str>, channels: Vec<u64>) {
-        if channels.len() <= SETTLE_SLICE {
-            for g in channels {
-                self.routes.retire_channel(g);
-            }
-            self.housekeeping.notify_one();
-            return;
-        }
-        self.retired_endpoints.0.insert(name_key(&name));
-        self.endpoint_retirements.push_back((name, channels));
+    /// Makes the channels of an undeclared endpoint get nothing more, at
+    /// once (sorting their ids is all it costs), and leaves their removal to
+    /// housekeeping. Their ids can be used again straight away.
+    pub fn retire_endpoint(&mut self, channels: Vec<u64>) {
+        self.routes.retire_channels(channels);
         self.housekeeping.notify_one();
     }
 
-    /// Whether `channel` belongs to an undeclared endpoint (and so must get
-    /// nothing, nor be listed or filtered) while housekeeping removes it.
-    pub fn is_retired(&self, channel: &Channel) -> bool {
-        self.retired_endpoints.holds(channel)
-    }
-
-    /// One slice of left-over route work: retires up to [`SETTLE_SLICE`]
-    /// channels of undeclared endpoints, then removes up to that many
-    /// retired channels from every table (or re-places that many), and once
-    /// nothing is left sends the replies that waited for it. Returns true
-    /// when nothing is left.
+    /// One slice of left-over route work: removes up to [`SETTLE_SLICE`]
+    /// retired channels from every table (or re-places that many), and
+    /// once nothing is left sends the replies that waited for it. Returns
+    /// true when nothing is left.
     pub fn settle_slice(&mut self, removed: &mut Vec<(u64, Rc<Channel>)>) -> bool {
-        if let Some((name, ids)) = self.endpoint_retirements.front_mut() {
-            let take = ids.len().min(SETTLE_SLICE);
-            for g in ids.drain(ids.len() - take..) {
-                self.routes.retire_channel(g);
-            }
-            if ids.is_empty() {
-                let key = name_key(name);
-                self.endpoint_retirements.pop_front();
-                self.retired_endpoints.0.remove(&key);
-            }
-            return false;
-        }
         let done = self.routes.settle(SETTLE_SLICE, removed);
-        for (global, _) in removed.drain(..) {
-            self.channels.remove(&global);
-            self.filters.forget_channel(global);
+        for (global, old) in removed.drain(..) {
+            if self.channels.holds(global, &old) {
+                self.channels.remove(&global);
+                self.filters.forget_channel(global);
+            } else {
+                // Its id was used again by a new subscription: forget only
+                // the old channel's filters.
+                let keep = self.routes.filter_ids(global);
+                self.filters.forget_channel_except(global, &keep);
+            }
         }
         if done {
             for (outbox, reply) in self.replies_when_settled.drain(..) {
@@ -200,29 +167,11 @@ impl State {
     }
 }
 
-/// Channels retired, removed or re-placed per slice of housekeeping. A
-/// channel costs a few microseconds (BENCHMARKS.md, "Admin work at
-/// scale"), so a slice stays around a millisecond or two and the lane
-/// yields to data that often.
+/// Channels removed or re-placed per slice of housekeeping. A channel
+/// costs a few microseconds (BENCHMARKS.md, "Admin work at scale"), so a
+/// slice stays around a millisecond or two and the lane yields to data
+/// that often.
 pub(crate) const SETTLE_SLICE: usize = 256;
-
-/// Undeclared endpoints whose channels are still being retired, by
-/// [`name_key`].
-#[derive(Debug, Default)]
-pub(crate) struct RetiredEndpoints(HashSet<usize>);
-
-impl RetiredEndpoints {
-    /// Whether `channel`'s endpoint is one of them (a hash lookup only while
-    /// some retirement is under way).
-    pub fn holds(&self, channel: &Channel) -> bool {
-        !self.0.is_empty() && self.0.contains(&name_key(&channel.endpoint))
-    }
-}
-
-/// An endpoint declaration's identity: the address of its name's `Rc`.
-fn name_key(name: &Rc<str>) -> usize {
-    Rc::as_ptr(name) as *const u8 as usize
-}
 
 /// The lane task that finishes work left by admin requests and closing
 /// connections ([`State::settle_slice`]), one slice at a time, yielding to
@@ -252,13 +201,21 @@ pub(crate) struct ChannelTable {
 impl ChannelTable {
     /// Adds channel `global`.
     pub fn insert(&mut self, global: u64, channel: Rc<Channel>) {
+        if let Some(old) = self.by_id.remove(&global) {
+            self.unlink(global, &old.endpoint);
+        }
         self.by_endpoint
             .entry(channel.endpoint.clone())
             .or_default()
             .insert(global);
-        if let Some(old) = self.by_id.insert(global, channel) {
-            self.unlink(global, &old.endpoint);
-        }
+        self.by_id.insert(global, channel);
+    }
+
+    /// Whether `channel` is the one held under `global`.
+    pub fn holds(&self, global: u64, channel: &Rc<Channel>) -> bool {
+        self.by_id
+            .get(&global)
+            .is_some_and(|c| Rc::ptr_eq(c, channel))
     }
 
     /// Removes channel `global`.
@@ -275,11 +232,6 @@ impl ChannelTable {
                 self.by_endpoint.remove(endpoint);
             }
         }
-    }
-
-    /// Channel `global`.
-    pub fn get(&self, global: &u64) -> Option<&Rc<Channel>> {
-        self.by_id.get(global)
     }
 
     /// The ids of endpoint `name`'s channels (in no order).

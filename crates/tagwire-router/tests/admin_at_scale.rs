@@ -199,9 +199,23 @@ fn an_undeclared_endpoints_subscriptions_get_nothing_more_and_leave_the_tables()
         listed(&mut admin, "subscriptions").len() == 1
     });
     eventually("their filters are gone", || filters(&mut admin).is_empty());
-    // Its subscription ids are free again.
-    c.declare(3, 3, EndpointKind::Subscriber, "/again");
-    c.subscribe_many(3, 1, 1, "/t/**", &[]);
+}
+
+#[test]
+fn an_undeclared_endpoints_subscription_ids_can_be_used_again_at_once() {
+    let h = start();
+    let mut c = Raw::hello(&h);
+    c.declare(1, 1, EndpointKind::Subscriber, "/gone");
+    c.subscribe_many(1, 1, MANY, "/t/**", &filtered(1));
+    c.send(&Frame::UndeclareEndpoint { req: 99, id: 1 });
+    assert_eq!(c.recv(), Some(Frame::Ok { req: 99 }));
+    c.declare(2, 2, EndpointKind::Subscriber, "/again");
+    c.subscribe_many(2, 1, MANY, "/t/**", &[]);
+    let mut admin = Raw::hello(&h);
+    eventually("only the new subscriptions are listed", || {
+        let subs = listed(&mut admin, "subscriptions");
+        subs.len() == MANY as usize && subs.iter().all(|s| s["endpoint"] == "/again")
+    });
 }
 
 #[test]

@@ -85,6 +85,8 @@ struct Chan<T> {
     /// Index entries holding `proxy`'s filters while the channel is found
     /// through the index; empty while it is found by tag.
     entries: Vec<u64>,
+    /// Filters queued for `proxy` (counted against its bound).
+    queued: usize,
 }
 
 impl<T> Chan<T> {
@@ -123,6 +125,8 @@ struct Pending<T> {
     /// judged (their filters evaluated) whatever their placement says.
     replace: VecDeque<(SessionId, Vec<ChannelId>)>,
     replacing: HashMap<SessionId, usize>,
+    /// Channel-level filters still to add to (the rest of) these channels.
+    adds: VecDeque<(FilterId, Filter, Vec<ChannelId>)>,
 }
 
 impl<T> Default for Pending<T> {
@@ -136,6 +140,7 @@ impl<T> Default for Pending<T> {
             batches: Vec::new(),
             replace: VecDeque::new(),
             replacing: HashMap::new(),
+            adds: VecDeque::new(),
         }
     }
 }
@@ -147,6 +152,7 @@ impl<T> Pending<T> {
             && self.sessions.is_empty()
             && self.channels.is_empty()
             && self.replace.is_empty()
+            && self.adds.is_empty()
     }
 
     /// Whether anything retired or being re-placed may affect routing.
@@ -350,6 +356,7 @@ impl<T: Clone> Routes<T> {
                 proxy,
                 mapping,
                 entries: Vec::new(),
+                queued: 0,
             },
         );
         self.session_mut(session).channels.insert(id);
@@ -477,10 +484,8 @@ impl<T: Clone> Routes<T> {
                     let Some(session) = self.channels.get(&id).map(|c| c.session) else {
                         continue;
                     };
-                    // Retired some other way meanwhile: removed by that.
-                    if self.pending.gone.contains(&id)
-                        || self.pending.gone_sessions.contains(&session)
-                    {
+                    // Also retired one by one: removed by that.
+                    if self.pending.gone.contains(&id) {
                         continue;
                     }
                     if let Some(value) = self.remove_now(id, session) {
@@ -515,6 +520,27 @@ impl<T: Clone> Routes<T> {
                         if let Some(value) = self.remove_now(id, session) {
                             removed.push((id, value));
                         }
+                    }
+                }
+                continue;
+            }
+            if let Some((fid, filter, ids)) = self.pending.adds.front_mut() {
+                let (fid, filter) = (*fid, filter.clone());
+                let take = ids.len().min(left);
+                let batch: Vec<ChannelId> = ids.drain(ids.len() - take..).collect();
+                if ids.is_empty() {
+                    self.pending.adds.pop_front();
+                }
+                left -= take.max(1);
+                for id in batch {
+                    let live = self.is_live(id);
+                    let Some(ch) = self.channels.get_mut(&id) else {
+                        continue;
+                    };
+                    ch.queued = ch.queued.saturating_sub(1);
+                    // Counted against the bound when queued, so it fits.
+                    if live && ch.proxy.add(fid, filter.clone()).is_ok() {
+                        self.place(id);
                     }
                 }
                 continue;
@@ -614,35 +640,44 @@ impl<T: Clone> Routes<T> {
         Ok(())
     }
 
-    /// Like [`Routes::add_channel_filter`], but only O(1) per channel (the
-    /// filter joins each channel's list): their re-placement is left to
-    /// [`Routes::settle`]. Meanwhile the filter applies to channels found
-    /// by tag; a channel found through the index may miss events only the
-    /// new filter passes until it is re-placed.
+    /// Like [`Routes::add_channel_filter`] (all or nothing, the same
+    /// errors), but only checks each channel and counts the filter against
+    /// its bound, O(1) per channel: adding it to each channel and
+    /// re-placing the channel is left to [`Routes::settle`], until which the
+    /// filter does not yet apply to the channels it has not reached.
     pub fn queue_add_channel_filter(
         &mut self,
         channels: &[ChannelId],
         fid: FilterId,
         filter: &Filter,
     ) -> Result<(), RouteError> {
-        if let Some(c) = channels.iter().find(|c| !self.is_live(**c)) {
-            return Err(RouteError::UnknownChannel(*c));
-        }
-        for (i, c) in channels.iter().enumerate() {
-            let added = self
-                .channels
-                .get_mut(c)
-                .map(|ch| ch.proxy.add(fid, filter.clone()));
-            if let Some(Err(e)) = added {
-                for c in &channels[..i] {
-                    if let Some(ch) = self.channels.get_mut(c) {
-                        ch.proxy.remove(fid);
-                    }
+        let max = self.limits.max_filters_per_channel;
+        for c in channels {
+            let ch = match self.channels.get(c) {
+                Some(ch) if !self.pending.is_gone(*c, ch.session) => ch,
+                _ => return Err(RouteError::UnknownChannel(*c)),
+            };
+            if ch.proxy.iter().any(|(f, _)| f == fid) {
+                return Err(FilterError::DuplicateId { id: fid }.into());
+            }
+            if ch.proxy.len() + ch.queued >= max {
+                return Err(FilterError::LimitExceeded {
+                    limit: "max_filters_per_channel",
+                    value: ch.proxy.len() + ch.queued + 1,
+                    max,
+                    at: None,
                 }
-                return Err(e.into());
+                .into());
             }
         }
-        self.queue_replace_channels(channels);
+        for c in channels {
+            if let Some(ch) = self.channels.get_mut(c) {
+                ch.queued += 1;
+            }
+        }
+        self.pending
+            .adds
+            .push_back((fid, filter.clone(), channels.to_vec()));
         Ok(())
     }
 
@@ -651,6 +686,20 @@ impl<T: Clone> Routes<T> {
     /// then a channel found through the index may still get events only the
     /// removed filter passes.
     pub fn queue_remove_channel_filter(&mut self, channels: &[ChannelId], fid: FilterId) {
+        // Not yet added to some channels: it never will be.
+        let mut cancelled = VecDeque::new();
+        for (f, filter, ids) in std::mem::take(&mut self.pending.adds) {
+            if f == fid {
+                for c in &ids {
+                    if let Some(ch) = self.channels.get_mut(c) {
+                        ch.queued = ch.queued.saturating_sub(1);
+                    }
+                }
+            } else {
+                cancelled.push_back((f, filter, ids));
+            }
+        }
+        self.pending.adds = cancelled;
         let mut changed = Vec::with_capacity(channels.len());
         for c in channels {
             if let Some(ch) = self.channels.get_mut(c) {
@@ -716,7 +765,23 @@ impl<T: Clone> Routes<T> {
 
     /// Removes filter `fid` from channel `id`'s own level; whether it was there.
     pub fn remove_channel_filter(&mut self, id: ChannelId, fid: FilterId) -> bool {
-        self.change_channel(id, |ch| ch.proxy.remove(fid).is_some())
+        if self.change_channel(id, |ch| ch.proxy.remove(fid).is_some()) {
+            return true;
+        }
+        // Queued for the channel and not added yet: it never will be.
+        for (f, _, ids) in &mut self.pending.adds {
+            if *f != fid {
+                continue;
+            }
+            if let Some(i) = ids.iter().position(|c| *c == id) {
+                ids.swap_remove(i);
+                if let Some(ch) = self.channels.get_mut(&id) {
+                    ch.queued = ch.queued.saturating_sub(1);
+                }
+                return true;
+            }
+        }
+        false
     }
 
     /// Sets (replaces) the mapping filter of every channel in `channels`.

@@ -596,11 +596,15 @@ proptest! {
                     }
                 }
                 Op::QueuedRemoveChannelFilter(i, k) => {
+                    // As `filter_remove` does: from every channel holding it.
                     if let Some(c) = nth_channel(&model, i) {
                         let ids: Vec<u64> = model.channels[&c].2.iter().map(|(id, _)| id).collect();
                         if let Some(&id) = ids.get(k % ids.len().max(1)) {
-                            r.queue_remove_channel_filter(&[c], id);
-                            model.channels.get_mut(&c).expect("present").2.remove(id);
+                            let holders: Vec<u64> = model.channels.iter().filter(|(_, ch)| ch.2.iter().any(|(f, _)| f == id)).map(|(c, _)| *c).collect();
+                            r.queue_remove_channel_filter(&holders, id);
+                            for h in holders {
+                                model.channels.get_mut(&h).expect("present").2.remove(id);
+                            }
                             replacing = true;
                         }
                     }

@@ -17,10 +17,10 @@ pub use crate::filters::{FilterInfo, FilterLevel};
 use crate::state::{State, TagStats};
 
 /// Items in a listing page when the request gives no `limit`.
-pub const DEFAULT_PAGE_ITEMS: usize = 1000;
+pub const DEFAULT_PAGE_ITEMS: usize = 500;
 /// Most items in a listing page; a larger `limit` is clamped to it, so that
-/// one page costs the lane a bounded time.
-pub const MAX_PAGE_ITEMS: usize = 4096;
+/// one page costs the lane a bounded time (about 10 µs per item).
+pub const MAX_PAGE_ITEMS: usize = 1000;
 /// Bytes of an `AdminReply` frame besides its JSON body (type and request id).
 const REPLY_OVERHEAD: usize = 5;
 
@@ -113,7 +113,12 @@ pub(crate) fn handle(
     match request {
         AdminRequest::List { after, limit } => {
             let page = list_page(st, after.as_deref(), page_items(limit)?, budget)?;
-            encode(serde_json::to_value(page)).map(Reply::Now)
+            serde_json::to_string(&page).map(Reply::Now).map_err(|e| {
+                (
+                    ErrorCode::Internal,
+                    format!("cannot encode admin reply: {e}"),
+                )
+            })
         }
         AdminRequest::FilterList { after, limit } => {
             let page = filter_page(st, after, page_items(limit)?, budget)?;

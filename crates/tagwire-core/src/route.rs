@@ -33,7 +33,12 @@
 //! at most `budget` channels per call. Every other change costs O(1) (or
 //! the number of filters involved) per channel.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
+
+// Looked up per channel by every change and per delivery while work is
+// pending: hashbrown's default hasher (foldhash) is several times cheaper
+// than SipHash, and ids come from the caller, not the network.
+use hashbrown::{HashMap, HashSet};
 
 use tagwire_proto::EventRef;
 
@@ -617,7 +622,7 @@ impl<T: Clone> Routes<T> {
         fid: FilterId,
         filter: &Filter,
     ) -> Result<(), RouteError> {
-        if let Some(c) = channels.iter().find(|c| !self.channels.contains_key(c)) {
+        if let Some(c) = channels.iter().find(|c| !self.channels.contains_key(*c)) {
             return Err(RouteError::UnknownChannel(*c));
         }
         for (i, c) in channels.iter().enumerate() {

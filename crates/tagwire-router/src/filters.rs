@@ -15,10 +15,11 @@
 //! the publisher's daemon, carried with interest, so that rejected events
 //! never cross a link.)
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
 use std::ops::Bound;
 
 use bytes::{Bytes, BytesMut};
+use hashbrown::{HashMap, HashSet};
 use serde::{Deserialize, Serialize};
 use tagwire_core::filter::{
     Filter, FilterError, FilterLimits, FilterList, InterFilterOp, MappingFilter, Overrides,

@@ -10,11 +10,12 @@
 //! lane's [`housekeeping`] task, which does it in slices of
 //! [`SETTLE_SLICE`] channels and yields to the lane between slices.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Bound;
 use std::rc::Rc;
 
 use bytes::Bytes;
+use hashbrown::HashSet;
 use tagwire_core::defer::Deferred;
 use tagwire_core::endpoint::{EndpointError, EndpointInfo, EndpointRegistry};
 use tagwire_core::route::Routes;

@@ -132,6 +132,8 @@ struct Pending<T> {
     replacing: HashMap<SessionId, usize>,
     /// Channel-level filters still to add to (the rest of) these channels.
     adds: VecDeque<(FilterId, Filter, Vec<ChannelId>)>,
+    /// Channel-level filters still to remove from (the rest of) these channels.
+    removes: VecDeque<(FilterId, Vec<ChannelId>)>,
 }
 
 impl<T> Default for Pending<T> {
@@ -146,6 +148,7 @@ impl<T> Default for Pending<T> {
             replace: VecDeque::new(),
             replacing: HashMap::new(),
             adds: VecDeque::new(),
+            removes: VecDeque::new(),
         }
     }
 }
@@ -158,6 +161,7 @@ impl<T> Pending<T> {
             && self.channels.is_empty()
             && self.replace.is_empty()
             && self.adds.is_empty()
+            && self.removes.is_empty()
     }
 
     /// Whether anything retired or being re-placed may affect routing.
@@ -550,6 +554,19 @@ impl<T: Clone> Routes<T> {
                 }
                 continue;
             }
+            if let Some((fid, ids)) = self.pending.removes.front_mut() {
+                let fid = *fid;
+                let take = ids.len().min(left);
+                let batch: Vec<ChannelId> = ids.drain(ids.len() - take..).collect();
+                if ids.is_empty() {
+                    self.pending.removes.pop_front();
+                }
+                left -= take.max(1);
+                for id in batch {
+                    self.change_channel(id, |ch| ch.proxy.remove(fid).is_some());
+                }
+                continue;
+            }
             if let Some((session, ids)) = self.pending.replace.front_mut() {
                 let session = *session;
                 let take = ids.len().min(left);
@@ -686,10 +703,11 @@ impl<T: Clone> Routes<T> {
         Ok(())
     }
 
-    /// Removes filter `fid` from the own level of each of `channels`, O(1)
-    /// per channel, leaving their re-placement to [`Routes::settle`]; until
-    /// then a channel found through the index may still get events only the
-    /// removed filter passes.
+    /// Queues the removal of filter `fid` from the own level of each of
+    /// `channels`: [`Routes::settle`] removes it and re-places each channel;
+    /// until then the filter still applies to the channels not yet reached.
+    /// A queued [`Routes::queue_add_channel_filter`] of `fid` is cancelled
+    /// where it has not been applied yet.
     pub fn queue_remove_channel_filter(&mut self, channels: &[ChannelId], fid: FilterId) {
         // Not yet added to some channels: it never will be.
         let mut cancelled = VecDeque::new();
@@ -705,15 +723,9 @@ impl<T: Clone> Routes<T> {
             }
         }
         self.pending.adds = cancelled;
-        let mut changed = Vec::with_capacity(channels.len());
-        for c in channels {
-            if let Some(ch) = self.channels.get_mut(c) {
-                if ch.proxy.remove(fid).is_some() {
-                    changed.push(*c);
-                }
-            }
+        if !channels.is_empty() {
+            self.pending.removes.push_back((fid, channels.to_vec()));
         }
-        self.queue_replace_channels(&changed);
     }
 
     /// Sets (replaces) the mapping filter of every channel in `channels`,

@@ -95,6 +95,10 @@ pub(crate) struct Stored {
     pub channels: HashSet<u64>,
 }
 
+/// A channel's list of filter ids is pruned of removed filters' ids when it
+/// reaches this length.
+const STALE_PRUNE_AT: usize = 64;
+
 /// Every filter by id (ordered, for paged listings), indexed by channel,
 /// by connection (session level) and by publisher endpoint, so that
 /// removing a channel, a connection or an endpoint touches only its own
@@ -112,7 +116,13 @@ impl Records {
     pub fn insert(&mut self, id: u64, r: FilterRecord) {
         self.remove(id);
         for c in &r.channels {
-            self.by_channel.entry(*c).or_default().push(id);
+            let list = self.by_channel.entry(*c).or_default();
+            if list.len() >= STALE_PRUNE_AT {
+                // Ids of filters removed since (see `remove`).
+                let by_id = &self.by_id;
+                list.retain(|f| by_id.get(f).is_some_and(|s| s.channels.contains(c)));
+            }
+            list.push(id);
         }
         match r.info.level {
             FilterLevel::Session => self.sessions.entry(r.connection).or_default().push(id),
@@ -138,12 +148,11 @@ impl Records {
         self.by_id.get(&id)
     }
 
-    /// Forgets filter `id`; O(its channels).
+    /// Forgets filter `id`, in O(1) however many channels hold it: their
+    /// lists in `by_channel` keep its id until the channel goes or its list
+    /// is pruned (ids with no record are skipped).
     pub fn remove(&mut self, id: u64) -> Option<Stored> {
         let r = self.by_id.remove(&id)?;
-        for c in &r.channels {
-            unlist(&mut self.by_channel, c, id);
-        }
         match r.info.level {
             FilterLevel::Session => unlist(&mut self.sessions, &r.connection, id),
             FilterLevel::Publisher => unlist(&mut self.publishers, r.info.endpoint.as_str(), id),

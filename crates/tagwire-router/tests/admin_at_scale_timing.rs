@@ -135,16 +135,37 @@ fn admin_work_at_scale() {
             &json!({"op":"filter_add","endpoint":"/small","filter":"$.k == 2"}),
         );
     });
+    let mut big_filter = 0;
     step(
         &format!("filter_add on the {n}-subscription endpoint"),
         &stall,
         || {
-            admin.admin(
+            let reply = admin.admin(
                 2,
                 &json!({"op":"filter_add","endpoint":"/big","filter":"$.k == 3"}),
             );
+            big_filter = reply["id"].as_u64().expect("filter id");
         },
     );
+    step(
+        &format!("session-level filter_add, {n} re-placed"),
+        &stall,
+        || {
+            admin.admin(
+            2,
+            &json!({"op":"filter_add","endpoint":"/big","level":"session","filter":"$priority < 9"}),
+        );
+        },
+    );
+    step(&format!("filter_op or, {n} re-placed"), &stall, || {
+        admin.admin(
+            2,
+            &json!({"op":"filter_op","endpoint":"/big","interfilter":"or"}),
+        );
+    });
+    step(&format!("filter_remove of a filter on {n}"), &stall, || {
+        admin.admin(2, &json!({"op":"filter_remove","id":big_filter}));
+    });
     step("filter_list (first reply)", &stall, || {
         admin.admin(3, &json!({"op":"filter_list"}));
     });

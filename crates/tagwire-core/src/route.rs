@@ -23,8 +23,22 @@
 //!
 //! Either way the result is that of [`levels_pass`] on every channel whose
 //! pattern matches (a property test checks this).
+//!
+//! Work that is inherently proportional to a session's size can be done in
+//! bounded slices, so that a caller serving other traffic on the same thread
+//! never stalls for long: [`Routes::retire_session`] and
+//! [`Routes::retire_channel`] make channels unreachable at once and leave
+//! their removal, and the `queue_*` session-level changes leave the
+//! re-placement of the session's channels, to [`Routes::settle`], which does
+//! at most `budget` channels per call. Every other change costs O(1) (or
+//! the number of filters involved) per channel.
 
-use std::collections::HashMap;
+use std::collections::VecDeque;
+
+// Looked up per channel by every change and per delivery while work is
+// pending: hashbrown's default hasher (foldhash) is several times cheaper
+// than SipHash, and ids come from the caller, not the network.
+use hashbrown::{HashMap, HashSet};
 
 use tagwire_proto::EventRef;
 
@@ -60,6 +74,7 @@ pub enum RouteError {
 #[derive(Debug, Clone)]
 struct ByTag<T> {
     id: ChannelId,
+    session: SessionId,
     /// Whether any filter (either level) or a mapping filter must be applied.
     judge: bool,
     value: T,
@@ -75,6 +90,8 @@ struct Chan<T> {
     /// Index entries holding `proxy`'s filters while the channel is found
     /// through the index; empty while it is found by tag.
     entries: Vec<u64>,
+    /// Filters queued for `proxy` (counted against its bound).
+    queued: usize,
 }
 
 impl<T> Chan<T> {
@@ -89,7 +106,88 @@ impl<T> Chan<T> {
 struct Session {
     admin: FilterList,
     op: InterFilterOp,
+    channels: HashSet<ChannelId>,
+}
+
+/// Work left for [`Routes::settle`].
+#[derive(Debug)]
+struct Pending<T> {
+    /// Retired channels removed early (their id or session id was used
+    /// again), still to hand back.
+    removed: Vec<(ChannelId, T)>,
+    /// Retired sessions and the channels of theirs still to remove.
+    sessions: VecDeque<(SessionId, Vec<ChannelId>)>,
+    /// Sessions retired, whose channels route nowhere any more.
+    gone_sessions: HashSet<SessionId>,
+    /// Channels retired one by one, still to remove (ids also in `gone`).
     channels: Vec<ChannelId>,
+    gone: HashSet<ChannelId>,
+    /// Channels retired together by [`Routes::retire_channels`], each batch
+    /// sorted (found by binary search), still to remove.
+    batches: Vec<Vec<ChannelId>>,
+    /// Sessions whose channels are still to be re-placed after a
+    /// session-level change; until then their channels found by tag are
+    /// judged (their filters evaluated) whatever their placement says.
+    replace: VecDeque<(SessionId, Vec<ChannelId>)>,
+    replacing: HashMap<SessionId, usize>,
+    /// Channel-level filters still to add to (the rest of) these channels.
+    adds: VecDeque<(FilterId, Filter, Vec<ChannelId>)>,
+    /// Channel-level filters still to remove from (the rest of) these channels.
+    removes: VecDeque<(FilterId, Vec<ChannelId>)>,
+}
+
+impl<T> Default for Pending<T> {
+    fn default() -> Self {
+        Pending {
+            removed: Vec::new(),
+            sessions: VecDeque::new(),
+            gone_sessions: HashSet::new(),
+            channels: Vec::new(),
+            gone: HashSet::new(),
+            batches: Vec::new(),
+            replace: VecDeque::new(),
+            replacing: HashMap::new(),
+            adds: VecDeque::new(),
+            removes: VecDeque::new(),
+        }
+    }
+}
+
+impl<T> Pending<T> {
+    fn is_empty(&self) -> bool {
+        self.removed.is_empty()
+            && self.batches.is_empty()
+            && self.sessions.is_empty()
+            && self.channels.is_empty()
+            && self.replace.is_empty()
+            && self.adds.is_empty()
+            && self.removes.is_empty()
+    }
+
+    /// Whether anything retired or being re-placed may affect routing.
+    fn affects_routing(&self) -> bool {
+        !self.gone_sessions.is_empty()
+            || !self.gone.is_empty()
+            || !self.batches.is_empty()
+            || !self.replacing.is_empty()
+    }
+
+    fn is_gone(&self, id: ChannelId, session: SessionId) -> bool {
+        self.gone.contains(&id)
+            || self.gone_sessions.contains(&session)
+            || self.batches.iter().any(|b| b.binary_search(&id).is_ok())
+    }
+
+    /// Forgets that channel `id` is retired (it is being removed early).
+    fn unmark(&mut self, id: ChannelId) {
+        self.gone.remove(&id);
+        for b in &mut self.batches {
+            if let Ok(i) = b.binary_search(&id) {
+                b.remove(i);
+            }
+        }
+        self.batches.retain(|b| !b.is_empty());
+    }
 }
 
 /// How one channel is found (shown by `tagwire list`).
@@ -142,6 +240,7 @@ pub struct Routes<T> {
     channels: HashMap<ChannelId, Chan<T>>,
     sessions: HashMap<SessionId, Session>,
     next_entry: u64,
+    pending: Pending<T>,
 }
 
 impl<T: Clone> Default for Routes<T> {
@@ -168,6 +267,7 @@ impl<T: Clone> Routes<T> {
             channels: HashMap::new(),
             sessions: HashMap::new(),
             next_entry: 0,
+            pending: Pending::default(),
             limits,
         }
     }
@@ -177,14 +277,15 @@ impl<T: Clone> Routes<T> {
         &self.limits
     }
 
-    /// Number of channels.
+    /// Number of channels, counting retired ones not yet handed back by
+    /// [`Routes::settle`].
     pub fn len(&self) -> usize {
-        self.channels.len()
+        self.channels.len() + self.pending.removed.len()
     }
 
     /// True when there are no channels.
     pub fn is_empty(&self) -> bool {
-        self.channels.is_empty()
+        self.len() == 0
     }
 
     /// How many channels are found each way.
@@ -200,9 +301,13 @@ impl<T: Clone> Routes<T> {
         s
     }
 
-    /// How channel `id` is found.
+    /// How channel `id` is found; `None` if it is unknown or retired.
     pub fn kind(&self, id: ChannelId) -> Option<RouteKind> {
-        self.channels.get(&id).map(|ch| self.kind_of(ch))
+        let ch = self.channels.get(&id)?;
+        if self.pending.is_gone(id, ch.session) {
+            return None;
+        }
+        Some(self.kind_of(ch))
     }
 
     fn kind_of(&self, ch: &Chan<T>) -> RouteKind {
@@ -224,6 +329,9 @@ impl<T: Clone> Routes<T> {
 
     /// Adds channel `id` of `session` on `pattern` with its own filters and
     /// mapping filter; `value` is what [`Routes::route`] hands back.
+    ///
+    /// A retired channel with the same id is removed first; so, all at once,
+    /// are the retired channels of a retired session of the same id.
     pub fn add_channel(
         &mut self,
         id: ChannelId,
@@ -233,8 +341,16 @@ impl<T: Clone> Routes<T> {
         filters: Vec<(FilterId, Filter)>,
         mapping: Option<(FilterId, MappingFilter)>,
     ) -> Result<(), RouteError> {
-        if self.channels.contains_key(&id) {
-            return Err(RouteError::DuplicateChannel(id));
+        self.flush_retired_session(session);
+        if let Some(old) = self.channels.get(&id) {
+            if !self.pending.is_gone(id, old.session) {
+                return Err(RouteError::DuplicateChannel(id));
+            }
+            let old_session = old.session;
+            self.pending.unmark(id);
+            if let Some(value) = self.remove_now(id, old_session) {
+                self.pending.removed.push((id, value));
+            }
         }
         let mut proxy = FilterList::new(&self.limits);
         for (fid, f) in filters {
@@ -249,35 +365,270 @@ impl<T: Clone> Routes<T> {
                 proxy,
                 mapping,
                 entries: Vec::new(),
+                queued: 0,
             },
         );
-        self.session_mut(session).channels.push(id);
+        self.session_mut(session).channels.insert(id);
         self.place(id);
         Ok(())
     }
 
-    /// Removes channel `id`, returning its value.
+    /// Removes channel `id`, returning its value (`None` if it is unknown
+    /// or already retired). Costs O(1) plus its own filters.
     pub fn remove_channel(&mut self, id: ChannelId) -> Option<T> {
-        self.unplace(id);
-        let ch = self.channels.remove(&id)?;
-        if let Some(s) = self.sessions.get_mut(&ch.session) {
-            s.channels.retain(|c| *c != id);
+        let session = self.channels.get(&id)?.session;
+        if self.pending.is_gone(id, session) {
+            return None;
         }
-        Some(ch.value)
+        self.remove_now(id, session)
     }
 
-    /// Removes a session and all its channels, returning their values.
+    /// Removes a session and all its channels at once, returning their
+    /// values; O(its channels). See [`Routes::retire_session`] for the
+    /// sliced form.
     pub fn remove_session(&mut self, session: SessionId) -> Vec<T> {
         let Some(s) = self.sessions.remove(&session) else {
             return Vec::new();
         };
-        s.channels
+        // Channels retired in a batch stay for `settle` to hand back.
+        let live: Vec<ChannelId> = s
+            .channels
             .into_iter()
+            .filter(|c| !self.pending.is_gone(*c, session))
+            .collect();
+        live.into_iter()
             .filter_map(|c| {
                 self.unplace(c);
                 self.channels.remove(&c).map(|ch| ch.value)
             })
             .collect()
+    }
+
+    /// Makes every channel of `session` unreachable at once, in O(1): from
+    /// now on [`Routes::route`] hands none of them back. Their removal is
+    /// left to [`Routes::settle`]. Returns how many channels it had (counting
+    /// any already retired by [`Routes::retire_channels`]).
+    pub fn retire_session(&mut self, session: SessionId) -> usize {
+        let Some(s) = self.sessions.remove(&session) else {
+            return 0;
+        };
+        let n = s.channels.len();
+        self.pending.replacing.remove(&session);
+        self.pending.gone_sessions.insert(session);
+        self.pending
+            .sessions
+            .push_back((session, s.channels.into_iter().collect()));
+        n
+    }
+
+    /// Makes channel `id` unreachable at once, in O(1), leaving its removal
+    /// to [`Routes::settle`]; whether it was there (and not yet retired).
+    pub fn retire_channel(&mut self, id: ChannelId) -> bool {
+        let Some(ch) = self.channels.get(&id) else {
+            return false;
+        };
+        let session = ch.session;
+        if self.pending.is_gone(id, session) {
+            return false;
+        }
+        if let Some(s) = self.sessions.get_mut(&session) {
+            s.channels.remove(&id);
+        }
+        self.pending.gone.insert(id);
+        self.pending.channels.push(id);
+        true
+    }
+
+    /// Makes every channel in `ids` unreachable at once, in O(n log n) for
+    /// the sort with no per-channel table work, leaving their removal to
+    /// [`Routes::settle`]. Ids of unknown or already retired channels are
+    /// ignored.
+    pub fn retire_channels(&mut self, mut ids: Vec<ChannelId>) {
+        if ids.is_empty() {
+            return;
+        }
+        ids.sort_unstable();
+        ids.dedup();
+        self.pending.batches.push(ids);
+    }
+
+    /// The ids of live channel `id`'s own filters and mapping filter.
+    pub fn filter_ids(&self, id: ChannelId) -> Vec<FilterId> {
+        self.channels
+            .get(&id)
+            .filter(|ch| !self.pending.is_gone(id, ch.session))
+            .map(|ch| {
+                let mut ids: Vec<FilterId> = ch.proxy.iter().map(|(f, _)| f).collect();
+                ids.extend(ch.mapping.as_ref().map(|(f, _)| *f));
+                ids
+            })
+            .unwrap_or_default()
+    }
+
+    /// Whether [`Routes::settle`] has work left.
+    pub fn is_settled(&self) -> bool {
+        self.pending.is_empty()
+    }
+
+    /// Does at most `budget` channels' worth of left-over work: removes
+    /// retired channels (appending `(id, value)` to `removed`) and re-places
+    /// the channels of sessions changed by the `queue_*` methods. Returns
+    /// true when no work is left.
+    pub fn settle(&mut self, budget: usize, removed: &mut Vec<(ChannelId, T)>) -> bool {
+        let mut left = budget;
+        while left > 0 {
+            if let Some(done) = self.pending.removed.pop() {
+                left -= 1;
+                removed.push(done);
+                continue;
+            }
+            if let Some(batch) = self.pending.batches.last_mut() {
+                let take = batch.len().min(left);
+                let ids: Vec<ChannelId> = batch.drain(batch.len() - take..).collect();
+                if batch.is_empty() {
+                    self.pending.batches.pop();
+                }
+                left -= take.max(1);
+                for id in ids {
+                    let Some(session) = self.channels.get(&id).map(|c| c.session) else {
+                        continue;
+                    };
+                    // Also retired one by one: removed by that.
+                    if self.pending.gone.contains(&id) {
+                        continue;
+                    }
+                    if let Some(value) = self.remove_now(id, session) {
+                        removed.push((id, value));
+                    }
+                }
+                continue;
+            }
+            if let Some(id) = self.pending.channels.pop() {
+                left -= 1;
+                if self.pending.gone.remove(&id) {
+                    let session = self.channels.get(&id).map(|c| c.session);
+                    if let Some(value) = session.and_then(|s| self.remove_now(id, s)) {
+                        removed.push((id, value));
+                    }
+                }
+                continue;
+            }
+            if let Some((session, ids)) = self.pending.sessions.front_mut() {
+                let session = *session;
+                let take = ids.len().min(left);
+                let batch: Vec<ChannelId> = ids.drain(ids.len() - take..).collect();
+                if ids.is_empty() {
+                    self.pending.sessions.pop_front();
+                    if !self.pending.sessions.iter().any(|(s, _)| *s == session) {
+                        self.pending.gone_sessions.remove(&session);
+                    }
+                }
+                left -= take.max(1);
+                for id in batch {
+                    if self.channels.get(&id).is_some_and(|c| c.session == session) {
+                        if let Some(value) = self.remove_now(id, session) {
+                            removed.push((id, value));
+                        }
+                    }
+                }
+                continue;
+            }
+            if let Some((fid, filter, ids)) = self.pending.adds.front_mut() {
+                let (fid, filter) = (*fid, filter.clone());
+                let take = ids.len().min(left);
+                let batch: Vec<ChannelId> = ids.drain(ids.len() - take..).collect();
+                if ids.is_empty() {
+                    self.pending.adds.pop_front();
+                }
+                left -= take.max(1);
+                for id in batch {
+                    let live = self.is_live(id);
+                    let Some(ch) = self.channels.get_mut(&id) else {
+                        continue;
+                    };
+                    ch.queued = ch.queued.saturating_sub(1);
+                    // Counted against the bound when queued, so it fits.
+                    if live && ch.proxy.add(fid, filter.clone()).is_ok() {
+                        self.place(id);
+                    }
+                }
+                continue;
+            }
+            if let Some((fid, ids)) = self.pending.removes.front_mut() {
+                let fid = *fid;
+                let take = ids.len().min(left);
+                let batch: Vec<ChannelId> = ids.drain(ids.len() - take..).collect();
+                if ids.is_empty() {
+                    self.pending.removes.pop_front();
+                }
+                left -= take.max(1);
+                for id in batch {
+                    self.change_channel(id, |ch| ch.proxy.remove(fid).is_some());
+                }
+                continue;
+            }
+            if let Some((session, ids)) = self.pending.replace.front_mut() {
+                let session = *session;
+                let take = ids.len().min(left);
+                let batch: Vec<ChannelId> = ids.drain(ids.len() - take..).collect();
+                if ids.is_empty() {
+                    self.pending.replace.pop_front();
+                    if let Some(n) = self.pending.replacing.get_mut(&session) {
+                        *n -= 1;
+                        if *n == 0 {
+                            self.pending.replacing.remove(&session);
+                        }
+                    }
+                }
+                left -= take.max(1);
+                for id in batch {
+                    if self
+                        .channels
+                        .get(&id)
+                        .is_some_and(|c| c.session == session && !self.pending.is_gone(id, session))
+                    {
+                        self.place(id);
+                    }
+                }
+                continue;
+            }
+            break;
+        }
+        self.pending.is_empty()
+    }
+
+    /// Removes channel `id` of `session` now (its pending marks are the
+    /// caller's business).
+    fn remove_now(&mut self, id: ChannelId, session: SessionId) -> Option<T> {
+        self.unplace(id);
+        let ch = self.channels.remove(&id)?;
+        if let Some(s) = self.sessions.get_mut(&session) {
+            s.channels.remove(&id);
+        }
+        Some(ch.value)
+    }
+
+    /// Finishes, at once, the removal of a retired session's channels
+    /// before its id is used again.
+    fn flush_retired_session(&mut self, session: SessionId) {
+        if !self.pending.gone_sessions.remove(&session) {
+            return;
+        }
+        let mut keep = VecDeque::new();
+        while let Some((s, ids)) = self.pending.sessions.pop_front() {
+            if s != session {
+                keep.push_back((s, ids));
+                continue;
+            }
+            for id in ids {
+                if self.channels.get(&id).is_some_and(|c| c.session == session) {
+                    if let Some(value) = self.remove_now(id, session) {
+                        self.pending.removed.push((id, value));
+                    }
+                }
+            }
+        }
+        self.pending.sessions = keep;
     }
 
     /// Adds filter `fid` to the own (proxy) level of every channel in
@@ -288,7 +639,7 @@ impl<T: Clone> Routes<T> {
         fid: FilterId,
         filter: &Filter,
     ) -> Result<(), RouteError> {
-        if let Some(c) = channels.iter().find(|c| !self.channels.contains_key(c)) {
+        if let Some(c) = channels.iter().find(|c| !self.channels.contains_key(*c)) {
             return Err(RouteError::UnknownChannel(*c));
         }
         for (i, c) in channels.iter().enumerate() {
@@ -311,9 +662,143 @@ impl<T: Clone> Routes<T> {
         Ok(())
     }
 
+    /// Like [`Routes::add_channel_filter`] (all or nothing, the same
+    /// errors), but only checks each channel and counts the filter against
+    /// its bound, O(1) per channel: adding it to each channel and
+    /// re-placing the channel is left to [`Routes::settle`], until which the
+    /// filter does not yet apply to the channels it has not reached.
+    pub fn queue_add_channel_filter(
+        &mut self,
+        channels: &[ChannelId],
+        fid: FilterId,
+        filter: &Filter,
+    ) -> Result<(), RouteError> {
+        let max = self.limits.max_filters_per_channel;
+        for c in channels {
+            let ch = match self.channels.get(c) {
+                Some(ch) if !self.pending.is_gone(*c, ch.session) => ch,
+                _ => return Err(RouteError::UnknownChannel(*c)),
+            };
+            if ch.proxy.iter().any(|(f, _)| f == fid) {
+                return Err(FilterError::DuplicateId { id: fid }.into());
+            }
+            if ch.proxy.len() + ch.queued >= max {
+                return Err(FilterError::LimitExceeded {
+                    limit: "max_filters_per_channel",
+                    value: ch.proxy.len() + ch.queued + 1,
+                    max,
+                    at: None,
+                }
+                .into());
+            }
+        }
+        for c in channels {
+            if let Some(ch) = self.channels.get_mut(c) {
+                ch.queued += 1;
+            }
+        }
+        self.pending
+            .adds
+            .push_back((fid, filter.clone(), channels.to_vec()));
+        Ok(())
+    }
+
+    /// Queues the removal of filter `fid` from the own level of each of
+    /// `channels`: [`Routes::settle`] removes it and re-places each channel;
+    /// until then the filter still applies to the channels not yet reached.
+    /// A queued [`Routes::queue_add_channel_filter`] of `fid` is cancelled
+    /// where it has not been applied yet.
+    pub fn queue_remove_channel_filter(&mut self, channels: &[ChannelId], fid: FilterId) {
+        // Not yet added to some channels: it never will be.
+        let mut cancelled = VecDeque::new();
+        for (f, filter, ids) in std::mem::take(&mut self.pending.adds) {
+            if f == fid {
+                for c in &ids {
+                    if let Some(ch) = self.channels.get_mut(c) {
+                        ch.queued = ch.queued.saturating_sub(1);
+                    }
+                }
+            } else {
+                cancelled.push_back((f, filter, ids));
+            }
+        }
+        self.pending.adds = cancelled;
+        if !channels.is_empty() {
+            self.pending.removes.push_back((fid, channels.to_vec()));
+        }
+    }
+
+    /// Sets (replaces) the mapping filter of every channel in `channels`,
+    /// O(1) per channel; a mapping filter applies on either path at once,
+    /// and [`Routes::settle`] later re-places the channels.
+    pub fn queue_set_mapping(
+        &mut self,
+        channels: &[ChannelId],
+        fid: FilterId,
+        mapping: &MappingFilter,
+    ) {
+        for c in channels {
+            if let Some(ch) = self.channels.get_mut(c) {
+                ch.mapping = Some((fid, mapping.clone()));
+            }
+        }
+        self.queue_replace_channels(channels);
+    }
+
+    /// Removes the mapping filter `fid` from each of `channels` that has it,
+    /// O(1) per channel, leaving their re-placement to [`Routes::settle`].
+    pub fn queue_remove_mapping(&mut self, channels: &[ChannelId], fid: FilterId) {
+        let mut changed = Vec::with_capacity(channels.len());
+        for c in channels {
+            if let Some(ch) = self.channels.get_mut(c) {
+                if ch.mapping.as_ref().is_some_and(|(f, _)| *f == fid) {
+                    ch.mapping = None;
+                    changed.push(*c);
+                }
+            }
+        }
+        self.queue_replace_channels(&changed);
+    }
+
+    fn is_live(&self, id: ChannelId) -> bool {
+        self.channels
+            .get(&id)
+            .is_some_and(|ch| !self.pending.is_gone(id, ch.session))
+    }
+
+    /// Queues the re-placement of `channels`, by session.
+    fn queue_replace_channels(&mut self, channels: &[ChannelId]) {
+        let mut by_session: HashMap<SessionId, Vec<ChannelId>> = HashMap::new();
+        for c in channels {
+            if let Some(ch) = self.channels.get(c) {
+                by_session.entry(ch.session).or_default().push(*c);
+            }
+        }
+        for (session, ids) in by_session {
+            *self.pending.replacing.entry(session).or_default() += 1;
+            self.pending.replace.push_back((session, ids));
+        }
+    }
+
     /// Removes filter `fid` from channel `id`'s own level; whether it was there.
     pub fn remove_channel_filter(&mut self, id: ChannelId, fid: FilterId) -> bool {
-        self.change_channel(id, |ch| ch.proxy.remove(fid).is_some())
+        if self.change_channel(id, |ch| ch.proxy.remove(fid).is_some()) {
+            return true;
+        }
+        // Queued for the channel and not added yet: it never will be.
+        for (f, _, ids) in &mut self.pending.adds {
+            if *f != fid {
+                continue;
+            }
+            if let Some(i) = ids.iter().position(|c| *c == id) {
+                ids.swap_remove(i);
+                if let Some(ch) = self.channels.get_mut(&id) {
+                    ch.queued = ch.queued.saturating_sub(1);
+                }
+                return true;
+            }
+        }
+        false
     }
 
     /// Sets (replaces) the mapping filter of every channel in `channels`.
@@ -347,7 +832,8 @@ impl<T: Clone> Routes<T> {
         changed
     }
 
-    /// Adds filter `fid` to a session's (admin) level.
+    /// Adds filter `fid` to a session's (admin) level and re-places the
+    /// session's channels at once (O(its channels)).
     pub fn add_session_filter(
         &mut self,
         session: SessionId,
@@ -355,34 +841,94 @@ impl<T: Clone> Routes<T> {
         filter: Filter,
     ) -> Result<(), RouteError> {
         self.session_mut(session).admin.add(fid, filter)?;
-        self.replace_session(session);
+        self.replace_now(session);
         Ok(())
     }
 
     /// Removes filter `fid` from a session's level; whether it was there.
+    /// Re-places the session's channels at once.
     pub fn remove_session_filter(&mut self, session: SessionId, fid: FilterId) -> bool {
         let removed = self
             .sessions
             .get_mut(&session)
             .is_some_and(|s| s.admin.remove(fid).is_some());
         if removed {
-            self.replace_session(session);
+            self.replace_now(session);
         }
         removed
     }
 
-    /// Sets the operator between a session's two levels.
+    /// Sets the operator between a session's two levels. Re-places the
+    /// session's channels at once.
     pub fn set_op(&mut self, session: SessionId, op: InterFilterOp) {
         self.session_mut(session).op = op;
-        self.replace_session(session);
+        self.replace_now(session);
+    }
+
+    /// Like [`Routes::add_session_filter`], in O(1): the re-placement of
+    /// the session's channels is left to [`Routes::settle`]. Meanwhile the
+    /// new filter applies to every channel found by tag; a channel found
+    /// through the index that the change moves to the tag path (operator
+    /// OR) may miss events only the session level passes until then.
+    pub fn queue_add_session_filter(
+        &mut self,
+        session: SessionId,
+        fid: FilterId,
+        filter: Filter,
+    ) -> Result<(), RouteError> {
+        self.session_mut(session).admin.add(fid, filter)?;
+        self.queue_replace(session);
+        Ok(())
+    }
+
+    /// Like [`Routes::remove_session_filter`], leaving the re-placement to
+    /// [`Routes::settle`] (see [`Routes::queue_add_session_filter`]).
+    pub fn queue_remove_session_filter(&mut self, session: SessionId, fid: FilterId) -> bool {
+        let removed = self
+            .sessions
+            .get_mut(&session)
+            .is_some_and(|s| s.admin.remove(fid).is_some());
+        if removed {
+            self.queue_replace(session);
+        }
+        removed
+    }
+
+    /// Like [`Routes::set_op`], leaving the re-placement to
+    /// [`Routes::settle`] (see [`Routes::queue_add_session_filter`]).
+    pub fn queue_set_op(&mut self, session: SessionId, op: InterFilterOp) {
+        self.session_mut(session).op = op;
+        self.queue_replace(session);
+    }
+
+    /// Re-places every channel of `session` now, dropping any queued
+    /// re-placement of it.
+    fn replace_now(&mut self, session: SessionId) {
+        if self.pending.replacing.remove(&session).is_some() {
+            self.pending.replace.retain(|(s, _)| *s != session);
+        }
+        let ids: Vec<ChannelId> = self
+            .sessions
+            .get(&session)
+            .map(|s| s.channels.iter().copied().collect())
+            .unwrap_or_default();
+        for id in ids {
+            self.place(id);
+        }
     }
 
     /// Calls `deliver(value, overrides)` once for every channel that gets
     /// `event`; `overrides` are what its mapping filter sets (empty if none).
     pub fn route(&mut self, event: &EventRef<'_>, mut deliver: impl FnMut(&T, Overrides)) {
         let tag = event.tag;
+        let unsettled = self.pending.affects_routing();
         for e in self.by_tag.matches(tag).iter() {
-            if !e.judge {
+            if unsettled && self.pending.is_gone(e.id, e.session) {
+                continue;
+            }
+            // A session whose channels are being re-placed judges them all.
+            let judge = e.judge || (unsettled && self.pending.replacing.contains_key(&e.session));
+            if !judge {
                 deliver(&e.value, Overrides::default());
                 continue;
             }
@@ -411,6 +957,9 @@ impl<T: Clone> Routes<T> {
             let Some(ch) = self.channels.get(id) else {
                 continue;
             };
+            if unsettled && self.pending.is_gone(*id, ch.session) {
+                continue;
+            }
             // Indexed channels' sessions use AND or have no filters.
             let session_passes = self
                 .sessions
@@ -423,23 +972,35 @@ impl<T: Clone> Routes<T> {
     }
 
     fn session_mut(&mut self, session: SessionId) -> &mut Session {
+        if !self.sessions.contains_key(&session) {
+            self.flush_retired_session(session);
+        }
         let limits = &self.limits;
         self.sessions.entry(session).or_insert_with(|| Session {
             admin: FilterList::new(limits),
             op: InterFilterOp::default(),
-            channels: Vec::new(),
+            channels: HashSet::new(),
         })
     }
 
-    fn replace_session(&mut self, session: SessionId) {
-        let channels = self
-            .sessions
-            .get(&session)
-            .map(|s| s.channels.clone())
-            .unwrap_or_default();
-        for c in channels {
-            self.place(c);
+    /// Queues the re-placement of every channel of `session`.
+    fn queue_replace(&mut self, session: SessionId) {
+        let Some(s) = self.sessions.get(&session) else {
+            return;
+        };
+        if s.channels.is_empty() {
+            return;
         }
+        let ids: Vec<ChannelId> = s.channels.iter().copied().collect();
+        if self.pending.replacing.contains_key(&session) {
+            // Already queued: start that re-placement over, with every channel.
+            if let Some(queued) = self.pending.replace.iter_mut().find(|(s, _)| *s == session) {
+                queued.1 = ids;
+                return;
+            }
+        }
+        *self.pending.replacing.entry(session).or_default() += 1;
+        self.pending.replace.push_back((session, ids));
     }
 
     fn needs_judge(&self, ch: &Chan<T>) -> bool {
@@ -505,6 +1066,7 @@ impl<T: Clone> Routes<T> {
         }
         let entry = ByTag {
             id,
+            session: ch.session,
             judge: self.needs_judge(ch),
             value: ch.value.clone(),
         };

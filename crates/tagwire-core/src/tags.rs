@@ -323,7 +323,9 @@ pub const DEFAULT_CACHE_ENTRIES: usize = 4096;
 #[derive(Debug)]
 pub struct TagTable<T> {
     root: Node<T>,
-    patterns: HashMap<SubId, Pattern>,
+    /// Each subscription's pattern and its position in its node's `subs`,
+    /// so that removing one costs the pattern's depth, not the node's size.
+    patterns: HashMap<SubId, (Pattern, usize)>,
     /// Looked up once per published event: hashbrown's default hasher
     /// (foldhash, seeded per process) is several times cheaper than SipHash.
     cache: hashbrown::HashMap<Box<str>, Arc<[T]>>,
@@ -374,22 +376,30 @@ impl<T: Clone> TagTable<T> {
                 Level::Any => node.any.get_or_insert_with(|| Box::new(Node::new(true))),
             };
         }
+        let at = node.subs.len();
         node.subs.push((id, value));
-        self.patterns.insert(id, pattern);
+        self.patterns.insert(id, (pattern, at));
         self.cache.clear();
         true
     }
 
-    /// Removes subscription `id`, pruning trie nodes left empty.
+    /// Removes subscription `id`, pruning trie nodes left empty. Costs the
+    /// pattern's depth, however many subscriptions share its node.
     pub fn remove(&mut self, id: SubId) -> Option<T> {
-        let pattern = self.patterns.remove(&id)?;
+        let (pattern, at) = self.patterns.remove(&id)?;
         self.cache.clear();
-        remove_rec(&mut self.root, pattern.levels(), id)
+        let (value, moved) = remove_rec(&mut self.root, pattern.levels(), id, at)?;
+        if let Some(moved) = moved {
+            if let Some((_, pos)) = self.patterns.get_mut(&moved) {
+                *pos = at;
+            }
+        }
+        Some(value)
     }
 
     /// The pattern of subscription `id`.
     pub fn pattern(&self, id: SubId) -> Option<&Pattern> {
-        self.patterns.get(&id)
+        self.patterns.get(&id).map(|(p, _)| p)
     }
 
     /// The handles of every subscription whose pattern matches `tag`, in no
@@ -449,15 +459,25 @@ fn push_closure<'a, T>(set: &mut Vec<&'a Node<T>>, node: &'a Node<T>) {
     }
 }
 
-fn remove_rec<T>(node: &mut Node<T>, levels: &[Level], id: SubId) -> Option<T> {
+/// Removes `id`, at position `at` of its node's `subs`; returns its value
+/// and the id of the subscription moved into position `at`, if any.
+fn remove_rec<T>(
+    node: &mut Node<T>,
+    levels: &[Level],
+    id: SubId,
+    at: usize,
+) -> Option<(T, Option<SubId>)> {
     let Some((first, rest)) = levels.split_first() else {
-        let pos = node.subs.iter().position(|(s, _)| *s == id)?;
-        return Some(node.subs.swap_remove(pos).1);
+        if node.subs.get(at).map(|(s, _)| *s) != Some(id) {
+            return None;
+        }
+        let (_, value) = node.subs.swap_remove(at);
+        return Some((value, node.subs.get(at).map(|(s, _)| *s)));
     };
     match first {
         Level::Literal(l) => {
             let child = node.children.get_mut(l)?;
-            let out = remove_rec(child, rest, id);
+            let out = remove_rec(child, rest, id, at);
             if child.is_empty() {
                 node.children.remove(l);
             }
@@ -470,7 +490,7 @@ fn remove_rec<T>(node: &mut Node<T>, levels: &[Level], id: SubId) -> Option<T> {
                 &mut node.any
             };
             let child = slot.as_deref_mut()?;
-            let out = remove_rec(child, rest, id);
+            let out = remove_rec(child, rest, id, at);
             if child.is_empty() {
                 *slot = None;
             }

@@ -96,6 +96,46 @@ fn channels_with_indexable_filters_go_through_the_index() {
 }
 
 #[test]
+fn removing_some_of_many_channels_that_share_filters_leaves_the_others_routed() {
+    // Hundreds of channels per index key (equality, substring, unindexed),
+    // removed one by one in no particular order, retired and settled.
+    let texts = ["$.k == 1", "$.s ~ 'yy'", "$.k > 0"];
+    let mut r = Routes::default();
+    for i in 0..600u64 {
+        let filter = f(texts[(i % 3) as usize]);
+        r.add_channel(i, i % 2, p("/t/**"), i, vec![(i, filter)], None)
+            .expect("added");
+    }
+    let gone = |i: u64| i.is_multiple_of(5) || i.is_multiple_of(7);
+    for i in (0..600u64)
+        .rev()
+        .filter(|i| gone(*i) && i.is_multiple_of(2))
+    {
+        assert_eq!(r.remove_channel(i), Some(i));
+    }
+    for i in (0..600u64).filter(|i| gone(*i) && !i.is_multiple_of(2)) {
+        assert!(r.retire_channel(i));
+    }
+    let ev = event(
+        "/t/x",
+        0,
+        &[("k", Value::Int(1)), ("s", Value::Str("ayyb".into()))],
+    );
+    let want: Vec<u64> = (0..600u64).filter(|i| !gone(*i)).collect();
+    assert_eq!(ids(&mut r, &ev), want, "before settling");
+    let mut removed = Vec::new();
+    while !r.settle(7, &mut removed) {}
+    removed.sort_unstable();
+    let retired: Vec<(u64, u64)> = (0..600u64)
+        .filter(|i| gone(*i) && !i.is_multiple_of(2))
+        .map(|i| (i, i))
+        .collect();
+    assert_eq!(removed, retired);
+    assert_eq!(ids(&mut r, &ev), want, "after settling");
+    assert_eq!(r.len(), want.len());
+}
+
+#[test]
 fn a_channel_with_several_matching_filters_is_delivered_once() {
     let mut r = Routes::default();
     let filters = vec![(1, f("$.a == 1")), (2, f("$.b == 'x'"))];
@@ -299,6 +339,18 @@ enum Op {
     SetMapping(usize, usize),
     RemoveMapping(usize),
     RemoveSession(u64),
+    /// Retire (not remove) a session's channels.
+    RetireSession(u64),
+    RetireChannel(usize),
+    /// `settle` with this budget.
+    Settle(usize),
+    /// A session-level change whose re-placement waits for `settle`.
+    QueuedSessionFilter(u64, usize),
+    QueuedOperator(u64, bool),
+    QueuedChannelFilter(Vec<usize>, usize),
+    QueuedRemoveChannelFilter(usize, usize),
+    QueuedMapping(usize, usize),
+    RetireBatch(Vec<usize>),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -313,8 +365,17 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0u64..3, 0usize..4).prop_map(|(s, k)| Op::RemoveSessionFilter(s, k)),
         2 => (0u64..3, any::<bool>()).prop_map(|(s, or)| Op::Operator(s, or)),
         1 => (idx.clone(), 0..MAPS.len()).prop_map(|(c, m)| Op::SetMapping(c, m)),
-        1 => idx.prop_map(Op::RemoveMapping),
+        1 => idx.clone().prop_map(Op::RemoveMapping),
         1 => (0u64..3).prop_map(Op::RemoveSession),
+        1 => (0u64..3).prop_map(Op::RetireSession),
+        1 => idx.prop_map(Op::RetireChannel),
+        2 => (0usize..4).prop_map(Op::Settle),
+        1 => (0u64..3, 0..FILTERS.len()).prop_map(|(s, f)| Op::QueuedSessionFilter(s, f)),
+        1 => (0u64..3, any::<bool>()).prop_map(|(s, or)| Op::QueuedOperator(s, or)),
+        1 => (prop::collection::vec(0usize..64, 1..3), 0..FILTERS.len()).prop_map(|(c, f)| Op::QueuedChannelFilter(c, f)),
+        1 => (0usize..64, 0usize..4).prop_map(|(c, k)| Op::QueuedRemoveChannelFilter(c, k)),
+        1 => (0usize..64, 0..MAPS.len()).prop_map(|(c, m)| Op::QueuedMapping(c, m)),
+        1 => prop::collection::vec(0usize..64, 0..4).prop_map(Op::RetireBatch),
     ]
 }
 
@@ -394,6 +455,23 @@ proptest! {
     ) {
         let mut r: Routes<u64> = Routes::default();
         let mut model = Model::default();
+        // Retired channels not yet handed back by `settle`, and whether a
+        // queued re-placement may still be pending.
+        let mut retired: std::collections::BTreeSet<u64> = Default::default();
+        // Sessions of channels retired in batches (still in their session
+        // until removed).
+        let mut batch_sessions: HashMap<u64, u64> = HashMap::new();
+        let mut replacing = false;
+        let settle = |r: &mut Routes<u64>, budget: usize, retired: &mut std::collections::BTreeSet<u64>| -> Result<bool, TestCaseError> {
+            let mut removed = Vec::new();
+            let done = r.settle(budget, &mut removed);
+            prop_assert!(removed.len() <= budget, "settle({}) removed {}", budget, removed.len());
+            for (id, value) in removed {
+                prop_assert_eq!(id, value);
+                prop_assert!(retired.remove(&id), "channel {} removed but not retired", id);
+            }
+            Ok(done)
+        };
         for (step, op) in ops.into_iter().enumerate() {
             // Ids of filters added alone; a new channel's own filters take
             // ids from a separate range (1000 + 10 * fid + i).
@@ -466,6 +544,8 @@ proptest! {
                     }
                 }
                 Op::RemoveSession(s) => {
+                    // Its batch-retired channels leave the session too.
+                    batch_sessions.retain(|c, cs| retired.contains(c) && *cs != s);
                     let mut got = r.remove_session(s);
                     got.sort_unstable();
                     let want: Vec<u64> = model.channels.iter().filter(|(_, c)| c.0 == s).map(|(id, _)| *id).collect();
@@ -473,9 +553,107 @@ proptest! {
                     model.channels.retain(|_, c| c.0 != s);
                     model.sessions.remove(&s);
                 }
+                Op::RetireSession(s) => {
+                    let want: Vec<u64> = model.channels.iter().filter(|(_, c)| c.0 == s).map(|(id, _)| *id).collect();
+                    let batched = retired.iter().filter(|c| batch_sessions.get(c) == Some(&s)).count();
+                    prop_assert_eq!(r.retire_session(s), want.len() + batched);
+                    batch_sessions.retain(|_, cs| *cs != s);
+                    retired.extend(want);
+                    model.channels.retain(|_, c| c.0 != s);
+                    model.sessions.remove(&s);
+                }
+                Op::RetireChannel(i) => {
+                    if let Some(c) = nth_channel(&model, i) {
+                        prop_assert!(r.retire_channel(c));
+                        prop_assert!(!r.retire_channel(c), "retired twice");
+                        prop_assert_eq!(r.remove_channel(c), None);
+                        prop_assert_eq!(r.kind(c), None);
+                        retired.insert(c);
+                        model.channels.remove(&c);
+                    }
+                }
+                Op::Settle(budget) => {
+                    if settle(&mut r, budget, &mut retired)? {
+                        replacing = false;
+                        prop_assert!(retired.is_empty(), "settled with {:?} retired", retired);
+                    }
+                }
+                Op::QueuedSessionFilter(s, x) => {
+                    if r.queue_add_session_filter(s, fid, f(FILTERS[x])).is_ok() {
+                        model.session(s).0.add(fid, f(FILTERS[x])).expect("same limits");
+                        replacing = true;
+                    }
+                }
+                Op::QueuedChannelFilter(cs, x) => {
+                    let mut cs: Vec<u64> = cs.iter().filter_map(|i| nth_channel(&model, *i)).collect();
+                    cs.dedup();
+                    let ok = r.queue_add_channel_filter(&cs, fid, &f(FILTERS[x])).is_ok();
+                    let fits = cs.iter().all(|c| model.channels[c].2.len() < FilterLimits::default().max_filters_per_channel);
+                    prop_assert_eq!(ok, fits);
+                    if ok {
+                        for c in cs { model.channels.get_mut(&c).expect("present").2.add(fid, f(FILTERS[x])).expect("room"); }
+                        replacing = true;
+                    }
+                }
+                Op::QueuedRemoveChannelFilter(i, k) => {
+                    // As `filter_remove` does: from every channel holding it.
+                    if let Some(c) = nth_channel(&model, i) {
+                        let ids: Vec<u64> = model.channels[&c].2.iter().map(|(id, _)| id).collect();
+                        if let Some(&id) = ids.get(k % ids.len().max(1)) {
+                            let holders: Vec<u64> = model.channels.iter().filter(|(_, ch)| ch.2.iter().any(|(f, _)| f == id)).map(|(c, _)| *c).collect();
+                            r.queue_remove_channel_filter(&holders, id);
+                            for h in holders {
+                                model.channels.get_mut(&h).expect("present").2.remove(id);
+                            }
+                            replacing = true;
+                        }
+                    }
+                }
+                Op::RetireBatch(is) => {
+                    let mut cs: Vec<u64> = is.iter().filter_map(|i| nth_channel(&model, *i)).collect();
+                    cs.sort_unstable();
+                    cs.dedup();
+                    for c in &cs {
+                        batch_sessions.insert(*c, model.channels[c].0);
+                        model.channels.remove(c);
+                        retired.insert(*c);
+                    }
+                    // An unknown id in a batch is ignored.
+                    cs.push(u64::MAX);
+                    r.retire_channels(cs);
+                }
+                Op::QueuedMapping(i, x) => {
+                    if let Some(c) = nth_channel(&model, i) {
+                        r.queue_set_mapping(&[c], fid, &m(MAPS[x]));
+                        model.channels.get_mut(&c).expect("present").3 = Some((fid, m(MAPS[x])));
+                        replacing = true;
+                    }
+                }
+                Op::QueuedOperator(s, or) => {
+                    let op = if or { InterFilterOp::Or } else { InterFilterOp::And };
+                    r.queue_set_op(s, op);
+                    model.session(s).1 = op;
+                    replacing = true;
+                }
             }
-            prop_assert_eq!(r.len(), model.channels.len());
+            prop_assert_eq!(r.len(), model.channels.len() + retired.len());
         }
+        // Retired channels route nowhere before `settle` removes them (a
+        // queued re-placement may still route by the old placement).
+        if !replacing {
+            for ev in &events {
+                let buf = encode(ev);
+                let e = EventRef::parse(&buf).expect("valid");
+                let mut got = Vec::new();
+                r.route(&e, |id, o| got.push((*id, o)));
+                got.sort_by_key(|(id, _)| *id);
+                prop_assert_eq!(got, model.route(&e), "before settling, event {:?}", ev);
+            }
+        }
+        while !settle(&mut r, 3, &mut retired)? {}
+        prop_assert!(retired.is_empty(), "never removed: {:?}", retired);
+        prop_assert!(r.is_settled());
+        prop_assert_eq!(r.len(), model.channels.len());
         for ev in &events {
             let buf = encode(ev);
             let e = EventRef::parse(&buf).expect("valid");

@@ -1,24 +1,47 @@
 //! Admin requests and replies: JSON documents carried by `Admin` and
 //! `AdminReply` frames (listed in `docs/admin.md`). Admin work runs on the
 //! lane like everything else for now; the priority-lanes work moves it to the
-//! lowest-priority lane.
+//! lowest-priority lane. So that no request stalls the lane, listings are
+//! paged (each page within the connection's negotiated frame size and
+//! [`MAX_PAGE_ITEMS`]) and a session-level change only queues the
+//! re-placement of the session's channels for the lane's housekeeping task,
+//! answering when it is done.
 
 use serde::{Deserialize, Serialize};
 use tagwire_core::filter::InterFilterOp;
 use tagwire_core::route::RouteError;
-use tagwire_proto::ErrorCode;
+use tagwire_proto::{excerpt, ErrorCode};
 
 use crate::filters::{op_name, FilterRecord};
 pub use crate::filters::{FilterInfo, FilterLevel};
-use crate::state::State;
+use crate::state::{State, TagStats};
+
+/// Items in a listing page when the request gives no `limit`.
+pub const DEFAULT_PAGE_ITEMS: usize = 500;
+/// Most items in a listing page; a larger `limit` is clamped to it, so that
+/// one page costs the lane a bounded time (about 10 µs per item).
+pub const MAX_PAGE_ITEMS: usize = 1000;
+/// Bytes of an `AdminReply` frame besides its JSON body (type and request id).
+const REPLY_OVERHEAD: usize = 5;
 
 /// An admin request, tagged by `op`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
 #[non_exhaustive]
 pub enum AdminRequest {
-    /// Lists connections, endpoints, subscriptions and tags.
-    List,
+    /// Lists connections, endpoints, subscriptions and tags, one page at a
+    /// time: a page that does not end the listing carries `next`, to send
+    /// back as `after`.
+    List {
+        /// Where the previous page ended (its `next`); absent for the first page.
+        #[serde(default)]
+        after: Option<String>,
+        /// Most items (connections, endpoints, subscriptions and tags
+        /// together) in the page; default [`DEFAULT_PAGE_ITEMS`], at most
+        /// [`MAX_PAGE_ITEMS`].
+        #[serde(default)]
+        limit: Option<usize>,
+    },
     /// Attaches a filter (`filter`) or a mapping filter (`map`) through an
     /// endpoint: to its connection's session, or to each of its channels.
     FilterAdd {
@@ -34,8 +57,16 @@ pub enum AdminRequest {
         #[serde(default)]
         map: Option<String>,
     },
-    /// Lists every filter with its id.
-    FilterList,
+    /// Lists filters with their ids, one page at a time (like `list`).
+    FilterList {
+        /// The previous page's `next` (a filter id); absent for the first page.
+        #[serde(default)]
+        after: Option<u64>,
+        /// Most filters in the page; default [`DEFAULT_PAGE_ITEMS`], at most
+        /// [`MAX_PAGE_ITEMS`].
+        #[serde(default)]
+        limit: Option<usize>,
+    },
     /// Removes filter `id`.
     FilterRemove {
         /// The id from `filter_add` or `filter_list`.
@@ -87,60 +118,76 @@ impl Requester<'_> {
     }
 }
 
-/// Runs an admin request against the router's state on behalf of `who`; the
-/// error is the code and message of the `Error` frame to send.
+/// An admin reply: to send at once, or once the routes have settled (a
+/// session-level change re-places the session's channels in slices first).
+#[derive(Debug)]
+pub(crate) enum Reply {
+    Now(String),
+    WhenSettled(String),
+}
+
+/// Runs an admin request against the router's state; `max_frame` is the
+/// requesting connection's negotiated frame size, which a reply never
+/// exceeds. The error is the code and message of the `Error` frame to send.
 pub(crate) fn handle(
     st: &mut State,
     body: &str,
+    max_frame: usize,
     who: &Requester<'_>,
-) -> Result<String, (ErrorCode, String)> {
+) -> Result<Reply, (ErrorCode, String)> {
     let bad = |m: String| (ErrorCode::BadRequest, m);
     let request: AdminRequest =
         serde_json::from_str(body).map_err(|e| bad(format!("bad admin request: {e}")))?;
-    let reply = match request {
-        AdminRequest::List => {
-            let mut listing = st.listing();
-            if !who.admin {
-                own_only(st, &mut listing, who);
-            }
-            serde_json::to_value(listing)
+    let budget = max_frame.saturating_sub(REPLY_OVERHEAD);
+    let encode = |v: Result<serde_json::Value, serde_json::Error>| {
+        v.map(|v| v.to_string()).map_err(|e| {
+            (
+                ErrorCode::Internal,
+                format!("cannot encode admin reply: {e}"),
+            )
+        })
+    };
+    match request {
+        AdminRequest::List { after, limit } => {
+            let page = list_page(st, after.as_deref(), page_items(limit)?, budget, who)?;
+            serde_json::to_string(&page).map(Reply::Now).map_err(|e| {
+                (
+                    ErrorCode::Internal,
+                    format!("cannot encode admin reply: {e}"),
+                )
+            })
         }
-        AdminRequest::FilterList => {
-            let mut v: Vec<&FilterInfo> = st
-                .filters
-                .records
-                .values()
-                .filter(|r| who.may_touch(st, r.connection))
-                .map(|r| &r.info)
-                .collect();
-            v.sort_by_key(|i| i.id);
-            Ok(serde_json::json!({ "filters": v }))
+        AdminRequest::FilterList { after, limit } => {
+            let page = filter_page(st, after, page_items(limit)?, budget, who)?;
+            encode(Ok(page)).map(Reply::Now)
         }
         AdminRequest::FilterRemove { id } => {
             let conn = st
                 .filters
                 .records
-                .get(&id)
+                .get(id)
                 .ok_or_else(|| bad(format!("no filter with id {id}")))?
                 .connection;
             who.check(st, conn, &format!("filter {id}"))?;
             let rec = st
                 .filters
                 .records
-                .remove(&id)
+                .remove(id)
                 .ok_or_else(|| bad(format!("no filter with id {id}")))?;
+            let reply = encode(Ok(serde_json::json!({ "removed": id })))?;
             match rec.info.level {
                 FilterLevel::Session => {
-                    st.routes.remove_session_filter(rec.connection, id);
+                    st.routes.queue_remove_session_filter(rec.connection, id);
+                    return Ok(Reply::WhenSettled(reply));
                 }
                 FilterLevel::Channel => {
-                    for g in &rec.channels {
-                        if rec.info.kind == "map" {
-                            st.routes.remove_mapping(*g, id);
-                        } else {
-                            st.routes.remove_channel_filter(*g, id);
-                        }
+                    let channels: Vec<u64> = rec.channels.iter().copied().collect();
+                    if rec.info.kind == "map" {
+                        st.routes.queue_remove_mapping(&channels, id);
+                    } else {
+                        st.routes.queue_remove_channel_filter(&channels, id);
                     }
+                    return Ok(Reply::WhenSettled(reply));
                 }
                 FilterLevel::Publisher => {
                     if let Some(f) = st.sources.get(rec.info.endpoint.as_str()) {
@@ -148,7 +195,7 @@ pub(crate) fn handle(
                     }
                 }
             }
-            Ok(serde_json::json!({ "removed": id }))
+            Ok(Reply::Now(reply))
         }
         AdminRequest::FilterOp {
             endpoint,
@@ -160,22 +207,15 @@ pub(crate) fn handle(
                 other => {
                     return Err(bad(format!(
                         "interfilter must be \"and\" or \"or\", not {}",
-                        tagwire_proto::excerpt(other)
+                        excerpt(other)
                     )))
                 }
             };
             let conn = owner(st, &endpoint)?;
-            who.check(st, conn, &format!("endpoint {endpoint:?}"))?;
-            st.routes.set_op(conn, op);
-            for r in st
-                .filters
-                .records
-                .values_mut()
-                .filter(|r| r.connection == conn)
-            {
-                r.info.interfilter = op_name(op).to_owned();
-            }
-            Ok(serde_json::json!({ "endpoint": endpoint, "interfilter": op_name(op) }))
+            who.check(st, conn, &format!("endpoint {}", excerpt(&endpoint)))?;
+            st.routes.queue_set_op(conn, op);
+            let reply = serde_json::json!({ "endpoint": endpoint, "interfilter": op_name(op) });
+            encode(Ok(reply)).map(Reply::WhenSettled)
         }
         AdminRequest::FilterAdd {
             endpoint,
@@ -183,55 +223,352 @@ pub(crate) fn handle(
             filter,
             map,
         } => {
-            who.check(st, owner(st, &endpoint)?, &format!("endpoint {endpoint:?}"))?;
-            let id = add_filter(st, &endpoint, level, filter, map)?;
-            Ok(serde_json::json!({ "id": id }))
+            who.check(
+                st,
+                owner(st, &endpoint)?,
+                &format!("endpoint {}", excerpt(&endpoint)),
+            )?;
+            let (id, level) = add_filter(st, &endpoint, level, filter, map)?;
+            let reply = encode(Ok(serde_json::json!({ "id": id })))?;
+            Ok(if level == FilterLevel::Publisher {
+                Reply::Now(reply)
+            } else {
+                Reply::WhenSettled(reply)
+            })
         }
-    };
-    reply.map(|v| v.to_string()).map_err(|e| {
-        (
-            ErrorCode::Internal,
-            format!("cannot encode admin reply: {e}"),
-        )
-    })
+    }
 }
 
-/// Narrows `listing` to what `who`'s identity holds (tags are hidden: they
-/// do not record who published them).
-fn own_only(st: &State, listing: &mut Listing, who: &Requester<'_>) {
-    listing.connections.retain(|c| c.identity == who.identity);
-    listing
-        .endpoints
-        .retain(|e| who.may_touch(st, e.connection));
-    let mine: std::collections::HashSet<&str> =
-        listing.endpoints.iter().map(|e| e.name.as_str()).collect();
-    listing
-        .subscriptions
-        .retain(|s| mine.contains(s.endpoint.as_str()));
-    listing.tags.clear();
+fn page_items(limit: Option<usize>) -> Result<usize, (ErrorCode, String)> {
+    match limit {
+        None => Ok(DEFAULT_PAGE_ITEMS),
+        Some(0) => Err((ErrorCode::BadRequest, "limit must be at least 1".to_owned())),
+        Some(n) => Ok(n.min(MAX_PAGE_ITEMS)),
+    }
+}
+
+/// Bytes a value takes in JSON (0 if it cannot be encoded).
+fn json_len<T: Serialize + ?Sized>(v: &T) -> usize {
+    serde_json::to_string(v).map_or(0, |s| s.len())
+}
+
+/// Fills a page item by item while it stays within `limit` items and
+/// `budget` bytes, reserving room for the `next` cursor.
+struct PageFill {
+    used: usize,
+    items: usize,
+    /// Items looked at, kept or skipped: bounds the work of one page.
+    visited: usize,
+    limit: usize,
+    budget: usize,
+}
+
+/// `"next":` plus quotes and a section name: the cursor's room besides its key.
+const NEXT_OVERHEAD: usize = 40;
+
+impl PageFill {
+    fn new(base: usize, limit: usize, budget: usize) -> Self {
+        PageFill {
+            used: base,
+            items: 0,
+            visited: 0,
+            limit,
+            budget,
+        }
+    }
+
+    /// Whether an item of `len` JSON bytes, whose cursor key takes
+    /// `key_len`, still fits; if so it is counted.
+    fn take(&mut self, len: usize, key_len: usize) -> bool {
+        if self.items >= self.limit || self.used + len + 1 + NEXT_OVERHEAD + key_len > self.budget {
+            return false;
+        }
+        self.used += len + 1;
+        self.items += 1;
+        true
+    }
+
+    /// Counts an item looked at; false once the page has looked at enough.
+    fn visit(&mut self) -> bool {
+        self.visited += 1;
+        self.visited <= self.limit * 8
+    }
+}
+
+const SECTIONS: [&str; 4] = ["connections", "endpoints", "subscriptions", "tags"];
+
+/// One page of the listing after cursor `after` (`"<section>:<key>"`).
+fn list_page(
+    st: &State,
+    after: Option<&str>,
+    limit: usize,
+    budget: usize,
+    who: &Requester<'_>,
+) -> Result<Listing, (ErrorCode, String)> {
+    let bad_cursor = || {
+        (
+            ErrorCode::BadRequest,
+            format!(
+                "bad list cursor {:?}: pass back the \"next\" of the previous page",
+                after.unwrap_or_default()
+            ),
+        )
+    };
+    let (section, key) = match after {
+        None => (SECTIONS[0], ""),
+        Some(a) => a.split_once(':').ok_or_else(bad_cursor)?,
+    };
+    let first = SECTIONS
+        .iter()
+        .position(|s| *s == section)
+        .ok_or_else(bad_cursor)?;
+    let number = |k: &str| -> Result<Option<u64>, (ErrorCode, String)> {
+        if k.is_empty() {
+            Ok(None)
+        } else {
+            k.parse().map(Some).map_err(|_| bad_cursor())
+        }
+    };
+    let mut page = Listing {
+        server: st.config.name.clone(),
+        auth: st.auth.describe(),
+        connections: Vec::new(),
+        endpoints: Vec::new(),
+        subscriptions: Vec::new(),
+        tags: Vec::new(),
+        untracked_publishes: st.untracked_publishes,
+        expired: st.expired,
+        filtered_at_source: st.filtered_at_source,
+        deferred: st.deferred.len(),
+        memory: MemoryInfo {
+            buffered_bytes: st.memory.used() as u64,
+            max_buffered_bytes: st.memory.max() as u64,
+            discarded_events: st.memory.discards(),
+            refused_connections: st.memory.refusals(),
+        },
+        next: None,
+    };
+    let mut fill = PageFill::new(json_len(&page), limit, budget);
+    for (i, sec) in SECTIONS.iter().enumerate().skip(first) {
+        let from = if i == first { key } else { "" };
+        // The key of the last item taken in this section (or where it started).
+        let mut last: String = from.to_owned();
+        let full = match *sec {
+            "connections" => {
+                let from = number(from)?;
+                let mut ids: Vec<u64> = st
+                    .connections
+                    .keys()
+                    .copied()
+                    .filter(|id| from.is_none_or(|f| *id > f))
+                    .collect();
+                ids.sort_unstable();
+                let mut full = false;
+                for id in ids {
+                    if !who.may_touch(st, id) {
+                        continue;
+                    }
+                    let c = &st.connections[&id];
+                    let item = ConnectionInfo {
+                        id,
+                        name: c.name.clone(),
+                        peer: c.peer.clone(),
+                        identity: c.identity.to_string(),
+                    };
+                    if !fill.take(json_len(&item), 20) {
+                        full = true;
+                        break;
+                    }
+                    page.connections.push(item);
+                    last = id.to_string();
+                }
+                full
+            }
+            "endpoints" => {
+                let mut full = false;
+                for e in st.endpoints.after((!from.is_empty()).then_some(from)) {
+                    if !who.may_touch(st, e.owner) {
+                        if !fill.visit() {
+                            full = true;
+                            break;
+                        }
+                        last.clone_from(&e.name);
+                        continue;
+                    }
+                    let item = EndpointEntry {
+                        name: e.name.clone(),
+                        kind: match e.kind {
+                            tagwire_proto::EndpointKind::Publisher => "publisher".into(),
+                            tagwire_proto::EndpointKind::Subscriber => "subscriber".into(),
+                        },
+                        connection: e.owner,
+                    };
+                    if !fill.take(json_len(&item), json_len(&item.name)) {
+                        full = true;
+                        break;
+                    }
+                    last.clone_from(&item.name);
+                    page.endpoints.push(item);
+                }
+                full
+            }
+            "subscriptions" => {
+                let mut full = false;
+                for (id, ch) in st.channels.after(number(from)?) {
+                    if !fill.visit() {
+                        full = true;
+                        break;
+                    }
+                    // Retired (unsubscribed, or its connection closed) and
+                    // waiting for housekeeping to remove it; or another
+                    // identity's (a router-wide id is connection << 32 | sub).
+                    let route = st.routes.kind(*id).filter(|_| who.may_touch(st, *id >> 32));
+                    let Some(route) = route else {
+                        last = id.to_string();
+                        continue;
+                    };
+                    let q = ch.queue.borrow();
+                    let item = SubscriptionInfo {
+                        endpoint: ch.endpoint.to_string(),
+                        pattern: ch.pattern.clone(),
+                        queue_depth: q.len(),
+                        queue_bound: q.bound(),
+                        discard: q.policy().to_string(),
+                        dropped: q.dropped(),
+                        delivered: ch.delivered.get(),
+                        expired: ch.expired.get(),
+                        route: route.as_str().to_owned(),
+                    };
+                    drop(q);
+                    if !fill.take(json_len(&item), 20) {
+                        full = true;
+                        break;
+                    }
+                    page.subscriptions.push(item);
+                    last = id.to_string();
+                }
+                full
+            }
+            // Tags do not record who published them: admins only.
+            _ if !who.admin => false,
+            _ => {
+                let mut tags: Vec<(&str, &TagStats)> = st
+                    .tags
+                    .iter()
+                    .map(|(t, s)| (&**t, s))
+                    .filter(|(t, _)| *t > from)
+                    .collect();
+                tags.sort_unstable_by(|a, b| a.0.cmp(b.0));
+                let mut full = false;
+                for (tag, s) in tags {
+                    let item = TagInfo {
+                        tag: tag.to_owned(),
+                        published: s.published,
+                        last_publisher: s.last_publisher.clone(),
+                    };
+                    if !fill.take(json_len(&item), json_len(tag)) {
+                        full = true;
+                        break;
+                    }
+                    page.tags.push(item);
+                    last = tag.to_owned();
+                }
+                full
+            }
+        };
+        if full {
+            if fill.items == 0 && fill.visited <= fill.limit * 8 {
+                return Err((
+                    ErrorCode::LimitReached,
+                    format!(
+                        "a {sec} entry after {last:?} does not fit in one {} byte reply frame",
+                        budget + REPLY_OVERHEAD
+                    ),
+                ));
+            }
+            page.next = Some(format!("{sec}:{last}"));
+            return Ok(page);
+        }
+    }
+    Ok(page)
+}
+
+/// One page of `filter_list` after filter id `after`.
+fn filter_page(
+    st: &State,
+    after: Option<u64>,
+    limit: usize,
+    budget: usize,
+    who: &Requester<'_>,
+) -> Result<serde_json::Value, (ErrorCode, String)> {
+    let mut fill = PageFill::new(
+        json_len(&serde_json::json!({ "filters": [] })),
+        limit,
+        budget,
+    );
+    let mut filters = Vec::new();
+    let mut next = None;
+    // The id of the last filter looked at: where the next page starts.
+    let mut last = after;
+    for r in st.filters.records.after(after) {
+        if !fill.visit() {
+            next = last;
+            break;
+        }
+        // A closed connection's, waiting for housekeeping to remove it; or
+        // another identity's.
+        if !st.connections.contains_key(&r.connection) || !who.may_touch(st, r.connection) {
+            last = Some(r.info.id);
+            continue;
+        }
+        let mut info = r.info.clone();
+        info.interfilter = op_name(st.routes.op(r.connection)).to_owned();
+        if !fill.take(json_len(&info), 20) {
+            if filters.is_empty() {
+                return Err((
+                    ErrorCode::LimitReached,
+                    format!(
+                        "filter {} does not fit in one {} byte reply frame",
+                        info.id,
+                        budget + REPLY_OVERHEAD
+                    ),
+                ));
+            }
+            next = last;
+            break;
+        }
+        last = Some(info.id);
+        filters.push(info);
+    }
+    let mut page = serde_json::json!({ "filters": filters });
+    if let Some(next) = next {
+        page["next"] = next.into();
+    }
+    Ok(page)
 }
 
 fn owner(st: &State, endpoint: &str) -> Result<u64, (ErrorCode, String)> {
     st.endpoints.get(endpoint).map(|e| e.owner).ok_or_else(|| {
         (
             ErrorCode::UnknownEndpoint,
-            format!("no endpoint named {}", tagwire_proto::excerpt(endpoint)),
+            format!("no endpoint named {}", excerpt(endpoint)),
         )
     })
 }
 
+/// Attaches a filter; returns its id and the level it went to.
 fn add_filter(
     st: &mut State,
     endpoint: &str,
     level: FilterLevel,
     filter: Option<String>,
     map: Option<String>,
-) -> Result<u64, (ErrorCode, String)> {
+) -> Result<(u64, FilterLevel), (ErrorCode, String)> {
     let bad = |m: String| (ErrorCode::BadRequest, m);
     let invalid = |what: &str, text: &str, e: tagwire_core::filter::FilterError| {
         (
             ErrorCode::InvalidFilter,
-            format!("invalid {what} {}: {e}", tagwire_proto::excerpt(text)),
+            format!("invalid {what} {}: {e}", excerpt(text)),
         )
     };
     let conn = owner(st, endpoint)?;
@@ -245,25 +582,27 @@ fn add_filter(
     let is_publisher = st.sources.contains_key(endpoint);
     let level = match (level, is_publisher) {
         (FilterLevel::Channel, true) => FilterLevel::Publisher,
-        (FilterLevel::Publisher, false) => {
-            return Err(bad(format!(
+        (FilterLevel::Publisher, false) => return Err(bad(format!(
             "endpoint {} is not a publisher; publisher-level filters attach to publisher endpoints",
-            tagwire_proto::excerpt(endpoint)
-        )))
-        }
+            excerpt(endpoint)
+        ))),
         (level, _) => level,
     };
     let id = st.filters.next_id();
-    let channels: Vec<u64> = st
-        .channels
-        .iter()
-        .filter(|(_, ch)| &*ch.endpoint == endpoint)
-        .map(|(g, _)| *g)
-        .collect();
+    // The endpoint's own channels (not every channel of the router), less
+    // any retired ones still waiting for housekeeping.
+    let channels: Vec<u64> = if level == FilterLevel::Channel {
+        let mut c = st.channels.of_endpoint(endpoint);
+        c.retain(|g| st.routes.kind(*g).is_some());
+        c.sort_unstable();
+        c
+    } else {
+        Vec::new()
+    };
     let refused = |e: RouteError| {
         (
             ErrorCode::InvalidFilter,
-            format!("cannot add {kind} {}: {e}", tagwire_proto::excerpt(&text)),
+            format!("cannot add {kind} {}: {e}", excerpt(&text)),
         )
     };
     match (level, kind) {
@@ -295,13 +634,15 @@ fn add_filter(
                 .filters
                 .compile(&text)
                 .map_err(|e| invalid(kind, &text, e))?;
-            st.routes.add_session_filter(conn, id, f).map_err(refused)?;
+            st.routes
+                .queue_add_session_filter(conn, id, f)
+                .map_err(refused)?;
         }
         (FilterLevel::Channel, _) => {
             if channels.is_empty() {
                 return Err(bad(format!(
                     "endpoint {} has no subscriptions to filter",
-                    tagwire_proto::excerpt(endpoint)
+                    excerpt(endpoint)
                 )));
             }
             if kind == "map" {
@@ -309,26 +650,33 @@ fn add_filter(
                     .filters
                     .compile_mapping(&text)
                     .map_err(|e| invalid(kind, &text, e))?;
-                st.routes.set_mapping(&channels, id, &m);
+                st.routes.queue_set_mapping(&channels, id, &m);
                 // A channel holds one mapping filter: the new one replaces any other.
-                for r in st
-                    .filters
-                    .records
-                    .values_mut()
-                    .filter(|r| r.info.kind == "map")
-                {
-                    r.channels.retain(|c| !channels.contains(c));
+                for c in &channels {
+                    let maps: Vec<u64> = st
+                        .filters
+                        .records
+                        .of_channel(*c)
+                        .iter()
+                        .copied()
+                        .filter(|f| {
+                            st.filters
+                                .records
+                                .get(*f)
+                                .is_some_and(|r| r.info.kind == "map")
+                        })
+                        .collect();
+                    for f in maps {
+                        st.filters.records.detach(f, *c);
+                    }
                 }
-                st.filters
-                    .records
-                    .retain(|_, r| r.info.kind != "map" || !r.channels.is_empty());
             } else {
                 let f = st
                     .filters
                     .compile(&text)
                     .map_err(|e| invalid(kind, &text, e))?;
                 st.routes
-                    .add_channel_filter(&channels, id, &f)
+                    .queue_add_channel_filter(&channels, id, &f)
                     .map_err(refused)?;
             }
         }
@@ -346,14 +694,10 @@ fn add_filter(
                 interfilter,
             },
             connection: conn,
-            channels: if level == FilterLevel::Channel {
-                channels
-            } else {
-                Vec::new()
-            },
+            channels,
         },
     );
-    Ok(id)
+    Ok((id, level))
 }
 
 /// The reply to [`AdminRequest::List`].
@@ -385,6 +729,10 @@ pub struct Listing {
     /// Use of the router-wide memory budget.
     #[serde(default)]
     pub memory: MemoryInfo,
+    /// Set when the listing goes on in another page: send it back as
+    /// `after` to get that page. Absent on the last page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
 }
 
 /// Use of the memory budget (`limits.max_buffered_bytes`).

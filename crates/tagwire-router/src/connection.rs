@@ -24,6 +24,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::admin::Reply;
 use crate::admission::{truncate, ConnLog, LogLine};
 use crate::auth::{Rights, Transport};
 use crate::channel::{Channel, Outbox, Outgoing, READ_CHUNK};
@@ -489,27 +490,18 @@ impl Conn {
             },
             Frame::UndeclareEndpoint { req, id } => match self.endpoints.remove(&id) {
                 Some(e) => {
-                    let gone: Vec<u32> = self
-                        .subs
-                        .iter()
-                        .filter(|(_, g)| {
-                            self.state
-                                .borrow()
-                                .channels
-                                .get(g)
-                                .is_some_and(|c| c.endpoint == e.name)
-                        })
-                        .map(|(s, _)| *s)
-                        .collect();
-                    for s in gone {
-                        if let Some(g) = self.subs.remove(&s) {
-                            self.drop_channel(g);
-                        }
-                    }
+                    // The endpoint's channels stop receiving now; the lane's
+                    // housekeeping removes them in slices.
                     let mut st = self.state.borrow_mut();
+                    let mut gone = st.channels.of_endpoint(&e.name);
+                    // A router-wide id is (connection id << 32) | client id.
+                    gone.retain(|g| self.subs.remove(&(*g as u32)) == Some(*g));
+                    let dropped = gone.len();
+                    st.retire_endpoint(gone);
                     st.endpoints.remove(&e.name);
                     let u = st.usage(&self.identity);
                     u.endpoints = u.endpoints.saturating_sub(1);
+                    u.subscriptions = u.subscriptions.saturating_sub(dropped);
                     if st.sources.remove(&e.name).is_some() {
                         st.filters.forget_publisher(&e.name);
                     }
@@ -528,7 +520,7 @@ impl Conn {
                 self.closed_cleanly = true;
                 Next::Close
             }
-            Frame::Admin { req, body } => self.admin(req, &body),
+            Frame::Admin { req, body } => self.admin(req, &body, decoder.max_frame()),
             Frame::Hello { .. } => {
                 self.fail(ErrorCode::Malformed, 0, "Hello after the handshake".into())
             }
@@ -929,14 +921,25 @@ impl Conn {
         }
     }
 
-    fn admin(&mut self, req: u32, body: &str) -> Next {
+    fn admin(&mut self, req: u32, body: &str, max_frame: u32) -> Next {
         let requester = crate::admin::Requester {
             identity: &self.identity,
             admin: self.rights.admin,
         };
-        let result = crate::admin::handle(&mut self.state.borrow_mut(), body, &requester);
+        let result = crate::admin::handle(
+            &mut self.state.borrow_mut(),
+            body,
+            max_frame as usize,
+            &requester,
+        );
         match result {
-            Ok(body) => self.reply(Frame::AdminReply { req, body }),
+            Ok(Reply::Now(body)) => self.reply(Frame::AdminReply { req, body }),
+            Ok(Reply::WhenSettled(body)) => {
+                self.state
+                    .borrow_mut()
+                    .reply_when_settled(self.outbox.clone(), Frame::AdminReply { req, body });
+                Next::Continue
+            }
             Err((code, message)) => self.fail(code, req, message),
         }
     }
@@ -986,16 +989,17 @@ impl Conn {
         Ok(out)
     }
 
-    /// Forgets this connection's subscriptions and endpoints. Unless the
-    /// peer said `Close`, its endpoint names stay reserved for its session
-    /// (see [`Reservation`]).
+    /// Forgets this connection's subscriptions and endpoints. Its channels
+    /// stop receiving at once (O(1)); the lane's housekeeping task removes
+    /// them, and their filters, in slices. Unless the peer said `Close`,
+    /// its endpoint names stay reserved for its session (see
+    /// [`Reservation`]).
     fn cleanup(&mut self) {
         let mut st = self.state.borrow_mut();
-        st.routes.remove_session(self.id);
+        st.routes.retire_session(self.id);
+        st.housekeeping.notify_one();
         let subs = self.subs.len();
-        for (_, global) in self.subs.drain() {
-            st.channels.remove(&global);
-        }
+        self.subs.clear();
         st.filters.forget_connection(self.id);
         let reserve = !self.closed_cleanly && self.session != [0; SESSION_ID_LEN];
         let until_ns = now_ns().saturating_add(
@@ -1007,7 +1011,9 @@ impl Conn {
         let endpoints = self.endpoints.len();
         for (_, e) in self.endpoints.drain() {
             st.endpoints.remove(&e.name);
-            st.sources.remove(&e.name);
+            if st.sources.remove(&e.name).is_some() {
+                st.filters.forget_publisher(&e.name);
+            }
             if reserve {
                 let r = Reservation {
                     identity: self.identity.to_string(),

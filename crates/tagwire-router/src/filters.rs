@@ -15,9 +15,11 @@
 //! the publisher's daemon, carried with interest, so that rejected events
 //! never cross a link.)
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
+use std::ops::Bound;
 
 use bytes::{Bytes, BytesMut};
+use hashbrown::{HashMap, HashSet};
 use serde::{Deserialize, Serialize};
 use tagwire_core::filter::{
     Filter, FilterError, FilterLimits, FilterList, InterFilterOp, MappingFilter, Overrides,
@@ -75,7 +77,7 @@ pub struct FilterInfo {
     pub interfilter: String,
 }
 
-/// Where a filter lives, for listing and removal.
+/// A filter to record: where it was attached.
 #[derive(Debug, Clone)]
 pub(crate) struct FilterRecord {
     pub info: FilterInfo,
@@ -84,11 +86,126 @@ pub(crate) struct FilterRecord {
     pub channels: Vec<u64>,
 }
 
+/// A recorded filter.
+#[derive(Debug)]
+pub(crate) struct Stored {
+    pub info: FilterInfo,
+    pub connection: u64,
+    /// Channel ids holding it (channel level).
+    pub channels: HashSet<u64>,
+}
+
+/// A channel's list of filter ids is pruned of removed filters' ids when it
+/// reaches this length.
+const STALE_PRUNE_AT: usize = 64;
+
+/// Every filter by id (ordered, for paged listings), indexed by channel,
+/// by connection (session level) and by publisher endpoint, so that
+/// removing a channel, a connection or an endpoint touches only its own
+/// filters.
+#[derive(Debug, Default)]
+pub(crate) struct Records {
+    by_id: BTreeMap<u64, Stored>,
+    by_channel: HashMap<u64, Vec<u64>>,
+    sessions: HashMap<u64, Vec<u64>>,
+    publishers: HashMap<String, Vec<u64>>,
+}
+
+impl Records {
+    /// Records filter `id`.
+    pub fn insert(&mut self, id: u64, r: FilterRecord) {
+        self.remove(id);
+        for c in &r.channels {
+            let list = self.by_channel.entry(*c).or_default();
+            if list.len() >= STALE_PRUNE_AT {
+                // Ids of filters removed since (see `remove`).
+                let by_id = &self.by_id;
+                list.retain(|f| by_id.get(f).is_some_and(|s| s.channels.contains(c)));
+            }
+            list.push(id);
+        }
+        match r.info.level {
+            FilterLevel::Session => self.sessions.entry(r.connection).or_default().push(id),
+            FilterLevel::Publisher => self
+                .publishers
+                .entry(r.info.endpoint.clone())
+                .or_default()
+                .push(id),
+            FilterLevel::Channel => {}
+        }
+        self.by_id.insert(
+            id,
+            Stored {
+                info: r.info,
+                connection: r.connection,
+                channels: r.channels.into_iter().collect(),
+            },
+        );
+    }
+
+    /// Filter `id`.
+    pub fn get(&self, id: u64) -> Option<&Stored> {
+        self.by_id.get(&id)
+    }
+
+    /// Forgets filter `id`, in O(1) however many channels hold it: their
+    /// lists in `by_channel` keep its id until the channel goes or its list
+    /// is pruned (ids with no record are skipped).
+    pub fn remove(&mut self, id: u64) -> Option<Stored> {
+        let r = self.by_id.remove(&id)?;
+        match r.info.level {
+            FilterLevel::Session => unlist(&mut self.sessions, &r.connection, id),
+            FilterLevel::Publisher => unlist(&mut self.publishers, r.info.endpoint.as_str(), id),
+            FilterLevel::Channel => {}
+        }
+        Some(r)
+    }
+
+    /// Filters with ids above `after`, in id order.
+    pub fn after(&self, after: Option<u64>) -> impl Iterator<Item = &Stored> {
+        let from = after.map_or(Bound::Unbounded, Bound::Excluded);
+        self.by_id.range((from, Bound::Unbounded)).map(|(_, r)| r)
+    }
+
+    /// The ids of the filters channel `global` holds.
+    pub fn of_channel(&self, global: u64) -> &[u64] {
+        self.by_channel.get(&global).map_or(&[], Vec::as_slice)
+    }
+
+    /// Detaches channel `global` from filter `id`; forgets a channel-level
+    /// filter left with no channel.
+    pub fn detach(&mut self, id: u64, global: u64) {
+        unlist(&mut self.by_channel, &global, id);
+        let empty = self.by_id.get_mut(&id).is_some_and(|r| {
+            r.channels.remove(&global);
+            r.info.level == FilterLevel::Channel && r.channels.is_empty()
+        });
+        if empty {
+            self.by_id.remove(&id);
+        }
+    }
+}
+
+fn unlist<K, Q>(map: &mut HashMap<K, Vec<u64>>, key: &Q, id: u64)
+where
+    K: std::borrow::Borrow<Q> + std::hash::Hash + Eq,
+    Q: std::hash::Hash + Eq + ?Sized,
+{
+    if let Some(list) = map.get_mut(key) {
+        if let Some(i) = list.iter().position(|x| *x == id) {
+            list.swap_remove(i);
+        }
+        if list.is_empty() {
+            map.remove(key);
+        }
+    }
+}
+
 /// The router's filter bookkeeping.
 #[derive(Debug, Default)]
 pub(crate) struct FilterBook {
     pub limits: FilterLimits,
-    pub records: HashMap<u64, FilterRecord>,
+    pub records: Records,
     next_id: u64,
 }
 
@@ -98,23 +215,49 @@ impl FilterBook {
         self.next_id
     }
 
-    /// Forgets channel `global`; drops channel filters left with no channel.
+    /// Forgets channel `global`; drops channel filters left with no
+    /// channel. O(the channel's filters).
     pub fn forget_channel(&mut self, global: u64) {
-        self.records.retain(|_, r| {
-            r.channels.retain(|c| *c != global);
-            r.info.level == FilterLevel::Session || !r.channels.is_empty()
-        });
+        let ids = self.records.of_channel(global).to_vec();
+        for id in ids {
+            self.records.detach(id, global);
+        }
+    }
+
+    /// Like [`FilterBook::forget_channel`] for a channel whose id a new
+    /// channel holding filters `keep` already uses.
+    pub fn forget_channel_except(&mut self, global: u64, keep: &[u64]) {
+        let ids = self.records.of_channel(global).to_vec();
+        for id in ids.into_iter().filter(|id| !keep.contains(id)) {
+            self.records.detach(id, global);
+        }
     }
 
     /// Forgets the publisher-level filters of endpoint `name`.
     pub fn forget_publisher(&mut self, name: &str) {
-        self.records
-            .retain(|_, r| r.info.level != FilterLevel::Publisher || r.info.endpoint != name);
+        let ids = self
+            .records
+            .publishers
+            .get(name)
+            .cloned()
+            .unwrap_or_default();
+        for id in ids {
+            self.records.remove(id);
+        }
     }
 
-    /// Forgets everything attached through connection `conn`.
+    /// Forgets the session-level filters of connection `conn` (its
+    /// channels' filters go with its channels, its publishers' with them).
     pub fn forget_connection(&mut self, conn: u64) {
-        self.records.retain(|_, r| r.connection != conn);
+        let ids = self
+            .records
+            .sessions
+            .get(&conn)
+            .cloned()
+            .unwrap_or_default();
+        for id in ids {
+            self.records.remove(id);
+        }
     }
 
     /// Compiles a filter with the router's limits.

@@ -52,7 +52,7 @@ use std::time::Duration;
 
 pub use admin::{
     AdminRequest, ConnectionInfo, EndpointEntry, FilterInfo, FilterLevel, Listing, MemoryInfo,
-    SubscriptionInfo, TagInfo,
+    SubscriptionInfo, TagInfo, DEFAULT_PAGE_ITEMS, MAX_PAGE_ITEMS,
 };
 use auth::{Authenticator, Transport};
 pub use config::{Limits, RouterConfig, TlsConfig};
@@ -287,9 +287,10 @@ async fn serve(
     if let Some(f) = &reservations_file {
         state.borrow_mut().load_reservations(f, timing::now_ns());
     }
-    let mut accepts = vec![tokio::task::spawn_local(dispatch::release_deferred(
-        state.clone(),
-    ))];
+    let mut accepts = vec![
+        tokio::task::spawn_local(dispatch::release_deferred(state.clone())),
+        tokio::task::spawn_local(state::housekeeping(state.clone())),
+    ];
     if let Some(l) = tcp {
         match tokio::net::TcpListener::from_std(l) {
             Ok(l) => accepts.push(tokio::task::spawn_local(accept_tcp(state.clone(), l, tls))),

@@ -2,18 +2,27 @@
 //! filter), the endpoint
 //! registry, connection and tag bookkeeping. Single-threaded (`Rc`/`RefCell`)
 //! because a lane is one thread; nothing here is held across an `.await`.
+//!
+//! Every table is indexed so that adding or removing one item costs O(1) or
+//! O(log n), and listings can be paged in order. Work proportional to a
+//! whole connection (closing one with 65,536 subscriptions, re-placing a
+//! session's channels after a session-level filter change) is left to the
+//! lane's [`housekeeping`] task, which does it in slices of
+//! [`SETTLE_SLICE`] channels and yields to the lane between slices.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::ops::Bound;
 use std::rc::Rc;
 
 use bytes::Bytes;
+use hashbrown::HashSet;
 use tagwire_core::defer::Deferred;
-use tagwire_core::endpoint::EndpointRegistry;
+use tagwire_core::endpoint::{EndpointError, EndpointInfo, EndpointRegistry};
 use tagwire_core::route::Routes;
+use tagwire_proto::{EndpointKind, Frame};
 
 use serde::{Deserialize, Serialize};
 
-use crate::admin::{ConnectionInfo, EndpointEntry, Listing, MemoryInfo, SubscriptionInfo, TagInfo};
 use crate::admission::Admission;
 use crate::auth::Authenticator;
 use crate::budget::MemoryBudget;
@@ -61,8 +70,8 @@ pub(crate) struct State {
     /// session per connection, keyed by connection id).
     pub routes: Routes<Rc<Channel>>,
     /// Every channel by its router-wide subscription id.
-    pub channels: HashMap<u64, Rc<Channel>>,
-    pub endpoints: EndpointRegistry,
+    pub channels: ChannelTable,
+    pub endpoints: Endpoints,
     pub connections: HashMap<u64, ConnEntry>,
     /// Updated once per published event, so a fast (seeded) hasher.
     pub tags: hashbrown::HashMap<Box<str>, TagStats>,
@@ -88,12 +97,17 @@ pub(crate) struct State {
     pub memory: Rc<MemoryBudget>,
     /// Connections before and after the handshake, and the log rate limit.
     pub admission: Admission,
+    /// Wakes the [`housekeeping`] task when the routes have work left.
+    pub housekeeping: Rc<tokio::sync::Notify>,
+    /// Admin replies to send once the routes have settled (a session-level
+    /// change answers when every channel of the session is re-placed).
+    pub replies_when_settled: Vec<(Rc<Outbox>, Frame)>,
     next_conn: u64,
 }
 
 impl State {
     pub fn new(config: RouterConfig, auth: Authenticator) -> Self {
-        let endpoints = EndpointRegistry::new(config.limits.max_endpoints);
+        let endpoints = Endpoints::new(config.limits.max_endpoints);
         let deferred = Deferred::new(
             config.limits.max_deferred_events,
             config.limits.max_deferred_bytes,
@@ -103,7 +117,7 @@ impl State {
         State {
             config,
             routes: Routes::new(filters.limits.clone()),
-            channels: HashMap::new(),
+            channels: ChannelTable::default(),
             endpoints,
             connections: HashMap::new(),
             tags: hashbrown::HashMap::new(),
@@ -119,6 +133,8 @@ impl State {
             reservations: HashMap::new(),
             memory,
             admission: Admission::default(),
+            housekeeping: Rc::default(),
+            replies_when_settled: Vec::new(),
             next_conn: 1,
         }
     }
@@ -206,7 +222,7 @@ impl State {
             .drain()
             .filter(|(_, r)| r.until_ns > now)
             .collect();
-        for e in self.endpoints.list() {
+        for e in self.endpoints.after(None) {
             let Some(c) = self.connections.get(&e.owner) else {
                 continue;
             };
@@ -267,76 +283,179 @@ impl State {
             self.untracked_publishes += 1;
         }
     }
+}
 
-    pub fn listing(&self) -> Listing {
-        let mut channels: Vec<_> = self.channels.iter().collect();
-        channels.sort_by_key(|(id, _)| **id);
-        let mut connections: Vec<_> = self
-            .connections
-            .iter()
-            .map(|(id, c)| ConnectionInfo {
-                id: *id,
-                name: c.name.clone(),
-                peer: c.peer.clone(),
-                identity: c.identity.to_string(),
-            })
-            .collect();
-        connections.sort_by_key(|c| c.id);
-        let mut tags: Vec<_> = self
-            .tags
-            .iter()
-            .map(|(t, s)| TagInfo {
-                tag: t.to_string(),
-                published: s.published,
-                last_publisher: s.last_publisher.clone(),
-            })
-            .collect();
-        tags.sort_by(|a, b| a.tag.cmp(&b.tag));
-        Listing {
-            server: self.config.name.clone(),
-            auth: self.auth.describe(),
-            connections,
-            endpoints: self
-                .endpoints
-                .list()
-                .into_iter()
-                .map(|e| EndpointEntry {
-                    name: e.name.clone(),
-                    kind: match e.kind {
-                        tagwire_proto::EndpointKind::Publisher => "publisher".into(),
-                        tagwire_proto::EndpointKind::Subscriber => "subscriber".into(),
-                    },
-                    connection: e.owner,
-                })
-                .collect(),
-            subscriptions: channels
-                .into_iter()
-                .map(|(id, ch)| {
-                    let q = ch.queue.borrow();
-                    SubscriptionInfo {
-                        endpoint: ch.endpoint.to_string(),
-                        pattern: ch.pattern.clone(),
-                        queue_depth: q.len(),
-                        queue_bound: q.bound(),
-                        discard: q.policy().to_string(),
-                        dropped: q.dropped(),
-                        delivered: ch.delivered.get(),
-                        expired: ch.expired.get(),
-                        route: self.routes.kind(*id).map_or("", |k| k.as_str()).to_owned(),
-                    }
-                })
-                .collect(),
-            tags,
-            untracked_publishes: self.untracked_publishes,
-            expired: self.expired,
-            filtered_at_source: self.filtered_at_source,
-            deferred: self.deferred.len(),
-            memory: MemoryInfo {
-                buffered_bytes: self.memory.used() as u64,
-                max_buffered_bytes: self.memory.max() as u64,
-                discarded_events: self.memory.discards(),
-                refused_connections: self.memory.refusals(),
-            },
+impl State {
+    /// Sends `reply` on `outbox` now if the routes have settled, or once
+    /// the [`housekeeping`] task has settled them.
+    pub fn reply_when_settled(&mut self, outbox: Rc<Outbox>, reply: Frame) {
+        if self.routes.is_settled() && self.replies_when_settled.is_empty() {
+            outbox.send(&reply, usize::MAX);
+        } else {
+            self.replies_when_settled.push((outbox, reply));
+            self.housekeeping.notify_one();
         }
+    }
+
+    /// Makes the channels of an undeclared endpoint get nothing more, at
+    /// once (sorting their ids is all it costs), and leaves their removal to
+    /// housekeeping. Their ids can be used again straight away.
+    pub fn retire_endpoint(&mut self, channels: Vec<u64>) {
+        self.routes.retire_channels(channels);
+        self.housekeeping.notify_one();
+    }
+
+    /// One slice of left-over route work: removes up to [`SETTLE_SLICE`]
+    /// retired channels from every table (or re-places that many), and
+    /// once nothing is left sends the replies that waited for it. Returns
+    /// true when nothing is left.
+    pub fn settle_slice(&mut self, removed: &mut Vec<(u64, Rc<Channel>)>) -> bool {
+        let done = self.routes.settle(SETTLE_SLICE, removed);
+        for (global, old) in removed.drain(..) {
+            if self.channels.holds(global, &old) {
+                self.channels.remove(&global);
+                self.filters.forget_channel(global);
+            } else {
+                // Its id was used again by a new subscription: forget only
+                // the old channel's filters.
+                let keep = self.routes.filter_ids(global);
+                self.filters.forget_channel_except(global, &keep);
+            }
+        }
+        if done {
+            for (outbox, reply) in self.replies_when_settled.drain(..) {
+                outbox.send(&reply, usize::MAX);
+            }
+        }
+        done
+    }
+}
+
+/// Channels removed or re-placed per slice of housekeeping. A channel
+/// costs a few microseconds (BENCHMARKS.md, "Admin work at scale"), so a
+/// slice stays around a millisecond or two and the lane yields to data
+/// that often.
+pub(crate) const SETTLE_SLICE: usize = 256;
+
+/// The lane task that finishes work left by admin requests and closing
+/// connections ([`State::settle_slice`]), one slice at a time, yielding to
+/// the lane's other tasks between slices so that events keep flowing.
+pub(crate) async fn housekeeping(state: Rc<std::cell::RefCell<State>>) {
+    let wake = state.borrow().housekeeping.clone();
+    let mut removed = Vec::with_capacity(SETTLE_SLICE);
+    loop {
+        let done = state.borrow_mut().settle_slice(&mut removed);
+        if done {
+            wake.notified().await;
+        } else {
+            tokio::task::yield_now().await;
+        }
+    }
+}
+
+/// Every channel by its router-wide id (ordered, for paged listings), and
+/// the channels of each subscriber endpoint (so removing an endpoint does
+/// not scan the others).
+#[derive(Debug, Default)]
+pub(crate) struct ChannelTable {
+    by_id: BTreeMap<u64, Rc<Channel>>,
+    by_endpoint: HashMap<Rc<str>, HashSet<u64>>,
+}
+
+impl ChannelTable {
+    /// Adds channel `global`.
+    pub fn insert(&mut self, global: u64, channel: Rc<Channel>) {
+        if let Some(old) = self.by_id.remove(&global) {
+            self.unlink(global, &old.endpoint);
+        }
+        self.by_endpoint
+            .entry(channel.endpoint.clone())
+            .or_default()
+            .insert(global);
+        self.by_id.insert(global, channel);
+    }
+
+    /// Whether `channel` is the one held under `global`.
+    pub fn holds(&self, global: u64, channel: &Rc<Channel>) -> bool {
+        self.by_id
+            .get(&global)
+            .is_some_and(|c| Rc::ptr_eq(c, channel))
+    }
+
+    /// Removes channel `global`.
+    pub fn remove(&mut self, global: &u64) -> Option<Rc<Channel>> {
+        let channel = self.by_id.remove(global)?;
+        self.unlink(*global, &channel.endpoint);
+        Some(channel)
+    }
+
+    fn unlink(&mut self, global: u64, endpoint: &str) {
+        if let Some(set) = self.by_endpoint.get_mut(endpoint) {
+            set.remove(&global);
+            if set.is_empty() {
+                self.by_endpoint.remove(endpoint);
+            }
+        }
+    }
+
+    /// The ids of endpoint `name`'s channels (in no order).
+    pub fn of_endpoint(&self, name: &str) -> Vec<u64> {
+        self.by_endpoint
+            .get(name)
+            .map(|s| s.iter().copied().collect())
+            .unwrap_or_default()
+    }
+
+    /// Channels with ids above `after`, in id order.
+    pub fn after(&self, after: Option<u64>) -> impl Iterator<Item = (&u64, &Rc<Channel>)> {
+        let from = after.map_or(Bound::Unbounded, Bound::Excluded);
+        self.by_id.range((from, Bound::Unbounded))
+    }
+}
+
+/// The endpoint registry plus its names in order, for paged listings.
+#[derive(Debug)]
+pub(crate) struct Endpoints {
+    registry: EndpointRegistry,
+    names: BTreeSet<String>,
+}
+
+impl Endpoints {
+    fn new(max: usize) -> Self {
+        Endpoints {
+            registry: EndpointRegistry::new(max),
+            names: BTreeSet::new(),
+        }
+    }
+
+    /// Registers `name` for connection `owner` (see [`EndpointRegistry::declare`]).
+    pub fn declare(
+        &mut self,
+        name: &str,
+        kind: EndpointKind,
+        owner: u64,
+    ) -> Result<(), EndpointError> {
+        self.registry.declare(name, kind, owner)?;
+        self.names.insert(name.to_owned());
+        Ok(())
+    }
+
+    /// Removes `name`.
+    pub fn remove(&mut self, name: &str) -> Option<EndpointInfo> {
+        self.names.remove(name);
+        self.registry.remove(name)
+    }
+
+    /// Looks up `name`.
+    pub fn get(&self, name: &str) -> Option<&EndpointInfo> {
+        self.registry.get(name)
+    }
+
+    /// Endpoints named after `after`, in name order.
+    pub fn after<'a>(&'a self, after: Option<&str>) -> impl Iterator<Item = &'a EndpointInfo> {
+        let from = after.map_or(Bound::Unbounded, Bound::Excluded);
+        self.names
+            .range::<str, _>((from, Bound::Unbounded))
+            .filter_map(|n| self.registry.get(n))
     }
 }

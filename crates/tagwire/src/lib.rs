@@ -45,7 +45,7 @@ pub use url::ServerUrl;
 pub use bytes::Bytes;
 pub use tagwire_core::queue::DiscardPolicy;
 pub use tagwire_proto::{ErrorCode, Event, EventRef, Expiry, Value, ValueRef};
-pub use tagwire_router::{Listing, RouterConfig, RouterHandle};
+pub use tagwire_router::{FilterInfo, FilterLevel, Listing, RouterConfig, RouterHandle};
 
 /// Router types for running a router in-process with full control.
 pub mod router {

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use tagwire_proto::{EndpointKind, ErrorCode, Event, Frame, FrameDecoder, PROTOCOL_VERSION};
-use tagwire_router::{Limits, Listing, Router, RouterHandle};
+use tagwire_router::{FilterInfo, Limits, Listing, Router, RouterHandle};
 
 use crate::builder::{is_timeout, Options, SessionBuilder};
 use crate::error::{Error, Result};
@@ -332,10 +332,75 @@ impl Session {
         SubscriptionBuilder::new(self.clone(), pattern)
     }
 
-    /// Asks the router for its tags, endpoints and subscriptions.
+    /// Asks the router for its tags, endpoints and subscriptions. The
+    /// router answers in pages that fit the connection's frame size
+    /// (`docs/admin.md`); this follows them and returns the whole listing,
+    /// with the counters of the last page.
     pub fn list(&self) -> Result<Listing> {
-        let reply = self.admin(&serde_json::json!({"op": "list"}))?;
-        serde_json::from_value(reply).map_err(|e| Error::BadReply(format!("admin list reply: {e}")))
+        let mut all: Option<Listing> = None;
+        let mut after: Option<String> = None;
+        loop {
+            let request = match &after {
+                None => serde_json::json!({"op": "list"}),
+                Some(a) => serde_json::json!({"op": "list", "after": a}),
+            };
+            let reply = self.admin(&request)?;
+            let mut page: Listing = serde_json::from_value(reply)
+                .map_err(|e| Error::BadReply(format!("admin list reply: {e}")))?;
+            let next = page.next.take();
+            all = Some(match all {
+                None => page,
+                Some(mut acc) => {
+                    acc.connections.append(&mut page.connections);
+                    acc.endpoints.append(&mut page.endpoints);
+                    acc.subscriptions.append(&mut page.subscriptions);
+                    acc.tags.append(&mut page.tags);
+                    Listing {
+                        connections: acc.connections,
+                        endpoints: acc.endpoints,
+                        subscriptions: acc.subscriptions,
+                        tags: acc.tags,
+                        ..page
+                    }
+                }
+            });
+            match next {
+                Some(n) if after.as_ref() != Some(&n) => after = Some(n),
+                Some(n) => {
+                    return Err(Error::BadReply(format!(
+                        "admin list reply: the cursor {n:?} does not advance"
+                    )))
+                }
+                None => break,
+            }
+        }
+        Ok(all.expect("the loop runs at least once and sets it"))
+    }
+
+    /// Every filter the router knows (`tagwire admin filter list`), following
+    /// the router's pages like [`Session::list`].
+    pub fn filter_list(&self) -> Result<Vec<FilterInfo>> {
+        let mut all = Vec::new();
+        let mut after: Option<u64> = None;
+        loop {
+            let request = match after {
+                None => serde_json::json!({"op": "filter_list"}),
+                Some(a) => serde_json::json!({"op": "filter_list", "after": a}),
+            };
+            let mut reply = self.admin(&request)?;
+            let page: Vec<FilterInfo> = serde_json::from_value(reply["filters"].take())
+                .map_err(|e| Error::BadReply(format!("admin filter_list reply: {e}")))?;
+            all.extend(page);
+            match reply.get("next").and_then(serde_json::Value::as_u64) {
+                Some(n) if after.is_none_or(|a| n > a) => after = Some(n),
+                Some(n) => {
+                    return Err(Error::BadReply(format!(
+                        "admin filter_list reply: the cursor {n} does not advance"
+                    )))
+                }
+                None => return Ok(all),
+            }
+        }
     }
 
     /// Sends an admin request (`docs/admin.md`) and returns the JSON reply.

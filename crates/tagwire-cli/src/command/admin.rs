@@ -28,11 +28,13 @@ pub fn run(session: &Session, a: AdminArgs) -> CmdResult {
             outln!("filter {} added", reply["id"]);
         }
         FilterCommand::List { json } => {
-            let reply = session.admin(&json!({"op": "filter_list"}))?;
+            let filters = session.filter_list()?;
             if json {
-                outln!("{}", serde_json::to_string_pretty(&reply)?);
+                let all = json!({ "filters": filters });
+                outln!("{}", serde_json::to_string_pretty(&all)?);
                 return Ok(());
             }
+            let reply = json!({ "filters": filters });
             outln!(
                 "{:>4}  {:<24} {:<8} {:<7} {:<4} TEXT",
                 "ID",

@@ -490,17 +490,17 @@ pub struct SubscriptionIndex<T> {
     names: HashMap<Box<str>, (u32, u32)>,
     free_slots: Vec<u32>,
     next_slot: u32,
-    eq: HashMap<EqKey, Vec<u32>>,
+    eq: HashMap<EqKey, EntryList>,
     /// Per operand: entries using the equality index on it.
     eq_ops: Vec<u32>,
-    pairs: HashMap<PairKey, Vec<u32>>,
+    pairs: HashMap<PairKey, EntryList>,
     /// Operand pairs in use by pair access, with their entry counts.
     pair_ops: HashMap<(u32, u32), u32>,
-    grams: HashMap<GramKey, Vec<u32>>,
+    grams: HashMap<GramKey, EntryList>,
     /// Per operand: grams registered of each length 1..=MAX_GRAM.
     gram_ops: Vec<[u32; MAX_GRAM]>,
-    all: Vec<u32>,
-    scan: Vec<u32>,
+    all: EntryList,
+    scan: EntryList,
     stats: IndexStats,
 }
 
@@ -510,10 +510,66 @@ impl<T: Clone> Default for SubscriptionIndex<T> {
     }
 }
 
-fn remove_from(list: &mut Vec<u32>, e: u32) {
-    if let Some(i) = list.iter().position(|&x| x == e) {
-        list.swap_remove(i);
+/// Entries sharing one index key. Removing one costs O(1) however many
+/// share the key (thousands of subscriptions with the same filter): past
+/// [`EntryList::SCAN_MAX`] entries the list keeps each entry's position.
+#[derive(Debug, Clone, Default)]
+struct EntryList {
+    items: Vec<u32>,
+    positions: Option<Box<HashMap<u32, usize>>>,
+}
+
+impl EntryList {
+    /// Up to this many entries a removal scans the list.
+    const SCAN_MAX: usize = 16;
+
+    fn push(&mut self, e: u32) {
+        self.items.push(e);
+        if let Some(p) = &mut self.positions {
+            p.insert(e, self.items.len() - 1);
+        } else if self.items.len() > Self::SCAN_MAX {
+            let p = self
+                .items
+                .iter()
+                .enumerate()
+                .map(|(i, &x)| (x, i))
+                .collect();
+            self.positions = Some(Box::new(p));
+        }
     }
+
+    fn remove(&mut self, e: u32) {
+        let at = match &mut self.positions {
+            Some(p) => p.remove(&e),
+            None => self.items.iter().position(|&x| x == e),
+        };
+        let Some(at) = at else { return };
+        self.items.swap_remove(at);
+        if let (Some(p), Some(&moved)) = (&mut self.positions, self.items.get(at)) {
+            p.insert(moved, at);
+        }
+    }
+}
+
+impl std::ops::Deref for EntryList {
+    type Target = Vec<u32>;
+
+    fn deref(&self) -> &Vec<u32> {
+        &self.items
+    }
+}
+
+impl<'a> IntoIterator for &'a EntryList {
+    type Item = &'a u32;
+    type IntoIter = std::slice::Iter<'a, u32>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.items.iter()
+    }
+}
+
+fn remove_from(list: &mut EntryList, e: u32) {
+    list.remove(e);
 }
 
 fn bump(v: &mut Vec<u32>, op: u32, up: bool) {
@@ -580,8 +636,8 @@ impl<T: Clone> SubscriptionIndex<T> {
             pair_ops: HashMap::new(),
             grams: HashMap::new(),
             gram_ops: Vec::new(),
-            all: Vec::new(),
-            scan: Vec::new(),
+            all: EntryList::default(),
+            scan: EntryList::default(),
             stats: IndexStats::default(),
         }
     }
@@ -855,7 +911,7 @@ impl<T: Clone> SubscriptionIndex<T> {
     }
 
     fn eq_cost(&self, op: u32, k: KeyRef<'_>) -> usize {
-        self.eq.get(&EqProbe { op, key: k }).map_or(0, Vec::len)
+        self.eq.get(&EqProbe { op, key: k }).map_or(0, |l| l.len())
     }
 
     /// Picks the access predicate among the top-level conjuncts.
@@ -929,7 +985,7 @@ impl<T: Clone> SubscriptionIndex<T> {
                         .windows(g)
                         .map(|w| {
                             let k = gram_key(op, w);
-                            (self.grams.get(&k).map_or(0, Vec::len), k)
+                            (self.grams.get(&k).map_or(0, |l| l.len()), k)
                         })
                         .min()
                         .unwrap_or((0, gram_key(op, &lit[..g])));

@@ -178,6 +178,12 @@ fn sub_receives_what_pub_sends_and_list_shows_both_endpoints() {
         listing.contains("/tour/viewer") && listing.contains("/demo/**"),
         "{listing}"
     );
+    // Who is connected, and how the daemon authenticates them.
+    let me = format!("uid:{}", tagwire::router::local::current_uid());
+    assert!(
+        listing.contains("authentication on") && listing.contains(&me),
+        "{listing}"
+    );
     let out = wait_output(sub);
     assert!(out.status.success());
     assert_eq!(

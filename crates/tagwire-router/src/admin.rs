@@ -582,12 +582,33 @@ fn add_filter(
     let is_publisher = st.sources.contains_key(endpoint);
     let level = match (level, is_publisher) {
         (FilterLevel::Channel, true) => FilterLevel::Publisher,
-        (FilterLevel::Publisher, false) => return Err(bad(format!(
+        (FilterLevel::Publisher, false) => {
+            return Err(bad(format!(
             "endpoint {} is not a publisher; publisher-level filters attach to publisher endpoints",
             excerpt(endpoint)
-        ))),
+        )))
+        }
         (level, _) => level,
     };
+    let identity = st
+        .connections
+        .get(&conn)
+        .map_or_else(|| std::rc::Rc::from(""), |c| c.identity.clone());
+    // Whether the endpoint owner's identity may hold `bytes` more of
+    // compiled filters (checked before anything is attached).
+    let charge = |st: &State, bytes: usize| {
+        let l = &st.config.limits;
+        st.filters
+            .admit(
+                &identity,
+                1,
+                bytes,
+                l.max_filters_per_identity,
+                l.max_filter_bytes_per_identity,
+            )
+            .map_err(|m| (ErrorCode::LimitReached, m))
+    };
+    let bytes;
     let id = st.filters.next_id();
     // The endpoint's own channels (not every channel of the router), less
     // any retired ones still waiting for housekeeping.
@@ -617,6 +638,8 @@ fn add_filter(
                 .filters
                 .compile(&text)
                 .map_err(|e| invalid(kind, &text, e))?;
+            bytes = f.memory_estimate();
+            charge(st, bytes)?;
             if let Some(source) = st.sources.get(endpoint) {
                 source
                     .borrow_mut()
@@ -634,6 +657,8 @@ fn add_filter(
                 .filters
                 .compile(&text)
                 .map_err(|e| invalid(kind, &text, e))?;
+            bytes = f.memory_estimate();
+            charge(st, bytes)?;
             st.routes
                 .queue_add_session_filter(conn, id, f)
                 .map_err(refused)?;
@@ -650,6 +675,8 @@ fn add_filter(
                     .filters
                     .compile_mapping(&text)
                     .map_err(|e| invalid(kind, &text, e))?;
+                bytes = m.memory_estimate();
+                charge(st, bytes)?;
                 st.routes.queue_set_mapping(&channels, id, &m);
                 // A channel holds one mapping filter: the new one replaces any other.
                 for c in &channels {
@@ -675,6 +702,8 @@ fn add_filter(
                     .filters
                     .compile(&text)
                     .map_err(|e| invalid(kind, &text, e))?;
+                bytes = f.memory_estimate();
+                charge(st, bytes)?;
                 st.routes
                     .queue_add_channel_filter(&channels, id, &f)
                     .map_err(refused)?;
@@ -695,6 +724,8 @@ fn add_filter(
             },
             connection: conn,
             channels,
+            identity,
+            bytes,
         },
     );
     Ok((id, level))

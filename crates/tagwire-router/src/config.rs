@@ -92,6 +92,12 @@ pub struct Limits {
     pub max_endpoints_per_identity: usize,
     /// Subscriptions one identity may hold, across its connections.
     pub max_subscriptions_per_identity: usize,
+    /// Filters and mapping filters attached through one identity's
+    /// endpoints (subscription properties and admin requests).
+    pub max_filters_per_identity: usize,
+    /// Compiled memory of those filters (regex automata included, as
+    /// `Filter::memory_estimate` counts it), bytes.
+    pub max_filter_bytes_per_identity: usize,
     /// Seconds an endpoint name stays reserved for its session after the
     /// connection drops without a `Close` (or the daemon restarts), so that
     /// the session, reconnecting, gets it back and nobody else can take it.
@@ -163,6 +169,8 @@ impl Default for Limits {
             max_connections_per_identity: 1024,
             max_endpoints_per_identity: 25_000,
             max_subscriptions_per_identity: 250_000,
+            max_filters_per_identity: 100_000,
+            max_filter_bytes_per_identity: 256 * 1024 * 1024,
             endpoint_reservation_secs: 30,
             max_reservations: 100_000,
             max_buffered_bytes: 1024 * 1024 * 1024,

@@ -35,6 +35,10 @@ use crate::read_buffer::ReadBuffer;
 use crate::state::{ConnEntry, Reservation, State};
 use crate::timing::{deadline, expired, now_ns};
 
+/// Frames one connection handles before the lane turns to its other tasks
+/// (writers, other connections, housekeeping).
+const FRAMES_PER_TURN: usize = 256;
+
 /// How long a closing connection's writer may take to flush its last frames.
 const CLOSE_GRACE: Duration = Duration::from_secs(1);
 
@@ -235,6 +239,9 @@ pub(crate) async fn serve<R, W>(
             }
         }
         let epoch = memory.next_epoch();
+        // Frames handled since the lane last yielded: a read holds up to
+        // ~5,000 small requests, and others must not wait for all of them.
+        let mut since_yield = 0usize;
         // Split complete frames; stop at one whose bytes are still coming
         // (the next make_room grows the buffer for it, within the budget).
         while rb.incomplete_frame(decoder.max_frame()).is_none() {
@@ -257,8 +264,18 @@ pub(crate) async fn serve<R, W>(
                             break 'read;
                         }
                     }
-                    if let Next::Close = conn.handle(k, body, chunk, &mut decoder) {
+                    if conn.welcomed && (k == kind::SUBSCRIBE || k == kind::ADMIN) {
+                        precompile_filters(&state, k, &body).await;
+                    }
+                    let next = conn.handle(k, body, chunk, &mut decoder);
+                    state.borrow().filters.clear_precompiled();
+                    if let Next::Close = next {
                         break 'read;
+                    }
+                    since_yield += 1;
+                    if since_yield >= FRAMES_PER_TURN {
+                        since_yield = 0;
+                        tokio::task::yield_now().await;
                     }
                     if !welcomed && conn.welcomed {
                         slot.establish();
@@ -306,6 +323,27 @@ pub(crate) async fn serve<R, W>(
     }
     drop(slot);
     tracing::debug!(conn = id, %peer, "connection closed");
+}
+
+/// Compiles the costly filters (regular expressions) of a `Subscribe` or
+/// `filter_add` on a blocking thread and hands them to the filter book, so
+/// that the request, handled next, does not stall the lane building
+/// automata. The connection waits (its later frames keep their order);
+/// other connections go on.
+async fn precompile_filters(state: &Rc<RefCell<State>>, k: u8, body: &Bytes) {
+    let Ok(frame) = Frame::decode(k, body.clone()) else {
+        return; // `handle` reports the bad frame
+    };
+    let texts = crate::filters::costly_filters(&frame);
+    if texts.is_empty() {
+        return;
+    }
+    let limits = state.borrow().filters.limits.clone();
+    match tokio::task::spawn_blocking(move || crate::filters::precompile(texts, &limits)).await {
+        Ok(compiled) => state.borrow().filters.set_precompiled(compiled),
+        // The blocking pool is gone (shutting down): `handle` compiles inline.
+        Err(e) => tracing::debug!("cannot compile filters off the lane: {e}"),
+    }
 }
 
 /// A connection's place in the admission counts; given back on drop.
@@ -755,6 +793,24 @@ impl Conn {
         };
         let mut st = self.state.borrow_mut();
         let limits = &st.config.limits;
+        let filter_bytes: usize = compiled
+            .iter()
+            .map(|(_, _, c)| match c {
+                Compiled::Filter(f) => f.memory_estimate(),
+                Compiled::Mapping(m) => m.memory_estimate(),
+            })
+            .sum();
+        if let Err(msg) = st.filters.admit(
+            &self.identity,
+            compiled.len(),
+            filter_bytes,
+            limits.max_filters_per_identity,
+            limits.max_filter_bytes_per_identity,
+        ) {
+            drop(st);
+            return self.fail(ErrorCode::LimitReached, req, msg);
+        }
+        let limits = &st.config.limits;
         let held = st.usage.get(&self.identity).map_or(0, |u| u.subscriptions);
         if self.subs.len() >= limits.max_subscriptions_per_connection
             || st.routes.len() >= limits.max_subscriptions
@@ -788,11 +844,19 @@ impl Conn {
         let mut records = Vec::new();
         for (kind, text, f) in compiled {
             let id = st.filters.next_id();
-            match f {
-                Compiled::Filter(f) => filters.push((id, f)),
-                Compiled::Mapping(m) => mapping = Some((id, m)),
-            }
-            records.push((id, kind, text));
+            let bytes = match f {
+                Compiled::Filter(f) => {
+                    let b = f.memory_estimate();
+                    filters.push((id, f));
+                    b
+                }
+                Compiled::Mapping(m) => {
+                    let b = m.memory_estimate();
+                    mapping = Some((id, m));
+                    b
+                }
+            };
+            records.push((id, kind, text, bytes));
         }
         let added =
             st.routes
@@ -802,7 +866,7 @@ impl Conn {
             return self.fail(ErrorCode::InvalidFilter, req, e.to_string());
         }
         let interfilter = op_name(st.routes.op(self.id));
-        for (id, kind, text) in records {
+        for (id, kind, text, bytes) in records {
             st.filters.records.insert(
                 id,
                 FilterRecord {
@@ -816,6 +880,8 @@ impl Conn {
                     },
                     connection: self.id,
                     channels: vec![global],
+                    identity: self.identity.clone(),
+                    bytes,
                 },
             );
         }

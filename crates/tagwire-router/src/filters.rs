@@ -17,6 +17,7 @@
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
+use std::rc::Rc;
 
 use bytes::{Bytes, BytesMut};
 use hashbrown::{HashMap, HashSet};
@@ -84,6 +85,10 @@ pub(crate) struct FilterRecord {
     pub connection: u64,
     /// Channel ids (router-wide) holding it; empty for session filters.
     pub channels: Vec<u64>,
+    /// The identity whose quota it counts against (its endpoint's owner).
+    pub identity: Rc<str>,
+    /// Its compiled memory ([`Filter::memory_estimate`]).
+    pub bytes: usize,
 }
 
 /// A recorded filter.
@@ -93,6 +98,16 @@ pub(crate) struct Stored {
     pub connection: u64,
     /// Channel ids holding it (channel level).
     pub channels: HashSet<u64>,
+    identity: Rc<str>,
+    bytes: usize,
+}
+
+/// What one identity's filters hold, for `max_filters_per_identity` and
+/// `max_filter_bytes_per_identity`.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FilterUsage {
+    pub filters: usize,
+    pub bytes: usize,
 }
 
 /// A channel's list of filter ids is pruned of removed filters' ids when it
@@ -109,6 +124,8 @@ pub(crate) struct Records {
     by_channel: HashMap<u64, Vec<u64>>,
     sessions: HashMap<u64, Vec<u64>>,
     publishers: HashMap<String, Vec<u64>>,
+    /// Per identity: kept in step with `by_id` by `insert` and `forget`.
+    usage: HashMap<Rc<str>, FilterUsage>,
 }
 
 impl Records {
@@ -133,14 +150,37 @@ impl Records {
                 .push(id),
             FilterLevel::Channel => {}
         }
+        let u = self.usage.entry(r.identity.clone()).or_default();
+        u.filters += 1;
+        u.bytes += r.bytes;
         self.by_id.insert(
             id,
             Stored {
                 info: r.info,
                 connection: r.connection,
                 channels: r.channels.into_iter().collect(),
+                identity: r.identity,
+                bytes: r.bytes,
             },
         );
+    }
+
+    /// What `identity`'s filters hold.
+    pub fn usage_of(&self, identity: &str) -> FilterUsage {
+        self.usage.get(identity).copied().unwrap_or_default()
+    }
+
+    /// Takes filter `id` out of `by_id` and its identity's usage.
+    fn forget(&mut self, id: u64) -> Option<Stored> {
+        let r = self.by_id.remove(&id)?;
+        if let Some(u) = self.usage.get_mut(&r.identity) {
+            u.filters = u.filters.saturating_sub(1);
+            u.bytes = u.bytes.saturating_sub(r.bytes);
+            if u.filters == 0 {
+                self.usage.remove(&r.identity);
+            }
+        }
+        Some(r)
     }
 
     /// Filter `id`.
@@ -152,7 +192,7 @@ impl Records {
     /// lists in `by_channel` keep its id until the channel goes or its list
     /// is pruned (ids with no record are skipped).
     pub fn remove(&mut self, id: u64) -> Option<Stored> {
-        let r = self.by_id.remove(&id)?;
+        let r = self.forget(id)?;
         match r.info.level {
             FilterLevel::Session => unlist(&mut self.sessions, &r.connection, id),
             FilterLevel::Publisher => unlist(&mut self.publishers, r.info.endpoint.as_str(), id),
@@ -181,7 +221,7 @@ impl Records {
             r.info.level == FilterLevel::Channel && r.channels.is_empty()
         });
         if empty {
-            self.by_id.remove(&id);
+            self.forget(id);
         }
     }
 }
@@ -207,6 +247,69 @@ pub(crate) struct FilterBook {
     pub limits: FilterLimits,
     pub records: Records,
     next_id: u64,
+    /// Filters of the request being handled, compiled off the lane
+    /// (`(is_map, text, result)`); empty between requests.
+    precompiled: std::cell::RefCell<Vec<(bool, String, Precompiled)>>,
+}
+
+/// A filter compiled off the lane (see [`precompile`]).
+#[derive(Debug)]
+pub(crate) enum Precompiled {
+    Filter(Result<Filter, FilterError>),
+    Mapping(Result<MappingFilter, FilterError>),
+}
+
+/// The filter texts a request would compile, when one of them is costly to
+/// compile (a regular expression, `=~`, builds its automaton): `(is_map,
+/// text)` pairs from a `Subscribe`'s `filter`/`map` properties or an admin
+/// `filter_add`. Empty when there is nothing worth moving off the lane.
+pub(crate) fn costly_filters(frame: &tagwire_proto::Frame) -> Vec<(bool, String)> {
+    let texts: Vec<(bool, String)> = match frame {
+        tagwire_proto::Frame::Subscribe { qos, .. } => qos
+            .iter()
+            .filter(|(k, _)| k == "filter" || k == "map")
+            .map(|(k, v)| (k == "map", v.clone()))
+            .collect(),
+        tagwire_proto::Frame::Admin { body, .. } => {
+            match serde_json::from_str::<serde_json::Value>(body) {
+                Ok(v) if v["op"] == "filter_add" => {
+                    let text = |k: &str| v[k].as_str().map(str::to_owned);
+                    text("filter")
+                        .map(|t| (false, t))
+                        .into_iter()
+                        .chain(text("map").map(|t| (true, t)))
+                        .collect()
+                }
+                _ => Vec::new(),
+            }
+        }
+        _ => Vec::new(),
+    };
+    if texts.iter().any(|(_, t)| t.contains("=~")) {
+        texts
+    } else {
+        Vec::new()
+    }
+}
+
+/// Compiles `texts` with `limits`: run on a blocking thread, so that a
+/// regular expression's automaton (tens of ms for a large one) never stalls
+/// the lane.
+pub(crate) fn precompile(
+    texts: Vec<(bool, String)>,
+    limits: &FilterLimits,
+) -> Vec<(bool, String, Precompiled)> {
+    texts
+        .into_iter()
+        .map(|(map, text)| {
+            let c = if map {
+                Precompiled::Mapping(MappingFilter::compile(&text, limits))
+            } else {
+                Precompiled::Filter(Filter::compile(&text, limits))
+            };
+            (map, text, c)
+        })
+        .collect()
 }
 
 impl FilterBook {
@@ -260,14 +363,66 @@ impl FilterBook {
         }
     }
 
-    /// Compiles a filter with the router's limits.
-    pub fn compile(&self, text: &str) -> Result<Filter, FilterError> {
-        Filter::compile(text, &self.limits)
+    /// Whether `identity` may attach `filters` more filters holding
+    /// `bytes` of compiled memory; the error names the quota.
+    pub fn admit(
+        &self,
+        identity: &str,
+        filters: usize,
+        bytes: usize,
+        max_filters: usize,
+        max_bytes: usize,
+    ) -> Result<(), String> {
+        let u = self.records.usage_of(identity);
+        if u.filters + filters > max_filters {
+            return Err(format!(
+                "identity {identity} already has {} filters (max_filters_per_identity = {max_filters})",
+                u.filters
+            ));
+        }
+        if u.bytes + bytes > max_bytes {
+            return Err(format!(
+                "identity {identity}'s filters would hold {} bytes compiled, over max_filter_bytes_per_identity = {max_bytes}",
+                u.bytes + bytes
+            ));
+        }
+        Ok(())
     }
 
-    /// Compiles a mapping filter with the router's limits.
+    /// Compiles a filter with the router's limits (or takes the one
+    /// [`precompile`] built off the lane for this text).
+    pub fn compile(&self, text: &str) -> Result<Filter, FilterError> {
+        match self.take_precompiled(false, text) {
+            Some(Precompiled::Filter(r)) => r,
+            _ => Filter::compile(text, &self.limits),
+        }
+    }
+
+    /// Compiles a mapping filter with the router's limits (or takes the one
+    /// [`precompile`] built off the lane for this text).
     pub fn compile_mapping(&self, text: &str) -> Result<MappingFilter, FilterError> {
-        MappingFilter::compile(text, &self.limits)
+        match self.take_precompiled(true, text) {
+            Some(Precompiled::Mapping(r)) => r,
+            _ => MappingFilter::compile(text, &self.limits),
+        }
+    }
+
+    fn take_precompiled(&self, map: bool, text: &str) -> Option<Precompiled> {
+        let mut p = self.precompiled.borrow_mut();
+        let i = p.iter().position(|(m, t, _)| *m == map && t == text)?;
+        Some(p.swap_remove(i).2)
+    }
+
+    /// Hands over filters compiled off the lane, for the request about to
+    /// be handled; what that request does not use is dropped by
+    /// [`FilterBook::clear_precompiled`] right after it.
+    pub fn set_precompiled(&self, compiled: Vec<(bool, String, Precompiled)>) {
+        *self.precompiled.borrow_mut() = compiled;
+    }
+
+    /// Drops precompiled filters the request did not use.
+    pub fn clear_precompiled(&self) {
+        self.precompiled.borrow_mut().clear();
     }
 }
 

@@ -439,3 +439,99 @@ fn per_identity_quotas_refuse_the_excess_and_leave_others_alone() {
         Frame::Ok { .. }
     ));
 }
+
+#[test]
+fn filters_count_against_their_identitys_quota_in_number_and_compiled_bytes() {
+    let mut cfg = config();
+    cfg.limits.max_filters_per_identity = 3;
+    let h = Router::start(cfg).expect("start");
+    let mut bob = Raw::welcomed(&h, BOB, [0; 16]);
+    bob.declare(1, EndpointKind::Subscriber, "/bob/s");
+    let subscribe = |r: &mut Raw, sub: u32, filters: &[&str]| {
+        r.request(|req| Frame::Subscribe {
+            req,
+            sub,
+            endpoint: 1,
+            pattern: "/bob/**".into(),
+            qos: filters
+                .iter()
+                .map(|f| ("filter".to_owned(), (*f).to_owned()))
+                .collect(),
+        })
+    };
+    assert!(matches!(
+        subscribe(&mut bob, 1, &["$.a == 1", "$.b == 2"]),
+        Frame::Ok { .. }
+    ));
+    let r = subscribe(&mut bob, 2, &["$.c == 3", "$.d == 4"]);
+    assert_eq!(error_code(&r), Some(ErrorCode::LimitReached), "{r:?}");
+    assert!(message(&r).contains("max_filters_per_identity"), "{r:?}");
+    // The third fits, through an admin request too; a fourth does not.
+    let r = bob
+        .admin(serde_json::json!({"op": "filter_add", "endpoint": "/bob/s", "filter": "$.e == 5"}));
+    assert!(matches!(r, Frame::AdminReply { .. }), "{r:?}");
+    let r = bob.admin(serde_json::json!({"op": "filter_add", "endpoint": "/bob/s", "level": "session", "filter": "$.f == 6"}));
+    assert_eq!(error_code(&r), Some(ErrorCode::LimitReached), "{r:?}");
+    // Another identity has its own quota.
+    let mut alice = Raw::welcomed(&h, ALICE, [0; 16]);
+    alice.declare(1, EndpointKind::Subscriber, "/alice/s");
+    let r = alice.request(|req| Frame::Subscribe {
+        req,
+        sub: 1,
+        endpoint: 1,
+        pattern: "/alice/**".into(),
+        qos: vec![("filter".into(), "$.a == 1".into())],
+    });
+    assert!(matches!(r, Frame::Ok { .. }), "{r:?}");
+    // Unsubscribing gives the quota back (once housekeeping has removed
+    // the channel's filters).
+    assert!(matches!(
+        bob.request(|req| Frame::Unsubscribe { req, sub: 1 }),
+        Frame::Ok { .. }
+    ));
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let mut sub = 10;
+    loop {
+        sub += 1;
+        let r = subscribe(&mut bob, sub, &["$.g == 7"]);
+        if matches!(r, Frame::Ok { .. }) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "quota never given back: {r:?}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn compiled_filter_memory_is_bounded_per_identity() {
+    let mut cfg = config();
+    cfg.limits.max_filter_bytes_per_identity = 64 * 1024;
+    let h = Router::start(cfg).expect("start");
+    let mut bob = Raw::welcomed(&h, BOB, [0; 16]);
+    bob.declare(1, EndpointKind::Subscriber, "/bob/s");
+    // A regular expression's automaton alone passes 64 KiB (\w is Unicode).
+    let r = bob.request(|req| Frame::Subscribe {
+        req,
+        sub: 1,
+        endpoint: 1,
+        pattern: "/bob/**".into(),
+        qos: vec![("filter".into(), r"$.name =~ '\w\w\w'".into())],
+    });
+    assert_eq!(error_code(&r), Some(ErrorCode::LimitReached), "{r:?}");
+    assert!(
+        message(&r).contains("max_filter_bytes_per_identity"),
+        "{r:?}"
+    );
+    // A small filter still fits.
+    let r = bob.request(|req| Frame::Subscribe {
+        req,
+        sub: 2,
+        endpoint: 1,
+        pattern: "/bob/**".into(),
+        qos: vec![("filter".into(), "$.x == 1".into())],
+    });
+    assert!(matches!(r, Frame::Ok { .. }), "{r:?}");
+}

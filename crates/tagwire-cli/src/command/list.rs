@@ -16,6 +16,21 @@ pub fn run(session: &Session, a: ListArgs) -> CmdResult {
         l.server,
         l.connections.len()
     );
+    if !l.auth.is_empty() {
+        outln!("authentication {}", l.auth);
+    }
+    outln!(
+        "memory {} of {} bytes buffered; {} events discarded and {} connections refused at the budget",
+        l.memory.buffered_bytes,
+        l.memory.max_buffered_bytes,
+        l.memory.discarded_events,
+        l.memory.refused_connections
+    );
+    outln!("\nCONNECTIONS");
+    outln!("  {:>5} {:<24} {:<22} PEER", "ID", "NAME", "IDENTITY");
+    for c in &l.connections {
+        outln!("  {:>5} {:<24} {:<22} {}", c.id, c.name, c.identity, c.peer);
+    }
     outln!("\nENDPOINTS");
     outln!("  {:<32} {:<11} {:>5}", "NAME", "KIND", "CONN");
     for e in &l.endpoints {

@@ -6,6 +6,14 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
+
+/// jemalloc, with background threads that purge freed pages, so the
+/// daemon's resident memory comes back down after a burst or an attack
+/// (glibc's malloc keeps freed 64 KiB frame buffers resident; see
+/// BENCHMARKS.md, "Abuse").
+#[cfg(target_os = "linux")]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 use tagwire::router::{config::ConfigError, Router, RouterConfig, TlsConfig};
 
 /// The tagwire node daemon.

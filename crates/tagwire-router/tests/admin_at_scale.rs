@@ -4,14 +4,15 @@
 //! that each fit the connection's negotiated frame size. (Their cost is
 //! measured, not asserted: see `admin_at_scale_timing.rs`.)
 
-mod scale_client;
+mod common;
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use scale_client::{start, Raw};
+use common::{event, start_tcp, Raw};
 use serde_json::{json, Value};
 use tagwire_proto::{EndpointKind, Frame};
+use tagwire_router::Limits;
 
 /// Subscriptions per bulk test: enough that a per-item scan of every
 /// table would show, small enough for a debug build.
@@ -85,10 +86,10 @@ struct Healthy {
 
 impl Healthy {
     fn new(h: &tagwire_router::RouterHandle) -> Healthy {
-        let mut c = Raw::hello(h);
-        c.declare(1, 1, EndpointKind::Subscriber, "/ok/sub");
+        let mut c = Raw::hello_tcp(h);
+        c.declare(1, EndpointKind::Subscriber, "/ok/sub");
         c.subscribe_many(1, 7, 1, "/ok/**", &[]);
-        c.declare(2, 2, EndpointKind::Publisher, "/ok/pub");
+        c.declare(2, EndpointKind::Publisher, "/ok/pub");
         Healthy { c, n: 0 }
     }
 
@@ -105,19 +106,15 @@ impl Healthy {
 #[test]
 fn closing_a_connection_with_many_filtered_subscriptions_empties_the_tables_and_others_are_served()
 {
-    let h = start();
+    let h = start_tcp(Limits::default());
     let mut healthy = Healthy::new(&h);
-    let mut admin = Raw::hello(&h);
-    let mut big = Raw::hello(&h);
-    big.declare(1, 1, EndpointKind::Subscriber, "/big");
+    let mut admin = Raw::hello_tcp(&h);
+    let mut big = Raw::hello_tcp(&h);
+    big.declare(1, EndpointKind::Subscriber, "/big");
     big.subscribe_many(1, 1, MANY, "/big/**", &filtered(1));
     // A channel-level filter on every one of them and a session filter.
+    admin.admin(&json!({"op":"filter_add","endpoint":"/big","filter":"$.k < 5"}));
     admin.admin(
-        1,
-        &json!({"op":"filter_add","endpoint":"/big","filter":"$.k < 5"}),
-    );
-    admin.admin(
-        2,
         &json!({"op":"filter_add","endpoint":"/big","level":"session","filter":"$priority < 9"}),
     );
     assert_eq!(filters(&mut admin).len(), MANY as usize + 2);
@@ -142,10 +139,10 @@ fn closing_a_connection_with_many_filtered_subscriptions_empties_the_tables_and_
 
 #[test]
 fn unsubscribing_thousands_keeps_another_clients_deliveries_flowing() {
-    let h = start();
+    let h = start_tcp(Limits::default());
     let mut healthy = Healthy::new(&h);
-    let mut big = Raw::hello(&h);
-    big.declare(1, 1, EndpointKind::Subscriber, "/big");
+    let mut big = Raw::hello_tcp(&h);
+    big.declare(1, EndpointKind::Subscriber, "/big");
     big.subscribe_many(1, 1, MANY, "/big/**", &filtered(1));
     // Every unsubscribe in flight at once; the healthy client publishes and
     // receives meanwhile.
@@ -166,35 +163,31 @@ fn unsubscribing_thousands_keeps_another_clients_deliveries_flowing() {
             "unsubscribe {sub}"
         );
     }
-    let mut admin = Raw::hello(&h);
+    let mut admin = Raw::hello_tcp(&h);
     assert_eq!(listed(&mut admin, "subscriptions").len(), 1);
     eventually("their filters are gone", || filters(&mut admin).is_empty());
 }
 
 #[test]
 fn an_undeclared_endpoints_subscriptions_get_nothing_more_and_leave_the_tables() {
-    let h = start();
-    let mut c = Raw::hello(&h);
-    c.declare(1, 1, EndpointKind::Subscriber, "/gone");
-    c.declare(2, 2, EndpointKind::Subscriber, "/stays");
+    let h = start_tcp(Limits::default());
+    let mut c = Raw::hello_tcp(&h);
+    c.declare(1, EndpointKind::Subscriber, "/gone");
+    c.declare(2, EndpointKind::Subscriber, "/stays");
     c.subscribe_many(1, 1, MANY, "/t/**", &filtered(1));
     c.subscribe_many(2, MANY + 1, 1, "/t/**", &[]);
     c.send(&Frame::UndeclareEndpoint { req: 99, id: 1 });
     assert_eq!(c.recv(), Some(Frame::Ok { req: 99 }));
-    let mut p = Raw::hello(&h);
-    p.declare(1, 1, EndpointKind::Publisher, "/pub");
-    let mut ev = tagwire_proto::Event::new("/t/x", "x");
-    ev.header.publisher = "/pub".into();
+    let mut p = Raw::hello_tcp(&h).publisher("/pub");
+    let mut ev = event("/pub", "/t/x", "x");
     ev.fields.push(("k".into(), tagwire_proto::Value::Int(1)));
-    let mut b = bytes::BytesMut::new();
-    tagwire_proto::encode_publish(1, &ev, &mut b).expect("encode");
-    p.send_bytes(&b);
+    p.publish_event(1, &ev);
     match c.recv() {
         Some(Frame::Deliver { sub, .. }) => assert_eq!(sub, MANY + 1, "only /stays receives"),
         other => panic!("expected a delivery to /stays, got {other:?}"),
     }
     c.ping(5);
-    let mut admin = Raw::hello(&h);
+    let mut admin = Raw::hello_tcp(&h);
     eventually("the undeclared endpoint's subscriptions are gone", || {
         listed(&mut admin, "subscriptions").len() == 1
     });
@@ -203,15 +196,15 @@ fn an_undeclared_endpoints_subscriptions_get_nothing_more_and_leave_the_tables()
 
 #[test]
 fn an_undeclared_endpoints_subscription_ids_can_be_used_again_at_once() {
-    let h = start();
-    let mut c = Raw::hello(&h);
-    c.declare(1, 1, EndpointKind::Subscriber, "/gone");
+    let h = start_tcp(Limits::default());
+    let mut c = Raw::hello_tcp(&h);
+    c.declare(1, EndpointKind::Subscriber, "/gone");
     c.subscribe_many(1, 1, MANY, "/t/**", &filtered(1));
     c.send(&Frame::UndeclareEndpoint { req: 99, id: 1 });
     assert_eq!(c.recv(), Some(Frame::Ok { req: 99 }));
-    c.declare(2, 2, EndpointKind::Subscriber, "/again");
+    c.declare(2, EndpointKind::Subscriber, "/again");
     c.subscribe_many(2, 1, MANY, "/t/**", &[]);
-    let mut admin = Raw::hello(&h);
+    let mut admin = Raw::hello_tcp(&h);
     eventually("only the new subscriptions are listed", || {
         let subs = listed(&mut admin, "subscriptions");
         subs.len() == MANY as usize && subs.iter().all(|s| s["endpoint"] == "/again")
@@ -220,9 +213,9 @@ fn an_undeclared_endpoints_subscription_ids_can_be_used_again_at_once() {
 
 #[test]
 fn a_listing_larger_than_one_frame_arrives_complete_in_pages_within_max_frame() {
-    let h = start();
-    let mut c = Raw::hello(&h);
-    c.declare(1, 1, EndpointKind::Subscriber, "/many");
+    let h = start_tcp(Limits::default());
+    let mut c = Raw::hello_tcp(&h);
+    c.declare(1, EndpointKind::Subscriber, "/many");
     // Distinct patterns, each with its own filter: about 200 bytes of JSON
     // per subscription; more items than one default page holds.
     let n = tagwire_router::DEFAULT_PAGE_ITEMS as u32 + 100;
@@ -230,10 +223,10 @@ fn a_listing_larger_than_one_frame_arrives_complete_in_pages_within_max_frame() 
         c.subscribe_many(1, sub, 1, &format!("/many/{sub:04}/**"), &filtered(sub));
     }
     for id in 2..40u32 {
-        c.declare(id, id, EndpointKind::Publisher, &format!("/pub/{id:03}"));
+        c.declare(id, EndpointKind::Publisher, &format!("/pub/{id:03}"));
     }
     // A client that accepts only the smallest frames (4 KiB).
-    let mut small = Raw::hello_with(&h, 4096);
+    let mut small = Raw::hello_tcp_with(&h, 4096);
     assert_eq!(small.max_frame, 4096);
     let pages = all_pages(&mut small, json!({"op": "list"}));
     assert!(pages.len() > 10, "{} pages", pages.len());
@@ -267,7 +260,7 @@ fn a_listing_larger_than_one_frame_arrives_complete_in_pages_within_max_frame() 
             .sum();
         items <= 50
     }));
-    let first = c.admin(1, &json!({"op": "list"}));
+    let first = c.admin(&json!({"op": "list"}));
     assert!(
         first["next"].is_string(),
         "a first page says where to go on"
@@ -276,8 +269,8 @@ fn a_listing_larger_than_one_frame_arrives_complete_in_pages_within_max_frame() 
 
 #[test]
 fn a_bad_list_cursor_is_refused_naming_it() {
-    let h = start();
-    let mut c = Raw::hello(&h);
+    let h = start_tcp(Limits::default());
+    let mut c = Raw::hello_tcp(&h);
     c.send(&Frame::Admin {
         req: 1,
         body: json!({"op": "list", "after": "nowhere:3"}).to_string(),

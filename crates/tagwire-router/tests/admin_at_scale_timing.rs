@@ -14,15 +14,16 @@
 //! Meanwhile another client pings the router every millisecond; the longest
 //! round trip during each step is how long the lane stalled.
 
-mod scale_client;
+mod common;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use scale_client::{start, Raw};
+use common::{start_tcp, Raw};
 use serde_json::json;
 use tagwire_proto::{EndpointKind, Frame};
+use tagwire_router::Limits;
 
 /// The longest ping round trip (µs) since the last `take`, counting a
 /// ping still unanswered at `take` for as long as it has waited.
@@ -66,7 +67,7 @@ fn listed_subscriptions(c: &mut Raw) -> usize {
         } else {
             json!({"op": "list", "after": after})
         };
-        let page = c.admin(1, &req);
+        let page = c.admin(&req);
         n += page["subscriptions"].as_array().map_or(0, Vec::len);
         match page.get("next") {
             Some(next) if !next.is_null() => after = next.clone(),
@@ -94,7 +95,7 @@ fn admin_work_at_scale() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(65_536);
-    let h = start();
+    let h = start_tcp(Limits::default());
     let stall = Arc::new(Stall {
         base: Instant::now(),
         worst_us: AtomicU64::new(0),
@@ -102,7 +103,7 @@ fn admin_work_at_scale() {
         step_since_us: AtomicU64::new(0),
         stop: AtomicBool::new(false),
     });
-    let mut pinger = Raw::hello(&h);
+    let mut pinger = Raw::hello_tcp(&h);
     let s2 = stall.clone();
     let pings = std::thread::spawn(move || {
         let mut nonce = 0;
@@ -120,30 +121,25 @@ fn admin_work_at_scale() {
     });
     println!("N = {n} filtered subscriptions");
 
-    let mut small = Raw::hello(&h);
-    small.declare(1, 1, EndpointKind::Subscriber, "/small");
+    let mut small = Raw::hello_tcp(&h);
+    small.declare(1, EndpointKind::Subscriber, "/small");
     small.subscribe_many(1, 1, 1, "/small/**", &[]);
-    let mut big = Raw::hello(&h);
-    big.declare(1, 1, EndpointKind::Subscriber, "/big");
+    let mut big = Raw::hello_tcp(&h);
+    big.declare(1, EndpointKind::Subscriber, "/big");
     step(&format!("subscribe {n} (pipelined)"), &stall, || {
         big.subscribe_many(1, 1, n, "/big/**", &filtered())
     });
-    let mut admin = Raw::hello(&h);
+    let mut admin = Raw::hello_tcp(&h);
     step("filter_add on a 1-subscription endpoint", &stall, || {
-        admin.admin(
-            2,
-            &json!({"op":"filter_add","endpoint":"/small","filter":"$.k == 2"}),
-        );
+        admin.admin(&json!({"op":"filter_add","endpoint":"/small","filter":"$.k == 2"}));
     });
     let mut big_filter = 0;
     step(
         &format!("filter_add on the {n}-subscription endpoint"),
         &stall,
         || {
-            let reply = admin.admin(
-                2,
-                &json!({"op":"filter_add","endpoint":"/big","filter":"$.k == 3"}),
-            );
+            let reply =
+                admin.admin(&json!({"op":"filter_add","endpoint":"/big","filter":"$.k == 3"}));
             big_filter = reply["id"].as_u64().expect("filter id");
         },
     );
@@ -151,26 +147,21 @@ fn admin_work_at_scale() {
         &format!("session-level filter_add, {n} re-placed"),
         &stall,
         || {
-            admin.admin(
-            2,
-            &json!({"op":"filter_add","endpoint":"/big","level":"session","filter":"$priority < 9"}),
+            admin.admin(&json!({"op":"filter_add","endpoint":"/big","level":"session","filter":"$priority < 9"}),
         );
         },
     );
     step(&format!("filter_op or, {n} re-placed"), &stall, || {
-        admin.admin(
-            2,
-            &json!({"op":"filter_op","endpoint":"/big","interfilter":"or"}),
-        );
+        admin.admin(&json!({"op":"filter_op","endpoint":"/big","interfilter":"or"}));
     });
     step(&format!("filter_remove of a filter on {n}"), &stall, || {
-        admin.admin(2, &json!({"op":"filter_remove","id":big_filter}));
+        admin.admin(&json!({"op":"filter_remove","id":big_filter}));
     });
     step("filter_list (first reply)", &stall, || {
-        admin.admin(3, &json!({"op":"filter_list"}));
+        admin.admin(&json!({"op":"filter_list"}));
     });
     step("list (first reply)", &stall, || {
-        admin.admin(4, &json!({"op":"list"}));
+        admin.admin(&json!({"op":"list"}));
     });
     step("list (every page)", &stall, || {
         assert!(listed_subscriptions(&mut admin) > n as usize);
@@ -187,7 +178,7 @@ fn admin_work_at_scale() {
             assert_eq!(big.recv(), Some(Frame::Ok { req: 9 }));
         },
     );
-    big.declare(10, 2, EndpointKind::Subscriber, "/big2");
+    big.declare(2, EndpointKind::Subscriber, "/big2");
     big.subscribe_many(2, 1, n, "/big/**", &filtered());
     step(
         &format!("close a connection with {n} subscriptions"),

@@ -4,23 +4,21 @@
 //! that held them. Driven with raw protocol frames so the tests control the
 //! token and the session id.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
+mod common;
+
 use std::path::PathBuf;
 use std::time::Duration;
 
-use bytes::BytesMut;
-use tagwire_proto::{EndpointKind, ErrorCode, Frame, FrameDecoder, PROTOCOL_VERSION};
+use common::{owner_token, tcp_config, Raw};
+use tagwire_proto::{EndpointKind, ErrorCode, Frame};
 use tagwire_router::config::{AclRule, AuthConfig, TokenConfig};
-use tagwire_router::{local, Router, RouterConfig, RouterHandle};
+use tagwire_router::{local, Router, RouterConfig};
 
 const ALICE: &str = "alice-token-0123456789abcdef";
 const BOB: &str = "bob-token-0123456789abcdef";
 
 fn config() -> RouterConfig {
     RouterConfig {
-        tcp: "127.0.0.1:0".parse().ok(),
-        unix: None,
         auth: AuthConfig {
             tokens: vec![
                 TokenConfig {
@@ -50,113 +48,7 @@ fn config() -> RouterConfig {
                 admin: false,
             },
         ],
-        ..RouterConfig::default()
-    }
-}
-
-fn owner_token(h: &RouterHandle) -> String {
-    let port = h.tcp_addr().expect("tcp").port();
-    local::read_token(&local::token_path(port)).expect("the router wrote its local token")
-}
-
-/// A raw protocol client over TCP.
-struct Raw {
-    s: TcpStream,
-    buf: BytesMut,
-    dec: FrameDecoder,
-    next_req: u32,
-}
-
-impl Raw {
-    fn connect(h: &RouterHandle) -> Raw {
-        let s = TcpStream::connect(h.tcp_addr().expect("tcp")).expect("connect");
-        s.set_read_timeout(Some(Duration::from_secs(5)))
-            .expect("timeout");
-        Raw {
-            s,
-            buf: BytesMut::new(),
-            dec: FrameDecoder::new(1 << 24),
-            next_req: 1,
-        }
-    }
-
-    /// Says Hello with `token` and `session`; returns the answer.
-    fn hello(h: &RouterHandle, token: &str, session: [u8; 16]) -> (Raw, Option<Frame>) {
-        let mut r = Raw::connect(h);
-        r.send(&Frame::Hello {
-            version: PROTOCOL_VERSION,
-            max_frame: 1 << 20,
-            name: "raw".into(),
-            token: token.into(),
-            session,
-        });
-        let answer = r.recv();
-        (r, answer)
-    }
-
-    /// A client through the handshake.
-    fn welcomed(h: &RouterHandle, token: &str, session: [u8; 16]) -> Raw {
-        let (r, answer) = Raw::hello(h, token, session);
-        assert!(matches!(answer, Some(Frame::Welcome { .. })), "{answer:?}");
-        r
-    }
-
-    fn send(&mut self, f: &Frame) {
-        let mut b = BytesMut::new();
-        f.encode(&mut b).expect("encode");
-        let _ = self.s.write_all(&b);
-    }
-
-    fn recv(&mut self) -> Option<Frame> {
-        loop {
-            if let Some((k, body)) = self.dec.next_raw(&mut self.buf).expect("frame") {
-                return Some(Frame::decode(k, body).expect("decode"));
-            }
-            let mut chunk = [0u8; 65536];
-            match self.s.read(&mut chunk) {
-                Ok(0) | Err(_) => return None,
-                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
-            }
-        }
-    }
-
-    /// Sends a request made with a fresh request id; returns the reply.
-    fn request(&mut self, make: impl FnOnce(u32) -> Frame) -> Frame {
-        let req = self.next_req;
-        self.next_req += 1;
-        self.send(&make(req));
-        self.recv().expect("a reply")
-    }
-
-    fn declare(&mut self, id: u32, kind: EndpointKind, name: &str) -> Frame {
-        self.request(|req| Frame::DeclareEndpoint {
-            req,
-            id,
-            kind,
-            name: name.into(),
-        })
-    }
-
-    fn subscribe(&mut self, sub: u32, endpoint: u32, pattern: &str) -> Frame {
-        self.request(|req| Frame::Subscribe {
-            req,
-            sub,
-            endpoint,
-            pattern: pattern.into(),
-            qos: vec![],
-        })
-    }
-
-    fn admin(&mut self, body: serde_json::Value) -> Frame {
-        self.request(|req| Frame::Admin {
-            req,
-            body: body.to_string(),
-        })
-    }
-
-    /// Closes the socket without a `Close` frame (a crash or a cut link).
-    fn drop_without_close(self) {
-        let _ = self.s.shutdown(std::net::Shutdown::Both);
+        ..tcp_config()
     }
 }
 
@@ -165,6 +57,14 @@ fn error_code(f: &Frame) -> Option<ErrorCode> {
         Frame::Error { code, .. } => Some(*code),
         _ => None,
     }
+}
+
+/// A subscription's QoS with `filters`.
+fn filter_qos(filters: &[&str]) -> Vec<(String, String)> {
+    filters
+        .iter()
+        .map(|f| ("filter".to_owned(), (*f).to_owned()))
+        .collect()
 }
 
 fn message(f: &Frame) -> String {
@@ -178,7 +78,7 @@ fn message(f: &Frame) -> String {
 fn tcp_without_a_token_or_with_a_wrong_one_is_refused_and_closed() {
     let h = Router::start(config()).expect("start");
     for token in ["", "not-the-token-0123456789"] {
-        let (mut r, answer) = Raw::hello(&h, token, [0; 16]);
+        let (mut r, answer) = Raw::hello_as(&h, token, [0; 16]);
         let answer = answer.expect("an answer");
         assert_eq!(
             error_code(&answer),
@@ -188,18 +88,18 @@ fn tcp_without_a_token_or_with_a_wrong_one_is_refused_and_closed() {
         assert_eq!(r.recv(), None, "the connection is closed");
     }
     // The owner's local token works.
-    Raw::welcomed(&h, &owner_token(&h), [0; 16]);
+    Raw::welcomed_as(&h, &owner_token(&h), [0; 16]);
 }
 
 #[test]
 fn an_acl_limits_a_token_identity_to_its_tags() {
     let h = Router::start(config()).expect("start");
-    let mut alice = Raw::welcomed(&h, ALICE, [0; 16]);
+    let mut alice = Raw::welcomed_as(&h, ALICE, [0; 16]);
     assert_eq!(
-        alice.declare(1, EndpointKind::Subscriber, "/alice/sub"),
+        alice.try_declare(1, EndpointKind::Subscriber, "/alice/sub"),
         Frame::Ok { req: 1 }
     );
-    let denied = alice.subscribe(1, 1, "/**");
+    let denied = alice.try_subscribe(1, 1, "/**", &[]);
     assert_eq!(
         error_code(&denied),
         Some(ErrorCode::PermissionDenied),
@@ -207,29 +107,25 @@ fn an_acl_limits_a_token_identity_to_its_tags() {
     );
     assert!(message(&denied).contains("token:alice"), "{denied:?}");
     assert_eq!(
-        error_code(&alice.subscribe(2, 1, "/shared/**")),
+        error_code(&alice.try_subscribe(2, 1, "/shared/**", &[])),
         Some(ErrorCode::PermissionDenied)
     );
     assert!(matches!(
-        alice.subscribe(3, 1, "/shared/x"),
+        alice.try_subscribe(3, 1, "/shared/x", &[]),
         Frame::Ok { .. }
     ));
     assert!(matches!(
-        alice.subscribe(4, 1, "/alice/*/y"),
+        alice.try_subscribe(4, 1, "/alice/*/y", &[]),
         Frame::Ok { .. }
     ));
 
     // Publishing outside /alice/** is refused, inside is delivered.
     assert!(matches!(
-        alice.declare(2, EndpointKind::Publisher, "/alice/pub"),
+        alice.try_declare(2, EndpointKind::Publisher, "/alice/pub"),
         Frame::Ok { .. }
     ));
     let mut publish = |tag: &str| {
-        let mut e = tagwire_proto::Event::new(tag, "x");
-        e.header.publisher = "/alice/pub".into();
-        let mut b = BytesMut::new();
-        tagwire_proto::encode_publish(2, &e, &mut b).expect("encode");
-        let _ = alice.s.write_all(&b);
+        alice.publish(2, "/alice/pub", tag, "x");
     };
     publish("/bob/x");
     publish("/alice/z/y");
@@ -245,33 +141,35 @@ fn an_acl_limits_a_token_identity_to_its_tags() {
 #[test]
 fn an_identity_cannot_touch_another_identitys_endpoints_and_lists_only_its_own() {
     let h = Router::start(config()).expect("start");
-    let mut owner = Raw::welcomed(&h, &owner_token(&h), [0; 16]);
-    owner.declare(1, EndpointKind::Subscriber, "/owner/sub");
-    owner.subscribe(1, 1, "/alice/**");
-    let mut bob = Raw::welcomed(&h, BOB, [0; 16]);
-    bob.declare(1, EndpointKind::Subscriber, "/bob/sub");
-    bob.subscribe(1, 1, "/bob/**");
+    let mut owner = Raw::welcomed_as(&h, &owner_token(&h), [0; 16]);
+    owner.try_declare(1, EndpointKind::Subscriber, "/owner/sub");
+    owner.try_subscribe(1, 1, "/alice/**", &[]);
+    let mut bob = Raw::welcomed_as(&h, BOB, [0; 16]);
+    bob.try_declare(1, EndpointKind::Subscriber, "/bob/sub");
+    bob.try_subscribe(1, 1, "/bob/**", &[]);
 
     // Bob may not silence the owner's subscriber, nor change its operator.
     for request in [
         serde_json::json!({"op": "filter_add", "endpoint": "/owner/sub", "filter": "false"}),
         serde_json::json!({"op": "filter_op", "endpoint": "/owner/sub", "interfilter": "or"}),
     ] {
-        let r = bob.admin(request);
+        let r = bob.try_admin(&request);
         assert_eq!(error_code(&r), Some(ErrorCode::PermissionDenied), "{r:?}");
     }
     // He may filter his own.
-    let r = bob
-        .admin(serde_json::json!({"op": "filter_add", "endpoint": "/bob/sub", "filter": "true"}));
+    let r = bob.try_admin(
+        &serde_json::json!({"op": "filter_add", "endpoint": "/bob/sub", "filter": "true"}),
+    );
     assert!(matches!(r, Frame::AdminReply { .. }), "{r:?}");
     // The owner's filter is invisible to him, and he may not remove it.
-    let r = owner
-        .admin(serde_json::json!({"op": "filter_add", "endpoint": "/owner/sub", "filter": "true"}));
+    let r = owner.try_admin(
+        &serde_json::json!({"op": "filter_add", "endpoint": "/owner/sub", "filter": "true"}),
+    );
     let Frame::AdminReply { body, .. } = r else {
         panic!("{r:?}")
     };
     let id = serde_json::from_str::<serde_json::Value>(&body).expect("json")["id"].clone();
-    let r = bob.admin(serde_json::json!({"op": "filter_remove", "id": id}));
+    let r = bob.try_admin(&serde_json::json!({"op": "filter_remove", "id": id}));
     assert_eq!(error_code(&r), Some(ErrorCode::PermissionDenied), "{r:?}");
 
     let listing = |r: Frame| -> serde_json::Value {
@@ -280,7 +178,7 @@ fn an_identity_cannot_touch_another_identitys_endpoints_and_lists_only_its_own()
         };
         serde_json::from_str(&body).expect("json")
     };
-    let mine = listing(bob.admin(serde_json::json!({"op": "list"})));
+    let mine = listing(bob.try_admin(&serde_json::json!({"op": "list"})));
     let names: Vec<&str> = mine["endpoints"]
         .as_array()
         .expect("endpoints")
@@ -288,14 +186,14 @@ fn an_identity_cannot_touch_another_identitys_endpoints_and_lists_only_its_own()
         .filter_map(|e| e["name"].as_str())
         .collect();
     assert_eq!(names, ["/bob/sub"], "{mine}");
-    let filters = listing(bob.admin(serde_json::json!({"op": "filter_list"})));
+    let filters = listing(bob.try_admin(&serde_json::json!({"op": "filter_list"})));
     assert_eq!(
         filters["filters"].as_array().map(Vec::len),
         Some(1),
         "{filters}"
     );
     // The owner (admin right) sees everyone.
-    let all = listing(owner.admin(serde_json::json!({"op": "list"})));
+    let all = listing(owner.try_admin(&serde_json::json!({"op": "list"})));
     assert_eq!(all["endpoints"].as_array().map(Vec::len), Some(2), "{all}");
     assert!(
         all["auth"].as_str().is_some_and(|a| a.starts_with("on")),
@@ -308,18 +206,18 @@ fn an_endpoint_name_is_kept_for_its_session_after_a_drop_and_released_by_close()
     let h = Router::start(config()).expect("start");
     let token = owner_token(&h);
     let (s1, s2) = ([1u8; 16], [2u8; 16]);
-    let mut first = Raw::welcomed(&h, &token, s1);
+    let mut first = Raw::welcomed_as(&h, &token, s1);
     assert!(matches!(
-        first.declare(1, EndpointKind::Subscriber, "/kept"),
+        first.try_declare(1, EndpointKind::Subscriber, "/kept"),
         Frame::Ok { .. }
     ));
     first.drop_without_close();
 
     // A stranger (another session) cannot take the name; it is not held by
     // a live connection any more, but reserved.
-    let mut stranger = Raw::welcomed(&h, &token, s2);
+    let mut stranger = Raw::welcomed_as(&h, &token, s2);
     let r = loop {
-        let r = stranger.declare(1, EndpointKind::Subscriber, "/kept");
+        let r = stranger.try_declare(1, EndpointKind::Subscriber, "/kept");
         if message(&r).contains("reserved") || matches!(r, Frame::Ok { .. }) {
             break r;
         }
@@ -328,9 +226,9 @@ fn an_endpoint_name_is_kept_for_its_session_after_a_drop_and_released_by_close()
     };
     assert_eq!(error_code(&r), Some(ErrorCode::DuplicateEndpoint), "{r:?}");
     // The same session, reconnecting, gets it back.
-    let mut again = Raw::welcomed(&h, &token, s1);
+    let mut again = Raw::welcomed_as(&h, &token, s1);
     assert!(matches!(
-        again.declare(1, EndpointKind::Subscriber, "/kept"),
+        again.try_declare(1, EndpointKind::Subscriber, "/kept"),
         Frame::Ok { .. }
     ));
 
@@ -341,7 +239,7 @@ fn an_endpoint_name_is_kept_for_its_session_after_a_drop_and_released_by_close()
     });
     assert_eq!(again.recv(), None);
     let r = loop {
-        let r = stranger.declare(2, EndpointKind::Subscriber, "/kept");
+        let r = stranger.try_declare(2, EndpointKind::Subscriber, "/kept");
         if !message(&r).contains("already") {
             break r;
         }
@@ -366,22 +264,22 @@ fn endpoint_names_stay_reserved_for_their_sessions_across_a_restart() {
     };
     let h = Router::start(cfg.clone()).expect("start");
     let token = owner_token(&h);
-    let mut sub = Raw::welcomed(&h, &token, [7; 16]);
+    let mut sub = Raw::welcomed_as(&h, &token, [7; 16]);
     assert!(matches!(
-        sub.declare(1, EndpointKind::Subscriber, "/survivor"),
+        sub.try_declare(1, EndpointKind::Subscriber, "/survivor"),
         Frame::Ok { .. }
     ));
     h.shutdown();
 
     let h = Router::start(cfg).expect("restart");
     let token = owner_token(&h);
-    let mut stranger = Raw::welcomed(&h, &token, [8; 16]);
-    let r = stranger.declare(1, EndpointKind::Subscriber, "/survivor");
+    let mut stranger = Raw::welcomed_as(&h, &token, [8; 16]);
+    let r = stranger.try_declare(1, EndpointKind::Subscriber, "/survivor");
     assert_eq!(error_code(&r), Some(ErrorCode::DuplicateEndpoint), "{r:?}");
     assert!(message(&r).contains("reserved"), "{r:?}");
-    let mut back = Raw::welcomed(&h, &token, [7; 16]);
+    let mut back = Raw::welcomed_as(&h, &token, [7; 16]);
     assert!(matches!(
-        back.declare(1, EndpointKind::Subscriber, "/survivor"),
+        back.try_declare(1, EndpointKind::Subscriber, "/survivor"),
         Frame::Ok { .. }
     ));
     h.shutdown();
@@ -395,9 +293,9 @@ fn per_identity_quotas_refuse_the_excess_and_leave_others_alone() {
     cfg.limits.max_endpoints_per_identity = 3;
     cfg.limits.max_subscriptions_per_identity = 2;
     let h = Router::start(cfg).expect("start");
-    let mut a1 = Raw::welcomed(&h, BOB, [0; 16]);
-    let _a2 = Raw::welcomed(&h, BOB, [0; 16]);
-    let (_, third) = Raw::hello(&h, BOB, [0; 16]);
+    let mut a1 = Raw::welcomed_as(&h, BOB, [0; 16]);
+    let _a2 = Raw::welcomed_as(&h, BOB, [0; 16]);
+    let (_, third) = Raw::hello_as(&h, BOB, [0; 16]);
     let third = third.expect("an answer");
     assert_eq!(
         error_code(&third),
@@ -409,33 +307,42 @@ fn per_identity_quotas_refuse_the_excess_and_leave_others_alone() {
         "{third:?}"
     );
     // Another identity still connects.
-    let mut alice = Raw::welcomed(&h, ALICE, [0; 16]);
+    let mut alice = Raw::welcomed_as(&h, ALICE, [0; 16]);
 
     for id in 1..=3 {
         assert!(matches!(
-            a1.declare(id, EndpointKind::Subscriber, &format!("/bob/{id}")),
+            a1.try_declare(id, EndpointKind::Subscriber, &format!("/bob/{id}")),
             Frame::Ok { .. }
         ));
     }
-    let r = a1.declare(4, EndpointKind::Subscriber, "/bob/4");
+    let r = a1.try_declare(4, EndpointKind::Subscriber, "/bob/4");
     assert_eq!(error_code(&r), Some(ErrorCode::LimitReached), "{r:?}");
-    assert!(matches!(a1.subscribe(1, 1, "/a"), Frame::Ok { .. }));
-    assert!(matches!(a1.subscribe(2, 1, "/b"), Frame::Ok { .. }));
-    let r = a1.subscribe(3, 1, "/c");
+    assert!(matches!(
+        a1.try_subscribe(1, 1, "/a", &[]),
+        Frame::Ok { .. }
+    ));
+    assert!(matches!(
+        a1.try_subscribe(2, 1, "/b", &[]),
+        Frame::Ok { .. }
+    ));
+    let r = a1.try_subscribe(3, 1, "/c", &[]);
     assert_eq!(error_code(&r), Some(ErrorCode::LimitReached), "{r:?}");
     // Unsubscribing gives the quota back.
     assert!(matches!(
         a1.request(|req| Frame::Unsubscribe { req, sub: 1 }),
         Frame::Ok { .. }
     ));
-    assert!(matches!(a1.subscribe(3, 1, "/c"), Frame::Ok { .. }));
+    assert!(matches!(
+        a1.try_subscribe(3, 1, "/c", &[]),
+        Frame::Ok { .. }
+    ));
     // Alice is unaffected.
     assert!(matches!(
-        alice.declare(1, EndpointKind::Subscriber, "/alice/s"),
+        alice.try_declare(1, EndpointKind::Subscriber, "/alice/s"),
         Frame::Ok { .. }
     ));
     assert!(matches!(
-        alice.subscribe(1, 1, "/alice/x"),
+        alice.try_subscribe(1, 1, "/alice/x", &[]),
         Frame::Ok { .. }
     ));
 }
@@ -445,19 +352,10 @@ fn filters_count_against_their_identitys_quota_in_number_and_compiled_bytes() {
     let mut cfg = config();
     cfg.limits.max_filters_per_identity = 3;
     let h = Router::start(cfg).expect("start");
-    let mut bob = Raw::welcomed(&h, BOB, [0; 16]);
-    bob.declare(1, EndpointKind::Subscriber, "/bob/s");
+    let mut bob = Raw::welcomed_as(&h, BOB, [0; 16]);
+    bob.try_declare(1, EndpointKind::Subscriber, "/bob/s");
     let subscribe = |r: &mut Raw, sub: u32, filters: &[&str]| {
-        r.request(|req| Frame::Subscribe {
-            req,
-            sub,
-            endpoint: 1,
-            pattern: "/bob/**".into(),
-            qos: filters
-                .iter()
-                .map(|f| ("filter".to_owned(), (*f).to_owned()))
-                .collect(),
-        })
+        r.try_subscribe(sub, 1, "/bob/**", &filter_qos(filters))
     };
     assert!(matches!(
         subscribe(&mut bob, 1, &["$.a == 1", "$.b == 2"]),
@@ -467,21 +365,16 @@ fn filters_count_against_their_identitys_quota_in_number_and_compiled_bytes() {
     assert_eq!(error_code(&r), Some(ErrorCode::LimitReached), "{r:?}");
     assert!(message(&r).contains("max_filters_per_identity"), "{r:?}");
     // The third fits, through an admin request too; a fourth does not.
-    let r = bob
-        .admin(serde_json::json!({"op": "filter_add", "endpoint": "/bob/s", "filter": "$.e == 5"}));
+    let r = bob.try_admin(
+        &serde_json::json!({"op": "filter_add", "endpoint": "/bob/s", "filter": "$.e == 5"}),
+    );
     assert!(matches!(r, Frame::AdminReply { .. }), "{r:?}");
-    let r = bob.admin(serde_json::json!({"op": "filter_add", "endpoint": "/bob/s", "level": "session", "filter": "$.f == 6"}));
+    let r = bob.try_admin(&serde_json::json!({"op": "filter_add", "endpoint": "/bob/s", "level": "session", "filter": "$.f == 6"}));
     assert_eq!(error_code(&r), Some(ErrorCode::LimitReached), "{r:?}");
     // Another identity has its own quota.
-    let mut alice = Raw::welcomed(&h, ALICE, [0; 16]);
-    alice.declare(1, EndpointKind::Subscriber, "/alice/s");
-    let r = alice.request(|req| Frame::Subscribe {
-        req,
-        sub: 1,
-        endpoint: 1,
-        pattern: "/alice/**".into(),
-        qos: vec![("filter".into(), "$.a == 1".into())],
-    });
+    let mut alice = Raw::welcomed_as(&h, ALICE, [0; 16]);
+    alice.try_declare(1, EndpointKind::Subscriber, "/alice/s");
+    let r = alice.try_subscribe(1, 1, "/alice/**", &filter_qos(&["$.a == 1"]));
     assert!(matches!(r, Frame::Ok { .. }), "{r:?}");
     // Unsubscribing gives the quota back (once housekeeping has removed
     // the channel's filters).
@@ -510,28 +403,16 @@ fn compiled_filter_memory_is_bounded_per_identity() {
     let mut cfg = config();
     cfg.limits.max_filter_bytes_per_identity = 64 * 1024;
     let h = Router::start(cfg).expect("start");
-    let mut bob = Raw::welcomed(&h, BOB, [0; 16]);
-    bob.declare(1, EndpointKind::Subscriber, "/bob/s");
+    let mut bob = Raw::welcomed_as(&h, BOB, [0; 16]);
+    bob.try_declare(1, EndpointKind::Subscriber, "/bob/s");
     // A regular expression's automaton alone passes 64 KiB (\w is Unicode).
-    let r = bob.request(|req| Frame::Subscribe {
-        req,
-        sub: 1,
-        endpoint: 1,
-        pattern: "/bob/**".into(),
-        qos: vec![("filter".into(), r"$.name =~ '\w\w\w'".into())],
-    });
+    let r = bob.try_subscribe(1, 1, "/bob/**", &filter_qos(&[r"$.name =~ '\w\w\w'"]));
     assert_eq!(error_code(&r), Some(ErrorCode::LimitReached), "{r:?}");
     assert!(
         message(&r).contains("max_filter_bytes_per_identity"),
         "{r:?}"
     );
     // A small filter still fits.
-    let r = bob.request(|req| Frame::Subscribe {
-        req,
-        sub: 2,
-        endpoint: 1,
-        pattern: "/bob/**".into(),
-        qos: vec![("filter".into(), "$.x == 1".into())],
-    });
+    let r = bob.try_subscribe(2, 1, "/bob/**", &filter_qos(&["$.x == 1"]));
     assert!(matches!(r, Frame::Ok { .. }), "{r:?}");
 }

@@ -2,160 +2,18 @@
 //! problem (where the connection still allows it), only that connection
 //! fails, and the router keeps serving a healthy client throughout.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::time::{Duration, Instant};
+mod common;
 
-use bytes::BytesMut;
-use tagwire_proto::{
-    EndpointKind, ErrorCode, Event, Expiry, Frame, FrameDecoder, PROTOCOL_VERSION,
-};
-use tagwire_router::{Router, RouterConfig, RouterHandle};
+use std::net::Shutdown;
+use std::time::Duration;
 
-const WAIT: Duration = Duration::from_secs(5);
-
-fn start() -> RouterHandle {
-    let cfg = RouterConfig {
-        tcp: "127.0.0.1:0".parse().ok(),
-        unix: None,
-        ..RouterConfig::default()
-    };
-    Router::start(cfg).expect("start router")
-}
-
-/// A raw protocol client over TCP.
-struct Raw {
-    s: TcpStream,
-    buf: BytesMut,
-    dec: FrameDecoder,
-}
-
-impl Raw {
-    /// Declares an endpoint and expects `Ok`.
-    fn declare(&mut self, req: u32, id: u32, kind: EndpointKind, name: &str) {
-        self.send(&Frame::DeclareEndpoint {
-            req,
-            id,
-            kind,
-            name: name.into(),
-        });
-        assert_eq!(self.recv(), Some(Frame::Ok { req }), "declare {name}");
-    }
-
-    /// Subscribes and expects `Ok`.
-    fn subscribe(
-        &mut self,
-        req: u32,
-        sub: u32,
-        endpoint: u32,
-        pattern: &str,
-        qos: Vec<(String, String)>,
-    ) {
-        self.send(&Frame::Subscribe {
-            req,
-            sub,
-            endpoint,
-            pattern: pattern.into(),
-            qos,
-        });
-        assert_eq!(self.recv(), Some(Frame::Ok { req }), "subscribe {pattern}");
-    }
-
-    fn connect(h: &RouterHandle) -> Raw {
-        let s = TcpStream::connect(h.tcp_addr().expect("tcp")).expect("connect");
-        s.set_read_timeout(Some(WAIT)).expect("timeout");
-        Raw {
-            s,
-            buf: BytesMut::new(),
-            dec: FrameDecoder::new(1 << 24),
-        }
-    }
-
-    fn hello(h: &RouterHandle) -> Raw {
-        let mut r = Raw::connect(h);
-        let port = h.tcp_addr().expect("tcp").port();
-        let token = tagwire_router::local::read_token(&tagwire_router::local::token_path(port))
-            .expect("the router wrote its local token");
-        r.send(&Frame::Hello {
-            version: PROTOCOL_VERSION,
-            max_frame: 1 << 20,
-            name: "raw".into(),
-            token,
-            session: [0; 16],
-        });
-        assert!(matches!(r.recv(), Some(Frame::Welcome { .. })));
-        r
-    }
-
-    fn send(&mut self, f: &Frame) {
-        let mut b = BytesMut::new();
-        f.encode(&mut b).expect("encode");
-        self.send_bytes(&b);
-    }
-
-    fn send_bytes(&mut self, b: &[u8]) {
-        // The router may already have closed; a failed write shows up as EOF on read.
-        let _ = self.s.write_all(b);
-    }
-
-    /// The next frame, or None at end of stream.
-    fn recv(&mut self) -> Option<Frame> {
-        loop {
-            if let Some((k, body)) = self
-                .dec
-                .next_raw(&mut self.buf)
-                .expect("server frames are valid")
-            {
-                return Some(Frame::decode(k, body).expect("server frame decodes"));
-            }
-            let mut chunk = [0u8; 65536];
-            match self.s.read(&mut chunk) {
-                Ok(0) | Err(_) => return None,
-                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
-            }
-        }
-    }
-
-    fn expect_error(&mut self, code: ErrorCode, needle: &str) {
-        match self.recv() {
-            Some(Frame::Error {
-                code: c, message, ..
-            }) => {
-                assert_eq!(c, code, "message: {message}");
-                assert!(
-                    message.contains(needle),
-                    "{message:?} should name {needle:?}"
-                );
-            }
-            other => panic!("expected an Error frame, got {other:?}"),
-        }
-    }
-
-    fn expect_closed(&mut self) {
-        let deadline = Instant::now() + WAIT;
-        while Instant::now() < deadline {
-            match self.recv() {
-                None => return,
-                Some(Frame::Close { .. }) => continue,
-                Some(other) => panic!("expected the connection to close, got {other:?}"),
-            }
-        }
-        panic!("connection not closed");
-    }
-
-    fn expect_alive(&mut self) {
-        self.send(&Frame::Ping { nonce: 42 });
-        assert_eq!(
-            self.recv(),
-            Some(Frame::Pong { nonce: 42 }),
-            "connection still serves"
-        );
-    }
-}
+use common::{event, owner_token, publish_frame, start_tcp, Raw};
+use tagwire_proto::{EndpointKind, ErrorCode, Event, Expiry, Frame, PROTOCOL_VERSION};
+use tagwire_router::{Limits, RouterHandle};
 
 /// A healthy subscriber+publisher pair: proves the router still routes.
 fn assert_router_serves(h: &RouterHandle) {
-    let mut c = Raw::hello(h);
+    let mut c = Raw::hello_tcp(h);
     let n = rand_id();
     c.send(&Frame::DeclareEndpoint {
         req: 1,
@@ -179,11 +37,7 @@ fn assert_router_serves(h: &RouterHandle) {
     for want in [1, 2, 3] {
         assert_eq!(c.recv(), Some(Frame::Ok { req: want }));
     }
-    let mut ev = Event::new("/ok/x", "fine");
-    ev.header.publisher = format!("/ok/pub{n}");
-    let mut b = BytesMut::new();
-    tagwire_proto::encode_publish(2, &ev, &mut b).expect("encode");
-    c.send_bytes(&b);
+    c.publish(2, &format!("/ok/pub{n}"), "/ok/x", "fine");
     match c.recv() {
         Some(Frame::Deliver { sub: 7, event }) => {
             assert_eq!(Event::decode(&event).expect("event").payload, "fine")
@@ -200,8 +54,8 @@ fn rand_id() -> u64 {
 
 #[test]
 fn garbage_bytes_before_handshake_get_an_error_and_close_only_that_connection() {
-    let h = start();
-    let mut bad = Raw::connect(&h);
+    let h = start_tcp(Limits::default());
+    let mut bad = Raw::connect_tcp(&h);
     bad.send_bytes(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
     // "GET " as a little-endian length is ~542 MB: over the frame limit.
     bad.expect_error(ErrorCode::FrameTooLarge, "exceeds the maximum");
@@ -211,20 +65,20 @@ fn garbage_bytes_before_handshake_get_an_error_and_close_only_that_connection() 
 
 #[test]
 fn truncated_frame_then_eof_leaves_the_router_serving() {
-    let h = start();
-    let mut bad = Raw::hello(&h);
-    let mut b = BytesMut::new();
+    let h = start_tcp(Limits::default());
+    let mut bad = Raw::hello_tcp(&h);
+    let mut b = bytes::BytesMut::new();
     Frame::Ping { nonce: 1 }.encode(&mut b).expect("encode");
     bad.send_bytes(&b[..b.len() - 3]);
-    bad.s.shutdown(std::net::Shutdown::Write).expect("shutdown");
+    bad.shutdown(Shutdown::Write);
     bad.expect_closed();
     assert_router_serves(&h);
 }
 
 #[test]
 fn length_over_the_limit_is_refused_naming_both_sizes() {
-    let h = start();
-    let mut bad = Raw::hello(&h);
+    let h = start_tcp(Limits::default());
+    let mut bad = Raw::hello_tcp(&h);
     bad.send_bytes(&(200u32 << 20).to_le_bytes());
     bad.expect_error(ErrorCode::FrameTooLarge, &format!("{}", 200u32 << 20));
     bad.expect_closed();
@@ -233,8 +87,8 @@ fn length_over_the_limit_is_refused_naming_both_sizes() {
 
 #[test]
 fn unknown_frame_type_gets_an_error_and_the_connection_carries_on() {
-    let h = start();
-    let mut bad = Raw::hello(&h);
+    let h = start_tcp(Limits::default());
+    let mut bad = Raw::hello_tcp(&h);
     bad.send_bytes(&[1, 0, 0, 0, 0x7f]);
     bad.expect_error(ErrorCode::UnknownFrameType, "0x7f");
     bad.expect_alive();
@@ -243,13 +97,9 @@ fn unknown_frame_type_gets_an_error_and_the_connection_carries_on() {
 
 #[test]
 fn non_utf8_tag_is_refused_and_the_connection_carries_on() {
-    let h = start();
-    let mut bad = Raw::hello(&h);
-    bad.declare(1, 1, EndpointKind::Publisher, "/u8");
-    let mut ev = Event::new("/ab", "x");
-    ev.header.publisher = "/u8".into();
-    let mut b = BytesMut::new();
-    tagwire_proto::encode_publish(1, &ev, &mut b).expect("encode");
+    let h = start_tcp(Limits::default());
+    let mut bad = Raw::hello_tcp(&h).publisher("/u8");
+    let mut b = publish_frame(1, &event("/u8", "/ab", "x"));
     // Corrupt the tag's second byte (frame header 5 + endpoint 4 + tag length 2 + 1).
     b[12] = 0xff;
     bad.send_bytes(&b);
@@ -260,9 +110,9 @@ fn non_utf8_tag_is_refused_and_the_connection_carries_on() {
 
 #[test]
 fn invalid_patterns_are_refused_naming_the_problem() {
-    let h = start();
-    let mut bad = Raw::hello(&h);
-    bad.declare(1, 1, EndpointKind::Subscriber, "/pat");
+    let h = start_tcp(Limits::default());
+    let mut bad = Raw::hello_tcp(&h);
+    bad.declare(1, EndpointKind::Subscriber, "/pat");
     bad.send(&Frame::Subscribe {
         req: 2,
         sub: 1,
@@ -285,10 +135,10 @@ fn invalid_patterns_are_refused_naming_the_problem() {
 
 #[test]
 fn duplicate_endpoint_name_is_refused_naming_it() {
-    let h = start();
-    let mut a = Raw::hello(&h);
-    let mut b = Raw::hello(&h);
-    a.declare(1, 1, EndpointKind::Publisher, "/dup");
+    let h = start_tcp(Limits::default());
+    let mut a = Raw::hello_tcp(&h);
+    let mut b = Raw::hello_tcp(&h);
+    a.declare(1, EndpointKind::Publisher, "/dup");
     b.send(&Frame::DeclareEndpoint {
         req: 9,
         id: 1,
@@ -302,13 +152,9 @@ fn duplicate_endpoint_name_is_refused_naming_it() {
 
 #[test]
 fn publish_before_handshake_is_refused_and_closed() {
-    let h = start();
-    let mut bad = Raw::connect(&h);
-    let mut ev = Event::new("/x", "early");
-    ev.header.publisher = "/p".into();
-    let mut b = BytesMut::new();
-    tagwire_proto::encode_publish(1, &ev, &mut b).expect("encode");
-    bad.send_bytes(&b);
+    let h = start_tcp(Limits::default());
+    let mut bad = Raw::connect_tcp(&h);
+    bad.publish(1, "/p", "/x", "early");
     bad.expect_error(ErrorCode::HandshakeRequired, "Hello");
     bad.expect_closed();
     assert_router_serves(&h);
@@ -316,15 +162,12 @@ fn publish_before_handshake_is_refused_and_closed() {
 
 #[test]
 fn publish_on_undeclared_or_mismatched_endpoint_is_refused() {
-    let h = start();
-    let mut bad = Raw::hello(&h);
-    let mut ev = Event::new("/x", "who");
-    ev.header.publisher = "/nobody".into();
-    let mut b = BytesMut::new();
-    tagwire_proto::encode_publish(5, &ev, &mut b).expect("encode");
+    let h = start_tcp(Limits::default());
+    let mut bad = Raw::hello_tcp(&h);
+    let b = publish_frame(5, &event("/nobody", "/x", "who"));
     bad.send_bytes(&b);
     bad.expect_error(ErrorCode::UnknownEndpoint, "endpoint id 5");
-    bad.declare(1, 5, EndpointKind::Publisher, "/real");
+    bad.declare(5, EndpointKind::Publisher, "/real");
     bad.send_bytes(&b);
     bad.expect_error(ErrorCode::PublisherMismatch, "/nobody");
     bad.expect_alive();
@@ -332,36 +175,15 @@ fn publish_on_undeclared_or_mismatched_endpoint_is_refused() {
 
 #[test]
 fn stalled_subscriber_drops_by_policy_while_a_healthy_one_receives_everything() {
-    let h = start();
+    let h = start_tcp(Limits::default());
     // The stalled subscriber never reads.
-    let mut stalled = Raw::hello(&h);
-    stalled.declare(1, 1, EndpointKind::Subscriber, "/stalled");
-    stalled.subscribe(
-        2,
-        1,
-        1,
-        "/flood",
-        vec![("max_queue_length".into(), "16".into())],
-    );
-    let mut healthy = Raw::hello(&h);
-    healthy.declare(1, 1, EndpointKind::Subscriber, "/healthy");
-    healthy.subscribe(
-        2,
-        1,
-        1,
-        "/flood",
-        vec![("max_queue_length".into(), "100000".into())],
-    );
-    let mut publisher = Raw::hello(&h);
-    publisher.declare(1, 1, EndpointKind::Publisher, "/flooder");
+    let _stalled = Raw::hello_tcp(&h).subscriber("/stalled", "/flood", &max_queue_length(16));
+    let mut healthy =
+        Raw::hello_tcp(&h).subscriber("/healthy", "/flood", &max_queue_length(100_000));
+    let mut publisher = Raw::hello_tcp(&h).publisher("/flooder");
     // 40 MB through a subscriber that never reads: far more than socket buffers hold.
     let n = 10_000;
-    let mut ev = Event::new("/flood", vec![1u8; 4096]);
-    ev.header.publisher = "/flooder".into();
-    let mut batch = BytesMut::new();
-    for _ in 0..100 {
-        tagwire_proto::encode_publish(1, &ev, &mut batch).expect("encode");
-    }
+    let batch = publish_frame(1, &event("/flooder", "/flood", vec![1u8; 4096])).repeat(100);
     let reader = std::thread::spawn(move || {
         let mut got = 0;
         while got < n {
@@ -380,15 +202,7 @@ fn stalled_subscriber_drops_by_policy_while_a_healthy_one_receives_everything() 
         n,
         "the healthy subscriber received every event"
     );
-    let mut admin = Raw::hello(&h);
-    admin.send(&Frame::Admin {
-        req: 1,
-        body: r#"{"op":"list"}"#.into(),
-    });
-    let Some(Frame::AdminReply { body, .. }) = admin.recv() else {
-        panic!("no admin reply")
-    };
-    let listing: tagwire_router::Listing = serde_json::from_str(&body).expect("listing");
+    let listing = Raw::hello_tcp(&h).list();
     let s = listing
         .subscriptions
         .iter()
@@ -404,44 +218,32 @@ fn stalled_subscriber_drops_by_policy_while_a_healthy_one_receives_everything() 
 
 #[test]
 fn events_that_expire_while_queued_for_a_stalled_subscriber_are_dropped_not_delivered() {
-    let h = start();
-    let mut stalled = Raw::hello(&h);
-    stalled.declare(1, 1, EndpointKind::Subscriber, "/slow");
-    stalled.subscribe(
-        2,
-        1,
-        1,
-        "/exp",
-        vec![("max_queue_length".into(), "100000".into())],
-    );
-    let mut publisher = Raw::hello(&h);
-    publisher.declare(1, 1, EndpointKind::Publisher, "/exp/pub");
-    let event = |payload: Vec<u8>, expiry: Expiry| {
-        let mut ev = Event::new("/exp", payload);
-        ev.header.publisher = "/exp/pub".into();
+    let h = start_tcp(Limits::default());
+    let mut stalled = Raw::hello_tcp(&h).subscriber("/slow", "/exp", &max_queue_length(100_000));
+    let mut publisher = Raw::hello_tcp(&h).publisher("/exp/pub");
+    let expiring = |payload: Vec<u8>, expiry: Expiry| {
+        let mut ev = event("/exp/pub", "/exp", payload);
         ev.header.expiry = expiry;
         ev.header.source_time_ns = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .expect("clock after 1970")
             .as_nanos() as u64;
-        let mut buf = BytesMut::new();
-        tagwire_proto::encode_publish(1, &ev, &mut buf).expect("encode");
-        buf
+        publish_frame(1, &ev)
     };
     // 20 MB that never expire, far more than the socket buffers hold, so
     // what follows waits in the router's queue for the subscriber.
-    let filler = event(vec![0u8; 4096], Expiry::Never);
+    let filler = expiring(vec![0u8; 4096], Expiry::Never);
     for _ in 0..5_000 {
         publisher.send_bytes(&filler);
     }
     let lifetime = Duration::from_secs(2);
     for _ in 0..100 {
-        publisher.send_bytes(&event(
+        publisher.send_bytes(&expiring(
             vec![1u8; 16],
             Expiry::AfterNs(lifetime.as_nanos() as u64),
         ));
     }
-    publisher.send_bytes(&event(b"end".to_vec(), Expiry::Never));
+    publisher.send_bytes(&expiring(b"end".to_vec(), Expiry::Never));
     std::thread::sleep(lifetime + Duration::from_millis(500));
 
     let (mut filler_seen, mut expiring_seen) = (0, 0);
@@ -468,15 +270,7 @@ fn events_that_expire_while_queued_for_a_stalled_subscriber_are_dropped_not_deli
         expiring_seen, 0,
         "events that expired while queued are not delivered"
     );
-    let mut admin = Raw::hello(&h);
-    admin.send(&Frame::Admin {
-        req: 1,
-        body: r#"{"op":"list"}"#.into(),
-    });
-    let Some(Frame::AdminReply { body, .. }) = admin.recv() else {
-        panic!("no admin reply")
-    };
-    let listing: tagwire_router::Listing = serde_json::from_str(&body).expect("listing");
+    let listing = Raw::hello_tcp(&h).list();
     let s = listing
         .subscriptions
         .iter()
@@ -488,26 +282,20 @@ fn events_that_expire_while_queued_for_a_stalled_subscriber_are_dropped_not_deli
 
 #[test]
 fn events_beyond_the_deferred_limit_are_refused_with_limit_reached() {
-    let mut cfg = RouterConfig {
-        tcp: "127.0.0.1:0".parse().ok(),
-        unix: None,
-        ..RouterConfig::default()
-    };
-    cfg.limits.max_deferred_events = 2;
-    let h = Router::start(cfg).expect("router");
-    let mut publisher = Raw::hello(&h);
-    publisher.declare(1, 1, EndpointKind::Publisher, "/defer/pub");
+    let h = start_tcp(Limits {
+        max_deferred_events: 2,
+        ..Limits::default()
+    });
+    let mut publisher = Raw::hello_tcp(&h).publisher("/defer/pub");
     let an_hour = std::time::SystemTime::now() + Duration::from_secs(3600);
-    let mut ev = Event::new("/defer/x", &b"held"[..]);
-    ev.header.publisher = "/defer/pub".into();
+    let mut ev = event("/defer/pub", "/defer/x", &b"held"[..]);
     ev.header.start_time_ns = Some(
         an_hour
             .duration_since(std::time::UNIX_EPOCH)
             .expect("clock after 1970")
             .as_nanos() as u64,
     );
-    let mut buf = BytesMut::new();
-    tagwire_proto::encode_publish(1, &ev, &mut buf).expect("encode");
+    let buf = publish_frame(1, &ev);
     for _ in 0..3 {
         publisher.send_bytes(&buf);
     }
@@ -517,8 +305,8 @@ fn events_beyond_the_deferred_limit_are_refused_with_limit_reached() {
 
 #[test]
 fn admin_request_that_is_not_json_is_refused_and_the_connection_carries_on() {
-    let h = start();
-    let mut a = Raw::hello(&h);
+    let h = start_tcp(Limits::default());
+    let mut a = Raw::hello_tcp(&h);
     a.send(&Frame::Admin {
         req: 4,
         body: "{\"op\":\"explode\"}".into(),
@@ -529,26 +317,25 @@ fn admin_request_that_is_not_json_is_refused_and_the_connection_carries_on() {
 
 #[test]
 fn connections_over_the_limit_are_refused_with_limit_reached() {
-    let mut cfg = RouterConfig {
-        tcp: "127.0.0.1:0".parse().ok(),
-        unix: None,
-        ..RouterConfig::default()
-    };
-    cfg.limits.max_connections = 1;
-    let h = Router::start(cfg).expect("router");
-    let mut first = Raw::hello(&h);
+    let h = start_tcp(Limits {
+        max_connections: 1,
+        ..Limits::default()
+    });
+    let mut first = Raw::hello_tcp(&h);
     // The limit counts established connections: refused at its Hello.
-    let mut second = Raw::connect(&h);
-    let port = h.tcp_addr().expect("tcp").port();
+    let mut second = Raw::connect_tcp(&h);
     second.send(&Frame::Hello {
         version: PROTOCOL_VERSION,
         max_frame: 1 << 20,
         name: "second".into(),
-        token: tagwire_router::local::read_token(&tagwire_router::local::token_path(port))
-            .expect("local token"),
+        token: owner_token(&h),
         session: [0; 16],
     });
     second.expect_error(ErrorCode::LimitReached, "connection limit");
     second.expect_closed();
     first.expect_alive();
+}
+
+fn max_queue_length(n: usize) -> Vec<(String, String)> {
+    vec![("max_queue_length".into(), n.to_string())]
 }

@@ -14,21 +14,20 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{stalled_subscriber, start, wait_for, Raw, WAIT};
-use tagwire_proto::{EndpointKind, ErrorCode, Frame};
+use tagwire_proto::{ErrorCode, Frame};
 use tagwire_router::Limits;
 
 #[test]
 fn a_stalled_subscriber_that_dies_gives_its_queued_bytes_back() {
     let h = start(Limits::default());
     let stalled = stalled_subscriber(&h, "/stalled", "/big/**");
-    let mut publisher = Raw::hello(&h);
-    publisher.declare(1, EndpointKind::Publisher, "/pub");
+    let mut publisher = Raw::hello(&h).publisher("/pub");
     // 64 KiB events until the stalled queue holds some (the kernel buffers
     // of the in-process socket take the first few).
     let l = {
         let deadline = Instant::now() + WAIT;
         loop {
-            publisher.publish(1, "/pub", "/big/x", 64 * 1024, 16);
+            publisher.publish_many(1, "/pub", "/big/x", 64 * 1024, 16);
             let l = publisher.list();
             if l.memory.buffered_bytes > 8 * 64 * 1024 {
                 break l;
@@ -54,11 +53,10 @@ fn small_events_queued_to_a_stalled_subscriber_stay_within_the_byte_bound() {
         ..Limits::default()
     });
     let _stalled = stalled_subscriber(&h, "/stalled", "/small/**");
-    let mut publisher = Raw::hello(&h);
-    publisher.declare(1, EndpointKind::Publisher, "/pub");
+    let mut publisher = Raw::hello(&h).publisher("/pub");
     // 65,536 small events (about 44 bytes each, 1,000+ per read chunk).
     for _ in 0..16 {
-        publisher.publish(1, "/pub", "/small/x", 4, 4096);
+        publisher.publish_many(1, "/pub", "/small/x", 4, 4096);
     }
     let l = publisher.list();
     let sub = &l.subscriptions[0];
@@ -89,10 +87,9 @@ fn queues_share_the_memory_budget_and_drop_at_it() {
     });
     let _a = stalled_subscriber(&h, "/a", "/data/**");
     let _b = stalled_subscriber(&h, "/b", "/data/**");
-    let mut publisher = Raw::hello(&h);
-    publisher.declare(1, EndpointKind::Publisher, "/pub");
+    let mut publisher = Raw::hello(&h).publisher("/pub");
     for _ in 0..8 {
-        publisher.publish(1, "/pub", "/data/x", 1000, 1000);
+        publisher.publish_many(1, "/pub", "/data/x", 1000, 1000);
     }
     let l = publisher.list();
     assert!(l.memory.buffered_bytes as usize <= max_buffered_bytes);

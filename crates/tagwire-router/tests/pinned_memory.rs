@@ -9,7 +9,6 @@
 mod common;
 
 use common::{stalled_subscriber, start, Raw};
-use tagwire_proto::EndpointKind;
 use tagwire_router::Limits;
 
 fn rss_bytes() -> u64 {
@@ -30,20 +29,19 @@ fn small_events_queued_to_a_stalled_subscriber_do_not_keep_read_buffers_alive() 
         ..Limits::default()
     });
     let _stalled = stalled_subscriber(&h, "/stalled", "/small/**");
-    let mut publisher = Raw::hello(&h);
-    publisher.declare(1, EndpointKind::Publisher, "/pub");
+    let mut publisher = Raw::hello(&h).publisher("/pub");
     // Warm up: the allocator's arenas and the sockets' buffers.
     for _ in 0..64 {
-        publisher.publish(1, "/pub", "/small/x", 4, 1);
-        publisher.publish(1, "/pub", "/other/x", 60 * 1024, 1);
+        publisher.publish_many(1, "/pub", "/small/x", 4, 1);
+        publisher.publish_many(1, "/pub", "/other/x", 60 * 1024, 1);
     }
     let _ = publisher.list();
     let before = rss_bytes();
     // 4,096 pairs: one small event the stalled subscriber gets, then a
     // 60 KiB one for nobody, so every read buffer holds one small event.
     for _ in 0..4096 {
-        publisher.publish(1, "/pub", "/small/x", 4, 1);
-        publisher.publish(1, "/pub", "/other/x", 60 * 1024, 1);
+        publisher.publish_many(1, "/pub", "/small/x", 4, 1);
+        publisher.publish_many(1, "/pub", "/other/x", 60 * 1024, 1);
     }
     let l = publisher.list();
     let after = rss_bytes();

@@ -25,10 +25,18 @@ use libfuzzer_sys::fuzz_target;
 use tagwire_proto::{Frame, FrameDecoder, PROTOCOL_VERSION, SESSION_ID_LEN};
 use tagwire_router::{Router, RouterConfig};
 
-/// The private directory every input is written into.
+/// The private directory every input is written into. Also makes writes to
+/// a closed socket fail with `EPIPE` instead of killing the process, as
+/// they do in `tagwired` (Rust's `main` ignores `SIGPIPE`; libFuzzer's
+/// `main` does not).
 fn dir() -> &'static PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
+        // SAFETY: setting a signal's disposition to SIG_IGN installs no
+        // handler code; it happens once, before any router thread starts.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+        }
         let d = std::env::temp_dir().join(format!("tagwire-fuzz-res-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir(&d).expect("create the fuzz directory");
@@ -74,7 +82,11 @@ fuzz_target!(|data: &[u8]| {
             continue;
         }
         let mut chunk = [0u8; 4096];
-        let n = s.read(&mut chunk).expect("the router answers");
+        let n = match s.read(&mut chunk) {
+            // libFuzzer's timeout alarm interrupts blocking reads.
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            r => r.expect("the router answers"),
+        };
         assert!(n > 0, "the router closed the connection: {got:?}");
         buf.extend_from_slice(&chunk[..n]);
     }

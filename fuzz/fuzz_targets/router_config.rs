@@ -122,11 +122,7 @@ fn check_authenticator(cfg: &RouterConfig) {
         assert_eq!(r.admin, rules.iter().any(|x| x.admin), "{id}: admin");
         let parse = |p: &String| Pattern::parse(p).expect("the authenticator accepted it");
         let publish: Vec<Pattern> = rules.iter().flat_map(|x| &x.publish).map(parse).collect();
-        let subscribe: Vec<Pattern> = rules
-            .iter()
-            .flat_map(|x| &x.subscribe)
-            .map(parse)
-            .collect();
+        let subscribe: Vec<Pattern> = rules.iter().flat_map(|x| &x.subscribe).map(parse).collect();
         for p in publish.iter().chain(&subscribe) {
             let text = p.as_str();
             if validate_tag(text).is_ok() {

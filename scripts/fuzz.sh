@@ -6,9 +6,13 @@
 # Targets (fuzz/fuzz_targets/TARGET.rs):
 #   frame_decoder  wire frames and events (tagwire-proto)
 #   filter_parser  filter and mapping-filter compiler, index vs filter
-#   tag_pattern    patterns and tags, TagTable trie vs the naive matcher
+#   tag_pattern    patterns and tags, TagTable trie vs the naive matcher,
+#                  Pattern::covers sound
 #   routes_ops     sequences of changes to Routes vs a levels_pass model
-#   router_config  the daemon's TOML config file (RouterConfig)
+#   router_config  the daemon's TOML config file (RouterConfig), and the
+#                  Authenticator built from its [auth] and [[acl]] parts
+#   reservations   the reservations file a router reads at start (starts
+#                  and stops a router on each input)
 #   place_model    placement topology files (TOML and JSON), exhaustive
 #                  search vs MIP on small valid instances (tagwire-place)
 #

@@ -13,7 +13,12 @@
 //!   programme over (pattern level, tag level), on every line as a tag;
 //! - for every valid tag, the trie's `matches` equals `Pattern::matches` of
 //!   every inserted pattern, before and after removing one, and when served
-//!   from the (tiny) result cache.
+//!   from the (tiny) result cache;
+//! - `Pattern::covers` (the ACL's subscribe check) is reflexive and sound:
+//!   when `a.covers(b)`, every tag `b` matches is matched by `a` — checked
+//!   on the input's tags and on tags made from `b` by filling its `*` and
+//!   `**` levels with literals of both patterns (`**` with 0, 1 or 2
+//!   levels).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -61,6 +66,7 @@ fuzz_target!(|data: &[u8]| {
         .iter()
         .filter_map(|t| std::str::from_utf8(t).ok())
         .collect();
+    check_covers(&parsed, &tags);
     for p in &parsed {
         for tag in tags
             .iter()
@@ -140,6 +146,71 @@ fn check_pattern(text: &str, p: &Pattern) {
         }
     }
     assert_eq!(w.next(), None, "levels of {text:?} missing");
+}
+
+/// `covers` is reflexive, and sound on the given tags and on tags made from
+/// the covered pattern.
+fn check_covers(parsed: &[Pattern], tags: &[&str]) {
+    for a in parsed {
+        assert!(a.covers(a), "{:?} does not cover itself", a.as_str());
+        for b in parsed {
+            if !a.covers(b) {
+                continue;
+            }
+            let made = instances(b, a);
+            for tag in tags.iter().copied().chain(made.iter().map(String::as_str)) {
+                if validate_tag(tag).is_err() || !b.matches(tag) {
+                    continue;
+                }
+                assert!(
+                    a.matches(tag),
+                    "{:?} covers {:?}, but {tag:?} matches only the latter",
+                    a.as_str(),
+                    b.as_str()
+                );
+            }
+        }
+    }
+}
+
+/// Tags that `b` may match: its wildcards filled with literals of `a`, `b`
+/// and one of neither, `**` with 0, 1 or 2 levels, in a few combinations.
+fn instances(b: &Pattern, a: &Pattern) -> Vec<String> {
+    let mut fillers: Vec<&str> = a
+        .levels()
+        .iter()
+        .chain(b.levels())
+        .filter_map(|l| match l {
+            Level::Literal(s) => Some(&**s),
+            _ => None,
+        })
+        .collect();
+    fillers.push("zz");
+    let mut out = Vec::new();
+    for variant in 0..6usize {
+        let mut tag = String::new();
+        for (i, level) in b.levels().iter().enumerate() {
+            let fill = fillers[(variant + i) % fillers.len()];
+            match level {
+                Level::Literal(l) => {
+                    tag.push('/');
+                    tag.push_str(l);
+                }
+                Level::One => {
+                    tag.push('/');
+                    tag.push_str(fill);
+                }
+                Level::Any => {
+                    for k in 0..(variant + i) % 3 {
+                        tag.push('/');
+                        tag.push_str(fillers[(variant + i + k) % fillers.len()]);
+                    }
+                }
+            }
+        }
+        out.push(tag);
+    }
+    out
 }
 
 /// The reference matcher (as in `tags.rs`'s unit tests): dynamic

@@ -75,6 +75,20 @@ fn valid_vectors() -> Vec<(&'static str, Frame, Option<Event>)> {
             None,
         ),
         (
+            "hello_v2",
+            Frame::Hello {
+                version: 2,
+                max_frame: 1 << 20,
+                name: s("cli"),
+                token: s("0123456789abcdef"),
+                session: [
+                    0x00, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0x99, 0xaa, 0xbb, 0xcc,
+                    0xdd, 0xee, 0xff,
+                ],
+            },
+            None,
+        ),
+        (
             "welcome",
             Frame::Welcome {
                 version: 1,
@@ -177,6 +191,15 @@ fn valid_vectors() -> Vec<(&'static str, Frame, Option<Event>)> {
             None,
         ),
         (
+            "error_permission_denied",
+            Frame::Error {
+                req: 0,
+                code: ErrorCode::PermissionDenied,
+                message: s("may not publish on /b"),
+            },
+            None,
+        ),
+        (
             "ping",
             Frame::Ping {
                 nonce: 0x0807_0605_0403_0201,
@@ -254,6 +277,15 @@ fn invalid_vectors() -> Vec<(&'static str, Refusal, &'static str)> {
             "bad_magic",
             Frame(DecodeError::BadMagic(*b"HTTP")),
             "not a tagwire peer (bad magic [48, 54, 54, 50])",
+        ),
+        (
+            "bad_hello_v2_truncated_session",
+            Frame(DecodeError::Truncated {
+                what: "session id",
+                need: 16,
+                have: 8,
+            }),
+            "truncated session id: need 16 bytes, have 8",
         ),
         (
             "bad_truncated_ok",
@@ -488,4 +520,28 @@ fn seed_corpus_session_splits_into_every_valid_vector() {
     let want: Vec<Frame> = valid_vectors().into_iter().map(|(_, f, _)| f).collect();
     assert_eq!(frames, want);
     assert_eq!(corpus.len(), doc_vectors().len() + 1);
+}
+
+#[test]
+fn the_version_2_vectors_use_the_codes_and_layout_of_version_2() {
+    assert_eq!(tagwire_proto::PROTOCOL_VERSION, 2);
+    assert_eq!(tagwire_proto::MIN_PROTOCOL_VERSION, 1);
+    assert_eq!(ErrorCode::Unauthenticated.code(), 19);
+    assert_eq!(ErrorCode::PermissionDenied.code(), 20);
+    assert_eq!(ErrorCode::from_code(20), ErrorCode::PermissionDenied);
+    // The v2 Hello is the v1 Hello (same name and max_frame) plus the
+    // credentials: its frozen prefix is byte for byte the v1 body, version
+    // aside.
+    let v1 = vector("hello").bytes;
+    let v2 = vector("hello_v2").bytes;
+    let prefix = 5 + 4; // length, type, magic
+    assert_eq!(v1[prefix..prefix + 2], [1, 0], "v1 version");
+    assert_eq!(v2[prefix..prefix + 2], [2, 0], "v2 version");
+    let after_version = prefix + 2;
+    assert_eq!(v1[after_version..], v2[after_version..v1.len()]);
+    assert_eq!(
+        v2.len() - v1.len(),
+        1 + 16 + tagwire_proto::SESSION_ID_LEN,
+        "token (str8, 16 bytes) and session id appended"
+    );
 }

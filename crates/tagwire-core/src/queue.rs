@@ -102,8 +102,11 @@ impl<T> BoundedQueue<T> {
     /// bytes, as counted by the sizes given to [`push`](Self::push).
     pub fn with_byte_limit(bound: usize, max_bytes: usize, policy: DiscardPolicy) -> Self {
         let bound = bound.max(1);
+        // No slots up front: a subscription that never queues costs none
+        // (64 preallocated slots were KBs per subscription, hundreds of MB
+        // for 65,536 idle ones); the deque grows on demand up to `bound`.
         BoundedQueue {
-            items: VecDeque::with_capacity(bound.min(64)),
+            items: VecDeque::new(),
             bound,
             max_bytes,
             bytes: 0,

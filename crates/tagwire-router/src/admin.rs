@@ -309,8 +309,8 @@ fn list_page(
         (
             ErrorCode::BadRequest,
             format!(
-                "bad list cursor {:?}: pass back the \"next\" of the previous page",
-                after.unwrap_or_default()
+                "bad list cursor {}: pass back the \"next\" of the previous page",
+                excerpt(after.unwrap_or_default())
             ),
         )
     };

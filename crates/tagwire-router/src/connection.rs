@@ -694,10 +694,11 @@ impl Conn {
                     format!("endpoint name {name:?} is reserved for the session that held it for another {left} s"),
                 );
             }
-            st.reservations.remove(&name);
         }
         let declared = st.endpoints.declare(&name, kind, self.id);
         if declared.is_ok() {
+            // Only now: a refused declare keeps the rightful session's claim.
+            st.reservations.remove(&name);
             st.usage(&self.identity).endpoints += 1;
         }
         drop(st);
@@ -1068,7 +1069,8 @@ impl Conn {
         self.subs.clear();
         st.filters.forget_connection(self.id);
         let reserve = !self.closed_cleanly && self.session != [0; SESSION_ID_LEN];
-        let until_ns = now_ns().saturating_add(
+        let now = now_ns();
+        let until_ns = now.saturating_add(
             st.config
                 .limits
                 .endpoint_reservation_secs
@@ -1086,7 +1088,7 @@ impl Conn {
                     session: hex(&self.session),
                     until_ns,
                 };
-                st.reserve(&e.name, r);
+                st.reserve(&e.name, r, now);
             }
         }
         st.connections.remove(&self.id);

@@ -129,10 +129,10 @@ fn any_after_and_limit_give_a_page_or_bad_request_and_the_connection_stays_open(
     for i in 0..3u32 {
         let mut p = Raw::hello(&h);
         p.declare(1, EndpointKind::Subscriber, &format!("/s{i}"));
-        p.subscribe(1, 1, "/t/**");
-        p.subscribe(2, 1, "/u/*");
+        p.subscribe(1, 1, "/t/**", &[]);
+        p.subscribe(2, 1, "/u/*", &[]);
         p.declare(2, EndpointKind::Publisher, &format!("/p{i}"));
-        p.publish(2, &format!("/p{i}"), &format!("/t/{i}"), 4, 1);
+        p.publish_many(2, &format!("/p{i}"), &format!("/t/{i}"), 4, 1);
         p.expect_alive();
         peers.push(p);
     }

@@ -118,8 +118,8 @@ attack_small_queued() { "$abuse" small-queued --server "$addr" --events 16384 --
 attack_big_frames() { "$abuse" big-frames --server "$addr" --conns 64 --hold 3; }
 attack_idle() { "$abuse" idle --server "$addr" --conns 4096 --hold 7; }
 attack_malformed() { "$abuse" malformed --server "$addr" --frames 1000000; }
-attack_regex() { "$abuse" regex --server "$addr" --secs 3 --rate 200 --size 44000; }
-attack_admin_scale() { "$abuse" admin-scale --server "$addr" --subs 65536 --hold 2; }
+attack_regex() { "$abuse" regex --server "$addr" --pid "$daemon" --secs 3 --rate 200 --size 44000; }
+attack_admin_scale() { "$abuse" admin-scale --server "$addr" --pid "$daemon" --subs 65536 --hold 2; }
 attack_endpoint_fill() {
     "$abuse" endpoint-fill --server "$addr" --token "$mallory" --hold 2 \
         --expect-connections "$max_conns_per_identity" --expect-endpoints "$max_endpoints_per_identity"
@@ -173,7 +173,7 @@ run() {
         (( during_max <= 10000 )) && stall_target="met" || stall_target="missed"
     fi
     echo "== $name: $what"
-    echo "   $(tail -1 "$tmp/attack.out")"
+    sed "s/^/   /" "$tmp/attack.out"
     printf '   RSS KiB: baseline %d, peak %d, after %d (limit %d): %s\n' "$base" "$peak" "$after" "$limit" "$verdict"
     printf '   healthy round trip µs: idle p50 %s p99 %s max %s; during p50 %s p99 %s, worst stall (max) %s\n' \
         "$idle_p50" "$idle_p99" "$idle_max" "$during_p50" "$during_p99" "$during_max"

@@ -29,6 +29,8 @@
 //!                   the owner must still connect, declare and get events
 //!   trespass        --token T                   mallory tries to change,
 //!                   remove and see the owner's subscriber's filters
+//!   (regex and admin-scale also print, per phase, a second healthy
+//!   client's round trips, and the daemon's RSS given `--pid PID`)
 //!   ping            --count 200 --interval-ms 10 [--until FILE]  a healthy
 //!                   client: round trips (at least `count`, and on until FILE
 //!                   exists), prints `p50_us p99_us max_us` (nothing else)
@@ -39,6 +41,8 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
@@ -467,6 +471,100 @@ fn subscribe_frame(sub: u32, endpoint: u32, pattern: &str, filters: &[String]) -
     }
 }
 
+/// A second healthy client that pings every 5 ms on its own connection while
+/// an attack runs, so that stalls can be put down to the attack's phases;
+/// with `--pid`, it also reads the daemon's RSS at the end of each phase.
+struct Watch {
+    stop: Arc<AtomicBool>,
+    samples: Arc<Mutex<Vec<(Instant, f64)>>>,
+    thread: Option<std::thread::JoinHandle<Result<(), String>>>,
+    pid: Option<u64>,
+    /// Each phase: its name, start, end and the daemon's RSS (KiB) at its end.
+    phases: Vec<(String, Instant, Instant, Option<u64>)>,
+    last: Instant,
+}
+
+impl Watch {
+    fn start(o: &Opts) -> Res<Watch> {
+        let mut c = Raw::hello(&o.server, "abuse-watch")?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let samples = Arc::new(Mutex::new(Vec::new()));
+        let (stop2, samples2) = (stop.clone(), samples.clone());
+        let thread = std::thread::spawn(move || -> Result<(), String> {
+            let mut n = 0;
+            while !stop2.load(Ordering::Relaxed) {
+                n += 1;
+                let t = Instant::now();
+                let rtt = c.round_trip(n).map_err(|e| e.to_string())?;
+                if let Ok(mut s) = samples2.lock() {
+                    s.push((t, rtt.as_secs_f64() * 1e6));
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Ok(())
+        });
+        let pid = o
+            .args
+            .iter()
+            .find(|(k, _)| k == "pid")
+            .map(|_| o.num("pid", 0));
+        Ok(Watch {
+            stop,
+            samples,
+            thread: Some(thread),
+            pid,
+            phases: Vec::new(),
+            last: Instant::now(),
+        })
+    }
+
+    /// Ends the current phase, named `name`.
+    fn phase(&mut self, name: &str) {
+        let now = Instant::now();
+        let rss = self.pid.and_then(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/status"))
+                .ok()?
+                .lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))?
+                .trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse()
+                .ok()
+        });
+        self.phases.push((name.to_owned(), self.last, now, rss));
+        self.last = now;
+    }
+
+    /// One line per phase: its length, the watcher's round trips during
+    /// it (p99 and max), and the daemon's RSS at its end.
+    fn finish(mut self) -> Res<String> {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            t.join().map_err(|_| "the watch thread panicked")??;
+        }
+        let samples = self.samples.lock().map_err(|_| "poisoned")?.clone();
+        let mut out = String::new();
+        for (name, from, to, rss) in &self.phases {
+            let during: Vec<f64> = samples
+                .iter()
+                .filter(|(t, _)| t >= from && t < to)
+                .map(|(_, us)| *us)
+                .collect();
+            let count = during.len();
+            let (_, p99, max) = percentiles(during);
+            out += &format!(
+                "  phase {name}: {:.0} ms; watcher round trips: {count}, p99 {:.1} ms, max {:.1} ms{}\n",
+                ms(*to - *from),
+                p99 / 1e3,
+                max / 1e3,
+                rss.map_or(String::new(), |r| format!("; daemon RSS at its end {} MiB", r / 1024)),
+            );
+        }
+        Ok(out)
+    }
+}
+
 /// One subscription of 16 filters × 4 regexes `[a-z]{N}` (N as large as the
 /// daemon accepts), then events with long string fields at a steady rate.
 fn regex(o: &Opts) -> Res<()> {
@@ -474,6 +572,7 @@ fn regex(o: &Opts) -> Res<()> {
     let rate = o.num("rate", 200).max(1);
     let size = o.num("size", 44_000) as usize;
     let start = Instant::now();
+    let mut watch = Watch::start(o)?;
     let tag = format!("/abuse/regex{}", unique());
     // The largest N whose `[a-z]{N}` the daemon accepts in a filter.
     let t = Instant::now();
@@ -497,6 +596,7 @@ fn regex(o: &Opts) -> Res<()> {
     }
     drop(probe);
     let probing = t.elapsed();
+    watch.phase("probe N (16 or 17 subscribes, one regex each)");
     let n = lo;
     // 64 distinct regexes, N down to N - 63, half on the 44 KB field `s`
     // (over max_match_input), half on the 1 KiB field `t` (at it).
@@ -516,9 +616,11 @@ fn regex(o: &Opts) -> Res<()> {
     sub.declare(1, EndpointKind::Subscriber, &format!("{tag}/sub"))?;
     // Subscribe once the healthy client is measuring: compiling is lane work.
     std::thread::sleep(Duration::from_millis(1500).saturating_sub(start.elapsed()));
+    watch.phase("wait");
     let t = Instant::now();
     sub.request(&subscribe_frame(1, 1, &format!("{tag}/x"), &filters))?;
     let subscribing = t.elapsed();
+    watch.phase("subscribe with 16 filters x 4 regexes");
     // Subjects of letter runs one shorter than the shortest N: no regex
     // matches, so every one is evaluated on every event.
     let run = n.saturating_sub(64).max(1) as usize;
@@ -559,6 +661,8 @@ fn regex(o: &Opts) -> Res<()> {
         std::thread::sleep(next.saturating_duration_since(Instant::now()));
     }
     let events = rtts.len();
+    watch.phase("events");
+    print!("{}", watch.finish()?);
     let (p50, p99, max) = percentiles(rtts);
     println!(
         "regex: N = {n} (N = {hi} refused: {}; probing took {:.0} ms); subscribing with 16 filters × 4 regexes [a-z]{{{}..{n}}} took {:.1} ms; \
@@ -593,12 +697,16 @@ fn admin_scale(o: &Opts) -> Res<()> {
             }
         }
     };
+    let mut watch = Watch::start(o)?;
     let mut a = Raw::hello(&o.server, "abuse-admin")?;
+    std::thread::sleep(Duration::from_millis(200));
+    watch.phase("connect");
     // 1. Subscribe, then list everything page by page from another connection.
     let name1 = format!("{tag}/sub1");
     a.declare(1, EndpointKind::Subscriber, &name1)?;
     let subscribed = a.pipeline(subscribe_all(1)?, n as usize)?;
     check("subscribe", &subscribed)?;
+    watch.phase("subscribe 65,536, pipelined");
     let mut l = Raw::hello(&o.server, "abuse-admin-list")?;
     let (mut pages, mut listed, mut worst_page) = (0, 0, Duration::ZERO);
     let mut after: Option<String> = None;
@@ -625,28 +733,34 @@ fn admin_scale(o: &Opts) -> Res<()> {
         }
     }
     let listing = t.elapsed();
-    // 2. Undeclare the endpoint.
+    watch.phase("list, 1,000 per page");
+    // 2. Undeclare the endpoint; housekeeping removes its subscriptions.
     let t = Instant::now();
     a.request(&Frame::UndeclareEndpoint { req: 1, id: 1 })?;
     let undeclare = t.elapsed();
+    std::thread::sleep(Duration::from_secs(1));
+    watch.phase("undeclare, then 1 s of housekeeping");
     // 3. Subscribe again, then unsubscribe all, pipelined.
     a.declare(2, EndpointKind::Subscriber, &format!("{tag}/sub2"))?;
     check(
         "subscribe again",
         &a.pipeline(subscribe_all(2)?, n as usize)?,
     )?;
+    watch.phase("subscribe 65,536 again");
     let mut unsubs = BytesMut::new();
     for i in 1..=n {
         Frame::Unsubscribe { req: i, sub: i }.encode(&mut unsubs)?;
     }
     let unsubscribed = a.pipeline(unsubs, n as usize)?;
     check("unsubscribe", &unsubscribed)?;
+    watch.phase("unsubscribe 65,536, pipelined");
     // 4. Subscribe again, then close the connection.
     a.declare(3, EndpointKind::Subscriber, &format!("{tag}/sub3"))?;
     check(
         "subscribe a third time",
         &a.pipeline(subscribe_all(3)?, n as usize)?,
     )?;
+    watch.phase("subscribe 65,536 a third time");
     let t = Instant::now();
     a.send(&Frame::Close {
         code: 0,
@@ -656,6 +770,8 @@ fn admin_scale(o: &Opts) -> Res<()> {
     let close = t.elapsed();
     drop(a);
     std::thread::sleep(Duration::from_secs(hold));
+    watch.phase("close, then housekeeping (hold)");
+    print!("{}", watch.finish()?);
     let ok = listed == n as usize;
     println!(
         "admin-scale: {n} subscriptions with filters `$.x == N`, pipelined: {:.0} ms; list: {pages} pages in {:.0} ms (slowest page {:.1} ms), \
@@ -752,6 +868,15 @@ fn endpoint_fill(o: &Opts) -> Res<()> {
     let again = Raw::hello_as(&o.server, "abuse-mallory", token.clone())?;
     let opened = conns.len();
     std::thread::sleep(Duration::from_secs(hold));
+    // She leaves with `Close`, which frees her endpoint names at once (a
+    // dropped connection would keep them reserved for
+    // `endpoint_reservation_secs`, within `max_reservations`).
+    for c in &mut conns {
+        c.send(&Frame::Close {
+            code: 0,
+            reason: "abuse: done".into(),
+        })?;
+    }
     drop(conns);
     let describe = |r: Option<&Refusal>| match r {
         Some((code, m)) => format!("{code:?}: {}", tagwire_proto::excerpt(m)),

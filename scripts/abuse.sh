@@ -121,7 +121,7 @@ attack_malformed() { "$abuse" malformed --server "$addr" --frames 1000000; }
 attack_regex() { "$abuse" regex --server "$addr" --pid "$daemon" --secs 3 --rate 200 --size 44000; }
 attack_admin_scale() { "$abuse" admin-scale --server "$addr" --pid "$daemon" --subs 65536 --hold 2; }
 attack_endpoint_fill() {
-    "$abuse" endpoint-fill --server "$addr" --token "$mallory" --hold 2 \
+    "$abuse" endpoint-fill --server "$addr" --pid "$daemon" --token "$mallory" --hold 2 \
         --expect-connections "$max_conns_per_identity" --expect-endpoints "$max_endpoints_per_identity"
 }
 attack_trespass() { "$abuse" trespass --server "$addr" --token "$mallory"; }

@@ -1,6 +1,6 @@
 //! Attacks on a running `tagwired`, for `scripts/abuse.sh` (issue 12): each
 //! subcommand plays one hostile or careless client against `--server
-//! HOST:PORT` and prints one line saying what it did.
+//! HOST:PORT` and prints a last line saying what it did.
 //!
 //!   cargo run --release -p tagwire-router --example abuse -- ATTACK --server 127.0.0.1:7782 [OPTIONS]
 //!
@@ -23,18 +23,20 @@
 //!                   many filtered subscriptions, lists them page by page,
 //!                   undeclares the endpoint; again with pipelined
 //!                   unsubscribes; again, then closes the connection
+//!                   (`--plain 1`: subscriptions without filters)
 //!   endpoint-fill   --token T --expect-connections 1024 --expect-endpoints
 //!                   25000 --hold 2              identity token:mallory opens
 //!                   connections and declares endpoints until LimitReached;
 //!                   the owner must still connect, declare and get events
 //!   trespass        --token T                   mallory tries to change,
 //!                   remove and see the owner's subscriber's filters
-//!   (regex and admin-scale also print, per phase, a second healthy
-//!   client's round trips, and the daemon's RSS given `--pid PID`)
 //!   ping            --count 200 --interval-ms 10 [--until FILE]  a healthy
 //!                   client: round trips (at least `count`, and on until FILE
 //!                   exists), prints `p50_us p99_us max_us` (nothing else)
 //!
+//! regex, admin-scale and endpoint-fill also print, before their line, one
+//! line per phase: a second healthy client's round trips (its own
+//! connection, every 5 ms) and, given `--pid PID`, the daemon's RSS.
 //! An attack whose checks fail says FAIL in its line (the script looks for it).
 //!
 //! Adding an attack: one function here and one line in scripts/abuse.sh.
@@ -680,12 +682,18 @@ fn regex(o: &Opts) -> Res<()> {
 fn admin_scale(o: &Opts) -> Res<()> {
     let n = o.num("subs", 65536) as u32;
     let hold = o.num("hold", 2);
+    let plain = o.num("plain", 0) != 0;
     let tag = format!("/abuse/admin{}", unique());
     let pattern = format!("{tag}/x");
     let subscribe_all = |endpoint: u32| -> Res<BytesMut> {
         let mut b = BytesMut::new();
         for i in 1..=n {
-            subscribe_frame(i, endpoint, &pattern, &[format!("$.x == {i}")]).encode(&mut b)?;
+            let filters = if plain {
+                vec![]
+            } else {
+                vec![format!("$.x == {i}")]
+            };
+            subscribe_frame(i, endpoint, &pattern, &filters).encode(&mut b)?;
         }
         Ok(b)
     };
@@ -796,6 +804,7 @@ fn endpoint_fill(o: &Opts) -> Res<()> {
     let want_endpoints = o.num("expect-endpoints", 25000) as usize;
     let hold = o.num("hold", 2);
     let tag = format!("/abuse/fill{}", unique());
+    let mut watch = Watch::start(o)?;
     let t = Instant::now();
     let mut conns = Vec::new();
     let refused_hello = loop {
@@ -807,6 +816,7 @@ fn endpoint_fill(o: &Opts) -> Res<()> {
             Err(r) => break Some(r),
         }
     };
+    watch.phase("open connections until refused");
     let mut endpoints = 0;
     let mut identity_refusal = None;
     'fill: for (c, conn) in conns.iter_mut().enumerate() {
@@ -833,6 +843,7 @@ fn endpoint_fill(o: &Opts) -> Res<()> {
         }
     }
     let filling = t.elapsed();
+    watch.phase("declare endpoints, 4,096 pipelined per connection, until refused");
     // The owner, meanwhile: connects, declares, subscribes, gets an event.
     let t = Instant::now();
     let owner_ok = (|| -> Res<Duration> {
@@ -867,7 +878,9 @@ fn endpoint_fill(o: &Opts) -> Res<()> {
     let owner_took = t.elapsed();
     let again = Raw::hello_as(&o.server, "abuse-mallory", token.clone())?;
     let opened = conns.len();
+    watch.phase("the owner connects, declares, receives");
     std::thread::sleep(Duration::from_secs(hold));
+    watch.phase("hold");
     // She leaves with `Close`, which frees her endpoint names at once (a
     // dropped connection would keep them reserved for
     // `endpoint_reservation_secs`, within `max_reservations`).
@@ -878,6 +891,9 @@ fn endpoint_fill(o: &Opts) -> Res<()> {
         })?;
     }
     drop(conns);
+    std::thread::sleep(Duration::from_secs(1));
+    watch.phase("leave with Close, then 1 s");
+    print!("{}", watch.finish()?);
     let describe = |r: Option<&Refusal>| match r {
         Some((code, m)) => format!("{code:?}: {}", tagwire_proto::excerpt(m)),
         None => "not refused".to_owned(),

@@ -28,6 +28,7 @@
 //!                   25000 --hold 2              identity token:mallory opens
 //!                   connections and declares endpoints until LimitReached;
 //!                   the owner must still connect, declare and get events
+//!                   (`--declare 0`: connections only, no endpoints)
 //!   trespass        --token T                   mallory tries to change,
 //!                   remove and see the owner's subscriber's filters
 //!   ping            --count 200 --interval-ms 10 [--until FILE]  a healthy
@@ -819,7 +820,8 @@ fn endpoint_fill(o: &Opts) -> Res<()> {
     watch.phase("open connections until refused");
     let mut endpoints = 0;
     let mut identity_refusal = None;
-    'fill: for (c, conn) in conns.iter_mut().enumerate() {
+    let declare = o.num("declare", 1) != 0;
+    'fill: for (c, conn) in conns.iter_mut().enumerate().filter(|_| declare) {
         let mut declares = BytesMut::new();
         for id in 1..=4096u32 {
             Frame::DeclareEndpoint {

@@ -1,6 +1,6 @@
 //! Attacks on a running `tagwired`, for `scripts/abuse.sh` (issue 12): each
 //! subcommand plays one hostile or careless client against `--server
-//! HOST:PORT` and prints one line saying what it did.
+//! HOST:PORT` and prints a last line saying what it did.
 //!
 //!   cargo run --release -p tagwire-router --example abuse -- ATTACK --server 127.0.0.1:7782 [OPTIONS]
 //!
@@ -15,17 +15,42 @@
 //!   idle            --conns 4096 --hold 6       sockets that never say Hello
 //!   malformed       --frames 1000000            one connection sends frames
 //!                   of an unknown type until the router closes it
-//!   ping            --count 200 --interval-ms 10  a healthy client: round
-//!                   trips, prints `p50_us P99_us` (nothing else)
+//!   regex           --secs 3 --rate 200 --size 44000  one subscription of
+//!                   16 filters × 4 regexes `[a-z]{N}`, N the largest the
+//!                   daemon accepts (probed), then events with a 44 KB and a
+//!                   1 KiB string field at a steady rate
+//!   admin-scale     --subs 65536 --hold 2       one connection makes that
+//!                   many filtered subscriptions, lists them page by page,
+//!                   undeclares the endpoint; again with pipelined
+//!                   unsubscribes; again, then closes the connection
+//!                   (`--plain 1`: subscriptions without filters)
+//!   endpoint-fill   --token T --expect-connections 1024 --expect-endpoints
+//!                   25000 --hold 2              identity token:mallory opens
+//!                   connections and declares endpoints until LimitReached;
+//!                   the owner must still connect, declare and get events
+//!                   (`--declare 0`: connections only, no endpoints)
+//!   trespass        --token T                   mallory tries to change,
+//!                   remove and see the owner's subscriber's filters
+//!   ping            --count 200 --interval-ms 10 [--until FILE]  a healthy
+//!                   client: round trips (at least `count`, and on until FILE
+//!                   exists), prints `p50_us p99_us max_us` (nothing else)
+//!
+//! regex, admin-scale and endpoint-fill also print, before their line, one
+//! line per phase: a second healthy client's round trips (its own
+//! connection, every 5 ms) and, given `--pid PID`, the daemon's RSS.
+//! An attack whose checks fail says FAIL in its line (the script looks for it).
 //!
 //! Adding an attack: one function here and one line in scripts/abuse.sh.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use tagwire_proto::{EndpointKind, Event, Frame, FrameDecoder, PROTOCOL_VERSION};
+use serde_json::json;
+use tagwire_proto::{EndpointKind, ErrorCode, Event, Frame, FrameDecoder, Value, PROTOCOL_VERSION};
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
@@ -42,6 +67,40 @@ impl Opts {
             .and_then(|(_, v)| v.parse().ok())
             .unwrap_or(default)
     }
+
+    fn text(&self, name: &str) -> Option<&str> {
+        self.args
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// What the router answered instead of success: its error code and message.
+type Refusal = (ErrorCode, String);
+
+/// Replies to pipelined requests.
+struct Pipelined {
+    ok: usize,
+    /// Refused requests, and the first refusal.
+    refused: usize,
+    first_refusal: Option<Refusal>,
+    took: Duration,
+}
+
+/// The daemon owner's local token for `server`'s port.
+fn owner_token(server: &str) -> Res<String> {
+    let port: u16 = server
+        .rsplit_once(':')
+        .and_then(|(_, p)| p.parse().ok())
+        .ok_or_else(|| format!("no port in {server}"))?;
+    Ok(tagwire_router::local::read_token(
+        &tagwire_router::local::token_path(port),
+    )?)
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
 }
 
 /// A raw protocol client over TCP.
@@ -63,14 +122,15 @@ impl Raw {
         })
     }
 
+    /// A connection as the daemon's owner (its local token).
     fn hello(server: &str, name: &str) -> Res<Raw> {
+        Raw::hello_as(server, name, owner_token(server)?)?
+            .map_err(|(code, m)| format!("Hello refused: {code:?}: {m}").into())
+    }
+
+    /// A connection presenting `token`, or the router's refusal of it.
+    fn hello_as(server: &str, name: &str, token: String) -> Res<Result<Raw, Refusal>> {
         let mut r = Raw::connect(server)?;
-        // The daemon's owner token for this port, from our runtime directory.
-        let port: u16 = server
-            .rsplit_once(':')
-            .and_then(|(_, p)| p.parse().ok())
-            .ok_or_else(|| format!("no port in {server}"))?;
-        let token = tagwire_router::local::read_token(&tagwire_router::local::token_path(port))?;
         r.send(&Frame::Hello {
             version: PROTOCOL_VERSION,
             max_frame: 1 << 24,
@@ -79,7 +139,8 @@ impl Raw {
             session: [0; 16],
         })?;
         match r.recv()? {
-            Some(Frame::Welcome { .. }) => Ok(r),
+            Some(Frame::Welcome { .. }) => Ok(Ok(r)),
+            Some(Frame::Error { code, message, .. }) => Ok(Err((code, message))),
             other => Err(format!("expected Welcome, got {other:?}").into()),
         }
     }
@@ -118,11 +179,66 @@ impl Raw {
     }
 
     fn request(&mut self, f: &Frame) -> Res<()> {
+        self.ask(f)?
+            .map_err(|(code, m)| format!("{code:?}: {m}").into())
+    }
+
+    /// Sends request `f`: `Ok`, or the router's refusal.
+    fn ask(&mut self, f: &Frame) -> Res<Result<(), Refusal>> {
         self.send(f)?;
         match self.recv_control()? {
-            Some(Frame::Ok { .. }) => Ok(()),
+            Some(Frame::Ok { .. }) => Ok(Ok(())),
+            Some(Frame::Error { code, message, .. }) => Ok(Err((code, message))),
             other => Err(format!("expected Ok, got {other:?}").into()),
         }
+    }
+
+    /// An admin request: its reply, or the router's refusal.
+    fn admin(&mut self, body: &serde_json::Value) -> Res<Result<serde_json::Value, Refusal>> {
+        self.send(&Frame::Admin {
+            req: 7,
+            body: body.to_string(),
+        })?;
+        match self.recv_control()? {
+            Some(Frame::AdminReply { body, .. }) => Ok(Ok(serde_json::from_str(&body)?)),
+            Some(Frame::Error { code, message, .. }) => Ok(Err((code, message))),
+            other => Err(format!("expected AdminReply, got {other:?}").into()),
+        }
+    }
+
+    /// Writes `frames` (`n` requests) from another thread while this one
+    /// reads their `n` replies.
+    fn pipeline(&mut self, frames: BytesMut, n: usize) -> Res<Pipelined> {
+        let mut w = self.s.try_clone()?;
+        let t = Instant::now();
+        let writer = std::thread::spawn(move || w.write_all(&frames));
+        let mut p = Pipelined {
+            ok: 0,
+            refused: 0,
+            first_refusal: None,
+            took: Duration::ZERO,
+        };
+        while p.ok + p.refused < n {
+            match self.recv_control()? {
+                Some(Frame::Ok { .. }) => p.ok += 1,
+                Some(Frame::Error { code, message, .. }) => {
+                    p.refused += 1;
+                    p.first_refusal.get_or_insert((code, message));
+                }
+                other => return Err(format!("expected Ok or Error, got {other:?}").into()),
+            }
+        }
+        p.took = t.elapsed();
+        writer.join().map_err(|_| "the writer thread panicked")??;
+        Ok(p)
+    }
+
+    /// One Ping/Pong round trip.
+    fn round_trip(&mut self, nonce: u64) -> Res<Duration> {
+        let t = Instant::now();
+        self.send(&Frame::Ping { nonce })?;
+        while !matches!(self.recv_control()?, Some(Frame::Pong { .. })) {}
+        Ok(t.elapsed())
     }
 
     fn declare(&mut self, id: u32, kind: EndpointKind, name: &str) -> Res<()> {
@@ -311,13 +427,607 @@ fn malformed(o: &Opts) -> Res<()> {
     Ok(())
 }
 
-/// A healthy client's round trips: prints `p50_us p99_us`.
+/// Encoded `Publish` frame of an event with these body fields.
+fn publish_with_fields(
+    endpoint: u32,
+    publisher: &str,
+    tag: &str,
+    fields: Vec<(String, Value)>,
+) -> Res<BytesMut> {
+    let mut ev = Event::new(tag, Vec::new());
+    ev.header.publisher = publisher.into();
+    ev.fields = fields;
+    let mut out = BytesMut::new();
+    tagwire_proto::encode_publish(endpoint, &ev, &mut out)?;
+    Ok(out)
+}
+
+/// `p50 p99 max` of samples in µs.
+fn percentiles(mut us: Vec<f64>) -> (f64, f64, f64) {
+    if us.is_empty() {
+        return (0.0, 0.0, 0.0);
+    }
+    us.sort_by(f64::total_cmp);
+    let at = |q: f64| us[((us.len() - 1) as f64 * q).round() as usize];
+    (at(0.5), at(0.99), us[us.len() - 1])
+}
+
+/// "PASS" or "FAIL".
+fn verdict(ok: bool) -> &'static str {
+    if ok {
+        "PASS"
+    } else {
+        "FAIL"
+    }
+}
+
+fn subscribe_frame(sub: u32, endpoint: u32, pattern: &str, filters: &[String]) -> Frame {
+    Frame::Subscribe {
+        req: sub,
+        sub,
+        endpoint,
+        pattern: pattern.into(),
+        qos: filters
+            .iter()
+            .map(|f| ("filter".to_owned(), f.clone()))
+            .collect(),
+    }
+}
+
+/// A second healthy client that pings every 5 ms on its own connection while
+/// an attack runs, so that stalls can be put down to the attack's phases;
+/// with `--pid`, it also reads the daemon's RSS at the end of each phase.
+struct Watch {
+    stop: Arc<AtomicBool>,
+    samples: Arc<Mutex<Vec<(Instant, f64)>>>,
+    thread: Option<std::thread::JoinHandle<Result<(), String>>>,
+    pid: Option<u64>,
+    /// Each phase: its name, start, end and the daemon's RSS (KiB) at its end.
+    phases: Vec<(String, Instant, Instant, Option<u64>)>,
+    last: Instant,
+}
+
+impl Watch {
+    fn start(o: &Opts) -> Res<Watch> {
+        let mut c = Raw::hello(&o.server, "abuse-watch")?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let samples = Arc::new(Mutex::new(Vec::new()));
+        let (stop2, samples2) = (stop.clone(), samples.clone());
+        let thread = std::thread::spawn(move || -> Result<(), String> {
+            let mut n = 0;
+            while !stop2.load(Ordering::Relaxed) {
+                n += 1;
+                let t = Instant::now();
+                let rtt = c.round_trip(n).map_err(|e| e.to_string())?;
+                if let Ok(mut s) = samples2.lock() {
+                    s.push((t, rtt.as_secs_f64() * 1e6));
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Ok(())
+        });
+        let pid = o
+            .args
+            .iter()
+            .find(|(k, _)| k == "pid")
+            .map(|_| o.num("pid", 0));
+        Ok(Watch {
+            stop,
+            samples,
+            thread: Some(thread),
+            pid,
+            phases: Vec::new(),
+            last: Instant::now(),
+        })
+    }
+
+    /// Ends the current phase, named `name`.
+    fn phase(&mut self, name: &str) {
+        let now = Instant::now();
+        let rss = self.pid.and_then(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/status"))
+                .ok()?
+                .lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))?
+                .trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse()
+                .ok()
+        });
+        self.phases.push((name.to_owned(), self.last, now, rss));
+        self.last = now;
+    }
+
+    /// One line per phase: its length, the watcher's round trips during
+    /// it (p99 and max), and the daemon's RSS at its end.
+    fn finish(mut self) -> Res<String> {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            t.join().map_err(|_| "the watch thread panicked")??;
+        }
+        let samples = self.samples.lock().map_err(|_| "poisoned")?.clone();
+        let mut out = String::new();
+        for (name, from, to, rss) in &self.phases {
+            let during: Vec<f64> = samples
+                .iter()
+                .filter(|(t, _)| t >= from && t < to)
+                .map(|(_, us)| *us)
+                .collect();
+            let count = during.len();
+            let (_, p99, max) = percentiles(during);
+            out += &format!(
+                "  phase {name}: {:.0} ms; watcher round trips: {count}, p99 {:.1} ms, max {:.1} ms{}\n",
+                ms(*to - *from),
+                p99 / 1e3,
+                max / 1e3,
+                rss.map_or(String::new(), |r| format!("; daemon RSS at its end {} MiB", r / 1024)),
+            );
+        }
+        Ok(out)
+    }
+}
+
+/// One subscription of 16 filters × 4 regexes `[a-z]{N}` (N as large as the
+/// daemon accepts), then events with long string fields at a steady rate.
+fn regex(o: &Opts) -> Res<()> {
+    let secs = o.num("secs", 3);
+    let rate = o.num("rate", 200).max(1);
+    let size = o.num("size", 44_000) as usize;
+    let start = Instant::now();
+    let mut watch = Watch::start(o)?;
+    let tag = format!("/abuse/regex{}", unique());
+    // The largest N whose `[a-z]{N}` the daemon accepts in a filter.
+    let t = Instant::now();
+    let mut probe = Raw::hello(&o.server, "abuse-regex-probe")?;
+    probe.declare(1, EndpointKind::Subscriber, &format!("{tag}/probe"))?;
+    let (mut lo, mut hi, mut refusal) = (1u32, 1u32 << 16, String::new());
+    while hi - lo > 1 {
+        let mid = (lo + hi) / 2;
+        let filter = format!("$.t =~ '[a-z]{{{mid}}}'");
+        match probe.ask(&subscribe_frame(mid, 1, &format!("{tag}/x"), &[filter]))? {
+            Ok(()) => {
+                lo = mid;
+                probe.request(&Frame::Unsubscribe { req: 1, sub: mid })?;
+            }
+            Err((ErrorCode::InvalidFilter, m)) => {
+                hi = mid;
+                refusal = m;
+            }
+            Err((code, m)) => return Err(format!("probing N = {mid}: {code:?}: {m}").into()),
+        }
+    }
+    drop(probe);
+    let probing = t.elapsed();
+    watch.phase("probe N (16 or 17 subscribes, one regex each)");
+    let n = lo;
+    // 64 distinct regexes, N down to N - 63, half on the 44 KB field `s`
+    // (over max_match_input), half on the 1 KiB field `t` (at it).
+    let filters: Vec<String> = (0..16u32)
+        .map(|f| {
+            (0..4u32)
+                .map(|r| {
+                    let k = n.saturating_sub(f * 4 + r).max(1);
+                    let field = if r % 2 == 0 { "s" } else { "t" };
+                    format!("$.{field} =~ '[a-z]{{{k}}}'")
+                })
+                .collect::<Vec<_>>()
+                .join(" or ")
+        })
+        .collect();
+    let mut sub = Raw::hello(&o.server, "abuse-regex-sub")?;
+    sub.declare(1, EndpointKind::Subscriber, &format!("{tag}/sub"))?;
+    // Subscribe once the healthy client is measuring: compiling is lane work.
+    std::thread::sleep(Duration::from_millis(1500).saturating_sub(start.elapsed()));
+    watch.phase("wait");
+    let t = Instant::now();
+    sub.request(&subscribe_frame(1, 1, &format!("{tag}/x"), &filters))?;
+    let subscribing = t.elapsed();
+    watch.phase("subscribe with 16 filters x 4 regexes");
+    // Subjects of letter runs one shorter than the shortest N: no regex
+    // matches, so every one is evaluated on every event.
+    let run = n.saturating_sub(64).max(1) as usize;
+    let subject = |len: usize| -> String {
+        (0..len)
+            .map(|i| {
+                if i % (run + 1) == run {
+                    '0'
+                } else {
+                    char::from(b'a' + (i % 26) as u8)
+                }
+            })
+            .collect()
+    };
+    let mut publisher = Raw::hello(&o.server, "abuse-publisher")?;
+    let pub_name = format!("{tag}/pub");
+    publisher.declare(1, EndpointKind::Publisher, &pub_name)?;
+    let mut frame = publish_with_fields(
+        1,
+        &pub_name,
+        &format!("{tag}/x"),
+        vec![
+            ("s".into(), Value::Str(subject(size))),
+            ("t".into(), Value::Str(subject(1024))),
+        ],
+    )?;
+    Frame::Ping { nonce: 0 }.encode(&mut frame)?;
+    let interval = Duration::from_secs(1) / rate as u32;
+    let until = Instant::now() + Duration::from_secs(secs);
+    let mut rtts = Vec::new();
+    let mut next = Instant::now();
+    while Instant::now() < until {
+        let t = Instant::now();
+        publisher.s.write_all(&frame)?;
+        while !matches!(publisher.recv_control()?, Some(Frame::Pong { .. })) {}
+        rtts.push(t.elapsed().as_secs_f64() * 1e6);
+        next += interval;
+        std::thread::sleep(next.saturating_duration_since(Instant::now()));
+    }
+    let events = rtts.len();
+    watch.phase("events");
+    print!("{}", watch.finish()?);
+    let (p50, p99, max) = percentiles(rtts);
+    println!(
+        "regex: N = {n} (N = {hi} refused: {}; probing took {:.0} ms); subscribing with 16 filters × 4 regexes [a-z]{{{}..{n}}} took {:.1} ms; \
+         {events} events with a {size}-byte and a 1024-byte string field at {rate}/s: publish+ping round trip p50 {p50:.0} p99 {p99:.0} max {max:.0} µs",
+        tagwire_proto::excerpt(&refusal),
+        ms(probing),
+        n.saturating_sub(63).max(1),
+        ms(subscribing),
+    );
+    Ok(())
+}
+
+/// Admin work at scale: 65,536 filtered subscriptions on one connection,
+/// listed page by page, then removed three ways.
+fn admin_scale(o: &Opts) -> Res<()> {
+    let n = o.num("subs", 65536) as u32;
+    let hold = o.num("hold", 2);
+    let plain = o.num("plain", 0) != 0;
+    let tag = format!("/abuse/admin{}", unique());
+    let pattern = format!("{tag}/x");
+    let subscribe_all = |endpoint: u32| -> Res<BytesMut> {
+        let mut b = BytesMut::new();
+        for i in 1..=n {
+            let filters = if plain {
+                vec![]
+            } else {
+                vec![format!("$.x == {i}")]
+            };
+            subscribe_frame(i, endpoint, &pattern, &filters).encode(&mut b)?;
+        }
+        Ok(b)
+    };
+    let check = |what: &str, p: &Pipelined| -> Res<()> {
+        match &p.first_refusal {
+            None => Ok(()),
+            Some((code, m)) => {
+                Err(format!("{what}: {} refused, the first: {code:?}: {m}", p.refused).into())
+            }
+        }
+    };
+    let mut watch = Watch::start(o)?;
+    let mut a = Raw::hello(&o.server, "abuse-admin")?;
+    std::thread::sleep(Duration::from_millis(200));
+    watch.phase("connect");
+    // 1. Subscribe, then list everything page by page from another connection.
+    let name1 = format!("{tag}/sub1");
+    a.declare(1, EndpointKind::Subscriber, &name1)?;
+    let subscribed = a.pipeline(subscribe_all(1)?, n as usize)?;
+    check("subscribe", &subscribed)?;
+    watch.phase("subscribe 65,536, pipelined");
+    let mut l = Raw::hello(&o.server, "abuse-admin-list")?;
+    let (mut pages, mut listed, mut worst_page) = (0, 0, Duration::ZERO);
+    let mut after: Option<String> = None;
+    let t = Instant::now();
+    loop {
+        let mut req = json!({"op": "list", "limit": 1000});
+        if let Some(a) = &after {
+            req["after"] = json!(a);
+        }
+        let tp = Instant::now();
+        let page = l
+            .admin(&req)?
+            .map_err(|(code, m)| format!("list: {code:?}: {m}"))?;
+        worst_page = worst_page.max(tp.elapsed());
+        pages += 1;
+        listed += page["subscriptions"].as_array().map_or(0, |s| {
+            s.iter()
+                .filter(|s| s["endpoint"].as_str() == Some(name1.as_str()))
+                .count()
+        });
+        match page["next"].as_str() {
+            Some(next) => after = Some(next.to_owned()),
+            None => break,
+        }
+    }
+    let listing = t.elapsed();
+    watch.phase("list, 1,000 per page");
+    // 2. Undeclare the endpoint; housekeeping removes its subscriptions.
+    let t = Instant::now();
+    a.request(&Frame::UndeclareEndpoint { req: 1, id: 1 })?;
+    let undeclare = t.elapsed();
+    std::thread::sleep(Duration::from_secs(1));
+    watch.phase("undeclare, then 1 s of housekeeping");
+    // 3. Subscribe again, then unsubscribe all, pipelined.
+    a.declare(2, EndpointKind::Subscriber, &format!("{tag}/sub2"))?;
+    check(
+        "subscribe again",
+        &a.pipeline(subscribe_all(2)?, n as usize)?,
+    )?;
+    watch.phase("subscribe 65,536 again");
+    let mut unsubs = BytesMut::new();
+    for i in 1..=n {
+        Frame::Unsubscribe { req: i, sub: i }.encode(&mut unsubs)?;
+    }
+    let unsubscribed = a.pipeline(unsubs, n as usize)?;
+    check("unsubscribe", &unsubscribed)?;
+    watch.phase("unsubscribe 65,536, pipelined");
+    // 4. Subscribe again, then close the connection.
+    a.declare(3, EndpointKind::Subscriber, &format!("{tag}/sub3"))?;
+    check(
+        "subscribe a third time",
+        &a.pipeline(subscribe_all(3)?, n as usize)?,
+    )?;
+    watch.phase("subscribe 65,536 a third time");
+    let t = Instant::now();
+    a.send(&Frame::Close {
+        code: 0,
+        reason: "abuse: done".into(),
+    })?;
+    while a.recv()?.is_some() {}
+    let close = t.elapsed();
+    drop(a);
+    std::thread::sleep(Duration::from_secs(hold));
+    watch.phase("close, then housekeeping (hold)");
+    print!("{}", watch.finish()?);
+    let ok = listed == n as usize;
+    println!(
+        "admin-scale: {n} subscriptions with filters `$.x == N`, pipelined: {:.0} ms; list: {pages} pages in {:.0} ms (slowest page {:.1} ms), \
+         {listed} of ours listed: {}; undeclaring the endpoint answered in {:.1} ms; {n} pipelined unsubscribes: {:.0} ms; \
+         Close to EOF: {:.1} ms; held {hold}s",
+        ms(subscribed.took),
+        ms(listing),
+        ms(worst_page),
+        verdict(ok),
+        ms(undeclare),
+        ms(unsubscribed.took),
+        ms(close),
+    );
+    Ok(())
+}
+
+/// Identity token:mallory takes all the connections and endpoints her quotas
+/// allow; the owner must still get in and be served.
+fn endpoint_fill(o: &Opts) -> Res<()> {
+    let token = o.text("token").ok_or("--token is required")?.to_owned();
+    let want_conns = o.num("expect-connections", 1024) as usize;
+    let want_endpoints = o.num("expect-endpoints", 25000) as usize;
+    let hold = o.num("hold", 2);
+    let tag = format!("/abuse/fill{}", unique());
+    let mut watch = Watch::start(o)?;
+    let t = Instant::now();
+    let mut conns = Vec::new();
+    let refused_hello = loop {
+        if conns.len() > 4 * want_conns + 16 {
+            break None;
+        }
+        match Raw::hello_as(&o.server, "abuse-mallory", token.clone())? {
+            Ok(c) => conns.push(c),
+            Err(r) => break Some(r),
+        }
+    };
+    watch.phase("open connections until refused");
+    let mut endpoints = 0;
+    let mut identity_refusal = None;
+    let declare = o.num("declare", 1) != 0;
+    'fill: for (c, conn) in conns.iter_mut().enumerate().filter(|_| declare) {
+        let mut declares = BytesMut::new();
+        for id in 1..=4096u32 {
+            Frame::DeclareEndpoint {
+                req: id,
+                id,
+                kind: EndpointKind::Publisher,
+                name: format!("{tag}/m{c}-{id}"),
+            }
+            .encode(&mut declares)?;
+        }
+        let p = conn.pipeline(declares, 4096)?;
+        endpoints += p.ok;
+        if let Some((code, m)) = p.first_refusal {
+            if code != ErrorCode::LimitReached {
+                return Err(format!("declaring: {code:?}: {m}").into());
+            }
+            if m.contains("per_identity") {
+                identity_refusal = Some(m);
+                break 'fill;
+            }
+        }
+    }
+    let filling = t.elapsed();
+    watch.phase("declare endpoints, 4,096 pipelined per connection, until refused");
+    // The owner, meanwhile: connects, declares, subscribes, gets an event.
+    let t = Instant::now();
+    let owner_ok = (|| -> Res<Duration> {
+        let mut h = Raw::hello(&o.server, "abuse-owner")?;
+        for id in 1..=100u32 {
+            h.declare(id, EndpointKind::Publisher, &format!("{tag}/owner{id}"))?;
+        }
+        h.declare(101, EndpointKind::Subscriber, &format!("{tag}/owner-sub"))?;
+        h.subscribe(101, &format!("{tag}/owner/x"))?;
+        h.s.write_all(&publish_with_fields(
+            1,
+            &format!("{tag}/owner1"),
+            &format!("{tag}/owner/x"),
+            vec![],
+        )?)?;
+        loop {
+            match h.recv()? {
+                Some(Frame::Deliver { .. }) => break,
+                Some(Frame::Error { code, message, .. }) => {
+                    return Err(format!("{code:?}: {message}").into())
+                }
+                None => return Err("connection closed".into()),
+                _ => {}
+            }
+        }
+        let mut worst = Duration::ZERO;
+        for n in 0..20 {
+            worst = worst.max(h.round_trip(n)?);
+        }
+        Ok(worst)
+    })();
+    let owner_took = t.elapsed();
+    let again = Raw::hello_as(&o.server, "abuse-mallory", token.clone())?;
+    let opened = conns.len();
+    watch.phase("the owner connects, declares, receives");
+    std::thread::sleep(Duration::from_secs(hold));
+    watch.phase("hold");
+    // She leaves with `Close`, which frees her endpoint names at once (a
+    // dropped connection would keep them reserved for
+    // `endpoint_reservation_secs`, within `max_reservations`).
+    for c in &mut conns {
+        c.send(&Frame::Close {
+            code: 0,
+            reason: "abuse: done".into(),
+        })?;
+    }
+    drop(conns);
+    std::thread::sleep(Duration::from_secs(1));
+    watch.phase("leave with Close, then 1 s");
+    print!("{}", watch.finish()?);
+    let describe = |r: Option<&Refusal>| match r {
+        Some((code, m)) => format!("{code:?}: {}", tagwire_proto::excerpt(m)),
+        None => "not refused".to_owned(),
+    };
+    let ok_conns = opened == want_conns
+        && matches!(refused_hello, Some((ErrorCode::LimitReached, _)))
+        && matches!(again, Err((ErrorCode::LimitReached, _)));
+    let ok_endpoints = endpoints == want_endpoints && identity_refusal.is_some();
+    let (owner_verdict, owner_what) = match &owner_ok {
+        Ok(worst) => (
+            true,
+            format!("worst round trip {:.0} µs", worst.as_secs_f64() * 1e6),
+        ),
+        Err(e) => (false, format!("error: {e}")),
+    };
+    println!(
+        "endpoint-fill: mallory opened {opened} connections (expected {want_conns}; the next Hello got {}): {}; \
+         declared {endpoints} endpoints (expected {want_endpoints}; then {}): {}; in {:.0} ms; \
+         the owner then connected, declared 101 endpoints, got an event and 20 round trips in {:.0} ms ({owner_what}): {}",
+        describe(refused_hello.as_ref()),
+        verdict(ok_conns),
+        describe(identity_refusal.map(|m| (ErrorCode::LimitReached, m)).as_ref()),
+        verdict(ok_endpoints),
+        ms(filling),
+        ms(owner_took),
+        verdict(owner_verdict),
+    );
+    Ok(())
+}
+
+/// Identity token:mallory tries to silence the owner's subscriber through
+/// its filters, and to see them.
+fn trespass(o: &Opts) -> Res<()> {
+    let token = o.text("token").ok_or("--token is required")?.to_owned();
+    let tag = format!("/abuse/trespass{}", unique());
+    let victim_name = format!("{tag}/victim");
+    let mut victim = Raw::hello(&o.server, "abuse-victim")?;
+    victim.declare(1, EndpointKind::Subscriber, &victim_name)?;
+    victim.subscribe(1, &format!("{tag}/x"))?;
+    let id = victim
+        .admin(&json!({"op": "filter_add", "endpoint": victim_name, "level": "channel", "filter": "$.x == 1"}))?
+        .map_err(|(code, m)| format!("the owner's filter_add: {code:?}: {m}"))?["id"]
+        .as_u64()
+        .ok_or("filter_add answered no id")?;
+    let mut m = Raw::hello_as(&o.server, "abuse-mallory", token)?
+        .map_err(|(code, m)| format!("mallory's Hello: {code:?}: {m}"))?;
+    let attempts = [
+        (
+            "filter_add channel `false`",
+            json!({"op": "filter_add", "endpoint": victim_name, "level": "channel", "filter": "false"}),
+        ),
+        (
+            "filter_add session `false`",
+            json!({"op": "filter_add", "endpoint": victim_name, "level": "session", "filter": "false"}),
+        ),
+        (
+            "filter_add `map lifetime=1ns`",
+            json!({"op": "filter_add", "endpoint": victim_name, "map": "map lifetime=1ns"}),
+        ),
+        (
+            "filter_op `or`",
+            json!({"op": "filter_op", "endpoint": victim_name, "interfilter": "or"}),
+        ),
+        (
+            "filter_remove of its filter",
+            json!({"op": "filter_remove", "id": id}),
+        ),
+    ];
+    let mut all_ok = true;
+    let mut results = Vec::new();
+    for (what, req) in &attempts {
+        let r = m.admin(req)?;
+        let ok = matches!(r, Err((ErrorCode::PermissionDenied, _)));
+        all_ok &= ok;
+        results.push(match r {
+            Ok(reply) => format!("{what}: accepted {reply} FAIL"),
+            Err((code, _)) => format!("{what}: {code:?} ({})", code.code()),
+        });
+    }
+    // What mallory may see: nothing of the victim's.
+    let list = m.admin(&json!({"op": "list"}))?;
+    let filters = m.admin(&json!({"op": "filter_list"}))?;
+    let hidden = matches!(&list, Ok(l) if !l.to_string().contains(&victim_name))
+        && matches!(&filters, Ok(f) if !f.to_string().contains(&victim_name));
+    // The victim still has its filter and still receives.
+    let mut publisher = Raw::hello(&o.server, "abuse-publisher")?;
+    let pub_name = format!("{tag}/pub");
+    publisher.declare(1, EndpointKind::Publisher, &pub_name)?;
+    let x = |v: i64| vec![("x".to_owned(), Value::Int(v))];
+    publisher.s.write_all(&publish_with_fields(
+        1,
+        &pub_name,
+        &format!("{tag}/x"),
+        x(2),
+    )?)?;
+    publisher.s.write_all(&publish_with_fields(
+        1,
+        &pub_name,
+        &format!("{tag}/x"),
+        x(1),
+    )?)?;
+    victim.s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let received = match victim.recv() {
+        Ok(Some(Frame::Deliver { event, .. })) => tagwire_proto::EventRef::parse(&event)
+            .ok()
+            .and_then(|e| e.field("x"))
+            .map(|v| format!("{v:?}")),
+        _ => None,
+    };
+    let receives = received.as_deref() == Some("Int(1)");
+    println!(
+        "trespass: mallory on the owner's subscriber: {}: {}; mallory's list and filter_list hide it: {}; \
+         the victim then received only x = 1 (its filter held): {} ({})",
+        results.join(", "),
+        verdict(all_ok),
+        verdict(hidden),
+        verdict(receives),
+        received.as_deref().unwrap_or("nothing"),
+    );
+    Ok(())
+}
+
+/// A healthy client's round trips: prints `p50_us p99_us max_us`.
 fn ping(o: &Opts) -> Res<()> {
     let count = o.num("count", 200).max(1);
     let interval = Duration::from_millis(o.num("interval-ms", 10));
+    let until = o.text("until").map(std::path::Path::new);
     let mut c = Raw::hello(&o.server, "abuse-ping")?;
     let mut rtts = Vec::new();
-    for n in 0..count {
+    let mut n = 0;
+    while n < count || until.is_some_and(|f| !f.exists()) {
+        n += 1;
         let t = Instant::now();
         c.send(&Frame::Ping { nonce: n })?;
         match c.recv_control()? {
@@ -326,9 +1036,8 @@ fn ping(o: &Opts) -> Res<()> {
         }
         std::thread::sleep(interval);
     }
-    rtts.sort_by(f64::total_cmp);
-    let at = |q: f64| rtts[((rtts.len() - 1) as f64 * q).round() as usize];
-    println!("{:.0} {:.0}", at(0.5), at(0.99));
+    let (p50, p99, max) = percentiles(rtts);
+    println!("{p50:.0} {p99:.0} {max:.0}");
     Ok(())
 }
 
@@ -355,6 +1064,10 @@ fn main() {
         "big-frames" => big_frames(&o),
         "idle" => idle(&o),
         "malformed" => malformed(&o),
+        "regex" => regex(&o),
+        "admin-scale" => admin_scale(&o),
+        "endpoint-fill" => endpoint_fill(&o),
+        "trespass" => trespass(&o),
         "ping" => ping(&o),
         other => {
             eprintln!("abuse: unknown attack {other:?} (see the comment at the top of abuse.rs)");

@@ -22,9 +22,9 @@
 # admin-scale runs last: the heap its 65,536 subscriptions grow stays
 # resident (reused, not leaked) and would hide the others' RSS.
 #
-# The daemon runs with glibc's default allocator settings; set
-# TAGWIRED_ENV="MALLOC_MMAP_THRESHOLD_=65536" (for example) to run it with
-# others. Besides RSS it prints the router's own accounting of buffered
+# tagwired allocates with jemalloc, which purges freed pages in the
+# background (about 1 s); TAGWIRED_ENV="VAR=value ..." passes environment
+# variables to the daemon (e.g. MALLOC_CONF). Besides RSS it prints the router's own accounting of buffered
 # bytes (`tagwire list`: memory.buffered_bytes), which must be back to 0.
 #
 # Adding an attack: a function `attack_NAME` below that runs the attacker
@@ -103,8 +103,12 @@ sample_peak() {
 }
 
 # Waits until RSS stops falling (up to 10 s) and prints it.
+# tagwired's allocator (jemalloc) purges freed pages in the background over
+# about a second, so wait 2 s first, then until RSS stops falling (at most
+# 10 s more).
 settled_rss() {
     local last now
+    sleep 2
     last="$(rss_kb)"
     for _ in $(seq 20); do
         sleep 0.5

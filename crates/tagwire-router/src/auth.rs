@@ -201,7 +201,16 @@ impl Authenticator {
             tokens.push((t, format!("uid:{owner_uid}")));
         }
         for (i, t) in auth.tokens.iter().enumerate() {
-            tokens.push((load_token(i, t)?, format!("token:{}", t.name)));
+            let secret = load_token(i, t)?;
+            // Two identities with one secret: only the first could ever
+            // authenticate, silently.
+            if tokens.iter().any(|(s, _)| same_secret(s, &secret)) {
+                return Err(ConfigError::Invalid(format!(
+                    "auth.tokens[{i}] ({}): the same secret as another token (or the local token)",
+                    t.name
+                )));
+            }
+            tokens.push((secret, format!("token:{}", t.name)));
         }
         let rules = acl
             .iter()
@@ -517,6 +526,22 @@ mod tests {
             .to_string();
         assert!(
             e.contains("auth.tokens[0]") && e.contains("16 to 255"),
+            "{e}"
+        );
+        let twin = |name: &str| TokenConfig {
+            name: name.into(),
+            token: Some("the-same-secret-0123456789".into()),
+            file: None,
+        };
+        let cfg = AuthConfig {
+            tokens: vec![twin("a"), twin("b")],
+            ..AuthConfig::default()
+        };
+        let e = Authenticator::new(&cfg, &[], 1, None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("auth.tokens[1] (b)") && e.contains("same secret"),
             "{e}"
         );
     }

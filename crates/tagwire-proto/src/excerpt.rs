@@ -34,9 +34,28 @@ impl fmt::Display for Excerpt<'_> {
     }
 }
 
+/// The longest prefix of `s` of at most `max` bytes that ends on a
+/// character boundary (for text bounded in bytes: frames, log lines).
+pub fn truncate(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn truncate_keeps_char_boundaries() {
+        assert_eq!(truncate("héllo", 2), "h");
+        assert_eq!(truncate("abc", 10), "abc");
+    }
 
     #[test]
     fn short_text_is_quoted_whole() {

@@ -7,6 +7,7 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError, ErrorCode};
 use crate::event::Event;
+use crate::excerpt::truncate;
 use crate::limits::{HARD_MAX_FRAME, MAX_TEXT_LEN, MIN_MAX_FRAME};
 use crate::reader::Reader;
 
@@ -488,17 +489,6 @@ pub fn frame_name(kind_code: u8) -> &'static str {
         kind::UNDECLARE_ENDPOINT => "UndeclareEndpoint",
         _ => "unknown frame",
     }
-}
-
-fn truncate(s: &str, max: usize) -> &str {
-    if s.len() <= max {
-        return s;
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
 }
 
 fn put_short_str(out: &mut BytesMut, what: &'static str, s: &str) -> Result<(), EncodeError> {

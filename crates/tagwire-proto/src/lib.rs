@@ -25,7 +25,7 @@ mod reader;
 
 pub use error::{DecodeError, EncodeError, ErrorCode};
 pub use event::{Event, EventRef, Expiry, FieldIter, Header, Value, ValueRef};
-pub use excerpt::{excerpt, Excerpt, EXCERPT_CHARS};
+pub use excerpt::{excerpt, truncate, Excerpt, EXCERPT_CHARS};
 pub use frame::{
     deliver_prefix, encode_publish, frame_name, kind, validate_max_frame, EndpointKind, Frame,
     FrameDecoder, StreamError, DELIVER_PREFIX_LEN, FRAME_HEADER_LEN, MAGIC, MIN_PROTOCOL_VERSION,

@@ -20,6 +20,7 @@ use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+use tagwire_proto::truncate;
 use tokio::sync::Notify;
 
 /// Errors a connection logs one by one before it only logs summaries.
@@ -163,18 +164,6 @@ impl ConnLog {
     }
 }
 
-/// The longest prefix of `s` of at most `max` bytes on a char boundary.
-pub(crate) fn truncate(s: &str, max: usize) -> &str {
-    if s.len() <= max {
-        return s;
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -224,11 +213,5 @@ mod tests {
         a.remove_pending(2);
         a.remove_pending(3);
         assert_eq!(a.pending(), 0);
-    }
-
-    #[test]
-    fn truncate_keeps_char_boundaries() {
-        assert_eq!(truncate("héllo", 2), "h");
-        assert_eq!(truncate("abc", 10), "abc");
     }
 }

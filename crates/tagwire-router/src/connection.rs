@@ -17,20 +17,21 @@ use tagwire_core::qos::ChannelQos;
 use tagwire_core::queue::BoundedQueue;
 use tagwire_core::tags::{validate_tag, Pattern};
 use tagwire_proto::{
-    kind, EndpointKind, ErrorCode, EventRef, Frame, FrameDecoder, StreamError, FRAME_HEADER_LEN,
-    MIN_PROTOCOL_VERSION, PROTOCOL_VERSION, SESSION_ID_LEN,
+    kind, truncate, EndpointKind, ErrorCode, EventRef, Frame, FrameDecoder, StreamError,
+    FRAME_HEADER_LEN, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION, SESSION_ID_LEN,
 };
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::admin::Reply;
-use crate::admission::{truncate, ConnLog, LogLine};
+use crate::admission::{ConnLog, LogLine};
 use crate::auth::{Rights, Transport};
 use crate::channel::{Channel, Outbox, Outgoing, READ_CHUNK};
 use crate::config::Limits;
 use crate::dispatch::deliver;
 use crate::filters::{op_name, FilterInfo, FilterLevel, FilterRecord, SourceFilters};
+use crate::local::hex;
 use crate::read_buffer::ReadBuffer;
 use crate::state::{ConnEntry, Reservation, State};
 use crate::timing::{deadline, expired, now_ns};
@@ -331,6 +332,13 @@ pub(crate) async fn serve<R, W>(
 /// automata. The connection waits (its later frames keep their order);
 /// other connections go on.
 async fn precompile_filters(state: &Rc<RefCell<State>>, k: u8, body: &Bytes) {
+    // A Subscribe carries its filters as plain UTF-8: without the bytes of
+    // the regex operator `=~` it has nothing costly, and is decoded only
+    // once (in `handle`). Admin JSON may escape characters, so it is
+    // always looked into.
+    if k == kind::SUBSCRIBE && !body.windows(2).any(|w| w == b"=~") {
+        return;
+    }
     let Ok(frame) = Frame::decode(k, body.clone()) else {
         return; // `handle` reports the bad frame
     };
@@ -1100,9 +1108,4 @@ impl Conn {
             st.forget_idle_identity(&self.identity);
         }
     }
-}
-
-/// Lower-case hex of `bytes` (session ids in reservations).
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -117,6 +117,26 @@ pub fn random_bytes(buf: &mut [u8]) -> std::io::Result<()> {
     std::fs::File::open("/dev/urandom")?.read_exact(buf)
 }
 
+/// Lower-case hex of `bytes` (tokens, session ids).
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Replaces `path` with `contents`, readable by this user only (mode
+/// 0600): written to a temporary file beside it, then renamed over it, so a
+/// reader never sees half a file.
+pub fn write_private(path: &Path, contents: &[u8]) -> std::io::Result<()> {
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    f.write_all(contents)?;
+    std::fs::rename(&tmp, path)
+}
+
 /// Writes a fresh random token to `path` (mode 0600, replacing any old
 /// file) and returns it. The directory must be private.
 pub fn write_token(path: &Path) -> Result<String, LocalError> {
@@ -127,18 +147,8 @@ pub fn write_token(path: &Path) -> Result<String, LocalError> {
     };
     let mut raw = [0u8; 32];
     random_bytes(&mut raw).map_err(|e| io("cannot read random bytes for", e))?;
-    let token: String = raw.iter().map(|b| format!("{b:02x}")).collect();
-    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    let _ = std::fs::remove_file(&tmp);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(|e| io("cannot create token file", e))?;
-    f.write_all(token.as_bytes())
-        .map_err(|e| io("cannot write token file", e))?;
-    std::fs::rename(&tmp, path).map_err(|e| io("cannot install token file", e))?;
+    let token = hex(&raw);
+    write_private(path, token.as_bytes()).map_err(|e| io("cannot write token file", e))?;
     Ok(token)
 }
 

@@ -248,8 +248,6 @@ impl State {
     /// Writes the live endpoints of sessions that have an id, and the
     /// unexpired reservations, to `path` (mode 0600), for the next start.
     pub fn save_reservations(&mut self, path: &std::path::Path, now: u64) {
-        use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
         let mut kept: HashMap<String, Reservation> = self
             .reservations
             .take_all()
@@ -261,7 +259,7 @@ impl State {
                 continue;
             };
             if c.session != [0; tagwire_proto::SESSION_ID_LEN] {
-                let session = crate::connection::hex(&c.session);
+                let session = crate::local::hex(&c.session);
                 let identity = c.identity.to_string();
                 kept.insert(
                     e.name.clone(),
@@ -273,18 +271,10 @@ impl State {
                 );
             }
         }
-        let write = || -> std::io::Result<()> {
-            let tmp = path.with_extension("tmp");
-            let _ = std::fs::remove_file(&tmp);
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&tmp)?;
-            f.write_all(serde_json::to_string(&kept)?.as_bytes())?;
-            std::fs::rename(&tmp, path)
-        };
-        if let Err(e) = write() {
+        let written = serde_json::to_string(&kept)
+            .map_err(std::io::Error::from)
+            .and_then(|json| crate::local::write_private(path, json.as_bytes()));
+        if let Err(e) = written {
             tracing::warn!(
                 "cannot keep endpoint reservations in {}: {e}",
                 path.display()

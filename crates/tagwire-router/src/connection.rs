@@ -1085,6 +1085,7 @@ impl Conn {
                 .saturating_mul(1_000_000_000),
         );
         let endpoints = self.endpoints.len();
+        let (identity, session) = (self.identity.to_string(), hex(&self.session));
         for (_, e) in self.endpoints.drain() {
             st.endpoints.remove(&e.name);
             if st.sources.remove(&e.name).is_some() {
@@ -1092,8 +1093,8 @@ impl Conn {
             }
             if reserve {
                 let r = Reservation {
-                    identity: self.identity.to_string(),
-                    session: hex(&self.session),
+                    identity: identity.clone(),
+                    session: session.clone(),
                     until_ns,
                 };
                 st.reserve(&e.name, r, now);

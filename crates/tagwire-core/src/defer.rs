@@ -48,6 +48,54 @@ impl<T> Ord for Entry<T> {
     }
 }
 
+/// The deadline of an event that does not expire.
+pub const NEVER: u64 = u64::MAX;
+
+/// When the event expires (its timeout after the source timestamp, or its
+/// stop time), ns since the Unix epoch; [`NEVER`] if it does not. An event
+/// without a source timestamp cannot expire relative to it.
+pub fn deadline(ev: &tagwire_proto::EventRef<'_>) -> u64 {
+    use tagwire_proto::Expiry;
+    match ev.expiry {
+        Expiry::Never => NEVER,
+        Expiry::AfterNs(_) if ev.source_time_ns == 0 => NEVER,
+        Expiry::AfterNs(d) => ev.source_time_ns.saturating_add(d),
+        Expiry::AtNs(t) => t,
+    }
+}
+
+/// What to do with an event arriving at `now` (wall-clock ns since the Unix
+/// epoch), decided once per event from its header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admit {
+    /// Its deadline has passed: drop and count it.
+    Expired,
+    /// Its start time is still ahead: hold it until then.
+    Hold {
+        /// The start time.
+        until: u64,
+        /// Its deadline ([`NEVER`]: none).
+        deadline: u64,
+    },
+    /// Deliver it now; it expires at `deadline` ([`NEVER`]: never).
+    Now {
+        /// Its deadline.
+        deadline: u64,
+    },
+}
+
+/// Decides [`Admit`] for `ev` at `now`.
+pub fn admit(ev: &tagwire_proto::EventRef<'_>, now: u64) -> Admit {
+    let deadline = deadline(ev);
+    if deadline != NEVER && now > deadline {
+        return Admit::Expired;
+    }
+    match ev.start_time_ns {
+        Some(until) if until > now => Admit::Hold { until, deadline },
+        _ => Admit::Now { deadline },
+    }
+}
+
 /// Items held until a due time (ns, any clock the caller uses consistently),
 /// released in due-time order, ties in the order they were deferred.
 ///

@@ -19,6 +19,7 @@
 //! assert_eq!(&*table.matches("/demo/x"), &["viewer"]);
 //! ```
 
+pub mod connection;
 pub mod defer;
 pub mod endpoint;
 pub mod filter;

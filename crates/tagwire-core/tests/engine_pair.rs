@@ -1,0 +1,567 @@
+//! Pair tests: a client engine and a server engine wired in memory, with
+//! simulated time. The server side is a small application that does what
+//! the router does with each input (accept, route by pattern, hold by start
+//! time, drop expired events), using the same core functions the router
+//! uses. Nothing here sleeps or reads a clock.
+
+use bytes::{Bytes, BytesMut};
+use tagwire_core::connection::{ClientHello, Config, Connection, Input, Reply};
+use tagwire_core::defer::{admit, Admit, Deferred};
+use tagwire_core::tags::Pattern;
+use tagwire_proto::{
+    deliver_prefix, EndpointKind, ErrorCode, Event, Expiry, Frame, SESSION_ID_LEN,
+};
+
+const MS: u64 = 1_000_000;
+const SEC: u64 = 1_000_000_000;
+/// Wall-clock origin of the simulation (an arbitrary date, ns since epoch).
+const T0: u64 = 1_700_000_000 * SEC;
+
+/// The server's application: what the router decides, in miniature.
+#[derive(Default)]
+struct App {
+    subs: Vec<(u32, Pattern)>,
+    held: Option<Deferred<Bytes>>,
+    expired: u64,
+    too_large: u64,
+    refused_tokens: Vec<String>,
+    admin_requests: Vec<String>,
+}
+
+struct Pair {
+    client: Connection,
+    server: Connection,
+    app: App,
+    c2s: BytesMut,
+    s2c: BytesMut,
+    now: u64,
+    /// What the client was handed, in order.
+    got: Vec<Input>,
+}
+
+fn hello(name: &str) -> ClientHello {
+    ClientHello {
+        name: name.into(),
+        token: String::new(),
+        session: [7; SESSION_ID_LEN],
+    }
+}
+
+impl Pair {
+    fn new(client: Config, server: Config) -> Pair {
+        Pair {
+            client: Connection::client(client, hello("app"), T0),
+            server: Connection::server(server, T0),
+            app: App::default(),
+            c2s: BytesMut::new(),
+            s2c: BytesMut::new(),
+            now: T0,
+            got: Vec::new(),
+        }
+    }
+
+    /// Moves bytes both ways until nothing moves.
+    fn run(&mut self) {
+        loop {
+            let mut moved = false;
+            while let Some(b) = self.client.poll_transmit() {
+                self.c2s.extend_from_slice(&b);
+            }
+            if !self.c2s.is_empty() {
+                self.server.received(self.now);
+            }
+            while let Some(input) = self.server.poll_input(&mut self.c2s) {
+                moved = true;
+                self.serve(input);
+            }
+            self.release_held();
+            while let Some(b) = self.server.poll_transmit() {
+                self.s2c.extend_from_slice(&b);
+            }
+            if !self.s2c.is_empty() {
+                self.client.received(self.now);
+            }
+            while let Some(input) = self.client.poll_input(&mut self.s2c) {
+                moved = true;
+                self.got.push(input);
+            }
+            if !moved && self.client.transmit_len() == 0 {
+                return;
+            }
+        }
+    }
+
+    /// Advances simulated time, firing both engines' timers on the way.
+    fn advance(&mut self, by: u64) {
+        let end = self.now + by;
+        loop {
+            let next = [self.client.poll_timeout(), self.server.poll_timeout()]
+                .into_iter()
+                .flatten()
+                .filter(|t| *t <= end)
+                .min();
+            let Some(t) = next else { break };
+            self.now = t.max(self.now);
+            self.client.handle_timeout(self.now);
+            self.server.handle_timeout(self.now);
+            self.run();
+        }
+        self.now = end;
+        self.run();
+    }
+
+    fn serve(&mut self, input: Input) {
+        let s = &mut self.server;
+        match input {
+            Input::Hello { hello, .. } => {
+                if hello.token == "bad" {
+                    self.app.refused_tokens.push(hello.token);
+                    s.refuse(ErrorCode::Unauthenticated, "unknown token".into());
+                } else {
+                    s.accept_hello("router");
+                }
+            }
+            Input::Declare { .. } | Input::Undeclare { .. } | Input::Unsubscribe { .. } => {
+                s.accept()
+            }
+            Input::Subscribe { sub, pattern, .. } => match Pattern::parse(&pattern) {
+                Ok(p) => {
+                    self.app.subs.push((sub, p));
+                    s.accept();
+                }
+                Err(e) => s.refuse(ErrorCode::InvalidPattern, e.to_string()),
+            },
+            Input::Publish(p) => {
+                let ev = match p.event() {
+                    Ok(ev) => ev,
+                    Err((code, message)) => return s.refuse(code, message),
+                };
+                match admit(&ev, self.now) {
+                    Admit::Expired => self.app.expired += 1,
+                    Admit::Hold { until, .. } => {
+                        let held = self
+                            .app
+                            .held
+                            .get_or_insert_with(|| Deferred::new(16, 1 << 20));
+                        if let Err(e) = held.push(until, p.bytes.clone(), p.bytes.len()) {
+                            s.refuse(ErrorCode::LimitReached, e.to_string());
+                        }
+                    }
+                    Admit::Now { .. } => {
+                        let tag = ev.tag.to_owned();
+                        self.deliver(&tag, &p.bytes.clone());
+                    }
+                }
+            }
+            Input::Admin { body, .. } => {
+                self.app.admin_requests.push(body);
+                s.answer_admin("{\"ok\":true}".into());
+            }
+            Input::Handled | Input::Closed | Input::PeerError { .. } => {}
+            other => panic!("a server engine handed over a client input: {other:?}"),
+        }
+    }
+
+    /// Writes a `Deliver` per matching subscription, as the router's writer
+    /// does, unless the event is longer than the client accepts.
+    fn deliver(&mut self, tag: &str, event: &Bytes) {
+        while let Some(b) = self.server.poll_transmit() {
+            self.s2c.extend_from_slice(&b);
+        }
+        for (sub, p) in &self.app.subs {
+            if !p.matches(tag) {
+                continue;
+            }
+            if event.len() > self.server.max_delivered_event() {
+                self.app.too_large += 1;
+                continue;
+            }
+            self.s2c
+                .extend_from_slice(&deliver_prefix(*sub, event.len()));
+            self.s2c.extend_from_slice(event);
+        }
+    }
+
+    fn release_held(&mut self) {
+        let Some(held) = self.app.held.as_mut() else {
+            return;
+        };
+        let mut due = Vec::new();
+        while let Some(b) = held.pop_due(self.now) {
+            due.push(b);
+        }
+        for b in due {
+            let tag = tagwire_proto::EventRef::parse(&b)
+                .expect("held events were parsed on arrival")
+                .tag
+                .to_owned();
+            self.deliver(&tag, &b);
+        }
+    }
+
+    fn publish(&mut self, endpoint: u32, event: &Event) {
+        let mut out = BytesMut::new();
+        tagwire_proto::encode_publish(endpoint, event, &mut out).expect("encodable event");
+        self.c2s.extend_from_slice(&out);
+        self.run();
+    }
+
+    fn deliveries(&mut self) -> Vec<(u32, Event)> {
+        let got = std::mem::take(&mut self.got);
+        let mut out = Vec::new();
+        for i in got {
+            match i {
+                Input::Deliver { sub, event } => {
+                    out.push((sub, Event::decode(&event).expect("a valid event")))
+                }
+                other => self.got.push(other),
+            }
+        }
+        out
+    }
+
+    fn replies(&mut self) -> Vec<(u32, Reply)> {
+        let got = std::mem::take(&mut self.got);
+        let mut out = Vec::new();
+        for i in got {
+            match i {
+                Input::Reply { req, reply } => out.push((req, reply)),
+                other => self.got.push(other),
+            }
+        }
+        out
+    }
+
+    /// Handshake, a publisher and a subscriber on `pattern`.
+    fn ready(&mut self, pattern: &str) -> (u32, u32) {
+        self.run();
+        assert!(self.client.is_established() && self.server.is_established());
+        let (publisher, _) = self.client.declare(EndpointKind::Publisher, "/cam");
+        let (viewer, _) = self.client.declare(EndpointKind::Subscriber, "/viewer");
+        let (sub, _) = self.client.subscribe(viewer, pattern, vec![]);
+        self.run();
+        let replies = self.replies();
+        assert_eq!(replies.len(), 3, "three requests, three replies");
+        assert!(replies.iter().all(|(_, r)| *r == Reply::Ok), "{replies:?}");
+        (publisher, sub)
+    }
+}
+
+fn event(tag: &str, payload: &'static [u8]) -> Event {
+    let mut e = Event::new(tag, Bytes::from_static(payload));
+    e.header.publisher = "/cam".into();
+    e
+}
+
+#[test]
+fn handshake_settles_on_the_smaller_frame_limit_and_names_both_ends() {
+    let mut p = Pair::new(
+        Config {
+            max_frame: 8192,
+            ..Config::default()
+        },
+        Config::default(),
+    );
+    p.run();
+    assert!(p.client.is_established());
+    assert_eq!(p.client.max_frame(), 8192);
+    assert_eq!(p.server.max_frame(), 8192);
+    assert_eq!(p.client.peer_name(), "router");
+    assert_eq!(p.server.peer_name(), "app");
+    assert!(matches!(p.got.as_slice(), [Input::Welcome { max_frame: 8192, .. }]));
+}
+
+#[test]
+fn a_refused_hello_ends_the_client_with_the_servers_reason() {
+    let mut p = Pair::new(Config::default(), Config::default());
+    p.client = Connection::client(
+        Config::default(),
+        ClientHello {
+            token: "bad".into(),
+            ..hello("app")
+        },
+        T0,
+    );
+    p.run();
+    assert_eq!(p.app.refused_tokens, ["bad"]);
+    assert!(!p.client.is_established());
+    let closed = p.client.closed().expect("closed by the refusal");
+    assert_eq!(closed.code, ErrorCode::Unauthenticated.code());
+    assert!(closed.reason.contains("unknown token"));
+    assert!(p.server.closed().is_some(), "the server ends it too");
+}
+
+#[test]
+fn publish_is_delivered_once_per_matching_subscription() {
+    let mut p = Pair::new(Config::default(), Config::default());
+    let (publisher, sub) = p.ready("/cam/**");
+    let viewer = p.client.subscriptions()[&sub].endpoint;
+    let (second, _) = p.client.subscribe(viewer, "/cam/left", vec![]);
+    p.run();
+    p.publish(publisher, &event("/cam/left", b"frame"));
+    p.publish(publisher, &event("/mic", b"nope"));
+    let got = p.deliveries();
+    let mut subs: Vec<u32> = got.iter().map(|(s, _)| *s).collect();
+    subs.sort_unstable();
+    assert_eq!(subs, [sub, second]);
+    assert!(got.iter().all(|(_, e)| e.payload == Bytes::from_static(b"frame")));
+}
+
+#[test]
+fn a_publish_on_a_subscriber_endpoint_or_naming_another_publisher_is_refused() {
+    let mut p = Pair::new(Config::default(), Config::default());
+    let (publisher, sub) = p.ready("/**");
+    let viewer = p.client.subscriptions()[&sub].endpoint;
+    p.publish(viewer, &event("/a", b"x"));
+    let mut other = event("/a", b"x");
+    other.header.publisher = "/someone-else".into();
+    p.publish(publisher, &other);
+    let errors: Vec<ErrorCode> = p
+        .got
+        .iter()
+        .filter_map(|i| match i {
+            Input::PeerError { code, .. } => Some(*code),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        errors,
+        [ErrorCode::UnknownEndpoint, ErrorCode::PublisherMismatch]
+    );
+    assert!(p.deliveries().is_empty());
+}
+
+#[test]
+fn endpoint_limits_refuse_without_counting_as_protocol_errors() {
+    let mut p = Pair::new(
+        Config::default(),
+        Config {
+            max_endpoints: 1,
+            max_protocol_errors: 2,
+            ..Config::default()
+        },
+    );
+    p.run();
+    let (_, ok) = p.client.declare(EndpointKind::Publisher, "/a");
+    let (refused_id, refused) = p.client.declare(EndpointKind::Publisher, "/b");
+    let (_, again) = p.client.declare(EndpointKind::Publisher, "/c");
+    p.run();
+    let replies = p.replies();
+    assert_eq!(replies[0], (ok, Reply::Ok));
+    assert!(matches!(&replies[1], (r, Reply::Err(ErrorCode::LimitReached, _)) if *r == refused));
+    assert!(matches!(&replies[2], (r, Reply::Err(ErrorCode::LimitReached, _)) if *r == again));
+    assert!(
+        !p.client.endpoints().contains_key(&refused_id),
+        "a refused declaration is not kept for replay"
+    );
+    assert!(p.server.closed().is_none(), "want of room is not a protocol error");
+    assert_eq!(p.server.protocol_errors(), 0);
+}
+
+#[test]
+fn protocol_errors_close_the_connection_at_their_bound() {
+    let mut p = Pair::new(
+        Config::default(),
+        Config {
+            max_protocol_errors: 3,
+            ..Config::default()
+        },
+    );
+    p.run();
+    for _ in 0..3 {
+        // Unsubscribing an unknown subscription is the client's mistake.
+        let mut out = BytesMut::new();
+        Frame::Unsubscribe { req: 9, sub: 99 }
+            .encode(&mut out)
+            .expect("encodable");
+        p.c2s.extend_from_slice(&out);
+    }
+    p.run();
+    let closed = p.server.closed().expect("closed at the third error");
+    assert_eq!(closed.code, ErrorCode::LimitReached.code());
+    assert!(closed.reason.contains("max_protocol_errors"));
+}
+
+#[test]
+fn an_expired_event_is_dropped_and_a_future_one_waits_for_its_start_time() {
+    let mut p = Pair::new(Config::default(), Config::default());
+    let (publisher, sub) = p.ready("/**");
+    let mut old = event("/a", b"stale");
+    old.header.source_time_ns = p.now - 2 * SEC;
+    old.header.expiry = Expiry::AfterNs(SEC);
+    p.publish(publisher, &old);
+    assert_eq!(p.app.expired, 1);
+    let mut later = event("/a", b"later");
+    later.header.start_time_ns = Some(p.now + 3 * SEC);
+    p.publish(publisher, &later);
+    assert!(p.deliveries().is_empty(), "held until its start time");
+    p.advance(2 * SEC);
+    assert!(p.deliveries().is_empty(), "still a second to go");
+    p.advance(SEC + MS);
+    let got = p.deliveries();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].0, sub);
+    assert_eq!(got[0].1.payload, Bytes::from_static(b"later"));
+}
+
+#[test]
+fn the_handshake_must_finish_in_time() {
+    let mut p = Pair::new(Config::default(), Config::default());
+    // The client never sends its Hello.
+    let _ = p.client.poll_transmit();
+    p.advance(4 * SEC);
+    assert!(p.server.closed().is_none());
+    p.advance(2 * SEC);
+    let closed = p.server.closed().expect("closed after handshake_timeout");
+    assert_eq!(closed.code, ErrorCode::HandshakeRequired.code());
+}
+
+#[test]
+fn an_idle_peer_is_pinged_then_closed_unless_it_answers() {
+    let idle = Config {
+        idle_timeout: 10 * SEC,
+        ..Config::default()
+    };
+    // A client that answers: the ping round trip keeps the connection.
+    let mut p = Pair::new(Config { idle_timeout: 0, ..idle.clone() }, idle.clone());
+    p.run();
+    p.advance(35 * SEC);
+    assert!(p.server.closed().is_none(), "a client that answers Ping stays");
+    // A client that is silent after its Hello: Ping, then close.
+    let mut server = Connection::server(idle, T0);
+    let mut client = Connection::client(Config::default(), hello("deaf"), T0);
+    let mut wire = BytesMut::from(&client.poll_transmit().expect("Hello")[..]);
+    assert!(matches!(server.poll_input(&mut wire), Some(Input::Hello { .. })));
+    server.accept_hello("router");
+    let _welcome = server.poll_transmit();
+    server.handle_timeout(T0 + 10 * SEC - 1);
+    assert!(server.poll_transmit().is_none(), "not idle yet");
+    server.handle_timeout(T0 + 10 * SEC);
+    let mut ping = BytesMut::from(&server.poll_transmit().expect("a Ping")[..]);
+    assert!(matches!(
+        tagwire_proto::FrameDecoder::new(4096).next_raw(&mut ping),
+        Ok(Some((tagwire_proto::kind::PING, _)))
+    ));
+    assert!(server.closed().is_none());
+    server.handle_timeout(T0 + 20 * SEC);
+    let closed = server.closed().expect("closed after an unanswered Ping");
+    assert_eq!(closed.code, ErrorCode::LimitReached.code());
+}
+
+#[test]
+fn a_reconnect_declares_and_subscribes_again_then_delivery_resumes() {
+    let mut p = Pair::new(Config::default(), Config::default());
+    let (publisher, sub) = p.ready("/cam/**");
+    // The transport breaks; a new server engine stands for the new connection.
+    p.client.transport_lost("reset by peer");
+    p.c2s.clear();
+    p.s2c.clear();
+    p.app.subs.clear();
+    p.server = Connection::server(Config::default(), p.now);
+    p.client.reconnect(p.now);
+    p.run();
+    assert!(p.client.is_established());
+    assert_eq!(p.server.endpoints().len(), 2, "both endpoints declared again");
+    assert!(p.server.subscriptions().contains_key(&sub));
+    assert!(p.replies().is_empty(), "replays ask for no reply");
+    p.publish(publisher, &event("/cam/x", b"again"));
+    assert_eq!(p.deliveries().len(), 1);
+}
+
+#[test]
+fn deliveries_longer_than_the_clients_frame_limit_are_not_sent() {
+    let mut p = Pair::new(
+        Config {
+            max_frame: 4096,
+            ..Config::default()
+        },
+        Config::default(),
+    );
+    let (publisher, _) = p.ready("/**");
+    // The server accepts up to 4096 from this client too, so the publish
+    // must fit as well: use the largest event that fits a Publish and show
+    // the Deliver (one byte of type, four of subscription id, like Publish)
+    // is bounded by the same limit.
+    let big: &'static [u8] = Box::leak(vec![1u8; 4000].into_boxed_slice());
+    p.publish(publisher, &event("/a", big));
+    assert_eq!(p.deliveries().len(), 1, "fits: delivered");
+    let mut q = Pair::new(
+        Config {
+            max_frame: 4096,
+            ..Config::default()
+        },
+        Config::default(),
+    );
+    let (publisher, _) = q.ready("/**");
+    // Deliver an event that was accepted elsewhere (another client's
+    // larger limit) straight through the server's data path.
+    let mut e = event("/a", Box::leak(vec![2u8; 8000].into_boxed_slice()));
+    e.header.seq = 1;
+    let mut bytes = BytesMut::new();
+    e.encode(&mut bytes).expect("encodable");
+    q.deliver("/a", &bytes.freeze());
+    q.run();
+    assert!(q.deliveries().is_empty());
+    assert_eq!(q.app.too_large, 1);
+    let _ = publisher;
+}
+
+#[test]
+fn an_oversized_hello_of_an_unknown_version_gets_unsupported_version() {
+    let mut server = Connection::server(Config::default(), T0);
+    let mut buf = BytesMut::new();
+    // A version-9 Hello with 8 KiB of extension bytes.
+    let len: u32 = 1 + 4 + 2 + 8192;
+    buf.extend_from_slice(&len.to_le_bytes());
+    buf.extend_from_slice(&[tagwire_proto::kind::HELLO]);
+    buf.extend_from_slice(&tagwire_proto::MAGIC);
+    buf.extend_from_slice(&9u16.to_le_bytes());
+    assert!(matches!(server.poll_input(&mut buf), Some(Input::Closed)));
+    let closed = server.closed().expect("closed");
+    assert_eq!(closed.code, ErrorCode::UnsupportedVersion.code());
+    // A supported version that is too long is refused for its length.
+    let mut server = Connection::server(Config::default(), T0);
+    let mut buf = BytesMut::new();
+    buf.extend_from_slice(&len.to_le_bytes());
+    buf.extend_from_slice(&[tagwire_proto::kind::HELLO]);
+    buf.extend_from_slice(&tagwire_proto::MAGIC);
+    buf.extend_from_slice(&2u16.to_le_bytes());
+    assert!(matches!(server.poll_input(&mut buf), Some(Input::Closed)));
+    assert_eq!(
+        server.closed().expect("closed").code,
+        ErrorCode::FrameTooLarge.code()
+    );
+}
+
+#[test]
+fn a_clients_error_frame_is_taken_not_refused() {
+    let mut p = Pair::new(Config::default(), Config::default());
+    p.run();
+    let mut out = BytesMut::new();
+    Frame::Error {
+        req: 0,
+        code: ErrorCode::Internal,
+        message: "client trouble".into(),
+    }
+    .encode(&mut out)
+    .expect("encodable");
+    p.c2s.extend_from_slice(&out);
+    p.run();
+    assert!(p.server.closed().is_none());
+    assert_eq!(p.server.protocol_errors(), 0);
+    assert!(
+        !p.got.iter().any(|i| matches!(i, Input::PeerError { .. })),
+        "the server sent nothing back: {:?}",
+        p.got
+    );
+}
+
+#[test]
+fn admin_requests_are_answered_by_id() {
+    let mut p = Pair::new(Config::default(), Config::default());
+    p.run();
+    let req = p.client.admin("{\"op\":\"list\"}".into());
+    p.run();
+    assert_eq!(p.app.admin_requests, ["{\"op\":\"list\"}"]);
+    assert_eq!(p.replies(), [(req, Reply::Admin("{\"ok\":true}".into()))]);
+}

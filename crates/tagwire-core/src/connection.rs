@@ -125,9 +125,18 @@ pub struct Closed {
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum Input {
-    /// A frame the engine handled itself (a `Ping`, a `Pong`, a bad frame
-    /// already answered with `Error`).
+    /// A frame the engine handled itself (a `Ping`, a `Pong`).
     Handled,
+    /// A request or frame the engine refused itself (an unknown id, a bad
+    /// frame, no room): the `Error` is on its way; this is for the log.
+    Refused {
+        /// Request id (0: none).
+        req: u32,
+        /// The code sent.
+        code: ErrorCode,
+        /// The message sent.
+        message: String,
+    },
     /// Server: a client's `Hello` (version and frame size already checked).
     /// Answer with [`Connection::accept_hello`] or [`Connection::refuse`].
     Hello {
@@ -894,7 +903,7 @@ impl Connection {
 
     /// Refuses the request (or event) last handed over with `code`: the
     /// peer gets an `Error` naming it, the tables stay as they were. A
-    /// protocol error (not a want of room or a refusal of rights) counts
+    /// protocol error (not a want of room) counts
     /// toward `max_protocol_errors`; at the bound the connection closes. A
     /// refused `Hello` closes it at once.
     pub fn refuse(&mut self, code: ErrorCode, message: String) {
@@ -912,13 +921,18 @@ impl Connection {
 
     /// Sends `Error` for `req`; counts it if it is the peer's protocol mistake.
     fn protocol_error(&mut self, code: ErrorCode, req: u32, message: String) -> Input {
-        self.send(&Frame::Error { req, code, message });
+        self.send(&Frame::Error {
+            req,
+            code,
+            message: message.clone(),
+        });
+        let refused = Input::Refused { req, code, message };
         if !is_protocol_error(code) {
-            return Input::Handled;
+            return refused;
         }
         self.protocol_errors += 1;
         if self.protocol_errors < self.config.max_protocol_errors {
-            return Input::Handled;
+            return refused;
         }
         let n = self.protocol_errors;
         self.close_with(
@@ -930,8 +944,12 @@ impl Connection {
 
     /// Sends `Error` for `req` without counting it (a want of room).
     fn refusal(&mut self, code: ErrorCode, req: u32, message: String) -> Input {
-        self.send(&Frame::Error { req, code, message });
-        Input::Handled
+        self.send(&Frame::Error {
+            req,
+            code,
+            message: message.clone(),
+        });
+        Input::Refused { req, code, message }
     }
 
     /// Sends a last `Error` (server) or `Close` (client) and ends the

@@ -157,7 +157,7 @@ impl Pair {
                 self.app.admin_requests.push(body);
                 s.answer_admin("{\"ok\":true}".into());
             }
-            Input::Handled | Input::Closed | Input::PeerError { .. } => {}
+            Input::Handled | Input::Refused { .. } | Input::Closed | Input::PeerError { .. } => {}
             other => panic!("a server engine handed over a client input: {other:?}"),
         }
     }

@@ -437,6 +437,7 @@ fn list_page(
                         dropped: q.dropped(),
                         delivered: ch.delivered.get(),
                         expired: ch.expired.get(),
+                        too_large: ch.too_large.get(),
                         route: route.as_str().to_owned(),
                     };
                     drop(q);
@@ -824,6 +825,9 @@ pub struct SubscriptionInfo {
     /// Events that expired while queued (dropped, not delivered).
     #[serde(default)]
     pub expired: u64,
+    /// Events longer than the subscriber's negotiated frame limit (dropped).
+    #[serde(default)]
+    pub too_large: u64,
     /// How the router finds it per event: `tag` (pattern only), `filtered`
     /// (pattern, then its filters evaluated) or `indexed` (through the
     /// subscription index; see docs/filters.md).

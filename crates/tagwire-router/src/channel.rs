@@ -141,6 +141,11 @@ pub(crate) struct Channel {
     pub delivered: Cell<u64>,
     /// Events that expired while queued (dropped, not delivered).
     pub expired: Cell<u64>,
+    /// Events longer than the subscriber's connection accepts (its
+    /// negotiated frame limit): dropped, never sent.
+    pub too_large: Cell<u64>,
+    /// The longest encoded event a `Deliver` on this connection may carry.
+    max_event: usize,
     /// Whether a `QueueFull` was reported since the queue last accepted.
     pub reject_reported: Cell<bool>,
     /// Whether this channel is in its outbox's ready list.
@@ -185,12 +190,21 @@ impl Channel {
             queue: RefCell::new(queue),
             delivered: Cell::new(0),
             expired: Cell::new(0),
+            too_large: Cell::new(0),
+            max_event: usize::MAX,
             reject_reported: Cell::new(false),
             scheduled: Cell::new(false),
             outbox,
             budget,
             pinned: Cell::new(None),
         }
+    }
+
+    /// Bounds the events this channel delivers to `max` encoded bytes (the
+    /// connection's negotiated frame limit less the `Deliver` prefix).
+    pub(crate) fn with_max_event(mut self, max: usize) -> Self {
+        self.max_event = max;
+        self
     }
 
     /// Whether a small slice of read `epoch` may be queued as a slice: the
@@ -219,6 +233,10 @@ impl Channel {
     /// the writer. The queue may use at most the memory budget's free room;
     /// beyond it the discard policy applies as at the queue's own bound.
     pub(crate) fn offer(self: &Rc<Self>, event: &mut Outgoing, deadline: u64) -> Offer {
+        if event.bytes().len() > self.max_event {
+            self.too_large.set(self.too_large.get() + 1);
+            return Offer::Dropped;
+        }
         let slice_ok = event.small_slice_epoch().is_some_and(|e| self.may_pin(e));
         let (bytes, size) = event.for_queue(slice_ok);
         let queued = Queued {
@@ -305,6 +323,19 @@ impl Outbox {
                 tagwire_proto::frame_name(frame.kind())
             );
         }
+        drop(c);
+        self.notify.notify_one();
+        true
+    }
+
+    /// Queues encoded control frames (from the protocol engine). Returns
+    /// false if control bytes exceed `max`: the caller closes.
+    pub(crate) fn send_encoded(&self, frames: &[u8], max: usize) -> bool {
+        let mut c = self.control.borrow_mut();
+        if c.len() > max {
+            return false;
+        }
+        c.extend_from_slice(frames);
         drop(c);
         self.notify.notify_one();
         true

@@ -1,5 +1,8 @@
-//! One client connection: the handshake, then frames in (decode → check →
-//! route) and the writer task that drains the connection's outbox.
+//! One client connection, driven: the socket's bytes go into the protocol
+//! engine ([`tagwire_core::connection::Connection`], which owns the
+//! protocol), and what it hands over is decided here against the router's
+//! state (identities, quotas, routes, filters, admin), then its replies go
+//! to the connection's outbox. The writer task drains the outbox.
 //!
 //! Bad input fails alone: a frame that decodes badly gets an `Error` frame
 //! naming the problem and the connection carries on; a stream that cannot be
@@ -7,19 +10,18 @@
 //! is closed. Nothing here panics on peer input.
 
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use tagwire_core::connection::{self as engine, Connection, Input, Publish};
+use tagwire_core::defer::{admit, Admit};
 use tagwire_core::filter::FilterList;
 use tagwire_core::qos::ChannelQos;
 use tagwire_core::queue::BoundedQueue;
-use tagwire_core::tags::{validate_tag, Pattern};
-use tagwire_proto::{
-    kind, truncate, EndpointKind, ErrorCode, EventRef, Frame, FrameDecoder, StreamError,
-    FRAME_HEADER_LEN, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION, SESSION_ID_LEN,
-};
+use tagwire_core::tags::Pattern;
+use tagwire_proto::{truncate, EndpointKind, ErrorCode, Frame, FRAME_HEADER_LEN, SESSION_ID_LEN};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -30,11 +32,11 @@ use crate::auth::{Rights, Transport};
 use crate::channel::{Channel, Outbox, Outgoing, READ_CHUNK};
 use crate::config::Limits;
 use crate::dispatch::deliver;
-use crate::filters::{op_name, FilterInfo, FilterLevel, FilterRecord, SourceFilters};
+use crate::filters::{op_name, FilterInfo, FilterLevel, FilterRecord};
 use crate::local::hex;
 use crate::read_buffer::ReadBuffer;
 use crate::state::{ConnEntry, Reservation, State};
-use crate::timing::{deadline, expired, now_ns};
+use crate::timing::now_ns;
 
 /// Frames one connection handles before the lane turns to its other tasks
 /// (writers, other connections, housekeeping).
@@ -43,35 +45,26 @@ const FRAMES_PER_TURN: usize = 256;
 /// How long a closing connection's writer may take to flush its last frames.
 const CLOSE_GRACE: Duration = Duration::from_secs(1);
 
-/// Whether an error is the peer's protocol mistake (counted toward
-/// `limits.max_protocol_errors`) rather than a refusal for want of room
-/// (`QueueFull`, `LimitReached`) or the router's own state.
-fn is_protocol_error(code: ErrorCode) -> bool {
-    !matches!(
-        code,
-        ErrorCode::QueueFull
-            | ErrorCode::LimitReached
-            | ErrorCode::ShuttingDown
-            | ErrorCode::Internal
-    )
+/// The engine's bounds from the router's limits.
+fn engine_config(limits: &Limits) -> engine::Config {
+    engine::Config {
+        max_frame: limits.max_frame,
+        handshake_max_frame: tagwire_proto::limits::MIN_MAX_FRAME,
+        handshake_timeout: limits.handshake_timeout.as_nanos() as u64,
+        idle_timeout: limits.idle_timeout.as_nanos() as u64,
+        max_protocol_errors: limits.max_protocol_errors,
+        max_endpoints: limits.max_endpoints_per_connection,
+        max_subscriptions: limits.max_subscriptions_per_connection,
+    }
 }
 
-struct Endpoint {
-    name: Rc<str>,
-    kind: EndpointKind,
-    /// A publisher's own filters (empty: everything passes).
-    filters: SourceFilters,
-}
-
-/// Per-connection protocol state.
+/// The router's side of one connection: the engine plus what the router
+/// knows about the peer.
 struct Conn {
     id: u64,
     state: Rc<RefCell<State>>,
     outbox: Rc<Outbox>,
-    welcomed: bool,
-    endpoints: HashMap<u32, Endpoint>,
-    /// Client subscription id → router-wide subscription id.
-    subs: HashMap<u32, u64>,
+    engine: Connection,
     max_control: usize,
     /// How the peer reached us (what identifies it before any token).
     transport: Transport,
@@ -81,13 +74,10 @@ struct Conn {
     rights: Rights,
     /// Its session id (all zero: none), for endpoint reservations.
     session: [u8; SESSION_ID_LEN],
-    /// Whether the peer said `Close`: its endpoint names are then released,
-    /// not reserved.
-    closed_cleanly: bool,
-    /// `limits.max_protocol_errors`.
-    max_protocol_errors: u32,
-    /// Protocol errors so far.
-    protocol_errors: Cell<u32>,
+    /// Whether the connection was counted in its identity's usage.
+    counted: bool,
+    /// The engine's clock origin (it takes monotonic ns from here).
+    origin: Instant,
     /// Rate limit on this connection's error log lines.
     log: ConnLog,
 }
@@ -98,20 +88,12 @@ enum Compiled {
     Mapping(tagwire_core::filter::MappingFilter),
 }
 
-/// Whether to keep reading after a frame.
-enum Next {
-    Continue,
-    Close,
-}
-
 /// Serves one accepted connection until it closes. `peer` is for logs.
 ///
-/// The read loop enforces the connection's time and memory bounds: the
-/// handshake must complete within `limits.handshake_timeout`; an established
-/// connection that sends nothing for `limits.idle_timeout` gets a `Ping`,
-/// and is closed if it still sends nothing for as long again; the read
-/// buffer grows for a large frame only within the memory budget
-/// ([`ReadBuffer`]); and `limits.max_protocol_errors` bad frames close it.
+/// The engine bounds the handshake (`limits.handshake_timeout`), idleness
+/// (`limits.idle_timeout`: a `Ping`, then close) and bad frames
+/// (`limits.max_protocol_errors`); the read buffer grows for a large frame
+/// only within the memory budget ([`ReadBuffer`]).
 pub(crate) async fn serve<R, W>(
     state: Rc<RefCell<State>>,
     peer: String,
@@ -135,53 +117,45 @@ pub(crate) async fn serve<R, W>(
         tokio::task::spawn_local(async move { writer_box.run_writer(writer).await });
 
     let memory = state.borrow().memory.clone();
-    let budget = memory.clone();
+    let origin = Instant::now();
     let mut conn = Conn {
         id,
         state: state.clone(),
         outbox: outbox.clone(),
-        welcomed: false,
-        endpoints: HashMap::new(),
-        subs: HashMap::new(),
+        engine: Connection::server(engine_config(&limits), 0),
         max_control: limits.max_control_bytes,
         transport,
         identity: Rc::from(""),
         rights: Rights::default(),
         session: [0; SESSION_ID_LEN],
-        closed_cleanly: false,
-        max_protocol_errors: limits.max_protocol_errors,
-        protocol_errors: Cell::new(0),
+        counted: false,
+        origin,
         log: ConnLog::default(),
     };
-    // Until the handshake, only a Hello-sized frame is accepted and read into
-    // a Hello-sized buffer, so a peer that has not said Hello cannot make the
-    // router reserve a large buffer.
-    let mut decoder = FrameDecoder::new(tagwire_proto::limits::MIN_MAX_FRAME);
+    // Until the handshake, only a Hello-sized frame is accepted (the
+    // engine's pre-handshake limit) and read into a Hello-sized buffer, so a
+    // peer that has not said Hello cannot make the router reserve a large
+    // buffer.
     let mut rb = ReadBuffer::new(
         tagwire_proto::limits::MIN_MAX_FRAME as usize + FRAME_HEADER_LEN,
-        budget,
+        memory.clone(),
     );
-    let handshake_deadline = Instant::now() + limits.handshake_timeout;
-    let mut last_heard = Instant::now();
-    let mut pinged = false;
     'read: loop {
-        if let Err(e) = rb.make_room(decoder.max_frame()) {
-            conn.fail(ErrorCode::LimitReached, 0, e.to_string());
+        if let Err(e) = rb.make_room(conn.engine.max_frame()) {
+            conn.fail_connection(ErrorCode::LimitReached, e.to_string());
             break;
         }
-        let deadline = if !conn.welcomed {
-            handshake_deadline
-        } else if pinged {
-            last_heard + 2 * limits.idle_timeout
-        } else {
-            last_heard + limits.idle_timeout
-        };
+        let deadline = conn
+            .engine
+            .poll_timeout()
+            .map_or(origin + Duration::from_secs(86_400 * 365), |t| {
+                origin + Duration::from_nanos(t)
+            });
         let read = tokio::select! {
             r = tokio::time::timeout_at(deadline, reader.read_buf(&mut rb.buf)) => r,
-            () = evict.notified(), if !conn.welcomed => {
-                conn.fail(
+            () = evict.notified(), if !conn.engine.is_established() => {
+                conn.fail_connection(
                     ErrorCode::LimitReached,
-                    0,
                     format!(
                         "closed to make room: {} newer connections are waiting for their handshake (limits.max_pending_handshakes)",
                         limits.max_pending_handshakes
@@ -198,42 +172,18 @@ pub(crate) async fn serve<R, W>(
                         rb.buf.len()
                     ));
                 }
+                conn.engine.transport_lost("end of stream");
                 break;
             }
-            Ok(Ok(_)) => {
-                last_heard = Instant::now();
-                pinged = false;
-            }
+            Ok(Ok(_)) => conn.engine.received(conn.now()),
             Ok(Err(e)) => {
                 tracing::debug!(conn = id, %peer, "read error: {e}");
-                break;
-            }
-            Err(_) if !conn.welcomed => {
-                conn.fail(
-                    ErrorCode::HandshakeRequired,
-                    0,
-                    format!(
-                        "no Hello within {:?} (limits.handshake_timeout); closing the connection",
-                        limits.handshake_timeout
-                    ),
-                );
-                break;
-            }
-            Err(_) if pinged => {
-                conn.fail(
-                    ErrorCode::LimitReached,
-                    0,
-                    format!(
-                        "nothing received for {:?}, Ping unanswered (limits.idle_timeout = {:?}); closing the connection",
-                        2 * limits.idle_timeout,
-                        limits.idle_timeout
-                    ),
-                );
+                conn.engine.transport_lost("read error");
                 break;
             }
             Err(_) => {
-                pinged = true;
-                if let Next::Close = conn.reply(Frame::Ping { nonce: id }) {
+                conn.engine.handle_timeout(conn.now());
+                if !conn.flush() {
                     break;
                 }
                 continue;
@@ -245,53 +195,29 @@ pub(crate) async fn serve<R, W>(
         let mut since_yield = 0usize;
         // Split complete frames; stop at one whose bytes are still coming
         // (the next make_room grows the buffer for it, within the budget).
-        while rb.incomplete_frame(decoder.max_frame()).is_none() {
-            match decoder.next_raw(&mut rb.buf) {
-                Ok(Some((k, body))) => {
-                    // Which read buffer the frame lives in: its own, or the
-                    // shared chunk of this read (see `Outgoing`).
-                    let chunk = if rb.is_large(body.len() + FRAME_HEADER_LEN) {
-                        None
-                    } else {
-                        Some(epoch)
-                    };
-                    rb.frame_taken();
-                    let welcomed = conn.welcomed;
-                    if !welcomed && k == kind::HELLO {
-                        // The per-identity limit is checked in `handshake`,
-                        // once the credentials name the identity.
-                        if let Err(message) = slot.check_room() {
-                            conn.fail(ErrorCode::LimitReached, 0, message);
-                            break 'read;
-                        }
-                    }
-                    if conn.welcomed && (k == kind::SUBSCRIBE || k == kind::ADMIN) {
-                        precompile_filters(&state, k, &body).await;
-                    }
-                    let next = conn.handle(k, body, chunk, &mut decoder);
-                    state.borrow().filters.clear_precompiled();
-                    if let Next::Close = next {
-                        break 'read;
-                    }
-                    since_yield += 1;
-                    if since_yield >= FRAMES_PER_TURN {
-                        since_yield = 0;
-                        tokio::task::yield_now().await;
-                    }
-                    if !welcomed && conn.welcomed {
-                        slot.establish();
-                        rb.set_chunk(READ_CHUNK);
-                    }
-                }
-                Ok(None) => break,
-                Err(e) => {
-                    let code = match e {
-                        StreamError::FrameTooLarge { .. } => ErrorCode::FrameTooLarge,
-                        _ => ErrorCode::Malformed,
-                    };
-                    conn.fail(code, 0, format!("{e}; closing the connection"));
-                    break 'read;
-                }
+        while rb.incomplete_frame(conn.engine.max_frame()).is_none() {
+            let was_established = conn.engine.is_established();
+            let Some(input) = conn.engine.poll_input(&mut rb.buf) else {
+                break;
+            };
+            rb.frame_taken();
+            if let Input::Subscribe { .. } | Input::Admin { .. } = &input {
+                precompile_filters(&state, &input).await;
+            }
+            let chunk = |len: usize| (!rb.is_large(len)).then_some(epoch);
+            conn.handle(input, chunk);
+            state.borrow().filters.clear_precompiled();
+            if !conn.flush() {
+                break 'read;
+            }
+            if !was_established && conn.engine.is_established() {
+                slot.establish();
+                rb.set_chunk(READ_CHUNK);
+            }
+            since_yield += 1;
+            if since_yield >= FRAMES_PER_TURN {
+                since_yield = 0;
+                tokio::task::yield_now().await;
             }
         }
         if writer_task.is_finished() {
@@ -331,18 +257,8 @@ pub(crate) async fn serve<R, W>(
 /// that the request, handled next, does not stall the lane building
 /// automata. The connection waits (its later frames keep their order);
 /// other connections go on.
-async fn precompile_filters(state: &Rc<RefCell<State>>, k: u8, body: &Bytes) {
-    // A Subscribe carries its filters as plain UTF-8: without the bytes of
-    // the regex operator `=~` it has nothing costly, and is decoded only
-    // once (in `handle`). Admin JSON may escape characters, so it is
-    // always looked into.
-    if k == kind::SUBSCRIBE && !body.windows(2).any(|w| w == b"=~") {
-        return;
-    }
-    let Ok(frame) = Frame::decode(k, body.clone()) else {
-        return; // `handle` reports the bad frame
-    };
-    let texts = crate::filters::costly_filters(&frame);
+async fn precompile_filters(state: &Rc<RefCell<State>>, input: &Input) {
+    let texts = crate::filters::costly_filters(input);
     if texts.is_empty() {
         return;
     }
@@ -362,19 +278,6 @@ struct Slot {
 }
 
 impl Slot {
-    /// Whether an established connection may be added (checked on `Hello`).
-    fn check_room(&self) -> Result<(), String> {
-        let st = self.state.borrow();
-        let max = st.config.limits.max_connections;
-        if st.admission.established >= max {
-            tracing::warn!("refusing a handshake: {max} connections already established");
-            return Err(format!(
-                "connection limit reached ({max} established connections, limits.max_connections)"
-            ));
-        }
-        Ok(())
-    }
-
     /// Moves the connection from pending to established.
     fn establish(&self) {
         if !self.established.replace(true) {
@@ -422,37 +325,66 @@ fn register(state: &RefCell<State>, peer: &str, outbox: &Rc<Outbox>) -> (u64, Li
 }
 
 impl Conn {
-    /// Sends an error frame and logs it (rate-limited). A protocol error
-    /// counts toward `limits.max_protocol_errors`; at the bound a last
-    /// `Error` says so and the connection closes.
-    fn fail(&self, code: ErrorCode, req: u32, message: String) -> Next {
-        match self.log.note(&message, std::time::Instant::now()) {
+    /// The engine's clock: monotonic ns since the connection opened.
+    fn now(&self) -> u64 {
+        self.origin.elapsed().as_nanos() as u64
+    }
+
+    /// Moves the engine's replies to the outbox. False: the connection is
+    /// over (the engine closed it, or the peer does not read its replies).
+    fn flush(&mut self) -> bool {
+        if let Some(frames) = self.engine.poll_transmit() {
+            if !self.outbox.send_encoded(&frames, self.max_control) {
+                tracing::warn!(
+                    conn = self.id,
+                    "client does not read its replies ({} bytes pending); closing",
+                    self.max_control
+                );
+                return false;
+            }
+        }
+        match self.engine.closed() {
+            None => true,
+            Some(c) => {
+                if !c.by_peer && c.code != ErrorCode::Internal.code() {
+                    let message = c.reason.clone();
+                    self.note_error(ErrorCode::from_code(c.code), &message);
+                }
+                false
+            }
+        }
+    }
+
+    /// Logs a refusal (rate-limited per connection and router-wide).
+    fn note_error(&self, code: ErrorCode, message: &str) {
+        match self.log.note(message, std::time::Instant::now()) {
             LogLine::Full => self.warn(format!("{code:?}: {message}")),
             LogLine::Summary(n) => self.warn(format!(
                 "{n} errors on this connection not logged since the last summary (latest: {code:?}: {})",
-                truncate(&message, 200)
+                truncate(message, 200)
             )),
             LogLine::Nothing => {}
         }
-        let next = self.reply(Frame::Error { req, code, message });
-        if !is_protocol_error(code) {
-            return next;
-        }
-        let n = self.protocol_errors.get() + 1;
-        self.protocol_errors.set(n);
-        if n < self.max_protocol_errors {
-            return next;
-        }
-        let message = format!(
-            "{n} protocol errors on this connection (limits.max_protocol_errors); closing the connection"
+    }
+
+    /// Refuses the request the engine handed over, and logs it.
+    fn refuse(&mut self, code: ErrorCode, message: String) {
+        self.note_error(code, &message);
+        self.engine.refuse(code, message);
+    }
+
+    /// Ends the connection from the router's side (a limit of the router,
+    /// not the protocol): a last `Error`, then close.
+    fn fail_connection(&mut self, code: ErrorCode, message: String) {
+        self.note_error(code, &message);
+        let _ = self.outbox.send(
+            &Frame::Error {
+                req: 0,
+                code,
+                message,
+            },
+            self.max_control,
         );
-        self.warn(message.clone());
-        let _ = self.reply(Frame::Error {
-            req: 0,
-            code: ErrorCode::LimitReached,
-            message,
-        });
-        Next::Close
     }
 
     /// A peer-caused warning, within the router-wide log rate limit.
@@ -468,222 +400,96 @@ impl Conn {
         }
     }
 
-    fn reply(&self, frame: Frame) -> Next {
-        if self.outbox.send(&frame, self.max_control) {
-            Next::Continue
-        } else {
-            tracing::warn!(
-                conn = self.id,
-                "client does not read its replies ({} bytes pending); closing",
-                self.max_control
-            );
-            Next::Close
-        }
-    }
-
-    /// Handles one frame; `chunk` is the read epoch of the shared chunk it
-    /// was read into, or `None` for a buffer of its own (see [`ReadBuffer`]).
-    fn handle(
-        &mut self,
-        k: u8,
-        body: Bytes,
-        chunk: Option<u64>,
-        decoder: &mut FrameDecoder,
-    ) -> Next {
-        if k == kind::PUBLISH && self.welcomed {
-            return self.publish(body, chunk);
-        }
-        let frame = match Frame::decode(k, body) {
-            Ok(f) => f,
-            Err(e) => {
-                let code = match e {
-                    tagwire_proto::DecodeError::UnknownFrameType(_) => ErrorCode::UnknownFrameType,
-                    _ => ErrorCode::Malformed,
-                };
-                let message = format!("bad {} frame: {e}", tagwire_proto::frame_name(k));
-                // Before the handshake nothing about the peer can be trusted.
-                let next = self.fail(code, 0, message);
-                return if self.welcomed { next } else { Next::Close };
+    /// Decides what the engine handed over. `chunk(len)`: the read epoch of
+    /// the shared chunk a frame of `len` bytes was read into, or `None` for
+    /// a buffer of its own (see [`ReadBuffer`]).
+    fn handle(&mut self, input: Input, chunk: impl Fn(usize) -> Option<u64>) {
+        match input {
+            Input::Publish(p) => {
+                let chunk = chunk(p.frame_len);
+                self.publish(&p, chunk)
             }
-        };
-        if !self.welcomed {
-            return self.handshake(frame, decoder);
-        }
-        match frame {
-            Frame::DeclareEndpoint {
-                req,
-                id,
-                kind,
-                name,
-            } => self.declare(req, id, kind, name),
-            Frame::Subscribe {
-                req,
+            Input::Hello { hello, .. } => self.handshake(hello),
+            Input::Declare { id, kind, name, .. } => self.declare(id, kind, name),
+            Input::Subscribe {
                 sub,
                 endpoint,
                 pattern,
                 qos,
-            } => self.subscribe(req, sub, endpoint, &pattern, &qos),
-            Frame::Unsubscribe { req, sub } => match self.subs.remove(&sub) {
-                Some(global) => {
-                    self.drop_channel(global);
-                    self.ack(req)
-                }
-                None => self.fail(
-                    ErrorCode::UnknownSubscription,
-                    req,
-                    format!("no subscription with id {sub}"),
-                ),
-            },
-            Frame::UndeclareEndpoint { req, id } => match self.endpoints.remove(&id) {
-                Some(e) => {
-                    // The endpoint's channels stop receiving now; the lane's
-                    // housekeeping removes them in slices.
-                    let mut st = self.state.borrow_mut();
-                    let mut gone = st.channels.of_endpoint(&e.name);
-                    // A router-wide id is (connection id << 32) | client id.
-                    gone.retain(|g| self.subs.remove(&(*g as u32)) == Some(*g));
-                    let dropped = gone.len();
-                    st.retire_endpoint(gone);
-                    st.endpoints.remove(&e.name);
-                    let u = st.usage(&self.identity);
-                    u.endpoints = u.endpoints.saturating_sub(1);
-                    u.subscriptions = u.subscriptions.saturating_sub(dropped);
-                    if st.sources.remove(&e.name).is_some() {
-                        st.filters.forget_publisher(&e.name);
-                    }
-                    drop(st);
-                    self.ack(req)
-                }
-                None => self.fail(
-                    ErrorCode::UnknownEndpoint,
-                    req,
-                    format!("no endpoint with id {id} on this connection"),
-                ),
-            },
-            Frame::Ping { nonce } => self.reply(Frame::Pong { nonce }),
-            Frame::Pong { .. } => Next::Continue,
-            Frame::Close { .. } => {
-                self.closed_cleanly = true;
-                Next::Close
+                ..
+            } => self.subscribe(sub, &endpoint, &pattern, &qos),
+            Input::Unsubscribe { sub, .. } => {
+                self.drop_channel(self.global(sub));
+                self.engine.accept();
             }
-            Frame::Admin { req, body } => self.admin(req, &body, decoder.max_frame()),
-            Frame::Hello { .. } => {
-                self.fail(ErrorCode::Malformed, 0, "Hello after the handshake".into())
+            Input::Undeclare { endpoint, subs, .. } => {
+                self.undeclare(&endpoint, &subs);
+                self.engine.accept();
             }
-            other => self.fail(
-                ErrorCode::Malformed,
-                0,
-                format!(
-                    "a client may not send {} frames",
-                    tagwire_proto::frame_name(other.kind())
-                ),
-            ),
+            Input::Admin { body, .. } => self.admin(&body),
+            Input::Refused { code, message, .. } => self.note_error(code, &message),
+            Input::PeerError { code, message, .. } => {
+                tracing::debug!(conn = self.id, "peer reported {code:?}: {message}");
+            }
+            _ => {}
         }
     }
 
-    fn handshake(&mut self, frame: Frame, decoder: &mut FrameDecoder) -> Next {
-        let Frame::Hello {
-            version,
-            max_frame,
-            name,
-            token,
-            session,
-        } = frame
-        else {
-            self.fail(
-                ErrorCode::HandshakeRequired,
-                0,
-                format!(
-                    "expected Hello, got {} before the handshake",
-                    tagwire_proto::frame_name(frame.kind())
-                ),
-            );
-            return Next::Close;
-        };
-        if !(MIN_PROTOCOL_VERSION..=PROTOCOL_VERSION).contains(&version) {
-            self.fail(
-                ErrorCode::UnsupportedVersion,
-                0,
-                format!("protocol version {version} is not supported (this server speaks {MIN_PROTOCOL_VERSION} to {PROTOCOL_VERSION})"),
-            );
-            return Next::Close;
-        }
-        let max_frame = match tagwire_proto::validate_max_frame(max_frame) {
-            Ok(m) => m.min(self.state.borrow().config.limits.max_frame),
-            Err(e) => {
-                self.fail(ErrorCode::Malformed, 0, format!("bad Hello: {e}"));
-                return Next::Close;
-            }
-        };
+    /// A router-wide subscription id: (connection id << 32) | client id.
+    fn global(&self, sub: u32) -> u64 {
+        (self.id << 32) | sub as u64
+    }
+
+    fn handshake(&mut self, hello: engine::ClientHello) {
         let mut st = self.state.borrow_mut();
-        let (identity, rights) = match st.auth.authenticate(&self.transport, &token) {
+        let (identity, rights) = match st.auth.authenticate(&self.transport, &hello.token) {
             Ok(granted) => granted,
             Err((code, message)) => {
                 drop(st);
-                self.fail(code, 0, message);
-                return Next::Close;
+                return self.refuse(code, message);
             }
         };
         let max_conns = st.config.limits.max_connections_per_identity;
         let usage = st.usage(&identity);
         if usage.connections >= max_conns {
             drop(st);
-            self.fail(
+            return self.refuse(
                 ErrorCode::LimitReached,
-                0,
                 format!("identity {identity} already has {max_conns} connections open (max_connections_per_identity)"),
             );
-            return Next::Close;
         }
-        usage.connections += 1;
+        let max = st.config.limits.max_connections;
+        if st.admission.established >= max {
+            drop(st);
+            tracing::warn!("refusing a handshake: {max} connections already established");
+            return self.refuse(
+                ErrorCode::LimitReached,
+                format!("connection limit reached ({max} established connections, limits.max_connections)"),
+            );
+        }
+        st.usage(&identity).connections += 1;
         if let Some(c) = st.connections.get_mut(&self.id) {
-            c.name = name;
+            c.name = hello.name;
             c.identity = identity.clone();
-            c.session = session;
+            c.session = hello.session;
         }
         let server = st.config.name.clone();
         drop(st);
         tracing::debug!(conn = self.id, %identity, "authenticated");
         self.identity = identity;
         self.rights = rights;
-        self.session = session;
-        decoder.set_max_frame(max_frame);
-        self.welcomed = true;
-        self.reply(Frame::Welcome {
-            version,
-            max_frame,
-            name: server,
-        })
+        self.session = hello.session;
+        self.counted = true;
+        self.engine.accept_hello(&server);
     }
 
-    fn declare(&mut self, req: u32, id: u32, kind: EndpointKind, name: String) -> Next {
-        if self.endpoints.contains_key(&id) {
-            return self.fail(
-                ErrorCode::BadRequest,
-                req,
-                format!("endpoint id {id} is already used on this connection"),
-            );
-        }
-        let max = self
-            .state
-            .borrow()
-            .config
-            .limits
-            .max_endpoints_per_connection;
-        if self.endpoints.len() >= max {
-            return self.fail(
-                ErrorCode::LimitReached,
-                req,
-                format!("this connection already has {max} endpoints"),
-            );
-        }
+    fn declare(&mut self, _id: u32, kind: EndpointKind, name: String) {
         let mut st = self.state.borrow_mut();
         let max_per_identity = st.config.limits.max_endpoints_per_identity;
         if st.usage(&self.identity).endpoints >= max_per_identity {
             drop(st);
-            return self.fail(
+            return self.refuse(
                 ErrorCode::LimitReached,
-                req,
                 format!(
                     "identity {} already holds {max_per_identity} endpoints (max_endpoints_per_identity)",
                     self.identity
@@ -696,21 +502,14 @@ impl Conn {
             if r.until_ns > now && !ours {
                 let left = (r.until_ns - now) / 1_000_000_000 + 1;
                 drop(st);
-                return self.fail(
+                return self.refuse(
                     ErrorCode::DuplicateEndpoint,
-                    req,
                     format!("endpoint name {name:?} is reserved for the session that held it for another {left} s"),
                 );
             }
         }
-        let declared = st.endpoints.declare(&name, kind, self.id);
-        if declared.is_ok() {
-            // Only now: a refused declare keeps the rightful session's claim.
-            st.reservations.remove(&name);
-            st.usage(&self.identity).endpoints += 1;
-        }
-        drop(st);
-        if let Err(e) = declared {
+        if let Err(e) = st.endpoints.declare(&name, kind, self.id) {
+            drop(st);
             let code = match e {
                 tagwire_core::endpoint::EndpointError::Duplicate { .. } => {
                     ErrorCode::DuplicateEndpoint
@@ -718,87 +517,68 @@ impl Conn {
                 tagwire_core::endpoint::EndpointError::TableFull { .. } => ErrorCode::LimitReached,
                 _ => ErrorCode::BadRequest,
             };
-            return self.fail(code, req, e.to_string());
+            return self.refuse(code, e.to_string());
         }
-        tracing::debug!(conn = self.id, endpoint = %name, ?kind, "endpoint declared");
-        let name: Rc<str> = name.into();
-        let filters = {
-            let mut st = self.state.borrow_mut();
+        // Only now: a refused declare keeps the rightful session's claim.
+        st.reservations.remove(&name);
+        st.usage(&self.identity).endpoints += 1;
+        if kind == EndpointKind::Publisher {
             let filters = Rc::new(RefCell::new(FilterList::new(&st.filters.limits)));
-            if kind == EndpointKind::Publisher {
-                st.sources.insert(name.clone(), filters.clone());
-            }
-            filters
-        };
-        self.endpoints.insert(
-            id,
-            Endpoint {
-                name,
-                kind,
-                filters,
-            },
-        );
-        self.ack(req)
+            st.sources.insert(Rc::from(name.as_str()), filters);
+        }
+        drop(st);
+        tracing::debug!(conn = self.id, endpoint = %name, ?kind, "endpoint declared");
+        self.engine.accept();
+    }
+
+    /// Forgets an undeclared endpoint (the engine already removed it and
+    /// its subscriptions `subs` from the connection's tables).
+    fn undeclare(&mut self, endpoint: &engine::Endpoint, subs: &[u32]) {
+        // The endpoint's channels stop receiving now; the lane's
+        // housekeeping removes them in slices.
+        let gone: Vec<u64> = subs.iter().map(|s| self.global(*s)).collect();
+        let dropped = gone.len();
+        let mut st = self.state.borrow_mut();
+        st.retire_endpoint(gone);
+        st.endpoints.remove(&endpoint.name);
+        let u = st.usage(&self.identity);
+        u.endpoints = u.endpoints.saturating_sub(1);
+        u.subscriptions = u.subscriptions.saturating_sub(dropped);
+        if st.sources.remove(&*endpoint.name).is_some() {
+            st.filters.forget_publisher(&endpoint.name);
+        }
     }
 
     fn subscribe(
         &mut self,
-        req: u32,
         sub: u32,
-        endpoint: u32,
+        endpoint: &Arc<str>,
         pattern: &str,
         qos: &[(String, String)],
-    ) -> Next {
-        let endpoint_name = match self.endpoints.get(&endpoint) {
-            Some(e) if e.kind == EndpointKind::Subscriber => e.name.clone(),
-            Some(e) => {
-                return self.fail(
-                    ErrorCode::UnknownEndpoint,
-                    req,
-                    format!("endpoint {:?} is a publisher, not a subscriber", e.name),
-                )
-            }
-            None => {
-                return self.fail(
-                    ErrorCode::UnknownEndpoint,
-                    req,
-                    format!("no endpoint with id {endpoint} on this connection"),
-                )
-            }
-        };
-        if self.subs.contains_key(&sub) {
-            return self.fail(
-                ErrorCode::DuplicateSubscription,
-                req,
-                format!("subscription id {sub} is already used"),
-            );
-        }
+    ) {
         let parsed = match Pattern::parse(pattern) {
             Ok(p) => p,
-            Err(e) => return self.fail(ErrorCode::InvalidPattern, req, e.to_string()),
+            Err(e) => return self.refuse(ErrorCode::InvalidPattern, e.to_string()),
         };
         if !self.rights.may_subscribe(&parsed) {
-            return self.fail(
-                ErrorCode::PermissionDenied,
-                req,
-                format!(
-                    "identity {} may not subscribe to {pattern:?} (no [[acl]] subscribe pattern covers it)",
-                    self.identity
-                ),
+            let message = format!(
+                "identity {} may not subscribe to {pattern:?} (no [[acl]] subscribe pattern covers it)",
+                self.identity
             );
+            return self.refuse(ErrorCode::PermissionDenied, message);
         }
         let (filter_props, qos): (Vec<_>, Vec<_>) =
             qos.iter().partition(|(k, _)| k == "filter" || k == "map");
         let compiled = match self.compile_filters(&filter_props) {
             Ok(c) => c,
-            Err(message) => return self.fail(ErrorCode::InvalidFilter, req, message),
+            Err(message) => return self.refuse(ErrorCode::InvalidFilter, message),
         };
         let channel_qos = match ChannelQos::default()
             .apply(qos.iter().map(|(k, v)| (k.as_str(), v.as_str())), |_, _| {
                 Ok(false)
             }) {
             Ok(q) => q,
-            Err(e) => return self.fail(ErrorCode::BadRequest, req, e.to_string()),
+            Err(e) => return self.refuse(ErrorCode::BadRequest, e.to_string()),
         };
         let mut st = self.state.borrow_mut();
         let limits = &st.config.limits;
@@ -817,37 +597,38 @@ impl Conn {
             limits.max_filter_bytes_per_identity,
         ) {
             drop(st);
-            return self.fail(ErrorCode::LimitReached, req, msg);
+            return self.refuse(ErrorCode::LimitReached, msg);
         }
         let limits = &st.config.limits;
         let held = st.usage.get(&self.identity).map_or(0, |u| u.subscriptions);
-        if self.subs.len() >= limits.max_subscriptions_per_connection
-            || st.routes.len() >= limits.max_subscriptions
+        if st.routes.len() >= limits.max_subscriptions
             || held >= limits.max_subscriptions_per_identity
         {
             let msg = format!(
-                "subscription limit reached ({} per connection, {} per identity, {} in all)",
-                limits.max_subscriptions_per_connection,
-                limits.max_subscriptions_per_identity,
-                limits.max_subscriptions
+                "subscription limit reached ({} per identity, {} in all)",
+                limits.max_subscriptions_per_identity, limits.max_subscriptions
             );
             drop(st);
-            return self.fail(ErrorCode::LimitReached, req, msg);
+            return self.refuse(ErrorCode::LimitReached, msg);
         }
         let queue = BoundedQueue::with_byte_limit(
             channel_qos.max_queue_length,
             limits.max_queue_bytes,
             channel_qos.discard,
         );
-        let channel = Rc::new(Channel::new(
-            sub,
-            endpoint_name.clone(),
-            pattern.to_owned(),
-            queue,
-            self.outbox.clone(),
-            st.memory.clone(),
-        ));
-        let global = (self.id << 32) | sub as u64;
+        let endpoint_name: Rc<str> = Rc::from(&**endpoint);
+        let channel = Rc::new(
+            Channel::new(
+                sub,
+                endpoint_name.clone(),
+                pattern.to_owned(),
+                queue,
+                self.outbox.clone(),
+                st.memory.clone(),
+            )
+            .with_max_event(self.engine.max_delivered_event()),
+        );
+        let global = self.global(sub);
         let mut filters = Vec::new();
         let mut mapping = None;
         let mut records = Vec::new();
@@ -872,7 +653,7 @@ impl Conn {
                 .add_channel(global, self.id, parsed, channel.clone(), filters, mapping);
         if let Err(e) = added {
             drop(st);
-            return self.fail(ErrorCode::InvalidFilter, req, e.to_string());
+            return self.refuse(ErrorCode::InvalidFilter, e.to_string());
         }
         let interfilter = op_name(st.routes.op(self.id));
         for (id, kind, text, bytes) in records {
@@ -897,106 +678,74 @@ impl Conn {
         st.channels.insert(global, channel);
         st.usage(&self.identity).subscriptions += 1;
         drop(st);
-        self.subs.insert(sub, global);
-        self.ack(req)
+        self.engine.accept();
     }
 
-    /// The hot path: check an event, then hand it (by reference) to every
-    /// matching channel. `chunk`: as for [`Conn::handle`].
-    fn publish(&mut self, body: Bytes, chunk: Option<u64>) -> Next {
-        if body.len() < 4 {
-            return self.fail(
-                ErrorCode::Malformed,
-                0,
-                "bad Publish frame: truncated endpoint id".into(),
-            );
-        }
-        let id = u32::from_le_bytes([body[0], body[1], body[2], body[3]]);
-        let event = body.slice(4..);
-        let ev = match EventRef::parse(&event) {
+    /// The hot path: check an event (parsed once, here), then hand it (by
+    /// reference) to every matching channel. `chunk`: as for [`Conn::handle`].
+    fn publish(&mut self, p: &Publish, chunk: Option<u64>) {
+        let ev = match p.event() {
             Ok(ev) => ev,
-            Err(e) => return self.fail(ErrorCode::Malformed, 0, format!("bad Publish frame: {e}")),
+            Err((code, message)) => return self.refuse(code, message),
         };
-        let (publisher, source) = match self.endpoints.get(&id) {
-            Some(e) if e.kind == EndpointKind::Publisher => (&e.name, &e.filters),
-            _ => return self.fail(ErrorCode::UnknownEndpoint, 0, format!("publish on endpoint id {id}, which this connection has not declared as a publisher")),
-        };
-        if ev.publisher != &**publisher {
-            return self.fail(
-                ErrorCode::PublisherMismatch,
-                0,
-                format!(
-                    "event names publisher {:?} but was sent on endpoint {:?}",
-                    ev.publisher, publisher
-                ),
-            );
-        }
-        if let Err(e) = validate_tag(ev.tag) {
-            return self.fail(ErrorCode::InvalidTag, 0, e.to_string());
-        }
         if !self.rights.may_publish(ev.tag) {
-            return self.fail(
-                ErrorCode::PermissionDenied,
-                0,
-                format!(
-                    "identity {} may not publish on {} (no [[acl]] publish pattern matches it)",
-                    self.identity, ev.tag
-                ),
+            let message = format!(
+                "identity {} may not publish on {} (no [[acl]] publish pattern matches it)",
+                self.identity, ev.tag
             );
+            return self.refuse(ErrorCode::PermissionDenied, message);
         }
         let mut st = self.state.borrow_mut();
-        let deadline = deadline(&ev);
-        if expired(deadline) {
-            st.expired += 1;
-            return Next::Continue;
-        }
-        let accepted = {
-            let f = source.borrow();
-            f.is_empty() || f.any_matches(&ev)
+        let decision = admit(&ev, now_ns());
+        let deadline = match decision {
+            Admit::Expired => {
+                st.expired += 1;
+                return;
+            }
+            Admit::Hold { deadline, .. } | Admit::Now { deadline } => deadline,
         };
+        let accepted = st.sources.get(&*p.endpoint).is_none_or(|f| {
+            let f = f.borrow();
+            f.is_empty() || f.any_matches(&ev)
+        });
         if !accepted {
             st.filtered_at_source += 1;
-            return Next::Continue;
+            return;
         }
         st.note_publish(ev.tag, ev.publisher);
-        if let Some(start) = ev.start_time_ns.filter(|s| *s > now_ns()) {
+        if let Admit::Hold { until, .. } = decision {
             // Held until its start time; a copy, so the read buffer is not pinned.
-            let held = Bytes::copy_from_slice(&event);
-            let deferred = st.deferred.push(start, held, event.len());
+            let held = Bytes::copy_from_slice(&p.bytes);
+            let deferred = st.deferred.push(until, held, p.bytes.len());
             drop(st);
-            return match deferred {
-                Ok(()) => {
-                    self.state.borrow().deferred_wake.notify_one();
-                    Next::Continue
-                }
-                Err(e) => self.fail(
+            match deferred {
+                Ok(()) => self.state.borrow().deferred_wake.notify_one(),
+                Err(e) => self.refuse(
                     ErrorCode::LimitReached,
-                    0,
                     format!("event on {} refused: {e}", ev.tag),
                 ),
-            };
+            }
+            return;
         }
         let mut outgoing = match chunk {
-            None => Outgoing::owned(event.clone()),
-            Some(epoch) => Outgoing::in_chunk(event.clone(), epoch),
+            None => Outgoing::owned(p.bytes.clone()),
+            Some(epoch) => Outgoing::in_chunk(p.bytes.clone(), epoch),
         };
         let reject = deliver(&mut st, &mut outgoing, &ev, deadline);
         drop(st);
-        match reject {
-            Some(who) => self.fail(
+        if let Some(who) = reject {
+            self.refuse(
                 ErrorCode::QueueFull,
-                0,
                 format!(
                     "event on {} rejected: queue full at subscriber {}",
                     ev.tag,
                     who.join(", ")
                 ),
-            ),
-            None => Next::Continue,
+            );
         }
     }
 
-    fn admin(&mut self, req: u32, body: &str, max_frame: u32) -> Next {
+    fn admin(&mut self, body: &str) {
         let requester = crate::admin::Requester {
             identity: &self.identity,
             admin: self.rights.admin,
@@ -1004,27 +753,18 @@ impl Conn {
         let result = crate::admin::handle(
             &mut self.state.borrow_mut(),
             body,
-            max_frame as usize,
+            self.engine.max_frame() as usize,
             &requester,
         );
         match result {
-            Ok(Reply::Now(body)) => self.reply(Frame::AdminReply { req, body }),
+            Ok(Reply::Now(body)) => self.engine.answer_admin(body),
             Ok(Reply::WhenSettled(body)) => {
+                let req = self.engine.defer();
                 self.state
                     .borrow_mut()
                     .reply_when_settled(self.outbox.clone(), Frame::AdminReply { req, body });
-                Next::Continue
             }
-            Err((code, message)) => self.fail(code, req, message),
-        }
-    }
-
-    /// Answers `Ok` unless the request id is 0 (fire-and-forget requests).
-    fn ack(&self, req: u32) -> Next {
-        if req == 0 {
-            Next::Continue
-        } else {
-            self.reply(Frame::Ok { req })
+            Err((code, message)) => self.refuse(code, message),
         }
     }
 
@@ -1073,10 +813,10 @@ impl Conn {
         let mut st = self.state.borrow_mut();
         st.routes.retire_session(self.id);
         st.housekeeping.notify_one();
-        let subs = self.subs.len();
-        self.subs.clear();
+        let subs = self.engine.subscriptions().len();
         st.filters.forget_connection(self.id);
-        let reserve = !self.closed_cleanly && self.session != [0; SESSION_ID_LEN];
+        let closed_cleanly = self.engine.closed().is_some_and(|c| c.by_peer);
+        let reserve = !closed_cleanly && self.session != [0; SESSION_ID_LEN];
         let now = now_ns();
         let until_ns = now.saturating_add(
             st.config
@@ -1084,11 +824,11 @@ impl Conn {
                 .endpoint_reservation_secs
                 .saturating_mul(1_000_000_000),
         );
-        let endpoints = self.endpoints.len();
+        let endpoints = self.engine.endpoints().len();
         let (identity, session) = (self.identity.to_string(), hex(&self.session));
-        for (_, e) in self.endpoints.drain() {
+        for e in self.engine.endpoints().values() {
             st.endpoints.remove(&e.name);
-            if st.sources.remove(&e.name).is_some() {
+            if st.sources.remove(&*e.name).is_some() {
                 st.filters.forget_publisher(&e.name);
             }
             if reserve {
@@ -1101,7 +841,7 @@ impl Conn {
             }
         }
         st.connections.remove(&self.id);
-        if self.welcomed {
+        if self.counted {
             let u = st.usage(&self.identity);
             u.connections = u.connections.saturating_sub(1);
             u.endpoints = u.endpoints.saturating_sub(endpoints);

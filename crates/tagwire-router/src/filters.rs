@@ -263,26 +263,25 @@ pub(crate) enum Precompiled {
 /// compile (a regular expression, `=~`, builds its automaton): `(is_map,
 /// text)` pairs from a `Subscribe`'s `filter`/`map` properties or an admin
 /// `filter_add`. Empty when there is nothing worth moving off the lane.
-pub(crate) fn costly_filters(frame: &tagwire_proto::Frame) -> Vec<(bool, String)> {
-    let texts: Vec<(bool, String)> = match frame {
-        tagwire_proto::Frame::Subscribe { qos, .. } => qos
+pub(crate) fn costly_filters(input: &tagwire_core::connection::Input) -> Vec<(bool, String)> {
+    use tagwire_core::connection::Input;
+    let texts: Vec<(bool, String)> = match input {
+        Input::Subscribe { qos, .. } => qos
             .iter()
             .filter(|(k, _)| k == "filter" || k == "map")
             .map(|(k, v)| (k == "map", v.clone()))
             .collect(),
-        tagwire_proto::Frame::Admin { body, .. } => {
-            match serde_json::from_str::<serde_json::Value>(body) {
-                Ok(v) if v["op"] == "filter_add" => {
-                    let text = |k: &str| v[k].as_str().map(str::to_owned);
-                    text("filter")
-                        .map(|t| (false, t))
-                        .into_iter()
-                        .chain(text("map").map(|t| (true, t)))
-                        .collect()
-                }
-                _ => Vec::new(),
+        Input::Admin { body, .. } => match serde_json::from_str::<serde_json::Value>(body) {
+            Ok(v) if v["op"] == "filter_add" => {
+                let text = |k: &str| v[k].as_str().map(str::to_owned);
+                text("filter")
+                    .map(|t| (false, t))
+                    .into_iter()
+                    .chain(text("map").map(|t| (true, t)))
+                    .collect()
             }
-        }
+            _ => Vec::new(),
+        },
         _ => Vec::new(),
     };
     if texts.iter().any(|(_, t)| t.contains("=~")) {

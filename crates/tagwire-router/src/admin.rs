@@ -594,7 +594,7 @@ fn add_filter(
     let identity = st
         .connections
         .get(&conn)
-        .map_or_else(|| std::rc::Rc::from(""), |c| c.identity.clone());
+        .map_or_else(|| std::sync::Arc::from(""), |c| c.identity.clone());
     // Whether the endpoint owner's identity may hold `bytes` more of
     // compiled filters (checked before anything is attached).
     let charge = |st: &State, bytes: usize| {

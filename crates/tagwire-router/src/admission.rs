@@ -17,7 +17,7 @@
 
 use std::cell::Cell;
 use std::collections::BTreeMap;
-use std::rc::Rc;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tagwire_proto::truncate;
@@ -36,7 +36,7 @@ const SUMMARY_EVERY: Duration = Duration::from_secs(1);
 pub(crate) struct Admission {
     /// Connections accepted and not yet through the handshake, oldest first
     /// (ids increase), each with the signal that closes it.
-    pending: BTreeMap<u64, Rc<Notify>>,
+    pending: BTreeMap<u64, Arc<Notify>>,
     /// Connections through the handshake.
     pub established: usize,
     /// The router-wide rate limit on peer-caused log lines.
@@ -47,7 +47,7 @@ impl Admission {
     /// Adds connection `id` as pending; if `max` are pending already, tells
     /// the oldest to close and returns true. The returned `Notify` fires
     /// when this one must close to make room.
-    pub(crate) fn add_pending(&mut self, id: u64, max: usize) -> (Rc<Notify>, bool) {
+    pub(crate) fn add_pending(&mut self, id: u64, max: usize) -> (Arc<Notify>, bool) {
         let mut evicted = false;
         while self.pending.len() >= max.max(1) {
             let Some((_, oldest)) = self.pending.pop_first() else {
@@ -56,7 +56,7 @@ impl Admission {
             oldest.notify_one();
             evicted = true;
         }
-        let n = Rc::new(Notify::new());
+        let n = Arc::new(Notify::new());
         self.pending.insert(id, n.clone());
         (n, evicted)
     }

@@ -9,7 +9,7 @@
 //! the configuration grant them, and nothing when no rule names them.
 
 use std::path::PathBuf;
-use std::rc::Rc;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use tagwire_core::tags::{Level, Pattern};
@@ -260,18 +260,18 @@ impl Authenticator {
         &self,
         transport: &Transport,
         token: &str,
-    ) -> Result<(Rc<str>, Rights), Refusal> {
+    ) -> Result<(Arc<str>, Rights), Refusal> {
         if !self.enabled {
-            return Ok((Rc::from("anonymous"), Rights::all()));
+            return Ok((Arc::from("anonymous"), Rights::all()));
         }
-        let identity: Rc<str> =
+        let identity: Arc<str> =
             if !token.is_empty() {
                 match self
                     .tokens
                     .iter()
                     .find(|(secret, _)| same_secret(secret, token))
                 {
-                    Some((_, id)) => Rc::from(id.as_str()),
+                    Some((_, id)) => Arc::from(id.as_str()),
                     None => {
                         return Err((
                             ErrorCode::Unauthenticated,
@@ -281,8 +281,8 @@ impl Authenticator {
                 }
             } else {
                 match transport {
-                    Transport::InProcess => Rc::from(format!("uid:{}", self.owner_uid)),
-                    Transport::Unix { uid: Some(uid) } => Rc::from(format!("uid:{uid}")),
+                    Transport::InProcess => Arc::from(format!("uid:{}", self.owner_uid)),
+                    Transport::Unix { uid: Some(uid) } => Arc::from(format!("uid:{uid}")),
                     Transport::Unix { uid: None } => {
                         return Err((
                             ErrorCode::Unauthenticated,
@@ -290,7 +290,7 @@ impl Authenticator {
                                 .into(),
                         ))
                     }
-                    Transport::Tcp { cert: Some(c) } => Rc::from(c.as_str()),
+                    Transport::Tcp { cert: Some(c) } => Arc::from(c.as_str()),
                     Transport::Tcp { cert: None } => return Err((
                         ErrorCode::Unauthenticated,
                         "no credentials: over TCP a client presents a token (TAGWIRE_TOKEN, or \

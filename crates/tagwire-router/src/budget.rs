@@ -13,73 +13,77 @@
 //!   the queue or the channel is dropped; a refused reservation is handled
 //!   by the channel's discard policy, like its own byte bound.
 
-use std::cell::Cell;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::Arc;
+
+use crate::sync::Count;
 
 /// Bytes charged against `limits.max_buffered_bytes`. Single-threaded: one
 /// per lane, shared by `Rc`.
 #[derive(Debug)]
 pub(crate) struct MemoryBudget {
-    used: Cell<usize>,
+    used: AtomicUsize,
     max: usize,
     /// Events a queue dropped or refused because the budget was spent.
-    discards: Cell<u64>,
+    discards: Count,
     /// Connections closed because the budget was spent.
-    refusals: Cell<u64>,
+    refusals: Count,
     /// Counts reads: identifies the read chunk whose frames are being
     /// handled (see [`crate::channel::Outgoing`]).
-    epoch: Cell<u64>,
+    epoch: Count,
 }
 
 impl MemoryBudget {
     /// A budget of `max` bytes, nothing used.
     pub(crate) fn new(max: usize) -> Self {
         MemoryBudget {
-            used: Cell::new(0),
+            used: AtomicUsize::new(0),
             max,
-            discards: Cell::new(0),
-            refusals: Cell::new(0),
-            epoch: Cell::new(0),
+            discards: Count::new(0),
+            refusals: Count::new(0),
+            epoch: Count::new(0),
         }
     }
 
     /// Reserves `n` bytes if they fit; false (and nothing reserved) if not.
     pub(crate) fn try_reserve(&self, n: usize) -> bool {
-        match self.used.get().checked_add(n) {
-            Some(u) if u <= self.max => {
-                self.used.set(u);
-                true
-            }
-            _ => false,
-        }
+        self.used
+            .fetch_update(Relaxed, Relaxed, |used| {
+                used.checked_add(n).filter(|u| *u <= self.max)
+            })
+            .is_ok()
     }
 
     /// Takes `n` bytes unconditionally (the caller already checked with
     /// [`room`](Self::room)).
     pub(crate) fn charge(&self, n: usize) {
-        self.used.set(self.used.get().saturating_add(n));
+        let _ = self
+            .used
+            .fetch_update(Relaxed, Relaxed, |u| Some(u.saturating_add(n)));
     }
 
     /// Gives back `n` bytes reserved earlier.
     pub(crate) fn release(&self, n: usize) {
-        debug_assert!(n <= self.used.get(), "released more than was reserved");
-        self.used.set(self.used.get().saturating_sub(n));
+        let before = self
+            .used
+            .fetch_update(Relaxed, Relaxed, |u| Some(u.saturating_sub(n)))
+            .unwrap_or(0);
+        debug_assert!(n <= before, "released more than was reserved");
     }
 
     /// A new read epoch: frames handled from now on come from a new read.
     pub(crate) fn next_epoch(&self) -> u64 {
-        let e = self.epoch.get() + 1;
-        self.epoch.set(e);
-        e
+        self.epoch.add(1)
     }
 
     /// Counts an event a queue dropped or refused for want of budget.
     pub(crate) fn note_discard(&self) {
-        self.discards.set(self.discards.get() + 1);
+        let _ = self.discards.add(1);
     }
 
     /// Counts a connection closed for want of budget.
     pub(crate) fn note_refusal(&self) {
-        self.refusals.set(self.refusals.get() + 1);
+        let _ = self.refusals.add(1);
     }
 
     /// Events dropped or refused for want of budget so far.
@@ -94,12 +98,12 @@ impl MemoryBudget {
 
     /// Bytes still free.
     pub(crate) fn room(&self) -> usize {
-        self.max.saturating_sub(self.used.get())
+        self.max.saturating_sub(self.used.load(Relaxed))
     }
 
     /// Bytes in use.
     pub(crate) fn used(&self) -> usize {
-        self.used.get()
+        self.used.load(Relaxed)
     }
 
     /// The bound.
@@ -112,13 +116,13 @@ impl MemoryBudget {
 /// large frame).
 #[derive(Debug)]
 pub(crate) struct Reservation {
-    budget: std::rc::Rc<MemoryBudget>,
+    budget: Arc<MemoryBudget>,
     bytes: usize,
 }
 
 impl Reservation {
     /// Reserves `bytes` from `budget`, or `None` if they do not fit.
-    pub(crate) fn take(budget: &std::rc::Rc<MemoryBudget>, bytes: usize) -> Option<Self> {
+    pub(crate) fn take(budget: &Arc<MemoryBudget>, bytes: usize) -> Option<Self> {
         budget.try_reserve(bytes).then(|| Reservation {
             budget: budget.clone(),
             bytes,
@@ -135,11 +139,10 @@ impl Drop for Reservation {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::rc::Rc;
 
     #[test]
     fn reservations_are_refused_past_the_bound_and_given_back_on_drop() {
-        let b = Rc::new(MemoryBudget::new(100));
+        let b = Arc::new(MemoryBudget::new(100));
         let r = Reservation::take(&b, 60).expect("fits");
         assert!(Reservation::take(&b, 41).is_none(), "60 + 41 > 100");
         assert_eq!(b.used(), 60);

@@ -32,10 +32,9 @@
 //! [`QUEUED_OVERHEAD`], against its own byte bound and the router-wide
 //! memory budget.
 
-use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::io::IoSlice;
-use std::rc::{Rc, Weak};
+use std::sync::{Arc, Weak};
 
 use bytes::{Bytes, BytesMut};
 use tagwire_core::queue::{BoundedQueue, Pushed};
@@ -44,6 +43,7 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::Notify;
 
 use crate::budget::MemoryBudget;
+use crate::sync::{Count, Flag, Locked};
 use crate::timing::{now_ns, NEVER};
 
 /// Most events gathered into one vectored write (two iovecs each).
@@ -132,31 +132,31 @@ pub(crate) struct Channel {
     /// The client's subscription id (goes into `Deliver`).
     pub sub: u32,
     /// The subscriber endpoint's name.
-    pub endpoint: Rc<str>,
+    pub endpoint: Arc<str>,
     /// The pattern as written.
     pub pattern: String,
     /// Queued encoded events.
-    pub queue: RefCell<BoundedQueue<Queued>>,
+    pub queue: Locked<BoundedQueue<Queued>>,
     /// Events handed to the socket.
-    pub delivered: Cell<u64>,
+    pub delivered: Count,
     /// Events that expired while queued (dropped, not delivered).
-    pub expired: Cell<u64>,
+    pub expired: Count,
     /// Events longer than the subscriber's connection accepts (its
     /// negotiated frame limit): dropped, never sent.
-    pub too_large: Cell<u64>,
+    pub too_large: Count,
     /// The longest encoded event a `Deliver` on this connection may carry.
     max_event: usize,
     /// Whether a `QueueFull` was reported since the queue last accepted.
-    pub reject_reported: Cell<bool>,
+    pub reject_reported: Flag,
     /// Whether this channel is in its outbox's ready list.
-    scheduled: Cell<bool>,
+    scheduled: Flag,
     /// The connection it delivers on.
-    pub outbox: Rc<Outbox>,
+    pub outbox: Arc<Outbox>,
     /// The router-wide budget its queued bytes are charged to.
-    budget: Rc<MemoryBudget>,
+    budget: Arc<MemoryBudget>,
     /// The read epoch whose chunk this queue's small slices come from; while
     /// set, the channel holds [`READ_CHUNK`] of the budget for that chunk.
-    pinned: Cell<Option<u64>>,
+    pinned: Count,
 }
 
 /// What [`Channel::offer`] did with an event.
@@ -177,26 +177,26 @@ pub(crate) enum Offer {
 impl Channel {
     pub(crate) fn new(
         sub: u32,
-        endpoint: Rc<str>,
+        endpoint: Arc<str>,
         pattern: String,
         queue: BoundedQueue<Queued>,
-        outbox: Rc<Outbox>,
-        budget: Rc<MemoryBudget>,
+        outbox: Arc<Outbox>,
+        budget: Arc<MemoryBudget>,
     ) -> Self {
         Channel {
             sub,
             endpoint,
             pattern,
-            queue: RefCell::new(queue),
-            delivered: Cell::new(0),
-            expired: Cell::new(0),
-            too_large: Cell::new(0),
+            queue: Locked::new(queue),
+            delivered: Count::new(0),
+            expired: Count::new(0),
+            too_large: Count::new(0),
             max_event: usize::MAX,
-            reject_reported: Cell::new(false),
-            scheduled: Cell::new(false),
+            reject_reported: Flag::new(false),
+            scheduled: Flag::new(false),
             outbox,
             budget,
-            pinned: Cell::new(None),
+            pinned: Count::new(0),
         }
     }
 
@@ -211,19 +211,20 @@ impl Channel {
     /// queue is empty (then the channel takes budget for the chunk) or holds
     /// slices of that same read only.
     fn may_pin(&self, epoch: u64) -> bool {
+        // 0: nothing pinned (read epochs start at 1).
         match self.pinned.get() {
-            Some(e) => e == epoch,
-            None if self.queue.borrow().is_empty() && self.budget.try_reserve(READ_CHUNK) => {
-                self.pinned.set(Some(epoch));
+            0 if self.queue.borrow().is_empty() && self.budget.try_reserve(READ_CHUNK) => {
+                self.pinned.set(epoch);
                 true
             }
-            None => false,
+            0 => false,
+            e => e == epoch,
         }
     }
 
     /// Gives back the budget held for a pinned chunk (the queue is empty).
     fn unpin(&self) {
-        if self.pinned.take().is_some() {
+        if self.pinned.replace(0) != 0 {
             self.budget.release(READ_CHUNK);
         }
     }
@@ -232,9 +233,9 @@ impl Channel {
     /// [`Outgoing`]), to be dropped if still queued at `deadline`, and wakes
     /// the writer. The queue may use at most the memory budget's free room;
     /// beyond it the discard policy applies as at the queue's own bound.
-    pub(crate) fn offer(self: &Rc<Self>, event: &mut Outgoing, deadline: u64) -> Offer {
+    pub(crate) fn offer(self: &Arc<Self>, event: &mut Outgoing, deadline: u64) -> Offer {
         if event.bytes().len() > self.max_event {
-            self.too_large.set(self.too_large.get() + 1);
+            self.too_large.add(1);
             return Offer::Dropped;
         }
         let slice_ok = event.small_slice_epoch().is_some_and(|e| self.may_pin(e));
@@ -264,7 +265,7 @@ impl Channel {
                     self.outbox
                         .ready
                         .borrow_mut()
-                        .push_back(Rc::downgrade(self));
+                        .push_back(Arc::downgrade(self));
                     self.outbox.notify.notify_one();
                 }
                 Offer::Queued
@@ -302,11 +303,11 @@ impl Drop for Channel {
 pub(crate) struct Outbox {
     /// Channels with queued events, held weakly: a channel dropped from the
     /// router's tables is skipped here (see the module doc).
-    ready: RefCell<VecDeque<Weak<Channel>>>,
-    control: RefCell<BytesMut>,
+    ready: Locked<VecDeque<Weak<Channel>>>,
+    control: Locked<BytesMut>,
     notify: Notify,
     /// Set when the connection is closing: the writer flushes and stops.
-    closing: Cell<bool>,
+    closing: Flag,
 }
 
 impl Outbox {
@@ -445,10 +446,10 @@ mod tests {
     use super::*;
     use tagwire_core::queue::DiscardPolicy;
 
-    fn channel(budget: &Rc<MemoryBudget>) -> (Rc<Outbox>, Rc<Channel>) {
-        let outbox = Rc::new(Outbox::default());
+    fn channel(budget: &Arc<MemoryBudget>) -> (Arc<Outbox>, Arc<Channel>) {
+        let outbox = Arc::new(Outbox::default());
         let queue = BoundedQueue::with_byte_limit(1 << 20, 1 << 30, DiscardPolicy::DropOldest);
-        let ch = Rc::new(Channel::new(
+        let ch = Arc::new(Channel::new(
             1,
             "/sub".into(),
             "/**".into(),
@@ -461,7 +462,7 @@ mod tests {
 
     #[test]
     fn a_dropped_channel_frees_its_queue_although_its_outbox_lists_it() {
-        let budget = Rc::new(MemoryBudget::new(1 << 30));
+        let budget = Arc::new(MemoryBudget::new(1 << 30));
         let (outbox, ch) = channel(&budget);
         let chunk = Bytes::from(vec![7u8; READ_CHUNK]);
         for _ in 0..10 {
@@ -470,7 +471,7 @@ mod tests {
         }
         assert!(budget.used() > 0);
         assert_eq!(outbox.ready.borrow().len(), 1, "scheduled on its outbox");
-        let weak = Rc::downgrade(&ch);
+        let weak = Arc::downgrade(&ch);
         // The router's tables let go of the channel (its subscriber left).
         drop(ch);
         assert!(
@@ -482,12 +483,12 @@ mod tests {
         let (mut bodies, mut prefixes) = (Vec::new(), Vec::new());
         outbox.gather(&mut bodies, &mut prefixes, 0);
         assert!(bodies.is_empty());
-        assert_eq!(Rc::strong_count(&outbox), 1);
+        assert_eq!(Arc::strong_count(&outbox), 1);
     }
 
     #[test]
     fn a_small_event_to_a_queue_that_keeps_up_stays_a_slice_and_holds_one_chunk() {
-        let budget = Rc::new(MemoryBudget::new(1 << 30));
+        let budget = Arc::new(MemoryBudget::new(1 << 30));
         let (outbox, a) = channel(&budget);
         let chunk = Bytes::from(vec![7u8; READ_CHUNK]);
         for i in 0..10 {
@@ -510,7 +511,7 @@ mod tests {
 
     #[test]
     fn a_small_event_to_queues_that_are_behind_is_copied_once_for_all_of_them() {
-        let budget = Rc::new(MemoryBudget::new(1 << 30));
+        let budget = Arc::new(MemoryBudget::new(1 << 30));
         let (_o1, a) = channel(&budget);
         let (_o2, b) = channel(&budget);
         let old = Bytes::from(vec![1u8; READ_CHUNK]);
@@ -538,7 +539,7 @@ mod tests {
 
     #[test]
     fn a_large_event_stays_in_its_chunk_and_is_counted_at_the_chunk() {
-        let budget = Rc::new(MemoryBudget::new(1 << 30));
+        let budget = Arc::new(MemoryBudget::new(1 << 30));
         let (_o, a) = channel(&budget);
         let chunk = Bytes::from(vec![7u8; READ_CHUNK]);
         let mut ev = Outgoing::in_chunk(chunk.slice(0..COPY_BELOW), 1);
@@ -554,7 +555,7 @@ mod tests {
     #[test]
     fn queues_stop_at_the_memory_budget_with_their_discard_policy() {
         let per_event = 1000 + DELIVER_PREFIX_LEN + QUEUED_OVERHEAD;
-        let budget = Rc::new(MemoryBudget::new(3 * per_event));
+        let budget = Arc::new(MemoryBudget::new(3 * per_event));
         let (_o1, a) = channel(&budget);
         let (_o2, b) = channel(&budget);
         let ev = || Outgoing::owned(Bytes::from(vec![1u8; 1000]));

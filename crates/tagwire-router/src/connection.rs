@@ -9,8 +9,7 @@
 //! split into frames any more (oversized or zero length) gets an `Error` and
 //! is closed. Nothing here panics on peer input.
 
-use std::cell::{Cell, RefCell};
-use std::rc::Rc;
+use std::cell::Cell;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -36,6 +35,7 @@ use crate::filters::{op_name, FilterInfo, FilterLevel, FilterRecord};
 use crate::local::hex;
 use crate::read_buffer::ReadBuffer;
 use crate::state::{ConnEntry, Reservation, State};
+use crate::sync::Locked;
 use crate::timing::now_ns;
 
 /// Frames one connection handles before the lane turns to its other tasks
@@ -62,14 +62,14 @@ fn engine_config(limits: &Limits) -> engine::Config {
 /// knows about the peer.
 struct Conn {
     id: u64,
-    state: Rc<RefCell<State>>,
-    outbox: Rc<Outbox>,
+    state: Arc<Locked<State>>,
+    outbox: Arc<Outbox>,
     engine: Connection,
     max_control: usize,
     /// How the peer reached us (what identifies it before any token).
     transport: Transport,
     /// Who the peer is, once through the handshake.
-    identity: Rc<str>,
+    identity: Arc<str>,
     /// What it may do.
     rights: Rights,
     /// Its session id (all zero: none), for endpoint reservations.
@@ -95,7 +95,7 @@ enum Compiled {
 /// (`limits.max_protocol_errors`); the read buffer grows for a large frame
 /// only within the memory budget ([`ReadBuffer`]).
 pub(crate) async fn serve<R, W>(
-    state: Rc<RefCell<State>>,
+    state: Arc<Locked<State>>,
     peer: String,
     transport: Transport,
     mut reader: R,
@@ -104,7 +104,7 @@ pub(crate) async fn serve<R, W>(
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin + 'static,
 {
-    let outbox = Rc::new(Outbox::default());
+    let outbox = Arc::new(Outbox::default());
     let (id, limits, evict) = register(&state, &peer, &outbox);
     let slot = Slot {
         id,
@@ -125,7 +125,7 @@ pub(crate) async fn serve<R, W>(
         engine: Connection::server(engine_config(&limits), 0),
         max_control: limits.max_control_bytes,
         transport,
-        identity: Rc::from(""),
+        identity: Arc::from(""),
         rights: Rights::default(),
         session: [0; SESSION_ID_LEN],
         counted: false,
@@ -257,7 +257,7 @@ pub(crate) async fn serve<R, W>(
 /// that the request, handled next, does not stall the lane building
 /// automata. The connection waits (its later frames keep their order);
 /// other connections go on.
-async fn precompile_filters(state: &Rc<RefCell<State>>, input: &Input) {
+async fn precompile_filters(state: &Arc<Locked<State>>, input: &Input) {
     let texts = crate::filters::costly_filters(input);
     if texts.is_empty() {
         return;
@@ -273,7 +273,7 @@ async fn precompile_filters(state: &Rc<RefCell<State>>, input: &Input) {
 /// A connection's place in the admission counts; given back on drop.
 struct Slot {
     id: u64,
-    state: Rc<RefCell<State>>,
+    state: Arc<Locked<State>>,
     established: Cell<bool>,
 }
 
@@ -303,7 +303,7 @@ impl Drop for Slot {
 /// `limits.max_pending_handshakes` connections are pending already, the one
 /// that has waited longest is told to close to make room. Returns the
 /// connection's id, the limits, and the signal that it must close.
-fn register(state: &RefCell<State>, peer: &str, outbox: &Rc<Outbox>) -> (u64, Limits, Rc<Notify>) {
+fn register(state: &Locked<State>, peer: &str, outbox: &Arc<Outbox>) -> (u64, Limits, Arc<Notify>) {
     let mut st = state.borrow_mut();
     let limits = st.config.limits.clone();
     let id = st.next_connection_id();
@@ -317,7 +317,7 @@ fn register(state: &RefCell<State>, peer: &str, outbox: &Rc<Outbox>) -> (u64, Li
             name: String::new(),
             peer: peer.to_owned(),
             outbox: outbox.clone(),
-            identity: Rc::from(""),
+            identity: Arc::from(""),
             session: [0; SESSION_ID_LEN],
         },
     );
@@ -523,8 +523,8 @@ impl Conn {
         st.reservations.remove(&name);
         st.usage(&self.identity).endpoints += 1;
         if kind == EndpointKind::Publisher {
-            let filters = Rc::new(RefCell::new(FilterList::new(&st.filters.limits)));
-            st.sources.insert(Rc::from(name.as_str()), filters);
+            let filters = Arc::new(Locked::new(FilterList::new(&st.filters.limits)));
+            st.sources.insert(Arc::from(name.as_str()), filters);
         }
         drop(st);
         tracing::debug!(conn = self.id, endpoint = %name, ?kind, "endpoint declared");
@@ -616,8 +616,8 @@ impl Conn {
             limits.max_queue_bytes,
             channel_qos.discard,
         );
-        let endpoint_name: Rc<str> = Rc::from(&**endpoint);
-        let channel = Rc::new(
+        let endpoint_name: Arc<str> = Arc::from(&**endpoint);
+        let channel = Arc::new(
             Channel::new(
                 sub,
                 endpoint_name.clone(),

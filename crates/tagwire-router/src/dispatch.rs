@@ -1,8 +1,7 @@
 //! Handing an accepted event to the channels that get it, now or, for an
 //! event with a future start time, when that time comes.
 
-use std::cell::RefCell;
-use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tagwire_proto::EventRef;
@@ -10,6 +9,7 @@ use tagwire_proto::EventRef;
 use crate::channel::{Offer, Outgoing};
 use crate::filters::rewrite;
 use crate::state::State;
+use crate::sync::Locked;
 use crate::timing::{deadline, deadline_of, expired, now_ns};
 
 /// Offers `event` (already checked, with its `deadline`) to every channel
@@ -55,7 +55,7 @@ pub(crate) fn deliver(
 /// The lane task that delivers deferred events when their start time comes
 /// (routing them then, so subscriptions made meanwhile get them too). It
 /// sleeps until the earliest start time or until a new event is deferred.
-pub(crate) async fn release_deferred(state: Rc<RefCell<State>>) {
+pub(crate) async fn release_deferred(state: Arc<Locked<State>>) {
     let wake = state.borrow().deferred_wake.clone();
     loop {
         let next = {

@@ -17,7 +17,7 @@
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
-use std::rc::Rc;
+use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use hashbrown::{HashMap, HashSet};
@@ -30,7 +30,7 @@ use tagwire_proto::{Event, Expiry};
 /// A publisher endpoint's filters, shared between its connection (which
 /// applies them to each publish) and the router's state (where admin
 /// requests change them).
-pub(crate) type SourceFilters = std::rc::Rc<std::cell::RefCell<FilterList>>;
+pub(crate) type SourceFilters = std::sync::Arc<crate::sync::Locked<FilterList>>;
 
 /// The event re-encoded with a mapping filter's overrides (a per-channel
 /// copy: only channels whose mapping fires pay for it).
@@ -86,7 +86,7 @@ pub(crate) struct FilterRecord {
     /// Channel ids (router-wide) holding it; empty for session filters.
     pub channels: Vec<u64>,
     /// The identity whose quota it counts against (its endpoint's owner).
-    pub identity: Rc<str>,
+    pub identity: Arc<str>,
     /// Its compiled memory ([`Filter::memory_estimate`]).
     pub bytes: usize,
 }
@@ -98,7 +98,7 @@ pub(crate) struct Stored {
     pub connection: u64,
     /// Channel ids holding it (channel level).
     pub channels: HashSet<u64>,
-    identity: Rc<str>,
+    identity: Arc<str>,
     bytes: usize,
 }
 
@@ -125,7 +125,7 @@ pub(crate) struct Records {
     sessions: HashMap<u64, Vec<u64>>,
     publishers: HashMap<String, Vec<u64>>,
     /// Per identity: kept in step with `by_id` by `insert` and `forget`.
-    usage: HashMap<Rc<str>, FilterUsage>,
+    usage: HashMap<Arc<str>, FilterUsage>,
 }
 
 impl Records {

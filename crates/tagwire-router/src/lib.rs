@@ -11,7 +11,7 @@
 //!   check: handshake, endpoint, EventRef::parse, tag, expiry
 //!        │
 //!        ▼
-//!   TagTable::matches(tag) ── trie + cache → [Rc<Channel>]
+//!   TagTable::matches(tag) ── trie + cache → [Arc<Channel>]
 //!        │  (the same `Bytes` handed to every channel: no payload copy)
 //!        ▼
 //!   Channel queues (bounded; discard policy at the bound)
@@ -38,14 +38,14 @@ mod lane;
 pub mod local;
 mod read_buffer;
 mod state;
+mod sync;
 mod timing;
 pub mod tls;
 
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::net::SocketAddr;
 use std::os::unix::net::UnixStream as StdUnixStream;
 use std::path::{Path, PathBuf};
-use std::rc::Rc;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -57,6 +57,7 @@ pub use admin::{
 use auth::{Authenticator, Transport};
 pub use config::{Limits, RouterConfig, TlsConfig};
 use state::State;
+use sync::Locked;
 use tagwire_proto::{ErrorCode, Frame};
 use tokio::sync::mpsc;
 
@@ -283,7 +284,7 @@ async fn serve(
 ) {
     let unix_path = config.unix.clone();
     let reservations_file = config.reservations_file.clone();
-    let state = Rc::new(RefCell::new(State::new(config, auth)));
+    let state = Arc::new(Locked::new(State::new(config, auth)));
     if let Some(f) = &reservations_file {
         state.borrow_mut().load_reservations(f, timing::now_ns());
     }
@@ -340,7 +341,7 @@ async fn serve(
     }
     // Let writers flush their Close frames, bounded.
     for _ in 0..20 {
-        if outboxes.iter().all(|o| Rc::strong_count(o) <= 2) {
+        if outboxes.iter().all(|o| Arc::strong_count(o) <= 2) {
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -355,7 +356,7 @@ async fn serve(
 }
 
 async fn accept_tcp(
-    state: Rc<RefCell<State>>,
+    state: Arc<Locked<State>>,
     l: tokio::net::TcpListener,
     tls: Option<Arc<rustls::ServerConfig>>,
 ) {
@@ -363,7 +364,7 @@ async fn accept_tcp(
         let max_pending = state.borrow().config.limits.max_connections;
         TlsAccept {
             acceptor: tokio_rustls::TlsAcceptor::from(config),
-            pending: Rc::new(Cell::new(0)),
+            pending: Arc::new(Cell::new(0)),
             max_pending,
         }
     });
@@ -393,7 +394,7 @@ async fn accept_tcp(
     }
 }
 
-async fn accept_unix(state: Rc<RefCell<State>>, l: tokio::net::UnixListener) {
+async fn accept_unix(state: Arc<Locked<State>>, l: tokio::net::UnixListener) {
     loop {
         match l.accept().await {
             Ok((s, _)) => {
@@ -413,7 +414,7 @@ async fn accept_unix(state: Rc<RefCell<State>>, l: tokio::net::UnixListener) {
 }
 
 fn spawn_unix(
-    state: Rc<RefCell<State>>,
+    state: Arc<Locked<State>>,
     s: tokio::net::UnixStream,
     peer: String,
     transport: Transport,
@@ -427,7 +428,7 @@ fn spawn_unix(
 /// `limits.max_connections` at once; beyond that new sockets are closed).
 struct TlsAccept {
     acceptor: tokio_rustls::TlsAcceptor,
-    pending: Rc<Cell<usize>>,
+    pending: Arc<Cell<usize>>,
     max_pending: usize,
 }
 
@@ -435,7 +436,7 @@ struct TlsAccept {
 const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl TlsAccept {
-    fn spawn(&self, state: Rc<RefCell<State>>, s: tokio::net::TcpStream, peer: SocketAddr) {
+    fn spawn(&self, state: Arc<Locked<State>>, s: tokio::net::TcpStream, peer: SocketAddr) {
         if self.pending.get() >= self.max_pending {
             tracing::debug!(%peer, "dropping connection: {} TLS handshakes already in progress", self.max_pending);
             return;

@@ -11,9 +11,8 @@
 //! own size, which is what [`crate::channel`] relies on to count what a
 //! queued event keeps alive.
 
-use std::rc::Rc;
-
 use bytes::BytesMut;
+use std::sync::Arc;
 use tagwire_proto::FRAME_HEADER_LEN;
 
 use crate::budget::{MemoryBudget, Reservation};
@@ -48,14 +47,14 @@ pub(crate) struct ReadBuffer {
     /// [`make_room`](Self::make_room).
     pub buf: BytesMut,
     chunk: usize,
-    budget: Rc<MemoryBudget>,
+    budget: Arc<MemoryBudget>,
     /// The budget held for a frame larger than a chunk, until it completes.
     large: Option<Reservation>,
 }
 
 impl ReadBuffer {
     /// A buffer reading in chunks of `chunk` bytes.
-    pub(crate) fn new(chunk: usize, budget: Rc<MemoryBudget>) -> Self {
+    pub(crate) fn new(chunk: usize, budget: Arc<MemoryBudget>) -> Self {
         ReadBuffer {
             buf: BytesMut::with_capacity(chunk),
             chunk,
@@ -153,7 +152,7 @@ mod tests {
 
     #[test]
     fn a_large_frame_reserves_the_budget_until_it_completes_and_is_refused_past_it() {
-        let budget = Rc::new(MemoryBudget::new(1000));
+        let budget = Arc::new(MemoryBudget::new(1000));
         let mut rb = ReadBuffer::new(100, budget.clone());
         rb.buf.extend_from_slice(&600u32.to_le_bytes());
         rb.make_room(10_000).expect("fits the budget");
@@ -176,7 +175,7 @@ mod tests {
 
     #[test]
     fn small_frames_never_grow_the_buffer_past_a_chunk() {
-        let budget = Rc::new(MemoryBudget::new(1000));
+        let budget = Arc::new(MemoryBudget::new(1000));
         let mut rb = ReadBuffer::new(100, budget.clone());
         rb.buf.extend_from_slice(&[1, 0, 0]);
         rb.make_room(10_000).expect("room");

@@ -12,7 +12,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Bound;
-use std::rc::Rc;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use hashbrown::HashSet;
@@ -29,13 +29,14 @@ use crate::budget::MemoryBudget;
 use crate::channel::{Channel, Outbox};
 use crate::config::RouterConfig;
 use crate::filters::{FilterBook, SourceFilters};
+use crate::sync::Locked;
 
 pub(crate) struct ConnEntry {
     pub name: String,
     pub peer: String,
-    pub outbox: Rc<Outbox>,
+    pub outbox: Arc<Outbox>,
     /// Who it is, once through the handshake (empty before).
-    pub identity: Rc<str>,
+    pub identity: Arc<str>,
     /// Its session id (all zero: none), for endpoint reservations.
     pub session: [u8; tagwire_proto::SESSION_ID_LEN],
 }
@@ -114,7 +115,7 @@ pub(crate) struct State {
     pub config: RouterConfig,
     /// Channels by pattern, with their filters and their sessions' (one
     /// session per connection, keyed by connection id).
-    pub routes: Routes<Rc<Channel>>,
+    pub routes: Routes<Arc<Channel>>,
     /// Every channel by its router-wide subscription id.
     pub channels: ChannelTable,
     pub endpoints: Endpoints,
@@ -126,28 +127,28 @@ pub(crate) struct State {
     /// Filters attached by subscriptions and admin requests.
     pub filters: FilterBook,
     /// Each publisher endpoint's filters, by endpoint name.
-    pub sources: HashMap<Rc<str>, SourceFilters>,
+    pub sources: HashMap<Arc<str>, SourceFilters>,
     /// Events dropped because their publisher's filters rejected them.
     pub filtered_at_source: u64,
     /// Events held until their start time.
     pub deferred: Deferred<Bytes>,
     /// Wakes the task that releases deferred events.
-    pub deferred_wake: Rc<tokio::sync::Notify>,
+    pub deferred_wake: Arc<tokio::sync::Notify>,
     /// Who may connect and what they may do.
     pub auth: Authenticator,
     /// What each identity holds, for its quotas.
-    pub usage: HashMap<Rc<str>, Usage>,
+    pub usage: HashMap<Arc<str>, Usage>,
     /// Endpoint names reserved for the sessions that held them.
     pub reservations: Reservations,
     /// The router-wide memory budget (`limits.max_buffered_bytes`).
-    pub memory: Rc<MemoryBudget>,
+    pub memory: Arc<MemoryBudget>,
     /// Connections before and after the handshake, and the log rate limit.
     pub admission: Admission,
     /// Wakes the [`housekeeping`] task when the routes have work left.
-    pub housekeeping: Rc<tokio::sync::Notify>,
+    pub housekeeping: Arc<tokio::sync::Notify>,
     /// Admin replies to send once the routes have settled (a session-level
     /// change answers when every channel of the session is re-placed).
-    pub replies_when_settled: Vec<(Rc<Outbox>, Frame)>,
+    pub replies_when_settled: Vec<(Arc<Outbox>, Frame)>,
     next_conn: u64,
 }
 
@@ -159,7 +160,7 @@ impl State {
             config.limits.max_deferred_bytes,
         );
         let filters = FilterBook::default();
-        let memory = Rc::new(MemoryBudget::new(config.limits.max_buffered_bytes));
+        let memory = Arc::new(MemoryBudget::new(config.limits.max_buffered_bytes));
         State {
             config,
             routes: Routes::new(filters.limits.clone()),
@@ -173,20 +174,20 @@ impl State {
             sources: HashMap::new(),
             filtered_at_source: 0,
             deferred,
-            deferred_wake: Rc::default(),
+            deferred_wake: Arc::default(),
             auth,
             usage: HashMap::new(),
             reservations: Reservations::default(),
             memory,
             admission: Admission::default(),
-            housekeeping: Rc::default(),
+            housekeeping: Arc::default(),
             replies_when_settled: Vec::new(),
             next_conn: 1,
         }
     }
 
     /// The usage entry of `identity`.
-    pub fn usage(&mut self, identity: &Rc<str>) -> &mut Usage {
+    pub fn usage(&mut self, identity: &Arc<str>) -> &mut Usage {
         self.usage.entry(identity.clone()).or_default()
     }
 
@@ -312,7 +313,7 @@ impl State {
 impl State {
     /// Sends `reply` on `outbox` now if the routes have settled, or once
     /// the [`housekeeping`] task has settled them.
-    pub fn reply_when_settled(&mut self, outbox: Rc<Outbox>, reply: Frame) {
+    pub fn reply_when_settled(&mut self, outbox: Arc<Outbox>, reply: Frame) {
         if self.routes.is_settled() && self.replies_when_settled.is_empty() {
             outbox.send(&reply, usize::MAX);
         } else {
@@ -333,7 +334,7 @@ impl State {
     /// retired channels from every table (or re-places that many), and
     /// once nothing is left sends the replies that waited for it. Returns
     /// true when nothing is left.
-    pub fn settle_slice(&mut self, removed: &mut Vec<(u64, Rc<Channel>)>) -> bool {
+    pub fn settle_slice(&mut self, removed: &mut Vec<(u64, Arc<Channel>)>) -> bool {
         let done = self.routes.settle(SETTLE_SLICE, removed);
         for (global, old) in removed.drain(..) {
             if self.channels.holds(global, &old) {
@@ -364,7 +365,7 @@ pub(crate) const SETTLE_SLICE: usize = 256;
 /// The lane task that finishes work left by admin requests and closing
 /// connections ([`State::settle_slice`]), one slice at a time, yielding to
 /// the lane's other tasks between slices so that events keep flowing.
-pub(crate) async fn housekeeping(state: Rc<std::cell::RefCell<State>>) {
+pub(crate) async fn housekeeping(state: Arc<Locked<State>>) {
     let wake = state.borrow().housekeeping.clone();
     let mut removed = Vec::with_capacity(SETTLE_SLICE);
     loop {
@@ -382,13 +383,13 @@ pub(crate) async fn housekeeping(state: Rc<std::cell::RefCell<State>>) {
 /// not scan the others).
 #[derive(Debug, Default)]
 pub(crate) struct ChannelTable {
-    by_id: BTreeMap<u64, Rc<Channel>>,
-    by_endpoint: HashMap<Rc<str>, HashSet<u64>>,
+    by_id: BTreeMap<u64, Arc<Channel>>,
+    by_endpoint: HashMap<Arc<str>, HashSet<u64>>,
 }
 
 impl ChannelTable {
     /// Adds channel `global`.
-    pub fn insert(&mut self, global: u64, channel: Rc<Channel>) {
+    pub fn insert(&mut self, global: u64, channel: Arc<Channel>) {
         if let Some(old) = self.by_id.remove(&global) {
             self.unlink(global, &old.endpoint);
         }
@@ -400,14 +401,14 @@ impl ChannelTable {
     }
 
     /// Whether `channel` is the one held under `global`.
-    pub fn holds(&self, global: u64, channel: &Rc<Channel>) -> bool {
+    pub fn holds(&self, global: u64, channel: &Arc<Channel>) -> bool {
         self.by_id
             .get(&global)
-            .is_some_and(|c| Rc::ptr_eq(c, channel))
+            .is_some_and(|c| Arc::ptr_eq(c, channel))
     }
 
     /// Removes channel `global`.
-    pub fn remove(&mut self, global: &u64) -> Option<Rc<Channel>> {
+    pub fn remove(&mut self, global: &u64) -> Option<Arc<Channel>> {
         let channel = self.by_id.remove(global)?;
         self.unlink(*global, &channel.endpoint);
         Some(channel)
@@ -431,7 +432,7 @@ impl ChannelTable {
     }
 
     /// Channels with ids above `after`, in id order.
-    pub fn after(&self, after: Option<u64>) -> impl Iterator<Item = (&u64, &Rc<Channel>)> {
+    pub fn after(&self, after: Option<u64>) -> impl Iterator<Item = (&u64, &Arc<Channel>)> {
         let from = after.map_or(Bound::Unbounded, Bound::Excluded);
         self.by_id.range((from, Bound::Unbounded))
     }

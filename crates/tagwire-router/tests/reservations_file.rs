@@ -193,7 +193,14 @@ fn file_text() -> impl Strategy<Value = String> {
         format!("{{{}}}", body.join(","))
     });
     (object, 0u8..10, any::<prop::sample::Index>()).prop_map(|(text, shape, at)| match shape {
-        0 => text[..at.index(text.len() + 1)].to_owned(),
+        0 => {
+            // Cut at a character boundary (names may hold any character).
+            let mut cut = at.index(text.len() + 1);
+            while !text.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            text[..cut].to_owned()
+        }
         1 => format!("[{text}]"),
         2 => format!("{text} trailing"),
         _ => text,

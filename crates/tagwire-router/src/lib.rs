@@ -364,7 +364,7 @@ async fn accept_tcp(
         let max_pending = state.borrow().config.limits.max_connections;
         TlsAccept {
             acceptor: tokio_rustls::TlsAcceptor::from(config),
-            pending: Arc::new(Cell::new(0)),
+            pending: std::rc::Rc::new(Cell::new(0)),
             max_pending,
         }
     });
@@ -428,7 +428,7 @@ fn spawn_unix(
 /// `limits.max_connections` at once; beyond that new sockets are closed).
 struct TlsAccept {
     acceptor: tokio_rustls::TlsAcceptor,
-    pending: Arc<Cell<usize>>,
+    pending: std::rc::Rc<Cell<usize>>,
     max_pending: usize,
 }
 

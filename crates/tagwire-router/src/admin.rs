@@ -332,6 +332,11 @@ fn list_page(
     let mut page = Listing {
         server: st.config.name.clone(),
         auth: st.auth.describe(),
+        lanes: if after.is_none() {
+            lane_entries(st)
+        } else {
+            Vec::new()
+        },
         connections: Vec::new(),
         endpoints: Vec::new(),
         subscriptions: Vec::new(),
@@ -374,6 +379,7 @@ fn list_page(
                         name: c.name.clone(),
                         peer: c.peer.clone(),
                         identity: c.identity.to_string(),
+                        band: c.band.to_string(),
                     };
                     if !fill.take(json_len(&item), 20) {
                         full = true;
@@ -740,6 +746,9 @@ pub struct Listing {
     /// How clients authenticate (e.g. `on: owner uid:1000, …` or `off …`).
     #[serde(default)]
     pub auth: String,
+    /// The lanes, lowest band first (on the first page).
+    #[serde(default)]
+    pub lanes: Vec<LaneEntry>,
     /// Open client connections.
     pub connections: Vec<ConnectionInfo>,
     /// Registered endpoints.
@@ -780,6 +789,26 @@ pub struct MemoryInfo {
     pub refused_connections: u64,
 }
 
+/// The lanes as they run, for listings.
+pub(crate) fn lane_entries(st: &State) -> Vec<LaneEntry> {
+    let mut lanes: Vec<LaneEntry> = st
+        .lanes
+        .iter()
+        .map(|l| LaneEntry {
+            band: l.band.clone(),
+            sched: l.sched_wanted.clone(),
+            sched_applied: l.sched_applied.clone(),
+            fell_back: l.fell_back.clone(),
+            dscp: l.dscp,
+            tcp: l.tcp.map(|a| a.to_string()),
+            unix: l.unix.as_ref().map(|p| p.display().to_string()),
+        })
+        .collect();
+    let order: Vec<&str> = st.config.bands.iter().map(|b| b.name.as_str()).collect();
+    lanes.sort_by_key(|l| order.iter().position(|n| *n == l.band));
+    lanes
+}
+
 /// One client connection.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ConnectionInfo {
@@ -792,6 +821,32 @@ pub struct ConnectionInfo {
     /// Who it is (`uid:1000`, `token:alice`, `cert:alice`, `anonymous`).
     #[serde(default)]
     pub identity: String,
+    /// The band (and lane) that serves it.
+    #[serde(default)]
+    pub band: String,
+}
+
+/// One lane: a band's thread, its scheduling and its sockets' DSCP.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaneEntry {
+    /// The band's name.
+    pub band: String,
+    /// The scheduling configured (`other`, `other:10`, `fifo:20`, …).
+    pub sched: String,
+    /// The scheduling in force: differs from `sched` when the OS refused
+    /// a real-time policy (then `fell_back` says why).
+    pub sched_applied: String,
+    /// Why the lane does not run `sched`, if it does not.
+    #[serde(default)]
+    pub fell_back: Option<String>,
+    /// DSCP of the band's sockets (0..=63).
+    pub dscp: u8,
+    /// Its TCP listener.
+    #[serde(default)]
+    pub tcp: Option<String>,
+    /// Its Unix socket.
+    #[serde(default)]
+    pub unix: Option<String>,
 }
 
 /// One endpoint.

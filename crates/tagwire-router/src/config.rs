@@ -9,6 +9,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 pub use crate::auth::{AclRule, AuthConfig, TokenConfig};
+pub use crate::band::BandConfig;
 
 /// Default TCP listen address.
 pub const DEFAULT_TCP: &str = "127.0.0.1:7700";
@@ -37,6 +38,11 @@ pub struct RouterConfig {
     pub reservations_file: Option<PathBuf>,
     /// TLS on the TCP listener (`[tls]`); `None`: plain TCP.
     pub tls: Option<TlsConfig>,
+    /// Priority bands, lowest priority first (`[[bands]]`; default `low`,
+    /// `normal`, `high`, `critical`: see [`crate::band`]).
+    pub bands: Vec<BandConfig>,
+    /// The band the main `tcp` / `unix` listeners serve.
+    pub default_band: String,
 }
 
 /// The `[tls]` section: when present the TCP listener speaks TLS only.
@@ -193,6 +199,8 @@ impl Default for RouterConfig {
             acl: Vec::new(),
             reservations_file: None,
             tls: None,
+            bands: crate::band::default_bands(),
+            default_band: crate::band::DEFAULT_BAND.into(),
         }
     }
 }
@@ -310,6 +318,7 @@ impl RouterConfig {
                 "[tls] is set but tcp is not: TLS applies to the TCP listener".into(),
             ));
         }
+        crate::band::plan(self)?;
         Ok(())
     }
 }

@@ -32,6 +32,7 @@ use crate::channel::{Channel, Outbox, Outgoing, READ_CHUNK};
 use crate::config::Limits;
 use crate::dispatch::deliver;
 use crate::filters::{op_name, FilterInfo, FilterLevel, FilterRecord};
+use crate::lane::LaneOf;
 use crate::local::hex;
 use crate::read_buffer::ReadBuffer;
 use crate::state::{ConnEntry, Reservation, State};
@@ -76,6 +77,8 @@ struct Conn {
     session: [u8; SESSION_ID_LEN],
     /// Whether the connection was counted in its identity's usage.
     counted: bool,
+    /// Whether it runs on the admin lane (else admin requests go there).
+    admin_lane: bool,
     /// The engine's clock origin (it takes monotonic ns from here).
     origin: Instant,
     /// Rate limit on this connection's error log lines.
@@ -98,6 +101,8 @@ pub(crate) async fn serve<R, W>(
     state: Arc<Locked<State>>,
     peer: String,
     transport: Transport,
+    lane: LaneOf,
+    socket: Option<std::os::fd::OwnedFd>,
     mut reader: R,
     writer: W,
 ) where
@@ -105,7 +110,7 @@ pub(crate) async fn serve<R, W>(
     W: AsyncWrite + Unpin + 'static,
 {
     let outbox = Arc::new(Outbox::default());
-    let (id, limits, evict) = register(&state, &peer, &outbox);
+    let (id, limits, evict) = register(&state, &peer, &outbox, &lane, socket);
     let slot = Slot {
         id,
         state: state.clone(),
@@ -129,6 +134,7 @@ pub(crate) async fn serve<R, W>(
         rights: Rights::default(),
         session: [0; SESSION_ID_LEN],
         counted: false,
+        admin_lane: lane.admin_lane,
         origin,
         log: ConnLog::default(),
     };
@@ -205,7 +211,16 @@ pub(crate) async fn serve<R, W>(
                 precompile_filters(&state, &input).await;
             }
             let chunk = |len: usize| (!rb.is_large(len)).then_some(epoch);
-            conn.handle(input, chunk);
+            match input {
+                Input::Admin { body, .. } if !conn.admin_lane => {
+                    // Admin work runs on the admin lane; this connection
+                    // waits for its answer (its later frames keep their
+                    // order), the lane's other connections go on.
+                    let result = conn.admin_elsewhere(body).await;
+                    conn.finish_admin(result);
+                }
+                input => conn.handle(input, chunk),
+            }
             state.borrow().filters.clear_precompiled();
             if !conn.flush() {
                 break 'read;
@@ -303,7 +318,13 @@ impl Drop for Slot {
 /// `limits.max_pending_handshakes` connections are pending already, the one
 /// that has waited longest is told to close to make room. Returns the
 /// connection's id, the limits, and the signal that it must close.
-fn register(state: &Locked<State>, peer: &str, outbox: &Arc<Outbox>) -> (u64, Limits, Arc<Notify>) {
+fn register(
+    state: &Locked<State>,
+    peer: &str,
+    outbox: &Arc<Outbox>,
+    lane: &LaneOf,
+    socket: Option<std::os::fd::OwnedFd>,
+) -> (u64, Limits, Arc<Notify>) {
     let mut st = state.borrow_mut();
     let limits = st.config.limits.clone();
     let id = st.next_connection_id();
@@ -319,6 +340,8 @@ fn register(state: &Locked<State>, peer: &str, outbox: &Arc<Outbox>) -> (u64, Li
             outbox: outbox.clone(),
             identity: Arc::from(""),
             session: [0; SESSION_ID_LEN],
+            band: lane.band.clone(),
+            socket,
         },
     );
     (id, limits, evict)
@@ -756,6 +779,37 @@ impl Conn {
             self.engine.max_frame() as usize,
             &requester,
         );
+        self.finish_admin(result);
+    }
+
+    /// Sends an admin request to the admin lane and waits for its result.
+    async fn admin_elsewhere(&self, body: String) -> Result<Reply, (ErrorCode, String)> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let job = crate::lane::AdminJob {
+            body,
+            identity: self.identity.clone(),
+            admin: self.rights.admin,
+            max_frame: self.engine.max_frame() as usize,
+            reply: tx,
+        };
+        let sent = match &self.state.borrow().admin_jobs {
+            Some(jobs) => jobs.send(job).is_ok(),
+            None => false,
+        };
+        let gone = || {
+            (
+                ErrorCode::ShuttingDown,
+                "the admin lane has stopped".to_owned(),
+            )
+        };
+        if !sent {
+            return Err(gone());
+        }
+        rx.await.unwrap_or_else(|_| Err(gone()))
+    }
+
+    /// Answers the admin request the engine handed over with `result`.
+    fn finish_admin(&mut self, result: Result<Reply, (ErrorCode, String)>) {
         match result {
             Ok(Reply::Now(body)) => self.engine.answer_admin(body),
             Ok(Reply::WhenSettled(body)) => {

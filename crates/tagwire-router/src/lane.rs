@@ -1,10 +1,32 @@
-//! Lanes: an OS thread with its own single-threaded event loop. Connections
-//! are served by the lane that accepted them; lanes never steal work from one
-//! another. There is one lane today; priority lanes will add more, each with
-//! its own scheduling policy.
+//! Lanes: one OS thread per priority band, each with its own single-threaded
+//! event loop and its band's scheduling policy. A lane accepts on its band's
+//! listeners (marking TCP sockets with the band's DSCP) and serves those
+//! connections; lanes never steal work from one another. The routing tables
+//! are shared under one lock ([`crate::sync`]); an event published on one
+//! lane is queued by that lane into the subscribers' channels and written by
+//! each subscriber connection's own lane.
+//!
+//! The lowest band's lane is also the **admin lane** (TAO §3.4): admin
+//! requests from every lane run there, as do housekeeping and the release of
+//! events held for their start time, so listing, filters and QoS changes
+//! never run on a real-time lane.
 
 use std::future::Future;
+use std::net::SocketAddr;
+use std::os::unix::net::UnixStream as StdUnixStream;
+use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Duration;
+
+use tagwire_proto::{ErrorCode, Frame};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::admin::Reply;
+use crate::auth::Transport;
+use crate::band::Band;
+use crate::priority::{apply_sched, Applied};
+use crate::state::{LaneInfo, State};
+use crate::sync::Locked;
 
 /// Spawns a lane thread named `name` running `make()` to completion on a
 /// current-thread tokio runtime with a `LocalSet` (so tasks may use `Rc`).
@@ -22,4 +44,379 @@ where
             let local = tokio::task::LocalSet::new();
             local.block_on(&rt, make());
         })
+}
+
+/// What a lane is told by the router handle.
+pub(crate) enum LaneCommand {
+    /// Serve this in-process socket.
+    Attach(StdUnixStream),
+    /// Close the listeners (the router is stopping).
+    StopAccepting,
+    /// Admin lane only: tell every client the router is closing, flush,
+    /// save reservations, then exit.
+    Shutdown,
+    /// Exit now.
+    Exit,
+}
+
+/// An admin request sent to the admin lane by a connection on another lane.
+pub(crate) struct AdminJob {
+    pub body: String,
+    pub identity: Arc<str>,
+    pub admin: bool,
+    pub max_frame: usize,
+    pub reply: oneshot::Sender<Result<Reply, (ErrorCode, String)>>,
+}
+
+/// Everything one lane serves.
+pub(crate) struct LaneSetup {
+    pub band: Band,
+    pub state: Arc<Locked<State>>,
+    pub tcp: Option<std::net::TcpListener>,
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+    pub unix: Option<std::os::unix::net::UnixListener>,
+    pub commands: mpsc::UnboundedReceiver<LaneCommand>,
+    /// Set on the admin lane.
+    pub admin_jobs: Option<mpsc::UnboundedReceiver<AdminJob>>,
+    /// Admin lane: every band's Unix socket, removed at shutdown.
+    pub unix_paths: Vec<std::path::PathBuf>,
+}
+
+/// Applies the band's scheduling to this thread and records what it got
+/// (one warning if the OS refused a real-time policy).
+fn take_priority(band: &Band, state: &Locked<State>) {
+    let wanted = band.sched.to_string();
+    let (applied, fell_back) = match apply_sched(band.sched) {
+        Ok(Applied::Exactly(p)) => (p.to_string(), None),
+        Ok(Applied::FellBack { got, reason, .. }) => {
+            tracing::warn!(
+                band = %band.name,
+                "lane cannot run {wanted} ({reason}); running {got} instead (grant CAP_SYS_NICE or run as root for real-time lanes)"
+            );
+            (got.to_string(), Some(reason.to_string()))
+        }
+        Err(e) => {
+            tracing::warn!(band = %band.name, "lane scheduling {wanted} not applied: {e}");
+            ("other".into(), Some(e.to_string()))
+        }
+    };
+    state.borrow_mut().lanes.push(LaneInfo {
+        band: band.name.clone(),
+        dscp: band.dscp,
+        sched_wanted: wanted,
+        sched_applied: applied,
+        fell_back,
+        tcp: None,
+        unix: band.unix.clone(),
+    });
+}
+
+/// A lane's life: take its priority, accept on its listeners, serve.
+pub(crate) async fn run(mut setup: LaneSetup) {
+    let state = setup.state.clone();
+    take_priority(&setup.band, &state);
+    let band: Arc<str> = Arc::from(setup.band.name.as_str());
+    let dscp = setup.band.dscp;
+    let admin_lane = setup.admin_jobs.is_some();
+    let mut tasks = Vec::new();
+    if admin_lane {
+        tasks.push(tokio::task::spawn_local(crate::dispatch::release_deferred(
+            state.clone(),
+        )));
+        tasks.push(tokio::task::spawn_local(crate::state::housekeeping(
+            state.clone(),
+        )));
+    }
+    let mut accepts = Vec::new();
+    if let Some(l) = setup.tcp.take() {
+        let addr = l.local_addr().ok();
+        if let Some(info) = state
+            .borrow_mut()
+            .lanes
+            .iter_mut()
+            .find(|i| i.band == setup.band.name)
+        {
+            info.tcp = addr;
+        }
+        match tokio::net::TcpListener::from_std(l) {
+            Ok(l) => accepts.push(tokio::task::spawn_local(accept_tcp(
+                state.clone(),
+                l,
+                setup.tls.take(),
+                band.clone(),
+                dscp,
+                admin_lane,
+            ))),
+            Err(e) => tracing::error!("tcp listener: {e}"),
+        }
+    }
+    if let Some(l) = setup.unix.take() {
+        match tokio::net::UnixListener::from_std(l) {
+            Ok(l) => accepts.push(tokio::task::spawn_local(accept_unix(
+                state.clone(),
+                l,
+                band.clone(),
+                admin_lane,
+            ))),
+            Err(e) => tracing::error!("unix listener: {e}"),
+        }
+    }
+    let mut jobs = setup.admin_jobs.take();
+    loop {
+        let cmd = tokio::select! {
+            c = setup.commands.recv() => c,
+            Some(job) = async {
+                match jobs.as_mut() {
+                    Some(j) => j.recv().await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                run_admin_job(&state, job);
+                continue;
+            }
+        };
+        match cmd {
+            Some(LaneCommand::Attach(s)) => {
+                let stream = s
+                    .set_nonblocking(true)
+                    .and_then(|()| tokio::net::UnixStream::from_std(s));
+                match stream {
+                    Ok(s) => spawn_unix(
+                        state.clone(),
+                        s,
+                        "in-process".into(),
+                        Transport::InProcess,
+                        band.clone(),
+                        admin_lane,
+                    ),
+                    Err(e) => tracing::error!("cannot attach in-process client: {e}"),
+                }
+            }
+            Some(LaneCommand::StopAccepting) => {
+                for a in accepts.drain(..) {
+                    a.abort();
+                }
+            }
+            Some(LaneCommand::Shutdown) => {
+                close_all(&state).await;
+                for p in &setup.unix_paths {
+                    let _ = std::fs::remove_file(p);
+                }
+                break;
+            }
+            Some(LaneCommand::Exit) | None => break,
+        }
+    }
+    for t in tasks.into_iter().chain(accepts) {
+        t.abort();
+    }
+}
+
+/// Runs one admin request here, on the admin lane, and sends the result back.
+fn run_admin_job(state: &Locked<State>, job: AdminJob) {
+    let requester = crate::admin::Requester {
+        identity: &job.identity,
+        admin: job.admin,
+    };
+    let result = crate::admin::handle(
+        &mut state.borrow_mut(),
+        &job.body,
+        job.max_frame,
+        &requester,
+    );
+    let _ = job.reply.send(result);
+}
+
+/// Tells every client the router is closing and lets the writers flush,
+/// for at most 200 ms.
+async fn close_all(state: &Locked<State>) {
+    let outboxes: Vec<_> = state
+        .borrow()
+        .connections
+        .values()
+        .map(|c| c.outbox.clone())
+        .collect();
+    for o in &outboxes {
+        o.send(
+            &Frame::Close {
+                code: ErrorCode::ShuttingDown.code(),
+                reason: "server shutting down".into(),
+            },
+            usize::MAX,
+        );
+        o.close();
+    }
+    for _ in 0..20 {
+        if outboxes.iter().all(|o| Arc::strong_count(o) <= 2) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn accept_tcp(
+    state: Arc<Locked<State>>,
+    l: tokio::net::TcpListener,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    band: Arc<str>,
+    dscp: u8,
+    admin_lane: bool,
+) {
+    let tls = tls.map(|config| {
+        let max_pending = state.borrow().config.limits.max_connections;
+        TlsAccept {
+            acceptor: tokio_rustls::TlsAcceptor::from(config),
+            pending: std::rc::Rc::new(std::cell::Cell::new(0)),
+            max_pending,
+        }
+    });
+    loop {
+        match l.accept().await {
+            Ok((s, peer)) => {
+                let _ = s.set_nodelay(true);
+                if let Err(e) = crate::priority::set_dscp(&s, dscp) {
+                    tracing::debug!(%peer, "cannot set DSCP {dscp}: {e}");
+                }
+                let lane = LaneOf {
+                    band: band.clone(),
+                    admin_lane,
+                };
+                match &tls {
+                    Some(t) => t.spawn(state.clone(), s, peer, lane),
+                    None => {
+                        let socket = dup(&s);
+                        let (r, w) = s.into_split();
+                        tokio::task::spawn_local(crate::connection::serve(
+                            state.clone(),
+                            peer.to_string(),
+                            Transport::Tcp { cert: None },
+                            lane,
+                            socket,
+                            r,
+                            w,
+                        ));
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!("accept (tcp): {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+async fn accept_unix(
+    state: Arc<Locked<State>>,
+    l: tokio::net::UnixListener,
+    band: Arc<str>,
+    admin_lane: bool,
+) {
+    loop {
+        match l.accept().await {
+            Ok((s, _)) => {
+                let uid = s.peer_cred().ok().map(|c| c.uid());
+                let peer = match uid {
+                    Some(uid) => format!("unix uid {uid}"),
+                    None => "unix".into(),
+                };
+                spawn_unix(
+                    state.clone(),
+                    s,
+                    peer,
+                    Transport::Unix { uid },
+                    band.clone(),
+                    admin_lane,
+                );
+            }
+            Err(e) => {
+                tracing::warn!("accept (unix): {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// The lane a connection runs on.
+#[derive(Clone)]
+pub(crate) struct LaneOf {
+    /// Its band.
+    pub band: Arc<str>,
+    /// Whether this is the admin lane (admin requests run inline).
+    pub admin_lane: bool,
+}
+
+fn spawn_unix(
+    state: Arc<Locked<State>>,
+    s: tokio::net::UnixStream,
+    peer: String,
+    transport: Transport,
+    band: Arc<str>,
+    admin_lane: bool,
+) {
+    let (r, w) = s.into_split();
+    let lane = LaneOf { band, admin_lane };
+    tokio::task::spawn_local(crate::connection::serve(
+        state, peer, transport, lane, None, r, w,
+    ));
+}
+
+/// The TLS side of a TCP listener: handshakes run in their own tasks,
+/// bounded in time ([`TLS_HANDSHAKE_TIMEOUT`]) and in number (at most
+/// `limits.max_connections` at once; beyond that new sockets are closed).
+struct TlsAccept {
+    acceptor: tokio_rustls::TlsAcceptor,
+    pending: std::rc::Rc<std::cell::Cell<usize>>,
+    max_pending: usize,
+}
+
+/// How long a TLS handshake may take before the socket is dropped.
+const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+
+impl TlsAccept {
+    fn spawn(
+        &self,
+        state: Arc<Locked<State>>,
+        s: tokio::net::TcpStream,
+        peer: SocketAddr,
+        lane: LaneOf,
+    ) {
+        if self.pending.get() >= self.max_pending {
+            tracing::debug!(%peer, "dropping connection: {} TLS handshakes already in progress", self.max_pending);
+            return;
+        }
+        self.pending.set(self.pending.get() + 1);
+        let pending = self.pending.clone();
+        let socket = dup(&s);
+        let accept = self.acceptor.accept(s);
+        tokio::task::spawn_local(async move {
+            let done = tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, accept).await;
+            pending.set(pending.get() - 1);
+            let stream = match done {
+                Ok(Ok(stream)) => stream,
+                Ok(Err(e)) => {
+                    tracing::debug!(%peer, "TLS handshake failed: {e}");
+                    return;
+                }
+                Err(_) => {
+                    tracing::debug!(%peer, "TLS handshake timed out after {} s", TLS_HANDSHAKE_TIMEOUT.as_secs());
+                    return;
+                }
+            };
+            let identity = stream
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|chain| chain.first())
+                .and_then(crate::tls::cert_identity);
+            let (r, w) = tokio::io::split(stream);
+            let transport = Transport::Tcp { cert: identity };
+            crate::connection::serve(state, peer.to_string(), transport, lane, socket, r, w).await;
+        });
+    }
+}
+
+/// A second descriptor for `s`, kept to change its DSCP at run time.
+fn dup(s: &impl std::os::fd::AsFd) -> Option<std::os::fd::OwnedFd> {
+    s.as_fd().try_clone_to_owned().ok()
 }

@@ -28,6 +28,7 @@
 mod admin;
 mod admission;
 pub mod auth;
+pub mod band;
 mod budget;
 mod channel;
 pub mod config;
@@ -36,29 +37,28 @@ mod dispatch;
 mod filters;
 mod lane;
 pub mod local;
+pub mod priority;
 mod read_buffer;
 mod state;
 mod sync;
 mod timing;
 pub mod tls;
 
-use std::cell::Cell;
 use std::net::SocketAddr;
 use std::os::unix::net::UnixStream as StdUnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
 
 pub use admin::{
     AdminRequest, ConnectionInfo, EndpointEntry, FilterInfo, FilterLevel, Listing, MemoryInfo,
     SubscriptionInfo, TagInfo, DEFAULT_PAGE_ITEMS, MAX_PAGE_ITEMS,
 };
-use auth::{Authenticator, Transport};
+use auth::Authenticator;
 pub use config::{Limits, RouterConfig, TlsConfig};
+use lane::LaneCommand;
 use state::State;
 use sync::Locked;
-use tagwire_proto::{ErrorCode, Frame};
 use tokio::sync::mpsc;
 
 /// Why a router could not start.
@@ -90,24 +90,29 @@ pub enum RouterError {
     Tls(#[from] tls::TlsError),
 }
 
-enum Command {
-    Attach(StdUnixStream),
-    Shutdown,
-}
-
 /// Starts routers.
 #[derive(Debug)]
 pub struct Router;
 
 /// A running router. Dropping it shuts the router down.
-#[derive(Debug)]
 pub struct RouterHandle {
-    commands: mpsc::UnboundedSender<Command>,
-    lane: Option<JoinHandle<()>>,
+    /// Each lane's command channel and thread, lowest band (the admin
+    /// lane) first.
+    lanes: Vec<(
+        String,
+        mpsc::UnboundedSender<LaneCommand>,
+        Option<JoinHandle<()>>,
+    )>,
+    /// The default band's name.
+    default_band: String,
+    /// Each band's listeners: `(name, tcp, unix)`.
+    bands: Vec<(String, Option<SocketAddr>, Option<PathBuf>)>,
     tcp: Option<SocketAddr>,
     unix: Option<PathBuf>,
-    /// The owner's token file, removed at shutdown.
-    token_file: Option<PathBuf>,
+    /// The owner's token files (one per TCP band port), removed at shutdown.
+    token_files: Vec<PathBuf>,
+    state: Arc<Locked<State>>,
+    reservations_file: Option<PathBuf>,
 }
 
 impl Router {
@@ -133,50 +138,90 @@ impl Router {
             acl: Vec::new(),
             reservations_file: None,
             tls: None,
+            ..RouterConfig::default()
         })
     }
 
     fn start_unchecked(config: RouterConfig) -> Result<RouterHandle, RouterError> {
+        let bands = band::plan(&config)?;
         let tls = match &config.tls {
             Some(t) => Some(tls::server_config(t)?),
             None => None,
         };
-        let tcp = match config.tcp {
-            Some(addr) => {
-                let l =
-                    std::net::TcpListener::bind(addr).map_err(|source| RouterError::Listen {
-                        what: format!("tcp {addr}"),
-                        source,
-                    })?;
-                l.set_nonblocking(true).map_err(RouterError::Lane)?;
-                Some(l)
-            }
-            None => None,
-        };
-        let tcp_addr = tcp.as_ref().and_then(|l| l.local_addr().ok());
         let runtime_dir = local::runtime_dir();
-        let unix = match &config.unix {
-            Some(path) => {
-                // The default socket lives in the user's private directory;
-                // never bind it inside one someone else made.
-                if path.parent() == Some(runtime_dir.as_path()) {
-                    local::prepare_private_dir(&runtime_dir)?;
+        let mut listeners = Vec::new();
+        for b in &bands {
+            let tcp = match b.tcp {
+                Some(addr) => {
+                    let l = std::net::TcpListener::bind(addr).map_err(|source| {
+                        RouterError::Listen {
+                            what: format!("tcp {addr} (band {})", b.name),
+                            source,
+                        }
+                    })?;
+                    l.set_nonblocking(true).map_err(RouterError::Lane)?;
+                    Some(l)
                 }
-                Some(bind_unix(path)?)
-            }
-            None => None,
-        };
-        let unix_path = config.unix.clone();
-        let (token, token_file) = match tcp_addr {
-            Some(a) if config.auth.enabled && config.auth.local_token => {
+                None => None,
+            };
+            let unix = match &b.unix {
+                Some(path) => {
+                    // The default sockets live in the user's private
+                    // directory; never bind one inside a directory someone
+                    // else made.
+                    if path.parent() == Some(runtime_dir.as_path()) {
+                        local::prepare_private_dir(&runtime_dir)?;
+                    }
+                    Some(bind_unix(path)?)
+                }
+                None => None,
+            };
+            listeners.push((tcp, unix));
+        }
+        let addrs: Vec<(String, Option<SocketAddr>, Option<PathBuf>)> = bands
+            .iter()
+            .zip(&listeners)
+            .map(|(b, (t, _))| {
+                (
+                    b.name.clone(),
+                    t.as_ref().and_then(|l| l.local_addr().ok()),
+                    b.unix.clone(),
+                )
+            })
+            .collect();
+        let default = bands
+            .iter()
+            .position(|b| b.name == config.default_band)
+            .expect("band::plan checked the default band");
+        let tcp_addr = addrs[default].1;
+        let unix_path = addrs[default].2.clone();
+        let local_token = config.auth.enabled && config.auth.local_token;
+        let (token, token_files) = match tcp_addr {
+            Some(_) if local_token => {
                 local::prepare_private_dir(&runtime_dir)?;
-                let path = local::token_path(a.port());
-                (Some(local::write_token(&path)?), Some(path))
+                let mut files = Vec::new();
+                let mut token = None;
+                for a in addrs.iter().filter_map(|(_, t, _)| *t) {
+                    let path = local::token_path(a.port());
+                    match &token {
+                        None => token = Some(local::write_token(&path)?),
+                        Some(t) => local::write_private(&path, t.as_bytes()).map_err(|source| {
+                            local::LocalError::Io {
+                                what: "cannot write token file",
+                                path: path.clone(),
+                                source,
+                            }
+                        })?,
+                    }
+                    files.push(path);
+                }
+                (token, files)
             }
-            _ => (None, None),
+            _ => (None, Vec::new()),
         };
         let auth = Authenticator::new(&config.auth, &config.acl, local::current_uid(), token)?;
-        if config.name != "embedded" {
+        let embedded = config.name == "embedded";
+        if !embedded {
             tracing::info!("authentication {}", auth.describe());
             if !auth.enabled() {
                 tracing::warn!(
@@ -185,24 +230,67 @@ impl Router {
             }
         }
         let scheme = if tls.is_some() { "tls" } else { "tcp" };
-        let (tx, rx) = mpsc::unbounded_channel();
-        let lane = lane::spawn("tagwire-lane-0", move || {
-            serve(config, auth, tcp, tls, unix, rx)
-        })
-        .map_err(RouterError::Lane)?;
-        if let Some(a) = tcp_addr {
-            tracing::info!("listening on {scheme}://{a}");
+        let reservations_file = config.reservations_file.clone();
+        let unix_paths: Vec<PathBuf> = bands.iter().filter_map(|b| b.unix.clone()).collect();
+        let state = Arc::new(Locked::new(State::new(config, auth)));
+        if let Some(f) = &reservations_file {
+            state.borrow_mut().load_reservations(f, timing::now_ns());
         }
-        if let Some(p) = &unix_path {
-            tracing::info!("listening on unix://{}", p.display());
+        let (jobs_tx, jobs_rx) = mpsc::unbounded_channel();
+        state.borrow_mut().admin_jobs = Some(jobs_tx);
+        let mut jobs_rx = Some(jobs_rx);
+        let mut lanes = Vec::new();
+        for (b, (tcp, unix)) in bands.iter().zip(listeners) {
+            let (tx, rx) = mpsc::unbounded_channel();
+            let admin = b.rank == 0;
+            let setup = lane::LaneSetup {
+                band: b.clone(),
+                state: state.clone(),
+                tcp,
+                tls: tls.clone(),
+                unix,
+                commands: rx,
+                admin_jobs: if admin { jobs_rx.take() } else { None },
+                unix_paths: if admin {
+                    unix_paths.clone()
+                } else {
+                    Vec::new()
+                },
+            };
+            let thread = lane::spawn(&format!("tagwire-{}", b.name), move || lane::run(setup))
+                .map_err(RouterError::Lane)?;
+            lanes.push((b.name.clone(), tx, Some(thread)));
+        }
+        if !embedded {
+            for (name, t, u) in &addrs {
+                if let Some(a) = t {
+                    tracing::info!("band {name}: listening on {scheme}://{a}");
+                }
+                if let Some(p) = u {
+                    tracing::info!("band {name}: listening on unix://{}", p.display());
+                }
+            }
         }
         Ok(RouterHandle {
-            commands: tx,
-            lane: Some(lane),
+            lanes,
+            default_band: bands[default].name.clone(),
+            bands: addrs,
             tcp: tcp_addr,
             unix: unix_path,
-            token_file,
+            token_files,
+            state: state.clone(),
+            reservations_file,
         })
+    }
+}
+
+impl std::fmt::Debug for RouterHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RouterHandle")
+            .field("bands", &self.bands)
+            .field("tcp", &self.tcp)
+            .field("unix", &self.unix)
+            .finish_non_exhaustive()
     }
 }
 
@@ -217,11 +305,29 @@ impl RouterHandle {
         self.unix.as_deref()
     }
 
+    /// Each band's name and listeners `(name, tcp, unix)`, lowest first.
+    pub fn bands(&self) -> &[(String, Option<SocketAddr>, Option<PathBuf>)] {
+        &self.bands
+    }
+
     /// A connected in-process socket served by this router: the same
     /// protocol and code path as a network client, without a listener.
+    /// It is served by the default band's lane.
     pub fn connect_in_process(&self) -> std::io::Result<StdUnixStream> {
+        self.connect_in_process_on(&self.default_band.clone())
+    }
+
+    /// Like [`connect_in_process`](Self::connect_in_process), served by
+    /// band `band`'s lane.
+    pub fn connect_in_process_on(&self, band: &str) -> std::io::Result<StdUnixStream> {
+        let Some((_, tx, _)) = self.lanes.iter().find(|(n, _, _)| n == band) else {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!("no band {band:?} on this router"),
+            ));
+        };
         let (ours, theirs) = StdUnixStream::pair()?;
-        self.commands.send(Command::Attach(theirs)).map_err(|_| {
+        tx.send(LaneCommand::Attach(theirs)).map_err(|_| {
             std::io::Error::new(std::io::ErrorKind::NotConnected, "router has stopped")
         })?;
         Ok(ours)
@@ -234,14 +340,39 @@ impl RouterHandle {
     }
 
     fn stop(&mut self) {
-        let _ = self.commands.send(Command::Shutdown);
-        if let Some(lane) = self.lane.take() {
-            if lane.join().is_err() {
-                tracing::error!("the lane thread panicked");
-            }
+        if self.lanes.is_empty() {
+            return;
         }
-        if let Some(t) = self.token_file.take() {
+        for (_, tx, _) in &self.lanes {
+            let _ = tx.send(LaneCommand::StopAccepting);
+        }
+        // The admin lane says goodbye to every client and lets the writers
+        // (on every lane) flush; then the other lanes exit.
+        let mut lanes = std::mem::take(&mut self.lanes).into_iter();
+        if let Some((_, tx, thread)) = lanes.next() {
+            let _ = tx.send(LaneCommand::Shutdown);
+            join(thread);
+        }
+        for (_, tx, thread) in lanes {
+            let _ = tx.send(LaneCommand::Exit);
+            join(thread);
+        }
+        if let Some(f) = &self.reservations_file {
+            self.state
+                .borrow_mut()
+                .save_reservations(f, timing::now_ns());
+        }
+        for t in self.token_files.drain(..) {
             let _ = std::fs::remove_file(t);
+        }
+        tracing::info!("router stopped");
+    }
+}
+
+fn join(thread: Option<JoinHandle<()>>) {
+    if let Some(t) = thread {
+        if t.join().is_err() {
+            tracing::error!("a lane thread panicked");
         }
     }
 }
@@ -272,201 +403,4 @@ fn bind_unix(path: &Path) -> Result<std::os::unix::net::UnixListener, RouterErro
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666)).map_err(listen_err)?;
     Ok(l)
-}
-
-async fn serve(
-    config: RouterConfig,
-    auth: Authenticator,
-    tcp: Option<std::net::TcpListener>,
-    tls: Option<Arc<rustls::ServerConfig>>,
-    unix: Option<std::os::unix::net::UnixListener>,
-    mut commands: mpsc::UnboundedReceiver<Command>,
-) {
-    let unix_path = config.unix.clone();
-    let reservations_file = config.reservations_file.clone();
-    let state = Arc::new(Locked::new(State::new(config, auth)));
-    if let Some(f) = &reservations_file {
-        state.borrow_mut().load_reservations(f, timing::now_ns());
-    }
-    let mut accepts = vec![
-        tokio::task::spawn_local(dispatch::release_deferred(state.clone())),
-        tokio::task::spawn_local(state::housekeeping(state.clone())),
-    ];
-    if let Some(l) = tcp {
-        match tokio::net::TcpListener::from_std(l) {
-            Ok(l) => accepts.push(tokio::task::spawn_local(accept_tcp(state.clone(), l, tls))),
-            Err(e) => tracing::error!("tcp listener: {e}"),
-        }
-    }
-    if let Some(l) = unix {
-        match tokio::net::UnixListener::from_std(l) {
-            Ok(l) => accepts.push(tokio::task::spawn_local(accept_unix(state.clone(), l))),
-            Err(e) => tracing::error!("unix listener: {e}"),
-        }
-    }
-    while let Some(cmd) = commands.recv().await {
-        match cmd {
-            Command::Attach(s) => {
-                let stream = s
-                    .set_nonblocking(true)
-                    .and_then(|()| tokio::net::UnixStream::from_std(s));
-                match stream {
-                    Ok(s) => {
-                        spawn_unix(state.clone(), s, "in-process".into(), Transport::InProcess)
-                    }
-                    Err(e) => tracing::error!("cannot attach in-process client: {e}"),
-                }
-            }
-            Command::Shutdown => break,
-        }
-    }
-    for a in accepts {
-        a.abort();
-    }
-    let outboxes: Vec<_> = state
-        .borrow()
-        .connections
-        .values()
-        .map(|c| c.outbox.clone())
-        .collect();
-    for o in &outboxes {
-        o.send(
-            &Frame::Close {
-                code: ErrorCode::ShuttingDown.code(),
-                reason: "server shutting down".into(),
-            },
-            usize::MAX,
-        );
-        o.close();
-    }
-    // Let writers flush their Close frames, bounded.
-    for _ in 0..20 {
-        if outboxes.iter().all(|o| Arc::strong_count(o) <= 2) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    if let Some(p) = unix_path {
-        let _ = std::fs::remove_file(p);
-    }
-    if let Some(f) = &reservations_file {
-        state.borrow_mut().save_reservations(f, timing::now_ns());
-    }
-    tracing::info!("router stopped");
-}
-
-async fn accept_tcp(
-    state: Arc<Locked<State>>,
-    l: tokio::net::TcpListener,
-    tls: Option<Arc<rustls::ServerConfig>>,
-) {
-    let tls = tls.map(|config| {
-        let max_pending = state.borrow().config.limits.max_connections;
-        TlsAccept {
-            acceptor: tokio_rustls::TlsAcceptor::from(config),
-            pending: std::rc::Rc::new(Cell::new(0)),
-            max_pending,
-        }
-    });
-    loop {
-        match l.accept().await {
-            Ok((s, peer)) => {
-                let _ = s.set_nodelay(true);
-                match &tls {
-                    Some(t) => t.spawn(state.clone(), s, peer),
-                    None => {
-                        let (r, w) = s.into_split();
-                        tokio::task::spawn_local(connection::serve(
-                            state.clone(),
-                            peer.to_string(),
-                            Transport::Tcp { cert: None },
-                            r,
-                            w,
-                        ));
-                    }
-                }
-            }
-            Err(e) => {
-                tracing::warn!("accept (tcp): {e}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
-    }
-}
-
-async fn accept_unix(state: Arc<Locked<State>>, l: tokio::net::UnixListener) {
-    loop {
-        match l.accept().await {
-            Ok((s, _)) => {
-                let uid = s.peer_cred().ok().map(|c| c.uid());
-                let peer = match uid {
-                    Some(uid) => format!("unix uid {uid}"),
-                    None => "unix".into(),
-                };
-                spawn_unix(state.clone(), s, peer, Transport::Unix { uid });
-            }
-            Err(e) => {
-                tracing::warn!("accept (unix): {e}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
-    }
-}
-
-fn spawn_unix(
-    state: Arc<Locked<State>>,
-    s: tokio::net::UnixStream,
-    peer: String,
-    transport: Transport,
-) {
-    let (r, w) = s.into_split();
-    tokio::task::spawn_local(connection::serve(state, peer, transport, r, w));
-}
-
-/// The TLS side of the TCP listener: handshakes run in their own tasks,
-/// bounded in time ([`TLS_HANDSHAKE_TIMEOUT`]) and in number (at most
-/// `limits.max_connections` at once; beyond that new sockets are closed).
-struct TlsAccept {
-    acceptor: tokio_rustls::TlsAcceptor,
-    pending: std::rc::Rc<Cell<usize>>,
-    max_pending: usize,
-}
-
-/// How long a TLS handshake may take before the socket is dropped.
-const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
-
-impl TlsAccept {
-    fn spawn(&self, state: Arc<Locked<State>>, s: tokio::net::TcpStream, peer: SocketAddr) {
-        if self.pending.get() >= self.max_pending {
-            tracing::debug!(%peer, "dropping connection: {} TLS handshakes already in progress", self.max_pending);
-            return;
-        }
-        self.pending.set(self.pending.get() + 1);
-        let pending = self.pending.clone();
-        let accept = self.acceptor.accept(s);
-        tokio::task::spawn_local(async move {
-            let done = tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, accept).await;
-            pending.set(pending.get() - 1);
-            let stream = match done {
-                Ok(Ok(stream)) => stream,
-                Ok(Err(e)) => {
-                    tracing::debug!(%peer, "TLS handshake failed: {e}");
-                    return;
-                }
-                Err(_) => {
-                    tracing::debug!(%peer, "TLS handshake timed out after {} s", TLS_HANDSHAKE_TIMEOUT.as_secs());
-                    return;
-                }
-            };
-            let identity = stream
-                .get_ref()
-                .1
-                .peer_certificates()
-                .and_then(|chain| chain.first())
-                .and_then(tls::cert_identity);
-            let (r, w) = tokio::io::split(stream);
-            let transport = Transport::Tcp { cert: identity };
-            connection::serve(state, peer.to_string(), transport, r, w).await;
-        });
-    }
 }

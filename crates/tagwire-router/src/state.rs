@@ -39,6 +39,31 @@ pub(crate) struct ConnEntry {
     pub identity: Arc<str>,
     /// Its session id (all zero: none), for endpoint reservations.
     pub session: [u8; tagwire_proto::SESSION_ID_LEN],
+    /// The band (and so the lane) that serves it.
+    pub band: Arc<str>,
+    /// A handle on its TCP socket (a duplicate descriptor), to change its
+    /// DSCP at run time; `None` for Unix and in-process connections.
+    #[allow(dead_code)] // read by `admin qos … dscp=` (next change)
+    pub socket: Option<std::os::fd::OwnedFd>,
+}
+
+/// A lane as it runs: its band and the scheduling it got.
+#[derive(Debug, Clone)]
+pub(crate) struct LaneInfo {
+    /// The band's name.
+    pub band: String,
+    /// The band's DSCP.
+    pub dscp: u8,
+    /// The policy configured.
+    pub sched_wanted: String,
+    /// The policy in force (differs when the OS refused a real-time one).
+    pub sched_applied: String,
+    /// Why it differs, if it does.
+    pub fell_back: Option<String>,
+    /// Its listeners.
+    pub tcp: Option<std::net::SocketAddr>,
+    /// Its Unix listener.
+    pub unix: Option<std::path::PathBuf>,
 }
 
 /// What one identity holds, checked against the per-identity quotas.
@@ -149,6 +174,10 @@ pub(crate) struct State {
     /// Admin replies to send once the routes have settled (a session-level
     /// change answers when every channel of the session is re-placed).
     pub replies_when_settled: Vec<(Arc<Outbox>, Frame)>,
+    /// The lanes, lowest band first (filled in as they start).
+    pub lanes: Vec<LaneInfo>,
+    /// Admin requests for the admin lane (the lowest band's).
+    pub admin_jobs: Option<tokio::sync::mpsc::UnboundedSender<crate::lane::AdminJob>>,
     next_conn: u64,
 }
 
@@ -182,6 +211,8 @@ impl State {
             admission: Admission::default(),
             housekeeping: Arc::default(),
             replies_when_settled: Vec::new(),
+            lanes: Vec::new(),
+            admin_jobs: None,
             next_conn: 1,
         }
     }

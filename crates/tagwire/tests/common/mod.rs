@@ -15,7 +15,7 @@ pub const WAIT: Duration = Duration::from_secs(5);
 /// A router reachable by new sessions.
 pub enum Server {
     /// A listener-backed router (what `tagwired` runs) and its URL.
-    Daemon(RouterHandle, String, tempdir::Dir),
+    Daemon(Box<RouterHandle>, String, tempdir::Dir),
     /// An in-process router.
     Embedded(EmbeddedRouter),
 }
@@ -61,7 +61,7 @@ pub fn tcp_server() -> Server {
     };
     let h = Router::start(cfg).expect("start tcp router");
     let url = format!("tcp://{}", h.tcp_addr().expect("tcp addr"));
-    Server::Daemon(h, url, dir)
+    Server::Daemon(Box::new(h), url, dir)
 }
 
 /// A Unix-socket router in a temporary directory.
@@ -74,7 +74,7 @@ pub fn unix_server() -> Server {
         ..RouterConfig::default()
     };
     let h = Router::start(cfg).expect("start unix router");
-    Server::Daemon(h, format!("unix://{}", path.display()), dir)
+    Server::Daemon(Box::new(h), format!("unix://{}", path.display()), dir)
 }
 
 /// Every transport, named.

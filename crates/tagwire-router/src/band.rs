@@ -1,0 +1,293 @@
+//! Priority bands (RT-CORBA's priority-banded connections, TAO's lanes).
+//!
+//! Each band has its own **lane** (an OS thread with its own event loop and
+//! scheduling policy) and its own **listeners**, so a client opens one
+//! connection per band it uses and the kernel, the NIC queue and the network
+//! see each band separately: the band's sockets carry its DSCP both ways.
+//! The main `tcp` / `unix` listeners serve the default band (`normal`); the
+//! others listen, unless configured, on the next TCP ports and on sockets
+//! named after the band beside the main one:
+//!
+//! | band | sched | DSCP | TCP (main 7700) | Unix |
+//! |---|---|---|---|---|
+//! | `low` | `other:10` | AF11 (10) | 7701 | `tagwire-low.sock` |
+//! | `normal` | `other` | CS0 (0) | 7700 | `tagwire.sock` |
+//! | `high` | `fifo:10` | AF42 (36) | 7702 | `tagwire-high.sock` |
+//! | `critical` | `fifo:20` | VA (44) | 7703 | `tagwire-critical.sock` |
+//!
+//! The lowest band's lane also serves admin work and housekeeping (TAO
+//! §3.4: admin at the lowest priority).
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::{ConfigError, RouterConfig};
+use crate::priority::SchedPolicy;
+
+/// The name of the band the main listeners serve.
+pub const DEFAULT_BAND: &str = "normal";
+
+/// Most bands a router runs (each is a thread and up to two listeners).
+pub const MAX_BANDS: usize = 16;
+
+/// One band in the configuration (`[[bands]]`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BandConfig {
+    /// Its name (`low`, `normal`, `high`, `critical`, or your own).
+    pub name: String,
+    /// The lane's scheduling: `other`, `other:NICE`, `fifo:N` or `rr:N`
+    /// (N 1..=99). Without the right to a real-time policy the lane runs
+    /// `other` with a nice level instead, and says so.
+    #[serde(default = "default_sched")]
+    pub sched: String,
+    /// DSCP of the band's sockets: a class (`af11`..`af43`, `cs0`..`cs7`,
+    /// `ef`, `va`, or the band names `low`/`normal`/`high`/`critical`) or
+    /// 0..=63.
+    #[serde(default = "default_dscp")]
+    pub dscp: String,
+    /// TCP listen address (default: derived from the main `tcp`).
+    #[serde(default)]
+    pub tcp: Option<SocketAddr>,
+    /// Unix socket path (default: derived from the main `unix`).
+    #[serde(default)]
+    pub unix: Option<PathBuf>,
+}
+
+fn default_sched() -> String {
+    "other".into()
+}
+
+fn default_dscp() -> String {
+    "cs0".into()
+}
+
+/// The default bands.
+pub fn default_bands() -> Vec<BandConfig> {
+    [
+        ("low", "other:10", "af11"),
+        ("normal", "other", "cs0"),
+        ("high", "fifo:10", "af42"),
+        ("critical", "fifo:20", "va"),
+    ]
+    .into_iter()
+    .map(|(name, sched, dscp)| BandConfig {
+        name: name.into(),
+        sched: sched.into(),
+        dscp: dscp.into(),
+        tcp: None,
+        unix: None,
+    })
+    .collect()
+}
+
+/// A band as the router runs it: parsed and with its listeners decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Band {
+    /// Its name.
+    pub name: String,
+    /// Its position (0: the lowest priority, which also serves admin work).
+    pub rank: usize,
+    /// The lane's scheduling policy as configured.
+    pub sched: SchedPolicy,
+    /// The DSCP of its sockets.
+    pub dscp: u8,
+    /// Its TCP listener, if any.
+    pub tcp: Option<SocketAddr>,
+    /// Its Unix listener, if any.
+    pub unix: Option<PathBuf>,
+}
+
+/// Parses a DSCP class name or a raw value 0..=63.
+pub fn parse_dscp(text: &str) -> Result<u8, String> {
+    let t = text.trim().to_ascii_lowercase();
+    let named = match t.as_str() {
+        "low" => Some(10),
+        "normal" | "default" | "be" => Some(0),
+        "high" => Some(36),
+        "critical" | "va" => Some(44),
+        "ef" => Some(46),
+        _ => None,
+    };
+    if let Some(v) = named {
+        return Ok(v);
+    }
+    if let Some(n) = t.strip_prefix("cs").and_then(|d| d.parse::<u8>().ok()) {
+        if n <= 7 {
+            return Ok(n << 3);
+        }
+    }
+    if let Some(rest) = t.strip_prefix("af") {
+        let b = rest.as_bytes();
+        if b.len() == 2 && (b'1'..=b'4').contains(&b[0]) && (b'1'..=b'3').contains(&b[1]) {
+            return Ok(((b[0] - b'0') << 3) | ((b[1] - b'0') << 1));
+        }
+    }
+    match t.parse::<u8>() {
+        Ok(v) if v <= 63 => Ok(v),
+        _ => Err(format!(
+            "unknown DSCP {text:?}: expected a class (af11..af43, cs0..cs7, ef, va, low, normal, high, critical) or 0..=63"
+        )),
+    }
+}
+
+/// Decides every band's lane policy, DSCP and listeners from `config`.
+/// The bands keep their configured order, lowest priority first.
+pub fn plan(config: &RouterConfig) -> Result<Vec<Band>, ConfigError> {
+    let bad = |m: String| ConfigError::Invalid(m);
+    if config.bands.is_empty() || config.bands.len() > MAX_BANDS {
+        return Err(bad(format!(
+            "{} [[bands]] configured: between 1 and {MAX_BANDS} are needed",
+            config.bands.len()
+        )));
+    }
+    let default = config
+        .bands
+        .iter()
+        .position(|b| b.name == config.default_band)
+        .ok_or_else(|| {
+            bad(format!(
+                "default_band = {:?} is not one of the configured bands ({})",
+                config.default_band,
+                names(config)
+            ))
+        })?;
+    let mut out: Vec<Band> = Vec::new();
+    let mut offset = 0u16;
+    for (rank, b) in config.bands.iter().enumerate() {
+        if b.name.is_empty()
+            || !b
+                .name
+                .bytes()
+                .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_')
+        {
+            return Err(bad(format!(
+                "band name {:?}: use letters, digits, '-' and '_'",
+                b.name
+            )));
+        }
+        if out.iter().any(|o| o.name == b.name) {
+            return Err(bad(format!("band {:?} is configured twice", b.name)));
+        }
+        let sched: SchedPolicy = b
+            .sched
+            .parse()
+            .map_err(|e| bad(format!("band {:?}: sched {:?}: {e}", b.name, b.sched)))?;
+        let dscp = parse_dscp(&b.dscp).map_err(|e| bad(format!("band {:?}: {e}", b.name)))?;
+        let (tcp, unix) = if rank == default {
+            (b.tcp.or(config.tcp), b.unix.clone().or(config.unix.clone()))
+        } else {
+            offset += 1;
+            let tcp = b.tcp.or_else(|| {
+                config.tcp.map(|mut a| {
+                    if a.port() != 0 {
+                        a.set_port(a.port().saturating_add(offset));
+                    }
+                    a
+                })
+            });
+            let unix = b
+                .unix
+                .clone()
+                .or_else(|| config.unix.as_deref().map(|p| band_socket(p, &b.name)));
+            (tcp, unix)
+        };
+        out.push(Band {
+            name: b.name.clone(),
+            rank,
+            sched,
+            dscp,
+            tcp,
+            unix,
+        });
+    }
+    Ok(out)
+}
+
+fn names(config: &RouterConfig) -> String {
+    config
+        .bands
+        .iter()
+        .map(|b| b.name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// `dir/tagwire.sock` → `dir/tagwire-NAME.sock`.
+pub fn band_socket(main: &Path, name: &str) -> PathBuf {
+    let stem = main
+        .file_stem()
+        .map_or_else(|| "tagwire".into(), |s| s.to_string_lossy().into_owned());
+    let file = match main.extension() {
+        Some(ext) => format!("{stem}-{name}.{}", ext.to_string_lossy()),
+        None => format!("{stem}-{name}"),
+    };
+    main.with_file_name(file)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dscp_classes_and_raw_values_parse_and_others_are_named() {
+        assert_eq!(parse_dscp("AF11"), Ok(10));
+        assert_eq!(parse_dscp("af42"), Ok(36));
+        assert_eq!(parse_dscp("va"), Ok(44));
+        assert_eq!(parse_dscp("critical"), Ok(44));
+        assert_eq!(parse_dscp("cs0"), Ok(0));
+        assert_eq!(parse_dscp("cs7"), Ok(56));
+        assert_eq!(parse_dscp("ef"), Ok(46));
+        assert_eq!(parse_dscp("63"), Ok(63));
+        for bad in ["64", "af44", "af51", "cs8", "gold", ""] {
+            let e = parse_dscp(bad).unwrap_err();
+            assert!(e.contains(&format!("{bad:?}")), "{e}");
+        }
+    }
+
+    #[test]
+    fn default_bands_derive_their_listeners_from_the_main_ones() {
+        let config = RouterConfig {
+            tcp: "127.0.0.1:7700".parse().ok(),
+            unix: Some("/run/t/tagwire.sock".into()),
+            ..RouterConfig::default()
+        };
+        let bands = plan(&config).expect("default bands are valid");
+        let got: Vec<_> = bands
+            .iter()
+            .map(|b| (b.name.as_str(), b.dscp, b.tcp.map(|a| a.port())))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("low", 10, Some(7701)),
+                ("normal", 0, Some(7700)),
+                ("high", 36, Some(7702)),
+                ("critical", 44, Some(7703))
+            ]
+        );
+        assert_eq!(
+            bands[2].unix.as_deref(),
+            Some(Path::new("/run/t/tagwire-high.sock"))
+        );
+        assert_eq!(bands[1].unix, config.unix);
+    }
+
+    #[test]
+    fn bad_bands_are_refused_naming_the_band_and_value() {
+        let mut config = RouterConfig::default();
+        config.bands[2].sched = "fifo:200".into();
+        let e = plan(&config).unwrap_err().to_string();
+        assert!(e.contains("high") && e.contains("fifo:200"), "{e}");
+        let mut config = RouterConfig::default();
+        config.bands[0].dscp = "gold".into();
+        assert!(plan(&config).unwrap_err().to_string().contains("gold"));
+        let config = RouterConfig {
+            default_band: "express".into(),
+            ..RouterConfig::default()
+        };
+        assert!(plan(&config).unwrap_err().to_string().contains("express"));
+    }
+}

@@ -133,7 +133,8 @@ pub struct SubArgs {
     /// Exit after this many events.
     #[arg(long, short = 'n')]
     pub count: Option<u64>,
-    /// Print each event as a JSON object (header, fields, payload).
+    /// Print each event as a JSON object: every header field it carries
+    /// (absent optional ones left out), fields, payload.
     #[arg(long)]
     pub json: bool,
     /// Subscriber endpoint name [default: /cli/sub/PID].

@@ -242,6 +242,89 @@ fn sub_json_prints_header_fields_and_payload() {
 }
 
 #[test]
+fn sub_json_prints_every_header_field_the_event_carries() {
+    let dir = temp_dir("json-header");
+    let d = Daemon::start(&dir, free_port());
+    let sub = d
+        .tagwire()
+        .args([
+            "sub",
+            "/jh/*",
+            "--count",
+            "2",
+            "--json",
+            "--endpoint",
+            "/jh/viewer",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("tagwire sub");
+    wait_listed(&d, "/jh/viewer");
+    // `tagwire pub` sets none of the optional header fields: the library does.
+    let sock = dir.join("tagwire").join("tagwire.sock");
+    let session = tagwire::Session::connect(&format!("unix://{}", sock.display()))
+        .expect("connect to the daemon");
+    let publisher = session.declare_publisher("/jh/pub").expect("publisher");
+    let start_ns = 1_700_000_000_000_000_000; // in the past: delivered at once
+    let mut full = tagwire::Event::new("/jh/full", "all");
+    full.header.virtual_time = Some(42);
+    full.header.expiry = tagwire::Expiry::AfterNs(3_600_000_000_000);
+    full.header.start_time_ns = Some(start_ns);
+    full.header.type_name = Some("Alarm".into());
+    full.header.event_name = Some("lost".into());
+    full.header.flags = 0x0003;
+    publisher.send(full).expect("publish");
+    let stop_ns = 4_000_000_000_000_000_000; // 2096
+    let mut bare = tagwire::Event::new("/jh/bare", "stop");
+    bare.header.expiry = tagwire::Expiry::AtNs(stop_ns);
+    publisher.send(bare).expect("publish");
+
+    let out = wait_output(sub);
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    let [full, bare] = &lines[..] else {
+        panic!("two events expected, got {lines:?}");
+    };
+    assert_eq!(full["tag"], "/jh/full");
+    assert_eq!(full["publisher"], "/jh/pub");
+    assert_eq!(full["virtual_time"], 42);
+    assert_eq!(full["timeout_ns"], 3_600_000_000_000u64);
+    assert_eq!(full["start_time_ns"], start_ns);
+    assert_eq!(full["type_name"], "Alarm");
+    assert_eq!(full["event_name"], "lost");
+    assert_eq!(full["flags"], 3);
+    assert!(full.get("stop_time_ns").is_none(), "{full}");
+    assert_eq!(bare["stop_time_ns"], stop_ns);
+    assert_eq!(bare["flags"], 0, "flags are printed even when 0");
+    let keys = |v: &serde_json::Value| {
+        let mut k: Vec<String> = v.as_object().expect("an object").keys().cloned().collect();
+        k.sort();
+        k
+    };
+    // Absent optional parts are left out, not printed as null.
+    assert_eq!(
+        keys(bare),
+        [
+            "fields",
+            "flags",
+            "payload",
+            "priority",
+            "publisher",
+            "seq",
+            "source_time_ns",
+            "stop_time_ns",
+            "tag"
+        ]
+    );
+    drop(publisher);
+    drop(session);
+    d.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn bad_command_lines_fail_with_a_message_naming_the_problem() {
     let run = |args: &[&str]| {
         let out = Command::new(env!("CARGO_BIN_EXE_tagwire"))

@@ -1,9 +1,11 @@
 //! TAO filter levels (admin AND/OR proxy) and mapping filters.
 
+mod common;
+
 use bytes::BytesMut;
 use tagwire_core::filter::{
-    levels_pass, Filter, FilterError, FilterLimits, FilterList, FilterSet, InterFilterOp,
-    MappingFilter, Overrides,
+    levels_pass, priority_by_name, Filter, FilterError, FilterLimits, FilterList, FilterSet,
+    InterFilterOp, MappingFilter, Overrides,
 };
 use tagwire_proto::{Event, EventRef, Value};
 
@@ -140,6 +142,40 @@ fn mapping_sets_priority_when_condition_holds() {
     );
     let miss = m.apply(&EventRef::parse(&ev(0, 1)).unwrap());
     assert!(miss.is_empty());
+}
+
+#[test]
+fn priority_names_are_the_ones_the_protocol_document_lists() {
+    let names: Vec<(String, u8)> = common::table_rows("### Mapping filters")
+        .into_iter()
+        .map(|row| match &row[..] {
+            [name, number] => (name.clone(), number.parse().expect("a priority 0..=255")),
+            other => panic!("a priority row is `| name | number |`, not {other:?}"),
+        })
+        .collect();
+    assert!(
+        !names.is_empty(),
+        "docs/protocol.md lists no priority names"
+    );
+    for (name, number) in &names {
+        assert_eq!(priority_by_name(name), Some(*number), "{name}");
+        let m = MappingFilter::compile(&format!("map priority={name}"), &FilterLimits::default())
+            .unwrap_or_else(|e| panic!("map priority={name}: {e}"));
+        assert_eq!(
+            m.apply(&EventRef::parse(&ev(3, 0)).unwrap()).priority,
+            Some(*number),
+            "{name}"
+        );
+    }
+    // Every name the code knows is in the document: the refusal of an
+    // unknown name lists them all.
+    let listed: Vec<&str> = names.iter().map(|(n, _)| n.as_str()).collect();
+    let (last, rest) = listed.split_last().expect("names");
+    let want = format!("0..=255, {} or {last}", rest.join(", "));
+    match MappingFilter::compile("map priority=highest", &FilterLimits::default()) {
+        Err(FilterError::BadMappingValue { expected, .. }) => assert_eq!(expected, want),
+        other => panic!("an unknown priority name should be refused, got {other:?}"),
+    }
 }
 
 #[test]

@@ -23,6 +23,8 @@ pub const DEFAULT_PAGE_ITEMS: usize = 500;
 pub const MAX_PAGE_ITEMS: usize = 1000;
 /// Bytes of an `AdminReply` frame besides its JSON body (type and request id).
 const REPLY_OVERHEAD: usize = 5;
+/// What JSON counts as whitespace before a value.
+const JSON_WHITESPACE: [char; 4] = [' ', '\t', '\n', '\r'];
 
 /// An admin request, tagged by `op`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -136,6 +138,14 @@ pub(crate) fn handle(
     who: &Requester<'_>,
 ) -> Result<Reply, (ErrorCode, String)> {
     let bad = |m: String| (ErrorCode::BadRequest, m);
+    // Only an object: serde would also read a tagged enum from a sequence
+    // (`["filter_remove", 3]`: the tag, then the fields in order, unnamed).
+    if !body.trim_start_matches(JSON_WHITESPACE).starts_with('{') {
+        return Err(bad(format!(
+            "bad admin request: expected a JSON object with an \"op\" key, got {}",
+            excerpt(body)
+        )));
+    }
     let request: AdminRequest =
         serde_json::from_str(body).map_err(|e| bad(format!("bad admin request: {e}")))?;
     let budget = max_frame.saturating_sub(REPLY_OVERHEAD);

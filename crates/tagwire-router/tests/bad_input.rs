@@ -8,6 +8,7 @@ use std::net::Shutdown;
 use std::time::Duration;
 
 use common::{event, owner_token, publish_frame, start_tcp, Raw};
+use serde_json::json;
 use tagwire_proto::{EndpointKind, ErrorCode, Event, Expiry, Frame, PROTOCOL_VERSION};
 use tagwire_router::{Limits, RouterHandle};
 
@@ -313,6 +314,64 @@ fn admin_request_that_is_not_json_is_refused_and_the_connection_carries_on() {
     });
     a.expect_error(ErrorCode::BadRequest, "explode");
     a.expect_alive();
+}
+
+#[test]
+fn every_admin_request_refuses_an_unknown_key_naming_it() {
+    let h = start_tcp(Limits::default());
+    let mut c = Raw::hello_tcp(&h).subscriber("/keys", "/keys/**", &[]);
+    for mut request in [
+        json!({"op": "list"}),
+        json!({"op": "list", "after": "connections:1", "limit": 5}),
+        json!({"op": "filter_list"}),
+        json!({"op": "filter_list", "after": 1, "limit": 5}),
+        json!({"op": "filter_add", "endpoint": "/keys", "filter": "true"}),
+        json!({"op": "filter_add", "endpoint": "/keys", "level": "channel", "map": "map priority=1"}),
+        json!({"op": "filter_remove", "id": 1}),
+        json!({"op": "filter_op", "endpoint": "/keys", "interfilter": "or"}),
+    ] {
+        request["colour"] = json!("blue");
+        match c.try_admin(&request) {
+            Frame::Error { code, message, .. } => {
+                assert_eq!(code, ErrorCode::BadRequest, "{request}: {message}");
+                assert!(
+                    message.contains("unknown field `colour`"),
+                    "{request}: {message}"
+                );
+            }
+            other => panic!("{request} should be refused, got {other:?}"),
+        }
+    }
+    c.expect_alive();
+}
+
+#[test]
+fn an_admin_request_that_is_not_a_json_object_is_refused() {
+    let h = start_tcp(Limits::default());
+    let mut c = Raw::hello_tcp(&h);
+    // serde would read these as `list` and `filter_remove` (a tagged enum
+    // also accepts a sequence: the tag, then the fields in order).
+    for body in [r#"["list"]"#, r#" ["filter_remove", 1]"#, r#""list""#, "1"] {
+        match c.request(|req| Frame::Admin {
+            req,
+            body: body.into(),
+        }) {
+            Frame::Error { code, message, .. } => {
+                assert_eq!(code, ErrorCode::BadRequest, "{body}: {message}");
+                assert!(message.contains("JSON object"), "{body}: {message}");
+            }
+            other => panic!("{body} should be refused, got {other:?}"),
+        }
+    }
+    let spaced = " \n\t{\"op\": \"filter_list\"}";
+    assert!(matches!(
+        c.request(|req| Frame::Admin {
+            req,
+            body: spaced.into()
+        }),
+        Frame::AdminReply { .. }
+    ));
+    c.expect_alive();
 }
 
 #[test]

@@ -1,11 +1,235 @@
-//! Protocol conformance at the daemon, as docs/protocol.md states it: the
-//! cases a client written from the document alone ran into (issue 13).
+//! Behaviours `docs/protocol.md` promises a client written from it alone,
+//! checked with the raw client: mapping filters and QoS properties given
+//! twice, the answer to an invalid pattern, the error for publishing on a
+//! subscriber endpoint, an admin request with request id 0, one delivery
+//! per matching subscription, the `Close` of a shutdown, deliveries within
+//! the subscriber's frame limit, the answer to a long `Hello` of an unknown
+//! version, and a client's own `Error` frame.
 
 mod common;
+#[path = "../../tagwire-proto/tests/common/mod.rs"]
+mod doc_vectors;
 
-use common::{event, start_tcp, wait_for, Raw};
-use tagwire_proto::{kind, ErrorCode, Frame, MAGIC};
+use bytes::{BufMut, Bytes, BytesMut};
+use common::{event, start, start_tcp, wait_for, Raw};
+use serde_json::json;
+use tagwire_proto::{kind, EndpointKind, ErrorCode, Event, EventRef, Frame, MAGIC};
 use tagwire_router::Limits;
+
+fn qos(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+/// The next `Deliver`: its subscription id and event bytes.
+fn next_delivery(c: &mut Raw) -> (u32, Bytes) {
+    loop {
+        match c.recv_raw() {
+            Some((kind::DELIVER, body)) => {
+                let sub = u32::from_le_bytes([body[0], body[1], body[2], body[3]]);
+                return (sub, body.slice(4..));
+            }
+            Some(_) => continue,
+            None => panic!("connection ended before a Deliver"),
+        }
+    }
+}
+
+/// A `Publish` frame of `event` (raw event bytes) on endpoint `endpoint`.
+fn publish_raw(endpoint: u32, event: &[u8]) -> BytesMut {
+    let mut b = BytesMut::new();
+    b.put_u32_le(1 + 4 + event.len() as u32);
+    b.put_u8(kind::PUBLISH);
+    b.put_u32_le(endpoint);
+    b.put_slice(event);
+    b
+}
+
+#[test]
+fn a_mapped_subscription_gets_a_re_encoded_copy_and_the_others_the_published_bytes() {
+    let h = start(Limits::default());
+    let mut s = Raw::hello(&h);
+    s.declare(1, EndpointKind::Subscriber, "/map/plain");
+    s.declare(2, EndpointKind::Subscriber, "/map/mapped");
+    s.subscribe(1, 1, "/map/**", &[]);
+    s.subscribe(2, 2, "/map/**", &qos(&[("map", "map priority=high")]));
+    let mut p = Raw::hello(&h).publisher("/map/pub");
+    // An event whose flags part is present but holds its default (0): a
+    // decoder accepts it, an encoder never writes it.
+    let mut ev = event("/map/pub", "/map/x", Bytes::new());
+    ev.header.priority = 5;
+    ev.header.virtual_time = Some(42);
+    let mut published = BytesMut::new();
+    ev.encode(&mut published).expect("encode");
+    let presence = 2 + "/map/x".len() + 1 + "/map/pub".len() + 8 + 8 + 1;
+    published[presence] |= 0x40;
+    published.put_u16_le(0);
+    p.send_bytes(&publish_raw(1, &published));
+
+    let mut got = [next_delivery(&mut s), next_delivery(&mut s)];
+    got.sort_by_key(|(sub, _)| *sub);
+    let [(1, plain), (2, mapped)] = got else {
+        panic!("expected one delivery per subscription, got {got:?}");
+    };
+    assert_eq!(
+        plain, published,
+        "an unmapped subscription gets the published bytes"
+    );
+    let mut want = Event::decode(&published.clone().freeze()).expect("decodes");
+    want.header.priority = 128;
+    let mut canonical = BytesMut::new();
+    want.encode(&mut canonical).expect("encode");
+    assert_eq!(
+        mapped, canonical,
+        "a mapped copy is re-encoded by an encoder"
+    );
+    assert_eq!(
+        mapped.len(),
+        published.len() - 2,
+        "the empty flags part is gone"
+    );
+    assert_eq!(EventRef::parse(&mapped).expect("parses").priority, 128);
+}
+
+#[test]
+fn a_second_map_property_is_refused_and_other_properties_take_their_last_value() {
+    let h = start(Limits::default());
+    let mut c = Raw::hello(&h);
+    c.declare(1, EndpointKind::Subscriber, "/twice");
+    let two_maps = qos(&[("map", "map priority=high"), ("map", "map priority=low")]);
+    match c.try_subscribe(1, 1, "/twice/a", &two_maps) {
+        Frame::Error { code, message, .. } => {
+            assert_eq!(code, ErrorCode::InvalidFilter, "{message}");
+            assert_eq!(message, "at most one `map` property per subscription");
+        }
+        other => panic!("expected InvalidFilter, got {other:?}"),
+    }
+    // Not made: the subscription id is still free.
+    let last_wins = qos(&[
+        ("discard", "reject"),
+        ("max_queue_length", "8"),
+        ("discard", "drop_newest"),
+        ("max_queue_length", "16"),
+    ]);
+    c.subscribe(1, 1, "/twice/b", &last_wins);
+    let listing = c.list();
+    let [sub] = &listing.subscriptions[..] else {
+        panic!("one subscription, got {:?}", listing.subscriptions);
+    };
+    assert_eq!((sub.discard.as_str(), sub.queue_bound), ("drop_newest", 16));
+}
+
+#[test]
+fn an_invalid_pattern_is_answered_with_the_error_vector_of_the_protocol_document() {
+    let vector = doc_vectors::doc_vectors()
+        .into_iter()
+        .find(|v| v.name == "error")
+        .expect("docs/protocol.md has the vector `error`");
+    let h = start(Limits::default());
+    let mut c = Raw::hello(&h);
+    c.declare(1, EndpointKind::Subscriber, "/vec");
+    c.send(&Frame::Subscribe {
+        req: 3,
+        sub: 1,
+        endpoint: 1,
+        pattern: "/a/**b".into(),
+        qos: vec![],
+    });
+    let (kind, body) = c.recv_raw().expect("an answer");
+    let mut frame = BytesMut::new();
+    frame.put_u32_le(1 + body.len() as u32);
+    frame.put_u8(kind);
+    frame.put_slice(&body);
+    assert_eq!(
+        &frame[..],
+        &vector.bytes[..],
+        "{:?}",
+        Frame::decode(kind, body)
+    );
+}
+
+#[test]
+fn publishing_on_a_subscriber_endpoint_is_refused_with_unknown_endpoint() {
+    let h = start(Limits::default());
+    let mut c = Raw::hello(&h).subscriber("/wrong/kind", "/wrong/**", &[]);
+    c.publish(1, "/wrong/kind", "/wrong/x", "hi");
+    match c.recv_control() {
+        Some(Frame::Error { req, code, message }) => {
+            assert_eq!((req, code), (0, ErrorCode::UnknownEndpoint), "{message}");
+            assert_eq!(
+                message,
+                "publish on endpoint id 1, which this connection has not declared as a publisher"
+            );
+        }
+        other => panic!("expected UnknownEndpoint, got {other:?}"),
+    }
+    c.expect_alive();
+    assert_eq!(c.list().tags.len(), 0, "nothing was published");
+}
+
+#[test]
+fn an_admin_request_with_id_0_still_gets_its_reply_with_id_0() {
+    let h = start(Limits::default());
+    let mut c = Raw::hello(&h);
+    c.send(&Frame::Admin {
+        req: 0,
+        body: json!({"op": "filter_list"}).to_string(),
+    });
+    match c.recv_control() {
+        Some(Frame::AdminReply { req: 0, body }) => {
+            let v: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+            assert_eq!(v, json!({"filters": []}));
+        }
+        other => panic!("expected an AdminReply with request id 0, got {other:?}"),
+    }
+    c.send(&Frame::Admin {
+        req: 0,
+        body: json!({"op": "filter_remove", "id": 7}).to_string(),
+    });
+    match c.recv_control() {
+        Some(Frame::Error { req: 0, code, .. }) => assert_eq!(code, ErrorCode::BadRequest),
+        other => panic!("expected an Error with request id 0, got {other:?}"),
+    }
+}
+
+#[test]
+fn an_endpoint_with_two_matching_subscriptions_gets_the_event_twice() {
+    let h = start(Limits::default());
+    let mut s = Raw::hello(&h);
+    s.declare(1, EndpointKind::Subscriber, "/both");
+    s.subscribe(10, 1, "/two/*", &[]);
+    s.subscribe(11, 1, "/two/**", &[]);
+    let mut p = Raw::hello(&h).publisher("/two/pub");
+    let ev = event("/two/pub", "/two/x", "once");
+    p.publish_event(1, &ev);
+    let mut got = [next_delivery(&mut s), next_delivery(&mut s)];
+    got.sort_by_key(|(sub, _)| *sub);
+    let mut published = BytesMut::new();
+    ev.encode(&mut published).expect("encode");
+    assert_eq!([got[0].0, got[1].0], [10, 11]);
+    assert!(got.iter().all(|(_, e)| *e == published));
+    // And no third copy: the next frame is the answer to a Ping.
+    s.expect_alive();
+}
+
+#[test]
+fn shutdown_sends_close_with_code_16_shutting_down() {
+    let h = start(Limits::default());
+    let mut c = Raw::hello(&h);
+    c.expect_alive();
+    h.shutdown();
+    assert_eq!(
+        c.recv_control(),
+        Some(Frame::Close {
+            code: ErrorCode::ShuttingDown.code(),
+            reason: "server shutting down".into(),
+        })
+    );
+    assert_eq!(ErrorCode::ShuttingDown.code(), 16);
+    assert_eq!(c.recv(), None, "the socket closes after the Close");
+}
 
 #[test]
 fn no_delivery_is_longer_than_the_frame_limit_the_subscriber_negotiated() {

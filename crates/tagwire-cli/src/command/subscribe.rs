@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tagwire::{DiscardPolicy, Sample, Session, Subscriber, ValueRef};
+use tagwire::{DiscardPolicy, Expiry, Sample, Session, Subscriber, ValueRef};
 
 use super::CmdResult;
 use crate::cli::SubArgs;
@@ -223,7 +223,9 @@ fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-/// The JSON form of a received event.
+/// The JSON form of a received event: every header field it carries (the
+/// optional ones only when present; `flags` always, 0 when none), its
+/// fields and its payload. The keys are listed in the README.
 pub fn to_json(s: &Sample) -> serde_json::Value {
     let ev = s.event();
     let fields: serde_json::Map<String, serde_json::Value> = ev
@@ -236,11 +238,27 @@ pub fn to_json(s: &Sample) -> serde_json::Value {
         "seq": ev.seq,
         "source_time_ns": ev.source_time_ns,
         "priority": ev.priority,
+        "flags": ev.flags,
         "fields": fields,
     });
     match std::str::from_utf8(ev.payload) {
         Ok(text) => o["payload"] = text.into(),
         Err(_) => o["payload_hex"] = hex(ev.payload).into(),
+    }
+    let (timeout_ns, stop_time_ns) = match ev.expiry {
+        Expiry::Never => (None, None),
+        Expiry::AfterNs(ns) => (Some(ns), None),
+        Expiry::AtNs(ns) => (None, Some(ns)),
+    };
+    for (k, v) in [
+        ("virtual_time", ev.virtual_time),
+        ("timeout_ns", timeout_ns),
+        ("stop_time_ns", stop_time_ns),
+        ("start_time_ns", ev.start_time_ns),
+    ] {
+        if let Some(v) = v {
+            o[k] = v.into();
+        }
     }
     for (k, v) in [("type_name", ev.type_name), ("event_name", ev.event_name)] {
         if let Some(v) = v {

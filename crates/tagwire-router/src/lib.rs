@@ -36,6 +36,7 @@ mod dispatch;
 mod filters;
 mod lane;
 pub mod local;
+pub mod priority;
 mod read_buffer;
 mod state;
 mod timing;

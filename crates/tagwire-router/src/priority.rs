@@ -400,9 +400,10 @@ fn set_policy(policy: SchedPolicy) -> io::Result<()> {
                 let (now, _) = thread_priority::unix::thread_schedule_policy_param(thread)
                     .map_err(os_error)?;
                 if now != other {
-                    return switched.map_err(os_error).and(Err(io::Error::other(
-                        "the thread did not switch to SCHED_OTHER",
-                    )));
+                    return Err(match switched {
+                        Err(e) => os_error(e),
+                        Ok(()) => io::Error::other("the thread did not switch to SCHED_OTHER"),
+                    });
                 }
             }
             rustix::process::setpriority_process(Some(rustix::thread::gettid()), i32::from(nice))?;

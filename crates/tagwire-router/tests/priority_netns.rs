@@ -1,0 +1,161 @@
+//! netns tests of `priority::set_dscp` on the wire: TCP between two testbed
+//! hosts, captured with tcpdump on the receiving host. They need root,
+//! iproute2 and tcpdump, and FAIL with a message saying how to get them
+//! (docs/testbed.md); `.ci/run` runs them as root and installs tcpdump.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::Command;
+use std::time::Duration;
+
+use tagwire_router::priority::{set_dscp, DSCP_AF42};
+use tagwire_testbed::{require_tool, Host, NsChild, Shaping, Testbed, TestbedConfig};
+
+const T: Duration = Duration::from_secs(10);
+const PORT: u16 = 7100;
+const ROUNDS: usize = 2;
+
+fn testbed(config: TestbedConfig) -> Testbed {
+    Testbed::new(config).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// tcpdump on `host`'s interface, for the first `count` TCP segments that
+/// carry data (PSH) on PORT, both directions; returns once it listens.
+fn capture(host: &Host, count: usize) -> NsChild<'_> {
+    let tcpdump = require_tool("tcpdump", "tcpdump").unwrap_or_else(|e| panic!("{e}"));
+    let mut cmd = Command::new(tcpdump);
+    cmd.args([
+        "-v",
+        "-n",
+        "-l",
+        "--immediate-mode",
+        "-c",
+        &count.to_string(),
+    ])
+    .args(["-i", host.iface()])
+    .arg(format!("tcp port {PORT} and tcp[tcpflags] & tcp-push != 0"));
+    let mut child = host.spawn(&cmd).unwrap_or_else(|e| panic!("{e}"));
+    child
+        .wait_for_stderr("listening on", T)
+        .unwrap_or_else(|e| panic!("{e}"));
+    child
+}
+
+/// `(source address, tos)` of each packet in `tcpdump -v -n` output:
+/// `… IP (tos 0x90, ttl 63, …)` then `    10.200.0.2.45678 > 10.200.1.2.7100: …`.
+fn packets(text: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut lines = text.lines();
+    while let Some(line) = lines.next() {
+        let Some(rest) = line.split(" IP (tos ").nth(1) else {
+            continue;
+        };
+        let tos = rest.split(',').next().unwrap_or("").to_owned();
+        let src = lines
+            .next()
+            .and_then(|l| l.split_whitespace().next())
+            .and_then(|s| s.rsplit_once('.'))
+            .map(|(ip, _port)| ip.to_owned())
+            .unwrap_or_default();
+        out.push((src, tos));
+    }
+    out
+}
+
+/// A connection from host 0 to host 1 (a listener there); `client_dscp` and
+/// `server_dscp` mark the two ends (None: unmarked). Exchanges ROUNDS
+/// request/reply pairs and returns what tcpdump saw on host 1.
+fn exchange(tb: &Testbed, client_dscp: Option<u8>, server_dscp: Option<u8>) -> String {
+    let (client_host, server_host) = (tb.host(0), tb.host(1));
+    let server_addr = (server_host.addr(), PORT);
+    let listener = server_host
+        .run_in(|| TcpListener::bind(server_addr))
+        .unwrap_or_else(|e| panic!("{e}"))
+        .expect("bind on host 1");
+    let dump = capture(server_host, 2 * ROUNDS);
+    let mut client = client_host
+        .run_in(|| TcpStream::connect_timeout(&server_addr.into(), T))
+        .unwrap_or_else(|e| panic!("{e}"))
+        .expect("connect from host 0");
+    let (mut server, _) = listener.accept().expect("accept");
+    for s in [&client, &server] {
+        s.set_read_timeout(Some(T)).expect("timeout");
+    }
+    if let Some(d) = client_dscp {
+        set_dscp(&client, d).expect("mark the client");
+    }
+    if let Some(d) = server_dscp {
+        set_dscp(&server, d).expect("mark the server");
+    }
+    let mut buf = [0u8; 5];
+    for _ in 0..ROUNDS {
+        client.write_all(b"ping!").expect("client writes");
+        server.read_exact(&mut buf).expect("server reads");
+        server.write_all(b"pong!").expect("server writes");
+        client.read_exact(&mut buf).expect("client reads");
+    }
+    let out = dump.finish(T).unwrap_or_else(|e| panic!("{e}"));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "tcpdump failed: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
+#[test]
+fn only_the_marked_end_sends_tos_0x90_on_the_wire() {
+    let tb = testbed(TestbedConfig::default());
+    let text = exchange(&tb, Some(DSCP_AF42), None);
+    let seen = packets(&text);
+    let (client, server) = (tb.host(0).addr().to_string(), tb.host(1).addr().to_string());
+    assert_eq!(seen.len(), 2 * ROUNDS, "{text}");
+    for (src, tos) in &seen {
+        let want = if *src == client { "0x90" } else { "0x0" };
+        assert!(*src == client || *src == server, "{src}: {text}");
+        assert_eq!(tos, want, "packet from {src}: {text}");
+    }
+}
+
+#[test]
+fn both_marked_ends_send_tos_0x90_both_ways() {
+    let tb = testbed(TestbedConfig::default());
+    let text = exchange(&tb, Some(DSCP_AF42), Some(DSCP_AF42));
+    let seen = packets(&text);
+    let server = tb.host(1).addr().to_string();
+    assert_eq!(seen.len(), 2 * ROUNDS, "{text}");
+    assert_eq!(
+        seen.iter().filter(|(src, _)| *src == server).count(),
+        ROUNDS,
+        "replies: {text}"
+    );
+    for (src, tos) in &seen {
+        assert_eq!(tos, "0x90", "packet from {src}: {text}");
+    }
+}
+
+#[test]
+fn af42_marked_tcp_takes_the_high_class_at_the_bottleneck() {
+    let tb = testbed(TestbedConfig {
+        hosts: 2,
+        bottleneck: Some(Shaping {
+            delay: None,
+            rate_kbit: Some(100_000),
+            dscp_priority: true,
+        }),
+    });
+    let before = tb
+        .bottleneck_class_packets()
+        .unwrap_or_else(|e| panic!("{e}"));
+    exchange(&tb, Some(DSCP_AF42), None);
+    let after = tb
+        .bottleneck_class_packets()
+        .unwrap_or_else(|e| panic!("{e}"));
+    // Host 0's requests cross the bottleneck toward host 1 in the high
+    // class (the SYN and the first ACK went before the mark, as normal).
+    assert!(
+        after.high - before.high >= ROUNDS as u64,
+        "{before:?} -> {after:?}"
+    );
+}

@@ -1,0 +1,261 @@
+//! The `tc` setup of the bottleneck link, built as plain argument lists so
+//! that it can be unit-tested (and compared with `scripts/netns.sh`, which
+//! builds the same tree) without root.
+//!
+//! ```text
+//!   root 1: htb default 20
+//!   └─ 1:1  rate R ceil R                  (the link rate)
+//!      ├─ 1:10 prio 0  rate R-2F ceil R    high:   DSCP 36 (AF42), 44 (VA)
+//!      ├─ 1:20 prio 1  rate F    ceil R    normal: everything else
+//!      └─ 1:30 prio 2  rate F    ceil R    low:    DSCP 10 (AF11)
+//!   each class: leaf netem delay D (or pfifo when there is no delay)
+//! ```
+//!
+//! F, the floor of the normal and low classes, is 1 % of R (at least
+//! 1 kbit/s): marked traffic takes the link first, unmarked traffic is never
+//! starved completely. Without `dscp_priority` only 1:20 exists. With a
+//! delay but no rate and no classes, the root is a plain `netem`.
+
+use std::time::Duration;
+
+/// Link rate used when classes are wanted but no rate is given: the
+/// classifier then counts and orders packets but hardly ever queues them.
+pub const UNLIMITED_KBIT: u32 = 10_000_000;
+
+/// What the bottleneck link does: the router's port toward the last host.
+///
+/// All three are optional. `Shaping::default()` shapes nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Shaping {
+    /// One-way delay added to every packet toward the last host (`netem`;
+    /// needs `CONFIG_NET_SCH_NETEM` in the kernel).
+    pub delay: Option<Duration>,
+    /// Link rate in kbit/s (`htb`).
+    pub rate_kbit: Option<u32>,
+    /// Classify by DSCP into high, normal and low classes of strictly
+    /// decreasing priority, as Table 1 of the YARP paper maps classes to
+    /// `pfifo_fast` bands: AF42 (36) and VA (44) → high, AF11 (10) → low,
+    /// the rest (CS0 …) → normal.
+    pub dscp_priority: bool,
+}
+
+/// An HTB class of the bottleneck, by its minor number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TrafficClass {
+    /// `1:10`, prio 0: DSCP 36 (AF42) and 44 (VA).
+    High = 10,
+    /// `1:20`, prio 1: everything unmarked or not listed (the default).
+    Normal = 20,
+    /// `1:30`, prio 2: DSCP 10 (AF11).
+    Low = 30,
+}
+
+/// The DSCP values the classifier recognises and where they go, as
+/// `(dscp, class)`; the u32 filter matches the TOS byte `dscp << 2` under
+/// the mask `0xfc` (ECN bits ignored).
+pub const DSCP_CLASSES: [(u8, TrafficClass); 3] = [
+    (36, TrafficClass::High),
+    (44, TrafficClass::High),
+    (10, TrafficClass::Low),
+];
+
+/// A configuration `tc` would refuse or that makes no sense.
+pub(crate) fn validate(s: &Shaping) -> Result<(), String> {
+    if let Some(r) = s.rate_kbit {
+        if !(8..=UNLIMITED_KBIT).contains(&r) {
+            return Err(format!(
+                "rate_kbit {r} is out of range 8..={UNLIMITED_KBIT}"
+            ));
+        }
+    }
+    if let Some(d) = s.delay {
+        if d.is_zero() || d > Duration::from_secs(10) {
+            return Err(format!("delay {d:?} is out of range 1us..=10s"));
+        }
+    }
+    Ok(())
+}
+
+/// The `tc` argument lists (without the leading `tc -n NS`) that set up
+/// `shaping` on `dev`, in order. Empty when nothing is shaped.
+pub(crate) fn tc_commands(dev: &str, s: &Shaping) -> Vec<Vec<String>> {
+    let mut cmds: Vec<Vec<String>> = Vec::new();
+    let mut add = |line: String| cmds.push(line.split(' ').map(str::to_owned).collect());
+    let leaf = |parent: &str, handle: u32| match s.delay {
+        Some(d) => format!(
+            "qdisc add dev {dev} parent {parent} handle {handle}: netem delay {}us limit 10000",
+            d.as_micros()
+        ),
+        None => format!("qdisc add dev {dev} parent {parent} handle {handle}: pfifo limit 1000"),
+    };
+    if s.rate_kbit.is_none() && !s.dscp_priority {
+        if let Some(d) = s.delay {
+            add(format!(
+                "qdisc add dev {dev} root handle 1: netem delay {}us limit 10000",
+                d.as_micros()
+            ));
+        }
+        return cmds;
+    }
+    let rate = s.rate_kbit.unwrap_or(UNLIMITED_KBIT);
+    add(format!("qdisc add dev {dev} root handle 1: htb default 20"));
+    add(format!(
+        "class add dev {dev} parent 1: classid 1:1 htb rate {rate}kbit ceil {rate}kbit quantum 1514"
+    ));
+    let classes: Vec<(TrafficClass, u32)> = if s.dscp_priority {
+        let floor = (rate / 100).max(1);
+        vec![
+            (TrafficClass::High, rate - 2 * floor),
+            (TrafficClass::Normal, floor),
+            (TrafficClass::Low, floor),
+        ]
+    } else {
+        vec![(TrafficClass::Normal, rate)]
+    };
+    for (prio, (class, class_rate)) in classes.iter().enumerate() {
+        let minor = *class as u32;
+        add(format!(
+            "class add dev {dev} parent 1:1 classid 1:{minor} htb rate {class_rate}kbit ceil {rate}kbit prio {prio} quantum 1514"
+        ));
+        add(leaf(&format!("1:{minor}"), minor));
+    }
+    if s.dscp_priority {
+        for (pref, (dscp, class)) in DSCP_CLASSES.iter().enumerate() {
+            add(format!(
+                "filter add dev {dev} parent 1: protocol ip prio {} u32 match ip dsfield {:#04x} 0xfc flowid 1:{}",
+                pref + 1,
+                dscp << 2,
+                *class as u32
+            ));
+        }
+    }
+    cmds
+}
+
+/// Parses `tc -s class show dev D` output into packets sent per class.
+pub(crate) fn parse_class_packets(text: &str) -> ClassPackets {
+    let mut out = ClassPackets::default();
+    let mut current: Option<TrafficClass> = None;
+    for line in text.lines() {
+        let line = line.trim();
+        if let Some(rest) = line.strip_prefix("class htb ") {
+            current = match rest.split(' ').next() {
+                Some("1:10") => Some(TrafficClass::High),
+                Some("1:20") => Some(TrafficClass::Normal),
+                Some("1:30") => Some(TrafficClass::Low),
+                _ => None,
+            };
+        } else if let (Some(class), Some(rest)) = (current, line.strip_prefix("Sent ")) {
+            // "Sent 1234 bytes 12 pkt (dropped 0, overlimits 0 requeues 0)"
+            let mut words = rest.split(' ');
+            let packets = words.nth(2).and_then(|w| w.parse().ok()).unwrap_or(0);
+            match class {
+                TrafficClass::High => out.high = packets,
+                TrafficClass::Normal => out.normal = packets,
+                TrafficClass::Low => out.low = packets,
+            }
+            current = None;
+        }
+    }
+    out
+}
+
+/// Packets each class of the bottleneck has sent so far.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ClassPackets {
+    /// Class 1:10 (AF42, VA).
+    pub high: u64,
+    /// Class 1:20 (the rest).
+    pub normal: u64,
+    /// Class 1:30 (AF11).
+    pub low: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lines(cmds: &[Vec<String>]) -> Vec<String> {
+        cmds.iter().map(|c| c.join(" ")).collect()
+    }
+
+    #[test]
+    fn no_shaping_builds_no_commands() {
+        assert!(tc_commands("to-h1", &Shaping::default()).is_empty());
+    }
+
+    #[test]
+    fn delay_alone_is_a_root_netem() {
+        let s = Shaping {
+            delay: Some(Duration::from_millis(20)),
+            ..Shaping::default()
+        };
+        assert_eq!(
+            lines(&tc_commands("to-h1", &s)),
+            ["qdisc add dev to-h1 root handle 1: netem delay 20000us limit 10000"]
+        );
+    }
+
+    #[test]
+    fn dscp_priority_builds_three_classes_and_af42_goes_high() {
+        let s = Shaping {
+            delay: None,
+            rate_kbit: Some(10_000),
+            dscp_priority: true,
+        };
+        let l = lines(&tc_commands("to-h1", &s));
+        assert!(l.contains(&"class add dev to-h1 parent 1:1 classid 1:10 htb rate 9800kbit ceil 10000kbit prio 0 quantum 1514".to_owned()));
+        assert!(l.contains(&"class add dev to-h1 parent 1:1 classid 1:20 htb rate 100kbit ceil 10000kbit prio 1 quantum 1514".to_owned()));
+        assert!(l.contains(&"class add dev to-h1 parent 1:1 classid 1:30 htb rate 100kbit ceil 10000kbit prio 2 quantum 1514".to_owned()));
+        assert!(l.contains(&"filter add dev to-h1 parent 1: protocol ip prio 1 u32 match ip dsfield 0x90 0xfc flowid 1:10".to_owned()));
+        assert!(l.contains(&"filter add dev to-h1 parent 1: protocol ip prio 2 u32 match ip dsfield 0xb0 0xfc flowid 1:10".to_owned()));
+        assert!(l.contains(&"filter add dev to-h1 parent 1: protocol ip prio 3 u32 match ip dsfield 0x28 0xfc flowid 1:30".to_owned()));
+        assert_eq!(l[0], "qdisc add dev to-h1 root handle 1: htb default 20");
+    }
+
+    #[test]
+    fn delay_with_classes_puts_netem_under_each_class() {
+        let s = Shaping {
+            delay: Some(Duration::from_millis(5)),
+            rate_kbit: None,
+            dscp_priority: true,
+        };
+        let netems = lines(&tc_commands("d", &s))
+            .into_iter()
+            .filter(|l| l.contains("netem delay 5000us"))
+            .count();
+        assert_eq!(netems, 3);
+    }
+
+    #[test]
+    fn out_of_range_rate_and_delay_are_refused_naming_the_value() {
+        let e = validate(&Shaping {
+            rate_kbit: Some(1),
+            ..Shaping::default()
+        })
+        .unwrap_err();
+        assert!(e.contains("rate_kbit 1"), "{e}");
+        let e = validate(&Shaping {
+            delay: Some(Duration::ZERO),
+            ..Shaping::default()
+        })
+        .unwrap_err();
+        assert!(e.contains("delay 0ns"), "{e}");
+    }
+
+    #[test]
+    fn class_statistics_are_parsed_per_class() {
+        let text = "class htb 1:1 root rate 10Mbit ceil 10Mbit burst 1600b cburst 1600b \n Sent 900 bytes 9 pkt (dropped 0, overlimits 0 requeues 0) \n\
+class htb 1:10 parent 1:1 leaf 10: prio 0 rate 9800Kbit ceil 10Mbit burst 1600b cburst 1600b \n Sent 294 bytes 3 pkt (dropped 0, overlimits 0 requeues 0) \n\
+class htb 1:20 parent 1:1 leaf 20: prio 1 rate 100Kbit ceil 10Mbit burst 1600b cburst 1600b \n Sent 500 bytes 5 pkt (dropped 0, overlimits 0 requeues 0) \n\
+class htb 1:30 parent 1:1 leaf 30: prio 2 rate 100Kbit ceil 10Mbit burst 1600b cburst 1600b \n Sent 98 bytes 1 pkt (dropped 0, overlimits 0 requeues 0) \n";
+        assert_eq!(
+            parse_class_packets(text),
+            ClassPackets {
+                high: 3,
+                normal: 5,
+                low: 1
+            }
+        );
+    }
+}

@@ -46,6 +46,10 @@ use crate::budget::MemoryBudget;
 use crate::sync::{Count, Flag, Locked};
 use crate::timing::{now_ns, NEVER};
 
+/// Priority classes of the writer's ready lists (low, normal, high,
+/// critical: priorities 0–63, 64–127, 128–191, 192–255).
+pub(crate) const CLASSES: usize = 4;
+
 /// Most events gathered into one vectored write (two iovecs each).
 pub const BATCH_EVENTS: usize = 256;
 /// Most bytes gathered into one vectored write.
@@ -150,6 +154,8 @@ pub(crate) struct Channel {
     pub reject_reported: Flag,
     /// Whether this channel is in its outbox's ready list.
     scheduled: Flag,
+    /// Its priority (0..=255): the writer serves higher classes first.
+    priority: Count,
     /// The connection it delivers on.
     pub outbox: Arc<Outbox>,
     /// The router-wide budget its queued bytes are charged to.
@@ -194,10 +200,26 @@ impl Channel {
             max_event: usize::MAX,
             reject_reported: Flag::new(false),
             scheduled: Flag::new(false),
+            priority: Count::new(64), // `normal`
             outbox,
             budget,
             pinned: Count::new(0),
         }
+    }
+
+    /// The channel's priority (0..=255).
+    pub(crate) fn priority(&self) -> u8 {
+        self.priority.get() as u8
+    }
+
+    /// Changes the channel's priority: from its next turn on, the writer
+    /// serves it in that class.
+    pub(crate) fn set_priority(&self, p: u8) {
+        self.priority.set(p as u64);
+    }
+
+    fn class(&self) -> usize {
+        (self.priority() as usize) * CLASSES / 256
     }
 
     /// Bounds the events this channel delivers to `max` encoded bytes (the
@@ -262,10 +284,7 @@ impl Channel {
             Pushed::Queued { .. } => {
                 self.reject_reported.set(false);
                 if !self.scheduled.replace(true) {
-                    self.outbox
-                        .ready
-                        .borrow_mut()
-                        .push_back(Arc::downgrade(self));
+                    self.outbox.ready.borrow_mut()[self.class()].push_back(Arc::downgrade(self));
                     self.outbox.notify.notify_one();
                 }
                 Offer::Queued
@@ -303,7 +322,7 @@ impl Drop for Channel {
 pub(crate) struct Outbox {
     /// Channels with queued events, held weakly: a channel dropped from the
     /// router's tables is skipped here (see the module doc).
-    ready: Locked<VecDeque<Weak<Channel>>>,
+    ready: Locked<[VecDeque<Weak<Channel>>; CLASSES]>,
     control: Locked<BytesMut>,
     notify: Notify,
     /// Set when the connection is closing: the writer flushes and stops.
@@ -378,7 +397,8 @@ impl Outbox {
         }
     }
 
-    /// Takes up to a batch of events, round-robin over ready channels.
+    /// Takes up to a batch of events: the highest priority class first,
+    /// round-robin over the ready channels of a class.
     fn gather(
         &self,
         bodies: &mut Vec<Bytes>,
@@ -390,7 +410,9 @@ impl Outbox {
         // can expire.
         let mut now = None;
         while bodies.len() < BATCH_EVENTS && total < BATCH_BYTES {
-            let Some(weak) = ready.pop_front() else { break };
+            let Some(weak) = ready.iter_mut().rev().find_map(|c| c.pop_front()) else {
+                break;
+            };
             // A channel that was dropped meanwhile took its queue with it.
             let Some(ch) = weak.upgrade() else { continue };
             let mut q = ch.queue.borrow_mut();
@@ -415,13 +437,16 @@ impl Outbox {
             ch.delivered.set(ch.delivered.get() + taken);
             ch.expired.set(ch.expired.get() + expired);
             ch.budget.release(before - q.bytes());
+            // Under the queue's lock: an event offered (on any lane) after
+            // this sees the channel unscheduled and schedules it again.
             let empty = q.is_empty();
-            drop(q);
             if empty {
                 ch.scheduled.set(false);
                 ch.unpin();
-            } else {
-                ready.push_back(weak);
+            }
+            drop(q);
+            if !empty {
+                ready[ch.class()].push_back(weak);
             }
         }
     }
@@ -461,6 +486,46 @@ mod tests {
     }
 
     #[test]
+    fn the_writer_serves_a_higher_priority_channel_first_and_follows_a_change() {
+        let budget = Arc::new(MemoryBudget::new(1 << 30));
+        let (outbox, low) = channel(&budget);
+        let queue = BoundedQueue::with_byte_limit(1 << 20, 1 << 30, DiscardPolicy::DropOldest);
+        let high = Arc::new(Channel::new(
+            2,
+            "/sub2".into(),
+            "/**".into(),
+            queue,
+            outbox.clone(),
+            budget.clone(),
+        ));
+        low.set_priority(0);
+        high.set_priority(200);
+        for ch in [&low, &high] {
+            let _ = ch.offer(&mut Outgoing::owned(Bytes::from_static(b"e")), NEVER);
+        }
+        let (mut bodies, mut prefixes) = (Vec::new(), Vec::new());
+        outbox.gather(&mut bodies, &mut prefixes, 0);
+        let subs: Vec<u32> = prefixes
+            .iter()
+            .map(|p| u32::from_le_bytes([p[5], p[6], p[7], p[8]]))
+            .collect();
+        assert_eq!(subs, [2, 1], "high (sub 2) before low (sub 1)");
+        // Swap the priorities: the next turn follows them.
+        low.set_priority(255);
+        high.set_priority(0);
+        for ch in [&high, &low] {
+            let _ = ch.offer(&mut Outgoing::owned(Bytes::from_static(b"e")), NEVER);
+        }
+        let (mut bodies, mut prefixes) = (Vec::new(), Vec::new());
+        outbox.gather(&mut bodies, &mut prefixes, 0);
+        let subs: Vec<u32> = prefixes
+            .iter()
+            .map(|p| u32::from_le_bytes([p[5], p[6], p[7], p[8]]))
+            .collect();
+        assert_eq!(subs, [1, 2]);
+    }
+
+    #[test]
     fn a_dropped_channel_frees_its_queue_although_its_outbox_lists_it() {
         let budget = Arc::new(MemoryBudget::new(1 << 30));
         let (outbox, ch) = channel(&budget);
@@ -470,7 +535,16 @@ mod tests {
             assert_eq!(ch.offer(&mut ev, NEVER), Offer::Queued);
         }
         assert!(budget.used() > 0);
-        assert_eq!(outbox.ready.borrow().len(), 1, "scheduled on its outbox");
+        assert_eq!(
+            outbox
+                .ready
+                .borrow()
+                .iter()
+                .map(VecDeque::len)
+                .sum::<usize>(),
+            1,
+            "scheduled on its outbox"
+        );
         let weak = Arc::downgrade(&ch);
         // The router's tables let go of the channel (its subscriber left).
         drop(ch);

@@ -3,10 +3,12 @@
 //!
 //! - [`tags`]: tag and pattern syntax, and the [`TagTable`](tags::TagTable)
 //!   trie that finds the subscriptions matching a tag.
-//! - [`queue`]: bounded per-subscriber queues with discard policies.
+//! - [`queue`]: bounded per-subscriber queues with order, discard and
+//!   expiry policies.
 //! - [`defer`]: events held until their start time.
 //! - [`endpoint`]: the registry of named endpoints.
-//! - [`qos`]: channel QoS properties parsed from `(name, value)` pairs.
+//! - [`qos`]: the QoS properties, their levels (daemon, tag, session,
+//!   channel, event) and their resolution into a channel's effective QoS.
 //! - [`filter`]: the content-filter language, mapping filters, TAO's filter
 //!   levels and the indexed matcher for many content subscriptions.
 //! - [`route`]: where an event goes — patterns, filter levels and the index

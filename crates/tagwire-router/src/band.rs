@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::{ConfigError, RouterConfig};
 use crate::priority::SchedPolicy;
+use tagwire_core::qos::Dscp;
 
 /// The name of the band the main listeners serve.
 pub const DEFAULT_BAND: &str = "normal";
@@ -100,37 +101,15 @@ pub struct Band {
     pub unix: Option<PathBuf>,
 }
 
-/// Parses a DSCP class name or a raw value 0..=63.
-pub fn parse_dscp(text: &str) -> Result<u8, String> {
-    let t = text.trim().to_ascii_lowercase();
-    let named = match t.as_str() {
-        "low" => Some(10),
-        "normal" | "default" | "be" => Some(0),
-        "high" => Some(36),
-        "critical" | "va" => Some(44),
-        "ef" => Some(46),
-        _ => None,
-    };
-    if let Some(v) = named {
-        return Ok(v);
-    }
-    if let Some(n) = t.strip_prefix("cs").and_then(|d| d.parse::<u8>().ok()) {
-        if n <= 7 {
-            return Ok(n << 3);
-        }
-    }
-    if let Some(rest) = t.strip_prefix("af") {
-        let b = rest.as_bytes();
-        if b.len() == 2 && (b'1'..=b'4').contains(&b[0]) && (b'1'..=b'3').contains(&b[1]) {
-            return Ok(((b[0] - b'0') << 3) | ((b[1] - b'0') << 1));
-        }
-    }
-    match t.parse::<u8>() {
-        Ok(v) if v <= 63 => Ok(v),
-        _ => Err(format!(
-            "unknown DSCP {text:?}: expected a class (af11..af43, cs0..cs7, ef, va, low, normal, high, critical) or 0..=63"
-        )),
-    }
+/// Parses a band's DSCP with core's [`Dscp`] (a class name, a band name or
+/// 0..=63); `auto` is the DSCP of the band's rank (low, normal, high,
+/// critical, then critical for any further band).
+pub fn parse_dscp(text: &str, rank: usize) -> Result<u8, String> {
+    let d: Dscp = text
+        .parse()
+        .map_err(|e: tagwire_core::qos::QosError| e.to_string())?;
+    let class_priority = [0u8, 64, 128, 192][rank.min(3)];
+    Ok(d.code(class_priority))
 }
 
 /// Decides every band's lane policy, DSCP and listeners from `config`.
@@ -175,7 +154,7 @@ pub fn plan(config: &RouterConfig) -> Result<Vec<Band>, ConfigError> {
             .sched
             .parse()
             .map_err(|e| bad(format!("band {:?}: sched {:?}: {e}", b.name, b.sched)))?;
-        let dscp = parse_dscp(&b.dscp).map_err(|e| bad(format!("band {:?}: {e}", b.name)))?;
+        let dscp = parse_dscp(&b.dscp, rank).map_err(|e| bad(format!("band {:?}: {e}", b.name)))?;
         let (tcp, unix) = if rank == default {
             (b.tcp.or(config.tcp), b.unix.clone().or(config.unix.clone()))
         } else {
@@ -232,19 +211,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn dscp_classes_and_raw_values_parse_and_others_are_named() {
-        assert_eq!(parse_dscp("AF11"), Ok(10));
-        assert_eq!(parse_dscp("af42"), Ok(36));
-        assert_eq!(parse_dscp("va"), Ok(44));
-        assert_eq!(parse_dscp("critical"), Ok(44));
-        assert_eq!(parse_dscp("cs0"), Ok(0));
-        assert_eq!(parse_dscp("cs7"), Ok(56));
-        assert_eq!(parse_dscp("ef"), Ok(46));
-        assert_eq!(parse_dscp("63"), Ok(63));
-        for bad in ["64", "af44", "af51", "cs8", "gold", ""] {
-            let e = parse_dscp(bad).unwrap_err();
-            assert!(e.contains(&format!("{bad:?}")), "{e}");
-        }
+    fn band_dscp_takes_classes_raw_values_and_auto_by_rank() {
+        assert_eq!(parse_dscp("AF11", 2), Ok(10));
+        assert_eq!(parse_dscp("af42", 0), Ok(36));
+        assert_eq!(parse_dscp("63", 0), Ok(63));
+        assert_eq!(parse_dscp("auto", 2), Ok(36), "the high class");
+        let e = parse_dscp("gold", 0).unwrap_err();
+        assert!(e.contains("gold"), "{e}");
     }
 
     #[test]

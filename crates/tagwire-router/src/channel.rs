@@ -200,7 +200,7 @@ impl Channel {
             max_event: usize::MAX,
             reject_reported: Flag::new(false),
             scheduled: Flag::new(false),
-            priority: Count::new(64), // `normal`
+            priority: Count::new(tagwire_core::qos::DEFAULT_PRIORITY as u64),
             outbox,
             budget,
             pinned: Count::new(0),

@@ -274,7 +274,10 @@ enum Phase {
     /// Server: waiting for `Hello`. Client: `Hello` sent, waiting for `Welcome`.
     Handshake,
     /// Server: `Hello` handed to the application, waiting for its decision.
-    Authenticating { version: u16, max_frame: u32 },
+    Authenticating {
+        version: u16,
+        max_frame: u32,
+    },
     Established,
     Closed,
 }
@@ -284,8 +287,16 @@ enum Phase {
 enum Pending {
     None,
     Ack(u32),
-    Declare { req: u32, id: u32, endpoint: Endpoint },
-    Subscribe { req: u32, sub: u32, entry: Subscription },
+    Declare {
+        req: u32,
+        id: u32,
+        endpoint: Endpoint,
+    },
+    Subscribe {
+        req: u32,
+        sub: u32,
+        entry: Subscription,
+    },
     Admin(u32),
 }
 
@@ -473,10 +484,7 @@ impl Connection {
             Phase::Established if self.config.idle_timeout == 0 => None,
             Phase::Established => {
                 let n = if self.pinged { 2 } else { 1 };
-                Some(
-                    self.last_heard
-                        .saturating_add(n * self.config.idle_timeout),
-                )
+                Some(self.last_heard.saturating_add(n * self.config.idle_timeout))
             }
         }
     }
@@ -570,12 +578,13 @@ impl Connection {
                     }
                     return (
                         ErrorCode::FrameTooLarge,
-                        format!(
-                            "{e} allowed before the handshake; closing the connection"
-                        ),
+                        format!("{e} allowed before the handshake; closing the connection"),
                     );
                 }
-                (ErrorCode::FrameTooLarge, format!("{e}; closing the connection"))
+                (
+                    ErrorCode::FrameTooLarge,
+                    format!("{e}; closing the connection"),
+                )
             }
             _ => (ErrorCode::Malformed, format!("{e}; closing the connection")),
         }
@@ -1012,7 +1021,10 @@ impl Connection {
         let frame = match Frame::decode(k, body) {
             Ok(f) => f,
             Err(e) => {
-                let message = format!("bad {} frame from the server: {e}", tagwire_proto::frame_name(k));
+                let message = format!(
+                    "bad {} frame from the server: {e}",
+                    tagwire_proto::frame_name(k)
+                );
                 return self.client_error(message);
             }
         };
@@ -1138,7 +1150,11 @@ impl Connection {
     /// After a `Welcome`: declares every endpoint and subscribes every
     /// subscription again (the server gives the names back to our session).
     fn replay(&mut self) {
-        let mut endpoints: Vec<_> = self.endpoints.iter().map(|(i, e)| (*i, e.clone())).collect();
+        let mut endpoints: Vec<_> = self
+            .endpoints
+            .iter()
+            .map(|(i, e)| (*i, e.clone()))
+            .collect();
         endpoints.sort_by_key(|(id, _)| *id);
         for (id, e) in endpoints {
             self.send(&Frame::DeclareEndpoint {

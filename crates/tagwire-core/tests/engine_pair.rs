@@ -268,7 +268,13 @@ fn handshake_settles_on_the_smaller_frame_limit_and_names_both_ends() {
     assert_eq!(p.server.max_frame(), 8192);
     assert_eq!(p.client.peer_name(), "router");
     assert_eq!(p.server.peer_name(), "app");
-    assert!(matches!(p.got.as_slice(), [Input::Welcome { max_frame: 8192, .. }]));
+    assert!(matches!(
+        p.got.as_slice(),
+        [Input::Welcome {
+            max_frame: 8192,
+            ..
+        }]
+    ));
 }
 
 #[test]
@@ -304,7 +310,9 @@ fn publish_is_delivered_once_per_matching_subscription() {
     let mut subs: Vec<u32> = got.iter().map(|(s, _)| *s).collect();
     subs.sort_unstable();
     assert_eq!(subs, [sub, second]);
-    assert!(got.iter().all(|(_, e)| e.payload == Bytes::from_static(b"frame")));
+    assert!(got
+        .iter()
+        .all(|(_, e)| e.payload == Bytes::from_static(b"frame")));
 }
 
 #[test]
@@ -354,7 +362,10 @@ fn endpoint_limits_refuse_without_counting_as_protocol_errors() {
         !p.client.endpoints().contains_key(&refused_id),
         "a refused declaration is not kept for replay"
     );
-    assert!(p.server.closed().is_none(), "want of room is not a protocol error");
+    assert!(
+        p.server.closed().is_none(),
+        "want of room is not a protocol error"
+    );
     assert_eq!(p.server.protocol_errors(), 0);
 }
 
@@ -423,15 +434,27 @@ fn an_idle_peer_is_pinged_then_closed_unless_it_answers() {
         ..Config::default()
     };
     // A client that answers: the ping round trip keeps the connection.
-    let mut p = Pair::new(Config { idle_timeout: 0, ..idle.clone() }, idle.clone());
+    let mut p = Pair::new(
+        Config {
+            idle_timeout: 0,
+            ..idle.clone()
+        },
+        idle.clone(),
+    );
     p.run();
     p.advance(35 * SEC);
-    assert!(p.server.closed().is_none(), "a client that answers Ping stays");
+    assert!(
+        p.server.closed().is_none(),
+        "a client that answers Ping stays"
+    );
     // A client that is silent after its Hello: Ping, then close.
     let mut server = Connection::server(idle, T0);
     let mut client = Connection::client(Config::default(), hello("deaf"), T0);
     let mut wire = BytesMut::from(&client.poll_transmit().expect("Hello")[..]);
-    assert!(matches!(server.poll_input(&mut wire), Some(Input::Hello { .. })));
+    assert!(matches!(
+        server.poll_input(&mut wire),
+        Some(Input::Hello { .. })
+    ));
     server.accept_hello("router");
     let _welcome = server.poll_transmit();
     server.handle_timeout(T0 + 10 * SEC - 1);
@@ -461,7 +484,11 @@ fn a_reconnect_declares_and_subscribes_again_then_delivery_resumes() {
     p.client.reconnect(p.now);
     p.run();
     assert!(p.client.is_established());
-    assert_eq!(p.server.endpoints().len(), 2, "both endpoints declared again");
+    assert_eq!(
+        p.server.endpoints().len(),
+        2,
+        "both endpoints declared again"
+    );
     assert!(p.server.subscriptions().contains_key(&sub));
     assert!(p.replies().is_empty(), "replays ask for no reply");
     p.publish(publisher, &event("/cam/x", b"again"));

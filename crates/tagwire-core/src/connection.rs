@@ -416,6 +416,14 @@ impl Connection {
         self.say_hello();
     }
 
+    /// Client: the token the next `Hello` presents (from the next
+    /// [`reconnect`](Self::reconnect) on). A daemon that restarted may have
+    /// written a new token; the client reads it again before reconnecting.
+    pub fn set_token(&mut self, token: String) {
+        debug_assert_eq!(self.side, Side::Client, "only a client says Hello");
+        self.hello.token = token;
+    }
+
     /// Which end this is.
     pub fn side(&self) -> Side {
         self.side

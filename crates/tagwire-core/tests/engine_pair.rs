@@ -496,6 +496,33 @@ fn a_reconnect_declares_and_subscribes_again_then_delivery_resumes() {
 }
 
 #[test]
+fn a_reconnect_presents_the_token_set_since() {
+    let mut p = Pair::new(Config::default(), Config::default());
+    let (_, sub) = p.ready("/cam/**");
+    // A daemon restart: the new server knows another token.
+    fn restart(p: &mut Pair, token: &str) {
+        p.client.transport_lost("reset by peer");
+        p.c2s.clear();
+        p.s2c.clear();
+        p.app.subs.clear();
+        p.server = Connection::server(Config::default(), p.now);
+        p.client.set_token(token.into());
+        p.client.reconnect(p.now);
+        p.run();
+    }
+    restart(&mut p, "bad");
+    assert_eq!(p.app.refused_tokens, ["bad"], "the new token is presented");
+    assert!(!p.client.is_established());
+    restart(&mut p, "fresh");
+    assert_eq!(p.app.refused_tokens, ["bad"], "the next token replaces it");
+    assert!(p.client.is_established());
+    assert!(
+        p.server.subscriptions().contains_key(&sub),
+        "the tables survive a refused attempt"
+    );
+}
+
+#[test]
 fn deliveries_longer_than_the_clients_frame_limit_are_not_sent() {
     let mut p = Pair::new(
         Config {

@@ -2,10 +2,15 @@
 //! or an in-process router in embedded mode), shared by the publishers and
 //! subscribers made from it.
 //!
-//! Threads: a *reader* thread reads frames, answers requests, runs callback
-//! subscriptions and fills subscriber queues, and reconnects with backoff
-//! when the connection drops (re-declaring endpoints and re-subscribing); a
-//! *flusher* thread writes batched publishes. Publishing writes directly
+//! The protocol is [`tagwire_core::connection::Connection`]'s (the engine:
+//! handshake, request ids and replies, the endpoint and subscription tables,
+//! what a reconnect declares again); this module does its I/O and threads.
+//!
+//! Threads: a *reader* thread feeds what it reads to the engine, wakes the
+//! threads waiting for replies, runs callback subscriptions and fills
+//! subscriber queues, and reconnects with backoff when the connection drops
+//! (the engine then declares and subscribes again); a *flusher* thread
+//! writes batched publishes. Publishing writes directly
 //! from the caller's thread when the stream is idle (lowest latency) and
 //! batches when publishes come faster than [`HOT_INTERVAL`] apart (highest
 //! throughput: one `write` carries many events; the flusher lingers up to
@@ -13,14 +18,15 @@
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use tagwire_proto::{EndpointKind, ErrorCode, Event, Frame, FrameDecoder, PROTOCOL_VERSION};
+use tagwire_core::connection::{ClientHello, Config, Connection, Input, Reply};
+use tagwire_proto::{EndpointKind, Event};
 use tagwire_router::{FilterInfo, Limits, Listing, Router, RouterHandle};
 
 use crate::builder::{is_timeout, Options, SessionBuilder};
@@ -108,26 +114,6 @@ impl Target {
     }
 }
 
-pub(crate) enum Reply {
-    Ok,
-    Admin(String),
-    Err(ErrorCode, String),
-}
-
-pub(crate) struct SubEntry {
-    pub endpoint: u32,
-    pub pattern: String,
-    pub qos: Vec<(String, String)>,
-    pub sink: Arc<Sink>,
-}
-
-#[derive(Default)]
-struct Table {
-    endpoints: HashMap<u32, (EndpointKind, String)>,
-    subs: HashMap<u32, SubEntry>,
-    pending: HashMap<u32, SyncSender<Reply>>,
-}
-
 struct WriteState {
     buf: BytesMut,
     /// Source timestamp of the previous publish (ns), for burst detection.
@@ -136,17 +122,24 @@ struct WriteState {
     /// The flusher is parked on the condvar (so a notify is needed).
     flusher_waiting: bool,
     connected: bool,
+    /// The engine's frame limit, copied when the connection is
+    /// established, so that a publish does not lock the engine.
     max_frame: u32,
 }
 
 pub(crate) struct Inner {
     target: Target,
     name: String,
-    /// Kept across reconnects, so the router gives our endpoint names back.
-    session_id: [u8; tagwire_proto::SESSION_ID_LEN],
     options: Options,
-    /// Lock order: `writer` before `socket` before `replay`.
+    /// The origin of the engine's clock.
+    origin: Instant,
+    /// Lock order: `writer`, then `engine`, then `socket`, then `replay`;
+    /// `waiters` and `sinks` are taken last, holding nothing else after.
     writer: Mutex<WriteState>,
+    /// The protocol engine. Never held while a sink runs or I/O waits; the
+    /// control frames it makes are moved into `writer.buf` (while
+    /// connected: in order with the publishes) by [`Inner::take_control`].
+    engine: Mutex<Connection>,
     socket: Mutex<Option<Stream>>,
     /// A batch whose write failed when the connection broke: its publishes
     /// go out again first after the reconnect (at most the batches in flight
@@ -155,9 +148,12 @@ pub(crate) struct Inner {
     flush_cv: Condvar,
     /// Notified when the connection comes back or the session closes.
     connected_cv: Condvar,
-    table: Mutex<Table>,
+    /// The threads waiting for a reply, by request id.
+    waiters: Mutex<HashMap<u32, SyncSender<Reply>>>,
+    /// Where each subscription's deliveries go; the reader thread keeps a
+    /// copy, taken again when `subs_generation` changes.
+    sinks: Mutex<HashMap<u32, Arc<Sink>>>,
     subs_generation: AtomicU64,
-    next_id: AtomicU32,
     closed: AtomicBool,
     reader_thread: Mutex<Option<ThreadId>>,
     reconnects: AtomicU64,
@@ -256,49 +252,50 @@ impl Session {
             std::process::id(),
             SESSION_COUNTER.fetch_add(1, Ordering::Relaxed)
         );
-        let session_id = crate::credentials::new_session_id();
-        let started = Instant::now();
-        let mut stream = target.connect(options.connect_timeout)?;
-        let left = options.connect_timeout.saturating_sub(started.elapsed());
-        let token = options.token.clone().unwrap_or_else(|| target.token());
-        let (max_frame, leftover) = handshake(
-            &mut stream,
-            &name,
-            &target.describe(),
-            &token,
-            &session_id,
-            left,
-        )
-        .map_err(|e| timed_out(e, &target, options.connect_timeout))?;
-        let write_half = stream.try_clone()?;
+        let config = Config {
+            handshake_timeout: u64::try_from(options.connect_timeout.as_nanos())
+                .unwrap_or(u64::MAX),
+            // The router probes an idle client and the engine answers; the
+            // reader thread blocks in `read` and keeps no timer of its own.
+            idle_timeout: 0,
+            ..Config::default()
+        };
+        let hello = ClientHello {
+            name: name.clone(),
+            token: String::new(), // `connect` reads it before each attempt
+            // Kept across reconnects, so the router gives our endpoint names back.
+            session: crate::credentials::new_session_id(),
+        };
         let inner = Arc::new(Inner {
             target,
             name,
-            session_id,
             options,
+            origin: Instant::now(),
             writer: Mutex::new(WriteState {
                 buf: BytesMut::with_capacity(HIGH_WATER),
                 last_publish_ns: 0,
                 flush_requested: false,
                 flusher_waiting: false,
-                connected: true,
-                max_frame,
+                connected: false,
+                max_frame: 0,
             }),
-            socket: Mutex::new(Some(write_half)),
+            engine: Mutex::new(Connection::client(config, hello, 0)),
+            socket: Mutex::new(None),
             replay: Mutex::new(BytesMut::new()),
             flush_cv: Condvar::new(),
             connected_cv: Condvar::new(),
-            table: Mutex::new(Table::default()),
+            waiters: Mutex::new(HashMap::new()),
+            sinks: Mutex::new(HashMap::new()),
             subs_generation: AtomicU64::new(0),
-            next_id: AtomicU32::new(1),
             closed: AtomicBool::new(false),
             reader_thread: Mutex::new(None),
             reconnects: AtomicU64::new(0),
         });
+        let (stream, leftover) = connect(&inner)?;
         let r = inner.clone();
         let reader = std::thread::Builder::new()
             .name("tagwire-reader".into())
-            .spawn(move || reader_main(r, stream, max_frame, leftover))?;
+            .spawn(move || reader_main(r, stream, leftover))?;
         *lock(&inner.reader_thread) = Some(reader.thread().id());
         let f = inner.clone();
         std::thread::Builder::new()
@@ -406,10 +403,10 @@ impl Session {
     /// Sends an admin request (`docs/admin.md`) and returns the JSON reply.
     pub fn admin(&self, request: &serde_json::Value) -> Result<serde_json::Value> {
         let body = request.to_string();
-        match self
+        let ((), reply) = self
             .inner()
-            .request("admin request", |req| Frame::Admin { req, body })?
-        {
+            .request("admin request", |e| ((), e.admin(body)))?;
+        match reply? {
             Reply::Admin(text) => serde_json::from_str(&text)
                 .map_err(|e| Error::BadReply(format!("admin reply: {e}"))),
             Reply::Err(code, message) => Err(Error::Refused { code, message }),
@@ -420,10 +417,8 @@ impl Session {
     /// Measures one round trip to the router (a `Ping` answered by `Pong`).
     pub fn ping(&self) -> Result<Duration> {
         let start = Instant::now();
-        match self
-            .inner()
-            .request("ping", |req| Frame::Ping { nonce: req as u64 })?
-        {
+        let ((), reply) = self.inner().request("ping", |e| ((), e.ping()))?;
+        match reply? {
             Reply::Ok => Ok(start.elapsed()),
             _ => Err(Error::BadReply("expected a Pong".into())),
         }
@@ -453,103 +448,118 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Inner {
-    pub(crate) fn next_id(&self) -> u32 {
-        self.next_id.fetch_add(1, Ordering::Relaxed)
-    }
-
+    /// Declares an endpoint and waits for the router's answer.
     pub(crate) fn declare_endpoint(&self, kind: EndpointKind, name: &str) -> Result<u32> {
-        let id = self.next_id();
-        let name_owned = name.to_owned();
-        self.request("endpoint declaration", |req| Frame::DeclareEndpoint {
-            req,
-            id,
-            kind,
-            name: name_owned,
-        })
-        .and_then(expect_ok)?;
-        lock(&self.table)
-            .endpoints
-            .insert(id, (kind, name.to_owned()));
+        let (id, reply) = self.request("endpoint declaration", |e| e.declare(kind, name))?;
+        // The engine forgets a refused endpoint itself; one whose answer
+        // never came is forgotten here (and freed, should the router have it).
+        reply
+            .and_then(expect_ok)
+            .inspect_err(|_| self.undeclare_endpoint(id))?;
         Ok(id)
     }
 
-    pub(crate) fn add_subscription(&self, sub: u32, entry: SubEntry) -> Result<()> {
-        let (endpoint, pattern, qos) = (entry.endpoint, entry.pattern.clone(), entry.qos.clone());
-        // Register the sink first so that no delivery can arrive before it.
-        lock(&self.table).subs.insert(sub, entry);
-        self.subs_generation.fetch_add(1, Ordering::Release);
-        let r = self
-            .request("subscription", |req| Frame::Subscribe {
-                req,
-                sub,
-                endpoint,
-                pattern,
-                qos,
-            })
-            .and_then(expect_ok);
-        if r.is_err() {
-            lock(&self.table).subs.remove(&sub);
+    /// Subscribes endpoint `endpoint` and waits for the router's answer;
+    /// returns the subscription id. The sink is in place before the
+    /// `Subscribe` is written, so that no delivery can arrive before it.
+    pub(crate) fn add_subscription(
+        &self,
+        endpoint: u32,
+        pattern: &str,
+        qos: Vec<(String, String)>,
+        sink: Arc<Sink>,
+    ) -> Result<u32> {
+        let (sub, reply) = self.request("subscription", |e| {
+            let (sub, req) = e.subscribe(endpoint, pattern, qos);
+            lock(&self.sinks).insert(sub, sink);
             self.subs_generation.fetch_add(1, Ordering::Release);
-        }
-        r
+            (sub, req)
+        })?;
+        reply.and_then(expect_ok).inspect_err(|_| {
+            lock(&self.sinks).remove(&sub);
+            self.subs_generation.fetch_add(1, Ordering::Release);
+            self.control(|e| e.unsubscribe(sub));
+        })?;
+        Ok(sub)
     }
 
     /// Drops a subscription and its endpoint without waiting for replies.
     pub(crate) fn remove_subscription(&self, sub: u32) {
-        let entry = lock(&self.table).subs.remove(&sub);
+        lock(&self.sinks).remove(&sub);
         self.subs_generation.fetch_add(1, Ordering::Release);
-        if let Some(e) = entry {
-            let _ = self.send_now(&Frame::Unsubscribe { req: 0, sub });
-            self.undeclare_endpoint(e.endpoint);
-        }
+        self.control(|e| {
+            if let Some(endpoint) = e.subscriptions().get(&sub).map(|s| s.endpoint) {
+                e.unsubscribe(sub);
+                e.undeclare(endpoint);
+            }
+        });
     }
 
     /// Frees an endpoint's name without waiting for the reply.
     pub(crate) fn undeclare_endpoint(&self, id: u32) {
-        if lock(&self.table).endpoints.remove(&id).is_some() {
-            let _ = self.send_now(&Frame::UndeclareEndpoint { req: 0, id });
-        }
+        self.control(|e| e.undeclare(id));
     }
 
-    /// Sends a request and waits for its reply.
-    fn request(&self, what: &'static str, make: impl FnOnce(u32) -> Frame) -> Result<Reply> {
+    /// Sends a request made by `make` (which returns its result and the
+    /// request id) and waits for its reply. Fails if the request could not
+    /// be sent; once it is, returns `make`'s result and the reply, or why
+    /// none came ([`Error::Timeout`], [`Error::Disconnected`]).
+    fn request<T>(
+        &self,
+        what: &'static str,
+        make: impl FnOnce(&mut Connection) -> (T, u32),
+    ) -> Result<(T, Result<Reply>)> {
         if *lock(&self.reader_thread) == Some(std::thread::current().id()) {
             return Err(Error::BadReply(format!(
                 "cannot make a {what} from inside a subscription callback (it would wait for itself)"
             )));
         }
-        drop(self.wait_connected(lock(&self.writer))?);
-        let req = self.next_id();
+        let mut w = self.wait_connected(lock(&self.writer))?;
+        let (t, req) = make(&mut lock(&self.engine));
         let (tx, rx) = sync_channel(1);
-        lock(&self.table).pending.insert(req, tx);
-        if let Err(e) = self.send_now(&make(req)) {
-            lock(&self.table).pending.remove(&req);
-            return Err(e);
-        }
-        match rx.recv_timeout(REQUEST_TIMEOUT) {
+        lock(&self.waiters).insert(req, tx);
+        self.take_control(&mut w);
+        self.flush_locked(w)?;
+        let reply = match rx.recv_timeout(REQUEST_TIMEOUT) {
             Ok(r) => Ok(r),
             Err(RecvTimeoutError::Timeout) => {
-                lock(&self.table).pending.remove(&req);
+                lock(&self.waiters).remove(&req);
+                lock(&self.engine).forget(req);
                 Err(Error::Timeout {
                     what,
                     secs: REQUEST_TIMEOUT.as_secs(),
                 })
             }
             Err(RecvTimeoutError::Disconnected) => Err(Error::Disconnected),
+        };
+        Ok((t, reply))
+    }
+
+    /// Changes the engine's state with `f` and writes the control frames
+    /// that makes (with anything batched before them) now. While the
+    /// session is reconnecting they wait in the engine (see `take_control`).
+    fn control(&self, f: impl FnOnce(&mut Connection)) {
+        let mut w = lock(&self.writer);
+        f(&mut lock(&self.engine));
+        if w.connected {
+            self.take_control(&mut w);
+            let _ = self.flush_locked(w);
         }
     }
 
-    /// Encodes `frame` and writes it (with anything batched before it) now.
-    pub(crate) fn send_now(&self, frame: &Frame) -> Result<()> {
-        let mut w = lock(&self.writer);
-        if self.closed.load(Ordering::Relaxed) {
-            return Err(Error::Closed);
+    /// Moves the engine's control frames to the end of the write buffer.
+    /// Only while connected (or, in `connect`, before the replayed
+    /// publishes): the buffer of a lost connection is sifted for publishes.
+    fn take_control(&self, w: &mut WriteState) {
+        let mut e = lock(&self.engine);
+        while let Some(frames) = e.poll_transmit() {
+            w.buf.extend_from_slice(&frames);
         }
-        if !w.connected {
-            return Err(Error::Disconnected);
-        }
-        frame.encode(&mut w.buf)?;
-        self.flush_locked(w)
+    }
+
+    /// The engine's clock: nanoseconds since `origin`.
+    fn now(&self) -> u64 {
+        u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX)
     }
 
     /// Queues a publish; writes now if the stream is idle or the batch is full.
@@ -624,7 +634,7 @@ impl Inner {
     ///
     /// With no connection the bytes stay buffered, and a batch whose write
     /// fails is kept for replay: either way, after a reconnect the
-    /// publishes among them are sent again (`reconnect`). The session is
+    /// publishes among them are sent again (`connect`). The session is
     /// marked disconnected, so later publishes wait instead of piling up.
     fn flush_locked(&self, mut w: MutexGuard<'_, WriteState>) -> Result<()> {
         if w.buf.is_empty() {
@@ -651,32 +661,25 @@ impl Inner {
         if self.closed.swap(true, Ordering::SeqCst) {
             return;
         }
-        {
-            let w = lock(&self.writer);
-            let _ = self.flush_locked(w);
+        // The batched publishes, then the engine's `Close` (a reconnect
+        // under way stops at it).
+        let mut w = lock(&self.writer);
+        lock(&self.engine).close(0, "client closed");
+        if w.connected {
+            self.take_control(&mut w);
         }
+        let _ = self.flush_locked(w);
         let mut w = lock(&self.writer);
         w.connected = false;
         if let Some(s) = lock(&self.socket).take() {
-            let mut close = BytesMut::new();
-            if (Frame::Close {
-                code: 0,
-                reason: "client closed".into(),
-            })
-            .encode(&mut close)
-            .is_ok()
-            {
-                let mut s2 = s;
-                let _ = s2.write_all(&close);
-                s2.shutdown();
-            }
+            s.shutdown();
         }
         drop(w);
         self.flush_cv.notify_all();
         self.connected_cv.notify_all();
-        let t = std::mem::take(&mut lock(&self.table).subs);
-        for (_, e) in t {
-            e.sink.close();
+        let sinks = std::mem::take(&mut *lock(&self.sinks));
+        for sink in sinks.values() {
+            sink.close();
         }
     }
 }
@@ -689,56 +692,61 @@ fn expect_ok(r: Reply) -> Result<()> {
     }
 }
 
-/// Sends `Hello` with `token` and `session`, waits up to `timeout` for
-/// `Welcome`; returns the negotiated max frame and any bytes read past it.
-fn handshake(
-    stream: &mut Stream,
-    name: &str,
-    url: &str,
-    token: &str,
-    session: &[u8; tagwire_proto::SESSION_ID_LEN],
-    timeout: Duration,
-) -> Result<(u32, BytesMut)> {
+/// Writes the engine's `Hello` on `stream` and reads until the engine has
+/// the `Welcome`; returns the bytes read past it. The engine decides: a
+/// `Welcome`, a refusal ([`Error::Refused`]), a bad answer
+/// ([`Error::Handshake`]) or, at its handshake deadline,
+/// [`Error::ConnectTimeout`].
+fn handshake(inner: &Inner, stream: &mut Stream) -> Result<BytesMut> {
+    let engine = &inner.engine;
     let fail = |reason: String| Error::Handshake {
-        url: url.to_owned(),
+        url: inner.target.describe(),
         reason,
     };
-    let mut out = BytesMut::new();
-    Frame::Hello {
-        version: PROTOCOL_VERSION,
-        max_frame: tagwire_proto::limits::DEFAULT_MAX_FRAME,
-        name: name.to_owned(),
-        token: token.to_owned(),
-        session: *session,
-    }
-    .encode(&mut out)?;
-    stream.write_all(&out)?;
-    stream.set_read_timeout(Some(timeout.max(Duration::from_millis(1))))?;
-    let decoder = FrameDecoder::new(tagwire_proto::limits::DEFAULT_MAX_FRAME);
+    let hello = lock(engine).poll_transmit().unwrap_or_default();
+    stream.write_all(&hello)?;
     let mut buf = BytesMut::new();
-    let frame = loop {
-        if let Some((k, body)) = decoder
-            .next_raw(&mut buf)
-            .map_err(|e| fail(e.to_string()))?
-        {
-            break Frame::decode(k, body).map_err(|e| fail(e.to_string()))?;
+    let welcomed = loop {
+        let mut e = lock(engine);
+        match e.poll_input(&mut buf) {
+            Some(Input::Welcome { .. }) => break Ok(()),
+            Some(Input::PeerError { code, message, .. }) => {
+                break Err(match e.closed() {
+                    Some(c) if c.by_peer => Error::Refused { code, message },
+                    _ => fail(message),
+                });
+            }
+            Some(Input::Closed) => {
+                let reason = e.closed().map(|c| c.reason.clone()).unwrap_or_default();
+                break Err(fail(reason));
+            }
+            Some(_) => continue,
+            None => {}
         }
-        if !read_some(stream, &mut buf).map_err(|e| match is_timeout(&e) {
-            true => Error::Io(e),
-            false => fail(format!("reading Welcome: {e}")),
-        })? {
-            return Err(fail("server closed the connection".into()));
+        let Some(deadline) = e.poll_timeout() else {
+            break Err(fail("the connection closed before the Welcome".into()));
+        };
+        let wait = Duration::from_nanos(deadline.saturating_sub(inner.now()));
+        drop(e);
+        stream.set_read_timeout(Some(wait.max(Duration::from_millis(1))))?;
+        match read_some(stream, &mut buf) {
+            Ok(true) => lock(engine).received(inner.now()),
+            Ok(false) => break Err(fail("server closed the connection".into())),
+            Err(err) if is_timeout(&err) => {
+                let mut e = lock(engine);
+                e.handle_timeout(inner.now());
+                if e.closed().is_some() {
+                    break Err(Error::ConnectTimeout {
+                        url: inner.target.describe(),
+                        timeout: inner.options.connect_timeout,
+                    });
+                }
+            }
+            Err(err) => break Err(fail(format!("reading Welcome: {err}"))),
         }
     };
     stream.set_read_timeout(None)?;
-    match frame {
-        Frame::Welcome { max_frame, .. } => Ok((max_frame, buf)),
-        Frame::Error { code, message, .. } => Err(Error::Refused { code, message }),
-        other => Err(fail(format!(
-            "expected Welcome, got {}",
-            tagwire_proto::frame_name(other.kind())
-        ))),
-    }
+    welcomed.map(|()| buf)
 }
 
 /// Reads into `buf`; false on end of stream.
@@ -779,18 +787,21 @@ fn flusher_main(inner: Arc<Inner>) {
     }
 }
 
-fn reader_main(inner: Arc<Inner>, mut stream: Stream, max_frame: u32, mut leftover: BytesMut) {
+fn reader_main(inner: Arc<Inner>, mut stream: Stream, mut leftover: BytesMut) {
     let mut backoff = BACKOFF_MIN;
     loop {
-        read_loop(&inner, &mut stream, max_frame, &mut leftover);
+        read_loop(&inner, &mut stream, &mut leftover);
         // The connection is gone: stop writers and fail waiting requests.
         lock(&inner.writer).connected = false;
         if let Some(s) = lock(&inner.socket).take() {
             s.shutdown();
         }
-        lock(&inner.table).pending.clear();
+        lock(&inner.engine).transport_lost("the connection to the server ended");
+        lock(&inner.waiters).clear();
         if inner.closed.load(Ordering::Relaxed) || matches!(inner.target, Target::Embedded(_)) {
-            close_sinks(&inner);
+            for sink in lock(&inner.sinks).values() {
+                sink.close();
+            }
             return;
         }
         tracing::warn!(
@@ -802,7 +813,7 @@ fn reader_main(inner: Arc<Inner>, mut stream: Stream, max_frame: u32, mut leftov
             if inner.closed.load(Ordering::Relaxed) {
                 return;
             }
-            match reconnect(&inner) {
+            match connect(&inner) {
                 Ok((s, lo)) => {
                     stream = s;
                     leftover = lo;
@@ -820,65 +831,37 @@ fn reader_main(inner: Arc<Inner>, mut stream: Stream, max_frame: u32, mut leftov
     }
 }
 
-fn close_sinks(inner: &Inner) {
-    for e in lock(&inner.table).subs.values() {
-        e.sink.close();
+/// Connects (again): once the engine is welcomed, writes what it declares
+/// and subscribes again, then the publishes not yet written, before
+/// publishers may write. Returns the read half and the bytes read past the
+/// `Welcome`.
+fn connect(inner: &Inner) -> Result<(Stream, BytesMut)> {
+    // The handshake deadline counts from before the socket's connect.
+    let started = inner.now();
+    let mut s = inner.target.connect(inner.options.connect_timeout)?;
+    {
+        let mut e = lock(&inner.engine);
+        // A daemon that restarted may have written a new token.
+        e.set_token((inner.options.token.clone()).unwrap_or_else(|| inner.target.token()));
+        e.reconnect(started);
     }
-}
-
-/// Connects again, re-declares every endpoint and re-subscribes every
-/// subscription before publishers may write.
-fn reconnect(inner: &Inner) -> Result<(Stream, BytesMut)> {
-    let timeout = inner.options.connect_timeout;
-    let started = Instant::now();
-    let mut s = inner.target.connect(timeout)?;
-    let left = timeout.saturating_sub(started.elapsed());
-    let token = (inner.options.token.clone()).unwrap_or_else(|| inner.target.token());
-    let (max_frame, leftover) = handshake(
-        &mut s,
-        &inner.name,
-        &inner.target.describe(),
-        &token,
-        &inner.session_id,
-        left,
-    )
-    .map_err(|e| timed_out(e, &inner.target, timeout))?;
+    let leftover = handshake(inner, &mut s)?;
     let write_half = s.try_clone()?;
     let mut w = lock(&inner.writer);
-    // Publishes not yet written (buffered, or in a batch whose write failed)
-    // follow the declarations; requests among them are not replayed: their
-    // callers already got `Disconnected`.
-    let unsent = w.buf.split();
-    let failed = std::mem::take(&mut *lock(&inner.replay));
-    {
-        let t = lock(&inner.table);
-        let mut endpoints: Vec<_> = t.endpoints.iter().collect();
-        endpoints.sort_by_key(|(id, _)| **id);
-        for (id, (kind, name)) in endpoints {
-            Frame::DeclareEndpoint {
-                req: 0,
-                id: *id,
-                kind: *kind,
-                name: name.clone(),
-            }
-            .encode(&mut w.buf)?;
-        }
-        for (sub, e) in &t.subs {
-            Frame::Subscribe {
-                req: 0,
-                sub: *sub,
-                endpoint: e.endpoint,
-                pattern: e.pattern.clone(),
-                qos: e.qos.clone(),
-            }
-            .encode(&mut w.buf)?;
-        }
+    if inner.closed.load(Ordering::Relaxed) {
+        return Err(Error::Closed);
     }
-    keep_publishes(&failed, max_frame, &mut w.buf);
-    keep_publishes(&unsent, max_frame, &mut w.buf);
+    // Publishes not yet written (buffered, or in a batch whose write failed)
+    // follow the engine's declarations; requests among them are not
+    // replayed: their callers already got `Disconnected`.
+    let unsent = w.buf.split();
+    inner.take_control(&mut w);
+    w.max_frame = lock(&inner.engine).max_frame();
+    let failed = std::mem::take(&mut *lock(&inner.replay));
+    keep_publishes(&failed, w.max_frame, &mut w.buf);
+    keep_publishes(&unsent, w.max_frame, &mut w.buf);
     *lock(&inner.socket) = Some(write_half);
     w.connected = true;
-    w.max_frame = max_frame;
     inner.connected_cv.notify_all();
     inner.flush_locked(w)?;
     Ok((s, leftover))
@@ -903,79 +886,67 @@ fn keep_publishes(frames: &[u8], max_frame: u32, out: &mut BytesMut) {
     }
 }
 
-/// Turns a handshake that ran out of time into [`Error::ConnectTimeout`].
-fn timed_out(e: Error, target: &Target, timeout: Duration) -> Error {
-    match e {
-        Error::Io(io) if is_timeout(&io) => Error::ConnectTimeout {
-            url: target.describe(),
-            timeout,
-        },
-        e => e,
-    }
-}
-
-fn read_loop(inner: &Inner, stream: &mut Stream, max_frame: u32, buf: &mut BytesMut) {
-    let decoder = FrameDecoder::new(max_frame);
+/// Feeds what the connection brings to the engine and acts on its inputs,
+/// with the engine unlocked: deliveries to the sinks (from a copy of the
+/// sink map, taken again only when it changes), replies to their waiters.
+/// Returns when the connection ends.
+fn read_loop(inner: &Inner, stream: &mut Stream, buf: &mut BytesMut) {
     let mut sinks: HashMap<u32, Arc<Sink>> = HashMap::new();
     let mut generation = u64::MAX;
+    let mut inputs = Vec::new();
+    let mut heard = None;
     loop {
-        loop {
-            let (k, body) = match decoder.next_raw(buf) {
-                Ok(Some(f)) => f,
-                Ok(None) => break,
-                Err(e) => {
-                    tracing::error!("bad frame from server: {e}; dropping the connection");
-                    return;
-                }
-            };
-            if k == tagwire_proto::kind::DELIVER {
-                let g = inner.subs_generation.load(Ordering::Acquire);
-                if g != generation {
-                    generation = g;
-                    sinks = lock(&inner.table)
-                        .subs
-                        .iter()
-                        .map(|(id, e)| (*id, e.sink.clone()))
-                        .collect();
-                }
-                if body.len() < 4 {
-                    tracing::warn!("truncated Deliver frame from server");
-                    continue;
-                }
-                let sub = u32::from_le_bytes([body[0], body[1], body[2], body[3]]);
-                if let Some(sink) = sinks.get(&sub) {
-                    sink.deliver(body.slice(4..));
-                }
-                continue;
+        let (control, over) = {
+            let mut e = lock(&inner.engine);
+            if let Some(now) = heard.take() {
+                e.received(now);
             }
-            match Frame::decode(k, body) {
-                Ok(Frame::Ok { req }) => answer(inner, req, Reply::Ok),
-                Ok(Frame::AdminReply { req, body }) => answer(inner, req, Reply::Admin(body)),
-                Ok(Frame::Error { req, code, message }) => {
-                    if req != 0 && lock(&inner.table).pending.contains_key(&req) {
-                        answer(inner, req, Reply::Err(code, message));
-                    } else {
-                        tracing::warn!("server reported: {message} (code {code:?})");
+            while let Some(input) = e.poll_input(buf) {
+                inputs.push(input);
+            }
+            (e.transmit_len() > 0, e.closed().is_some())
+        };
+        for input in inputs.drain(..) {
+            match input {
+                Input::Deliver { sub, event } => {
+                    let g = inner.subs_generation.load(Ordering::Acquire);
+                    if g != generation {
+                        generation = g;
+                        sinks = lock(&inner.sinks).clone();
+                    }
+                    if let Some(sink) = sinks.get(&sub) {
+                        sink.deliver(event);
                     }
                 }
-                Ok(Frame::Pong { nonce }) => {
-                    if let Ok(req) = u32::try_from(nonce) {
-                        answer(inner, req, Reply::Ok);
+                Input::Reply { req, reply } => {
+                    if let Some(tx) = lock(&inner.waiters).remove(&req) {
+                        let _ = tx.send(reply);
                     }
                 }
-                Ok(Frame::Ping { nonce }) => {
-                    let _ = inner.send_now(&Frame::Pong { nonce });
+                Input::PeerError { code, message, .. } => {
+                    tracing::warn!("server reported: {message} (code {code:?})");
                 }
-                Ok(Frame::Close { reason, .. }) => {
-                    tracing::info!("server closed the connection: {reason}");
-                    return;
+                Input::Closed => {
+                    if let Some(c) = lock(&inner.engine).closed() {
+                        tracing::info!("connection closed: {} (code {})", c.reason, c.code);
+                    }
                 }
-                Ok(_) => {}
-                Err(e) => tracing::warn!("bad frame from server: {e}"),
+                _ => {}
             }
         }
+        if control {
+            // A `Pong`, or the engine's last `Close`.
+            let mut w = lock(&inner.writer);
+            if w.connected {
+                inner.take_control(&mut w);
+                let _ = inner.flush_locked(w);
+            }
+        }
+        if over {
+            return;
+        }
         match read_some(stream, buf) {
-            Ok(true) => {}
+            Ok(true) => heard = Some(inner.now()),
             Ok(false) => return,
             Err(e) => {
                 if !inner.closed.load(Ordering::Relaxed) {
@@ -987,15 +958,10 @@ fn read_loop(inner: &Inner, stream: &mut Stream, max_frame: u32, buf: &mut Bytes
     }
 }
 
-fn answer(inner: &Inner, req: u32, reply: Reply) {
-    if let Some(tx) = lock(&inner.table).pending.remove(&req) {
-        let _ = tx.send(reply);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tagwire_proto::Frame;
 
     #[test]
     fn replay_keeps_only_whole_publish_frames_that_fit() {

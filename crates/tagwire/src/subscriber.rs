@@ -21,7 +21,7 @@ use tagwire_proto::EndpointKind;
 
 use crate::error::{Error, Result};
 use crate::sample::Sample;
-use crate::session::{lock, Session, SubEntry};
+use crate::session::{lock, Session};
 
 /// Builds a subscription; see [`Session::subscribe`].
 #[must_use = "a subscription is made by .receiver() or .callback()"]
@@ -133,18 +133,13 @@ impl SubscriptionBuilder {
             )
         });
         let endpoint = inner.declare_endpoint(EndpointKind::Subscriber, &name)?;
-        let sub = inner.next_id();
-        let entry = SubEntry {
-            endpoint,
-            pattern: self.pattern,
-            qos: self.qos,
-            sink: Arc::new(sink),
-        };
-        if let Err(e) = inner.add_subscription(sub, entry) {
-            inner.undeclare_endpoint(endpoint);
-            return Err(e);
+        match inner.add_subscription(endpoint, &self.pattern, self.qos, Arc::new(sink)) {
+            Ok(sub) => Ok((self.session, sub)),
+            Err(e) => {
+                inner.undeclare_endpoint(endpoint);
+                Err(e)
+            }
         }
-        Ok((self.session, sub))
     }
 }
 

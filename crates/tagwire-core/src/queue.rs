@@ -631,6 +631,35 @@ impl<T, K: Keys<T>> BoundedQueue<T, K> {
         Pushed::Queued { dropped }
     }
 
+    /// Changes the bound and the policies at run time, keeping what is
+    /// queued: the items move to the new order (in the old order of
+    /// hand-out), and if the new bound is smaller the new discard policy
+    /// makes room, counted as drops (a `reject` queue drops the newest).
+    /// The counters carry on. Returns how many items were dropped.
+    ///
+    /// Cost: O(n log n) for n queued items (at most the old bound); an
+    /// admin change, never a per-event step.
+    pub fn reconfigure(
+        &mut self,
+        bound: usize,
+        order: OrderPolicy,
+        policy: DiscardPolicy,
+    ) -> usize {
+        let mut next = Self::with_policies(bound, self.max_bytes, order, policy);
+        let counts = self.counts;
+        let mut dropped = 0;
+        while let Some((item, size)) = self.take_next_sized() {
+            match next.push(item, size) {
+                Pushed::Queued { dropped: d } => dropped += d,
+                Pushed::DroppedNewest(_) | Pushed::Rejected(_) => dropped += 1,
+            }
+        }
+        next.counts = counts;
+        next.counts.dropped += dropped as u64;
+        *self = next;
+        dropped
+    }
+
     /// Takes the next item by the order policy (the oldest, for `fifo`),
     /// whether or not it has expired.
     pub fn pop(&mut self) -> Option<T> {
@@ -655,6 +684,10 @@ impl<T, K: Keys<T>> BoundedQueue<T, K> {
     }
 
     fn take_next(&mut self) -> Option<T> {
+        self.take_next_sized().map(|(item, _)| item)
+    }
+
+    fn take_next_sized(&mut self) -> Option<(T, usize)> {
         let (item, size) = match &mut self.store {
             Store::Ring { items, .. } => match self.order {
                 OrderPolicy::Lifo => items.pop_back()?,
@@ -667,7 +700,7 @@ impl<T, K: Keys<T>> BoundedQueue<T, K> {
             }
         };
         self.bytes -= size;
-        Some(item)
+        Some((item, size))
     }
 
     /// Drops every queued item that has expired at `now` (`now > deadline`),
@@ -858,6 +891,27 @@ mod tests {
         let mut q = BoundedQueue::new(3, policy);
         let out = (0..5).map(|i| q.push(i, 1)).collect();
         (q, out)
+    }
+
+    #[test]
+    fn reconfigure_keeps_the_queue_and_applies_the_new_bound_and_order() {
+        let mut q = BoundedQueue::new(8, DiscardPolicy::DropOldest);
+        for i in 0..6u32 {
+            let _ = q.push(i, 10);
+        }
+        let _ = q.pop();
+        // Shrink to 3 with drop_oldest, lifo: 1 and 2 go, 5 comes out first.
+        let dropped = q.reconfigure(3, OrderPolicy::Lifo, DiscardPolicy::DropOldest);
+        assert_eq!(dropped, 2);
+        assert_eq!((q.len(), q.bytes(), q.bound()), (3, 30, 3));
+        assert_eq!(q.dropped(), 2);
+        assert_eq!(q.order(), OrderPolicy::Lifo);
+        assert_eq!(
+            (q.pop(), q.pop(), q.pop(), q.pop()),
+            (Some(5), Some(4), Some(3), None)
+        );
+        let c = q.counts();
+        assert_eq!(c.pushed, c.popped + c.dropped + c.expired + q.len() as u64);
     }
 
     #[test]

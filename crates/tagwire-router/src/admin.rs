@@ -74,6 +74,27 @@ pub enum AdminRequest {
         /// The id from `filter_add` or `filter_list`.
         id: u64,
     },
+    /// Changes QoS at run time (`tagwire admin qos`): `target` is
+    /// `["daemon"]`, `["connection:ID"]`, `["/subscriber"]`,
+    /// `["/publisher", "/subscriber"]` or `["/tag/pattern"]`; `set` maps
+    /// properties to values, `unset` names properties to clear at that level.
+    Qos {
+        /// What to change.
+        target: Vec<String>,
+        /// `property: value` pairs.
+        #[serde(default)]
+        set: std::collections::BTreeMap<String, String>,
+        /// Properties to clear.
+        #[serde(default)]
+        unset: Vec<String>,
+    },
+    /// Shows an endpoint's channels with their effective QoS and where each
+    /// value came from, band, lane and queue (`tagwire admin show`), or a tag
+    /// pattern's QoS layer.
+    Show {
+        /// An endpoint name or a tag pattern given to `qos`.
+        target: String,
+    },
     /// Sets the operator between the session and channel levels of the
     /// endpoint's connection: `and` (default) or `or`.
     FilterOp {
@@ -206,6 +227,18 @@ pub(crate) fn handle(
                 }
             }
             Ok(Reply::Now(reply))
+        }
+        AdminRequest::Qos { target, set, unset } => {
+            let reply = crate::qos::admin_qos(st, &target, &set, &unset, who.admin, |st, c| {
+                who.may_touch(st, c)
+            })?;
+            encode(Ok(reply)).map(Reply::Now)
+        }
+        AdminRequest::Show { target } => {
+            // About 1.5 KiB per channel shown.
+            let max = (budget / 1536).max(1);
+            let reply = crate::qos::admin_show(st, &target, max, |st, c| who.may_touch(st, c))?;
+            encode(Ok(reply)).map(Reply::Now)
         }
         AdminRequest::FilterOp {
             endpoint,

@@ -37,7 +37,8 @@ use std::io::IoSlice;
 use std::sync::{Arc, Weak};
 
 use bytes::{Bytes, BytesMut};
-use tagwire_core::queue::{BoundedQueue, Pushed};
+use tagwire_core::qos::{QosLayer, Resolved};
+use tagwire_core::queue::{BoundedQueue, ItemKeys, Pushed, QueueItem};
 use tagwire_proto::{deliver_prefix, Frame, DELIVER_PREFIX_LEN};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::Notify;
@@ -128,6 +129,47 @@ pub(crate) struct Queued {
     /// When it expires (ns since the Unix epoch), or [`NEVER`]: an event
     /// whose deadline passes while it waits is dropped, not delivered.
     pub deadline: u64,
+    /// Its priority on this channel (the event's under `client_propagated`,
+    /// the channel's under `server_declared`), for `order`/`discard=priority`.
+    pub priority: u8,
+}
+
+impl QueueItem for Queued {
+    fn priority(&self) -> u8 {
+        self.priority
+    }
+    fn deadline(&self) -> u64 {
+        self.deadline
+    }
+}
+
+/// What a channel needs to know of an event to queue it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct EventMeta {
+    /// Its own deadline ([`NEVER`]: none).
+    pub deadline: u64,
+    /// Its source timestamp (0: none).
+    pub source_time: u64,
+    /// Its priority.
+    pub priority: u8,
+}
+
+impl EventMeta {
+    pub(crate) fn of(ev: &tagwire_proto::EventRef<'_>) -> Self {
+        EventMeta {
+            deadline: tagwire_core::defer::deadline(ev),
+            source_time: ev.source_time_ns,
+            priority: ev.priority,
+        }
+    }
+}
+
+/// A channel's QoS: what its own level sets, and the effective values with
+/// the level each came from (for `tagwire admin show`).
+#[derive(Debug, Clone)]
+pub(crate) struct ChannelQosState {
+    pub layer: QosLayer,
+    pub resolved: Resolved,
 }
 
 /// One subscription: where its events wait for the connection's writer.
@@ -140,7 +182,7 @@ pub(crate) struct Channel {
     /// The pattern as written.
     pub pattern: String,
     /// Queued encoded events.
-    pub queue: Locked<BoundedQueue<Queued>>,
+    pub queue: Locked<BoundedQueue<Queued, ItemKeys>>,
     /// Events handed to the socket.
     pub delivered: Count,
     /// Events that expired while queued (dropped, not delivered).
@@ -156,6 +198,17 @@ pub(crate) struct Channel {
     scheduled: Flag,
     /// Its priority (0..=255): the writer serves higher classes first.
     priority: Count,
+    /// Whether its priority, not the event's, orders its queue
+    /// (`priority_model = server_declared`).
+    server_declared: Flag,
+    /// Channel-level `timeout` in ns (0: none): tightens each event's deadline.
+    timeout: Count,
+    /// Channel-level `stop_time` (0: none).
+    stop_time: Count,
+    /// The connection it delivers on.
+    pub conn: u64,
+    /// Its QoS layer and effective QoS.
+    pub qos: Locked<ChannelQosState>,
     /// The connection it delivers on.
     pub outbox: Arc<Outbox>,
     /// The router-wide budget its queued bytes are charged to.
@@ -185,7 +238,7 @@ impl Channel {
         sub: u32,
         endpoint: Arc<str>,
         pattern: String,
-        queue: BoundedQueue<Queued>,
+        queue: BoundedQueue<Queued, ItemKeys>,
         outbox: Arc<Outbox>,
         budget: Arc<MemoryBudget>,
     ) -> Self {
@@ -201,10 +254,64 @@ impl Channel {
             reject_reported: Flag::new(false),
             scheduled: Flag::new(false),
             priority: Count::new(tagwire_core::qos::DEFAULT_PRIORITY as u64),
+            server_declared: Flag::new(false),
+            timeout: Count::new(0),
+            stop_time: Count::new(0),
+            conn: 0,
+            qos: Locked::new(ChannelQosState {
+                layer: QosLayer::new(tagwire_core::qos::Level::Channel),
+                resolved: Resolved::default(),
+            }),
             outbox,
             budget,
             pinned: Count::new(0),
         }
+    }
+
+    /// Sets the connection the channel delivers on.
+    pub(crate) fn on_connection(mut self, conn: u64) -> Self {
+        self.conn = conn;
+        self
+    }
+
+    /// Puts the effective QoS in force on this channel (its queue, priority
+    /// and timing; the connection's DSCP and the lane's scheduling are the
+    /// router's to apply). Returns the events a smaller queue dropped.
+    pub(crate) fn apply_qos(&self, layer: QosLayer, resolved: Resolved) -> usize {
+        let v = resolved.values();
+        self.set_priority(v.priority);
+        self.server_declared
+            .set(v.priority_model == tagwire_core::qos::PriorityModel::ServerDeclared);
+        self.timeout.set(v.timeout.unwrap_or(0));
+        self.stop_time.set(v.stop_time.unwrap_or(0));
+        let mut q = self.queue.borrow_mut();
+        let dropped =
+            if (q.bound(), q.order(), q.policy()) != (v.max_queue_length, v.order, v.discard) {
+                let before = q.bytes();
+                let d = q.reconfigure(v.max_queue_length, v.order, v.discard);
+                self.budget.release(before - q.bytes());
+                d
+            } else {
+                0
+            };
+        drop(q);
+        *self.qos.borrow_mut() = ChannelQosState { layer, resolved };
+        dropped
+    }
+
+    /// The deadline of an event on this channel: its own, tightened by the
+    /// channel's `timeout` (after the source time) and `stop_time`.
+    fn deadline(&self, meta: &EventMeta) -> u64 {
+        let mut d = meta.deadline;
+        let t = self.timeout.get();
+        if t != 0 && meta.source_time != 0 {
+            d = d.min(meta.source_time.saturating_add(t));
+        }
+        let stop = self.stop_time.get();
+        if stop != 0 {
+            d = d.min(stop);
+        }
+        d
     }
 
     /// The channel's priority (0..=255).
@@ -255,7 +362,7 @@ impl Channel {
     /// [`Outgoing`]), to be dropped if still queued at `deadline`, and wakes
     /// the writer. The queue may use at most the memory budget's free room;
     /// beyond it the discard policy applies as at the queue's own bound.
-    pub(crate) fn offer(self: &Arc<Self>, event: &mut Outgoing, deadline: u64) -> Offer {
+    pub(crate) fn offer(self: &Arc<Self>, event: &mut Outgoing, meta: &EventMeta) -> Offer {
         if event.bytes().len() > self.max_event {
             self.too_large.add(1);
             return Offer::Dropped;
@@ -264,7 +371,12 @@ impl Channel {
         let (bytes, size) = event.for_queue(slice_ok);
         let queued = Queued {
             event: bytes.clone(),
-            deadline,
+            deadline: self.deadline(meta),
+            priority: if self.server_declared.get() {
+                self.priority()
+            } else {
+                meta.priority
+            },
         };
         let room = self.budget.room();
         let mut q = self.queue.borrow_mut();
@@ -422,7 +534,10 @@ impl Outbox {
                 && bodies.len() < BATCH_EVENTS
                 && total < BATCH_BYTES
             {
-                let Some(Queued { event, deadline }) = q.pop() else {
+                let Some(Queued {
+                    event, deadline, ..
+                }) = q.pop()
+                else {
                     break;
                 };
                 if deadline != NEVER && *now.get_or_insert_with(now_ns) > deadline {
@@ -469,11 +584,22 @@ async fn write_all_vectored<W: AsyncWrite + Unpin>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tagwire_core::queue::DiscardPolicy;
+    use tagwire_core::queue::{DiscardPolicy, OrderPolicy};
+
+    const NO_META: EventMeta = EventMeta {
+        deadline: NEVER,
+        source_time: 0,
+        priority: 64,
+    };
 
     fn channel(budget: &Arc<MemoryBudget>) -> (Arc<Outbox>, Arc<Channel>) {
         let outbox = Arc::new(Outbox::default());
-        let queue = BoundedQueue::with_byte_limit(1 << 20, 1 << 30, DiscardPolicy::DropOldest);
+        let queue = BoundedQueue::with_policies(
+            1 << 20,
+            1 << 30,
+            OrderPolicy::Fifo,
+            DiscardPolicy::DropOldest,
+        );
         let ch = Arc::new(Channel::new(
             1,
             "/sub".into(),
@@ -489,7 +615,12 @@ mod tests {
     fn the_writer_serves_a_higher_priority_channel_first_and_follows_a_change() {
         let budget = Arc::new(MemoryBudget::new(1 << 30));
         let (outbox, low) = channel(&budget);
-        let queue = BoundedQueue::with_byte_limit(1 << 20, 1 << 30, DiscardPolicy::DropOldest);
+        let queue = BoundedQueue::with_policies(
+            1 << 20,
+            1 << 30,
+            OrderPolicy::Fifo,
+            DiscardPolicy::DropOldest,
+        );
         let high = Arc::new(Channel::new(
             2,
             "/sub2".into(),
@@ -501,7 +632,7 @@ mod tests {
         low.set_priority(0);
         high.set_priority(200);
         for ch in [&low, &high] {
-            let _ = ch.offer(&mut Outgoing::owned(Bytes::from_static(b"e")), NEVER);
+            let _ = ch.offer(&mut Outgoing::owned(Bytes::from_static(b"e")), &NO_META);
         }
         let (mut bodies, mut prefixes) = (Vec::new(), Vec::new());
         outbox.gather(&mut bodies, &mut prefixes, 0);
@@ -514,7 +645,7 @@ mod tests {
         low.set_priority(255);
         high.set_priority(0);
         for ch in [&high, &low] {
-            let _ = ch.offer(&mut Outgoing::owned(Bytes::from_static(b"e")), NEVER);
+            let _ = ch.offer(&mut Outgoing::owned(Bytes::from_static(b"e")), &NO_META);
         }
         let (mut bodies, mut prefixes) = (Vec::new(), Vec::new());
         outbox.gather(&mut bodies, &mut prefixes, 0);
@@ -532,7 +663,7 @@ mod tests {
         let chunk = Bytes::from(vec![7u8; READ_CHUNK]);
         for _ in 0..10 {
             let mut ev = Outgoing::in_chunk(chunk.slice(0..40_000), 1);
-            assert_eq!(ch.offer(&mut ev, NEVER), Offer::Queued);
+            assert_eq!(ch.offer(&mut ev, &NO_META), Offer::Queued);
         }
         assert!(budget.used() > 0);
         assert_eq!(
@@ -567,7 +698,7 @@ mod tests {
         let chunk = Bytes::from(vec![7u8; READ_CHUNK]);
         for i in 0..10 {
             let mut ev = Outgoing::in_chunk(chunk.slice(i * 44..(i + 1) * 44), 1);
-            a.offer(&mut ev, NEVER);
+            a.offer(&mut ev, &NO_META);
         }
         let per_event = 44 + DELIVER_PREFIX_LEN + QUEUED_OVERHEAD;
         {
@@ -590,13 +721,13 @@ mod tests {
         let (_o2, b) = channel(&budget);
         let old = Bytes::from(vec![1u8; READ_CHUNK]);
         // Both hold an event of an earlier read (epoch 1): they are behind.
-        a.offer(&mut Outgoing::in_chunk(old.slice(0..44), 1), NEVER);
-        b.offer(&mut Outgoing::in_chunk(old.slice(0..44), 1), NEVER);
+        a.offer(&mut Outgoing::in_chunk(old.slice(0..44), 1), &NO_META);
+        b.offer(&mut Outgoing::in_chunk(old.slice(0..44), 1), &NO_META);
         let chunk = Bytes::from(vec![7u8; READ_CHUNK]);
         let range = chunk.as_ptr_range();
         let mut ev = Outgoing::in_chunk(chunk.slice(100..144), 2);
-        a.offer(&mut ev, NEVER);
-        b.offer(&mut ev, NEVER);
+        a.offer(&mut ev, &NO_META);
+        b.offer(&mut ev, &NO_META);
         let qa = a.queue.borrow();
         let qb = b.queue.borrow();
         let ea = &qa.iter().nth(1).expect("queued").event;
@@ -617,7 +748,7 @@ mod tests {
         let (_o, a) = channel(&budget);
         let chunk = Bytes::from(vec![7u8; READ_CHUNK]);
         let mut ev = Outgoing::in_chunk(chunk.slice(0..COPY_BELOW), 1);
-        a.offer(&mut ev, NEVER);
+        a.offer(&mut ev, &NO_META);
         let q = a.queue.borrow();
         assert_eq!(
             q.iter().next().expect("queued").event.as_ptr(),
@@ -634,12 +765,12 @@ mod tests {
         let (_o2, b) = channel(&budget);
         let ev = || Outgoing::owned(Bytes::from(vec![1u8; 1000]));
         for _ in 0..3 {
-            assert_eq!(a.offer(&mut ev(), NEVER), Offer::Queued);
+            assert_eq!(a.offer(&mut ev(), &NO_META), Offer::Queued);
         }
         // b has nothing to drop: the event is dropped and counted.
-        assert_eq!(b.offer(&mut ev(), NEVER), Offer::Dropped);
+        assert_eq!(b.offer(&mut ev(), &NO_META), Offer::Dropped);
         // a (drop_oldest) makes room from its own queue.
-        assert_eq!(a.offer(&mut ev(), NEVER), Offer::Queued);
+        assert_eq!(a.offer(&mut ev(), &NO_META), Offer::Queued);
         assert_eq!(a.queue.borrow().dropped(), 1);
         assert_eq!(budget.used(), 3 * per_event);
         assert_eq!(budget.discards(), 2);

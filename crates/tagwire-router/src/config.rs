@@ -43,6 +43,9 @@ pub struct RouterConfig {
     pub bands: Vec<BandConfig>,
     /// The band the main `tcp` / `unix` listeners serve.
     pub default_band: String,
+    /// Daemon-level QoS defaults (`[qos]`, property = "value"; see
+    /// docs/configuration.md, "QoS reference").
+    pub qos: std::collections::BTreeMap<String, String>,
 }
 
 /// The `[tls]` section: when present the TCP listener speaks TLS only.
@@ -201,6 +204,7 @@ impl Default for RouterConfig {
             tls: None,
             bands: crate::band::default_bands(),
             default_band: crate::band::DEFAULT_BAND.into(),
+            qos: Default::default(),
         }
     }
 }
@@ -319,6 +323,8 @@ impl RouterConfig {
             ));
         }
         crate::band::plan(self)?;
+        let bands: Vec<String> = self.bands.iter().map(|b| b.name.clone()).collect();
+        crate::qos::daemon_layer(&self.qos, &bands).map_err(ConfigError::Invalid)?;
         Ok(())
     }
 }

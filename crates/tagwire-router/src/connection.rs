@@ -17,7 +17,7 @@ use bytes::Bytes;
 use tagwire_core::connection::{self as engine, Connection, Input, Publish};
 use tagwire_core::defer::{admit, Admit};
 use tagwire_core::filter::FilterList;
-use tagwire_core::qos::ChannelQos;
+use tagwire_core::qos::{Level, QosLayer};
 use tagwire_core::queue::BoundedQueue;
 use tagwire_core::tags::Pattern;
 use tagwire_proto::{truncate, EndpointKind, ErrorCode, Frame, FRAME_HEADER_LEN, SESSION_ID_LEN};
@@ -342,6 +342,8 @@ fn register(
             session: [0; SESSION_ID_LEN],
             band: lane.band.clone(),
             socket,
+            dscp: None,
+            qos: tagwire_core::qos::QosLayer::new(tagwire_core::qos::Level::Session),
         },
     );
     (id, limits, evict)
@@ -596,14 +598,23 @@ impl Conn {
             Ok(c) => c,
             Err(message) => return self.refuse(ErrorCode::InvalidFilter, message),
         };
-        let channel_qos = match ChannelQos::default()
-            .apply(qos.iter().map(|(k, v)| (k.as_str(), v.as_str())), |_, _| {
-                Ok(false)
-            }) {
-            Ok(q) => q,
-            Err(e) => return self.refuse(ErrorCode::BadRequest, e.to_string()),
-        };
         let mut st = self.state.borrow_mut();
+        let layer = match QosLayer::parse(
+            Level::Channel,
+            qos.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+            &st.band_names,
+        ) {
+            Ok(l) => l,
+            Err(e) => {
+                drop(st);
+                return self.refuse(ErrorCode::BadRequest, e.to_string());
+            }
+        };
+        let resolved = crate::qos::resolve_channel(&st, self.id, &parsed, &layer);
+        if let Err((code, message)) = crate::qos::check_band(&st, self.id, &resolved) {
+            drop(st);
+            return self.refuse(code, message);
+        }
         let limits = &st.config.limits;
         let filter_bytes: usize = compiled
             .iter()
@@ -634,10 +645,12 @@ impl Conn {
             drop(st);
             return self.refuse(ErrorCode::LimitReached, msg);
         }
-        let queue = BoundedQueue::with_byte_limit(
-            channel_qos.max_queue_length,
+        let v = resolved.values();
+        let queue = BoundedQueue::with_policies(
+            v.max_queue_length,
             limits.max_queue_bytes,
-            channel_qos.discard,
+            v.order,
+            v.discard,
         );
         let endpoint_name: Arc<str> = Arc::from(&**endpoint);
         let channel = Arc::new(
@@ -649,8 +662,10 @@ impl Conn {
                 self.outbox.clone(),
                 st.memory.clone(),
             )
-            .with_max_event(self.engine.max_delivered_event()),
+            .with_max_event(self.engine.max_delivered_event())
+            .on_connection(self.id),
         );
+        crate::qos::put_in_force(&mut st, &channel, layer, resolved);
         let global = self.global(sub);
         let mut filters = Vec::new();
         let mut mapping = None;

@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use tagwire_proto::EventRef;
 
-use crate::channel::{Offer, Outgoing};
+use crate::channel::{EventMeta, Offer, Outgoing};
 use crate::filters::rewrite;
 use crate::state::State;
 use crate::sync::Locked;
-use crate::timing::{deadline, deadline_of, expired, now_ns};
+use crate::timing::{deadline, expired, now_ns};
 
 /// Offers `event` (already checked, with its `deadline`) to every channel
 /// its routes give, applying mapping filters. A small event read into a
@@ -25,21 +25,26 @@ pub(crate) fn deliver(
 ) -> Option<Vec<String>> {
     let mut reject = None;
     let mut expired_by_mapping = 0;
+    let meta = EventMeta {
+        deadline,
+        source_time: ev.source_time_ns,
+        priority: ev.priority,
+    };
     st.routes.route(ev, |ch, overrides| {
         let offer = if overrides.is_empty() {
-            ch.offer(event, deadline)
+            ch.offer(event, &meta)
         } else {
             let copy = rewrite(event.bytes(), overrides).and_then(|copy| {
-                let d = deadline_of(&copy)?;
-                Some((copy, d))
+                let m = EventRef::parse(&copy).ok().map(|e| EventMeta::of(&e))?;
+                Some((copy, m))
             });
             match copy {
-                Some((_, d)) if expired(d) => {
+                Some((_, m)) if expired(m.deadline) => {
                     expired_by_mapping += 1;
                     return;
                 }
-                Some((copy, d)) => ch.offer(&mut Outgoing::owned(copy), d),
-                None => ch.offer(event, deadline),
+                Some((copy, m)) => ch.offer(&mut Outgoing::owned(copy), &m),
+                None => ch.offer(event, &meta),
             }
         };
         if let Offer::Rejected { report: true } = offer {

@@ -57,6 +57,8 @@ pub(crate) enum LaneCommand {
     Shutdown,
     /// Exit now.
     Exit,
+    /// Run this scheduling from now on (a channel's `sched` changed).
+    Sched(crate::priority::SchedPolicy),
 }
 
 /// An admin request sent to the admin lane by a connection on another lane.
@@ -203,6 +205,12 @@ pub(crate) async fn run(mut setup: LaneSetup) {
                     let _ = std::fs::remove_file(p);
                 }
                 break;
+            }
+            Some(LaneCommand::Sched(policy)) => {
+                let mut band = setup.band.clone();
+                band.sched = policy;
+                state.borrow_mut().lanes.retain(|l| l.band != band.name);
+                take_priority(&band, &state);
             }
             Some(LaneCommand::Exit) | None => break,
         }

@@ -38,6 +38,7 @@ mod filters;
 mod lane;
 pub mod local;
 pub mod priority;
+mod qos;
 mod read_buffer;
 mod state;
 mod sync;
@@ -232,7 +233,15 @@ impl Router {
         let scheme = if tls.is_some() { "tls" } else { "tcp" };
         let reservations_file = config.reservations_file.clone();
         let unix_paths: Vec<PathBuf> = bands.iter().filter_map(|b| b.unix.clone()).collect();
+        let band_names: Vec<String> = bands.iter().map(|b| b.name.clone()).collect();
+        let daemon_qos = qos::daemon_layer(&config.qos, &band_names)
+            .map_err(|m| RouterError::Config(config::ConfigError::Invalid(m)))?;
         let state = Arc::new(Locked::new(State::new(config, auth)));
+        {
+            let mut st = state.borrow_mut();
+            st.qos_daemon = daemon_qos;
+            st.band_names = band_names;
+        }
         if let Some(f) = &reservations_file {
             state.borrow_mut().load_reservations(f, timing::now_ns());
         }
@@ -259,6 +268,10 @@ impl Router {
             };
             let thread = lane::spawn(&format!("tagwire-{}", b.name), move || lane::run(setup))
                 .map_err(RouterError::Lane)?;
+            state
+                .borrow_mut()
+                .lane_commands
+                .push((b.name.clone(), tx.clone()));
             lanes.push((b.name.clone(), tx, Some(thread)));
         }
         if !embedded {

@@ -43,8 +43,11 @@ pub(crate) struct ConnEntry {
     pub band: Arc<str>,
     /// A handle on its TCP socket (a duplicate descriptor), to change its
     /// DSCP at run time; `None` for Unix and in-process connections.
-    #[allow(dead_code)] // read by `admin qos … dscp=` (next change)
     pub socket: Option<std::os::fd::OwnedFd>,
+    /// The DSCP a channel's QoS put on its socket (`None`: the band's).
+    pub dscp: Option<u8>,
+    /// Its session-level QoS layer.
+    pub qos: tagwire_core::qos::QosLayer,
 }
 
 /// A lane as it runs: its band and the scheduling it got.
@@ -176,6 +179,17 @@ pub(crate) struct State {
     pub replies_when_settled: Vec<(Arc<Outbox>, Frame)>,
     /// The lanes, lowest band first (filled in as they start).
     pub lanes: Vec<LaneInfo>,
+    /// The daemon-level QoS layer (`[qos]`).
+    pub qos_daemon: tagwire_core::qos::QosLayer,
+    /// Tag-level QoS layers, by pattern (at most `qos::MAX_TAG_LAYERS`).
+    pub qos_tags: Vec<crate::qos::TagQos>,
+    /// The configured band names, lowest first.
+    pub band_names: Vec<String>,
+    /// Each lane's command channel, by band name.
+    pub lane_commands: Vec<(
+        String,
+        tokio::sync::mpsc::UnboundedSender<crate::lane::LaneCommand>,
+    )>,
     /// Admin requests for the admin lane (the lowest band's).
     pub admin_jobs: Option<tokio::sync::mpsc::UnboundedSender<crate::lane::AdminJob>>,
     next_conn: u64,
@@ -212,6 +226,10 @@ impl State {
             housekeeping: Arc::default(),
             replies_when_settled: Vec::new(),
             lanes: Vec::new(),
+            qos_daemon: tagwire_core::qos::QosLayer::new(tagwire_core::qos::Level::Daemon),
+            qos_tags: Vec::new(),
+            band_names: Vec::new(),
+            lane_commands: Vec::new(),
             admin_jobs: None,
             next_conn: 1,
         }
@@ -452,6 +470,11 @@ impl ChannelTable {
                 self.by_endpoint.remove(endpoint);
             }
         }
+    }
+
+    /// Channel `global`.
+    pub fn get(&self, global: u64) -> Option<&Arc<Channel>> {
+        self.by_id.get(&global)
     }
 
     /// The ids of endpoint `name`'s channels (in no order).

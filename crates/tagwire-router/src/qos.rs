@@ -1,0 +1,500 @@
+//! QoS at run time: the router keeps the layers of each level (daemon from
+//! `[qos]`, tag layers from `tagwire admin qos /tag/**`, one session layer
+//! per connection, one channel layer per subscription), resolves a
+//! channel's effective QoS with core's [`resolve`], and puts it in force:
+//! the channel's queue, priority and timing ([`Channel::apply_qos`]), the
+//! DSCP of the subscriber's connection, and the scheduling of the lane that
+//! serves it.
+//!
+//! Which tag layers apply to a channel: those whose pattern covers the
+//! channel's pattern ([`Pattern::covers`]), the shorter (less specific)
+//! pattern first so that the more specific one wins.
+//!
+//! A channel that does not set `dscp` (or sets `auto`) keeps its band's
+//! DSCP on its connection; an explicit `dscp` marks the connection's socket
+//! (a connection carries one marking: the last channel changed wins).
+//! `sched` is a lane property (TAO's lanes): an explicit `sched` on a
+//! channel re-schedules the lane of its connection's band, and so every
+//! connection of that band.
+
+use std::sync::Arc;
+
+use tagwire_core::qos::{resolve, Dscp, Level, Property, QosLayer, Resolved, Source};
+use tagwire_core::tags::Pattern;
+use tagwire_proto::ErrorCode;
+
+use crate::channel::Channel;
+use crate::lane::LaneCommand;
+use crate::priority::SchedPolicy;
+use crate::state::State;
+
+/// Most tag layers a router keeps (`tagwire admin qos` on patterns).
+pub const MAX_TAG_LAYERS: usize = 1024;
+
+/// QoS set on a tag pattern.
+#[derive(Debug, Clone)]
+pub(crate) struct TagQos {
+    pub pattern: Pattern,
+    pub text: String,
+    pub layer: QosLayer,
+}
+
+/// The layers above a channel's own: daemon, the tag layers covering
+/// `pattern`, and its connection's session layer.
+pub(crate) fn upper_layers<'a>(st: &'a State, conn: u64, pattern: &Pattern) -> Vec<&'a QosLayer> {
+    let mut tags: Vec<&TagQos> = st
+        .qos_tags
+        .iter()
+        .filter(|t| t.pattern.covers(pattern))
+        .collect();
+    tags.sort_by_key(|t| t.text.len());
+    let mut layers = vec![&st.qos_daemon];
+    layers.extend(tags.into_iter().map(|t| &t.layer));
+    if let Some(c) = st.connections.get(&conn) {
+        layers.push(&c.qos);
+    }
+    layers
+}
+
+/// Resolves a channel's QoS from the router's layers and its own.
+pub(crate) fn resolve_channel(
+    st: &State,
+    conn: u64,
+    pattern: &Pattern,
+    own: &QosLayer,
+) -> Resolved {
+    let mut layers = upper_layers(st, conn, pattern);
+    layers.push(own);
+    resolve(&layers)
+}
+
+/// Checks what a resolved QoS asks of the connection and lane: the band it
+/// names must be the connection's own (a live connection cannot move to
+/// another lane; the client connects to that band's listener instead).
+pub(crate) fn check_band(
+    st: &State,
+    conn: u64,
+    resolved: &Resolved,
+) -> Result<(), (ErrorCode, String)> {
+    let Some(band) = &resolved.values().band else {
+        return Ok(());
+    };
+    let here = st.connections.get(&conn).map(|c| c.band.clone());
+    match here {
+        Some(h) if *h != **band => Err((
+            ErrorCode::BadRequest,
+            format!(
+                "band={band}: this channel's connection is served by band {h}; a connection cannot change lanes (connect to band {band}'s listener to use it)"
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Puts `resolved` in force on `ch` and on its connection and lane.
+/// Returns the events a smaller queue dropped.
+pub(crate) fn put_in_force(
+    st: &mut State,
+    ch: &Arc<Channel>,
+    layer: QosLayer,
+    resolved: Resolved,
+) -> usize {
+    let dscp = (resolved.source(Property::Dscp) != Source::Default)
+        .then(|| resolved.values().dscp)
+        .filter(|d| *d != Dscp::Auto)
+        .map(|d| d.code(resolved.values().priority));
+    let sched = (resolved.source(Property::Sched) != Source::Default)
+        .then(|| SchedPolicy::from(resolved.values().sched));
+    let dropped = ch.apply_qos(layer, resolved);
+    if let Some(code) = dscp {
+        set_connection_dscp(st, ch.conn, code);
+    }
+    if let Some(policy) = sched {
+        let band = st.connections.get(&ch.conn).map(|c| c.band.to_string());
+        if let Some(band) = band {
+            reschedule_lane(st, &band, policy);
+        }
+    }
+    dropped
+}
+
+/// Marks a connection's socket with `dscp` (TCP; nothing for others).
+pub(crate) fn set_connection_dscp(st: &mut State, conn: u64, dscp: u8) {
+    if let Some(c) = st.connections.get_mut(&conn) {
+        if let Some(fd) = &c.socket {
+            if let Err(e) = crate::priority::set_dscp(fd, dscp) {
+                tracing::warn!(conn, "cannot set DSCP {dscp}: {e}");
+                return;
+            }
+        }
+        c.dscp = Some(dscp);
+    }
+}
+
+/// Asks band `band`'s lane to run `policy` from now on (if it does not).
+pub(crate) fn reschedule_lane(st: &mut State, band: &str, policy: SchedPolicy) {
+    let wanted = policy.to_string();
+    let Some(info) = st.lanes.iter_mut().find(|l| l.band == band) else {
+        return;
+    };
+    if info.sched_wanted == wanted {
+        return;
+    }
+    info.sched_wanted = wanted;
+    if let Some((_, tx)) = st.lane_commands.iter().find(|(b, _)| b == band) {
+        let _ = tx.send(LaneCommand::Sched(policy));
+    }
+}
+
+/// The daemon layer from the `[qos]` table of the configuration.
+pub(crate) fn daemon_layer(
+    table: &std::collections::BTreeMap<String, String>,
+    bands: &[String],
+) -> Result<QosLayer, String> {
+    QosLayer::parse(
+        Level::Daemon,
+        table.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+        bands,
+    )
+    .map_err(|e| format!("[qos]: {e}"))
+}
+
+/// What `tagwire admin qos` names.
+enum Target {
+    Daemon,
+    Connection(u64),
+    /// A subscriber endpoint's channels (`/sub`, or `/pub /sub`).
+    Endpoint(String),
+    Tag(Pattern, String),
+}
+
+fn bad(message: String) -> (ErrorCode, String) {
+    (ErrorCode::BadRequest, message)
+}
+
+fn excerpt(s: &str) -> String {
+    tagwire_proto::excerpt(s).to_string()
+}
+
+/// Reads the target: `daemon`, `connection:N`, an endpoint name (with an
+/// optional publisher before it, YARP's `/pub /sub` channel form), or a tag
+/// pattern (a name that is no endpoint's).
+fn target(st: &State, names: &[String]) -> Result<Target, (ErrorCode, String)> {
+    let unknown = |n: &str| {
+        (
+            ErrorCode::UnknownEndpoint,
+            format!("no endpoint named {}", excerpt(n)),
+        )
+    };
+    match names {
+        [one] if one == "daemon" => Ok(Target::Daemon),
+        [one] if one.starts_with("connection:") => {
+            let id = one["connection:".len()..]
+                .parse()
+                .map_err(|_| bad(format!("bad connection target {}: expected connection:ID", excerpt(one))))?;
+            if st.connections.contains_key(&id) {
+                Ok(Target::Connection(id))
+            } else {
+                Err(bad(format!("no connection with id {id}")))
+            }
+        }
+        [one] => match st.endpoints.get(one) {
+            Some(e) if e.kind == tagwire_proto::EndpointKind::Subscriber => {
+                Ok(Target::Endpoint(one.clone()))
+            }
+            Some(_) => Err(bad(format!(
+                "{} is a publisher: QoS belongs to channels, named by their subscriber endpoint (or `/pub /sub`)",
+                excerpt(one)
+            ))),
+            None => {
+                let p = Pattern::parse(one).map_err(|e| {
+                    (
+                        ErrorCode::UnknownEndpoint,
+                        format!(
+                            "{} is neither an endpoint nor a tag pattern ({e})",
+                            excerpt(one)
+                        ),
+                    )
+                })?;
+                Ok(Target::Tag(p, one.clone()))
+            }
+        },
+        [publisher, subscriber] => {
+            match st.endpoints.get(publisher) {
+                Some(e) if e.kind == tagwire_proto::EndpointKind::Publisher => {}
+                Some(_) => return Err(bad(format!("{} is not a publisher", excerpt(publisher)))),
+                None => return Err(unknown(publisher)),
+            }
+            match st.endpoints.get(subscriber) {
+                Some(e) if e.kind == tagwire_proto::EndpointKind::Subscriber => {
+                    Ok(Target::Endpoint(subscriber.clone()))
+                }
+                Some(_) => Err(bad(format!("{} is not a subscriber", excerpt(subscriber)))),
+                None => Err(unknown(subscriber)),
+            }
+        }
+        _ => Err(bad(format!(
+            "qos target: expected daemon, connection:ID, an endpoint, `/publisher /subscriber` or a tag pattern; got {} names",
+            names.len()
+        ))),
+    }
+}
+
+/// `layer` with `unset` removed and `set` applied; the error names the
+/// property and value (the old layer stays).
+fn edited(
+    layer: &QosLayer,
+    set: &std::collections::BTreeMap<String, String>,
+    unset: &[String],
+    bands: &[String],
+) -> Result<QosLayer, (ErrorCode, String)> {
+    let mut l = layer.clone();
+    for name in unset {
+        let p = Property::from_name(name)
+            .ok_or_else(|| bad(format!("unknown QoS property {}", excerpt(name))))?;
+        l.unset(p);
+    }
+    l.with(set.iter().map(|(k, v)| (k.as_str(), v.as_str())), bands)
+        .map_err(|e| bad(e.to_string()))
+}
+
+/// `tagwire admin qos`: changes one level's layer and puts the result in
+/// force on every channel it reaches, or changes nothing and says why.
+/// Cost: one resolution per channel reached (all of them for `daemon`).
+pub(crate) fn admin_qos(
+    st: &mut State,
+    names: &[String],
+    set: &std::collections::BTreeMap<String, String>,
+    unset: &[String],
+    admin: bool,
+    may_touch: impl Fn(&State, u64) -> bool,
+) -> Result<serde_json::Value, (ErrorCode, String)> {
+    if set.is_empty() && unset.is_empty() {
+        return Err(bad(
+            "qos: nothing to change (give property=value or unset)".into()
+        ));
+    }
+    let target = target(st, names)?;
+    let denied = |what: &str| {
+        (
+            ErrorCode::PermissionDenied,
+            format!("changing QoS of {what} needs the admin right"),
+        )
+    };
+    let bands = st.band_names.clone();
+    // Which channels the change reaches, and the new layer of that level.
+    let (reached, level_name): (Vec<Arc<Channel>>, String) = match &target {
+        Target::Endpoint(name) => {
+            let owner = st.endpoints.get(name).map_or(0, |e| e.owner);
+            if !may_touch(st, owner) {
+                return Err((
+                    ErrorCode::PermissionDenied,
+                    format!("endpoint {} belongs to another identity", excerpt(name)),
+                ));
+            }
+            let chans = channels_of(st, name);
+            (chans, "channel".into())
+        }
+        Target::Daemon if !admin => return Err(denied("the daemon")),
+        Target::Tag(_, text) if !admin => return Err(denied(&format!("tag {}", excerpt(text)))),
+        Target::Connection(id) if !may_touch(st, *id) => {
+            return Err(denied(&format!("connection {id}")))
+        }
+        Target::Daemon => (all_channels(st), "daemon".into()),
+        Target::Connection(id) => (
+            all_channels(st)
+                .into_iter()
+                .filter(|c| c.conn == *id)
+                .collect(),
+            "session".into(),
+        ),
+        Target::Tag(p, _) => (
+            all_channels(st)
+                .into_iter()
+                .filter(|c| Pattern::parse(&c.pattern).is_ok_and(|cp| p.covers(&cp)))
+                .collect(),
+            "tag".into(),
+        ),
+    };
+    // First compute everything (any error leaves the old QoS in force)...
+    let mut upper_change: Option<QosLayer> = None;
+    match &target {
+        Target::Daemon => upper_change = Some(edited(&st.qos_daemon, set, unset, &bands)?),
+        Target::Connection(id) => {
+            let old = &st.connections[id].qos;
+            upper_change = Some(edited(old, set, unset, &bands)?);
+        }
+        Target::Tag(_, text) => {
+            let old = st
+                .qos_tags
+                .iter()
+                .find(|t| t.text == *text)
+                .map_or_else(|| QosLayer::new(Level::Tag), |t| t.layer.clone());
+            if !st.qos_tags.iter().any(|t| t.text == *text) && st.qos_tags.len() >= MAX_TAG_LAYERS {
+                return Err((
+                    ErrorCode::LimitReached,
+                    format!("{MAX_TAG_LAYERS} tag QoS layers already set"),
+                ));
+            }
+            upper_change = Some(edited(&old, set, unset, &bands)?);
+        }
+        Target::Endpoint(_) => {}
+    }
+    // Install the upper layer tentatively, resolve every channel, and roll
+    // back on the first refusal.
+    let saved = install(st, &target, upper_change.clone());
+    let mut plans = Vec::with_capacity(reached.len());
+    for ch in &reached {
+        let own = match &target {
+            Target::Endpoint(_) => match edited(&ch.qos.borrow().layer, set, unset, &bands) {
+                Ok(l) => l,
+                Err(e) => {
+                    install(st, &target, saved);
+                    return Err(e);
+                }
+            },
+            _ => ch.qos.borrow().layer.clone(),
+        };
+        let Ok(pattern) = Pattern::parse(&ch.pattern) else {
+            continue;
+        };
+        let resolved = resolve_channel(st, ch.conn, &pattern, &own);
+        if let Err(e) = check_band(st, ch.conn, &resolved) {
+            install(st, &target, saved);
+            return Err(e);
+        }
+        plans.push((ch.clone(), own, resolved));
+    }
+    // ...then put it in force.
+    let mut dropped = 0;
+    let changed = plans.len();
+    for (ch, own, resolved) in plans {
+        dropped += put_in_force(st, &ch, own, resolved);
+    }
+    Ok(serde_json::json!({
+        "level": level_name,
+        "target": names,
+        "channels": changed,
+        "dropped": dropped,
+    }))
+}
+
+/// Puts `layer` (if any) in place for the target's level; returns the
+/// previous one, to undo.
+fn install(st: &mut State, target: &Target, layer: Option<QosLayer>) -> Option<QosLayer> {
+    let layer = layer?;
+    match target {
+        Target::Daemon => Some(std::mem::replace(&mut st.qos_daemon, layer)),
+        Target::Connection(id) => st
+            .connections
+            .get_mut(id)
+            .map(|c| std::mem::replace(&mut c.qos, layer)),
+        Target::Tag(p, text) => {
+            if let Some(t) = st.qos_tags.iter_mut().find(|t| t.text == *text) {
+                Some(std::mem::replace(&mut t.layer, layer))
+            } else {
+                st.qos_tags.push(TagQos {
+                    pattern: p.clone(),
+                    text: text.clone(),
+                    layer,
+                });
+                // Undo removes it again.
+                Some(QosLayer::new(Level::Tag))
+            }
+        }
+        Target::Endpoint(_) => None,
+    }
+}
+
+fn channels_of(st: &State, endpoint: &str) -> Vec<Arc<Channel>> {
+    let mut ids = st.channels.of_endpoint(endpoint);
+    ids.sort_unstable();
+    ids.into_iter()
+        .filter_map(|g| st.channels.get(g).cloned())
+        .collect()
+}
+
+fn all_channels(st: &State) -> Vec<Arc<Channel>> {
+    st.channels.after(None).map(|(_, c)| c.clone()).collect()
+}
+
+/// `tagwire admin show`: each channel of an endpoint with its effective QoS
+/// and the level each value came from, its band, lane and queue; or a tag
+/// pattern's layer. At most `max_channels` channels (then `truncated`).
+pub(crate) fn admin_show(
+    st: &State,
+    target_name: &str,
+    max_channels: usize,
+    may_touch: impl Fn(&State, u64) -> bool,
+) -> Result<serde_json::Value, (ErrorCode, String)> {
+    use serde_json::json;
+    if let Some(t) = st.qos_tags.iter().find(|t| t.text == target_name) {
+        let set: Vec<_> = t
+            .layer
+            .properties()
+            .filter_map(|p| {
+                t.layer
+                    .show(p)
+                    .map(|v| json!({"property": p.name(), "value": v.to_string()}))
+            })
+            .collect();
+        return Ok(json!({ "tag": target_name, "level": "tag", "set": set }));
+    }
+    let Some(e) = st.endpoints.get(target_name) else {
+        return Err((
+            ErrorCode::UnknownEndpoint,
+            format!("no endpoint or tag QoS named {}", excerpt(target_name)),
+        ));
+    };
+    if !may_touch(st, e.owner) {
+        return Err((
+            ErrorCode::PermissionDenied,
+            format!(
+                "endpoint {} belongs to another identity",
+                excerpt(target_name)
+            ),
+        ));
+    }
+    let conn = st.connections.get(&e.owner);
+    let band = conn.map(|c| c.band.to_string()).unwrap_or_default();
+    let lane = st.lanes.iter().find(|l| l.band == band);
+    let chans = channels_of(st, target_name);
+    let truncated = chans.len() > max_channels;
+    let channels: Vec<_> = chans
+        .iter()
+        .take(max_channels)
+        .map(|ch| {
+            let q = ch.queue.borrow();
+            let qos = ch.qos.borrow();
+            let props: Vec<_> = qos
+                .resolved
+                .iter()
+                .map(|(p, v, from)| json!({"property": p.name(), "value": v.to_string(), "from": from.to_string()}))
+                .collect();
+            json!({
+                "pattern": ch.pattern,
+                "qos": props,
+                "queue_depth": q.len(),
+                "queue_bound": q.bound(),
+                "dropped": q.dropped(),
+                "expired": ch.expired.get() + q.expired(),
+                "too_large": ch.too_large.get(),
+                "delivered": ch.delivered.get(),
+            })
+        })
+        .collect();
+    Ok(json!({
+        "endpoint": target_name,
+        "kind": match e.kind { tagwire_proto::EndpointKind::Publisher => "publisher", _ => "subscriber" },
+        "connection": e.owner,
+        "band": band,
+        "lane": lane.map(|l| json!({
+            "sched": l.sched_wanted,
+            "sched_applied": l.sched_applied,
+            "fell_back": l.fell_back,
+        })),
+        "dscp": conn.map(|c| c.dscp.unwrap_or_else(|| lane.map_or(0, |l| l.dscp))),
+        "channels": channels,
+        "truncated": truncated,
+    }))
+}

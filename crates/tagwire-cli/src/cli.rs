@@ -92,7 +92,7 @@ pub enum Command {
     Ping(PingArgs),
     /// Benchmark throughput, latency or fan-out against a router.
     Bench(BenchArgs),
-    /// Administer the router (filters).
+    /// Administer the router (QoS, filters).
     Admin(AdminArgs),
     /// Choose proxy placement for a topology (exhaustive search or MIP).
     Place(tagwire_place::cli::PlaceArgs),
@@ -230,6 +230,26 @@ pub enum AdminCommand {
     /// Manage content filters.
     #[command(subcommand)]
     Filter(FilterCommand),
+    /// Change QoS at run time, e.g. `qos /pub /sub priority=high dscp=af42
+    /// sched=fifo:30`, `qos /some/tag/** max_queue_length=100
+    /// discard=priority`, `qos daemon timeout=2s`, `qos connection:7
+    /// order=deadline`; `-NAME` clears NAME at that level.
+    Qos {
+        /// TARGET [TARGET] then PROPERTY=VALUE or -PROPERTY items. TARGET is
+        /// a subscriber endpoint, `/publisher /subscriber`, a tag pattern,
+        /// `daemon` or `connection:ID`.
+        #[arg(required = true, num_args = 2.., allow_hyphen_values = true)]
+        items: Vec<String>,
+    },
+    /// Show an endpoint's channels: each QoS value and the level it came
+    /// from, band, lane scheduling, DSCP, queue depth, drops and expiries.
+    Show {
+        /// An endpoint, or a tag pattern given to `qos`.
+        target: String,
+        /// Print the JSON reply.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// Which level a filter attaches to.

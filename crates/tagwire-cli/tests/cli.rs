@@ -846,3 +846,75 @@ fn sub_json_reports_what_the_client_dropped_while_its_stdout_was_stuck() {
     d.stop();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn admin_qos_changes_a_live_channel_and_show_reports_it_with_its_level() {
+    let dir = temp_dir("qos");
+    let d = Daemon::start(&dir, free_port());
+    let sub = d
+        .tagwire()
+        .args([
+            "sub",
+            "/qos/**",
+            "--count",
+            "1",
+            "--endpoint",
+            "/cli/viewer",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("tagwire sub");
+    let sub = Reap::new(sub);
+    wait_listed(&d, "/cli/viewer");
+    let out = d
+        .tagwire()
+        .args([
+            "admin",
+            "qos",
+            "/cli/viewer",
+            "priority=high",
+            "dscp=af42",
+            "max_queue_length=100",
+        ])
+        .output()
+        .expect("admin qos");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = d
+        .tagwire()
+        .args(["admin", "show", "/cli/viewer"])
+        .output()
+        .expect("admin show");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("band normal"), "{text}");
+    assert!(text.contains("DSCP 36"), "{text}");
+    let line = |name: &str| {
+        text.lines()
+            .find(|l| l.trim_start().starts_with(name))
+            .unwrap_or_else(|| panic!("no {name} line: {text}"))
+            .to_owned()
+    };
+    assert!(line("priority ").contains("high") && line("priority ").contains("(channel)"));
+    assert!(line("max_queue_length").contains("100"));
+    assert!(line("order").contains("(default)"));
+    // A bad value is refused by name, and the old value stays.
+    let out = d
+        .tagwire()
+        .args(["admin", "qos", "/cli/viewer", "sched=fifo:200"])
+        .output()
+        .expect("admin qos");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("fifo:200"));
+    let out = d
+        .tagwire()
+        .args(["admin", "show", "/cli/viewer", "--json"])
+        .output()
+        .expect("admin show --json");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(v["channels"][0]["queue_bound"], 100);
+    drop(sub);
+    d.stop();
+}

@@ -97,6 +97,9 @@ pub struct Band {
     pub dscp: u8,
     /// Its TCP listener, if any.
     pub tcp: Option<SocketAddr>,
+    /// Whether `tcp` was derived from the main port (then, if that port is
+    /// taken, the band listens on a free one and says so).
+    pub tcp_derived: bool,
     /// Its Unix listener, if any.
     pub unix: Option<PathBuf>,
 }
@@ -155,6 +158,7 @@ pub fn plan(config: &RouterConfig) -> Result<Vec<Band>, ConfigError> {
             .parse()
             .map_err(|e| bad(format!("band {:?}: sched {:?}: {e}", b.name, b.sched)))?;
         let dscp = parse_dscp(&b.dscp, rank).map_err(|e| bad(format!("band {:?}: {e}", b.name)))?;
+        let tcp_derived = rank != default && b.tcp.is_none();
         let (tcp, unix) = if rank == default {
             (b.tcp.or(config.tcp), b.unix.clone().or(config.unix.clone()))
         } else {
@@ -179,6 +183,7 @@ pub fn plan(config: &RouterConfig) -> Result<Vec<Band>, ConfigError> {
             sched,
             dscp,
             tcp,
+            tcp_derived,
             unix,
         });
     }

@@ -154,11 +154,22 @@ impl Router {
         for b in &bands {
             let tcp = match b.tcp {
                 Some(addr) => {
-                    let l = std::net::TcpListener::bind(addr).map_err(|source| {
-                        RouterError::Listen {
-                            what: format!("tcp {addr} (band {})", b.name),
-                            source,
-                        }
+                    let mut bound = std::net::TcpListener::bind(addr);
+                    if bound.is_err() && b.tcp_derived {
+                        // A derived port that is taken: any free one will do;
+                        // clients find it in the listing's `lanes`.
+                        let mut any = addr;
+                        any.set_port(0);
+                        tracing::warn!(
+                            "band {}: port {} is taken; listening on a free port instead (see `tagwire list`)",
+                            b.name,
+                            addr.port()
+                        );
+                        bound = std::net::TcpListener::bind(any);
+                    }
+                    let l = bound.map_err(|source| RouterError::Listen {
+                        what: format!("tcp {addr} (band {})", b.name),
+                        source,
                     })?;
                     l.set_nonblocking(true).map_err(RouterError::Lane)?;
                     Some(l)

@@ -1,5 +1,6 @@
 //! `tagwire admin filter add|list|remove|op`: content filters at the session
-//! (TAO admin) and channel (TAO proxy) levels, through an endpoint's name.
+//! (TAO admin) and channel (TAO proxy) levels, through an endpoint's name;
+//! `tagwire admin qos` and `show`: QoS at run time (YARP's `prop set`).
 
 use serde_json::json;
 use tagwire::Session;
@@ -8,7 +9,11 @@ use super::CmdResult;
 use crate::cli::{AdminArgs, AdminCommand, FilterCommand, Level};
 
 pub fn run(session: &Session, a: AdminArgs) -> CmdResult {
-    let AdminCommand::Filter(cmd) = a.command;
+    let cmd = match a.command {
+        AdminCommand::Filter(cmd) => cmd,
+        AdminCommand::Qos { items } => return qos(session, items),
+        AdminCommand::Show { target, json } => return show(session, &target, json),
+    };
     match cmd {
         FilterCommand::Add {
             endpoint,
@@ -71,6 +76,94 @@ pub fn run(session: &Session, a: AdminArgs) -> CmdResult {
                 interfilter.to_uppercase()
             );
         }
+    }
+    Ok(())
+}
+
+/// `tagwire admin qos TARGET [TARGET] NAME=VALUE… -NAME…`.
+fn qos(session: &Session, items: Vec<String>) -> CmdResult {
+    let mut target = Vec::new();
+    let mut set = serde_json::Map::new();
+    let mut unset = Vec::new();
+    for item in items {
+        if let Some((k, v)) = item.split_once('=') {
+            set.insert(k.to_owned(), v.into());
+        } else if let Some(k) = item.strip_prefix('-') {
+            unset.push(k.to_owned());
+        } else if set.is_empty() && unset.is_empty() {
+            target.push(item);
+        } else {
+            return Err(
+                format!("{item:?}: expected PROPERTY=VALUE or -PROPERTY after the target").into(),
+            );
+        }
+    }
+    let reply =
+        session.admin(&json!({"op": "qos", "target": target, "set": set, "unset": unset}))?;
+    outln!(
+        "{} {}: {} channel(s) changed{}",
+        reply["level"].as_str().unwrap_or_default(),
+        target.join(" "),
+        reply["channels"],
+        match reply["dropped"].as_u64() {
+            Some(n) if n > 0 => format!(", {n} queued event(s) dropped by a smaller queue"),
+            _ => String::new(),
+        }
+    );
+    Ok(())
+}
+
+/// `tagwire admin show TARGET`.
+fn show(session: &Session, target: &str, as_json: bool) -> CmdResult {
+    let r = session.admin(&json!({"op": "show", "target": target}))?;
+    if as_json {
+        outln!("{}", serde_json::to_string_pretty(&r)?);
+        return Ok(());
+    }
+    let s = |v: &serde_json::Value| v.as_str().map_or_else(|| v.to_string(), str::to_owned);
+    if let Some(tag) = r["tag"].as_str() {
+        outln!("tag {tag} (tag level)");
+        for p in r["set"].as_array().into_iter().flatten() {
+            outln!("  {:<24} {}", s(&p["property"]), s(&p["value"]));
+        }
+        return Ok(());
+    }
+    outln!(
+        "{} {} on connection {}: band {}, lane {} (running {}{}), DSCP {}",
+        s(&r["kind"]),
+        s(&r["endpoint"]),
+        r["connection"],
+        s(&r["band"]),
+        s(&r["lane"]["sched"]),
+        s(&r["lane"]["sched_applied"]),
+        r["lane"]["fell_back"]
+            .as_str()
+            .map(|w| format!(": {w}"))
+            .unwrap_or_default(),
+        r["dscp"]
+    );
+    for ch in r["channels"].as_array().into_iter().flatten() {
+        outln!(
+            "  channel {}: queue {}/{}, delivered {}, dropped {}, expired {}, too large {}",
+            s(&ch["pattern"]),
+            ch["queue_depth"],
+            ch["queue_bound"],
+            ch["delivered"],
+            ch["dropped"],
+            ch["expired"],
+            ch["too_large"]
+        );
+        for p in ch["qos"].as_array().into_iter().flatten() {
+            outln!(
+                "    {:<24} {:<16} ({})",
+                s(&p["property"]),
+                s(&p["value"]),
+                s(&p["from"])
+            );
+        }
+    }
+    if r["truncated"] == true {
+        outln!("  … more channels than fit one reply");
     }
     Ok(())
 }

@@ -26,6 +26,33 @@ pub fn run(session: &Session, a: ListArgs) -> CmdResult {
         l.memory.discarded_events,
         l.memory.refused_connections
     );
+    if !l.lanes.is_empty() {
+        outln!("\nLANES");
+        outln!(
+            "  {:<10} {:<10} {:<10} {:>4}  LISTENERS",
+            "BAND",
+            "SCHED",
+            "RUNNING",
+            "DSCP"
+        );
+        for lane in &l.lanes {
+            let listeners: Vec<String> = [
+                lane.tcp.as_ref().map(|a| format!("tcp://{a}")),
+                lane.unix.as_ref().map(|p| format!("unix://{p}")),
+            ]
+            .into_iter()
+            .flatten()
+            .collect();
+            outln!(
+                "  {:<10} {:<10} {:<10} {:>4}  {}",
+                lane.band,
+                lane.sched,
+                lane.sched_applied,
+                lane.dscp,
+                listeners.join(" ")
+            );
+        }
+    }
     outln!("\nCONNECTIONS");
     outln!("  {:>5} {:<24} {:<22} PEER", "ID", "NAME", "IDENTITY");
     for c in &l.connections {

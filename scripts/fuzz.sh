@@ -13,6 +13,8 @@
 #                  Authenticator built from its [auth] and [[acl]] parts
 #   reservations   the reservations file a router reads at start (starts
 #                  and stops a router on each input)
+#   qos_property   QoS properties at levels (QosLayer::set), resolve,
+#                  change and Resolved::for_event vs the event's layer
 #   place_model    placement topology files (TOML and JSON), exhaustive
 #                  search vs MIP on small valid instances (tagwire-place)
 #

@@ -55,7 +55,8 @@ pub(crate) const CLASSES: usize = 4;
 pub const BATCH_EVENTS: usize = 256;
 /// Most bytes gathered into one vectored write.
 pub const BATCH_BYTES: usize = 1024 * 1024;
-/// Most events taken from one channel before the next channel's turn.
+/// Most events taken from one channel before the next channel's turn, unless
+/// its `max_batch` says otherwise.
 const PER_CHANNEL_TURN: usize = 64;
 /// Size of an established connection's read buffer; frames that fit are
 /// read into one shared buffer of this size.
@@ -201,6 +202,8 @@ pub(crate) struct Channel {
     /// Whether its priority, not the event's, orders its queue
     /// (`priority_model = server_declared`).
     server_declared: Flag,
+    /// Most events the writer takes from this channel per turn (`max_batch`).
+    batch: Count,
     /// Channel-level `timeout` in ns (0: none): tightens each event's deadline.
     timeout: Count,
     /// Channel-level `stop_time` (0: none).
@@ -255,6 +258,7 @@ impl Channel {
             scheduled: Flag::new(false),
             priority: Count::new(tagwire_core::qos::DEFAULT_PRIORITY as u64),
             server_declared: Flag::new(false),
+            batch: Count::new(PER_CHANNEL_TURN as u64),
             timeout: Count::new(0),
             stop_time: Count::new(0),
             conn: 0,
@@ -282,6 +286,7 @@ impl Channel {
         self.set_priority(v.priority);
         self.server_declared
             .set(v.priority_model == tagwire_core::qos::PriorityModel::ServerDeclared);
+        self.batch.set(v.max_batch.max(1) as u64);
         self.timeout.set(v.timeout.unwrap_or(0));
         self.stop_time.set(v.stop_time.unwrap_or(0));
         let mut q = self.queue.borrow_mut();
@@ -530,10 +535,8 @@ impl Outbox {
             let mut q = ch.queue.borrow_mut();
             let before = q.bytes();
             let (mut taken, mut expired) = (0u64, 0u64);
-            while taken < PER_CHANNEL_TURN as u64
-                && bodies.len() < BATCH_EVENTS
-                && total < BATCH_BYTES
-            {
+            let turn = ch.batch.get();
+            while taken < turn && bodies.len() < BATCH_EVENTS && total < BATCH_BYTES {
                 let Some(Queued {
                     event, deadline, ..
                 }) = q.pop()

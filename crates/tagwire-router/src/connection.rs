@@ -611,7 +611,9 @@ impl Conn {
             }
         };
         let resolved = crate::qos::resolve_channel(&st, self.id, &parsed, &layer);
-        if let Err((code, message)) = crate::qos::check_band(&st, self.id, &resolved) {
+        let checked = crate::qos::check_band(&st, self.id, &resolved)
+            .and_then(|()| crate::qos::check_consumers(&st, endpoint, &parsed, &resolved));
+        if let Err((code, message)) = checked {
             drop(st);
             return self.refuse(code, message);
         }

@@ -498,3 +498,51 @@ pub(crate) fn admin_show(
         "truncated": truncated,
     }))
 }
+
+/// Refuses a new subscriber endpoint on a tag beyond its `max_consumers`
+/// (TAO's `MaxConsumers` with reject-new): counts the other subscriber
+/// endpoints whose channels the limiting layer's pattern covers (all of
+/// them for a daemon-level limit). Cost: one pass over the channels, only
+/// when a limit is set.
+pub(crate) fn check_consumers(
+    st: &State,
+    endpoint: &str,
+    pattern: &Pattern,
+    resolved: &Resolved,
+) -> Result<(), (ErrorCode, String)> {
+    let Some(max) = resolved.values().max_consumers else {
+        return Ok(());
+    };
+    let scope: Option<&TagQos> = match resolved.source(Property::MaxConsumers) {
+        Source::Level(Level::Tag) => st
+            .qos_tags
+            .iter()
+            .filter(|t| t.layer.is_set(Property::MaxConsumers) && t.pattern.covers(pattern))
+            .max_by_key(|t| t.text.len()),
+        _ => None,
+    };
+    let mut others = std::collections::HashSet::new();
+    for (_, ch) in st.channels.after(None) {
+        if &*ch.endpoint == endpoint {
+            return Ok(()); // already a consumer there
+        }
+        let inside = match scope {
+            None => true,
+            Some(t) => Pattern::parse(&ch.pattern).is_ok_and(|p| t.pattern.covers(&p)),
+        };
+        if inside {
+            others.insert(ch.endpoint.clone());
+        }
+    }
+    if others.len() >= max {
+        let what = scope.map_or_else(|| "this router".to_owned(), |t| t.text.clone());
+        return Err((
+            ErrorCode::LimitReached,
+            format!(
+                "max_consumers={max} reached for {what}: {} subscriber endpoints already",
+                others.len()
+            ),
+        ));
+    }
+    Ok(())
+}

@@ -221,3 +221,29 @@ fn bad_changes_are_refused_by_name_and_leave_the_old_qos() {
         other => panic!("expected a refusal, got {other:?}"),
     }
 }
+
+#[test]
+fn max_consumers_on_a_tag_refuses_a_new_subscriber_endpoint() {
+    let (h, _sub, mut admin) = setup();
+    qos(&mut admin, &["/q/**"], json!({"max_consumers": "1"}));
+    let mut second = Raw::hello_tcp(&h);
+    second.declare(1, tagwire_proto::EndpointKind::Subscriber, "/q/second");
+    match second.try_subscribe(1, 1, "/q/cam/left", &[]) {
+        Frame::Error { code, message, .. } => {
+            assert_eq!(code, ErrorCode::LimitReached);
+            assert!(message.contains("max_consumers=1"), "{message}");
+        }
+        other => panic!("expected LimitReached, got {other:?}"),
+    }
+    // Outside the tag's pattern there is no limit.
+    second.subscribe(2, 1, "/elsewhere/**", &[]);
+    // The existing consumer may add another channel under the pattern.
+    let mut more = Raw::hello_tcp(&h);
+    more.declare(1, tagwire_proto::EndpointKind::Subscriber, "/q/third");
+    qos(
+        &mut admin,
+        &["/q/**"],
+        json!({"max_consumers": "unlimited"}),
+    );
+    more.subscribe(1, 1, "/q/cam/right", &[]);
+}

@@ -29,6 +29,18 @@ pub(crate) struct Options {
     pub token: Option<String>,
     /// TLS settings for a `tls://` URL; `None`: from the environment.
     pub tls: Option<TlsOptions>,
+    /// The priority band this session's connection belongs to (`None`: the
+    /// listener's own, the router's default band).
+    pub band: Option<ClientBand>,
+}
+
+/// A session on a priority band: its connection is marked with the band's
+/// DSCP and read by a thread with the band's scheduling.
+#[derive(Debug, Clone)]
+pub(crate) struct ClientBand {
+    pub name: String,
+    pub dscp: u8,
+    pub sched: tagwire_router::priority::SchedPolicy,
 }
 
 impl std::fmt::Debug for Options {
@@ -67,6 +79,7 @@ impl Default for SessionBuilder {
                 reconnect_wait: DEFAULT_RECONNECT_WAIT,
                 token: None,
                 tls: None,
+                band: None,
             },
         }
     }

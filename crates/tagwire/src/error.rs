@@ -100,6 +100,14 @@ pub enum Error {
     /// The server sent something that is not valid.
     #[error("bad reply from server: {0}")]
     BadReply(String),
+    /// The router has no such priority band.
+    #[error("the router has no band {band:?} (its bands: {known})")]
+    UnknownBand {
+        /// The band asked for.
+        band: String,
+        /// The router's bands, comma-separated.
+        known: String,
+    },
 }
 
 /// Shorthand for `Result<T, tagwire::Error>`.

@@ -73,7 +73,7 @@ impl Target {
         })
     }
 
-    fn connect(&self, timeout: Duration) -> Result<Stream> {
+    fn connect(&self, timeout: Duration, band: Option<&str>) -> Result<Stream> {
         match self {
             Target::Url(url) => Stream::connect(url, timeout).map_err(|source| {
                 if is_timeout(&source) {
@@ -88,7 +88,10 @@ impl Target {
                     }
                 }
             }),
-            Target::Embedded(r) => Ok(Stream::Unix(r.connect_in_process()?)),
+            Target::Embedded(r) => Ok(Stream::Unix(match band {
+                Some(b) => r.connect_in_process_on(b)?,
+                None => r.connect_in_process()?,
+            })),
             Target::Tls(addr, connector) => {
                 Stream::connect_tls(connector, addr, &format!("tls://{addr}"), timeout)
             }
@@ -157,6 +160,8 @@ pub(crate) struct Inner {
     closed: AtomicBool,
     reader_thread: Mutex<Option<ThreadId>>,
     reconnects: AtomicU64,
+    /// Sessions on other bands of the same router, opened on demand.
+    bands: Mutex<HashMap<String, Session>>,
 }
 
 /// Closes the session when the last handle (session, publisher or
@@ -290,6 +295,7 @@ impl Session {
             closed: AtomicBool::new(false),
             reader_thread: Mutex::new(None),
             reconnects: AtomicU64::new(0),
+            bands: Mutex::new(HashMap::new()),
         });
         let (stream, leftover) = connect(&inner)?;
         let r = inner.clone();
@@ -334,6 +340,82 @@ impl Session {
     /// (`docs/admin.md`); this follows them and returns the whole listing,
     /// with the counters of the last page.
     pub fn list(&self) -> Result<Listing> {
+        self.list_all()
+    }
+
+    /// A session on priority band `band` of the same router (`low`,
+    /// `normal`, `high`, `critical` by default), opened on first use and
+    /// shared after: its connection goes to the band's listener, so the
+    /// router serves it on that band's lane; its TCP socket carries the
+    /// band's DSCP both ways; and its reader thread runs with the band's
+    /// scheduling, so its subscribers' callbacks run at the band's priority.
+    /// Declare the endpoints that need the band on it:
+    /// `session.on_band("high")?.declare_publisher("/alarm")`.
+    pub fn on_band(&self, band: &str) -> Result<Session> {
+        let inner = self.inner();
+        if inner.options.band.as_ref().is_some_and(|b| b.name == band) {
+            return Ok(self.clone());
+        }
+        if let Some(s) = lock(&inner.bands).get(band) {
+            return Ok(s.clone());
+        }
+        let reply = self.admin(&serde_json::json!({"op": "list", "limit": 1}))?;
+        let page: Listing = serde_json::from_value(reply)
+            .map_err(|e| Error::BadReply(format!("admin list reply: {e}")))?;
+        let Some(lane) = page.lanes.iter().find(|l| l.band == band) else {
+            return Err(Error::UnknownBand {
+                band: band.to_owned(),
+                known: page
+                    .lanes
+                    .iter()
+                    .map(|l| l.band.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            });
+        };
+        let no_listener =
+            || Error::BadReply(format!("band {band} has no listener for this transport"));
+        let port = || -> Result<u16> {
+            lane.tcp
+                .as_deref()
+                .and_then(|a| a.rsplit_once(':'))
+                .and_then(|(_, p)| p.parse().ok())
+                .ok_or_else(no_listener)
+        };
+        let with_port = |hostport: &str, port: u16| match hostport.rsplit_once(':') {
+            Some((host, _)) => format!("{host}:{port}"),
+            None => format!("{hostport}:{port}"),
+        };
+        let target = match &inner.target {
+            Target::Url(ServerUrl::Tcp(a)) => Target::Url(ServerUrl::Tcp(with_port(a, port()?))),
+            Target::Url(ServerUrl::Tls(a)) => Target::Url(ServerUrl::Tls(with_port(a, port()?))),
+            Target::Url(ServerUrl::Unix(_)) => Target::Url(ServerUrl::Unix(
+                lane.unix
+                    .clone()
+                    .map(std::path::PathBuf::from)
+                    .ok_or_else(no_listener)?,
+            )),
+            Target::Tls(a, c) => Target::Tls(with_port(a, port()?), c.clone()),
+            Target::Embedded(r) => Target::Embedded(r.clone()),
+        };
+        let mut options = inner.options.clone();
+        options.band = Some(crate::builder::ClientBand {
+            name: band.to_owned(),
+            dscp: lane.dscp,
+            sched: lane.sched.parse().unwrap_or_default(),
+        });
+        let s = Session::open(target, options)?;
+        lock(&inner.bands).insert(band.to_owned(), s.clone());
+        Ok(s)
+    }
+
+    /// The band this session's connection belongs to (`None`: the
+    /// listener's default band).
+    pub fn band(&self) -> Option<&str> {
+        self.inner().options.band.as_ref().map(|b| b.name.as_str())
+    }
+
+    fn list_all(&self) -> Result<Listing> {
         let mut all: Option<Listing> = None;
         let mut after: Option<String> = None;
         loop {
@@ -788,6 +870,19 @@ fn flusher_main(inner: Arc<Inner>) {
 }
 
 fn reader_main(inner: Arc<Inner>, mut stream: Stream, mut leftover: BytesMut) {
+    if let Some(b) = &inner.options.band {
+        // Deliveries of this band (and its subscribers' callbacks) run at
+        // the band's priority, as in the router's lane (TAO §4.2).
+        match tagwire_router::priority::apply_sched(b.sched) {
+            Ok(tagwire_router::priority::Applied::FellBack { reason, got, .. }) => tracing::warn!(
+                "band {}: the reader thread cannot run {} ({reason}); running {got}",
+                b.name,
+                b.sched
+            ),
+            Ok(_) => {}
+            Err(e) => tracing::warn!("band {}: scheduling {} not applied: {e}", b.name, b.sched),
+        }
+    }
     let mut backoff = BACKOFF_MIN;
     loop {
         read_loop(&inner, &mut stream, &mut leftover);
@@ -838,7 +933,19 @@ fn reader_main(inner: Arc<Inner>, mut stream: Stream, mut leftover: BytesMut) {
 fn connect(inner: &Inner) -> Result<(Stream, BytesMut)> {
     // The handshake deadline counts from before the socket's connect.
     let started = inner.now();
-    let mut s = inner.target.connect(inner.options.connect_timeout)?;
+    let band = inner.options.band.as_ref();
+    let mut s = inner
+        .target
+        .connect(inner.options.connect_timeout, band.map(|b| b.name.as_str()))?;
+    if let Some(b) = band {
+        // The router marks its side; we mark ours (TCP only: a Unix socket
+        // has no IP header, and TLS runs over its own socket in the pump).
+        if let Stream::Tcp(t) = &s {
+            if let Err(e) = tagwire_router::priority::set_dscp(t, b.dscp) {
+                tracing::debug!("cannot set DSCP {} on band {}: {e}", b.dscp, b.name);
+            }
+        }
+    }
     {
         let mut e = lock(&inner.engine);
         // A daemon that restarted may have written a new token.

@@ -73,6 +73,7 @@ impl TlsOptions {
 }
 
 /// A loaded client configuration: connects and handshakes.
+#[derive(Clone)]
 pub(crate) struct TlsConnector {
     config: Arc<rustls::ClientConfig>,
     server_name: Option<ServerName<'static>>,

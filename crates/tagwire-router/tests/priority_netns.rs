@@ -215,9 +215,8 @@ impl Wire {
     /// Sends `make(req)` and expects a reply to it (not an Error).
     fn request(&mut self, req: u32, make: impl FnOnce(u32) -> tagwire_proto::Frame) {
         self.send(&make(req));
-        match self.recv() {
-            tagwire_proto::Frame::Error { message, .. } => panic!("refused: {message}"),
-            _ => {}
+        if let tagwire_proto::Frame::Error { message, .. } = self.recv() {
+            panic!("refused: {message}");
         }
     }
 }

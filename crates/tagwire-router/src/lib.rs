@@ -287,12 +287,14 @@ impl Router {
         }
         if !embedded {
             for (name, t, u) in &addrs {
-                if let Some(a) = t {
-                    tracing::info!("band {name}: listening on {scheme}://{a}");
-                }
-                if let Some(p) = u {
-                    tracing::info!("band {name}: listening on unix://{}", p.display());
-                }
+                let listeners: Vec<String> = [
+                    t.map(|a| format!("{scheme}://{a}")),
+                    u.as_ref().map(|p| format!("unix://{}", p.display())),
+                ]
+                .into_iter()
+                .flatten()
+                .collect();
+                tracing::info!("band {name}: listening on {}", listeners.join(" and "));
             }
         }
         Ok(RouterHandle {

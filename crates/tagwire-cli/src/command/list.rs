@@ -54,9 +54,22 @@ pub fn run(session: &Session, a: ListArgs) -> CmdResult {
         }
     }
     outln!("\nCONNECTIONS");
-    outln!("  {:>5} {:<24} {:<22} PEER", "ID", "NAME", "IDENTITY");
+    outln!(
+        "  {:>5} {:<24} {:<22} {:<9} PEER",
+        "ID",
+        "NAME",
+        "IDENTITY",
+        "BAND"
+    );
     for c in &l.connections {
-        outln!("  {:>5} {:<24} {:<22} {}", c.id, c.name, c.identity, c.peer);
+        outln!(
+            "  {:>5} {:<24} {:<22} {:<9} {}",
+            c.id,
+            c.name,
+            c.identity,
+            c.band,
+            c.peer
+        );
     }
     outln!("\nENDPOINTS");
     outln!("  {:<32} {:<11} {:>5}", "NAME", "KIND", "CONN");

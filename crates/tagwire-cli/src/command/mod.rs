@@ -50,14 +50,19 @@ fn is_broken_pipe(e: &(dyn std::error::Error + 'static)) -> bool {
 fn run_command(cli: Cli) -> CmdResult {
     let server = cli.server;
     let tls = cli.tls.options();
+    let band = cli.band.clone();
     let connect = || -> Result<Session, Box<dyn std::error::Error>> {
         let builder = Session::builder()
             .connect_timeout(seconds("--connect-timeout", cli.connect_timeout)?)
             .reconnect_wait(seconds("--reconnect-wait", cli.reconnect_wait)?)
             .tls(tls.clone());
-        Ok(match server.as_deref() {
+        let session = match server.as_deref() {
             Some(url) => builder.connect(url)?,
             None => builder.connect_local()?,
+        };
+        Ok(match band.as_deref() {
+            Some(b) => session.on_band(b)?,
+            None => session,
         })
     };
     match cli.command {

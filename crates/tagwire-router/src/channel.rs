@@ -659,6 +659,42 @@ mod tests {
         assert_eq!(subs, [1, 2]);
     }
 
+    /// What the router test that slept 2.5 s for events to expire in a
+    /// stalled subscriber's queue checked, with deadlines instead of sleep:
+    /// an event whose deadline passes while queued is dropped and counted,
+    /// its neighbours are delivered, and a channel `timeout` tightens the
+    /// deadline an event brings.
+    #[test]
+    fn events_that_expire_while_queued_are_dropped_and_counted_not_delivered() {
+        let budget = Arc::new(MemoryBudget::new(1 << 30));
+        let (outbox, ch) = channel(&budget);
+        let past = EventMeta {
+            deadline: 1,
+            ..NO_META
+        };
+        let _ = ch.offer(&mut Outgoing::owned(Bytes::from_static(b"keep1")), &NO_META);
+        let _ = ch.offer(&mut Outgoing::owned(Bytes::from_static(b"stale")), &past);
+        let _ = ch.offer(&mut Outgoing::owned(Bytes::from_static(b"keep2")), &NO_META);
+        // A channel timeout of 1 ns after a source time long past.
+        let mut layer = QosLayer::new(tagwire_core::qos::Level::Channel);
+        layer = layer
+            .with([("timeout", "1ns")], &[])
+            .expect("a valid timeout");
+        let resolved = tagwire_core::qos::resolve(&[&layer]);
+        ch.apply_qos(layer, resolved);
+        let old = EventMeta {
+            source_time: 1,
+            ..NO_META
+        };
+        let _ = ch.offer(&mut Outgoing::owned(Bytes::from_static(b"timed")), &old);
+        let (mut bodies, mut prefixes) = (Vec::new(), Vec::new());
+        outbox.gather(&mut bodies, &mut prefixes, 0);
+        let got: Vec<&[u8]> = bodies.iter().map(|b| &b[..]).collect();
+        assert_eq!(got, [&b"keep1"[..], b"keep2"]);
+        assert_eq!(ch.expired.get(), 2);
+        assert_eq!(ch.delivered.get(), 2);
+    }
+
     #[test]
     fn a_dropped_channel_frees_its_queue_although_its_outbox_lists_it() {
         let budget = Arc::new(MemoryBudget::new(1 << 30));

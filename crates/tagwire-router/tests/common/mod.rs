@@ -155,6 +155,19 @@ impl Raw {
         Raw::hello_tcp_with(h, MAX_FRAME)
     }
 
+    /// A TCP client of band `band`'s listener, through the handshake.
+    pub fn hello_tcp_on(h: &RouterHandle, band: &str) -> Raw {
+        let addr = h
+            .bands()
+            .iter()
+            .find(|(n, _, _)| n == band)
+            .and_then(|(_, t, _)| *t)
+            .unwrap_or_else(|| panic!("no TCP listener for band {band}"));
+        let s = TcpStream::connect(addr).expect("connect");
+        s.set_read_timeout(Some(READ_TIMEOUT)).expect("timeout");
+        Raw::over(Socket::Tcp(s)).welcome(MAX_FRAME, &owner_token(h), [0; 16])
+    }
+
     /// A TCP client through the handshake with the owner's local token,
     /// offering `max_frame`.
     pub fn hello_tcp_with(h: &RouterHandle, max_frame: u32) -> Raw {

@@ -634,20 +634,22 @@ impl Connection {
                 kind,
                 name,
             } => {
-                if self.endpoints.contains_key(&id) {
-                    return self.protocol_error(
+                let (used, len) = (self.endpoints.contains_key(&id), self.endpoints.len());
+                let in_use = || {
+                    (
                         ErrorCode::BadRequest,
-                        req,
                         format!("endpoint id {id} is already used on this connection"),
-                    );
-                }
-                if self.endpoints.len() >= self.config.max_endpoints {
-                    let max = self.config.max_endpoints;
-                    return self.refusal(
-                        ErrorCode::LimitReached,
-                        req,
-                        format!("this connection already has {max} endpoints"),
-                    );
+                    )
+                };
+                if let Some(refused) = self.check_table(
+                    req,
+                    used,
+                    in_use,
+                    len,
+                    self.config.max_endpoints,
+                    "endpoints (limits.max_endpoints_per_connection)",
+                ) {
+                    return refused;
                 }
                 self.pending = Pending::Declare {
                     req,
@@ -711,20 +713,22 @@ impl Connection {
                         )
                     }
                 };
-                if self.subs.contains_key(&sub) {
-                    return self.protocol_error(
+                let (used, len) = (self.subs.contains_key(&sub), self.subs.len());
+                let in_use = || {
+                    (
                         ErrorCode::DuplicateSubscription,
-                        req,
                         format!("subscription id {sub} is already used"),
-                    );
-                }
-                if self.subs.len() >= self.config.max_subscriptions {
-                    let max = self.config.max_subscriptions;
-                    return self.refusal(
-                        ErrorCode::LimitReached,
-                        req,
-                        format!("this connection already has {max} subscriptions (limits.max_subscriptions_per_connection)"),
-                    );
+                    )
+                };
+                if let Some(refused) = self.check_table(
+                    req,
+                    used,
+                    in_use,
+                    len,
+                    self.config.max_subscriptions,
+                    "subscriptions (limits.max_subscriptions_per_connection)",
+                ) {
+                    return refused;
                 }
                 self.pending = Pending::Subscribe {
                     req,
@@ -832,6 +836,31 @@ impl Connection {
             },
             version,
         }
+    }
+
+    /// Checks an id for a connection table: in use is the peer's protocol
+    /// error (`in_use` says which), a full table (`len` of `max` `what`) a
+    /// refusal for want of room. `None`: go ahead.
+    fn check_table(
+        &mut self,
+        req: u32,
+        used: bool,
+        in_use: impl FnOnce() -> (ErrorCode, String),
+        len: usize,
+        max: usize,
+        what: &str,
+    ) -> Option<Input> {
+        if used {
+            let (code, message) = in_use();
+            return Some(self.protocol_error(code, req, message));
+        }
+        (len >= max).then(|| {
+            self.refusal(
+                ErrorCode::LimitReached,
+                req,
+                format!("this connection already has {max} {what}"),
+            )
+        })
     }
 
     /// Server: welcomes the client whose `Hello` was handed over, naming

@@ -614,6 +614,16 @@ mod tests {
         (outbox, ch)
     }
 
+    /// The subscription ids of one batch the writer gathers, in order.
+    fn gathered_subs(outbox: &Outbox) -> Vec<u32> {
+        let (mut bodies, mut prefixes) = (Vec::new(), Vec::new());
+        outbox.gather(&mut bodies, &mut prefixes, 0);
+        prefixes
+            .iter()
+            .map(|p| u32::from_le_bytes([p[5], p[6], p[7], p[8]]))
+            .collect()
+    }
+
     #[test]
     fn the_writer_serves_a_higher_priority_channel_first_and_follows_a_change() {
         let budget = Arc::new(MemoryBudget::new(1 << 30));
@@ -637,12 +647,7 @@ mod tests {
         for ch in [&low, &high] {
             let _ = ch.offer(&mut Outgoing::owned(Bytes::from_static(b"e")), &NO_META);
         }
-        let (mut bodies, mut prefixes) = (Vec::new(), Vec::new());
-        outbox.gather(&mut bodies, &mut prefixes, 0);
-        let subs: Vec<u32> = prefixes
-            .iter()
-            .map(|p| u32::from_le_bytes([p[5], p[6], p[7], p[8]]))
-            .collect();
+        let subs = gathered_subs(&outbox);
         assert_eq!(subs, [2, 1], "high (sub 2) before low (sub 1)");
         // Swap the priorities: the next turn follows them.
         low.set_priority(255);
@@ -650,12 +655,7 @@ mod tests {
         for ch in [&high, &low] {
             let _ = ch.offer(&mut Outgoing::owned(Bytes::from_static(b"e")), &NO_META);
         }
-        let (mut bodies, mut prefixes) = (Vec::new(), Vec::new());
-        outbox.gather(&mut bodies, &mut prefixes, 0);
-        let subs: Vec<u32> = prefixes
-            .iter()
-            .map(|p| u32::from_le_bytes([p[5], p[6], p[7], p[8]]))
-            .collect();
+        let subs = gathered_subs(&outbox);
         assert_eq!(subs, [1, 2]);
     }
 

@@ -22,6 +22,12 @@ fn testbed(config: TestbedConfig) -> Testbed {
 /// tcpdump on `host`'s interface, for the first `count` TCP segments that
 /// carry data (PSH) on PORT, both directions; returns once it listens.
 fn capture(host: &Host, count: usize) -> NsChild<'_> {
+    tcpdump(host, count, &format!("tcp port {PORT}"))
+}
+
+/// tcpdump on `host`'s interface for the first `count` data segments (PSH)
+/// matching `filter`; returns once it listens.
+fn tcpdump<'a>(host: &'a Host, count: usize, filter: &str) -> NsChild<'a> {
     let tcpdump = require_tool("tcpdump", "tcpdump").unwrap_or_else(|e| panic!("{e}"));
     let mut cmd = Command::new(tcpdump);
     cmd.args([
@@ -33,7 +39,7 @@ fn capture(host: &Host, count: usize) -> NsChild<'_> {
         &count.to_string(),
     ])
     .args(["-i", host.iface()])
-    .arg(format!("tcp port {PORT} and tcp[tcpflags] & tcp-push != 0"));
+    .arg(format!("{filter} and tcp[tcpflags] & tcp-push != 0"));
     let mut child = host.spawn(&cmd).unwrap_or_else(|e| panic!("{e}"));
     child
         .wait_for_stderr("listening on", T)
@@ -223,27 +229,12 @@ impl Wire {
 
 /// tcpdump on host 1 for the first `count` data segments the router sends
 /// from `port`.
-fn capture_from(host: &tagwire_testbed::Host, port: u16, count: usize) -> NsChild<'_> {
-    let tcpdump = require_tool("tcpdump", "tcpdump").unwrap_or_else(|e| panic!("{e}"));
-    let mut cmd = Command::new(tcpdump);
-    cmd.args([
-        "-v",
-        "-n",
-        "-l",
-        "--immediate-mode",
-        "-c",
-        &count.to_string(),
-    ])
-    .args(["-i", host.iface()])
-    .arg(format!(
-        "src host {} and tcp src port {port} and tcp[tcpflags] & tcp-push != 0",
-        host.addr()
-    ));
-    let mut child = host.spawn(&cmd).unwrap_or_else(|e| panic!("{e}"));
-    child
-        .wait_for_stderr("listening on", T)
-        .unwrap_or_else(|e| panic!("{e}"));
-    child
+fn capture_from(host: &Host, port: u16, count: usize) -> NsChild<'_> {
+    tcpdump(
+        host,
+        count,
+        &format!("src host {} and tcp src port {port}", host.addr()),
+    )
 }
 
 fn tos_seen(dump: NsChild<'_>) -> Vec<String> {

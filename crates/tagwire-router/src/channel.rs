@@ -208,6 +208,14 @@ pub(crate) struct Channel {
     timeout: Count,
     /// Channel-level `stop_time` (0: none).
     stop_time: Count,
+    /// Channel-level `start_time` (0: none): nothing is written before it.
+    start_time: Count,
+    /// `pacing_interval` in ns (0: write at once): events that find the
+    /// channel idle wait this long, and those arriving meanwhile with them,
+    /// before the writer takes them.
+    pacing: Count,
+    /// When the writer may next take from this channel (0: now).
+    not_before: Count,
     /// The connection it delivers on.
     pub conn: u64,
     /// Its QoS layer and effective QoS.
@@ -261,6 +269,9 @@ impl Channel {
             batch: Count::new(PER_CHANNEL_TURN as u64),
             timeout: Count::new(0),
             stop_time: Count::new(0),
+            start_time: Count::new(0),
+            pacing: Count::new(0),
+            not_before: Count::new(0),
             conn: 0,
             qos: Locked::new(ChannelQosState {
                 layer: QosLayer::new(tagwire_core::qos::Level::Channel),
@@ -289,6 +300,8 @@ impl Channel {
         self.batch.set(v.max_batch.max(1) as u64);
         self.timeout.set(v.timeout.unwrap_or(0));
         self.stop_time.set(v.stop_time.unwrap_or(0));
+        self.start_time.set(v.start_time.unwrap_or(0));
+        self.pacing.set(v.pacing_interval);
         let mut q = self.queue.borrow_mut();
         let dropped =
             if (q.bound(), q.order(), q.policy()) != (v.max_queue_length, v.order, v.discard) {
@@ -401,6 +414,17 @@ impl Channel {
             Pushed::Queued { .. } => {
                 self.reject_reported.set(false);
                 if !self.scheduled.replace(true) {
+                    // Idle until now: it may have to wait (start time, pacing).
+                    let (start, pacing) = (self.start_time.get(), self.pacing.get());
+                    if start != 0 || pacing != 0 {
+                        let now = now_ns();
+                        let paced = if pacing != 0 {
+                            now.saturating_add(pacing)
+                        } else {
+                            0
+                        };
+                        self.not_before.set(start.max(paced));
+                    }
                     self.outbox.ready.borrow_mut()[self.class()].push_back(Arc::downgrade(self));
                     self.outbox.notify.notify_one();
                 }
@@ -490,13 +514,20 @@ impl Outbox {
         let mut prefixes: Vec<[u8; DELIVER_PREFIX_LEN]> = Vec::with_capacity(BATCH_EVENTS);
         loop {
             let control = self.control.borrow_mut().split().freeze();
-            self.gather(&mut bodies, &mut prefixes, control.len());
+            let wake = self.gather(&mut bodies, &mut prefixes, control.len());
             if control.is_empty() && bodies.is_empty() {
                 if self.closing.get() {
                     let _ = w.shutdown().await;
                     return Ok(());
                 }
-                self.notify.notified().await;
+                match wake {
+                    // A channel waits for its start time or pacing interval.
+                    Some(at) => {
+                        let wait = std::time::Duration::from_nanos(at.saturating_sub(now_ns()));
+                        let _ = tokio::time::timeout(wait, self.notify.notified()).await;
+                    }
+                    None => self.notify.notified().await,
+                }
                 continue;
             }
             let mut slices: Vec<IoSlice<'_>> = Vec::with_capacity(1 + 2 * bodies.len());
@@ -515,23 +546,36 @@ impl Outbox {
     }
 
     /// Takes up to a batch of events: the highest priority class first,
-    /// round-robin over the ready channels of a class.
+    /// round-robin over the ready channels of a class. Channels that must
+    /// wait (start time, pacing) are passed over; returns the earliest time
+    /// one of them may go.
     fn gather(
         &self,
         bodies: &mut Vec<Bytes>,
         prefixes: &mut Vec<[u8; DELIVER_PREFIX_LEN]>,
         mut total: usize,
-    ) {
+    ) -> Option<u64> {
         let mut ready = self.ready.borrow_mut();
         // Read the clock at most once per batch, and only for an event that
-        // can expire.
+        // can expire or a channel that may have to wait.
         let mut now = None;
+        let mut waiting: Vec<(usize, Weak<Channel>)> = Vec::new();
+        let mut wake: Option<u64> = None;
         while bodies.len() < BATCH_EVENTS && total < BATCH_BYTES {
             let Some(weak) = ready.iter_mut().rev().find_map(|c| c.pop_front()) else {
                 break;
             };
             // A channel that was dropped meanwhile took its queue with it.
             let Some(ch) = weak.upgrade() else { continue };
+            let not_before = ch.not_before.get();
+            if not_before != 0 {
+                if *now.get_or_insert_with(now_ns) < not_before {
+                    wake = Some(wake.map_or(not_before, |w| w.min(not_before)));
+                    waiting.push((ch.class(), weak));
+                    continue;
+                }
+                ch.not_before.set(0);
+            }
             let mut q = ch.queue.borrow_mut();
             let before = q.bytes();
             let (mut taken, mut expired) = (0u64, 0u64);
@@ -567,6 +611,10 @@ impl Outbox {
                 ready[ch.class()].push_back(weak);
             }
         }
+        for (class, weak) in waiting {
+            ready[class].push_back(weak);
+        }
+        wake
     }
 }
 
@@ -617,7 +665,7 @@ mod tests {
     /// The subscription ids of one batch the writer gathers, in order.
     fn gathered_subs(outbox: &Outbox) -> Vec<u32> {
         let (mut bodies, mut prefixes) = (Vec::new(), Vec::new());
-        outbox.gather(&mut bodies, &mut prefixes, 0);
+        let _ = outbox.gather(&mut bodies, &mut prefixes, 0);
         prefixes
             .iter()
             .map(|p| u32::from_le_bytes([p[5], p[6], p[7], p[8]]))
@@ -688,11 +736,50 @@ mod tests {
         };
         let _ = ch.offer(&mut Outgoing::owned(Bytes::from_static(b"timed")), &old);
         let (mut bodies, mut prefixes) = (Vec::new(), Vec::new());
-        outbox.gather(&mut bodies, &mut prefixes, 0);
+        let _ = outbox.gather(&mut bodies, &mut prefixes, 0);
         let got: Vec<&[u8]> = bodies.iter().map(|b| &b[..]).collect();
         assert_eq!(got, [&b"keep1"[..], b"keep2"]);
         assert_eq!(ch.expired.get(), 2);
         assert_eq!(ch.delivered.get(), 2);
+    }
+
+    fn with_qos(ch: &Channel, props: &[(&str, &str)]) {
+        let layer = QosLayer::new(tagwire_core::qos::Level::Channel)
+            .with(props.iter().copied(), &[])
+            .expect("valid properties");
+        let resolved = tagwire_core::qos::resolve(&[&layer]);
+        ch.apply_qos(layer, resolved);
+    }
+
+    #[test]
+    fn a_channel_start_time_or_pacing_holds_its_events_until_then() {
+        let budget = Arc::new(MemoryBudget::new(1 << 30));
+        let (outbox, ch) = channel(&budget);
+        let later = now_ns() + 3_600_000_000_000;
+        with_qos(&ch, &[("start_time", &later.to_string())]);
+        let _ = ch.offer(&mut Outgoing::owned(Bytes::from_static(b"e")), &NO_META);
+        let (mut bodies, mut prefixes) = (Vec::new(), Vec::new());
+        let wake = outbox.gather(&mut bodies, &mut prefixes, 0);
+        assert!(bodies.is_empty(), "nothing before the start time");
+        assert_eq!(wake, Some(later), "the writer wakes at the start time");
+        // A start time in the past: delivered at once.
+        with_qos(&ch, &[("start_time", "1")]);
+        ch.not_before.set(1);
+        assert_eq!(gathered_subs(&outbox), [1]);
+        // Pacing: an event that finds the channel idle waits the interval.
+        with_qos(&ch, &[("start_time", "none"), ("pacing_interval", "60s")]);
+        let before = now_ns();
+        let _ = ch.offer(&mut Outgoing::owned(Bytes::from_static(b"p")), &NO_META);
+        let _ = ch.offer(&mut Outgoing::owned(Bytes::from_static(b"q")), &NO_META);
+        let (mut bodies, mut prefixes) = (Vec::new(), Vec::new());
+        let wake = outbox
+            .gather(&mut bodies, &mut prefixes, 0)
+            .expect("a wake time");
+        assert!(bodies.is_empty());
+        assert!(wake >= before + 60_000_000_000, "{wake} vs {before}");
+        // When the interval is over, both go in one batch.
+        ch.not_before.set(1);
+        assert_eq!(gathered_subs(&outbox), [1, 1]);
     }
 
     #[test]
@@ -725,7 +812,7 @@ mod tests {
         assert_eq!(budget.used(), 0, "its queued bytes are given back");
         // The outbox's (dead) entry is skipped by the writer.
         let (mut bodies, mut prefixes) = (Vec::new(), Vec::new());
-        outbox.gather(&mut bodies, &mut prefixes, 0);
+        let _ = outbox.gather(&mut bodies, &mut prefixes, 0);
         assert!(bodies.is_empty());
         assert_eq!(Arc::strong_count(&outbox), 1);
     }
@@ -748,7 +835,7 @@ mod tests {
         }
         assert_eq!(budget.used(), 10 * per_event + READ_CHUNK, "plus the chunk");
         let (mut bodies, mut prefixes) = (Vec::new(), Vec::new());
-        outbox.gather(&mut bodies, &mut prefixes, 0);
+        let _ = outbox.gather(&mut bodies, &mut prefixes, 0);
         assert_eq!(bodies.len(), 10);
         assert_eq!(budget.used(), 0, "an empty queue pins nothing");
     }

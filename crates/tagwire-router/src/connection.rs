@@ -569,6 +569,7 @@ impl Conn {
         let u = st.usage(&self.identity);
         u.endpoints = u.endpoints.saturating_sub(1);
         u.subscriptions = u.subscriptions.saturating_sub(dropped);
+        st.suppliers.forget(&endpoint.name);
         if st.sources.remove(&*endpoint.name).is_some() {
             st.filters.forget_publisher(&endpoint.name);
         }
@@ -752,6 +753,10 @@ impl Conn {
             st.filtered_at_source += 1;
             return;
         }
+        if let Err((code, message)) = crate::qos::check_suppliers(&mut st, ev.tag, &p.endpoint) {
+            drop(st);
+            return self.refuse(code, message);
+        }
         st.note_publish(ev.tag, ev.publisher);
         if let Admit::Hold { until, .. } = decision {
             // Held until its start time; a copy, so the read buffer is not pinned.
@@ -899,6 +904,7 @@ impl Conn {
         let (identity, session) = (self.identity.to_string(), hex(&self.session));
         for e in self.engine.endpoints().values() {
             st.endpoints.remove(&e.name);
+            st.suppliers.forget(&e.name);
             if st.sources.remove(&*e.name).is_some() {
                 st.filters.forget_publisher(&e.name);
             }

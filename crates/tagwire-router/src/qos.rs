@@ -546,3 +546,74 @@ pub(crate) fn check_consumers(
     }
     Ok(())
 }
+
+/// Suppliers seen per `max_suppliers` scope: the tag pattern of the layer
+/// that sets it (`""`: the daemon's), and the publisher endpoints that have
+/// published on a tag it matches. Bounded by the endpoint table; an endpoint
+/// leaves every scope when it goes.
+#[derive(Debug, Default)]
+pub(crate) struct Suppliers {
+    scopes: std::collections::HashMap<String, std::collections::HashSet<Arc<str>>>,
+}
+
+impl Suppliers {
+    /// Forgets a publisher endpoint that went away.
+    pub(crate) fn forget(&mut self, publisher: &str) {
+        for set in self.scopes.values_mut() {
+            set.remove(publisher);
+        }
+    }
+}
+
+/// Refuses an event from a new publisher on a tag beyond its
+/// `max_suppliers` (TAO's `MaxSuppliers`, reject-new). Costs nothing unless
+/// a daemon or tag layer sets the limit; then one pass over the tag layers.
+pub(crate) fn check_suppliers(
+    st: &mut State,
+    tag: &str,
+    publisher: &Arc<str>,
+) -> Result<(), (ErrorCode, String)> {
+    if !st.qos_daemon.is_set(Property::MaxSuppliers)
+        && !st
+            .qos_tags
+            .iter()
+            .any(|t| t.layer.is_set(Property::MaxSuppliers))
+    {
+        return Ok(());
+    }
+    // The most specific layer that sets it and matches the tag.
+    let scope = st
+        .qos_tags
+        .iter()
+        .filter(|t| t.layer.is_set(Property::MaxSuppliers) && t.pattern.matches(tag))
+        .max_by_key(|t| t.text.len())
+        .map(|t| (t.text.clone(), resolve(&[&t.layer]).values().max_suppliers))
+        .or_else(|| {
+            st.qos_daemon.is_set(Property::MaxSuppliers).then(|| {
+                (
+                    String::new(),
+                    resolve(&[&st.qos_daemon]).values().max_suppliers,
+                )
+            })
+        });
+    let Some((scope, Some(max))) = scope else {
+        return Ok(());
+    };
+    let set = st.suppliers.scopes.entry(scope.clone()).or_default();
+    if set.contains(publisher) {
+        return Ok(());
+    }
+    if set.len() >= max {
+        let what = if scope.is_empty() {
+            "this router".to_owned()
+        } else {
+            scope
+        };
+        return Err((
+            ErrorCode::LimitReached,
+            format!("max_suppliers={max} reached for {what}: publisher {publisher} refused"),
+        ));
+    }
+    set.insert(publisher.clone());
+    Ok(())
+}

@@ -183,6 +183,8 @@ pub(crate) struct State {
     pub qos_daemon: tagwire_core::qos::QosLayer,
     /// Tag-level QoS layers, by pattern (at most `qos::MAX_TAG_LAYERS`).
     pub qos_tags: Vec<crate::qos::TagQos>,
+    /// Publishers per `max_suppliers` scope.
+    pub suppliers: crate::qos::Suppliers,
     /// The configured band names, lowest first.
     pub band_names: Vec<String>,
     /// Each lane's command channel, by band name.
@@ -228,6 +230,7 @@ impl State {
             lanes: Vec::new(),
             qos_daemon: tagwire_core::qos::QosLayer::new(tagwire_core::qos::Level::Daemon),
             qos_tags: Vec::new(),
+            suppliers: Default::default(),
             band_names: Vec::new(),
             lane_commands: Vec::new(),
             admin_jobs: None,

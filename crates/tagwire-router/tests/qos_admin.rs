@@ -247,3 +247,48 @@ fn max_consumers_on_a_tag_refuses_a_new_subscriber_endpoint() {
     );
     more.subscribe(1, 1, "/q/cam/right", &[]);
 }
+
+#[test]
+fn max_suppliers_on_a_tag_refuses_a_new_publisher_until_one_leaves() {
+    let (h, mut sub, mut admin) = setup();
+    qos(&mut admin, &["/q/**"], json!({"max_suppliers": "1"}));
+    let mut first = Raw::hello_tcp(&h).publisher("/q/pub1");
+    first.publish_event(1, &common::event("/q/pub1", "/q/cam/a", b"one".to_vec()));
+    let mut second = Raw::hello_tcp(&h).publisher("/q/pub2");
+    second.publish_event(1, &common::event("/q/pub2", "/q/cam/b", b"two".to_vec()));
+    second.expect_error(ErrorCode::LimitReached, "max_suppliers=1");
+    // The first keeps publishing; outside the pattern the second may.
+    first.publish_event(1, &common::event("/q/pub1", "/q/cam/a", b"again".to_vec()));
+    second.publish_event(1, &common::event("/q/pub2", "/elsewhere", b"free".to_vec()));
+    second.expect_alive();
+    let mut payloads = Vec::new();
+    for _ in 0..2 {
+        match sub.recv() {
+            Some(Frame::Deliver { event, .. }) => payloads.push(
+                tagwire_proto::EventRef::parse(&event)
+                    .expect("event")
+                    .payload
+                    .to_vec(),
+            ),
+            other => panic!("expected a delivery, got {other:?}"),
+        }
+    }
+    assert_eq!(payloads, [b"one".to_vec(), b"again".to_vec()]);
+    // When the first publisher goes, the second takes its place.
+    drop(first);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        second.publish_event(1, &common::event("/q/pub2", "/q/cam/b", b"now".to_vec()));
+        match second.try_admin(&json!({"op": "show", "target": "/q/viewer"})) {
+            Frame::AdminReply { .. } => break,
+            Frame::Error {
+                code: ErrorCode::LimitReached,
+                ..
+            } => {
+                assert!(std::time::Instant::now() < deadline, "the first never left");
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}

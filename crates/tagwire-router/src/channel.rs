@@ -216,6 +216,13 @@ pub(crate) struct Channel {
     pacing: Count,
     /// When the writer may next take from this channel (0: now).
     not_before: Count,
+    /// Events queued across all channels of this channel's subscriber
+    /// endpoint (shared by them), for `max_events_per_consumer`.
+    consumer: Arc<Count>,
+    /// `max_events_per_consumer` (0: no bound beyond each queue's).
+    consumer_max: Count,
+    /// Events refused because the consumer's bound was reached.
+    pub over_consumer: Count,
     /// The connection it delivers on.
     pub conn: u64,
     /// Its QoS layer and effective QoS.
@@ -272,6 +279,9 @@ impl Channel {
             start_time: Count::new(0),
             pacing: Count::new(0),
             not_before: Count::new(0),
+            consumer: Arc::new(Count::new(0)),
+            consumer_max: Count::new(0),
+            over_consumer: Count::new(0),
             conn: 0,
             qos: Locked::new(ChannelQosState {
                 layer: QosLayer::new(tagwire_core::qos::Level::Channel),
@@ -280,6 +290,22 @@ impl Channel {
             outbox,
             budget,
             pinned: Count::new(0),
+        }
+    }
+
+    /// Shares `count` (events queued for the subscriber endpoint) with the
+    /// endpoint's other channels.
+    pub(crate) fn for_consumer(mut self, count: Arc<Count>) -> Self {
+        self.consumer = count;
+        self
+    }
+
+    /// Keeps the consumer's count in step with this queue's length.
+    fn track(&self, before: usize, after: usize) {
+        if after >= before {
+            self.consumer.add((after - before) as u64);
+        } else {
+            self.consumer.sub_saturating((before - after) as u64);
         }
     }
 
@@ -302,12 +328,15 @@ impl Channel {
         self.stop_time.set(v.stop_time.unwrap_or(0));
         self.start_time.set(v.start_time.unwrap_or(0));
         self.pacing.set(v.pacing_interval);
+        self.consumer_max
+            .set(v.max_events_per_consumer.unwrap_or(0) as u64);
         let mut q = self.queue.borrow_mut();
         let dropped =
             if (q.bound(), q.order(), q.policy()) != (v.max_queue_length, v.order, v.discard) {
-                let before = q.bytes();
+                let (before, len) = (q.bytes(), q.len());
                 let d = q.reconfigure(v.max_queue_length, v.order, v.discard);
                 self.budget.release(before - q.bytes());
+                self.track(len, q.len());
                 d
             } else {
                 0
@@ -396,11 +425,25 @@ impl Channel {
                 meta.priority
             },
         };
+        let max = self.consumer_max.get();
+        if max != 0 && self.consumer.get() >= max {
+            // The consumer's bound across its channels: the arriving event
+            // is the one refused (reject) or dropped.
+            self.over_consumer.add(1);
+            return if self.queue.borrow().policy() == tagwire_core::queue::DiscardPolicy::Reject {
+                Offer::Rejected {
+                    report: !self.reject_reported.replace(true),
+                }
+            } else {
+                Offer::Dropped
+            };
+        }
         let room = self.budget.room();
         let mut q = self.queue.borrow_mut();
-        let before = q.bytes();
+        let (before, len) = (q.bytes(), q.len());
         let pushed = q.push_within(queued, size, room);
         let after = q.bytes();
+        self.track(len, q.len());
         drop(q);
         if after >= before {
             self.budget.charge(after - before);
@@ -453,7 +496,10 @@ impl Drop for Channel {
     /// Gives the queued events' bytes (and a pinned chunk's) back to the
     /// memory budget; the events themselves are freed with the queue.
     fn drop(&mut self) {
-        self.budget.release(self.queue.get_mut().bytes());
+        let q = self.queue.get_mut();
+        let (bytes, len) = (q.bytes(), q.len());
+        self.budget.release(bytes);
+        self.track(len, 0);
         self.unpin();
     }
 }
@@ -577,7 +623,7 @@ impl Outbox {
                 ch.not_before.set(0);
             }
             let mut q = ch.queue.borrow_mut();
-            let before = q.bytes();
+            let (before, len) = (q.bytes(), q.len());
             let (mut taken, mut expired) = (0u64, 0u64);
             let turn = ch.batch.get();
             while taken < turn && bodies.len() < BATCH_EVENTS && total < BATCH_BYTES {
@@ -599,6 +645,7 @@ impl Outbox {
             ch.delivered.set(ch.delivered.get() + taken);
             ch.expired.set(ch.expired.get() + expired);
             ch.budget.release(before - q.bytes());
+            ch.track(len, q.len());
             // Under the queue's lock: an event offered (on any lane) after
             // this sees the channel unscheduled and schedules it again.
             let empty = q.is_empty();
@@ -780,6 +827,51 @@ mod tests {
         // When the interval is over, both go in one batch.
         ch.not_before.set(1);
         assert_eq!(gathered_subs(&outbox), [1, 1]);
+    }
+
+    #[test]
+    fn max_events_per_consumer_bounds_all_channels_of_an_endpoint_together() {
+        let budget = Arc::new(MemoryBudget::new(1 << 30));
+        let consumer = Arc::new(Count::new(0));
+        let outbox = Arc::new(Outbox::default());
+        let make = |sub| {
+            let queue = BoundedQueue::with_policies(
+                1 << 20,
+                1 << 30,
+                OrderPolicy::Fifo,
+                DiscardPolicy::DropOldest,
+            );
+            let ch = Arc::new(
+                Channel::new(
+                    sub,
+                    "/sub".into(),
+                    "/**".into(),
+                    queue,
+                    outbox.clone(),
+                    budget.clone(),
+                )
+                .for_consumer(consumer.clone()),
+            );
+            with_qos(&ch, &[("max_events_per_consumer", "3")]);
+            ch
+        };
+        let (a, b) = (make(1), make(2));
+        for _ in 0..5 {
+            for ch in [&a, &b] {
+                let _ = ch.offer(&mut Outgoing::owned(Bytes::from_static(b"e")), &NO_META);
+            }
+        }
+        assert_eq!(consumer.get(), 3, "three queued across both channels");
+        assert_eq!(a.queue.borrow().len() + b.queue.borrow().len(), 3);
+        assert_eq!(a.over_consumer.get() + b.over_consumer.get(), 7);
+        assert_eq!(gathered_subs(&outbox).len(), 3);
+        assert_eq!(consumer.get(), 0, "the writer took them: room again");
+        assert_eq!(
+            a.offer(&mut Outgoing::owned(Bytes::from_static(b"e")), &NO_META),
+            Offer::Queued
+        );
+        drop(a);
+        assert_eq!(consumer.get(), 0, "a dropped channel gives its count back");
     }
 
     #[test]

@@ -570,6 +570,7 @@ impl Conn {
         u.endpoints = u.endpoints.saturating_sub(1);
         u.subscriptions = u.subscriptions.saturating_sub(dropped);
         st.suppliers.forget(&endpoint.name);
+        st.consumers.remove(&*endpoint.name);
         if st.sources.remove(&*endpoint.name).is_some() {
             st.filters.forget_publisher(&endpoint.name);
         }
@@ -666,7 +667,13 @@ impl Conn {
                 st.memory.clone(),
             )
             .with_max_event(self.engine.max_delivered_event())
-            .on_connection(self.id),
+            .on_connection(self.id)
+            .for_consumer(
+                st.consumers
+                    .entry(endpoint_name.clone())
+                    .or_default()
+                    .clone(),
+            ),
         );
         crate::qos::put_in_force(&mut st, &channel, layer, resolved);
         let global = self.global(sub);
@@ -905,6 +912,7 @@ impl Conn {
         for e in self.engine.endpoints().values() {
             st.endpoints.remove(&e.name);
             st.suppliers.forget(&e.name);
+            st.consumers.remove(&*e.name);
             if st.sources.remove(&*e.name).is_some() {
                 st.filters.forget_publisher(&e.name);
             }

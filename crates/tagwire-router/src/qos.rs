@@ -479,6 +479,7 @@ pub(crate) fn admin_show(
                 "dropped": q.dropped(),
                 "expired": ch.expired.get() + q.expired(),
                 "too_large": ch.too_large.get(),
+                "over_consumer": ch.over_consumer.get(),
                 "delivered": ch.delivered.get(),
             })
         })

@@ -183,6 +183,9 @@ pub(crate) struct State {
     pub qos_daemon: tagwire_core::qos::QosLayer,
     /// Tag-level QoS layers, by pattern (at most `qos::MAX_TAG_LAYERS`).
     pub qos_tags: Vec<crate::qos::TagQos>,
+    /// Events queued per subscriber endpoint, shared by its channels
+    /// (`max_events_per_consumer`).
+    pub consumers: HashMap<Arc<str>, Arc<crate::sync::Count>>,
     /// Publishers per `max_suppliers` scope.
     pub suppliers: crate::qos::Suppliers,
     /// The configured band names, lowest first.
@@ -231,6 +234,7 @@ impl State {
             qos_daemon: tagwire_core::qos::QosLayer::new(tagwire_core::qos::Level::Daemon),
             qos_tags: Vec::new(),
             suppliers: Default::default(),
+            consumers: HashMap::new(),
             band_names: Vec::new(),
             lane_commands: Vec::new(),
             admin_jobs: None,

@@ -73,6 +73,15 @@ impl Count {
     pub(crate) fn add(&self, n: u64) -> u64 {
         self.0.fetch_add(n, Ordering::Relaxed).wrapping_add(n)
     }
+    /// Subtracts `n`, saturating at 0.
+    pub(crate) fn sub_saturating(&self, n: u64) {
+        let _ = self
+            .0
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                Some(v.saturating_sub(n))
+            });
+    }
+
     pub(crate) fn replace(&self, v: u64) -> u64 {
         self.0.swap(v, Ordering::Relaxed)
     }

@@ -296,7 +296,7 @@ pub fn markdown(rows: &[Row], s: &Settings, m: &Machine, svg: Option<&Path>) -> 
     );
     let _ = writeln!(
         o,
-        "```sh\n{}      # as root (network namespaces); builds release, ~3 min of runs\n```\n",
+        "```sh\n{}      # as root (network namespaces); builds release, then about 2 min of runs\n```\n",
         s.command
     );
     let _ = writeln!(
@@ -535,7 +535,7 @@ pub fn svg(rows: &[Row], s: &Settings) -> String {
     let (pw, ph) = (400.0, 300.0);
     let (left, top, bottom) = (60.0, 40.0, 50.0);
     let width = 20.0 + pw * panels.len() as f64;
-    let height = ph + 60.0;
+    let height = ph + 40.0;
     let mut o = String::new();
     let _ = writeln!(
         o,
@@ -548,10 +548,13 @@ pub fn svg(rows: &[Row], s: &Settings) -> String {
         let (px, py) = (x0 + left, top);
         let in_panel: Vec<&Row> = rows.iter().filter(|r| r.place == *place).collect();
         let base = unloaded(rows, *place);
+        // Scaled to the bars, not to the whiskers: one stall can make a
+        // standard deviation ten times the mean. Clipped whiskers say
+        // where they end.
         let ymax_us = nice_ceiling(
-            in_panel
+            1.3 * in_panel
                 .iter()
-                .map(|r| r.mean + r.std)
+                .map(|r| r.mean)
                 .chain([MEAN_TARGET * base])
                 .filter(|v| v.is_finite())
                 .fold(0.0, f64::max),
@@ -629,6 +632,14 @@ pub fn svg(rows: &[Row], s: &Settings) -> String {
                 );
                 let cx = bx + bar_w / 2.0;
                 let (e1, e2) = (y(r.mean - r.std), y(r.mean + r.std));
+                if r.mean + r.std > ymax_us {
+                    let _ = writeln!(
+                        o,
+                        r#"<text x="{cx:.1}" y="{:.1}" text-anchor="middle" font-size="10">↑ {}</text>"#,
+                        py - 4.0,
+                        format_ms((r.mean + r.std) / 1000.0)
+                    );
+                }
                 let _ = writeln!(
                     o,
                     r#"<line x1="{cx:.1}" y1="{e1:.1}" x2="{cx:.1}" y2="{e2:.1}" stroke="black"/><line x1="{:.1}" y1="{e2:.1}" x2="{:.1}" y2="{e2:.1}" stroke="black"/><line x1="{:.1}" y1="{e1:.1}" x2="{:.1}" y2="{e1:.1}" stroke="black"/>"#,
@@ -667,12 +678,17 @@ pub fn svg(rows: &[Row], s: &Settings) -> String {
     }
     let _ = writeln!(
         o,
-        r##"<text x="10" y="{:.1}" font-size="11" fill="#444">tagwire, TCP, htb {} kbit/s with DSCP classes; {} B pings at {}/s, {} B load events; bars: mean RTT, whiskers: ±1 std dev. The paper's bar values are not in its text (see BENCHMARKS.md).</text>"##,
-        height - 12.0,
+        r##"<text x="10" y="{:.1}" font-size="11" fill="#444">tagwire, TCP, htb {} kbit/s with DSCP classes, {} B pings at {}/s, {} B load events. Bars: mean RTT; whiskers: ±1 std dev (↑ N: clipped, ends at N ms)./text>"##,
+        height - 26.0,
         s.rate_kbit,
         s.ping_size,
         s.ping_hz,
         s.load_size
+    );
+    let _ = writeln!(
+        o,
+        r##"<text x="10" y="{:.1}" font-size="11" fill="#444">The paper's Fig. 5 values are not in its text, so they are not drawn; BENCHMARKS.md quotes what it says of each case.</text>"##,
+        height - 10.0
     );
     let _ = writeln!(o, "</svg>");
     o

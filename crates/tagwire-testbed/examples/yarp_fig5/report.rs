@@ -678,7 +678,7 @@ pub fn svg(rows: &[Row], s: &Settings) -> String {
     }
     let _ = writeln!(
         o,
-        r##"<text x="10" y="{:.1}" font-size="11" fill="#444">tagwire, TCP, htb {} kbit/s with DSCP classes, {} B pings at {}/s, {} B load events. Bars: mean RTT; whiskers: ±1 std dev (↑ N: clipped, ends at N ms)./text>"##,
+        r##"<text x="10" y="{:.1}" font-size="11" fill="#444">tagwire, TCP, htb {} kbit/s with DSCP classes, {} B pings at {}/s, {} B load events. Bars: mean RTT; whiskers: ±1 std dev (↑ N: clipped, ends at N ms).</text>"##,
         height - 26.0,
         s.rate_kbit,
         s.ping_size,

@@ -535,7 +535,7 @@ pub fn svg(rows: &[Row], s: &Settings) -> String {
     let (pw, ph) = (400.0, 300.0);
     let (left, top, bottom) = (60.0, 40.0, 50.0);
     let width = 20.0 + pw * panels.len() as f64;
-    let height = ph + 40.0;
+    let height = ph + 56.0;
     let mut o = String::new();
     let _ = writeln!(
         o,
@@ -660,13 +660,15 @@ pub fn svg(rows: &[Row], s: &Settings) -> String {
                 yt - 4.0
             );
         }
-        // Legend.
-        let lx = px + 10.0;
+        // Legend, under the load labels (whiskers may reach any corner).
         for (k, (mode, fill)) in [(Mode::Normal, "#b0b0b0"), (Mode::Qos, "#2b5d8a")]
             .into_iter()
             .enumerate()
         {
-            let ly = py + 8.0 + 16.0 * k as f64;
+            let (lx, ly) = (
+                px + plot_w / 2.0 - 70.0 + 80.0 * k as f64,
+                py + plot_h + 28.0,
+            );
             let _ = writeln!(
                 o,
                 r#"<rect x="{lx:.1}" y="{ly:.1}" width="12" height="10" fill="{fill}"/><text x="{:.1}" y="{:.1}">{}</text>"#,
@@ -678,12 +680,17 @@ pub fn svg(rows: &[Row], s: &Settings) -> String {
     }
     let _ = writeln!(
         o,
-        r##"<text x="10" y="{:.1}" font-size="11" fill="#444">tagwire, TCP, htb {} kbit/s with DSCP classes, {} B pings at {}/s, {} B load events. Bars: mean RTT; whiskers: ±1 std dev (↑ N: clipped, ends at N ms).</text>"##,
-        height - 26.0,
+        r##"<text x="10" y="{:.1}" font-size="11" fill="#444">tagwire, TCP, htb {} kbit/s with DSCP classes, {} B pings at {}/s, {} B load events.</text>"##,
+        height - 42.0,
         s.rate_kbit,
         s.ping_size,
         s.ping_hz,
         s.load_size
+    );
+    let _ = writeln!(
+        o,
+        r##"<text x="10" y="{:.1}" font-size="11" fill="#444">Bars: mean RTT; whiskers: ±1 standard deviation (↑ N: clipped, it ends at N ms).</text>"##,
+        height - 26.0
     );
     let _ = writeln!(
         o,

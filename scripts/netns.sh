@@ -6,6 +6,7 @@
 # and iproute2 (`ip`, `tc`).
 #
 #   scripts/netns.sh up [--prefix NAME] [--hosts N] [--delay MS] [--rate KBIT] [--dscp-priority]
+#                       [--shape-host I] [--mtu-packets]
 #   scripts/netns.sh down PREFIX        remove one testbed (its processes are killed)
 #   scripts/netns.sh down --all         remove every testbed namespace (twtb-*)
 #   scripts/netns.sh status [PREFIX]    list testbed namespaces (exit 0 either way)
@@ -34,6 +35,12 @@
 #                    normal and low are guaranteed 1 % of the rate each, high
 #                    the rest; all may borrow up to the full rate, high first.
 #                    Without --rate the classes get 10 Gbit/s (order, no limit).
+#   --shape-host I   put that shaping on host I's own veth0 (everything host I
+#                    sends) instead of the router's port: congestion in the
+#                    sender's network driver, the YARP paper's Fig. 4(a)
+#   --mtu-packets    gso_max_segs 1 on every host's veth0: TCP hands the
+#                    qdiscs one-MTU packets, as a NIC sends them and a switch
+#                    port queues them (not 64 KiB offload "super-packets")
 #
 # Use it:
 #   P=$(scripts/netns.sh up --hosts 3 --rate 10000 --dscp-priority | sed -n 's/^prefix=//p')
@@ -105,7 +112,7 @@ full_prefix() {
 }
 
 cmd_up() {
-    local prefix="${STEM}sh$$" hosts=2 delay_ms="" rate="" dscp=0
+    local prefix="${STEM}sh$$" hosts=2 delay_ms="" rate="" dscp=0 shape_host="" mtu=0
     while (( $# )); do
         case $1 in
             --prefix) prefix=$(full_prefix "${2:?--prefix NAME}"); shift 2 ;;
@@ -113,6 +120,8 @@ cmd_up() {
             --delay) delay_ms=${2:?--delay MS}; shift 2 ;;
             --rate) rate=${2:?--rate KBIT}; shift 2 ;;
             --dscp-priority) dscp=1; shift ;;
+            --shape-host) shape_host=${2:?--shape-host I}; shift 2 ;;
+            --mtu-packets) mtu=1; shift ;;
             -h|--help) usage ;;
             *) echo "netns.sh up: unknown option '$1'" >&2; usage ;;
         esac
@@ -123,6 +132,9 @@ cmd_up() {
     fi
     if [[ -n $rate ]] && ! in_range "$rate" 8 "$UNLIMITED_KBIT"; then
         die "--rate $rate is out of range 8..=$UNLIMITED_KBIT (kbit/s)"
+    fi
+    if [[ -n $shape_host ]] && ! in_range "$shape_host" 0 $(( hosts - 1 )); then
+        die "--shape-host $shape_host is not a host of this testbed (0..=$(( hosts - 1 )))"
     fi
     need_root
     [[ -z $(namespaces_of "$prefix") ]] || die "testbed $prefix exists already (scripts/netns.sh down $prefix)"
@@ -146,10 +158,15 @@ cmd_up() {
         ip -n "$h" link set veth0 up
         ip -n "$h" link set lo up
         ip -n "$h" route add default via "10.200.$i.1"
+        if (( mtu )); then ip -n "$h" link set dev veth0 gso_max_segs 1; fi
     done
 
-    local dev="to-h$(( hosts - 1 ))"
-    local tcr=(tc -n "$r")
+    local dev="to-h$(( hosts - 1 ))" shaped_ns=$r
+    if [[ -n $shape_host ]]; then
+        dev=veth0
+        shaped_ns="$prefix-h$shape_host"
+    fi
+    local tcr=(tc -n "$shaped_ns")
     leaf() { # parent handle
         if [[ -n $delay_ms ]]; then
             "${tcr[@]}" qdisc add dev "$dev" parent "$1" handle "$2": netem delay "${delay_ms}ms" limit 10000
@@ -184,7 +201,7 @@ cmd_up() {
     trap - EXIT INT TERM
 
     echo "prefix=$prefix"
-    echo "router=$r bottleneck=$dev"
+    echo "router=$r shaped=$shaped_ns:$dev"
     for (( i = 0; i < hosts; i++ )); do
         echo "host$i=$prefix-h$i addr=10.200.$i.2 gateway=10.200.$i.1"
     done

@@ -6,9 +6,12 @@
 //! The *bottleneck* is the router's port toward the last host, where the
 //! traffic of all other hosts converges (the switch port of the YARP paper's
 //! Fig. 4(b)); [`Shaping`] puts delay (netem), a rate (htb) and DSCP classes
-//! (u32 filters on the TOS byte) there. Everything is removed when the
+//! (u32 filters on the TOS byte) there; [`Testbed::shape_egress`] puts the
+//! same on a host's own egress instead (the sender's NIC of Fig. 4(a)), and
+//! [`ClassSent`] counts what each class sent. Everything is removed when the
 //! testbed is dropped, also when the test panics. `scripts/netns.sh` builds
-//! the same topology from a shell; `docs/testbed.md` explains both.
+//! the same topology from a shell; `docs/testbed.md` explains both. The
+//! `yarp_fig5` example (`scripts/yarp-fig5.sh`) is a benchmark built on it.
 //!
 //! ```no_run
 //! use tagwire_testbed::{Shaping, Testbed, TestbedConfig};
@@ -44,7 +47,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
-pub use shaping::{ClassPackets, Shaping, TrafficClass, DSCP_CLASSES, UNLIMITED_KBIT};
+pub use shaping::{
+    ClassPackets, ClassSent, Sent, Shaping, TrafficClass, DSCP_CLASSES, UNLIMITED_KBIT,
+};
 
 /// Every namespace a testbed (or `scripts/netns.sh`) makes starts with this.
 pub const NAME_STEM: &str = "twtb-";
@@ -660,6 +665,38 @@ impl Testbed {
         run(&self.tools.ip, args)
     }
 
+    /// Runs the `tc` commands of `shaping` on `dev` in namespace `ns`.
+    fn apply_shaping(&self, ns: &str, dev: &str, shaping: &Shaping) -> Result<(), TestbedError> {
+        for args in shaping::tc_commands(dev, shaping) {
+            let mut full = vec!["-n", ns];
+            full.extend(args.iter().map(String::as_str));
+            run(&self.tools.tc, &full).map_err(|e| match e {
+                TestbedError::Command { stderr, .. }
+                    if stderr.contains("qdisc kind is unknown") =>
+                {
+                    TestbedError::QdiscUnavailable {
+                        kind: args
+                            .iter()
+                            .skip_while(|a| *a != "handle")
+                            .nth(2)
+                            .cloned()
+                            .unwrap_or_default(),
+                    }
+                }
+                e => e,
+            })?;
+        }
+        Ok(())
+    }
+
+    fn class_sent(&self, ns: &str, dev: &str) -> Result<ClassSent, TestbedError> {
+        let text = run(
+            &self.tools.tc,
+            &["-n", ns, "-s", "class", "show", "dev", dev],
+        )?;
+        Ok(shaping::parse_class_sent(&text))
+    }
+
     fn build(&mut self) -> Result<(), TestbedError> {
         let router = self.router.name.clone();
         self.ip(&["netns", "add", &router])?;
@@ -713,26 +750,7 @@ impl Testbed {
             ])?;
         }
         if let Some(s) = self.bottleneck {
-            let dev = self.bottleneck_iface();
-            for args in shaping::tc_commands(&dev, &s) {
-                let mut full = vec!["-n", router.as_str()];
-                full.extend(args.iter().map(String::as_str));
-                run(&self.tools.tc, &full).map_err(|e| match e {
-                    TestbedError::Command { stderr, .. }
-                        if stderr.contains("qdisc kind is unknown") =>
-                    {
-                        TestbedError::QdiscUnavailable {
-                            kind: args
-                                .iter()
-                                .skip_while(|a| *a != "handle")
-                                .nth(2)
-                                .cloned()
-                                .unwrap_or_default(),
-                        }
-                    }
-                    e => e,
-                })?;
-            }
+            self.apply_shaping(&router, &self.bottleneck_iface(), &s)?;
         }
         Ok(())
     }
@@ -792,6 +810,60 @@ impl Testbed {
             &["-n", &self.router.name, "-s", "class", "show", "dev", &dev],
         )?;
         Ok(shaping::parse_class_packets(&text))
+    }
+
+    /// Bytes and packets sent so far by each class of the bottleneck and by
+    /// the link as a whole; all zero without htb classes.
+    pub fn bottleneck_class_sent(&self) -> Result<ClassSent, TestbedError> {
+        self.class_sent(&self.router.name, &self.bottleneck_iface())
+    }
+
+    /// Shapes the *sending* side of host `i`: the same htb tree as the
+    /// bottleneck's ([`Shaping`]: rate, DSCP classes, delay) on the host's
+    /// own `veth0`, for everything the host sends. This is where the YARP
+    /// paper's Fig. 4(a) congests: in the sender's network driver, when
+    /// several of its applications write to one NIC. Locally generated TCP
+    /// is then also held back by TCP Small Queues, so a bulk sender keeps
+    /// only a few packets in this qdisc and the rest in its socket buffer.
+    /// Call it once per host, on a testbed built without shaping there.
+    ///
+    /// # Panics
+    /// If `i` is not below the number of hosts.
+    pub fn shape_egress(&self, i: usize, shaping: &Shaping) -> Result<(), TestbedError> {
+        shaping::validate(shaping).map_err(|reason| TestbedError::BadConfig { reason })?;
+        let host = self.host(i);
+        self.apply_shaping(host.ns_name(), host.iface(), shaping)
+    }
+
+    /// Bytes and packets sent so far by each class of host `i`'s egress
+    /// (see [`Testbed::shape_egress`]); all zero when it is not shaped.
+    ///
+    /// # Panics
+    /// If `i` is not below the number of hosts.
+    pub fn egress_class_sent(&self, i: usize) -> Result<ClassSent, TestbedError> {
+        let host = self.host(i);
+        self.class_sent(host.ns_name(), host.iface())
+    }
+
+    /// Makes every host hand its qdiscs packets of at most one MTU, as a
+    /// NIC puts them on the wire and a switch port queues them: sets
+    /// `gso_max_segs 1` on each host's `veth0`. By default a veth takes
+    /// TCP's segmentation-offload "super-packets" of up to 64 KiB whole,
+    /// and a shaped port then queues and releases them as single units.
+    pub fn mtu_sized_packets(&self) -> Result<(), TestbedError> {
+        for host in &self.hosts {
+            self.ip(&[
+                "-n",
+                host.ns_name(),
+                "link",
+                "set",
+                "dev",
+                host.iface(),
+                "gso_max_segs",
+                "1",
+            ])?;
+        }
+        Ok(())
     }
 }
 

@@ -134,27 +134,39 @@ pub(crate) fn tc_commands(dev: &str, s: &Shaping) -> Vec<Vec<String>> {
 
 /// Parses `tc -s class show dev D` output into packets sent per class.
 pub(crate) fn parse_class_packets(text: &str) -> ClassPackets {
-    let mut out = ClassPackets::default();
-    let mut current: Option<TrafficClass> = None;
+    let sent = parse_class_sent(text);
+    ClassPackets {
+        high: sent.high.packets,
+        normal: sent.normal.packets,
+        low: sent.low.packets,
+    }
+}
+
+/// Parses `tc -s class show dev D` output into bytes and packets sent per
+/// class (and by the link class `1:1`).
+pub(crate) fn parse_class_sent(text: &str) -> ClassSent {
+    let mut out = ClassSent::default();
+    let mut current: Option<&mut Sent> = None;
     for line in text.lines() {
         let line = line.trim();
         if let Some(rest) = line.strip_prefix("class htb ") {
             current = match rest.split(' ').next() {
-                Some("1:10") => Some(TrafficClass::High),
-                Some("1:20") => Some(TrafficClass::Normal),
-                Some("1:30") => Some(TrafficClass::Low),
+                Some("1:1") => Some(&mut out.link),
+                Some("1:10") => Some(&mut out.high),
+                Some("1:20") => Some(&mut out.normal),
+                Some("1:30") => Some(&mut out.low),
                 _ => None,
             };
-        } else if let (Some(class), Some(rest)) = (current, line.strip_prefix("Sent ")) {
+        } else if let Some(rest) = line.strip_prefix("Sent ") {
             // "Sent 1234 bytes 12 pkt (dropped 0, overlimits 0 requeues 0)"
-            let mut words = rest.split(' ');
-            let packets = words.nth(2).and_then(|w| w.parse().ok()).unwrap_or(0);
-            match class {
-                TrafficClass::High => out.high = packets,
-                TrafficClass::Normal => out.normal = packets,
-                TrafficClass::Low => out.low = packets,
+            if let Some(sent) = current.take() {
+                let words: Vec<&str> = rest.split(' ').collect();
+                let number = |i: usize| words.get(i).and_then(|w| w.parse().ok()).unwrap_or(0);
+                *sent = Sent {
+                    bytes: number(0),
+                    packets: number(2),
+                };
             }
-            current = None;
         }
     }
     out
@@ -169,6 +181,46 @@ pub struct ClassPackets {
     pub normal: u64,
     /// Class 1:30 (AF11).
     pub low: u64,
+}
+
+/// What one htb class has sent so far (`tc -s class show`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Sent {
+    /// Bytes, IP headers included (as htb counts them against the rate).
+    pub bytes: u64,
+    /// Packets.
+    pub packets: u64,
+}
+
+/// Bytes and packets sent by each class of a shaped link, and by the link
+/// as a whole (class `1:1`). Take two readings and [`ClassSent::since`] to
+/// see what a stretch of an experiment sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ClassSent {
+    /// Class 1:1, the link: everything the shaped port sent.
+    pub link: Sent,
+    /// Class 1:10 (AF42, VA).
+    pub high: Sent,
+    /// Class 1:20 (the rest; the only class without `dscp_priority`).
+    pub normal: Sent,
+    /// Class 1:30 (AF11).
+    pub low: Sent,
+}
+
+impl ClassSent {
+    /// What was sent between `earlier` and this reading.
+    pub fn since(&self, earlier: &ClassSent) -> ClassSent {
+        let d = |a: Sent, b: Sent| Sent {
+            bytes: a.bytes.saturating_sub(b.bytes),
+            packets: a.packets.saturating_sub(b.packets),
+        };
+        ClassSent {
+            link: d(self.link, earlier.link),
+            high: d(self.high, earlier.high),
+            normal: d(self.normal, earlier.normal),
+            low: d(self.low, earlier.low),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -257,5 +309,50 @@ class htb 1:30 parent 1:1 leaf 30: prio 2 rate 100Kbit ceil 10Mbit burst 1600b c
                 low: 1
             }
         );
+    }
+
+    #[test]
+    fn class_bytes_and_the_link_class_are_parsed() {
+        let text = "class htb 1:1 root rate 10Mbit ceil 10Mbit burst 1600b cburst 1600b \n Sent 900 bytes 9 pkt (dropped 0, overlimits 0 requeues 0) \n\
+class htb 1:10 parent 1:1 leaf 10: prio 0 rate 9800Kbit ceil 10Mbit burst 1600b cburst 1600b \n Sent 294 bytes 3 pkt (dropped 0, overlimits 0 requeues 0) \n\
+class htb 1:20 parent 1:1 leaf 20: prio 1 rate 100Kbit ceil 10Mbit burst 1600b cburst 1600b \n Sent 500 bytes 5 pkt (dropped 0, overlimits 0 requeues 0) \n";
+        let sent = parse_class_sent(text);
+        assert_eq!(
+            sent.link,
+            Sent {
+                bytes: 900,
+                packets: 9
+            }
+        );
+        assert_eq!(
+            sent.high,
+            Sent {
+                bytes: 294,
+                packets: 3
+            }
+        );
+        assert_eq!(
+            sent.normal,
+            Sent {
+                bytes: 500,
+                packets: 5
+            }
+        );
+        assert_eq!(sent.low, Sent::default());
+        let later = ClassSent {
+            link: Sent {
+                bytes: 1900,
+                packets: 19,
+            },
+            ..sent
+        };
+        assert_eq!(
+            later.since(&sent).link,
+            Sent {
+                bytes: 1000,
+                packets: 10
+            }
+        );
+        assert_eq!(later.since(&sent).high, Sent::default());
     }
 }

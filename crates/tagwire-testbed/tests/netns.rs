@@ -13,7 +13,8 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use tagwire_testbed::{
-    existing_namespaces, require_tool, ClassPackets, Shaping, Testbed, TestbedConfig, TestbedError,
+    existing_namespaces, require_tool, ClassPackets, ClassSent, Shaping, Testbed, TestbedConfig,
+    TestbedError,
 };
 
 const T: Duration = Duration::from_secs(20);
@@ -130,6 +131,54 @@ fn dscp_marked_packets_take_their_class_at_the_bottleneck() {
     assert_eq!(sent.low, 2, "{sent:?}");
     // Unmarked pings plus ARP and IPv6 neighbour discovery.
     assert!(sent.normal >= 2, "{sent:?}");
+}
+
+#[test]
+fn shaping_a_host_egress_classifies_what_that_host_sends_and_not_the_router() {
+    let tb = testbed(TestbedConfig::default());
+    let shaping = Shaping {
+        rate_kbit: Some(10_000),
+        dscp_priority: true,
+        ..Shaping::default()
+    };
+    tb.shape_egress(0, &shaping)
+        .unwrap_or_else(|e| panic!("{e}"));
+    tb.mtu_sized_packets().unwrap_or_else(|e| panic!("{e}"));
+    let before = tb.egress_class_sent(0).unwrap_or_else(|e| panic!("{e}"));
+    let dst = tb.host(1).addr().to_string();
+    for (tos, count) in [("0x90", "3"), ("0", "2")] {
+        let out = tb
+            .host(0)
+            .output(&ping(&["-c", count, "-Q", tos, &dst]), T)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+    let sent = tb
+        .egress_class_sent(0)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .since(&before);
+    // Echo requests leave host 0 through its shaped veth0.
+    assert_eq!(sent.high.packets, 3, "{sent:?}");
+    assert!(sent.high.bytes >= 3 * 84, "{sent:?}");
+    assert!(sent.normal.packets >= 2, "{sent:?}");
+    assert_eq!(
+        sent.link.packets,
+        sent.high.packets + sent.normal.packets + sent.low.packets,
+        "{sent:?}"
+    );
+    // The router's port is untouched, and host 1 sends unshaped.
+    assert_eq!(
+        tb.bottleneck_class_sent().unwrap_or_else(|e| panic!("{e}")),
+        ClassSent::default()
+    );
+    assert_eq!(
+        tb.egress_class_sent(1).unwrap_or_else(|e| panic!("{e}")),
+        ClassSent::default()
+    );
 }
 
 #[test]

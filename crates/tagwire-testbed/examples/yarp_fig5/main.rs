@@ -1,0 +1,268 @@
+//! YARP Fig. 5 as a benchmark: the round trip time of a small event on a
+//! measured channel, unloaded and with a bulk load channel filling 20 % and
+//! 70 % of a rate-limited link, without ("normal") and with ("qos") channel
+//! prioritization, congested (a) at the sender's interface and (b) at the
+//! router's port — the two test cases of the paper's Fig. 4.
+//!
+//! Run it with `scripts/yarp-fig5.sh` (as root: it builds network
+//! namespaces), which builds everything in release mode and calls
+//!
+//! ```sh
+//! target/release/examples/yarp_fig5 --tagwired target/release/tagwired \
+//!     --markdown BENCHMARKS.md --svg docs/yarp-fig5.svg
+//! ```
+//!
+//! It prints one line per run (mean and standard deviation of the RTT, the
+//! link load measured by tc) and a table at the end; with `--markdown` it
+//! rewrites the `yarp-fig5` section of BENCHMARKS.md, with `--svg` it draws
+//! the paper-style bar chart. About 2.5 minutes with the defaults.
+//! Method and caveats: docs/benchmarks.md, "Channel prioritization".
+
+mod experiment;
+mod report;
+
+use std::path::PathBuf;
+use std::process::{Command, ExitCode};
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use indicatif::{ProgressBar, ProgressStyle};
+use tagwire_testbed::{Shaping, Testbed, TestbedConfig};
+
+use experiment::{Mode, Place, Spec, DAEMON};
+use report::{Machine, Row};
+
+/// Reproduces YARP Fig. 5 on a netns testbed (needs root).
+#[derive(Debug, Parser)]
+#[command(name = "yarp_fig5")]
+struct Args {
+    /// The daemon to measure [default: `tagwired` beside this program's
+    /// directory, i.e. target/release/tagwired].
+    #[arg(long, value_name = "PATH")]
+    tagwired: Option<PathBuf>,
+    /// Rate of the congested link, kbit/s.
+    #[arg(long, default_value_t = 10_000)]
+    rate_kbit: u32,
+    /// Loads to apply, percent of the link rate (0, the unloaded run, is
+    /// always measured).
+    #[arg(long, value_delimiter = ',', default_values_t = [20, 70])]
+    loads: Vec<u32>,
+    /// Where to congest: `sender` (Fig. 4a), `router` (Fig. 4b).
+    #[arg(long, value_delimiter = ',', default_values_t = ["sender".to_owned(), "router".to_owned()])]
+    places: Vec<String>,
+    /// Payload bytes of each load event.
+    #[arg(long, default_value_t = 8192)]
+    load_size: usize,
+    /// Payload bytes of each ping.
+    #[arg(long, default_value_t = 64)]
+    ping_size: usize,
+    /// Pings per second.
+    #[arg(long, default_value_t = 100.0)]
+    ping_hz: f64,
+    /// Warm-up of each segment, seconds (load on, pings not counted).
+    #[arg(long, default_value_t = 0.5)]
+    warmup: f64,
+    /// Measured seconds per place, load and channel, split into `rounds`
+    /// segments.
+    #[arg(long, default_value_t = 8.0)]
+    secs: f64,
+    /// Segments per place, load and channel; normal and qos alternate.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=100))]
+    rounds: u32,
+    /// Rewrite the `yarp-fig5` section of this markdown file.
+    #[arg(long, value_name = "FILE")]
+    markdown: Option<PathBuf>,
+    /// Write the bar chart here (SVG).
+    #[arg(long, value_name = "FILE")]
+    svg: Option<PathBuf>,
+    /// The command to show in the report.
+    #[arg(long, default_value = "scripts/yarp-fig5.sh")]
+    command: String,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("yarp_fig5: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: &Args) -> Result<(), String> {
+    let tagwired = match &args.tagwired {
+        Some(p) => p.clone(),
+        None => std::env::current_exe()
+            .map_err(|e| format!("cannot find this program: {e}"))?
+            .parent()
+            .and_then(|examples| examples.parent())
+            .map(|dir| dir.join("tagwired"))
+            .ok_or("cannot derive the tagwired path: give --tagwired")?,
+    };
+    if !tagwired.is_file() {
+        return Err(format!(
+            "{} does not exist: build it (cargo build --release -p tagwire-cli) or give --tagwired",
+            tagwired.display()
+        ));
+    }
+    let places = args
+        .places
+        .iter()
+        .map(|p| match p.as_str() {
+            "sender" => Ok(Place::Sender),
+            "router" => Ok(Place::Router),
+            other => Err(format!("unknown place {other:?}: sender or router")),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut loads = vec![0];
+    loads.extend(args.loads.iter().copied().filter(|l| (1..=100).contains(l)));
+    let machine_before = Machine::now();
+    let runs = places.len() * loads.len() * 2 * args.rounds as usize;
+    let progress = ProgressBar::new(runs as u64);
+    progress.set_style(
+        ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")
+            .map_err(|e| e.to_string())?,
+    );
+    let started = Instant::now();
+    let mut rows = Vec::new();
+    for place in places {
+        rows.extend(measure_place(args, &tagwired, place, &loads, &progress)?);
+    }
+    progress.finish_and_clear();
+    let machine = Machine::finish(machine_before, started.elapsed());
+    let settings = report::Settings {
+        command: args.command.clone(),
+        rate_kbit: args.rate_kbit,
+        load_size: args.load_size,
+        ping_size: args.ping_size,
+        ping_hz: args.ping_hz,
+        warmup: args.warmup,
+        secs: args.secs,
+        rounds: args.rounds,
+    };
+    println!("{}", report::text_table(&rows));
+    if let Some(path) = &args.markdown {
+        let section = report::markdown(&rows, &settings, &machine, args.svg.as_deref());
+        report::replace_section(path, &section)?;
+        eprintln!("wrote the yarp-fig5 section of {}", path.display());
+    }
+    if let Some(path) = &args.svg {
+        std::fs::write(path, report::svg(&rows, &settings))
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+/// All runs of one place, on a testbed and daemon of their own.
+fn measure_place(
+    args: &Args,
+    tagwired: &std::path::Path,
+    place: Place,
+    loads: &[u32],
+    progress: &ProgressBar,
+) -> Result<Vec<Row>, String> {
+    let shaping = Shaping {
+        rate_kbit: Some(args.rate_kbit),
+        dscp_priority: true,
+        ..Shaping::default()
+    };
+    let tb = Testbed::new(TestbedConfig {
+        hosts: 2,
+        bottleneck: (place == Place::Router).then_some(shaping),
+    })
+    .map_err(|e| e.to_string())?;
+    if place == Place::Sender {
+        tb.shape_egress(experiment::SENDER, &shaping)
+            .map_err(|e| e.to_string())?;
+    }
+    tb.mtu_sized_packets().map_err(|e| e.to_string())?;
+
+    // The daemon on host A, with its files in a private directory (so it
+    // shares nothing with other daemons of this machine).
+    let dir = tempfile::tempdir().map_err(|e| format!("temporary directory: {e}"))?;
+    let token = experiment::random_token().map_err(|e| format!("token: {e}"))?;
+    let config = dir.path().join("tagwired.toml");
+    let a = tb.host(DAEMON);
+    std::fs::write(
+        &config,
+        experiment::daemon_config(a.addr(), &token, dir.path()),
+    )
+    .map_err(|e| format!("cannot write {}: {e}", config.display()))?;
+    let mut cmd = Command::new(tagwired);
+    cmd.arg("--config")
+        .arg(&config)
+        .args(["--no-unix", "--log", "warn"])
+        .env("XDG_RUNTIME_DIR", dir.path());
+    let mut daemon = a.spawn(&cmd).map_err(|e| e.to_string())?;
+    if let Err(e) = experiment::wait_for_daemon(a, Duration::from_secs(10)) {
+        let exited = daemon.try_wait().ok().flatten();
+        let out = daemon.finish(Duration::from_millis(100));
+        return Err(format!("{e} (daemon exit: {exited:?}; output: {out:?})"));
+    }
+    let lanes = experiment::daemon_listing(a, &token)?.lanes;
+    let high_lane = lanes
+        .iter()
+        .find(|l| l.band == "high")
+        .map_or_else(|| "?".to_owned(), |l| l.sched_applied.clone());
+
+    // Per load, `rounds` short segments of each channel, alternating (and
+    // swapping which goes first), so that both see the same background
+    // load of this shared machine.
+    let mut rows = Vec::new();
+    let mut run = 0;
+    for &load in loads {
+        let mut segments: Vec<(Spec, experiment::Outcome)> = Vec::new();
+        for round in 0..args.rounds {
+            let order = if round % 2 == 0 {
+                [Mode::Normal, Mode::Qos]
+            } else {
+                [Mode::Qos, Mode::Normal]
+            };
+            for mode in order {
+                run += 1;
+                progress.set_message(format!(
+                    "{}: {load} % load, {}, round {}/{}",
+                    place.name(),
+                    mode.label(),
+                    round + 1,
+                    args.rounds
+                ));
+                let spec = Spec {
+                    run,
+                    place,
+                    mode,
+                    load_percent: load,
+                    link_kbit: args.rate_kbit,
+                    load_size: args.load_size,
+                    ping_hz: args.ping_hz,
+                    ping_size: args.ping_size,
+                    warmup: Duration::from_secs_f64(args.warmup),
+                    duration: Duration::from_secs_f64(args.secs / f64::from(args.rounds)),
+                };
+                let outcome = experiment::run(&tb, &token, &spec)
+                    .map_err(|e| format!("{} {load} % {}: {e}", place.name(), mode.label()))?;
+                progress.inc(1);
+                segments.push((spec, outcome));
+            }
+        }
+        for mode in [Mode::Normal, Mode::Qos] {
+            let mine: Vec<_> = segments.iter().filter(|(s, _)| s.mode == mode).collect();
+            let row = Row::new(&mine, &high_lane);
+            if progress.is_hidden() {
+                eprintln!("{}", row.line());
+            } else {
+                progress.println(row.line());
+            }
+            rows.push(row);
+        }
+    }
+    if let Ok(Some(status)) = daemon.try_wait() {
+        return Err(format!("the daemon exited during the runs: {status}"));
+    }
+    drop(daemon);
+    drop(tb);
+    Ok(rows)
+}

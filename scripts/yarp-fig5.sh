@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# YARP Fig. 5 as a benchmark: the round trip time of a measured channel
+# with a load channel at 20 % and 70 % of a 10 Mbit/s link, without and
+# with channel prioritization (band high: AF42 + SCHED_FIFO), congested at
+# the sender's interface and at the router. Two host namespaces and a router
+# namespace (crates/tagwire-testbed), the real `tagwired` on one host.
+#
+#   scripts/yarp-fig5.sh              build (release), run (~2.5 min), rewrite
+#                                     the yarp-fig5 section of BENCHMARKS.md
+#                                     and docs/yarp-fig5.svg
+#   scripts/yarp-fig5.sh --no-write   the same, printing the table only
+#   scripts/yarp-fig5.sh [--no-write] ARGS...
+#                                     ARGS go to the benchmark program, e.g.
+#                                     --places router --loads 70 --secs 2
+#                                     (target/release/examples/yarp_fig5 --help)
+#
+# Needs root (network namespaces, tc, SCHED_FIFO) and iproute2 with the
+# kernel's htb qdisc (`scripts/netns.sh check htb`). The run is bounded
+# (killed after LIMIT seconds, default 420); whatever happens, the
+# namespaces it made and the daemon inside them are removed on exit.
+# Method and caveats: docs/benchmarks.md, "Channel prioritization".
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+LIMIT=${LIMIT:-420}
+
+write=1
+if [[ ${1:-} == --no-write ]]; then
+    write=0
+    shift
+fi
+if [[ $(id -u) -ne 0 ]]; then
+    echo "yarp-fig5.sh: needs root (network namespaces, tc, SCHED_FIFO): run it with sudo -E env \"PATH=\$PATH\" $0" >&2
+    exit 1
+fi
+if ! scripts/netns.sh check htb >/dev/null; then
+    scripts/netns.sh check htb >&2 || true
+    echo "yarp-fig5.sh: the kernel lacks the htb qdisc (see docs/testbed.md)" >&2
+    exit 1
+fi
+
+cargo build --release -p tagwire-cli --bin tagwired -p tagwire-testbed --example yarp_fig5
+
+args=(--tagwired target/release/tagwired --command "scripts/yarp-fig5.sh")
+if (( write )); then
+    args+=(--markdown BENCHMARKS.md --svg docs/yarp-fig5.svg)
+fi
+
+pid=""
+watchdog=""
+cleanup() {
+    local status=$? ns prefix
+    trap - EXIT INT TERM
+    if [[ -n $watchdog ]]; then kill "$watchdog" 2>/dev/null || true; fi
+    if [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null; then
+        kill -TERM "$pid" 2>/dev/null || true
+        sleep 0.5
+        kill -KILL "$pid" 2>/dev/null || true
+    fi
+    # The testbed removes its namespaces when it ends normally; if it was
+    # killed, its namespaces (twtb-PID-N-…) and the daemon in them remain.
+    if [[ -n $pid ]]; then
+        for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^twtb-$pid-" || true); do
+            prefix=${ns%-*}
+            scripts/netns.sh down "$prefix" 2>/dev/null || true
+        done
+    fi
+    exit "$status"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+target/release/examples/yarp_fig5 "${args[@]}" "$@" &
+pid=$!
+(
+    trap 'kill "$timer" 2>/dev/null; exit 0' TERM
+    sleep "$LIMIT" & timer=$!
+    wait "$timer"
+    echo "yarp-fig5.sh: still running after $LIMIT s, stopping it" >&2
+    kill -TERM "$pid" 2>/dev/null
+) &
+watchdog=$!
+wait "$pid"

@@ -425,7 +425,7 @@ pub(crate) async fn housekeeping(state: Arc<Locked<State>>) {
     let wake = state.borrow().housekeeping.clone();
     let mut removed = Vec::with_capacity(SETTLE_SLICE);
     loop {
-        let done = state.borrow_mut().settle_slice(&mut removed);
+        let done = state.with_fair(|st| st.settle_slice(&mut removed));
         if done {
             wake.notified().await;
         } else {

@@ -7,8 +7,8 @@
 //! Lock order, outermost first: the router `State`, then a channel's queue,
 //! then an outbox's lists. Nothing holds a lock across an `.await`.
 
+use parking_lot::{Mutex, MutexGuard};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
 
 /// A mutex with `RefCell`'s method names. Unlike `RefCell`, two borrows on
 /// one thread deadlock: take one and pass it down.
@@ -22,12 +22,22 @@ impl<T> Locked<T> {
 
     /// Locks (shared use; the same lock as [`borrow_mut`](Self::borrow_mut)).
     pub(crate) fn borrow(&self) -> MutexGuard<'_, T> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+        self.0.lock()
     }
 
     /// The value, with no lock (the caller owns it exclusively).
     pub(crate) fn get_mut(&mut self) -> &mut T {
-        self.0.get_mut().unwrap_or_else(|e| e.into_inner())
+        self.0.get_mut()
+    }
+
+    /// Runs `f` under the lock and hands the lock to a waiting lane, if any,
+    /// when done (for background work that re-locks at once: housekeeping,
+    /// admin requests).
+    pub(crate) fn with_fair<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
+        let mut g = self.0.lock();
+        let r = f(&mut g);
+        MutexGuard::unlock_fair(g);
+        r
     }
 
     /// Locks for a change.

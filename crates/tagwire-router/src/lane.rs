@@ -82,6 +82,9 @@ pub(crate) struct LaneSetup {
     pub admin_jobs: Option<mpsc::UnboundedReceiver<AdminJob>>,
     /// Admin lane: every band's Unix socket, removed at shutdown.
     pub unix_paths: Vec<std::path::PathBuf>,
+    /// Told once the lane has its scheduling and serves its listeners (the
+    /// router handle returns only when every lane has said so).
+    pub ready: std::sync::mpsc::Sender<()>,
 }
 
 /// Applies the band's scheduling to this thread and records what it got
@@ -163,6 +166,7 @@ pub(crate) async fn run(mut setup: LaneSetup) {
             Err(e) => tracing::error!("unix listener: {e}"),
         }
     }
+    let _ = setup.ready.send(());
     let mut jobs = setup.admin_jobs.take();
     loop {
         let cmd = tokio::select! {

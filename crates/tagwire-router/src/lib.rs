@@ -259,6 +259,7 @@ impl Router {
         let (jobs_tx, jobs_rx) = mpsc::unbounded_channel();
         state.borrow_mut().admin_jobs = Some(jobs_tx);
         let mut jobs_rx = Some(jobs_rx);
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let mut lanes = Vec::new();
         for (b, (tcp, unix)) in bands.iter().zip(listeners) {
             let (tx, rx) = mpsc::unbounded_channel();
@@ -276,6 +277,7 @@ impl Router {
                 } else {
                     Vec::new()
                 },
+                ready: ready_tx.clone(),
             };
             let thread = lane::spawn(&format!("tagwire-{}", b.name), move || lane::run(setup))
                 .map_err(RouterError::Lane)?;
@@ -284,6 +286,17 @@ impl Router {
                 .lane_commands
                 .push((b.name.clone(), tx.clone()));
             lanes.push((b.name.clone(), tx, Some(thread)));
+        }
+        // Every lane listed (with its scheduling and listeners) before
+        // anyone can ask: `list` and `Session::on_band` rely on it.
+        for _ in 0..lanes.len() {
+            if ready_rx
+                .recv_timeout(std::time::Duration::from_secs(5))
+                .is_err()
+            {
+                tracing::warn!("a lane did not start within 5 s");
+                break;
+            }
         }
         if !embedded {
             for (name, t, u) in &addrs {

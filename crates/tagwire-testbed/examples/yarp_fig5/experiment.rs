@@ -16,8 +16,8 @@
 //! the way back is not shaped. The load channel is bulk events from a
 //! publisher on host B to a subscriber on host A through the same queue.
 //!
-//! The clients are raw protocol clients (frames in, frames out): the client
-//! library does not yet open one connection per band. A prioritized
+//! The clients are raw protocol clients (frames in, frames out), written
+//! before `Session::on_band` existed; they do what it does. A prioritized
 //! (`qos`) client connects to the daemon's `high` band port (main + 2),
 //! marks its own socket AF42 with `tagwire_router::priority::set_dscp`
 //! before connecting, and runs its threads SCHED_FIFO 10 with

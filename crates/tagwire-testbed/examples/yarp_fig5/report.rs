@@ -327,8 +327,8 @@ pub fn markdown(rows: &[Row], s: &Settings, m: &Machine, svg: Option<&Path>) -> 
          is what tc counted). **normal**: the measured channel's connections on band \
          `normal` (main port, CS0, lanes and client threads SCHED_OTHER). **qos**: on \
          band `high` (port + 2): the daemon marks its sockets AF42 and its high lane runs \
-         `{}`; the clients are raw-protocol clients (the client library does not yet \
-         open band connections) that mark their own sockets AF42 with \
+         `{}`; the clients are raw-protocol clients (they do what `Session::on_band` \
+         does) that mark their own sockets AF42 with \
          `tagwire_router::priority::set_dscp` before connecting and run their threads \
          with `apply_sched` (`{}`).\n",
         s.rate_kbit,

@@ -39,8 +39,9 @@ pub struct Cli {
     pub reconnect_wait: f64,
     /// Priority band to use (low, normal, high, critical by default): the
     /// connection goes to the band's listener, carries its DSCP, and its
-    /// reader thread runs with the band's scheduling. Default: the server's
-    /// default band.
+    /// reader thread runs with the band's scheduling. `auto`: each event
+    /// travels on the band of its --priority (client-propagated priority).
+    /// Default: the server's default band.
     #[arg(long, global = true, env = "TAGWIRE_BAND", value_name = "BAND")]
     pub band: Option<String>,
     /// TLS settings for a tls:// server.

@@ -460,6 +460,11 @@ impl Connection {
         &self.peer_name
     }
 
+    /// Client: the session id this engine presents in `Hello`.
+    pub fn session_id(&self) -> [u8; SESSION_ID_LEN] {
+        self.hello.session
+    }
+
     /// The protocol version agreed (0 before the handshake).
     pub fn version(&self) -> u16 {
         self.version

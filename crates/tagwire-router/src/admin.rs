@@ -375,6 +375,7 @@ fn list_page(
     let mut page = Listing {
         server: st.config.name.clone(),
         auth: st.auth.describe(),
+        default_band: st.config.default_band.clone(),
         lanes: if after.is_none() {
             lane_entries(st)
         } else {
@@ -792,6 +793,9 @@ pub struct Listing {
     /// The lanes, lowest band first (on the first page).
     #[serde(default)]
     pub lanes: Vec<LaneEntry>,
+    /// The band of the main listeners (`default_band`).
+    #[serde(default)]
+    pub default_band: String,
     /// Open client connections.
     pub connections: Vec<ConnectionInfo>,
     /// Registered endpoints.

@@ -460,6 +460,29 @@ impl Conn {
         }
     }
 
+    /// Whether `name` is already this session's publisher on another of its
+    /// connections (same identity, same non-zero session id): RT-CORBA's
+    /// banded connections of one client share its endpoints.
+    fn is_alias(&self, st: &State, name: &str, kind: EndpointKind) -> bool {
+        if kind != EndpointKind::Publisher || self.session == [0; SESSION_ID_LEN] {
+            return false;
+        }
+        let Some(e) = st.endpoints.get(name) else {
+            return false;
+        };
+        e.owner != self.id
+            && e.kind == EndpointKind::Publisher
+            && st
+                .connections
+                .get(&e.owner)
+                .is_some_and(|c| c.session == self.session && c.identity == self.identity)
+    }
+
+    /// Whether this connection holds `name`'s registration (not an alias).
+    fn owns(st: &State, name: &str, conn: u64) -> bool {
+        st.endpoints.get(name).is_some_and(|e| e.owner == conn)
+    }
+
     /// A router-wide subscription id: (connection id << 32) | client id.
     fn global(&self, sub: u32) -> u64 {
         (self.id << 32) | sub as u64
@@ -533,6 +556,14 @@ impl Conn {
                 );
             }
         }
+        if self.is_alias(&st, &name, kind) {
+            // The same session declares the endpoint again on another of its
+            // (band) connections: it may publish there too, under the same
+            // name; the first declaration keeps the name and its filters.
+            drop(st);
+            tracing::debug!(conn = self.id, endpoint = %name, "endpoint alias on another band");
+            return self.engine.accept();
+        }
         if let Err(e) = st.endpoints.declare(&name, kind, self.id) {
             drop(st);
             let code = match e {
@@ -565,6 +596,9 @@ impl Conn {
         let dropped = gone.len();
         let mut st = self.state.borrow_mut();
         st.retire_endpoint(gone);
+        if !Self::owns(&st, &endpoint.name, self.id) {
+            return; // an alias: the owner keeps the name
+        }
         st.endpoints.remove(&endpoint.name);
         let u = st.usage(&self.identity);
         u.endpoints = u.endpoints.saturating_sub(1);
@@ -907,9 +941,15 @@ impl Conn {
                 .endpoint_reservation_secs
                 .saturating_mul(1_000_000_000),
         );
-        let endpoints = self.engine.endpoints().len();
+        let owned: Vec<&engine::Endpoint> = self
+            .engine
+            .endpoints()
+            .values()
+            .filter(|e| Self::owns(&st, &e.name, self.id))
+            .collect();
+        let endpoints = owned.len();
         let (identity, session) = (self.identity.to_string(), hex(&self.session));
-        for e in self.engine.endpoints().values() {
+        for e in owned {
             st.endpoints.remove(&e.name);
             st.suppliers.forget(&e.name);
             st.consumers.remove(&*e.name);

@@ -32,6 +32,12 @@ pub(crate) struct Options {
     /// The priority band this session's connection belongs to (`None`: the
     /// listener's own, the router's default band).
     pub band: Option<ClientBand>,
+    /// The session id to present (band sessions share their parent's, so
+    /// the router lets them publish under the parent's endpoint names).
+    pub session_id: Option<[u8; tagwire_proto::SESSION_ID_LEN]>,
+    /// Client-propagated priority: each event travels on the band of its
+    /// priority (see [`SessionBuilder::follow_priority`]).
+    pub follow_priority: bool,
 }
 
 /// A session on a priority band: its connection is marked with the band's
@@ -80,6 +86,8 @@ impl Default for SessionBuilder {
                 token: None,
                 tls: None,
                 band: None,
+                session_id: None,
+                follow_priority: false,
             },
         }
     }
@@ -117,6 +125,18 @@ impl SessionBuilder {
     /// ([`TlsOptions::from_env`]).
     pub fn tls(mut self, tls: TlsOptions) -> Self {
         self.options.tls = Some(tls);
+        self
+    }
+
+    /// RT-CORBA's client-propagated priority model, end to end: a
+    /// publisher sends each event on the connection of the band its
+    /// priority falls in (with the default bands: 0–63 `low`, 64–127
+    /// `normal`, 128–191 `high`, 192–255 `critical`), opened on first use,
+    /// so the event is marked, queued and served at that band's priority
+    /// all the way. Events of different bands may overtake each other; one
+    /// band keeps its order. Off by default (one connection per session).
+    pub fn follow_priority(mut self, on: bool) -> Self {
+        self.options.follow_priority = on;
         self
     }
 

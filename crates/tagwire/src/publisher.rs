@@ -23,6 +23,10 @@ pub struct Publisher {
     /// allocates nothing once its tag fits: header fields at their defaults,
     /// the publisher name set, the tag and payload replaced per call.
     plain: Mutex<Event>,
+    /// Under `follow_priority`: this endpoint on other bands' connections
+    /// (the band's session and the endpoint's id there), declared on first
+    /// use.
+    bands: Mutex<Vec<(String, Session, u32)>>,
 }
 
 fn now_ns() -> u64 {
@@ -47,6 +51,7 @@ impl Publisher {
             seq: AtomicU64::new(0),
             express: AtomicBool::new(false),
             plain: Mutex::new(plain),
+            bands: Mutex::new(Vec::new()),
         }
     }
 
@@ -104,7 +109,26 @@ impl Publisher {
             event.header.source_time_ns = now;
         }
         let express = self.express.load(Ordering::Relaxed);
+        if let Some(band) = self.session.band_for_priority(event.header.priority)? {
+            let (session, id) = self.on_band(&band)?;
+            return session.inner().publish(id, event, express, now);
+        }
         self.session.inner().publish(self.id, event, express, now)
+    }
+
+    /// This endpoint on band `band`'s connection (declared there on first
+    /// use: the router lets one session publish under its name on each of
+    /// its band connections).
+    fn on_band(&self, band: &str) -> Result<(Session, u32)> {
+        if let Some((_, s, id)) = lock(&self.bands).iter().find(|(b, _, _)| b == band) {
+            return Ok((s.clone(), *id));
+        }
+        let session = self.session.on_band(band)?;
+        let id = session
+            .inner()
+            .declare_endpoint(tagwire_proto::EndpointKind::Publisher, &self.name)?;
+        lock(&self.bands).push((band.to_owned(), session.clone(), id));
+        Ok((session, id))
     }
 
     /// The session this publisher belongs to.
@@ -115,6 +139,9 @@ impl Publisher {
 
 impl Drop for Publisher {
     fn drop(&mut self) {
+        for (_, s, id) in lock(&self.bands).drain(..) {
+            s.inner().undeclare_endpoint(id);
+        }
         self.session.inner().undeclare_endpoint(self.id);
     }
 }

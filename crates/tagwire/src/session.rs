@@ -162,6 +162,9 @@ pub(crate) struct Inner {
     reconnects: AtomicU64,
     /// Sessions on other bands of the same router, opened on demand.
     bands: Mutex<HashMap<String, Session>>,
+    /// The router's band names, lowest first, and its default band (for
+    /// `follow_priority`).
+    band_names: Mutex<Option<(Vec<String>, String)>>,
 }
 
 /// Closes the session when the last handle (session, publisher or
@@ -269,7 +272,9 @@ impl Session {
             name: name.clone(),
             token: String::new(), // `connect` reads it before each attempt
             // Kept across reconnects, so the router gives our endpoint names back.
-            session: crate::credentials::new_session_id(),
+            session: options
+                .session_id
+                .unwrap_or_else(crate::credentials::new_session_id),
         };
         let inner = Arc::new(Inner {
             target,
@@ -296,6 +301,7 @@ impl Session {
             reader_thread: Mutex::new(None),
             reconnects: AtomicU64::new(0),
             bands: Mutex::new(HashMap::new()),
+            band_names: Mutex::new(None),
         });
         let (stream, leftover) = connect(&inner)?;
         let r = inner.clone();
@@ -399,6 +405,10 @@ impl Session {
             Target::Embedded(r) => Target::Embedded(r.clone()),
         };
         let mut options = inner.options.clone();
+        // The same session id: the router then lets the band connection
+        // publish under this session's endpoint names.
+        options.session_id = Some(lock(&inner.engine).session_id());
+        options.follow_priority = false;
         options.band = Some(crate::builder::ClientBand {
             name: band.to_owned(),
             dscp: lane.dscp,
@@ -407,6 +417,40 @@ impl Session {
         let s = Session::open(target, options)?;
         lock(&inner.bands).insert(band.to_owned(), s.clone());
         Ok(s)
+    }
+
+    /// The band an event of `priority` travels on under
+    /// [`SessionBuilder::follow_priority`] (`None`: this session's own
+    /// connection). The router's bands split 0..=255 evenly, lowest first.
+    pub(crate) fn band_for_priority(&self, priority: u8) -> Result<Option<String>> {
+        let inner = self.inner();
+        if !inner.options.follow_priority {
+            return Ok(None);
+        }
+        let cached = lock(&inner.band_names).clone();
+        let (names, default_band) = match cached {
+            Some(c) => c,
+            None => {
+                let reply = self.admin(&serde_json::json!({"op": "list", "limit": 1}))?;
+                let page: Listing = serde_json::from_value(reply)
+                    .map_err(|e| Error::BadReply(format!("admin list reply: {e}")))?;
+                let n: Vec<String> = page.lanes.into_iter().map(|l| l.band).collect();
+                let c = (n, page.default_band);
+                *lock(&inner.band_names) = Some(c.clone());
+                c
+            }
+        };
+        if names.is_empty() {
+            return Ok(None);
+        }
+        let band = &names[priority as usize * names.len() / 256];
+        // An unbanded session reached the router's default band.
+        let own = inner
+            .options
+            .band
+            .as_ref()
+            .map_or(default_band.as_str(), |b| b.name.as_str());
+        Ok((band != own).then(|| band.clone()))
     }
 
     /// The band this session's connection belongs to (`None`: the

@@ -92,3 +92,49 @@ fn callbacks_of_a_band_session_run_with_the_bands_scheduling() {
     }
     drop(server);
 }
+
+#[test]
+fn follow_priority_sends_each_event_on_the_band_of_its_priority() {
+    let server = tcp_server();
+    let url = match &server {
+        common::Server::Daemon(_, url, _) => url.clone(),
+        common::Server::Embedded(_) => unreachable!("tcp_server is a daemon"),
+    };
+    let watcher = server.session();
+    let sub = watcher.subscribe("/fp/**").receiver().expect("subscribe");
+    let session = Session::builder()
+        .follow_priority(true)
+        .connect(&url)
+        .expect("session");
+    let publisher = session.declare_publisher("/fp/pub").expect("publisher");
+    for p in [10u8, 100, 150, 250] {
+        publisher
+            .event("/fp/x", vec![p])
+            .priority(p)
+            .send()
+            .expect("publish");
+    }
+    let mut got: Vec<u8> = (0..4)
+        .map(|_| {
+            let s = sub.recv_timeout(WAIT).expect("recv").expect("a sample");
+            assert_eq!(s.event().publisher, "/fp/pub", "one name on every band");
+            s.payload()[0]
+        })
+        .collect();
+    got.sort_unstable();
+    assert_eq!(got, [10, 100, 150, 250]);
+    // The session now has a connection on each band; the name is
+    // registered once.
+    let l = watcher.list().expect("list");
+    let mut bands: Vec<&str> = l.connections.iter().map(|c| c.band.as_str()).collect();
+    bands.sort_unstable();
+    bands.dedup();
+    assert_eq!(bands, ["critical", "high", "low", "normal"]);
+    assert_eq!(
+        l.endpoints.iter().filter(|e| e.name == "/fp/pub").count(),
+        1
+    );
+    // Another session may not use the name, on any band.
+    let other = server.session().on_band("high").expect("high");
+    assert!(other.declare_publisher("/fp/pub").is_err());
+}

@@ -52,7 +52,9 @@ fn run_command(cli: Cli) -> CmdResult {
     let tls = cli.tls.options();
     let band = cli.band.clone();
     let connect = || -> Result<Session, Box<dyn std::error::Error>> {
+        let auto = band.as_deref() == Some("auto");
         let builder = Session::builder()
+            .follow_priority(auto)
             .connect_timeout(seconds("--connect-timeout", cli.connect_timeout)?)
             .reconnect_wait(seconds("--reconnect-wait", cli.reconnect_wait)?)
             .tls(tls.clone());
@@ -61,8 +63,8 @@ fn run_command(cli: Cli) -> CmdResult {
             None => builder.connect_local()?,
         };
         Ok(match band.as_deref() {
-            Some(b) => session.on_band(b)?,
-            None => session,
+            Some(b) if b != "auto" => session.on_band(b)?,
+            _ => session,
         })
     };
     match cli.command {

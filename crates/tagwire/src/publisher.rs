@@ -76,7 +76,7 @@ impl Publisher {
         ev.header.tag.push_str(tag);
         ev.header.source_time_ns = 0;
         ev.payload = payload.into();
-        let sent = self.stamp_and_send(&mut ev);
+        let sent = self.stamp_and_send(&mut ev, false);
         // Do not keep the caller's payload alive until the next publish.
         ev.payload = Bytes::new();
         sent
@@ -95,13 +95,16 @@ impl Publisher {
     /// set here; a zero source timestamp is set to now.
     pub fn send(&self, mut event: Event) -> Result<()> {
         self.name.clone_into(&mut event.header.publisher);
-        self.stamp_and_send(&mut event)
+        self.stamp_and_send(&mut event, true)
     }
 
     /// Checks the tag, sets the sequence number and (if zero) the source
     /// timestamp of an event already carrying this publisher's name, and
     /// hands it to the session.
-    fn stamp_and_send(&self, event: &mut Event) -> Result<()> {
+    /// `banded`: the event's priority was given (`send`, `event()`), so under
+    /// `follow_priority` it picks the band; a plain `publish` stays on the
+    /// session's own connection.
+    fn stamp_and_send(&self, event: &mut Event, banded: bool) -> Result<()> {
         tagwire_core::tags::validate_tag(&event.header.tag)?;
         event.header.seq = self.seq.fetch_add(1, Ordering::Relaxed) + 1;
         let now = now_ns();
@@ -109,7 +112,12 @@ impl Publisher {
             event.header.source_time_ns = now;
         }
         let express = self.express.load(Ordering::Relaxed);
-        if let Some(band) = self.session.band_for_priority(event.header.priority)? {
+        let band = if banded {
+            self.session.band_for_priority(event.header.priority)?
+        } else {
+            None
+        };
+        if let Some(band) = band {
             let (session, id) = self.on_band(&band)?;
             return session.inner().publish(id, event, express, now);
         }

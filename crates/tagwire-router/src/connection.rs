@@ -560,6 +560,7 @@ impl Conn {
             // The same session declares the endpoint again on another of its
             // (band) connections: it may publish there too, under the same
             // name; the first declaration keeps the name and its filters.
+            st.aliases.entry(name.clone()).or_default().push(self.id);
             drop(st);
             tracing::debug!(conn = self.id, endpoint = %name, "endpoint alias on another band");
             return self.engine.accept();
@@ -597,7 +598,11 @@ impl Conn {
         let mut st = self.state.borrow_mut();
         st.retire_endpoint(gone);
         if !Self::owns(&st, &endpoint.name, self.id) {
-            return; // an alias: the owner keeps the name
+            // An alias: the owner keeps the name.
+            return st.drop_alias(&endpoint.name, self.id);
+        }
+        if st.hand_over(&endpoint.name) {
+            return; // another band connection of the session has it now
         }
         st.endpoints.remove(&endpoint.name);
         let u = st.usage(&self.identity);
@@ -941,12 +946,14 @@ impl Conn {
                 .endpoint_reservation_secs
                 .saturating_mul(1_000_000_000),
         );
-        let owned: Vec<&engine::Endpoint> = self
-            .engine
-            .endpoints()
-            .values()
-            .filter(|e| Self::owns(&st, &e.name, self.id))
-            .collect();
+        let mut owned: Vec<&engine::Endpoint> = Vec::new();
+        for e in self.engine.endpoints().values() {
+            if !Self::owns(&st, &e.name, self.id) {
+                st.drop_alias(&e.name, self.id);
+            } else if !st.hand_over(&e.name) {
+                owned.push(e);
+            }
+        }
         let endpoints = owned.len();
         let (identity, session) = (self.identity.to_string(), hex(&self.session));
         for e in owned {

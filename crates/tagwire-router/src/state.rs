@@ -186,6 +186,10 @@ pub(crate) struct State {
     /// Events queued per subscriber endpoint, shared by its channels
     /// (`max_events_per_consumer`).
     pub consumers: HashMap<Arc<str>, Arc<crate::sync::Count>>,
+    /// Publisher names declared again by other (band) connections of the
+    /// owner's session: name → those connections. When the owner goes, the
+    /// name passes to one of them ([`State::hand_over`]).
+    pub aliases: HashMap<String, Vec<u64>>,
     /// Publishers per `max_suppliers` scope.
     pub suppliers: crate::qos::Suppliers,
     /// The configured band names, lowest first.
@@ -234,6 +238,7 @@ impl State {
             qos_daemon: tagwire_core::qos::QosLayer::new(tagwire_core::qos::Level::Daemon),
             qos_tags: Vec::new(),
             suppliers: Default::default(),
+            aliases: HashMap::new(),
             consumers: HashMap::new(),
             band_names: Vec::new(),
             lane_commands: Vec::new(),
@@ -337,6 +342,39 @@ impl State {
                 path.display()
             );
         }
+    }
+
+    /// Connection `conn` no longer publishes under `name` as an alias.
+    pub fn drop_alias(&mut self, name: &str, conn: u64) {
+        if let Some(v) = self.aliases.get_mut(name) {
+            v.retain(|c| *c != conn);
+            if v.is_empty() {
+                self.aliases.remove(name);
+            }
+        }
+    }
+
+    /// The owner of publisher `name` is going: if another connection of its
+    /// session publishes under the name too, the name passes to it (and
+    /// keeps its filters) and this returns true.
+    pub fn hand_over(&mut self, name: &str) -> bool {
+        let Some(heirs) = self.aliases.get_mut(name) else {
+            return false;
+        };
+        while let Some(heir) = heirs.pop() {
+            if self.connections.contains_key(&heir) {
+                if heirs.is_empty() {
+                    self.aliases.remove(name);
+                }
+                self.endpoints.remove(name);
+                return self
+                    .endpoints
+                    .declare(name, tagwire_proto::EndpointKind::Publisher, heir)
+                    .is_ok();
+            }
+        }
+        self.aliases.remove(name);
+        false
     }
 
     pub fn next_connection_id(&mut self) -> u64 {

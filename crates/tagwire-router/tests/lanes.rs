@@ -63,3 +63,52 @@ fn an_admin_flood_neither_stalls_a_critical_stream_nor_goes_unanswered() {
         .collect();
     assert_eq!(bands, ["critical", "critical"]);
 }
+
+#[test]
+fn one_sessions_band_connections_share_a_publisher_name_and_pass_it_on() {
+    use tagwire_proto::{EndpointKind, ErrorCode};
+    let h = start_tcp(Limits::default());
+    let token = common::owner_token(&h);
+    let mine = [5u8; 16];
+    let mut a = Raw::welcomed_as(&h, &token, mine);
+    a.declare(1, EndpointKind::Publisher, "/al/pub");
+    let mut b = Raw::hello_tcp_on_as(&h, "high", &token, mine);
+    b.declare(1, EndpointKind::Publisher, "/al/pub");
+    let mut stranger = Raw::welcomed_as(&h, &token, [6u8; 16]);
+    match stranger.try_declare(1, EndpointKind::Publisher, "/al/pub") {
+        Frame::Error { code, .. } => assert_eq!(code, ErrorCode::DuplicateEndpoint),
+        other => panic!("another session got the name: {other:?}"),
+    }
+    let owner = |l: &tagwire_router::Listing| {
+        l.endpoints
+            .iter()
+            .filter(|e| e.name == "/al/pub")
+            .map(|e| e.connection)
+            .collect::<Vec<_>>()
+    };
+    let mut admin = Raw::hello_tcp(&h);
+    let first = owner(&admin.list());
+    assert_eq!(first.len(), 1, "listed once");
+    // The owner leaves: the name passes to the session's other connection.
+    a.send(&Frame::Close {
+        code: 0,
+        reason: "bye".into(),
+    });
+    a.expect_closed();
+    let l = common::wait_for(&mut admin, "the name to pass on", |l| {
+        let o = owner(l);
+        o.len() == 1 && o != first
+    });
+    assert_eq!(owner(&l).len(), 1);
+    let mut sub = Raw::hello_tcp(&h).subscriber("/al/sub", "/al/**", &[]);
+    sub.expect_alive();
+    b.publish_event(1, &event("/al/pub", "/al/x", b"still".to_vec()));
+    match sub.recv() {
+        Some(Frame::Deliver { .. }) => {}
+        other => panic!("expected the heir's event, got {other:?}"),
+    }
+    match stranger.try_declare(2, EndpointKind::Publisher, "/al/pub") {
+        Frame::Error { code, .. } => assert_eq!(code, ErrorCode::DuplicateEndpoint),
+        other => panic!("the name leaked to another session: {other:?}"),
+    }
+}

@@ -157,6 +157,11 @@ impl Raw {
 
     /// A TCP client of band `band`'s listener, through the handshake.
     pub fn hello_tcp_on(h: &RouterHandle, band: &str) -> Raw {
+        Raw::hello_tcp_on_as(h, band, &owner_token(h), [0; 16])
+    }
+
+    /// A TCP client of band `band`'s listener with `token` and `session`.
+    pub fn hello_tcp_on_as(h: &RouterHandle, band: &str, token: &str, session: [u8; 16]) -> Raw {
         let addr = h
             .bands()
             .iter()
@@ -165,7 +170,7 @@ impl Raw {
             .unwrap_or_else(|| panic!("no TCP listener for band {band}"));
         let s = TcpStream::connect(addr).expect("connect");
         s.set_read_timeout(Some(READ_TIMEOUT)).expect("timeout");
-        Raw::over(Socket::Tcp(s)).welcome(MAX_FRAME, &owner_token(h), [0; 16])
+        Raw::over(Socket::Tcp(s)).welcome(MAX_FRAME, token, session)
     }
 
     /// A TCP client through the handshake with the owner's local token,

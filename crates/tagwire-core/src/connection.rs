@@ -945,6 +945,12 @@ impl Connection {
     /// frame the driver encodes itself, e.g. an admin reply that waits for
     /// housekeeping). Returns its request id.
     pub fn defer(&mut self) -> u32 {
+        self.take_pending_req()
+    }
+
+    /// Forgets the request last handed over (its table change does not
+    /// happen) and returns its id (0: none).
+    fn take_pending_req(&mut self) -> u32 {
         match std::mem::replace(&mut self.pending, Pending::None) {
             Pending::None => 0,
             Pending::Ack(req) | Pending::Admin(req) => req,
@@ -962,11 +968,7 @@ impl Connection {
             // A refused Hello ends the connection.
             return self.close_with(code, message);
         }
-        let req = match std::mem::replace(&mut self.pending, Pending::None) {
-            Pending::None => 0,
-            Pending::Ack(req) | Pending::Admin(req) => req,
-            Pending::Declare { req, .. } | Pending::Subscribe { req, .. } => req,
-        };
+        let req = self.take_pending_req();
         let _ = self.protocol_error(code, req, message);
     }
 

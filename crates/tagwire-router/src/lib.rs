@@ -52,8 +52,8 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 pub use admin::{
-    AdminRequest, ConnectionInfo, EndpointEntry, FilterInfo, FilterLevel, Listing, MemoryInfo,
-    SubscriptionInfo, TagInfo, DEFAULT_PAGE_ITEMS, MAX_PAGE_ITEMS,
+    AdminRequest, ConnectionInfo, EndpointEntry, FilterInfo, FilterLevel, LaneEntry, Listing,
+    MemoryInfo, SubscriptionInfo, TagInfo, DEFAULT_PAGE_ITEMS, MAX_PAGE_ITEMS,
 };
 use auth::Authenticator;
 pub use config::{Limits, RouterConfig, TlsConfig};
@@ -251,6 +251,7 @@ impl Router {
         {
             let mut st = state.borrow_mut();
             st.qos_daemon = daemon_qos;
+            st.refresh_supplier_limit();
             st.band_names = band_names;
         }
         if let Some(f) = &reservations_file {

@@ -366,6 +366,7 @@ pub(crate) fn admin_qos(
         plans.push((ch.clone(), own, resolved));
     }
     // ...then put it in force.
+    st.refresh_supplier_limit();
     let mut dropped = 0;
     let changed = plans.len();
     for (ch, own, resolved) in plans {
@@ -555,9 +556,18 @@ pub(crate) fn check_consumers(
 #[derive(Debug, Default)]
 pub(crate) struct Suppliers {
     scopes: std::collections::HashMap<String, std::collections::HashSet<Arc<str>>>,
+    /// Whether any daemon or tag layer sets `max_suppliers` (so a publish
+    /// without one costs a flag test, not a pass over the tag layers).
+    limited: bool,
 }
 
 impl Suppliers {
+    /// Recomputes [`limited`](Self::limited) after a layer changed.
+    pub(crate) fn refresh(&mut self, daemon: &QosLayer, tags: &[TagQos]) {
+        self.limited = daemon.is_set(Property::MaxSuppliers)
+            || tags.iter().any(|t| t.layer.is_set(Property::MaxSuppliers));
+    }
+
     /// Forgets a publisher endpoint that went away.
     pub(crate) fn forget(&mut self, publisher: &str) {
         for set in self.scopes.values_mut() {
@@ -567,19 +577,15 @@ impl Suppliers {
 }
 
 /// Refuses an event from a new publisher on a tag beyond its
-/// `max_suppliers` (TAO's `MaxSuppliers`, reject-new). Costs nothing unless
-/// a daemon or tag layer sets the limit; then one pass over the tag layers.
+/// `max_suppliers` (TAO's `MaxSuppliers`, reject-new). Costs a flag test
+/// unless a daemon or tag layer sets the limit; then one pass over the tag
+/// layers.
 pub(crate) fn check_suppliers(
     st: &mut State,
     tag: &str,
     publisher: &Arc<str>,
 ) -> Result<(), (ErrorCode, String)> {
-    if !st.qos_daemon.is_set(Property::MaxSuppliers)
-        && !st
-            .qos_tags
-            .iter()
-            .any(|t| t.layer.is_set(Property::MaxSuppliers))
-    {
+    if !st.suppliers.limited {
         return Ok(());
     }
     // The most specific layer that sets it and matches the tag.

@@ -344,6 +344,11 @@ impl State {
         }
     }
 
+    /// Notes whether any QoS layer limits suppliers, after layers changed.
+    pub fn refresh_supplier_limit(&mut self) {
+        self.suppliers.refresh(&self.qos_daemon, &self.qos_tags);
+    }
+
     /// Connection `conn` no longer publishes under `name` as an alias.
     pub fn drop_alias(&mut self, name: &str, conn: u64) {
         if let Some(v) = self.aliases.get_mut(name) {

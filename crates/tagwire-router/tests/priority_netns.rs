@@ -3,11 +3,14 @@
 //! iproute2 and tcpdump, and FAIL with a message saying how to get them
 //! (docs/testbed.md); `.ci/run` runs them as root and installs tcpdump.
 
+mod common;
+
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::Command;
 use std::time::Duration;
 
+use common::Raw;
 use tagwire_router::priority::{set_dscp, DSCP_AF42};
 use tagwire_testbed::{require_tool, Host, NsChild, Shaping, Testbed, TestbedConfig};
 
@@ -166,65 +169,16 @@ fn af42_marked_tcp_takes_the_high_class_at_the_bottleneck() {
     );
 }
 
-/// A minimal protocol client on a TCP stream (the test speaks the wire).
-struct Wire {
-    s: TcpStream,
-    buf: bytes::BytesMut,
-}
-
-impl Wire {
-    fn send(&mut self, f: &tagwire_proto::Frame) {
-        let mut out = bytes::BytesMut::new();
-        f.encode(&mut out).expect("encodable");
-        self.s.write_all(&out).expect("send");
-    }
-
-    fn recv(&mut self) -> tagwire_proto::Frame {
-        let dec = tagwire_proto::FrameDecoder::new(1 << 20);
-        loop {
-            if let Some((k, body)) = dec.next_raw(&mut self.buf).expect("frame") {
-                return tagwire_proto::Frame::decode(k, body).expect("decodes");
-            }
-            let mut chunk = [0u8; 4096];
-            let n = self.s.read(&mut chunk).expect("read");
-            assert!(n > 0, "the router closed the connection");
-            self.buf.extend_from_slice(&chunk[..n]);
-        }
-    }
-
-    fn hello(tb: &Testbed, port: u16, token: &str) -> Wire {
-        let addr = (tb.host(1).addr(), port);
-        let s = tb
-            .host(0)
-            .run_in(|| TcpStream::connect_timeout(&addr.into(), T))
-            .unwrap_or_else(|e| panic!("{e}"))
-            .expect("connect to the router");
-        s.set_read_timeout(Some(T)).expect("timeout");
-        s.set_nodelay(true).expect("nodelay");
-        let mut w = Wire {
-            s,
-            buf: bytes::BytesMut::new(),
-        };
-        w.send(&tagwire_proto::Frame::Hello {
-            version: tagwire_proto::PROTOCOL_VERSION,
-            max_frame: 1 << 20,
-            name: "netns".into(),
-            token: token.into(),
-            session: [0; 16],
-        });
-        match w.recv() {
-            tagwire_proto::Frame::Welcome { .. } => w,
-            other => panic!("expected Welcome, got {other:?}"),
-        }
-    }
-
-    /// Sends `make(req)` and expects a reply to it (not an Error).
-    fn request(&mut self, req: u32, make: impl FnOnce(u32) -> tagwire_proto::Frame) {
-        self.send(&make(req));
-        if let tagwire_proto::Frame::Error { message, .. } = self.recv() {
-            panic!("refused: {message}");
-        }
-    }
+/// A raw protocol client from host 0 to the router on host 1's `port`.
+fn wire(tb: &Testbed, port: u16, token: &str) -> Raw {
+    let addr = (tb.host(1).addr(), port);
+    let s = tb
+        .host(0)
+        .run_in(|| TcpStream::connect_timeout(&addr.into(), T))
+        .unwrap_or_else(|e| panic!("{e}"))
+        .expect("connect to the router");
+    s.set_nodelay(true).expect("nodelay");
+    Raw::welcomed_over(s, token)
 }
 
 /// tcpdump on host 1 for the first `count` data segments the router sends
@@ -274,13 +228,8 @@ fn the_daemon_marks_each_bands_connections_with_the_bands_dscp() {
         .expect("a high band listener")
         .port();
     let dump = capture_from(tb.host(1), high_port, 2);
-    let mut high = Wire::hello(&tb, high_port, &token);
-    high.request(1, |req| tagwire_proto::Frame::DeclareEndpoint {
-        req,
-        id: 1,
-        kind: tagwire_proto::EndpointKind::Subscriber,
-        name: "/netns/high".into(),
-    });
+    let mut high = wire(&tb, high_port, &token);
+    high.declare(1, tagwire_proto::EndpointKind::Subscriber, "/netns/high");
     assert_eq!(
         tos_seen(dump),
         ["0x90", "0x90"],
@@ -294,28 +243,13 @@ fn admin_qos_changes_a_live_connections_dscp_on_the_wire() {
     let tb = testbed(TestbedConfig::default());
     let (h, token) = router_on_host1(&tb, 7400);
     let dump = capture_from(tb.host(1), 7400, 6);
-    let mut c = Wire::hello(&tb, 7400, &token);
-    c.request(1, |req| tagwire_proto::Frame::DeclareEndpoint {
-        req,
-        id: 1,
-        kind: tagwire_proto::EndpointKind::Subscriber,
-        name: "/netns/viewer".into(),
-    });
-    c.request(2, |req| tagwire_proto::Frame::Subscribe {
-        req,
-        sub: 1,
-        endpoint: 1,
-        pattern: "/netns/**".into(),
-        qos: Vec::new(),
-    });
+    let mut c = wire(&tb, 7400, &token).subscriber("/netns/viewer", "/netns/**", &[]);
     // YARP's `prop set … (qos ((dscp EF)))`, from another connection.
-    let mut admin = Wire::hello(&tb, 7400, &token);
-    admin.request(1, |req| tagwire_proto::Frame::Admin {
-        req,
-        body: r#"{"op":"qos","target":["/netns/viewer"],"set":{"dscp":"ef"}}"#.into(),
-    });
-    c.send(&tagwire_proto::Frame::Ping { nonce: 7 });
-    assert!(matches!(c.recv(), tagwire_proto::Frame::Pong { nonce: 7 }));
+    let mut admin = wire(&tb, 7400, &token);
+    admin.admin(
+        &serde_json::json!({"op": "qos", "target": ["/netns/viewer"], "set": {"dscp": "ef"}}),
+    );
+    c.ping(7);
     // To the viewer: Welcome, Ok, Ok in the normal band's CS0; to the admin
     // connection: Welcome and the reply, still CS0 (only the viewer's
     // connection changed); then the viewer's Pong, in EF (0xb8).

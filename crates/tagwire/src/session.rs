@@ -162,9 +162,14 @@ pub(crate) struct Inner {
     reconnects: AtomicU64,
     /// Sessions on other bands of the same router, opened on demand.
     bands: Mutex<HashMap<String, Session>>,
-    /// The router's band names, lowest first, and its default band (for
-    /// `follow_priority`).
-    band_names: Mutex<Option<(Vec<String>, String)>>,
+    /// The router's bands, once asked ([`Session::router_bands`]).
+    router_bands: Mutex<Option<Arc<RouterBands>>>,
+}
+
+/// The router's bands as its listing gives them.
+struct RouterBands {
+    lanes: Vec<tagwire_router::LaneEntry>,
+    default_band: String,
 }
 
 /// Closes the session when the last handle (session, publisher or
@@ -301,7 +306,7 @@ impl Session {
             reader_thread: Mutex::new(None),
             reconnects: AtomicU64::new(0),
             bands: Mutex::new(HashMap::new()),
-            band_names: Mutex::new(None),
+            router_bands: Mutex::new(None),
         });
         let (stream, leftover) = connect(&inner)?;
         let r = inner.clone();
@@ -365,13 +370,11 @@ impl Session {
         if let Some(s) = lock(&inner.bands).get(band) {
             return Ok(s.clone());
         }
-        let reply = self.admin(&serde_json::json!({"op": "list", "limit": 1}))?;
-        let page: Listing = serde_json::from_value(reply)
-            .map_err(|e| Error::BadReply(format!("admin list reply: {e}")))?;
-        let Some(lane) = page.lanes.iter().find(|l| l.band == band) else {
+        let bands = self.router_bands()?;
+        let Some(lane) = bands.lanes.iter().find(|l| l.band == band) else {
             return Err(Error::UnknownBand {
                 band: band.to_owned(),
-                known: page
+                known: bands
                     .lanes
                     .iter()
                     .map(|l| l.band.as_str())
@@ -427,30 +430,37 @@ impl Session {
         if !inner.options.follow_priority {
             return Ok(None);
         }
-        let cached = lock(&inner.band_names).clone();
-        let (names, default_band) = match cached {
-            Some(c) => c,
-            None => {
-                let reply = self.admin(&serde_json::json!({"op": "list", "limit": 1}))?;
-                let page: Listing = serde_json::from_value(reply)
-                    .map_err(|e| Error::BadReply(format!("admin list reply: {e}")))?;
-                let n: Vec<String> = page.lanes.into_iter().map(|l| l.band).collect();
-                let c = (n, page.default_band);
-                *lock(&inner.band_names) = Some(c.clone());
-                c
-            }
-        };
-        if names.is_empty() {
+        let bands = self.router_bands()?;
+        let lanes = &bands.lanes;
+        if lanes.is_empty() {
             return Ok(None);
         }
-        let band = &names[priority as usize * names.len() / 256];
+        let band = lanes[priority as usize * lanes.len() / 256].band.as_str();
         // An unbanded session reached the router's default band.
         let own = inner
             .options
             .band
             .as_ref()
-            .map_or(default_band.as_str(), |b| b.name.as_str());
-        Ok((band != own).then(|| band.clone()))
+            .map_or(bands.default_band.as_str(), |b| b.name.as_str());
+        Ok((band != own).then(|| band.to_owned()))
+    }
+
+    /// The router's bands (lanes, lowest first) and its default band, asked
+    /// once per session (they are fixed while the router runs).
+    fn router_bands(&self) -> Result<Arc<RouterBands>> {
+        let inner = self.inner();
+        if let Some(b) = lock(&inner.router_bands).clone() {
+            return Ok(b);
+        }
+        let reply = self.admin(&serde_json::json!({"op": "list", "limit": 1}))?;
+        let page: Listing = serde_json::from_value(reply)
+            .map_err(|e| Error::BadReply(format!("admin list reply: {e}")))?;
+        let b = Arc::new(RouterBands {
+            lanes: page.lanes,
+            default_band: page.default_band,
+        });
+        *lock(&inner.router_bands) = Some(b.clone());
+        Ok(b)
     }
 
     /// The band this session's connection belongs to (`None`: the

@@ -155,6 +155,13 @@ impl Raw {
         Raw::hello_tcp_with(h, MAX_FRAME)
     }
 
+    /// A client over a TCP stream connected elsewhere (e.g. from a testbed
+    /// namespace), through the handshake with `token`.
+    pub fn welcomed_over(s: TcpStream, token: &str) -> Raw {
+        s.set_read_timeout(Some(READ_TIMEOUT)).expect("timeout");
+        Raw::over(Socket::Tcp(s)).welcome(MAX_FRAME, token, [0; 16])
+    }
+
     /// A TCP client of band `band`'s listener, through the handshake.
     pub fn hello_tcp_on(h: &RouterHandle, band: &str) -> Raw {
         Raw::hello_tcp_on_as(h, band, &owner_token(h), [0; 16])

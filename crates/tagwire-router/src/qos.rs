@@ -391,17 +391,24 @@ fn install(st: &mut State, target: &Target, layer: Option<QosLayer>) -> Option<Q
             .get_mut(id)
             .map(|c| std::mem::replace(&mut c.qos, layer)),
         Target::Tag(p, text) => {
-            if let Some(t) = st.qos_tags.iter_mut().find(|t| t.text == *text) {
-                Some(std::mem::replace(&mut t.layer, layer))
-            } else {
-                st.qos_tags.push(TagQos {
-                    pattern: p.clone(),
-                    text: text.clone(),
-                    layer,
-                });
-                // Undo removes it again.
-                Some(QosLayer::new(Level::Tag))
-            }
+            let at = st.qos_tags.iter().position(|t| t.text == *text);
+            let old = match at {
+                // A tag layer that sets nothing is no layer: it goes, and
+                // frees its place under MAX_TAG_LAYERS.
+                Some(i) if layer.is_empty() => st.qos_tags.remove(i).layer,
+                Some(i) => std::mem::replace(&mut st.qos_tags[i].layer, layer),
+                None if layer.is_empty() => QosLayer::new(Level::Tag),
+                None => {
+                    st.qos_tags.push(TagQos {
+                        pattern: p.clone(),
+                        text: text.clone(),
+                        layer,
+                    });
+                    QosLayer::new(Level::Tag)
+                }
+            };
+            // Undoing a new tag layer installs this empty one: it goes again.
+            Some(old)
         }
         Target::Endpoint(_) => None,
     }

@@ -203,6 +203,19 @@ fn bad_changes_are_refused_by_name_and_leave_the_old_qos() {
         ErrorCode::UnknownEndpoint,
         "/q/pub",
     );
+    // A new tag layer refused by a channel it reaches (installed, then
+    // undone) leaves no layer behind.
+    refused(
+        &mut admin,
+        &["/q/**"],
+        json!({"band": "high"}),
+        ErrorCode::BadRequest,
+        "cannot change lanes",
+    );
+    match admin.try_admin(&json!({"op": "show", "target": "/q/**"})) {
+        Frame::Error { code, .. } => assert_eq!(code, ErrorCode::UnknownEndpoint),
+        other => panic!("a refused tag change left a layer: {other:?}"),
+    }
     refused(
         &mut admin,
         &["nosuch"],

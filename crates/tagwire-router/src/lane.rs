@@ -105,15 +105,24 @@ fn take_priority(band: &Band, state: &Locked<State>) {
             ("other".into(), Some(e.to_string()))
         }
     };
-    state.borrow_mut().lanes.push(LaneInfo {
-        band: band.name.clone(),
-        dscp: band.dscp,
-        sched_wanted: wanted,
-        sched_applied: applied,
-        fell_back,
-        tcp: None,
-        unix: band.unix.clone(),
-    });
+    let mut st = state.borrow_mut();
+    match st.lanes.iter_mut().find(|l| l.band == band.name) {
+        // Re-scheduled at run time: the listeners stay as they are.
+        Some(info) => {
+            info.sched_wanted = wanted;
+            info.sched_applied = applied;
+            info.fell_back = fell_back;
+        }
+        None => st.lanes.push(LaneInfo {
+            band: band.name.clone(),
+            dscp: band.dscp,
+            sched_wanted: wanted,
+            sched_applied: applied,
+            fell_back,
+            tcp: None,
+            unix: band.unix.clone(),
+        }),
+    }
 }
 
 /// A lane's life: take its priority, accept on its listeners, serve.
@@ -213,7 +222,6 @@ pub(crate) async fn run(mut setup: LaneSetup) {
             Some(LaneCommand::Sched(policy)) => {
                 let mut band = setup.band.clone();
                 band.sched = policy;
-                state.borrow_mut().lanes.retain(|l| l.band != band.name);
                 take_priority(&band, &state);
             }
             Some(LaneCommand::Exit) | None => break,

@@ -150,6 +150,10 @@ fn priority_dscp_and_sched_change_on_a_live_channel() {
         normal.sched_applied == "fifo:30" || normal.fell_back.is_some(),
         "{normal:?}"
     );
+    assert!(
+        normal.tcp.is_some(),
+        "the lane keeps its listener: {normal:?}"
+    );
 }
 
 #[test]

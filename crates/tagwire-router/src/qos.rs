@@ -317,32 +317,27 @@ pub(crate) fn admin_qos(
         ),
     };
     // First compute everything (any error leaves the old QoS in force)...
-    let mut upper_change: Option<QosLayer> = None;
-    match &target {
-        Target::Daemon => upper_change = Some(edited(&st.qos_daemon, set, unset, &bands)?),
-        Target::Connection(id) => {
-            let old = &st.connections[id].qos;
-            upper_change = Some(edited(old, set, unset, &bands)?);
-        }
+    let upper_change = match &target {
+        Target::Daemon => Some(edited(&st.qos_daemon, set, unset, &bands)?),
+        Target::Connection(id) => Some(edited(&st.connections[id].qos, set, unset, &bands)?),
         Target::Tag(_, text) => {
-            let old = st
-                .qos_tags
-                .iter()
-                .find(|t| t.text == *text)
-                .map_or_else(|| QosLayer::new(Level::Tag), |t| t.layer.clone());
-            if !st.qos_tags.iter().any(|t| t.text == *text) && st.qos_tags.len() >= MAX_TAG_LAYERS {
-                return Err((
-                    ErrorCode::LimitReached,
-                    format!("{MAX_TAG_LAYERS} tag QoS layers already set"),
-                ));
-            }
-            upper_change = Some(edited(&old, set, unset, &bands)?);
+            let old = match st.qos_tags.iter().find(|t| t.text == *text) {
+                Some(t) => t.layer.clone(),
+                None if st.qos_tags.len() >= MAX_TAG_LAYERS => {
+                    return Err((
+                        ErrorCode::LimitReached,
+                        format!("{MAX_TAG_LAYERS} tag QoS layers already set"),
+                    ))
+                }
+                None => QosLayer::new(Level::Tag),
+            };
+            Some(edited(&old, set, unset, &bands)?)
         }
-        Target::Endpoint(_) => {}
-    }
+        Target::Endpoint(_) => None,
+    };
     // Install the upper layer tentatively, resolve every channel, and roll
     // back on the first refusal.
-    let saved = install(st, &target, upper_change.clone());
+    let saved = install(st, &target, upper_change);
     let mut plans = Vec::with_capacity(reached.len());
     for ch in &reached {
         let own = match &target {

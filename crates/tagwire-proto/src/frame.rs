@@ -487,6 +487,7 @@ pub fn frame_name(kind_code: u8) -> &'static str {
         kind::ADMIN => "Admin",
         kind::ADMIN_REPLY => "AdminReply",
         kind::UNDECLARE_ENDPOINT => "UndeclareEndpoint",
+        k if crate::link::is_link_kind(k) => crate::link::link_frame_name(k),
         _ => "unknown frame",
     }
 }

@@ -234,6 +234,22 @@ pub(crate) fn handle(
             })?;
             encode(Ok(reply)).map(Reply::Now)
         }
+        AdminRequest::Show { target } if target.starts_with("link:") || target == "links" => {
+            let info = st.fed.info();
+            let want = target.trim_start_matches("link:");
+            let links: Vec<_> = info
+                .links
+                .into_iter()
+                .filter(|l| target == "links" || l.peer == want || l.node == want || l.addr == want)
+                .collect();
+            if links.is_empty() {
+                return Err((
+                    ErrorCode::BadRequest,
+                    format!("no link to {want:?} (see `tagwire list --links`)"),
+                ));
+            }
+            encode(Ok(serde_json::json!({ "links": links }))).map(Reply::Now)
+        }
         AdminRequest::Show { target } => {
             // About 1.5 KiB per channel shown.
             let max = (budget / 1536).max(1);
@@ -395,6 +411,8 @@ fn list_page(
             discarded_events: st.memory.discards(),
             refused_connections: st.memory.refusals(),
         },
+        federation: (after.is_none() && !(st.fed.links.is_empty() && st.fed.topo.is_empty()))
+            .then(|| st.fed.info()),
         next: None,
     };
     let mut fill = PageFill::new(json_len(&page), limit, budget);
@@ -817,6 +835,9 @@ pub struct Listing {
     /// Use of the router-wide memory budget.
     #[serde(default)]
     pub memory: MemoryInfo,
+    /// Links to other daemons (on the first page; absent when alone).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub federation: Option<crate::link::FederationInfo>,
     /// Set when the listing goes on in another page: send it back as
     /// `after` to get that page. Absent on the last page.
     #[serde(default, skip_serializing_if = "Option::is_none")]

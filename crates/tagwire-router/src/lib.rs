@@ -36,6 +36,7 @@ mod connection;
 mod dispatch;
 mod filters;
 mod lane;
+mod link;
 pub mod local;
 pub mod priority;
 mod qos;
@@ -56,8 +57,9 @@ pub use admin::{
     MemoryInfo, SubscriptionInfo, TagInfo, DEFAULT_PAGE_ITEMS, MAX_PAGE_ITEMS,
 };
 use auth::Authenticator;
-pub use config::{Limits, RouterConfig, TlsConfig};
+pub use config::{FederationConfig, Limits, RouterConfig, TlsConfig};
 use lane::LaneCommand;
+pub use link::{FederationInfo, LinkInfo};
 use state::State;
 use sync::Locked;
 use tokio::sync::mpsc;

@@ -176,6 +176,10 @@ pub struct ListArgs {
     /// Print the raw JSON listing.
     #[arg(long)]
     pub json: bool,
+    /// Show only the links to other daemons: RTT, clock offset, traffic,
+    /// queue depth and drops (with --json: the federation part only).
+    #[arg(long)]
+    pub links: bool,
 }
 
 /// `tagwire ping`.
@@ -249,10 +253,14 @@ pub enum AdminCommand {
         items: Vec<String>,
     },
     /// Show an endpoint's channels: each QoS value and the level it came
-    /// from, band, lane scheduling, DSCP, queue depth, drops and expiries.
+    /// from, band, lane scheduling, DSCP, queue depth, drops and expiries;
+    /// or `show link PEER`: a link to another daemon (RTT, clock offset,
+    /// traffic, queue, drops).
     Show {
-        /// An endpoint, or a tag pattern given to `qos`.
+        /// An endpoint, a tag pattern given to `qos`, or `link`.
         target: String,
+        /// With `link`: the peer daemon's name, node id or address.
+        peer: Option<String>,
         /// Print the JSON reply.
         #[arg(long)]
         json: bool,

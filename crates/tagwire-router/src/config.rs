@@ -57,7 +57,7 @@ pub struct RouterConfig {
 pub struct FederationConfig {
     /// Daemons to keep a link with, `tcp://HOST:PORT` or `HOST:PORT`
     /// (also `tagwired --peer`, repeatable). Unreachable ones are retried
-    /// with backoff (100 ms doubling to 5 s).
+    /// with backoff (100 ms doubling to 1 s).
     pub peers: Vec<String>,
     /// Only daemons with the same cluster name link.
     pub cluster: String,

@@ -30,7 +30,7 @@ const TICK: Duration = Duration::from_millis(50);
 const PROBE_EVERY_NS: u64 = 1_000_000_000;
 /// First and longest wait between dial attempts.
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
-const BACKOFF_MAX: Duration = Duration::from_secs(5);
+const BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 /// The daemon's federation state: its routing view and its links.
 #[derive(Debug)]
@@ -197,6 +197,25 @@ pub struct FederationInfo {
     pub refused_adverts: u64,
     /// The live links.
     pub links: Vec<LinkInfo>,
+    /// Every daemon known from the adverts (this one included): the
+    /// network's topology and interest as this daemon sees it.
+    #[serde(default)]
+    pub known: Vec<DaemonInfo>,
+}
+
+/// A daemon as its advert describes it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct DaemonInfo {
+    /// Its name.
+    pub name: String,
+    /// Its node id (hex).
+    pub node: String,
+    /// Its advert's version.
+    pub version: u64,
+    /// Its neighbours' node ids (hex).
+    pub neighbors: Vec<String>,
+    /// How many interest entries it advertises.
+    pub interest: usize,
 }
 
 impl Federation {
@@ -234,6 +253,18 @@ impl Federation {
             hop_limited: self.hop_limited,
             refused_adverts: self.refused_adverts,
             links,
+            known: self
+                .topo
+                .nodes()
+                .into_iter()
+                .map(|(id, name, version, neighbors, interest)| DaemonInfo {
+                    name,
+                    node: format!("{id:016x}"),
+                    version,
+                    neighbors: neighbors.iter().map(|n| format!("{n:016x}")).collect(),
+                    interest,
+                })
+                .collect(),
         }
     }
 }
@@ -471,6 +502,9 @@ fn on_peer(
     if !c.dialed {
         let _ = c.outbox.send_link(&peer_frame(&st), max);
     }
+    // The first clock probe at once: RTT and offset are known from the start.
+    let t1 = st.fed.clock();
+    let _ = c.outbox.send_link(&LinkFrame::TimeProbe { id: 1, t1 }, max);
     let queue = BoundedQueue::with_policies(
         st.config.federation.link_queue_length,
         st.config.limits.max_queue_bytes,
@@ -505,7 +539,7 @@ fn on_peer(
             bytes_out: 0,
             rtt_ns: None,
             offset_ns: None,
-            probe: (0, 0),
+            probe: (1, t1),
         },
     );
     if let Some(conn) = st.connections.get_mut(&c.conn) {
@@ -594,7 +628,7 @@ pub(crate) async fn run(state: Arc<Locked<State>>, lane: crate::lane::LaneOf, ds
 }
 
 /// Keeps a link to `addr` up: connects, serves the link until it closes,
-/// waits (100 ms doubling to 5 s, reset after a link that lived), again.
+/// waits (100 ms doubling to 1 s, so a healed link is back within about a second), again.
 async fn dial(state: Arc<Locked<State>>, addr: String, lane: crate::lane::LaneOf, dscp: u8) {
     let mut backoff = BACKOFF_MIN;
     let mut failures = 0u32;

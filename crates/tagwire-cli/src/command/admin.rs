@@ -16,10 +16,12 @@ pub fn run(session: &Session, a: AdminArgs) -> CmdResult {
             let target = match (target.as_str(), peer) {
                 ("link", Some(p)) => format!("link:{p}"),
                 ("link", None) => "links".to_owned(),
-                (_, Some(extra)) => return Err(format!(
+                (_, Some(extra)) => {
+                    return Err(format!(
                     "unexpected {extra:?} after {target}: only `show link PEER` takes two words"
                 )
-                .into()),
+                    .into())
+                }
                 (_, None) => target,
             };
             return show(session, &target, json);

@@ -576,9 +576,16 @@ fn seed_corpus_session_splits_into_every_valid_vector() {
     let mut buf = BytesMut::from(&session[..]);
     let dec = FrameDecoder::new(MIN_MAX_FRAME);
     let mut frames = Vec::new();
+    let mut links = Vec::new();
     while let Some((kind, body)) = dec.next_raw(&mut buf).expect("session splits") {
-        frames.push(Frame::decode(kind, body).expect("valid vector decodes"));
+        if tagwire_proto::is_link_kind(kind) {
+            links.push(LinkFrame::decode(kind, body).expect("valid link vector decodes"));
+        } else {
+            frames.push(Frame::decode(kind, body).expect("valid vector decodes"));
+        }
     }
+    let want_links: Vec<LinkFrame> = link_vectors().into_iter().map(|(_, f)| f).collect();
+    assert_eq!(links, want_links);
     assert!(buf.is_empty());
     let want: Vec<Frame> = valid_vectors().into_iter().map(|(_, f, _)| f).collect();
     assert_eq!(frames, want);

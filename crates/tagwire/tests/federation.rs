@@ -186,3 +186,20 @@ fn a_killed_daemon_is_relinked_when_it_comes_back() {
     until_received(&p, "/back/x", &sub);
     drop(b);
 }
+
+#[test]
+fn a_client_failing_over_to_another_daemon_keeps_its_subscriptions() {
+    let b = daemon("b5", vec![]);
+    let a = daemon("a5", vec![peer(&b)]);
+    // The subscriber prefers a, and may use b.
+    let mover = Session::connect(&format!("{},{}", a.url, b.url)).expect("connect");
+    let sub = mover.subscribe("/move/**").receiver().expect("subscribe");
+    let sb = b.session();
+    let p = sb.declare_publisher("/move/pub").expect("publisher");
+    // Across the link first (subscriber on a, publisher on b).
+    until_received(&p, "/move/x", &sub);
+    drop(a);
+    // Now on b itself, with the same subscription made again there.
+    until_received(&p, "/move/y", &sub);
+    assert!(mover.reconnects() >= 1);
+}

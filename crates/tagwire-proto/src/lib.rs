@@ -34,5 +34,5 @@ pub use frame::{
 };
 pub use link::{
     forward_prefix, is_link_kind, link_frame_name, link_kind, Interest, LinkFrame,
-    FORWARD_PREFIX_LEN, LINK_VERSION, MAX_ADVERT_INTEREST, MAX_ADVERT_NEIGHBORS,
+    FORWARD_PREFIX_LEN, LINK_VERSION, MAX_ADVERT_INTEREST, MAX_ADVERT_NEIGHBORS, MAX_PEER_BANDS,
 };

@@ -20,6 +20,8 @@ use crate::reader::Reader;
 pub const LINK_VERSION: u16 = 1;
 /// Most neighbours one `Advert` may list.
 pub const MAX_ADVERT_NEIGHBORS: usize = 1024;
+/// Most bands one `Peer` may list.
+pub const MAX_PEER_BANDS: usize = 16;
 /// Most interest entries one `Advert` may carry.
 pub const MAX_ADVERT_INTEREST: usize = 4096;
 /// Bytes of a `Forward` frame before its event: header, origin, hops.
@@ -58,7 +60,7 @@ pub struct Interest {
 /// A frame on a link between two daemons.
 #[derive(Debug, Clone, PartialEq)]
 pub enum LinkFrame {
-    /// Who is on this end.
+    /// Who is on this end, and which of the link's band connections this is.
     Peer {
         /// The link protocol version (see [`LINK_VERSION`]).
         version: u16,
@@ -68,6 +70,12 @@ pub enum LinkFrame {
         name: String,
         /// The cluster name; daemons of different clusters do not link.
         cluster: String,
+        /// The priority band this connection carries (the first connection
+        /// of a link is on the daemon's default band).
+        band: String,
+        /// The sender's bands and their TCP ports, so the dialer can open
+        /// one connection per band (at most 16).
+        bands: Vec<(String, u16)>,
     },
     /// One daemon's state, flooded to every daemon: a newer `version` from
     /// the same `origin` replaces the older.
@@ -144,11 +152,26 @@ impl LinkFrame {
                 node,
                 name,
                 cluster,
+                band,
+                bands,
             } => {
                 out.put_u16_le(*version);
                 out.put_u64_le(*node);
                 put_short(out, "daemon name", name)?;
                 put_short(out, "cluster name", cluster)?;
+                put_short(out, "band name", band)?;
+                if bands.len() > MAX_PEER_BANDS {
+                    return Err(EncodeError::TooLong {
+                        what: "peer bands",
+                        len: bands.len(),
+                        max: MAX_PEER_BANDS,
+                    });
+                }
+                out.put_u8(bands.len() as u8);
+                for (b, port) in bands {
+                    put_short(out, "band name", b)?;
+                    out.put_u16_le(*port);
+                }
             }
             LinkFrame::Advert {
                 origin,
@@ -209,12 +232,33 @@ impl LinkFrame {
     pub fn decode(kind: u8, body: Bytes) -> Result<LinkFrame, DecodeError> {
         let mut r = Reader::new(&body);
         let frame = match kind {
-            link_kind::PEER => LinkFrame::Peer {
-                version: r.u16("link version")?,
-                node: r.u64("node id")?,
-                name: r.short_str("daemon name")?.to_owned(),
-                cluster: r.short_str("cluster name")?.to_owned(),
-            },
+            link_kind::PEER => {
+                let version = r.u16("link version")?;
+                let node = r.u64("node id")?;
+                let name = r.short_str("daemon name")?.to_owned();
+                let cluster = r.short_str("cluster name")?.to_owned();
+                let band = r.short_str("band name")?.to_owned();
+                let n = r.u8("peer band count")? as usize;
+                if n > MAX_PEER_BANDS {
+                    return Err(DecodeError::TooLong {
+                        what: "peer bands",
+                        len: n,
+                        max: MAX_PEER_BANDS,
+                    });
+                }
+                let mut bands = Vec::with_capacity(n);
+                for _ in 0..n {
+                    bands.push((r.short_str("band name")?.to_owned(), r.u16("band port")?));
+                }
+                LinkFrame::Peer {
+                    version,
+                    node,
+                    name,
+                    cluster,
+                    band,
+                    bands,
+                }
+            }
             link_kind::ADVERT => {
                 let origin = r.u64("advert origin")?;
                 let version = r.u64("advert version")?;
@@ -393,14 +437,24 @@ mod tests {
         let interest = (("[/a-z*]{1,20}"), ("[ a-z=<>0-9]{0,20}"))
             .prop_map(|(pattern, filter)| Interest { pattern, filter });
         prop_oneof![
-            (any::<u16>(), any::<u64>(), "[a-z]{0,10}", "[a-z]{0,10}").prop_map(
-                |(version, node, name, cluster)| LinkFrame::Peer {
-                    version,
-                    node,
-                    name,
-                    cluster
-                }
-            ),
+            (
+                any::<u16>(),
+                any::<u64>(),
+                "[a-z]{0,10}",
+                "[a-z]{0,10}",
+                "[a-z]{0,10}",
+                prop::collection::vec(("[a-z]{1,8}", any::<u16>()), 0..4)
+            )
+                .prop_map(|(version, node, name, cluster, band, bands)| {
+                    LinkFrame::Peer {
+                        version,
+                        node,
+                        name,
+                        cluster,
+                        band,
+                        bands,
+                    }
+                }),
             (
                 any::<u64>(),
                 any::<u64>(),

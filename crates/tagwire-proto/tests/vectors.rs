@@ -253,6 +253,8 @@ fn link_vectors() -> Vec<(&'static str, LinkFrame)> {
                 node: 0x0102_0304_0506_0708,
                 name: "a".into(),
                 cluster: "tagwire".into(),
+                band: "normal".into(),
+                bands: vec![("high".into(), 7703)],
             },
         ),
         (

@@ -235,7 +235,7 @@ pub(crate) fn handle(
             encode(Ok(reply)).map(Reply::Now)
         }
         AdminRequest::Show { target } if target.starts_with("link:") || target == "links" => {
-            let info = st.fed.info();
+            let info = st.fed.info(&st.config.default_band);
             let want = target.trim_start_matches("link:");
             let links: Vec<_> = info
                 .links
@@ -412,7 +412,7 @@ fn list_page(
             refused_connections: st.memory.refusals(),
         },
         federation: (after.is_none() && !(st.fed.links.is_empty() && st.fed.topo.is_empty()))
-            .then(|| st.fed.info()),
+            .then(|| st.fed.info(&st.config.default_band)),
         next: None,
     };
     let mut fill = PageFill::new(json_len(&page), limit, budget);

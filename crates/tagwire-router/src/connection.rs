@@ -526,7 +526,7 @@ impl Conn {
                 }
             }
             Input::Welcome { .. } if self.dialed => {
-                crate::link::say_peer(&self.state, &self.outbox, self.max_control);
+                crate::link::say_peer(&self.state, self.id, &self.outbox, self.max_control);
             }
             Input::Link(frame) => {
                 let len = match &frame {

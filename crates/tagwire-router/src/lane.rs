@@ -151,6 +151,16 @@ pub(crate) async fn run(mut setup: LaneSetup) {
             lane,
             dscp,
         )));
+    } else {
+        let lane = LaneOf {
+            band: band.clone(),
+            admin_lane,
+        };
+        tasks.push(tokio::task::spawn_local(crate::link::run_band(
+            state.clone(),
+            lane,
+            dscp,
+        )));
     }
     let mut accepts = Vec::new();
     if let Some(l) = setup.tcp.take() {

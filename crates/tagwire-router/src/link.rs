@@ -51,6 +51,8 @@ pub(crate) struct Federation {
     pub skew: (i64, i64),
     /// Where the daemon's clock readings start, for the skew's drift.
     epoch: u64,
+    /// Band connections being dialed: (peer, band).
+    band_dialing: std::collections::HashSet<(NodeId, String)>,
 }
 
 /// One live link.
@@ -82,6 +84,20 @@ pub(crate) struct Link {
     pub offset_ns: Option<i64>,
     /// The last probe sent: (id, t1).
     probe: (u32, u64),
+    /// The link's other band connections (band name → its connection and
+    /// forwarding queue); the first connection, above, is on the default band.
+    pub bands: HashMap<String, BandConn>,
+    /// The peer's bands and their TCP ports (from its `Peer`).
+    pub band_ports: Vec<(String, u16)>,
+}
+
+/// One more connection of a link, for one priority band.
+#[derive(Debug)]
+pub(crate) struct BandConn {
+    /// The connection.
+    pub conn: u64,
+    /// Events of this band routed to the peer wait here.
+    pub queue: Arc<Channel>,
 }
 
 impl Federation {
@@ -110,6 +126,7 @@ impl Federation {
             advertised: 0,
             skew: (config.clock_offset_ms * 1_000_000, config.clock_skew_ppm),
             epoch: now_ns(),
+            band_dialing: Default::default(),
         }
     }
 
@@ -178,8 +195,16 @@ pub struct LinkInfo {
     pub bytes_out: u64,
     /// Events waiting in the link's queue.
     pub queue_depth: usize,
-    /// Events the link's queue dropped (oldest first, at its bound).
+    /// Events the link's queues dropped (oldest first, at their bound).
     pub dropped: u64,
+    /// The bands whose own connection is up (besides the first, on the
+    /// default band).
+    #[serde(default)]
+    pub bands: Vec<String>,
+    /// Events written per band connection (the first connection under the
+    /// default band's name).
+    #[serde(default)]
+    pub events_out_by_band: std::collections::BTreeMap<String, u64>,
 }
 
 /// The federation, as the first page of `tagwire list` shows it.
@@ -219,14 +244,30 @@ pub struct DaemonInfo {
 }
 
 impl Federation {
-    /// What `tagwire list` shows.
-    pub(crate) fn info(&self) -> FederationInfo {
+    /// What `tagwire list` shows; `default_band` names the links' first
+    /// connections.
+    pub(crate) fn info(&self, default_band: &str) -> FederationInfo {
         let now = now_ns();
         let mut links: Vec<LinkInfo> = self
             .links
             .iter()
             .map(|(id, l)| {
-                let q = l.queue.queue.borrow();
+                let queues = std::iter::once(&l.queue).chain(l.bands.values().map(|b| &b.queue));
+                let (mut depth, mut dropped, mut out) = (0, 0, 0);
+                for q in queues {
+                    let inner = q.queue.borrow();
+                    depth += inner.len();
+                    dropped += inner.dropped();
+                    out += q.delivered.get();
+                }
+                let mut bands: Vec<String> = l.bands.keys().cloned().collect();
+                bands.sort();
+                let mut by_band: std::collections::BTreeMap<String, u64> = l
+                    .bands
+                    .iter()
+                    .map(|(b, c)| (b.clone(), c.queue.delivered.get()))
+                    .collect();
+                by_band.insert(default_band.to_owned(), l.queue.delivered.get());
                 LinkInfo {
                     peer: l.name.clone(),
                     node: format!("{id:016x}"),
@@ -238,10 +279,12 @@ impl Federation {
                     clock_offset_us: l.offset_ns.map(|o| o / 1000),
                     events_in: l.events_in,
                     bytes_in: l.bytes_in,
-                    events_out: l.queue.delivered.get(),
+                    events_out: out,
                     bytes_out: l.bytes_out,
-                    queue_depth: q.len(),
-                    dropped: q.dropped(),
+                    queue_depth: depth,
+                    dropped,
+                    bands,
+                    events_out_by_band: by_band,
                 }
             })
             .collect();
@@ -287,6 +330,7 @@ pub(crate) fn forward(
         meta.origin
     };
     let hops = st.fed.topo.next_hops(origin, ev);
+    let band = band_for_priority(st, meta.priority).to_owned();
     let mut n = 0;
     for next in hops {
         if Some(next) == from {
@@ -294,7 +338,8 @@ pub(crate) fn forward(
         }
         if let Some(l) = st.fed.links.get_mut(&next) {
             let m = crate::channel::EventMeta { origin, ..*meta };
-            l.queue.offer(event, &m);
+            let queue = l.bands.get(&band).map_or(&l.queue, |b| &b.queue);
+            queue.offer(event, &m);
             l.bytes_out += event.bytes().len() as u64;
             n += 1;
         }
@@ -318,18 +363,43 @@ pub(crate) struct LinkConn<'a> {
 }
 
 /// Says who we are: the dialer's first link frame, after `Welcome`.
-pub(crate) fn say_peer(state: &Locked<State>, outbox: &Outbox, max: usize) {
+pub(crate) fn say_peer(state: &Locked<State>, conn: u64, outbox: &Outbox, max: usize) {
     let st = state.borrow();
-    let _ = outbox.send_link(&peer_frame(&st), max);
+    let _ = outbox.send_link(&peer_frame(&st, conn), max);
 }
 
-fn peer_frame(st: &State) -> LinkFrame {
+/// Our `Peer` for connection `conn`: its band, and our bands' ports.
+fn peer_frame(st: &State, conn: u64) -> LinkFrame {
     LinkFrame::Peer {
         version: LINK_VERSION,
         node: st.fed.me(),
         name: st.config.name.clone(),
         cluster: st.config.federation.cluster.clone(),
+        band: band_of(st, conn),
+        bands: st
+            .lanes
+            .iter()
+            .filter_map(|l| Some((l.band.clone(), l.tcp?.port())))
+            .collect(),
     }
+}
+
+/// The band of connection `conn` (the listener it came in on, or the lane
+/// that dialed it).
+fn band_of(st: &State, conn: u64) -> String {
+    st.connections
+        .get(&conn)
+        .map_or_else(|| st.config.default_band.clone(), |c| c.band.to_string())
+}
+
+/// The band an event of `priority` crosses a link on: 0..=255 split evenly
+/// over the bands, lowest first (as a client's `follow_priority` does).
+fn band_for_priority(st: &State, priority: u8) -> &str {
+    let n = st.band_names.len();
+    if n == 0 {
+        return &st.config.default_band;
+    }
+    &st.band_names[priority as usize * n / 256]
 }
 
 /// Handles a link frame. An error closes the connection (the caller sends
@@ -345,6 +415,8 @@ pub(crate) fn on_frame(
             node,
             name,
             cluster,
+            band,
+            bands,
         } = frame
         else {
             return Err((
@@ -352,7 +424,7 @@ pub(crate) fn on_frame(
                 "a link frame before Peer (only daemons send link frames, and Peer first)".into(),
             ));
         };
-        return on_peer(c, version, node, name, cluster);
+        return on_peer(c, version, node, name, cluster, band, bands);
     };
     let mut st = c.state.borrow_mut();
     match frame {
@@ -444,12 +516,15 @@ pub(crate) fn on_frame(
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn on_peer(
     c: LinkConn<'_>,
     version: u16,
     node: NodeId,
     name: String,
     cluster: String,
+    band: String,
+    bands: Vec<(String, u16)>,
 ) -> Result<(), (ErrorCode, String)> {
     if version != LINK_VERSION {
         return Err((
@@ -480,6 +555,16 @@ fn on_peer(
             format!("daemon {name} claims this daemon's node id {node:#x}"),
         ));
     }
+    let here = band_of(&st, c.conn);
+    if band != here {
+        return Err((
+            ErrorCode::BadRequest,
+            format!("daemon {name} says this connection is for band {band:?}, but it came to band {here}'s listener"),
+        ));
+    }
+    if band != st.config.default_band {
+        return attach_band(c, &mut st, node, &name, band);
+    }
     if let Some(l) = st.fed.links.get(&node) {
         return Err((
             ErrorCode::PermissionDenied,
@@ -500,29 +585,12 @@ fn on_peer(
     }
     let max = c.max_control;
     if !c.dialed {
-        let _ = c.outbox.send_link(&peer_frame(&st), max);
+        let _ = c.outbox.send_link(&peer_frame(&st, c.conn), max);
     }
     // The first clock probe at once: RTT and offset are known from the start.
     let t1 = st.fed.clock();
     let _ = c.outbox.send_link(&LinkFrame::TimeProbe { id: 1, t1 }, max);
-    let queue = BoundedQueue::with_policies(
-        st.config.federation.link_queue_length,
-        st.config.limits.max_queue_bytes,
-        OrderPolicy::Fifo,
-        DiscardPolicy::DropOldest,
-    );
-    let channel = Arc::new(
-        Channel::new(
-            0,
-            Arc::from(format!("link:{name}")),
-            "**".into(),
-            queue,
-            c.outbox.clone(),
-            st.memory.clone(),
-        )
-        .for_link()
-        .on_connection(c.conn),
-    );
+    let channel = link_queue(&st, &name, c.outbox, c.conn);
     tracing::info!(peer = %c.peer, "linked with daemon {name} ({node:#x})");
     st.fed.links.insert(
         node,
@@ -540,6 +608,8 @@ fn on_peer(
             rtt_ns: None,
             offset_ns: None,
             probe: (1, t1),
+            bands: HashMap::new(),
+            band_ports: bands,
         },
     );
     if let Some(conn) = st.connections.get_mut(&c.conn) {
@@ -554,9 +624,77 @@ fn on_peer(
     Ok(())
 }
 
-/// A link's connection closed: forget the link and re-advertise.
+/// A link's forwarding queue on connection `conn`.
+fn link_queue(st: &State, name: &str, outbox: &Arc<Outbox>, conn: u64) -> Arc<Channel> {
+    let queue = BoundedQueue::with_policies(
+        st.config.federation.link_queue_length,
+        st.config.limits.max_queue_bytes,
+        OrderPolicy::Fifo,
+        DiscardPolicy::DropOldest,
+    );
+    Arc::new(
+        Channel::new(
+            0,
+            Arc::from(format!("link:{name}")),
+            "**".into(),
+            queue,
+            outbox.clone(),
+            st.memory.clone(),
+        )
+        .for_link()
+        .on_connection(conn),
+    )
+}
+
+/// A further band connection of an existing link.
+fn attach_band(
+    c: LinkConn<'_>,
+    st: &mut State,
+    node: NodeId,
+    name: &str,
+    band: String,
+) -> Result<(), (ErrorCode, String)> {
+    let queue = link_queue(st, name, c.outbox, c.conn);
+    let me_frame = (!c.dialed).then(|| peer_frame(st, c.conn));
+    let Some(link) = st.fed.links.get_mut(&node) else {
+        return Err((
+            ErrorCode::BadRequest,
+            format!(
+                "daemon {name} opened a band {band} connection before its link on the default band"
+            ),
+        ));
+    };
+    if link.bands.contains_key(&band) {
+        return Err((
+            ErrorCode::PermissionDenied,
+            format!("the link to daemon {name} already has a band {band} connection"),
+        ));
+    }
+    if let Some(f) = me_frame {
+        let _ = c.outbox.send_link(&f, c.max_control);
+    }
+    tracing::info!(peer = %c.peer, "band {band} connection of the link to daemon {name}");
+    link.bands.insert(
+        band,
+        BandConn {
+            conn: c.conn,
+            queue,
+        },
+    );
+    if let Some(conn) = st.connections.get_mut(&c.conn) {
+        conn.name = format!("link:{name}");
+    }
+    *c.link = Some(node);
+    Ok(())
+}
+
+/// A link's connection closed: forget the link (or its band connection)
+/// and re-advertise.
 pub(crate) fn closed(state: &Locked<State>, node: NodeId, conn: u64) {
     let mut st = state.borrow_mut();
+    if let Some(l) = st.fed.links.get_mut(&node) {
+        l.bands.retain(|_, b| b.conn != conn);
+    }
     if st.fed.links.get(&node).is_some_and(|l| l.conn == conn) {
         let l = st.fed.links.remove(&node);
         if let Some(l) = l {
@@ -623,6 +761,64 @@ pub(crate) async fn run(state: Arc<Locked<State>>, lane: crate::lane::LaneOf, ds
                 l.probe = (id, t1);
                 let _ = l.outbox.send_link(&LinkFrame::TimeProbe { id, t1 }, max);
             }
+        }
+    }
+}
+
+/// A non-default band's lane task: for every link this daemon dialed, opens
+/// the link's connection for this band (to the port the peer listed for it)
+/// once the link is up, and again whenever it is lost.
+pub(crate) async fn run_band(state: Arc<Locked<State>>, lane: crate::lane::LaneOf, dscp: u8) {
+    let band = lane.band.to_string();
+    let mut tick = tokio::time::interval(Duration::from_millis(200));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let wanted: Vec<(NodeId, String)> = {
+            let mut st = state.borrow_mut();
+            let mut wanted = Vec::new();
+            for (id, l) in &st.fed.links {
+                if !l.dialed || l.bands.contains_key(&band) {
+                    continue;
+                }
+                let Some(port) = l
+                    .band_ports
+                    .iter()
+                    .find(|(b, _)| *b == band)
+                    .map(|(_, p)| *p)
+                else {
+                    continue;
+                };
+                let host = l.addr.trim_start_matches("tcp://");
+                let Some((host, _)) = host.rsplit_once(':') else {
+                    continue;
+                };
+                wanted.push((*id, format!("{host}:{port}")));
+            }
+            wanted.retain(|(id, _)| st.fed.band_dialing.insert((*id, band.clone())));
+            wanted
+        };
+        for (node, addr) in wanted {
+            let (state, lane, band) = (state.clone(), lane.clone(), band.clone());
+            tokio::task::spawn_local(async move {
+                if let Ok(Ok(s)) = tokio::time::timeout(
+                    Duration::from_secs(3),
+                    tokio::net::TcpStream::connect(&addr),
+                )
+                .await
+                {
+                    let _ = s.set_nodelay(true);
+                    if let Err(e) = crate::priority::set_dscp(&s, dscp) {
+                        tracing::debug!(%addr, "cannot set DSCP {dscp}: {e}");
+                    }
+                    let socket = s.as_fd_owned();
+                    let (r, w) = s.into_split();
+                    crate::connection::dial_serve(state.clone(), addr, lane, socket, r, w).await;
+                } else {
+                    tokio::time::sleep(BACKOFF_MAX).await;
+                }
+                state.borrow_mut().fed.band_dialing.remove(&(node, band));
+            });
         }
     }
 }

@@ -27,12 +27,36 @@ fn link_frame(f: &LinkFrame) -> BytesMut {
     b
 }
 
+/// A `Peer` for a connection of band `band`.
+fn peer_on(node: u64, name: &str, band: &str) -> LinkFrame {
+    match peer(node, name) {
+        LinkFrame::Peer {
+            version,
+            node,
+            name,
+            cluster,
+            bands,
+            ..
+        } => LinkFrame::Peer {
+            version,
+            node,
+            name,
+            cluster,
+            band: band.into(),
+            bands,
+        },
+        other => other,
+    }
+}
+
 fn peer(node: u64, name: &str) -> LinkFrame {
     LinkFrame::Peer {
         version: LINK_VERSION,
         node,
         name: name.into(),
         cluster: "tagwire".into(),
+        band: "normal".into(),
+        bands: vec![],
     }
 }
 
@@ -107,6 +131,8 @@ fn a_peer_speaking_another_link_version_is_refused_by_name() {
         node: 7,
         name: "future".into(),
         cluster: "tagwire".into(),
+        band: "normal".into(),
+        bands: vec![],
     }));
     let m = closing_message(&mut raw);
     assert!(m.contains("link protocol version 2"), "{m}");
@@ -135,6 +161,31 @@ fn a_peer_claiming_a_linked_daemons_id_or_ours_is_refused() {
     assert!(m.contains("claims this daemon's node id"), "{m}");
     // The genuine link is still there.
     assert_eq!(federation(&h).links.len(), 1);
+}
+
+#[test]
+fn a_band_connection_must_follow_the_link_and_come_to_its_bands_listener() {
+    let h = router(FederationConfig::default());
+    // A band connection for a daemon that has no link yet.
+    let mut early = Raw::hello_tcp_on(&h, "high");
+    early.send_bytes(&link_frame(&peer_on(21, "raw21", "high")));
+    let m = closing_message(&mut early);
+    assert!(m.contains("before its link on the default band"), "{m}");
+    // A connection on the high band's listener that claims to be for critical.
+    let (_link, _) = linked(&h, 21);
+    let mut wrong = Raw::hello_tcp_on(&h, "high");
+    wrong.send_bytes(&link_frame(&peer_on(21, "raw21", "critical")));
+    let m = closing_message(&mut wrong);
+    assert!(m.contains("came to band high's listener"), "{m}");
+    // The right one is attached, a second one for the same band is not.
+    let mut high = Raw::hello_tcp_on(&h, "high");
+    high.send_bytes(&link_frame(&peer_on(21, "raw21", "high")));
+    assert!(matches!(recv_link(&mut high), Ok(LinkFrame::Peer { .. })));
+    let mut again = Raw::hello_tcp_on(&h, "high");
+    again.send_bytes(&link_frame(&peer_on(21, "raw21", "high")));
+    let m = closing_message(&mut again);
+    assert!(m.contains("already has a band high connection"), "{m}");
+    assert_eq!(federation(&h).links[0].bands, vec!["high"]);
 }
 
 #[test]

@@ -203,3 +203,62 @@ fn a_client_failing_over_to_another_daemon_keeps_its_subscriptions() {
     until_received(&p, "/move/y", &sub);
     assert!(mover.reconnects() >= 1);
 }
+
+#[test]
+fn a_link_opens_one_connection_per_band_and_events_cross_on_their_priority_band() {
+    let b = daemon("b6", vec![]);
+    let a = daemon("a6", vec![peer(&b)]);
+    let sa = a.session();
+    let start = Instant::now();
+    loop {
+        let l = links(&sa);
+        if l.first().is_some_and(|l| l.bands.len() == 3) {
+            assert_eq!(l[0].bands, vec!["critical", "high", "low"], "{l:?}");
+            break;
+        }
+        assert!(
+            start.elapsed() < WAIT,
+            "band connections never came up: {l:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Every band connection of the link shows in b's connection list, each
+    // on its band.
+    let listing = b.session().list().expect("list");
+    let mut link_bands: Vec<String> = listing
+        .connections
+        .iter()
+        .filter(|c| c.name == "link:a6")
+        .map(|c| c.band.clone())
+        .collect();
+    link_bands.sort();
+    assert_eq!(link_bands, vec!["critical", "high", "low", "normal"]);
+    let sb = b.session();
+    let sub = sb.subscribe("/band/**").receiver().expect("subscribe");
+    let p = sa.declare_publisher("/band/pub").expect("publisher");
+    until_received(&p, "/band/probe", &sub);
+    drain(&sub);
+    let before = links(&sa)[0].events_out_by_band.clone();
+    for (i, prio) in [0u8, 100, 150, 250].iter().enumerate() {
+        p.event("/band/x", format!("{i}"))
+            .priority(*prio)
+            .send()
+            .expect("publish");
+    }
+    let mut got = Vec::new();
+    while got.len() < 4 {
+        let s = sub.recv_timeout(WAIT).expect("recv").expect("event");
+        got.push(String::from_utf8_lossy(&s.payload()).into_owned());
+    }
+    got.sort();
+    assert_eq!(got, vec!["0", "1", "2", "3"]);
+    assert_eq!(drain(&sub), 0, "no duplicates");
+    let after = links(&sa)[0].events_out_by_band.clone();
+    for band in ["low", "normal", "high", "critical"] {
+        let n = after.get(band).copied().unwrap_or(0) - before.get(band).copied().unwrap_or(0);
+        assert_eq!(
+            n, 1,
+            "one event crossed on band {band}: {before:?} → {after:?}"
+        );
+    }
+}

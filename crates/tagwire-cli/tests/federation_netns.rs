@@ -14,7 +14,7 @@ use std::process::Command;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use tagwire_testbed::{Host, NsChild, Testbed, TestbedConfig};
+use tagwire_testbed::{Host, NsChild, Shaping, Testbed, TestbedConfig, TestbedError};
 
 const TOKEN: &str = "federation-netns-test-token-0123456789";
 const PORT: u16 = 7700;
@@ -348,4 +348,33 @@ fn a_killed_daemon_leaves_the_others_working_and_rejoins() {
     let sub = subscriber(&tb, 2, 2);
     net.wait_for_interest(&[0, 1], &[2]);
     each_once(&tb, 0, vec![(2, sub)], 2);
+}
+
+#[test]
+fn a_link_losing_ten_percent_of_its_packets_keeps_delivering() {
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    // 10 % loss toward host 1 (netem): TCP retransmits; nothing crashes and
+    // every event still arrives, later.
+    let tb = match Testbed::new(TestbedConfig {
+        hosts: 2,
+        bottleneck: Some(Shaping {
+            loss_percent: Some(10),
+            ..Shaping::default()
+        }),
+    }) {
+        Ok(tb) => tb,
+        Err(e @ TestbedError::QdiscUnavailable { .. })
+            if std::env::var_os("TAGWIRE_TESTBED_SKIP_NETEM").is_some_and(|v| v == "1") =>
+        {
+            eprintln!("SKIPPED (TAGWIRE_TESTBED_SKIP_NETEM=1): {e}");
+            return;
+        }
+        Err(e) => {
+            panic!("{e} (set TAGWIRE_TESTBED_SKIP_NETEM=1 to acknowledge a kernel without netem)")
+        }
+    };
+    let net = Network::start(&tb, &[(0, 1)]);
+    let sub = subscriber(&tb, 1, 20);
+    net.wait_for_interest(&[0], &[1]);
+    each_once(&tb, 0, vec![(1, sub)], 20);
 }

@@ -89,6 +89,10 @@ pub(crate) struct Link {
     pub bands: HashMap<String, BandConn>,
     /// The peer's bands and their TCP ports (from its `Peer`).
     pub band_ports: Vec<(String, u16)>,
+    /// Bytes in and out at the last rate sample, and when it was taken.
+    sampled: (u64, u64, u64),
+    /// Throughput over the last second: bytes/s in and out.
+    pub rate: (u64, u64),
 }
 
 /// One more connection of a link, for one priority band.
@@ -193,6 +197,12 @@ pub struct LinkInfo {
     pub events_out: u64,
     /// Bytes of events routed to the peer.
     pub bytes_out: u64,
+    /// Throughput received over the last second, bytes/s.
+    #[serde(default)]
+    pub rate_in_bps: u64,
+    /// Throughput routed to the peer over the last second, bytes/s.
+    #[serde(default)]
+    pub rate_out_bps: u64,
     /// Events waiting in the link's queue.
     pub queue_depth: usize,
     /// Events the link's queues dropped (oldest first, at their bound).
@@ -281,6 +291,8 @@ impl Federation {
                     bytes_in: l.bytes_in,
                     events_out: out,
                     bytes_out: l.bytes_out,
+                    rate_in_bps: l.rate.0,
+                    rate_out_bps: l.rate.1,
                     queue_depth: depth,
                     dropped,
                     bands,
@@ -610,6 +622,8 @@ fn on_peer(
             probe: (1, t1),
             bands: HashMap::new(),
             band_ports: bands,
+            sampled: (0, 0, now_ns()),
+            rate: (0, 0),
         },
     );
     if let Some(conn) = st.connections.get_mut(&c.conn) {
@@ -757,6 +771,15 @@ pub(crate) async fn run(state: Arc<Locked<State>>, lane: crate::lane::LaneOf, ds
             next_probe = now + PROBE_EVERY_NS;
             let t1 = st.fed.clock();
             for l in st.fed.links.values_mut() {
+                let (bin, bout, at) = l.sampled;
+                let secs = now.saturating_sub(at) as f64 / 1e9;
+                if secs > 0.0 {
+                    l.rate = (
+                        ((l.bytes_in - bin) as f64 / secs) as u64,
+                        ((l.bytes_out - bout) as f64 / secs) as u64,
+                    );
+                }
+                l.sampled = (l.bytes_in, l.bytes_out, now);
                 let id = l.probe.0.wrapping_add(1);
                 l.probe = (id, t1);
                 let _ = l.outbox.send_link(&LinkFrame::TimeProbe { id, t1 }, max);

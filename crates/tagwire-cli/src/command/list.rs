@@ -154,7 +154,7 @@ fn print_links(f: Option<&tagwire::router::FederationInfo>) -> CmdResult {
         f.refused_adverts
     );
     outln!(
-        "  {:<16} {:<22} {:>5} {:>9} {:>11} {:>10} {:>10} {:>7} {:>7}",
+        "  {:<16} {:<22} {:>5} {:>9} {:>11} {:>10} {:>10} {:>9} {:>9} {:>7} {:>7}",
         "PEER",
         "ADDRESS",
         "UP s",
@@ -162,13 +162,15 @@ fn print_links(f: Option<&tagwire::router::FederationInfo>) -> CmdResult {
         "OFFSET µs",
         "EVENTS IN",
         "EVENTS OUT",
+        "IN B/s",
+        "OUT B/s",
         "QUEUED",
         "DROPPED"
     );
     let opt = |v: Option<i64>| v.map_or("-".to_string(), |v| v.to_string());
     for l in &f.links {
         outln!(
-            "  {:<16} {:<22} {:>5} {:>9} {:>11} {:>10} {:>10} {:>7} {:>7}",
+            "  {:<16} {:<22} {:>5} {:>9} {:>11} {:>10} {:>10} {:>9} {:>9} {:>7} {:>7}",
             l.peer,
             l.addr,
             l.up_secs,
@@ -176,6 +178,8 @@ fn print_links(f: Option<&tagwire::router::FederationInfo>) -> CmdResult {
             opt(l.clock_offset_us),
             l.events_in,
             l.events_out,
+            l.rate_in_bps,
+            l.rate_out_bps,
             l.queue_depth,
             l.dropped
         );

@@ -97,6 +97,9 @@ pub enum Command {
     List(ListArgs),
     /// Measure round trips to the router.
     Ping(PingArgs),
+    /// Show the daemon's network time: its clock corrected by its offset to
+    /// the network's reference daemon (docs/federation.md, "Time").
+    Time(TimeArgs),
     /// Benchmark throughput, latency or fan-out against a router.
     Bench(BenchArgs),
     /// Administer the router (QoS, filters).
@@ -180,6 +183,14 @@ pub struct ListArgs {
     /// queue depth and drops (with --json: the federation part only).
     #[arg(long)]
     pub links: bool,
+}
+
+/// `tagwire time`.
+#[derive(Debug, Args)]
+pub struct TimeArgs {
+    /// Print the JSON reply.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `tagwire ping`.

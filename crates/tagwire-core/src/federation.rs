@@ -409,6 +409,23 @@ impl Topology {
             .collect()
     }
 
+    /// The network's time reference: the reachable daemon with the
+    /// smallest node id (every daemon picks the same one once adverts
+    /// have spread).
+    pub fn time_reference(&self) -> NodeId {
+        self.bfs(self.me).keys().next().copied().unwrap_or(self.me)
+    }
+
+    /// This daemon's parent in the tree rooted at `root` (the neighbour on
+    /// its shortest path there); `None` for the root itself or when `root`
+    /// is unreachable.
+    pub fn parent_toward(&self, root: NodeId) -> Option<NodeId> {
+        if root == self.me {
+            return None;
+        }
+        self.bfs(root).get(&self.me).copied()
+    }
+
     /// Whether any daemon other than this one has interest matching `tag`
     /// (for counting events received that nobody here or beyond wanted).
     pub fn wanted_locally(&self, event: &EventRef<'_>) -> bool {
@@ -681,6 +698,15 @@ mod tests {
         let e = a.apply(advert(1, vec![])).unwrap_err();
         assert!(matches!(e, FederationError::ClaimsToBeUs { .. }), "{e}");
         assert_eq!(a.apply(advert(2, vec![])).expect("ok"), Applied::Stale);
+    }
+
+    #[test]
+    fn the_time_reference_is_the_smallest_reachable_id_and_parents_lead_to_it() {
+        let t = network(4, &[(1, 2), (2, 3), (3, 4)], &[]);
+        assert!(t.iter().all(|x| x.time_reference() == 1));
+        assert_eq!(t[3].parent_toward(1), Some(3));
+        assert_eq!(t[1].parent_toward(1), Some(1));
+        assert_eq!(t[0].parent_toward(1), None);
     }
 
     #[test]

@@ -31,6 +31,9 @@ const JSON_WHITESPACE: [char; 4] = [' ', '\t', '\n', '\r'];
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
 #[non_exhaustive]
 pub enum AdminRequest {
+    /// The daemon's network time (Narada §3): its clock corrected by its
+    /// offset to the network's reference daemon (`tagwire time`).
+    Time,
     /// Lists connections, endpoints, subscriptions and tags, one page at a
     /// time: a page that does not end the listing carries `next`, to send
     /// back as `after`.
@@ -179,6 +182,10 @@ pub(crate) fn handle(
         })
     };
     match request {
+        AdminRequest::Time => encode(Ok(
+            serde_json::to_value(st.fed.time_info()).unwrap_or_default()
+        ))
+        .map(Reply::Now),
         AdminRequest::List { after, limit } => {
             let page = list_page(st, after.as_deref(), page_items(limit)?, budget, who)?;
             serde_json::to_string(&page).map(Reply::Now).map_err(|e| {

@@ -59,7 +59,7 @@ pub use admin::{
 use auth::Authenticator;
 pub use config::{FederationConfig, Limits, RouterConfig, TlsConfig};
 use lane::LaneCommand;
-pub use link::{DaemonInfo, FederationInfo, LinkInfo};
+pub use link::{DaemonInfo, FederationInfo, LinkInfo, TimeInfo};
 use state::State;
 use sync::Locked;
 use tokio::sync::mpsc;

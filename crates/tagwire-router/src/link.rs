@@ -11,7 +11,7 @@
 //! Where an event goes is decided by core's [`Topology`] (link-state
 //! adverts, one shortest-path tree per origin); this module does the I/O.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -53,6 +53,70 @@ pub(crate) struct Federation {
     epoch: u64,
     /// Band connections being dialed: (peer, band).
     band_dialing: std::collections::HashSet<(NodeId, String)>,
+    /// The network clock: this daemon's offset to the reference's time.
+    pub net: NetClock,
+}
+
+/// Most clock samples kept (NTP's clock filter keeps 8).
+const CLOCK_SAMPLES: usize = 8;
+/// A correction larger than this is stepped; smaller ones are slewed.
+const STEP_NS: i64 = 10_000_000;
+/// Most a correction moves network time per sample when slewing.
+const SLEW_NS: i64 = 500_000;
+
+/// The network clock (Narada §3, NTP-style): every daemon keeps its offset
+/// to the network's reference daemon (the reachable one with the smallest
+/// node id) by probing its parent toward the reference, whose replies are
+/// stamped with the parent's own network time; so offsets chain down the
+/// tree, hop by hop, as NTP strata do. Of the last 8 samples the one with
+/// the shortest round trip is taken (the least queueing); a correction over
+/// 10 ms is stepped, a smaller one slewed by at most 0.5 ms per sample.
+#[derive(Debug, Default)]
+pub(crate) struct NetClock {
+    /// Network time minus this daemon's clock, ns.
+    pub offset: i64,
+    /// The reference whose time this is.
+    pub reference: NodeId,
+    /// Recent samples from the parent: (round trip, offset).
+    samples: VecDeque<(u64, i64)>,
+    /// Half the best sample's round trip: how far off the offset may be.
+    pub error: u64,
+    /// Whether a sample has been taken (or this daemon is the reference).
+    pub synced: bool,
+}
+
+impl NetClock {
+    /// Takes a sample of the parent's network time.
+    fn sample(&mut self, rtt: u64, offset: i64) {
+        if self.samples.len() == CLOCK_SAMPLES {
+            self.samples.pop_front();
+        }
+        self.samples.push_back((rtt, offset));
+        let Some(&(best_rtt, target)) = self.samples.iter().min_by_key(|(r, _)| *r) else {
+            return;
+        };
+        let diff = target - self.offset;
+        if !self.synced || diff.abs() > STEP_NS {
+            self.offset = target;
+        } else {
+            self.offset += diff.clamp(-SLEW_NS, SLEW_NS);
+        }
+        self.error = best_rtt / 2;
+        self.synced = true;
+    }
+
+    /// Follows reference `reference` from now on (this daemon if it is it).
+    fn follow(&mut self, reference: NodeId, me: NodeId) {
+        if reference != self.reference {
+            self.reference = reference;
+            self.samples.clear();
+            self.synced = reference == me;
+            if self.synced {
+                self.offset = 0;
+                self.error = 0;
+            }
+        }
+    }
 }
 
 /// One live link.
@@ -131,6 +195,7 @@ impl Federation {
             skew: (config.clock_offset_ms * 1_000_000, config.clock_skew_ppm),
             epoch: now_ns(),
             band_dialing: Default::default(),
+            net: NetClock::default(),
         }
     }
 
@@ -147,6 +212,38 @@ impl Federation {
         let (offset, ppm) = self.skew;
         let drift = (now.saturating_sub(self.epoch) as i128 * ppm as i128 / 1_000_000) as i64;
         now.saturating_add_signed(offset.saturating_add(drift))
+    }
+
+    /// What `tagwire time` shows.
+    pub(crate) fn time_info(&self) -> TimeInfo {
+        let local = self.clock();
+        TimeInfo {
+            network_time_ns: local.saturating_add_signed(self.net.offset),
+            local_time_ns: local,
+            offset_ns: self.net.offset,
+            error_ns: self.net.error,
+            synced: self.net.synced || self.net.reference == self.me() || self.net.reference == 0,
+            reference: self
+                .topo
+                .name_of(self.net.reference)
+                .or_else(|| self.topo.name_of(self.me()))
+                .unwrap_or_default()
+                .to_owned(),
+            reference_node: format!(
+                "{:016x}",
+                if self.net.reference == 0 {
+                    self.me()
+                } else {
+                    self.net.reference
+                }
+            ),
+        }
+    }
+
+    /// The network time: this daemon's clock corrected by its offset to the
+    /// reference (see [`NetClock`]).
+    pub fn network_time(&self) -> u64 {
+        self.clock().saturating_add_signed(self.net.offset)
     }
 
     /// Floods `frame` to every link but `except`.
@@ -167,6 +264,25 @@ impl Federation {
         }
         self.topo.prune();
     }
+}
+
+/// The daemon's network time, as `tagwire time` shows it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TimeInfo {
+    /// Network time now, ns since the Unix epoch.
+    pub network_time_ns: u64,
+    /// This daemon's own clock now (with any configured software skew).
+    pub local_time_ns: u64,
+    /// Network time minus the daemon's clock, ns.
+    pub offset_ns: i64,
+    /// How far off the offset may be (half the best probe's round trip), ns.
+    pub error_ns: u64,
+    /// Whether the offset has been measured (or this daemon is the reference).
+    pub synced: bool,
+    /// The reference daemon's name.
+    pub reference: String,
+    /// Its node id (hex).
+    pub reference_node: String,
 }
 
 /// One link, as `tagwire list --links` and `tagwire admin show link PEER`
@@ -503,24 +619,36 @@ pub(crate) fn on_frame(
             Ok(())
         }
         LinkFrame::TimeProbe { id, t1 } => {
-            let t2 = st.fed.clock();
+            // Stamped with our network time, so the prober syncs to it.
+            let t2 = st.fed.network_time();
             let reply = LinkFrame::TimeReply {
                 id,
                 t1,
                 t2,
-                t3: st.fed.clock(),
+                t3: st.fed.network_time(),
             };
             let _ = c.outbox.send_link(&reply, c.max_control);
             Ok(())
         }
         LinkFrame::TimeReply { id, t1, t2, t3 } => {
             let t4 = st.fed.clock();
+            let mut sample = None;
             if let Some(l) = st.fed.links.get_mut(&peer) {
                 if l.probe == (id, t1) && t4 >= t1 && t3 >= t2 {
                     let rtt = (t4 - t1).saturating_sub(t3 - t2);
                     let offset = ((t2 as i128 - t1 as i128) + (t3 as i128 - t4 as i128)) / 2;
+                    let offset = offset.clamp(i64::MIN as i128, i64::MAX as i128) as i64;
                     l.rtt_ns = Some(rtt);
-                    l.offset_ns = Some(offset.clamp(i64::MIN as i128, i64::MAX as i128) as i64);
+                    l.offset_ns = Some(offset);
+                    sample = Some((rtt, offset));
+                }
+            }
+            let me = st.fed.me();
+            let reference = st.fed.topo.time_reference();
+            st.fed.net.follow(reference, me);
+            if let Some((rtt, offset)) = sample {
+                if st.fed.topo.parent_toward(reference) == Some(peer) {
+                    st.fed.net.sample(rtt, offset);
                 }
             }
             Ok(())
@@ -766,6 +894,8 @@ pub(crate) async fn run(state: Arc<Locked<State>>, lane: crate::lane::LaneOf, ds
                 st.fed.flood(&a, None, max);
             }
         }
+        let (reference, me) = (st.fed.topo.time_reference(), st.fed.me());
+        st.fed.net.follow(reference, me);
         let now = now_ns();
         if now >= next_probe {
             next_probe = now + PROBE_EVERY_NS;

@@ -51,6 +51,6 @@ pub use tagwire_router::{FilterInfo, FilterLevel, Listing, RouterConfig, RouterH
 pub mod router {
     pub use tagwire_router::{
         auth, config, local, FederationConfig, FederationInfo, Limits, LinkInfo, Router,
-        RouterConfig, RouterError, RouterHandle, TlsConfig,
+        RouterConfig, RouterError, RouterHandle, TimeInfo, TlsConfig,
     };
 }

@@ -547,6 +547,14 @@ impl Session {
         }
     }
 
+    /// The daemon's network time (its clock corrected by its offset to the
+    /// network's reference daemon, docs/time.md), with the offset and its
+    /// error bound. Stamp events with it to compare times across hosts.
+    pub fn network_time(&self) -> Result<tagwire_router::TimeInfo> {
+        let v = self.admin(&serde_json::json!({"op": "time"}))?;
+        serde_json::from_value(v).map_err(|e| Error::BadReply(format!("time reply: {e}")))
+    }
+
     /// Sends an admin request (`docs/admin.md`) and returns the JSON reply.
     pub fn admin(&self, request: &serde_json::Value) -> Result<serde_json::Value> {
         let body = request.to_string();

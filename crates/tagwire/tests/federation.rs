@@ -262,3 +262,64 @@ fn a_link_opens_one_connection_per_band_and_events_cross_on_their_priority_band(
         );
     }
 }
+
+#[test]
+fn linked_daemons_agree_on_network_time_despite_a_skewed_clock() {
+    // b's clock runs 50 ms ahead (software skew): its network time follows
+    // the reference (whichever of the two has the smaller node id).
+    let cfg = RouterConfig {
+        name: "b7".into(),
+        tcp: "127.0.0.1:0".parse().ok(),
+        unix: None,
+        federation: FederationConfig {
+            clock_offset_ms: 50,
+            ..FederationConfig::default()
+        },
+        ..RouterConfig::default()
+    };
+    let hb = Router::start(cfg).expect("start");
+    let b = Daemon {
+        url: format!("tcp://{}", hb.tcp_addr().expect("tcp")),
+        handle: hb,
+    };
+    let a = daemon("a7", vec![peer(&b)]);
+    let (sa, sb) = (a.session(), b.session());
+    let start = Instant::now();
+    loop {
+        let (ta, tb) = (
+            sa.network_time().expect("time"),
+            sb.network_time().expect("time"),
+        );
+        if ta.synced
+            && tb.synced
+            && ta.reference_node == tb.reference_node
+            && !ta.reference.is_empty()
+        {
+            break;
+        }
+        assert!(start.elapsed() < WAIT, "never synced: {ta:?} {tb:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let ta = sa.network_time().expect("time");
+    let tb = sb.network_time().expect("time");
+    let ta2 = sa.network_time().expect("time");
+    // b's own clock is 50 ms off a's; their network times are not.
+    let local_gap =
+        tb.local_time_ns as i128 - (ta.local_time_ns as i128 + ta2.local_time_ns as i128) / 2;
+    let net_gap =
+        tb.network_time_ns as i128 - (ta.network_time_ns as i128 + ta2.network_time_ns as i128) / 2;
+    assert!(
+        (40_000_000..60_000_000).contains(&local_gap),
+        "local clocks {local_gap} ns apart"
+    );
+    assert!(
+        net_gap.abs() < 10_000_000,
+        "network times {net_gap} ns apart: {ta:?} {tb:?}"
+    );
+    // The one that is not the reference corrected by about 50 ms.
+    let corrected = if ta.offset_ns == 0 { &tb } else { &ta };
+    assert!(
+        (40_000_000..60_000_000).contains(&corrected.offset_ns.abs()),
+        "{corrected:?}"
+    );
+}

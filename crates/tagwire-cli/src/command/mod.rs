@@ -20,6 +20,7 @@ mod list;
 mod ping;
 mod publish;
 pub mod subscribe;
+mod time;
 
 use std::time::Duration;
 
@@ -72,6 +73,7 @@ fn run_command(cli: Cli) -> CmdResult {
         Command::Sub(a) => subscribe::run(&connect()?, a),
         Command::List(a) => list::run(&connect()?, a),
         Command::Ping(a) => ping::run(&connect()?, a),
+        Command::Time(a) => time::run(&connect()?, a),
         Command::Bench(a) => bench::run(server.as_deref(), &tls, a),
         Command::Admin(a) => admin::run(&connect()?, a),
         Command::Place(a) => match tagwire_place::cli::run(&a) {

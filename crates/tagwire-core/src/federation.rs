@@ -153,11 +153,18 @@ pub struct Topology {
 impl Topology {
     /// The routing state of daemon `me`, knowing only itself.
     pub fn new(me: NodeId, name: &str, limits: Limits) -> Self {
+        Self::starting_at(me, name, limits, 0)
+    }
+
+    /// Like [`new`](Self::new), with advert versions counting up from
+    /// `version` — the daemon's start time, so that a daemon restarted
+    /// under the same node id supersedes its old adverts.
+    pub fn starting_at(me: NodeId, name: &str, limits: Limits, version: u64) -> Self {
         let mut nodes = HashMap::new();
         nodes.insert(
             me,
             Node {
-                version: 0,
+                version,
                 name: name.into(),
                 neighbors: Vec::new(),
                 interest: Vec::new(),
@@ -456,6 +463,154 @@ impl Topology {
     }
 }
 
+/// Most clock samples kept (NTP's clock filter keeps 8).
+pub const CLOCK_SAMPLES: usize = 8;
+/// A correction larger than this (ns) is stepped; smaller ones are slewed.
+pub const STEP_NS: i64 = 10_000_000;
+/// Most a slewed correction moves network time per sample (ns).
+pub const SLEW_NS: i64 = 500_000;
+/// The largest frequency error believed, parts per billion (±500 ppm).
+pub const MAX_FREQ_PPB: i64 = 500_000;
+
+/// One clock sample: when it was taken (local ns), its round trip, and the
+/// offset it measured (the parent's network time minus our clock).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Sample {
+    at: u64,
+    rtt: u64,
+    offset: i64,
+}
+
+/// The network clock (Narada §3, NTP-style), sans-I/O: this daemon's offset
+/// to the network's reference time, from samples of its parent's network
+/// time (NTP's four timestamps, reduced to a round trip and an offset by
+/// the caller). Of the last [`CLOCK_SAMPLES`] the one with the shortest
+/// round trip is trusted most (the least queueing); the frequency error of
+/// the local clock is the least-squares slope of the samples' offsets over
+/// time, so the offset is predicted between samples and an old best sample
+/// is carried forward by the drift since. A correction over [`STEP_NS`] is
+/// stepped; a smaller one moves network time by at most [`SLEW_NS`] per
+/// sample. Local time is an argument (ns): no clock is read here.
+#[derive(Debug, Clone, Default)]
+pub struct NetClock {
+    offset: i64,
+    freq_ppb: i64,
+    set_at: u64,
+    samples: VecDeque<Sample>,
+    reference: NodeId,
+    error: u64,
+    synced: bool,
+}
+
+impl NetClock {
+    /// The offset (network time minus local time) at local time `local`.
+    pub fn offset_at(&self, local: u64) -> i64 {
+        let age = local as i128 - self.set_at as i128;
+        let drift = age * self.freq_ppb as i128 / 1_000_000_000;
+        (self.offset as i128 + drift).clamp(i64::MIN as i128, i64::MAX as i128) as i64
+    }
+
+    /// The network time at local time `local`.
+    pub fn network_time(&self, local: u64) -> u64 {
+        local.saturating_add_signed(self.offset_at(local))
+    }
+
+    /// How far off the offset may be: half the trusted sample's round trip.
+    pub fn error(&self) -> u64 {
+        self.error
+    }
+
+    /// The local clock's estimated frequency error, parts per billion.
+    pub fn freq_ppb(&self) -> i64 {
+        self.freq_ppb
+    }
+
+    /// Whether a sample was taken (or this daemon is the reference).
+    pub fn synced(&self) -> bool {
+        self.synced
+    }
+
+    /// The reference followed.
+    pub fn reference(&self) -> NodeId {
+        self.reference
+    }
+
+    /// Follows `reference` from now on; `me` is this daemon (the reference
+    /// itself keeps offset 0). A new reference drops the old samples.
+    pub fn follow(&mut self, reference: NodeId, me: NodeId) {
+        if reference != self.reference {
+            self.reference = reference;
+            self.samples.clear();
+            self.synced = reference == me;
+            if self.synced {
+                self.offset = 0;
+                self.freq_ppb = 0;
+                self.error = 0;
+            }
+        }
+    }
+
+    /// Takes a sample taken at local time `at`: round trip `rtt` and the
+    /// measured `offset`. Samples with an absurd round trip (over 10 s) are
+    /// ignored.
+    pub fn sample(&mut self, at: u64, rtt: u64, offset: i64) {
+        if rtt > 10_000_000_000 {
+            return;
+        }
+        if self.samples.len() == CLOCK_SAMPLES {
+            self.samples.pop_front();
+        }
+        self.samples.push_back(Sample { at, rtt, offset });
+        let freq = self.slope().unwrap_or(self.freq_ppb);
+        let Some(best) = self
+            .samples
+            .iter()
+            .min_by_key(|s| (s.rtt, std::cmp::Reverse(s.at)))
+            .copied()
+        else {
+            return;
+        };
+        let carried = (at as i128 - best.at as i128) * freq as i128 / 1_000_000_000;
+        let target =
+            (best.offset as i128 + carried).clamp(i64::MIN as i128, i64::MAX as i128) as i64;
+        let current = self.offset_at(at);
+        let diff = target.saturating_sub(current);
+        self.offset = if !self.synced || diff.abs() > STEP_NS {
+            target
+        } else {
+            current + diff.clamp(-SLEW_NS, SLEW_NS)
+        };
+        self.set_at = at;
+        self.freq_ppb = freq;
+        self.error = best.rtt / 2;
+        self.synced = true;
+    }
+
+    /// The least-squares slope of offset over time, in ppb, once the
+    /// samples span at least 2 s; clamped to ±[`MAX_FREQ_PPB`].
+    fn slope(&self) -> Option<i64> {
+        let n = self.samples.len();
+        let first = self.samples.front()?.at;
+        let last = self.samples.back()?.at;
+        if n < 3 || last.saturating_sub(first) < 2_000_000_000 {
+            return None;
+        }
+        let xs: Vec<f64> = self.samples.iter().map(|s| (s.at - first) as f64).collect();
+        let ys: Vec<f64> = self.samples.iter().map(|s| s.offset as f64).collect();
+        let (mx, my) = (
+            xs.iter().sum::<f64>() / n as f64,
+            ys.iter().sum::<f64>() / n as f64,
+        );
+        let sxx: f64 = xs.iter().map(|x| (x - mx) * (x - mx)).sum();
+        let sxy: f64 = xs.iter().zip(&ys).map(|(x, y)| (x - mx) * (y - my)).sum();
+        if sxx <= 0.0 {
+            return None;
+        }
+        let ppb = (sxy / sxx * 1e9).clamp(-(MAX_FREQ_PPB as f64), MAX_FREQ_PPB as f64);
+        Some(ppb as i64)
+    }
+}
+
 /// Whether `n`'s path to the root (in `parent`) passes through `anc`.
 fn descends(parent: &BTreeMap<NodeId, NodeId>, mut n: NodeId, anc: NodeId) -> bool {
     loop {
@@ -707,6 +862,83 @@ mod tests {
         assert_eq!(t[3].parent_toward(1), Some(3));
         assert_eq!(t[1].parent_toward(1), Some(1));
         assert_eq!(t[0].parent_toward(1), None);
+    }
+
+    /// A local clock `offset_ns` + `ppm` off true time, probed once a second
+    /// through a link with `delay` each way and `jitter` of queueing on
+    /// either leg; returns the largest |estimate − truth| after `warmup`.
+    fn simulate(offset_ns: i64, ppm: i64, delay: u64, jitter: &[(u64, u64)], warmup: usize) -> i64 {
+        let local =
+            |t: u64| (t as i128 + offset_ns as i128 + t as i128 * ppm as i128 / 1_000_000) as u64;
+        let mut c = NetClock::default();
+        c.follow(1, 2);
+        let mut worst = 0;
+        for (k, (j1, j2)) in jitter.iter().enumerate() {
+            let t = 2_000_000_000_000 + k as u64 * 1_000_000_000;
+            // t1, t4 on our clock; t2 = t3 on the parent's (true time).
+            let t1 = local(t);
+            let t2 = t + delay + j1;
+            let t4 = local(t2 + delay + j2);
+            let rtt = t4 - t1;
+            let off = ((t2 as i128 - t1 as i128) + (t2 as i128 - t4 as i128)) / 2;
+            c.sample(t4, rtt, off as i64);
+            if k >= warmup {
+                // Half a second later, between samples.
+                let truth = t2 + delay + j2 + 500_000_000;
+                let err = c.network_time(local(truth)) as i64 - truth as i64;
+                worst = worst.max(err.abs());
+            }
+        }
+        worst
+    }
+
+    #[test]
+    fn a_skewed_clock_is_corrected_to_within_the_delay_asymmetry() {
+        // 19 s off and 150 ppm fast (Narada's Cardiff machine, and a drift).
+        let flat = vec![(0, 0); 40];
+        let worst = simulate(-19_235_000_000, 150, 200_000, &flat, 5);
+        assert!(worst < 50_000, "worst {worst}");
+        // Queueing on one leg only in every other sample: the min-delay
+        // sample is trusted, so the error stays near the clean samples'.
+        let noisy: Vec<(u64, u64)> = (0..40)
+            .map(|k| if k % 2 == 0 { (0, 0) } else { (3_000_000, 0) })
+            .collect();
+        assert!(simulate(5_000_000, -80, 200_000, &noisy, 8) < 200_000);
+    }
+
+    #[test]
+    fn without_samples_the_reference_keeps_offset_zero() {
+        let mut c = NetClock::default();
+        c.follow(7, 7);
+        assert!(c.synced());
+        assert_eq!(c.network_time(123), 123);
+        let mut other = NetClock::default();
+        other.follow(7, 9);
+        assert!(!other.synced());
+    }
+
+    proptest! {
+        /// Any sample sequence, however absurd, leaves a usable clock: no
+        /// panic, no overflow, the frequency within its bound.
+        #[test]
+        fn garbage_samples_never_panic(samples in prop::collection::vec((any::<u64>(), any::<u64>(), any::<i64>()), 0..40)) {
+            let mut c = NetClock::default();
+            c.follow(1, 2);
+            for (at, rtt, off) in samples {
+                c.sample(at, rtt, off);
+                let _ = c.network_time(at);
+                prop_assert!(c.freq_ppb().abs() <= MAX_FREQ_PPB);
+            }
+        }
+
+        /// With symmetric delays and any offset and drift within ±500 ppm,
+        /// the estimate converges to within 0.1 ms.
+        #[test]
+        fn symmetric_links_converge(offset in -1_000_000_000_000i64..1_000_000_000_000, ppm in -400i64..400, delay in 10_000u64..5_000_000) {
+            let flat = vec![(0, 0); 30];
+            let worst = simulate(offset, ppm, delay, &flat, 10);
+            prop_assert!(worst < 100_000, "worst error {worst} ns");
+        }
     }
 
     #[test]

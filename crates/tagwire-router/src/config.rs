@@ -77,6 +77,9 @@ pub struct FederationConfig {
     pub clock_offset_ms: i64,
     /// Software clock drift for experiments, parts per million.
     pub clock_skew_ppm: i64,
+    /// This daemon's node id (0: random per start, the default). Set it
+    /// to choose the time reference (the smallest id) in an experiment.
+    pub node_id: u64,
 }
 
 impl Default for FederationConfig {
@@ -91,6 +94,7 @@ impl Default for FederationConfig {
             link_queue_length: 65_536,
             clock_offset_ms: 0,
             clock_skew_ppm: 0,
+            node_id: 0,
         }
     }
 }

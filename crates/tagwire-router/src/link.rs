@@ -11,11 +11,11 @@
 //! Where an event goes is decided by core's [`Topology`] (link-state
 //! adverts, one shortest-path tree per origin); this module does the I/O.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tagwire_core::federation::{Applied, NodeId, Topology, MAX_HOPS};
+use tagwire_core::federation::{Applied, NetClock, NodeId, Topology, MAX_HOPS};
 use tagwire_core::queue::{BoundedQueue, DiscardPolicy, OrderPolicy};
 use tagwire_proto::{ErrorCode, EventRef, Interest, LinkFrame, LINK_VERSION};
 
@@ -53,70 +53,9 @@ pub(crate) struct Federation {
     epoch: u64,
     /// Band connections being dialed: (peer, band).
     band_dialing: std::collections::HashSet<(NodeId, String)>,
-    /// The network clock: this daemon's offset to the reference's time.
+    /// The network clock: this daemon's offset to the reference's time
+    /// (core's [`NetClock`], fed with the probes of the parent link).
     pub net: NetClock,
-}
-
-/// Most clock samples kept (NTP's clock filter keeps 8).
-const CLOCK_SAMPLES: usize = 8;
-/// A correction larger than this is stepped; smaller ones are slewed.
-const STEP_NS: i64 = 10_000_000;
-/// Most a correction moves network time per sample when slewing.
-const SLEW_NS: i64 = 500_000;
-
-/// The network clock (Narada §3, NTP-style): every daemon keeps its offset
-/// to the network's reference daemon (the reachable one with the smallest
-/// node id) by probing its parent toward the reference, whose replies are
-/// stamped with the parent's own network time; so offsets chain down the
-/// tree, hop by hop, as NTP strata do. Of the last 8 samples the one with
-/// the shortest round trip is taken (the least queueing); a correction over
-/// 10 ms is stepped, a smaller one slewed by at most 0.5 ms per sample.
-#[derive(Debug, Default)]
-pub(crate) struct NetClock {
-    /// Network time minus this daemon's clock, ns.
-    pub offset: i64,
-    /// The reference whose time this is.
-    pub reference: NodeId,
-    /// Recent samples from the parent: (round trip, offset).
-    samples: VecDeque<(u64, i64)>,
-    /// Half the best sample's round trip: how far off the offset may be.
-    pub error: u64,
-    /// Whether a sample has been taken (or this daemon is the reference).
-    pub synced: bool,
-}
-
-impl NetClock {
-    /// Takes a sample of the parent's network time.
-    fn sample(&mut self, rtt: u64, offset: i64) {
-        if self.samples.len() == CLOCK_SAMPLES {
-            self.samples.pop_front();
-        }
-        self.samples.push_back((rtt, offset));
-        let Some(&(best_rtt, target)) = self.samples.iter().min_by_key(|(r, _)| *r) else {
-            return;
-        };
-        let diff = target - self.offset;
-        if !self.synced || diff.abs() > STEP_NS {
-            self.offset = target;
-        } else {
-            self.offset += diff.clamp(-SLEW_NS, SLEW_NS);
-        }
-        self.error = best_rtt / 2;
-        self.synced = true;
-    }
-
-    /// Follows reference `reference` from now on (this daemon if it is it).
-    fn follow(&mut self, reference: NodeId, me: NodeId) {
-        if reference != self.reference {
-            self.reference = reference;
-            self.samples.clear();
-            self.synced = reference == me;
-            if self.synced {
-                self.offset = 0;
-                self.error = 0;
-            }
-        }
-    }
 }
 
 /// One live link.
@@ -171,14 +110,17 @@ pub(crate) struct BandConn {
 impl Federation {
     /// A daemon called `name`, alone, with a random node id.
     pub fn new(name: &str, config: &crate::config::FederationConfig) -> Self {
-        let me = loop {
-            let id = rand_u64();
-            if id != 0 {
-                break id;
-            }
+        let me = match config.node_id {
+            0 => loop {
+                let id = rand_u64();
+                if id != 0 {
+                    break id;
+                }
+            },
+            id => id,
         };
         Federation {
-            topo: Topology::new(
+            topo: Topology::starting_at(
                 me,
                 name,
                 tagwire_core::federation::Limits {
@@ -186,6 +128,7 @@ impl Federation {
                     max_interest: config.max_interest,
                     ..Default::default()
                 },
+                now_ns(),
             ),
             links: HashMap::new(),
             unwanted: 0,
@@ -217,33 +160,25 @@ impl Federation {
     /// What `tagwire time` shows.
     pub(crate) fn time_info(&self) -> TimeInfo {
         let local = self.clock();
+        let reference = match self.net.reference() {
+            0 => self.me(),
+            r => r,
+        };
         TimeInfo {
-            network_time_ns: local.saturating_add_signed(self.net.offset),
+            network_time_ns: self.net.network_time(local),
             local_time_ns: local,
-            offset_ns: self.net.offset,
-            error_ns: self.net.error,
-            synced: self.net.synced || self.net.reference == self.me() || self.net.reference == 0,
-            reference: self
-                .topo
-                .name_of(self.net.reference)
-                .or_else(|| self.topo.name_of(self.me()))
-                .unwrap_or_default()
-                .to_owned(),
-            reference_node: format!(
-                "{:016x}",
-                if self.net.reference == 0 {
-                    self.me()
-                } else {
-                    self.net.reference
-                }
-            ),
+            offset_ns: self.net.offset_at(local),
+            error_ns: self.net.error(),
+            synced: self.net.synced() || reference == self.me(),
+            reference: self.topo.name_of(reference).unwrap_or_default().to_owned(),
+            reference_node: format!("{reference:016x}"),
         }
     }
 
     /// The network time: this daemon's clock corrected by its offset to the
     /// reference (see [`NetClock`]).
     pub fn network_time(&self) -> u64 {
-        self.clock().saturating_add_signed(self.net.offset)
+        self.net.network_time(self.clock())
     }
 
     /// Floods `frame` to every link but `except`.
@@ -648,7 +583,7 @@ pub(crate) fn on_frame(
             st.fed.net.follow(reference, me);
             if let Some((rtt, offset)) = sample {
                 if st.fed.topo.parent_toward(reference) == Some(peer) {
-                    st.fed.net.sample(rtt, offset);
+                    st.fed.net.sample(t4, rtt, offset);
                 }
             }
             Ok(())

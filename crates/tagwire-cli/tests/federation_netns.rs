@@ -463,7 +463,7 @@ fn daemons_on_one_segment_discover_each_other_and_link() {
     let seg = Segment::new();
     let dirs = [DaemonDir::new(&[]), DaemonDir::new(&[])];
     let mut children = Vec::new();
-    for i in 0..2 {
+    for (i, dir) in dirs.iter().enumerate() {
         let addr = format!("10.201.0.{}:{PORT}", i + 1);
         let mut c = Command::new(env!("CARGO_BIN_EXE_tagwired"));
         c.args([
@@ -475,8 +475,8 @@ fn daemons_on_one_segment_discover_each_other_and_link() {
             &format!("s{i}"),
         ])
         .arg("--config")
-        .arg(dirs[i].path().join("tagwired.toml"))
-        .env("XDG_RUNTIME_DIR", dirs[i].path())
+        .arg(dir.path().join("tagwired.toml"))
+        .env("XDG_RUNTIME_DIR", dir.path())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
         children.push(seg.exec(i, &c).spawn().expect("spawn tagwired"));

@@ -368,3 +368,76 @@ fn swim_membership_sees_every_daemon_and_declares_a_dead_one_down() {
     }
     eprintln!("c declared down {:?} after it stopped", down.elapsed());
 }
+
+#[test]
+fn eight_daemons_with_subscribers_on_two_send_nothing_toward_the_others() {
+    // A tree: e0 root; e1, e2 under it; e3, e4 under e1; e5, e6 under e2;
+    // e7 under e6. Subscribers on e4 and e5; the publisher on e3.
+    let parent = [
+        None,
+        Some(0),
+        Some(0),
+        Some(1),
+        Some(1),
+        Some(2),
+        Some(2),
+        Some(6),
+    ];
+    let mut ds: Vec<Daemon> = Vec::new();
+    for (i, p) in parent.iter().enumerate() {
+        let peers = p.map(|p: usize| peer(&ds[p])).into_iter().collect();
+        ds.push(daemon(&format!("e{i}"), peers));
+    }
+    let s4 = ds[4].session();
+    let s5 = ds[5].session();
+    let r4 = s4.subscribe("/eff/**").receiver().expect("subscribe");
+    let r5 = s5.subscribe("/eff/**").receiver().expect("subscribe");
+    let sp = ds[3].session();
+    let p = sp.declare_publisher("/eff/pub").expect("publisher");
+    until_received(&p, "/eff/probe", &r4);
+    until_received(&p, "/eff/probe", &r5);
+    std::thread::sleep(Duration::from_millis(200));
+    drain(&r4);
+    drain(&r5);
+    let out = |d: &Daemon| -> Vec<(String, u64)> {
+        links(&d.session())
+            .into_iter()
+            .map(|l| (l.peer, l.events_out))
+            .collect()
+    };
+    let before: Vec<Vec<(String, u64)>> = ds.iter().map(out).collect();
+    for k in 0..100 {
+        p.publish("/eff/x", format!("{k}")).expect("publish");
+    }
+    for r in [&r4, &r5] {
+        let mut n = 0;
+        while n < 100 && r.recv_timeout(WAIT).expect("recv").is_some() {
+            n += 1;
+        }
+        assert_eq!(n, 100);
+        assert_eq!(drain(r), 0, "no duplicates");
+    }
+    // The paths 3→1→4 and 3→1→0→2→5: exactly one copy per link on them,
+    // none on any other link (toward e6, e7, or back).
+    let on_path = |from: &str, to: &str| {
+        [
+            ("e3", "e1"),
+            ("e1", "e4"),
+            ("e1", "e0"),
+            ("e0", "e2"),
+            ("e2", "e5"),
+        ]
+        .contains(&(from, to))
+    };
+    for (i, d) in ds.iter().enumerate() {
+        let from = format!("e{i}");
+        for (to, n) in out(d) {
+            let b = before[i]
+                .iter()
+                .find(|(p, _)| *p == to)
+                .map_or(0, |(_, n)| *n);
+            let want = if on_path(&from, &to) { 100 } else { 0 };
+            assert_eq!(n - b, want, "events on the link {from} → {to}");
+        }
+    }
+}

@@ -213,6 +213,18 @@ pub enum BenchMode {
     Latency,
     /// One publisher to N subscribers: per-subscriber msgs/s.
     Fanout,
+    /// Narada's audio/video conferencing load (Fig. 4–5, 7–9): a speaker per
+    /// meeting, N listeners; mean latency, RTP jitter, late packets.
+    Av,
+}
+
+/// What `tagwire bench av` sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AvKind {
+    /// 252 B every 30 ms (Narada's audio).
+    Audio,
+    /// H.263-like: 15 frames/s, ~740 B packets, 5,610 packets in 2 minutes.
+    Video,
 }
 
 /// `tagwire bench`.
@@ -233,6 +245,19 @@ pub struct BenchArgs {
     /// Run against an in-process router instead of a daemon.
     #[arg(long)]
     pub embedded: bool,
+    /// av: listener counts to run, comma-separated (a sweep).
+    #[arg(long, default_value = "100")]
+    pub listeners: String,
+    /// av: audio or video.
+    #[arg(long, value_enum, default_value_t = AvKind::Audio)]
+    pub kind: AvKind,
+    /// av: independent meetings (one speaker each); listeners split evenly.
+    #[arg(long, default_value_t = 1)]
+    pub meetings: usize,
+    /// av: the daemons (tcp://HOST:PORT, comma-separated); listeners and
+    /// speakers are spread evenly over them. Default: --server.
+    #[arg(long, value_delimiter = ',')]
+    pub daemons: Vec<String>,
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,

@@ -918,3 +918,50 @@ fn admin_qos_changes_a_live_channel_and_show_reports_it_with_its_level() {
     drop(sub);
     d.stop();
 }
+
+#[test]
+fn bench_av_reports_latency_jitter_and_counts_for_each_listener_count() {
+    let dir = temp_dir("bench-av");
+    let port = free_port();
+    let d = Daemon::start(&dir, port);
+    let out = d
+        .tagwire()
+        .args(["-s", &format!("tcp://127.0.0.1:{port}")])
+        .args([
+            "bench",
+            "av",
+            "--listeners",
+            "3,6",
+            "--duration",
+            "0.5",
+            "--json",
+        ])
+        .output()
+        .expect("run tagwire bench av");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let points: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let points = points.as_array().expect("an array of points");
+    assert_eq!(points.len(), 2);
+    for (p, n) in points.iter().zip([3u64, 6]) {
+        assert_eq!(p["listeners"], n);
+        assert_eq!(p["kind"], "audio");
+        let sent = p["packets_sent"].as_u64().expect("sent");
+        assert!(sent >= 10, "a packet every 30 ms for 0.5 s: {p}");
+        assert_eq!(p["packets_expected"].as_u64(), Some(sent * n));
+        assert!(p["packets_received"].as_u64().expect("received") > 0, "{p}");
+        assert!(p["mean_latency_ms"].as_f64().is_some() && p["mean_jitter_ms"].as_f64().is_some());
+    }
+    let bad = d
+        .tagwire()
+        .args(["-s", &format!("tcp://127.0.0.1:{port}")])
+        .args(["bench", "av", "--listeners", "0"])
+        .output()
+        .expect("run");
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--listeners"));
+    d.stop();
+}

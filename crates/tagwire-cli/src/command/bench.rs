@@ -38,6 +38,14 @@ impl Target {
 }
 
 pub fn run(server: Option<&str>, tls: &TlsOptions, a: BenchArgs) -> CmdResult {
+    if a.mode == crate::cli::BenchMode::Av {
+        let daemons = if a.daemons.is_empty() {
+            vec![server.unwrap_or("tcp://127.0.0.1:7700").to_owned()]
+        } else {
+            a.daemons.clone()
+        };
+        return super::bench_av::run(&daemons, &a);
+    }
     if a.size > MAX_SIZE {
         return Err(format!(
             "--size {} is over the benchmark's limit of {MAX_SIZE} bytes",
@@ -76,6 +84,7 @@ pub fn run(server: Option<&str>, tls: &TlsOptions, a: BenchArgs) -> CmdResult {
     };
     let duration = Duration::from_secs_f64(a.duration);
     let result = match a.mode {
+        BenchMode::Av => unreachable!("handled above"),
         BenchMode::Throughput => {
             let r = fan_out(&target, a.size, duration, 1)?;
             let rate = r.per_sub[0];

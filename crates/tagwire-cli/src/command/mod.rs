@@ -16,6 +16,7 @@ macro_rules! outln {
 
 mod admin;
 mod bench;
+mod bench_av;
 mod list;
 mod ping;
 mod publish;

@@ -233,6 +233,9 @@ pub enum Input {
     /// The connection is over (see [`Connection::closed`]); flush what
     /// [`Connection::poll_transmit`] still has and close the transport.
     Closed,
+    /// Server: a pull from a tag's history. Answer with
+    /// [`Connection::answer_pull`] or refuse (e.g. `NoHistory`).
+    Pull(tagwire_proto::Pull),
 }
 
 /// A client request's outcome.
@@ -244,6 +247,8 @@ pub enum Reply {
     Admin(String),
     /// `Error`.
     Err(ErrorCode, String),
+    /// `PullReply`: the events a pull asked for, or "gone".
+    Pulled(tagwire_proto::PullReply),
 }
 
 /// A `Publish` frame, split but not yet parsed: [`Publish::event`] parses
@@ -307,6 +312,7 @@ enum Pending {
         entry: Subscription,
     },
     Admin(u32),
+    Pull(u32),
 }
 
 /// What a client's outstanding request will change when it succeeds.
@@ -767,6 +773,10 @@ impl Connection {
                 self.pending = Pending::Admin(req);
                 Input::Admin { req, body }
             }
+            Frame::Pull(pull) => {
+                self.pending = Pending::Pull(pull.req);
+                Input::Pull(pull)
+            }
             Frame::Ping { nonce } => {
                 self.send(&Frame::Pong { nonce });
                 Input::Handled
@@ -914,7 +924,7 @@ impl Connection {
     pub fn accept(&mut self) {
         let req = match std::mem::replace(&mut self.pending, Pending::None) {
             Pending::None => return,
-            Pending::Ack(req) | Pending::Admin(req) => req,
+            Pending::Ack(req) | Pending::Admin(req) | Pending::Pull(req) => req,
             Pending::Declare { req, id, endpoint } => {
                 self.endpoints.insert(id, endpoint);
                 req
@@ -941,6 +951,28 @@ impl Connection {
         self.send(&Frame::AdminReply { req, body });
     }
 
+    /// Server: answers the pull last handed over with `reply` (its request
+    /// id is set here). A reply that cannot be encoded (more events than a
+    /// frame's count field holds) is refused as `Internal` instead.
+    pub fn answer_pull(&mut self, mut reply: tagwire_proto::PullReply) {
+        let req = match std::mem::replace(&mut self.pending, Pending::None) {
+            Pending::Pull(req) => req,
+            other => {
+                debug_assert!(false, "answer_pull without a pull: {other:?}");
+                return;
+            }
+        };
+        reply.req = req;
+        let frame = Frame::PullReply(reply);
+        if let Err(e) = frame.encode(&mut self.transmit) {
+            self.send(&Frame::Error {
+                req,
+                code: ErrorCode::Internal,
+                message: format!("cannot encode the pull reply: {e}"),
+            });
+        }
+    }
+
     /// Server: the request last handed over will be answered later (by a
     /// frame the driver encodes itself, e.g. an admin reply that waits for
     /// housekeeping). Returns its request id.
@@ -953,7 +985,7 @@ impl Connection {
     fn take_pending_req(&mut self) -> u32 {
         match std::mem::replace(&mut self.pending, Pending::None) {
             Pending::None => 0,
-            Pending::Ack(req) | Pending::Admin(req) => req,
+            Pending::Ack(req) | Pending::Admin(req) | Pending::Pull(req) => req,
             Pending::Declare { req, .. } | Pending::Subscribe { req, .. } => req,
         }
     }
@@ -1140,6 +1172,7 @@ impl Connection {
         match frame {
             Frame::Ok { req } => self.reply(req, Reply::Ok),
             Frame::AdminReply { req, body } => self.reply(req, Reply::Admin(body)),
+            Frame::PullReply(r) => self.reply(r.req, Reply::Pulled(r)),
             Frame::Error { req, code, message } => {
                 if req != 0 && self.outstanding.contains_key(&req) {
                     self.reply(req, Reply::Err(code, message))
@@ -1320,6 +1353,27 @@ impl Connection {
     /// Client: sends an admin request; returns its id.
     pub fn admin(&mut self, body: String) -> u32 {
         self.request(Outstanding::Plain, |req| Frame::Admin { req, body })
+    }
+
+    /// Client: pulls from `tag`'s history (`node` empty: the daemon
+    /// connected to; `publisher` empty: the tag's last publisher); returns
+    /// the request id its [`Reply::Pulled`] (or [`Reply::Err`]) answers.
+    pub fn pull(
+        &mut self,
+        node: &str,
+        publisher: &str,
+        tag: &str,
+        query: tagwire_proto::PullQuery,
+    ) -> u32 {
+        self.request(Outstanding::Plain, |req| {
+            Frame::Pull(tagwire_proto::Pull {
+                req,
+                node: node.to_owned(),
+                publisher: publisher.to_owned(),
+                tag: tag.to_owned(),
+                query,
+            })
+        })
     }
 
     /// Client: sends a `Ping` answered as request `req` (its `Pong`).

@@ -25,6 +25,7 @@ pub mod connection;
 pub mod defer;
 pub mod endpoint;
 pub mod filter;
+pub mod history;
 pub mod qos;
 pub mod queue;
 pub mod route;

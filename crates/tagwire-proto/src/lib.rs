@@ -21,6 +21,7 @@ mod event;
 mod excerpt;
 mod frame;
 pub mod limits;
+mod pull;
 mod reader;
 
 pub use error::{DecodeError, EncodeError, ErrorCode};
@@ -31,3 +32,4 @@ pub use frame::{
     FrameDecoder, StreamError, DELIVER_PREFIX_LEN, FRAME_HEADER_LEN, MAGIC, MIN_PROTOCOL_VERSION,
     PROTOCOL_VERSION, SESSION_ID_LEN,
 };
+pub use pull::{Pull, PullQuery, PullReply, PullStatus, MAX_PULL_REPLY_EVENTS};

@@ -389,6 +389,7 @@ fn list_page(
         expired: st.expired,
         filtered_at_source: st.filtered_at_source,
         deferred: st.deferred.len(),
+        history: crate::history::totals(st),
         memory: MemoryInfo {
             buffered_bytes: st.memory.used() as u64,
             max_buffered_bytes: st.memory.max() as u64,
@@ -817,6 +818,9 @@ pub struct Listing {
     /// Use of the router-wide memory budget.
     #[serde(default)]
     pub memory: MemoryInfo,
+    /// The pull buffers (`history`).
+    #[serde(default)]
+    pub history: crate::history::HistoryTotals,
     /// Set when the listing goes on in another page: send it back as
     /// `after` to get that page. Absent on the last page.
     #[serde(default, skip_serializing_if = "Option::is_none")]

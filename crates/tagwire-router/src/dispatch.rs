@@ -23,6 +23,7 @@ pub(crate) fn deliver(
     ev: &EventRef<'_>,
     deadline: u64,
 ) -> Option<Vec<String>> {
+    crate::history::record(st, event, ev);
     let mut reject = None;
     let mut expired_by_mapping = 0;
     let meta = EventMeta {

@@ -35,6 +35,7 @@ pub mod config;
 mod connection;
 mod dispatch;
 mod filters;
+mod history;
 mod lane;
 pub mod local;
 pub mod priority;
@@ -57,6 +58,7 @@ pub use admin::{
 };
 use auth::Authenticator;
 pub use config::{Limits, RouterConfig, TlsConfig};
+pub use history::HistoryTotals;
 use lane::LaneCommand;
 use state::State;
 use sync::Locked;
@@ -252,6 +254,7 @@ impl Router {
             let mut st = state.borrow_mut();
             st.qos_daemon = daemon_qos;
             st.refresh_supplier_limit();
+            history::layers_changed(&mut st);
             st.band_names = band_names;
         }
         if let Some(f) = &reservations_file {

@@ -201,6 +201,8 @@ pub(crate) struct State {
     )>,
     /// Admin requests for the admin lane (the lowest band's).
     pub admin_jobs: Option<tokio::sync::mpsc::UnboundedSender<crate::lane::AdminJob>>,
+    /// Pull buffers (the `history` QoS property).
+    pub history: crate::history::RouterHistory,
     next_conn: u64,
 }
 
@@ -213,6 +215,7 @@ impl State {
         );
         let filters = FilterBook::default();
         let memory = Arc::new(MemoryBudget::new(config.limits.max_buffered_bytes));
+        let history = crate::history::RouterHistory::new(&config);
         State {
             config,
             routes: Routes::new(filters.limits.clone()),
@@ -243,6 +246,7 @@ impl State {
             band_names: Vec::new(),
             lane_commands: Vec::new(),
             admin_jobs: None,
+            history,
             next_conn: 1,
         }
     }

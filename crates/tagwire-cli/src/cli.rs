@@ -234,6 +234,9 @@ pub enum BenchMode {
     Latency,
     /// One publisher to N subscribers: per-subscriber msgs/s.
     Fanout,
+    /// Pull of the latest event (history=1) against the latency round trip
+    /// measured in the same run: p50/p99 of each and their ratio.
+    Pull,
 }
 
 /// `tagwire bench`.

@@ -234,7 +234,8 @@ pub enum Input {
     /// [`Connection::poll_transmit`] still has and close the transport.
     Closed,
     /// Server: a pull from a tag's history. Answer with
-    /// [`Connection::answer_pull`] or refuse (e.g. `NoHistory`).
+    /// [`Connection::answer_pull`] or [`Connection::refuse_pull`] (e.g.
+    /// `NoHistory`; not counted as a protocol error).
     Pull(tagwire_proto::Pull),
 }
 
@@ -971,6 +972,21 @@ impl Connection {
                 message: format!("cannot encode the pull reply: {e}"),
             });
         }
+    }
+
+    /// Server: answers the pull last handed over with an `Error` that does
+    /// not count toward `max_protocol_errors`: a pull of something not held,
+    /// out of range or not readable is an answer, not a protocol mistake (a
+    /// polling client asks for the next sequence number before it exists).
+    pub fn refuse_pull(&mut self, code: ErrorCode, message: String) {
+        let req = match std::mem::replace(&mut self.pending, Pending::None) {
+            Pending::Pull(req) => req,
+            other => {
+                debug_assert!(false, "refuse_pull without a pull: {other:?}");
+                return;
+            }
+        };
+        let _ = self.refusal(code, req, message);
     }
 
     /// Server: the request last handed over will be answered later (by a

@@ -184,7 +184,7 @@ impl Pair {
                         held: a.held as u32,
                         events: a.events,
                     }),
-                    Err(e) => s.refuse(ErrorCode::NoHistory, e.to_string()),
+                    Err(e) => s.refuse_pull(ErrorCode::NoHistory, e.to_string()),
                 }
             }
             Input::Handled | Input::Refused { .. } | Input::Closed | Input::PeerError { .. } => {}
@@ -686,6 +686,7 @@ fn a_pull_is_handed_to_the_app_and_its_reply_paired_with_the_request() {
             other => panic!("request {req}: unexpected {other:?}"),
         }
     }
+    assert_eq!(p.server.protocol_errors(), 0, "a refused pull is an answer");
 }
 
 #[test]

@@ -458,7 +458,7 @@ impl Conn {
                     crate::history::answer(&self.state.borrow(), &pull, &self.rights, max_frame);
                 match answer {
                     Ok(reply) => self.engine.answer_pull(reply),
-                    Err((code, message)) => self.refuse(code, message),
+                    Err((code, message)) => self.engine.refuse_pull(code, message),
                 }
             }
             Input::Refused { code, message, .. } => self.note_error(code, &message),

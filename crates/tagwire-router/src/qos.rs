@@ -365,7 +365,9 @@ pub(crate) fn admin_qos(
     }
     // ...then put it in force.
     st.refresh_supplier_limit();
-    crate::history::layers_changed(st);
+    if set.contains_key("history") || unset.iter().any(|u| u == "history") {
+        crate::history::layers_changed(st);
+    }
     let mut dropped = 0;
     let changed = plans.len();
     for (ch, own, resolved) in plans {

@@ -267,3 +267,26 @@ fn a_malformed_pull_is_refused_and_the_connection_stays() {
     p.expect_error(ErrorCode::Malformed, "invalid pull query: 9");
     p.expect_alive();
 }
+
+#[test]
+fn refused_pulls_are_answers_not_protocol_errors() {
+    let (_h, mut p, _admin) = setup(Limits {
+        max_protocol_errors: 4,
+        ..Limits::default()
+    });
+    publish_seqs(&mut p, "/h/a", 1..=2);
+    for _ in 0..10 {
+        // A poller asking for the next sequence number before it exists.
+        refused(
+            pull(&mut p, "/h/a", "", "", PullQuery::Seq(3)),
+            ErrorCode::BadRequest,
+            "out of range",
+        );
+        refused(
+            pull(&mut p, "/none", "", "", PullQuery::Latest),
+            ErrorCode::NoHistory,
+            "/none",
+        );
+    }
+    p.expect_alive();
+}

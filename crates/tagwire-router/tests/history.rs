@@ -290,3 +290,73 @@ fn refused_pulls_are_answers_not_protocol_errors() {
     }
     p.expect_alive();
 }
+
+#[test]
+fn an_event_held_for_its_start_time_is_recorded_when_it_is_delivered() {
+    let (_h, mut p, _admin) = setup(Limits::default());
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_nanos() as u64;
+    let mut ev = event("/h/pub", "/h/later", "x");
+    ev.header.seq = 1;
+    ev.header.source_time_ns = now;
+    ev.header.start_time_ns = Some(now + 300_000_000);
+    p.publish_event(1, &ev);
+    refused(
+        pull(&mut p, "/h/later", "", "", PullQuery::Latest),
+        ErrorCode::NoHistory,
+        "/h/later",
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        match pull(&mut p, "/h/later", "", "", PullQuery::Latest) {
+            Frame::PullReply(r) => {
+                assert_eq!(seqs(&r), [1]);
+                break;
+            }
+            Frame::Error {
+                code: ErrorCode::NoHistory,
+                ..
+            } => {
+                assert!(std::time::Instant::now() < deadline, "never recorded");
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn an_event_too_large_for_the_pullers_frame_limit_is_refused_naming_it() {
+    let (h, mut p, _admin) = setup(Limits::default());
+    let mut ev = event("/h/pub", "/h/big", vec![0u8; 6000]);
+    ev.header.seq = 1;
+    p.publish_event(1, &ev);
+    p.expect_alive();
+    let mut small = Raw::hello_tcp_with(&h, 4096);
+    refused(
+        pull(&mut small, "/h/big", "", "", PullQuery::Latest),
+        ErrorCode::LimitReached,
+        "frame limit of 4096 bytes",
+    );
+    small.expect_alive();
+    assert_eq!(
+        seqs(&reply(pull(&mut p, "/h/big", "", "", PullQuery::Latest))),
+        [1]
+    );
+}
+
+#[test]
+fn history_is_not_a_channel_property() {
+    let h = start_tcp(Limits::default());
+    let mut c = Raw::hello_tcp(&h);
+    c.declare(1, tagwire_proto::EndpointKind::Subscriber, "/h/viewer");
+    match c.try_subscribe(1, 1, "/h/**", &[("history".into(), "5".into())]) {
+        Frame::Error { message, .. } => {
+            assert!(message.contains("history"), "{message}");
+            assert!(message.contains("daemon, tag"), "{message}");
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}

@@ -136,4 +136,19 @@ mod tests {
         assert!(parse_duration("2d").is_err());
         assert!(parse_duration("99999999999999h").is_err());
     }
+
+    proptest::proptest! {
+        #[test]
+        fn pull_arguments_parse_or_are_refused_without_panicking(s in ".{0,40}") {
+            let _ = parse_range(&s);
+            let _ = parse_duration(&s);
+            let _ = s.parse::<HistoryAt>();
+        }
+
+        #[test]
+        fn a_valid_range_parses_to_its_ends(a in 0u64..u64::MAX, len in 0u64..1000) {
+            let b = a.saturating_add(len);
+            proptest::prop_assert_eq!(parse_range(&format!("{a}..{b}")), Ok(Pull::SeqRange { first: a, last: b }));
+        }
+    }
 }

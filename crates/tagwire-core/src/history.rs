@@ -325,6 +325,9 @@ impl HistoryTable {
                     evicted += r.events.len() as u64;
                     freed += r.events.iter().map(|e| e.cost).sum::<usize>();
                 }
+                if t.last.as_ref() == Some(&p) {
+                    t.last = None;
+                }
             }
         }
         let name: Arc<str> = match t.rings.get_key_value(publisher) {

@@ -99,6 +99,9 @@ pub enum Command {
     List(ListArgs),
     /// Measure round trips to the router.
     Ping(PingArgs),
+    /// Show the daemon's network time: its clock corrected by its offset to
+    /// the network's reference daemon (docs/federation.md, "Time").
+    Time(TimeArgs),
     /// Benchmark throughput, latency or fan-out against a router.
     Bench(BenchArgs),
     /// Administer the router (QoS, filters).
@@ -160,7 +163,8 @@ pub struct PullArgs {
     #[arg(long, value_name = "ENDPOINT")]
     pub publisher: Option<String>,
     /// Where the history is kept: at_subscriber (default), at_publisher or
-    /// node:NAME (needs federation: refused for now).
+    /// node:NAME (only the connected daemon's own name: pulls are not
+    /// forwarded over daemon links yet).
     #[arg(long, value_name = "MODE", default_value = "at_subscriber")]
     pub at: String,
     /// One JSON object per event (the keys of `tagwire sub --json`).
@@ -210,6 +214,18 @@ pub struct SubArgs {
 #[derive(Debug, Args)]
 pub struct ListArgs {
     /// Print the raw JSON listing.
+    #[arg(long)]
+    pub json: bool,
+    /// Show only the links to other daemons: RTT, clock offset, traffic,
+    /// queue depth and drops (with --json: the federation part only).
+    #[arg(long)]
+    pub links: bool,
+}
+
+/// `tagwire time`.
+#[derive(Debug, Args)]
+pub struct TimeArgs {
+    /// Print the JSON reply.
     #[arg(long)]
     pub json: bool,
 }
@@ -288,10 +304,14 @@ pub enum AdminCommand {
         items: Vec<String>,
     },
     /// Show an endpoint's channels: each QoS value and the level it came
-    /// from, band, lane scheduling, DSCP, queue depth, drops and expiries.
+    /// from, band, lane scheduling, DSCP, queue depth, drops and expiries;
+    /// or `show link PEER`: a link to another daemon (RTT, clock offset,
+    /// traffic, queue, drops).
     Show {
-        /// An endpoint, or a tag pattern given to `qos`.
+        /// An endpoint, a tag pattern given to `qos`, or `link`.
         target: String,
+        /// With `link`: the peer daemon's name, node id or address.
+        peer: Option<String>,
         /// Print the JSON reply.
         #[arg(long)]
         json: bool,

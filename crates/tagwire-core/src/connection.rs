@@ -26,8 +26,9 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use tagwire_proto::{
-    kind, validate_max_frame, DecodeError, EndpointKind, ErrorCode, EventRef, Frame, FrameDecoder,
-    StreamError, FRAME_HEADER_LEN, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION, SESSION_ID_LEN,
+    is_link_kind, kind, link_frame_name, validate_max_frame, DecodeError, EndpointKind, ErrorCode,
+    EventRef, Frame, FrameDecoder, LinkFrame, StreamError, FRAME_HEADER_LEN, MIN_PROTOCOL_VERSION,
+    PROTOCOL_VERSION, SESSION_ID_LEN,
 };
 
 use crate::tags::validate_tag;
@@ -233,6 +234,9 @@ pub enum Input {
     /// The connection is over (see [`Connection::closed`]); flush what
     /// [`Connection::poll_transmit`] still has and close the transport.
     Closed,
+    /// Either side, established: a link frame from another daemon (decoded,
+    /// not yet trusted: the router decides whether this is a peer link).
+    Link(LinkFrame),
     /// Server: a pull from a tag's history. Answer with
     /// [`Connection::answer_pull`] or [`Connection::refuse_pull`] (e.g.
     /// `NoHistory`; not counted as a protocol error).
@@ -622,6 +626,15 @@ impl Connection {
     fn server_frame(&mut self, k: u8, body: Bytes, frame_len: usize) -> Input {
         if k == kind::PUBLISH && self.phase == Phase::Established {
             return self.publish(body, frame_len);
+        }
+        if is_link_kind(k) && self.phase == Phase::Established {
+            return match LinkFrame::decode(k, body) {
+                Ok(f) => Input::Link(f),
+                Err(e) => {
+                    let message = format!("bad {} frame: {e}", link_frame_name(k));
+                    self.protocol_error(decode_code(&e), 0, message)
+                }
+            };
         }
         let frame = match Frame::decode(k, body) {
             Ok(f) => f,
@@ -1108,6 +1121,14 @@ impl Connection {
         }
     }
 
+    /// Queues a link frame (see `tagwire_proto::LinkFrame`); only a daemon
+    /// on a peer link sends these, on either side.
+    pub fn send_link(&mut self, frame: &LinkFrame) {
+        if let Err(e) = frame.encode(&mut self.transmit) {
+            debug_assert!(false, "cannot encode {frame:?}: {e}");
+        }
+    }
+
     fn send(&mut self, frame: &Frame) {
         if let Err(e) = frame.encode(&mut self.transmit) {
             // Only over-long text can fail to encode; cut it and say so.
@@ -1126,6 +1147,12 @@ impl Connection {
             return Input::Deliver {
                 sub,
                 event: body.slice(4..),
+            };
+        }
+        if is_link_kind(k) && self.phase == Phase::Established {
+            return match LinkFrame::decode(k, body) {
+                Ok(f) => Input::Link(f),
+                Err(e) => self.client_error(format!("bad {} frame: {e}", link_frame_name(k))),
             };
         }
         let frame = match Frame::decode(k, body) {

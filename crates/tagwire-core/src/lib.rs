@@ -24,6 +24,7 @@
 pub mod connection;
 pub mod defer;
 pub mod endpoint;
+pub mod federation;
 pub mod filter;
 pub mod history;
 pub mod qos;

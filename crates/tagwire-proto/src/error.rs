@@ -211,7 +211,7 @@ error_codes! {
     /// A `Pull` on a tag that keeps no history (its `history` is 0), or on
     /// a publisher the tag's history does not know.
     NoHistory = 21,
-    /// A `Pull` (or QoS) naming a node this daemon cannot reach: named
-    /// nodes need federation (daemon-to-daemon links).
+    /// A `Pull` naming a node other than the daemon that got it: pulls are
+    /// not forwarded over daemon links yet.
     UnknownNode = 22,
 }

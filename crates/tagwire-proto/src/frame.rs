@@ -504,6 +504,7 @@ pub fn frame_name(kind_code: u8) -> &'static str {
         kind::UNDECLARE_ENDPOINT => "UndeclareEndpoint",
         kind::PULL => "Pull",
         kind::PULL_REPLY => "PullReply",
+        k if crate::link::is_link_kind(k) => crate::link::link_frame_name(k),
         _ => "unknown frame",
     }
 }

@@ -21,6 +21,7 @@ mod event;
 mod excerpt;
 mod frame;
 pub mod limits;
+mod link;
 mod pull;
 mod reader;
 
@@ -31,5 +32,9 @@ pub use frame::{
     deliver_prefix, encode_publish, frame_name, kind, validate_max_frame, EndpointKind, Frame,
     FrameDecoder, StreamError, DELIVER_PREFIX_LEN, FRAME_HEADER_LEN, MAGIC, MIN_PROTOCOL_VERSION,
     PROTOCOL_VERSION, SESSION_ID_LEN,
+};
+pub use link::{
+    forward_prefix, is_link_kind, link_frame_name, link_kind, Interest, LinkFrame,
+    FORWARD_PREFIX_LEN, LINK_VERSION, MAX_ADVERT_INTEREST, MAX_ADVERT_NEIGHBORS, MAX_PEER_BANDS,
 };
 pub use pull::{Pull, PullQuery, PullReply, PullStatus, MAX_PULL_REPLY_EVENTS};

@@ -222,7 +222,8 @@ pub struct Pull {
     /// Request id echoed in the `PullReply` or `Error`.
     pub req: u32,
     /// Where the history is kept: empty for the daemon that gets the frame,
-    /// `NAME` for the named node (needs federation).
+    /// `NAME` for the named node (the receiving daemon serves its own name
+    /// and refuses any other with `UnknownNode`).
     pub node: String,
     /// Publisher endpoint whose history to read; empty: the tag's publisher
     /// that published last.

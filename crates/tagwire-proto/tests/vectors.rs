@@ -10,8 +10,8 @@ use bytes::{Bytes, BytesMut};
 use common::{doc_vectors, parse_vectors, seed_corpus, Vector};
 use tagwire_proto::limits::MIN_MAX_FRAME;
 use tagwire_proto::{
-    DecodeError, EndpointKind, ErrorCode, Event, EventRef, Expiry, Frame, FrameDecoder, Pull,
-    PullQuery, PullReply, PullStatus, StreamError, Value,
+    DecodeError, EndpointKind, ErrorCode, Event, EventRef, Expiry, Frame, FrameDecoder, Interest,
+    LinkFrame, Pull, PullQuery, PullReply, PullStatus, StreamError, Value,
 };
 
 const TS: u64 = 1_700_000_000_000_000_000;
@@ -304,6 +304,67 @@ fn valid_vectors() -> Vec<(&'static str, Frame, Option<Event>)> {
     ]
 }
 
+/// What each link-frame vector decodes to.
+fn link_vectors() -> Vec<(&'static str, LinkFrame)> {
+    vec![
+        (
+            "link_peer",
+            LinkFrame::Peer {
+                version: 1,
+                node: 0x0102_0304_0506_0708,
+                name: "a".into(),
+                cluster: "tagwire".into(),
+                band: "normal".into(),
+                bands: vec![("high".into(), 7703)],
+            },
+        ),
+        (
+            "link_advert",
+            LinkFrame::Advert {
+                origin: 1,
+                version: 3,
+                name: "b".into(),
+                neighbors: vec![2],
+                interest: vec![Interest {
+                    pattern: "/a/**".into(),
+                    filter: String::new(),
+                }],
+            },
+        ),
+        (
+            "link_forward",
+            LinkFrame::Forward {
+                origin: 0x0102_0304_0506_0708,
+                hops: 2,
+                event: Bytes::from_static(&[0xde, 0xad]),
+            },
+        ),
+        (
+            "link_time_reply",
+            LinkFrame::TimeReply {
+                id: 7,
+                t1: 1,
+                t2: 2,
+                t3: 3,
+            },
+        ),
+    ]
+}
+
+#[test]
+fn link_vectors_decode_to_the_documented_frame_and_reencode_byte_exact() {
+    for (name, expected) in link_vectors() {
+        let v = vector(name);
+        let (kind, body) = split_one(name, &v.bytes);
+        assert_eq!(kind, expected.kind(), "{name}: frame type");
+        let frame = LinkFrame::decode(kind, body).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(frame, expected, "{name}");
+        let mut out = BytesMut::new();
+        expected.encode(&mut out).expect("documented frame encodes");
+        assert_eq!(&out[..], &v.bytes[..], "{name}");
+    }
+}
+
 /// Where an invalid vector is refused.
 #[derive(Debug)]
 enum Refusal {
@@ -461,6 +522,7 @@ fn every_doc_vector_is_checked_and_every_checked_vector_is_in_the_doc() {
     let checked: BTreeSet<String> = valid_vectors()
         .iter()
         .map(|(n, ..)| n.to_string())
+        .chain(link_vectors().iter().map(|(n, _)| n.to_string()))
         .chain(invalid_vectors().iter().map(|(n, ..)| n.to_string()))
         .collect();
     assert_eq!(in_doc, checked);
@@ -594,9 +656,16 @@ fn seed_corpus_session_splits_into_every_valid_vector() {
     let mut buf = BytesMut::from(&session[..]);
     let dec = FrameDecoder::new(MIN_MAX_FRAME);
     let mut frames = Vec::new();
+    let mut links = Vec::new();
     while let Some((kind, body)) = dec.next_raw(&mut buf).expect("session splits") {
-        frames.push(Frame::decode(kind, body).expect("valid vector decodes"));
+        if tagwire_proto::is_link_kind(kind) {
+            links.push(LinkFrame::decode(kind, body).expect("valid link vector decodes"));
+        } else {
+            frames.push(Frame::decode(kind, body).expect("valid vector decodes"));
+        }
     }
+    let want_links: Vec<LinkFrame> = link_vectors().into_iter().map(|(_, f)| f).collect();
+    assert_eq!(links, want_links);
     assert!(buf.is_empty());
     let want: Vec<Frame> = valid_vectors().into_iter().map(|(_, f, _)| f).collect();
     assert_eq!(frames, want);

@@ -31,6 +31,9 @@ const JSON_WHITESPACE: [char; 4] = [' ', '\t', '\n', '\r'];
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
 #[non_exhaustive]
 pub enum AdminRequest {
+    /// The daemon's network time (Narada §3): its clock corrected by its
+    /// offset to the network's reference daemon (`tagwire time`).
+    Time,
     /// Lists connections, endpoints, subscriptions and tags, one page at a
     /// time: a page that does not end the listing carries `next`, to send
     /// back as `after`.
@@ -179,6 +182,10 @@ pub(crate) fn handle(
         })
     };
     match request {
+        AdminRequest::Time => encode(Ok(
+            serde_json::to_value(st.fed.time_info()).unwrap_or_default()
+        ))
+        .map(Reply::Now),
         AdminRequest::List { after, limit } => {
             let page = list_page(st, after.as_deref(), page_items(limit)?, budget, who)?;
             serde_json::to_string(&page).map(Reply::Now).map_err(|e| {
@@ -233,6 +240,22 @@ pub(crate) fn handle(
                 who.may_touch(st, c)
             })?;
             encode(Ok(reply)).map(Reply::Now)
+        }
+        AdminRequest::Show { target } if target.starts_with("link:") || target == "links" => {
+            let info = st.fed.info(&st.config.default_band);
+            let want = target.trim_start_matches("link:");
+            let links: Vec<_> = info
+                .links
+                .into_iter()
+                .filter(|l| target == "links" || l.peer == want || l.node == want || l.addr == want)
+                .collect();
+            if links.is_empty() {
+                return Err((
+                    ErrorCode::BadRequest,
+                    format!("no link to {want:?} (see `tagwire list --links`)"),
+                ));
+            }
+            encode(Ok(serde_json::json!({ "links": links }))).map(Reply::Now)
         }
         AdminRequest::Show { target } => {
             // About 1.5 KiB per channel shown.
@@ -396,6 +419,8 @@ fn list_page(
             discarded_events: st.memory.discards(),
             refused_connections: st.memory.refusals(),
         },
+        federation: (after.is_none() && !(st.fed.links.is_empty() && st.fed.topo.is_empty()))
+            .then(|| st.fed.info(&st.config.default_band)),
         next: None,
     };
     let mut fill = PageFill::new(json_len(&page), limit, budget);
@@ -818,6 +843,9 @@ pub struct Listing {
     /// Use of the router-wide memory budget.
     #[serde(default)]
     pub memory: MemoryInfo,
+    /// Links to other daemons (on the first page; absent when alone).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub federation: Option<crate::link::FederationInfo>,
     /// The pull buffers (`history`).
     #[serde(default)]
     pub history: crate::history::HistoryTotals,

@@ -39,7 +39,9 @@ use std::sync::{Arc, Weak};
 use bytes::{Bytes, BytesMut};
 use tagwire_core::qos::{QosLayer, Resolved};
 use tagwire_core::queue::{BoundedQueue, ItemKeys, Pushed, QueueItem};
-use tagwire_proto::{deliver_prefix, Frame, DELIVER_PREFIX_LEN};
+use tagwire_proto::{
+    deliver_prefix, forward_prefix, Frame, LinkFrame, DELIVER_PREFIX_LEN, FORWARD_PREFIX_LEN,
+};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::Notify;
 
@@ -142,6 +144,11 @@ pub(crate) struct Queued {
     /// Its priority on this channel (the event's under `client_propagated`,
     /// the channel's under `server_declared`), for `order`/`discard=priority`.
     pub priority: u8,
+    /// On a link: the daemon it was published at, and the links it has
+    /// crossed (written into its `Forward` frame).
+    pub origin: u64,
+    /// On a link: links crossed before this one.
+    pub hops: u8,
 }
 
 impl QueueItem for Queued {
@@ -162,6 +169,10 @@ pub(crate) struct EventMeta {
     pub source_time: u64,
     /// Its priority.
     pub priority: u8,
+    /// The daemon it was published at (0: this one, on a client channel).
+    pub origin: u64,
+    /// Links it has crossed so far.
+    pub hops: u8,
 }
 
 impl EventMeta {
@@ -170,7 +181,49 @@ impl EventMeta {
             deadline: tagwire_core::defer::deadline(ev),
             source_time: ev.source_time_ns,
             priority: ev.priority,
+            origin: 0,
+            hops: 0,
         }
+    }
+}
+
+/// Where a channel's events go: the frame its writer wraps each in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Destination {
+    /// A client's subscription: `Deliver` frames.
+    Subscriber,
+    /// A link to another daemon: `Forward` frames with origin and hops.
+    Link,
+}
+
+/// The bytes written before an event: a `Deliver` or `Forward` prefix.
+#[derive(Debug, Clone, Copy)]
+struct Prefix {
+    bytes: [u8; FORWARD_PREFIX_LEN],
+    len: u8,
+}
+
+impl Prefix {
+    fn of(ch: &Channel, q: &Queued) -> Self {
+        let mut bytes = [0u8; FORWARD_PREFIX_LEN];
+        let len = match ch.destination {
+            Destination::Subscriber => {
+                bytes[..DELIVER_PREFIX_LEN].copy_from_slice(&deliver_prefix(ch.sub, q.event.len()));
+                DELIVER_PREFIX_LEN
+            }
+            Destination::Link => {
+                bytes = forward_prefix(q.origin, q.hops, q.event.len());
+                FORWARD_PREFIX_LEN
+            }
+        };
+        Prefix {
+            bytes,
+            len: len as u8,
+        }
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        &self.bytes[..self.len as usize]
     }
 }
 
@@ -187,6 +240,8 @@ pub(crate) struct ChannelQosState {
 pub(crate) struct Channel {
     /// The client's subscription id (goes into `Deliver`).
     pub sub: u32,
+    /// What its events are framed as.
+    pub destination: Destination,
     /// The subscriber endpoint's name.
     pub endpoint: Arc<str>,
     /// The pattern as written.
@@ -271,6 +326,7 @@ impl Channel {
     ) -> Self {
         Channel {
             sub,
+            destination: Destination::Subscriber,
             endpoint,
             pattern,
             queue: Locked::new(queue),
@@ -300,6 +356,12 @@ impl Channel {
             budget,
             pinned: Count::new(0),
         }
+    }
+
+    /// Makes this the forwarding queue of a link to another daemon.
+    pub(crate) fn for_link(mut self) -> Self {
+        self.destination = Destination::Link;
+        self
     }
 
     /// Shares `count` (events queued for the subscriber endpoint) with the
@@ -433,6 +495,8 @@ impl Channel {
             } else {
                 meta.priority
             },
+            origin: meta.origin,
+            hops: meta.hops,
         };
         let max = self.consumer_max.get();
         if max != 0 && self.consumer.get() >= max {
@@ -544,6 +608,20 @@ impl Outbox {
         true
     }
 
+    /// Queues a link frame (see [`LinkFrame`]), like [`send`](Self::send).
+    pub(crate) fn send_link(&self, frame: &LinkFrame, max: usize) -> bool {
+        let mut c = self.control.borrow_mut();
+        if c.len() > max {
+            return false;
+        }
+        if let Err(e) = frame.encode(&mut c) {
+            tracing::error!("cannot encode a link frame: {e}");
+        }
+        drop(c);
+        self.notify.notify_one();
+        true
+    }
+
     /// Queues encoded control frames (from the protocol engine). Returns
     /// false if control bytes exceed `max`: the caller closes.
     pub(crate) fn send_encoded(&self, frames: &[u8], max: usize) -> bool {
@@ -566,7 +644,7 @@ impl Outbox {
     /// Writes queued frames to `w` until [`close`](Self::close) and empty.
     pub(crate) async fn run_writer<W: AsyncWrite + Unpin>(&self, mut w: W) -> std::io::Result<()> {
         let mut bodies: Vec<Bytes> = Vec::with_capacity(BATCH_EVENTS);
-        let mut prefixes: Vec<[u8; DELIVER_PREFIX_LEN]> = Vec::with_capacity(BATCH_EVENTS);
+        let mut prefixes: Vec<Prefix> = Vec::with_capacity(BATCH_EVENTS);
         loop {
             let control = self.control.borrow_mut().split().freeze();
             let wake = self.gather(&mut bodies, &mut prefixes, control.len());
@@ -590,7 +668,7 @@ impl Outbox {
                 slices.push(IoSlice::new(&control));
             }
             for (p, b) in prefixes.iter().zip(&bodies) {
-                slices.push(IoSlice::new(p));
+                slices.push(IoSlice::new(p.as_slice()));
                 slices.push(IoSlice::new(b));
             }
             write_all_vectored(&mut w, &mut slices).await?;
@@ -607,7 +685,7 @@ impl Outbox {
     fn gather(
         &self,
         bodies: &mut Vec<Bytes>,
-        prefixes: &mut Vec<[u8; DELIVER_PREFIX_LEN]>,
+        prefixes: &mut Vec<Prefix>,
         mut total: usize,
     ) -> Option<u64> {
         let mut ready = self.ready.borrow_mut();
@@ -636,19 +714,17 @@ impl Outbox {
             let (mut taken, mut expired) = (0u64, 0u64);
             let turn = ch.batch.get();
             while taken < turn && bodies.len() < BATCH_EVENTS && total < BATCH_BYTES {
-                let Some(Queued {
-                    event, deadline, ..
-                }) = q.pop()
-                else {
+                let Some(item) = q.pop() else {
                     break;
                 };
-                if deadline != NEVER && *now.get_or_insert_with(now_ns) > deadline {
+                if item.deadline != NEVER && *now.get_or_insert_with(now_ns) > item.deadline {
                     expired += 1;
                     continue;
                 }
-                prefixes.push(deliver_prefix(ch.sub, event.len()));
-                total += DELIVER_PREFIX_LEN + event.len();
-                bodies.push(event);
+                let prefix = Prefix::of(&ch, &item);
+                total += prefix.len as usize + item.event.len();
+                prefixes.push(prefix);
+                bodies.push(item.event);
                 taken += 1;
             }
             ch.delivered.set(ch.delivered.get() + taken);
@@ -697,6 +773,8 @@ mod tests {
         deadline: NEVER,
         source_time: 0,
         priority: 64,
+        origin: 0,
+        hops: 0,
     };
 
     fn channel(budget: &Arc<MemoryBudget>) -> (Arc<Outbox>, Arc<Channel>) {
@@ -724,7 +802,10 @@ mod tests {
         let _ = outbox.gather(&mut bodies, &mut prefixes, 0);
         prefixes
             .iter()
-            .map(|p| u32::from_le_bytes([p[5], p[6], p[7], p[8]]))
+            .map(|p| {
+                let p = p.as_slice();
+                u32::from_le_bytes([p[5], p[6], p[7], p[8]])
+            })
             .collect()
     }
 

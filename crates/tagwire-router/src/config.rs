@@ -46,6 +46,105 @@ pub struct RouterConfig {
     /// Daemon-level QoS defaults (`[qos]`, property = "value"; see
     /// docs/configuration.md, "QoS reference").
     pub qos: std::collections::BTreeMap<String, String>,
+    /// Links to other daemons (`[federation]`; docs/federation.md).
+    pub federation: FederationConfig,
+}
+
+/// The `[federation]` section: which daemons to link with and the bounds of
+/// the routing tables.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FederationConfig {
+    /// Daemons to keep a link with, `tcp://HOST:PORT` or `HOST:PORT`
+    /// (also `tagwired --peer`, repeatable). Unreachable ones are retried
+    /// with backoff (100 ms doubling to 1 s).
+    pub peers: Vec<String>,
+    /// Only daemons with the same cluster name link.
+    pub cluster: String,
+    /// The token this daemon presents when it dials a peer whose
+    /// authentication is on (the peer must grant it the admin right).
+    pub token: String,
+    /// Most daemons known (adverts beyond it are refused).
+    pub max_nodes: usize,
+    /// Most interest entries one daemon may advertise.
+    pub max_interest: usize,
+    /// Most live links.
+    pub max_links: usize,
+    /// Events queued per link before the oldest is dropped.
+    pub link_queue_length: usize,
+    /// Software clock offset for experiments, ms (added to what this daemon
+    /// stamps and probes with; the namespaces of a test share one clock).
+    pub clock_offset_ms: i64,
+    /// Software clock drift for experiments, parts per million.
+    pub clock_skew_ppm: i64,
+    /// This daemon's node id (0: random per start, the default). Set it
+    /// to choose the time reference (the smallest id) in an experiment.
+    pub node_id: u64,
+}
+
+impl Default for FederationConfig {
+    fn default() -> Self {
+        FederationConfig {
+            peers: Vec::new(),
+            cluster: "tagwire".into(),
+            token: String::new(),
+            max_nodes: 1024,
+            max_interest: 4096,
+            max_links: 64,
+            link_queue_length: 65_536,
+            clock_offset_ms: 0,
+            clock_skew_ppm: 0,
+            node_id: 0,
+        }
+    }
+}
+
+impl FederationConfig {
+    /// Checks peer addresses and bounds, naming the bad value.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        for p in &self.peers {
+            let a = p.strip_prefix("tcp://").unwrap_or(p);
+            let ok = a.rsplit_once(':').is_some_and(|(h, port)| {
+                !h.is_empty() && port.parse::<u16>().is_ok_and(|p| p != 0)
+            });
+            if !ok {
+                return Err(ConfigError::Invalid(format!(
+                    "federation.peers: {p:?} is not tcp://HOST:PORT"
+                )));
+            }
+        }
+        for (name, v) in [
+            ("max_nodes", self.max_nodes),
+            ("max_interest", self.max_interest),
+            ("max_links", self.max_links),
+            ("link_queue_length", self.link_queue_length),
+        ] {
+            if v == 0 {
+                return Err(ConfigError::Invalid(format!(
+                    "federation.{name} = 0: it must be at least 1"
+                )));
+            }
+        }
+        if self.max_interest > tagwire_proto::MAX_ADVERT_INTEREST {
+            return Err(ConfigError::Invalid(format!(
+                "federation.max_interest = {} is over the protocol's {}",
+                self.max_interest,
+                tagwire_proto::MAX_ADVERT_INTEREST
+            )));
+        }
+        if self.cluster.len() > 255 {
+            return Err(ConfigError::Invalid(
+                "federation.cluster is longer than 255 bytes".into(),
+            ));
+        }
+        if self.clock_skew_ppm.abs() > 100_000 || self.clock_offset_ms.abs() > 86_400_000 {
+            return Err(ConfigError::Invalid(
+                "federation.clock_skew_ppm must be within ±100000 and clock_offset_ms within a day"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// The `[tls]` section: when present the TCP listener speaks TLS only.
@@ -230,6 +329,7 @@ impl Default for RouterConfig {
             bands: crate::band::default_bands(),
             default_band: crate::band::DEFAULT_BAND.into(),
             qos: Default::default(),
+            federation: FederationConfig::default(),
         }
     }
 }
@@ -311,6 +411,7 @@ impl RouterConfig {
 
     /// Checks ranges that the types alone do not.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        self.federation.validate()?;
         tagwire_proto::validate_max_frame(self.limits.max_frame).map_err(|_| {
             ConfigError::Invalid(format!(
                 "limits.max_frame = {} is outside {}..={}",

@@ -83,6 +83,10 @@ struct Conn {
     origin: Instant,
     /// Rate limit on this connection's error log lines.
     log: ConnLog,
+    /// Whether this daemon dialed (a link to a configured peer).
+    dialed: bool,
+    /// The peer daemon's node id, once this connection is a link.
+    link: Option<u64>,
 }
 
 /// A compiled `filter` or `map` subscription property.
@@ -103,8 +107,57 @@ pub(crate) async fn serve<R, W>(
     transport: Transport,
     lane: LaneOf,
     socket: Option<std::os::fd::OwnedFd>,
+    reader: R,
+    writer: W,
+) where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin + 'static,
+{
+    serve_with(state, peer, transport, lane, socket, reader, writer, None).await
+}
+
+/// Serves a link this daemon dialed to peer `addr` (see [`crate::link`]):
+/// the same loop as [`serve`], with the engine's client side.
+pub(crate) async fn dial_serve<R, W>(
+    state: Arc<Locked<State>>,
+    addr: String,
+    lane: LaneOf,
+    socket: Option<std::os::fd::OwnedFd>,
+    reader: R,
+    writer: W,
+) where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin + 'static,
+{
+    let hello = engine::ClientHello {
+        name: format!("link:{}", state.borrow().config.name),
+        token: crate::link::token_for(&state.borrow().config.federation.token, &addr),
+        session: [0; SESSION_ID_LEN],
+    };
+    let transport = Transport::Tcp { cert: None };
+    serve_with(
+        state,
+        addr,
+        transport,
+        lane,
+        socket,
+        reader,
+        writer,
+        Some(hello),
+    )
+    .await
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn serve_with<R, W>(
+    state: Arc<Locked<State>>,
+    peer: String,
+    transport: Transport,
+    lane: LaneOf,
+    socket: Option<std::os::fd::OwnedFd>,
     mut reader: R,
     writer: W,
+    dial: Option<engine::ClientHello>,
 ) where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin + 'static,
@@ -127,17 +180,29 @@ pub(crate) async fn serve<R, W>(
         id,
         state: state.clone(),
         outbox: outbox.clone(),
-        engine: Connection::server(engine_config(&limits), 0),
+        engine: match &dial {
+            None => Connection::server(engine_config(&limits), 0),
+            Some(hello) => Connection::client(engine_config(&limits), hello.clone(), 0),
+        },
         max_control: limits.max_control_bytes,
         transport,
-        identity: Arc::from(""),
-        rights: Rights::default(),
+        // A daemon we dialed is the peer our configuration names.
+        identity: Arc::from(if dial.is_some() { "peer" } else { "" }),
+        rights: if dial.is_some() {
+            Rights::all()
+        } else {
+            Rights::default()
+        },
         session: [0; SESSION_ID_LEN],
         counted: false,
         admin_lane: lane.admin_lane,
         origin,
         log: ConnLog::default(),
+        dialed: dial.is_some(),
+        link: None,
     };
+    // A dialing engine's Hello is waiting.
+    conn.flush();
     // Until the handshake, only a Hello-sized frame is accepted (the
     // engine's pre-handshake limit) and read into a Hello-sized buffer, so a
     // peer that has not said Hello cannot make the router reserve a large
@@ -463,7 +528,43 @@ impl Conn {
             }
             Input::Refused { code, message, .. } => self.note_error(code, &message),
             Input::PeerError { code, message, .. } => {
-                tracing::debug!(conn = self.id, "peer reported {code:?}: {message}");
+                if self.dialed {
+                    tracing::warn!(conn = self.id, "peer daemon reported {code:?}: {message}");
+                } else {
+                    tracing::debug!(conn = self.id, "peer reported {code:?}: {message}");
+                }
+            }
+            Input::Welcome { .. } if self.dialed => {
+                crate::link::say_peer(&self.state, self.id, &self.outbox, self.max_control);
+            }
+            Input::Link(frame) => {
+                let len = match &frame {
+                    tagwire_proto::LinkFrame::Forward { event, .. } => {
+                        event.len() + tagwire_proto::FORWARD_PREFIX_LEN
+                    }
+                    _ => 0,
+                };
+                let peer = self
+                    .state
+                    .borrow()
+                    .connections
+                    .get(&self.id)
+                    .map(|c| c.peer.clone())
+                    .unwrap_or_default();
+                let c = crate::link::LinkConn {
+                    state: &self.state,
+                    conn: self.id,
+                    outbox: &self.outbox,
+                    peer: &peer,
+                    dialed: self.dialed,
+                    may_link: self.rights.admin,
+                    max_control: self.max_control,
+                    link: &mut self.link,
+                };
+                if let Err((code, message)) = crate::link::on_frame(c, frame, chunk(len)) {
+                    self.note_error(code, &message);
+                    self.engine.close(code.code(), &message);
+                }
             }
             _ => {}
         }
@@ -941,6 +1042,9 @@ impl Conn {
     /// its endpoint names stay reserved for its session (see
     /// [`Reservation`]).
     fn cleanup(&mut self) {
+        if let Some(node) = self.link {
+            crate::link::closed(&self.state, node, self.id);
+        }
         let mut st = self.state.borrow_mut();
         st.routes.retire_session(self.id);
         st.housekeeping.notify_one();

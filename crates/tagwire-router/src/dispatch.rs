@@ -12,17 +12,42 @@ use crate::state::State;
 use crate::sync::Locked;
 use crate::timing::{deadline, expired, now_ns};
 
-/// Offers `event` (already checked, with its `deadline`) to every channel
-/// its routes give, applying mapping filters. A small event read into a
-/// shared chunk is copied once, when the first channel queues it (see
-/// [`Outgoing`]). Returns the subscribers whose full `reject` queue refused
-/// it and should be reported to the publisher.
+/// Where an event comes from, for the links it may go on.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Route {
+    /// The daemon it was published at (0: this one).
+    pub origin: u64,
+    /// Links it has crossed.
+    pub hops: u8,
+    /// The neighbour it came from (never sent back there).
+    pub from: Option<u64>,
+}
+
+/// Offers an event published here to local channels and to the links that
+/// lead to interested daemons; see [`deliver_routed`].
 pub(crate) fn deliver(
     st: &mut State,
     event: &mut Outgoing,
     ev: &EventRef<'_>,
     deadline: u64,
 ) -> Option<Vec<String>> {
+    deliver_routed(st, event, ev, deadline, Route::default()).0
+}
+
+/// Offers `event` (already checked, with its `deadline`) to every channel
+/// its routes give, applying mapping filters, then to the links its origin's
+/// tree and the other daemons' interest pick (see [`crate::link::forward`]).
+/// A small event read into a shared chunk is copied once, when the first
+/// channel queues it (see [`Outgoing`]). Returns the subscribers whose full
+/// `reject` queue refused it and should be reported to the publisher, and
+/// how many links took it.
+pub(crate) fn deliver_routed(
+    st: &mut State,
+    event: &mut Outgoing,
+    ev: &EventRef<'_>,
+    deadline: u64,
+    route: Route,
+) -> (Option<Vec<String>>, usize) {
     crate::history::record(st, event, ev);
     let mut reject = None;
     let mut expired_by_mapping = 0;
@@ -30,6 +55,8 @@ pub(crate) fn deliver(
         deadline,
         source_time: ev.source_time_ns,
         priority: ev.priority,
+        origin: route.origin,
+        hops: route.hops,
     };
     st.routes.route(ev, |ch, overrides| {
         let offer = if overrides.is_empty() {
@@ -55,7 +82,8 @@ pub(crate) fn deliver(
         }
     });
     st.expired += expired_by_mapping;
-    reject
+    let links = crate::link::forward(st, event, ev, &meta, route.from);
+    (reject, links)
 }
 
 /// The lane task that delivers deferred events when their start time comes

@@ -24,9 +24,12 @@
 //! each tag's value, cleared whenever a QoS layer changes.
 //!
 //! **Modes.** A pull names where the history is kept: at the subscriber's
-//! daemon or at the publisher's daemon — the same daemon until daemons are
-//! linked, so both are served here — or at a named node (`node:NAME`),
-//! which needs federation and is refused with `UnknownNode` for now.
+//! daemon or at the publisher's daemon — both served from this daemon's
+//! buffers, which hold what is delivered here: events of local publishers,
+//! and events of publishers on linked daemons that crossed a link because
+//! something here subscribes to them — or at a named node (`node:NAME`):
+//! this daemon's own name is served here; any other is refused with
+//! `UnknownNode` (pulls are not forwarded over links yet).
 
 use std::collections::HashMap;
 
@@ -190,12 +193,13 @@ pub(crate) fn answer(
     rights: &Rights,
     max_frame: u32,
 ) -> Result<PullReply, (ErrorCode, String)> {
-    if !pull.node.is_empty() {
+    if !pull.node.is_empty() && pull.node != st.config.name {
         return Err((
             ErrorCode::UnknownNode,
             format!(
-                "history at node {}: named nodes need federation (daemon-to-daemon links), which this daemon does not have; pull from this daemon instead (at_subscriber or at_publisher)",
-                tagwire_proto::excerpt(&pull.node)
+                "history at node {}: this daemon is {} and does not forward pulls to other nodes (not over daemon links either, yet); pull from the node's own daemon, or from this one (at_subscriber or at_publisher)",
+                tagwire_proto::excerpt(&pull.node),
+                tagwire_proto::excerpt(&st.config.name)
             ),
         ));
     }

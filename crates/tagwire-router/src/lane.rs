@@ -141,6 +141,27 @@ pub(crate) async fn run(mut setup: LaneSetup) {
             state.clone(),
         )));
     }
+    if *band == *state.borrow().config.default_band {
+        let lane = LaneOf {
+            band: band.clone(),
+            admin_lane,
+        };
+        tasks.push(tokio::task::spawn_local(crate::link::run(
+            state.clone(),
+            lane,
+            dscp,
+        )));
+    } else {
+        let lane = LaneOf {
+            band: band.clone(),
+            admin_lane,
+        };
+        tasks.push(tokio::task::spawn_local(crate::link::run_band(
+            state.clone(),
+            lane,
+            dscp,
+        )));
+    }
     let mut accepts = Vec::new();
     if let Some(l) = setup.tcp.take() {
         let addr = l.local_addr().ok();

@@ -37,6 +37,7 @@ mod dispatch;
 mod filters;
 mod history;
 mod lane;
+mod link;
 pub mod local;
 pub mod priority;
 mod qos;
@@ -57,9 +58,10 @@ pub use admin::{
     MemoryInfo, SubscriptionInfo, TagInfo, DEFAULT_PAGE_ITEMS, MAX_PAGE_ITEMS,
 };
 use auth::Authenticator;
-pub use config::{Limits, RouterConfig, TlsConfig};
+pub use config::{FederationConfig, Limits, RouterConfig, TlsConfig};
 pub use history::HistoryTotals;
 use lane::LaneCommand;
+pub use link::{DaemonInfo, FederationInfo, LinkInfo, TimeInfo};
 use state::State;
 use sync::Locked;
 use tokio::sync::mpsc;

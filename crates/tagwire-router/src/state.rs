@@ -141,6 +141,8 @@ pub(crate) struct TagStats {
 
 pub(crate) struct State {
     pub config: RouterConfig,
+    /// Links to other daemons and the routing between them.
+    pub fed: crate::link::Federation,
     /// Channels by pattern, with their filters and their sessions' (one
     /// session per connection, keyed by connection id).
     pub routes: Routes<Arc<Channel>>,
@@ -216,7 +218,9 @@ impl State {
         let filters = FilterBook::default();
         let memory = Arc::new(MemoryBudget::new(config.limits.max_buffered_bytes));
         let history = crate::history::RouterHistory::new(&config);
+        let fed = crate::link::Federation::new(&config.name, &config.federation);
         State {
+            fed,
             config,
             routes: Routes::new(filters.limits.clone()),
             channels: ChannelTable::default(),
@@ -488,11 +492,20 @@ pub(crate) async fn housekeeping(state: Arc<Locked<State>>) {
 pub(crate) struct ChannelTable {
     by_id: BTreeMap<u64, Arc<Channel>>,
     by_endpoint: HashMap<Arc<str>, HashSet<u64>>,
+    /// Bumped by every insert and remove (the federation re-reads the local
+    /// interest when it changes).
+    generation: u64,
 }
 
 impl ChannelTable {
+    /// Changes with every insert and remove.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
     /// Adds channel `global`.
     pub fn insert(&mut self, global: u64, channel: Arc<Channel>) {
+        self.generation += 1;
         if let Some(old) = self.by_id.remove(&global) {
             self.unlink(global, &old.endpoint);
         }
@@ -513,6 +526,7 @@ impl ChannelTable {
     /// Removes channel `global`.
     pub fn remove(&mut self, global: &u64) -> Option<Arc<Channel>> {
         let channel = self.by_id.remove(global)?;
+        self.generation += 1;
         self.unlink(*global, &channel.endpoint);
         Some(channel)
     }

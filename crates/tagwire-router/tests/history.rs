@@ -198,13 +198,19 @@ fn history_over_the_configured_bound_is_refused_naming_the_bound() {
 }
 
 #[test]
-fn a_named_node_needs_federation_and_says_so() {
+fn a_named_node_other_than_this_daemon_is_refused_and_says_so() {
     let (_h, mut p, _admin) = setup(Limits::default());
     publish_seqs(&mut p, "/h/a", 1..=2);
     refused(
         pull(&mut p, "/h/a", "", "edge", PullQuery::Latest),
         ErrorCode::UnknownNode,
-        "named nodes need federation",
+        "does not forward pulls to other nodes",
+    );
+    // This daemon's own name is served here.
+    let own = RouterConfig::default().name;
+    assert_eq!(
+        seqs(&reply(pull(&mut p, "/h/a", "", &own, PullQuery::Latest))),
+        [2]
     );
     refused(
         pull(&mut p, "no-slash", "", "", PullQuery::Latest),

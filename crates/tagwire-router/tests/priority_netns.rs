@@ -152,6 +152,7 @@ fn af42_marked_tcp_takes_the_high_class_at_the_bottleneck() {
             delay: None,
             rate_kbit: Some(100_000),
             dscp_priority: true,
+            loss_percent: None,
         }),
     });
     let before = tb

@@ -30,6 +30,8 @@ pub struct Shaping {
     /// One-way delay added to every packet toward the last host (`netem`;
     /// needs `CONFIG_NET_SCH_NETEM` in the kernel).
     pub delay: Option<Duration>,
+    /// Packets dropped at random, in percent (`netem loss`; needs netem).
+    pub loss_percent: Option<u8>,
     /// Link rate in kbit/s (`htb`).
     pub rate_kbit: Option<u32>,
     /// Classify by DSCP into high, normal and low classes of strictly
@@ -73,7 +75,24 @@ pub(crate) fn validate(s: &Shaping) -> Result<(), String> {
             return Err(format!("delay {d:?} is out of range 1us..=10s"));
         }
     }
+    if let Some(l) = s.loss_percent {
+        if !(1..=100).contains(&l) {
+            return Err(format!("loss_percent {l} is out of range 1..=100"));
+        }
+    }
     Ok(())
+}
+
+/// The `netem` arguments for the delay and loss, if either is set.
+fn netem(s: &Shaping) -> Option<String> {
+    let mut args = Vec::new();
+    if let Some(d) = s.delay {
+        args.push(format!("delay {}us", d.as_micros()));
+    }
+    if let Some(l) = s.loss_percent {
+        args.push(format!("loss {l}%"));
+    }
+    (!args.is_empty()).then(|| format!("netem {} limit 10000", args.join(" ")))
 }
 
 /// The `tc` argument lists (without the leading `tc -n NS`) that set up
@@ -81,19 +100,13 @@ pub(crate) fn validate(s: &Shaping) -> Result<(), String> {
 pub(crate) fn tc_commands(dev: &str, s: &Shaping) -> Vec<Vec<String>> {
     let mut cmds: Vec<Vec<String>> = Vec::new();
     let mut add = |line: String| cmds.push(line.split(' ').map(str::to_owned).collect());
-    let leaf = |parent: &str, handle: u32| match s.delay {
-        Some(d) => format!(
-            "qdisc add dev {dev} parent {parent} handle {handle}: netem delay {}us limit 10000",
-            d.as_micros()
-        ),
+    let leaf = |parent: &str, handle: u32| match netem(s) {
+        Some(n) => format!("qdisc add dev {dev} parent {parent} handle {handle}: {n}"),
         None => format!("qdisc add dev {dev} parent {parent} handle {handle}: pfifo limit 1000"),
     };
     if s.rate_kbit.is_none() && !s.dscp_priority {
-        if let Some(d) = s.delay {
-            add(format!(
-                "qdisc add dev {dev} root handle 1: netem delay {}us limit 10000",
-                d.as_micros()
-            ));
+        if let Some(n) = netem(s) {
+            add(format!("qdisc add dev {dev} root handle 1: {n}"));
         }
         return cmds;
     }
@@ -237,8 +250,26 @@ mod tests {
     }
 
     #[test]
+    fn loss_is_a_netem_argument_beside_the_delay() {
+        let s = Shaping {
+            loss_percent: Some(10),
+            ..Shaping::default()
+        };
+        assert_eq!(
+            lines(&tc_commands("to-h1", &s)),
+            ["qdisc add dev to-h1 root handle 1: netem loss 10% limit 10000"]
+        );
+        assert!(validate(&Shaping {
+            loss_percent: Some(0),
+            ..Shaping::default()
+        })
+        .is_err());
+    }
+
+    #[test]
     fn delay_alone_is_a_root_netem() {
         let s = Shaping {
+            loss_percent: None,
             delay: Some(Duration::from_millis(20)),
             ..Shaping::default()
         };
@@ -251,6 +282,7 @@ mod tests {
     #[test]
     fn dscp_priority_builds_three_classes_and_af42_goes_high() {
         let s = Shaping {
+            loss_percent: None,
             delay: None,
             rate_kbit: Some(10_000),
             dscp_priority: true,
@@ -268,6 +300,7 @@ mod tests {
     #[test]
     fn delay_with_classes_puts_netem_under_each_class() {
         let s = Shaping {
+            loss_percent: None,
             delay: Some(Duration::from_millis(5)),
             rate_kbit: None,
             dscp_priority: true,

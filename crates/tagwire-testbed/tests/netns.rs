@@ -100,6 +100,7 @@ fn dscp_marked_packets_take_their_class_at_the_bottleneck() {
             delay: None,
             rate_kbit: Some(10_000),
             dscp_priority: true,
+            loss_percent: None,
         }),
     });
     let dst = tb.host(1).addr().to_string();

@@ -144,13 +144,23 @@ impl SessionBuilder {
         self.options.clone()
     }
 
-    /// Connects to a daemon at `url`: `tcp://HOST:PORT` or `unix:///PATH`.
+    /// Connects to a daemon at `url`: `tcp://HOST:PORT`, `tls://HOST:PORT`
+    /// or `unix:///PATH`. Several URLs separated by commas name daemons to
+    /// fail over between (linked daemons of one network, see
+    /// docs/federation.md): the first that answers is used, and when its
+    /// connection is lost the session reconnects to whichever answers next,
+    /// making its declarations and subscriptions again there.
     pub fn connect(self, url: &str) -> Result<Session> {
-        let tls = self.options.tls.clone();
-        let target = Target::new(ServerUrl::parse(url)?, || {
-            tls.unwrap_or_else(TlsOptions::from_env)
-        })?;
-        Session::open(target, self.options)
+        let targets = url
+            .split(',')
+            .map(|u| {
+                let tls = self.options.tls.clone();
+                Target::new(ServerUrl::parse(u.trim())?, || {
+                    tls.unwrap_or_else(TlsOptions::from_env)
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Session::open_any(targets, self.options)
     }
 
     /// Connects to the local daemon: its Unix socket if present, else

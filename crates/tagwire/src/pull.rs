@@ -79,11 +79,13 @@ pub enum HistoryAt {
     /// (`at_subscriber`, the default).
     #[default]
     Subscriber,
-    /// At the publisher's daemon (`at_publisher`). Until daemons are
-    /// linked, that is the same daemon as the subscriber's.
+    /// At the publisher's daemon (`at_publisher`). Served, for now, by the
+    /// daemon this session is connected to, from what it holds of that
+    /// publisher (its own publishers', or events that crossed a link).
     Publisher,
-    /// At a named node (`node:NAME`). Needs federation: today the daemon
-    /// answers [`PullError::UnknownNode`].
+    /// At a named node (`node:NAME`): the connected daemon's own name is
+    /// served; any other gets [`PullError::UnknownNode`] (pulls are not
+    /// forwarded over daemon links yet).
     Node(String),
 }
 
@@ -154,8 +156,8 @@ pub enum PullError {
         /// The daemon's message, naming the value and the bound.
         message: String,
     },
-    /// The history is kept at a node this daemon cannot reach (named nodes
-    /// need federation).
+    /// The history is kept at a node other than the connected daemon
+    /// (pulls are not forwarded over daemon links yet).
     #[error("{message}")]
     UnknownNode {
         /// The daemon's message.

@@ -18,7 +18,7 @@
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{sync_channel, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::ThreadId;
@@ -131,7 +131,10 @@ struct WriteState {
 }
 
 pub(crate) struct Inner {
-    target: Target,
+    /// The daemons this session may use, in order of preference (one
+    /// unless the URL listed several); `current` is the one in use.
+    targets: Vec<Target>,
+    current: AtomicUsize,
     name: String,
     options: Options,
     /// The origin of the engine's clock.
@@ -193,7 +196,7 @@ pub struct Session {
 impl std::fmt::Debug for Session {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Session")
-            .field("server", &self.guard.0.target.describe())
+            .field("server", &self.guard.0.target().describe())
             .field("name", &self.guard.0.name)
             .finish()
     }
@@ -256,6 +259,13 @@ impl Session {
     }
 
     pub(crate) fn open(target: Target, options: Options) -> Result<Session> {
+        Session::open_any(vec![target], options)
+    }
+
+    /// A session that uses the first of `targets` that answers, and on a
+    /// lost connection reconnects to whichever answers next (failover
+    /// between daemons, which keeps the subscriptions: they are made again).
+    pub(crate) fn open_any(targets: Vec<Target>, options: Options) -> Result<Session> {
         let name = format!(
             "{}-{}.{}",
             std::env::current_exe()
@@ -282,7 +292,8 @@ impl Session {
                 .unwrap_or_else(crate::credentials::new_session_id),
         };
         let inner = Arc::new(Inner {
-            target,
+            targets,
+            current: AtomicUsize::new(0),
             name,
             options,
             origin: Instant::now(),
@@ -395,7 +406,7 @@ impl Session {
             Some((host, _)) => format!("{host}:{port}"),
             None => format!("{hostport}:{port}"),
         };
-        let target = match &inner.target {
+        let target = match inner.target() {
             Target::Url(ServerUrl::Tcp(a)) => Target::Url(ServerUrl::Tcp(with_port(a, port()?))),
             Target::Url(ServerUrl::Tls(a)) => Target::Url(ServerUrl::Tls(with_port(a, port()?))),
             Target::Url(ServerUrl::Unix(_)) => Target::Url(ServerUrl::Unix(
@@ -536,6 +547,14 @@ impl Session {
         }
     }
 
+    /// The daemon's network time (its clock corrected by its offset to the
+    /// network's reference daemon, docs/time.md), with the offset and its
+    /// error bound. Stamp events with it to compare times across hosts.
+    pub fn network_time(&self) -> Result<tagwire_router::TimeInfo> {
+        let v = self.admin(&serde_json::json!({"op": "time"}))?;
+        serde_json::from_value(v).map_err(|e| Error::BadReply(format!("time reply: {e}")))
+    }
+
     /// Sends an admin request (`docs/admin.md`) and returns the JSON reply.
     pub fn admin(&self, request: &serde_json::Value) -> Result<serde_json::Value> {
         let body = request.to_string();
@@ -584,6 +603,34 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Inner {
+    /// The daemon in use (or last tried).
+    fn target(&self) -> &Target {
+        &self.targets[self.current.load(Ordering::Relaxed) % self.targets.len()]
+    }
+
+    /// Connects to the daemon in use, else to the others in turn; the
+    /// first that answers becomes the one in use. The error is the last
+    /// daemon's.
+    fn connect_any(&self, band: Option<&str>) -> Result<Stream> {
+        let n = self.targets.len();
+        let first = self.current.load(Ordering::Relaxed) % n;
+        let mut last = None;
+        for i in 0..n {
+            let at = (first + i) % n;
+            match self.targets[at].connect(self.options.connect_timeout, band) {
+                Ok(s) => {
+                    if at != first {
+                        tracing::info!("failing over to {}", self.targets[at].describe());
+                    }
+                    self.current.store(at, Ordering::Relaxed);
+                    return Ok(s);
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.expect("a session has at least one target"))
+    }
+
     /// Declares an endpoint and waits for the router's answer.
     pub(crate) fn declare_endpoint(&self, kind: EndpointKind, name: &str) -> Result<u32> {
         let (id, reply) = self.request("endpoint declaration", |e| e.declare(kind, name))?;
@@ -753,7 +800,7 @@ impl Inner {
             let deadline = *deadline.get_or_insert(now + self.options.reconnect_wait);
             if now >= deadline {
                 return Err(Error::NotReconnected {
-                    url: self.target.describe(),
+                    url: self.target().describe(),
                     waited: self.options.reconnect_wait,
                 });
             }
@@ -837,7 +884,7 @@ fn expect_ok(r: Reply) -> Result<()> {
 fn handshake(inner: &Inner, stream: &mut Stream) -> Result<BytesMut> {
     let engine = &inner.engine;
     let fail = |reason: String| Error::Handshake {
-        url: inner.target.describe(),
+        url: inner.target().describe(),
         reason,
     };
     let hello = lock(engine).poll_transmit().unwrap_or_default();
@@ -874,7 +921,7 @@ fn handshake(inner: &Inner, stream: &mut Stream) -> Result<BytesMut> {
                 e.handle_timeout(inner.now());
                 if e.closed().is_some() {
                     break Err(Error::ConnectTimeout {
-                        url: inner.target.describe(),
+                        url: inner.target().describe(),
                         timeout: inner.options.connect_timeout,
                     });
                 }
@@ -948,7 +995,7 @@ fn reader_main(inner: Arc<Inner>, mut stream: Stream, mut leftover: BytesMut) {
         }
         lock(&inner.engine).transport_lost("the connection to the server ended");
         lock(&inner.waiters).clear();
-        if inner.closed.load(Ordering::Relaxed) || matches!(inner.target, Target::Embedded(_)) {
+        if inner.closed.load(Ordering::Relaxed) || matches!(inner.target(), Target::Embedded(_)) {
             for sink in lock(&inner.sinks).values() {
                 sink.close();
             }
@@ -956,7 +1003,7 @@ fn reader_main(inner: Arc<Inner>, mut stream: Stream, mut leftover: BytesMut) {
         }
         tracing::warn!(
             "lost connection to {}; reconnecting",
-            inner.target.describe()
+            inner.target().describe()
         );
         loop {
             std::thread::sleep(backoff);
@@ -969,7 +1016,7 @@ fn reader_main(inner: Arc<Inner>, mut stream: Stream, mut leftover: BytesMut) {
                     leftover = lo;
                     backoff = BACKOFF_MIN;
                     inner.reconnects.fetch_add(1, Ordering::Relaxed);
-                    tracing::info!("reconnected to {}", inner.target.describe());
+                    tracing::info!("reconnected to {}", inner.target().describe());
                     break;
                 }
                 Err(e) => {
@@ -989,9 +1036,7 @@ fn connect(inner: &Inner) -> Result<(Stream, BytesMut)> {
     // The handshake deadline counts from before the socket's connect.
     let started = inner.now();
     let band = inner.options.band.as_ref();
-    let mut s = inner
-        .target
-        .connect(inner.options.connect_timeout, band.map(|b| b.name.as_str()))?;
+    let mut s = inner.connect_any(band.map(|b| b.name.as_str()))?;
     if let Some(b) = band {
         // The router marks its side; we mark ours (TCP only: a Unix socket
         // has no IP header, and TLS runs over its own socket in the pump).
@@ -1004,7 +1049,7 @@ fn connect(inner: &Inner) -> Result<(Stream, BytesMut)> {
     {
         let mut e = lock(&inner.engine);
         // A daemon that restarted may have written a new token.
-        e.set_token((inner.options.token.clone()).unwrap_or_else(|| inner.target.token()));
+        e.set_token((inner.options.token.clone()).unwrap_or_else(|| inner.target().token()));
         e.reconnect(started);
     }
     let leftover = handshake(inner, &mut s)?;

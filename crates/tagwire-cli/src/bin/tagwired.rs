@@ -53,6 +53,15 @@ struct Args {
     /// Name reported to clients and in `tagwire list`.
     #[arg(long)]
     name: Option<String>,
+    /// Keep a link with the daemon at tcp://HOST:PORT (repeatable; added to
+    /// `[federation] peers`). Events cross links only toward daemons whose
+    /// subscribers want them.
+    #[arg(long, value_name = "URL")]
+    peer: Vec<String>,
+    /// Cluster name: only daemons of the same cluster link. Overrides
+    /// `[federation] cluster`.
+    #[arg(long)]
+    cluster: Option<String>,
     /// Log filter (tracing syntax, e.g. `info`, `tagwire_router=debug`); RUST_LOG also works.
     #[arg(long, default_value = "info")]
     log: String,
@@ -77,6 +86,10 @@ fn config(args: &Args) -> Result<RouterConfig, ConfigError> {
     }
     if let Some(n) = &args.name {
         cfg.name = n.clone();
+    }
+    cfg.federation.peers.extend(args.peer.iter().cloned());
+    if let Some(c) = &args.cluster {
+        cfg.federation.cluster = c.clone();
     }
     if cfg.reservations_file.is_none() {
         // One file per daemon: named after its TCP port when it has one.

@@ -12,7 +12,20 @@ pub fn run(session: &Session, a: AdminArgs) -> CmdResult {
     let cmd = match a.command {
         AdminCommand::Filter(cmd) => cmd,
         AdminCommand::Qos { items } => return qos(session, items),
-        AdminCommand::Show { target, json } => return show(session, &target, json),
+        AdminCommand::Show { target, peer, json } => {
+            let target = match (target.as_str(), peer) {
+                ("link", Some(p)) => format!("link:{p}"),
+                ("link", None) => "links".to_owned(),
+                (_, Some(extra)) => {
+                    return Err(format!(
+                    "unexpected {extra:?} after {target}: only `show link PEER` takes two words"
+                )
+                    .into())
+                }
+                (_, None) => target,
+            };
+            return show(session, &target, json);
+        }
     };
     match cmd {
         FilterCommand::Add {
@@ -121,6 +134,32 @@ fn show(session: &Session, target: &str, as_json: bool) -> CmdResult {
         return Ok(());
     }
     let s = |v: &serde_json::Value| v.as_str().map_or_else(|| v.to_string(), str::to_owned);
+    if let Some(links) = r["links"].as_array() {
+        for l in links {
+            outln!(
+                "link to {} ({}), node {}",
+                s(&l["peer"]),
+                s(&l["addr"]),
+                s(&l["node"])
+            );
+            for key in [
+                "dialed",
+                "connection",
+                "up_secs",
+                "rtt_us",
+                "clock_offset_us",
+                "events_in",
+                "bytes_in",
+                "events_out",
+                "bytes_out",
+                "queue_depth",
+                "dropped",
+            ] {
+                outln!("  {key:<16} {}", s(&l[key]));
+            }
+        }
+        return Ok(());
+    }
     if let Some(tag) = r["tag"].as_str() {
         outln!("tag {tag} (tag level)");
         for p in r["set"].as_array().into_iter().flatten() {

@@ -7,6 +7,14 @@ use crate::cli::ListArgs;
 
 pub fn run(session: &Session, a: ListArgs) -> CmdResult {
     let l = session.list()?;
+    if a.links {
+        if a.json {
+            outln!("{}", serde_json::to_string_pretty(&l.federation)?);
+        } else {
+            print_links(l.federation.as_ref())?;
+        }
+        return Ok(());
+    }
     if a.json {
         outln!("{}", serde_json::to_string_pretty(&l)?);
         return Ok(());
@@ -52,6 +60,9 @@ pub fn run(session: &Session, a: ListArgs) -> CmdResult {
                 listeners.join(" ")
             );
         }
+    }
+    if l.federation.is_some() {
+        print_links(l.federation.as_ref())?;
     }
     outln!("\nCONNECTIONS");
     outln!(
@@ -134,6 +145,54 @@ pub fn run(session: &Session, a: ListArgs) -> CmdResult {
             h.recorded,
             h.evicted,
             h.not_recorded
+        );
+    }
+    Ok(())
+}
+
+/// The LINKS section: one line per link to another daemon.
+fn print_links(f: Option<&tagwire::router::FederationInfo>) -> CmdResult {
+    let Some(f) = f else {
+        outln!("no links: this daemon is alone (see `tagwired --peer`)");
+        return Ok(());
+    };
+    outln!(
+        "\nLINKS — node {}, {} daemon(s) known; {} unwanted and {} hop-limited events dropped, {} adverts refused",
+        f.node,
+        f.daemons,
+        f.unwanted,
+        f.hop_limited,
+        f.refused_adverts
+    );
+    outln!(
+        "  {:<16} {:<22} {:>5} {:>9} {:>11} {:>10} {:>10} {:>9} {:>9} {:>7} {:>7}",
+        "PEER",
+        "ADDRESS",
+        "UP s",
+        "RTT µs",
+        "OFFSET µs",
+        "EVENTS IN",
+        "EVENTS OUT",
+        "IN B/s",
+        "OUT B/s",
+        "QUEUED",
+        "DROPPED"
+    );
+    let opt = |v: Option<i64>| v.map_or("-".to_string(), |v| v.to_string());
+    for l in &f.links {
+        outln!(
+            "  {:<16} {:<22} {:>5} {:>9} {:>11} {:>10} {:>10} {:>9} {:>9} {:>7} {:>7}",
+            l.peer,
+            l.addr,
+            l.up_secs,
+            opt(l.rtt_us.map(|r| r as i64)),
+            opt(l.clock_offset_us),
+            l.events_in,
+            l.events_out,
+            l.rate_in_bps,
+            l.rate_out_bps,
+            l.queue_depth,
+            l.dropped
         );
     }
     Ok(())

@@ -21,6 +21,7 @@ mod ping;
 mod publish;
 mod pull;
 pub mod subscribe;
+mod time;
 
 use std::time::Duration;
 
@@ -93,6 +94,7 @@ fn run_command(cli: Cli) -> CmdResult {
         Command::Pull(a) => pull::run(&connect, a),
         Command::List(a) => list::run(&connect()?, a),
         Command::Ping(a) => ping::run(&connect()?, a),
+        Command::Time(a) => time::run(&connect()?, a),
         Command::Bench(a) => bench::run(server.as_deref(), &tls, a),
         Command::Admin(a) => admin::run(&connect()?, a),
         Command::Place(a) => match tagwire_place::cli::run(&a) {

@@ -1,0 +1,985 @@
+//! Routing between daemons (sans-I/O): which neighbours an event goes to.
+//!
+//! Every daemon floods an *advert* — its links and its local subscribers'
+//! interest, versioned — to every other daemon over the links
+//! (link-state routing, as Zenoh's routers and OSPF do). From the adverts
+//! each daemon knows the whole graph, and all compute the same shortest-path
+//! tree rooted at an event's origin (breadth-first, neighbours in node-id
+//! order, so ties break the same everywhere). A daemon forwards an event only
+//! to its children in the origin's tree whose subtree holds a matching
+//! interest (pattern, and filter where one is given). So under a steady
+//! topology an event crosses each link at most once, reaches each
+//! interested daemon exactly once, and never loops or crosses a link toward
+//! daemons that do not want it; during a change the hop limit bounds it.
+//!
+//! Bounds: [`Limits`] caps daemons, interest entries per daemon and filter
+//! size; an advert over them is refused with an error naming the bound.
+//! Adverts of daemons no longer reachable are dropped by [`Topology::prune`].
+//!
+//! ```
+//! use tagwire_core::federation::{Topology, Limits};
+//! use tagwire_proto::Interest;
+//! let mut a = Topology::new(1, "a", Limits::default());
+//! let mut b = Topology::new(2, "b", Limits::default());
+//! let ad_a = a.set_neighbors(vec![2]).unwrap();
+//! let ad_b = b.set_neighbors(vec![1]).unwrap();
+//! b.apply(ad_a.clone()).unwrap();
+//! let ad_b = b.set_interest(vec![Interest { pattern: "/x/**".into(), filter: String::new() }]).unwrap_or(ad_b);
+//! a.apply(ad_b).unwrap();
+//! assert_eq!(a.next_hops_for_tag(1, "/x/y"), vec![2]);
+//! assert!(a.next_hops_for_tag(1, "/z").is_empty());
+//! ```
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
+
+use tagwire_proto::{EventRef, Interest, LinkFrame};
+
+use crate::filter::{Filter, FilterLimits};
+use crate::tags::{Pattern, TagTable};
+
+/// A daemon's id: random per start, so a restarted daemon is a new node and
+/// its predecessor's advert simply becomes unreachable and is pruned.
+pub type NodeId = u64;
+
+/// Most links an event may cross; past it, it is dropped (a loop during a
+/// topology change).
+pub const MAX_HOPS: u8 = 32;
+
+/// The bounds of the routing tables.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Most daemons known at once.
+    pub max_nodes: usize,
+    /// Most interest entries one daemon may advertise.
+    pub max_interest: usize,
+    /// Limits for compiling advertised filters.
+    pub filter: FilterLimits,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_nodes: 1024,
+            max_interest: 4096,
+            filter: FilterLimits::default(),
+        }
+    }
+}
+
+/// Why an advert was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum FederationError {
+    /// Not an `Advert` frame.
+    #[error("expected an Advert frame")]
+    NotAnAdvert,
+    /// Too many daemons.
+    #[error("daemon {origin:#x} refused: {max} daemons are known already (federation.max_nodes)")]
+    TooManyNodes {
+        /// The advert's origin.
+        origin: NodeId,
+        /// The bound.
+        max: usize,
+    },
+    /// Too many interest entries.
+    #[error("advert of daemon {origin:#x} refused: {count} interest entries, at most {max} (federation.max_interest)")]
+    TooMuchInterest {
+        /// The advert's origin.
+        origin: NodeId,
+        /// Entries sent.
+        count: usize,
+        /// The bound.
+        max: usize,
+    },
+    /// An invalid pattern or filter.
+    #[error("advert of daemon {origin:#x} refused: interest {what:?}: {why}")]
+    BadInterest {
+        /// The advert's origin.
+        origin: NodeId,
+        /// The pattern or filter.
+        what: String,
+        /// Why it does not parse.
+        why: String,
+    },
+    /// Another daemon claims to be this one.
+    #[error("an advert claims to come from this daemon ({origin:#x})")]
+    ClaimsToBeUs {
+        /// The id.
+        origin: NodeId,
+    },
+}
+
+/// What [`Topology::apply`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Applied {
+    /// Newer than what was known: routes changed; flood it on.
+    Newer,
+    /// Not newer: ignore it (do not flood).
+    Stale,
+}
+
+/// Interest compiled: each pattern with its filter (`None`: every event).
+type CompiledInterest = Vec<(Pattern, Option<Arc<Filter>>)>;
+
+/// One daemon's advert, compiled.
+#[derive(Debug, Clone)]
+struct Node {
+    version: u64,
+    name: Arc<str>,
+    neighbors: Vec<NodeId>,
+    interest: Vec<Interest>,
+    /// The interest compiled: pattern → filter (None: every event).
+    compiled: CompiledInterest,
+}
+
+/// The children of this daemon in one origin's tree, each with the interest
+/// of its subtree.
+#[derive(Debug)]
+struct Tree {
+    children: Vec<(NodeId, TagTable<Option<Arc<Filter>>>)>,
+}
+
+/// The routing state of one daemon: every known advert, its own included.
+#[derive(Debug)]
+pub struct Topology {
+    me: NodeId,
+    limits: Limits,
+    nodes: HashMap<NodeId, Node>,
+    /// Trees by origin, computed on demand; cleared on any change.
+    trees: HashMap<NodeId, Tree>,
+}
+
+impl Topology {
+    /// The routing state of daemon `me`, knowing only itself.
+    pub fn new(me: NodeId, name: &str, limits: Limits) -> Self {
+        Self::starting_at(me, name, limits, 0)
+    }
+
+    /// Like [`new`](Self::new), with advert versions counting up from
+    /// `version` — the daemon's start time, so that a daemon restarted
+    /// under the same node id supersedes its old adverts.
+    pub fn starting_at(me: NodeId, name: &str, limits: Limits, version: u64) -> Self {
+        let mut nodes = HashMap::new();
+        nodes.insert(
+            me,
+            Node {
+                version,
+                name: name.into(),
+                neighbors: Vec::new(),
+                interest: Vec::new(),
+                compiled: Vec::new(),
+            },
+        );
+        Topology {
+            me,
+            limits,
+            nodes,
+            trees: HashMap::new(),
+        }
+    }
+
+    /// This daemon's id.
+    pub fn me(&self) -> NodeId {
+        self.me
+    }
+
+    /// The number of daemons known, this one included.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Whether only this daemon is known.
+    pub fn is_empty(&self) -> bool {
+        self.nodes.len() <= 1
+    }
+
+    /// The name a daemon advertised.
+    pub fn name_of(&self, node: NodeId) -> Option<&str> {
+        self.nodes.get(&node).map(|n| &*n.name)
+    }
+
+    /// This daemon's current advert.
+    pub fn own_advert(&self) -> LinkFrame {
+        self.advert_of(self.me)
+            .expect("a topology always knows itself")
+    }
+
+    /// Every known advert (to bring a new neighbour up to date).
+    pub fn adverts(&self) -> Vec<LinkFrame> {
+        let mut ids: Vec<NodeId> = self.nodes.keys().copied().collect();
+        ids.sort_unstable();
+        ids.into_iter().filter_map(|n| self.advert_of(n)).collect()
+    }
+
+    fn advert_of(&self, id: NodeId) -> Option<LinkFrame> {
+        let n = self.nodes.get(&id)?;
+        Some(LinkFrame::Advert {
+            origin: id,
+            version: n.version,
+            name: n.name.to_string(),
+            neighbors: n.neighbors.clone(),
+            interest: n.interest.clone(),
+        })
+    }
+
+    /// Sets this daemon's neighbours. Returns the new advert to flood, or
+    /// `None` if nothing changed.
+    pub fn set_neighbors(&mut self, mut neighbors: Vec<NodeId>) -> Option<LinkFrame> {
+        neighbors.sort_unstable();
+        neighbors.dedup();
+        let me = self.nodes.get_mut(&self.me).expect("knows itself");
+        if me.neighbors == neighbors {
+            return None;
+        }
+        me.neighbors = neighbors;
+        me.version += 1;
+        self.trees.clear();
+        Some(self.own_advert())
+    }
+
+    /// Sets this daemon's interest (its local subscriptions), aggregated
+    /// first (see [`aggregate`]). Entries that do not compile are left out.
+    /// Returns the new advert to flood, or `None` if nothing changed.
+    pub fn set_interest(&mut self, interest: Vec<Interest>) -> Option<LinkFrame> {
+        let interest = aggregate(interest);
+        let compiled = compile(self.me, &interest, &self.limits).unwrap_or_else(|_| {
+            // Local subscriptions were checked when made; keep what compiles.
+            interest
+                .iter()
+                .filter_map(|i| compile(self.me, std::slice::from_ref(i), &self.limits).ok())
+                .flatten()
+                .collect()
+        });
+        let me = self.nodes.get_mut(&self.me).expect("knows itself");
+        if me.interest == interest {
+            return None;
+        }
+        me.interest = interest;
+        me.compiled = compiled;
+        me.version += 1;
+        self.trees.clear();
+        Some(self.own_advert())
+    }
+
+    /// Takes another daemon's advert. `Newer` means it replaced what was
+    /// known (flood it on to the other neighbours); `Stale` means it did not.
+    pub fn apply(&mut self, advert: LinkFrame) -> Result<Applied, FederationError> {
+        let LinkFrame::Advert {
+            origin,
+            version,
+            name,
+            mut neighbors,
+            interest,
+        } = advert
+        else {
+            return Err(FederationError::NotAnAdvert);
+        };
+        if origin == self.me {
+            // Our own advert coming back is stale unless someone forged a
+            // newer one: that is another daemon using our id.
+            let mine = self.nodes[&self.me].version;
+            return if version > mine {
+                Err(FederationError::ClaimsToBeUs { origin })
+            } else {
+                Ok(Applied::Stale)
+            };
+        }
+        match self.nodes.get(&origin) {
+            Some(n) if n.version >= version => return Ok(Applied::Stale),
+            None if self.nodes.len() >= self.limits.max_nodes => {
+                return Err(FederationError::TooManyNodes {
+                    origin,
+                    max: self.limits.max_nodes,
+                })
+            }
+            _ => {}
+        }
+        if interest.len() > self.limits.max_interest {
+            return Err(FederationError::TooMuchInterest {
+                origin,
+                count: interest.len(),
+                max: self.limits.max_interest,
+            });
+        }
+        let compiled = compile(origin, &interest, &self.limits)?;
+        neighbors.sort_unstable();
+        neighbors.dedup();
+        self.nodes.insert(
+            origin,
+            Node {
+                version,
+                name: name.into(),
+                neighbors,
+                interest,
+                compiled,
+            },
+        );
+        self.trees.clear();
+        Ok(Applied::Newer)
+    }
+
+    /// Drops the adverts of daemons this one can no longer reach. Returns
+    /// how many were dropped.
+    pub fn prune(&mut self) -> usize {
+        let reach = self.bfs(self.me);
+        let before = self.nodes.len();
+        self.nodes.retain(|id, _| reach.contains_key(id));
+        let dropped = before - self.nodes.len();
+        if dropped > 0 {
+            self.trees.clear();
+        }
+        dropped
+    }
+
+    /// Whether `a` and `b` both list each other (a link both ends confirm).
+    fn linked(&self, a: NodeId, b: NodeId) -> bool {
+        let lists = |x: NodeId, y: NodeId| {
+            self.nodes
+                .get(&x)
+                .is_some_and(|n| n.neighbors.binary_search(&y).is_ok())
+        };
+        lists(a, b) && lists(b, a)
+    }
+
+    /// Breadth-first from `root` over confirmed links, neighbours in id
+    /// order: each reached node's parent (the root's is itself).
+    fn bfs(&self, root: NodeId) -> BTreeMap<NodeId, NodeId> {
+        let mut parent = BTreeMap::new();
+        if !self.nodes.contains_key(&root) {
+            return parent;
+        }
+        parent.insert(root, root);
+        let mut queue = VecDeque::from([root]);
+        while let Some(u) = queue.pop_front() {
+            for &v in &self.nodes[&u].neighbors {
+                if !parent.contains_key(&v) && self.linked(u, v) {
+                    parent.insert(v, u);
+                    queue.push_back(v);
+                }
+            }
+        }
+        parent
+    }
+
+    fn tree(&mut self, origin: NodeId) -> &mut Tree {
+        if !self.trees.contains_key(&origin) {
+            let parent = self.bfs(origin);
+            let mut children = Vec::new();
+            if parent.contains_key(&self.me) {
+                for (&child, &p) in &parent {
+                    if p != self.me || child == self.me {
+                        continue;
+                    }
+                    // Everything whose path to the root passes through `child`.
+                    let mut table = TagTable::new(1024);
+                    let mut id = 0u64;
+                    for &n in parent.keys() {
+                        if !descends(&parent, n, child) {
+                            continue;
+                        }
+                        for (pattern, filter) in &self.nodes[&n].compiled {
+                            id += 1;
+                            table.insert(id, pattern.clone(), filter.clone());
+                        }
+                    }
+                    children.push((child, table));
+                }
+            }
+            self.trees.insert(origin, Tree { children });
+        }
+        self.trees.get_mut(&origin).expect("inserted above")
+    }
+
+    /// The neighbours to forward `event`, published at `origin`, to.
+    pub fn next_hops(&mut self, origin: NodeId, event: &EventRef<'_>) -> Vec<NodeId> {
+        self.tree(origin)
+            .children
+            .iter_mut()
+            .filter_map(|(n, table)| {
+                let hit = table
+                    .matches(event.tag)
+                    .iter()
+                    .any(|f| f.as_ref().is_none_or(|f| f.matches(event)));
+                hit.then_some(*n)
+            })
+            .collect()
+    }
+
+    /// Like [`next_hops`](Self::next_hops) for a tag alone: filters are
+    /// taken as passing (for tests and reports).
+    pub fn next_hops_for_tag(&mut self, origin: NodeId, tag: &str) -> Vec<NodeId> {
+        self.tree(origin)
+            .children
+            .iter_mut()
+            .filter_map(|(n, table)| (!table.matches(tag).is_empty()).then_some(*n))
+            .collect()
+    }
+
+    /// The network's time reference: the reachable daemon with the
+    /// smallest node id (every daemon picks the same one once adverts
+    /// have spread).
+    pub fn time_reference(&self) -> NodeId {
+        self.bfs(self.me).keys().next().copied().unwrap_or(self.me)
+    }
+
+    /// This daemon's parent in the tree rooted at `root` (the neighbour on
+    /// its shortest path there); `None` for the root itself or when `root`
+    /// is unreachable.
+    pub fn parent_toward(&self, root: NodeId) -> Option<NodeId> {
+        if root == self.me {
+            return None;
+        }
+        self.bfs(root).get(&self.me).copied()
+    }
+
+    /// Whether any daemon other than this one has interest matching `tag`
+    /// (for counting events received that nobody here or beyond wanted).
+    pub fn wanted_locally(&self, event: &EventRef<'_>) -> bool {
+        self.nodes[&self.me]
+            .compiled
+            .iter()
+            .any(|(p, f)| p.matches(event.tag) && f.as_ref().is_none_or(|f| f.matches(event)))
+    }
+
+    /// Each known daemon: id, name, advert version, neighbours and interest
+    /// count, sorted by id.
+    pub fn nodes(&self) -> Vec<(NodeId, String, u64, Vec<NodeId>, usize)> {
+        let mut v: Vec<_> = self
+            .nodes
+            .iter()
+            .map(|(id, n)| {
+                (
+                    *id,
+                    n.name.to_string(),
+                    n.version,
+                    n.neighbors.clone(),
+                    n.interest.len(),
+                )
+            })
+            .collect();
+        v.sort_by_key(|e| e.0);
+        v
+    }
+}
+
+/// Most clock samples kept (NTP's clock filter keeps 8).
+pub const CLOCK_SAMPLES: usize = 8;
+/// A correction larger than this (ns) is stepped; smaller ones are slewed.
+pub const STEP_NS: i64 = 10_000_000;
+/// Most a slewed correction moves network time per sample (ns).
+pub const SLEW_NS: i64 = 500_000;
+/// The largest frequency error believed, parts per billion (±500 ppm).
+pub const MAX_FREQ_PPB: i64 = 500_000;
+
+/// One clock sample: when it was taken (local ns), its round trip, and the
+/// offset it measured (the parent's network time minus our clock).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Sample {
+    at: u64,
+    rtt: u64,
+    offset: i64,
+}
+
+/// The network clock (Narada §3, NTP-style), sans-I/O: this daemon's offset
+/// to the network's reference time, from samples of its parent's network
+/// time (NTP's four timestamps, reduced to a round trip and an offset by
+/// the caller). Of the last [`CLOCK_SAMPLES`] the one with the shortest
+/// round trip is trusted most (the least queueing); the frequency error of
+/// the local clock is the least-squares slope of the samples' offsets over
+/// time, so the offset is predicted between samples and an old best sample
+/// is carried forward by the drift since. A correction over [`STEP_NS`] is
+/// stepped; a smaller one moves network time by at most [`SLEW_NS`] per
+/// sample. Local time is an argument (ns): no clock is read here.
+#[derive(Debug, Clone, Default)]
+pub struct NetClock {
+    offset: i64,
+    freq_ppb: i64,
+    set_at: u64,
+    samples: VecDeque<Sample>,
+    reference: NodeId,
+    error: u64,
+    synced: bool,
+}
+
+impl NetClock {
+    /// The offset (network time minus local time) at local time `local`.
+    pub fn offset_at(&self, local: u64) -> i64 {
+        let age = local as i128 - self.set_at as i128;
+        let drift = age * self.freq_ppb as i128 / 1_000_000_000;
+        (self.offset as i128 + drift).clamp(i64::MIN as i128, i64::MAX as i128) as i64
+    }
+
+    /// The network time at local time `local`.
+    pub fn network_time(&self, local: u64) -> u64 {
+        local.saturating_add_signed(self.offset_at(local))
+    }
+
+    /// How far off the offset may be: half the trusted sample's round trip.
+    pub fn error(&self) -> u64 {
+        self.error
+    }
+
+    /// The local clock's estimated frequency error, parts per billion.
+    pub fn freq_ppb(&self) -> i64 {
+        self.freq_ppb
+    }
+
+    /// Whether a sample was taken (or this daemon is the reference).
+    pub fn synced(&self) -> bool {
+        self.synced
+    }
+
+    /// The reference followed.
+    pub fn reference(&self) -> NodeId {
+        self.reference
+    }
+
+    /// Follows `reference` from now on; `me` is this daemon (the reference
+    /// itself keeps offset 0). A new reference drops the old samples.
+    pub fn follow(&mut self, reference: NodeId, me: NodeId) {
+        if reference != self.reference {
+            self.reference = reference;
+            self.samples.clear();
+            self.synced = reference == me;
+            if self.synced {
+                self.offset = 0;
+                self.freq_ppb = 0;
+                self.error = 0;
+            }
+        }
+    }
+
+    /// Takes a sample taken at local time `at`: round trip `rtt` and the
+    /// measured `offset`. Samples with an absurd round trip (over 10 s) are
+    /// ignored.
+    pub fn sample(&mut self, at: u64, rtt: u64, offset: i64) {
+        if rtt > 10_000_000_000 {
+            return;
+        }
+        if self.samples.len() == CLOCK_SAMPLES {
+            self.samples.pop_front();
+        }
+        self.samples.push_back(Sample { at, rtt, offset });
+        let freq = self.slope().unwrap_or(self.freq_ppb);
+        let Some(best) = self
+            .samples
+            .iter()
+            .min_by_key(|s| (s.rtt, std::cmp::Reverse(s.at)))
+            .copied()
+        else {
+            return;
+        };
+        let carried = (at as i128 - best.at as i128) * freq as i128 / 1_000_000_000;
+        let target =
+            (best.offset as i128 + carried).clamp(i64::MIN as i128, i64::MAX as i128) as i64;
+        let current = self.offset_at(at);
+        let diff = target.saturating_sub(current);
+        self.offset = if !self.synced || diff.abs() > STEP_NS {
+            target
+        } else {
+            current + diff.clamp(-SLEW_NS, SLEW_NS)
+        };
+        self.set_at = at;
+        self.freq_ppb = freq;
+        self.error = best.rtt / 2;
+        self.synced = true;
+    }
+
+    /// The least-squares slope of offset over time, in ppb, once the
+    /// samples span at least 2 s; clamped to ±[`MAX_FREQ_PPB`].
+    fn slope(&self) -> Option<i64> {
+        let n = self.samples.len();
+        let first = self.samples.front()?.at;
+        let last = self.samples.back()?.at;
+        if n < 3 || last.saturating_sub(first) < 2_000_000_000 {
+            return None;
+        }
+        let xs: Vec<f64> = self.samples.iter().map(|s| (s.at - first) as f64).collect();
+        let ys: Vec<f64> = self.samples.iter().map(|s| s.offset as f64).collect();
+        let (mx, my) = (
+            xs.iter().sum::<f64>() / n as f64,
+            ys.iter().sum::<f64>() / n as f64,
+        );
+        let sxx: f64 = xs.iter().map(|x| (x - mx) * (x - mx)).sum();
+        let sxy: f64 = xs.iter().zip(&ys).map(|(x, y)| (x - mx) * (y - my)).sum();
+        if sxx <= 0.0 {
+            return None;
+        }
+        let ppb = (sxy / sxx * 1e9).clamp(-(MAX_FREQ_PPB as f64), MAX_FREQ_PPB as f64);
+        Some(ppb as i64)
+    }
+}
+
+/// Whether `n`'s path to the root (in `parent`) passes through `anc`.
+fn descends(parent: &BTreeMap<NodeId, NodeId>, mut n: NodeId, anc: NodeId) -> bool {
+    loop {
+        if n == anc {
+            return true;
+        }
+        match parent.get(&n) {
+            Some(&p) if p != n => n = p,
+            _ => return false,
+        }
+    }
+}
+
+fn compile(
+    origin: NodeId,
+    interest: &[Interest],
+    limits: &Limits,
+) -> Result<CompiledInterest, FederationError> {
+    interest
+        .iter()
+        .map(|i| {
+            let bad = |why: String, what: &str| FederationError::BadInterest {
+                origin,
+                what: what.to_owned(),
+                why,
+            };
+            let p = Pattern::parse(&i.pattern).map_err(|e| bad(e.to_string(), &i.pattern))?;
+            let f = if i.filter.is_empty() {
+                None
+            } else {
+                Some(Arc::new(
+                    Filter::compile(&i.filter, &limits.filter)
+                        .map_err(|e| bad(e.to_string(), &i.filter))?,
+                ))
+            };
+            Ok((p, f))
+        })
+        .collect()
+}
+
+/// Aggregates interest: duplicates go, an entry whose pattern another
+/// unfiltered entry's pattern covers goes (`/a/x` under `/a/**`), and the
+/// rest is sorted (so equal sets compare equal).
+pub fn aggregate(mut interest: Vec<Interest>) -> Vec<Interest> {
+    interest.sort();
+    interest.dedup();
+    let unfiltered: Vec<Pattern> = interest
+        .iter()
+        .filter(|i| i.filter.is_empty())
+        .filter_map(|i| Pattern::parse(&i.pattern).ok())
+        .collect();
+    interest.retain(|i| {
+        let Ok(p) = Pattern::parse(&i.pattern) else {
+            return false;
+        };
+        !unfiltered
+            .iter()
+            .any(|u| u.covers(&p) && (u.as_str() != p.as_str() || !i.filter.is_empty()))
+    });
+    interest
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn want(p: &str) -> Interest {
+        Interest {
+            pattern: p.into(),
+            filter: String::new(),
+        }
+    }
+
+    /// A network of topologies wired by `edges`, adverts flooded until quiet.
+    fn network(n: u64, edges: &[(u64, u64)], interest: &[(u64, &str)]) -> Vec<Topology> {
+        let mut t: Vec<Topology> = (1..=n)
+            .map(|i| Topology::new(i, &format!("d{i}"), Limits::default()))
+            .collect();
+        for i in 1..=n {
+            let nb: Vec<u64> = edges
+                .iter()
+                .filter_map(|&(a, b)| {
+                    if a == i {
+                        Some(b)
+                    } else if b == i {
+                        Some(a)
+                    } else {
+                        None
+                    }
+                })
+                .collect();
+            t[(i - 1) as usize].set_neighbors(nb);
+            let w: Vec<Interest> = interest
+                .iter()
+                .filter(|(d, _)| *d == i)
+                .map(|(_, p)| want(p))
+                .collect();
+            t[(i - 1) as usize].set_interest(w);
+        }
+        // Flood: everyone's adverts to everyone (what the links converge to).
+        let all: Vec<LinkFrame> = t.iter().map(|x| x.own_advert()).collect();
+        for x in &mut t {
+            for a in &all {
+                let _ = x.apply(a.clone());
+            }
+        }
+        t
+    }
+
+    /// Delivers an event from `origin` hop by hop; returns how many times
+    /// each daemon received it (origin excluded) and the links crossed.
+    fn flood(t: &mut [Topology], origin: u64, tag: &str) -> (HashMap<u64, u32>, u32) {
+        let mut got = HashMap::new();
+        let mut crossings = 0;
+        let mut queue = VecDeque::from([(origin, 0u8)]);
+        while let Some((at, hops)) = queue.pop_front() {
+            assert!(hops <= MAX_HOPS, "loop");
+            for next in t[(at - 1) as usize].next_hops_for_tag(origin, tag) {
+                crossings += 1;
+                *got.entry(next).or_insert(0) += 1;
+                queue.push_back((next, hops + 1));
+            }
+        }
+        (got, crossings)
+    }
+
+    #[test]
+    fn a_chain_routes_end_to_end_and_only_where_wanted() {
+        let mut t = network(3, &[(1, 2), (2, 3)], &[(3, "/a/**")]);
+        let (got, _) = flood(&mut t, 1, "/a/x");
+        assert_eq!(got.get(&3), Some(&1));
+        assert_eq!(got.get(&2), Some(&1), "through the middle");
+        let (got, crossings) = flood(&mut t, 1, "/b");
+        assert!(got.is_empty());
+        assert_eq!(crossings, 0);
+    }
+
+    #[test]
+    fn a_ring_delivers_once_and_does_not_loop() {
+        let edges: Vec<(u64, u64)> = (1..=5).map(|i| (i, i % 5 + 1)).collect();
+        let interest: Vec<(u64, &str)> = (1..=5).map(|i| (i, "/r/**")).collect();
+        let mut t = network(5, &edges, &interest);
+        for origin in 1..=5 {
+            let (got, crossings) = flood(&mut t, origin, "/r/x");
+            for d in (1..=5).filter(|d| *d != origin) {
+                assert_eq!(got.get(&d), Some(&1), "daemon {d} from {origin}");
+            }
+            assert_eq!(crossings, 4, "a tree over 5 nodes has 4 edges");
+        }
+    }
+
+    #[test]
+    fn an_uninterested_branch_gets_nothing() {
+        // A star: 1 in the middle; only 4 wants it.
+        let mut t = network(5, &[(1, 2), (1, 3), (1, 4), (1, 5)], &[(4, "/s")]);
+        let (got, crossings) = flood(&mut t, 2, "/s");
+        assert_eq!(crossings, 2, "2→1→4 only");
+        assert_eq!(got.get(&4), Some(&1));
+        assert!(!got.contains_key(&3) && !got.contains_key(&5));
+    }
+
+    #[test]
+    fn a_cut_link_reroutes_and_a_dead_node_is_pruned() {
+        let edges: Vec<(u64, u64)> = (1..=4).map(|i| (i, i % 4 + 1)).collect();
+        let mut t = network(4, &edges, &[(3, "/c")]);
+        // Cut 2–3: both ends drop it and flood.
+        let a2 = t[1].set_neighbors(vec![1]).expect("changed");
+        let a3 = t[2].set_neighbors(vec![4]).expect("changed");
+        for x in t.iter_mut() {
+            let _ = x.apply(a2.clone());
+            let _ = x.apply(a3.clone());
+        }
+        let (got, _) = flood(&mut t, 2, "/c");
+        assert_eq!(got.get(&3), Some(&1), "2→1→4→3");
+        // 4 goes away: 1 drops it; 3 is unreachable from 1 now and pruned.
+        let a1 = t[0].set_neighbors(vec![2]).expect("changed");
+        t[0].apply(a1).ok();
+        assert_eq!(t[0].prune(), 2);
+        assert!(flood(&mut t, 1, "/c").0.is_empty());
+    }
+
+    #[test]
+    fn filters_are_applied_where_the_event_is_published() {
+        let mut a = Topology::new(1, "a", Limits::default());
+        let mut b = Topology::new(2, "b", Limits::default());
+        let _ = a.set_neighbors(vec![2]);
+        b.apply(a.own_advert()).expect("valid");
+        let _ = b.set_neighbors(vec![1]);
+        let _ = b.set_interest(vec![Interest {
+            pattern: "/t".into(),
+            filter: "$.level > 3".into(),
+        }]);
+        a.apply(b.own_advert()).expect("valid");
+        let mut e = tagwire_proto::Event::new("/t", &b""[..]);
+        e.fields
+            .push(("level".into(), tagwire_proto::Value::Int(1)));
+        let enc = |e: &tagwire_proto::Event| {
+            let mut b = bytes::BytesMut::new();
+            e.encode(&mut b).expect("encodable");
+            b
+        };
+        let low = enc(&e);
+        e.fields[0].1 = tagwire_proto::Value::Int(9);
+        let high = enc(&e);
+        assert!(a
+            .next_hops(1, &EventRef::parse(&low).expect("valid"))
+            .is_empty());
+        assert_eq!(
+            a.next_hops(1, &EventRef::parse(&high).expect("valid")),
+            vec![2]
+        );
+    }
+
+    #[test]
+    fn bad_adverts_are_refused_with_the_reason() {
+        let mut a = Topology::new(
+            1,
+            "a",
+            Limits {
+                max_nodes: 2,
+                max_interest: 2,
+                ..Limits::default()
+            },
+        );
+        let advert = |origin, interest: Vec<Interest>| LinkFrame::Advert {
+            origin,
+            version: 1,
+            name: "x".into(),
+            neighbors: vec![],
+            interest,
+        };
+        let e = a.apply(advert(2, vec![want("/a"); 3])).unwrap_err();
+        assert!(e.to_string().contains("max_interest"), "{e}");
+        let e = a.apply(advert(2, vec![want("no-slash")])).unwrap_err();
+        assert!(e.to_string().contains("no-slash"), "{e}");
+        a.apply(advert(2, vec![want("/a")])).expect("fits");
+        let e = a.apply(advert(3, vec![])).unwrap_err();
+        assert!(e.to_string().contains("max_nodes"), "{e}");
+        let e = a.apply(advert(1, vec![])).unwrap_err();
+        assert!(matches!(e, FederationError::ClaimsToBeUs { .. }), "{e}");
+        assert_eq!(a.apply(advert(2, vec![])).expect("ok"), Applied::Stale);
+    }
+
+    #[test]
+    fn the_time_reference_is_the_smallest_reachable_id_and_parents_lead_to_it() {
+        let t = network(4, &[(1, 2), (2, 3), (3, 4)], &[]);
+        assert!(t.iter().all(|x| x.time_reference() == 1));
+        assert_eq!(t[3].parent_toward(1), Some(3));
+        assert_eq!(t[1].parent_toward(1), Some(1));
+        assert_eq!(t[0].parent_toward(1), None);
+    }
+
+    /// A local clock `offset_ns` + `ppm` off true time, probed once a second
+    /// through a link with `delay` each way and `jitter` of queueing on
+    /// either leg; returns the largest |estimate − truth| after `warmup`.
+    fn simulate(offset_ns: i64, ppm: i64, delay: u64, jitter: &[(u64, u64)], warmup: usize) -> i64 {
+        let local =
+            |t: u64| (t as i128 + offset_ns as i128 + t as i128 * ppm as i128 / 1_000_000) as u64;
+        let mut c = NetClock::default();
+        c.follow(1, 2);
+        let mut worst = 0;
+        for (k, (j1, j2)) in jitter.iter().enumerate() {
+            let t = 2_000_000_000_000 + k as u64 * 1_000_000_000;
+            // t1, t4 on our clock; t2 = t3 on the parent's (true time).
+            let t1 = local(t);
+            let t2 = t + delay + j1;
+            let t4 = local(t2 + delay + j2);
+            let rtt = t4 - t1;
+            let off = ((t2 as i128 - t1 as i128) + (t2 as i128 - t4 as i128)) / 2;
+            c.sample(t4, rtt, off as i64);
+            if k >= warmup {
+                // Half a second later, between samples.
+                let truth = t2 + delay + j2 + 500_000_000;
+                let err = c.network_time(local(truth)) as i64 - truth as i64;
+                worst = worst.max(err.abs());
+            }
+        }
+        worst
+    }
+
+    #[test]
+    fn a_skewed_clock_is_corrected_to_within_the_delay_asymmetry() {
+        // 19 s off and 150 ppm fast (Narada's Cardiff machine, and a drift).
+        let flat = vec![(0, 0); 40];
+        let worst = simulate(-19_235_000_000, 150, 200_000, &flat, 5);
+        assert!(worst < 50_000, "worst {worst}");
+        // Queueing on one leg only in every other sample: the min-delay
+        // sample is trusted, so the error stays near the clean samples'.
+        let noisy: Vec<(u64, u64)> = (0..40)
+            .map(|k| if k % 2 == 0 { (0, 0) } else { (3_000_000, 0) })
+            .collect();
+        assert!(simulate(5_000_000, -80, 200_000, &noisy, 8) < 200_000);
+    }
+
+    #[test]
+    fn without_samples_the_reference_keeps_offset_zero() {
+        let mut c = NetClock::default();
+        c.follow(7, 7);
+        assert!(c.synced());
+        assert_eq!(c.network_time(123), 123);
+        let mut other = NetClock::default();
+        other.follow(7, 9);
+        assert!(!other.synced());
+    }
+
+    proptest! {
+        /// Any sample sequence, however absurd, leaves a usable clock: no
+        /// panic, no overflow, the frequency within its bound.
+        #[test]
+        fn garbage_samples_never_panic(samples in prop::collection::vec((any::<u64>(), any::<u64>(), any::<i64>()), 0..40)) {
+            let mut c = NetClock::default();
+            c.follow(1, 2);
+            for (at, rtt, off) in samples {
+                c.sample(at, rtt, off);
+                let _ = c.network_time(at);
+                prop_assert!(c.freq_ppb().abs() <= MAX_FREQ_PPB);
+            }
+        }
+
+        /// With symmetric delays and any offset and drift within ±500 ppm,
+        /// the estimate converges to within 0.1 ms.
+        #[test]
+        fn symmetric_links_converge(offset in -1_000_000_000_000i64..1_000_000_000_000, ppm in -400i64..400, delay in 10_000u64..5_000_000) {
+            let flat = vec![(0, 0); 30];
+            let worst = simulate(offset, ppm, delay, &flat, 10);
+            prop_assert!(worst < 100_000, "worst error {worst} ns");
+        }
+    }
+
+    #[test]
+    fn aggregation_collapses_covered_patterns() {
+        let agg = aggregate(vec![want("/a/x"), want("/a/**"), want("/a/x"), want("/b")]);
+        assert_eq!(agg, vec![want("/a/**"), want("/b")]);
+        let filtered = Interest {
+            pattern: "/a/y".into(),
+            filter: "$.x > 1".into(),
+        };
+        assert_eq!(
+            aggregate(vec![filtered.clone(), want("/a/**")]),
+            vec![want("/a/**")]
+        );
+        assert_eq!(aggregate(vec![filtered.clone()]), vec![filtered]);
+    }
+
+    proptest! {
+        /// On any connected graph, every interested daemon gets an event
+        /// exactly once, and nobody else gets it unless on the way.
+        #[test]
+        fn any_graph_delivers_exactly_once(
+            n in 2u64..9,
+            extra in prop::collection::vec((1u64..9, 1u64..9), 0..12),
+            wanting in prop::collection::vec(any::<bool>(), 9),
+            origin in 1u64..9,
+        ) {
+            // A spanning chain keeps it connected; extra edges add cycles.
+            let mut edges: Vec<(u64, u64)> = (1..n).map(|i| (i, i + 1)).collect();
+            edges.extend(extra.into_iter().filter(|(a, b)| a != b && *a <= n && *b <= n));
+            let interest: Vec<(u64, &str)> =
+                (1..=n).filter(|d| wanting[*d as usize]).map(|d| (d, "/p/**")).collect();
+            let origin = (origin - 1) % n + 1;
+            let mut t = network(n, &edges, &interest);
+            let (got, _) = flood(&mut t, origin, "/p/q");
+            for d in 1..=n {
+                if d != origin && wanting[d as usize] {
+                    prop_assert_eq!(got.get(&d), Some(&1));
+                }
+                prop_assert!(got.get(&d).copied().unwrap_or(0) <= 1);
+            }
+        }
+    }
+}

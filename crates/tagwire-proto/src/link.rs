@@ -1,0 +1,501 @@
+//! Link frames: what two daemons say to each other on a peer link, after the
+//! ordinary `Hello`/`Welcome` handshake (the dialing daemon is the client).
+//!
+//! Link frames use type codes `0x20..=0x2f` and are framed like every other
+//! frame (`u32 length | u8 type | body`). The dialer sends [`LinkFrame::Peer`]
+//! first; the acceptor answers with its own. From then on both sides are
+//! equal: each floods [`LinkFrame::Advert`]s (its links and interest), sends
+//! events it routes as [`LinkFrame::Forward`], and probes the other's clock
+//! with [`LinkFrame::TimeProbe`]/[`LinkFrame::TimeReply`].
+//! `docs/protocol.md` ("Links between daemons") documents every byte.
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+use crate::error::{DecodeError, EncodeError};
+use crate::frame::FRAME_HEADER_LEN;
+use crate::limits::MAX_TEXT_LEN;
+use crate::reader::Reader;
+
+/// The link protocol version this crate speaks (carried in `Peer`).
+pub const LINK_VERSION: u16 = 1;
+/// Most neighbours one `Advert` may list.
+pub const MAX_ADVERT_NEIGHBORS: usize = 1024;
+/// Most bands one `Peer` may list.
+pub const MAX_PEER_BANDS: usize = 16;
+/// Most interest entries one `Advert` may carry.
+pub const MAX_ADVERT_INTEREST: usize = 4096;
+/// Bytes of a `Forward` frame before its event: header, origin, hops.
+pub const FORWARD_PREFIX_LEN: usize = FRAME_HEADER_LEN + 8 + 1;
+
+/// Link frame type codes.
+pub mod link_kind {
+    /// Either way, first: who this daemon is.
+    pub const PEER: u8 = 0x20;
+    /// Either way: one daemon's links and interest (flooded).
+    pub const ADVERT: u8 = 0x21;
+    /// Either way: an event routed over the link.
+    pub const FORWARD: u8 = 0x22;
+    /// Either way: a clock probe.
+    pub const TIME_PROBE: u8 = 0x23;
+    /// Either way: the answer to a clock probe.
+    pub const TIME_REPLY: u8 = 0x24;
+}
+
+/// Whether `kind` is a link frame type.
+pub fn is_link_kind(kind: u8) -> bool {
+    (0x20..=0x2f).contains(&kind)
+}
+
+/// One entry of a daemon's interest: a pattern and, optionally, the content
+/// filter every subscription under it applies (empty: none), so that an
+/// event nobody's filter accepts is dropped where it is published.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Interest {
+    /// A tag pattern (`/a/*`, `/a/**`).
+    pub pattern: String,
+    /// A filter expression (see docs/filters.md), or empty.
+    pub filter: String,
+}
+
+/// A frame on a link between two daemons.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LinkFrame {
+    /// Who is on this end, and which of the link's band connections this is.
+    Peer {
+        /// The link protocol version (see [`LINK_VERSION`]).
+        version: u16,
+        /// The daemon's node id, random per start.
+        node: u64,
+        /// The daemon's name.
+        name: String,
+        /// The cluster name; daemons of different clusters do not link.
+        cluster: String,
+        /// The priority band this connection carries (the first connection
+        /// of a link is on the daemon's default band).
+        band: String,
+        /// The sender's bands and their TCP ports, so the dialer can open
+        /// one connection per band (at most 16).
+        bands: Vec<(String, u16)>,
+    },
+    /// One daemon's state, flooded to every daemon: a newer `version` from
+    /// the same `origin` replaces the older.
+    Advert {
+        /// The daemon it describes.
+        origin: u64,
+        /// Increases with each change of that daemon's links or interest.
+        version: u64,
+        /// Its name.
+        name: String,
+        /// Its neighbours (node ids it has a link with).
+        neighbors: Vec<u64>,
+        /// Its local subscribers' interest, aggregated.
+        interest: Vec<Interest>,
+    },
+    /// An event being routed.
+    Forward {
+        /// The daemon where it was published.
+        origin: u64,
+        /// Links it has crossed before this one.
+        hops: u8,
+        /// The encoded event (see [`crate::EventRef::parse`]).
+        event: Bytes,
+    },
+    /// A clock probe (NTP's t1: the sender's clock when sent).
+    TimeProbe {
+        /// Echoed in the reply.
+        id: u32,
+        /// Sender's clock at sending, ns.
+        t1: u64,
+    },
+    /// The answer to a clock probe.
+    TimeReply {
+        /// The probe's id.
+        id: u32,
+        /// The probe's t1.
+        t1: u64,
+        /// Replier's clock when the probe arrived, ns.
+        t2: u64,
+        /// Replier's clock when the reply was sent, ns.
+        t3: u64,
+    },
+}
+
+impl LinkFrame {
+    /// The frame's type code.
+    pub fn kind(&self) -> u8 {
+        match self {
+            LinkFrame::Peer { .. } => link_kind::PEER,
+            LinkFrame::Advert { .. } => link_kind::ADVERT,
+            LinkFrame::Forward { .. } => link_kind::FORWARD,
+            LinkFrame::TimeProbe { .. } => link_kind::TIME_PROBE,
+            LinkFrame::TimeReply { .. } => link_kind::TIME_REPLY,
+        }
+    }
+
+    /// Appends this frame, header included, to `out`; on error `out` is left
+    /// as it was.
+    pub fn encode(&self, out: &mut BytesMut) -> Result<(), EncodeError> {
+        let start = out.len();
+        let r = self.encode_inner(out, start);
+        if r.is_err() {
+            out.truncate(start);
+        }
+        r
+    }
+
+    fn encode_inner(&self, out: &mut BytesMut, start: usize) -> Result<(), EncodeError> {
+        out.put_u32_le(0);
+        out.put_u8(self.kind());
+        match self {
+            LinkFrame::Peer {
+                version,
+                node,
+                name,
+                cluster,
+                band,
+                bands,
+            } => {
+                out.put_u16_le(*version);
+                out.put_u64_le(*node);
+                put_short(out, "daemon name", name)?;
+                put_short(out, "cluster name", cluster)?;
+                put_short(out, "band name", band)?;
+                if bands.len() > MAX_PEER_BANDS {
+                    return Err(EncodeError::TooLong {
+                        what: "peer bands",
+                        len: bands.len(),
+                        max: MAX_PEER_BANDS,
+                    });
+                }
+                out.put_u8(bands.len() as u8);
+                for (b, port) in bands {
+                    put_short(out, "band name", b)?;
+                    out.put_u16_le(*port);
+                }
+            }
+            LinkFrame::Advert {
+                origin,
+                version,
+                name,
+                neighbors,
+                interest,
+            } => {
+                out.put_u64_le(*origin);
+                out.put_u64_le(*version);
+                put_short(out, "daemon name", name)?;
+                put_count(
+                    out,
+                    "advert neighbours",
+                    neighbors.len(),
+                    MAX_ADVERT_NEIGHBORS,
+                )?;
+                for n in neighbors {
+                    out.put_u64_le(*n);
+                }
+                put_count(out, "advert interest", interest.len(), MAX_ADVERT_INTEREST)?;
+                for i in interest {
+                    put_str16(out, "interest pattern", &i.pattern)?;
+                    put_str16(out, "interest filter", &i.filter)?;
+                }
+            }
+            LinkFrame::Forward {
+                origin,
+                hops,
+                event,
+            } => {
+                out.put_u64_le(*origin);
+                out.put_u8(*hops);
+                out.put_slice(event);
+            }
+            LinkFrame::TimeProbe { id, t1 } => {
+                out.put_u32_le(*id);
+                out.put_u64_le(*t1);
+            }
+            LinkFrame::TimeReply { id, t1, t2, t3 } => {
+                out.put_u32_le(*id);
+                out.put_u64_le(*t1);
+                out.put_u64_le(*t2);
+                out.put_u64_le(*t3);
+            }
+        }
+        let len = out.len() - start - 4;
+        let len32 = u32::try_from(len).map_err(|_| EncodeError::FrameTooLarge {
+            len,
+            max: u32::MAX as usize,
+        })?;
+        out[start..start + 4].copy_from_slice(&len32.to_le_bytes());
+        Ok(())
+    }
+
+    /// Decodes a link frame from its type code and body. A `Forward`'s event
+    /// shares `body` (no copy); it is not parsed here.
+    pub fn decode(kind: u8, body: Bytes) -> Result<LinkFrame, DecodeError> {
+        let mut r = Reader::new(&body);
+        let frame = match kind {
+            link_kind::PEER => {
+                let version = r.u16("link version")?;
+                let node = r.u64("node id")?;
+                let name = r.short_str("daemon name")?.to_owned();
+                let cluster = r.short_str("cluster name")?.to_owned();
+                let band = r.short_str("band name")?.to_owned();
+                let n = r.u8("peer band count")? as usize;
+                if n > MAX_PEER_BANDS {
+                    return Err(DecodeError::TooLong {
+                        what: "peer bands",
+                        len: n,
+                        max: MAX_PEER_BANDS,
+                    });
+                }
+                let mut bands = Vec::with_capacity(n);
+                for _ in 0..n {
+                    bands.push((r.short_str("band name")?.to_owned(), r.u16("band port")?));
+                }
+                LinkFrame::Peer {
+                    version,
+                    node,
+                    name,
+                    cluster,
+                    band,
+                    bands,
+                }
+            }
+            link_kind::ADVERT => {
+                let origin = r.u64("advert origin")?;
+                let version = r.u64("advert version")?;
+                let name = r.short_str("daemon name")?.to_owned();
+                let n = count(&mut r, "advert neighbours", MAX_ADVERT_NEIGHBORS)?;
+                let mut neighbors = Vec::with_capacity(n);
+                for _ in 0..n {
+                    neighbors.push(r.u64("neighbour id")?);
+                }
+                let n = count(&mut r, "advert interest", MAX_ADVERT_INTEREST)?;
+                let mut interest = Vec::with_capacity(n.min(64));
+                for _ in 0..n {
+                    interest.push(Interest {
+                        pattern: r.str16(MAX_TEXT_LEN, "interest pattern")?.to_owned(),
+                        filter: r.str16(MAX_TEXT_LEN, "interest filter")?.to_owned(),
+                    });
+                }
+                LinkFrame::Advert {
+                    origin,
+                    version,
+                    name,
+                    neighbors,
+                    interest,
+                }
+            }
+            link_kind::FORWARD => {
+                let origin = r.u64("forward origin")?;
+                let hops = r.u8("hop count")?;
+                return Ok(LinkFrame::Forward {
+                    origin,
+                    hops,
+                    event: body.slice(9..),
+                });
+            }
+            link_kind::TIME_PROBE => LinkFrame::TimeProbe {
+                id: r.u32("probe id")?,
+                t1: r.u64("t1")?,
+            },
+            link_kind::TIME_REPLY => LinkFrame::TimeReply {
+                id: r.u32("probe id")?,
+                t1: r.u64("t1")?,
+                t2: r.u64("t2")?,
+                t3: r.u64("t3")?,
+            },
+            other => return Err(DecodeError::UnknownFrameType(other)),
+        };
+        r.finish(link_frame_name(kind))?;
+        Ok(frame)
+    }
+}
+
+/// The name of a link frame type, for messages.
+pub fn link_frame_name(kind: u8) -> &'static str {
+    match kind {
+        link_kind::PEER => "Peer",
+        link_kind::ADVERT => "Advert",
+        link_kind::FORWARD => "Forward",
+        link_kind::TIME_PROBE => "TimeProbe",
+        link_kind::TIME_REPLY => "TimeReply",
+        _ => "unknown link frame",
+    }
+}
+
+/// The bytes that precede an encoded event of `event_len` bytes in a
+/// `Forward` frame: the router writes this prefix and the shared event bytes
+/// with one vectored write, as for `Deliver`.
+pub fn forward_prefix(origin: u64, hops: u8, event_len: usize) -> [u8; FORWARD_PREFIX_LEN] {
+    let mut p = [0u8; FORWARD_PREFIX_LEN];
+    let len = (1 + 8 + 1 + event_len) as u32;
+    p[..4].copy_from_slice(&len.to_le_bytes());
+    p[4] = link_kind::FORWARD;
+    p[5..13].copy_from_slice(&origin.to_le_bytes());
+    p[13] = hops;
+    p
+}
+
+fn put_short(out: &mut BytesMut, what: &'static str, s: &str) -> Result<(), EncodeError> {
+    if s.len() > u8::MAX as usize {
+        return Err(EncodeError::TooLong {
+            what,
+            len: s.len(),
+            max: u8::MAX as usize,
+        });
+    }
+    out.put_u8(s.len() as u8);
+    out.put_slice(s.as_bytes());
+    Ok(())
+}
+
+fn put_str16(out: &mut BytesMut, what: &'static str, s: &str) -> Result<(), EncodeError> {
+    if s.len() > MAX_TEXT_LEN {
+        return Err(EncodeError::TooLong {
+            what,
+            len: s.len(),
+            max: MAX_TEXT_LEN,
+        });
+    }
+    out.put_u16_le(s.len() as u16);
+    out.put_slice(s.as_bytes());
+    Ok(())
+}
+
+fn put_count(
+    out: &mut BytesMut,
+    what: &'static str,
+    n: usize,
+    max: usize,
+) -> Result<(), EncodeError> {
+    if n > max {
+        return Err(EncodeError::TooLong { what, len: n, max });
+    }
+    out.put_u16_le(n as u16);
+    Ok(())
+}
+
+fn count(r: &mut Reader<'_>, what: &'static str, max: usize) -> Result<usize, DecodeError> {
+    let n = r.u16(what)? as usize;
+    if n > max {
+        return Err(DecodeError::TooLong { what, len: n, max });
+    }
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frame::FrameDecoder;
+    use proptest::prelude::*;
+
+    fn roundtrip(f: &LinkFrame) -> LinkFrame {
+        let mut buf = BytesMut::new();
+        f.encode(&mut buf).expect("encodable");
+        let (k, body) = FrameDecoder::new(1 << 24)
+            .next_raw(&mut buf)
+            .expect("framed")
+            .expect("whole");
+        LinkFrame::decode(k, body).expect("decodes")
+    }
+
+    #[test]
+    fn the_forward_prefix_is_what_encode_writes_before_the_event() {
+        let f = LinkFrame::Forward {
+            origin: 0x0102_0304_0506_0708,
+            hops: 3,
+            event: Bytes::from_static(b"event-bytes"),
+        };
+        let mut buf = BytesMut::new();
+        f.encode(&mut buf).expect("encodable");
+        assert_eq!(
+            &buf[..FORWARD_PREFIX_LEN],
+            &forward_prefix(0x0102_0304_0506_0708, 3, 11)
+        );
+        assert_eq!(&buf[FORWARD_PREFIX_LEN..], b"event-bytes");
+    }
+
+    #[test]
+    fn an_advert_over_its_bounds_is_refused_both_ways() {
+        let f = LinkFrame::Advert {
+            origin: 1,
+            version: 1,
+            name: "a".into(),
+            neighbors: vec![0; MAX_ADVERT_NEIGHBORS + 1],
+            interest: vec![],
+        };
+        assert!(f.encode(&mut BytesMut::new()).is_err());
+        let mut body = BytesMut::new();
+        body.put_u64_le(1);
+        body.put_u64_le(1);
+        body.put_u8(0);
+        body.put_u16_le((MAX_ADVERT_NEIGHBORS + 1) as u16);
+        let e = LinkFrame::decode(link_kind::ADVERT, body.freeze()).unwrap_err();
+        assert!(e.to_string().contains("neighbours"), "{e}");
+    }
+
+    fn frames() -> impl Strategy<Value = LinkFrame> {
+        let interest = (("[/a-z*]{1,20}"), ("[ a-z=<>0-9]{0,20}"))
+            .prop_map(|(pattern, filter)| Interest { pattern, filter });
+        prop_oneof![
+            (
+                any::<u16>(),
+                any::<u64>(),
+                "[a-z]{0,10}",
+                "[a-z]{0,10}",
+                "[a-z]{0,10}",
+                prop::collection::vec(("[a-z]{1,8}", any::<u16>()), 0..4)
+            )
+                .prop_map(|(version, node, name, cluster, band, bands)| {
+                    LinkFrame::Peer {
+                        version,
+                        node,
+                        name,
+                        cluster,
+                        band,
+                        bands,
+                    }
+                }),
+            (
+                any::<u64>(),
+                any::<u64>(),
+                "[a-z]{0,10}",
+                prop::collection::vec(any::<u64>(), 0..8),
+                prop::collection::vec(interest, 0..8)
+            )
+                .prop_map(|(origin, version, name, neighbors, interest)| {
+                    LinkFrame::Advert {
+                        origin,
+                        version,
+                        name,
+                        neighbors,
+                        interest,
+                    }
+                }),
+            (
+                any::<u64>(),
+                any::<u8>(),
+                prop::collection::vec(any::<u8>(), 0..64)
+            )
+                .prop_map(|(origin, hops, e)| LinkFrame::Forward {
+                    origin,
+                    hops,
+                    event: Bytes::from(e)
+                }),
+            (any::<u32>(), any::<u64>()).prop_map(|(id, t1)| LinkFrame::TimeProbe { id, t1 }),
+            (any::<u32>(), any::<u64>(), any::<u64>(), any::<u64>())
+                .prop_map(|(id, t1, t2, t3)| LinkFrame::TimeReply { id, t1, t2, t3 }),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn decode_of_encode_is_the_frame(f in frames()) {
+            prop_assert_eq!(roundtrip(&f), f);
+        }
+
+        #[test]
+        fn arbitrary_bodies_never_panic(kind in 0x20u8..=0x2f, body in prop::collection::vec(any::<u8>(), 0..128)) {
+            let _ = LinkFrame::decode(kind, Bytes::from(body));
+        }
+    }
+}

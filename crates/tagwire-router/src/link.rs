@@ -1,0 +1,1002 @@
+//! Links between daemons: dialing configured peers, the `Peer` exchange,
+//! flooding adverts, forwarding events, clock probes and link statistics.
+//!
+//! A link is an ordinary connection (one [`crate::connection::serve`] task,
+//! the same engine, outbox and writer as a client's), on which both daemons
+//! have said [`LinkFrame::Peer`]. The dialing daemon is the engine's client.
+//! Each link has one forwarding queue, a [`Channel`] whose destination is
+//! the link ([`Destination::Link`](crate::channel::Destination)): events
+//! routed to the peer wait there under the same bounds and discard policy as
+//! a subscriber's, and the link's writer frames them as `Forward`.
+//! Where an event goes is decided by core's [`Topology`] (link-state
+//! adverts, one shortest-path tree per origin); this module does the I/O.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tagwire_core::federation::{Applied, NetClock, NodeId, Topology, MAX_HOPS};
+use tagwire_core::queue::{BoundedQueue, DiscardPolicy, OrderPolicy};
+use tagwire_proto::{ErrorCode, EventRef, Interest, LinkFrame, LINK_VERSION};
+
+use crate::channel::{Channel, Outbox, Outgoing};
+use crate::state::State;
+use crate::sync::Locked;
+use crate::timing::now_ns;
+
+/// How often the federation task looks for interest changes.
+const TICK: Duration = Duration::from_millis(50);
+/// How often each link's clock is probed.
+const PROBE_EVERY_NS: u64 = 1_000_000_000;
+/// First and longest wait between dial attempts.
+const BACKOFF_MIN: Duration = Duration::from_millis(100);
+const BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// The daemon's federation state: its routing view and its links.
+#[derive(Debug)]
+pub(crate) struct Federation {
+    /// Every daemon's advert; decides next hops.
+    pub topo: Topology,
+    /// Live links by the peer's node id.
+    pub links: HashMap<NodeId, Link>,
+    /// Events received on a link that nobody here or beyond wanted.
+    pub unwanted: u64,
+    /// Events dropped at the hop limit.
+    pub hop_limited: u64,
+    /// Adverts refused (over a bound, bad interest, a forged origin).
+    pub refused_adverts: u64,
+    /// The channel table generation last advertised.
+    advertised: u64,
+    /// Software clock skew for experiments: (offset ns, ppm).
+    pub skew: (i64, i64),
+    /// Where the daemon's clock readings start, for the skew's drift.
+    epoch: u64,
+    /// Band connections being dialed: (peer, band).
+    band_dialing: std::collections::HashSet<(NodeId, String)>,
+    /// The network clock: this daemon's offset to the reference's time
+    /// (core's [`NetClock`], fed with the probes of the parent link).
+    pub net: NetClock,
+}
+
+/// One live link.
+#[derive(Debug)]
+pub(crate) struct Link {
+    /// The connection carrying it.
+    pub conn: u64,
+    /// The peer's name.
+    pub name: String,
+    /// The peer's address as seen here.
+    pub addr: String,
+    /// Whether this daemon dialed it.
+    pub dialed: bool,
+    /// The connection's outbox (for link control frames).
+    pub outbox: Arc<Outbox>,
+    /// Events routed to the peer wait here.
+    pub queue: Arc<Channel>,
+    /// When it came up (ns since the epoch).
+    pub since: u64,
+    /// Events and bytes received from the peer.
+    pub events_in: u64,
+    /// Bytes of events received.
+    pub bytes_in: u64,
+    /// Bytes of events forwarded to the peer (queued).
+    pub bytes_out: u64,
+    /// Last measured round trip, ns.
+    pub rtt_ns: Option<u64>,
+    /// Estimated offset of the peer's clock from ours, ns (peer − us).
+    pub offset_ns: Option<i64>,
+    /// The last probe sent: (id, t1).
+    probe: (u32, u64),
+    /// The link's other band connections (band name → its connection and
+    /// forwarding queue); the first connection, above, is on the default band.
+    pub bands: HashMap<String, BandConn>,
+    /// The peer's bands and their TCP ports (from its `Peer`).
+    pub band_ports: Vec<(String, u16)>,
+    /// Bytes in and out at the last rate sample, and when it was taken.
+    sampled: (u64, u64, u64),
+    /// Throughput over the last second: bytes/s in and out.
+    pub rate: (u64, u64),
+}
+
+/// One more connection of a link, for one priority band.
+#[derive(Debug)]
+pub(crate) struct BandConn {
+    /// The connection.
+    pub conn: u64,
+    /// Events of this band routed to the peer wait here.
+    pub queue: Arc<Channel>,
+}
+
+impl Federation {
+    /// A daemon called `name`, alone, with a random node id.
+    pub fn new(name: &str, config: &crate::config::FederationConfig) -> Self {
+        let me = match config.node_id {
+            0 => loop {
+                let id = rand_u64();
+                if id != 0 {
+                    break id;
+                }
+            },
+            id => id,
+        };
+        Federation {
+            topo: Topology::starting_at(
+                me,
+                name,
+                tagwire_core::federation::Limits {
+                    max_nodes: config.max_nodes,
+                    max_interest: config.max_interest,
+                    ..Default::default()
+                },
+                now_ns(),
+            ),
+            links: HashMap::new(),
+            unwanted: 0,
+            hop_limited: 0,
+            refused_adverts: 0,
+            advertised: 0,
+            skew: (config.clock_offset_ms * 1_000_000, config.clock_skew_ppm),
+            epoch: now_ns(),
+            band_dialing: Default::default(),
+            net: NetClock::default(),
+        }
+    }
+
+    /// This daemon's node id.
+    pub fn me(&self) -> NodeId {
+        self.topo.me()
+    }
+
+    /// The daemon's clock as other daemons see it: the system clock with
+    /// the configured software skew (the namespaces of a test share one
+    /// kernel clock).
+    pub fn clock(&self) -> u64 {
+        let now = now_ns();
+        let (offset, ppm) = self.skew;
+        let drift = (now.saturating_sub(self.epoch) as i128 * ppm as i128 / 1_000_000) as i64;
+        now.saturating_add_signed(offset.saturating_add(drift))
+    }
+
+    /// What `tagwire time` shows.
+    pub(crate) fn time_info(&self) -> TimeInfo {
+        let local = self.clock();
+        let reference = match self.net.reference() {
+            0 => self.me(),
+            r => r,
+        };
+        TimeInfo {
+            network_time_ns: self.net.network_time(local),
+            local_time_ns: local,
+            offset_ns: self.net.offset_at(local),
+            error_ns: self.net.error(),
+            synced: self.net.synced() || reference == self.me(),
+            reference: self.topo.name_of(reference).unwrap_or_default().to_owned(),
+            reference_node: format!("{reference:016x}"),
+        }
+    }
+
+    /// The network time: this daemon's clock corrected by its offset to the
+    /// reference (see [`NetClock`]).
+    pub fn network_time(&self) -> u64 {
+        self.net.network_time(self.clock())
+    }
+
+    /// Floods `frame` to every link but `except`.
+    fn flood(&self, frame: &LinkFrame, except: Option<NodeId>, max: usize) {
+        for (id, l) in &self.links {
+            if Some(*id) != except {
+                let _ = l.outbox.send_link(frame, max);
+            }
+        }
+    }
+
+    /// Re-advertises our neighbours after a link came or went.
+    fn neighbors_changed(&mut self, max: usize) {
+        let mut ids: Vec<NodeId> = self.links.keys().copied().collect();
+        ids.sort_unstable();
+        if let Some(a) = self.topo.set_neighbors(ids) {
+            self.flood(&a, None, max);
+        }
+        self.topo.prune();
+    }
+}
+
+/// The daemon's network time, as `tagwire time` shows it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TimeInfo {
+    /// Network time now, ns since the Unix epoch.
+    pub network_time_ns: u64,
+    /// This daemon's own clock now (with any configured software skew).
+    pub local_time_ns: u64,
+    /// Network time minus the daemon's clock, ns.
+    pub offset_ns: i64,
+    /// How far off the offset may be (half the best probe's round trip), ns.
+    pub error_ns: u64,
+    /// Whether the offset has been measured (or this daemon is the reference).
+    pub synced: bool,
+    /// The reference daemon's name.
+    pub reference: String,
+    /// Its node id (hex).
+    pub reference_node: String,
+}
+
+/// One link, as `tagwire list --links` and `tagwire admin show link PEER`
+/// show it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct LinkInfo {
+    /// The peer daemon's name.
+    pub peer: String,
+    /// Its node id (hex).
+    pub node: String,
+    /// Its address as seen from here.
+    pub addr: String,
+    /// Whether this daemon dialed it.
+    pub dialed: bool,
+    /// The connection carrying it.
+    pub connection: u64,
+    /// Seconds since it came up.
+    pub up_secs: u64,
+    /// Last measured round trip, µs.
+    pub rtt_us: Option<u64>,
+    /// The peer's clock minus ours, µs (NTP-style estimate).
+    pub clock_offset_us: Option<i64>,
+    /// Events received from the peer.
+    pub events_in: u64,
+    /// Bytes of events received.
+    pub bytes_in: u64,
+    /// Events written to the peer.
+    pub events_out: u64,
+    /// Bytes of events routed to the peer.
+    pub bytes_out: u64,
+    /// Throughput received over the last second, bytes/s.
+    #[serde(default)]
+    pub rate_in_bps: u64,
+    /// Throughput routed to the peer over the last second, bytes/s.
+    #[serde(default)]
+    pub rate_out_bps: u64,
+    /// Events waiting in the link's queue.
+    pub queue_depth: usize,
+    /// Events the link's queues dropped (oldest first, at their bound).
+    pub dropped: u64,
+    /// The bands whose own connection is up (besides the first, on the
+    /// default band).
+    #[serde(default)]
+    pub bands: Vec<String>,
+    /// Events written per band connection (the first connection under the
+    /// default band's name).
+    #[serde(default)]
+    pub events_out_by_band: std::collections::BTreeMap<String, u64>,
+}
+
+/// The federation, as the first page of `tagwire list` shows it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct FederationInfo {
+    /// This daemon's node id (hex).
+    pub node: String,
+    /// Daemons known (this one included).
+    pub daemons: usize,
+    /// Events received that nobody here or beyond wanted (dropped).
+    pub unwanted: u64,
+    /// Events dropped at the hop limit.
+    pub hop_limited: u64,
+    /// Adverts refused.
+    pub refused_adverts: u64,
+    /// The live links.
+    pub links: Vec<LinkInfo>,
+    /// Every daemon known from the adverts (this one included): the
+    /// network's topology and interest as this daemon sees it.
+    #[serde(default)]
+    pub known: Vec<DaemonInfo>,
+}
+
+/// A daemon as its advert describes it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct DaemonInfo {
+    /// Its name.
+    pub name: String,
+    /// Its node id (hex).
+    pub node: String,
+    /// Its advert's version.
+    pub version: u64,
+    /// Its neighbours' node ids (hex).
+    pub neighbors: Vec<String>,
+    /// How many interest entries it advertises.
+    pub interest: usize,
+}
+
+impl Federation {
+    /// What `tagwire list` shows; `default_band` names the links' first
+    /// connections.
+    pub(crate) fn info(&self, default_band: &str) -> FederationInfo {
+        let now = now_ns();
+        let mut links: Vec<LinkInfo> = self
+            .links
+            .iter()
+            .map(|(id, l)| {
+                let queues = std::iter::once(&l.queue).chain(l.bands.values().map(|b| &b.queue));
+                let (mut depth, mut dropped, mut out) = (0, 0, 0);
+                for q in queues {
+                    let inner = q.queue.borrow();
+                    depth += inner.len();
+                    dropped += inner.dropped();
+                    out += q.delivered.get();
+                }
+                let mut bands: Vec<String> = l.bands.keys().cloned().collect();
+                bands.sort();
+                let mut by_band: std::collections::BTreeMap<String, u64> = l
+                    .bands
+                    .iter()
+                    .map(|(b, c)| (b.clone(), c.queue.delivered.get()))
+                    .collect();
+                by_band.insert(default_band.to_owned(), l.queue.delivered.get());
+                LinkInfo {
+                    peer: l.name.clone(),
+                    node: format!("{id:016x}"),
+                    addr: l.addr.clone(),
+                    dialed: l.dialed,
+                    connection: l.conn,
+                    up_secs: now.saturating_sub(l.since) / 1_000_000_000,
+                    rtt_us: l.rtt_ns.map(|r| r / 1000),
+                    clock_offset_us: l.offset_ns.map(|o| o / 1000),
+                    events_in: l.events_in,
+                    bytes_in: l.bytes_in,
+                    events_out: out,
+                    bytes_out: l.bytes_out,
+                    rate_in_bps: l.rate.0,
+                    rate_out_bps: l.rate.1,
+                    queue_depth: depth,
+                    dropped,
+                    bands,
+                    events_out_by_band: by_band,
+                }
+            })
+            .collect();
+        links.sort_by(|a, b| a.peer.cmp(&b.peer));
+        FederationInfo {
+            node: format!("{:016x}", self.me()),
+            daemons: self.topo.len(),
+            unwanted: self.unwanted,
+            hop_limited: self.hop_limited,
+            refused_adverts: self.refused_adverts,
+            links,
+            known: self
+                .topo
+                .nodes()
+                .into_iter()
+                .map(|(id, name, version, neighbors, interest)| DaemonInfo {
+                    name,
+                    node: format!("{id:016x}"),
+                    version,
+                    neighbors: neighbors.iter().map(|n| format!("{n:016x}")).collect(),
+                    interest,
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Offers an event to the links its origin's tree and the peers' interest
+/// pick, except the one it came from. Returns how many links took it.
+pub(crate) fn forward(
+    st: &mut State,
+    event: &mut Outgoing,
+    ev: &EventRef<'_>,
+    meta: &crate::channel::EventMeta,
+    from: Option<NodeId>,
+) -> usize {
+    if st.fed.links.is_empty() {
+        return 0;
+    }
+    let origin = if meta.origin == 0 {
+        st.fed.me()
+    } else {
+        meta.origin
+    };
+    let hops = st.fed.topo.next_hops(origin, ev);
+    let band = band_for_priority(st, meta.priority).to_owned();
+    let mut n = 0;
+    for next in hops {
+        if Some(next) == from {
+            continue;
+        }
+        if let Some(l) = st.fed.links.get_mut(&next) {
+            let m = crate::channel::EventMeta { origin, ..*meta };
+            let queue = l.bands.get(&band).map_or(&l.queue, |b| &b.queue);
+            queue.offer(event, &m);
+            l.bytes_out += event.bytes().len() as u64;
+            n += 1;
+        }
+    }
+    n
+}
+
+/// What a connection knows when it hands a link frame over.
+pub(crate) struct LinkConn<'a> {
+    pub state: &'a Arc<Locked<State>>,
+    pub conn: u64,
+    pub outbox: &'a Arc<Outbox>,
+    pub peer: &'a str,
+    /// Whether this daemon dialed (the engine's client side).
+    pub dialed: bool,
+    /// Whether the peer's identity may link (the admin right).
+    pub may_link: bool,
+    pub max_control: usize,
+    /// The peer's node, once `Peer` was exchanged.
+    pub link: &'a mut Option<NodeId>,
+}
+
+/// Says who we are: the dialer's first link frame, after `Welcome`.
+pub(crate) fn say_peer(state: &Locked<State>, conn: u64, outbox: &Outbox, max: usize) {
+    let st = state.borrow();
+    let _ = outbox.send_link(&peer_frame(&st, conn), max);
+}
+
+/// Our `Peer` for connection `conn`: its band, and our bands' ports.
+fn peer_frame(st: &State, conn: u64) -> LinkFrame {
+    LinkFrame::Peer {
+        version: LINK_VERSION,
+        node: st.fed.me(),
+        name: st.config.name.clone(),
+        cluster: st.config.federation.cluster.clone(),
+        band: band_of(st, conn),
+        bands: st
+            .lanes
+            .iter()
+            .filter_map(|l| Some((l.band.clone(), l.tcp?.port())))
+            .collect(),
+    }
+}
+
+/// The band of connection `conn` (the listener it came in on, or the lane
+/// that dialed it).
+fn band_of(st: &State, conn: u64) -> String {
+    st.connections
+        .get(&conn)
+        .map_or_else(|| st.config.default_band.clone(), |c| c.band.to_string())
+}
+
+/// The band an event of `priority` crosses a link on: 0..=255 split evenly
+/// over the bands, lowest first (as a client's `follow_priority` does).
+fn band_for_priority(st: &State, priority: u8) -> &str {
+    let n = st.band_names.len();
+    if n == 0 {
+        return &st.config.default_band;
+    }
+    &st.band_names[priority as usize * n / 256]
+}
+
+/// Handles a link frame. An error closes the connection (the caller sends
+/// it as the connection's last `Error`).
+pub(crate) fn on_frame(
+    c: LinkConn<'_>,
+    frame: LinkFrame,
+    chunk: Option<u64>,
+) -> Result<(), (ErrorCode, String)> {
+    let Some(peer) = *c.link else {
+        let LinkFrame::Peer {
+            version,
+            node,
+            name,
+            cluster,
+            band,
+            bands,
+        } = frame
+        else {
+            return Err((
+                ErrorCode::HandshakeRequired,
+                "a link frame before Peer (only daemons send link frames, and Peer first)".into(),
+            ));
+        };
+        return on_peer(c, version, node, name, cluster, band, bands);
+    };
+    let mut st = c.state.borrow_mut();
+    match frame {
+        LinkFrame::Peer { .. } => Err((ErrorCode::Malformed, "a second Peer on a link".into())),
+        LinkFrame::Advert { .. } => {
+            let max = c.max_control;
+            match st.fed.topo.apply(frame.clone()) {
+                Ok(Applied::Newer) => {
+                    st.fed.flood(&frame, Some(peer), max);
+                    Ok(())
+                }
+                Ok(Applied::Stale) => Ok(()),
+                Err(e) => {
+                    st.fed.refused_adverts += 1;
+                    tracing::warn!(peer = %c.peer, "{e}");
+                    // The advert is refused; the link stays.
+                    let _ = c.outbox.send(
+                        &tagwire_proto::Frame::Error {
+                            req: 0,
+                            code: ErrorCode::LimitReached,
+                            message: e.to_string(),
+                        },
+                        max,
+                    );
+                    Ok(())
+                }
+            }
+        }
+        LinkFrame::Forward {
+            origin,
+            hops,
+            event,
+        } => {
+            let ev = EventRef::parse(&event)
+                .map_err(|e| (ErrorCode::Malformed, format!("bad event in Forward: {e}")))?;
+            if let Some(l) = st.fed.links.get_mut(&peer) {
+                l.events_in += 1;
+                l.bytes_in += event.len() as u64;
+            }
+            if hops >= MAX_HOPS {
+                st.fed.hop_limited += 1;
+                return Ok(());
+            }
+            let deadline = tagwire_core::defer::deadline(&ev);
+            if crate::timing::expired(deadline) {
+                st.expired += 1;
+                return Ok(());
+            }
+            let mut out = match chunk {
+                Some(epoch) => Outgoing::in_chunk(event.clone(), epoch),
+                None => Outgoing::owned(event.clone()),
+            };
+            let route = crate::dispatch::Route {
+                origin,
+                hops: hops.saturating_add(1),
+                from: Some(peer),
+            };
+            let wanted_here = st.fed.topo.wanted_locally(&ev);
+            let (_, links) =
+                crate::dispatch::deliver_routed(&mut st, &mut out, &ev, deadline, route);
+            if links == 0 && !wanted_here {
+                st.fed.unwanted += 1;
+            }
+            Ok(())
+        }
+        LinkFrame::TimeProbe { id, t1 } => {
+            // Stamped with our network time, so the prober syncs to it.
+            let t2 = st.fed.network_time();
+            let reply = LinkFrame::TimeReply {
+                id,
+                t1,
+                t2,
+                t3: st.fed.network_time(),
+            };
+            let _ = c.outbox.send_link(&reply, c.max_control);
+            Ok(())
+        }
+        LinkFrame::TimeReply { id, t1, t2, t3 } => {
+            let t4 = st.fed.clock();
+            let mut sample = None;
+            if let Some(l) = st.fed.links.get_mut(&peer) {
+                if l.probe == (id, t1) && t4 >= t1 && t3 >= t2 {
+                    let rtt = (t4 - t1).saturating_sub(t3 - t2);
+                    let offset = ((t2 as i128 - t1 as i128) + (t3 as i128 - t4 as i128)) / 2;
+                    let offset = offset.clamp(i64::MIN as i128, i64::MAX as i128) as i64;
+                    l.rtt_ns = Some(rtt);
+                    l.offset_ns = Some(offset);
+                    sample = Some((rtt, offset));
+                }
+            }
+            let me = st.fed.me();
+            let reference = st.fed.topo.time_reference();
+            st.fed.net.follow(reference, me);
+            if let Some((rtt, offset)) = sample {
+                if st.fed.topo.parent_toward(reference) == Some(peer) {
+                    st.fed.net.sample(t4, rtt, offset);
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn on_peer(
+    c: LinkConn<'_>,
+    version: u16,
+    node: NodeId,
+    name: String,
+    cluster: String,
+    band: String,
+    bands: Vec<(String, u16)>,
+) -> Result<(), (ErrorCode, String)> {
+    if version != LINK_VERSION {
+        return Err((
+            ErrorCode::UnsupportedVersion,
+            format!("link protocol version {version}; this daemon speaks {LINK_VERSION}"),
+        ));
+    }
+    if !c.may_link {
+        return Err((
+            ErrorCode::PermissionDenied,
+            "this identity may not link daemons (a peer needs the admin right)".into(),
+        ));
+    }
+    let mut st = c.state.borrow_mut();
+    let me = st.fed.me();
+    if cluster != st.config.federation.cluster {
+        return Err((
+            ErrorCode::PermissionDenied,
+            format!(
+                "daemon {name} is in cluster {cluster:?}, this one in {:?}",
+                st.config.federation.cluster
+            ),
+        ));
+    }
+    if node == me || node == 0 {
+        return Err((
+            ErrorCode::PermissionDenied,
+            format!("daemon {name} claims this daemon's node id {node:#x}"),
+        ));
+    }
+    let here = band_of(&st, c.conn);
+    if band != here {
+        return Err((
+            ErrorCode::BadRequest,
+            format!("daemon {name} says this connection is for band {band:?}, but it came to band {here}'s listener"),
+        ));
+    }
+    if band != st.config.default_band {
+        return attach_band(c, &mut st, node, &name, band);
+    }
+    if let Some(l) = st.fed.links.get(&node) {
+        return Err((
+            ErrorCode::PermissionDenied,
+            format!(
+                "daemon {node:#x} ({name}) is already linked, from {} ({}); refusing a second link claiming its id",
+                l.addr, l.name
+            ),
+        ));
+    }
+    if st.fed.links.len() >= st.config.federation.max_links {
+        return Err((
+            ErrorCode::LimitReached,
+            format!(
+                "{} links already (federation.max_links)",
+                st.config.federation.max_links
+            ),
+        ));
+    }
+    let max = c.max_control;
+    if !c.dialed {
+        let _ = c.outbox.send_link(&peer_frame(&st, c.conn), max);
+    }
+    // The first clock probe at once: RTT and offset are known from the start.
+    let t1 = st.fed.clock();
+    let _ = c.outbox.send_link(&LinkFrame::TimeProbe { id: 1, t1 }, max);
+    let channel = link_queue(&st, &name, c.outbox, c.conn);
+    tracing::info!(peer = %c.peer, "linked with daemon {name} ({node:#x})");
+    st.fed.links.insert(
+        node,
+        Link {
+            conn: c.conn,
+            name: name.clone(),
+            addr: c.peer.to_owned(),
+            dialed: c.dialed,
+            outbox: c.outbox.clone(),
+            queue: channel,
+            since: now_ns(),
+            events_in: 0,
+            bytes_in: 0,
+            bytes_out: 0,
+            rtt_ns: None,
+            offset_ns: None,
+            probe: (1, t1),
+            bands: HashMap::new(),
+            band_ports: bands,
+            sampled: (0, 0, now_ns()),
+            rate: (0, 0),
+        },
+    );
+    if let Some(conn) = st.connections.get_mut(&c.conn) {
+        conn.name = format!("link:{name}");
+    }
+    *c.link = Some(node);
+    // Bring the peer up to date, then tell everyone about the new link.
+    for a in st.fed.topo.adverts() {
+        let _ = c.outbox.send_link(&a, max);
+    }
+    st.fed.neighbors_changed(max);
+    Ok(())
+}
+
+/// A link's forwarding queue on connection `conn`.
+fn link_queue(st: &State, name: &str, outbox: &Arc<Outbox>, conn: u64) -> Arc<Channel> {
+    let queue = BoundedQueue::with_policies(
+        st.config.federation.link_queue_length,
+        st.config.limits.max_queue_bytes,
+        OrderPolicy::Fifo,
+        DiscardPolicy::DropOldest,
+    );
+    Arc::new(
+        Channel::new(
+            0,
+            Arc::from(format!("link:{name}")),
+            "**".into(),
+            queue,
+            outbox.clone(),
+            st.memory.clone(),
+        )
+        .for_link()
+        .on_connection(conn),
+    )
+}
+
+/// A further band connection of an existing link.
+fn attach_band(
+    c: LinkConn<'_>,
+    st: &mut State,
+    node: NodeId,
+    name: &str,
+    band: String,
+) -> Result<(), (ErrorCode, String)> {
+    let queue = link_queue(st, name, c.outbox, c.conn);
+    let me_frame = (!c.dialed).then(|| peer_frame(st, c.conn));
+    let Some(link) = st.fed.links.get_mut(&node) else {
+        return Err((
+            ErrorCode::BadRequest,
+            format!(
+                "daemon {name} opened a band {band} connection before its link on the default band"
+            ),
+        ));
+    };
+    if link.bands.contains_key(&band) {
+        return Err((
+            ErrorCode::PermissionDenied,
+            format!("the link to daemon {name} already has a band {band} connection"),
+        ));
+    }
+    if let Some(f) = me_frame {
+        let _ = c.outbox.send_link(&f, c.max_control);
+    }
+    tracing::info!(peer = %c.peer, "band {band} connection of the link to daemon {name}");
+    link.bands.insert(
+        band,
+        BandConn {
+            conn: c.conn,
+            queue,
+        },
+    );
+    if let Some(conn) = st.connections.get_mut(&c.conn) {
+        conn.name = format!("link:{name}");
+    }
+    *c.link = Some(node);
+    Ok(())
+}
+
+/// A link's connection closed: forget the link (or its band connection)
+/// and re-advertise.
+pub(crate) fn closed(state: &Locked<State>, node: NodeId, conn: u64) {
+    let mut st = state.borrow_mut();
+    if let Some(l) = st.fed.links.get_mut(&node) {
+        l.bands.retain(|_, b| b.conn != conn);
+    }
+    if st.fed.links.get(&node).is_some_and(|l| l.conn == conn) {
+        let l = st.fed.links.remove(&node);
+        if let Some(l) = l {
+            tracing::info!("link to daemon {} ({node:#x}) closed", l.name);
+        }
+        let max = st.config.limits.max_control_bytes;
+        st.fed.neighbors_changed(max);
+    }
+}
+
+/// The local interest: every channel's pattern, with its filter when it
+/// has exactly one (a channel with none or several is taken unfiltered).
+fn local_interest(st: &State) -> Vec<Interest> {
+    st.channels
+        .after(None)
+        .map(|(global, ch)| {
+            let mut filters = st
+                .filters
+                .records
+                .of_channel(*global)
+                .iter()
+                .filter_map(|id| st.filters.records.get(*id))
+                .filter(|r| r.info.kind == "filter");
+            let filter = match (filters.next(), filters.next()) {
+                (Some(f), None) => f.info.text.clone(),
+                _ => String::new(),
+            };
+            Interest {
+                pattern: ch.pattern.clone(),
+                filter,
+            }
+        })
+        .collect()
+}
+
+/// The federation's lane task: dials the configured peers, re-advertises
+/// local interest when subscriptions change, probes link clocks.
+pub(crate) async fn run(state: Arc<Locked<State>>, lane: crate::lane::LaneOf, dscp: u8) {
+    let peers = state.borrow().config.federation.peers.clone();
+    for p in peers {
+        tokio::task::spawn_local(dial(state.clone(), p, lane.clone(), dscp));
+    }
+    let mut next_probe = 0u64;
+    let mut tick = tokio::time::interval(TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let mut st = state.borrow_mut();
+        let max = st.config.limits.max_control_bytes;
+        let generation = st.channels.generation();
+        if generation != st.fed.advertised {
+            st.fed.advertised = generation;
+            let interest = local_interest(&st);
+            if let Some(a) = st.fed.topo.set_interest(interest) {
+                st.fed.flood(&a, None, max);
+            }
+        }
+        let (reference, me) = (st.fed.topo.time_reference(), st.fed.me());
+        st.fed.net.follow(reference, me);
+        let now = now_ns();
+        if now >= next_probe {
+            next_probe = now + PROBE_EVERY_NS;
+            let t1 = st.fed.clock();
+            for l in st.fed.links.values_mut() {
+                let (bin, bout, at) = l.sampled;
+                let secs = now.saturating_sub(at) as f64 / 1e9;
+                if secs > 0.0 {
+                    l.rate = (
+                        ((l.bytes_in - bin) as f64 / secs) as u64,
+                        ((l.bytes_out - bout) as f64 / secs) as u64,
+                    );
+                }
+                l.sampled = (l.bytes_in, l.bytes_out, now);
+                let id = l.probe.0.wrapping_add(1);
+                l.probe = (id, t1);
+                let _ = l.outbox.send_link(&LinkFrame::TimeProbe { id, t1 }, max);
+            }
+        }
+    }
+}
+
+/// A non-default band's lane task: for every link this daemon dialed, opens
+/// the link's connection for this band (to the port the peer listed for it)
+/// once the link is up, and again whenever it is lost.
+pub(crate) async fn run_band(state: Arc<Locked<State>>, lane: crate::lane::LaneOf, dscp: u8) {
+    let band = lane.band.to_string();
+    let mut tick = tokio::time::interval(Duration::from_millis(200));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let wanted: Vec<(NodeId, String)> = {
+            let mut st = state.borrow_mut();
+            let mut wanted = Vec::new();
+            for (id, l) in &st.fed.links {
+                if !l.dialed || l.bands.contains_key(&band) {
+                    continue;
+                }
+                let Some(port) = l
+                    .band_ports
+                    .iter()
+                    .find(|(b, _)| *b == band)
+                    .map(|(_, p)| *p)
+                else {
+                    continue;
+                };
+                let host = l.addr.trim_start_matches("tcp://");
+                let Some((host, _)) = host.rsplit_once(':') else {
+                    continue;
+                };
+                wanted.push((*id, format!("{host}:{port}")));
+            }
+            wanted.retain(|(id, _)| st.fed.band_dialing.insert((*id, band.clone())));
+            wanted
+        };
+        for (node, addr) in wanted {
+            let (state, lane, band) = (state.clone(), lane.clone(), band.clone());
+            tokio::task::spawn_local(async move {
+                if let Ok(Ok(s)) = tokio::time::timeout(
+                    Duration::from_secs(3),
+                    tokio::net::TcpStream::connect(&addr),
+                )
+                .await
+                {
+                    let _ = s.set_nodelay(true);
+                    if let Err(e) = crate::priority::set_dscp(&s, dscp) {
+                        tracing::debug!(%addr, "cannot set DSCP {dscp}: {e}");
+                    }
+                    let socket = s.as_fd_owned();
+                    let (r, w) = s.into_split();
+                    crate::connection::dial_serve(state.clone(), addr, lane, socket, r, w).await;
+                } else {
+                    tokio::time::sleep(BACKOFF_MAX).await;
+                }
+                state.borrow_mut().fed.band_dialing.remove(&(node, band));
+            });
+        }
+    }
+}
+
+/// Keeps a link to `addr` up: connects, serves the link until it closes,
+/// waits (100 ms doubling to 1 s, so a healed link is back within about a second), again.
+async fn dial(state: Arc<Locked<State>>, addr: String, lane: crate::lane::LaneOf, dscp: u8) {
+    let mut backoff = BACKOFF_MIN;
+    let mut failures = 0u32;
+    loop {
+        let target = addr.trim_start_matches("tcp://").to_owned();
+        let connected = tokio::time::timeout(
+            Duration::from_secs(3),
+            tokio::net::TcpStream::connect(target.as_str()),
+        )
+        .await;
+        match connected {
+            Ok(Ok(s)) => {
+                failures = 0;
+                let _ = s.set_nodelay(true);
+                if let Err(e) = crate::priority::set_dscp(&s, dscp) {
+                    tracing::debug!(%addr, "cannot set DSCP {dscp}: {e}");
+                }
+                let socket = s.as_fd_owned();
+                let (r, w) = s.into_split();
+                let started = std::time::Instant::now();
+                crate::connection::dial_serve(
+                    state.clone(),
+                    addr.clone(),
+                    lane.clone(),
+                    socket,
+                    r,
+                    w,
+                )
+                .await;
+                if started.elapsed() > Duration::from_secs(10) {
+                    backoff = BACKOFF_MIN;
+                }
+            }
+            Ok(Err(e)) => {
+                failures += 1;
+                if failures == 1 || failures.is_power_of_two() {
+                    tracing::warn!("peer {addr}: cannot connect ({e}); retrying (attempt {failures}, next in {backoff:?})");
+                }
+            }
+            Err(_) => {
+                failures += 1;
+                if failures == 1 || failures.is_power_of_two() {
+                    tracing::warn!("peer {addr}: connect timed out; retrying (attempt {failures})");
+                }
+            }
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(BACKOFF_MAX);
+    }
+}
+
+trait AsFdOwned {
+    fn as_fd_owned(&self) -> Option<std::os::fd::OwnedFd>;
+}
+
+impl AsFdOwned for tokio::net::TcpStream {
+    fn as_fd_owned(&self) -> Option<std::os::fd::OwnedFd> {
+        use std::os::fd::AsFd;
+        self.as_fd().try_clone_to_owned().ok()
+    }
+}
+
+/// A random u64 from the OS (a node id).
+fn rand_u64() -> u64 {
+    let mut b = [0u8; 8];
+    if crate::local::random_bytes(&mut b).is_err() {
+        // No OS randomness: time and pid still differ between daemons.
+        return now_ns() ^ ((std::process::id() as u64) << 32);
+    }
+    u64::from_le_bytes(b)
+}
+
+/// The token to present to peer `addr`: the configured one, else, for a
+/// daemon on this host, its owner's token file (as a local client does).
+pub(crate) fn token_for(configured: &str, addr: &str) -> String {
+    if !configured.is_empty() {
+        return configured.to_owned();
+    }
+    let a = addr.trim_start_matches("tcp://");
+    let loopback = a.starts_with("127.") || a.starts_with("localhost:") || a.starts_with("[::1]");
+    match a.rsplit_once(':').and_then(|(_, p)| p.parse::<u16>().ok()) {
+        Some(port) if loopback => {
+            crate::local::read_token(&crate::local::token_path(port)).unwrap_or_default()
+        }
+        _ => String::new(),
+    }
+}

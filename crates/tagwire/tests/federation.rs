@@ -1,0 +1,325 @@
+//! Daemons linked on loopback (in this process): events cross links only to
+//! daemons whose subscribers want them, over several hops, once each; links
+//! and their stats show in the listing. The netns tests (one daemon per
+//! namespace) are in `crates/tagwire-testbed/tests/federation_netns.rs`.
+
+use std::time::{Duration, Instant};
+
+use tagwire::router::{FederationConfig, Router, RouterConfig, RouterHandle};
+use tagwire::{Publisher, Session, Subscriber};
+
+const WAIT: Duration = Duration::from_secs(10);
+
+struct Daemon {
+    handle: RouterHandle,
+    url: String,
+}
+
+impl Daemon {
+    fn session(&self) -> Session {
+        Session::connect(&self.url).expect("connect")
+    }
+    fn port(&self) -> u16 {
+        self.handle.tcp_addr().expect("tcp").port()
+    }
+}
+
+fn daemon(name: &str, peers: Vec<String>) -> Daemon {
+    let cfg = RouterConfig {
+        name: name.into(),
+        tcp: "127.0.0.1:0".parse().ok(),
+        unix: None,
+        federation: FederationConfig {
+            peers,
+            ..FederationConfig::default()
+        },
+        ..RouterConfig::default()
+    };
+    let handle = Router::start(cfg).expect("start");
+    let url = format!("tcp://{}", handle.tcp_addr().expect("tcp"));
+    Daemon { handle, url }
+}
+
+fn peer(d: &Daemon) -> String {
+    format!("tcp://127.0.0.1:{}", d.port())
+}
+
+/// Publishes `tag` every 50 ms until `sub` gets one (the interest takes a
+/// moment to spread); fails after [`WAIT`].
+fn until_received(p: &Publisher, tag: &str, sub: &Subscriber) -> String {
+    let start = Instant::now();
+    while start.elapsed() < WAIT {
+        p.publish(tag, "probe").expect("publish");
+        if let Some(s) = sub
+            .recv_timeout(Duration::from_millis(50))
+            .expect("receive")
+        {
+            return String::from_utf8_lossy(&s.payload()).into_owned();
+        }
+    }
+    panic!("nothing crossed the links to {tag} within {WAIT:?}");
+}
+
+fn links(s: &Session) -> Vec<tagwire::router::LinkInfo> {
+    s.list()
+        .expect("list")
+        .federation
+        .map(|f| f.links)
+        .unwrap_or_default()
+}
+
+fn drain(sub: &Subscriber) -> usize {
+    let mut n = 0;
+    while sub
+        .recv_timeout(Duration::from_millis(300))
+        .expect("receive")
+        .is_some()
+    {
+        n += 1;
+    }
+    n
+}
+
+#[test]
+fn a_chain_of_three_routes_end_to_end_once_and_shows_its_links() {
+    let c = daemon("c", vec![]);
+    let b = daemon("b", vec![peer(&c)]);
+    let a = daemon("a", vec![peer(&b)]);
+    let sc = c.session();
+    let sub = sc.subscribe("/chain/**").receiver().expect("subscribe");
+    let sa = a.session();
+    let p = sa.declare_publisher("/chain/pub").expect("publisher");
+    until_received(&p, "/chain/x", &sub);
+    drain(&sub);
+    for i in 0..20 {
+        p.publish("/chain/x", format!("{i}")).expect("publish");
+    }
+    let mut got = Vec::new();
+    while let Some(s) = sub.recv_timeout(Duration::from_secs(2)).expect("recv") {
+        got.push(String::from_utf8_lossy(&s.payload()).into_owned());
+        if got.len() == 20 {
+            break;
+        }
+    }
+    let want: Vec<String> = (0..20).map(|i| i.to_string()).collect();
+    assert_eq!(got, want, "each event once, in order");
+    assert_eq!(drain(&sub), 0, "no duplicates");
+    let lb = links(&b.session());
+    assert_eq!(lb.len(), 2, "b links a and c: {lb:?}");
+    let to_c = lb.iter().find(|l| l.peer == "c").expect("b–c link");
+    assert!(to_c.events_out >= 20, "{to_c:?}");
+}
+
+#[test]
+fn events_nobody_beyond_wants_do_not_cross_a_link() {
+    let b = daemon("b2", vec![]);
+    let a = daemon("a2", vec![peer(&b)]);
+    let sb = b.session();
+    let sub = sb.subscribe("/wanted/**").receiver().expect("subscribe");
+    let sa = a.session();
+    let p = sa.declare_publisher("/w/pub").expect("publisher");
+    until_received(&p, "/wanted/x", &sub);
+    let before = links(&sa)[0].events_out;
+    for _ in 0..50 {
+        p.publish("/unwanted/x", "no").expect("publish");
+    }
+    p.publish("/wanted/x", "yes").expect("publish");
+    let s = sub
+        .recv_timeout(WAIT)
+        .expect("recv")
+        .expect("the wanted one");
+    assert_eq!(&s.payload()[..], b"yes");
+    let after = links(&sa)[0].events_out;
+    assert_eq!(after - before, 1, "only the wanted event crossed");
+}
+
+#[test]
+fn an_unsubscribe_withdraws_interest() {
+    let b = daemon("b3", vec![]);
+    let a = daemon("a3", vec![peer(&b)]);
+    let sb = b.session();
+    let sub = sb.subscribe("/gone/**").receiver().expect("subscribe");
+    let sa = a.session();
+    let p = sa.declare_publisher("/g/pub").expect("publisher");
+    until_received(&p, "/gone/x", &sub);
+    drop(sub);
+    // Wait until a's view of b has no interest left: events stop crossing.
+    let start = Instant::now();
+    loop {
+        let before = links(&sa)[0].events_out;
+        p.publish("/gone/x", "x").expect("publish");
+        std::thread::sleep(Duration::from_millis(100));
+        if links(&sa)[0].events_out == before {
+            break;
+        }
+        assert!(start.elapsed() < WAIT, "interest was never withdrawn");
+    }
+}
+
+#[test]
+fn a_killed_daemon_is_relinked_when_it_comes_back() {
+    let b = daemon("b4", vec![]);
+    let port = b.port();
+    let a = daemon("a4", vec![peer(&b)]);
+    let sa = a.session();
+    let start = Instant::now();
+    while links(&sa).is_empty() {
+        assert!(start.elapsed() < WAIT, "never linked");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(b);
+    while !links(&sa).is_empty() {
+        assert!(start.elapsed() < 2 * WAIT, "the link never went");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Back on the same port: a's dialer finds it again.
+    let cfg = RouterConfig {
+        name: "b4".into(),
+        tcp: format!("127.0.0.1:{port}").parse().ok(),
+        unix: None,
+        ..RouterConfig::default()
+    };
+    let b = Router::start(cfg).expect("restart on the same port");
+    let sb = Session::connect(&format!("tcp://127.0.0.1:{port}")).expect("connect");
+    let sub = sb.subscribe("/back/**").receiver().expect("subscribe");
+    let p = sa.declare_publisher("/back/pub").expect("publisher");
+    until_received(&p, "/back/x", &sub);
+    drop(b);
+}
+
+#[test]
+fn a_client_failing_over_to_another_daemon_keeps_its_subscriptions() {
+    let b = daemon("b5", vec![]);
+    let a = daemon("a5", vec![peer(&b)]);
+    // The subscriber prefers a, and may use b.
+    let mover = Session::connect(&format!("{},{}", a.url, b.url)).expect("connect");
+    let sub = mover.subscribe("/move/**").receiver().expect("subscribe");
+    let sb = b.session();
+    let p = sb.declare_publisher("/move/pub").expect("publisher");
+    // Across the link first (subscriber on a, publisher on b).
+    until_received(&p, "/move/x", &sub);
+    drop(a);
+    // Now on b itself, with the same subscription made again there.
+    until_received(&p, "/move/y", &sub);
+    assert!(mover.reconnects() >= 1);
+}
+
+#[test]
+fn a_link_opens_one_connection_per_band_and_events_cross_on_their_priority_band() {
+    let b = daemon("b6", vec![]);
+    let a = daemon("a6", vec![peer(&b)]);
+    let sa = a.session();
+    let start = Instant::now();
+    loop {
+        let l = links(&sa);
+        if l.first().is_some_and(|l| l.bands.len() == 3) {
+            assert_eq!(l[0].bands, vec!["critical", "high", "low"], "{l:?}");
+            break;
+        }
+        assert!(
+            start.elapsed() < WAIT,
+            "band connections never came up: {l:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Every band connection of the link shows in b's connection list, each
+    // on its band.
+    let listing = b.session().list().expect("list");
+    let mut link_bands: Vec<String> = listing
+        .connections
+        .iter()
+        .filter(|c| c.name == "link:a6")
+        .map(|c| c.band.clone())
+        .collect();
+    link_bands.sort();
+    assert_eq!(link_bands, vec!["critical", "high", "low", "normal"]);
+    let sb = b.session();
+    let sub = sb.subscribe("/band/**").receiver().expect("subscribe");
+    let p = sa.declare_publisher("/band/pub").expect("publisher");
+    until_received(&p, "/band/probe", &sub);
+    drain(&sub);
+    let before = links(&sa)[0].events_out_by_band.clone();
+    for (i, prio) in [0u8, 100, 150, 250].iter().enumerate() {
+        p.event("/band/x", format!("{i}"))
+            .priority(*prio)
+            .send()
+            .expect("publish");
+    }
+    let mut got = Vec::new();
+    while got.len() < 4 {
+        let s = sub.recv_timeout(WAIT).expect("recv").expect("event");
+        got.push(String::from_utf8_lossy(&s.payload()).into_owned());
+    }
+    got.sort();
+    assert_eq!(got, vec!["0", "1", "2", "3"]);
+    assert_eq!(drain(&sub), 0, "no duplicates");
+    let after = links(&sa)[0].events_out_by_band.clone();
+    for band in ["low", "normal", "high", "critical"] {
+        let n = after.get(band).copied().unwrap_or(0) - before.get(band).copied().unwrap_or(0);
+        assert_eq!(
+            n, 1,
+            "one event crossed on band {band}: {before:?} → {after:?}"
+        );
+    }
+}
+
+#[test]
+fn linked_daemons_agree_on_network_time_despite_a_skewed_clock() {
+    // b's clock runs 50 ms ahead (software skew): its network time follows
+    // the reference (whichever of the two has the smaller node id).
+    let cfg = RouterConfig {
+        name: "b7".into(),
+        tcp: "127.0.0.1:0".parse().ok(),
+        unix: None,
+        federation: FederationConfig {
+            clock_offset_ms: 50,
+            ..FederationConfig::default()
+        },
+        ..RouterConfig::default()
+    };
+    let hb = Router::start(cfg).expect("start");
+    let b = Daemon {
+        url: format!("tcp://{}", hb.tcp_addr().expect("tcp")),
+        handle: hb,
+    };
+    let a = daemon("a7", vec![peer(&b)]);
+    let (sa, sb) = (a.session(), b.session());
+    let start = Instant::now();
+    loop {
+        let (ta, tb) = (
+            sa.network_time().expect("time"),
+            sb.network_time().expect("time"),
+        );
+        if ta.synced
+            && tb.synced
+            && ta.reference_node == tb.reference_node
+            && !ta.reference.is_empty()
+        {
+            break;
+        }
+        assert!(start.elapsed() < WAIT, "never synced: {ta:?} {tb:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let ta = sa.network_time().expect("time");
+    let tb = sb.network_time().expect("time");
+    let ta2 = sa.network_time().expect("time");
+    // b's own clock is 50 ms off a's; their network times are not.
+    let local_gap =
+        tb.local_time_ns as i128 - (ta.local_time_ns as i128 + ta2.local_time_ns as i128) / 2;
+    let net_gap =
+        tb.network_time_ns as i128 - (ta.network_time_ns as i128 + ta2.network_time_ns as i128) / 2;
+    assert!(
+        (40_000_000..60_000_000).contains(&local_gap),
+        "local clocks {local_gap} ns apart"
+    );
+    assert!(
+        net_gap.abs() < 10_000_000,
+        "network times {net_gap} ns apart: {ta:?} {tb:?}"
+    );
+    // The one that is not the reference corrected by about 50 ms.
+    let corrected = if ta.offset_ns == 0 { &tb } else { &ta };
+    assert!(
+        (40_000_000..60_000_000).contains(&corrected.offset_ns.abs()),
+        "{corrected:?}"
+    );
+}

@@ -133,3 +133,73 @@ fn a_range_longer_than_one_reply_is_followed_to_its_end() {
         .windows(2)
         .all(|w| w[0].event().seq + 1 == w[1].event().seq));
 }
+
+/// A daemon named `name` on a loopback port, linked to `peers`.
+fn linked_daemon(name: &str, peers: Vec<String>) -> (tagwire::router::RouterHandle, String) {
+    use tagwire::router::{FederationConfig, Router, RouterConfig};
+    let h = Router::start(RouterConfig {
+        name: name.into(),
+        tcp: "127.0.0.1:0".parse().ok(),
+        unix: None,
+        federation: FederationConfig {
+            peers,
+            ..FederationConfig::default()
+        },
+        ..RouterConfig::default()
+    })
+    .expect("start");
+    let url = format!("tcp://{}", h.tcp_addr().expect("tcp"));
+    (h, url)
+}
+
+#[test]
+fn the_subscribers_daemon_keeps_history_of_events_that_crossed_a_link() {
+    let (_a, a_url) = linked_daemon("pull-a", vec![]);
+    let (_b, b_url) = linked_daemon("pull-b", vec![a_url.clone()]);
+    let at_a = Session::connect(&a_url).expect("connect a");
+    let at_b = Session::connect(&b_url).expect("connect b");
+    history(&at_b, "/fed/**", "4");
+    // Interest at B draws A's events over the link.
+    let sub = at_b.subscribe("/fed/**").receiver().expect("subscribe");
+    let p = at_a.declare_publisher("/fed/pub").expect("declare");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        p.publish("/fed/x", "probe").expect("publish");
+        if sub
+            .recv_timeout(std::time::Duration::from_millis(50))
+            .expect("receive")
+            .is_some()
+        {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "nothing crossed the link"
+        );
+    }
+    let got = at_b.pull("/fed/x", Pull::Latest).expect("held at B");
+    assert_eq!(got[0].event().publisher, "/fed/pub");
+    // A keeps none (no history set there), and B does not forward pulls.
+    assert!(matches!(
+        at_a.pull("/fed/x", Pull::Latest),
+        Err(PullError::NoHistory { .. })
+    ));
+    let at_a_node = PullOptions {
+        publisher: None,
+        at: HistoryAt::Node("pull-a".into()),
+    };
+    assert!(matches!(
+        at_b.pull_with("/fed/x", Pull::Latest, &at_a_node),
+        Err(PullError::UnknownNode { .. })
+    ));
+    let at_b_node = PullOptions {
+        publisher: None,
+        at: HistoryAt::Node("pull-b".into()),
+    };
+    assert_eq!(
+        at_b.pull_with("/fed/x", Pull::Latest, &at_b_node)
+            .expect("its own name")
+            .len(),
+        1
+    );
+}

@@ -378,3 +378,134 @@ fn a_link_losing_ten_percent_of_its_packets_keeps_delivering() {
     net.wait_for_interest(&[0], &[1]);
     each_once(&tb, 0, vec![(1, sub)], 20);
 }
+
+/// Two namespaces on one Ethernet segment (a veth pair, 10.201.0.1 and
+/// .2/24, multicast on): what discovery needs, which the routed testbed
+/// (one subnet per host) does not give. Removed on drop.
+struct Segment {
+    names: [String; 2],
+}
+
+impl Segment {
+    fn new() -> Segment {
+        let tag = std::process::id();
+        let names = [format!("twtb-seg{tag}-a"), format!("twtb-seg{tag}-b")];
+        let ip = |args: &[&str]| {
+            let out = Command::new("ip").args(args).output().expect("run ip");
+            assert!(
+                out.status.success(),
+                "ip {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        let seg = Segment {
+            names: names.clone(),
+        };
+        for n in &names {
+            ip(&["netns", "add", n]);
+        }
+        ip(&[
+            "link", "add", "twseg0", "netns", &names[0], "type", "veth", "peer", "name", "twseg1",
+            "netns", &names[1],
+        ]);
+        for (i, n) in names.iter().enumerate() {
+            let dev = format!("twseg{i}");
+            ip(&[
+                "-n",
+                n,
+                "addr",
+                "add",
+                &format!("10.201.0.{}/24", i + 1),
+                "dev",
+                &dev,
+            ]);
+            ip(&["-n", n, "link", "set", &dev, "up", "multicast", "on"]);
+            ip(&["-n", n, "link", "set", "lo", "up"]);
+            ip(&["-n", n, "route", "add", "224.0.0.0/4", "dev", &dev]);
+        }
+        seg
+    }
+
+    fn exec(&self, i: usize, cmd: &Command) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.names[i]])
+            .arg(cmd.get_program())
+            .args(cmd.get_args());
+        for (k, v) in cmd.get_envs() {
+            match v {
+                Some(v) => c.env(k, v),
+                None => c.env_remove(k),
+            };
+        }
+        c
+    }
+}
+
+impl Drop for Segment {
+    fn drop(&mut self) {
+        for n in &self.names {
+            // Kill what runs there, then remove it.
+            if let Ok(out) = Command::new("ip").args(["netns", "pids", n]).output() {
+                for pid in String::from_utf8_lossy(&out.stdout).split_whitespace() {
+                    let _ = Command::new("kill").args(["-9", pid]).status();
+                }
+            }
+            let _ = Command::new("ip").args(["netns", "del", n]).status();
+        }
+    }
+}
+
+#[test]
+fn daemons_on_one_segment_discover_each_other_and_link() {
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    tagwire_testbed::check_environment().unwrap_or_else(|e| panic!("{e}"));
+    let seg = Segment::new();
+    let dirs = [DaemonDir::new(&[]), DaemonDir::new(&[])];
+    let mut children = Vec::new();
+    for (i, dir) in dirs.iter().enumerate() {
+        let addr = format!("10.201.0.{}:{PORT}", i + 1);
+        let mut c = Command::new(env!("CARGO_BIN_EXE_tagwired"));
+        c.args([
+            "--tcp",
+            &addr,
+            "--no-unix",
+            "--discovery",
+            "--name",
+            &format!("s{i}"),
+        ])
+        .arg("--config")
+        .arg(dir.path().join("tagwired.toml"))
+        .env("XDG_RUNTIME_DIR", dir.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+        children.push(seg.exec(i, &c).spawn().expect("spawn tagwired"));
+    }
+    let list = |i: usize| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_tagwire"));
+        c.args([
+            "-s",
+            &format!("tcp://10.201.0.{}:{PORT}", i + 1),
+            "list",
+            "--links",
+            "--json",
+        ])
+        .env("TAGWIRE_TOKEN", TOKEN);
+        let out = seg.exec(i, &c).output().expect("tagwire list");
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap_or(serde_json::Value::Null)
+    };
+    let start = Instant::now();
+    loop {
+        let f = list(0);
+        if f["links"].as_array().is_some_and(|l| l.len() == 1) {
+            assert_eq!(f["links"][0]["peer"], "s1", "{f}");
+            break;
+        }
+        assert!(start.elapsed() < WAIT, "no link from discovery: {f}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    for mut c in children {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}

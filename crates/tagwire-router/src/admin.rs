@@ -242,7 +242,7 @@ pub(crate) fn handle(
             encode(Ok(reply)).map(Reply::Now)
         }
         AdminRequest::Show { target } if target.starts_with("link:") || target == "links" => {
-            let info = st.fed.info(&st.config.default_band);
+            let info = crate::link::federation_info(st);
             let want = target.trim_start_matches("link:");
             let links: Vec<_> = info
                 .links
@@ -419,8 +419,9 @@ fn list_page(
             discarded_events: st.memory.discards(),
             refused_connections: st.memory.refusals(),
         },
-        federation: (after.is_none() && !(st.fed.links.is_empty() && st.fed.topo.is_empty()))
-            .then(|| st.fed.info(&st.config.default_band)),
+        federation: (after.is_none()
+            && !(st.fed.links.is_empty() && st.fed.topo.is_empty() && st.members.up.is_empty()))
+        .then(|| crate::link::federation_info(st)),
         next: None,
     };
     let mut fill = PageFill::new(json_len(&page), limit, budget);

@@ -587,6 +587,9 @@ pub(crate) struct Outbox {
     notify: Notify,
     /// Set when the connection is closing: the writer flushes and stops.
     closing: Flag,
+    /// Woken to end the connection from outside its task (a peer daemon
+    /// declared down by membership).
+    kill: Notify,
 }
 
 impl Outbox {
@@ -633,6 +636,17 @@ impl Outbox {
         drop(c);
         self.notify.notify_one();
         true
+    }
+
+    /// Ends the connection from outside: its task stops reading, cleans up
+    /// and closes (see [`killed`](Self::killed)).
+    pub(crate) fn kill(&self) {
+        self.kill.notify_one();
+    }
+
+    /// Resolves when [`kill`](Self::kill) was called.
+    pub(crate) async fn killed(&self) {
+        self.kill.notified().await
     }
 
     /// Asks the writer to flush what is queued and stop.

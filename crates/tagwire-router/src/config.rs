@@ -80,6 +80,16 @@ pub struct FederationConfig {
     /// This daemon's node id (0: random per start, the default). Set it
     /// to choose the time reference (the smallest id) in an experiment.
     pub node_id: u64,
+    /// Run SWIM membership and failure detection (foca) on UDP.
+    pub gossip_enabled: bool,
+    /// The UDP gossip address (default: the TCP main address, as UDP).
+    pub gossip: Option<SocketAddr>,
+    /// Find daemons of the same cluster on the local network by multicast
+    /// beacons, and link with them (off by default: a daemon joins a
+    /// network only when told to; `tagwired --discovery`).
+    pub discovery: bool,
+    /// The beacons' multicast group and port.
+    pub beacon_group: std::net::SocketAddrV4,
 }
 
 impl Default for FederationConfig {
@@ -95,6 +105,12 @@ impl Default for FederationConfig {
             clock_offset_ms: 0,
             clock_skew_ppm: 0,
             node_id: 0,
+            gossip_enabled: true,
+            gossip: None,
+            discovery: false,
+            beacon_group: crate::membership::DEFAULT_BEACON_GROUP
+                .parse()
+                .expect("the default beacon group parses"),
         }
     }
 }
@@ -130,6 +146,12 @@ impl FederationConfig {
                 "federation.max_interest = {} is over the protocol's {}",
                 self.max_interest,
                 tagwire_proto::MAX_ADVERT_INTEREST
+            )));
+        }
+        if !self.beacon_group.ip().is_multicast() {
+            return Err(ConfigError::Invalid(format!(
+                "federation.beacon_group = {} is not a multicast address",
+                self.beacon_group
             )));
         }
         if self.cluster.len() > 255 {

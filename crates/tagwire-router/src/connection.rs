@@ -224,6 +224,11 @@ async fn serve_with<R, W>(
             });
         let read = tokio::select! {
             r = tokio::time::timeout_at(deadline, reader.read_buf(&mut rb.buf)) => r,
+            () = outbox.killed() => {
+                tracing::debug!(conn = id, %peer, "ended by the router (peer daemon down)");
+                conn.engine.transport_lost("ended by the router");
+                break;
+            }
             () = evict.notified(), if !conn.engine.is_established() => {
                 conn.fail_connection(
                     ErrorCode::LimitReached,

@@ -379,7 +379,7 @@ async fn accept_unix(
 }
 
 /// The lane a connection runs on.
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub(crate) struct LaneOf {
     /// Its band.
     pub band: Arc<str>,

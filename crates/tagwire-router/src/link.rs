@@ -53,6 +53,8 @@ pub(crate) struct Federation {
     epoch: u64,
     /// Band connections being dialed: (peer, band).
     band_dialing: std::collections::HashSet<(NodeId, String)>,
+    /// The default band's lane and DSCP, for dialing discovered daemons.
+    dialer: Option<(crate::lane::LaneOf, u8)>,
     /// The network clock: this daemon's offset to the reference's time
     /// (core's [`NetClock`], fed with the probes of the parent link).
     pub net: NetClock,
@@ -139,6 +141,7 @@ impl Federation {
             epoch: now_ns(),
             band_dialing: Default::default(),
             net: NetClock::default(),
+            dialer: None,
         }
     }
 
@@ -287,6 +290,28 @@ pub struct FederationInfo {
     /// network's topology and interest as this daemon sees it.
     #[serde(default)]
     pub known: Vec<DaemonInfo>,
+    /// Daemons SWIM membership (foca) has up: node ids (hex) with their
+    /// gossip address, sorted.
+    #[serde(default)]
+    pub members: Vec<String>,
+    /// Gossip datagrams and beacons refused as malformed.
+    #[serde(default)]
+    pub bad_datagrams: u64,
+}
+
+/// The federation part of the listing, membership included.
+pub(crate) fn federation_info(st: &State) -> FederationInfo {
+    let mut info = st.fed.info(&st.config.default_band);
+    let mut members: Vec<String> = st
+        .members
+        .up
+        .values()
+        .map(|m| format!("{:016x} {}", m.node, m.gossip))
+        .collect();
+    members.sort();
+    info.members = members;
+    info.bad_datagrams = st.members.bad_datagrams;
+    info
 }
 
 /// A daemon as its advert describes it.
@@ -371,6 +396,8 @@ impl Federation {
                     interest,
                 })
                 .collect(),
+            members: Vec::new(),
+            bad_datagrams: 0,
         }
     }
 }
@@ -811,9 +838,11 @@ fn local_interest(st: &State) -> Vec<Interest> {
 /// local interest when subscriptions change, probes link clocks.
 pub(crate) async fn run(state: Arc<Locked<State>>, lane: crate::lane::LaneOf, dscp: u8) {
     let peers = state.borrow().config.federation.peers.clone();
+    state.borrow_mut().fed.dialer = Some((lane.clone(), dscp));
     for p in peers {
-        tokio::task::spawn_local(dial(state.clone(), p, lane.clone(), dscp));
+        tokio::task::spawn_local(dial(state.clone(), p, lane.clone(), dscp, false));
     }
+    tokio::task::spawn_local(crate::membership::run(state.clone()));
     let mut next_probe = 0u64;
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -913,10 +942,37 @@ pub(crate) async fn run_band(state: Arc<Locked<State>>, lane: crate::lane::LaneO
 
 /// Keeps a link to `addr` up: connects, serves the link until it closes,
 /// waits (100 ms doubling to 1 s, so a healed link is back within about a second), again.
-async fn dial(state: Arc<Locked<State>>, addr: String, lane: crate::lane::LaneOf, dscp: u8) {
+/// Links with a daemon found by discovery (see [`crate::membership`]): a
+/// dial loop that ends when that daemon is no longer up.
+pub(crate) fn dial_discovered(state: Arc<Locked<State>>, link: std::net::SocketAddr) {
+    let Some((lane, dscp)) = state.borrow().fed.dialer.clone() else {
+        return;
+    };
+    tokio::task::spawn_local(dial(state, format!("tcp://{link}"), lane, dscp, true));
+}
+
+async fn dial(
+    state: Arc<Locked<State>>,
+    addr: String,
+    lane: crate::lane::LaneOf,
+    dscp: u8,
+    discovered: bool,
+) {
     let mut backoff = BACKOFF_MIN;
     let mut failures = 0u32;
     loop {
+        if discovered {
+            let target = addr.trim_start_matches("tcp://");
+            let up = state
+                .borrow()
+                .members
+                .up
+                .values()
+                .any(|m| m.link.to_string() == target);
+            if !up {
+                return;
+            }
+        }
         let target = addr.trim_start_matches("tcp://").to_owned();
         let connected = tokio::time::timeout(
             Duration::from_secs(3),

@@ -143,6 +143,8 @@ pub(crate) struct State {
     pub config: RouterConfig,
     /// Links to other daemons and the routing between them.
     pub fed: crate::link::Federation,
+    /// Daemons SWIM membership knows are up.
+    pub members: crate::membership::Members,
     /// Channels by pattern, with their filters and their sessions' (one
     /// session per connection, keyed by connection id).
     pub routes: Routes<Arc<Channel>>,
@@ -221,6 +223,7 @@ impl State {
         let fed = crate::link::Federation::new(&config.name, &config.federation);
         State {
             fed,
+            members: Default::default(),
             config,
             routes: Routes::new(filters.limits.clone()),
             channels: ChannelTable::default(),

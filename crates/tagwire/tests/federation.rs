@@ -323,3 +323,48 @@ fn linked_daemons_agree_on_network_time_despite_a_skewed_clock() {
         "{corrected:?}"
     );
 }
+
+fn members(s: &Session) -> Vec<String> {
+    s.list()
+        .expect("list")
+        .federation
+        .map(|f| f.members)
+        .unwrap_or_default()
+}
+
+#[test]
+fn swim_membership_sees_every_daemon_and_declares_a_dead_one_down() {
+    let c = daemon("c8", vec![]);
+    let b = daemon("b8", vec![peer(&c)]);
+    let a = daemon("a8", vec![peer(&b)]);
+    let sa = a.session();
+    // a knows b from its configuration and c only through gossip.
+    let start = Instant::now();
+    while members(&sa).len() < 2 {
+        assert!(
+            start.elapsed() < WAIT,
+            "a never saw both others up: {:?}",
+            members(&sa)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let c_port = c.port();
+    assert!(
+        members(&sa)
+            .iter()
+            .any(|m| m.ends_with(&format!(":{c_port}"))),
+        "{:?}",
+        members(&sa)
+    );
+    drop(c);
+    let down = Instant::now();
+    while members(&sa).len() > 1 {
+        assert!(
+            down.elapsed() < 3 * WAIT,
+            "c was never declared down: {:?}",
+            members(&sa)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    eprintln!("c declared down {:?} after it stopped", down.elapsed());
+}

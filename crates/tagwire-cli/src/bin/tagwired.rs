@@ -62,6 +62,13 @@ struct Args {
     /// `[federation] cluster`.
     #[arg(long)]
     cluster: Option<String>,
+    /// Find daemons of the same cluster on the local network (UDP multicast
+    /// beacons) and link with them (`[federation] discovery = true`).
+    #[arg(long, conflicts_with = "no_discovery")]
+    discovery: bool,
+    /// Do not look for daemons on the local network (the default).
+    #[arg(long)]
+    no_discovery: bool,
     /// Log filter (tracing syntax, e.g. `info`, `tagwire_router=debug`); RUST_LOG also works.
     #[arg(long, default_value = "info")]
     log: String,
@@ -90,6 +97,12 @@ fn config(args: &Args) -> Result<RouterConfig, ConfigError> {
     cfg.federation.peers.extend(args.peer.iter().cloned());
     if let Some(c) = &args.cluster {
         cfg.federation.cluster = c.clone();
+    }
+    if args.discovery {
+        cfg.federation.discovery = true;
+    }
+    if args.no_discovery {
+        cfg.federation.discovery = false;
     }
     if cfg.reservations_file.is_none() {
         // One file per daemon: named after its TCP port when it has one.

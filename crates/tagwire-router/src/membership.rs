@@ -1,0 +1,477 @@
+//! Membership and failure detection between daemons (SWIM, with the `foca`
+//! crate) and discovery on the local network (UDP multicast beacons).
+//!
+//! Every daemon with federation on runs a foca member on a UDP socket (the
+//! *gossip* address: its TCP main address's IP and port unless
+//! `[federation] gossip` says otherwise). It announces itself to its
+//! configured peers and to daemons its beacons find; foca then probes
+//! members, gossips who is up, and declares a silent one down within a few
+//! seconds. What this module does with that:
+//! - a member declared **down** loses its link at once (its routes are
+//!   withdrawn and its advert pruned) instead of after the link's idle
+//!   timeout;
+//! - a member that comes **up** through discovery is linked: the daemon with
+//!   the smaller node id dials the other's TCP address.
+//!
+//! Bounds: foca's member table is bounded by `max_nodes` (members beyond it
+//! are not announced to); gossip datagrams over 1,400 bytes are never sent
+//! and foca drops bad ones (counted); beacons are parsed by
+//! [`Beacon::decode`] (fuzzed and property-tested) and bad ones counted.
+
+use std::collections::HashSet;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::Duration;
+
+use foca::{AccumulatingRuntime, BincodeCodec, Config, Foca, OwnedNotification, Timer};
+use rand::{rngs::StdRng, SeedableRng};
+use serde::{Deserialize, Serialize};
+use tokio::net::UdpSocket;
+use tokio::sync::mpsc;
+
+use crate::state::State;
+use crate::sync::Locked;
+
+/// The multicast group and port beacons go to by default.
+pub const DEFAULT_BEACON_GROUP: &str = "239.255.42.99:7448";
+/// How often a daemon sends its beacon.
+const BEACON_EVERY: Duration = Duration::from_secs(1);
+/// Largest gossip datagram read.
+const MAX_DATAGRAM: usize = 1400;
+
+/// A daemon as foca knows it: its node id, where its gossip and its links
+/// listen, and when it started (a restarted daemon on the same gossip
+/// address wins the address over its predecessor).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Member {
+    /// Node id (0 in an announcement to an address whose daemon is not
+    /// known yet).
+    pub node: u64,
+    /// UDP gossip address.
+    pub gossip: SocketAddr,
+    /// TCP address its links are dialed at.
+    pub link: SocketAddr,
+    /// Start time (ns since the epoch), then bumped on each renewal.
+    pub started: u64,
+}
+
+impl foca::Identity for Member {
+    type Addr = SocketAddr;
+
+    fn renew(&self) -> Option<Self> {
+        Some(Member {
+            started: self.started.wrapping_add(1),
+            ..self.clone()
+        })
+    }
+
+    fn addr(&self) -> SocketAddr {
+        self.gossip
+    }
+
+    fn win_addr_conflict(&self, adversary: &Self) -> bool {
+        (self.started, self.node) > (adversary.started, adversary.node)
+    }
+}
+
+/// A discovery beacon: `TWB1`, u8 version 1, u64 node id, the gossip and
+/// link addresses (IPv4 + port each), str8 cluster name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Beacon {
+    /// The sender's node id.
+    pub node: u64,
+    /// Its gossip address.
+    pub gossip: SocketAddrV4,
+    /// Its link (TCP) address.
+    pub link: SocketAddrV4,
+    /// Its cluster name.
+    pub cluster: String,
+}
+
+/// Why a datagram is not a beacon.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum BeaconError {
+    /// Not `TWB1`.
+    #[error("not a tagwire beacon (bad magic)")]
+    Magic,
+    /// A version this daemon does not know.
+    #[error("beacon version {0} (this daemon knows 1)")]
+    Version(u8),
+    /// Shorter than its fields.
+    #[error("truncated beacon ({0} bytes)")]
+    Truncated(usize),
+    /// Bytes after the cluster name, or a name that is not UTF-8.
+    #[error("malformed beacon: {0}")]
+    Malformed(&'static str),
+}
+
+impl Beacon {
+    /// The datagram.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(32 + self.cluster.len());
+        b.extend_from_slice(b"TWB1");
+        b.push(1);
+        b.extend_from_slice(&self.node.to_le_bytes());
+        for a in [self.gossip, self.link] {
+            b.extend_from_slice(&a.ip().octets());
+            b.extend_from_slice(&a.port().to_le_bytes());
+        }
+        let name = &self.cluster.as_bytes()[..self.cluster.len().min(255)];
+        b.push(name.len() as u8);
+        b.extend_from_slice(name);
+        b
+    }
+
+    /// Parses a datagram; anything else is an error naming what was wrong.
+    pub fn decode(d: &[u8]) -> Result<Beacon, BeaconError> {
+        const FIXED: usize = 4 + 1 + 8 + 6 + 6 + 1;
+        if d.len() < 5 {
+            return Err(BeaconError::Truncated(d.len()));
+        }
+        if &d[..4] != b"TWB1" {
+            return Err(BeaconError::Magic);
+        }
+        if d[4] != 1 {
+            return Err(BeaconError::Version(d[4]));
+        }
+        if d.len() < FIXED {
+            return Err(BeaconError::Truncated(d.len()));
+        }
+        let mut node = [0u8; 8];
+        node.copy_from_slice(&d[5..13]);
+        let addr = |at: usize| {
+            SocketAddrV4::new(
+                Ipv4Addr::new(d[at], d[at + 1], d[at + 2], d[at + 3]),
+                u16::from_le_bytes([d[at + 4], d[at + 5]]),
+            )
+        };
+        let n = d[25] as usize;
+        let name = d.get(26..26 + n).ok_or(BeaconError::Truncated(d.len()))?;
+        if d.len() != 26 + n {
+            return Err(BeaconError::Malformed("bytes after the cluster name"));
+        }
+        let cluster = std::str::from_utf8(name)
+            .map_err(|_| BeaconError::Malformed("cluster name is not UTF-8"))?
+            .to_owned();
+        Ok(Beacon {
+            node: u64::from_le_bytes(node),
+            gossip: addr(13),
+            link: addr(19),
+            cluster,
+        })
+    }
+}
+
+/// What membership learned, kept in the router's state for the listing.
+#[derive(Debug, Default)]
+pub(crate) struct Members {
+    /// Members up, by node id.
+    pub up: std::collections::HashMap<u64, Member>,
+    /// Gossip datagrams foca refused, and beacons that did not parse.
+    pub bad_datagrams: u64,
+    /// Whether membership runs (false: no gossip socket).
+    pub running: bool,
+}
+
+/// The gossip address for this daemon: configured, else the TCP main
+/// address (same IP and port number, UDP).
+fn gossip_addr(st: &State) -> Option<SocketAddr> {
+    match &st.config.federation.gossip {
+        Some(a) => Some(*a),
+        None => {
+            st.lanes
+                .iter()
+                .find(|l| l.band == st.config.default_band)?
+                .tcp
+        }
+    }
+}
+
+/// The UDP gossip address of configured peer `p` (`tcp://HOST:PORT`): the
+/// same host and port.
+fn peer_gossip(p: &str) -> Option<SocketAddr> {
+    use std::net::ToSocketAddrs;
+    p.trim_start_matches("tcp://")
+        .to_socket_addrs()
+        .ok()?
+        .next()
+}
+
+/// The membership task: runs foca on the gossip socket until the lane
+/// stops. Without a TCP listener (embedded) or with gossip off it returns.
+pub(crate) async fn run(state: Arc<Locked<State>>) {
+    let (me, gossip, link, peers, cluster, max_nodes, discovery, group) = {
+        let st = state.borrow();
+        let f = &st.config.federation;
+        if !f.gossip_enabled {
+            return;
+        }
+        let Some(gossip) = gossip_addr(&st) else {
+            return;
+        };
+        let link = st
+            .lanes
+            .iter()
+            .find(|l| l.band == st.config.default_band)
+            .and_then(|l| l.tcp)
+            .unwrap_or(gossip);
+        (
+            st.fed.me(),
+            gossip,
+            link,
+            f.peers.clone(),
+            f.cluster.clone(),
+            f.max_nodes,
+            f.discovery,
+            f.beacon_group,
+        )
+    };
+    let socket = match UdpSocket::bind(gossip).await {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!("membership off: cannot bind the gossip socket udp {gossip}: {e}");
+            return;
+        }
+    };
+    state.borrow_mut().members.running = true;
+    let identity = Member {
+        node: me,
+        gossip,
+        link,
+        started: crate::timing::now_ns(),
+    };
+    let mut config = Config::new_lan(
+        NonZeroU32::new(max_nodes.clamp(1, u32::MAX as usize) as u32).unwrap_or(NonZeroU32::MIN),
+    );
+    // Quicker than memberlist's LAN defaults: a dead daemon is declared
+    // down in about 3 s on a quiet network.
+    config.probe_period = Duration::from_millis(500);
+    config.probe_rtt = Duration::from_millis(200);
+    config.suspect_to_down_after = Duration::from_secs(2);
+    config.periodic_announce = Some(foca::PeriodicParams {
+        frequency: Duration::from_secs(5),
+        num_members: std::num::NonZeroUsize::MIN,
+    });
+    config.periodic_announce_to_down_members = Some(foca::PeriodicParams {
+        frequency: Duration::from_secs(5),
+        num_members: std::num::NonZeroUsize::MIN.saturating_add(1),
+    });
+    let mut foca = Foca::new(
+        identity.clone(),
+        config,
+        StdRng::from_os_rng(),
+        BincodeCodec(bincode::config::standard()),
+    );
+    let mut rt = AccumulatingRuntime::new();
+    let (timers_tx, mut timers) = mpsc::unbounded_channel::<Timer<Member>>();
+    // Announce to the configured peers (their gossip address is their TCP
+    // address, unless they configured otherwise).
+    for p in peers.iter().filter_map(|p| peer_gossip(p)) {
+        let target = Member {
+            node: 0,
+            gossip: p,
+            link: p,
+            started: 0,
+        };
+        let _ = foca.announce(target, &mut rt);
+    }
+    let beacons = if discovery {
+        beacon_socket(group).await
+    } else {
+        None
+    };
+    let beacon = Beacon {
+        node: me,
+        gossip: match gossip {
+            SocketAddr::V4(a) => a,
+            SocketAddr::V6(_) => SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, gossip.port()),
+        },
+        link: match link {
+            SocketAddr::V4(a) => a,
+            SocketAddr::V6(_) => SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, link.port()),
+        },
+        cluster: cluster.clone(),
+    }
+    .encode();
+    let mut beacon_tick = tokio::time::interval(BEACON_EVERY);
+    let mut buf = vec![0u8; MAX_DATAGRAM * 2];
+    let mut bbuf = vec![0u8; 512];
+    let mut announced: HashSet<SocketAddr> = HashSet::new();
+    loop {
+        drain(&state, &mut rt, &socket, &timers_tx, &identity).await;
+        tokio::select! {
+            r = socket.recv_from(&mut buf) => {
+                if let Ok((n, _from)) = r {
+                    if foca.handle_data(&buf[..n], &mut rt).is_err() {
+                        state.borrow_mut().members.bad_datagrams += 1;
+                    }
+                }
+            }
+            Some(t) = timers.recv() => {
+                let _ = foca.handle_timer(t, &mut rt);
+            }
+            _ = beacon_tick.tick(), if beacons.is_some() => {
+                if let Some(b) = &beacons {
+                    let _ = b.send_to(&beacon, group).await;
+                }
+            }
+            r = async { beacons.as_ref().expect("guarded").recv_from(&mut bbuf).await }, if beacons.is_some() => {
+                if let Ok((n, _)) = r {
+                    match Beacon::decode(&bbuf[..n]) {
+                        Ok(b) if b.node != me && b.cluster == cluster => {
+                            let g = SocketAddr::V4(b.gossip);
+                            if foca.num_members() < max_nodes && announced.insert(g) {
+                                let target = Member { node: b.node, gossip: g, link: SocketAddr::V4(b.link), started: 0 };
+                                let _ = foca.announce(target, &mut rt);
+                            }
+                        }
+                        Ok(_) => {}
+                        Err(_) => state.borrow_mut().members.bad_datagrams += 1,
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Sends what foca wants sent, schedules its timers, and acts on its
+/// notifications.
+async fn drain(
+    state: &Arc<Locked<State>>,
+    rt: &mut AccumulatingRuntime<Member>,
+    socket: &UdpSocket,
+    timers: &mpsc::UnboundedSender<Timer<Member>>,
+    me: &Member,
+) {
+    while let Some((to, data)) = rt.to_send() {
+        let _ = socket.send_to(&data, to.gossip).await;
+    }
+    while let Some((after, timer)) = rt.to_schedule() {
+        let tx = timers.clone();
+        tokio::task::spawn_local(async move {
+            tokio::time::sleep(after).await;
+            let _ = tx.send(timer);
+        });
+    }
+    while let Some(n) = rt.to_notify() {
+        match n {
+            OwnedNotification::MemberUp(m) if m.node != me.node => member_up(state, m),
+            OwnedNotification::MemberDown(m) => member_down(state, &m),
+            OwnedNotification::Rename(old, new) => {
+                member_down(state, &old);
+                member_up(state, new);
+            }
+            _ => {}
+        }
+    }
+}
+
+fn member_up(state: &Arc<Locked<State>>, m: Member) {
+    let mut st = state.borrow_mut();
+    tracing::info!(
+        "daemon {:#x} is up (gossip {}, links {})",
+        m.node,
+        m.gossip,
+        m.link
+    );
+    let dial = st.config.federation.discovery
+        && m.node > st.fed.me()
+        && !st.fed.links.contains_key(&m.node)
+        && !st
+            .config
+            .federation
+            .peers
+            .iter()
+            .any(|p| peer_gossip(p) == Some(m.gossip));
+    let addr = m.link;
+    st.members.up.insert(m.node, m);
+    if dial {
+        drop(st);
+        crate::link::dial_discovered(state.clone(), addr);
+    }
+}
+
+fn member_down(state: &Arc<Locked<State>>, m: &Member) {
+    let mut st = state.borrow_mut();
+    st.members.up.remove(&m.node);
+    tracing::info!("daemon {:#x} is down (SWIM)", m.node);
+    if let Some(l) = st.fed.links.get(&m.node) {
+        // End its connections now; each one's task forgets the link as it
+        // closes, and the dialer, if any, tries again.
+        l.outbox.kill();
+        for b in l.bands.values() {
+            b.queue.outbox.kill();
+        }
+    }
+}
+
+/// A UDP socket joined to the beacon group on every interface's default.
+async fn beacon_socket(group: SocketAddrV4) -> Option<UdpSocket> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let make = || -> std::io::Result<UdpSocket> {
+        let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
+        s.set_reuse_address(true)?;
+        s.set_reuse_port(true)?;
+        s.bind(&SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, group.port())).into())?;
+        s.join_multicast_v4(group.ip(), &Ipv4Addr::UNSPECIFIED)?;
+        s.set_multicast_ttl_v4(1)?;
+        s.set_multicast_loop_v4(true)?;
+        s.set_nonblocking(true)?;
+        UdpSocket::from_std(s.into())
+    };
+    match make() {
+        Ok(s) => Some(s),
+        Err(e) => {
+            tracing::warn!("discovery off: cannot join multicast group {group}: {e}");
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn beacons_round_trip(node in any::<u64>(), a in any::<[u8; 4]>(), p in any::<u16>(), b in any::<[u8; 4]>(), q in any::<u16>(), cluster in "[a-z0-9-]{0,40}") {
+            let beacon = Beacon {
+                node,
+                gossip: SocketAddrV4::new(a.into(), p),
+                link: SocketAddrV4::new(b.into(), q),
+                cluster,
+            };
+            prop_assert_eq!(Beacon::decode(&beacon.encode()), Ok(beacon));
+        }
+
+        #[test]
+        fn any_datagram_is_a_beacon_or_a_named_error(d in prop::collection::vec(any::<u8>(), 0..80)) {
+            let _ = Beacon::decode(&d);
+        }
+    }
+
+    #[test]
+    fn bad_beacons_say_what_is_wrong() {
+        assert_eq!(Beacon::decode(b"XXXX1"), Err(BeaconError::Magic));
+        assert_eq!(Beacon::decode(b"TWB1\x02"), Err(BeaconError::Version(2)));
+        assert_eq!(
+            Beacon::decode(b"TWB1\x01abc"),
+            Err(BeaconError::Truncated(8))
+        );
+        let mut ok = Beacon {
+            node: 1,
+            gossip: SocketAddrV4::new(Ipv4Addr::LOCALHOST, 1),
+            link: SocketAddrV4::new(Ipv4Addr::LOCALHOST, 2),
+            cluster: "c".into(),
+        }
+        .encode();
+        ok.push(0);
+        assert_eq!(
+            Beacon::decode(&ok),
+            Err(BeaconError::Malformed("bytes after the cluster name"))
+        );
+    }
+}

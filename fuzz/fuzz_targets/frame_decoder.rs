@@ -1,6 +1,7 @@
 //! Fuzz target: arbitrary bytes through the streaming `FrameDecoder`, then
 //! `Frame::decode` on every frame it splits off, and `EventRef::parse` /
-//! `Event::decode` on the event of every `Publish`/`Deliver`. Errors are
+//! `Event::decode` on the event of every `Publish`/`Deliver` and every
+//! event of a `PullReply`. Errors are
 //! expected; a panic, or a decoded frame that does not re-encode to exactly
 //! its bytes, is a bug. Seed corpus: the test vectors of docs/protocol.md
 //! (scripts/fuzz.sh writes it).
@@ -32,6 +33,11 @@ fuzz_target!(|data: &[u8]| {
             let mut out = BytesMut::new();
             frame.encode(&mut out).expect("a decoded frame encodes");
             assert_eq!(&out[..], raw, "re-encoding {frame:?}");
+        }
+        if let Frame::PullReply(reply) = &frame {
+            for event in &reply.events {
+                check_event(event);
+            }
         }
         if let Frame::Publish { event, .. } | Frame::Deliver { event, .. } = frame {
             check_event(&event);

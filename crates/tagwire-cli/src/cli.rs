@@ -93,6 +93,8 @@ pub enum Command {
     Pub(PubArgs),
     /// Subscribe to a tag pattern and print events.
     Sub(SubArgs),
+    /// Read a tag's history (events kept by its `history` QoS property).
+    Pull(PullArgs),
     /// List tags, endpoints and subscriptions (with queue depth and drops).
     List(ListArgs),
     /// Measure round trips to the router.
@@ -133,6 +135,41 @@ pub struct PubArgs {
     /// Publisher endpoint name [default: /cli/pub/PID].
     #[arg(long)]
     pub endpoint: Option<String>,
+}
+
+/// `tagwire pull`: exactly one of the queries.
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("query").required(true).args(["latest", "nth", "seq", "range", "since"])))]
+pub struct PullArgs {
+    /// The tag (not a pattern), e.g. /sensors/temp.
+    pub tag: String,
+    /// The most recent event.
+    #[arg(long)]
+    pub latest: bool,
+    /// The N-th most recent event (0: the latest).
+    #[arg(long, value_name = "N")]
+    pub nth: Option<u32>,
+    /// The event with sequence number S.
+    #[arg(long, value_name = "S")]
+    pub seq: Option<u64>,
+    /// Events with sequence numbers A to B, both included (A..B).
+    #[arg(long, value_name = "A..B")]
+    pub range: Option<String>,
+    /// Events of the last DURATION by source time (e.g. 500ms, 30s, 2m, 1h).
+    #[arg(long, value_name = "DURATION")]
+    pub since: Option<String>,
+    /// Whose history (sequence numbers are per publisher) [default: the
+    /// tag's publisher that published last].
+    #[arg(long, value_name = "ENDPOINT")]
+    pub publisher: Option<String>,
+    /// Where the history is kept: at_subscriber (default), at_publisher or
+    /// node:NAME (only the connected daemon's own name: pulls are not
+    /// forwarded over daemon links yet).
+    #[arg(long, value_name = "MODE", default_value = "at_subscriber")]
+    pub at: String,
+    /// One JSON object per event (the keys of `tagwire sub --json`).
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `tagwire sub`.
@@ -216,6 +253,9 @@ pub enum BenchMode {
     /// Narada's audio/video conferencing load (Fig. 4–5, 7–9): a speaker per
     /// meeting, N listeners; mean latency, RTP jitter, late packets.
     Av,
+    /// Pull of the latest event (history=1) against the latency round trip
+    /// measured in the same run: p50/p99 of each and their ratio.
+    Pull,
 }
 
 /// What `tagwire bench av` sends.

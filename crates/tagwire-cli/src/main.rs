@@ -20,7 +20,10 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("tagwire: {e}");
-            ExitCode::FAILURE
+            match e.downcast_ref::<command::ExitCode>() {
+                Some(x) => ExitCode::from(x.code),
+                None => ExitCode::FAILURE,
+            }
         }
     }
 }

@@ -965,3 +965,71 @@ fn bench_av_reports_latency_jitter_and_counts_for_each_listener_count() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("--listeners"));
     d.stop();
 }
+
+#[test]
+fn pull_prints_history_and_exits_with_a_code_for_gone_and_no_history() {
+    let dir = temp_dir("pull");
+    let d = Daemon::start(&dir, free_port());
+    let run = |args: &[&str]| d.tagwire().args(args).output().expect("tagwire");
+    let out = run(&["admin", "qos", "/pull/**", "history=3"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = run(&[
+        "pub",
+        "/pull/a",
+        "v",
+        "-n",
+        "5",
+        "--endpoint",
+        "/cli/pullpub",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = run(&["pull", "/pull/a", "--latest"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "/pull/a v\n");
+    let out = run(&["pull", "/pull/a", "--range", "3..5", "--json"]);
+    let seqs: Vec<u64> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).expect("JSON line");
+            v["seq"].as_u64().expect("seq")
+        })
+        .collect();
+    assert_eq!(seqs, [3, 4, 5]);
+    let out = run(&["pull", "/pull/a", "--seq", "1"]);
+    assert_eq!(out.status.code(), Some(3), "gone");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("gone") && err.contains("3..=5"), "{err}");
+    let out = run(&["pull", "/elsewhere", "--latest"]);
+    assert_eq!(out.status.code(), Some(4), "no history");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("keeps no history"));
+    let out = run(&["pull", "/pull/a", "--range", "1..9"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("larger than the buffer"));
+    let out = run(&["pull", "/pull/a", "--latest", "--at", "node:edge"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("does not forward pulls"));
+    let out = run(&["pull", "/pull/a", "--since", "2"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("with a unit"));
+    let out = run(&["pull", "/pull/a"]);
+    assert!(!out.status.success(), "a query is required");
+    let out = run(&["admin", "show", "/pull/a"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("history holds 3 event(s)"), "{text}");
+    assert!(
+        text.contains("/cli/pullpub sequence numbers 3..=5"),
+        "{text}"
+    );
+    d.stop();
+}

@@ -237,6 +237,10 @@ pub enum Input {
     /// Either side, established: a link frame from another daemon (decoded,
     /// not yet trusted: the router decides whether this is a peer link).
     Link(LinkFrame),
+    /// Server: a pull from a tag's history. Answer with
+    /// [`Connection::answer_pull`] or [`Connection::refuse_pull`] (e.g.
+    /// `NoHistory`; not counted as a protocol error).
+    Pull(tagwire_proto::Pull),
 }
 
 /// A client request's outcome.
@@ -248,6 +252,8 @@ pub enum Reply {
     Admin(String),
     /// `Error`.
     Err(ErrorCode, String),
+    /// `PullReply`: the events a pull asked for, or "gone".
+    Pulled(tagwire_proto::PullReply),
 }
 
 /// A `Publish` frame, split but not yet parsed: [`Publish::event`] parses
@@ -311,6 +317,7 @@ enum Pending {
         entry: Subscription,
     },
     Admin(u32),
+    Pull(u32),
 }
 
 /// What a client's outstanding request will change when it succeeds.
@@ -780,6 +787,10 @@ impl Connection {
                 self.pending = Pending::Admin(req);
                 Input::Admin { req, body }
             }
+            Frame::Pull(pull) => {
+                self.pending = Pending::Pull(pull.req);
+                Input::Pull(pull)
+            }
             Frame::Ping { nonce } => {
                 self.send(&Frame::Pong { nonce });
                 Input::Handled
@@ -927,7 +938,7 @@ impl Connection {
     pub fn accept(&mut self) {
         let req = match std::mem::replace(&mut self.pending, Pending::None) {
             Pending::None => return,
-            Pending::Ack(req) | Pending::Admin(req) => req,
+            Pending::Ack(req) | Pending::Admin(req) | Pending::Pull(req) => req,
             Pending::Declare { req, id, endpoint } => {
                 self.endpoints.insert(id, endpoint);
                 req
@@ -954,6 +965,43 @@ impl Connection {
         self.send(&Frame::AdminReply { req, body });
     }
 
+    /// Server: answers the pull last handed over with `reply` (its request
+    /// id is set here). A reply that cannot be encoded (more events than a
+    /// frame's count field holds) is refused as `Internal` instead.
+    pub fn answer_pull(&mut self, mut reply: tagwire_proto::PullReply) {
+        let req = match std::mem::replace(&mut self.pending, Pending::None) {
+            Pending::Pull(req) => req,
+            other => {
+                debug_assert!(false, "answer_pull without a pull: {other:?}");
+                return;
+            }
+        };
+        reply.req = req;
+        let frame = Frame::PullReply(reply);
+        if let Err(e) = frame.encode(&mut self.transmit) {
+            self.send(&Frame::Error {
+                req,
+                code: ErrorCode::Internal,
+                message: format!("cannot encode the pull reply: {e}"),
+            });
+        }
+    }
+
+    /// Server: answers the pull last handed over with an `Error` that does
+    /// not count toward `max_protocol_errors`: a pull of something not held,
+    /// out of range or not readable is an answer, not a protocol mistake (a
+    /// polling client asks for the next sequence number before it exists).
+    pub fn refuse_pull(&mut self, code: ErrorCode, message: String) {
+        let req = match std::mem::replace(&mut self.pending, Pending::None) {
+            Pending::Pull(req) => req,
+            other => {
+                debug_assert!(false, "refuse_pull without a pull: {other:?}");
+                return;
+            }
+        };
+        let _ = self.refusal(code, req, message);
+    }
+
     /// Server: the request last handed over will be answered later (by a
     /// frame the driver encodes itself, e.g. an admin reply that waits for
     /// housekeeping). Returns its request id.
@@ -966,7 +1014,7 @@ impl Connection {
     fn take_pending_req(&mut self) -> u32 {
         match std::mem::replace(&mut self.pending, Pending::None) {
             Pending::None => 0,
-            Pending::Ack(req) | Pending::Admin(req) => req,
+            Pending::Ack(req) | Pending::Admin(req) | Pending::Pull(req) => req,
             Pending::Declare { req, .. } | Pending::Subscribe { req, .. } => req,
         }
     }
@@ -1167,6 +1215,7 @@ impl Connection {
         match frame {
             Frame::Ok { req } => self.reply(req, Reply::Ok),
             Frame::AdminReply { req, body } => self.reply(req, Reply::Admin(body)),
+            Frame::PullReply(r) => self.reply(r.req, Reply::Pulled(r)),
             Frame::Error { req, code, message } => {
                 if req != 0 && self.outstanding.contains_key(&req) {
                     self.reply(req, Reply::Err(code, message))
@@ -1347,6 +1396,27 @@ impl Connection {
     /// Client: sends an admin request; returns its id.
     pub fn admin(&mut self, body: String) -> u32 {
         self.request(Outstanding::Plain, |req| Frame::Admin { req, body })
+    }
+
+    /// Client: pulls from `tag`'s history (`node` empty: the daemon
+    /// connected to; `publisher` empty: the tag's last publisher); returns
+    /// the request id its [`Reply::Pulled`] (or [`Reply::Err`]) answers.
+    pub fn pull(
+        &mut self,
+        node: &str,
+        publisher: &str,
+        tag: &str,
+        query: tagwire_proto::PullQuery,
+    ) -> u32 {
+        self.request(Outstanding::Plain, |req| {
+            Frame::Pull(tagwire_proto::Pull {
+                req,
+                node: node.to_owned(),
+                publisher: publisher.to_owned(),
+                tag: tag.to_owned(),
+                query,
+            })
+        })
     }
 
     /// Client: sends a `Ping` answered as request `req` (its `Pong`).

@@ -26,6 +26,7 @@ pub mod defer;
 pub mod endpoint;
 pub mod federation;
 pub mod filter;
+pub mod history;
 pub mod qos;
 pub mod queue;
 pub mod route;

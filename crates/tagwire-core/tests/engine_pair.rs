@@ -7,9 +7,11 @@
 use bytes::{Bytes, BytesMut};
 use tagwire_core::connection::{ClientHello, Config, Connection, Input, Reply};
 use tagwire_core::defer::{admit, Admit, Deferred};
+use tagwire_core::history::{HistoryLimits, HistoryTable};
 use tagwire_core::tags::Pattern;
 use tagwire_proto::{
-    deliver_prefix, EndpointKind, ErrorCode, Event, Expiry, Frame, SESSION_ID_LEN,
+    deliver_prefix, EndpointKind, ErrorCode, Event, Expiry, Frame, PullQuery, PullReply,
+    PullStatus, SESSION_ID_LEN,
 };
 
 const MS: u64 = 1_000_000;
@@ -26,6 +28,8 @@ struct App {
     too_large: u64,
     refused_tokens: Vec<String>,
     admin_requests: Vec<String>,
+    /// Pull buffers: tags under `/hist` keep 4 events.
+    history: Option<HistoryTable>,
 }
 
 struct Pair {
@@ -148,6 +152,15 @@ impl Pair {
                         }
                     }
                     Admit::Now { .. } => {
+                        if ev.tag.starts_with("/hist") {
+                            let h = self
+                                .app
+                                .history
+                                .get_or_insert_with(|| HistoryTable::new(HistoryLimits::default()));
+                            let (seq, time) = (ev.seq, ev.source_time_ns);
+                            let cost = p.bytes.len();
+                            h.record(ev.tag, ev.publisher, seq, time, p.bytes.clone(), 4, cost);
+                        }
                         let tag = ev.tag.to_owned();
                         self.deliver(&tag, &p.bytes.clone());
                     }
@@ -156,6 +169,23 @@ impl Pair {
             Input::Admin { body, .. } => {
                 self.app.admin_requests.push(body);
                 s.answer_admin("{\"ok\":true}".into());
+            }
+            Input::Pull(pull) => {
+                let table = self
+                    .app
+                    .history
+                    .get_or_insert_with(|| HistoryTable::new(HistoryLimits::default()));
+                match table.query(&pull.tag, &pull.publisher, &pull.query) {
+                    Ok(a) => s.answer_pull(PullReply {
+                        req: 0,
+                        status: a.status,
+                        oldest: a.oldest,
+                        newest: a.newest,
+                        held: a.held as u32,
+                        events: a.events,
+                    }),
+                    Err(e) => s.refuse_pull(ErrorCode::NoHistory, e.to_string()),
+                }
             }
             Input::Handled | Input::Refused { .. } | Input::Closed | Input::PeerError { .. } => {}
             other => panic!("a server engine handed over a client input: {other:?}"),
@@ -618,4 +648,67 @@ fn admin_requests_are_answered_by_id() {
     p.run();
     assert_eq!(p.app.admin_requests, ["{\"op\":\"list\"}"]);
     assert_eq!(p.replies(), [(req, Reply::Admin("{\"ok\":true}".into()))]);
+}
+
+#[test]
+fn a_pull_is_handed_to_the_app_and_its_reply_paired_with_the_request() {
+    let mut p = Pair::new(Config::default(), Config::default());
+    let (publisher, _) = p.ready("/none");
+    for seq in 1..=6u64 {
+        let mut e = event("/hist/a", b"x");
+        e.header.seq = seq;
+        e.header.source_time_ns = T0 + seq;
+        p.publish(publisher, &e);
+    }
+    let latest = p.client.pull("", "", "/hist/a", PullQuery::Latest);
+    let gone = p.client.pull("", "/cam", "/hist/a", PullQuery::Seq(1));
+    let none = p.client.pull("", "", "/other", PullQuery::Latest);
+    p.run();
+    let replies = p.replies();
+    assert_eq!(replies.len(), 3, "{replies:?}");
+    for (req, reply) in replies {
+        match reply {
+            Reply::Pulled(r) if req == latest => {
+                assert_eq!(r.req, latest);
+                assert_eq!(r.status, PullStatus::Complete);
+                assert_eq!((r.oldest, r.newest, r.held), (3, 6, 4));
+                let ev = Event::decode(&r.events[0]).expect("a valid event");
+                assert_eq!(ev.header.seq, 6);
+            }
+            Reply::Pulled(r) if req == gone => {
+                assert_eq!((r.status, r.oldest), (PullStatus::Gone, 3));
+                assert!(r.events.is_empty());
+            }
+            Reply::Err(code, message) if req == none => {
+                assert_eq!(code, ErrorCode::NoHistory);
+                assert!(message.contains("/other"), "{message}");
+            }
+            other => panic!("request {req}: unexpected {other:?}"),
+        }
+    }
+    assert_eq!(p.server.protocol_errors(), 0, "a refused pull is an answer");
+}
+
+#[test]
+fn a_pull_reply_from_a_server_is_not_accepted_by_a_server() {
+    let mut p = Pair::new(Config::default(), Config::default());
+    p.run();
+    let mut out = BytesMut::new();
+    Frame::PullReply(PullReply {
+        req: 1,
+        status: PullStatus::Gone,
+        oldest: 0,
+        newest: 0,
+        held: 0,
+        events: vec![],
+    })
+    .encode(&mut out)
+    .expect("encodable");
+    p.c2s.extend_from_slice(&out);
+    p.run();
+    assert_eq!(
+        p.server.protocol_errors(),
+        1,
+        "a client may not send PullReply"
+    );
 }

@@ -72,6 +72,7 @@ fn value(p: Property) -> BoxedStrategy<String> {
             prop_oneof![Just("unlimited".to_owned()), n(1..=1_000_000)].boxed()
         }
         Property::Band => pick(&["auto", "video", "control"]),
+        Property::History => n(0..=1_000_000),
         _ => unreachable!("the test knows every property"),
     }
 }

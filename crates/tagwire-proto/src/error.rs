@@ -208,4 +208,10 @@ error_codes! {
     /// its ACL does not grant, change or remove another identity's endpoint,
     /// or use an admin request that needs the admin right.
     PermissionDenied = 20,
+    /// A `Pull` on a tag that keeps no history (its `history` is 0), or on
+    /// a publisher the tag's history does not know.
+    NoHistory = 21,
+    /// A `Pull` naming a node other than the daemon that got it: pulls are
+    /// not forwarded over daemon links yet.
+    UnknownNode = 22,
 }

@@ -9,6 +9,7 @@ use crate::error::{DecodeError, EncodeError, ErrorCode};
 use crate::event::Event;
 use crate::excerpt::truncate;
 use crate::limits::{HARD_MAX_FRAME, MAX_TEXT_LEN, MIN_MAX_FRAME};
+use crate::pull::{Pull, PullReply};
 use crate::reader::Reader;
 
 /// The newest protocol version this crate speaks (version 2 adds the
@@ -57,6 +58,10 @@ pub mod kind {
     pub const ADMIN_REPLY: u8 = 0x0e;
     /// Client → server: unregister an endpoint (and its subscriptions).
     pub const UNDECLARE_ENDPOINT: u8 = 0x0f;
+    /// Client → server: read a tag's history (pull buffer).
+    pub const PULL: u8 = 0x10;
+    /// Server → client: the events a `Pull` asked for, or "gone".
+    pub const PULL_REPLY: u8 = 0x11;
 }
 
 /// What a declared endpoint does.
@@ -214,6 +219,10 @@ pub enum Frame {
         /// JSON text.
         body: String,
     },
+    /// Reads a tag's history (see [`Pull`]).
+    Pull(Pull),
+    /// Answers a `Pull` (see [`PullReply`]).
+    PullReply(PullReply),
 }
 
 impl Frame {
@@ -235,6 +244,8 @@ impl Frame {
             Frame::Close { .. } => kind::CLOSE,
             Frame::Admin { .. } => kind::ADMIN,
             Frame::AdminReply { .. } => kind::ADMIN_REPLY,
+            Frame::Pull(_) => kind::PULL,
+            Frame::PullReply(_) => kind::PULL_REPLY,
         }
     }
 
@@ -340,6 +351,8 @@ impl Frame {
                 out.put_u32_le(*req);
                 out.put_slice(body.as_bytes());
             }
+            Frame::Pull(pull) => pull.encode(out)?,
+            Frame::PullReply(reply) => reply.encode(out)?,
         }
         patch_len(out, start)
     }
@@ -462,6 +475,8 @@ impl Frame {
                     Frame::AdminReply { req, body: text }
                 }
             }
+            kind::PULL => Frame::Pull(Pull::decode(&mut r)?),
+            kind::PULL_REPLY => return Ok(Frame::PullReply(PullReply::decode(&body)?)),
             other => return Err(DecodeError::UnknownFrameType(other)),
         };
         r.finish(frame_name(kind_code))?;
@@ -487,6 +502,8 @@ pub fn frame_name(kind_code: u8) -> &'static str {
         kind::ADMIN => "Admin",
         kind::ADMIN_REPLY => "AdminReply",
         kind::UNDECLARE_ENDPOINT => "UndeclareEndpoint",
+        kind::PULL => "Pull",
+        kind::PULL_REPLY => "PullReply",
         k if crate::link::is_link_kind(k) => crate::link::link_frame_name(k),
         _ => "unknown frame",
     }

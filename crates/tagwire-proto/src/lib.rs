@@ -22,6 +22,7 @@ mod excerpt;
 mod frame;
 pub mod limits;
 mod link;
+mod pull;
 mod reader;
 
 pub use error::{DecodeError, EncodeError, ErrorCode};
@@ -36,3 +37,4 @@ pub use link::{
     forward_prefix, is_link_kind, link_frame_name, link_kind, Interest, LinkFrame,
     FORWARD_PREFIX_LEN, LINK_VERSION, MAX_ADVERT_INTEREST, MAX_ADVERT_NEIGHBORS, MAX_PEER_BANDS,
 };
+pub use pull::{Pull, PullQuery, PullReply, PullStatus, MAX_PULL_REPLY_EVENTS};

@@ -8,7 +8,7 @@ use proptest::prelude::*;
 use tagwire_proto::limits::{HARD_MAX_FRAME, MAX_FIELDS, MIN_MAX_FRAME};
 use tagwire_proto::{
     encode_publish, EndpointKind, ErrorCode, Event, EventRef, Expiry, Frame, FrameDecoder, Header,
-    Value, FRAME_HEADER_LEN, SESSION_ID_LEN,
+    Pull, PullQuery, PullReply, PullStatus, Value, FRAME_HEADER_LEN, SESSION_ID_LEN,
 };
 
 /// A string of at most `max_chars` characters (so at most 4 × that many bytes).
@@ -181,6 +181,52 @@ fn frame() -> impl Strategy<Value = Frame> {
         (any::<u16>(), text(100)).prop_map(|(code, reason)| Frame::Close { code, reason }),
         (any::<u32>(), text(100)).prop_map(|(req, body)| Frame::Admin { req, body }),
         (any::<u32>(), text(100)).prop_map(|(req, body)| Frame::AdminReply { req, body }),
+        (any::<u32>(), name(), name(), text(100), pull_query()).prop_map(
+            |(req, node, publisher, tag, query)| Frame::Pull(Pull {
+                req,
+                node,
+                publisher,
+                tag,
+                query
+            })
+        ),
+        (
+            any::<u32>(),
+            0u8..3,
+            (any::<u64>(), any::<u64>(), any::<u32>(), any::<u64>()),
+            vec(event_bytes(), 0..4)
+        )
+            .prop_map(|(req, status, (oldest, newest, held, next), events)| {
+                let (status, events) = match status {
+                    0 => (PullStatus::Complete, events),
+                    1 => (PullStatus::More { next }, events),
+                    _ => (PullStatus::Gone, vec![]),
+                };
+                Frame::PullReply(PullReply {
+                    req,
+                    status,
+                    oldest,
+                    newest,
+                    held,
+                    events,
+                })
+            }),
+    ]
+}
+
+fn pull_query() -> impl Strategy<Value = PullQuery> {
+    prop_oneof![
+        Just(PullQuery::Latest),
+        any::<u32>().prop_map(PullQuery::Nth),
+        any::<u64>().prop_map(PullQuery::Seq),
+        (any::<u64>(), any::<u64>()).prop_map(|(first, last)| PullQuery::SeqRange { first, last }),
+        (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(from_ns, to_ns, from_seq)| {
+            PullQuery::TimeRange {
+                from_ns,
+                to_ns,
+                from_seq,
+            }
+        }),
     ]
 }
 

@@ -11,7 +11,7 @@ use common::{doc_vectors, parse_vectors, seed_corpus, Vector};
 use tagwire_proto::limits::MIN_MAX_FRAME;
 use tagwire_proto::{
     DecodeError, EndpointKind, ErrorCode, Event, EventRef, Expiry, Frame, FrameDecoder, Interest,
-    LinkFrame, StreamError, Value,
+    LinkFrame, Pull, PullQuery, PullReply, PullStatus, StreamError, Value,
 };
 
 const TS: u64 = 1_700_000_000_000_000_000;
@@ -240,6 +240,67 @@ fn valid_vectors() -> Vec<(&'static str, Frame, Option<Event>)> {
             },
             None,
         ),
+        (
+            "pull_latest",
+            Frame::Pull(Pull {
+                req: 3,
+                node: s(""),
+                publisher: s(""),
+                tag: s("/cam/left"),
+                query: PullQuery::Latest,
+            }),
+            None,
+        ),
+        (
+            "pull_seq_range",
+            Frame::Pull(Pull {
+                req: 4,
+                node: s(""),
+                publisher: s("cam-left"),
+                tag: s("/cam/left"),
+                query: PullQuery::SeqRange { first: 1, last: 2 },
+            }),
+            None,
+        ),
+        (
+            "pull_time_range",
+            Frame::Pull(Pull {
+                req: 5,
+                node: s("edge"),
+                publisher: s(""),
+                tag: s("/t"),
+                query: PullQuery::TimeRange {
+                    from_ns: TS,
+                    to_ns: TS + 1000,
+                    from_seq: 0,
+                },
+            }),
+            None,
+        ),
+        (
+            "pull_reply_events",
+            Frame::PullReply(PullReply {
+                req: 3,
+                status: PullStatus::Complete,
+                oldest: 1,
+                newest: 1,
+                held: 1,
+                events: vec![encoded(&minimal_event())],
+            }),
+            None,
+        ),
+        (
+            "pull_reply_gone",
+            Frame::PullReply(PullReply {
+                req: 4,
+                status: PullStatus::Gone,
+                oldest: 7,
+                newest: 10,
+                held: 4,
+                events: vec![],
+            }),
+            None,
+        ),
     ]
 }
 
@@ -375,6 +436,23 @@ fn invalid_vectors() -> Vec<(&'static str, Refusal, &'static str)> {
                 value: 3,
             }),
             "invalid endpoint kind: 3",
+        ),
+        (
+            "bad_pull_query",
+            Frame(DecodeError::BadValue {
+                what: "pull query",
+                value: 9,
+            }),
+            "invalid pull query: 9",
+        ),
+        (
+            "bad_pull_reply_gone_with_events",
+            Frame(DecodeError::TooMany {
+                what: "events in a gone reply",
+                count: 1,
+                max: 0,
+            }),
+            "1 events in a gone reply, over the limit of 0",
         ),
         (
             "bad_event_tag_not_utf8",

@@ -412,6 +412,7 @@ fn list_page(
         expired: st.expired,
         filtered_at_source: st.filtered_at_source,
         deferred: st.deferred.len(),
+        history: crate::history::totals(st),
         memory: MemoryInfo {
             buffered_bytes: st.memory.used() as u64,
             max_buffered_bytes: st.memory.max() as u64,
@@ -846,6 +847,9 @@ pub struct Listing {
     /// Links to other daemons (on the first page; absent when alone).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub federation: Option<crate::link::FederationInfo>,
+    /// The pull buffers (`history`).
+    #[serde(default)]
+    pub history: crate::history::HistoryTotals,
     /// Set when the listing goes on in another page: send it back as
     /// `after` to get that page. Absent on the last page.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -100,6 +100,15 @@ impl Outgoing {
         &self.bytes
     }
 
+    /// The bytes to keep in a pull buffer and what they count for: a small
+    /// slice is copied out of its chunk once (the copy then serves every
+    /// channel too), so history never pins a read chunk for a small event;
+    /// a large slice counts the chunk it keeps alive.
+    pub(crate) fn for_history(&mut self) -> (Bytes, usize) {
+        let (bytes, counted) = self.for_queue(false);
+        (bytes.clone(), counted - QUEUED_OVERHEAD)
+    }
+
     /// The read epoch of a small event that could be queued as a slice.
     fn small_slice_epoch(&self) -> Option<u64> {
         self.chunk.filter(|_| self.bytes.len() < COPY_BELOW)

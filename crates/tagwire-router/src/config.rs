@@ -216,6 +216,24 @@ pub struct Limits {
     pub max_deferred_events: usize,
     /// Bytes of events held until their start time.
     pub max_deferred_bytes: usize,
+    /// Largest `history` (events kept per tag and publisher) a `[qos]` or
+    /// tag layer may set; over it the change is refused naming this bound.
+    pub max_history: usize,
+    /// Tags that keep history at once; events of one more are not recorded.
+    pub max_history_tags: usize,
+    /// Bytes of history in the whole router (counted at what they keep
+    /// alive); at the bound a tag's new event replaces its own oldest ones.
+    pub max_history_bytes: usize,
+    /// Bytes of history of one tag, all its publishers together.
+    pub max_history_bytes_per_tag: usize,
+    /// Publishers whose history one tag keeps; one more replaces the one
+    /// that published least recently.
+    pub max_history_publishers_per_tag: usize,
+    /// Most events in one pull reply; a longer answer says where to go on.
+    pub history_reply_events: usize,
+    /// Most event bytes in one pull reply (also kept under the connection's
+    /// frame limit).
+    pub history_reply_bytes: usize,
     /// Connections one identity may hold open; more get `LimitReached`.
     pub max_connections_per_identity: usize,
     /// Endpoints one identity may hold, across its connections.
@@ -296,6 +314,13 @@ impl Default for Limits {
             max_tracked_tags: 10_000,
             max_deferred_events: 65_536,
             max_deferred_bytes: 64 * 1024 * 1024,
+            max_history: 10_000,
+            max_history_tags: 4096,
+            max_history_bytes: 256 * 1024 * 1024,
+            max_history_bytes_per_tag: 16 * 1024 * 1024,
+            max_history_publishers_per_tag: 64,
+            history_reply_events: 1024,
+            history_reply_bytes: 1024 * 1024,
             max_connections_per_identity: 1024,
             max_endpoints_per_identity: 25_000,
             max_subscriptions_per_identity: 250_000,
@@ -447,7 +472,8 @@ impl RouterConfig {
         }
         crate::band::plan(self)?;
         let bands: Vec<String> = self.bands.iter().map(|b| b.name.clone()).collect();
-        crate::qos::daemon_layer(&self.qos, &bands).map_err(ConfigError::Invalid)?;
+        let daemon = crate::qos::daemon_layer(&self.qos, &bands).map_err(ConfigError::Invalid)?;
+        crate::history::validate_config(self, &daemon).map_err(ConfigError::Invalid)?;
         Ok(())
     }
 }

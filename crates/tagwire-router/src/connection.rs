@@ -522,6 +522,15 @@ impl Conn {
                 self.engine.accept();
             }
             Input::Admin { body, .. } => self.admin(&body),
+            Input::Pull(pull) => {
+                let max_frame = self.engine.max_frame();
+                let answer =
+                    crate::history::answer(&self.state.borrow(), &pull, &self.rights, max_frame);
+                match answer {
+                    Ok(reply) => self.engine.answer_pull(reply),
+                    Err((code, message)) => self.engine.refuse_pull(code, message),
+                }
+            }
             Input::Refused { code, message, .. } => self.note_error(code, &message),
             Input::PeerError { code, message, .. } => {
                 if self.dialed {

@@ -48,6 +48,7 @@ pub(crate) fn deliver_routed(
     deadline: u64,
     route: Route,
 ) -> (Option<Vec<String>>, usize) {
+    crate::history::record(st, event, ev);
     let mut reject = None;
     let mut expired_by_mapping = 0;
     let meta = EventMeta {

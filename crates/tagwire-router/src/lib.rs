@@ -35,6 +35,7 @@ pub mod config;
 mod connection;
 mod dispatch;
 mod filters;
+mod history;
 mod lane;
 mod link;
 pub mod local;
@@ -59,6 +60,7 @@ pub use admin::{
 };
 use auth::Authenticator;
 pub use config::{FederationConfig, Limits, RouterConfig, TlsConfig};
+pub use history::HistoryTotals;
 use lane::LaneCommand;
 pub use link::{DaemonInfo, FederationInfo, LinkInfo, TimeInfo};
 pub use membership::{Beacon, BeaconError};
@@ -256,6 +258,7 @@ impl Router {
             let mut st = state.borrow_mut();
             st.qos_daemon = daemon_qos;
             st.refresh_supplier_limit();
+            history::layers_changed(&mut st);
             st.band_names = band_names;
         }
         if let Some(f) = &reservations_file {

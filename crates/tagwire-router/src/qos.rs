@@ -335,6 +335,9 @@ pub(crate) fn admin_qos(
         }
         Target::Endpoint(_) => None,
     };
+    if let Some(l) = &upper_change {
+        crate::history::check_layer(&st.config, l)?;
+    }
     // Install the upper layer tentatively, resolve every channel, and roll
     // back on the first refusal.
     let saved = install(st, &target, upper_change);
@@ -362,6 +365,9 @@ pub(crate) fn admin_qos(
     }
     // ...then put it in force.
     st.refresh_supplier_limit();
+    if set.contains_key("history") || unset.iter().any(|u| u == "history") {
+        crate::history::layers_changed(st);
+    }
     let mut dropped = 0;
     let changed = plans.len();
     for (ch, own, resolved) in plans {
@@ -441,7 +447,14 @@ pub(crate) fn admin_show(
                     .map(|v| json!({"property": p.name(), "value": v.to_string()}))
             })
             .collect();
-        return Ok(json!({ "tag": target_name, "level": "tag", "set": set }));
+        let mut shown = json!({ "tag": target_name, "level": "tag", "set": set });
+        if let Some(h) = crate::history::show(st, target_name) {
+            shown["history"] = h;
+        }
+        return Ok(shown);
+    }
+    if let Some(h) = crate::history::show(st, target_name) {
+        return Ok(json!({ "tag": target_name, "level": "tag", "set": [], "history": h }));
     }
     let Some(e) = st.endpoints.get(target_name) else {
         return Err((

@@ -205,6 +205,8 @@ pub(crate) struct State {
     )>,
     /// Admin requests for the admin lane (the lowest band's).
     pub admin_jobs: Option<tokio::sync::mpsc::UnboundedSender<crate::lane::AdminJob>>,
+    /// Pull buffers (the `history` QoS property).
+    pub history: crate::history::RouterHistory,
     next_conn: u64,
 }
 
@@ -217,6 +219,7 @@ impl State {
         );
         let filters = FilterBook::default();
         let memory = Arc::new(MemoryBudget::new(config.limits.max_buffered_bytes));
+        let history = crate::history::RouterHistory::new(&config);
         let fed = crate::link::Federation::new(&config.name, &config.federation);
         State {
             fed,
@@ -250,6 +253,7 @@ impl State {
             band_names: Vec::new(),
             lane_commands: Vec::new(),
             admin_jobs: None,
+            history,
             next_conn: 1,
         }
     }

@@ -565,7 +565,7 @@ impl Session {
             Reply::Admin(text) => serde_json::from_str(&text)
                 .map_err(|e| Error::BadReply(format!("admin reply: {e}"))),
             Reply::Err(code, message) => Err(Error::Refused { code, message }),
-            Reply::Ok => Err(Error::BadReply("expected an admin reply".into())),
+            Reply::Ok | Reply::Pulled(_) => Err(Error::BadReply("expected an admin reply".into())),
         }
     }
 
@@ -687,7 +687,7 @@ impl Inner {
     /// request id) and waits for its reply. Fails if the request could not
     /// be sent; once it is, returns `make`'s result and the reply, or why
     /// none came ([`Error::Timeout`], [`Error::Disconnected`]).
-    fn request<T>(
+    pub(crate) fn request<T>(
         &self,
         what: &'static str,
         make: impl FnOnce(&mut Connection) -> (T, u32),
@@ -872,6 +872,7 @@ fn expect_ok(r: Reply) -> Result<()> {
         Reply::Ok => Ok(()),
         Reply::Err(code, message) => Err(Error::Refused { code, message }),
         Reply::Admin(_) => Err(Error::BadReply("unexpected admin reply".into())),
+        Reply::Pulled(_) => Err(Error::BadReply("unexpected pull reply".into())),
     }
 }
 

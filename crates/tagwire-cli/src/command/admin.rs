@@ -165,6 +165,24 @@ fn show(session: &Session, target: &str, as_json: bool) -> CmdResult {
         for p in r["set"].as_array().into_iter().flatten() {
             outln!("  {:<24} {}", s(&p["property"]), s(&p["value"]));
         }
+        let h = &r["history"];
+        if h.is_object() {
+            outln!(
+                "  history holds {} event(s), {} bytes (history={})",
+                h["events"],
+                h["bytes"],
+                h["history"]
+            );
+            for p in h["publishers"].as_array().into_iter().flatten() {
+                outln!(
+                    "    {} sequence numbers {}..={} ({} held)",
+                    s(&p["publisher"]),
+                    p["oldest"],
+                    p["newest"],
+                    p["held"]
+                );
+            }
+        }
         return Ok(());
     }
     outln!(

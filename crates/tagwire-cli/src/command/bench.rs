@@ -8,6 +8,9 @@
 //! - latency: ping on /bench/ping, an echo client republishes on
 //!   /bench/pong; one event in flight; 1,000 warm-up round trips dropped.
 //! - fanout: one publisher, N subscribers; per-subscriber rate.
+//! - pull: `Session::pull(tag, Pull::Latest)` in a loop (one pull in
+//!   flight) on a tag with `history=1`, for `--duration`, then the latency
+//!   round trip above for as long; the ratio of their p50s and p99s.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -103,6 +106,17 @@ pub fn run(server: Option<&str>, tls: &TlsOptions, a: BenchArgs) -> CmdResult {
                 "sent": r.sent, "received": r.received,
             })
         }
+        BenchMode::Pull => {
+            let p = pull_latest(&target, a.size, duration)?;
+            let h = latency(&target, a.size, duration)?;
+            let q = |h: &Histogram<u64>, x: f64| h.value_at_quantile(x) as f64 / 1e3;
+            serde_json::json!({
+                "system": system, "mode": "pull", "size": a.size,
+                "pull_p50_us": q(&p, 0.5), "pull_p99_us": q(&p, 0.99), "pulls": p.len(),
+                "rtt_p50_us": q(&h, 0.5), "rtt_p99_us": q(&h, 0.99), "samples": h.len(),
+                "ratio_p50": q(&p, 0.5) / q(&h, 0.5), "ratio_p99": q(&p, 0.99) / q(&h, 0.99),
+            })
+        }
         BenchMode::Latency => {
             let h = latency(&target, a.size, duration)?;
             serde_json::json!({
@@ -131,6 +145,18 @@ fn print_text(r: &serde_json::Value) -> std::io::Result<()> {
             f("rtt_p50_us"),
             f("rtt_p99_us"),
             r["samples"]
+        ),
+        Some("pull") => outln!(
+            "{} pull latest, {} B: p50 {:.1} µs, p99 {:.1} µs ({} pulls); round trip p50 {:.1} µs, p99 {:.1} µs; ratio p50 {:.2}, p99 {:.2}",
+            r["system"],
+            r["size"],
+            f("pull_p50_us"),
+            f("pull_p99_us"),
+            r["pulls"],
+            f("rtt_p50_us"),
+            f("rtt_p99_us"),
+            f("ratio_p50"),
+            f("ratio_p99")
         ),
         Some("fanout") => outln!(
             "{} fan-out to {}, {} B: {:.0} msgs/s per subscriber, {:.0} msgs/s in all",
@@ -251,6 +277,43 @@ fn fan_out(
             .collect(),
         per_sub: counters.iter().map(|c| c.rate()).collect(),
     })
+}
+
+/// Pulls of the latest event: a tag with `history=1` (set through an admin
+/// request, so the session needs the admin right: the daemon's owner), one
+/// event of `size` bytes, then one pull in flight for `duration`; the first
+/// 1,000 pulls are warm-up.
+fn pull_latest(
+    target: &Target,
+    size: usize,
+    duration: Duration,
+) -> Result<Histogram<u64>, Box<dyn std::error::Error>> {
+    let id = std::process::id();
+    let tag = format!("/bench/{id}/pull");
+    let s = target.session()?;
+    s.admin(&serde_json::json!({"op": "qos", "target": [&tag], "set": {"history": "1"}}))?;
+    let p = s.declare_publisher(&format!("/bench/{id}/puller"))?;
+    p.publish(&tag, vec![0x5au8; size])?;
+    let mut h = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3)?;
+    let start = Instant::now();
+    let mut n = 0u64;
+    while start.elapsed() < duration {
+        let t = Instant::now();
+        let got = s.pull(&tag, tagwire::Pull::Latest)?;
+        let ns = (t.elapsed().as_nanos() as u64).max(1);
+        if got.len() != 1 {
+            return Err(format!("pull latest answered {} events", got.len()).into());
+        }
+        n += 1;
+        if n > WARMUP_ROUND_TRIPS {
+            h.record(ns)?;
+        }
+    }
+    s.admin(&serde_json::json!({"op": "qos", "target": [&tag], "unset": ["history"]}))?;
+    if h.is_empty() {
+        return Err("no pull completed after warm-up; try a longer --duration".into());
+    }
+    Ok(h)
 }
 
 fn latency(

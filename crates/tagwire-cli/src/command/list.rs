@@ -136,6 +136,17 @@ pub fn run(session: &Session, a: ListArgs) -> CmdResult {
             l.filtered_at_source
         );
     }
+    let h = &l.history;
+    if h.tags > 0 || h.recorded > 0 {
+        outln!(
+            "\nhistory: {} tag(s), {} bytes held; {} recorded, {} evicted, {} not recorded (a bound)",
+            h.tags,
+            h.bytes,
+            h.recorded,
+            h.evicted,
+            h.not_recorded
+        );
+    }
     Ok(())
 }
 

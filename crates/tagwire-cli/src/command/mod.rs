@@ -20,6 +20,7 @@ mod bench_av;
 mod list;
 mod ping;
 mod publish;
+mod pull;
 pub mod subscribe;
 mod time;
 
@@ -29,8 +30,27 @@ use tagwire::Session;
 
 use crate::cli::{Cli, Command};
 
-/// A failed command: printed as `tagwire: <message>` with a non-zero exit.
+/// A failed command: printed as `tagwire: <message>` with a non-zero exit
+/// (1, or the code of an [`ExitCode`] error).
 pub type CmdResult = Result<(), Box<dyn std::error::Error>>;
+
+/// A failure with its own exit code (e.g. `tagwire pull`: 3 gone, 4 no
+/// history), printed like any other.
+#[derive(Debug)]
+pub struct ExitCode {
+    /// The process exit code.
+    pub code: u8,
+    /// The message printed after `tagwire: `.
+    pub message: String,
+}
+
+impl std::fmt::Display for ExitCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for ExitCode {}
 
 /// Runs a parsed command line. A command whose stdout was closed by its
 /// reader (`tagwire list | head`) stops at its next write and succeeds, as
@@ -72,6 +92,7 @@ fn run_command(cli: Cli) -> CmdResult {
     match cli.command {
         Command::Pub(a) => publish::run(&connect()?, a),
         Command::Sub(a) => subscribe::run(&connect()?, a),
+        Command::Pull(a) => pull::run(&connect, a),
         Command::List(a) => list::run(&connect()?, a),
         Command::Ping(a) => ping::run(&connect()?, a),
         Command::Time(a) => time::run(&connect()?, a),

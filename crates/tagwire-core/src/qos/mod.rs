@@ -2,11 +2,11 @@
 //! they resolve into one channel's effective QoS. Pure: no I/O, no clock
 //! (absolute times are values, never compared with "now" here).
 //!
-//! - [`Property`] and [`QosSet`]: the sixteen properties (`priority`,
+//! - [`Property`] and [`QosSet`]: the seventeen properties (`priority`,
 //!   `priority_model`, `sched`, `dscp`, `timeout`, `stop_time`, `start_time`,
 //!   `order`, `discard`, `max_queue_length`, `max_events_per_consumer`,
 //!   `max_batch`, `pacing_interval`, `max_consumers`, `max_suppliers`,
-//!   `band`) and their values; every bad value is refused with a
+//!   `band`, `history`) and their values; every bad value is refused with a
 //!   [`QosError`] naming the property, the value and what is accepted.
 //! - [`Level`] and [`QosLayer`]: daemon → tag → session → channel → event;
 //!   a layer is what one level sets.

@@ -6,6 +6,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use crate::filter::priority_by_name;
+use crate::history::MAX_HISTORY;
 use crate::queue::{DiscardPolicy, OrderPolicy};
 
 use super::{QosError, DEFAULT_QUEUE_LENGTH, MAX_QUEUE_LENGTH};
@@ -115,13 +116,15 @@ pub enum Property {
     MaxSuppliers,
     /// `band`: the configured priority band (lane) that serves the events.
     Band,
+    /// `history`: events of a tag kept per publisher for pulls (0: none).
+    History,
 }
 
 const UP_TO_CHANNEL: &[Level] = &[Level::Daemon, Level::Tag, Level::Session, Level::Channel];
 
 impl Property {
     /// Number of properties.
-    pub const COUNT: usize = 16;
+    pub const COUNT: usize = 17;
 
     /// Every property, in the order `tagwire admin show` lists them.
     pub const ALL: [Property; Property::COUNT] = [
@@ -141,6 +144,7 @@ impl Property {
         Property::MaxConsumers,
         Property::MaxSuppliers,
         Property::Band,
+        Property::History,
     ];
 
     /// The name users type (`priority`, `max_queue_length`, …).
@@ -162,6 +166,7 @@ impl Property {
             Property::MaxConsumers => "max_consumers",
             Property::MaxSuppliers => "max_suppliers",
             Property::Band => "band",
+            Property::History => "history",
         }
     }
 
@@ -185,7 +190,9 @@ impl Property {
             Property::StopTime | Property::StartTime => {
                 &[Level::Tag, Level::Session, Level::Channel, Level::Event]
             }
-            Property::MaxConsumers | Property::MaxSuppliers => &[Level::Daemon, Level::Tag],
+            Property::MaxConsumers | Property::MaxSuppliers | Property::History => {
+                &[Level::Daemon, Level::Tag]
+            }
             _ => UP_TO_CHANNEL,
         }
     }
@@ -550,6 +557,9 @@ pub struct QosSet {
     /// The configured band serving the events; `None` (`auto`): the lane of
     /// the priority.
     pub band: Option<Arc<str>>,
+    /// Events of a tag kept per publisher for pulls (its pull buffer); 0:
+    /// none (the default).
+    pub history: usize,
 }
 
 impl Default for QosSet {
@@ -571,6 +581,7 @@ impl Default for QosSet {
             max_consumers: None,
             max_suppliers: None,
             band: None,
+            history: 0,
         }
     }
 }
@@ -685,6 +696,18 @@ impl QosSet {
                     },
                 }
             }
+            Property::History => {
+                self.history = match s.parse::<usize>() {
+                    Ok(n) if n <= MAX_HISTORY => n,
+                    _ => {
+                        return Err(invalid(
+                            p,
+                            s,
+                            &format!("must be 0..={MAX_HISTORY} events (0: no history)"),
+                        ))
+                    }
+                }
+            }
         }
         Ok(())
     }
@@ -710,6 +733,7 @@ impl QosSet {
             Property::MaxConsumers => self.max_consumers = other.max_consumers,
             Property::MaxSuppliers => self.max_suppliers = other.max_suppliers,
             Property::Band => self.band.clone_from(&other.band),
+            Property::History => self.history = other.history,
         }
     }
 
@@ -777,6 +801,7 @@ impl fmt::Display for ShowValue<'_> {
             Property::MaxConsumers => opt(f, q.max_consumers, "unlimited"),
             Property::MaxSuppliers => opt(f, q.max_suppliers, "unlimited"),
             Property::Band => f.write_str(q.band.as_deref().unwrap_or("auto")),
+            Property::History => write!(f, "{}", q.history),
         }
     }
 }
@@ -965,6 +990,18 @@ mod tests {
             "1e3",
             "must be 1..=1000000 or unlimited",
         );
+    }
+
+    #[test]
+    fn history_is_a_count_of_events_up_to_the_hard_bound() {
+        assert_eq!(ok(Property::History, "100"), "100");
+        assert_eq!(ok(Property::History, "0"), "0");
+        assert_eq!(ok(Property::History, "1000000"), "1000000");
+        bad(Property::History, "1000001", "must be 0..=1000000 events");
+        bad(Property::History, "-1", "must be 0..=1000000 events");
+        bad(Property::History, "lots", "must be 0..=1000000 events");
+        assert!(!Property::History.settable_at(Level::Channel));
+        assert!(Property::History.settable_at(Level::Tag));
     }
 
     #[test]

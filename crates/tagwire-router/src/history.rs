@@ -1,0 +1,302 @@
+//! Pull buffers at run time: which tags keep history (the `history` QoS
+//! property, daemon `[qos]` and tag layers), recording delivered events into
+//! core's [`HistoryTable`], and answering `Pull` frames.
+//!
+//! **Where events are recorded.** In [`crate::dispatch::deliver`], the one
+//! place every accepted event passes when it is handed to channels: an event
+//! published now, and an event held for its start time when that time comes
+//! (so a pull never sees an event its subscribers cannot see yet). Events
+//! refused (ACL, expired, filtered at the source, `max_suppliers`) are not
+//! recorded.
+//!
+//! **What a held event keeps alive.** A small event read into the shared
+//! 64 KiB read chunk is copied out once (the copy is shared with the
+//! channels that get it, see `channel.rs`), so history never pins a chunk
+//! for a small event; a large one is counted at what it keeps alive. Bytes
+//! are bounded by `limits.max_history_bytes` (all tags) and
+//! `limits.max_history_bytes_per_tag`; tags by `limits.max_history_tags`;
+//! see [`tagwire_core::history`] for the behaviour at each bound.
+//!
+//! **Which `history` applies to a tag.** The most specific tag layer whose
+//! pattern matches the tag and sets `history` (the longest pattern text),
+//! else the daemon's `[qos]`, else 0 (none). A publish costs one flag test
+//! when no layer sets `history`; otherwise one lookup in a bounded cache of
+//! each tag's value, cleared whenever a QoS layer changes.
+//!
+//! **Modes.** A pull names where the history is kept: at the subscriber's
+//! daemon or at the publisher's daemon — both served from this daemon's
+//! buffers, which hold what is delivered here: events of local publishers,
+//! and events of publishers on linked daemons that crossed a link because
+//! something here subscribes to them — or at a named node (`node:NAME`):
+//! this daemon's own name is served here; any other is refused with
+//! `UnknownNode` (pulls are not forwarded over links yet).
+
+use std::collections::HashMap;
+
+use tagwire_core::history::{HistoryLimits, HistoryTable, PullError};
+use tagwire_core::qos::{resolve, Property, QosLayer};
+use tagwire_core::tags::{validate_tag, Pattern};
+use tagwire_proto::{ErrorCode, EventRef, Pull, PullReply, FRAME_HEADER_LEN};
+
+use crate::auth::Rights;
+use crate::channel::Outgoing;
+use crate::config::RouterConfig;
+use crate::state::State;
+
+/// Most tags whose `history` value is cached; at the bound the cache is
+/// cleared and refilled as events arrive.
+const CACHE_TAGS: usize = 65_536;
+/// Bytes of a `PullReply` besides its events: header and fixed fields.
+const REPLY_FIXED: usize = FRAME_HEADER_LEN + 35;
+/// Bytes per event in a `PullReply` besides the event: its length.
+const REPLY_PER_EVENT: usize = 4;
+
+/// The router's pull buffers and what decides which tags keep one.
+#[derive(Debug)]
+pub(crate) struct RouterHistory {
+    pub table: HistoryTable,
+    /// Whether any daemon or tag layer sets `history` above 0.
+    enabled: bool,
+    /// Each tag's `history`, as last resolved.
+    cache: HashMap<Box<str>, usize>,
+}
+
+impl RouterHistory {
+    pub(crate) fn new(config: &RouterConfig) -> Self {
+        let l = &config.limits;
+        RouterHistory {
+            table: HistoryTable::new(HistoryLimits {
+                max_tags: l.max_history_tags,
+                max_total_bytes: l.max_history_bytes,
+                max_bytes_per_tag: l.max_history_bytes_per_tag,
+                max_publishers_per_tag: l.max_history_publishers_per_tag,
+                max_reply_events: l.history_reply_events,
+                max_reply_bytes: l.history_reply_bytes,
+            }),
+            enabled: false,
+            cache: HashMap::new(),
+        }
+    }
+}
+
+/// The `history` a tag keeps under the current layers.
+fn capacity_of(st: &State, tag: &str) -> usize {
+    let layer = st
+        .qos_tags
+        .iter()
+        .filter(|t| t.layer.is_set(Property::History) && t.pattern.matches(tag))
+        .max_by_key(|t| t.text.len())
+        .map(|t| &t.layer)
+        .or_else(|| {
+            st.qos_daemon
+                .is_set(Property::History)
+                .then_some(&st.qos_daemon)
+        });
+    layer.map_or(0, |l| resolve(&[l]).values().history)
+}
+
+/// Refuses a daemon or tag layer whose `history` is over
+/// `limits.max_history`, naming the bound.
+pub(crate) fn check_layer(
+    config: &RouterConfig,
+    layer: &QosLayer,
+) -> Result<(), (ErrorCode, String)> {
+    if !layer.is_set(Property::History) {
+        return Ok(());
+    }
+    let n = resolve(&[layer]).values().history;
+    let max = config.limits.max_history;
+    if n > max {
+        return Err((
+            ErrorCode::BadRequest,
+            format!("history={n} is over this daemon's bound of {max} events (limits.max_history)"),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks the configuration's history bounds and `[qos] history`.
+pub(crate) fn validate_config(config: &RouterConfig, daemon: &QosLayer) -> Result<(), String> {
+    let l = &config.limits;
+    if l.max_history > tagwire_core::history::MAX_HISTORY {
+        return Err(format!(
+            "limits.max_history = {} is over the hard bound of {}",
+            l.max_history,
+            tagwire_core::history::MAX_HISTORY
+        ));
+    }
+    if l.history_reply_events == 0
+        || l.history_reply_bytes == 0
+        || l.max_history_publishers_per_tag == 0
+    {
+        return Err("limits.history_reply_events, limits.history_reply_bytes and limits.max_history_publishers_per_tag must be at least 1".into());
+    }
+    check_layer(config, daemon).map_err(|(_, m)| format!("[qos]: {m}"))
+}
+
+/// After a daemon or tag layer changed: whether history is on anywhere,
+/// and every held tag's new `history` (a tag at 0 loses its history).
+pub(crate) fn layers_changed(st: &mut State) {
+    let on = |l: &QosLayer| l.is_set(Property::History) && resolve(&[l]).values().history > 0;
+    let enabled = on(&st.qos_daemon) || st.qos_tags.iter().any(|t| on(&t.layer));
+    let tags = st.history.table.tags(usize::MAX);
+    let caps: HashMap<std::sync::Arc<str>, usize> = tags
+        .into_iter()
+        .map(|t| {
+            let c = capacity_of(st, &t);
+            (t, c)
+        })
+        .collect();
+    let h = &mut st.history;
+    h.enabled = enabled;
+    h.cache.clear();
+    h.table.recapacity(|t| caps.get(t).copied().unwrap_or(0));
+}
+
+/// Records a delivered event in its tag's history, if the tag keeps one.
+pub(crate) fn record(st: &mut State, event: &mut Outgoing, ev: &EventRef<'_>) {
+    if !st.history.enabled {
+        return;
+    }
+    let cap = match st.history.cache.get(ev.tag) {
+        Some(c) => *c,
+        None => {
+            let c = capacity_of(st, ev.tag);
+            let cache = &mut st.history.cache;
+            if cache.len() >= CACHE_TAGS {
+                cache.clear();
+            }
+            cache.insert(Box::from(ev.tag), c);
+            c
+        }
+    };
+    if cap == 0 {
+        return;
+    }
+    let (bytes, cost) = event.for_history();
+    st.history.table.record(
+        ev.tag,
+        ev.publisher,
+        ev.seq,
+        ev.source_time_ns,
+        bytes,
+        cap,
+        cost,
+    );
+}
+
+/// Answers a `Pull` for a connection whose identity has `rights` and whose
+/// frames may be `max_frame` bytes. Cost: bounded by the reply cap.
+pub(crate) fn answer(
+    st: &State,
+    pull: &Pull,
+    rights: &Rights,
+    max_frame: u32,
+) -> Result<PullReply, (ErrorCode, String)> {
+    if !pull.node.is_empty() && pull.node != st.config.name {
+        return Err((
+            ErrorCode::UnknownNode,
+            format!(
+                "history at node {}: this daemon is {} and does not forward pulls to other nodes (not over daemon links either, yet); pull from the node's own daemon, or from this one (at_subscriber or at_publisher)",
+                tagwire_proto::excerpt(&pull.node),
+                tagwire_proto::excerpt(&st.config.name)
+            ),
+        ));
+    }
+    validate_tag(&pull.tag).map_err(|e| (ErrorCode::InvalidTag, e.to_string()))?;
+    let readable = Pattern::parse(&pull.tag).is_ok_and(|p| rights.may_subscribe(&p));
+    if !readable {
+        return Err((
+            ErrorCode::PermissionDenied,
+            format!(
+                "this identity may not read {} (no [[acl]] subscribe pattern covers it)",
+                tagwire_proto::excerpt(&pull.tag)
+            ),
+        ));
+    }
+    let room = (max_frame as usize).saturating_sub(REPLY_FIXED);
+    let a = st
+        .history
+        .table
+        .query_within(
+            &pull.tag,
+            &pull.publisher,
+            &pull.query,
+            room,
+            REPLY_PER_EVENT,
+        )
+        .map_err(|e| {
+            let code = match e {
+                PullError::NoHistory { .. } | PullError::UnknownPublisher { .. } => {
+                    ErrorCode::NoHistory
+                }
+                _ => ErrorCode::BadRequest,
+            };
+            (code, e.to_string())
+        })?;
+    if let Some(first) = a.events.first() {
+        if first.len() + REPLY_PER_EVENT > room {
+            return Err((
+                ErrorCode::LimitReached,
+                format!(
+                    "the event is {} bytes: a reply carrying it would pass this connection's frame limit of {max_frame} bytes",
+                    first.len()
+                ),
+            ));
+        }
+    }
+    Ok(PullReply {
+        req: pull.req,
+        status: a.status,
+        oldest: a.oldest,
+        newest: a.newest,
+        held: u32::try_from(a.held).unwrap_or(u32::MAX),
+        events: a.events,
+    })
+}
+
+/// What `tagwire admin show TAG` adds for a tag with history.
+pub(crate) fn show(st: &State, tag: &str) -> Option<serde_json::Value> {
+    let info = st.history.table.info(tag)?;
+    let publishers: Vec<_> = info
+        .publishers
+        .iter()
+        .map(|(p, oldest, newest, held)| {
+            serde_json::json!({"publisher": &**p, "oldest": oldest, "newest": newest, "held": held})
+        })
+        .collect();
+    Some(serde_json::json!({
+        "history": info.capacity,
+        "events": info.events,
+        "bytes": info.bytes,
+        "publishers": publishers,
+    }))
+}
+
+/// The pull buffers' totals, as `tagwire list` shows them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct HistoryTotals {
+    /// Tags that keep history now.
+    pub tags: usize,
+    /// Bytes held, counted at what they keep alive.
+    pub bytes: usize,
+    /// Events recorded since the start.
+    pub recorded: u64,
+    /// Events evicted by a bound (count, bytes, a new publisher, a restart).
+    pub evicted: u64,
+    /// Events not recorded: a new tag beyond `limits.max_history_tags`, the
+    /// byte bounds with nothing left to evict, or larger than a tag's bound.
+    pub not_recorded: u64,
+}
+
+/// Router-wide counters of the pull buffers.
+pub(crate) fn totals(st: &State) -> HistoryTotals {
+    let s = st.history.table.stats();
+    HistoryTotals {
+        tags: st.history.table.tag_count(),
+        bytes: st.history.table.total_bytes(),
+        recorded: s.recorded,
+        evicted: s.evicted,
+        not_recorded: s.too_large + s.tags_refused + s.over_budget,
+    }
+}

@@ -198,6 +198,17 @@ pub struct SubArgs {
     /// What a full queue does: drop_oldest, drop_newest or reject.
     #[arg(long)]
     pub discard: Option<String>,
+    /// Temporal scaling: 1 of every N events (by sequence number).
+    #[arg(long, value_name = "N")]
+    pub scale: Option<String>,
+    /// Temporal scaling: events at least DURATION apart in source time
+    /// (e.g. 100ms), per publisher.
+    #[arg(long, value_name = "DURATION")]
+    pub min_interval: Option<String>,
+    /// Any other QoS property of this channel, NAME=VALUE (repeatable;
+    /// docs/configuration.md, "QoS reference").
+    #[arg(long = "qos", value_name = "NAME=VALUE")]
+    pub qos: Vec<String>,
     /// Content filter on this channel, e.g. '$priority < 2 and $.severity > 3'
     /// (single-quote it in the shell); repeatable, any match passes.
     #[arg(long = "filter", value_name = "CONSTRAINT")]

@@ -11,6 +11,7 @@
 //!   channel, event) and their resolution into a channel's effective QoS.
 //! - [`filter`]: the content-filter language, mapping filters, TAO's filter
 //!   levels and the indexed matcher for many content subscriptions.
+//! - [`proxy`]: temporal scaling proxies (1 of n events, a minimum interval).
 //! - [`route`]: where an event goes — patterns, filter levels and the index
 //!   in one table, used by the router for every publish.
 //!
@@ -27,6 +28,7 @@ pub mod endpoint;
 pub mod federation;
 pub mod filter;
 pub mod history;
+pub mod proxy;
 pub mod qos;
 pub mod queue;
 pub mod route;

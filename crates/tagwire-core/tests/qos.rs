@@ -73,6 +73,13 @@ fn value(p: Property) -> BoxedStrategy<String> {
         }
         Property::Band => pick(&["auto", "video", "control"]),
         Property::History => n(0..=1_000_000),
+        Property::Scale => n(1..=1_000_000),
+        Property::MinInterval => prop_oneof![
+            Just("0".to_owned()),
+            (1u64..=3600).prop_map(|v| format!("{v}s")),
+            (1u64..=60_000).prop_map(|v| format!("{v}ms")),
+        ]
+        .boxed(),
         _ => unreachable!("the test knows every property"),
     }
 }

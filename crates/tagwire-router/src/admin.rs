@@ -515,6 +515,7 @@ fn list_page(
                         delivered: ch.delivered.get(),
                         expired: ch.expired.get(),
                         too_large: ch.too_large.get(),
+                        scaled_out: ch.scaled_out.get(),
                         route: route.as_str().to_owned(),
                     };
                     drop(q);
@@ -963,6 +964,9 @@ pub struct SubscriptionInfo {
     /// Events longer than the subscriber's negotiated frame limit (dropped).
     #[serde(default)]
     pub too_large: u64,
+    /// Events its temporal scaling (`scale`, `min_interval`) left out.
+    #[serde(default)]
+    pub scaled_out: u64,
     /// How the router finds it per event: `tag` (pattern only), `filtered`
     /// (pattern, then its filters evaluated) or `indexed` (through the
     /// subscription index; see docs/filters.md).

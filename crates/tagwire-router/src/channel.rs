@@ -173,6 +173,10 @@ pub(crate) struct EventMeta {
     pub origin: u64,
     /// Links it has crossed so far.
     pub hops: u8,
+    /// Its per-publisher sequence number (for temporal scaling).
+    pub seq: u64,
+    /// Its publisher's key (see [`tagwire_core::proxy::publisher_key`]).
+    pub publisher: u64,
 }
 
 impl EventMeta {
@@ -183,6 +187,8 @@ impl EventMeta {
             priority: ev.priority,
             origin: 0,
             hops: 0,
+            seq: ev.seq,
+            publisher: tagwire_core::proxy::publisher_key(ev.publisher),
         }
     }
 }
@@ -255,6 +261,12 @@ pub(crate) struct Channel {
     /// Events longer than the subscriber's connection accepts (its
     /// negotiated frame limit): dropped, never sent.
     pub too_large: Count,
+    /// Its temporal scaling proxy (`scale`, `min_interval`).
+    scaler: Locked<tagwire_core::proxy::TemporalScaler>,
+    /// Whether `scaler` passes everything (checked without its lock).
+    scaling: Flag,
+    /// Events its temporal scaling left out.
+    pub scaled_out: Count,
     /// The longest encoded event a `Deliver` on this connection may carry.
     max_event: usize,
     /// Whether a `QueueFull` was reported since the queue last accepted.
@@ -333,6 +345,9 @@ impl Channel {
             delivered: Count::new(0),
             expired: Count::new(0),
             too_large: Count::new(0),
+            scaler: Locked::new(tagwire_core::proxy::TemporalScaler::new(1, 0)),
+            scaling: Flag::new(false),
+            scaled_out: Count::new(0),
             max_event: usize::MAX,
             reject_reported: Flag::new(false),
             scheduled: Flag::new(false),
@@ -401,6 +416,11 @@ impl Channel {
         self.pacing.set(v.pacing_interval);
         self.consumer_max
             .set(v.max_events_per_consumer.unwrap_or(0) as u64);
+        {
+            let mut s = self.scaler.borrow_mut();
+            s.set(v.scale, v.min_interval);
+            self.scaling.set(!s.is_identity());
+        }
         let mut q = self.queue.borrow_mut();
         let dropped =
             if (q.bound(), q.order(), q.policy()) != (v.max_queue_length, v.order, v.discard) {
@@ -483,6 +503,16 @@ impl Channel {
     pub(crate) fn offer(self: &Arc<Self>, event: &mut Outgoing, meta: &EventMeta) -> Offer {
         if event.bytes().len() > self.max_event {
             self.too_large.add(1);
+            return Offer::Dropped;
+        }
+        if self.scaling.get()
+            && !self
+                .scaler
+                .borrow_mut()
+                .admit(meta.publisher, meta.seq, meta.source_time)
+        {
+            // Left out by this subscriber's temporal scaling: not a drop.
+            self.scaled_out.add(1);
             return Offer::Dropped;
         }
         let slice_ok = event.small_slice_epoch().is_some_and(|e| self.may_pin(e));
@@ -789,6 +819,8 @@ mod tests {
         priority: 64,
         origin: 0,
         hops: 0,
+        seq: 0,
+        publisher: 0,
     };
 
     fn channel(budget: &Arc<MemoryBudget>) -> (Arc<Outbox>, Arc<Channel>) {

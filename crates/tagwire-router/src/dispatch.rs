@@ -57,6 +57,8 @@ pub(crate) fn deliver_routed(
         priority: ev.priority,
         origin: route.origin,
         hops: route.hops,
+        seq: ev.seq,
+        publisher: tagwire_core::proxy::publisher_key(ev.publisher),
     };
     st.routes.route(ev, |ch, overrides| {
         let offer = if overrides.is_empty() {

@@ -36,6 +36,18 @@ pub fn run(session: &Session, a: SubArgs) -> CmdResult {
     if let Some(d) = &a.discard {
         b = b.discard(d.parse::<DiscardPolicy>()?);
     }
+    if let Some(n) = &a.scale {
+        b = b.qos("scale", n);
+    }
+    if let Some(d) = &a.min_interval {
+        b = b.qos("min_interval", d);
+    }
+    for kv in &a.qos {
+        let (k, v) = kv
+            .split_once('=')
+            .ok_or_else(|| format!("--qos {kv:?}: expected NAME=VALUE, e.g. --qos scale=4"))?;
+        b = b.qos(k, v);
+    }
     for f in &a.filters {
         b = b.filter(f);
     }

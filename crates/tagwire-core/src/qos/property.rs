@@ -118,13 +118,18 @@ pub enum Property {
     Band,
     /// `history`: events of a tag kept per publisher for pulls (0: none).
     History,
+    /// `scale`: a subscriber gets 1 of every n events (temporal scaling).
+    Scale,
+    /// `min_interval`: a subscriber gets events at least this far apart in
+    /// source time, per publisher (temporal scaling).
+    MinInterval,
 }
 
 const UP_TO_CHANNEL: &[Level] = &[Level::Daemon, Level::Tag, Level::Session, Level::Channel];
 
 impl Property {
     /// Number of properties.
-    pub const COUNT: usize = 17;
+    pub const COUNT: usize = 19;
 
     /// Every property, in the order `tagwire admin show` lists them.
     pub const ALL: [Property; Property::COUNT] = [
@@ -145,6 +150,8 @@ impl Property {
         Property::MaxSuppliers,
         Property::Band,
         Property::History,
+        Property::Scale,
+        Property::MinInterval,
     ];
 
     /// The name users type (`priority`, `max_queue_length`, …).
@@ -167,6 +174,8 @@ impl Property {
             Property::MaxSuppliers => "max_suppliers",
             Property::Band => "band",
             Property::History => "history",
+            Property::Scale => "scale",
+            Property::MinInterval => "min_interval",
         }
     }
 
@@ -560,6 +569,10 @@ pub struct QosSet {
     /// Events of a tag kept per publisher for pulls (its pull buffer); 0:
     /// none (the default).
     pub history: usize,
+    /// Temporal scaling: 1 of every `scale` events (1: all, the default).
+    pub scale: u32,
+    /// Temporal scaling: least source-time gap between events, ns (0: none).
+    pub min_interval: u64,
 }
 
 impl Default for QosSet {
@@ -582,6 +595,8 @@ impl Default for QosSet {
             max_suppliers: None,
             band: None,
             history: 0,
+            scale: 1,
+            min_interval: 0,
         }
     }
 }
@@ -696,6 +711,33 @@ impl QosSet {
                     },
                 }
             }
+            Property::Scale => {
+                self.scale = match s.parse::<u32>() {
+                    Ok(n) if (1..=crate::proxy::MAX_SCALE).contains(&n) => n,
+                    _ => {
+                        return Err(invalid(
+                            p,
+                            s,
+                            &format!(
+                                "must be 1..={} (1 of every n events; 1: all)",
+                                crate::proxy::MAX_SCALE
+                            ),
+                        ))
+                    }
+                }
+            }
+            Property::MinInterval => {
+                self.min_interval = match parse_duration(s) {
+                    Some(ns) if ns <= 3_600_000_000_000 => ns,
+                    _ => {
+                        return Err(invalid(
+                            p,
+                            s,
+                            "expected a duration 0..=1h with a unit (ns, us, ms, s, m, h), e.g. 100ms, or 0",
+                        ))
+                    }
+                }
+            }
             Property::History => {
                 self.history = match s.parse::<usize>() {
                     Ok(n) if n <= MAX_HISTORY => n,
@@ -734,6 +776,8 @@ impl QosSet {
             Property::MaxSuppliers => self.max_suppliers = other.max_suppliers,
             Property::Band => self.band.clone_from(&other.band),
             Property::History => self.history = other.history,
+            Property::Scale => self.scale = other.scale,
+            Property::MinInterval => self.min_interval = other.min_interval,
         }
     }
 
@@ -802,6 +846,8 @@ impl fmt::Display for ShowValue<'_> {
             Property::MaxSuppliers => opt(f, q.max_suppliers, "unlimited"),
             Property::Band => f.write_str(q.band.as_deref().unwrap_or("auto")),
             Property::History => write!(f, "{}", q.history),
+            Property::Scale => write!(f, "{}", q.scale),
+            Property::MinInterval => show_duration(q.min_interval, f),
         }
     }
 }

@@ -87,6 +87,8 @@ struct Conn {
     dialed: bool,
     /// The peer daemon's node id, once this connection is a link.
     link: Option<u64>,
+    /// The band of the listener (or dialing lane) it belongs to.
+    band: Arc<str>,
 }
 
 /// A compiled `filter` or `map` subscription property.
@@ -200,6 +202,7 @@ async fn serve_with<R, W>(
         log: ConnLog::default(),
         dialed: dial.is_some(),
         link: None,
+        band: lane.band.clone(),
     };
     // A dialing engine's Hello is waiting.
     conn.flush();
@@ -937,7 +940,7 @@ impl Conn {
             None => Outgoing::owned(p.bytes.clone()),
             Some(epoch) => Outgoing::in_chunk(p.bytes.clone(), epoch),
         };
-        let reject = deliver(&mut st, &mut outgoing, &ev, deadline);
+        let reject = deliver(&mut st, &mut outgoing, &ev, deadline, Some(&self.band));
         drop(st);
         if let Some(who) = reject {
             self.refuse(

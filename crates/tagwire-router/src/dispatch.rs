@@ -14,13 +14,17 @@ use crate::timing::{deadline, expired, now_ns};
 
 /// Where an event comes from, for the links it may go on.
 #[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct Route {
+pub(crate) struct Route<'a> {
     /// The daemon it was published at (0: this one).
     pub origin: u64,
     /// Links it has crossed.
     pub hops: u8,
     /// The neighbour it came from (never sent back there).
     pub from: Option<u64>,
+    /// The band of the connection it arrived on: it crosses links on that
+    /// band's connection, so a publisher's band holds end to end (`None`:
+    /// the band its priority falls in).
+    pub band: Option<&'a str>,
 }
 
 /// Offers an event published here to local channels and to the links that
@@ -30,8 +34,13 @@ pub(crate) fn deliver(
     event: &mut Outgoing,
     ev: &EventRef<'_>,
     deadline: u64,
+    band: Option<&str>,
 ) -> Option<Vec<String>> {
-    deliver_routed(st, event, ev, deadline, Route::default()).0
+    let route = Route {
+        band,
+        ..Route::default()
+    };
+    deliver_routed(st, event, ev, deadline, route).0
 }
 
 /// Offers `event` (already checked, with its `deadline`) to every channel
@@ -46,7 +55,7 @@ pub(crate) fn deliver_routed(
     event: &mut Outgoing,
     ev: &EventRef<'_>,
     deadline: u64,
-    route: Route,
+    route: Route<'_>,
 ) -> (Option<Vec<String>>, usize) {
     crate::history::record(st, event, ev);
     let mut reject = None;
@@ -84,7 +93,7 @@ pub(crate) fn deliver_routed(
         }
     });
     st.expired += expired_by_mapping;
-    let links = crate::link::forward(st, event, ev, &meta, route.from);
+    let links = crate::link::forward(st, event, ev, &meta, route.from, route.band);
     (reject, links)
 }
 
@@ -108,7 +117,7 @@ pub(crate) async fn release_deferred(state: Arc<Locked<State>>) {
                 } else {
                     // A `reject` queue's refusal has nobody to tell by now;
                     // the queue counts it.
-                    let _ = deliver(&mut st, &mut Outgoing::owned(event.clone()), &ev, d);
+                    let _ = deliver(&mut st, &mut Outgoing::owned(event.clone()), &ev, d, None);
                 }
             }
             st.deferred.next_due()

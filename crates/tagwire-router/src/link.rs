@@ -410,6 +410,7 @@ pub(crate) fn forward(
     ev: &EventRef<'_>,
     meta: &crate::channel::EventMeta,
     from: Option<NodeId>,
+    arrived_on: Option<&str>,
 ) -> usize {
     if st.fed.links.is_empty() {
         return 0;
@@ -420,7 +421,9 @@ pub(crate) fn forward(
         meta.origin
     };
     let hops = st.fed.topo.next_hops(origin, ev);
-    let band = band_for_priority(st, meta.priority).to_owned();
+    let band = arrived_on
+        .unwrap_or_else(|| band_for_priority(st, meta.priority))
+        .to_owned();
     let mut n = 0;
     for next in hops {
         if Some(next) == from {
@@ -482,8 +485,10 @@ fn band_of(st: &State, conn: u64) -> String {
         .map_or_else(|| st.config.default_band.clone(), |c| c.band.to_string())
 }
 
-/// The band an event of `priority` crosses a link on: 0..=255 split evenly
-/// over the bands, lowest first (as a client's `follow_priority` does).
+/// The band an event of `priority` crosses a link on when it did not arrive
+/// on a connection of a band (an event held for its start time): 0..=255
+/// split evenly over the bands, lowest first (as a client's
+/// `follow_priority` does).
 fn band_for_priority(st: &State, priority: u8) -> &str {
     let n = st.band_names.len();
     if n == 0 {
@@ -567,10 +572,12 @@ pub(crate) fn on_frame(
                 Some(epoch) => Outgoing::in_chunk(event.clone(), epoch),
                 None => Outgoing::owned(event.clone()),
             };
+            let arrived_on = band_of(&st, c.conn);
             let route = crate::dispatch::Route {
                 origin,
                 hops: hops.saturating_add(1),
                 from: Some(peer),
+                band: Some(&arrived_on),
             };
             let wanted_here = st.fed.topo.wanted_locally(&ev);
             let (_, links) =

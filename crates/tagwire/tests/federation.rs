@@ -205,7 +205,7 @@ fn a_client_failing_over_to_another_daemon_keeps_its_subscriptions() {
 }
 
 #[test]
-fn a_link_opens_one_connection_per_band_and_events_cross_on_their_priority_band() {
+fn a_link_opens_one_connection_per_band_and_events_cross_on_their_band() {
     let b = daemon("b6", vec![]);
     let a = daemon("a6", vec![peer(&b)]);
     let sa = a.session();
@@ -235,7 +235,13 @@ fn a_link_opens_one_connection_per_band_and_events_cross_on_their_priority_band(
     assert_eq!(link_bands, vec!["critical", "high", "low", "normal"]);
     let sb = b.session();
     let sub = sb.subscribe("/band/**").receiver().expect("subscribe");
-    let p = sa.declare_publisher("/band/pub").expect("publisher");
+    // Client-propagated priority: each event travels to a on the band its
+    // priority falls in, and crosses the link on that band's connection.
+    let banded = Session::builder()
+        .follow_priority(true)
+        .connect(&a.url)
+        .expect("connect");
+    let p = banded.declare_publisher("/band/pub").expect("publisher");
     until_received(&p, "/band/probe", &sub);
     drain(&sub);
     let before = links(&sa)[0].events_out_by_band.clone();

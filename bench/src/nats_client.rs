@@ -106,7 +106,11 @@ async fn stream(server: &str, params: RunParams) -> Result<Vec<measure::SubSnaps
 }
 
 async fn latency(server: &str, params: RunParams) -> Result<RttRecorder, BenchError> {
-    let echo = connect(server, params.size).await?;
+    // The echo may be on another server of a cluster (BASELINE_ECHO_SERVER):
+    // the pings then cross one cluster route each way.
+    let echo_server = std::env::var("BASELINE_ECHO_SERVER").unwrap_or_else(|_| server.to_owned());
+    let across = echo_server != server;
+    let echo = connect(&echo_server, params.size).await?;
     let mut echo_in = echo
         .subscribe(PING_SUBJECT)
         .await
@@ -121,6 +125,10 @@ async fn latency(server: &str, params: RunParams) -> Result<RttRecorder, BenchEr
             }
         }
     });
+    if across {
+        // Let the subscription cross the route before the first ping.
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
     let pinger = connect(server, params.size).await?;
     let mut pong = pinger
         .subscribe(PONG_SUBJECT)

@@ -45,7 +45,15 @@ fn config(mode: &str, endpoints_key: &str, endpoint: &str) -> Result<zenoh::Conf
 /// is killed.
 pub fn serve_router(port: u16) -> Result<(), BenchError> {
     let endpoint = format!("tcp/127.0.0.1:{port}");
-    let cfg = config("router", "listen/endpoints", &endpoint)?;
+    let mut cfg = config("router", "listen/endpoints", &endpoint)?;
+    // Another router to connect to (a router pair for the hop comparison).
+    if let Ok(peer) = std::env::var("BASELINE_ZENOH_CONNECT") {
+        cfg.insert_json5("connect/endpoints", &format!("[\"{peer}\"]"))
+            .map_err(|e| BenchError::Zenoh {
+                context: "setting connect/endpoints",
+                message: e.to_string(),
+            })?;
+    }
     let _session = zenoh::open(cfg)
         .wait()
         .map_err(BenchError::zenoh("opening the router"))?;
@@ -138,7 +146,10 @@ fn stream(router: &str, params: RunParams) -> Result<Vec<measure::SubSnapshot>, 
 }
 
 fn latency(router: &str, params: RunParams) -> Result<RttRecorder, BenchError> {
-    let echo = open_client(router)?;
+    // The echo may be a client of the other router of a pair
+    // (BASELINE_ECHO_SERVER): the pings then cross the routers' link.
+    let echo_router = std::env::var("BASELINE_ECHO_SERVER").unwrap_or_else(|_| router.to_owned());
+    let echo = open_client(&echo_router)?;
     let pong_pub = echo
         .declare_publisher(PONG_KEY)
         .congestion_control(CongestionControl::Block)

@@ -296,6 +296,10 @@ pub struct BenchArgs {
     /// Run against an in-process router instead of a daemon.
     #[arg(long)]
     pub embedded: bool,
+    /// latency: run the echo client on this other daemon (linked to the
+    /// first), so each ping crosses the link both ways.
+    #[arg(long, value_name = "URL")]
+    pub echo_server: Option<String>,
     /// av: listener counts to run, comma-separated (a sweep).
     #[arg(long, default_value = "100")]
     pub listeners: String,

@@ -108,7 +108,7 @@ pub fn run(server: Option<&str>, tls: &TlsOptions, a: BenchArgs) -> CmdResult {
         }
         BenchMode::Pull => {
             let p = pull_latest(&target, a.size, duration)?;
-            let h = latency(&target, a.size, duration)?;
+            let h = latency(&target, None, a.size, duration)?;
             let q = |h: &Histogram<u64>, x: f64| h.value_at_quantile(x) as f64 / 1e3;
             serde_json::json!({
                 "system": system, "mode": "pull", "size": a.size,
@@ -118,7 +118,7 @@ pub fn run(server: Option<&str>, tls: &TlsOptions, a: BenchArgs) -> CmdResult {
             })
         }
         BenchMode::Latency => {
-            let h = latency(&target, a.size, duration)?;
+            let h = latency(&target, a.echo_server.as_deref(), a.size, duration)?;
             serde_json::json!({
                 "system": system, "mode": "latency", "size": a.size,
                 "rtt_p50_us": h.value_at_quantile(0.5) as f64 / 1e3,
@@ -318,13 +318,18 @@ fn pull_latest(
 
 fn latency(
     target: &Target,
+    echo: Option<&str>,
     size: usize,
     duration: Duration,
 ) -> Result<Histogram<u64>, Box<dyn std::error::Error>> {
     let id = std::process::id();
     let (ping_tag, pong_tag) = (format!("/bench/{id}/ping"), format!("/bench/{id}/pong"));
-    // Echo client: republishes every ping as a pong, from its callback.
-    let echo_session = target.session()?;
+    // Echo client: republishes every ping as a pong, from its callback; on
+    // another (linked) daemon with --echo-server, so pings cross the link.
+    let echo_session = match echo {
+        Some(url) => Session::connect(url)?,
+        None => target.session()?,
+    };
     let echo_pub = Arc::new(echo_session.declare_publisher(&format!("/bench/{id}/echo"))?);
     echo_pub.set_express(true);
     let ep = echo_pub.clone();

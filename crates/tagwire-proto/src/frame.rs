@@ -509,7 +509,12 @@ pub fn frame_name(kind_code: u8) -> &'static str {
     }
 }
 
-fn put_short_str(out: &mut BytesMut, what: &'static str, s: &str) -> Result<(), EncodeError> {
+/// Writes a `str8` (u8 length, bytes), refusing one over 255 bytes.
+pub(crate) fn put_short_str(
+    out: &mut BytesMut,
+    what: &'static str,
+    s: &str,
+) -> Result<(), EncodeError> {
     if s.len() > u8::MAX as usize {
         return Err(EncodeError::TooLong {
             what,
@@ -522,7 +527,12 @@ fn put_short_str(out: &mut BytesMut, what: &'static str, s: &str) -> Result<(), 
     Ok(())
 }
 
-fn put_str16(out: &mut BytesMut, what: &'static str, s: &str) -> Result<(), EncodeError> {
+/// Writes a `str16` (u16 length, bytes), refusing one over `MAX_TEXT_LEN`.
+pub(crate) fn put_str16(
+    out: &mut BytesMut,
+    what: &'static str,
+    s: &str,
+) -> Result<(), EncodeError> {
     if s.len() > MAX_TEXT_LEN {
         return Err(EncodeError::TooLong {
             what,
@@ -535,7 +545,8 @@ fn put_str16(out: &mut BytesMut, what: &'static str, s: &str) -> Result<(), Enco
     Ok(())
 }
 
-fn patch_len(out: &mut BytesMut, start: usize) -> Result<(), EncodeError> {
+/// Writes the length of the frame that starts at `start` into its prefix.
+pub(crate) fn patch_len(out: &mut BytesMut, start: usize) -> Result<(), EncodeError> {
     let len = out.len() - start - 4;
     let len32 = u32::try_from(len).map_err(|_| EncodeError::FrameTooLarge {
         len,

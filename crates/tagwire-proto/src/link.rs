@@ -12,7 +12,7 @@
 use bytes::{BufMut, Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::frame::FRAME_HEADER_LEN;
+use crate::frame::{patch_len, put_short_str as put_short, put_str16, FRAME_HEADER_LEN};
 use crate::limits::MAX_TEXT_LEN;
 use crate::reader::Reader;
 
@@ -218,13 +218,7 @@ impl LinkFrame {
                 out.put_u64_le(*t3);
             }
         }
-        let len = out.len() - start - 4;
-        let len32 = u32::try_from(len).map_err(|_| EncodeError::FrameTooLarge {
-            len,
-            max: u32::MAX as usize,
-        })?;
-        out[start..start + 4].copy_from_slice(&len32.to_le_bytes());
-        Ok(())
+        patch_len(out, start)
     }
 
     /// Decodes a link frame from its type code and body. A `Forward`'s event
@@ -333,32 +327,6 @@ pub fn forward_prefix(origin: u64, hops: u8, event_len: usize) -> [u8; FORWARD_P
     p[5..13].copy_from_slice(&origin.to_le_bytes());
     p[13] = hops;
     p
-}
-
-fn put_short(out: &mut BytesMut, what: &'static str, s: &str) -> Result<(), EncodeError> {
-    if s.len() > u8::MAX as usize {
-        return Err(EncodeError::TooLong {
-            what,
-            len: s.len(),
-            max: u8::MAX as usize,
-        });
-    }
-    out.put_u8(s.len() as u8);
-    out.put_slice(s.as_bytes());
-    Ok(())
-}
-
-fn put_str16(out: &mut BytesMut, what: &'static str, s: &str) -> Result<(), EncodeError> {
-    if s.len() > MAX_TEXT_LEN {
-        return Err(EncodeError::TooLong {
-            what,
-            len: s.len(),
-            max: MAX_TEXT_LEN,
-        });
-    }
-    out.put_u16_le(s.len() as u16);
-    out.put_slice(s.as_bytes());
-    Ok(())
 }
 
 fn put_count(

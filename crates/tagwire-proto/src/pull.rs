@@ -5,6 +5,7 @@
 use bytes::{BufMut, Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
+use crate::frame::{put_short_str as put_short, put_str16};
 use crate::limits::MAX_TEXT_LEN;
 use crate::reader::Reader;
 
@@ -239,15 +240,7 @@ impl Pull {
         out.put_u32_le(self.req);
         put_short(out, "node name", &self.node)?;
         put_short(out, "publisher name", &self.publisher)?;
-        if self.tag.len() > MAX_TEXT_LEN {
-            return Err(EncodeError::TooLong {
-                what: "tag",
-                len: self.tag.len(),
-                max: MAX_TEXT_LEN,
-            });
-        }
-        out.put_u16_le(self.tag.len() as u16);
-        out.put_slice(self.tag.as_bytes());
+        put_str16(out, "tag", &self.tag)?;
         self.query.encode(out);
         Ok(())
     }
@@ -261,17 +254,4 @@ impl Pull {
             query: PullQuery::decode(r)?,
         })
     }
-}
-
-fn put_short(out: &mut BytesMut, what: &'static str, s: &str) -> Result<(), EncodeError> {
-    if s.len() > u8::MAX as usize {
-        return Err(EncodeError::TooLong {
-            what,
-            len: s.len(),
-            max: u8::MAX as usize,
-        });
-    }
-    out.put_u8(s.len() as u8);
-    out.put_slice(s.as_bytes());
-    Ok(())
 }

@@ -38,6 +38,9 @@ pub(crate) struct Options {
     /// Client-propagated priority: each event travels on the band of its
     /// priority (see [`SessionBuilder::follow_priority`]).
     pub follow_priority: bool,
+    /// Stamp events with the daemons' network time (see
+    /// [`SessionBuilder::network_clock`]).
+    pub network_clock: bool,
 }
 
 /// A session on a priority band: its connection is marked with the band's
@@ -88,6 +91,7 @@ impl Default for SessionBuilder {
                 band: None,
                 session_id: None,
                 follow_priority: false,
+                network_clock: false,
             },
         }
     }
@@ -137,6 +141,17 @@ impl SessionBuilder {
     /// band keeps its order. Off by default (one connection per session).
     pub fn follow_priority(mut self, on: bool) -> Self {
         self.options.follow_priority = on;
+        self
+    }
+
+    /// Stamps every event's source time with the daemons' **network time**
+    /// (docs/federation.md, "Time") instead of this host's clock: the
+    /// session asks its daemon for the offset at the first publish and again
+    /// when it is 10 s old (that publish waits one round trip), so events
+    /// published on different hosts of a network carry comparable times.
+    /// Off by default. An event whose source time the caller set keeps it.
+    pub fn network_clock(mut self, on: bool) -> Self {
+        self.options.network_clock = on;
         self
     }
 

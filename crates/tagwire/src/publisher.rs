@@ -29,7 +29,7 @@ pub struct Publisher {
     bands: Mutex<Vec<(String, Session, u32)>>,
 }
 
-fn now_ns() -> u64 {
+pub(crate) fn now_ns() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64)
@@ -109,7 +109,8 @@ impl Publisher {
         event.header.seq = self.seq.fetch_add(1, Ordering::Relaxed) + 1;
         let now = now_ns();
         if event.header.source_time_ns == 0 {
-            event.header.source_time_ns = now;
+            event.header.source_time_ns =
+                now.saturating_add_signed(self.session.network_offset(now));
         }
         let express = self.express.load(Ordering::Relaxed);
         let band = if banded {

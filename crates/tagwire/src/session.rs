@@ -163,6 +163,10 @@ pub(crate) struct Inner {
     closed: AtomicBool,
     reader_thread: Mutex<Option<ThreadId>>,
     reconnects: AtomicU64,
+    /// Network time minus this host's clock (ns), as last asked of the
+    /// daemon, and when (local ns; 0: never) — for `network_clock`.
+    net_offset: std::sync::atomic::AtomicI64,
+    net_offset_at: AtomicU64,
     /// Sessions on other bands of the same router, opened on demand.
     bands: Mutex<HashMap<String, Session>>,
     /// The router's bands, once asked ([`Session::router_bands`]).
@@ -316,6 +320,8 @@ impl Session {
             closed: AtomicBool::new(false),
             reader_thread: Mutex::new(None),
             reconnects: AtomicU64::new(0),
+            net_offset: std::sync::atomic::AtomicI64::new(0),
+            net_offset_at: AtomicU64::new(0),
             bands: Mutex::new(HashMap::new()),
             router_bands: Mutex::new(None),
         });
@@ -545,6 +551,29 @@ impl Session {
                 None => return Ok(all),
             }
         }
+    }
+
+    /// The offset to add to this host's clock for network time, under
+    /// [`SessionBuilder::network_clock`](crate::SessionBuilder::network_clock)
+    /// (0 otherwise): asked of the daemon when older than 10 s.
+    pub(crate) fn network_offset(&self, now: u64) -> i64 {
+        let inner = self.inner();
+        if !inner.options.network_clock {
+            return 0;
+        }
+        let at = inner.net_offset_at.load(Ordering::Relaxed);
+        if at == 0 || now.saturating_sub(at) > 10_000_000_000 {
+            let before = crate::publisher::now_ns();
+            if let Ok(t) = self.network_time() {
+                let after = crate::publisher::now_ns();
+                // The daemon's reading stands for the middle of the request.
+                let mid = before / 2 + after / 2;
+                let offset = t.network_time_ns as i128 - mid as i128;
+                inner.net_offset.store(offset as i64, Ordering::Relaxed);
+                inner.net_offset_at.store(now.max(1), Ordering::Relaxed);
+            }
+        }
+        inner.net_offset.load(Ordering::Relaxed)
     }
 
     /// The daemon's network time (its clock corrected by its offset to the

@@ -447,3 +447,71 @@ fn eight_daemons_with_subscribers_on_two_send_nothing_toward_the_others() {
         }
     }
 }
+
+#[test]
+fn a_network_clock_session_stamps_events_with_network_time() {
+    // The reference daemon (a, node id 1) runs 80 ms ahead of this host's
+    // clock, so network time is 80 ms ahead too. A publisher on b with
+    // network_clock stamps that time; a plain one stamps this host's clock.
+    let cfg = |name: &str, offset_ms: i64, node_id: u64, peers: Vec<String>| RouterConfig {
+        name: name.into(),
+        tcp: "127.0.0.1:0".parse().ok(),
+        unix: None,
+        federation: FederationConfig {
+            clock_offset_ms: offset_ms,
+            node_id,
+            peers,
+            ..FederationConfig::default()
+        },
+        ..RouterConfig::default()
+    };
+    let start_daemon = |c: RouterConfig| {
+        let handle = Router::start(c).expect("start");
+        Daemon {
+            url: format!("tcp://{}", handle.tcp_addr().expect("tcp")),
+            handle,
+        }
+    };
+    let a = start_daemon(cfg("a9", 80, 1, vec![]));
+    let b = start_daemon(cfg("b9", 0, u64::MAX, vec![peer(&a)]));
+    let sb = b.session();
+    let start = Instant::now();
+    loop {
+        let t = sb.network_time().expect("time");
+        if t.synced && t.offset_ns > 40_000_000 {
+            break;
+        }
+        assert!(start.elapsed() < WAIT, "b never synced to a: {t:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let sa = a.session();
+    let r = sa.subscribe("/clock/**").receiver().expect("subscribe");
+    let stamped = Session::builder()
+        .network_clock(true)
+        .connect(&b.url)
+        .expect("connect");
+    let p = stamped.declare_publisher("/clock/pub").expect("publisher");
+    until_received(&p, "/clock/x", &r);
+    drain(&r);
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock")
+            .as_nanos() as i128
+    };
+    p.publish("/clock/x", "net").expect("publish");
+    let s = r.recv_timeout(WAIT).expect("recv").expect("event");
+    let ahead = s.event().source_time_ns as i128 - now();
+    assert!(
+        (60_000_000..100_000_000).contains(&ahead),
+        "network-clock stamp {ahead} ns from this host's clock (want ~80 ms)"
+    );
+    let plain = sb.declare_publisher("/clock/plain").expect("publisher");
+    plain.publish("/clock/y", "local").expect("publish");
+    let s = r.recv_timeout(WAIT).expect("recv").expect("event");
+    let ahead = s.event().source_time_ns as i128 - now();
+    assert!(
+        ahead.abs() < 20_000_000,
+        "plain stamp {ahead} ns from this host's clock"
+    );
+}

@@ -391,8 +391,13 @@ impl Topology {
         self.trees.get_mut(&origin).expect("inserted above")
     }
 
-    /// The neighbours to forward `event`, published at `origin`, to.
+    /// The neighbours to forward `event`, published at `origin`, to. An
+    /// origin no advert names has no tree (and gets none cached: the cache
+    /// holds at most one tree per known daemon).
     pub fn next_hops(&mut self, origin: NodeId, event: &EventRef<'_>) -> Vec<NodeId> {
+        if !self.nodes.contains_key(&origin) {
+            return Vec::new();
+        }
         self.tree(origin)
             .children
             .iter_mut()
@@ -409,6 +414,9 @@ impl Topology {
     /// Like [`next_hops`](Self::next_hops) for a tag alone: filters are
     /// taken as passing (for tests and reports).
     pub fn next_hops_for_tag(&mut self, origin: NodeId, tag: &str) -> Vec<NodeId> {
+        if !self.nodes.contains_key(&origin) {
+            return Vec::new();
+        }
         self.tree(origin)
             .children
             .iter_mut()
@@ -939,6 +947,15 @@ mod tests {
             let worst = simulate(offset, ppm, delay, &flat, 10);
             prop_assert!(worst < 100_000, "worst error {worst} ns");
         }
+    }
+
+    #[test]
+    fn events_of_unknown_origins_go_nowhere_and_cache_nothing() {
+        let mut t = network(2, &[(1, 2)], &[(2, "/**")]);
+        for origin in 1000..2000 {
+            assert!(t[0].next_hops_for_tag(origin, "/x").is_empty());
+        }
+        assert!(t[0].trees.len() <= 2, "{} trees cached", t[0].trees.len());
     }
 
     #[test]

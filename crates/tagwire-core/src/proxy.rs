@@ -11,7 +11,13 @@
 //!   `d` after the last one passed from the same publisher. Deterministic
 //!   for a given sequence of events per publisher.
 //!
-//! Both may be set; an event must pass both. The per-publisher memory of
+//! Both may be set; an event must pass both.
+//!
+//! Spatial scaling runs a [`Transform`] plug-in on the payload for the
+//! subscribers that ask for it (`transform = "NAME:PARAMS"`); the router
+//! makes the transformed copy once per distinct spec and event, shared by
+//! those subscribers, and [`apply_isolated`] turns a plug-in's panic into an
+//! error for that subscription alone. The per-publisher memory of
 //! `min_interval` is bounded ([`MAX_PUBLISHERS`]): past it, it is cleared
 //! (the next event of each publisher then passes).
 //!
@@ -87,6 +93,32 @@ impl TemporalScaler {
     }
 }
 
+/// A spatial scaling plug-in: transforms one event's payload (e.g. scales
+/// an image down) for the subscribers that asked for it. Implementations
+/// must bound their own cost by the payload's size.
+pub trait Transform: Send + Sync + std::fmt::Debug {
+    /// Its name in a spec (`downscale` in `downscale:2`).
+    fn name(&self) -> &'static str;
+    /// Checks the parameters when a subscription asks for it.
+    fn check(&self, params: &str) -> Result<(), String>;
+    /// The transformed payload, or why the payload cannot be transformed.
+    fn apply(&self, params: &str, payload: &[u8]) -> Result<Vec<u8>, String>;
+}
+
+/// Splits a transform spec `NAME:PARAMS` (`PARAMS` may be empty).
+pub fn split_spec(spec: &str) -> (&str, &str) {
+    spec.split_once(':').unwrap_or((spec, ""))
+}
+
+/// Runs `t` on `payload`; a panic in the plug-in becomes an error (that
+/// subscription is told, nobody else is affected).
+pub fn apply_isolated(t: &dyn Transform, params: &str, payload: &[u8]) -> Result<Vec<u8>, String> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| t.apply(params, payload))) {
+        Ok(r) => r,
+        Err(_) => Err(format!("the {} plug-in panicked", t.name())),
+    }
+}
+
 /// The key [`TemporalScaler::admit`] knows a publisher by (computed once per
 /// event, shared by every channel that sees it).
 pub fn publisher_key(s: &str) -> u64 {
@@ -112,6 +144,28 @@ mod tests {
         assert_eq!(kept, vec![0, 100, 250]);
         // Another publisher is timed on its own.
         assert!(s.admit(publisher_key("/b"), 1, 30));
+    }
+
+    #[derive(Debug)]
+    struct Panics;
+    impl Transform for Panics {
+        fn name(&self) -> &'static str {
+            "panics"
+        }
+        fn check(&self, _: &str) -> Result<(), String> {
+            Ok(())
+        }
+        fn apply(&self, _: &str, _: &[u8]) -> Result<Vec<u8>, String> {
+            panic!("a broken plug-in")
+        }
+    }
+
+    #[test]
+    fn a_panicking_plug_in_is_an_error_not_a_crash() {
+        let e = apply_isolated(&Panics, "", b"x").unwrap_err();
+        assert!(e.contains("panics plug-in panicked"), "{e}");
+        assert_eq!(split_spec("downscale:2"), ("downscale", "2"));
+        assert_eq!(split_spec("noop"), ("noop", ""));
     }
 
     proptest! {

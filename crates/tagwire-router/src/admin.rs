@@ -516,6 +516,8 @@ fn list_page(
                         expired: ch.expired.get(),
                         too_large: ch.too_large.get(),
                         scaled_out: ch.scaled_out.get(),
+                        transform: ch.transform.as_ref().map(|t| t.spec.to_string()),
+                        transform_errors: ch.transform_errors.get(),
                         route: route.as_str().to_owned(),
                     };
                     drop(q);
@@ -967,6 +969,12 @@ pub struct SubscriptionInfo {
     /// Events its temporal scaling (`scale`, `min_interval`) left out.
     #[serde(default)]
     pub scaled_out: u64,
+    /// Its spatial scaling plug-in (`transform`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transform: Option<String>,
+    /// Events its plug-in could not transform (skipped for it).
+    #[serde(default)]
+    pub transform_errors: u64,
     /// How the router finds it per event: `tag` (pattern only), `filtered`
     /// (pattern, then its filters evaluated) or `indexed` (through the
     /// subscription index; see docs/filters.md).

@@ -193,6 +193,18 @@ impl EventMeta {
     }
 }
 
+/// A channel's spatial scaling plug-in and its parameters.
+#[derive(Debug, Clone)]
+pub(crate) struct ChannelTransform {
+    /// The plug-in.
+    pub plugin: Arc<dyn tagwire_core::proxy::Transform>,
+    /// Its parameters.
+    pub params: Arc<str>,
+    /// The whole spec (`downscale:2`): events transformed for one spec are
+    /// shared by every channel with that spec.
+    pub spec: Arc<str>,
+}
+
 /// Where a channel's events go: the frame its writer wraps each in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Destination {
@@ -267,6 +279,12 @@ pub(crate) struct Channel {
     scaling: Flag,
     /// Events its temporal scaling left out.
     pub scaled_out: Count,
+    /// Its spatial scaling plug-in, if it asked for one.
+    pub transform: Option<ChannelTransform>,
+    /// Events its plug-in could not transform (skipped for it alone).
+    pub transform_errors: Count,
+    /// Whether the subscriber was told of a transform error.
+    transform_reported: Flag,
     /// The longest encoded event a `Deliver` on this connection may carry.
     max_event: usize,
     /// Whether a `QueueFull` was reported since the queue last accepted.
@@ -348,6 +366,9 @@ impl Channel {
             scaler: Locked::new(tagwire_core::proxy::TemporalScaler::new(1, 0)),
             scaling: Flag::new(false),
             scaled_out: Count::new(0),
+            transform: None,
+            transform_errors: Count::new(0),
+            transform_reported: Flag::new(false),
             max_event: usize::MAX,
             reject_reported: Flag::new(false),
             scheduled: Flag::new(false),
@@ -370,6 +391,32 @@ impl Channel {
             outbox,
             budget,
             pinned: Count::new(0),
+        }
+    }
+
+    /// Runs `t` on each event's payload before queueing (spatial scaling).
+    pub(crate) fn with_transform(mut self, t: ChannelTransform) -> Self {
+        self.transform = Some(t);
+        self
+    }
+
+    /// Its plug-in failed on an event: skipped here, counted, and the
+    /// subscriber told once (an `Error`, request id 0).
+    pub(crate) fn transform_failed(&self, why: &str, max_control: usize) {
+        self.transform_errors.add(1);
+        if !self.transform_reported.replace(true) {
+            let spec = self.transform.as_ref().map_or("", |t| &t.spec);
+            let _ = self.outbox.send(
+                &Frame::Error {
+                    req: 0,
+                    code: tagwire_proto::ErrorCode::BadRequest,
+                    message: format!(
+                        "subscription {} ({}): transform {spec} failed: {why}; events it cannot transform are skipped for this subscription",
+                        self.endpoint, self.pattern
+                    ),
+                },
+                max_control,
+            );
         }
     }
 

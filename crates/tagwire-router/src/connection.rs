@@ -753,6 +753,33 @@ impl Conn {
         }
         let (filter_props, qos): (Vec<_>, Vec<_>) =
             qos.iter().partition(|(k, _)| k == "filter" || k == "map");
+        let (transform_props, qos): (Vec<_>, Vec<_>) =
+            qos.into_iter().partition(|(k, _)| k == "transform");
+        let transform = match transform_props.last() {
+            None => None,
+            Some((_, spec)) => {
+                let (name, params) = tagwire_core::proxy::split_spec(spec);
+                let registry = crate::transform::registry();
+                let Some(plugin) = registry.get(name) else {
+                    let mut known: Vec<&str> = registry.keys().copied().collect();
+                    known.sort();
+                    let message = format!(
+                        "transform {spec:?}: unknown plug-in {name:?} (known: {})",
+                        known.join(", ")
+                    );
+                    return self.refuse(ErrorCode::BadRequest, message);
+                };
+                if let Err(why) = plugin.check(params) {
+                    return self
+                        .refuse(ErrorCode::BadRequest, format!("transform {spec:?}: {why}"));
+                }
+                Some(crate::channel::ChannelTransform {
+                    plugin: plugin.clone(),
+                    params: Arc::from(params),
+                    spec: Arc::from(spec.as_str()),
+                })
+            }
+        };
         let compiled = match self.compile_filters(&filter_props) {
             Ok(c) => c,
             Err(message) => return self.refuse(ErrorCode::InvalidFilter, message),
@@ -814,24 +841,26 @@ impl Conn {
             v.discard,
         );
         let endpoint_name: Arc<str> = Arc::from(&**endpoint);
-        let channel = Arc::new(
-            Channel::new(
-                sub,
-                endpoint_name.clone(),
-                pattern.to_owned(),
-                queue,
-                self.outbox.clone(),
-                st.memory.clone(),
-            )
-            .with_max_event(self.engine.max_delivered_event())
-            .on_connection(self.id)
-            .for_consumer(
-                st.consumers
-                    .entry(endpoint_name.clone())
-                    .or_default()
-                    .clone(),
-            ),
+        let mut channel = Channel::new(
+            sub,
+            endpoint_name.clone(),
+            pattern.to_owned(),
+            queue,
+            self.outbox.clone(),
+            st.memory.clone(),
+        )
+        .with_max_event(self.engine.max_delivered_event())
+        .on_connection(self.id)
+        .for_consumer(
+            st.consumers
+                .entry(endpoint_name.clone())
+                .or_default()
+                .clone(),
         );
+        if let Some(t) = transform {
+            channel = channel.with_transform(t);
+        }
+        let channel = Arc::new(channel);
         crate::qos::put_in_force(&mut st, &channel, layer, resolved);
         let global = self.global(sub);
         let mut filters = Vec::new();

@@ -2,6 +2,8 @@
 //! event with a future start time, when that time comes.
 
 use std::sync::Arc;
+
+use bytes::Bytes;
 use std::time::Duration;
 
 use tagwire_proto::EventRef;
@@ -69,7 +71,27 @@ pub(crate) fn deliver_routed(
         seq: ev.seq,
         publisher: tagwire_core::proxy::publisher_key(ev.publisher),
     };
+    let max_control = st.config.limits.max_control_bytes;
+    // Transformed copies of this event, one per spec (spatial scaling).
+    let mut transformed: Vec<(Arc<str>, Result<Bytes, String>)> = Vec::new();
     st.routes.route(ev, |ch, overrides| {
+        if let Some(t) = &ch.transform {
+            let done = match transformed.iter().find(|(k, _)| **k == *t.spec) {
+                Some((_, r)) => r.clone(),
+                None => {
+                    let r = transform(event.bytes(), t);
+                    transformed.push((t.spec.clone(), r.clone()));
+                    r
+                }
+            };
+            match done {
+                Ok(bytes) => {
+                    ch.offer(&mut Outgoing::owned(bytes), &meta);
+                }
+                Err(why) => ch.transform_failed(&why, max_control),
+            }
+            return;
+        }
         let offer = if overrides.is_empty() {
             ch.offer(event, &meta)
         } else {
@@ -95,6 +117,16 @@ pub(crate) fn deliver_routed(
     st.expired += expired_by_mapping;
     let links = crate::link::forward(st, event, ev, &meta, route.from, route.band);
     (reject, links)
+}
+
+/// The event with its payload transformed by `t` (re-encoded once).
+fn transform(event: &Bytes, t: &crate::channel::ChannelTransform) -> Result<Bytes, String> {
+    let mut e = tagwire_proto::Event::decode(event).map_err(|e| e.to_string())?;
+    let payload = tagwire_core::proxy::apply_isolated(&*t.plugin, &t.params, &e.payload)?;
+    e.payload = Bytes::from(payload);
+    let mut out = bytes::BytesMut::with_capacity(e.encoded_len());
+    e.encode(&mut out).map_err(|e| e.to_string())?;
+    Ok(out.freeze())
 }
 
 /// The lane task that delivers deferred events when their start time comes

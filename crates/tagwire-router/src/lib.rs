@@ -47,6 +47,7 @@ mod state;
 mod sync;
 mod timing;
 pub mod tls;
+pub mod transform;
 
 use std::net::SocketAddr;
 use std::os::unix::net::UnixStream as StdUnixStream;

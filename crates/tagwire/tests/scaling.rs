@@ -104,3 +104,55 @@ fn absurd_scaling_values_are_refused_by_name() {
         }
     }
 }
+
+#[test]
+fn a_transform_plug_in_scales_frames_for_the_subscribers_that_ask_and_only_them() {
+    use tagwire::router::transform::{parse_raw, raw_frame, RAW_HEADER_LEN};
+    let er = tagwire::EmbeddedRouter::start().expect("embedded");
+    let s = er.session().expect("session");
+    let plain = s.subscribe("/video/**").receiver().expect("subscribe");
+    let small_a = s
+        .subscribe("/video/**")
+        .qos("transform", "downscale:2")
+        .receiver()
+        .expect("downscale");
+    let small_b = s
+        .subscribe("/video/**")
+        .qos("transform", "downscale:2")
+        .receiver()
+        .expect("downscale");
+    let p = s.declare_publisher("/video/cam").expect("publisher");
+    let frame = raw_frame(4, 2, 1, &[10, 10, 30, 30, 10, 10, 30, 30]);
+    p.publish("/video/f", frame.clone()).expect("publish");
+    p.publish("/video/f", &b"not a frame"[..]).expect("publish");
+    let got = |sub: &Subscriber| {
+        let mut v = Vec::new();
+        while let Some(x) = sub.recv_timeout(Duration::from_millis(300)).expect("recv") {
+            v.push(x.payload().to_vec());
+        }
+        v
+    };
+    let plain = got(&plain);
+    assert_eq!(plain.len(), 2, "the plain subscriber gets both, untouched");
+    assert_eq!(plain[0], frame);
+    for sub in [&small_a, &small_b] {
+        let v = got(sub);
+        assert_eq!(v.len(), 1, "the bad payload is skipped for it alone");
+        assert_eq!(parse_raw(&v[0]), Ok((2, 1, 1)));
+        assert_eq!(&v[0][RAW_HEADER_LEN..], &[10, 30]);
+    }
+    let listing = s.list().expect("list");
+    let errors: Vec<u64> = listing
+        .subscriptions
+        .iter()
+        .filter(|x| x.transform.is_some())
+        .map(|x| x.transform_errors)
+        .collect();
+    assert_eq!(errors, vec![1, 1]);
+    for (spec, needle) in [("blur:3", "unknown plug-in"), ("downscale:1", "2..=16")] {
+        match s.subscribe("/x").qos("transform", spec).receiver() {
+            Err(Error::Refused { message, .. }) => assert!(message.contains(needle), "{message}"),
+            other => panic!("{spec} should be refused, got {:?}", other.map(|_| ())),
+        }
+    }
+}

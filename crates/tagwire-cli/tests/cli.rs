@@ -1019,7 +1019,7 @@ fn pull_prints_history_and_exits_with_a_code_for_gone_and_no_history() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("larger than the buffer"));
     let out = run(&["pull", "/pull/a", "--latest", "--at", "node:edge"]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("does not forward pulls"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no daemon of this network is named so"));
     let out = run(&["pull", "/pull/a", "--since", "2"]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("with a unit"));
     let out = run(&["pull", "/pull/a"]);

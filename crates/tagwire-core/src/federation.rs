@@ -24,7 +24,7 @@
 //! let ad_a = a.set_neighbors(vec![2]).unwrap();
 //! let ad_b = b.set_neighbors(vec![1]).unwrap();
 //! b.apply(ad_a.clone()).unwrap();
-//! let ad_b = b.set_interest(vec![Interest { pattern: "/x/**".into(), filter: String::new() }]).unwrap_or(ad_b);
+//! let ad_b = b.set_interest(vec![Interest::pattern("/x/**")]).unwrap_or(ad_b);
 //! a.apply(ad_b).unwrap();
 //! assert_eq!(a.next_hops_for_tag(1, "/x/y"), vec![2]);
 //! assert!(a.next_hops_for_tag(1, "/z").is_empty());
@@ -33,7 +33,7 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
-use tagwire_proto::{EventRef, Interest, LinkFrame};
+use tagwire_proto::{EventRef, Interest, LinkFrame, ProxyAt};
 
 use crate::filter::{Filter, FilterLimits};
 use crate::tags::{Pattern, TagTable};
@@ -119,8 +119,22 @@ pub enum Applied {
     Stale,
 }
 
-/// Interest compiled: each pattern with its filter (`None`: every event).
-type CompiledInterest = Vec<(Pattern, Option<Arc<Filter>>)>;
+/// One interest entry compiled: its pattern, its filter (`None`: every
+/// event), its scale and where the scaling proxy runs.
+#[derive(Debug, Clone)]
+struct Compiled {
+    pattern: Pattern,
+    filter: Option<Arc<Filter>>,
+    scale: u32,
+    proxy: ProxyAt,
+}
+
+/// Interest compiled, entry by entry.
+type CompiledInterest = Vec<Compiled>;
+
+/// What a subtree's table holds per entry: the filter, and the scale that
+/// applies on this daemon's link toward it (1 where the proxy is further on).
+type Want = (Option<Arc<Filter>>, u32);
 
 /// One daemon's advert, compiled.
 #[derive(Debug, Clone)]
@@ -137,7 +151,7 @@ struct Node {
 /// of its subtree.
 #[derive(Debug)]
 struct Tree {
-    children: Vec<(NodeId, TagTable<Option<Arc<Filter>>>)>,
+    children: Vec<(NodeId, TagTable<Want>)>,
 }
 
 /// The routing state of one daemon: every known advert, its own included.
@@ -378,9 +392,20 @@ impl Topology {
                         if !descends(&parent, n, child) {
                             continue;
                         }
-                        for (pattern, filter) in &self.nodes[&n].compiled {
+                        for c in &self.nodes[&n].compiled {
+                            // The scale holds on this link if its proxy is
+                            // behind us: at the origin, or a daemon on the
+                            // path from the origin to here (this one included).
+                            let scaled_here = match &c.proxy {
+                                ProxyAt::Subscriber => false,
+                                ProxyAt::Publisher => true,
+                                ProxyAt::Node(name) => self
+                                    .node_named(name)
+                                    .is_some_and(|p| descends(&parent, self.me, p)),
+                            };
+                            let scale = if scaled_here { c.scale } else { 1 };
                             id += 1;
-                            table.insert(id, pattern.clone(), filter.clone());
+                            table.insert(id, c.pattern.clone(), (c.filter.clone(), scale));
                         }
                     }
                     children.push((child, table));
@@ -402,17 +427,26 @@ impl Topology {
             .children
             .iter_mut()
             .filter_map(|(n, table)| {
-                let hit = table
-                    .matches(event.tag)
-                    .iter()
-                    .any(|f| f.as_ref().is_none_or(|f| f.matches(event)));
+                let hit = table.matches(event.tag).iter().any(|(f, scale)| {
+                    event.seq.is_multiple_of(u64::from(*scale))
+                        && f.as_ref().is_none_or(|f| f.matches(event))
+                });
                 hit.then_some(*n)
             })
             .collect()
     }
 
-    /// Like [`next_hops`](Self::next_hops) for a tag alone: filters are
-    /// taken as passing (for tests and reports).
+    /// The daemon that advertised `name` (the smallest id if several did).
+    pub fn node_named(&self, name: &str) -> Option<NodeId> {
+        self.nodes
+            .iter()
+            .filter(|(_, n)| &*n.name == name)
+            .map(|(id, _)| *id)
+            .min()
+    }
+
+    /// Like [`next_hops`](Self::next_hops) for a tag alone: filters and
+    /// scaling are taken as passing (for tests and reports).
     pub fn next_hops_for_tag(&mut self, origin: NodeId, tag: &str) -> Vec<NodeId> {
         if !self.nodes.contains_key(&origin) {
             return Vec::new();
@@ -444,10 +478,9 @@ impl Topology {
     /// Whether any daemon other than this one has interest matching `tag`
     /// (for counting events received that nobody here or beyond wanted).
     pub fn wanted_locally(&self, event: &EventRef<'_>) -> bool {
-        self.nodes[&self.me]
-            .compiled
-            .iter()
-            .any(|(p, f)| p.matches(event.tag) && f.as_ref().is_none_or(|f| f.matches(event)))
+        self.nodes[&self.me].compiled.iter().any(|c| {
+            c.pattern.matches(event.tag) && c.filter.as_ref().is_none_or(|f| f.matches(event))
+        })
     }
 
     /// Each known daemon: id, name, advert version, neighbours and interest
@@ -654,20 +687,36 @@ fn compile(
                         .map_err(|e| bad(e.to_string(), &i.filter))?,
                 ))
             };
-            Ok((p, f))
+            if i.scale == 0 {
+                return Err(bad("a scale of 0".into(), &i.pattern));
+            }
+            Ok(Compiled {
+                pattern: p,
+                filter: f,
+                scale: i.scale,
+                proxy: i.proxy.clone(),
+            })
         })
         .collect()
 }
 
-/// Aggregates interest: duplicates go, an entry whose pattern another
-/// unfiltered entry's pattern covers goes (`/a/x` under `/a/**`), and the
-/// rest is sorted (so equal sets compare equal).
+/// Aggregates interest: scaling at the subscriber's daemon is left out
+/// (it changes nothing upstream), duplicates go, an entry whose pattern an
+/// unfiltered, unscaled entry's pattern covers goes (`/a/x` under `/a/**`),
+/// and the rest is sorted (so equal sets compare equal).
 pub fn aggregate(mut interest: Vec<Interest>) -> Vec<Interest> {
+    for i in &mut interest {
+        if i.proxy == ProxyAt::Subscriber || i.scale <= 1 {
+            i.scale = 1;
+            i.proxy = ProxyAt::Subscriber;
+        }
+    }
     interest.sort();
     interest.dedup();
+    let plain = |i: &Interest| i.filter.is_empty() && i.scale == 1;
     let unfiltered: Vec<Pattern> = interest
         .iter()
-        .filter(|i| i.filter.is_empty())
+        .filter(|i| plain(i))
         .filter_map(|i| Pattern::parse(&i.pattern).ok())
         .collect();
     interest.retain(|i| {
@@ -676,7 +725,7 @@ pub fn aggregate(mut interest: Vec<Interest>) -> Vec<Interest> {
         };
         !unfiltered
             .iter()
-            .any(|u| u.covers(&p) && (u.as_str() != p.as_str() || !i.filter.is_empty()))
+            .any(|u| u.covers(&p) && (u.as_str() != p.as_str() || !plain(i)))
     });
     interest
 }
@@ -687,10 +736,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn want(p: &str) -> Interest {
-        Interest {
-            pattern: p.into(),
-            filter: String::new(),
-        }
+        Interest::pattern(p)
     }
 
     /// A network of topologies wired by `edges`, adverts flooded until quiet.
@@ -809,8 +855,8 @@ mod tests {
         b.apply(a.own_advert()).expect("valid");
         let _ = b.set_neighbors(vec![1]);
         let _ = b.set_interest(vec![Interest {
-            pattern: "/t".into(),
             filter: "$.level > 3".into(),
+            ..Interest::pattern("/t")
         }]);
         a.apply(b.own_advert()).expect("valid");
         let mut e = tagwire_proto::Event::new("/t", &b""[..]);
@@ -831,6 +877,142 @@ mod tests {
             a.next_hops(1, &EventRef::parse(&high).expect("valid")),
             vec![2]
         );
+    }
+
+    /// A network wired by `edges` whose daemon `sub` has `interest`.
+    fn scaled_network(
+        n: u64,
+        edges: &[(u64, u64)],
+        sub: u64,
+        interest: Vec<Interest>,
+    ) -> Vec<Topology> {
+        let mut t = network(n, edges, &[]);
+        let ad = t[(sub - 1) as usize]
+            .set_interest(interest)
+            .expect("changed");
+        for x in &mut t {
+            let _ = x.apply(ad.clone());
+        }
+        t
+    }
+
+    /// Which sequence numbers 1..=12 of `/a/x` from `origin` cross the
+    /// link `from` → `to`, each event routed hop by hop from the origin.
+    fn crossing(t: &mut [Topology], origin: u64, from: u64, to: u64) -> Vec<u64> {
+        let mut seen = Vec::new();
+        for seq in 1..=12u64 {
+            let mut e = tagwire_proto::Event::new("/a/x", &b""[..]);
+            e.header.seq = seq;
+            let mut b = bytes::BytesMut::new();
+            e.encode(&mut b).expect("encodable");
+            let ev = EventRef::parse(&b).expect("valid");
+            let mut queue = VecDeque::from([origin]);
+            while let Some(at) = queue.pop_front() {
+                for next in t[(at - 1) as usize].next_hops(origin, &ev) {
+                    if (at, next) == (from, to) {
+                        seen.push(seq);
+                    }
+                    queue.push_back(next);
+                }
+            }
+        }
+        seen
+    }
+
+    fn scaled(scale: u32, proxy: ProxyAt) -> Interest {
+        Interest {
+            scale,
+            proxy,
+            ..Interest::pattern("/a/**")
+        }
+    }
+
+    #[test]
+    fn a_proxy_at_the_publisher_sends_only_the_scaled_stream_over_every_link() {
+        let mut t = scaled_network(3, &[(1, 2), (2, 3)], 3, vec![scaled(4, ProxyAt::Publisher)]);
+        assert_eq!(crossing(&mut t, 1, 1, 2), vec![4, 8, 12]);
+        assert_eq!(crossing(&mut t, 1, 2, 3), vec![4, 8, 12]);
+    }
+
+    #[test]
+    fn a_proxy_at_a_named_node_scales_only_the_links_after_it() {
+        let mut t = scaled_network(
+            3,
+            &[(1, 2), (2, 3)],
+            3,
+            vec![scaled(4, ProxyAt::Node("d2".into()))],
+        );
+        assert_eq!(crossing(&mut t, 1, 1, 2), (1..=12).collect::<Vec<_>>());
+        assert_eq!(crossing(&mut t, 1, 2, 3), vec![4, 8, 12]);
+    }
+
+    #[test]
+    fn a_proxy_at_the_subscriber_or_off_the_path_lets_every_event_cross() {
+        for proxy in [
+            ProxyAt::Subscriber,
+            ProxyAt::Node("d4".into()),
+            ProxyAt::Node("nowhere".into()),
+        ] {
+            let mut t = scaled_network(
+                4,
+                &[(1, 2), (2, 3), (1, 4)],
+                3,
+                vec![scaled(4, proxy.clone())],
+            );
+            assert_eq!(
+                crossing(&mut t, 1, 2, 3),
+                (1..=12).collect::<Vec<_>>(),
+                "{proxy:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn several_scaled_subscribers_get_the_union_of_their_samples() {
+        let mut t = scaled_network(
+            2,
+            &[(1, 2)],
+            2,
+            vec![scaled(4, ProxyAt::Publisher), scaled(6, ProxyAt::Publisher)],
+        );
+        assert_eq!(crossing(&mut t, 1, 1, 2), vec![4, 6, 8, 12]);
+        // An unscaled subscriber beside them wants everything.
+        let mut t = scaled_network(
+            2,
+            &[(1, 2)],
+            2,
+            vec![scaled(4, ProxyAt::Publisher), Interest::pattern("/a/x")],
+        );
+        assert_eq!(crossing(&mut t, 1, 1, 2), (1..=12).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn aggregation_keeps_scaled_entries_unless_a_plain_one_covers_them() {
+        let a = aggregate(vec![
+            scaled(4, ProxyAt::Publisher),
+            scaled(2, ProxyAt::Subscriber),
+        ]);
+        // Scaling at the subscriber is plain interest upstream, and covers the rest.
+        assert_eq!(a, vec![Interest::pattern("/a/**")]);
+        let a = aggregate(vec![
+            scaled(4, ProxyAt::Publisher),
+            scaled(2, ProxyAt::Publisher),
+        ]);
+        assert_eq!(a.len(), 2);
+    }
+
+    #[test]
+    fn a_scale_of_zero_in_an_advert_is_refused() {
+        let mut a = Topology::new(1, "a", Limits::default());
+        let bad = LinkFrame::Advert {
+            origin: 2,
+            version: 1,
+            name: "b".into(),
+            neighbors: vec![1],
+            interest: vec![scaled(0, ProxyAt::Publisher)],
+        };
+        let e = a.apply(bad).expect_err("scale 0");
+        assert!(e.to_string().contains("scale of 0"), "{e}");
     }
 
     #[test]
@@ -963,8 +1145,8 @@ mod tests {
         let agg = aggregate(vec![want("/a/x"), want("/a/**"), want("/a/x"), want("/b")]);
         assert_eq!(agg, vec![want("/a/**"), want("/b")]);
         let filtered = Interest {
-            pattern: "/a/y".into(),
             filter: "$.x > 1".into(),
+            ..Interest::pattern("/a/y")
         };
         assert_eq!(
             aggregate(vec![filtered.clone(), want("/a/**")]),

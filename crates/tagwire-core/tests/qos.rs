@@ -80,6 +80,18 @@ fn value(p: Property) -> BoxedStrategy<String> {
             (1u64..=60_000).prop_map(|v| format!("{v}ms")),
         ]
         .boxed(),
+        Property::Proxy => prop_oneof![
+            pick(&["at_subscriber", "at_publisher", "auto"]),
+            "[a-z][a-z0-9-]{0,10}".prop_map(|n| format!("node:{n}")),
+        ]
+        .boxed(),
+        Property::MaxDelay => prop_oneof![
+            Just("none".to_owned()),
+            Just("0".to_owned()),
+            (1u64..=3600).prop_map(|v| format!("{v}s")),
+            (1u64..=60_000).prop_map(|v| format!("{v}ms")),
+        ]
+        .boxed(),
         _ => unreachable!("the test knows every property"),
     }
 }

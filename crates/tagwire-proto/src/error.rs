@@ -116,6 +116,14 @@ pub enum EncodeError {
     /// A field value over 4 GiB.
     #[error("field value over 4 GiB")]
     ValueTooLong,
+    /// A number the format does not allow.
+    #[error("{what} may not be {value}")]
+    BadValue {
+        /// Which number.
+        what: &'static str,
+        /// Its value.
+        value: u64,
+    },
     /// An empty name where one is required.
     #[error("empty {what}")]
     EmptyName {
@@ -211,7 +219,9 @@ error_codes! {
     /// A `Pull` on a tag that keeps no history (its `history` is 0), or on
     /// a publisher the tag's history does not know.
     NoHistory = 21,
-    /// A `Pull` naming a node other than the daemon that got it: pulls are
-    /// not forwarded over daemon links yet.
+    /// A `Pull` naming a node no daemon of the network has (or one it
+    /// cannot reach).
     UnknownNode = 22,
+    /// A request forwarded to another daemon was not answered in time.
+    Timeout = 23,
 }

@@ -34,7 +34,8 @@ pub use frame::{
     PROTOCOL_VERSION, SESSION_ID_LEN,
 };
 pub use link::{
-    forward_prefix, is_link_kind, link_frame_name, link_kind, Interest, LinkFrame,
-    FORWARD_PREFIX_LEN, LINK_VERSION, MAX_ADVERT_INTEREST, MAX_ADVERT_NEIGHBORS, MAX_PEER_BANDS,
+    forward_prefix, is_link_kind, link_frame_name, link_kind, Interest, LinkFrame, ProxyAt,
+    PullOutcome, FORWARD_PREFIX_LEN, LINK_VERSION, MAX_ADVERT_INTEREST, MAX_ADVERT_NEIGHBORS,
+    MAX_PEER_BANDS,
 };
 pub use pull::{Pull, PullQuery, PullReply, PullStatus, MAX_PULL_REPLY_EVENTS};

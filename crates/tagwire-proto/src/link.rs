@@ -17,7 +17,7 @@ use crate::limits::MAX_TEXT_LEN;
 use crate::reader::Reader;
 
 /// The link protocol version this crate speaks (carried in `Peer`).
-pub const LINK_VERSION: u16 = 1;
+pub const LINK_VERSION: u16 = 2;
 /// Most neighbours one `Advert` may list.
 pub const MAX_ADVERT_NEIGHBORS: usize = 1024;
 /// Most bands one `Peer` may list.
@@ -39,6 +39,10 @@ pub mod link_kind {
     pub const TIME_PROBE: u8 = 0x23;
     /// Either way: the answer to a clock probe.
     pub const TIME_REPLY: u8 = 0x24;
+    /// Either way: a pull routed toward the daemon that keeps the history.
+    pub const PULL_REQUEST: u8 = 0x25;
+    /// Either way: the answer to a `PullRequest`, routed back hop by hop.
+    pub const PULL_ANSWER: u8 = 0x26;
 }
 
 /// Whether `kind` is a link frame type.
@@ -48,13 +52,60 @@ pub fn is_link_kind(kind: u8) -> bool {
 
 /// One entry of a daemon's interest: a pattern and, optionally, the content
 /// filter every subscription under it applies (empty: none), so that an
-/// event nobody's filter accepts is dropped where it is published.
+/// event nobody's filter accepts is dropped where it is published; and the
+/// temporal scaling its subscribers want with where the scaling proxy runs,
+/// so that events a proxy drops do not cross the links after it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Interest {
     /// A tag pattern (`/a/*`, `/a/**`).
     pub pattern: String,
     /// A filter expression (see docs/filters.md), or empty.
     pub filter: String,
+    /// Temporal scaling: 1 of every `scale` events (those whose sequence
+    /// number is a multiple of it); 1: all. Never 0.
+    pub scale: u32,
+    /// Where the scaling happens: links after that point carry only the
+    /// scaled stream.
+    pub proxy: ProxyAt,
+}
+
+impl Interest {
+    /// Interest in `pattern`: unfiltered, unscaled.
+    pub fn pattern(pattern: impl Into<String>) -> Self {
+        Interest {
+            pattern: pattern.into(),
+            filter: String::new(),
+            scale: 1,
+            proxy: ProxyAt::Subscriber,
+        }
+    }
+}
+
+/// Where a subscription's scaling proxy runs (push-pull paper §2.1).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub enum ProxyAt {
+    /// At the subscriber's daemon: every event crosses the links (code 0).
+    #[default]
+    Subscriber,
+    /// At the publisher's daemon: only the scaled stream leaves it (code 1).
+    Publisher,
+    /// At the named daemon: the full stream reaches it, the scaled one
+    /// leaves it (code 2).
+    Node(String),
+}
+
+/// The outcome of a pull routed over links: the reply, or why not.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PullOutcome {
+    /// The daemon that keeps the history answered (code 0).
+    Reply(crate::PullReply),
+    /// It, or a daemon on the way, refused (code 1).
+    Refused {
+        /// The error code the client gets.
+        code: crate::ErrorCode,
+        /// What was wrong.
+        message: String,
+    },
 }
 
 /// A frame on a link between two daemons.
@@ -118,6 +169,29 @@ pub enum LinkFrame {
         /// Replier's clock when the reply was sent, ns.
         t3: u64,
     },
+    /// A pull on its way to `target`, the daemon that keeps the history;
+    /// each daemon on the way relays it and remembers `id` to route the
+    /// answer back.
+    PullRequest {
+        /// Link-local request id, echoed in the `PullAnswer`.
+        id: u32,
+        /// The daemon that is to answer.
+        target: u64,
+        /// Links it has crossed before this one.
+        hops: u8,
+        /// The largest `PullReply` frame the asker accepts, in bytes (its
+        /// client's negotiated frame limit): the answer is cut to fit.
+        max_reply: u32,
+        /// The client's pull (its `req` is not used on links).
+        pull: crate::Pull,
+    },
+    /// The answer to `PullRequest` `id`.
+    PullAnswer {
+        /// The request's link-local id.
+        id: u32,
+        /// The reply or the refusal.
+        outcome: PullOutcome,
+    },
 }
 
 impl LinkFrame {
@@ -129,6 +203,8 @@ impl LinkFrame {
             LinkFrame::Forward { .. } => link_kind::FORWARD,
             LinkFrame::TimeProbe { .. } => link_kind::TIME_PROBE,
             LinkFrame::TimeReply { .. } => link_kind::TIME_REPLY,
+            LinkFrame::PullRequest { .. } => link_kind::PULL_REQUEST,
+            LinkFrame::PullAnswer { .. } => link_kind::PULL_ANSWER,
         }
     }
 
@@ -196,6 +272,21 @@ impl LinkFrame {
                 for i in interest {
                     put_str16(out, "interest pattern", &i.pattern)?;
                     put_str16(out, "interest filter", &i.filter)?;
+                    if i.scale == 0 {
+                        return Err(EncodeError::BadValue {
+                            what: "interest scale",
+                            value: 0,
+                        });
+                    }
+                    out.put_u32_le(i.scale);
+                    match &i.proxy {
+                        ProxyAt::Subscriber => out.put_u8(0),
+                        ProxyAt::Publisher => out.put_u8(1),
+                        ProxyAt::Node(n) => {
+                            out.put_u8(2);
+                            put_short(out, "proxy node name", n)?;
+                        }
+                    }
                 }
             }
             LinkFrame::Forward {
@@ -216,6 +307,37 @@ impl LinkFrame {
                 out.put_u64_le(*t1);
                 out.put_u64_le(*t2);
                 out.put_u64_le(*t3);
+            }
+            LinkFrame::PullRequest {
+                id,
+                target,
+                hops,
+                max_reply,
+                pull,
+            } => {
+                out.put_u32_le(*id);
+                out.put_u64_le(*target);
+                out.put_u8(*hops);
+                out.put_u32_le(*max_reply);
+                pull.encode(out)?;
+            }
+            LinkFrame::PullAnswer { id, outcome } => {
+                out.put_u32_le(*id);
+                match outcome {
+                    PullOutcome::Reply(reply) => {
+                        out.put_u8(0);
+                        reply.encode(out)?;
+                    }
+                    PullOutcome::Refused { code, message } => {
+                        out.put_u8(1);
+                        out.put_u16_le(code.code());
+                        put_str16(
+                            out,
+                            "error message",
+                            crate::excerpt::truncate(message, MAX_TEXT_LEN),
+                        )?;
+                    }
+                }
             }
         }
         patch_len(out, start)
@@ -265,9 +387,31 @@ impl LinkFrame {
                 let n = count(&mut r, "advert interest", MAX_ADVERT_INTEREST)?;
                 let mut interest = Vec::with_capacity(n.min(64));
                 for _ in 0..n {
+                    let pattern = r.str16(MAX_TEXT_LEN, "interest pattern")?.to_owned();
+                    let filter = r.str16(MAX_TEXT_LEN, "interest filter")?.to_owned();
+                    let scale = r.u32("interest scale")?;
+                    if scale == 0 {
+                        return Err(DecodeError::BadValue {
+                            what: "interest scale",
+                            value: 0,
+                        });
+                    }
+                    let proxy = match r.u8("proxy place")? {
+                        0 => ProxyAt::Subscriber,
+                        1 => ProxyAt::Publisher,
+                        2 => ProxyAt::Node(r.short_str("proxy node name")?.to_owned()),
+                        v => {
+                            return Err(DecodeError::BadValue {
+                                what: "proxy place",
+                                value: v as u64,
+                            })
+                        }
+                    };
                     interest.push(Interest {
-                        pattern: r.str16(MAX_TEXT_LEN, "interest pattern")?.to_owned(),
-                        filter: r.str16(MAX_TEXT_LEN, "interest filter")?.to_owned(),
+                        pattern,
+                        filter,
+                        scale,
+                        proxy,
                     });
                 }
                 LinkFrame::Advert {
@@ -297,6 +441,38 @@ impl LinkFrame {
                 t2: r.u64("t2")?,
                 t3: r.u64("t3")?,
             },
+            link_kind::PULL_REQUEST => LinkFrame::PullRequest {
+                id: r.u32("pull request id")?,
+                target: r.u64("pull target")?,
+                hops: r.u8("hop count")?,
+                max_reply: r.u32("largest reply")?,
+                pull: crate::Pull::decode(&mut r)?,
+            },
+            link_kind::PULL_ANSWER => {
+                let id = r.u32("pull request id")?;
+                let outcome = match r.u8("pull outcome")? {
+                    0 => {
+                        // The reply is the rest of the body, parsed by its own codec.
+                        return Ok(LinkFrame::PullAnswer {
+                            id,
+                            outcome: PullOutcome::Reply(crate::PullReply::decode(
+                                &body.slice(5..),
+                            )?),
+                        });
+                    }
+                    1 => PullOutcome::Refused {
+                        code: crate::ErrorCode::from_code(r.u16("error code")?),
+                        message: r.str16(MAX_TEXT_LEN, "error message")?.to_owned(),
+                    },
+                    v => {
+                        return Err(DecodeError::BadValue {
+                            what: "pull outcome",
+                            value: v as u64,
+                        })
+                    }
+                };
+                LinkFrame::PullAnswer { id, outcome }
+            }
             other => return Err(DecodeError::UnknownFrameType(other)),
         };
         r.finish(link_frame_name(kind))?;
@@ -312,6 +488,8 @@ pub fn link_frame_name(kind: u8) -> &'static str {
         link_kind::FORWARD => "Forward",
         link_kind::TIME_PROBE => "TimeProbe",
         link_kind::TIME_REPLY => "TimeReply",
+        link_kind::PULL_REQUEST => "PullRequest",
+        link_kind::PULL_ANSWER => "PullAnswer",
         _ => "unknown link frame",
     }
 }
@@ -402,8 +580,23 @@ mod tests {
     }
 
     fn frames() -> impl Strategy<Value = LinkFrame> {
-        let interest = (("[/a-z*]{1,20}"), ("[ a-z=<>0-9]{0,20}"))
-            .prop_map(|(pattern, filter)| Interest { pattern, filter });
+        let interest =
+            (("[/a-z*]{1,20}"), ("[ a-z=<>0-9]{0,20}")).prop_map(|(pattern, filter)| Interest {
+                pattern,
+                filter,
+                scale: 1,
+                proxy: ProxyAt::Subscriber,
+            });
+        let interest = (
+            interest,
+            1u32..100,
+            prop_oneof![
+                Just(ProxyAt::Subscriber),
+                Just(ProxyAt::Publisher),
+                "[a-z]{1,8}".prop_map(ProxyAt::Node)
+            ],
+        )
+            .prop_map(|(i, scale, proxy)| Interest { scale, proxy, ..i });
         prop_oneof![
             (
                 any::<u16>(),
@@ -452,6 +645,54 @@ mod tests {
             (any::<u32>(), any::<u64>()).prop_map(|(id, t1)| LinkFrame::TimeProbe { id, t1 }),
             (any::<u32>(), any::<u64>(), any::<u64>(), any::<u64>())
                 .prop_map(|(id, t1, t2, t3)| LinkFrame::TimeReply { id, t1, t2, t3 }),
+            (
+                any::<u32>(),
+                any::<u64>(),
+                any::<u8>(),
+                "[a-z]{0,8}",
+                "/[a-z]{1,8}",
+                any::<u64>()
+            )
+                .prop_map(|(id, target, hops, node, tag, seq)| {
+                    LinkFrame::PullRequest {
+                        id,
+                        target,
+                        hops,
+                        max_reply: 65_536,
+                        pull: crate::Pull {
+                            req: 0,
+                            node,
+                            publisher: String::new(),
+                            tag,
+                            query: crate::PullQuery::Seq(seq),
+                        },
+                    }
+                }),
+            (
+                any::<u32>(),
+                0u64..1000,
+                prop::collection::vec(prop::collection::vec(any::<u8>(), 0..16), 0..3)
+            )
+                .prop_map(|(id, oldest, events)| LinkFrame::PullAnswer {
+                    id,
+                    outcome: PullOutcome::Reply(crate::PullReply {
+                        req: 0,
+                        status: crate::PullStatus::Complete,
+                        oldest,
+                        newest: oldest + 5,
+                        held: 6,
+                        events: events.into_iter().map(Bytes::from).collect(),
+                    }),
+                }),
+            (any::<u32>(), any::<u16>(), "[a-z ]{0,20}").prop_map(|(id, code, message)| {
+                LinkFrame::PullAnswer {
+                    id,
+                    outcome: PullOutcome::Refused {
+                        code: crate::ErrorCode::from_code(code),
+                        message,
+                    },
+                }
+            }),
         ]
     }
 

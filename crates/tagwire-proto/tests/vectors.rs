@@ -11,7 +11,7 @@ use common::{doc_vectors, parse_vectors, seed_corpus, Vector};
 use tagwire_proto::limits::MIN_MAX_FRAME;
 use tagwire_proto::{
     DecodeError, EndpointKind, ErrorCode, Event, EventRef, Expiry, Frame, FrameDecoder, Interest,
-    LinkFrame, Pull, PullQuery, PullReply, PullStatus, StreamError, Value,
+    LinkFrame, ProxyAt, Pull, PullOutcome, PullQuery, PullReply, PullStatus, StreamError, Value,
 };
 
 const TS: u64 = 1_700_000_000_000_000_000;
@@ -310,7 +310,7 @@ fn link_vectors() -> Vec<(&'static str, LinkFrame)> {
         (
             "link_peer",
             LinkFrame::Peer {
-                version: 1,
+                version: 2,
                 node: 0x0102_0304_0506_0708,
                 name: "a".into(),
                 cluster: "tagwire".into(),
@@ -328,6 +328,8 @@ fn link_vectors() -> Vec<(&'static str, LinkFrame)> {
                 interest: vec![Interest {
                     pattern: "/a/**".into(),
                     filter: String::new(),
+                    scale: 4,
+                    proxy: ProxyAt::Node("m".into()),
                 }],
             },
         ),
@@ -346,6 +348,32 @@ fn link_vectors() -> Vec<(&'static str, LinkFrame)> {
                 t1: 1,
                 t2: 2,
                 t3: 3,
+            },
+        ),
+        (
+            "link_pull_request",
+            LinkFrame::PullRequest {
+                id: 9,
+                target: 2,
+                hops: 0,
+                max_reply: 65_536,
+                pull: Pull {
+                    req: 0,
+                    node: "b".into(),
+                    publisher: String::new(),
+                    tag: "/a".into(),
+                    query: PullQuery::Latest,
+                },
+            },
+        ),
+        (
+            "link_pull_refused",
+            LinkFrame::PullAnswer {
+                id: 9,
+                outcome: PullOutcome::Refused {
+                    code: ErrorCode::NoHistory,
+                    message: "none".into(),
+                },
             },
         ),
     ]

@@ -519,6 +519,7 @@ fn list_page(
                         transform: ch.transform.as_ref().map(|t| t.spec.to_string()),
                         transform_errors: ch.transform_errors.get(),
                         route: route.as_str().to_owned(),
+                        proxy: proxy_info(st, *id, ch),
                     };
                     drop(q);
                     if !fill.take(json_len(&item), 20) {
@@ -980,6 +981,51 @@ pub struct SubscriptionInfo {
     /// subscription index; see docs/filters.md).
     #[serde(default)]
     pub route: String,
+    /// Where its scaling proxy runs, when it scales or names a place.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy: Option<ProxyInfo>,
+}
+
+/// Where a subscription's scaling proxy runs, and why there.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProxyInfo {
+    /// The `proxy` property: at_subscriber, at_publisher, node:NAME, auto.
+    pub mode: String,
+    /// The daemon it runs on (`at_publisher`: the publisher's daemon).
+    pub runs_at: String,
+    /// Why there (for `auto`: the optimiser's objective value, or why it
+    /// could not place it).
+    pub reason: String,
+}
+
+/// The [`ProxyInfo`] of channel `global`, if it scales or names a place.
+fn proxy_info(st: &State, global: u64, ch: &crate::channel::Channel) -> Option<ProxyInfo> {
+    use tagwire_core::qos::ProxyMode;
+    let (scale, mode) = ch.proxy.borrow().clone();
+    if scale <= 1 && mode == ProxyMode::AtSubscriber {
+        return None;
+    }
+    let me = st.config.name.clone();
+    let (runs_at, reason) = match &mode {
+        ProxyMode::AtSubscriber => (me, "asked for (proxy=at_subscriber)".to_owned()),
+        ProxyMode::AtPublisher => (
+            "the publisher's daemon".to_owned(),
+            "asked for (proxy=at_publisher)".to_owned(),
+        ),
+        ProxyMode::Node(n) => (
+            n.to_string(),
+            "asked for (proxy=node:NAME); where that daemon is not on the events' path, they are scaled at this one".to_owned(),
+        ),
+        ProxyMode::Auto => match st.placement.get(global) {
+            Some(p) => (p.node.clone(), p.reason.clone()),
+            None => (me, "not placed yet (placement runs once a second)".to_owned()),
+        },
+    };
+    Some(ProxyInfo {
+        mode: mode.to_string(),
+        runs_at,
+        reason,
+    })
 }
 
 /// One tag.

@@ -279,6 +279,12 @@ pub(crate) struct Channel {
     scaling: Flag,
     /// Events its temporal scaling left out.
     pub scaled_out: Count,
+    /// Its scale and where its scaling proxy runs (advertised to the links).
+    pub proxy: Locked<(u32, tagwire_core::qos::ProxyMode)>,
+    /// Its `max_delay` bound, ns (`u64::MAX`: none), for placement.
+    max_delay: Count,
+    /// What it saw of its stream (scaled channels only), for placement.
+    seen: Locked<crate::placement::StreamSeen>,
     /// Its spatial scaling plug-in, if it asked for one.
     pub transform: Option<ChannelTransform>,
     /// Events its plug-in could not transform (skipped for it alone).
@@ -366,6 +372,9 @@ impl Channel {
             scaler: Locked::new(tagwire_core::proxy::TemporalScaler::new(1, 0)),
             scaling: Flag::new(false),
             scaled_out: Count::new(0),
+            proxy: Locked::new((1, tagwire_core::qos::ProxyMode::AtSubscriber)),
+            max_delay: Count::new(u64::MAX),
+            seen: Locked::new(Default::default()),
             transform: None,
             transform_errors: Count::new(0),
             transform_reported: Flag::new(false),
@@ -442,6 +451,16 @@ impl Channel {
         }
     }
 
+    /// Its `max_delay` bound, ns, if it has one.
+    pub(crate) fn max_delay(&self) -> Option<u64> {
+        Some(self.max_delay.get()).filter(|d| *d != u64::MAX)
+    }
+
+    /// What it saw of its stream so far.
+    pub(crate) fn seen(&self) -> crate::placement::StreamSeen {
+        *self.seen.borrow()
+    }
+
     /// Sets the connection the channel delivers on.
     pub(crate) fn on_connection(mut self, conn: u64) -> Self {
         self.conn = conn;
@@ -468,6 +487,8 @@ impl Channel {
             s.set(v.scale, v.min_interval);
             self.scaling.set(!s.is_identity());
         }
+        *self.proxy.borrow_mut() = (v.scale, v.proxy.clone());
+        self.max_delay.set(v.max_delay.unwrap_or(u64::MAX));
         let mut q = self.queue.borrow_mut();
         let dropped =
             if (q.bound(), q.order(), q.policy()) != (v.max_queue_length, v.order, v.discard) {
@@ -552,15 +573,17 @@ impl Channel {
             self.too_large.add(1);
             return Offer::Dropped;
         }
-        if self.scaling.get()
-            && !self
+        if self.scaling.get() {
+            self.seen.borrow_mut().see(meta, event.bytes().len());
+            if !self
                 .scaler
                 .borrow_mut()
                 .admit(meta.publisher, meta.seq, meta.source_time)
-        {
-            // Left out by this subscriber's temporal scaling: not a drop.
-            self.scaled_out.add(1);
-            return Offer::Dropped;
+            {
+                // Left out by this subscriber's temporal scaling: not a drop.
+                self.scaled_out.add(1);
+                return Offer::Dropped;
+            }
         }
         let slice_ok = event.small_slice_epoch().is_some_and(|e| self.may_pin(e));
         let (bytes, size) = event.for_queue(slice_ok);

@@ -433,6 +433,17 @@ impl RouterConfig {
 
     /// Checks ranges that the types alone do not.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        let n = &self.name;
+        if n.is_empty()
+            || n.len() > 255
+            || n.starts_with('@')
+            || n.chars().any(|c| c.is_whitespace() || c.is_control())
+        {
+            return Err(ConfigError::Invalid(format!(
+                "name = {:?}: a daemon name is 1..=255 bytes, without spaces, and does not start with @ (pulls use @publisher for the publisher's daemon)",
+                tagwire_proto::excerpt(n)
+            )));
+        }
         self.federation.validate()?;
         tagwire_proto::validate_max_frame(self.limits.max_frame).map_err(|_| {
             ConfigError::Invalid(format!(

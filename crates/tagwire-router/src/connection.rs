@@ -527,10 +527,32 @@ impl Conn {
             Input::Admin { body, .. } => self.admin(&body),
             Input::Pull(pull) => {
                 let max_frame = self.engine.max_frame();
-                let answer =
-                    crate::history::answer(&self.state.borrow(), &pull, &self.rights, max_frame);
+                let mut st = self.state.borrow_mut();
+                let target = crate::history::check_readable(&pull, &self.rights)
+                    .and_then(|()| crate::remote_pull::target(&st, &pull));
+                let answer = match target {
+                    Ok(None) => crate::history::answer(&st, &pull, max_frame).map(Some),
+                    Ok(Some(node)) => {
+                        // Answered when the other daemon's answer is back.
+                        let asker = crate::remote_pull::Asker::Client {
+                            conn: self.id,
+                            req: self.engine.defer(),
+                            max_reply: max_frame,
+                        };
+                        if let Err((code, message)) =
+                            crate::remote_pull::ask(&mut st, asker, node, 0, max_frame, pull)
+                        {
+                            let outcome = tagwire_proto::PullOutcome::Refused { code, message };
+                            crate::remote_pull::reply(&mut st, asker, outcome);
+                        }
+                        Ok(None)
+                    }
+                    Err(e) => Err(e),
+                };
+                drop(st);
                 match answer {
-                    Ok(reply) => self.engine.answer_pull(reply),
+                    Ok(Some(reply)) => self.engine.answer_pull(reply),
+                    Ok(None) => {}
                     Err((code, message)) => self.engine.refuse_pull(code, message),
                 }
             }
@@ -798,6 +820,7 @@ impl Conn {
         };
         let resolved = crate::qos::resolve_channel(&st, self.id, &parsed, &layer);
         let checked = crate::qos::check_band(&st, self.id, &resolved)
+            .and_then(|()| crate::qos::check_proxy(&st, &resolved))
             .and_then(|()| crate::qos::check_consumers(&st, endpoint, &parsed, &resolved));
         if let Err((code, message)) = checked {
             drop(st);

@@ -24,12 +24,13 @@
 //! each tag's value, cleared whenever a QoS layer changes.
 //!
 //! **Modes.** A pull names where the history is kept: at the subscriber's
-//! daemon or at the publisher's daemon — both served from this daemon's
-//! buffers, which hold what is delivered here: events of local publishers,
-//! and events of publishers on linked daemons that crossed a link because
-//! something here subscribes to them — or at a named node (`node:NAME`):
-//! this daemon's own name is served here; any other is refused with
-//! `UnknownNode` (pulls are not forwarded over links yet).
+//! daemon (served here, from what is delivered here: events of local
+//! publishers, and events that crossed a link because something here
+//! subscribes to them), at the publisher's daemon (the daemon the tag's
+//! last event came from; here when it was published here or none came yet)
+//! or at a named node (`node:NAME`). A pull for another daemon travels
+//! over the links ([`crate::remote_pull`]) and is answered from that
+//! daemon's buffers.
 
 use std::collections::HashMap;
 
@@ -185,24 +186,10 @@ pub(crate) fn record(st: &mut State, event: &mut Outgoing, ev: &EventRef<'_>) {
     );
 }
 
-/// Answers a `Pull` for a connection whose identity has `rights` and whose
-/// frames may be `max_frame` bytes. Cost: bounded by the reply cap.
-pub(crate) fn answer(
-    st: &State,
-    pull: &Pull,
-    rights: &Rights,
-    max_frame: u32,
-) -> Result<PullReply, (ErrorCode, String)> {
-    if !pull.node.is_empty() && pull.node != st.config.name {
-        return Err((
-            ErrorCode::UnknownNode,
-            format!(
-                "history at node {}: this daemon is {} and does not forward pulls to other nodes (not over daemon links either, yet); pull from the node's own daemon, or from this one (at_subscriber or at_publisher)",
-                tagwire_proto::excerpt(&pull.node),
-                tagwire_proto::excerpt(&st.config.name)
-            ),
-        ));
-    }
+/// Refuses a `Pull` of a bad tag or one the identity with `rights` may
+/// not read. The daemon the client is connected to checks this, wherever
+/// the history is kept.
+pub(crate) fn check_readable(pull: &Pull, rights: &Rights) -> Result<(), (ErrorCode, String)> {
     validate_tag(&pull.tag).map_err(|e| (ErrorCode::InvalidTag, e.to_string()))?;
     let readable = Pattern::parse(&pull.tag).is_ok_and(|p| rights.may_subscribe(&p));
     if !readable {
@@ -214,6 +201,19 @@ pub(crate) fn answer(
             ),
         ));
     }
+    Ok(())
+}
+
+/// Answers a `Pull` from this daemon's buffers, in a reply of at most
+/// `max_frame` bytes (the asking connection's limit). The caller has
+/// checked the tag is readable ([`check_readable`]). Cost: bounded by the
+/// reply cap.
+pub(crate) fn answer(
+    st: &State,
+    pull: &Pull,
+    max_frame: u32,
+) -> Result<PullReply, (ErrorCode, String)> {
+    validate_tag(&pull.tag).map_err(|e| (ErrorCode::InvalidTag, e.to_string()))?;
     let room = (max_frame as usize).saturating_sub(REPLY_FIXED);
     let a = st
         .history

@@ -16,8 +16,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tagwire_core::federation::{Applied, NetClock, NodeId, Topology, MAX_HOPS};
+use tagwire_core::qos::ProxyMode;
 use tagwire_core::queue::{BoundedQueue, DiscardPolicy, OrderPolicy};
-use tagwire_proto::{ErrorCode, EventRef, Interest, LinkFrame, LINK_VERSION};
+use tagwire_proto::{ErrorCode, EventRef, Interest, LinkFrame, ProxyAt, LINK_VERSION};
 
 use crate::channel::{Channel, Outbox, Outgoing};
 use crate::state::State;
@@ -58,6 +59,8 @@ pub(crate) struct Federation {
     /// The network clock: this daemon's offset to the reference's time
     /// (core's [`NetClock`], fed with the probes of the parent link).
     pub net: NetClock,
+    /// Pulls in flight over the links, and where tags' events come from.
+    pub relay: crate::remote_pull::PullRelay,
 }
 
 /// One live link.
@@ -142,6 +145,7 @@ impl Federation {
             band_dialing: Default::default(),
             net: NetClock::default(),
             dialer: None,
+            relay: Default::default(),
         }
     }
 
@@ -563,6 +567,7 @@ pub(crate) fn on_frame(
                 st.fed.hop_limited += 1;
                 return Ok(());
             }
+            st.fed.relay.note_origin(ev.tag, origin);
             let deadline = tagwire_core::defer::deadline(&ev);
             if crate::timing::expired(deadline) {
                 st.expired += 1;
@@ -585,6 +590,20 @@ pub(crate) fn on_frame(
             if links == 0 && !wanted_here {
                 st.fed.unwanted += 1;
             }
+            Ok(())
+        }
+        LinkFrame::PullRequest {
+            id,
+            target,
+            hops,
+            max_reply,
+            pull,
+        } => {
+            crate::remote_pull::on_request(&mut st, peer, id, target, hops, max_reply, pull);
+            Ok(())
+        }
+        LinkFrame::PullAnswer { id, outcome } => {
+            crate::remote_pull::on_answer(&mut st, peer, id, outcome);
             Ok(())
         }
         LinkFrame::TimeProbe { id, t1 } => {
@@ -813,11 +832,14 @@ pub(crate) fn closed(state: &Locked<State>, node: NodeId, conn: u64) {
         }
         let max = st.config.limits.max_control_bytes;
         st.fed.neighbors_changed(max);
+        crate::remote_pull::sweep(&mut st, Some(node));
     }
 }
 
 /// The local interest: every channel's pattern, with its filter when it
-/// has exactly one (a channel with none or several is taken unfiltered).
+/// has exactly one (a channel with none or several is taken unfiltered),
+/// its scale and where its proxy runs (`auto`: where placement put it,
+/// at this daemon until it has).
 fn local_interest(st: &State) -> Vec<Interest> {
     st.channels
         .after(None)
@@ -833,9 +855,21 @@ fn local_interest(st: &State) -> Vec<Interest> {
                 (Some(f), None) => f.info.text.clone(),
                 _ => String::new(),
             };
+            let (scale, mode) = ch.proxy.borrow().clone();
+            let proxy = match mode {
+                ProxyMode::AtSubscriber => ProxyAt::Subscriber,
+                ProxyMode::AtPublisher => ProxyAt::Publisher,
+                ProxyMode::Node(n) => ProxyAt::Node(n.to_string()),
+                ProxyMode::Auto => st
+                    .placement
+                    .node_of(*global)
+                    .map_or(ProxyAt::Subscriber, |n| ProxyAt::Node(n.to_string())),
+            };
             Interest {
                 pattern: ch.pattern.clone(),
                 filter,
+                scale,
+                proxy,
             }
         })
         .collect()
@@ -857,6 +891,9 @@ pub(crate) async fn run(state: Arc<Locked<State>>, lane: crate::lane::LaneOf, ds
         tick.tick().await;
         let mut st = state.borrow_mut();
         let max = st.config.limits.max_control_bytes;
+        if crate::placement::run(&mut st) {
+            st.channels.touch();
+        }
         let generation = st.channels.generation();
         if generation != st.fed.advertised {
             st.fed.advertised = generation;
@@ -867,6 +904,9 @@ pub(crate) async fn run(state: Arc<Locked<State>>, lane: crate::lane::LaneOf, ds
         }
         let (reference, me) = (st.fed.topo.time_reference(), st.fed.me());
         st.fed.net.follow(reference, me);
+        if st.fed.relay.in_flight() > 0 {
+            crate::remote_pull::sweep(&mut st, None);
+        }
         let now = now_ns();
         if now >= next_probe {
             next_probe = now + PROBE_EVERY_NS;

@@ -91,6 +91,27 @@ pub(crate) fn check_band(
     }
 }
 
+/// Refuses `proxy=node:NAME` naming a daemon this network does not have
+/// (a proxy must run somewhere events pass).
+pub(crate) fn check_proxy(st: &State, resolved: &Resolved) -> Result<(), (ErrorCode, String)> {
+    let tagwire_core::qos::ProxyMode::Node(name) = &resolved.values().proxy else {
+        return Ok(());
+    };
+    if st.fed.topo.node_named(name).is_some() {
+        return Ok(());
+    }
+    let mut known: Vec<String> = st.fed.topo.nodes().into_iter().map(|n| n.1).collect();
+    known.sort();
+    Err((
+        ErrorCode::UnknownNode,
+        format!(
+            "proxy=node:{}: no daemon of this network is named so (known: {})",
+            tagwire_proto::excerpt(name),
+            known.join(", ")
+        ),
+    ))
+}
+
 /// Puts `resolved` in force on `ch` and on its connection and lane.
 /// Returns the events a smaller queue dropped.
 pub(crate) fn put_in_force(
@@ -106,6 +127,8 @@ pub(crate) fn put_in_force(
     let sched = (resolved.source(Property::Sched) != Source::Default)
         .then(|| SchedPolicy::from(resolved.values().sched));
     let dropped = ch.apply_qos(layer, resolved);
+    // Its scaling and proxy place are part of the interest links advertise.
+    st.channels.touch();
     if let Some(code) = dscp {
         set_connection_dscp(st, ch.conn, code);
     }
@@ -357,7 +380,8 @@ pub(crate) fn admin_qos(
             continue;
         };
         let resolved = resolve_channel(st, ch.conn, &pattern, &own);
-        if let Err(e) = check_band(st, ch.conn, &resolved) {
+        if let Err(e) = check_band(st, ch.conn, &resolved).and_then(|()| check_proxy(st, &resolved))
+        {
             install(st, &target, saved);
             return Err(e);
         }

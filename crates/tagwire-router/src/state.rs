@@ -207,6 +207,8 @@ pub(crate) struct State {
     pub admin_jobs: Option<tokio::sync::mpsc::UnboundedSender<crate::lane::AdminJob>>,
     /// Pull buffers (the `history` QoS property).
     pub history: crate::history::RouterHistory,
+    /// Where `proxy=auto` subscriptions' proxies run.
+    pub placement: crate::placement::Placement,
     next_conn: u64,
 }
 
@@ -220,6 +222,7 @@ impl State {
         let filters = FilterBook::default();
         let memory = Arc::new(MemoryBudget::new(config.limits.max_buffered_bytes));
         let history = crate::history::RouterHistory::new(&config);
+        let placement = Default::default();
         let fed = crate::link::Federation::new(&config.name, &config.federation);
         State {
             fed,
@@ -254,6 +257,7 @@ impl State {
             lane_commands: Vec::new(),
             admin_jobs: None,
             history,
+            placement,
             next_conn: 1,
         }
     }
@@ -504,6 +508,12 @@ impl ChannelTable {
     /// Changes with every insert and remove.
     pub fn generation(&self) -> u64 {
         self.generation
+    }
+
+    /// Marks the table changed without a channel added or removed (a
+    /// channel's scaling or proxy changed: the interest is re-advertised).
+    pub fn touch(&mut self) {
+        self.generation += 1;
     }
 
     /// Adds channel `global`.

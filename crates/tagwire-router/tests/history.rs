@@ -204,7 +204,7 @@ fn a_named_node_other_than_this_daemon_is_refused_and_says_so() {
     refused(
         pull(&mut p, "/h/a", "", "edge", PullQuery::Latest),
         ErrorCode::UnknownNode,
-        "does not forward pulls to other nodes",
+        "no daemon of this network is named so",
     );
     // This daemon's own name is served here.
     let own = RouterConfig::default().name;

@@ -79,13 +79,13 @@ pub enum HistoryAt {
     /// (`at_subscriber`, the default).
     #[default]
     Subscriber,
-    /// At the publisher's daemon (`at_publisher`). Served, for now, by the
-    /// daemon this session is connected to, from what it holds of that
-    /// publisher (its own publishers', or events that crossed a link).
+    /// At the publisher's daemon (`at_publisher`): the daemon the tag's
+    /// last event came from over the links, asked over the links; the
+    /// connected daemon when the tag is published there or no event of it
+    /// has arrived yet.
     Publisher,
-    /// At a named node (`node:NAME`): the connected daemon's own name is
-    /// served; any other gets [`PullError::UnknownNode`] (pulls are not
-    /// forwarded over daemon links yet).
+    /// At a named node (`node:NAME`), asked over the daemon links; a name no
+    /// daemon of the network has gets [`PullError::UnknownNode`].
     Node(String),
 }
 
@@ -156,8 +156,8 @@ pub enum PullError {
         /// The daemon's message, naming the value and the bound.
         message: String,
     },
-    /// The history is kept at a node other than the connected daemon
-    /// (pulls are not forwarded over daemon links yet).
+    /// The history is kept at a node no daemon of the network is named, or
+    /// one not reachable now.
     #[error("{message}")]
     UnknownNode {
         /// The daemon's message.
@@ -228,7 +228,8 @@ impl Session {
             });
         }
         let node = match &options.at {
-            HistoryAt::Subscriber | HistoryAt::Publisher => String::new(),
+            HistoryAt::Subscriber => String::new(),
+            HistoryAt::Publisher => "@publisher".to_owned(),
             HistoryAt::Node(n) => HistoryAt::from_str(&format!("node:{n}")).map(|_| n.clone())?,
         };
         let mut query = pull.query();

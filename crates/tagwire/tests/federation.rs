@@ -13,6 +13,7 @@ const WAIT: Duration = Duration::from_secs(10);
 struct Daemon {
     handle: RouterHandle,
     url: String,
+    name: String,
 }
 
 impl Daemon {
@@ -37,7 +38,11 @@ fn daemon(name: &str, peers: Vec<String>) -> Daemon {
     };
     let handle = Router::start(cfg).expect("start");
     let url = format!("tcp://{}", handle.tcp_addr().expect("tcp"));
-    Daemon { handle, url }
+    Daemon {
+        handle,
+        url,
+        name: name.into(),
+    }
 }
 
 fn peer(d: &Daemon) -> String {
@@ -287,6 +292,7 @@ fn linked_daemons_agree_on_network_time_despite_a_skewed_clock() {
     let b = Daemon {
         url: format!("tcp://{}", hb.tcp_addr().expect("tcp")),
         handle: hb,
+        name: "b7".into(),
     };
     let a = daemon("a7", vec![peer(&b)]);
     let (sa, sb) = (a.session(), b.session());
@@ -466,10 +472,12 @@ fn a_network_clock_session_stamps_events_with_network_time() {
         ..RouterConfig::default()
     };
     let start_daemon = |c: RouterConfig| {
+        let name = c.name.clone();
         let handle = Router::start(c).expect("start");
         Daemon {
             url: format!("tcp://{}", handle.tcp_addr().expect("tcp")),
             handle,
+            name,
         }
     };
     let a = start_daemon(cfg("a9", 80, 1, vec![]));
@@ -514,4 +522,310 @@ fn a_network_clock_session_stamps_events_with_network_time() {
         ahead.abs() < 20_000_000,
         "plain stamp {ahead} ns from this host's clock"
     );
+}
+
+/// Sets `history` on tags under `pattern` at the daemon of `s`.
+fn history(s: &Session, pattern: &str, n: &str) {
+    s.admin(&serde_json::json!({"op": "qos", "target": [pattern], "set": {"history": n}}))
+        .expect("admin qos history");
+}
+
+fn payloads(samples: &[tagwire::Sample]) -> Vec<String> {
+    samples
+        .iter()
+        .map(|s| String::from_utf8_lossy(&s.payload()).into_owned())
+        .collect()
+}
+
+#[test]
+fn a_pull_at_a_named_node_or_the_publishers_daemon_crosses_the_links() {
+    use tagwire::{HistoryAt, Pull, PullError, PullOptions};
+    let c = daemon("pc", vec![]);
+    let b = daemon("pb", vec![peer(&c)]);
+    let a = daemon("pa", vec![peer(&b)]);
+    let sa = a.session();
+    // History is kept at the publisher's daemon only.
+    history(&sa, "/hist/**", "10");
+    let sc = c.session();
+    let sub = sc.subscribe("/hist/**").receiver().expect("subscribe");
+    let p = sa.declare_publisher("/hist/pub").expect("publisher");
+    until_received(&p, "/hist/x", &sub);
+    for i in 1..=5 {
+        p.publish("/hist/x", format!("v{i}")).expect("publish");
+    }
+    let at = |at: HistoryAt| PullOptions {
+        publisher: None,
+        at,
+    };
+    // Two links away, by name.
+    let got = sc.pull_with(
+        "/hist/x",
+        Pull::SeqRange {
+            first: 0,
+            last: u64::MAX,
+        },
+        &at(HistoryAt::Node("pa".into())),
+    );
+    let got = match got {
+        Ok(g) => g,
+        Err(PullError::OutOfRange { .. }) => sc
+            .pull_with("/hist/x", Pull::Nth(0), &at(HistoryAt::Node("pa".into())))
+            .expect("node:pa latest"),
+        Err(e) => panic!("node:pa: {e}"),
+    };
+    assert_eq!(payloads(&got).last().map(String::as_str), Some("v5"));
+    let latest = sc
+        .pull_with("/hist/x", Pull::Latest, &at(HistoryAt::Node("pa".into())))
+        .expect("node:pa latest");
+    assert_eq!(payloads(&latest), ["v5"]);
+    // The publisher's daemon: where the tag's events came from.
+    let nth = sc
+        .pull_with("/hist/x", Pull::Nth(2), &at(HistoryAt::Publisher))
+        .expect("at_publisher");
+    assert_eq!(payloads(&nth), ["v3"]);
+    // The subscriber's own daemon keeps no history of the tag.
+    assert!(matches!(
+        sc.pull("/hist/x", Pull::Latest),
+        Err(PullError::NoHistory { .. })
+    ));
+    // Gone, over the links, names the oldest still held.
+    match sc.pull_with("/hist/x", Pull::Seq(1), &at(HistoryAt::Node("pa".into()))) {
+        Ok(s) => assert_eq!(s[0].event().seq, 1, "seq 1 still held"),
+        Err(PullError::Gone { oldest, .. }) => assert!(oldest > 1),
+        Err(e) => panic!("seq 1: {e}"),
+    }
+    match sc.pull_with(
+        "/hist/x",
+        Pull::Latest,
+        &at(HistoryAt::Node("nowhere".into())),
+    ) {
+        Err(PullError::UnknownNode { message }) => {
+            assert!(
+                message.contains("nowhere") && message.contains("pa"),
+                "{message}"
+            )
+        }
+        other => panic!("an unknown node: {other:?}"),
+    }
+}
+
+/// The links' `events_out` counters of daemon `s`, by peer name.
+fn out_counts(s: &Session) -> std::collections::HashMap<String, u64> {
+    links(s)
+        .into_iter()
+        .map(|l| (l.peer.clone(), l.events_out))
+        .collect()
+}
+
+/// Publishes `n` events on `/sc/x` from `a` once `sub` (on the daemon
+/// after `b` in the chain a–b–c) gets events, and returns the sequence
+/// numbers `sub` got and how many events crossed a→b and b→c meanwhile.
+fn scaled_run(
+    a: &Daemon,
+    b: &Daemon,
+    c: &Daemon,
+    sub: &Subscriber,
+    n: u64,
+) -> (Vec<u64>, u64, u64) {
+    let sa = a.session();
+    let sb = b.session();
+    let probe = sa.declare_publisher("/sc/probe").expect("publisher");
+    let start = Instant::now();
+    loop {
+        assert!(start.elapsed() < WAIT, "nothing crossed within {WAIT:?}");
+        // Sequence numbers that any scale keeps (multiples of 12).
+        for _ in 0..12 {
+            probe.publish("/sc/probe", "p").expect("publish");
+        }
+        if sub
+            .recv_timeout(Duration::from_millis(100))
+            .expect("recv")
+            .is_some()
+        {
+            break;
+        }
+    }
+    drain(sub);
+    let (a0, b0) = (out_counts(&sa), out_counts(&sb));
+    let p = sa.declare_publisher("/sc/counted").expect("publisher");
+    for i in 1..=n {
+        p.publish("/sc/x", format!("{i}")).expect("publish");
+    }
+    let mut got = Vec::new();
+    while let Some(s) = sub.recv_timeout(Duration::from_secs(1)).expect("recv") {
+        got.push(s.event().seq);
+    }
+    let (a1, b1) = (out_counts(&sa), out_counts(&sb));
+    let crossed = |x: &std::collections::HashMap<String, u64>,
+                   y: &std::collections::HashMap<String, u64>,
+                   peer: &str| {
+        y.get(peer).copied().unwrap_or(0) - x.get(peer).copied().unwrap_or(0)
+    };
+    (got, crossed(&a0, &a1, &b.name), crossed(&b0, &b1, &c.name))
+}
+
+/// A chain a–b–c (named with `prefix`) and a subscriber on c to `/sc/x`
+/// with `qos`.
+fn scaled_chain(
+    prefix: &str,
+    qos: &[(&str, &str)],
+) -> (Daemon, Daemon, Daemon, Session, Subscriber) {
+    let c = daemon(&format!("{prefix}c"), vec![]);
+    let b = daemon(&format!("{prefix}b"), vec![peer(&c)]);
+    let a = daemon(&format!("{prefix}a"), vec![peer(&b)]);
+    // Wait for c to know of a (a proxy may name it).
+    let sc = c.session();
+    let start = Instant::now();
+    while sc.list().expect("list").federation.map_or(0, |f| f.daemons) < 3 {
+        assert!(start.elapsed() < WAIT, "the chain did not form");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut builder = sc.subscribe("/sc/*");
+    for (k, v) in qos {
+        builder = builder.qos(k, v);
+    }
+    let sub = builder.receiver().expect("subscribe");
+    (a, b, c, sc, sub)
+}
+
+fn multiples(of: u64, n: u64) -> Vec<u64> {
+    (1..=n).filter(|s| s % of == 0).collect()
+}
+
+#[test]
+fn a_proxy_at_the_publisher_sends_only_the_scaled_stream_over_the_links() {
+    let (a, b, c, _sc, sub) = scaled_chain("pp", &[("scale", "4"), ("proxy", "at_publisher")]);
+    let (got, ab, bc) = scaled_run(&a, &b, &c, &sub, 48);
+    assert_eq!(got, multiples(4, 48), "the subscriber gets 1 of every 4");
+    assert_eq!(
+        (ab, bc),
+        (12, 12),
+        "only the scaled stream crossed both links"
+    );
+}
+
+#[test]
+fn a_proxy_at_a_named_node_scales_only_the_links_after_it() {
+    let (a, b, c, _sc, sub) = scaled_chain("pn", &[("scale", "4"), ("proxy", "node:pnb")]);
+    let (got, ab, bc) = scaled_run(&a, &b, &c, &sub, 48);
+    assert_eq!(got, multiples(4, 48));
+    assert_eq!(
+        (ab, bc),
+        (48, 12),
+        "full stream to the proxy, scaled after it"
+    );
+}
+
+#[test]
+fn a_proxy_at_the_subscriber_lets_the_full_stream_cross() {
+    let (a, b, c, _sc, sub) = scaled_chain("ps", &[("scale", "4")]);
+    let (got, ab, bc) = scaled_run(&a, &b, &c, &sub, 48);
+    assert_eq!(got, multiples(4, 48));
+    assert_eq!((ab, bc), (48, 48));
+}
+
+#[test]
+fn several_subscribers_with_different_scales_and_proxy_places_on_one_tag() {
+    let (a, b, c, sc, sub4) = scaled_chain("pm", &[("scale", "4"), ("proxy", "at_publisher")]);
+    let sub3 = sc
+        .subscribe("/sc/*")
+        .qos("scale", "3")
+        .qos("proxy", "node:pmb")
+        .receiver()
+        .expect("subscribe");
+    let sb = b.session();
+    let sub2 = sb
+        .subscribe("/sc/*")
+        .qos("scale", "2")
+        .receiver()
+        .expect("subscribe");
+    let (got4, ab, bc) = scaled_run(&a, &b, &c, &sub4, 48);
+    // The counted events, as each of the others got them.
+    let counted = |sub: &Subscriber| {
+        let mut got = Vec::new();
+        while let Some(s) = sub.recv_timeout(Duration::from_millis(500)).expect("recv") {
+            if s.event().tag == "/sc/x" {
+                got.push(s.event().seq);
+            }
+        }
+        got
+    };
+    assert_eq!(got4, multiples(4, 48));
+    assert_eq!(counted(&sub3), multiples(3, 48), "1 of every 3");
+    assert_eq!(counted(&sub2), multiples(2, 48), "1 of every 2 on b");
+    // a→b: b's own subscriber wants every other event and the node:b proxy
+    // wants all; b→c: multiples of 4 or 3.
+    assert_eq!(ab, 48);
+    assert_eq!(
+        bc,
+        (1..=48).filter(|s| s % 4 == 0 || s % 3 == 0).count() as u64
+    );
+}
+
+#[test]
+fn a_proxy_at_an_unknown_node_is_refused_naming_it() {
+    let d = daemon("lonely", vec![]);
+    let s = d.session();
+    let Err(e) = s
+        .subscribe("/x")
+        .qos("scale", "2")
+        .qos("proxy", "node:elsewhere")
+        .receiver()
+    else {
+        panic!("a proxy at an unknown node was accepted");
+    };
+    let msg = e.to_string();
+    assert!(msg.contains("elsewhere") && msg.contains("lonely"), "{msg}");
+}
+
+#[test]
+fn auto_placement_puts_the_proxy_where_the_optimiser_says_and_shows_why() {
+    let (a, b, c, sc, sub) = scaled_chain("pz", &[("scale", "4"), ("proxy", "auto")]);
+    let sa = a.session();
+    let p = sa.declare_publisher("/sc/auto").expect("publisher");
+    // Events flow; placement runs once a second and moves the proxy to the
+    // publisher's daemon (least bandwidth, no delay bound).
+    let start = Instant::now();
+    let placed = loop {
+        assert!(
+            start.elapsed() < WAIT * 2,
+            "auto placement never moved the proxy"
+        );
+        for _ in 0..8 {
+            p.publish("/sc/x", "e").expect("publish");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        drain_now(&sub);
+        let proxy = sc
+            .list()
+            .expect("list")
+            .subscriptions
+            .into_iter()
+            .find_map(|s| s.proxy)
+            .expect("the auto subscription shows its proxy");
+        if proxy.runs_at == "pza" {
+            break proxy;
+        }
+    };
+    assert_eq!(placed.mode, "auto");
+    assert!(
+        placed.reason.contains("tagwire place"),
+        "the reason names the optimiser and its objective: {placed:?}"
+    );
+    let (got, ab, bc) = scaled_run(&a, &b, &c, &sub, 48);
+    assert_eq!(
+        got,
+        multiples(4, 48),
+        "no event lost or added after the move"
+    );
+    assert_eq!((ab, bc), (12, 12));
+}
+
+/// Drops whatever `sub` has queued now.
+fn drain_now(sub: &Subscriber) {
+    while sub
+        .recv_timeout(Duration::from_millis(1))
+        .expect("recv")
+        .is_some()
+    {}
 }

@@ -179,7 +179,7 @@ fn the_subscribers_daemon_keeps_history_of_events_that_crossed_a_link() {
     }
     let got = at_b.pull("/fed/x", Pull::Latest).expect("held at B");
     assert_eq!(got[0].event().publisher, "/fed/pub");
-    // A keeps none (no history set there), and B does not forward pulls.
+    // A keeps none (no history set there): asked over the link, it says so.
     assert!(matches!(
         at_a.pull("/fed/x", Pull::Latest),
         Err(PullError::NoHistory { .. })
@@ -190,7 +190,7 @@ fn the_subscribers_daemon_keeps_history_of_events_that_crossed_a_link() {
     };
     assert!(matches!(
         at_b.pull_with("/fed/x", Pull::Latest, &at_a_node),
-        Err(PullError::UnknownNode { .. })
+        Err(PullError::NoHistory { .. })
     ));
     let at_b_node = PullOptions {
         publisher: None,

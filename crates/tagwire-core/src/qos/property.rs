@@ -123,13 +123,19 @@ pub enum Property {
     /// `min_interval`: a subscriber gets events at least this far apart in
     /// source time, per publisher (temporal scaling).
     MinInterval,
+    /// `proxy`: where a subscriber's scaling proxy runs (at_subscriber,
+    /// at_publisher, node:NAME, auto).
+    Proxy,
+    /// `max_delay`: the subscriber's end-to-end delay bound, which
+    /// `proxy=auto` placement keeps (none: unbounded).
+    MaxDelay,
 }
 
 const UP_TO_CHANNEL: &[Level] = &[Level::Daemon, Level::Tag, Level::Session, Level::Channel];
 
 impl Property {
     /// Number of properties.
-    pub const COUNT: usize = 19;
+    pub const COUNT: usize = 21;
 
     /// Every property, in the order `tagwire admin show` lists them.
     pub const ALL: [Property; Property::COUNT] = [
@@ -152,6 +158,8 @@ impl Property {
         Property::History,
         Property::Scale,
         Property::MinInterval,
+        Property::Proxy,
+        Property::MaxDelay,
     ];
 
     /// The name users type (`priority`, `max_queue_length`, …).
@@ -176,6 +184,8 @@ impl Property {
             Property::History => "history",
             Property::Scale => "scale",
             Property::MinInterval => "min_interval",
+            Property::Proxy => "proxy",
+            Property::MaxDelay => "max_delay",
         }
     }
 
@@ -219,6 +229,60 @@ impl Property {
 impl fmt::Display for Property {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
+    }
+}
+
+/// Where a subscriber's scaling proxy runs (push-pull paper §2.1, §3.1):
+/// the daemons before it carry the full stream, those after it the scaled
+/// one.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Hash)]
+pub enum ProxyMode {
+    /// At the subscriber's daemon (the default).
+    #[default]
+    AtSubscriber,
+    /// At the publisher's daemon.
+    AtPublisher,
+    /// At the named daemon.
+    Node(Arc<str>),
+    /// Where the placement optimiser puts it (`tagwire place`'s model).
+    Auto,
+}
+
+impl fmt::Display for ProxyMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ProxyMode::AtSubscriber => f.write_str("at_subscriber"),
+            ProxyMode::AtPublisher => f.write_str("at_publisher"),
+            ProxyMode::Node(n) => write!(f, "node:{n}"),
+            ProxyMode::Auto => f.write_str("auto"),
+        }
+    }
+}
+
+impl std::str::FromStr for ProxyMode {
+    type Err = QosError;
+    fn from_str(s: &str) -> Result<Self, QosError> {
+        let bad = |why: &str| invalid(Property::Proxy, s, why);
+        match s {
+            "at_subscriber" => Ok(ProxyMode::AtSubscriber),
+            "at_publisher" => Ok(ProxyMode::AtPublisher),
+            "auto" => Ok(ProxyMode::Auto),
+            _ => match s.strip_prefix("node:") {
+                Some(n)
+                    if n.is_empty()
+                        || n.len() > 255
+                        || n.chars().any(|c| c.is_whitespace() || c.is_control()) =>
+                {
+                    Err(bad(
+                        "node:NAME needs a daemon name of 1..=255 bytes without spaces",
+                    ))
+                }
+                Some(n) => Ok(ProxyMode::Node(Arc::from(n))),
+                None => Err(bad(
+                    "expected at_subscriber, at_publisher, node:NAME or auto",
+                )),
+            },
+        }
     }
 }
 
@@ -573,6 +637,10 @@ pub struct QosSet {
     pub scale: u32,
     /// Temporal scaling: least source-time gap between events, ns (0: none).
     pub min_interval: u64,
+    /// Where the scaling proxy runs; default at the subscriber's daemon.
+    pub proxy: ProxyMode,
+    /// End-to-end delay bound for proxy placement, ns; `None`: unbounded.
+    pub max_delay: Option<u64>,
 }
 
 impl Default for QosSet {
@@ -597,6 +665,8 @@ impl Default for QosSet {
             history: 0,
             scale: 1,
             min_interval: 0,
+            proxy: ProxyMode::AtSubscriber,
+            max_delay: None,
         }
     }
 }
@@ -711,6 +781,22 @@ impl QosSet {
                     },
                 }
             }
+            Property::Proxy => self.proxy = s.parse()?,
+            Property::MaxDelay => {
+                self.max_delay = match s {
+                    "none" => None,
+                    _ => match parse_duration(s) {
+                        Some(ns) if ns <= 3_600_000_000_000 => Some(ns),
+                        _ => {
+                            return Err(invalid(
+                                p,
+                                s,
+                                "expected a duration 0..=1h with a unit (ns, us, ms, s, m, h), e.g. 50ms, or none",
+                            ))
+                        }
+                    },
+                }
+            }
             Property::Scale => {
                 self.scale = match s.parse::<u32>() {
                     Ok(n) if (1..=crate::proxy::MAX_SCALE).contains(&n) => n,
@@ -777,6 +863,8 @@ impl QosSet {
             Property::Band => self.band.clone_from(&other.band),
             Property::History => self.history = other.history,
             Property::Scale => self.scale = other.scale,
+            Property::Proxy => self.proxy = other.proxy.clone(),
+            Property::MaxDelay => self.max_delay = other.max_delay,
             Property::MinInterval => self.min_interval = other.min_interval,
         }
     }
@@ -847,6 +935,11 @@ impl fmt::Display for ShowValue<'_> {
             Property::Band => f.write_str(q.band.as_deref().unwrap_or("auto")),
             Property::History => write!(f, "{}", q.history),
             Property::Scale => write!(f, "{}", q.scale),
+            Property::Proxy => q.proxy.fmt(f),
+            Property::MaxDelay => match q.max_delay {
+                Some(ns) => show_duration(ns, f),
+                None => f.write_str("none"),
+            },
             Property::MinInterval => show_duration(q.min_interval, f),
         }
     }

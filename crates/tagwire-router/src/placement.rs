@@ -1,0 +1,259 @@
+//! `proxy=auto` at run time: where each such subscription's scaling proxy
+//! runs, chosen by `tagwire place`'s optimiser (crate `tagwire-place`) over
+//! the live topology, and applied by advertising the chosen daemon in this
+//! daemon's interest (see [`tagwire_core::federation`]: the links after the
+//! proxy carry only the scaled stream).
+//!
+//! **The problem built** (one per subscription, proxies per subscriber):
+//! the daemons this one knows and their confirmed links, with the measured
+//! round trip / 2 as the latency of this daemon's own links (others: 0, not
+//! measured here); one tag published at the daemon the channel's events
+//! come from, with the period measured from their sequence numbers and
+//! source times and the mean event size; the subscriber on this daemon at
+//! period `scale` × T, with its `max_delay` bound. Objective: least
+//! bandwidth. See docs/placement.md, "At run time".
+//!
+//! **When.** On the federation tick, at most once a second, for channels
+//! with `proxy=auto` and `scale` above 1. A changed choice re-advertises
+//! the interest, so the new proxy takes over within one advert flood. No
+//! event is lost in the change: scaling keeps the events whose sequence
+//! number is a multiple of `scale`, the same rule at every daemon, so the
+//! old and the new proxy keep the same events.
+//!
+//! **When it cannot.** No event seen yet, or published on this daemon:
+//! scaled here. No feasible placement (a delay bound no node meets): the
+//! previous choice is kept and the reason shown by `tagwire admin show`.
+//! Cost: one solve per auto channel per second; the problem has the known
+//! daemons (at most `federation.max_nodes`) and one unit.
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+use tagwire_core::qos::ProxyMode;
+
+use crate::channel::EventMeta;
+use crate::state::State;
+use crate::timing::now_ns;
+
+/// How often placements are recomputed.
+const EVERY_NS: u64 = 1_000_000_000;
+
+/// What a channel saw of its stream (for the problem's period and size).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct StreamSeen {
+    /// The daemon the last event came from (0: this one).
+    pub origin: u64,
+    seq: u64,
+    time: u64,
+    /// Estimated publisher period, ns (0: not yet known).
+    pub period_ns: u64,
+    /// Mean event size, bytes.
+    pub bytes: u64,
+}
+
+impl StreamSeen {
+    /// Takes one event of the stream.
+    pub(crate) fn see(&mut self, meta: &EventMeta, len: usize) {
+        if meta.origin == self.origin && meta.seq > self.seq && meta.source_time > self.time {
+            let gap = (meta.source_time - self.time) / (meta.seq - self.seq);
+            self.period_ns = match self.period_ns {
+                0 => gap,
+                p => (p * 7 + gap) / 8,
+            };
+        }
+        self.bytes = match self.bytes {
+            0 => len as u64,
+            b => (b * 7 + len as u64) / 8,
+        };
+        (self.origin, self.seq, self.time) = (meta.origin, meta.seq, meta.source_time);
+    }
+}
+
+/// One subscription's placement, as `tagwire admin show` reports it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Placed {
+    /// The daemon the proxy runs on.
+    pub node: String,
+    /// The optimiser's objective value (bytes/s over all links), if it ran.
+    pub objective: Option<f64>,
+    /// Why there.
+    pub reason: String,
+}
+
+/// The placements of this daemon's `proxy=auto` subscriptions.
+#[derive(Debug, Default)]
+pub(crate) struct Placement {
+    chosen: HashMap<u64, Placed>,
+    next_run: u64,
+    /// Solves run, and those that found no feasible placement.
+    pub solves: u64,
+    pub infeasible: u64,
+}
+
+impl Placement {
+    /// The daemon channel `global`'s proxy was placed on.
+    pub(crate) fn node_of(&self, global: u64) -> Option<&str> {
+        self.chosen.get(&global).map(|p| p.node.as_str())
+    }
+
+    /// Channel `global`'s placement and its reason.
+    pub(crate) fn get(&self, global: u64) -> Option<&Placed> {
+        self.chosen.get(&global)
+    }
+}
+
+/// Recomputes the placements when due. Returns whether one changed (the
+/// interest is then re-advertised).
+pub(crate) fn run(st: &mut State) -> bool {
+    let now = now_ns();
+    if now < st.placement.next_run {
+        return false;
+    }
+    st.placement.next_run = now + EVERY_NS;
+    let auto: Vec<(u64, u32, Option<u64>, StreamSeen)> = st
+        .channels
+        .after(None)
+        .filter_map(|(global, ch)| {
+            let (scale, mode) = ch.proxy.borrow().clone();
+            (mode == ProxyMode::Auto).then(|| (*global, scale, ch.max_delay(), ch.seen()))
+        })
+        .collect();
+    let live: std::collections::HashSet<u64> = auto.iter().map(|a| a.0).collect();
+    let mut changed = false;
+    st.placement.chosen.retain(|g, _| live.contains(g));
+    for (global, scale, max_delay, seen) in auto {
+        let previous = st.placement.chosen.get(&global).cloned();
+        let next = match decide(st, scale, max_delay, &seen) {
+            Ok(p) => p,
+            Err(why) => {
+                st.placement.infeasible += 1;
+                match previous.clone() {
+                    Some(mut p) => {
+                        p.reason = format!("{why}; keeping the previous placement");
+                        p
+                    }
+                    None => Placed {
+                        node: st.config.name.clone(),
+                        objective: None,
+                        reason: format!("{why}; scaled at this daemon"),
+                    },
+                }
+            }
+        };
+        changed |= previous.as_ref().map(|p| &p.node) != Some(&next.node);
+        st.placement.chosen.insert(global, next);
+    }
+    changed
+}
+
+/// Where one channel's proxy goes, or why no placement is feasible.
+fn decide(
+    st: &mut State,
+    scale: u32,
+    max_delay: Option<u64>,
+    seen: &StreamSeen,
+) -> Result<Placed, String> {
+    let here = |reason: &str| Placed {
+        node: st.config.name.clone(),
+        objective: None,
+        reason: reason.to_owned(),
+    };
+    if scale <= 1 {
+        return Ok(here("scale is 1: nothing to place"));
+    }
+    if seen.period_ns == 0 {
+        return Ok(here(
+            "no rate measured yet (two events are needed): scaled at this daemon",
+        ));
+    }
+    if seen.origin == 0 || seen.origin == st.fed.me() {
+        return Ok(here("the publisher is on this daemon"));
+    }
+    let spec = problem(st, scale, max_delay, seen)?;
+    st.placement.solves += 1;
+    let topology = spec.validate().map_err(|e| e.to_string())?;
+    let report = tagwire_place::place(&topology, &tagwire_place::PlaceOptions::default())
+        .map_err(|e| format!("no feasible placement: {e}"))?;
+    let node = report
+        .proxies
+        .first()
+        .map(|p| p.proxy_node.clone())
+        .ok_or("the optimiser placed no proxy")?;
+    Ok(Placed {
+        reason: format!(
+            "tagwire place ({:?}): least bandwidth {:.0} B/s over all links",
+            report.algorithm, report.objective_value
+        ),
+        objective: Some(report.objective_value),
+        node,
+    })
+}
+
+/// The placement problem of one channel, in `tagwire place`'s input format.
+fn problem(
+    st: &State,
+    scale: u32,
+    max_delay: Option<u64>,
+    seen: &StreamSeen,
+) -> Result<tagwire_place::TopologySpec, String> {
+    let nodes = st.fed.topo.nodes();
+    let name = |id: u64| nodes.iter().find(|n| n.0 == id).map(|n| n.1.clone());
+    let mut names: Vec<String> = nodes.iter().map(|n| n.1.clone()).collect();
+    names.sort();
+    if names.windows(2).any(|w| w[0] == w[1]) {
+        return Err("two daemons share a name, so the problem cannot name them".into());
+    }
+    let publisher = name(seen.origin).ok_or("the publisher's daemon is not known here")?;
+    let me = st.fed.me();
+    let mut links = Vec::new();
+    for (a, _, _, neighbors, _) in &nodes {
+        for b in neighbors {
+            let confirmed = nodes
+                .iter()
+                .any(|n| n.0 == *b && n.3.binary_search(a).is_ok());
+            if a < b && confirmed {
+                let (Some(na), Some(nb)) = (name(*a), name(*b)) else {
+                    continue;
+                };
+                let other = if *a == me {
+                    Some(*b)
+                } else if *b == me {
+                    Some(*a)
+                } else {
+                    None
+                };
+                let latency = other
+                    .and_then(|o| st.fed.links.get(&o))
+                    .and_then(|l| l.rtt_ns)
+                    .map(|rtt| rtt as f64 / 2e6);
+                let mut link = serde_json::json!({ "between": [na, nb] });
+                if let Some(ms) = latency {
+                    link["latency_ms"] = ms.into();
+                }
+                links.push(link);
+            }
+        }
+    }
+    let period_ms = seen.period_ns as f64 / 1e6;
+    let mut sub = serde_json::json!({
+        "name": "auto",
+        "node": st.config.name,
+        "period_ms": period_ms * f64::from(scale),
+    });
+    if let Some(d) = max_delay {
+        sub["max_delay_ms"] = (d as f64 / 1e6).into();
+    }
+    let spec = serde_json::json!({
+        "nodes": names.iter().map(|n| serde_json::json!({ "name": n })).collect::<Vec<_>>(),
+        "links": links,
+        "tags": [{
+            "name": "/auto",
+            "publisher": publisher,
+            "period_ms": period_ms,
+            "message_bytes": seen.bytes.max(1) as f64,
+            "proxy": "per_subscriber",
+            "subscribers": [sub],
+        }],
+    });
+    serde_json::from_value(spec).map_err(|e| format!("cannot build the placement problem: {e}"))
+}

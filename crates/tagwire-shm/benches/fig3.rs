@@ -1,0 +1,2 @@
+//! DSI Figure 3 (placeholder until the benchmark lands).
+fn main() {}

@@ -538,6 +538,34 @@ impl Region {
         self.map.layout
     }
 
+    /// Returns the memory of every free chunk to the OS (DSI's memory flush:
+    /// punches holes into the memfd); the next write into such a chunk faults
+    /// fresh zeroed pages in. Each chunk is claimed first, so no producer
+    /// allocates it meanwhile. Returns the bytes released.
+    pub fn trim_free_chunks(&self) -> Result<u64, Error> {
+        let mut released = 0;
+        let g = self.map.layout.geometry;
+        for c in 0..g.chunks {
+            let meta = self.map.chunk_meta(c);
+            if meta.refs.compare_exchange(0, 1, SeqCst, Relaxed).is_err() {
+                continue;
+            }
+            if !self.map.hazard_held(c) {
+                let off = self.map.layout.data + c as u64 * g.chunk_bytes;
+                let mode =
+                    rustix::fs::FallocateFlags::PUNCH_HOLE | rustix::fs::FallocateFlags::KEEP_SIZE;
+                let r = rustix::fs::fallocate(&self.map.fd, mode, off, g.chunk_bytes);
+                if let Err(e) = r {
+                    release_ref(meta);
+                    return Err(Error::os("fallocate(PUNCH_HOLE)", e));
+                }
+                released += g.chunk_bytes;
+            }
+            release_ref(meta);
+        }
+        Ok(released)
+    }
+
     /// Takes the producer role of `stream` (free, or held by a dead process: then
     /// an abandoned loan is reclaimed and never delivered).
     pub fn producer(&self, stream: u32, cfg: ProducerConfig) -> Result<Producer, Error> {
@@ -1473,5 +1501,20 @@ impl std::ops::Deref for Sample<'_> {
 impl Drop for Sample<'_> {
     fn drop(&mut self) {
         self.consumer.release(self.seq);
+    }
+}
+
+/// The CPU's time-stamp counter (x86-64 `rdtsc`; 0 elsewhere), for benchmarks
+/// that report cycles as DSI does.
+pub fn cycle_counter() -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: rdtsc reads a counter register; it touches no memory and is
+        // available on every x86-64 CPU.
+        unsafe { core::arch::x86_64::_rdtsc() }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        0
     }
 }

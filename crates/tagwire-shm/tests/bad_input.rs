@@ -302,3 +302,18 @@ fn closed_stream_is_reported_after_the_last_packet() {
         Err(Error::Closed)
     ));
 }
+
+#[test]
+fn trimming_free_chunks_keeps_published_and_held_packets() {
+    let (mut p, fd) = stream(Overload::DropOldest, Duration::ZERO);
+    let mut c = Consumer::attach(fd, ConsumerConfig::default()).unwrap();
+    p.publish_copy(&[1u8; 4096], 0, NO_DEADLINE, 0).unwrap();
+    p.publish_copy(&[2u8; 4096], 1, NO_DEADLINE, 0).unwrap();
+    let held = c.next(0).unwrap();
+    let released = p.region().trim_free_chunks().unwrap();
+    // 4 slots + 2 consumers + 1 = 7 chunks; one is published, one held and published.
+    assert_eq!(released, 5 * 4096);
+    assert!(held.iter().all(|&b| b == 1));
+    drop(held);
+    assert!(c.next(0).unwrap().iter().all(|&b| b == 2));
+}

@@ -279,8 +279,11 @@ impl Mapping {
     /// Takes a free chunk (reference count 0 → 1, no hazard), starting at `hint`.
     fn alloc_chunk(&self, hint: &mut u32) -> Option<u32> {
         let n = self.layout.geometry.chunks;
-        for k in 0..n {
-            let c = (*hint + k) % n;
+        let mut c = (*hint).min(n - 1);
+        for _ in 0..n {
+            let this = c;
+            c = if c + 1 == n { 0 } else { c + 1 };
+            let c = this;
             let meta = self.chunk_meta(c);
             if meta.refs.load(Relaxed) != 0
                 || meta.refs.compare_exchange(0, 1, SeqCst, Relaxed).is_err()
@@ -291,7 +294,7 @@ impl Mapping {
                 release_ref(meta);
                 continue;
             }
-            *hint = (c + 1) % n;
+            *hint = if c + 1 == n { 0 } else { c + 1 };
             return Some(c);
         }
         None
@@ -780,7 +783,7 @@ impl Producer {
                 deadline: 0,
             };
             if let (Some(st), Ok(chunk)) = (Stamp::unpack(d.stamp), g.chunk_of(&d)) {
-                if st.seq % g.slots as u64 == i as u64 && st.seq <= head {
+                if g.slot_of(st.seq) == i as u64 && st.seq <= head {
                     sh = Shadow {
                         seq: st.seq,
                         state: st.state,
@@ -870,8 +873,7 @@ impl Producer {
 
     /// Decides whether the slot of `self.head` may be reused; waits (Block) as configured.
     fn make_room(&mut self, now: u64) -> Result<(), Error> {
-        let slots = self.map.layout.geometry.slots as u64;
-        let i = (self.head % slots) as usize;
+        let i = self.map.layout.geometry.slot_of(self.head) as usize;
         let old = self.shadow[i];
         let stamp = Stamp {
             seq: old.seq,
@@ -956,7 +958,7 @@ impl Producer {
         }
         self.make_room(now)?;
         let g = self.map.layout.geometry;
-        let i = (self.head % g.slots as u64) as u32;
+        let i = g.slot_of(self.head) as u32;
         let old = self.shadow[i as usize];
         let slot = self.map.slot(self.stream, i);
         // The new stamp goes out before the old chunk's reference is dropped:
@@ -986,7 +988,7 @@ impl Producer {
     /// Makes the claimed packet visible and wakes sleeping consumers.
     fn finish(&mut self, len: u64, vtime: u64, deadline: u64) -> u64 {
         let seq = self.head;
-        let i = (seq % self.map.layout.geometry.slots as u64) as u32;
+        let i = self.map.layout.geometry.slot_of(seq) as u32;
         let slot = self.map.slot(self.stream, i);
         slot.len.store(len, Relaxed);
         slot.vtime.store(vtime, Relaxed);
@@ -1077,8 +1079,7 @@ impl Producer {
     /// Retracts packet `seq` if it is still published (consumers skip it, one
     /// reading it gets `Expired`); says whether it was.
     pub fn retract(&mut self, seq: u64) -> bool {
-        let slots = self.map.layout.geometry.slots as u64;
-        let i = (seq % slots) as usize;
+        let i = self.map.layout.geometry.slot_of(seq) as usize;
         let sh = self.shadow[i];
         if seq >= self.head || sh.seq != seq || sh.state != SlotState::Published {
             return false;
@@ -1173,7 +1174,7 @@ impl std::ops::DerefMut for Loan<'_> {
 impl Drop for Loan<'_> {
     fn drop(&mut self) {
         if !self.published {
-            let i = (self.seq % self.producer.map.layout.geometry.slots as u64) as u32;
+            let i = self.producer.map.layout.geometry.slot_of(self.seq) as u32;
             self.producer.set_gone(i, SlotState::Retracted);
         }
     }
@@ -1318,7 +1319,7 @@ impl Consumer {
         let start = self.cursor;
         for _ in 0..2 * g.slots as u64 + 2 {
             let head = self.map.ctl(self.stream).head.0.load(SeqCst);
-            let i = (self.cursor % g.slots as u64) as u32;
+            let i = g.slot_of(self.cursor) as u32;
             let slot = self.map.slot(self.stream, i);
             let d = snapshot(slot);
             match consumer_step(&g, self.cursor, head, &d, now, self.spool_to) {

@@ -176,12 +176,32 @@ impl Corruption {
 }
 
 impl Geometry {
+    /// The slot of sequence number `seq` (a mask when `slots` is a power of
+    /// two: the hot path then does no division).
+    #[inline]
+    pub fn slot_of(&self, seq: u64) -> u64 {
+        let n = self.slots as u64;
+        if n.is_power_of_two() {
+            seq & (n - 1)
+        } else {
+            seq % n
+        }
+    }
+
     /// Checks that a published descriptor points inside the data area; returns its chunk.
+    #[inline]
     pub fn chunk_of(&self, d: &Descriptor) -> Result<u32, Corruption> {
-        if self.chunk_bytes == 0 || !d.offset.is_multiple_of(self.chunk_bytes) {
+        let cb = self.chunk_bytes;
+        let (aligned, chunk) = if cb.is_power_of_two() {
+            (d.offset & (cb - 1) == 0, d.offset >> cb.trailing_zeros())
+        } else if cb == 0 {
+            (false, 0)
+        } else {
+            (d.offset.is_multiple_of(cb), d.offset / cb)
+        };
+        if !aligned {
             return Err(Corruption::Offset(d.offset));
         }
-        let chunk = d.offset / self.chunk_bytes;
         if chunk >= self.chunks as u64 {
             return Err(Corruption::Offset(d.offset));
         }
@@ -300,7 +320,7 @@ pub fn consumer_step(
     let Some(stamp) = Stamp::unpack(d.stamp) else {
         return Step::Corrupt(Corruption::UnknownState((d.stamp & 0xff) as u8));
     };
-    if stamp.seq % slots != cursor % slots || stamp.seq < cursor {
+    if g.slot_of(stamp.seq) != g.slot_of(cursor) || stamp.seq < cursor {
         // The head says `cursor` was published and stamps only grow.
         return Step::Corrupt(Corruption::WrongSlot { seq: stamp.seq });
     }

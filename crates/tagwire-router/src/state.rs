@@ -207,6 +207,8 @@ pub(crate) struct State {
     pub admin_jobs: Option<tokio::sync::mpsc::UnboundedSender<crate::lane::AdminJob>>,
     /// Pull buffers (the `history` QoS property).
     pub history: crate::history::RouterHistory,
+    /// Bandwidth reservations (`reserve=`; crate::bandwidth).
+    pub(crate) bandwidth: crate::bandwidth::Bandwidth,
     next_conn: u64,
 }
 
@@ -254,6 +256,7 @@ impl State {
             lane_commands: Vec::new(),
             admin_jobs: None,
             history,
+            bandwidth: Default::default(),
             next_conn: 1,
         }
     }

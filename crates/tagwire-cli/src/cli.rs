@@ -313,6 +313,11 @@ pub struct BenchArgs {
     /// speakers are spread evenly over them. Default: --server.
     #[arg(long, value_delimiter = ',')]
     pub daemons: Vec<String>,
+    /// av: put every speaker on this daemon and none of the listeners
+    /// (Narada's WAN setup, Fig. 10–11: the broker and the speaker at one
+    /// site, listeners at the others). Default: speakers spread over --daemons.
+    #[arg(long, value_name = "URL")]
+    pub speaker_daemon: Option<String>,
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,

@@ -14,6 +14,8 @@
 //! - [`proxy`]: temporal scaling proxies (1 of n events, a minimum interval).
 //! - [`route`]: where an event goes — patterns, filter levels and the index
 //!   in one table, used by the router for every publish.
+//! - [`bandwidth`]: bandwidth reservations (`reserve=RATE`): rate parsing,
+//!   admission (sum ≤ capacity, bounded count) and traffic-class ids.
 //!
 //! ```
 //! use tagwire_core::tags::{Pattern, TagTable};
@@ -22,6 +24,7 @@
 //! assert_eq!(&*table.matches("/demo/x"), &["viewer"]);
 //! ```
 
+pub mod bandwidth;
 pub mod connection;
 pub mod defer;
 pub mod endpoint;

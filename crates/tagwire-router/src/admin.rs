@@ -257,6 +257,10 @@ pub(crate) fn handle(
             }
             encode(Ok(serde_json::json!({ "links": links }))).map(Reply::Now)
         }
+        AdminRequest::Show { target } if target == "reservations" => encode(Ok(
+            serde_json::json!({ "reservations": crate::bandwidth::info(st) }),
+        ))
+        .map(Reply::Now),
         AdminRequest::Show { target } => {
             // About 1.5 KiB per channel shown.
             let max = (budget / 1536).max(1);

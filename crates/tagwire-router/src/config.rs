@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::auth::{AclRule, AuthConfig, TokenConfig};
 pub use crate::band::BandConfig;
+pub use crate::bandwidth::BandwidthConfig;
 
 /// Default TCP listen address.
 pub const DEFAULT_TCP: &str = "127.0.0.1:7700";
@@ -48,6 +49,9 @@ pub struct RouterConfig {
     pub qos: std::collections::BTreeMap<String, String>,
     /// Links to other daemons (`[federation]`; docs/federation.md).
     pub federation: FederationConfig,
+    /// Bandwidth reservations on the egress interface (`[bandwidth]`;
+    /// the `reserve` subscribe property).
+    pub bandwidth: BandwidthConfig,
 }
 
 /// The `[federation]` section: which daemons to link with and the bounds of
@@ -352,6 +356,7 @@ impl Default for RouterConfig {
             default_band: crate::band::DEFAULT_BAND.into(),
             qos: Default::default(),
             federation: FederationConfig::default(),
+            bandwidth: BandwidthConfig::default(),
         }
     }
 }

@@ -419,6 +419,7 @@ fn register(
             qos: tagwire_core::qos::QosLayer::new(tagwire_core::qos::Level::Session),
         },
     );
+    crate::bandwidth::mark_connection(&st, id);
     (id, limits, evict)
 }
 
@@ -777,6 +778,8 @@ impl Conn {
             qos.iter().partition(|(k, _)| k == "filter" || k == "map");
         let (transform_props, qos): (Vec<_>, Vec<_>) =
             qos.into_iter().partition(|(k, _)| k == "transform");
+        let (reserve_props, qos): (Vec<_>, Vec<_>) =
+            qos.into_iter().partition(|(k, _)| k == "reserve");
         let transform = match transform_props.last() {
             None => None,
             Some((_, spec)) => {
@@ -863,6 +866,17 @@ impl Conn {
             v.order,
             v.discard,
         );
+        if let Some((_, rate)) = reserve_props.last() {
+            let band = st
+                .connections
+                .get(&self.id)
+                .map_or_else(|| st.config.default_band.clone(), |c| c.band.to_string());
+            let (global, conn) = (self.global(sub), self.id);
+            if let Err(msg) = crate::bandwidth::reserve(&mut st, global, conn, &band, rate) {
+                drop(st);
+                return self.refuse(ErrorCode::BadRequest, msg);
+            }
+        }
         let endpoint_name: Arc<str> = Arc::from(&**endpoint);
         let mut channel = Channel::new(
             sub,
@@ -909,6 +923,7 @@ impl Conn {
             st.routes
                 .add_channel(global, self.id, parsed, channel.clone(), filters, mapping);
         if let Err(e) = added {
+            crate::bandwidth::release(&mut st, global);
             drop(st);
             return self.refuse(ErrorCode::InvalidFilter, e.to_string());
         }
@@ -1067,6 +1082,7 @@ impl Conn {
         st.routes.remove_channel(global);
         st.channels.remove(&global);
         st.filters.forget_channel(global);
+        crate::bandwidth::release(&mut st, global);
     }
 
     /// Compiles a subscription's `filter` and `map` properties; the error
@@ -1146,6 +1162,7 @@ impl Conn {
             }
         }
         st.connections.remove(&self.id);
+        crate::bandwidth::release_connection(&mut st, self.id);
         if self.counted {
             let u = st.usage(&self.identity);
             u.connections = u.connections.saturating_sub(1);

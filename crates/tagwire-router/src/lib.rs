@@ -29,6 +29,7 @@ mod admin;
 mod admission;
 pub mod auth;
 pub mod band;
+mod bandwidth;
 mod budget;
 mod channel;
 pub mod config;

@@ -152,6 +152,7 @@ pub(crate) fn set_connection_dscp(st: &mut State, conn: u64, dscp: u8) {
         }
         c.dscp = Some(dscp);
     }
+    crate::bandwidth::mark_connection(st, conn);
 }
 
 /// Asks band `band`'s lane to run `policy` from now on (if it does not).

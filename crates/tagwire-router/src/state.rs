@@ -209,6 +209,8 @@ pub(crate) struct State {
     pub history: crate::history::RouterHistory,
     /// Where `proxy=auto` subscriptions' proxies run.
     pub placement: crate::placement::Placement,
+    /// Bandwidth reservations (`reserve=`; crate::bandwidth).
+    pub(crate) bandwidth: crate::bandwidth::Bandwidth,
     next_conn: u64,
 }
 
@@ -258,6 +260,7 @@ impl State {
             admin_jobs: None,
             history,
             placement,
+            bandwidth: Default::default(),
             next_conn: 1,
         }
     }

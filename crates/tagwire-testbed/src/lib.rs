@@ -9,7 +9,10 @@
 //! (u32 filters on the TOS byte) there; [`Testbed::shape_egress`] puts the
 //! same on a host's own egress instead (the sender's NIC of Fig. 4(a)), and
 //! [`ClassSent`] counts what each class sent. Everything is removed when the
-//! testbed is dropped, also when the test panics. `scripts/netns.sh` builds
+//! testbed is dropped, also when the test panics. Where the kernel has no
+//! `netem` (this project's CI kernel), [`Testbed::wan_link`] makes a delayed
+//! path from one host to another's ports with a software [`DelayRelay`]
+//! (delay ± jitter per direction, bytes in order) instead. `scripts/netns.sh` builds
 //! the same topology from a shell; `docs/testbed.md` explains both. The
 //! `yarp_fig5` example (`scripts/yarp-fig5.sh`) is a benchmark built on it.
 //!
@@ -32,6 +35,7 @@
 //! ```
 
 mod shaping;
+mod wan;
 
 use std::ffi::OsStr;
 use std::fmt;
@@ -49,6 +53,9 @@ use std::time::{Duration, Instant};
 
 pub use shaping::{
     ClassPackets, ClassSent, Sent, Shaping, TrafficClass, DSCP_CLASSES, UNLIMITED_KBIT,
+};
+pub use wan::{
+    DelayLine, DelayRelay, WanLink, WanMechanism, WanPath, CHUNKS_HELD, CHUNK_BYTES, MAX_DELAY,
 };
 
 /// Every namespace a testbed (or `scripts/netns.sh`) makes starts with this.

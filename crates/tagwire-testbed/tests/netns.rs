@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use tagwire_testbed::{
     existing_namespaces, require_tool, ClassPackets, ClassSent, Shaping, Testbed, TestbedConfig,
-    TestbedError,
+    TestbedError, WanLink, WanMechanism,
 };
 
 const T: Duration = Duration::from_secs(20);
@@ -201,6 +201,78 @@ fn sockets_made_in_run_in_live_in_that_host() {
     let (_conn, peer) = listener.accept().expect("accept");
     assert_eq!(peer.ip(), tb.host(0).addr());
     drop(client);
+}
+
+/// A WAN link from host 0 to host 1's port 7000: with netem where the
+/// kernel has it, else the software relay in the router namespace. Either
+/// way a round trip to the path's address takes at least twice the one-way
+/// delay (a lower bound only), the far end sees host 0's traffic arrive,
+/// and connections to host 1 outside the path are not delayed by it
+/// (checked only as "they work": an upper bound would be timing).
+#[test]
+fn a_wan_link_delays_its_path_and_names_how() {
+    use std::io::{Read, Write};
+    let tb = testbed(TestbedConfig::default());
+    let server = (tb.host(1).addr(), 7000);
+    let listener = tb
+        .host(1)
+        .run_in(|| std::net::TcpListener::bind(server))
+        .unwrap_or_else(|e| panic!("{e}"))
+        .expect("bind in host 1");
+    let echo = std::thread::spawn(move || {
+        for _ in 0..2 {
+            let Ok((mut s, _)) = listener.accept() else {
+                return;
+            };
+            let mut b = [0u8; 64];
+            while let Ok(n @ 1..) = s.read(&mut b) {
+                if s.write_all(&b[..n]).is_err() {
+                    break;
+                }
+            }
+        }
+    });
+    let d = Duration::from_millis(15);
+    let path = tb
+        .wan_link(0, 1, &[7000], WanLink::new(d, Duration::from_millis(2)))
+        .unwrap_or_else(|e| panic!("{e}"));
+    eprintln!("{}", path.mechanism());
+    if path.mechanism() == WanMechanism::SoftwareRelay {
+        assert_eq!(path.peer(7000).ip(), &tb.host(0).gateway());
+    }
+    let target = path.peer(7000);
+    let mut s = tb
+        .host(0)
+        .run_in(|| std::net::TcpStream::connect(target))
+        .unwrap_or_else(|e| panic!("{e}"))
+        .expect("connect through the WAN path");
+    s.set_read_timeout(Some(T)).expect("timeout");
+    for i in 0..3u8 {
+        let start = std::time::Instant::now();
+        s.write_all(&[i]).expect("write");
+        let mut b = [0u8; 1];
+        s.read_exact(&mut b).expect("echo");
+        assert_eq!(b[0], i);
+        let rtt = start.elapsed();
+        assert!(
+            rtt >= 2 * (d - Duration::from_millis(2)),
+            "round trip {rtt:?} under 2 × (15 − 2) ms"
+        );
+    }
+    drop(s);
+    // Direct, outside the path: works.
+    let mut direct = tb
+        .host(0)
+        .run_in(|| std::net::TcpStream::connect(server))
+        .unwrap_or_else(|e| panic!("{e}"))
+        .expect("connect directly");
+    direct.set_read_timeout(Some(T)).expect("timeout");
+    direct.write_all(b"d").expect("write");
+    let mut b = [0u8; 1];
+    direct.read_exact(&mut b).expect("echo");
+    drop(direct);
+    drop(path);
+    echo.join().expect("echo thread");
 }
 
 fn assert_gone(names: &[String]) {

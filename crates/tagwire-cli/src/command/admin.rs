@@ -134,6 +134,10 @@ fn show(session: &Session, target: &str, as_json: bool) -> CmdResult {
         return Ok(());
     }
     let s = |v: &serde_json::Value| v.as_str().map_or_else(|| v.to_string(), str::to_owned);
+    if r.get("reservations").is_some() {
+        outln!("{}", serde_json::to_string_pretty(&r["reservations"])?);
+        return Ok(());
+    }
     if let Some(links) = r["links"].as_array() {
         for l in links {
             outln!(

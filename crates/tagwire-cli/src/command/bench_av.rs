@@ -7,7 +7,9 @@
 //! carries its send time; per listener the tool keeps the mean latency, the
 //! RTP jitter estimate (J += (|D(i−1,i)| − J)/16) and the packets later than
 //! 100 ms. Sweeping N finds where the mean passes 20 ms or late packets pass
-//! 1 % (Narada's capacity criterion).
+//! 1 % (Narada's capacity criterion). With `--speaker-daemon` the speakers
+//! go to one daemon and the listeners to the others, and each point also
+//! reports per listener daemon (a "site" of Narada's WAN Fig. 10–11).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -42,6 +44,8 @@ struct Listener {
     late: u64,
     jitter_ns: f64,
     last_transit: Option<i128>,
+    /// Sum of squared latencies (ns²), for the standard deviation.
+    latency_sq_sum_ns: f64,
 }
 
 impl Listener {
@@ -49,6 +53,7 @@ impl Listener {
         let transit = received as i128 - sent as i128;
         self.packets += 1;
         self.latency_sum_ns += transit.max(0) as u128;
+        self.latency_sq_sum_ns += (transit.max(0) as f64).powi(2);
         if transit > LATE_NS as i128 {
             self.late += 1;
         }
@@ -77,6 +82,45 @@ struct Point {
     lost_percent: f64,
     /// Narada's criterion: the mean under 20 ms and late packets under 1 %.
     within_capacity: bool,
+    /// The same per listener daemon, in the order given.
+    by_daemon: Vec<Site>,
+}
+
+/// One listener daemon's share of a point.
+#[derive(Debug, serde::Serialize)]
+struct Site {
+    daemon: String,
+    listeners: usize,
+    packets_received: u64,
+    mean_latency_ms: f64,
+    /// Standard deviation of all its packets' latencies.
+    sd_latency_ms: f64,
+    mean_jitter_ms: f64,
+    late_percent: f64,
+    lost_percent: f64,
+}
+
+/// Sums `listeners`' counters into one site (or the whole point).
+fn site(daemon: String, listeners: &[Listener], sent: u64) -> Site {
+    let received: u64 = listeners.iter().map(|l| l.packets).sum();
+    let latency: u128 = listeners.iter().map(|l| l.latency_sum_ns).sum();
+    let sq: f64 = listeners.iter().map(|l| l.latency_sq_sum_ns).sum();
+    let late: u64 = listeners.iter().map(|l| l.late).sum();
+    let n = received.max(1) as f64;
+    let mean = latency as f64 / n;
+    let expected = sent * listeners.len() as u64;
+    Site {
+        daemon,
+        listeners: listeners.len(),
+        packets_received: received,
+        mean_latency_ms: mean / 1e6,
+        sd_latency_ms: (sq / n - mean * mean).max(0.0).sqrt() / 1e6,
+        mean_jitter_ms: listeners.iter().map(|l| l.jitter_ns).sum::<f64>()
+            / listeners.len().max(1) as f64
+            / 1e6,
+        late_percent: 100.0 * late as f64 / n,
+        lost_percent: 100.0 * expected.saturating_sub(received) as f64 / expected.max(1) as f64,
+    }
 }
 
 /// The token for a daemon at `addr`: TAGWIRE_TOKEN, else (loopback) the
@@ -115,18 +159,16 @@ pub fn run(daemons: &[String], a: &BenchArgs) -> CmdResult {
     }
     let addrs: Vec<SocketAddr> = daemons
         .iter()
-        .map(|u| {
-            let hp = u.trim().trim_start_matches("tcp://");
-            std::net::ToSocketAddrs::to_socket_addrs(hp)
-                .ok()
-                .and_then(|mut i| i.next())
-                .ok_or_else(|| format!("daemon {u:?}: expected tcp://HOST:PORT"))
-        })
+        .map(|u| parse_daemon(u))
         .collect::<Result<_, _>>()?;
+    let speaker = match &a.speaker_daemon {
+        Some(u) => Some(parse_daemon(u)?),
+        None => None,
+    };
     raise_fd_limit(points.iter().max().copied().unwrap_or(0) + 64)?;
     let mut results = Vec::new();
     for &n in &points {
-        let p = point(&addrs, n, a)?;
+        let p = point(&addrs, speaker, n, a)?;
         if !a.json {
             outln!(
                 "{:>6} listeners {} meeting(s) on {} daemon(s): mean {:.2} ms, jitter {:.2} ms, late {:.2} %, lost {:.2} % ({} of {} packets){}",
@@ -141,6 +183,14 @@ pub fn run(daemons: &[String], a: &BenchArgs) -> CmdResult {
                 p.packets_expected,
                 if p.within_capacity { "" } else { "  ← over capacity (mean > 20 ms or late > 1 %)" }
             );
+            if speaker.is_some() {
+                for s in &p.by_daemon {
+                    outln!(
+                        "         at {}: {} listeners, mean {:.2} ms (sd {:.2}), jitter {:.2} ms, late {:.2} %, lost {:.2} %",
+                        s.daemon, s.listeners, s.mean_latency_ms, s.sd_latency_ms, s.mean_jitter_ms, s.late_percent, s.lost_percent
+                    );
+                }
+            }
         }
         results.push(p);
     }
@@ -148,6 +198,14 @@ pub fn run(daemons: &[String], a: &BenchArgs) -> CmdResult {
         outln!("{}", serde_json::to_string(&results)?);
     }
     Ok(())
+}
+
+fn parse_daemon(u: &str) -> Result<SocketAddr, String> {
+    let hp = u.trim().trim_start_matches("tcp://");
+    std::net::ToSocketAddrs::to_socket_addrs(hp)
+        .ok()
+        .and_then(|mut i| i.next())
+        .ok_or_else(|| format!("daemon {u:?}: expected tcp://HOST:PORT"))
 }
 
 fn raise_fd_limit(want: usize) -> Result<(), String> {
@@ -180,6 +238,7 @@ fn video_packets(k: u64) -> u64 {
 
 fn point(
     addrs: &[SocketAddr],
+    speaker: Option<SocketAddr>,
     n: usize,
     a: &BenchArgs,
 ) -> Result<Point, Box<dyn std::error::Error>> {
@@ -266,7 +325,10 @@ fn point(
     }));
     // Speakers: one publisher per meeting, on the daemons in turn.
     let sessions: Vec<Session> = (0..a.meetings)
-        .map(|m| Session::connect(&format!("tcp://{}", addrs[m % addrs.len()])))
+        .map(|m| {
+            let at = speaker.unwrap_or(addrs[m % addrs.len()]);
+            Session::connect(&format!("tcp://{at}"))
+        })
         .collect::<Result<_, _>>()?;
     let publishers: Vec<tagwire::Publisher> = sessions
         .iter()
@@ -316,14 +378,18 @@ fn point(
         .iter()
         .map(|l| *l.lock().unwrap_or_else(|p| p.into_inner()))
         .collect();
-    let received: u64 = all.iter().map(|l| l.packets).sum();
-    let latency: u128 = all.iter().map(|l| l.latency_sum_ns).sum();
-    let late: u64 = all.iter().map(|l| l.late).sum();
-    let expected = sent * n as u64;
-    let mean_latency_ms = latency as f64 / received.max(1) as f64 / 1e6;
-    let mean_jitter_ms = all.iter().map(|l| l.jitter_ns).sum::<f64>() / n as f64 / 1e6;
-    let late_percent = 100.0 * late as f64 / received.max(1) as f64;
-    let lost_percent = 100.0 * expected.saturating_sub(received) as f64 / expected.max(1) as f64;
+    let whole = site(String::new(), &all, sent);
+    let by_daemon = addrs
+        .iter()
+        .enumerate()
+        .map(|(d, addr)| {
+            let mine: Vec<Listener> = all.iter().skip(d).step_by(addrs.len()).copied().collect();
+            site(format!("tcp://{addr}"), &mine, sent)
+        })
+        .collect();
+    let (received, expected) = (whole.packets_received, sent * n as u64);
+    let (mean_latency_ms, mean_jitter_ms) = (whole.mean_latency_ms, whole.mean_jitter_ms);
+    let (late_percent, lost_percent) = (whole.late_percent, whole.lost_percent);
     Ok(Point {
         listeners: n,
         meetings: a.meetings,
@@ -338,6 +404,7 @@ fn point(
         late_percent,
         lost_percent,
         within_capacity: mean_latency_ms <= 20.0 && late_percent <= 1.0,
+        by_daemon,
     })
 }
 

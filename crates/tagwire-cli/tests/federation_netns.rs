@@ -509,3 +509,89 @@ fn daemons_on_one_segment_discover_each_other_and_link() {
         let _ = c.wait();
     }
 }
+
+/// `tagwire list --json` on daemon `i` (the whole listing).
+fn listing(tb: &Testbed, i: usize) -> serde_json::Value {
+    let h = tb.host(i);
+    let out = h
+        .output(&tagwire(h, &["list", "--json"]), WAIT)
+        .unwrap_or_else(|e| panic!("{e}"));
+    serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null)
+}
+
+#[test]
+fn auto_placement_moves_the_proxy_to_the_publishers_daemon_and_the_links_carry_the_scaled_stream() {
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let tb = testbed(3);
+    let net = Network::start(&tb, &[(0, 1), (1, 2)]);
+    let h2 = tb.host(2);
+    let _sub = h2
+        .spawn(&tagwire(
+            h2,
+            &["sub", "/t/**", "--scale", "4", "--qos", "proxy=auto"],
+        ))
+        .unwrap_or_else(|e| panic!("{e}"));
+    net.wait_for_interest(&[0, 1], &[2]);
+    // 100 events/s for up to 60 s: placement needs a measured period.
+    let h0 = tb.host(0);
+    let _publisher = h0
+        .spawn(&tagwire(
+            h0,
+            &["pub", "/t/x", "e", "-n", "6000", "--rate", "100"],
+        ))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let start = Instant::now();
+    let proxy = loop {
+        let l = listing(&tb, 2);
+        let proxy = l["subscriptions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find_map(|s| s.get("proxy").cloned());
+        if let Some(p) = &proxy {
+            if p["runs_at"] == "d0"
+                && p["reason"]
+                    .as_str()
+                    .is_some_and(|r| r.contains("tagwire place"))
+            {
+                break p.clone();
+            }
+        }
+        assert!(
+            start.elapsed() < WAIT,
+            "the proxy was never placed at d0: {proxy:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    eprintln!("placed: {proxy}");
+    // From now on d0 sends 1 of every 4 events toward d1.
+    std::thread::sleep(Duration::from_millis(500));
+    let sample = || {
+        let l = listing(&tb, 0);
+        let published = l["tags"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|t| t["tag"] == "/t/x")
+            .and_then(|t| t["published"].as_u64())
+            .unwrap_or(0);
+        let out = net.federation(0)["links"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|l| l["peer"] == "d1")
+            .and_then(|l| l["events_out"].as_u64())
+            .unwrap_or(0);
+        (published, out)
+    };
+    let (p0, o0) = sample();
+    std::thread::sleep(Duration::from_secs(3));
+    let (p1, o1) = sample();
+    let (published, crossed) = (p1 - p0, o1 - o0);
+    assert!(published >= 100, "the publisher runs: {published} in 3 s");
+    let ratio = published as f64 / crossed.max(1) as f64;
+    assert!(
+        (3.5..=4.5).contains(&ratio),
+        "{published} published, {crossed} crossed d0→d1: not 1 of every 4"
+    );
+}

@@ -60,7 +60,7 @@ use std::thread::JoinHandle;
 
 pub use admin::{
     AdminRequest, ConnectionInfo, EndpointEntry, FilterInfo, FilterLevel, LaneEntry, Listing,
-    MemoryInfo, SubscriptionInfo, TagInfo, DEFAULT_PAGE_ITEMS, MAX_PAGE_ITEMS,
+    MemoryInfo, ProxyInfo, SubscriptionInfo, TagInfo, DEFAULT_PAGE_ITEMS, MAX_PAGE_ITEMS,
 };
 use auth::Authenticator;
 pub use config::{FederationConfig, Limits, RouterConfig, TlsConfig};

@@ -829,3 +829,83 @@ fn drain_now(sub: &Subscriber) {
         .is_some()
     {}
 }
+
+/// Publishes on `/sc/x` from `a` every 10 ms until `sc`'s auto subscription
+/// shows its proxy on `want`; returns the placement shown.
+fn wait_placed(a: &Daemon, sc: &Session, want: &str) -> tagwire::router::ProxyInfo {
+    let p = a
+        .session()
+        .declare_publisher("/sc/paced")
+        .expect("publisher");
+    let start = Instant::now();
+    let mut last = None;
+    while start.elapsed() < WAIT * 2 {
+        for _ in 0..10 {
+            p.publish("/sc/x", "e").expect("publish");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let proxy = sc
+            .list()
+            .expect("list")
+            .subscriptions
+            .into_iter()
+            .find_map(|s| s.proxy);
+        if let Some(p) = &proxy {
+            if p.runs_at == want && p.reason.contains("tagwire place") {
+                return p.clone();
+            }
+        }
+        last = proxy;
+    }
+    panic!("the proxy never ran at {want}: last shown {last:?}");
+}
+
+#[test]
+fn auto_placement_keeps_the_delay_bound_and_otherwise_saves_bandwidth() {
+    // Events every ~10 ms, scale 4: a proxy at the publisher's daemon a
+    // costs 2 hops at the scaled period (~80 ms), at b ~10 + 40 ms, at c
+    // (the subscriber's) ~20 ms (push-pull paper §2.2's delay model). The
+    // least bandwidth that meets the bound: a with none, b under 65 ms, c
+    // under 35 ms.
+    for (prefix, bound, want) in [("pd", "65ms", "pdb"), ("pe", "35ms", "pec")] {
+        let (a, _b, _c, sc, _sub) = scaled_chain(
+            prefix,
+            &[("scale", "4"), ("proxy", "auto"), ("max_delay", bound)],
+        );
+        let placed = wait_placed(&a, &sc, want);
+        assert_eq!(placed.mode, "auto");
+    }
+}
+
+#[test]
+fn auto_placement_with_no_feasible_node_says_why_and_scales_here() {
+    // 1 ms is below one period at any daemon but the subscriber's own, and
+    // even there two hops at ~10 ms each pass it.
+    let (a, _b, _c, sc, _sub) = scaled_chain(
+        "pf",
+        &[("scale", "4"), ("proxy", "auto"), ("max_delay", "1ms")],
+    );
+    let p = a
+        .session()
+        .declare_publisher("/sc/paced")
+        .expect("publisher");
+    let start = Instant::now();
+    loop {
+        assert!(start.elapsed() < WAIT * 2, "no infeasibility reported");
+        for _ in 0..10 {
+            p.publish("/sc/x", "e").expect("publish");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let proxy = sc
+            .list()
+            .expect("list")
+            .subscriptions
+            .into_iter()
+            .find_map(|s| s.proxy)
+            .expect("shown");
+        if proxy.reason.contains("no feasible placement") {
+            assert_eq!(proxy.runs_at, "pfc", "scaled at the subscriber's daemon");
+            break;
+        }
+    }
+}

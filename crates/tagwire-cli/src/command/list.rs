@@ -112,6 +112,15 @@ pub fn run(session: &Session, a: ListArgs) -> CmdResult {
             s.expired,
             s.route
         );
+        if let Some(p) = &s.proxy {
+            outln!(
+                "    proxy={} runs at {}: {} ({} events scaled out here)",
+                p.mode,
+                p.runs_at,
+                p.reason,
+                s.scaled_out
+            );
+        }
     }
     outln!("\nTAGS");
     outln!("  {:<40} {:>10}  LAST PUBLISHER", "TAG", "PUBLISHED");

@@ -13,8 +13,10 @@
 //! - a member that comes **up** through discovery is linked: the daemon with
 //!   the smaller node id dials the other's TCP address.
 //!
-//! Bounds: foca's member table is bounded by `max_nodes` (members beyond it
-//! are not announced to); gossip datagrams over 1,400 bytes are never sent
+//! Bounds: foca's member table is bounded by `max_nodes` (discovered
+//! daemons beyond it are not announced to; members gossiped past twice
+//! `max_nodes` restart membership from the configured peers, counted as
+//! `resets`, since foca itself has no bound); gossip datagrams over 1,400 bytes are never sent
 //! and foca drops bad ones (counted); beacons are parsed by
 //! [`Beacon::decode`] (fuzzed and property-tested) and bad ones counted.
 
@@ -173,6 +175,8 @@ pub(crate) struct Members {
     pub bad_datagrams: u64,
     /// Whether membership runs (false: no gossip socket).
     pub running: bool,
+    /// Times the member table passed twice `max_nodes` and was started over.
+    pub resets: u64,
 }
 
 /// The gossip address for this daemon: configured, else the TCP main
@@ -258,25 +262,31 @@ pub(crate) async fn run(state: Arc<Locked<State>>) {
         frequency: Duration::from_secs(5),
         num_members: std::num::NonZeroUsize::MIN.saturating_add(1),
     });
-    let mut foca = Foca::new(
-        identity.clone(),
-        config,
-        StdRng::from_os_rng(),
-        BincodeCodec(bincode::config::standard()),
-    );
+    let fresh = || {
+        Foca::new(
+            identity.clone(),
+            config.clone(),
+            StdRng::from_os_rng(),
+            BincodeCodec(bincode::config::standard()),
+        )
+    };
+    let mut foca = fresh();
     let mut rt = AccumulatingRuntime::new();
     let (timers_tx, mut timers) = mpsc::unbounded_channel::<Timer<Member>>();
     // Announce to the configured peers (their gossip address is their TCP
     // address, unless they configured otherwise).
-    for p in peers.iter().filter_map(|p| peer_gossip(p)) {
-        let target = Member {
-            node: 0,
-            gossip: p,
-            link: p,
-            started: 0,
-        };
-        let _ = foca.announce(target, &mut rt);
-    }
+    let announce_peers = |foca: &mut Foca<_, _, _, _>, rt: &mut AccumulatingRuntime<Member>| {
+        for p in peers.iter().filter_map(|p| peer_gossip(p)) {
+            let target = Member {
+                node: 0,
+                gossip: p,
+                link: p,
+                started: 0,
+            };
+            let _ = foca.announce(target, &mut *rt);
+        }
+    };
+    announce_peers(&mut foca, &mut rt);
     let beacons = if discovery {
         beacon_socket(group).await
     } else {
@@ -306,6 +316,23 @@ pub(crate) async fn run(state: Arc<Locked<State>>) {
                 if let Ok((n, _from)) = r {
                     if foca.handle_data(&buf[..n], &mut rt).is_err() {
                         state.borrow_mut().members.bad_datagrams += 1;
+                    }
+                    // foca has no member bound of its own: past twice
+                    // max_nodes (members gossiped by a peer that invents
+                    // them), start over from the configured peers.
+                    if foca.num_members() > max_nodes.saturating_mul(2) {
+                        tracing::warn!(
+                            "{} members gossiped, over twice federation.max_nodes = {max_nodes}: membership restarts from the configured peers",
+                            foca.num_members()
+                        );
+                        foca = fresh();
+                        rt = AccumulatingRuntime::new();
+                        announced.clear();
+                        let mut st = state.borrow_mut();
+                        st.members.up.clear();
+                        st.members.resets += 1;
+                        drop(st);
+                        announce_peers(&mut foca, &mut rt);
                     }
                 }
             }

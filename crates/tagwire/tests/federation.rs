@@ -5,6 +5,10 @@
 
 use std::time::{Duration, Instant};
 
+mod common;
+
+use common::{history, payloads};
+
 use tagwire::router::{FederationConfig, Router, RouterConfig, RouterHandle};
 use tagwire::{Publisher, Session, Subscriber};
 
@@ -522,19 +526,6 @@ fn a_network_clock_session_stamps_events_with_network_time() {
         ahead.abs() < 20_000_000,
         "plain stamp {ahead} ns from this host's clock"
     );
-}
-
-/// Sets `history` on tags under `pattern` at the daemon of `s`.
-fn history(s: &Session, pattern: &str, n: &str) {
-    s.admin(&serde_json::json!({"op": "qos", "target": [pattern], "set": {"history": n}}))
-        .expect("admin qos history");
-}
-
-fn payloads(samples: &[tagwire::Sample]) -> Vec<String> {
-    samples
-        .iter()
-        .map(|s| String::from_utf8_lossy(&s.payload()).into_owned())
-        .collect()
 }
 
 #[test]

@@ -4,20 +4,8 @@
 
 mod common;
 
-use common::all_servers;
+use common::{all_servers, history, payloads};
 use tagwire::{HistoryAt, Pull, PullError, PullOptions, Session};
-
-fn history(s: &Session, pattern: &str, n: &str) {
-    s.admin(&serde_json::json!({"op": "qos", "target": [pattern], "set": {"history": n}}))
-        .expect("admin qos history");
-}
-
-fn payloads(samples: &[tagwire::Sample]) -> Vec<String> {
-    samples
-        .iter()
-        .map(|s| String::from_utf8_lossy(&s.payload()).into_owned())
-        .collect()
-}
 
 #[test]
 fn session_pull_reads_latest_nth_seq_range_and_time() {

@@ -88,3 +88,18 @@ pub fn all_servers() -> Vec<(&'static str, Server)> {
         ),
     ]
 }
+
+/// Sets `history` (events kept per publisher) on tags under `pattern` at
+/// the daemon of `s`.
+pub fn history(s: &Session, pattern: &str, n: &str) {
+    s.admin(&serde_json::json!({"op": "qos", "target": [pattern], "set": {"history": n}}))
+        .expect("admin qos history");
+}
+
+/// The samples' payloads as text.
+pub fn payloads(samples: &[tagwire::Sample]) -> Vec<String> {
+    samples
+        .iter()
+        .map(|s| String::from_utf8_lossy(&s.payload()).into_owned())
+        .collect()
+}

@@ -35,8 +35,9 @@ pub(crate) const PULL_TIMEOUT_NS: u64 = 5_000_000_000;
 /// name may not start with `@`).
 pub const AT_PUBLISHER: &str = "@publisher";
 /// Most tags whose origin daemon is remembered; at the bound the table is
-/// cleared and refilled as events arrive.
-const MAX_ORIGINS: usize = 65_536;
+/// cleared and refilled as events arrive (tags are at most 1 KiB, so the
+/// table holds at most about 4 MiB).
+const MAX_ORIGINS: usize = 4096;
 
 /// Who waits for a pull's answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -333,3 +333,87 @@ fn a_config_naming_a_bad_peer_address_is_refused_by_name() {
     .expect_err("refused");
     assert!(e.to_string().contains("nohost"), "{e}");
 }
+
+/// The next `PullAnswer` on a raw link (other link frames skipped).
+fn pull_answer(raw: &mut Raw) -> (u32, tagwire_proto::PullOutcome) {
+    loop {
+        match recv_link(raw) {
+            Ok(LinkFrame::PullAnswer { id, outcome }) => return (id, outcome),
+            Ok(_) => continue,
+            other => panic!("expected a PullAnswer, got {other:?}"),
+        }
+    }
+}
+
+fn pull_request(id: u32, target: u64, hops: u8) -> LinkFrame {
+    LinkFrame::PullRequest {
+        id,
+        target,
+        hops,
+        max_reply: 65_536,
+        pull: tagwire_proto::Pull {
+            req: 0,
+            node: String::new(),
+            publisher: String::new(),
+            tag: "/nothing/here".into(),
+            query: tagwire_proto::PullQuery::Latest,
+        },
+    }
+}
+
+#[test]
+fn bad_pulls_from_a_peer_are_answered_or_dropped_and_the_link_stays() {
+    let h = router(FederationConfig::default());
+    let (mut raw, router_id) = linked(&h, 21);
+    // For the router itself: answered from its buffers (no history here).
+    raw.send_bytes(&link_frame(&pull_request(5, router_id, 0)));
+    let (id, outcome) = pull_answer(&mut raw);
+    assert_eq!(id, 5);
+    assert!(
+        matches!(
+            &outcome,
+            tagwire_proto::PullOutcome::Refused {
+                code: ErrorCode::NoHistory,
+                ..
+            }
+        ),
+        "{outcome:?}"
+    );
+    // For a daemon nobody knows, and one at the hop limit: refused by name.
+    raw.send_bytes(&link_frame(&pull_request(6, 0xdead, 0)));
+    let (id, outcome) = pull_answer(&mut raw);
+    assert_eq!(id, 6);
+    assert!(
+        matches!(
+            &outcome,
+            tagwire_proto::PullOutcome::Refused {
+                code: ErrorCode::UnknownNode,
+                ..
+            }
+        ),
+        "{outcome:?}"
+    );
+    raw.send_bytes(&link_frame(&pull_request(7, 0xdead, 200)));
+    let (id, _) = pull_answer(&mut raw);
+    assert_eq!(id, 7);
+    // An answer nobody asked for reaches nobody; a garbled one closes only
+    // this link.
+    raw.send_bytes(&link_frame(&LinkFrame::PullAnswer {
+        id: 99,
+        outcome: tagwire_proto::PullOutcome::Refused {
+            code: ErrorCode::NoHistory,
+            message: "unasked".into(),
+        },
+    }));
+    link_ping(&mut raw, 3);
+    let mut garbled = link_frame(&pull_request(8, router_id, 0));
+    let n = garbled.len();
+    garbled.truncate(n - 1);
+    garbled[0] -= 1; // the length, kept consistent with the cut body
+    raw.send_bytes(&garbled);
+    let m = closing_message(&mut raw);
+    assert!(m.contains("PullRequest") || m.contains("pull"), "{m}");
+    // The router still serves others.
+    let (mut other, _) = linked(&h, 22);
+    link_ping(&mut other, 4);
+}

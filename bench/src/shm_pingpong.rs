@@ -45,6 +45,8 @@ const POLLS_PER_CLOCK_CHECK: u32 = 1024;
 /// The transport measured.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum PingPongSystem {
+    /// tagwire-shm streams (descriptor ring + data area in a memfd), loan + publish, next.
+    TagwireShm,
     /// iceoryx2 publish-subscribe (`ipc::Service`), loan + send, receive.
     Iceoryx2,
     /// A Unix stream socket: the socket path tagwire uses without shm.
@@ -55,6 +57,7 @@ impl PingPongSystem {
     /// The name used in the JSON output.
     pub fn as_str(self) -> &'static str {
         match self {
+            PingPongSystem::TagwireShm => "tagwire-shm",
             PingPongSystem::Iceoryx2 => "iceoryx2",
             PingPongSystem::Unix => "unix-socket",
         }

@@ -14,7 +14,9 @@
 use clap::{Args, Parser, Subcommand};
 use tagwire_bench::measure::{Mode, RunParams};
 use tagwire_bench::shm_pingpong::{self, PingPongParams, PingPongSystem, WaitMode};
-use tagwire_bench::{iceoryx2_pingpong, nats_client, raw_relay, zenoh_client, BenchError};
+use tagwire_bench::{
+    iceoryx2_pingpong, nats_client, raw_relay, tagwire_shm_pingpong, zenoh_client, BenchError,
+};
 
 #[derive(Parser)]
 #[command(
@@ -72,7 +74,7 @@ enum Command {
 /// A same-host ping-pong run.
 #[derive(Args)]
 struct PingPongArgs {
-    /// The transport: iceoryx2 or unix.
+    /// The transport: tagwire-shm, iceoryx2 or unix.
     #[arg(value_enum)]
     system: PingPongSystem,
     /// How each side waits: spin, yield (busy poll sharing a core) or blocking.
@@ -97,6 +99,7 @@ impl PingPongArgs {
     /// The pong process's arguments for rendezvous `name`.
     fn pong_args(&self, name: &str) -> Vec<String> {
         let system = match self.system {
+            PingPongSystem::TagwireShm => "tagwire-shm",
             PingPongSystem::Iceoryx2 => "iceoryx2",
             PingPongSystem::Unix => "unix",
         };
@@ -122,10 +125,12 @@ impl PingPongArgs {
         let cpu = self.pong_cpu.as_deref();
         let args = |name: &str| self.pong_args(name);
         match (&self.pong, self.system) {
+            (Some(name), PingPongSystem::TagwireShm) => tagwire_shm_pingpong::pong(params, name)?,
             (Some(name), PingPongSystem::Iceoryx2) => iceoryx2_pingpong::pong(params, name)?,
             (Some(name), PingPongSystem::Unix) => shm_pingpong::unix_pong(params, name)?,
             (None, system) => {
                 let rtt = match system {
+                    PingPongSystem::TagwireShm => tagwire_shm_pingpong::ping(params, args, cpu)?,
                     PingPongSystem::Iceoryx2 => iceoryx2_pingpong::ping(params, args, cpu)?,
                     PingPongSystem::Unix => shm_pingpong::unix_ping(params, args, cpu)?,
                 };

@@ -1434,6 +1434,9 @@ impl Consumer {
             futex_wait(w, seen, (timeout - elapsed).min(slice));
             self.stats.futex_waits += 1;
             w.waiters.fetch_sub(1, SeqCst);
+            // A whole slice asleep: look at the producer's pid on the next pass
+            // even if the caller's clock did not move.
+            self.last_check = None;
         }
     }
 

@@ -156,3 +156,40 @@ fn consumer_killed_holding_a_sample_is_reaped_and_unblocks_the_producer() {
         .expect("test setup or child I/O");
     assert_eq!(p.stats().reaped, 1);
 }
+
+#[test]
+fn blocked_consumer_learns_that_the_producer_died() {
+    if std::env::var(ROLE).as_deref() == Ok("idle-producer") {
+        let (_p, fd) = Stream::create(StreamConfig::default()).expect("child stream");
+        use std::os::fd::AsRawFd;
+        println!("SHM {}", fd.as_raw_fd());
+        park();
+        return;
+    }
+    let (mut child, fd) = spawn(
+        "blocked_consumer_learns_that_the_producer_died",
+        "idle-producer",
+        &[],
+    );
+    let region = Region::attach(open_peer_fd(child.id(), &fd)).expect("attach");
+    let mut c = region
+        .consumer(
+            0,
+            ConsumerConfig {
+                liveness_interval_ns: 1_000_000,
+            },
+        )
+        .expect("consumer");
+    assert!(matches!(c.next(0), Err(Error::Empty)));
+    let killer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(50));
+        child.kill().expect("kill");
+        child.wait().expect("wait");
+    });
+    // The caller's clock never moves; the pid is still checked after each sleep.
+    let r = c
+        .next_blocking(Duration::from_secs(20), || 0)
+        .map(|s| s.seq());
+    assert!(matches!(r, Err(Error::ProducerGone { .. })), "{r:?}");
+    killer.join().expect("killer thread");
+}

@@ -42,6 +42,22 @@ pub enum BenchError {
         /// Zenoh's error text.
         message: String,
     },
+    /// iceoryx2 reported an error.
+    #[error("iceoryx2: {context}: {message}")]
+    Iceoryx2 {
+        /// What the baseline was doing.
+        context: &'static str,
+        /// iceoryx2's error, debug-formatted.
+        message: String,
+    },
+    /// A tagwire-shm stream reported an error.
+    #[error("tagwire-shm: {context}: {message}")]
+    TagwireShm {
+        /// What the baseline was doing.
+        context: &'static str,
+        /// The stream's error text.
+        message: String,
+    },
     /// The echo did not answer a ping in time.
     #[error("{system}: no echo within {timeout_ms} ms after {round_trips} round trips")]
     ReplyTimeout {

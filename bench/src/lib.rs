@@ -8,15 +8,23 @@
 //! - [`nats_client`]: a real `nats-server` driven by the `async-nats` client;
 //! - [`zenoh_client`]: a Zenoh router process and client-mode sessions.
 //!
+//! Same-host transports (issue 16) have their own two-process ping-pong,
+//! [`shm_pingpong`]: tagwire-shm ([`tagwire_shm_pingpong`]) against
+//! iceoryx2 ([`iceoryx2_pingpong`]) and a Unix socket, run by
+//! `bench/shm-compare.sh`.
+//!
 //! [`measure`] holds what every system shares: subscriber counters, the rule
 //! that ends a run, the RTT histogram and the JSON report. `bench/compare.sh`
 //! runs them all and `bench/report.py` turns the JSON into markdown; the
 //! method is in `docs/benchmarks.md`.
 
 pub mod error;
+pub mod iceoryx2_pingpong;
 pub mod measure;
 pub mod nats_client;
 pub mod raw_relay;
+pub mod shm_pingpong;
+pub mod tagwire_shm_pingpong;
 pub mod zenoh_client;
 
 pub use error::BenchError;

@@ -8,11 +8,15 @@
 //! baseline nats latency --size 1024 --server nats://127.0.0.1:7802
 //! baseline zenoh-router --port 7803 &
 //! baseline zenoh fanout --subscribers 10 --server tcp/127.0.0.1:7803
+//! baseline shm-pingpong iceoryx2 --wait spin --size 1048576 --pong-cpu 1
 //! ```
 
 use clap::{Args, Parser, Subcommand};
 use tagwire_bench::measure::{Mode, RunParams};
-use tagwire_bench::{nats_client, raw_relay, zenoh_client, BenchError};
+use tagwire_bench::shm_pingpong::{self, PingPongParams, PingPongSystem, WaitMode};
+use tagwire_bench::{
+    iceoryx2_pingpong, nats_client, raw_relay, tagwire_shm_pingpong, zenoh_client, BenchError,
+};
 
 #[derive(Parser)]
 #[command(
@@ -62,6 +66,84 @@ enum Command {
         #[arg(long, default_value = "tcp/127.0.0.1:7447")]
         server: String,
     },
+    /// Same-host ping-pong RTT between two processes (this one pings and
+    /// starts the pong process itself).
+    ShmPingpong(PingPongArgs),
+}
+
+/// A same-host ping-pong run.
+#[derive(Args)]
+struct PingPongArgs {
+    /// The transport: tagwire-shm, iceoryx2 or unix.
+    #[arg(value_enum)]
+    system: PingPongSystem,
+    /// How each side waits: spin, yield (busy poll sharing a core) or blocking.
+    #[arg(long, value_enum, default_value_t = WaitMode::Spin)]
+    wait: WaitMode,
+    /// Payload bytes per message (at least 16).
+    #[arg(long, default_value_t = 64)]
+    size: usize,
+    /// Measured round trips (1,000 warm-up round trips come on top).
+    #[arg(long, default_value_t = 100_000)]
+    iterations: u64,
+    /// Run the pong process under `taskset -c CPUS` (else it inherits this
+    /// process's CPUs).
+    #[arg(long)]
+    pong_cpu: Option<String>,
+    /// Internal: be the pong side of the run named RENDEZVOUS.
+    #[arg(long, hide = true)]
+    pong: Option<String>,
+}
+
+impl PingPongArgs {
+    /// The pong process's arguments for rendezvous `name`.
+    fn pong_args(&self, name: &str) -> Vec<String> {
+        let system = match self.system {
+            PingPongSystem::TagwireShm => "tagwire-shm",
+            PingPongSystem::Iceoryx2 => "iceoryx2",
+            PingPongSystem::Unix => "unix",
+        };
+        [
+            "shm-pingpong",
+            system,
+            "--wait",
+            self.wait.as_str(),
+            "--size",
+            &self.size.to_string(),
+            "--iterations",
+            &self.iterations.to_string(),
+            "--pong",
+            name,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    }
+
+    fn run(&self) -> Result<Option<serde_json::Value>, BenchError> {
+        let params = PingPongParams::new(self.size, self.iterations, self.wait)?;
+        let cpu = self.pong_cpu.as_deref();
+        let args = |name: &str| self.pong_args(name);
+        match (&self.pong, self.system) {
+            (Some(name), PingPongSystem::TagwireShm) => tagwire_shm_pingpong::pong(params, name)?,
+            (Some(name), PingPongSystem::Iceoryx2) => iceoryx2_pingpong::pong(params, name)?,
+            (Some(name), PingPongSystem::Unix) => shm_pingpong::unix_pong(params, name)?,
+            (None, system) => {
+                let rtt = match system {
+                    PingPongSystem::TagwireShm => tagwire_shm_pingpong::ping(params, args, cpu)?,
+                    PingPongSystem::Iceoryx2 => iceoryx2_pingpong::ping(params, args, cpu)?,
+                    PingPongSystem::Unix => shm_pingpong::unix_ping(params, args, cpu)?,
+                };
+                return Ok(Some(shm_pingpong::report(
+                    system.as_str(),
+                    params,
+                    &rtt,
+                    cpu,
+                )));
+            }
+        }
+        Ok(None)
+    }
 }
 
 /// The measurement and its parameters, the same flags as `tagwire bench`.
@@ -107,6 +189,7 @@ fn main() {
             .params()
             .and_then(|p| zenoh_client::run(&server, run.mode, p))
             .map(Some),
+        Command::ShmPingpong(args) => args.run(),
     };
     match result {
         Ok(Some(json)) => println!("{json}"),

@@ -1431,12 +1431,16 @@ impl Consumer {
                 return Err(Error::Timeout);
             }
             let slice = Duration::from_nanos(self.liveness_ns.max(1_000_000));
+            let slept = Instant::now();
             futex_wait(w, seen, (timeout - elapsed).min(slice));
             self.stats.futex_waits += 1;
             w.waiters.fetch_sub(1, SeqCst);
-            // A whole slice asleep: look at the producer's pid on the next pass
-            // even if the caller's clock did not move.
-            self.last_check = None;
+            // A whole slice asleep (not woken by a packet): look at the
+            // producer's pid on the next pass even if the caller's clock did
+            // not move. After a wake-up, the pid check keeps its own pace.
+            if slept.elapsed() >= slice {
+                self.last_check = None;
+            }
         }
     }
 

@@ -91,8 +91,9 @@ pub fn solve_mip(
         let one: Expression = xs.iter().copied().sum();
         model.add_constraint(one.eq(1.0));
     }
+    // The same relative slack as every other algorithm.
     for (expr, row) in row_exprs.into_iter().zip(rows) {
-        model.add_constraint(expr.leq(row.capacity));
+        model.add_constraint(expr.leq(row.capacity * (1.0 + crate::problem::CAPACITY_TOLERANCE)));
     }
     let solution = model.solve().map_err(|e| match e {
         ResolutionError::Infeasible => PlaceError::CapacityInfeasible {
@@ -117,10 +118,24 @@ pub fn solve_mip(
         total += values[u][k];
         choice.push(k);
     }
+    // The deterministic tie-break of every algorithm; it also re-checks
+    // capacities with the shared tolerance, whatever the solver's own.
+    let lambda = crate::lagrangian::relax(problem, &values, 100, &mut || false).lambda;
+    let choice = crate::tiebreak::canonical(
+        problem,
+        &values,
+        total,
+        &lambda,
+        crate::limits::DEFAULT_EXHAUSTIVE_VISITS,
+    )
+    .unwrap_or(choice);
+    let objective_value = choice.iter().enumerate().map(|(u, &k)| values[u][k]).sum();
     Ok(Assignment {
         choice,
-        objective: total,
+        objective: objective_value,
         visited: 0,
+        lower_bound: objective_value,
+        optimal: true,
     })
 }
 

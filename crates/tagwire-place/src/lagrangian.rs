@@ -122,18 +122,95 @@ fn repair(
         ls.iter()
             .all(|&(r, x)| loads[r as usize] + x <= caps[r as usize])
     };
+    // Overload a candidate would add: Σ_r (load + x − cap)⁺ − (load − cap)⁺.
+    let added_overload = |loads: &[f64], ls: &[(u32, f64)]| -> f64 {
+        ls.iter()
+            .map(|&(r, x)| {
+                let (l, c) = (loads[r as usize], caps[r as usize]);
+                (l + x - c).max(0.0) - (l - c).max(0.0)
+            })
+            .sum()
+    };
     let mut idx: Vec<usize> = Vec::new();
+    let mut overloaded = false;
     for &(_, u) in &order {
         idx.clear();
         idx.extend(0..rc[u].len());
         idx.sort_by(|&a, &b| rc[u][a].total_cmp(&rc[u][b]).then(a.cmp(&b)));
-        let k = *idx
+        let k = match idx
             .iter()
-            .find(|&&k| fits(&loads, problem.candidate_loads(u, k)))?;
+            .find(|&&k| fits(&loads, problem.candidate_loads(u, k)))
+        {
+            Some(&k) => k,
+            None => {
+                // Nothing fits: the least overload for now, fixed below.
+                overloaded = true;
+                *idx.iter()
+                    .min_by(|&&a, &&b| {
+                        added_overload(&loads, problem.candidate_loads(u, a))
+                            .total_cmp(&added_overload(&loads, problem.candidate_loads(u, b)))
+                            .then(a.cmp(&b))
+                    })
+                    .expect("every unit has a candidate")
+            }
+        };
         for &(r, x) in problem.candidate_loads(u, k) {
             loads[r as usize] += x;
         }
         choice[u] = k;
+    }
+    if overloaded {
+        // Local search on (total overload, cost): move one unit at a time
+        // to the candidate that removes the most overload (ties: cheapest).
+        let mut rounds = 0;
+        loop {
+            let total: f64 = loads.iter().zip(caps).map(|(l, c)| (l - c).max(0.0)).sum();
+            if total <= 0.0 {
+                break;
+            }
+            rounds += 1;
+            if rounds > 4 * units + 16 {
+                return None;
+            }
+            let mut best: Option<(f64, f64, usize, usize)> = None;
+            for u in 0..units {
+                let old = choice[u];
+                let old_ls = problem.candidate_loads(u, old);
+                if !old_ls
+                    .iter()
+                    .any(|&(r, _)| loads[r as usize] > caps[r as usize])
+                {
+                    continue;
+                }
+                for &(r, x) in old_ls {
+                    loads[r as usize] -= x;
+                }
+                let removed = added_overload(&loads, old_ls);
+                for k in 0..values[u].len() {
+                    if k == old {
+                        continue;
+                    }
+                    let gain = removed - added_overload(&loads, problem.candidate_loads(u, k));
+                    let dc = values[u][k] - values[u][old];
+                    if gain > 0.0
+                        && best.map_or(true, |(g, c, _, _)| gain > g || (gain == g && dc < c))
+                    {
+                        best = Some((gain, dc, u, k));
+                    }
+                }
+                for &(r, x) in old_ls {
+                    loads[r as usize] += x;
+                }
+            }
+            let (_, _, u, k) = best?;
+            for &(r, x) in problem.candidate_loads(u, choice[u]) {
+                loads[r as usize] -= x;
+            }
+            for &(r, x) in problem.candidate_loads(u, k) {
+                loads[r as usize] += x;
+            }
+            choice[u] = k;
+        }
     }
     // Improvement: each unit to its cheapest candidate that fits.
     for _ in 0..3 {

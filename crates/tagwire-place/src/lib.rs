@@ -31,6 +31,7 @@
 pub mod cli;
 mod error;
 pub mod exhaustive;
+pub mod generate;
 pub mod lagrangian;
 pub mod limits;
 pub mod mip;

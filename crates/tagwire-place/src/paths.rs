@@ -259,6 +259,9 @@ impl RouteTree {
         #[derive(PartialEq)]
         struct Entry {
             f: f64,
+            /// Hops still to go: among equal f, the deepest first, so that
+            /// ties complete a path instead of widening the search.
+            to_go: u32,
             seq: u64,
             at: u32,
             g: f64,
@@ -267,7 +270,9 @@ impl RouteTree {
         impl Eq for Entry {}
         impl Ord for Entry {
             fn cmp(&self, o: &Self) -> Ordering {
-                o.f.total_cmp(&self.f).then(o.seq.cmp(&self.seq))
+                o.f.total_cmp(&self.f)
+                    .then(o.to_go.cmp(&self.to_go))
+                    .then(o.seq.cmp(&self.seq))
             }
         }
         impl PartialOrd for Entry {
@@ -281,13 +286,14 @@ impl RouteTree {
         let mut seq = 0u64;
         heap.push(Entry {
             f: self.latency_ms[node],
+            to_go: self.dist[node],
             seq,
             at: node as u32,
             g: 0.0,
             path: NONE,
         });
         let mut pops = 0usize;
-        let pop_limit = 64 * max * (self.dist[node] as usize + 1);
+        let pop_limit = 8 * max * (self.dist[node] as usize + 1);
         while let Some(e) = heap.pop() {
             pops += 1;
             if pops > pop_limit {
@@ -324,6 +330,7 @@ impl RouteTree {
                     seq += 1;
                     heap.push(Entry {
                         f: g + self.latency_ms[w],
+                        to_go: self.dist[w],
                         seq,
                         at: w as u32,
                         g,

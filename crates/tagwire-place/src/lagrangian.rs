@@ -91,11 +91,35 @@ fn argmin(xs: &[f64]) -> usize {
 }
 
 /// Greedy repair: a feasible placement from reduced costs, or `None`.
+/// Tries units in decreasing regret, then in declaration order, then in
+/// reverse, and keeps the cheapest success.
 fn repair(
     problem: &PlacementProblem<'_>,
     values: &[Vec<f64>],
     rc: &[Vec<f64>],
     caps: &[f64],
+) -> Option<(f64, Vec<usize>)> {
+    let mut best: Option<(f64, Vec<usize>)> = None;
+    for attempt in 0..3 {
+        if let Some((v, c)) = repair_in_order(problem, values, rc, caps, attempt) {
+            if best.as_ref().map_or(true, |(b, _)| v < *b) {
+                best = Some((v, c));
+            }
+        }
+        if best.is_some() && attempt == 0 {
+            break;
+        }
+    }
+    best
+}
+
+/// One repair pass; `attempt` picks the order of the units.
+fn repair_in_order(
+    problem: &PlacementProblem<'_>,
+    values: &[Vec<f64>],
+    rc: &[Vec<f64>],
+    caps: &[f64],
+    attempt: u32,
 ) -> Option<(f64, Vec<usize>)> {
     let units = values.len();
     // Regret: second least reduced cost minus the least.
@@ -115,7 +139,11 @@ fn repair(
             (if b.is_finite() { b - a } else { f64::INFINITY }, u)
         })
         .collect();
-    order.sort_by(|x, y| y.0.total_cmp(&x.0).then(x.1.cmp(&y.1)));
+    match attempt {
+        0 => order.sort_by(|x, y| y.0.total_cmp(&x.0).then(x.1.cmp(&y.1))),
+        1 => {}
+        _ => order.reverse(),
+    }
     let mut loads = vec![0.0; caps.len()];
     let mut choice = vec![usize::MAX; units];
     let fits = |loads: &[f64], ls: &[(u32, f64)]| {
@@ -169,7 +197,7 @@ fn repair(
                 break;
             }
             rounds += 1;
-            if rounds > 4 * units + 16 {
+            if rounds > 8 * units + 64 {
                 return None;
             }
             let mut best: Option<(f64, f64, usize, usize)> = None;
@@ -333,6 +361,10 @@ pub(crate) fn relax(
         for (l, &gr) in lambda.iter_mut().zip(&g) {
             *l = (*l + step * gr).max(0.0);
         }
+    }
+    if best.incumbent.is_none() {
+        let rc = reduced_costs(problem, values, &best.lambda);
+        best.incumbent = repair(problem, values, &rc, &caps);
     }
     best
 }

@@ -95,17 +95,35 @@ pub fn solve_mip(
     for (expr, row) in row_exprs.into_iter().zip(rows) {
         model.add_constraint(expr.leq(row.capacity * (1.0 + crate::problem::CAPACITY_TOLERANCE)));
     }
-    let solution = model.solve().map_err(|e| match e {
-        ResolutionError::Infeasible => PlaceError::CapacityInfeasible {
-            binding_rows: rows.len(),
-            first: rows
-                .first()
-                .map_or_else(|| "none".to_owned(), |r| problem.resource_name(r.resource)),
-        },
-        other => PlaceError::Solver {
-            message: other.to_string(),
-        },
-    })?;
+    let settle = || {
+        crate::lagrangian::solve_branch_and_bound(
+            problem,
+            objective,
+            crate::lagrangian::BranchAndBoundOptions::default(),
+            &mut || std::time::Duration::ZERO,
+        )
+        .map(|a| Assignment { visited: 0, ..a })
+    };
+    let solution = match model.solve() {
+        Ok(s) => s,
+        Err(ResolutionError::Infeasible) => {
+            return Err(PlaceError::CapacityInfeasible {
+                binding_rows: rows.len(),
+                first: rows
+                    .first()
+                    .map_or_else(|| "none".to_owned(), |r| problem.resource_name(r.resource)),
+            })
+        }
+        // A numerical failure of the backend (microlp: "exactly integral
+        // solution failed feasibility validation" at a capacity within
+        // 1e-9 of a load): the branch and bound settles it.
+        Err(ResolutionError::Other(_) | ResolutionError::Str(_)) => return settle(),
+        Err(other) => {
+            return Err(PlaceError::Solver {
+                message: other.to_string(),
+            })
+        }
+    };
     let mut choice = Vec::with_capacity(x.len());
     let mut total = 0.0;
     for (u, xs) in x.iter().enumerate() {
@@ -118,8 +136,13 @@ pub fn solve_mip(
         total += values[u][k];
         choice.push(k);
     }
-    // The deterministic tie-break of every algorithm; it also re-checks
-    // capacities with the shared tolerance, whatever the solver's own.
+    // The solver judges capacities with its own (absolute) tolerance; the
+    // shared relative one is the judge here. A placement that breaks it
+    // leaves the question to the branch and bound, which uses it.
+    if !problem.fits(&choice) {
+        return settle();
+    }
+    // The deterministic tie-break of every algorithm.
     let lambda = crate::lagrangian::relax(problem, &values, 100, &mut || false).lambda;
     let choice = crate::tiebreak::canonical(
         problem,

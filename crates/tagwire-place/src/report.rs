@@ -282,7 +282,7 @@ impl PlacementReport {
             "optimal".to_owned()
         } else {
             format!(
-                "gap {}% (lower bound {})",
+                "gap {}%, lower bound {}",
                 num(self.gap * 100.0),
                 num(self.lower_bound)
             )

@@ -20,8 +20,9 @@ use libfuzzer_sys::fuzz_target;
 use tagwire_place::{
     explain,
     model::{InputFormat, TopologySpec},
-    solve_exhaustive, solve_mip, Algorithm, Assignment, ExhaustiveOptions, Objective, PlaceError,
-    PlacementProblem, PlacementReport,
+    solve_branch_and_bound, solve_exhaustive, solve_mip, Algorithm, Assignment,
+    BranchAndBoundOptions, ExhaustiveOptions, Objective, PlaceError, PlacementProblem,
+    PlacementReport,
 };
 
 /// Largest instance the algorithms are run on.
@@ -88,7 +89,9 @@ fn check_spec(spec: &TopologySpec, objective: Objective) {
         Err(
             PlaceError::DelayBoundUnsatisfiable { .. }
             | PlaceError::NoCommonProxyNode { .. }
-            | PlaceError::LimitExceeded { .. },
+            | PlaceError::LimitExceeded { .. }
+            // A delay that overflows (periods or latencies near f64::MAX).
+            | PlaceError::InvalidValue { .. },
         ) => return,
         Err(e) => panic!("unexpected error building the problem: {e}"),
     };
@@ -129,6 +132,22 @@ fn check_spec(spec: &TopologySpec, objective: Objective) {
     agree(&problem, objective, oracle, &ex, Algorithm::Exhaustive);
     let mip = solve_mip(&problem, objective);
     agree(&problem, objective, oracle, &mip, Algorithm::Mip);
+    let bnb = solve_branch_and_bound(
+        &problem,
+        objective,
+        BranchAndBoundOptions::default(),
+        &mut || std::time::Duration::ZERO,
+    );
+    agree(&problem, objective, oracle, &bnb, Algorithm::BranchAndBound);
+    // One tolerance and one tie-break: the same placement from all three.
+    let choices: Vec<Option<Vec<usize>>> = [&ex, &mip, &bnb]
+        .iter()
+        .map(|r| r.as_ref().ok().map(|a| a.choice.clone()))
+        .collect();
+    assert!(
+        choices.windows(2).all(|w| w[0] == w[1]),
+        "algorithms chose different placements: {choices:?}"
+    );
 }
 
 /// Every combination, no pruning: the oracle (as in tests/agreement.rs).
@@ -177,7 +196,7 @@ fn fits(problem: &PlacementProblem<'_>, choice: &[usize]) -> bool {
     }
     load.iter()
         .zip(rows)
-        .all(|(l, r)| *l <= r.capacity * (1.0 + 1e-7))
+        .all(|(l, r)| *l <= r.capacity * (1.0 + tagwire_place::problem::CAPACITY_TOLERANCE))
 }
 
 fn close(a: f64, b: f64) -> bool {

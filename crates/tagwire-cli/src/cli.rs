@@ -106,7 +106,7 @@ pub enum Command {
     Bench(BenchArgs),
     /// Administer the router (QoS, filters).
     Admin(AdminArgs),
-    /// Choose proxy placement for a topology (exhaustive search or MIP).
+    /// Choose proxy placement for a topology (exhaustive search, branch and bound or MIP).
     Place(tagwire_place::cli::PlaceArgs),
 }
 

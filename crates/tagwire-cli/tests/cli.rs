@@ -1033,3 +1033,32 @@ fn pull_prints_history_and_exits_with_a_code_for_gone_and_no_history() {
     );
     d.stop();
 }
+
+/// `tagwire place` as docs/placement.md says: the answer on stdout and
+/// exit 0; any error on stderr after `tagwire: ` and exit 2.
+#[test]
+fn place_answers_with_status_0_and_fails_with_status_2() {
+    let example = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/appendix-a.toml"
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_tagwire"))
+        .args(["place", example])
+        .output()
+        .expect("run tagwire place");
+    assert_eq!(out.status.code(), Some(0));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("proxy on node \"1\""), "{stdout}");
+    assert!(stdout.contains("(optimal;"), "{stdout}");
+
+    let out = Command::new(env!("CARGO_BIN_EXE_tagwire"))
+        .args(["place", "/nonexistent/topology.toml"])
+        .output()
+        .expect("run tagwire place");
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.starts_with("tagwire: cannot read topology file /nonexistent/topology.toml"),
+        "{stderr}"
+    );
+}

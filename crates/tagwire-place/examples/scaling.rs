@@ -1,6 +1,9 @@
-//! How placement time grows with nodes and subscribers, and where the
-//! exhaustive search stops being feasible. Prints Markdown tables (pasted
-//! into BENCHMARKS.md) and writes an SVG plot.
+//! How placement time grows with nodes and subscribers — first with
+//! capacities that bind (the Lagrangian branch and bound, 1 s budget, against
+//! the MIP and the exhaustive search where they finish), then on the older
+//! mostly-slack instances — and where the exhaustive search stops being
+//! feasible. Prints Markdown tables (pasted into BENCHMARKS.md) and writes
+//! an SVG plot.
 //!
 //! Run: `cargo run --release -p tagwire-place --example scaling -- [OUT.svg]`
 //! (default `docs/placement-scaling.svg`; add `--features highs` for HiGHS).
@@ -61,6 +64,135 @@ struct Point {
     x: f64,
     exhaustive_ms: Option<f64>,
     mip_ms: Option<f64>,
+    bnb_ms: Option<f64>,
+}
+
+/// Binding capacities: `generate::random_instance` with `binding: true`.
+/// Total time = validate + build + solve, with a 1 s budget for all of it.
+fn binding_sweep(
+    label: &str,
+    params: &[(usize, usize)],
+    x_of: impl Fn(usize, usize) -> f64,
+    md: &mut String,
+) -> Vec<Point> {
+    use tagwire_place::generate::{random_instance, InstanceParams};
+    use tagwire_place::{solve_branch_and_bound, BranchAndBoundOptions};
+    let _ = writeln!(md, "\n{label}\n");
+    let _ = writeln!(
+        md,
+        "| nodes | subscribers | proxies | candidates generated / kept | capacity rows | build ms | branch and bound ms (total) | answer | search nodes | MIP (microlp) ms | exhaustive ms | B&B / MIP |"
+    );
+    let _ = writeln!(
+        md,
+        "|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|"
+    );
+    let mut points = Vec::new();
+    for &(nodes, subscribers) in params {
+        let mut seed = 1;
+        let spec = loop {
+            let spec = random_instance(InstanceParams {
+                nodes,
+                subscribers,
+                seed,
+                ..InstanceParams::default()
+            });
+            let ok = spec
+                .validate()
+                .is_ok_and(|t| PlacementProblem::new(&t).is_ok());
+            if ok || seed > 20 {
+                break spec;
+            }
+            seed += 1;
+        };
+        let limit = Duration::from_secs(1);
+        let mut runs = Vec::new();
+        for _ in 0..3 {
+            let t0 = Instant::now();
+            let topo = spec.validate().expect("valid");
+            let problem = PlacementProblem::new(&topo).expect("delay-feasible");
+            let build = t0.elapsed();
+            let r = solve_branch_and_bound(
+                &problem,
+                Objective::Bandwidth,
+                BranchAndBoundOptions {
+                    time_limit: limit,
+                    ..BranchAndBoundOptions::default()
+                },
+                &mut || t0.elapsed(),
+            );
+            let total = t0.elapsed();
+            let stats = (
+                problem.units().len(),
+                problem.generated_candidates(),
+                problem.candidates().iter().map(Vec::len).sum::<usize>(),
+                problem.capacity_rows().len(),
+            );
+            runs.push((total, build, r.map_err(|e| e.to_string()), stats));
+        }
+        runs.sort_by_key(|r| r.0);
+        let (total, build, result, (units, generated, kept, rows)) = runs.swap_remove(1);
+        let topo = spec.validate().expect("valid");
+        let problem = PlacementProblem::new(&topo).expect("delay-feasible");
+        let mip = (nodes <= 50).then(|| {
+            let t = Instant::now();
+            let m = tagwire_place::solve_mip(&problem, Objective::Bandwidth);
+            (ms(build + t.elapsed()), m)
+        });
+        let t = Instant::now();
+        let ex = solve_exhaustive(
+            &problem,
+            Objective::Bandwidth,
+            ExhaustiveOptions::default(),
+            &mut |_, _| {},
+        );
+        let ex_ms = ms(build + t.elapsed());
+        let (answer, visited) = match &result {
+            Ok(a) if a.optimal => ("optimal".to_owned(), a.visited.to_string()),
+            Ok(a) => (
+                format!("gap {:.2} %", a.gap() * 100.0),
+                a.visited.to_string(),
+            ),
+            Err(e) => (e.clone(), "-".to_owned()),
+        };
+        if let (Ok(a), Some((_, Ok(m)))) = (&result, &mip) {
+            if a.optimal {
+                assert!(
+                    (a.objective - m.objective).abs() <= 1e-6 * a.objective.max(1.0),
+                    "branch and bound and MIP agree"
+                );
+            }
+        }
+        let mip_s = mip.as_ref().map_or_else(
+            || "not run (> 60 s from 100 nodes)".to_owned(),
+            |(t, m)| match m {
+                Ok(_) => format!("{t:.1}"),
+                Err(e) => e.to_string(),
+            },
+        );
+        let ratio = mip
+            .as_ref()
+            .and_then(|(t, m)| m.as_ref().ok().map(|_| format!("{:.3}", ms(total) / t)))
+            .unwrap_or_else(|| "-".to_owned());
+        let ex_s = match &ex {
+            Ok(_) => format!("{ex_ms:.1}"),
+            Err(PlaceError::ExhaustiveLimit { .. }) => format!("gave up after {ex_ms:.0}"),
+            Err(e) => e.to_string(),
+        };
+        let _ = writeln!(
+            md,
+            "| {nodes} | {subscribers} | {units} | {generated} / {kept} | {rows} | {:.1} | {:.1} | {answer} | {visited} | {mip_s} | {ex_s} | {ratio} |",
+            ms(build),
+            ms(total),
+        );
+        eprintln!("{label}: {nodes} x {subscribers} done");
+        points.push(Point {
+            x: x_of(nodes, subscribers),
+            exhaustive_ms: None,
+            mip_ms: None,
+            bnb_ms: Some(ms(total)),
+        });
+    }
+    points
 }
 
 fn sweep(
@@ -130,6 +262,7 @@ fn sweep(
             x: x_of(p),
             exhaustive_ms: ex_ms,
             mip_ms,
+            bnb_ms: None,
         });
     }
     points
@@ -288,7 +421,11 @@ fn svg(series: &[(&str, &[Point])], out: &str) {
         .collect();
     let ys: Vec<f64> = series
         .iter()
-        .flat_map(|(_, p)| p.iter().flat_map(|q| [q.exhaustive_ms, q.mip_ms]).flatten())
+        .flat_map(|(_, p)| {
+            p.iter()
+                .flat_map(|q| [q.exhaustive_ms, q.mip_ms, q.bnb_ms])
+                .flatten()
+        })
         .collect();
     let lx = |v: f64| v.max(1e-9).log10();
     let (x0, x1) = (
@@ -331,16 +468,26 @@ fn svg(series: &[(&str, &[Point])], out: &str) {
         (left + w - right) / 2.0,
         h - 10.0
     );
-    let colours = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728"];
+    let colours = [
+        "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
+    ];
     let mut legend = 0;
     for (name, points) in series {
-        for (kind, pick) in [("exhaustive", 0), ("MIP", 1)] {
+        for (kind, pick) in [("exhaustive", 0), ("MIP", 1), ("B&amp;B, binding caps", 2)] {
             let pts: Vec<(f64, f64)> = points
                 .iter()
                 .filter_map(|p| {
-                    if pick == 0 { p.exhaustive_ms } else { p.mip_ms }.map(|y| (px(p.x), py(y)))
+                    match pick {
+                        0 => p.exhaustive_ms,
+                        1 => p.mip_ms,
+                        _ => p.bnb_ms,
+                    }
+                    .map(|y| (px(p.x), py(y)))
                 })
                 .collect();
+            if pts.is_empty() {
+                continue;
+            }
             let colour = colours[legend % colours.len()];
             let path: Vec<String> = pts.iter().map(|(x, y)| format!("{x:.1},{y:.1}")).collect();
             let _ = write!(
@@ -383,6 +530,31 @@ fn main() {
         seed: 1,
     };
     let mut md = String::new();
+    let c = binding_sweep(
+        "Binding capacities, growing nodes (100 subscribers in tags of 10; 1 s budget)",
+        &[
+            (30, 100),
+            (50, 100),
+            (100, 100),
+            (300, 100),
+            (1000, 100),
+            (3000, 100),
+        ],
+        |n, _| n as f64,
+        &mut md,
+    );
+    let d = binding_sweep(
+        "Binding capacities, growing subscribers (1,000 nodes; 1 s budget)",
+        &[
+            (1000, 10),
+            (1000, 30),
+            (1000, 100),
+            (1000, 300),
+            (1000, 1000),
+        ],
+        |_, s| s as f64,
+        &mut md,
+    );
     let by_nodes: Vec<RandomParams> = [100, 300, 1000, 3000, 10_000]
         .iter()
         .map(|&n| RandomParams { nodes: n, ..base })
@@ -408,7 +580,15 @@ fn main() {
     );
     exhaustive_limit(&mut md);
     exhaustive_contention(&mut md);
-    svg(&[("nodes", &a), ("subscribers", &b)], &out);
+    svg(
+        &[
+            ("nodes", &a),
+            ("subscribers", &b),
+            ("nodes", &c),
+            ("subscribers", &d),
+        ],
+        &out,
+    );
     println!("{md}");
     println!("plot written to {out}");
 }

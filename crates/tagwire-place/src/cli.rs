@@ -10,7 +10,10 @@ use std::time::{Duration, Instant};
 use crate::model::TopologySpec;
 use crate::problem::{Objective, PlacementProblem};
 use crate::report::{explain, Algorithm, PlacementReport};
-use crate::{limits, pick_algorithm, solve, AlgorithmChoice, ExhaustiveOptions, PlaceError};
+use crate::{
+    limits, pick_algorithm, solve, AlgorithmChoice, BranchAndBoundOptions, ExhaustiveOptions,
+    PlaceError, PlaceOptions,
+};
 
 /// Choose proxy nodes for a topology (exhaustive search or MIP).
 #[derive(Debug, Clone, clap::Args)]
@@ -21,11 +24,19 @@ pub struct PlaceArgs {
     #[arg(long, default_value = "bandwidth", value_parser = parse_objective)]
     pub objective: Objective,
     /// Use the exhaustive search (paper Appendix A).
-    #[arg(long, conflicts_with = "mip")]
+    #[arg(long, conflicts_with_all = ["mip", "branch_and_bound"])]
     pub exhaustive: bool,
-    /// Use the mixed-integer programme (HiGHS).
+    /// Use the Lagrangian branch and bound (the default for coupled problems).
+    #[arg(long, conflicts_with = "mip")]
+    pub branch_and_bound: bool,
+    /// Use the mixed-integer programme (microlp, or HiGHS when built with it).
     #[arg(long)]
     pub mip: bool,
+    /// Time budget in seconds, from reading the file to the answer: the
+    /// branch and bound stops there with its best placement and the proven
+    /// gap.
+    #[arg(long, default_value_t = 10.0, value_parser = parse_time_limit)]
+    pub time_limit: f64,
     /// Print the result as JSON (format tagwire-placement/1).
     #[arg(long)]
     pub json: bool,
@@ -39,13 +50,23 @@ fn parse_objective(s: &str) -> Result<Objective, PlaceError> {
     s.parse()
 }
 
+fn parse_time_limit(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(x) if x.is_finite() && x > 0.0 && x <= 1e6 => Ok(x),
+        _ => Err(format!(
+            "invalid time limit {s:?}: expected a number of seconds, > 0 and at most 1000000"
+        )),
+    }
+}
+
 impl PlaceArgs {
     /// The algorithm the flags ask for.
     pub fn algorithm_choice(&self) -> AlgorithmChoice {
-        match (self.exhaustive, self.mip) {
-            (true, _) => AlgorithmChoice::Exhaustive,
-            (false, true) => AlgorithmChoice::Mip,
-            (false, false) => AlgorithmChoice::Auto,
+        match (self.exhaustive, self.branch_and_bound, self.mip) {
+            (true, _, _) => AlgorithmChoice::Exhaustive,
+            (false, true, _) => AlgorithmChoice::BranchAndBound,
+            (false, false, true) => AlgorithmChoice::Mip,
+            (false, false, false) => AlgorithmChoice::Auto,
         }
     }
 }
@@ -59,9 +80,9 @@ pub fn run(args: &PlaceArgs) -> Result<(), PlaceError> {
 
 /// Runs `tagwire place`, writing the result to `out`.
 pub fn run_to(args: &PlaceArgs, out: &mut dyn Write) -> Result<(), PlaceError> {
+    let started = Instant::now();
     let spec = TopologySpec::read_file(&args.topology, limits::MAX_FILE_BYTES)?;
     let topology = spec.validate()?;
-    let started = Instant::now();
     let problem = PlacementProblem::new(&topology)?;
     let algorithm = pick_algorithm(&problem, args.algorithm_choice());
     let bar = progress_bar(&problem, algorithm);
@@ -71,11 +92,21 @@ pub fn run_to(args: &PlaceArgs, out: &mut dyn Write) -> Result<(), PlaceError> {
             b.set_position(done);
         }
     };
+    let options = PlaceOptions {
+        objective: args.objective,
+        algorithm: args.algorithm_choice(),
+        exhaustive: ExhaustiveOptions::default(),
+        branch_and_bound: BranchAndBoundOptions {
+            time_limit: Duration::from_secs_f64(args.time_limit),
+            ..BranchAndBoundOptions::default()
+        },
+    };
     let result = solve(
         &problem,
         args.objective,
         algorithm,
-        ExhaustiveOptions::default(),
+        &options,
+        &mut || started.elapsed(),
         &mut on_progress,
     );
     if let Some(b) = &bar {
@@ -131,9 +162,9 @@ fn progress_bar(
             );
             Some(bar)
         }
-        Algorithm::Mip if big_mip => {
+        Algorithm::Mip | Algorithm::BranchAndBound if big_mip => {
             let bar = indicatif::ProgressBar::new_spinner();
-            bar.set_message("solving the MIP with HiGHS");
+            bar.set_message("solving the MIP");
             bar.enable_steady_tick(Duration::from_millis(120));
             Some(bar)
         }

@@ -200,6 +200,15 @@ pub enum PlaceError {
         /// The number of complete combinations of delay-feasible candidates.
         combinations: f64,
     },
+    /// The branch and bound found no placement that fits the capacities
+    /// before its time limit (and could not prove that none exists).
+    #[error("no placement found within the time limit of {seconds} s (lower bound on the objective: {}); raise --time-limit", num(*.lower_bound))]
+    NoPlacementInTime {
+        /// The limit in seconds.
+        seconds: f64,
+        /// The proven lower bound.
+        lower_bound: f64,
+    },
     /// The MIP solver failed or returned something unusable.
     #[error("the MIP solver failed: {message}")]
     Solver {

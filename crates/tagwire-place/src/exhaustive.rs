@@ -12,10 +12,11 @@
 //! branches that break a capacity or cannot beat the best found so far
 //! (still exact). The number of combinations grows as m^units, so the
 //! search has a visit limit and then fails with
-//! [`PlaceError::ExhaustiveLimit`].
+//! [`PlaceError::ExhaustiveLimit`]. Ties within
+//! [`crate::problem::VALUE_TOLERANCE`] are broken by [`crate::tiebreak`].
 
 use crate::error::PlaceError;
-use crate::problem::{Objective, PlacementProblem};
+use crate::problem::{fits_capacity, value_slack, Objective, PlacementProblem};
 
 /// Result of a solve: one candidate per unit.
 #[derive(Debug, Clone, PartialEq)]
@@ -24,8 +25,25 @@ pub struct Assignment {
     pub choice: Vec<usize>,
     /// Objective value of the assignment.
     pub objective: f64,
-    /// Search nodes visited (exhaustive) or 0 (MIP).
+    /// Search nodes visited (exhaustive, branch and bound) or 0 (MIP).
     pub visited: u64,
+    /// A proven lower bound on the optimum (= `objective` when optimal).
+    pub lower_bound: f64,
+    /// Whether `objective` is proven optimal; otherwise the gap is
+    /// `(objective − lower_bound) / objective`.
+    pub optimal: bool,
+}
+
+impl Assignment {
+    /// The proven relative gap (0 when optimal).
+    pub fn gap(&self) -> f64 {
+        if self.optimal {
+            0.0
+        } else {
+            ((self.objective - self.lower_bound) / self.objective.abs().max(f64::MIN_POSITIVE))
+                .max(0.0)
+        }
+    }
 }
 
 /// Knobs of the exhaustive search.
@@ -43,10 +61,6 @@ impl Default for ExhaustiveOptions {
     }
 }
 
-fn tolerance(x: f64) -> f64 {
-    1e-9 * x.abs().max(1.0)
-}
-
 /// Solves by exhaustive search. `progress(done, total)` is called now and
 /// then (on each top-level branch) so a caller can draw a progress bar.
 pub fn solve_exhaustive(
@@ -61,23 +75,23 @@ pub fn solve_exhaustive(
 
     if rows.is_empty() {
         // Separable: Appendix A per unit.
-        let mut choice = Vec::with_capacity(units);
         let mut total = 0.0;
         for (u, vs) in values.iter().enumerate() {
-            let mut best = 0;
-            for (k, &v) in vs.iter().enumerate() {
-                if v < vs[best] - tolerance(vs[best]) {
-                    best = k;
-                }
-            }
-            choice.push(best);
-            total += vs[best];
+            total += vs.iter().copied().fold(f64::INFINITY, f64::min);
             progress(u as u64 + 1, units as u64);
         }
+        let choice = crate::tiebreak::canonical(problem, &values, total, &[], u64::MAX)
+            .ok_or_else(|| PlaceError::Solver {
+                message: "tie-break found no placement at the optimum of a separable problem"
+                    .to_owned(),
+            })?;
+        let objective_value = choice.iter().enumerate().map(|(u, &k)| values[u][k]).sum();
         return Ok(Assignment {
             choice,
-            objective: total,
+            objective: objective_value,
             visited: values.iter().map(|v| v.len() as u64).sum(),
+            lower_bound: objective_value,
+            optimal: true,
         });
     }
 
@@ -117,19 +131,16 @@ pub fn solve_exhaustive(
             }
             let val = values[depth][k];
             if let Some((b, _)) = &best {
-                if cur + val + suffix_min[depth + 1] >= *b - tolerance(*b) {
+                if cur + val + suffix_min[depth + 1] >= *b - value_slack(*b) {
                     // Candidates are sorted: none after this one can do better.
                     pos[depth] = order[depth].len();
                     continue;
                 }
             }
             let ls = problem.candidate_loads(depth, k);
-            // Relative slack only: capacities are positive, and an absolute
-            // floor would let a tiny capacity be exceeded many times over.
-            let fits = ls.iter().all(|&(r, x)| {
-                let cap = rows[r as usize].capacity;
-                loads[r as usize] + x <= cap * (1.0 + 1e-9)
-            });
+            let fits = ls
+                .iter()
+                .all(|&(r, x)| fits_capacity(loads[r as usize] + x, rows[r as usize].capacity));
             if !fits {
                 continue;
             }
@@ -161,12 +172,18 @@ pub fn solve_exhaustive(
         }
     }
     match best {
-        Some((_, choice)) => {
+        Some((value, choice)) => {
+            let lambda = crate::lagrangian::relax(problem, &values, 100, &mut || false).lambda;
+            let choice =
+                crate::tiebreak::canonical(problem, &values, value, &lambda, options.max_visits)
+                    .unwrap_or(choice);
             let objective_value = choice.iter().enumerate().map(|(u, &k)| values[u][k]).sum();
             Ok(Assignment {
                 choice,
                 objective: objective_value,
                 visited,
+                lower_bound: objective_value,
+                optimal: true,
             })
         }
         None => Err(PlaceError::CapacityInfeasible {

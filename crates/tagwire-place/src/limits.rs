@@ -25,3 +25,16 @@ pub const DEFAULT_EXHAUSTIVE_VISITS: u64 = 20_000_000;
 /// Rows printed per unit by `--explain` on big topologies; the rest are
 /// summarised in one line.
 pub const MAX_EXPLAIN_ROWS: usize = 64;
+/// Most candidate routes per leg (publisher → proxy or proxy →
+/// subscriber): the default route, further (hops, latency) Pareto routes
+/// and other fewest-hop routes, in that order (see `docs/placement.md`).
+pub const MAX_ROUTES_PER_LEG: usize = 4;
+/// Most (hops, latency) Pareto routes besides the default one per leg.
+pub const MAX_PARETO_ROUTES: usize = 2;
+/// How many hops beyond the graph's largest fewest-hop distance the
+/// (hops, latency) frontier is searched.
+pub const MAX_EXTRA_HOPS: u32 = 32;
+/// Most route combinations (one route per leg) per placement unit and
+/// proxy node: all of them when there are this few, otherwise the default
+/// combination and then single-leg deviations.
+pub const MAX_ROUTE_COMBOS: usize = 16;

@@ -91,20 +91,39 @@ pub fn solve_mip(
         let one: Expression = xs.iter().copied().sum();
         model.add_constraint(one.eq(1.0));
     }
+    // The same relative slack as every other algorithm.
     for (expr, row) in row_exprs.into_iter().zip(rows) {
-        model.add_constraint(expr.leq(row.capacity));
+        model.add_constraint(expr.leq(row.capacity * (1.0 + crate::problem::CAPACITY_TOLERANCE)));
     }
-    let solution = model.solve().map_err(|e| match e {
-        ResolutionError::Infeasible => PlaceError::CapacityInfeasible {
-            binding_rows: rows.len(),
-            first: rows
-                .first()
-                .map_or_else(|| "none".to_owned(), |r| problem.resource_name(r.resource)),
-        },
-        other => PlaceError::Solver {
-            message: other.to_string(),
-        },
-    })?;
+    let settle = || {
+        crate::lagrangian::solve_branch_and_bound(
+            problem,
+            objective,
+            crate::lagrangian::BranchAndBoundOptions::default(),
+            &mut || std::time::Duration::ZERO,
+        )
+        .map(|a| Assignment { visited: 0, ..a })
+    };
+    let solution = match model.solve() {
+        Ok(s) => s,
+        Err(ResolutionError::Infeasible) => {
+            return Err(PlaceError::CapacityInfeasible {
+                binding_rows: rows.len(),
+                first: rows
+                    .first()
+                    .map_or_else(|| "none".to_owned(), |r| problem.resource_name(r.resource)),
+            })
+        }
+        // A numerical failure of the backend (microlp: "exactly integral
+        // solution failed feasibility validation" at a capacity within
+        // 1e-9 of a load): the branch and bound settles it.
+        Err(ResolutionError::Other(_) | ResolutionError::Str(_)) => return settle(),
+        Err(other) => {
+            return Err(PlaceError::Solver {
+                message: other.to_string(),
+            })
+        }
+    };
     let mut choice = Vec::with_capacity(x.len());
     let mut total = 0.0;
     for (u, xs) in x.iter().enumerate() {
@@ -117,10 +136,29 @@ pub fn solve_mip(
         total += values[u][k];
         choice.push(k);
     }
+    // The solver judges capacities with its own (absolute) tolerance; the
+    // shared relative one is the judge here. A placement that breaks it
+    // leaves the question to the branch and bound, which uses it.
+    if !problem.fits(&choice) {
+        return settle();
+    }
+    // The deterministic tie-break of every algorithm.
+    let lambda = crate::lagrangian::relax(problem, &values, 100, &mut || false).lambda;
+    let choice = crate::tiebreak::canonical(
+        problem,
+        &values,
+        total,
+        &lambda,
+        crate::limits::DEFAULT_EXHAUSTIVE_VISITS,
+    )
+    .unwrap_or(choice);
+    let objective_value = choice.iter().enumerate().map(|(u, &k)| values[u][k]).sum();
     Ok(Assignment {
         choice,
-        objective: total,
+        objective: objective_value,
         visited: 0,
+        lower_bound: objective_value,
+        optimal: true,
     })
 }
 

@@ -505,7 +505,9 @@ impl Topology {
                 }
                 let max_delay_ms = match s.max_delay_ms {
                     None => None,
-                    Some(d) => Some(check_positive(d, || {
+                    // 0 is a real bound: a subscriber on the publisher's
+                    // node with the proxy there meets it.
+                    Some(d) => Some(check_non_negative(d, || {
                         format!("max_delay_ms of subscriber {sn:?} of tag {tn:?}")
                     })?),
                 };
@@ -540,7 +542,7 @@ impl Topology {
     }
 
     fn check_connected(&self) -> Result<(), PlaceError> {
-        let tree = crate::paths::ShortestPathTree::new(self, 0);
+        let tree = crate::paths::RouteTree::new(self, 0);
         if let Some(unreached) = tree.first_unreached() {
             return Err(PlaceError::DisconnectedGraph {
                 node: self.nodes[unreached].name.clone(),

@@ -1,12 +1,16 @@
-//! The placement problem both algorithms solve, precomputed from a
+//! The placement problem every algorithm solves, precomputed from a
 //! [`Topology`]: placement units (one shared proxy per tag, or one proxy per
-//! subscriber), each unit's delay-feasible candidate nodes with their cost,
-//! and the capacity constraints that can bind.
+//! subscriber), each unit's delay-feasible candidates (a proxy node plus
+//! one route per leg) with their cost, and the capacity constraints that
+//! can bind.
 //!
 //! Cost model (paper §2.4, unicast): subscriber i served through a proxy on
-//! node j costs `d_pub(j)·L + d_sub(i,j)·L'_i` bytes/s of bandwidth (the
-//! paper's `K·(d_pub f + d_sub f')` with K the message size) and has delay
-//! `δ(i,j) = d_pub(j)·T + d_sub(i,j)·T' (+ link latencies)`.
+//! node j over routes p (publisher → j) and q (j → i) costs
+//! `hops(p)·L + hops(q)·L'_i` bytes/s of bandwidth (the paper's
+//! `K·(d_pub f + d_sub f')` with K the message size) and has delay
+//! `δ = hops(p)·T + hops(q)·T' + latency(p) + latency(q)`. The candidate
+//! routes of a leg are listed in [`crate::paths`]; dominated candidates are
+//! removed (see [`PlacementProblem::new`]).
 
 use std::fmt;
 use std::str::FromStr;
@@ -14,7 +18,34 @@ use std::str::FromStr;
 use crate::error::PlaceError;
 use crate::limits;
 use crate::model::{ProxySharing, Topology};
-use crate::paths::ShortestPathTree;
+use crate::paths::{Route, RouteTree};
+
+/// Relative slack of every capacity check, shared by all algorithms: a
+/// load fits a capacity C when it is at most C·(1 + 1e-9). Relative only:
+/// an absolute floor would let a tiny capacity be exceeded many times over.
+pub const CAPACITY_TOLERANCE: f64 = 1e-9;
+
+/// Relative tolerance under which two objective values count as equal
+/// (max(|x|, 1)·1e-9); placements that tie within it are told apart by the
+/// deterministic tie-break of [`crate::tiebreak`].
+pub const VALUE_TOLERANCE: f64 = 1e-9;
+
+/// Relative slack of delay-bound checks (δ ≤ δʳ·(1 + 1e-12)).
+pub const DELAY_TOLERANCE: f64 = 1e-12;
+
+/// Whether `load` fits `capacity` (within [`CAPACITY_TOLERANCE`]).
+pub fn fits_capacity(load: f64, capacity: f64) -> bool {
+    load <= capacity * (1.0 + CAPACITY_TOLERANCE)
+}
+
+/// The absolute slack [`VALUE_TOLERANCE`] allows around the value `x`.
+pub fn value_slack(x: f64) -> f64 {
+    VALUE_TOLERANCE * x.abs().max(1.0)
+}
+
+fn within_bound(delay: f64, bound: Option<f64>) -> bool {
+    bound.map_or(true, |b| delay <= b * (1.0 + DELAY_TOLERANCE))
+}
 
 /// What to minimise (the paper's three cost functions, §2.4.1).
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -84,7 +115,8 @@ pub struct Unit {
 /// errors: bandwidth, CPU, objective value.
 const COST_NAMES: [&str; 3] = ["bandwidth", "CPU", "objective"];
 
-/// A node that meets every delay bound of a unit, with its costs.
+/// A proxy node and one route per leg that meet every delay bound of a
+/// unit, with their costs.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Candidate {
     /// Node index.
@@ -95,7 +127,8 @@ pub struct Candidate {
     pub cpu: f64,
 }
 
-/// One row of the Appendix A table: a unit's delays and costs at one node.
+/// One row of the Appendix A table: a unit's delays and costs at one node
+/// over one choice of routes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeEvaluation {
     /// Node index j.
@@ -112,6 +145,10 @@ pub struct NodeEvaluation {
     pub cpu: f64,
     /// Whether every δ(i,j) is within its bound.
     pub feasible: bool,
+    /// Links publisher → proxy.
+    pub route_from_publisher: Vec<usize>,
+    /// Links proxy → subscriber, for each subscriber of the unit.
+    pub routes_to_subscriber: Vec<Vec<usize>>,
 }
 
 /// A resource whose capacity can be exceeded.
@@ -132,48 +169,52 @@ pub struct CapacityRow {
     pub capacity: f64,
 }
 
-/// Scratch space to accumulate a unit's loads at one candidate.
+/// Scratch space to accumulate a candidate's loads, indexed by resource id
+/// (links first, then nodes).
 struct LoadScratch {
-    link: Vec<f64>,
-    node: Vec<f64>,
-    touched_links: Vec<usize>,
-    touched_nodes: Vec<usize>,
+    load: Vec<f64>,
+    touched: Vec<usize>,
 }
 
 impl LoadScratch {
-    fn new(topo: &Topology) -> Self {
+    fn new(resources: usize) -> Self {
         LoadScratch {
-            link: vec![0.0; topo.links.len()],
-            node: vec![0.0; topo.nodes.len()],
-            touched_links: Vec::new(),
-            touched_nodes: Vec::new(),
+            load: vec![0.0; resources],
+            touched: Vec::new(),
         }
     }
-    fn add_link(&mut self, l: usize, v: f64) {
-        if self.link[l] == 0.0 {
-            self.touched_links.push(l);
-        }
-        self.link[l] += v;
-    }
-    fn add_node(&mut self, n: usize, v: f64) {
+    fn add(&mut self, r: usize, v: f64) {
         if v == 0.0 {
             return;
         }
-        if self.node[n] == 0.0 {
-            self.touched_nodes.push(n);
+        if self.load[r] == 0.0 {
+            self.touched.push(r);
         }
-        self.node[n] += v;
+        self.load[r] += v;
     }
-    fn clear(&mut self) {
-        for &l in &self.touched_links {
-            self.link[l] = 0.0;
+    /// The accumulated loads as sorted (resource, load) pairs; clears.
+    fn take(&mut self, keep: impl Fn(usize) -> bool) -> Vec<(u32, f64)> {
+        let mut out: Vec<(u32, f64)> = self
+            .touched
+            .iter()
+            .filter(|&&r| keep(r))
+            .map(|&r| (r as u32, self.load[r]))
+            .collect();
+        out.sort_unstable_by_key(|&(r, _)| r);
+        for &r in &self.touched {
+            self.load[r] = 0.0;
         }
-        for &n in &self.touched_nodes {
-            self.node[n] = 0.0;
-        }
-        self.touched_links.clear();
-        self.touched_nodes.clear();
+        self.touched.clear();
+        out
     }
+}
+
+/// One candidate being built: costs, routes (publisher leg first), loads
+/// on capacitated resources.
+struct Column {
+    cand: Candidate,
+    legs: Vec<Route>,
+    loads: Vec<(u32, f64)>,
 }
 
 /// A precomputed placement problem; build once, solve with any objective.
@@ -181,20 +222,36 @@ impl LoadScratch {
 pub struct PlacementProblem<'t> {
     topo: &'t Topology,
     units: Vec<Unit>,
-    trees: Vec<ShortestPathTree>,
+    trees: Vec<RouteTree>,
     /// Tree index of each tag's publisher.
     pub_tree: Vec<usize>,
     /// Tree index of each subscriber, per tag.
     sub_tree: Vec<Vec<usize>>,
     candidates: Vec<Vec<Candidate>>,
+    /// Per unit, per candidate: its routes, publisher leg first.
+    routes: Vec<Vec<Vec<Route>>>,
     rows: Vec<CapacityRow>,
     /// Per unit, per candidate: (row, load) for every row it loads.
     cand_loads: Vec<Vec<Vec<(u32, f64)>>>,
+    /// Delay-feasible candidates before dominated ones were removed.
+    generated: usize,
 }
 
 impl<'t> PlacementProblem<'t> {
     /// Builds the problem: routes, units, candidates and binding capacity
-    /// rows. Fails if some unit has no node meeting its delay bounds.
+    /// rows. Fails if some unit has no node meeting its delay bounds, or a
+    /// delay overflows.
+    ///
+    /// Candidates of a unit: every node j and every combination of one
+    /// candidate route per leg (at most [`limits::MAX_ROUTE_COMBOS`] per
+    /// node) that meets all the unit's delay bounds, in node order. Other
+    /// fewest-hop routes are only tried for legs whose default route
+    /// crosses a link or node with a capacity. Then dominated candidates
+    /// are dropped, which never changes the optimum: one whose bandwidth,
+    /// CPU and load on every capacity that can bind are all at least those
+    /// of another candidate of the same unit on the same node (or, when a
+    /// capacity can bind, of one that loads no capacity at all), and that is
+    /// costlier or comes later.
     pub fn new(topo: &'t Topology) -> Result<Self, PlaceError> {
         let mut units = Vec::new();
         for (t, tag) in topo.tags.iter().enumerate() {
@@ -221,7 +278,7 @@ impl<'t> PlacementProblem<'t> {
             });
         }
 
-        // One BFS tree per distinct publisher/subscriber node.
+        // One route tree per distinct publisher/subscriber node.
         let mut tree_of_node: Vec<Option<usize>> = vec![None; topo.nodes.len()];
         let mut roots = Vec::new();
         let mut tree_for = |node: usize, roots: &mut Vec<usize>| -> usize {
@@ -249,10 +306,7 @@ impl<'t> PlacementProblem<'t> {
                 max: limits::MAX_TREE_ENTRIES,
             });
         }
-        let trees = roots
-            .iter()
-            .map(|&r| ShortestPathTree::new(topo, r))
-            .collect();
+        let trees = roots.iter().map(|&r| RouteTree::new(topo, r)).collect();
 
         let mut problem = PlacementProblem {
             topo,
@@ -261,27 +315,177 @@ impl<'t> PlacementProblem<'t> {
             pub_tree,
             sub_tree,
             candidates: Vec::new(),
+            routes: Vec::new(),
             rows: Vec::new(),
             cand_loads: Vec::new(),
+            generated: 0,
         };
 
-        // Appendix A's loop: every node j for every unit, keep the feasible.
-        let mut candidates = Vec::with_capacity(problem.units.len());
-        for u in 0..problem.units.len() {
-            let mut cands = Vec::new();
-            for j in 0..topo.nodes.len() {
-                if let Some(c) = problem.candidate(u, j) {
-                    cands.push(c);
-                }
+        let nl = topo.links.len();
+        let capped = |r: usize| {
+            if r < nl {
+                topo.links[r].bandwidth.is_some()
+            } else {
+                topo.nodes[r - nl].cpu.is_some()
             }
-            if cands.is_empty() {
+        };
+        let any_capacity = (0..nl + topo.nodes.len()).any(capped);
+        let mut scratch = LoadScratch::new(nl + topo.nodes.len());
+        // Appendix A's loop, over routes too: every node j for every unit.
+        let mut columns: Vec<Vec<Column>> = Vec::with_capacity(problem.units.len());
+        for u in 0..problem.units.len() {
+            let mut cols = Vec::new();
+            for j in 0..topo.nodes.len() {
+                problem.columns_at(u, j, any_capacity, &capped, &mut scratch, &mut cols)?;
+            }
+            if cols.is_empty() {
                 return Err(problem.delay_infeasibility(u));
             }
-            candidates.push(cands);
+            columns.push(cols);
         }
-        problem.candidates = candidates;
-        problem.find_binding_rows();
+        problem.generated = columns.iter().map(Vec::len).sum();
+        problem.find_binding_rows(columns);
         Ok(problem)
+    }
+
+    /// Whether a leg's default route crosses a link or (inner) node with a
+    /// capacity, so that other fewest-hop routes may matter.
+    fn crosses_capacity(&self, tree: usize, j: usize, capped: &dyn Fn(usize) -> bool) -> bool {
+        let nl = self.topo.links.len();
+        let root = self.trees[tree].root();
+        let mut hit = false;
+        self.trees[tree].for_each_default_link(j, |l| {
+            let [a, b] = self.topo.links[l].ends;
+            hit |= capped(l) || (a != root && capped(nl + a)) || (b != root && capped(nl + b));
+        });
+        hit
+    }
+
+    /// Appends unit `u`'s candidates with the proxy on node `j`.
+    fn columns_at(
+        &self,
+        u: usize,
+        j: usize,
+        any_capacity: bool,
+        capped: &dyn Fn(usize) -> bool,
+        scratch: &mut LoadScratch,
+        out: &mut Vec<Column>,
+    ) -> Result<(), PlaceError> {
+        let topo = self.topo;
+        let unit = &self.units[u];
+        let tag = &topo.tags[unit.tag];
+        let max = limits::MAX_ROUTES_PER_LEG;
+        let pt = self.pub_tree[unit.tag];
+        let alt = |t: usize| any_capacity && self.crosses_capacity(t, j, capped);
+        let pub_routes = self.trees[pt].routes(topo, j, alt(pt), max);
+        let sub_routes: Vec<Vec<Route>> = unit
+            .subscribers
+            .iter()
+            .map(|&s| {
+                let st = self.sub_tree[unit.tag][s];
+                self.trees[st].routes(topo, j, alt(st), max)
+            })
+            .collect();
+        let mut budget = limits::MAX_ROUTE_COMBOS;
+        for p in &pub_routes {
+            if budget == 0 {
+                break;
+            }
+            let pub_delay = f64::from(p.hops) * tag.period_ms + p.latency_ms;
+            // Feasible routes of each subscriber given p.
+            let mut feasible: Vec<Vec<usize>> = Vec::with_capacity(sub_routes.len());
+            for (pos, &s) in unit.subscribers.iter().enumerate() {
+                let sub = &tag.subscribers[s];
+                let ok: Vec<usize> = sub_routes[pos]
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, q)| {
+                        let d = pub_delay + f64::from(q.hops) * sub.period_ms + q.latency_ms;
+                        within_bound(d, sub.max_delay_ms)
+                    })
+                    .map(|(k, _)| k)
+                    .collect();
+                if ok.is_empty() {
+                    break;
+                }
+                feasible.push(ok);
+            }
+            if feasible.len() < sub_routes.len() {
+                continue;
+            }
+            let product = feasible
+                .iter()
+                .try_fold(1usize, |acc, f| acc.checked_mul(f.len()))
+                .unwrap_or(usize::MAX);
+            let mut combos: Vec<Vec<usize>> = Vec::new();
+            if product <= budget {
+                // Every combination, the first subscriber's route slowest.
+                let mut idx = vec![0usize; feasible.len()];
+                'all: loop {
+                    combos.push(idx.iter().zip(&feasible).map(|(&i, f)| f[i]).collect());
+                    let mut d = feasible.len();
+                    loop {
+                        if d == 0 {
+                            break 'all;
+                        }
+                        d -= 1;
+                        idx[d] += 1;
+                        if idx[d] < feasible[d].len() {
+                            break;
+                        }
+                        idx[d] = 0;
+                    }
+                }
+            } else {
+                let base: Vec<usize> = feasible.iter().map(|f| f[0]).collect();
+                combos.push(base.clone());
+                'dev: for (pos, f) in feasible.iter().enumerate() {
+                    for &q in &f[1..] {
+                        if combos.len() >= budget {
+                            break 'dev;
+                        }
+                        let mut c = base.clone();
+                        c[pos] = q;
+                        combos.push(c);
+                    }
+                }
+            }
+            budget -= combos.len();
+            for combo in combos {
+                let mut legs = Vec::with_capacity(1 + combo.len());
+                legs.push(p.clone());
+                legs.extend(
+                    combo
+                        .iter()
+                        .enumerate()
+                        .map(|(pos, &q)| sub_routes[pos][q].clone()),
+                );
+                let e = self.evaluate_legs(u, j, &legs);
+                if let Some(pos) = e.delays_ms.iter().position(|d| !d.is_finite()) {
+                    let sub = &tag.subscribers[unit.subscribers[pos]];
+                    return Err(PlaceError::InvalidValue {
+                        what: format!(
+                            "the delay of subscriber {:?} of tag {:?} with its proxy on node {:?}",
+                            sub.name, tag.name, topo.nodes[j].name
+                        ),
+                        value: e.delays_ms[pos],
+                        requirement: "a finite number of ms (periods or latencies too large)",
+                    });
+                }
+                self.accumulate(u, j, &legs, scratch);
+                let loads = scratch.take(capped);
+                out.push(Column {
+                    cand: Candidate {
+                        node: j,
+                        bandwidth: e.bandwidth,
+                        cpu: e.cpu,
+                    },
+                    legs,
+                    loads,
+                });
+            }
+        }
+        Ok(())
     }
 
     /// The topology.
@@ -294,9 +498,16 @@ impl<'t> PlacementProblem<'t> {
         &self.units
     }
 
-    /// Delay-feasible candidates of each unit, in node order.
+    /// Candidates of each unit (node and routes meeting its delay bounds,
+    /// dominated ones removed), in node order.
     pub fn candidates(&self) -> &[Vec<Candidate>] {
         &self.candidates
+    }
+
+    /// Delay-feasible candidates generated, before dominated ones were
+    /// removed.
+    pub fn generated_candidates(&self) -> usize {
+        self.generated
     }
 
     /// Capacity constraints that can bind (those that cannot are dropped:
@@ -305,7 +516,7 @@ impl<'t> PlacementProblem<'t> {
         &self.rows
     }
 
-    /// `(row, load)` pairs of unit `u` at its candidate `k`.
+    /// `(row, load)` pairs of unit `u` at its candidate `k`, by row.
     pub fn candidate_loads(&self, u: usize, k: usize) -> &[(u32, f64)] {
         &self.cand_loads[u][k]
     }
@@ -316,10 +527,24 @@ impl<'t> PlacementProblem<'t> {
         self.candidates.iter().map(|c| c.len() as f64).product()
     }
 
+    /// Whether `choice` (a candidate index per unit) fits every capacity
+    /// row (within [`CAPACITY_TOLERANCE`]).
+    pub fn fits(&self, choice: &[usize]) -> bool {
+        let mut load = vec![0.0; self.rows.len()];
+        for (u, &k) in choice.iter().enumerate() {
+            for &(r, x) in &self.cand_loads[u][k] {
+                load[r as usize] += x;
+            }
+        }
+        load.iter()
+            .zip(&self.rows)
+            .all(|(&l, r)| fits_capacity(l, r.capacity))
+    }
+
     /// The objective value of every candidate, `[unit][candidate]`, for a
     /// solver. Fails if a candidate's bandwidth, CPU or objective value, or
     /// their sum over the costliest candidate of every unit, is not finite
-    /// (rates, sizes or CPU costs so large that they overflow): neither
+    /// (rates, sizes or CPU costs so large that they overflow): no
     /// algorithm can compare such costs, and the MIP solver must not be
     /// given them. Finite sums also keep every capacity row's load finite.
     pub fn objective_values(&self, objective: Objective) -> Result<Vec<Vec<f64>>, PlaceError> {
@@ -368,13 +593,42 @@ impl<'t> PlacementProblem<'t> {
     }
 
     /// The Appendix A table row of unit `u` at node `j`: delays of all the
-    /// unit's subscribers and its costs.
+    /// unit's subscribers and its costs, over the routes of the unit's first
+    /// candidate on `j` (the default routes when `j` is no candidate).
     pub fn evaluate(&self, u: usize, j: usize) -> NodeEvaluation {
+        match self.candidates[u].iter().position(|c| c.node == j) {
+            Some(k) => self.evaluate_candidate(u, k),
+            None => {
+                let unit = &self.units[u];
+                let mut legs = Vec::with_capacity(1 + unit.subscribers.len());
+                let default = |t: &RouteTree| Route {
+                    hops: t.hops(j),
+                    latency_ms: t.latency_ms(j),
+                    links: {
+                        let mut l = Vec::new();
+                        t.for_each_default_link(j, |x| l.push(x as u32));
+                        l
+                    },
+                };
+                legs.push(default(&self.trees[self.pub_tree[unit.tag]]));
+                for &s in &unit.subscribers {
+                    legs.push(default(&self.trees[self.sub_tree[unit.tag][s]]));
+                }
+                self.evaluate_legs(u, j, &legs)
+            }
+        }
+    }
+
+    /// The evaluation of unit `u`'s candidate `k` (its node and routes).
+    pub fn evaluate_candidate(&self, u: usize, k: usize) -> NodeEvaluation {
+        self.evaluate_legs(u, self.candidates[u][k].node, &self.routes[u][k])
+    }
+
+    fn evaluate_legs(&self, u: usize, j: usize, legs: &[Route]) -> NodeEvaluation {
         let unit = &self.units[u];
         let tag = &self.topo.tags[unit.tag];
-        let pt = &self.trees[self.pub_tree[unit.tag]];
-        let d_pub = pt.hops(j);
-        let lat_pub = pt.latency_ms(j);
+        let p = &legs[0];
+        let d_pub = p.hops;
         let f = tag.rate();
         let l = tag.bandwidth();
         let mut hops_to_subscriber = Vec::with_capacity(unit.subscribers.len());
@@ -382,19 +636,15 @@ impl<'t> PlacementProblem<'t> {
         let mut bandwidth = 0.0;
         let mut cpu = 0.0;
         let mut feasible = true;
-        for &s in &unit.subscribers {
+        for (pos, &s) in unit.subscribers.iter().enumerate() {
             let sub = &tag.subscribers[s];
-            let st = &self.trees[self.sub_tree[unit.tag][s]];
-            let d_sub = st.hops(j);
+            let q = &legs[1 + pos];
+            let d_sub = q.hops;
             let delay = f64::from(d_pub) * tag.period_ms
                 + f64::from(d_sub) * sub.period_ms
-                + lat_pub
-                + st.latency_ms(j);
-            if let Some(bound) = sub.max_delay_ms {
-                if delay > bound * (1.0 + 1e-12) {
-                    feasible = false;
-                }
-            }
+                + p.latency_ms
+                + q.latency_ms;
+            feasible &= within_bound(delay, sub.max_delay_ms);
             bandwidth += f64::from(d_pub) * l + f64::from(d_sub) * sub.bandwidth();
             // Every hop costs forward_cpu per message at both ends; the proxy
             // scales every input message.
@@ -403,6 +653,8 @@ impl<'t> PlacementProblem<'t> {
             hops_to_subscriber.push(d_sub);
             delays_ms.push(delay);
         }
+        let mut route_from_publisher: Vec<usize> = p.links.iter().map(|&x| x as usize).collect();
+        route_from_publisher.reverse();
         NodeEvaluation {
             node: j,
             hops_from_publisher: d_pub,
@@ -411,40 +663,57 @@ impl<'t> PlacementProblem<'t> {
             bandwidth,
             cpu,
             feasible,
+            route_from_publisher,
+            routes_to_subscriber: legs[1..]
+                .iter()
+                .map(|q| q.links.iter().map(|&x| x as usize).collect())
+                .collect(),
         }
-    }
-
-    fn candidate(&self, u: usize, j: usize) -> Option<Candidate> {
-        let e = self.evaluate(u, j);
-        e.feasible.then_some(Candidate {
-            node: j,
-            bandwidth: e.bandwidth,
-            cpu: e.cpu,
-        })
     }
 
     fn delay_infeasibility(&self, u: usize) -> PlaceError {
         let unit = &self.units[u];
         let tag = &self.topo.tags[unit.tag];
         let n = self.topo.nodes.len();
-        let evals: Vec<NodeEvaluation> = (0..n).map(|j| self.evaluate(u, j)).collect();
+        let max = limits::MAX_ROUTES_PER_LEG;
+        let best_leg = |t: usize, j: usize, period: f64| {
+            self.trees[t]
+                .routes(self.topo, j, false, max)
+                .iter()
+                .map(|r| f64::from(r.hops) * period + r.latency_ms)
+                .fold(f64::INFINITY, f64::min)
+        };
+        // Least delay of every subscriber at every node (each leg on its
+        // own best route): delays[j][pos].
+        let pub_best: Vec<f64> = (0..n)
+            .map(|j| best_leg(self.pub_tree[unit.tag], j, tag.period_ms))
+            .collect();
+        let delays: Vec<Vec<f64>> = (0..n)
+            .map(|j| {
+                unit.subscribers
+                    .iter()
+                    .map(|&s| {
+                        let sub = &tag.subscribers[s];
+                        pub_best[j] + best_leg(self.sub_tree[unit.tag][s], j, sub.period_ms)
+                    })
+                    .collect()
+            })
+            .collect();
         // A subscriber no node can serve alone?
         for (pos, &s) in unit.subscribers.iter().enumerate() {
             let sub = &tag.subscribers[s];
             let Some(bound) = sub.max_delay_ms else {
                 continue;
             };
-            let best = evals
-                .iter()
-                .min_by(|a, b| a.delays_ms[pos].total_cmp(&b.delays_ms[pos]));
+            let best = (0..n).min_by(|&a, &b| delays[a][pos].total_cmp(&delays[b][pos]));
             if let Some(best) = best {
-                if best.delays_ms[pos] > bound * (1.0 + 1e-12) {
+                if !within_bound(delays[best][pos], Some(bound)) {
                     return PlaceError::DelayBoundUnsatisfiable {
                         tag: tag.name.clone(),
                         subscriber: sub.name.clone(),
                         bound_ms: bound,
-                        best_node: self.topo.nodes[best.node].name.clone(),
-                        best_delay_ms: best.delays_ms[pos],
+                        best_node: self.topo.nodes[best].name.clone(),
+                        best_delay_ms: delays[best][pos],
                     };
                 }
             }
@@ -452,10 +721,10 @@ impl<'t> PlacementProblem<'t> {
         // Otherwise the subscribers of a shared proxy disagree: report the
         // node whose worst excess over a bound is smallest.
         let mut best: Option<(f64, usize, usize)> = None;
-        for e in &evals {
-            let (excess, pos) = worst_excess(e, unit, tag);
+        for (j, d) in delays.iter().enumerate() {
+            let (excess, pos) = worst_excess(d, unit, tag);
             if excess > 0.0 && best.map_or(true, |(b, _, _)| excess < b) {
-                best = Some((excess, e.node, pos));
+                best = Some((excess, j, pos));
             }
         }
         match best {
@@ -465,7 +734,7 @@ impl<'t> PlacementProblem<'t> {
                     tag: tag.name.clone(),
                     best_node: self.topo.nodes[node].name.clone(),
                     subscriber: sub.name.clone(),
-                    delay_ms: evals[node].delays_ms[pos],
+                    delay_ms: delays[node][pos],
                     bound_ms: sub.max_delay_ms.unwrap_or(f64::INFINITY),
                 }
             }
@@ -477,139 +746,139 @@ impl<'t> PlacementProblem<'t> {
         }
     }
 
-    /// Accumulates unit `u`'s link (bytes/s) and node (CPU/s) loads when its
-    /// proxy is on node `j`.
-    fn accumulate(&self, u: usize, j: usize, s: &mut LoadScratch) {
+    /// Accumulates unit `u`'s link (bytes/s) and node (CPU/s) loads, by
+    /// resource id (links, then nodes), with its proxy on node `j` and the
+    /// given routes.
+    fn accumulate(&self, u: usize, j: usize, legs: &[Route], s: &mut LoadScratch) {
+        let topo = self.topo;
+        let nl = topo.links.len();
         let unit = &self.units[u];
-        let tag = &self.topo.tags[unit.tag];
+        let tag = &topo.tags[unit.tag];
         let k = unit.subscribers.len() as f64;
         let pub_bw = tag.bandwidth() * k;
         let pub_cpu = tag.forward_cpu * tag.rate() * k;
-        self.trees[self.pub_tree[unit.tag]].for_each_link(j, |l, a, b| {
-            s.add_link(l, pub_bw);
-            s.add_node(a, pub_cpu);
-            s.add_node(b, pub_cpu);
-        });
-        s.add_node(j, tag.scale_cpu * tag.rate() * k);
-        for &si in &unit.subscribers {
+        for &l in &legs[0].links {
+            let [a, b] = topo.links[l as usize].ends;
+            s.add(l as usize, pub_bw);
+            s.add(nl + a, pub_cpu);
+            s.add(nl + b, pub_cpu);
+        }
+        s.add(nl + j, tag.scale_cpu * tag.rate() * k);
+        for (pos, &si) in unit.subscribers.iter().enumerate() {
             let sub = &tag.subscribers[si];
             let (bw, cpu) = (sub.bandwidth(), tag.forward_cpu * sub.rate());
-            self.trees[self.sub_tree[unit.tag][si]].for_each_link(j, |l, a, b| {
-                s.add_link(l, bw);
-                s.add_node(a, cpu);
-                s.add_node(b, cpu);
-            });
+            for &l in &legs[1 + pos].links {
+                let [a, b] = topo.links[l as usize].ends;
+                s.add(l as usize, bw);
+                s.add(nl + a, cpu);
+                s.add(nl + b, cpu);
+            }
         }
     }
 
-    /// Keeps only capacity rows that some combination could exceed, and
-    /// records each candidate's load on them.
-    fn find_binding_rows(&mut self) {
+    /// Keeps only capacity rows that some combination could exceed,
+    /// removes dominated candidates and records each candidate's load on
+    /// the rows.
+    fn find_binding_rows(&mut self, mut columns: Vec<Vec<Column>>) {
         let topo = self.topo;
-        let mut scratch = LoadScratch::new(topo);
-        let mut worst_link = vec![0.0f64; topo.links.len()];
-        let mut worst_node = vec![0.0f64; topo.nodes.len()];
-        let mut unit_link = vec![0.0f64; topo.links.len()];
-        let mut unit_node = vec![0.0f64; topo.nodes.len()];
-        let mut touched_l = Vec::new();
-        let mut touched_n = Vec::new();
-        for u in 0..self.units.len() {
-            for c in &self.candidates[u] {
-                self.accumulate(u, c.node, &mut scratch);
-                for &l in &scratch.touched_links {
-                    if topo.links[l].bandwidth.is_some() {
-                        if unit_link[l] == 0.0 {
-                            touched_l.push(l);
-                        }
-                        unit_link[l] = unit_link[l].max(scratch.link[l]);
-                    }
-                }
-                for &n in &scratch.touched_nodes {
-                    if topo.nodes[n].cpu.is_some() {
-                        if unit_node[n] == 0.0 {
-                            touched_n.push(n);
-                        }
-                        unit_node[n] = unit_node[n].max(scratch.node[n]);
-                    }
-                }
-                scratch.clear();
+        let nl = topo.links.len();
+        let nr = nl + topo.nodes.len();
+        let capacity = |r: usize| {
+            if r < nl {
+                topo.links[r].bandwidth
+            } else {
+                topo.nodes[r - nl].cpu
             }
-            for l in touched_l.drain(..) {
-                worst_link[l] += unit_link[l];
-                unit_link[l] = 0.0;
+        };
+        let mut worst = vec![0.0f64; nr];
+        let mut unit_worst = vec![0.0f64; nr];
+        let mut touched = Vec::new();
+        for cols in &columns {
+            for c in cols {
+                for &(r, x) in &c.loads {
+                    let r = r as usize;
+                    if unit_worst[r] == 0.0 {
+                        touched.push(r);
+                    }
+                    unit_worst[r] = unit_worst[r].max(x);
+                }
             }
-            for n in touched_n.drain(..) {
-                worst_node[n] += unit_node[n];
-                unit_node[n] = 0.0;
+            for r in touched.drain(..) {
+                worst[r] += unit_worst[r];
+                unit_worst[r] = 0.0;
             }
         }
-        let mut row_of_link = vec![u32::MAX; topo.links.len()];
-        let mut row_of_node = vec![u32::MAX; topo.nodes.len()];
+        let mut row_of = vec![u32::MAX; nr];
         let mut rows = Vec::new();
-        for (l, link) in topo.links.iter().enumerate() {
-            if let Some(cap) = link.bandwidth {
-                if worst_link[l] > cap {
-                    row_of_link[l] = rows.len() as u32;
+        for r in 0..nr {
+            if let Some(cap) = capacity(r) {
+                if worst[r] > cap {
+                    row_of[r] = rows.len() as u32;
                     rows.push(CapacityRow {
-                        resource: Resource::Link(l),
+                        resource: if r < nl {
+                            Resource::Link(r)
+                        } else {
+                            Resource::Node(r - nl)
+                        },
                         capacity: cap,
                     });
                 }
             }
         }
-        for (n, node) in topo.nodes.iter().enumerate() {
-            if let Some(cap) = node.cpu {
-                if worst_node[n] > cap {
-                    row_of_node[n] = rows.len() as u32;
-                    rows.push(CapacityRow {
-                        resource: Resource::Node(n),
-                        capacity: cap,
-                    });
+        for cols in &mut columns {
+            for c in cols.iter_mut() {
+                c.loads.retain(|&(r, _)| row_of[r as usize] != u32::MAX);
+                for e in &mut c.loads {
+                    e.0 = row_of[e.0 as usize];
                 }
+                c.loads.sort_unstable_by_key(|&(r, _)| r);
             }
         }
-        let mut cand_loads = Vec::with_capacity(self.units.len());
-        for u in 0..self.units.len() {
-            let mut per_cand = Vec::with_capacity(self.candidates[u].len());
-            for c in &self.candidates[u] {
-                let mut loads = Vec::new();
-                if !rows.is_empty() {
-                    self.accumulate(u, c.node, &mut scratch);
-                    for &l in &scratch.touched_links {
-                        if row_of_link[l] != u32::MAX {
-                            loads.push((row_of_link[l], scratch.link[l]));
-                        }
-                    }
-                    for &n in &scratch.touched_nodes {
-                        if row_of_node[n] != u32::MAX {
-                            loads.push((row_of_node[n], scratch.node[n]));
-                        }
-                    }
-                    scratch.clear();
-                }
-                per_cand.push(loads);
-            }
-            cand_loads.push(per_cand);
-        }
+        let coupled = !rows.is_empty();
         self.rows = rows;
-        self.cand_loads = cand_loads;
+        self.candidates = Vec::with_capacity(columns.len());
+        self.routes = Vec::with_capacity(columns.len());
+        self.cand_loads = Vec::with_capacity(columns.len());
+        for cols in columns {
+            let keep = undominated(&cols, coupled);
+            let mut cands = Vec::new();
+            let mut routes = Vec::new();
+            let mut loads = Vec::new();
+            for (c, k) in cols.into_iter().zip(keep) {
+                if k {
+                    cands.push(c.cand);
+                    routes.push(c.legs);
+                    loads.push(c.loads);
+                }
+            }
+            self.candidates.push(cands);
+            self.routes.push(routes);
+            self.cand_loads.push(loads);
+        }
     }
 
     /// Total link and node loads of a full assignment (`choice[u]` is a
     /// candidate index of unit `u`): `(link loads, node loads)`.
     pub fn total_loads(&self, choice: &[usize]) -> (Vec<f64>, Vec<f64>) {
-        let mut scratch = LoadScratch::new(self.topo);
-        let mut links = vec![0.0; self.topo.links.len()];
+        let nl = self.topo.links.len();
+        let mut scratch = LoadScratch::new(nl + self.topo.nodes.len());
+        let mut links = vec![0.0; nl];
         let mut nodes = vec![0.0; self.topo.nodes.len()];
         for (u, &k) in choice.iter().enumerate() {
-            self.accumulate(u, self.candidates[u][k].node, &mut scratch);
-            for &l in &scratch.touched_links {
-                links[l] += scratch.link[l];
+            self.accumulate(
+                u,
+                self.candidates[u][k].node,
+                &self.routes[u][k],
+                &mut scratch,
+            );
+            for (r, x) in scratch.take(|_| true) {
+                let r = r as usize;
+                if r < nl {
+                    links[r] += x;
+                } else {
+                    nodes[r - nl] += x;
+                }
             }
-            for &n in &scratch.touched_nodes {
-                nodes[n] += scratch.node[n];
-            }
-            scratch.clear();
         }
         (links, nodes)
     }
@@ -623,12 +892,82 @@ impl<'t> PlacementProblem<'t> {
     }
 }
 
+/// Whether sorted sparse loads `a` are ≤ `b` on every row.
+fn loads_le(a: &[(u32, f64)], b: &[(u32, f64)]) -> bool {
+    let mut j = 0;
+    for &(r, x) in a {
+        while j < b.len() && b[j].0 < r {
+            j += 1;
+        }
+        if j == b.len() || b[j].0 != r || x > b[j].1 {
+            return false;
+        }
+    }
+    true
+}
+
+/// Whether column `a` (at index ia) dominates column `b` (at index ib):
+/// no worse in bandwidth, CPU and every load, and strictly cheaper in
+/// bandwidth or CPU or earlier.
+fn dominates(a: &Column, ia: usize, b: &Column, ib: usize) -> bool {
+    let (ca, cb) = (&a.cand, &b.cand);
+    ca.bandwidth <= cb.bandwidth
+        && ca.cpu <= cb.cpu
+        && (ca.bandwidth < cb.bandwidth || ca.cpu < cb.cpu || ia < ib)
+        && loads_le(&a.loads, &b.loads)
+}
+
+/// Which columns of one unit to keep: drop those dominated by a column on
+/// the same node, and (when `coupled`) those dominated by a column that
+/// loads no capacity row.
+fn undominated(cols: &[Column], coupled: bool) -> Vec<bool> {
+    let mut keep = vec![true; cols.len()];
+    let mut start = 0;
+    while start < cols.len() {
+        let mut end = start;
+        while end < cols.len() && cols[end].cand.node == cols[start].cand.node {
+            end += 1;
+        }
+        for b in start..end {
+            keep[b] =
+                !(start..end).any(|a| a != b && keep[a] && dominates(&cols[a], a, &cols[b], b));
+        }
+        start = end;
+    }
+    if coupled {
+        // Pareto set (bandwidth, CPU) of the load-free columns, then drop
+        // everything one of them dominates.
+        let free: Vec<usize> = (0..cols.len())
+            .filter(|&k| keep[k] && cols[k].loads.is_empty())
+            .collect();
+        let front: Vec<usize> = free
+            .iter()
+            .copied()
+            .filter(|&b| {
+                !free
+                    .iter()
+                    .any(|&a| a != b && dominates(&cols[a], a, &cols[b], b))
+            })
+            .collect();
+        for b in 0..cols.len() {
+            if keep[b]
+                && front
+                    .iter()
+                    .any(|&a| a != b && dominates(&cols[a], a, &cols[b], b))
+            {
+                keep[b] = false;
+            }
+        }
+    }
+    keep
+}
+
 /// Largest excess of a delay over its bound at one node: (excess, position).
-fn worst_excess(e: &NodeEvaluation, unit: &Unit, tag: &crate::model::Tag) -> (f64, usize) {
+fn worst_excess(delays: &[f64], unit: &Unit, tag: &crate::model::Tag) -> (f64, usize) {
     let mut worst = (f64::NEG_INFINITY, 0);
     for (pos, &s) in unit.subscribers.iter().enumerate() {
         let bound = tag.subscribers[s].max_delay_ms.unwrap_or(f64::INFINITY);
-        let excess = e.delays_ms[pos] - bound;
+        let excess = delays[pos] - bound;
         if excess > worst.0 {
             worst = (excess, pos);
         }

@@ -21,8 +21,21 @@ pub const REPORT_FORMAT: &str = "tagwire-placement/1";
 pub enum Algorithm {
     /// Appendix A exhaustive search.
     Exhaustive,
+    /// Lagrangian branch and bound.
+    BranchAndBound,
     /// Mixed-integer programme.
     Mip,
+}
+
+impl Algorithm {
+    /// The name used in reports and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Algorithm::Exhaustive => "exhaustive",
+            Algorithm::BranchAndBound => "branch_and_bound",
+            Algorithm::Mip => "mip",
+        }
+    }
 }
 
 /// Where one subscriber's channel goes and what delay it gets.
@@ -40,6 +53,8 @@ pub struct SubscriberPlacement {
     pub hops_from_publisher: u32,
     /// Hops proxy → subscriber (at rate f').
     pub hops_to_subscriber: u32,
+    /// Links of the route proxy → subscriber, in order.
+    pub route: Vec<String>,
 }
 
 /// One proxy: the node it runs on and the subscribers it serves.
@@ -57,6 +72,8 @@ pub struct ProxyPlacement {
     pub bandwidth: f64,
     /// CPU of these channels, units/s summed over nodes.
     pub cpu: f64,
+    /// Links of the route publisher → proxy, in order.
+    pub route_from_publisher: Vec<String>,
     /// The subscribers served.
     pub subscribers: Vec<SubscriberPlacement>,
 }
@@ -110,6 +127,14 @@ pub struct PlacementReport {
     pub objective: String,
     /// Its value.
     pub objective_value: f64,
+    /// `"optimal"` when proven optimal, `"gap"` when the time limit cut the
+    /// search short (then `gap` says how far from optimal it may be).
+    pub status: String,
+    /// Proven relative gap (objective − lower bound) / objective; 0 when
+    /// optimal.
+    pub gap: f64,
+    /// Proven lower bound on the optimal objective value.
+    pub lower_bound: f64,
     /// Total bandwidth, bytes/s.
     pub total_bandwidth: f64,
     /// Total CPU, units/s.
@@ -138,7 +163,10 @@ impl PlacementReport {
         let mut total_cpu = 0.0;
         for (u, unit) in problem.units().iter().enumerate() {
             let cand = problem.candidates()[u][assignment.choice[u]];
-            let eval = problem.evaluate(u, cand.node);
+            let eval = problem.evaluate_candidate(u, assignment.choice[u]);
+            let link_names = |ls: &[usize]| -> Vec<String> {
+                ls.iter().map(|&l| topo.links[l].name.clone()).collect()
+            };
             let tag = &topo.tags[unit.tag];
             total_bandwidth += cand.bandwidth;
             total_cpu += cand.cpu;
@@ -155,6 +183,7 @@ impl PlacementReport {
                         max_delay_ms: sub.max_delay_ms,
                         hops_from_publisher: eval.hops_from_publisher,
                         hops_to_subscriber: eval.hops_to_subscriber[pos],
+                        route: link_names(&eval.routes_to_subscriber[pos]),
                     }
                 })
                 .collect();
@@ -165,6 +194,7 @@ impl PlacementReport {
                 shared: tag.proxy == ProxySharing::Shared,
                 bandwidth: cand.bandwidth,
                 cpu: cand.cpu,
+                route_from_publisher: link_names(&eval.route_from_publisher),
                 subscribers,
             });
         }
@@ -196,6 +226,9 @@ impl PlacementReport {
             algorithm,
             objective: objective.to_string(),
             objective_value: assignment.objective,
+            status: if assignment.optimal { "optimal" } else { "gap" }.to_owned(),
+            gap: assignment.gap(),
+            lower_bound: assignment.lower_bound,
             total_bandwidth,
             total_cpu,
             proxies,
@@ -215,10 +248,7 @@ impl PlacementReport {
     /// the totals.
     pub fn to_text(&self) -> String {
         let mut out = String::new();
-        let alg = match self.algorithm {
-            Algorithm::Exhaustive => "exhaustive",
-            Algorithm::Mip => "mip",
-        };
+        let alg = self.algorithm.name();
         for p in &self.proxies {
             let _ = writeln!(
                 out,
@@ -237,19 +267,29 @@ impl PlacementReport {
                 );
                 let _ = writeln!(
                     out,
-                    "  subscriber {:?} on node {:?}: delay {} ms ({}), hops {} + {}",
+                    "  subscriber {:?} on node {:?}: delay {} ms ({}), hops {} + {}, route {}",
                     s.subscriber,
                     s.node,
                     num(s.delay_ms),
                     bound,
                     s.hops_from_publisher,
-                    s.hops_to_subscriber
+                    s.hops_to_subscriber,
+                    route_text(&p.route_from_publisher, &s.route)
                 );
             }
         }
+        let status = if self.status == "optimal" {
+            "optimal".to_owned()
+        } else {
+            format!(
+                "gap {}%, lower bound {}",
+                num(self.gap * 100.0),
+                num(self.lower_bound)
+            )
+        };
         let _ = writeln!(
             out,
-            "objective {} = {} (bandwidth {} B/s, cpu {}/s); algorithm {alg}; {} proxies, {} candidates, {} capacity rows",
+            "objective {} = {} ({status}; bandwidth {} B/s, cpu {}/s); algorithm {alg}; {} proxies, {} candidates, {} capacity rows",
             self.objective,
             num(self.objective_value),
             num(self.total_bandwidth),
@@ -260,6 +300,18 @@ impl PlacementReport {
         );
         out
     }
+}
+
+/// `a, b | c` : publisher → proxy links, then proxy → subscriber links.
+fn route_text(from_publisher: &[String], to_subscriber: &[String]) -> String {
+    let side = |ls: &[String]| {
+        if ls.is_empty() {
+            "-".to_owned()
+        } else {
+            ls.join(",")
+        }
+    };
+    format!("{} | {}", side(from_publisher), side(to_subscriber))
 }
 
 /// Formats a number without needless decimals.
@@ -348,7 +400,10 @@ pub fn explain(problem: &PlacementProblem<'_>, assignment: Option<&Assignment>) 
         let chosen = assignment.map(|a| problem.candidates()[u][a.choice[u]].node);
         let mut rows: Vec<(bool, f64, Vec<String>)> = Vec::new();
         for j in 0..topo.nodes.len() {
-            let e = problem.evaluate(u, j);
+            let e = match assignment {
+                Some(a) if chosen == Some(j) => problem.evaluate_candidate(u, a.choice[u]),
+                _ => problem.evaluate(u, j),
+            };
             let mut row = vec![
                 topo.nodes[j].name.clone(),
                 e.hops_from_publisher.to_string(),

@@ -1,11 +1,14 @@
-//! Property test: on small random topologies the exhaustive search, a naive
-//! enumeration of every combination and the MIP find the same optimum (or
-//! all find none).
+//! Property tests: on small random topologies (with latencies and
+//! capacities, some of them exactly at a placement's load) the exhaustive
+//! search, a naive enumeration of every combination, the branch and bound
+//! and the MIP find the same optimum — and, thanks to the shared tolerance
+//! and tie-break, the same placement (or all find none).
 
 use proptest::prelude::*;
 use tagwire_place::{
     model::{LinkSpec, NodeSpec, ProxySharing, SubscriberSpec, TagSpec, TopologySpec},
-    solve_exhaustive, Assignment, ExhaustiveOptions, Objective, PlaceError, PlacementProblem,
+    solve_branch_and_bound, solve_exhaustive, Assignment, BranchAndBoundOptions, ExhaustiveOptions,
+    Objective, PlaceError, PlacementProblem,
 };
 
 fn topology() -> impl Strategy<Value = TopologySpec> {
@@ -14,6 +17,7 @@ fn topology() -> impl Strategy<Value = TopologySpec> {
         let extra = proptest::collection::vec((0..n, 0..n), 0..=3);
         let node_cpu = proptest::collection::vec(prop::option::weighted(0.4, 200u32..3000), n);
         let link_bw = proptest::collection::vec(prop::option::weighted(0.5, 2000u32..40000), n + 3);
+        let link_lat = proptest::collection::vec(prop::option::weighted(0.3, 1u32..=5), n + 3);
         let sub = (
             0..n,
             prop_oneof![Just(1u32), Just(2), Just(4)],
@@ -27,8 +31,8 @@ fn topology() -> impl Strategy<Value = TopologySpec> {
             proptest::collection::vec(sub, 1..=3),
         );
         let tags = proptest::collection::vec(tag, 1..=2);
-        (Just(n), parents, extra, node_cpu, link_bw, tags).prop_map(
-            |(n, parents, extra, node_cpu, link_bw, tags)| {
+        (Just(n), parents, extra, node_cpu, link_bw, link_lat, tags).prop_map(
+            |(n, parents, extra, node_cpu, link_bw, link_lat, tags)| {
                 let name = |i: usize| format!("n{i}");
                 let nodes = (0..n)
                     .map(|i| NodeSpec {
@@ -52,7 +56,7 @@ fn topology() -> impl Strategy<Value = TopologySpec> {
                         name: Some(format!("l{k}")),
                         between: [name(a), name(b)],
                         bandwidth: link_bw[k].map(f64::from),
-                        latency_ms: None,
+                        latency_ms: link_lat[k].map(f64::from),
                     })
                     .collect();
                 let tags = tags
@@ -138,7 +142,7 @@ fn fits(problem: &PlacementProblem<'_>, choice: &[usize]) -> bool {
     }
     load.iter()
         .zip(rows)
-        .all(|(l, r)| *l <= r.capacity * (1.0 + 1e-7))
+        .all(|(l, r)| *l <= r.capacity * (1.0 + tagwire_place::problem::CAPACITY_TOLERANCE))
 }
 
 fn close(a: f64, b: f64) -> bool {
@@ -152,39 +156,128 @@ fn check(problem: &PlacementProblem<'_>, a: &Assignment) {
     );
 }
 
+/// Every algorithm on one problem: `Ok(choice)` or the error's name.
+fn outcomes(
+    problem: &PlacementProblem<'_>,
+    objective: Objective,
+) -> Vec<(&'static str, Result<Assignment, PlaceError>)> {
+    let mut v = vec![
+        (
+            "exhaustive",
+            solve_exhaustive(
+                problem,
+                objective,
+                ExhaustiveOptions::default(),
+                &mut |_, _| {},
+            ),
+        ),
+        (
+            "branch_and_bound",
+            solve_branch_and_bound(
+                problem,
+                objective,
+                BranchAndBoundOptions::default(),
+                &mut || std::time::Duration::ZERO,
+            ),
+        ),
+    ];
+    #[cfg(any(feature = "highs", feature = "microlp"))]
+    v.push(("mip", tagwire_place::solve_mip(problem, objective)));
+    v
+}
+
+/// Checks every algorithm against the naive oracle, and that all return
+/// the same placement.
+fn agree(problem: &PlacementProblem<'_>, objective: Objective) -> Result<(), TestCaseError> {
+    let oracle = naive(problem, objective);
+    let all = outcomes(problem, objective);
+    for (name, r) in &all {
+        match (&oracle, r) {
+            (Some(o), Ok(a)) => {
+                check(problem, a);
+                prop_assert!(a.optimal, "{name} proves optimality");
+                prop_assert!(
+                    close(*o, a.objective),
+                    "naive {o} vs {name} {}",
+                    a.objective
+                );
+            }
+            (None, Err(PlaceError::CapacityInfeasible { .. })) => {}
+            _ => prop_assert!(false, "naive {oracle:?} vs {name} {r:?}"),
+        }
+    }
+    let choices: Vec<Option<&Vec<usize>>> = all
+        .iter()
+        .map(|(_, r)| r.as_ref().ok().map(|a| &a.choice))
+        .collect();
+    prop_assert!(
+        choices.windows(2).all(|w| w[0] == w[1]),
+        "same placement from every algorithm: {:?}",
+        all.iter()
+            .map(|(n, r)| (n, r.as_ref().map(|a| a.choice.clone()).ok()))
+            .collect::<Vec<_>>()
+    );
+    Ok(())
+}
+
+fn build(topo: &tagwire_place::Topology) -> Option<PlacementProblem<'_>> {
+    match PlacementProblem::new(topo) {
+        Ok(p) => Some(p),
+        // Delay-infeasible instances have no optimum to compare.
+        Err(PlaceError::DelayBoundUnsatisfiable { .. } | PlaceError::NoCommonProxyNode { .. }) => {
+            None
+        }
+        Err(e) => panic!("unexpected error {e}"),
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
 
     #[test]
-    fn exhaustive_equals_naive_enumeration_and_mip(spec in topology(), objective in objective()) {
+    fn every_algorithm_finds_the_naive_optimum_and_the_same_placement(
+        spec in topology(),
+        objective in objective(),
+    ) {
         let topo = spec.validate().expect("generated topologies are valid");
-        let problem = match PlacementProblem::new(&topo) {
-            Ok(p) => p,
-            // Delay-infeasible instances have no optimum to compare.
-            Err(PlaceError::DelayBoundUnsatisfiable { .. } | PlaceError::NoCommonProxyNode { .. }) => return Ok(()),
-            Err(e) => panic!("unexpected error {e}"),
-        };
-        let oracle = naive(&problem, objective);
-        let ex = solve_exhaustive(&problem, objective, ExhaustiveOptions::default(), &mut |_, _| {});
-        match (&oracle, &ex) {
-            (Some(o), Ok(a)) => {
-                check(&problem, a);
-                prop_assert!(close(*o, a.objective), "naive {o} vs exhaustive {}", a.objective);
-            }
-            (None, Err(PlaceError::CapacityInfeasible { .. })) => {}
-            _ => prop_assert!(false, "naive {oracle:?} vs exhaustive {ex:?}"),
+        if let Some(problem) = build(&topo) {
+            agree(&problem, objective)?;
         }
-        #[cfg(any(feature = "highs", feature = "microlp"))]
-        {
-            let mip = tagwire_place::solve_mip(&problem, objective);
-            match (&oracle, &mip) {
-                (Some(o), Ok(m)) => {
-                    check(&problem, m);
-                    prop_assert!(close(*o, m.objective), "naive {o} vs mip {}", m.objective);
-                }
-                (None, Err(PlaceError::CapacityInfeasible { .. })) => {}
-                _ => prop_assert!(false, "naive {oracle:?} vs mip {mip:?}"),
+    }
+
+    /// Capacities set to a placement's own load, times 1 + ε with ε at or
+    /// around the shared tolerance: every algorithm must see the same
+    /// feasibility and pick the same placement.
+    #[test]
+    fn capacities_at_a_placements_load_get_the_same_answer_from_every_algorithm(
+        spec in topology(),
+        objective in objective(),
+        picks in proptest::collection::vec(any::<prop::sample::Index>(), 8),
+        eps in prop_oneof![Just(0.0), Just(1e-10), Just(-1e-10), Just(2e-9), Just(-2e-9)],
+    ) {
+        let topo = spec.validate().expect("generated topologies are valid");
+        let Some(problem) = build(&topo) else { return Ok(()) };
+        let choice: Vec<usize> = problem
+            .candidates()
+            .iter()
+            .enumerate()
+            .map(|(u, c)| picks[u % picks.len()].index(c.len()))
+            .collect();
+        let (links, nodes) = problem.total_loads(&choice);
+        let mut tight = spec.clone();
+        for (l, load) in tight.links.iter_mut().zip(&links) {
+            if l.bandwidth.is_some() && *load > 0.0 {
+                l.bandwidth = Some(load * (1.0 + eps));
             }
+        }
+        for (n, load) in tight.nodes.iter_mut().zip(&nodes) {
+            if n.cpu.is_some() && *load > 0.0 {
+                n.cpu = Some(load * (1.0 + eps));
+            }
+        }
+        let topo = tight.validate().expect("still valid");
+        if let Some(problem) = build(&topo) {
+            agree(&problem, objective)?;
         }
     }
 }

@@ -360,3 +360,60 @@ subscribers = [{ name = "viewer", node = "s" }]
         );
     }
 }
+
+/// A zero delay bound is a real bound: a subscriber on the publisher's
+/// node, with the proxy there, meets it.
+#[test]
+fn a_zero_delay_bound_is_met_on_the_publishers_node() {
+    let text = r#"
+        nodes = [{ name = "p" }, { name = "s" }]
+        links = [{ between = ["p", "s"] }]
+        [[tags]]
+        name = "/t"
+        publisher = "p"
+        period_ms = 10
+        subscribers = [
+          { name = "local", node = "p", period_ms = 20, max_delay_ms = 0 },
+          { name = "remote", node = "s", period_ms = 20 },
+        ]
+        proxy = "per_subscriber"
+    "#;
+    let topo = validate(text).expect("max_delay_ms = 0 is accepted");
+    let r = tagwire_place::place(&topo, &Default::default()).expect("feasible");
+    let local = &r.proxies[0];
+    assert_eq!(local.proxy_node, "p");
+    assert_eq!(local.subscribers[0].delay_ms, 0.0);
+    assert_eq!(local.subscribers[0].max_delay_ms, Some(0.0));
+}
+
+#[test]
+fn a_negative_delay_bound_is_refused() {
+    let text = GOOD.replace("max_delay_ms = 100", "max_delay_ms = -1");
+    match validate(&text).expect_err("negative bound") {
+        PlaceError::InvalidValue { what, value, .. } => {
+            assert!(what.contains("max_delay_ms"), "{what}");
+            assert_eq!(value, -1.0);
+        }
+        other => panic!("expected InvalidValue, got {other:?}"),
+    }
+}
+
+/// Two hops of a 1e308 ms period overflow to infinity: refused with the
+/// subscriber, tag and node named, never reported (as `null` in JSON).
+#[test]
+fn an_overflowing_delay_is_refused_naming_the_subscriber() {
+    let text = GOOD
+        .replace("period_ms = 10", "period_ms = 1e308")
+        .replace("period_ms = 20, max_delay_ms = 100", "period_ms = 1e308");
+    let topo = validate(&text).expect("valid numbers");
+    match tagwire_place::place(&topo, &Default::default()).expect_err("overflow") {
+        PlaceError::InvalidValue { what, value, .. } => {
+            assert!(
+                what.contains("delay of subscriber \"viewer\" of tag \"/t\""),
+                "{what}"
+            );
+            assert!(value.is_infinite());
+        }
+        other => panic!("expected InvalidValue, got {other:?}"),
+    }
+}

@@ -12,6 +12,12 @@ fn run(args: &[&str]) -> (bool, String, String) {
         .args(args)
         .output()
         .expect("binary runs");
+    // docs/placement.md: 0 on success, 2 on any error.
+    assert_eq!(
+        out.status.code(),
+        Some(if out.status.success() { 0 } else { 2 }),
+        "{args:?}"
+    );
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -127,4 +133,45 @@ fn json_topology_files_are_read_by_extension() {
         err.contains("K·4f' = 200"),
         "explain table on stderr: {err}"
     );
+}
+
+#[test]
+fn json_says_optimal_with_no_gap_and_names_the_routes() {
+    let (ok, out, err) = run(&[&example("appendix-a.toml"), "--json"]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(v["status"], "optimal");
+    assert_eq!(v["gap"], 0.0);
+    assert_eq!(v["lower_bound"], v["objective_value"]);
+    assert_eq!(
+        v["proxies"][0]["route_from_publisher"],
+        serde_json::json!([])
+    );
+    assert_eq!(
+        v["proxies"][0]["subscribers"][0]["route"],
+        serde_json::json!(["1-5", "4-5"])
+    );
+}
+
+#[test]
+fn a_bad_time_limit_is_refused() {
+    for bad in ["0", "-1", "nan", "inf", "x"] {
+        let arg = format!("--time-limit={bad}");
+        let (ok, _, err) = run(&[&example("vbns.toml"), &arg]);
+        assert!(!ok, "{bad}");
+        assert!(err.contains("invalid time limit"), "{bad}: {err}");
+    }
+}
+
+#[test]
+fn branch_and_bound_flag_solves_and_says_so() {
+    let (ok, out, err) = run(&[
+        &example("vbns.toml"),
+        "--branch-and-bound",
+        "--time-limit",
+        "5",
+    ]);
+    assert!(ok, "{err}");
+    assert!(out.contains("algorithm branch_and_bound"), "{out}");
+    assert!(out.contains("(optimal;"), "{out}");
 }

@@ -172,7 +172,17 @@ fn decide(
     let spec = problem(st, scale, max_delay, seen)?;
     st.placement.solves += 1;
     let topology = spec.validate().map_err(|e| e.to_string())?;
-    let report = tagwire_place::place(&topology, &tagwire_place::PlaceOptions::default())
+    // The solve runs on the federation's lane: bound its time (the
+    // problems built here have no capacities, so the units are independent
+    // and solved exactly long before this).
+    let options = tagwire_place::PlaceOptions {
+        branch_and_bound: tagwire_place::BranchAndBoundOptions {
+            time_limit: std::time::Duration::from_millis(100),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let report = tagwire_place::place(&topology, &options)
         .map_err(|e| format!("no feasible placement: {e}"))?;
     let node = report
         .proxies
@@ -181,8 +191,8 @@ fn decide(
         .ok_or("the optimiser placed no proxy")?;
     Ok(Placed {
         reason: format!(
-            "tagwire place ({:?}): least bandwidth {:.0} B/s over all links",
-            report.algorithm, report.objective_value
+            "tagwire place ({:?}, {}): least bandwidth {:.0} B/s over all links",
+            report.algorithm, report.status, report.objective_value
         ),
         objective: Some(report.objective_value),
         node,

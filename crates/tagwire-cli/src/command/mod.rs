@@ -105,7 +105,12 @@ fn run_command(cli: Cli) -> CmdResult {
             {
                 Ok(())
             }
-            r => Ok(r?),
+            // docs/placement.md: every error exits with status 2.
+            Err(e) => Err(Box::new(ExitCode {
+                code: 2,
+                message: e.to_string(),
+            })),
+            Ok(()) => Ok(()),
         },
     }
 }

@@ -209,6 +209,8 @@ pub(crate) struct State {
     pub history: crate::history::RouterHistory,
     /// Where `proxy=auto` subscriptions' proxies run.
     pub placement: crate::placement::Placement,
+    /// Shared-memory regions of same-host publishers.
+    pub shm: crate::shm::ShmTable,
     next_conn: u64,
 }
 
@@ -258,6 +260,7 @@ impl State {
             admin_jobs: None,
             history,
             placement,
+            shm: Default::default(),
             next_conn: 1,
         }
     }

@@ -172,3 +172,44 @@ fn shm_require_over_tcp_is_refused_with_a_reason() {
         .expect_err("bad value");
     assert!(err.to_string().contains("shm"), "{err}");
 }
+
+#[test]
+fn packets_reclaimed_before_a_slow_subscriber_reads_them_are_skipped_and_counted() {
+    // shm_slots = 16 (default): a subscriber that does not read while 40
+    // events go out finds the oldest 24 reclaimed (drop-oldest): it is told
+    // (counted), gets the newest 16 intact, and the region was never pinned.
+    let r = router();
+    let s = Session::connect(&r.unix).expect("session");
+    let slow = Session::connect(&r.unix).expect("session");
+    let sub = slow
+        .subscribe("/shm/slow")
+        .max_queue_length(1000)
+        .receiver()
+        .expect("subscribe");
+    let publisher = s.declare_publisher("/shm/slow/pub").expect("declare");
+    assert!(publisher.uses_shm());
+    for i in 0..40usize {
+        publisher
+            .publish("/shm/slow", vec![i as u8; 64])
+            .expect("publish");
+    }
+    // Nothing is read until the daemon has routed all 40 (as references).
+    let deadline = Instant::now() + WAIT;
+    while listing_shm(&s).by_reference < 40 {
+        assert!(Instant::now() < deadline, "the daemon routes the 40 events");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let mut got = Vec::new();
+    while got.len() + (slow.shm_stats().expired as usize) < 40 {
+        assert!(Instant::now() < deadline, "got {} events", got.len());
+        if let Some(sample) = sub.recv_timeout(Duration::from_millis(50)).expect("recv") {
+            got.push(sample.payload()[0] as usize);
+        }
+    }
+    let expired = slow.shm_stats().expired as usize;
+    assert!(expired > 0, "some packets were reclaimed before being read");
+    assert_eq!(got.len() + expired, 40);
+    // What was delivered is the newest, in order, intact.
+    let want: Vec<usize> = (40 - got.len()..40).collect();
+    assert_eq!(got, want);
+}

@@ -201,6 +201,16 @@ pub enum Input {
         /// JSON text.
         body: String,
     },
+    /// Client: the server passed a shared-memory region (its memfd came
+    /// with the frame's bytes, SCM_RIGHTS); see `docs/shm.md`.
+    ShmRegion {
+        /// The daemon's region id.
+        region: u64,
+        /// Producer (for publisher `endpoint`) or consumer.
+        role: tagwire_proto::ShmRole,
+        /// The publisher endpoint id for a producer region, else 0.
+        endpoint: u32,
+    },
     /// Client: the server welcomed us.
     Welcome {
         /// Negotiated frame limit.
@@ -1216,6 +1226,15 @@ impl Connection {
             Frame::Ok { req } => self.reply(req, Reply::Ok),
             Frame::AdminReply { req, body } => self.reply(req, Reply::Admin(body)),
             Frame::PullReply(r) => self.reply(r.req, Reply::Pulled(r)),
+            Frame::ShmRegion {
+                region,
+                role,
+                endpoint,
+            } => Input::ShmRegion {
+                region,
+                role,
+                endpoint,
+            },
             Frame::Error { req, code, message } => {
                 if req != 0 && self.outstanding.contains_key(&req) {
                     self.reply(req, Reply::Err(code, message))

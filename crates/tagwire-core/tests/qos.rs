@@ -92,6 +92,7 @@ fn value(p: Property) -> BoxedStrategy<String> {
             (1u64..=60_000).prop_map(|v| format!("{v}ms")),
         ]
         .boxed(),
+        Property::Shm => pick(&["off", "auto", "require"]),
         _ => unreachable!("the test knows every property"),
     }
 }

@@ -117,7 +117,8 @@ pub struct Header {
     pub type_name: Option<String>,
     /// Structured-event name (TAO), e.g. `lost_packet`.
     pub event_name: Option<String>,
-    /// Encoding/feature flags; bits are assigned by later protocol revisions.
+    /// Encoding/feature flags: [`flags::SHM_PAYLOAD`]; other bits are
+    /// assigned by later protocol revisions.
     pub flags: u16,
 }
 
@@ -641,5 +642,68 @@ impl<'a> Iterator for FieldIter<'a> {
         let name = self.r.str(n, "field name").ok()?;
         let v = read_value(&mut self.r).ok()?;
         Some((name, v))
+    }
+}
+
+/// Bits of an event's `flags`.
+pub mod flags {
+    /// The payload is a 24-byte [`ShmRef`](super::ShmRef): the bytes are in a
+    /// shared-memory region on this host (`docs/shm.md`).
+    pub const SHM_PAYLOAD: u16 = 0x0001;
+}
+
+/// Where an event's payload lies in shared memory (the payload of an event
+/// with [`flags::SHM_PAYLOAD`]): region, packet sequence number (its slot is
+/// `seq mod slots`, its generation `seq`), length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShmRef {
+    /// The daemon's region id (see `Frame::ShmRegion`).
+    pub region: u64,
+    /// The packet's sequence number in the region's stream.
+    pub seq: u64,
+    /// The payload's length in bytes.
+    pub len: u32,
+    /// The stream in the region (0 today).
+    pub stream: u32,
+}
+
+impl ShmRef {
+    /// Encoded size: region u64, seq u64, len u32, stream u32, little-endian.
+    pub const LEN: usize = 24;
+
+    /// The 24 bytes of the reference.
+    pub fn encode(&self) -> [u8; Self::LEN] {
+        let mut b = [0u8; Self::LEN];
+        b[0..8].copy_from_slice(&self.region.to_le_bytes());
+        b[8..16].copy_from_slice(&self.seq.to_le_bytes());
+        b[16..20].copy_from_slice(&self.len.to_le_bytes());
+        b[20..24].copy_from_slice(&self.stream.to_le_bytes());
+        b
+    }
+
+    /// Parses a reference; any length but 24 is an error.
+    pub fn decode(b: &[u8]) -> Result<Self, DecodeError> {
+        if b.len() != Self::LEN {
+            return Err(DecodeError::BadValue {
+                what: "shared-memory reference length",
+                value: b.len() as u64,
+            });
+        }
+        let u64_at = |o: usize| {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(&b[o..o + 8]);
+            u64::from_le_bytes(a)
+        };
+        let u32_at = |o: usize| {
+            let mut a = [0u8; 4];
+            a.copy_from_slice(&b[o..o + 4]);
+            u32::from_le_bytes(a)
+        };
+        Ok(ShmRef {
+            region: u64_at(0),
+            seq: u64_at(8),
+            len: u32_at(16),
+            stream: u32_at(20),
+        })
     }
 }

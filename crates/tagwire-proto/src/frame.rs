@@ -62,6 +62,9 @@ pub mod kind {
     pub const PULL: u8 = 0x10;
     /// Server → client: the events a `Pull` asked for, or "gone".
     pub const PULL_REPLY: u8 = 0x11;
+    /// Server → client: names the shared-memory region whose memfd travels
+    /// with it (SCM_RIGHTS on a Unix socket); see `docs/shm.md`.
+    pub const SHM_REGION: u8 = 0x12;
 }
 
 /// What a declared endpoint does.
@@ -223,6 +226,44 @@ pub enum Frame {
     Pull(Pull),
     /// Answers a `Pull` (see [`PullReply`]).
     PullReply(PullReply),
+    /// Names the shared-memory region whose memfd was passed with it
+    /// (SCM_RIGHTS, attached at or before this frame's first byte).
+    ShmRegion {
+        /// The daemon's id of the region (never reused while it runs).
+        region: u64,
+        /// What the client may do with it.
+        role: ShmRole,
+        /// With [`ShmRole::Producer`]: the client's publisher endpoint id; else 0.
+        endpoint: u32,
+    },
+}
+
+/// What a client may do with a region named by [`Frame::ShmRegion`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShmRole {
+    /// It is the producer of the region's stream 0 (code 1).
+    Producer,
+    /// It reads payloads that deliveries point at (code 2).
+    Consumer,
+}
+
+impl ShmRole {
+    fn code(self) -> u8 {
+        match self {
+            ShmRole::Producer => 1,
+            ShmRole::Consumer => 2,
+        }
+    }
+    fn from_code(c: u8) -> Result<Self, DecodeError> {
+        match c {
+            1 => Ok(ShmRole::Producer),
+            2 => Ok(ShmRole::Consumer),
+            v => Err(DecodeError::BadValue {
+                what: "shared-memory role",
+                value: v as u64,
+            }),
+        }
+    }
 }
 
 impl Frame {
@@ -246,6 +287,7 @@ impl Frame {
             Frame::AdminReply { .. } => kind::ADMIN_REPLY,
             Frame::Pull(_) => kind::PULL,
             Frame::PullReply(_) => kind::PULL_REPLY,
+            Frame::ShmRegion { .. } => kind::SHM_REGION,
         }
     }
 
@@ -353,6 +395,15 @@ impl Frame {
             }
             Frame::Pull(pull) => pull.encode(out)?,
             Frame::PullReply(reply) => reply.encode(out)?,
+            Frame::ShmRegion {
+                region,
+                role,
+                endpoint,
+            } => {
+                out.put_u64_le(*region);
+                out.put_u8(role.code());
+                out.put_u32_le(*endpoint);
+            }
         }
         patch_len(out, start)
     }
@@ -477,6 +528,11 @@ impl Frame {
             }
             kind::PULL => Frame::Pull(Pull::decode(&mut r)?),
             kind::PULL_REPLY => return Ok(Frame::PullReply(PullReply::decode(&body)?)),
+            kind::SHM_REGION => Frame::ShmRegion {
+                region: r.u64("region id")?,
+                role: ShmRole::from_code(r.u8("shared-memory role")?)?,
+                endpoint: r.u32("endpoint id")?,
+            },
             other => return Err(DecodeError::UnknownFrameType(other)),
         };
         r.finish(frame_name(kind_code))?;
@@ -504,6 +560,7 @@ pub fn frame_name(kind_code: u8) -> &'static str {
         kind::UNDECLARE_ENDPOINT => "UndeclareEndpoint",
         kind::PULL => "Pull",
         kind::PULL_REPLY => "PullReply",
+        kind::SHM_REGION => "ShmRegion",
         k if crate::link::is_link_kind(k) => crate::link::link_frame_name(k),
         _ => "unknown frame",
     }

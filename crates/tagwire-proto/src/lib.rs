@@ -26,12 +26,12 @@ mod pull;
 mod reader;
 
 pub use error::{DecodeError, EncodeError, ErrorCode};
-pub use event::{Event, EventRef, Expiry, FieldIter, Header, Value, ValueRef};
+pub use event::{flags, Event, EventRef, Expiry, FieldIter, Header, ShmRef, Value, ValueRef};
 pub use excerpt::{excerpt, truncate, Excerpt, EXCERPT_CHARS};
 pub use frame::{
     deliver_prefix, encode_publish, frame_name, kind, validate_max_frame, EndpointKind, Frame,
-    FrameDecoder, StreamError, DELIVER_PREFIX_LEN, FRAME_HEADER_LEN, MAGIC, MIN_PROTOCOL_VERSION,
-    PROTOCOL_VERSION, SESSION_ID_LEN,
+    FrameDecoder, ShmRole, StreamError, DELIVER_PREFIX_LEN, FRAME_HEADER_LEN, MAGIC,
+    MIN_PROTOCOL_VERSION, PROTOCOL_VERSION, SESSION_ID_LEN,
 };
 pub use link::{
     forward_prefix, is_link_kind, link_frame_name, link_kind, Interest, LinkFrame, ProxyAt,

@@ -289,7 +289,7 @@ fn zero_length_is_refused_as_an_empty_frame() {
 
 #[test]
 fn unknown_frame_type_is_refused_naming_the_type() {
-    for t in [0x00, 0x12, 0x80, 0xff] {
+    for t in [0x00, 0x13, 0x80, 0xff] {
         let err = decode_one(&frame(t, &[])).expect_err("unknown type");
         assert_eq!(err, DecodeError::UnknownFrameType(t));
         assert_eq!(err.to_string(), format!("unknown frame type {t:#04x}"));

@@ -301,6 +301,15 @@ fn valid_vectors() -> Vec<(&'static str, Frame, Option<Event>)> {
             }),
             None,
         ),
+        (
+            "shm_region",
+            Frame::ShmRegion {
+                region: 7,
+                role: tagwire_proto::ShmRole::Consumer,
+                endpoint: 0,
+            },
+            None,
+        ),
     ]
 }
 

@@ -417,6 +417,7 @@ fn list_page(
         filtered_at_source: st.filtered_at_source,
         deferred: st.deferred.len(),
         history: crate::history::totals(st),
+        shm: st.shm.counters,
         memory: MemoryInfo {
             buffered_bytes: st.memory.used() as u64,
             max_buffered_bytes: st.memory.max() as u64,
@@ -858,6 +859,9 @@ pub struct Listing {
     /// The pull buffers (`history`).
     #[serde(default)]
     pub history: crate::history::HistoryTotals,
+    /// Shared memory negotiated by this daemon (`docs/shm.md`).
+    #[serde(default)]
+    pub shm: crate::shm::ShmCounters,
     /// Set when the listing goes on in another page: send it back as
     /// `after` to get that page. Absent on the last page.
     #[serde(default, skip_serializing_if = "Option::is_none")]

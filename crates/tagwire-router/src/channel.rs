@@ -69,6 +69,8 @@ pub(crate) const COPY_BELOW: usize = READ_CHUNK / 2;
 /// Bytes counted per queued event besides its own: the queue slot and the
 /// allocator's and `Bytes`' headers of its buffer.
 pub(crate) const QUEUED_OVERHEAD: usize = 128;
+/// Most fds passed with one write (each a shared-memory region).
+const MAX_FDS_PER_WRITE: usize = 16;
 
 /// An encoded event on its way to channels, and what queuing it keeps alive.
 #[derive(Debug)]
@@ -325,6 +327,9 @@ pub(crate) struct Channel {
     pub over_consumer: Count,
     /// The connection it delivers on.
     pub conn: u64,
+    /// Whether its subscriber reads payloads in shared memory (same host,
+    /// `shm` not `off`): it gets references instead of copies.
+    pub shm: bool,
     /// Its QoS layer and effective QoS.
     pub qos: Locked<ChannelQosState>,
     /// The connection it delivers on.
@@ -393,6 +398,7 @@ impl Channel {
             consumer_max: Count::new(0),
             over_consumer: Count::new(0),
             conn: 0,
+            shm: false,
             qos: Locked::new(ChannelQosState {
                 layer: QosLayer::new(tagwire_core::qos::Level::Channel),
                 resolved: Resolved::default(),
@@ -464,6 +470,12 @@ impl Channel {
     /// Sets the connection the channel delivers on.
     pub(crate) fn on_connection(mut self, conn: u64) -> Self {
         self.conn = conn;
+        self
+    }
+
+    /// Lets the channel carry shared-memory references (see [`crate::shm`]).
+    pub(crate) fn reading_shm(mut self, shm: bool) -> Self {
+        self.shm = shm;
         self
     }
 
@@ -690,6 +702,12 @@ pub(crate) struct Outbox {
     /// Woken to end the connection from outside its task (a peer daemon
     /// declared down by membership).
     kill: Notify,
+    /// The Unix socket (a dup) for passing fds with SCM_RIGHTS; `None` on
+    /// TCP and TLS (see [`crate::shm`]).
+    fd_socket: Locked<Option<std::os::fd::OwnedFd>>,
+    /// Fds to pass with the next write of the control frames (each named
+    /// by a `ShmRegion` frame queued with it).
+    fds: Locked<Vec<std::os::fd::OwnedFd>>,
 }
 
 impl Outbox {
@@ -738,6 +756,80 @@ impl Outbox {
         true
     }
 
+    /// Makes this outbox pass fds over `socket` (a Unix socket).
+    pub(crate) fn set_fd_socket(&self, socket: std::os::fd::OwnedFd) {
+        *self.fd_socket.borrow() = Some(socket);
+    }
+
+    /// Whether fds can be passed on this connection.
+    pub(crate) fn passes_fds(&self) -> bool {
+        self.fd_socket.borrow().is_some()
+    }
+
+    /// Queues a control frame with an fd that travels with it (SCM_RIGHTS
+    /// on the first byte of the write that carries it). False: no room
+    /// (as [`send`](Self::send)) or no Unix socket.
+    pub(crate) fn send_with_fd(&self, frame: &Frame, fd: std::os::fd::OwnedFd, max: usize) -> bool {
+        if !self.passes_fds() {
+            return false;
+        }
+        let mut c = self.control.borrow_mut();
+        if c.len() > max || self.fds.borrow().len() >= MAX_FDS_PER_WRITE {
+            return false;
+        }
+        if frame.encode(&mut c).is_err() {
+            return false;
+        }
+        self.fds.borrow().push(fd);
+        drop(c);
+        self.notify.notify_one();
+        true
+    }
+
+    /// Writes the start of `control` with the pending fds attached;
+    /// returns the bytes written. Waits (bounded) while the socket is full.
+    async fn write_fds(
+        &self,
+        control: &[u8],
+        fds: Vec<std::os::fd::OwnedFd>,
+    ) -> std::io::Result<usize> {
+        use rustix::net::{sendmsg, SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
+        use std::os::fd::AsFd;
+        let sock = match self.fd_socket.borrow().as_ref() {
+            Some(s) => s.try_clone()?,
+            None => return Ok(0),
+        };
+        let borrowed: Vec<std::os::fd::BorrowedFd<'_>> = fds.iter().map(|f| f.as_fd()).collect();
+        let mut space = vec![
+            std::mem::MaybeUninit::<u8>::uninit();
+            rustix::cmsg_space!(ScmRights(MAX_FDS_PER_WRITE))
+        ];
+        // A full socket: retry for up to ~1 s, then give up on the fds (the
+        // client sees `ShmRegion` without one and falls back to copies).
+        for _ in 0..1000 {
+            let mut anc = SendAncillaryBuffer::new(&mut space);
+            if !anc.push(SendAncillaryMessage::ScmRights(&borrowed)) {
+                return Ok(0);
+            }
+            match sendmsg(
+                &sock,
+                &[IoSlice::new(control)],
+                &mut anc,
+                SendFlags::DONTWAIT | SendFlags::NOSIGNAL,
+            ) {
+                Ok(n) => return Ok(n),
+                Err(rustix::io::Errno::AGAIN) | Err(rustix::io::Errno::INTR) => {
+                    tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        tracing::warn!(
+            "could not pass shared-memory fds within 1 s (socket full); the client copies instead"
+        );
+        Ok(0)
+    }
+
     /// Ends the connection from outside: its task stops reading, cleans up
     /// and closes (see [`killed`](Self::killed)).
     pub(crate) fn kill(&self) {
@@ -760,7 +852,12 @@ impl Outbox {
         let mut bodies: Vec<Bytes> = Vec::with_capacity(BATCH_EVENTS);
         let mut prefixes: Vec<Prefix> = Vec::with_capacity(BATCH_EVENTS);
         loop {
-            let control = self.control.borrow_mut().split().freeze();
+            let mut control = self.control.borrow_mut().split().freeze();
+            let fds = std::mem::take(&mut *self.fds.borrow());
+            if !fds.is_empty() && !control.is_empty() {
+                let n = self.write_fds(&control, fds).await?;
+                control = control.slice(n..);
+            }
             let wake = self.gather(&mut bodies, &mut prefixes, control.len());
             if control.is_empty() && bodies.is_empty() {
                 if self.closing.get() {

@@ -198,6 +198,19 @@ pub struct TlsConfig {
 pub struct Limits {
     /// Maximum frame size offered in the handshake, bytes.
     pub max_frame: u32,
+    /// Largest payload a shared-memory region carries (bytes, the chunk
+    /// size); larger payloads of that publisher go over the socket.
+    pub shm_max_packet: u64,
+    /// Descriptors per region (packets in flight before drop-oldest).
+    pub shm_slots: u32,
+    /// Consumer entries per region (the daemon takes one; each same-host
+    /// subscriber connection a few, one per sample it holds).
+    pub shm_consumers: u32,
+    /// Regions open at once (one per same-host publisher endpoint); beyond
+    /// it publishers fall back to the socket (`shm=require`: refused).
+    pub shm_max_regions: usize,
+    /// Bytes of shared memory all regions together may reserve.
+    pub shm_max_bytes: u64,
     /// Concurrent connections; further ones get `LimitReached` and are closed.
     pub max_connections: usize,
     /// Endpoints in the whole router.
@@ -337,6 +350,11 @@ impl Default for Limits {
             handshake_timeout: Duration::from_secs(5),
             idle_timeout: Duration::from_secs(60),
             max_protocol_errors: 64,
+            shm_max_packet: 1024 * 1024 + 4096,
+            shm_slots: 16,
+            shm_consumers: 8,
+            shm_max_regions: 64,
+            shm_max_bytes: 512 * 1024 * 1024,
         }
     }
 }

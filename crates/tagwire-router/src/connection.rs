@@ -165,6 +165,12 @@ async fn serve_with<R, W>(
     W: AsyncWrite + Unpin + 'static,
 {
     let outbox = Arc::new(Outbox::default());
+    if matches!(transport, Transport::Unix { .. } | Transport::InProcess) {
+        // Same host: shared-memory fds can be passed (see `crate::shm`).
+        if let Some(fd) = socket.as_ref().and_then(|s| s.try_clone().ok()) {
+            outbox.set_fd_socket(fd);
+        }
+    }
     let (id, limits, evict) = register(&state, &peer, &outbox, &lane, socket);
     let slot = Slot {
         id,
@@ -285,6 +291,10 @@ async fn serve_with<R, W>(
             }
             let chunk = |len: usize| (!rb.is_large(len)).then_some(epoch);
             match input {
+                Input::Admin { body, .. } if crate::shm::is_open_request(&body) => {
+                    // On this lane: the region's fd goes out on this connection.
+                    conn.shm_open(&body);
+                }
                 Input::Admin { body, .. } if !conn.admin_lane => {
                     // Admin work runs on the admin lane; this connection
                     // waits for its answer (its later frames keep their
@@ -738,6 +748,7 @@ impl Conn {
         let dropped = gone.len();
         let mut st = self.state.borrow_mut();
         st.retire_endpoint(gone);
+        st.shm.forget_endpoint(self.id, &endpoint.name);
         if !Self::owns(&st, &endpoint.name, self.id) {
             // An alias: the owner keeps the name.
             return st.drop_alias(&endpoint.name, self.id);
@@ -829,6 +840,15 @@ impl Conn {
             drop(st);
             return self.refuse(code, message);
         }
+        let shm_mode = resolved.values().shm;
+        let same_host = self.outbox.passes_fds();
+        if shm_mode == tagwire_core::qos::ShmMode::Require && !same_host {
+            drop(st);
+            return self.refuse(
+                ErrorCode::BadRequest,
+                "shm=require: this subscriber is not on the daemon's host (shared memory needs the Unix socket or embedded mode; it is connected over TCP)".into(),
+            );
+        }
         let limits = &st.config.limits;
         let filter_bytes: usize = compiled
             .iter()
@@ -888,6 +908,7 @@ impl Conn {
         )
         .with_max_event(self.engine.max_delivered_event())
         .on_connection(self.id)
+        .reading_shm(same_host && shm_mode != tagwire_core::qos::ShmMode::Off)
         .for_consumer(
             st.consumers
                 .entry(endpoint_name.clone())
@@ -968,6 +989,17 @@ impl Conn {
             return self.refuse(ErrorCode::PermissionDenied, message);
         }
         let mut st = self.state.borrow_mut();
+        let mut shm = None;
+        if crate::shm::is_shm(&ev) {
+            let owned = Outgoing::owned(p.bytes.clone());
+            match crate::shm::ShmEvent::check(&mut st.shm, self.id, &ev, owned) {
+                Ok(s) => shm = Some(s),
+                Err(message) => {
+                    drop(st);
+                    return self.refuse(ErrorCode::BadRequest, message);
+                }
+            }
+        }
         let decision = admit(&ev, now_ns());
         let deadline = match decision {
             Admit::Expired => {
@@ -990,8 +1022,15 @@ impl Conn {
         }
         st.note_publish(ev.tag, ev.publisher);
         if let Admit::Hold { until, .. } = decision {
-            // Held until its start time; a copy, so the read buffer is not pinned.
-            let held = Bytes::copy_from_slice(&p.bytes);
+            // Held until its start time; a copy, so the read buffer is not
+            // pinned (and a shared-memory payload is copied out now).
+            let held = match shm.as_mut() {
+                None => Bytes::copy_from_slice(&p.bytes),
+                Some(s) => match s.copied(&mut st.shm) {
+                    Some(copy) => copy.bytes().clone(),
+                    None => return,
+                },
+            };
             let deferred = st.deferred.push(until, held, p.bytes.len());
             drop(st);
             match deferred {
@@ -1003,11 +1042,16 @@ impl Conn {
             }
             return;
         }
-        let mut outgoing = match chunk {
-            None => Outgoing::owned(p.bytes.clone()),
-            Some(epoch) => Outgoing::in_chunk(p.bytes.clone(), epoch),
+        let reject = match shm.as_mut() {
+            Some(s) => crate::dispatch::deliver_shm(&mut st, s, &ev, deadline, Some(&self.band)),
+            None => {
+                let mut outgoing = match chunk {
+                    None => Outgoing::owned(p.bytes.clone()),
+                    Some(epoch) => Outgoing::in_chunk(p.bytes.clone(), epoch),
+                };
+                deliver(&mut st, &mut outgoing, &ev, deadline, Some(&self.band))
+            }
         };
-        let reject = deliver(&mut st, &mut outgoing, &ev, deadline, Some(&self.band));
         drop(st);
         if let Some(who) = reject {
             self.refuse(
@@ -1018,6 +1062,63 @@ impl Conn {
                     who.join(", ")
                 ),
             );
+        }
+    }
+
+    /// A same-host publisher asks for a shared-memory region: create it,
+    /// queue `ShmRegion` with the fd, then the reply `{"region": id}` (so the
+    /// fd reaches the client first). Refused over TCP or at a limit; the
+    /// client then publishes over the socket (or, with `shm=require`, fails).
+    fn shm_open(&mut self, body: &str) {
+        let req = match crate::shm::parse_open(body) {
+            Ok(r) => r,
+            Err(message) => return self.refuse(ErrorCode::BadRequest, message),
+        };
+        if !self.outbox.passes_fds() {
+            return self.refuse(
+                ErrorCode::BadRequest,
+                "shm_open: the connection is not on the daemon's host (shared memory needs the Unix socket or embedded mode)".into(),
+            );
+        }
+        let mut st = self.state.borrow_mut();
+        let ours = st
+            .endpoints
+            .get(&req.endpoint)
+            .is_some_and(|e| e.owner == self.id && e.kind == EndpointKind::Publisher);
+        if !ours {
+            drop(st);
+            return self.refuse(
+                ErrorCode::BadRequest,
+                format!(
+                    "shm_open: {:?} is not a publisher this connection declared",
+                    req.endpoint
+                ),
+            );
+        }
+        let limits = st.config.limits.clone();
+        let opened = st.shm.open(&limits, self.id, &req.endpoint);
+        drop(st);
+        match opened {
+            Ok((region, fd)) => {
+                let frame = crate::shm::producer_frame(region, req.id);
+                if self.outbox.send_with_fd(&frame, fd, self.max_control) {
+                    tracing::debug!(conn = self.id, endpoint = %req.endpoint, region, "shared-memory region granted");
+                    self.engine.answer_admin(format!("{{\"region\":{region}}}"));
+                } else {
+                    self.state
+                        .borrow_mut()
+                        .shm
+                        .forget_endpoint(self.id, &req.endpoint);
+                    self.refuse(
+                        ErrorCode::LimitReached,
+                        "shm_open: cannot queue the region's fd".into(),
+                    );
+                }
+            }
+            Err(why) => {
+                tracing::info!(conn = self.id, endpoint = %req.endpoint, "no shared memory for this publisher: {why}");
+                self.refuse(ErrorCode::LimitReached, format!("shm_open: {why}"))
+            }
         }
     }
 
@@ -1122,6 +1223,7 @@ impl Conn {
             crate::link::closed(&self.state, node, self.id);
         }
         let mut st = self.state.borrow_mut();
+        st.shm.forget_connection(self.id);
         st.routes.retire_session(self.id);
         st.housekeeping.notify_one();
         let subs = self.engine.subscriptions().len();

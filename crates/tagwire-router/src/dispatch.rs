@@ -59,7 +59,51 @@ pub(crate) fn deliver_routed(
     deadline: u64,
     route: Route<'_>,
 ) -> (Option<Vec<String>>, usize) {
-    crate::history::record(st, event, ev);
+    if crate::shm::is_shm(ev) {
+        // Only a local publisher's checked event may point into shared
+        // memory ([`deliver_shm`]); from anywhere else it is dropped.
+        st.shm.counters.stray += 1;
+        return (None, 0);
+    }
+    deliver_with(st, event, None, ev, deadline, route)
+}
+
+/// Offers an event whose payload is in a shared-memory region (checked by
+/// [`crate::shm::ShmEvent::check`]): channels of same-host subscribers get
+/// the reference, everything else (other channels, pull buffers, links) the
+/// payload copied out once.
+pub(crate) fn deliver_shm(
+    st: &mut State,
+    event: &mut crate::shm::ShmEvent,
+    ev: &EventRef<'_>,
+    deadline: u64,
+    band: Option<&str>,
+) -> Option<Vec<String>> {
+    let route = Route {
+        band,
+        ..Route::default()
+    };
+    let mut none = Outgoing::owned(Bytes::new());
+    deliver_with(st, &mut none, Some(event), ev, deadline, route).0
+}
+
+fn deliver_with(
+    st: &mut State,
+    event: &mut Outgoing,
+    mut shm: Option<&mut crate::shm::ShmEvent>,
+    ev: &EventRef<'_>,
+    deadline: u64,
+    route: Route<'_>,
+) -> (Option<Vec<String>>, usize) {
+    match shm.as_deref_mut() {
+        None => crate::history::record(st, event, ev),
+        Some(s) if st.history.enabled => {
+            if let Some(copy) = s.copied(&mut st.shm) {
+                crate::history::record(st, copy, ev);
+            }
+        }
+        Some(_) => {}
+    }
     let mut reject = None;
     let mut expired_by_mapping = 0;
     let meta = EventMeta {
@@ -74,7 +118,18 @@ pub(crate) fn deliver_routed(
     let max_control = st.config.limits.max_control_bytes;
     // Transformed copies of this event, one per spec (spatial scaling).
     let mut transformed: Vec<(Arc<str>, Result<Bytes, String>)> = Vec::new();
+    let shm_table = &mut st.shm;
     st.routes.route(ev, |ch, overrides| {
+        let event: &mut Outgoing = match shm.as_deref_mut() {
+            None => &mut *event,
+            Some(s) => {
+                let inline = ch.transform.is_some() || !overrides.is_empty();
+                match s.for_channel(shm_table, ch, inline, max_control) {
+                    Some(e) => e,
+                    None => return,
+                }
+            }
+        };
         if let Some(t) = &ch.transform {
             let done = match transformed.iter().find(|(k, _)| **k == *t.spec) {
                 Some((_, r)) => r.clone(),
@@ -115,6 +170,14 @@ pub(crate) fn deliver_routed(
         }
     });
     st.expired += expired_by_mapping;
+    let event = match shm {
+        None => event,
+        Some(_) if st.fed.links.is_empty() => return (reject, 0),
+        Some(s) => match s.copied(&mut st.shm) {
+            Some(copy) => copy,
+            None => return (reject, 0),
+        },
+    };
     let links = crate::link::forward(st, event, ev, &meta, route.from, route.band);
     (reject, links)
 }

@@ -57,7 +57,7 @@ const REPLY_PER_EVENT: usize = 4;
 pub(crate) struct RouterHistory {
     pub table: HistoryTable,
     /// Whether any daemon or tag layer sets `history` above 0.
-    enabled: bool,
+    pub(crate) enabled: bool,
     /// Each tag's `history`, as last resolved.
     cache: HashMap<Box<str>, usize>,
 }

@@ -395,10 +395,12 @@ fn spawn_unix(
     band: Arc<str>,
     admin_lane: bool,
 ) {
+    // A dup of the socket: shared-memory fds are passed on it (SCM_RIGHTS).
+    let socket = dup(&s);
     let (r, w) = s.into_split();
     let lane = LaneOf { band, admin_lane };
     tokio::task::spawn_local(crate::connection::serve(
-        state, peer, transport, lane, None, r, w,
+        state, peer, transport, lane, socket, r, w,
     ));
 }
 

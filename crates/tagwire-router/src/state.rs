@@ -211,6 +211,8 @@ pub(crate) struct State {
     pub placement: crate::placement::Placement,
     /// Bandwidth reservations (`reserve=`; crate::bandwidth).
     pub(crate) bandwidth: crate::bandwidth::Bandwidth,
+    /// Shared-memory regions of same-host publishers.
+    pub shm: crate::shm::ShmTable,
     next_conn: u64,
 }
 
@@ -261,6 +263,7 @@ impl State {
             history,
             placement,
             bandwidth: Default::default(),
+            shm: Default::default(),
             next_conn: 1,
         }
     }

@@ -536,6 +536,17 @@ impl Region {
         self.map.fd.as_fd()
     }
 
+    /// Whether `stream`'s producer closed it or its process is gone (a
+    /// reader may then let the region go once it has read what it wanted).
+    pub fn producer_gone(&self, stream: u32) -> bool {
+        if stream >= self.map.layout.stream_count {
+            return true;
+        }
+        let owner = &self.map.ctl(stream).owner.0;
+        let pid = owner.pid.load(SeqCst);
+        owner.closed.load(SeqCst) == 1 || pid == 0 || pid_gone(pid)
+    }
+
     /// Where everything lies in the memfd.
     pub fn layout(&self) -> Layout {
         self.map.layout
@@ -1444,12 +1455,87 @@ impl Consumer {
         }
     }
 
+    /// Reads packet `seq` in place, out of order (random access by a
+    /// descriptor that travelled elsewhere, e.g. over the daemon's socket):
+    /// `Expired` if it was reclaimed, retracted, overwritten or is past its
+    /// deadline (never torn data); `Empty` if it is not published yet;
+    /// `Corrupt` for a malformed descriptor. The cursor only moves forward.
+    pub fn read_at(&mut self, seq: u64, now_ns: u64) -> Result<Sample<'_>, Error> {
+        let r = self.pin(seq, now_ns)?;
+        Ok(self.sample(r))
+    }
+
+    /// Like [`Consumer::read_at`], but the returned [`HeldSample`] owns this
+    /// consumer (its entry and hazard) until released, so it can outlive a
+    /// borrow (e.g. behind a reference-counted buffer). On error the
+    /// consumer comes back with it (boxed: the pair is large).
+    pub fn hold(mut self, seq: u64, now_ns: u64) -> Result<HeldSample, Box<(Consumer, Error)>> {
+        match self.pin(seq, now_ns) {
+            Ok(r) => Ok(HeldSample {
+                consumer: Some(self),
+                ready: r,
+            }),
+            Err(e) => Err(Box::new((self, e))),
+        }
+    }
+
+    /// Sets the hazard on packet `seq`'s chunk if it is deliverable; see [`Consumer::read_at`].
+    fn pin(&mut self, seq: u64, now: u64) -> Result<Ready, Error> {
+        let g = self.map.layout.geometry;
+        let head = self.map.ctl(self.stream).head.0.load(SeqCst);
+        if seq >= head {
+            return Err(Error::Empty);
+        }
+        if head - seq > g.slots as u64 {
+            self.stats.counts.lost += 1;
+            return Err(Error::Expired { seq });
+        }
+        let i = g.slot_of(seq) as u32;
+        let slot = self.map.slot(self.stream, i);
+        let d = snapshot(slot);
+        let Some(stamp) = Stamp::unpack(d.stamp) else {
+            return Err(Error::Corrupt {
+                slot: i,
+                what: "unknown state",
+                value: d.stamp & 0xff,
+            });
+        };
+        if stamp.seq != seq || stamp.state != SlotState::Published || now >= d.deadline {
+            self.stats.counts.expired += 1;
+            return Err(Error::Expired { seq });
+        }
+        let chunk = g.chunk_of(&d).map_err(|c| {
+            let (what, value) = c.describe();
+            Error::Corrupt {
+                slot: i,
+                what,
+                value,
+            }
+        })?;
+        let e = self.map.entry(self.stream, self.entry);
+        e.hazard.store(chunk as u64 + 1, SeqCst);
+        fence(Acquire);
+        if slot.stamp.load(SeqCst) != d.stamp {
+            e.hazard.store(0, SeqCst);
+            self.stats.torn += 1;
+            return Err(Error::Expired { seq });
+        }
+        self.stats.counts.delivered += 1;
+        Ok(Ready {
+            seq,
+            chunk,
+            len: d.len,
+            vtime: d.vtime,
+            deadline: d.deadline,
+        })
+    }
+
     fn release(&mut self, seq: u64) {
         self.map
             .entry(self.stream, self.entry)
             .hazard
             .store(0, Release);
-        self.cursor = seq + 1;
+        self.cursor = self.cursor.max(seq + 1);
         let e = self.map.entry(self.stream, self.entry);
         e.cursor.store(self.cursor, SeqCst);
         let w = &self.map.ctl(self.stream).producer_wait.0;
@@ -1509,6 +1595,72 @@ impl std::ops::Deref for Sample<'_> {
 impl Drop for Sample<'_> {
     fn drop(&mut self) {
         self.consumer.release(self.seq);
+    }
+}
+
+/// A packet read in place that owns its [`Consumer`] while held (see
+/// [`Consumer::hold`]): the chunk is not reused until it is released or dropped.
+pub struct HeldSample {
+    consumer: Option<Consumer>,
+    ready: Ready,
+}
+
+impl std::fmt::Debug for HeldSample {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HeldSample")
+            .field("seq", &self.ready.seq)
+            .field("len", &self.ready.len)
+            .finish()
+    }
+}
+
+impl HeldSample {
+    /// The packet's sequence number in its stream.
+    pub fn seq(&self) -> u64 {
+        self.ready.seq
+    }
+    /// Its virtual time.
+    pub fn vtime(&self) -> u64 {
+        self.ready.vtime
+    }
+    /// Gives the consumer back (the packet counts as consumed).
+    pub fn release(mut self) -> Consumer {
+        let mut c = self
+            .consumer
+            .take()
+            .expect("a held sample owns its consumer until released");
+        c.release(self.ready.seq);
+        c
+    }
+}
+
+impl std::ops::Deref for HeldSample {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        let c = self
+            .consumer
+            .as_ref()
+            .expect("a held sample owns its consumer until released");
+        // SAFETY: as in `Consumer::sample`: chunk and len were validated by
+        // Geometry::chunk_of, and the hazard set by `pin` keeps the chunk
+        // from being reallocated until `release` or drop.
+        unsafe {
+            std::slice::from_raw_parts(c.map.chunk_ptr(self.ready.chunk), self.ready.len as usize)
+        }
+    }
+}
+
+impl AsRef<[u8]> for HeldSample {
+    fn as_ref(&self) -> &[u8] {
+        self
+    }
+}
+
+impl Drop for HeldSample {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.consumer.take() {
+            c.release(self.ready.seq);
+        }
     }
 }
 

@@ -41,6 +41,8 @@ pub(crate) struct Options {
     /// Stamp events with the daemons' network time (see
     /// [`SessionBuilder::network_clock`]).
     pub network_clock: bool,
+    /// The default `shm` mode of this session's publishers and subscriptions.
+    pub shm: crate::ShmMode,
 }
 
 /// A session on a priority band: its connection is marked with the band's
@@ -92,6 +94,7 @@ impl Default for SessionBuilder {
                 session_id: None,
                 follow_priority: false,
                 network_clock: false,
+                shm: crate::ShmMode::Auto,
             },
         }
     }
@@ -152,6 +155,15 @@ impl SessionBuilder {
     /// Off by default. An event whose source time the caller set keeps it.
     pub fn network_clock(mut self, on: bool) -> Self {
         self.options.network_clock = on;
+        self
+    }
+
+    /// The default `shm` mode of the session's publishers and subscriptions
+    /// (`auto` unless set; see `docs/shm.md`): `off` keeps every payload on
+    /// the socket, `require` makes a publisher or subscription fail where
+    /// shared memory cannot be had.
+    pub fn shm(mut self, mode: crate::ShmMode) -> Self {
+        self.options.shm = mode;
         self
     }
 

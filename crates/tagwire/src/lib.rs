@@ -29,6 +29,7 @@ mod publisher;
 mod pull;
 mod sample;
 mod session;
+mod shm;
 mod stream;
 mod subscriber;
 mod tls;
@@ -40,6 +41,7 @@ pub use publisher::{EventBuilder, Publisher};
 pub use pull::{HistoryAt, Pull, PullError, PullOptions};
 pub use sample::Sample;
 pub use session::{EmbeddedRouter, Session, HOT_INTERVAL};
+pub use shm::{ShmMode, ShmStats};
 pub use subscriber::{CallbackSubscription, Subscriber, SubscriptionBuilder};
 pub use tls::TlsOptions;
 pub use url::ServerUrl;
@@ -53,6 +55,7 @@ pub use tagwire_router::{FilterInfo, FilterLevel, Listing, RouterConfig, RouterH
 pub mod router {
     pub use tagwire_router::{
         auth, config, local, transform, FederationConfig, FederationInfo, Limits, LinkInfo,
-        ProxyInfo, Router, RouterConfig, RouterError, RouterHandle, TimeInfo, TlsConfig,
+        ProxyInfo, Router, RouterConfig, RouterError, RouterHandle, ShmCounters, TimeInfo,
+        TlsConfig,
     };
 }

@@ -27,6 +27,8 @@ pub struct Publisher {
     /// (the band's session and the endpoint's id there), declared on first
     /// use.
     bands: Mutex<Vec<(String, Session, u32)>>,
+    /// Its shared-memory region, if the daemon granted one (`docs/shm.md`).
+    shm: Mutex<Option<crate::shm::ShmPublisher>>,
 }
 
 pub(crate) fn now_ns() -> u64 {
@@ -41,7 +43,12 @@ fn system_time_ns(t: SystemTime) -> u64 {
 }
 
 impl Publisher {
-    pub(crate) fn new(session: Session, id: u32, name: String) -> Self {
+    pub(crate) fn new(
+        session: Session,
+        id: u32,
+        name: String,
+        shm: Option<crate::shm::ShmPublisher>,
+    ) -> Self {
         let mut plain = Event::default();
         plain.header.publisher.clone_from(&name);
         Publisher {
@@ -52,6 +59,7 @@ impl Publisher {
             express: AtomicBool::new(false),
             plain: Mutex::new(plain),
             bands: Mutex::new(Vec::new()),
+            shm: Mutex::new(shm),
         }
     }
 
@@ -122,7 +130,70 @@ impl Publisher {
             let (session, id) = self.on_band(&band)?;
             return session.inner().publish(id, event, express, now);
         }
+        if let Some(sent) = self.send_in_shm(event, express, now) {
+            return sent;
+        }
         self.session.inner().publish(self.id, event, express, now)
+    }
+
+    /// Whether this publisher puts its payloads in shared memory (the
+    /// daemon granted a region; see [`Session::declare_publisher_with`]).
+    pub fn uses_shm(&self) -> bool {
+        lock(&self.shm).is_some()
+    }
+
+    /// Publishes with the payload copied into this publisher's region and
+    /// a reference in its place; `None`: not possible for this event (no
+    /// region, too large, a reconnect since), the caller uses the socket.
+    fn send_in_shm(&self, event: &mut Event, express: bool, now: u64) -> Option<Result<()>> {
+        let mut guard = lock(&self.shm);
+        let shm = guard.as_mut()?;
+        let stats = &self.session.inner().shm;
+        if event.payload.len() > shm.max || shm.reconnects != self.session.reconnects() {
+            if shm.reconnects != self.session.reconnects() {
+                tracing::info!(
+                    "publisher {}: reconnected; payloads go over the socket from now on",
+                    self.name
+                );
+                *guard = None;
+            }
+            stats.note_published(false);
+            return None;
+        }
+        let deadline = match event.header.expiry {
+            Expiry::Never => tagwire_shm::NO_DEADLINE,
+            Expiry::AfterNs(d) => event.header.source_time_ns.saturating_add(d),
+            Expiry::AtNs(t) => t,
+        };
+        let vtime = event.header.virtual_time.unwrap_or(event.header.seq);
+        let seq = match shm
+            .producer
+            .publish_copy(&event.payload, vtime, deadline, now)
+        {
+            Ok(seq) => seq,
+            Err(e) => {
+                tracing::debug!(
+                    "publisher {}: shared memory: {e}; this event goes over the socket",
+                    self.name
+                );
+                stats.note_published(false);
+                return None;
+            }
+        };
+        let r = tagwire_proto::ShmRef {
+            region: shm.region,
+            seq,
+            len: event.payload.len() as u32,
+            stream: 0,
+        };
+        drop(guard);
+        let payload = std::mem::replace(&mut event.payload, Bytes::copy_from_slice(&r.encode()));
+        event.header.flags |= tagwire_proto::flags::SHM_PAYLOAD;
+        let sent = self.session.inner().publish(self.id, event, express, now);
+        event.header.flags &= !tagwire_proto::flags::SHM_PAYLOAD;
+        event.payload = payload;
+        stats.note_published(true);
+        Some(sent)
     }
 
     /// This endpoint on band `band`'s connection (declared there on first

@@ -24,7 +24,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use tagwire_core::connection::{ClientHello, Config, Connection, Input, Reply};
 use tagwire_proto::{EndpointKind, Event};
 use tagwire_router::{FilterInfo, Limits, Listing, Router, RouterHandle};
@@ -171,6 +171,8 @@ pub(crate) struct Inner {
     bands: Mutex<HashMap<String, Session>>,
     /// The router's bands, once asked ([`Session::router_bands`]).
     router_bands: Mutex<Option<Arc<RouterBands>>>,
+    /// Shared-memory regions and counters (`crate::shm`).
+    pub(crate) shm: crate::shm::ClientShm,
 }
 
 /// The router's bands as its listing gives them.
@@ -324,6 +326,7 @@ impl Session {
             net_offset_at: AtomicU64::new(0),
             bands: Mutex::new(HashMap::new()),
             router_bands: Mutex::new(None),
+            shm: Default::default(),
         });
         let (stream, leftover) = connect(&inner)?;
         let r = inner.clone();
@@ -351,10 +354,89 @@ impl Session {
 
     /// Declares a publisher endpoint named `name` (unique in the router).
     pub fn declare_publisher(&self, name: &str) -> Result<Publisher> {
+        self.declare_publisher_with(name, self.inner().options.shm)
+    }
+
+    /// Declares a publisher with its own `shm` mode (see [`crate::ShmMode`]):
+    /// `Auto` (the session's default unless [`SessionBuilder::shm`] says
+    /// otherwise) puts payloads in shared memory when the daemon is on this
+    /// host and grants a region, and logs why not otherwise; `Require`
+    /// fails instead; `Off` keeps payloads on the socket.
+    pub fn declare_publisher_with(&self, name: &str, shm: crate::ShmMode) -> Result<Publisher> {
         let id = self
             .inner()
             .declare_endpoint(EndpointKind::Publisher, name)?;
-        Ok(Publisher::new(self.clone(), id, name.to_owned()))
+        let region = match self.open_shm(name, id, shm) {
+            Ok(r) => r,
+            Err(e) => {
+                self.inner().undeclare_endpoint(id);
+                return Err(e);
+            }
+        };
+        Ok(Publisher::new(self.clone(), id, name.to_owned(), region))
+    }
+
+    /// Asks the daemon for a shared-memory region for publisher `name`.
+    fn open_shm(
+        &self,
+        name: &str,
+        id: u32,
+        mode: crate::ShmMode,
+    ) -> Result<Option<crate::shm::ShmPublisher>> {
+        let refuse = |why: String| -> Result<Option<crate::shm::ShmPublisher>> {
+            match mode {
+                crate::ShmMode::Require => Err(Error::Refused {
+                    code: tagwire_proto::ErrorCode::BadRequest,
+                    message: format!("shm=require for publisher {name}: {why}"),
+                }),
+                _ => {
+                    tracing::info!("publisher {name}: payloads go over the socket: {why}");
+                    Ok(None)
+                }
+            }
+        };
+        if mode == crate::ShmMode::Off {
+            return Ok(None);
+        }
+        if !self.is_same_host() {
+            return refuse(format!(
+                "the daemon is reached over {} (shared memory needs its Unix socket or embedded mode)",
+                self.inner().target().describe()
+            ));
+        }
+        let request = serde_json::json!({"op": "shm_open", "endpoint": name, "id": id});
+        let reconnects = self.reconnects();
+        let reply = match self.admin(&request) {
+            Ok(r) => r,
+            Err(Error::Refused { message, .. }) => return refuse(message),
+            Err(e) => return refuse(e.to_string()),
+        };
+        let Some(region) = reply.get("region").and_then(|r| r.as_u64()) else {
+            return refuse(format!("unexpected shm_open reply {reply}"));
+        };
+        let Some(mapped) = self.inner().shm.take_grant(region) else {
+            return refuse(format!(
+                "region {region} was granted but its fd did not arrive"
+            ));
+        };
+        match crate::shm::ShmPublisher::new(region, mapped, reconnects) {
+            Ok(p) => Ok(Some(p)),
+            Err(why) => refuse(why),
+        }
+    }
+
+    /// Whether this session reaches its router on this host (a Unix socket
+    /// or embedded), where shared memory can be negotiated.
+    pub fn is_same_host(&self) -> bool {
+        matches!(
+            self.inner().target(),
+            Target::Url(ServerUrl::Unix(_)) | Target::Embedded(_)
+        )
+    }
+
+    /// What this session's shared-memory path did so far (see `docs/shm.md`).
+    pub fn shm_stats(&self) -> crate::ShmStats {
+        self.inner().shm.stats()
     }
 
     /// Starts building a subscription to `pattern` (`*` one level, `**` any
@@ -678,9 +760,13 @@ impl Inner {
         &self,
         endpoint: u32,
         pattern: &str,
-        qos: Vec<(String, String)>,
+        mut qos: Vec<(String, String)>,
         sink: Arc<Sink>,
     ) -> Result<u32> {
+        if self.options.shm != crate::ShmMode::Auto && !qos.iter().any(|(k, _)| k == "shm") {
+            // The session's default, unless the subscription says.
+            qos.push(("shm".into(), self.options.shm.to_string()));
+        }
         let (sub, reply) = self.request("subscription", |e| {
             let (sub, req) = e.subscribe(endpoint, pattern, qos);
             lock(&self.sinks).insert(sub, sink);
@@ -976,6 +1062,49 @@ fn read_some(stream: &mut Stream, buf: &mut BytesMut) -> std::io::Result<bool> {
     Ok(n? > 0)
 }
 
+/// Like [`read_some`], keeping passed fds for the shared-memory regions.
+fn read_some_fds(
+    stream: &mut Stream,
+    buf: &mut BytesMut,
+    shm: &crate::shm::ClientShm,
+) -> std::io::Result<bool> {
+    let start = buf.len();
+    buf.resize(start + READ_CHUNK, 0);
+    let mut fds = Vec::new();
+    let n = loop {
+        match stream.read_with_fds(&mut buf[start..], &mut fds) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            r => break r,
+        }
+    };
+    if !fds.is_empty() {
+        shm.received_fds(fds);
+    }
+    buf.truncate(start + *n.as_ref().unwrap_or(&0));
+    Ok(n? > 0)
+}
+
+/// Hands a delivered event to its sink; a payload in shared memory gets
+/// its mapped region attached (read at hand-over), or is skipped (counted)
+/// if this session has no such region.
+fn deliver(inner: &Inner, sink: &Sink, event: Bytes) {
+    let sample = match crate::sample::Sample::new(event) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!("dropping a malformed event from the server: {e}");
+            return;
+        }
+    };
+    match sample.shm_ref() {
+        None => sink.deliver_sample(sample),
+        Some(r) => {
+            if let Some(p) = inner.shm.pending(r) {
+                sink.deliver_sample(sample.with_pending(p));
+            }
+        }
+    }
+}
+
 fn flusher_main(inner: Arc<Inner>) {
     loop {
         let mut w = lock(&inner.writer);
@@ -1151,9 +1280,10 @@ fn read_loop(inner: &Inner, stream: &mut Stream, buf: &mut BytesMut) {
                         sinks = lock(&inner.sinks).clone();
                     }
                     if let Some(sink) = sinks.get(&sub) {
-                        sink.deliver(event);
+                        deliver(inner, sink, event);
                     }
                 }
+                Input::ShmRegion { region, role, .. } => inner.shm.named(region, role),
                 Input::Reply { req, reply } => {
                     if let Some(tx) = lock(&inner.waiters).remove(&req) {
                         let _ = tx.send(reply);
@@ -1181,7 +1311,7 @@ fn read_loop(inner: &Inner, stream: &mut Stream, buf: &mut BytesMut) {
         if over {
             return;
         }
-        match read_some(stream, buf) {
+        match read_some_fds(stream, buf, &inner.shm) {
             Ok(true) => heard = Some(inner.now()),
             Ok(false) => return,
             Err(e) => {

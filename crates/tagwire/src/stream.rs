@@ -103,6 +103,34 @@ impl Stream {
     }
 }
 
+impl Stream {
+    /// Like `read`, keeping the fds a Unix peer passed with the bytes
+    /// (SCM_RIGHTS: the daemon's shared-memory regions, `docs/shm.md`).
+    pub(crate) fn read_with_fds(
+        &mut self,
+        buf: &mut [u8],
+        fds: &mut Vec<OwnedFd>,
+    ) -> std::io::Result<usize> {
+        use rustix::net::{recvmsg, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
+        let Stream::Unix(s) = self else {
+            return self.read(buf);
+        };
+        let mut space = [std::mem::MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(16))];
+        let mut anc = RecvAncillaryBuffer::new(&mut space);
+        let mut iov = [std::io::IoSliceMut::new(buf)];
+        let got = recvmsg(&*s, &mut iov, &mut anc, RecvFlags::CMSG_CLOEXEC)?;
+        for m in anc.drain() {
+            if let RecvAncillaryMessage::ScmRights(received) = m {
+                fds.extend(received);
+            }
+        }
+        if got.flags.contains(rustix::net::ReturnFlags::CTRUNC) {
+            tracing::warn!("more shared-memory fds arrived than fit; some were dropped");
+        }
+        Ok(got.bytes)
+    }
+}
+
 impl Read for Stream {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         match self {

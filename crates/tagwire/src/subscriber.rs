@@ -14,7 +14,6 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use tagwire_core::qos::DEFAULT_QUEUE_LENGTH;
 use tagwire_core::queue::{BoundedQueue, DiscardPolicy, Pushed};
 use tagwire_proto::EndpointKind;
@@ -150,17 +149,16 @@ pub(crate) enum Sink {
 }
 
 impl Sink {
-    pub(crate) fn deliver(&self, raw: Bytes) {
-        let sample = match Sample::new(raw) {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::warn!("dropping a malformed event from the server: {e}");
-                return;
-            }
-        };
+    /// Hands over a checked sample (a shared-memory payload is read when a
+    /// callback gets it or the application takes it from the queue).
+    pub(crate) fn deliver_sample(&self, sample: Sample) {
         match self {
             Sink::Queue(q) => q.push(sample),
-            Sink::Callback(f) => f(sample),
+            Sink::Callback(f) => {
+                if let Some(s) = sample.settle() {
+                    f(s)
+                }
+            }
         }
     }
 
@@ -228,7 +226,11 @@ impl SubQueue {
         let mut st = lock(&self.state);
         loop {
             if let Some(s) = st.q.pop() {
-                return Ok(Some(s));
+                // A reclaimed shared-memory packet is skipped (counted).
+                match s.settle() {
+                    Some(s) => return Ok(Some(s)),
+                    None => continue,
+                }
             }
             if st.closed {
                 return Err(Error::Closed);
@@ -292,8 +294,10 @@ impl Subscriber {
 
     fn poll_recv(&self, cx: &mut Context<'_>) -> Poll<Result<Sample>> {
         let mut st = lock(&self.queue.state);
-        if let Some(s) = st.q.pop() {
-            return Poll::Ready(Ok(s));
+        while let Some(s) = st.q.pop() {
+            if let Some(s) = s.settle() {
+                return Poll::Ready(Ok(s));
+            }
         }
         if st.closed {
             return Poll::Ready(Err(Error::Closed));

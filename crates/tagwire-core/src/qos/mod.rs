@@ -44,7 +44,7 @@ mod resolve;
 pub use layer::{EventQos, QosLayer};
 pub use property::{
     parse_priority, Dscp, Level, PriorityClass, PriorityModel, Property, ProxyMode, QosSet, Sched,
-    ShowValue, DEFAULT_MAX_BATCH, DEFAULT_PRIORITY, MAX_BATCH, MAX_CLIENTS,
+    ShmMode, ShowValue, DEFAULT_MAX_BATCH, DEFAULT_PRIORITY, MAX_BATCH, MAX_CLIENTS,
     MAX_EVENTS_PER_CONSUMER, MAX_PACING_INTERVAL_NS,
 };
 pub use resolve::{change, resolve, EventEffective, Resolved, Source};

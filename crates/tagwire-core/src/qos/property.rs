@@ -129,13 +129,16 @@ pub enum Property {
     /// `max_delay`: the subscriber's end-to-end delay bound, which
     /// `proxy=auto` placement keeps (none: unbounded).
     MaxDelay,
+    /// `shm`: whether same-host payloads travel in shared memory (off,
+    /// auto, require).
+    Shm,
 }
 
 const UP_TO_CHANNEL: &[Level] = &[Level::Daemon, Level::Tag, Level::Session, Level::Channel];
 
 impl Property {
     /// Number of properties.
-    pub const COUNT: usize = 21;
+    pub const COUNT: usize = 22;
 
     /// Every property, in the order `tagwire admin show` lists them.
     pub const ALL: [Property; Property::COUNT] = [
@@ -160,6 +163,7 @@ impl Property {
         Property::MinInterval,
         Property::Proxy,
         Property::MaxDelay,
+        Property::Shm,
     ];
 
     /// The name users type (`priority`, `max_queue_length`, …).
@@ -186,6 +190,7 @@ impl Property {
             Property::MinInterval => "min_interval",
             Property::Proxy => "proxy",
             Property::MaxDelay => "max_delay",
+            Property::Shm => "shm",
         }
     }
 
@@ -282,6 +287,42 @@ impl std::str::FromStr for ProxyMode {
                     "expected at_subscriber, at_publisher, node:NAME or auto",
                 )),
             },
+        }
+    }
+}
+
+/// Whether a same-host channel carries its payloads in shared memory
+/// (`docs/shm.md`, "Negotiated by the daemon").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub enum ShmMode {
+    /// Never: payloads travel over the socket.
+    Off,
+    /// Where the client is on the daemon's host (Unix socket, embedded) and
+    /// a region can be had; else the socket, with the reason logged (the default).
+    #[default]
+    Auto,
+    /// Shared memory or a refusal naming why not.
+    Require,
+}
+
+impl fmt::Display for ShmMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ShmMode::Off => "off",
+            ShmMode::Auto => "auto",
+            ShmMode::Require => "require",
+        })
+    }
+}
+
+impl std::str::FromStr for ShmMode {
+    type Err = QosError;
+    fn from_str(s: &str) -> Result<Self, QosError> {
+        match s {
+            "off" => Ok(ShmMode::Off),
+            "auto" => Ok(ShmMode::Auto),
+            "require" => Ok(ShmMode::Require),
+            _ => Err(invalid(Property::Shm, s, "expected off, auto or require")),
         }
     }
 }
@@ -641,6 +682,8 @@ pub struct QosSet {
     pub proxy: ProxyMode,
     /// End-to-end delay bound for proxy placement, ns; `None`: unbounded.
     pub max_delay: Option<u64>,
+    /// Shared memory for same-host payloads; default auto.
+    pub shm: ShmMode,
 }
 
 impl Default for QosSet {
@@ -667,6 +710,7 @@ impl Default for QosSet {
             min_interval: 0,
             proxy: ProxyMode::AtSubscriber,
             max_delay: None,
+            shm: ShmMode::Auto,
         }
     }
 }
@@ -782,6 +826,7 @@ impl QosSet {
                 }
             }
             Property::Proxy => self.proxy = s.parse()?,
+            Property::Shm => self.shm = s.parse()?,
             Property::MaxDelay => {
                 self.max_delay = match s {
                     "none" => None,
@@ -865,6 +910,7 @@ impl QosSet {
             Property::Scale => self.scale = other.scale,
             Property::Proxy => self.proxy = other.proxy.clone(),
             Property::MaxDelay => self.max_delay = other.max_delay,
+            Property::Shm => self.shm = other.shm,
             Property::MinInterval => self.min_interval = other.min_interval,
         }
     }
@@ -941,6 +987,7 @@ impl fmt::Display for ShowValue<'_> {
                 None => f.write_str("none"),
             },
             Property::MinInterval => show_duration(q.min_interval, f),
+            Property::Shm => q.shm.fmt(f),
         }
     }
 }

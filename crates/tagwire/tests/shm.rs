@@ -1,0 +1,215 @@
+//! Shared memory negotiated by the daemon, end to end through a real router
+//! over its Unix socket (and TCP for the socket-path clients): fan-out,
+//! fallback, refusals, expiry, reclaim, crashes. See `docs/shm.md`.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::tempdir::Dir;
+use tagwire::router::{Router, RouterConfig, RouterHandle};
+use tagwire::{Session, ShmMode};
+
+const WAIT: Duration = Duration::from_secs(10);
+
+/// A router listening on a Unix socket and on loopback TCP.
+struct Both {
+    router: RouterHandle,
+    unix: String,
+    tcp: String,
+    _dir: Dir,
+}
+
+fn router() -> Both {
+    let dir = Dir::new("shm");
+    let path = dir.0.join("tagwired.sock");
+    let router = Router::start(RouterConfig {
+        tcp: "127.0.0.1:0".parse().ok(),
+        unix: Some(path.clone()),
+        ..RouterConfig::default()
+    })
+    .expect("start router");
+    let tcp = format!("tcp://{}", router.tcp_addr().expect("tcp addr"));
+    Both {
+        router,
+        unix: format!("unix://{}", path.display()),
+        tcp,
+        _dir: dir,
+    }
+}
+
+fn payload(i: usize) -> Vec<u8> {
+    // 64 B and 1 MiB, alternating, each with its index in every byte.
+    let len = if i.is_multiple_of(2) { 64 } else { 1 << 20 };
+    vec![i as u8; len]
+}
+
+fn listing_shm(s: &Session) -> tagwire::router::ShmCounters {
+    s.list().expect("list").shm
+}
+
+#[test]
+fn fan_out_to_two_shm_subscribers_and_a_socket_subscriber_gives_everyone_the_same_payloads() {
+    let r = router();
+    let publisher_session = Session::connect(&r.unix).expect("unix session");
+    let shm_a = Session::connect(&r.unix).expect("unix session");
+    let shm_b = Session::connect(&r.unix).expect("unix session");
+    let socket = Session::connect(&r.tcp).expect("tcp session");
+    let subs: Vec<_> = [&shm_a, &shm_b, &socket]
+        .iter()
+        .map(|s| {
+            s.subscribe("/shm/fan")
+                .max_queue_length(64)
+                .receiver()
+                .expect("subscribe")
+        })
+        .collect();
+    let publisher = publisher_session
+        .declare_publisher("/shm/fan/pub")
+        .expect("declare");
+    assert!(
+        publisher.uses_shm(),
+        "a Unix-socket publisher gets a region"
+    );
+    const N: usize = 10;
+    for i in 0..N {
+        publisher.publish("/shm/fan", payload(i)).expect("publish");
+        for (k, sub) in subs.iter().enumerate() {
+            let s = sub.recv_timeout(WAIT).expect("recv").expect("an event");
+            assert_eq!(s.payload(), payload(i), "subscriber {k}, event {i}");
+            assert_eq!(s.is_in_place(), k < 2, "subscriber {k}, event {i}");
+            assert_eq!(s.to_event().payload, payload(i));
+        }
+    }
+    assert_eq!(publisher_session.shm_stats().published, N as u64);
+    for s in [&shm_a, &shm_b] {
+        let st = s.shm_stats();
+        assert_eq!((st.in_place, st.copied, st.expired), (N as u64, 0, 0));
+    }
+    assert_eq!(socket.shm_stats().in_place, 0);
+    let d = listing_shm(&publisher_session);
+    assert_eq!(
+        d.by_reference,
+        2 * N as u64,
+        "two shm subscribers got references"
+    );
+    assert_eq!(
+        d.copied_out, N as u64,
+        "one copy per event for the socket subscriber"
+    );
+    assert_eq!(d.regions_open, 1);
+    drop(publisher);
+    let deadline = Instant::now() + WAIT;
+    while listing_shm(&publisher_session).regions_open != 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the region closes with its publisher"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    drop(r.router);
+}
+
+#[test]
+fn shm_off_keeps_payloads_on_the_socket() {
+    let r = router();
+    let off = Session::builder()
+        .shm(ShmMode::Off)
+        .connect(&r.unix)
+        .expect("session");
+    let sub_session = Session::connect(&r.unix).expect("session");
+    let sub = sub_session
+        .subscribe("/shm/off")
+        .qos("shm", "off")
+        .receiver()
+        .expect("subscribe");
+    let publisher = off.declare_publisher("/shm/off/pub").expect("declare");
+    assert!(!publisher.uses_shm());
+    publisher.publish("/shm/off", payload(1)).expect("publish");
+    let s = sub.recv_timeout(WAIT).expect("recv").expect("event");
+    assert_eq!(s.payload(), payload(1));
+    assert!(!s.is_in_place());
+    // A shm publisher to a subscriber that said off: the daemon copies.
+    let on = sub_session
+        .declare_publisher("/shm/off/pub2")
+        .expect("declare");
+    assert!(on.uses_shm());
+    on.publish("/shm/off", payload(3)).expect("publish");
+    let s = sub.recv_timeout(WAIT).expect("recv").expect("event");
+    assert_eq!(s.payload(), payload(3));
+    assert!(!s.is_in_place());
+    assert_eq!(listing_shm(&off).copied_out, 1);
+}
+
+#[test]
+fn shm_require_over_tcp_is_refused_with_a_reason() {
+    let r = router();
+    let tcp = Session::connect(&r.tcp).expect("tcp session");
+    let err = tcp
+        .declare_publisher_with("/shm/req/pub", ShmMode::Require)
+        .expect_err("require over TCP");
+    assert!(err.to_string().contains("shm=require"), "{err}");
+    let err = tcp
+        .subscribe("/shm/req")
+        .qos("shm", "require")
+        .receiver()
+        .expect_err("require over TCP");
+    assert!(err.to_string().contains("shm=require"), "{err}");
+    // Over the Unix socket the same requests succeed.
+    let unix = Session::connect(&r.unix).expect("unix session");
+    let p = unix
+        .declare_publisher_with("/shm/req/pub", ShmMode::Require)
+        .expect("require over the Unix socket");
+    assert!(p.uses_shm());
+    unix.subscribe("/shm/req")
+        .qos("shm", "require")
+        .receiver()
+        .expect("require over the Unix socket");
+    let err = unix
+        .subscribe("/shm/req")
+        .qos("shm", "sometimes")
+        .receiver()
+        .expect_err("bad value");
+    assert!(err.to_string().contains("shm"), "{err}");
+}
+
+#[test]
+fn packets_reclaimed_before_a_slow_subscriber_reads_them_are_skipped_and_counted() {
+    // shm_slots = 16 (default): a subscriber that does not read while 40
+    // events go out finds the oldest 24 reclaimed (drop-oldest): it is told
+    // (counted), gets the newest 16 intact, and the region was never pinned.
+    let r = router();
+    let s = Session::connect(&r.unix).expect("session");
+    let slow = Session::connect(&r.unix).expect("session");
+    let sub = slow
+        .subscribe("/shm/slow")
+        .max_queue_length(1000)
+        .receiver()
+        .expect("subscribe");
+    let publisher = s.declare_publisher("/shm/slow/pub").expect("declare");
+    assert!(publisher.uses_shm());
+    for i in 0..40usize {
+        publisher
+            .publish("/shm/slow", vec![i as u8; 64])
+            .expect("publish");
+    }
+    // Nothing is read until the daemon has routed all 40 (as references).
+    let deadline = Instant::now() + WAIT;
+    while listing_shm(&s).by_reference < 40 {
+        assert!(Instant::now() < deadline, "the daemon routes the 40 events");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let mut got = Vec::new();
+    while got.len() + (slow.shm_stats().expired as usize) < 40 {
+        assert!(Instant::now() < deadline, "got {} events", got.len());
+        if let Some(sample) = sub.recv_timeout(Duration::from_millis(50)).expect("recv") {
+            got.push(sample.payload()[0] as usize);
+        }
+    }
+    let expired = slow.shm_stats().expired as usize;
+    assert!(expired > 0, "some packets were reclaimed before being read");
+    assert_eq!(got.len() + expired, 40);
+    // What was delivered is the newest, in order, intact.
+    let want: Vec<usize> = (40 - got.len()..40).collect();
+    assert_eq!(got, want);
+}

@@ -38,6 +38,11 @@ fn router() -> Both {
     }
 }
 
+/// A session that uses shared memory where it can (off by default).
+fn shm_session(url: &str) -> tagwire::Result<Session> {
+    Session::builder().shm(ShmMode::Auto).connect(url)
+}
+
 fn payload(i: usize) -> Vec<u8> {
     // 64 B and 1 MiB, alternating, each with its index in every byte.
     let len = if i.is_multiple_of(2) { 64 } else { 1 << 20 };
@@ -51,9 +56,9 @@ fn listing_shm(s: &Session) -> tagwire::router::ShmCounters {
 #[test]
 fn fan_out_to_two_shm_subscribers_and_a_socket_subscriber_gives_everyone_the_same_payloads() {
     let r = router();
-    let publisher_session = Session::connect(&r.unix).expect("unix session");
-    let shm_a = Session::connect(&r.unix).expect("unix session");
-    let shm_b = Session::connect(&r.unix).expect("unix session");
+    let publisher_session = shm_session(&r.unix).expect("unix session");
+    let shm_a = shm_session(&r.unix).expect("unix session");
+    let shm_b = shm_session(&r.unix).expect("unix session");
     let socket = Session::connect(&r.tcp).expect("tcp session");
     let subs: Vec<_> = [&shm_a, &shm_b, &socket]
         .iter()
@@ -117,7 +122,7 @@ fn shm_off_keeps_payloads_on_the_socket() {
         .shm(ShmMode::Off)
         .connect(&r.unix)
         .expect("session");
-    let sub_session = Session::connect(&r.unix).expect("session");
+    let sub_session = shm_session(&r.unix).expect("session");
     let sub = sub_session
         .subscribe("/shm/off")
         .qos("shm", "off")
@@ -156,7 +161,7 @@ fn shm_require_over_tcp_is_refused_with_a_reason() {
         .expect_err("require over TCP");
     assert!(err.to_string().contains("shm=require"), "{err}");
     // Over the Unix socket the same requests succeed.
-    let unix = Session::connect(&r.unix).expect("unix session");
+    let unix = shm_session(&r.unix).expect("unix session");
     let p = unix
         .declare_publisher_with("/shm/req/pub", ShmMode::Require)
         .expect("require over the Unix socket");
@@ -179,8 +184,8 @@ fn packets_reclaimed_before_a_slow_subscriber_reads_them_are_skipped_and_counted
     // events go out finds the oldest 24 reclaimed (drop-oldest): it is told
     // (counted), gets the newest 16 intact, and the region was never pinned.
     let r = router();
-    let s = Session::connect(&r.unix).expect("session");
-    let slow = Session::connect(&r.unix).expect("session");
+    let s = shm_session(&r.unix).expect("session");
+    let slow = shm_session(&r.unix).expect("session");
     let sub = slow
         .subscribe("/shm/slow")
         .max_queue_length(1000)

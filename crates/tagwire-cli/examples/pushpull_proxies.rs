@@ -38,6 +38,11 @@ const PORT: u16 = 7700;
 /// Ping and pong tags (the pong on a separate tag, as in the paper).
 const PING: &str = "/pp/ping";
 const PONG: &str = "/pp/pong";
+/// Where the control's fillers go (no subscriber).
+const FILLER: &str = "/pp/filler";
+/// The control mode's label: no proxy, and a filler nobody wants before
+/// each timed ping (the pinger's `--scale 0`).
+const CONTROL: &str = "no proxy + filler (control)";
 /// The scaling factor of every proxy here: 1 of every 2 events. (A factor
 /// of 1 is no proxy at all in tagwire, so the paper's "scaling by one"
 /// cannot be asked for; the pinger publishes a filler before each timed
@@ -109,7 +114,39 @@ fn q(v: &[f64]) -> Q {
     }
 }
 
-/// What one pinger run measured, µs.
+/// What one pinger run measured (µs): round trip, publish call, ping one
+/// way, echo, pong one way, one value per timed ping.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+struct RawPings {
+    size: usize,
+    lost: usize,
+    r: [Vec<f64>; 5],
+}
+
+impl RawPings {
+    fn merge(&mut self, other: RawPings) {
+        self.size = other.size;
+        self.lost += other.lost;
+        for (a, b) in self.r.iter_mut().zip(other.r) {
+            a.extend(b);
+        }
+    }
+
+    fn result(&self) -> PingResult {
+        PingResult {
+            size: self.size,
+            samples: self.r[0].len(),
+            lost: self.lost,
+            rtt: q(&self.r[0]),
+            publish: q(&self.r[1]),
+            ping_oneway: q(&self.r[2]),
+            echo: q(&self.r[3]),
+            pong_oneway: q(&self.r[4]),
+        }
+    }
+}
+
+/// What the pings of one point measured, µs.
 #[derive(Debug, Clone, Copy, Default, serde::Serialize, serde::Deserialize)]
 struct PingResult {
     size: usize,
@@ -131,18 +168,19 @@ struct PingResult {
 
 /// `--role echo`: republishes each ping on the pong tag with its callback
 /// entry time and the ping's source time in bytes 8..24.
-fn role_echo(server: &str, qos: &[(String, String)]) {
+fn role_echo(server: &str, qos: &[(String, String)], ping_tag: &str, pong_tag: &str) {
     let s = connect(server);
     let echo = Arc::new(
         s.declare_publisher(&format!("/pp/echo{}", std::process::id()))
             .expect("echo publisher"),
     );
     echo.set_express(true);
-    let mut b = s.subscribe(PING);
+    let mut b = s.subscribe(ping_tag);
     for (k, v) in qos {
         b = b.qos(k, v);
     }
     let ep = echo.clone();
+    let pong_tag = pong_tag.to_owned();
     let _sub = b
         .callback(move |sample| {
             let t = now_rt();
@@ -152,7 +190,7 @@ fn role_echo(server: &str, qos: &[(String, String)]) {
                 out[8..16].copy_from_slice(&t.to_le_bytes());
                 out[16..24].copy_from_slice(&src.to_le_bytes());
             }
-            let _ = ep.publish(PONG, out);
+            let _ = ep.publish(&pong_tag, out);
         })
         .unwrap_or_else(|e| panic!("echo subscription: {e}"));
     eprintln!("echo ready");
@@ -163,20 +201,29 @@ fn role_echo(server: &str, qos: &[(String, String)]) {
 
 /// `--role ping`: `pings` timed round trips of `size` bytes after a
 /// warm-up, one in flight, `gap` apart; with `scale` > 1 a filler (dropped
-/// by the proxy) goes before each timed ping. Prints a [`PingResult`].
-fn role_ping(server: &str, size: usize, pings: usize, gap: Duration, scale: u64) {
+/// by the proxy) goes before each timed ping, with `scale` 0 a filler on a
+/// tag nobody subscribes to (the control). Prints a [`PingResult`].
+fn role_ping(
+    server: &str,
+    (ping_tag, pong_tag): (&str, &str),
+    size: usize,
+    pings: usize,
+    gap: Duration,
+    scale: u64,
+) {
     let s = connect(server);
     let p = s
         .declare_publisher(&format!("/pp/pinger{}", std::process::id()))
         .expect("pinger publisher");
     p.set_express(true);
-    let pongs = s.subscribe(PONG).receiver().expect("pong subscription");
+    let pongs = s.subscribe(pong_tag).receiver().expect("pong subscription");
     let mut published = 0u64;
     let mut payload = vec![0x5au8; size.max(24)];
+    let filler = Bytes::from(payload.clone());
     let mut send = |k: u64, published: &mut u64| {
         payload[..8].copy_from_slice(&k.to_le_bytes());
         *published += 1;
-        p.publish(PING, payload.clone())
+        p.publish(ping_tag, payload.clone())
     };
     // Until the echo's interest (and any proxy) is in place everywhere.
     let start = Instant::now();
@@ -204,6 +251,11 @@ fn role_ping(server: &str, size: usize, pings: usize, gap: Duration, scale: u64)
     for k in 0..(WARMUP + pings) as u64 {
         while scale > 1 && !(published + 1).is_multiple_of(scale) {
             send(u64::MAX - 1, &mut published).expect("filler");
+        }
+        if scale == 0 {
+            // The control: a filler nobody subscribes to (dropped at the
+            // publisher's daemon), so the cost of the filler itself shows.
+            p.publish(FILLER, filler.clone()).expect("control filler");
         }
         std::thread::sleep(gap);
         let t0 = Instant::now();
@@ -236,16 +288,7 @@ fn role_ping(server: &str, size: usize, pings: usize, gap: Duration, scale: u64)
         r[3].push(us(pong_src, echo_rt));
         r[4].push(us(recv_rt, pong_src));
     }
-    let out = PingResult {
-        size,
-        samples: r[0].len(),
-        lost,
-        rtt: q(&r[0]),
-        publish: q(&r[1]),
-        ping_oneway: q(&r[2]),
-        echo: q(&r[3]),
-        pong_oneway: q(&r[4]),
-    };
+    let out = RawPings { size, lost, r };
     println!("{}", serde_json::to_string(&out).expect("json"));
 }
 
@@ -504,6 +547,7 @@ fn modes(t: &Topology) -> Vec<(&'static str, Vec<(String, String)>)> {
     let scale = SCALE.to_string();
     let mut m = vec![
         ("no proxy", vec![]),
+        (CONTROL, vec![]),
         ("proxy at subscriber", s(&[("scale", &scale)])),
         (
             "proxy at publisher",
@@ -523,13 +567,23 @@ struct Ctx<'a> {
     tb: &'a Testbed,
     bin: &'a Path,
     pings: usize,
+    /// Rounds the pings of a point are split into (interleaving the places).
+    rounds: usize,
     gap: Duration,
 }
 
 /// One pinger run from host 0 against `server`.
-fn ping(ctx: &Ctx, server: &str, size: usize, pings: usize, scale: u64) -> PingResult {
+fn ping(
+    ctx: &Ctx,
+    server: &str,
+    tags: (&str, &str),
+    size: usize,
+    pings: usize,
+    scale: u64,
+) -> RawPings {
     let mut c = role_cmd("ping");
     c.args(["--server", server])
+        .args(["--ping-tag", tags.0, "--pong-tag", tags.1])
         .args(["--size", &size.to_string()])
         .args(["--pings", &pings.to_string()])
         .args(["--gap-us", &ctx.gap.as_micros().to_string()])
@@ -554,10 +608,16 @@ fn spawn_echo<'tb>(
     host: usize,
     server: &str,
     qos: &[(String, String)],
+    tags: (&str, &str),
 ) -> NsChild<'tb> {
     let q: Vec<String> = qos.iter().map(|(k, v)| format!("{k}={v}")).collect();
     let mut c = role_cmd("echo");
-    c.args(["--server", server, "--qos", &q.join(",")]);
+    c.args(["--server", server, "--qos", &q.join(",")]).args([
+        "--ping-tag",
+        tags.0,
+        "--pong-tag",
+        tags.1,
+    ]);
     let mut child = tb.host(host).spawn(&c).unwrap_or_else(|e| panic!("{e}"));
     child
         .wait_for_stderr("echo ready", Duration::from_secs(20))
@@ -678,21 +738,63 @@ struct Point {
 fn round_trips(ctx: &Ctx, dir: &Path, sizes: &[usize]) -> (Vec<Point>, Vec<(usize, usize, Q)>) {
     let mut points = Vec::new();
     let mut raw = Vec::new();
+    let topos: Vec<usize> = arg("--topos")
+        .unwrap_or_else(|| "0,1,2,3".into())
+        .split(',')
+        .filter_map(|s| s.parse().ok())
+        .collect();
     for (ti, t) in TOPOLOGIES.iter().enumerate() {
+        if !topos.contains(&ti) {
+            continue;
+        }
         eprintln!(
             "== {} ({}): daemons on hosts {:?}",
             t.name, t.figure, t.chain
         );
         let daemons = start_chain(ctx.tb, ctx.bin, dir, t.chain, &|_| String::new());
         let sub_host = *t.chain.last().expect("chain");
-        for (mode, qos) in modes(t) {
-            let _echo = spawn_echo(ctx.tb, sub_host, &url(ctx.tb, sub_host), &qos);
-            let scale = if qos.is_empty() { 1 } else { SCALE };
-            for &size in sizes {
-                let r = ping(ctx, &url(ctx.tb, 0), size, ctx.pings, scale);
+        // One echo per proxy place, each on its own tags, all at once, so
+        // that the places are measured interleaved (round by round) and a
+        // change in the machine's load falls on all of them alike.
+        let ms = modes(t);
+        let tags: Vec<(String, String)> = (0..ms.len())
+            .map(|i| (format!("{PING}/{i}"), format!("{PONG}/{i}")))
+            .collect();
+        let _echoes: Vec<NsChild> = ms
+            .iter()
+            .zip(&tags)
+            .map(|((_, qos), (pi, po))| {
+                spawn_echo(ctx.tb, sub_host, &url(ctx.tb, sub_host), qos, (pi, po))
+            })
+            .collect();
+        let mut acc: Vec<RawPings> = vec![RawPings::default(); ms.len() * sizes.len()];
+        let per_round = ctx.pings.div_ceil(ctx.rounds);
+        for _ in 0..ctx.rounds {
+            for (si, &size) in sizes.iter().enumerate() {
+                for (mi, (mode, qos)) in ms.iter().enumerate() {
+                    let scale = match (*mode, qos.is_empty()) {
+                        (CONTROL, _) => 0,
+                        (_, true) => 1,
+                        (_, false) => SCALE,
+                    };
+                    let r = ping(
+                        ctx,
+                        &url(ctx.tb, 0),
+                        (&tags[mi].0, &tags[mi].1),
+                        size,
+                        per_round,
+                        scale,
+                    );
+                    acc[mi * sizes.len() + si].merge(r);
+                }
+            }
+        }
+        for (mi, (mode, _)) in ms.iter().enumerate() {
+            for si in 0..sizes.len() {
+                let r = acc[mi * sizes.len() + si].result();
                 eprintln!(
-                    "   {mode:<22} {size:>6} B: rtt p50 {:>8.1} µs p99 {:>8.1} µs ({} lost)",
-                    r.rtt.p50, r.rtt.p99, r.lost
+                    "   {mode:<28} {:>6} B: rtt p50 {:>8.1} µs p99 {:>8.1} µs ({} lost)",
+                    r.size, r.rtt.p50, r.rtt.p99, r.lost
                 );
                 points.push(Point { topo: ti, mode, r });
             }
@@ -894,11 +996,11 @@ fn fig11(
     // (`normal`) shares best-effort class 1:2 with the flood until its own
     // reservation.
     let _low = reserve("low", "1mbit");
-    let _echo = spawn_echo(ctx.tb, 1, &url(ctx.tb, 1), &[]);
+    let _echo = spawn_echo(ctx.tb, 1, &url(ctx.tb, 1), &[], (PING, PONG));
     let mut out = Vec::new();
     let run = |case: &'static str, pings: usize, out: &mut Vec<(&'static str, PingResult)>| {
         for &size in sizes {
-            let r = ping(ctx, &url(ctx.tb, 0), size, pings, 1);
+            let r = ping(ctx, &url(ctx.tb, 0), (PING, PONG), size, pings, 1).result();
             eprintln!(
                 "   {case:<28} {size:>6} B: rtt p50 {:>9.1} µs p99 {:>9.1} µs ({} lost)",
                 r.rtt.p50, r.rtt.p99, r.lost
@@ -1392,11 +1494,20 @@ fn main() {
     let size: usize = arg("--size").and_then(|s| s.parse().ok()).unwrap_or(64);
     let pings: usize = arg("--pings").and_then(|s| s.parse().ok()).unwrap_or(300);
     let gap = Duration::from_micros(arg("--gap-us").and_then(|s| s.parse().ok()).unwrap_or(300));
+    let ping_tag = arg("--ping-tag").unwrap_or_else(|| PING.into());
+    let pong_tag = arg("--pong-tag").unwrap_or_else(|| PONG.into());
     match arg("--role").as_deref() {
-        Some("echo") => return role_echo(&server, &parse_qos(&arg("--qos").unwrap_or_default())),
+        Some("echo") => {
+            return role_echo(
+                &server,
+                &parse_qos(&arg("--qos").unwrap_or_default()),
+                &ping_tag,
+                &pong_tag,
+            )
+        }
         Some("ping") => {
             let scale = arg("--scale").and_then(|s| s.parse().ok()).unwrap_or(1);
-            return role_ping(&server, size, pings, gap, scale);
+            return role_ping(&server, (&ping_tag, &pong_tag), size, pings, gap, scale);
         }
         Some("source") => {
             let rate = arg("--rate").and_then(|s| s.parse().ok()).unwrap_or(2000.0);
@@ -1446,6 +1557,7 @@ fn main() {
         tb: &tb,
         bin: &bin,
         pings,
+        rounds: arg("--rounds").and_then(|s| s.parse().ok()).unwrap_or(3),
         gap,
     };
     let started = Instant::now();

@@ -296,6 +296,12 @@ pub struct BenchArgs {
     /// Run against an in-process router instead of a daemon.
     #[arg(long)]
     pub embedded: bool,
+    /// Carry payloads in shared memory where the daemon is on this host
+    /// (a `unix://` server; docs/shm.md): the sessions use
+    /// `SessionBuilder::shm(ShmMode::Require)` (a session that cannot have
+    /// it fails). Refused for other servers.
+    #[arg(long)]
+    pub shm: bool,
     /// latency: run the echo client on this other daemon (linked to the
     /// first), so each ping crosses the link both ways.
     #[arg(long, value_name = "URL")]

@@ -27,14 +27,15 @@ const MAX_SIZE: usize = 8 * 1024 * 1024;
 
 /// Makes sessions on the router under test.
 enum Target {
-    Url(String, TlsOptions),
+    /// A daemon: its URL, TLS settings, and the sessions' `shm` mode.
+    Url(String, TlsOptions, tagwire::ShmMode),
     Embedded(EmbeddedRouter),
 }
 
 impl Target {
     fn session(&self) -> Result<Session, tagwire::Error> {
         match self {
-            Target::Url(u, tls) => Session::connect_with_tls(u, tls),
+            Target::Url(u, tls, shm) => Session::builder().tls(tls.clone()).shm(*shm).connect(u),
             Target::Embedded(r) => r.session(),
         }
     }
@@ -76,14 +77,27 @@ pub fn run(server: Option<&str>, tls: &TlsOptions, a: BenchArgs) -> CmdResult {
             Some(u) => u.to_owned(),
             None => tagwire::ServerUrl::local_default().to_string(),
         };
-        let system = if url.starts_with("unix:") {
+        let system = if url.starts_with("unix:") && a.shm {
+            "tagwire-shm"
+        } else if url.starts_with("unix:") {
             "tagwire-unix"
         } else if url.starts_with("tls:") {
             "tagwire-tls"
         } else {
             "tagwire-tcp"
         };
-        (Target::Url(url, tls.clone()), system.to_owned())
+        if a.shm && !url.starts_with("unix:") {
+            return Err(format!(
+                "--shm needs the daemon's Unix socket (unix:///PATH), not {url}: shared memory is for a daemon on this host"
+            )
+            .into());
+        }
+        let shm = if a.shm {
+            tagwire::ShmMode::Require
+        } else {
+            tagwire::ShmMode::Off
+        };
+        (Target::Url(url, tls.clone(), shm), system.to_owned())
     };
     let duration = Duration::from_secs_f64(a.duration);
     let result = match a.mode {

@@ -17,6 +17,9 @@
 #                  change and Resolved::for_event vs the event's layer
 #   place_model    placement topology files (TOML and JSON), exhaustive
 #                  search vs MIP on small valid instances (tagwire-place)
+#   shm_region     a shared-memory region's header and control area
+#                  scribbled over by a peer (attach, read), and the
+#                  events' shared-memory reference (tagwire-shm, proto)
 #
 # Installs cargo-fuzz if it is missing, writes the target's seed corpus (for
 # frame_decoder: the test vectors of docs/protocol.md; for the others the

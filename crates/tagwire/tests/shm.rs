@@ -218,3 +218,75 @@ fn packets_reclaimed_before_a_slow_subscriber_reads_them_are_skipped_and_counted
     let want: Vec<usize> = (40 - got.len()..40).collect();
     assert_eq!(got, want);
 }
+
+/// Set in a child process of the test below: the daemon's Unix URL.
+const CHILD_URL: &str = "TAGWIRE_SHM_TEST_CHILD_URL";
+
+#[test]
+fn a_publisher_process_killed_mid_stream_leaves_no_region_and_others_go_on() {
+    if let Ok(url) = std::env::var(CHILD_URL) {
+        // The child: publish through shared memory until killed.
+        let s = shm_session(&url).expect("child session");
+        let p = s.declare_publisher("/shm/killed/pub").expect("declare");
+        assert!(p.uses_shm());
+        println!("CHILD-READY");
+        for i in 0u64.. {
+            let _ = p.publish("/shm/killed", vec![i as u8; 4096]);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        return;
+    }
+    let r = router();
+    let watcher = shm_session(&r.unix).expect("session");
+    let sub = watcher
+        .subscribe("/shm/killed")
+        .receiver()
+        .expect("subscribe");
+    let mut child = std::process::Command::new(std::env::current_exe().expect("test binary"))
+        .args([
+            "--exact",
+            "a_publisher_process_killed_mid_stream_leaves_no_region_and_others_go_on",
+            "--nocapture",
+        ])
+        .env(CHILD_URL, &r.unix)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn the child publisher");
+    // Its events arrive, read in place.
+    let got = sub
+        .recv_timeout(WAIT)
+        .expect("recv")
+        .expect("an event from the child");
+    assert_eq!(got.payload().len(), 4096);
+    assert_eq!(listing_shm(&watcher).regions_open, 1);
+    // kill -9 mid-stream: the daemon sees the connection go and closes the region.
+    child.kill().expect("SIGKILL");
+    let _ = child.wait();
+    let deadline = Instant::now() + WAIT;
+    while listing_shm(&watcher).regions_open != 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the dead publisher's region stays open"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // Whatever was queued for the subscriber is either intact or skipped.
+    while let Some(s) = sub.recv_timeout(Duration::from_millis(100)).expect("recv") {
+        assert!(
+            s.payload().iter().all(|b| *b == s.payload()[0]),
+            "a torn payload"
+        );
+    }
+    // Others go on: a new publisher gets a region and reaches the subscriber.
+    let p = watcher
+        .declare_publisher("/shm/killed/next")
+        .expect("declare");
+    assert!(p.uses_shm());
+    p.publish("/shm/killed", vec![7u8; 64]).expect("publish");
+    let s = sub
+        .recv_timeout(WAIT)
+        .expect("recv")
+        .expect("the new publisher's event");
+    assert_eq!(&s.payload()[..], &[7u8; 64][..]);
+    assert_eq!(listing_shm(&watcher).regions_open, 1);
+}

@@ -29,6 +29,11 @@ pub struct Publisher {
     bands: Mutex<Vec<(String, Session, u32)>>,
     /// Its shared-memory region, if the daemon granted one (`docs/shm.md`).
     shm: Mutex<Option<crate::shm::ShmPublisher>>,
+    /// Its `shm` mode, and the session's reconnect count when a region was
+    /// last asked for: after a reconnect (the daemon forgot the region) it
+    /// is asked for again, once per reconnect.
+    shm_mode: crate::ShmMode,
+    shm_asked: AtomicU64,
 }
 
 pub(crate) fn now_ns() -> u64 {
@@ -48,7 +53,9 @@ impl Publisher {
         id: u32,
         name: String,
         shm: Option<crate::shm::ShmPublisher>,
+        shm_mode: crate::ShmMode,
     ) -> Self {
+        let shm_asked = AtomicU64::new(session.reconnects());
         let mut plain = Event::default();
         plain.header.publisher.clone_from(&name);
         Publisher {
@@ -60,6 +67,8 @@ impl Publisher {
             plain: Mutex::new(plain),
             bands: Mutex::new(Vec::new()),
             shm: Mutex::new(shm),
+            shm_mode,
+            shm_asked,
         }
     }
 
@@ -147,16 +156,30 @@ impl Publisher {
     /// region, too large, a reconnect since), the caller uses the socket.
     fn send_in_shm(&self, event: &mut Event, express: bool, now: u64) -> Option<Result<()>> {
         let mut guard = lock(&self.shm);
+        let reconnects = self.session.reconnects();
+        if guard.as_ref().is_some_and(|s| s.reconnects != reconnects) {
+            // The daemon that granted the region is gone or restarted.
+            *guard = None;
+        }
+        if guard.is_none()
+            && self.shm_mode != crate::ShmMode::Off
+            && self.shm_asked.swap(reconnects, Ordering::Relaxed) != reconnects
+        {
+            // Reconnected: ask again (once per reconnect); `Auto` falls back
+            // to the socket with the reason logged.
+            let mode = match self.shm_mode {
+                crate::ShmMode::Require => crate::ShmMode::Auto,
+                m => m,
+            };
+            *guard = self
+                .session
+                .open_shm(&self.name, self.id, mode)
+                .ok()
+                .flatten();
+        }
         let shm = guard.as_mut()?;
         let stats = &self.session.inner().shm;
-        if event.payload.len() > shm.max || shm.reconnects != self.session.reconnects() {
-            if shm.reconnects != self.session.reconnects() {
-                tracing::info!(
-                    "publisher {}: reconnected; payloads go over the socket from now on",
-                    self.name
-                );
-                *guard = None;
-            }
+        if event.payload.len() > shm.max {
             stats.note_published(false);
             return None;
         }

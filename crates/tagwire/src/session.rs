@@ -373,11 +373,17 @@ impl Session {
                 return Err(e);
             }
         };
-        Ok(Publisher::new(self.clone(), id, name.to_owned(), region))
+        Ok(Publisher::new(
+            self.clone(),
+            id,
+            name.to_owned(),
+            region,
+            shm,
+        ))
     }
 
     /// Asks the daemon for a shared-memory region for publisher `name`.
-    fn open_shm(
+    pub(crate) fn open_shm(
         &self,
         name: &str,
         id: u32,

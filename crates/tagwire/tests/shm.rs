@@ -290,3 +290,53 @@ fn a_publisher_process_killed_mid_stream_leaves_no_region_and_others_go_on() {
     assert_eq!(&s.payload()[..], &[7u8; 64][..]);
     assert_eq!(listing_shm(&watcher).regions_open, 1);
 }
+
+#[test]
+fn a_publisher_asks_for_a_region_again_after_its_daemon_restarts() {
+    let dir = Dir::new("shm-restart");
+    let path = dir.0.join("tagwired.sock");
+    let start = || {
+        Router::start(RouterConfig {
+            tcp: None,
+            unix: Some(path.clone()),
+            ..RouterConfig::default()
+        })
+        .expect("start router")
+    };
+    let url = format!("unix://{}", path.display());
+    let first = start();
+    let s = Session::builder()
+        .shm(ShmMode::Auto)
+        .reconnect_wait(Duration::from_millis(50))
+        .connect(&url)
+        .expect("session");
+    let p = s.declare_publisher("/shm/restart/pub").expect("declare");
+    assert!(p.uses_shm());
+    p.publish("/shm/restart", vec![1u8; 64]).expect("publish");
+    first.shutdown();
+    let second = start();
+    let watcher = shm_session(&url).expect("session");
+    let sub = watcher
+        .subscribe("/shm/restart")
+        .receiver()
+        .expect("subscribe");
+    // Publishing rides through the reconnect; the new daemon grants a region.
+    let deadline = Instant::now() + WAIT;
+    let got = loop {
+        assert!(
+            Instant::now() < deadline,
+            "nothing arrived after the restart"
+        );
+        let _ = p.publish("/shm/restart", vec![2u8; 64]);
+        if let Some(s) = sub.recv_timeout(Duration::from_millis(50)).expect("recv") {
+            break s;
+        }
+    };
+    assert_eq!(&got.payload()[..], &[2u8; 64][..]);
+    assert!(
+        p.uses_shm(),
+        "the publisher has a region from the new daemon"
+    );
+    assert_eq!(listing_shm(&watcher).regions_open, 1);
+    drop(second);
+}

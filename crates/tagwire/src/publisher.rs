@@ -36,6 +36,9 @@ pub struct Publisher {
     shm_asked: AtomicU64,
 }
 
+/// A payload written in place: its length and the writer.
+type Filler<'a> = (usize, &'a mut dyn FnMut(&mut [u8]));
+
 pub(crate) fn now_ns() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -93,7 +96,7 @@ impl Publisher {
         ev.header.tag.push_str(tag);
         ev.header.source_time_ns = 0;
         ev.payload = payload.into();
-        let sent = self.stamp_and_send(&mut ev, false);
+        let sent = self.stamp_and_send(&mut ev, false, None);
         // Do not keep the caller's payload alive until the next publish.
         ev.payload = Bytes::new();
         sent
@@ -112,7 +115,32 @@ impl Publisher {
     /// set here; a zero source timestamp is set to now.
     pub fn send(&self, mut event: Event) -> Result<()> {
         self.name.clone_into(&mut event.header.publisher);
-        self.stamp_and_send(&mut event, true)
+        self.stamp_and_send(&mut event, true, None)
+    }
+
+    /// Publishes a `len`-byte payload on `tag` that `fill` writes in place:
+    /// with a shared-memory region (`docs/shm.md`) the buffer is a loan in
+    /// the region's data area, so publishing copies nothing; without one it
+    /// is a fresh buffer sent over the socket. The buffer is lent for the
+    /// duration of `fill` (it lives in this publisher's region, under its
+    /// lock), then published.
+    ///
+    /// ```no_run
+    /// # let session = tagwire::Session::connect("unix:///run/tagwire.sock")?;
+    /// let p = session.declare_publisher_with("/cam/pub", tagwire::ShmMode::Auto)?;
+    /// p.loan("/cam/frame", 1 << 20, |frame| frame.fill(0x80))?; // a grey 1 MiB frame
+    /// # Ok::<(), tagwire::Error>(())
+    /// ```
+    pub fn loan(&self, tag: &str, len: usize, fill: impl FnOnce(&mut [u8])) -> Result<()> {
+        let mut event = Event::new(tag, Bytes::new());
+        self.name.clone_into(&mut event.header.publisher);
+        let mut fill = Some(fill);
+        let mut filler = |buf: &mut [u8]| {
+            if let Some(f) = fill.take() {
+                f(buf)
+            }
+        };
+        self.stamp_and_send(&mut event, false, Some((len, &mut filler)))
     }
 
     /// Checks the tag, sets the sequence number and (if zero) the source
@@ -121,7 +149,15 @@ impl Publisher {
     /// `banded`: the event's priority was given (`send`, `event()`), so under
     /// `follow_priority` it picks the band; a plain `publish` stays on the
     /// session's own connection.
-    fn stamp_and_send(&self, event: &mut Event, banded: bool) -> Result<()> {
+    ///
+    /// `fill`: the payload is `len` bytes written by the filler (in the
+    /// region when there is one: see [`loan`](Self::loan)).
+    fn stamp_and_send(
+        &self,
+        event: &mut Event,
+        banded: bool,
+        mut fill: Option<Filler<'_>>,
+    ) -> Result<()> {
         tagwire_core::tags::validate_tag(&event.header.tag)?;
         event.header.seq = self.seq.fetch_add(1, Ordering::Relaxed) + 1;
         let now = now_ns();
@@ -135,12 +171,20 @@ impl Publisher {
         } else {
             None
         };
+        if band.is_none() {
+            if let Some(sent) = self.send_in_shm(event, express, now, &mut fill) {
+                return sent;
+            }
+        }
+        if let Some((len, f)) = fill {
+            // No region (or not for this event): fill a buffer of our own.
+            let mut buf = vec![0u8; len];
+            f(&mut buf);
+            event.payload = Bytes::from(buf);
+        }
         if let Some(band) = band {
             let (session, id) = self.on_band(&band)?;
             return session.inner().publish(id, event, express, now);
-        }
-        if let Some(sent) = self.send_in_shm(event, express, now) {
-            return sent;
         }
         self.session.inner().publish(self.id, event, express, now)
     }
@@ -154,7 +198,13 @@ impl Publisher {
     /// Publishes with the payload copied into this publisher's region and
     /// a reference in its place; `None`: not possible for this event (no
     /// region, too large, a reconnect since), the caller uses the socket.
-    fn send_in_shm(&self, event: &mut Event, express: bool, now: u64) -> Option<Result<()>> {
+    fn send_in_shm(
+        &self,
+        event: &mut Event,
+        express: bool,
+        now: u64,
+        fill: &mut Option<Filler<'_>>,
+    ) -> Option<Result<()>> {
         let mut guard = lock(&self.shm);
         let reconnects = self.session.reconnects();
         if guard.as_ref().is_some_and(|s| s.reconnects != reconnects) {
@@ -179,7 +229,8 @@ impl Publisher {
         }
         let shm = guard.as_mut()?;
         let stats = &self.session.inner().shm;
-        if event.payload.len() > shm.max {
+        let len = fill.as_ref().map_or(event.payload.len(), |(len, _)| *len);
+        if len > shm.max {
             stats.note_published(false);
             return None;
         }
@@ -189,10 +240,18 @@ impl Publisher {
             Expiry::AtNs(t) => t,
         };
         let vtime = event.header.virtual_time.unwrap_or(event.header.seq);
-        let seq = match shm
-            .producer
-            .publish_copy(&event.payload, vtime, deadline, now)
-        {
+        let published = match fill.as_mut() {
+            // The caller writes the payload straight into the region (and,
+            // should no loan be had, into the socket path's buffer instead).
+            Some((len, f)) => shm.producer.loan(*len, now).map(|mut loan| {
+                f(&mut loan);
+                loan.publish(vtime, deadline)
+            }),
+            None => shm
+                .producer
+                .publish_copy(&event.payload, vtime, deadline, now),
+        };
+        let seq = match published {
             Ok(seq) => seq,
             Err(e) => {
                 tracing::debug!(
@@ -206,7 +265,7 @@ impl Publisher {
         let r = tagwire_proto::ShmRef {
             region: shm.region,
             seq,
-            len: event.payload.len() as u32,
+            len: len as u32,
             stream: 0,
         };
         drop(guard);

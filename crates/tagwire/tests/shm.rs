@@ -340,3 +340,38 @@ fn a_publisher_asks_for_a_region_again_after_its_daemon_restarts() {
     assert_eq!(listing_shm(&watcher).regions_open, 1);
     drop(second);
 }
+
+#[test]
+fn a_loaned_payload_is_written_in_the_region_and_read_in_place() {
+    let r = router();
+    let s = shm_session(&r.unix).expect("session");
+    let sub = s.subscribe("/shm/loan").receiver().expect("subscribe");
+    let p = s.declare_publisher("/shm/loan/pub").expect("declare");
+    assert!(p.uses_shm());
+    let before = listing_shm(&s).by_reference;
+    p.loan("/shm/loan", 1 << 20, |buf| {
+        assert_eq!(buf.len(), 1 << 20);
+        buf.fill(0x5a);
+    })
+    .expect("loan");
+    let got = sub
+        .recv_timeout(WAIT)
+        .expect("recv")
+        .expect("the loaned event");
+    assert_eq!(got.payload().len(), 1 << 20);
+    assert!(got.payload().iter().all(|b| *b == 0x5a));
+    assert!(got.is_in_place(), "read where the publisher wrote it");
+    assert_eq!(listing_shm(&s).by_reference, before + 1);
+    // Without a region the same call fills a buffer sent over the socket.
+    let tcp = Session::connect(&r.tcp).expect("tcp session");
+    let q = tcp.declare_publisher("/shm/loan/tcp").expect("declare");
+    assert!(!q.uses_shm());
+    q.loan("/shm/loan", 9, |buf| buf.copy_from_slice(b"by-socket"))
+        .expect("loan");
+    let got = sub
+        .recv_timeout(WAIT)
+        .expect("recv")
+        .expect("the socket event");
+    assert_eq!(&got.payload()[..], b"by-socket");
+    assert!(!got.is_in_place());
+}

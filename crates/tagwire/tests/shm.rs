@@ -219,8 +219,19 @@ fn packets_reclaimed_before_a_slow_subscriber_reads_them_are_skipped_and_counted
     assert_eq!(got, want);
 }
 
-/// Set in a child process of the test below: the daemon's Unix URL.
+/// Set in a child process of the tests below: the daemon's Unix URL.
 const CHILD_URL: &str = "TAGWIRE_SHM_TEST_CHILD_URL";
+
+/// Runs test `name` of this binary as a child process playing its client
+/// part against the daemon at `url` (the test sees [`CHILD_URL`]).
+fn child(name: &str, url: &str, stdout: std::process::Stdio) -> std::process::Child {
+    std::process::Command::new(std::env::current_exe().expect("test binary"))
+        .args(["--exact", name, "--nocapture"])
+        .env(CHILD_URL, url)
+        .stdout(stdout)
+        .spawn()
+        .expect("spawn the child process")
+}
 
 #[test]
 fn a_publisher_process_killed_mid_stream_leaves_no_region_and_others_go_on() {
@@ -242,16 +253,11 @@ fn a_publisher_process_killed_mid_stream_leaves_no_region_and_others_go_on() {
         .subscribe("/shm/killed")
         .receiver()
         .expect("subscribe");
-    let mut child = std::process::Command::new(std::env::current_exe().expect("test binary"))
-        .args([
-            "--exact",
-            "a_publisher_process_killed_mid_stream_leaves_no_region_and_others_go_on",
-            "--nocapture",
-        ])
-        .env(CHILD_URL, &r.unix)
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .expect("spawn the child publisher");
+    let mut child = child(
+        "a_publisher_process_killed_mid_stream_leaves_no_region_and_others_go_on",
+        &r.unix,
+        std::process::Stdio::null(),
+    );
     // Its events arrive, read in place.
     let got = sub
         .recv_timeout(WAIT)
@@ -419,16 +425,11 @@ fn a_subscriber_process_killed_while_reading_in_place_harms_nobody() {
     let s = shm_session(&r.unix).expect("session");
     let other = s.subscribe("/shm/subkill").receiver().expect("subscribe");
     let p = s.declare_publisher("/shm/subkill/pub").expect("declare");
-    let mut child = std::process::Command::new(std::env::current_exe().expect("test binary"))
-        .args([
-            "--exact",
-            "a_subscriber_process_killed_while_reading_in_place_harms_nobody",
-            "--nocapture",
-        ])
-        .env(CHILD_URL, &r.unix)
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn the child subscriber");
+    let mut child = child(
+        "a_subscriber_process_killed_while_reading_in_place_harms_nobody",
+        &r.unix,
+        std::process::Stdio::piped(),
+    );
     // Publish until the child reads (its subscription takes a moment).
     let mut out = std::io::BufReader::new(child.stdout.take().expect("stdout"));
     let reading = std::thread::spawn(move || {

@@ -772,32 +772,9 @@ fn a_proxy_at_an_unknown_node_is_refused_naming_it() {
 #[test]
 fn auto_placement_puts_the_proxy_where_the_optimiser_says_and_shows_why() {
     let (a, b, c, sc, sub) = scaled_chain("pz", &[("scale", "4"), ("proxy", "auto")]);
-    let sa = a.session();
-    let p = sa.declare_publisher("/sc/auto").expect("publisher");
     // Events flow; placement runs once a second and moves the proxy to the
     // publisher's daemon (least bandwidth, no delay bound).
-    let start = Instant::now();
-    let placed = loop {
-        assert!(
-            start.elapsed() < WAIT * 2,
-            "auto placement never moved the proxy"
-        );
-        for _ in 0..8 {
-            p.publish("/sc/x", "e").expect("publish");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-        drain_now(&sub);
-        let proxy = sc
-            .list()
-            .expect("list")
-            .subscriptions
-            .into_iter()
-            .find_map(|s| s.proxy)
-            .expect("the auto subscription shows its proxy");
-        if proxy.runs_at == "pza" {
-            break proxy;
-        }
-    };
+    let placed = wait_shown(&a, &sc, &sub, |p| p.runs_at == "pza");
     assert_eq!(placed.mode, "auto");
     assert!(
         placed.reason.contains("tagwire place"),
@@ -821,9 +798,15 @@ fn drain_now(sub: &Subscriber) {
     {}
 }
 
-/// Publishes on `/sc/x` from `a` every 10 ms until `sc`'s auto subscription
-/// shows its proxy on `want`; returns the placement shown.
-fn wait_placed(a: &Daemon, sc: &Session, want: &str) -> tagwire::router::ProxyInfo {
+/// Publishes on `/sc/x` from `a`, 10 events 10 ms apart at a time
+/// (draining `sub`), until the proxy `sc`'s auto subscription shows passes
+/// `wanted`; returns it. Fails after twice [`WAIT`].
+fn wait_shown(
+    a: &Daemon,
+    sc: &Session,
+    sub: &Subscriber,
+    wanted: impl Fn(&tagwire::router::ProxyInfo) -> bool,
+) -> tagwire::router::ProxyInfo {
     let p = a
         .session()
         .declare_publisher("/sc/paced")
@@ -835,20 +818,19 @@ fn wait_placed(a: &Daemon, sc: &Session, want: &str) -> tagwire::router::ProxyIn
             p.publish("/sc/x", "e").expect("publish");
             std::thread::sleep(Duration::from_millis(10));
         }
+        drain_now(sub);
         let proxy = sc
             .list()
             .expect("list")
             .subscriptions
             .into_iter()
             .find_map(|s| s.proxy);
-        if let Some(p) = &proxy {
-            if p.runs_at == want && p.reason.contains("tagwire place") {
-                return p.clone();
-            }
+        if let Some(p) = proxy.as_ref().filter(|p| wanted(p)) {
+            return p.clone();
         }
         last = proxy;
     }
-    panic!("the proxy never ran at {want}: last shown {last:?}");
+    panic!("the proxy was never shown as wanted: last shown {last:?}");
 }
 
 #[test]
@@ -859,11 +841,13 @@ fn auto_placement_keeps_the_delay_bound_and_otherwise_saves_bandwidth() {
     // least bandwidth that meets the bound: a with none, b under 65 ms, c
     // under 35 ms.
     for (prefix, bound, want) in [("pd", "65ms", "pdb"), ("pe", "35ms", "pec")] {
-        let (a, _b, _c, sc, _sub) = scaled_chain(
+        let (a, _b, _c, sc, sub) = scaled_chain(
             prefix,
             &[("scale", "4"), ("proxy", "auto"), ("max_delay", bound)],
         );
-        let placed = wait_placed(&a, &sc, want);
+        let placed = wait_shown(&a, &sc, &sub, |p| {
+            p.runs_at == want && p.reason.contains("tagwire place")
+        });
         assert_eq!(placed.mode, "auto");
     }
 }
@@ -872,31 +856,12 @@ fn auto_placement_keeps_the_delay_bound_and_otherwise_saves_bandwidth() {
 fn auto_placement_with_no_feasible_node_says_why_and_scales_here() {
     // 1 ms is below one period at any daemon but the subscriber's own, and
     // even there two hops at ~10 ms each pass it.
-    let (a, _b, _c, sc, _sub) = scaled_chain(
+    let (a, _b, _c, sc, sub) = scaled_chain(
         "pf",
         &[("scale", "4"), ("proxy", "auto"), ("max_delay", "1ms")],
     );
-    let p = a
-        .session()
-        .declare_publisher("/sc/paced")
-        .expect("publisher");
-    let start = Instant::now();
-    loop {
-        assert!(start.elapsed() < WAIT * 2, "no infeasibility reported");
-        for _ in 0..10 {
-            p.publish("/sc/x", "e").expect("publish");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let proxy = sc
-            .list()
-            .expect("list")
-            .subscriptions
-            .into_iter()
-            .find_map(|s| s.proxy)
-            .expect("shown");
-        if proxy.reason.contains("no feasible placement") {
-            assert_eq!(proxy.runs_at, "pfc", "scaled at the subscriber's daemon");
-            break;
-        }
-    }
+    let proxy = wait_shown(&a, &sc, &sub, |p| {
+        p.reason.contains("no feasible placement")
+    });
+    assert_eq!(proxy.runs_at, "pfc", "scaled at the subscriber's daemon");
 }

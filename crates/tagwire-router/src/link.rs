@@ -149,6 +149,23 @@ impl Federation {
         }
     }
 
+    /// The daemon named `name`, or the refusal of `what` (a request naming
+    /// it) as `UnknownNode`, listing the daemons known.
+    pub fn daemon_named(&self, name: &str, what: &str) -> Result<NodeId, (ErrorCode, String)> {
+        self.topo.node_named(name).ok_or_else(|| {
+            let mut known: Vec<String> = self.topo.nodes().into_iter().map(|n| n.1).collect();
+            known.sort();
+            (
+                ErrorCode::UnknownNode,
+                format!(
+                    "{what}{}: no daemon of this network is named so (known: {})",
+                    tagwire_proto::excerpt(name),
+                    known.join(", ")
+                ),
+            )
+        })
+    }
+
     /// This daemon's node id.
     pub fn me(&self) -> NodeId {
         self.topo.me()

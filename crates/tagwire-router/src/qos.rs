@@ -97,19 +97,7 @@ pub(crate) fn check_proxy(st: &State, resolved: &Resolved) -> Result<(), (ErrorC
     let tagwire_core::qos::ProxyMode::Node(name) = &resolved.values().proxy else {
         return Ok(());
     };
-    if st.fed.topo.node_named(name).is_some() {
-        return Ok(());
-    }
-    let mut known: Vec<String> = st.fed.topo.nodes().into_iter().map(|n| n.1).collect();
-    known.sort();
-    Err((
-        ErrorCode::UnknownNode,
-        format!(
-            "proxy=node:{}: no daemon of this network is named so (known: {})",
-            tagwire_proto::excerpt(name),
-            known.join(", ")
-        ),
-    ))
+    st.fed.daemon_named(name, "proxy=node:").map(drop)
 }
 
 /// Puts `resolved` in force on `ch` and on its connection and lane.

@@ -95,21 +95,7 @@ pub(crate) fn target(st: &State, pull: &Pull) -> Result<Option<NodeId>, (ErrorCo
     let node = match pull.node.as_str() {
         "" => return Ok(None),
         AT_PUBLISHER => st.fed.relay.origins.get(pull.tag.as_str()).copied(),
-        name => match st.fed.topo.node_named(name) {
-            Some(n) => Some(n),
-            None => {
-                let mut known: Vec<String> = st.fed.topo.nodes().into_iter().map(|n| n.1).collect();
-                known.sort();
-                return Err((
-                    ErrorCode::UnknownNode,
-                    format!(
-                        "history at node {}: no daemon of this network is named so (known: {})",
-                        tagwire_proto::excerpt(name),
-                        known.join(", ")
-                    ),
-                ));
-            }
-        },
+        name => Some(st.fed.daemon_named(name, "history at node ")?),
     };
     Ok(node.filter(|n| *n != me))
 }

@@ -346,6 +346,19 @@ impl Topology {
         dropped
     }
 
+    /// Every link both ends advertise, once, as (smaller id, larger id),
+    /// sorted (the graph routes are computed on).
+    pub fn links(&self) -> Vec<(NodeId, NodeId)> {
+        let mut v: Vec<(NodeId, NodeId)> = self
+            .nodes
+            .iter()
+            .flat_map(|(&a, n)| n.neighbors.iter().map(move |&b| (a, b)))
+            .filter(|&(a, b)| a < b && self.linked(a, b))
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
     /// Whether `a` and `b` both list each other (a link both ends confirm).
     fn linked(&self, a: NodeId, b: NodeId) -> bool {
         let lists = |x: NodeId, y: NodeId| {
@@ -925,6 +938,16 @@ mod tests {
             proxy,
             ..Interest::pattern("/a/**")
         }
+    }
+
+    #[test]
+    fn links_are_the_pairs_both_ends_advertise_once_each() {
+        let mut t = network(3, &[(1, 2), (2, 3)], &[]);
+        assert_eq!(t[0].links(), vec![(1, 2), (2, 3)]);
+        // A neighbour only one end lists is no link.
+        let ad = t[2].set_neighbors(vec![1, 2]).expect("changed");
+        let _ = t[0].apply(ad);
+        assert_eq!(t[0].links(), vec![(1, 2), (2, 3)]);
     }
 
     #[test]

@@ -285,8 +285,10 @@ pub(crate) struct Channel {
     pub proxy: Locked<(u32, tagwire_core::qos::ProxyMode)>,
     /// Its `max_delay` bound, ns (`u64::MAX`: none), for placement.
     max_delay: Count,
-    /// What it saw of its stream (scaled channels only), for placement.
+    /// What it saw of its stream, for placement (`proxy=auto` channels
+    /// that scale only: `placing`).
     seen: Locked<crate::placement::StreamSeen>,
+    placing: Flag,
     /// Its spatial scaling plug-in, if it asked for one.
     pub transform: Option<ChannelTransform>,
     /// Events its plug-in could not transform (skipped for it alone).
@@ -380,6 +382,7 @@ impl Channel {
             proxy: Locked::new((1, tagwire_core::qos::ProxyMode::AtSubscriber)),
             max_delay: Count::new(u64::MAX),
             seen: Locked::new(Default::default()),
+            placing: Flag::new(false),
             transform: None,
             transform_errors: Count::new(0),
             transform_reported: Flag::new(false),
@@ -500,6 +503,8 @@ impl Channel {
             self.scaling.set(!s.is_identity());
         }
         *self.proxy.borrow_mut() = (v.scale, v.proxy.clone());
+        self.placing
+            .set(v.scale > 1 && v.proxy == tagwire_core::qos::ProxyMode::Auto);
         self.max_delay.set(v.max_delay.unwrap_or(u64::MAX));
         let mut q = self.queue.borrow_mut();
         let dropped =
@@ -586,7 +591,9 @@ impl Channel {
             return Offer::Dropped;
         }
         if self.scaling.get() {
-            self.seen.borrow_mut().see(meta, event.bytes().len());
+            if self.placing.get() {
+                self.seen.borrow_mut().see(meta, event.bytes().len());
+            }
             if !self
                 .scaler
                 .borrow_mut()

@@ -206,44 +206,46 @@ fn problem(
     max_delay: Option<u64>,
     seen: &StreamSeen,
 ) -> Result<tagwire_place::TopologySpec, String> {
-    let nodes = st.fed.topo.nodes();
-    let name = |id: u64| nodes.iter().find(|n| n.0 == id).map(|n| n.1.clone());
-    let mut names: Vec<String> = nodes.iter().map(|n| n.1.clone()).collect();
-    names.sort();
-    if names.windows(2).any(|w| w[0] == w[1]) {
+    let names: std::collections::HashMap<u64, String> = st
+        .fed
+        .topo
+        .nodes()
+        .into_iter()
+        .map(|n| (n.0, n.1))
+        .collect();
+    let mut sorted: Vec<&String> = names.values().collect();
+    sorted.sort();
+    if sorted.windows(2).any(|w| w[0] == w[1]) {
         return Err("two daemons share a name, so the problem cannot name them".into());
     }
-    let publisher = name(seen.origin).ok_or("the publisher's daemon is not known here")?;
+    let publisher = names
+        .get(&seen.origin)
+        .ok_or("the publisher's daemon is not known here")?;
     let me = st.fed.me();
-    let mut links = Vec::new();
-    for (a, _, _, neighbors, _) in &nodes {
-        for b in neighbors {
-            let confirmed = nodes
-                .iter()
-                .any(|n| n.0 == *b && n.3.binary_search(a).is_ok());
-            if a < b && confirmed {
-                let (Some(na), Some(nb)) = (name(*a), name(*b)) else {
-                    continue;
-                };
-                let other = if *a == me {
-                    Some(*b)
-                } else if *b == me {
-                    Some(*a)
-                } else {
-                    None
-                };
-                let latency = other
-                    .and_then(|o| st.fed.links.get(&o))
-                    .and_then(|l| l.rtt_ns)
-                    .map(|rtt| rtt as f64 / 2e6);
-                let mut link = serde_json::json!({ "between": [na, nb] });
-                if let Some(ms) = latency {
-                    link["latency_ms"] = ms.into();
-                }
-                links.push(link);
+    let links: Vec<serde_json::Value> = st
+        .fed
+        .topo
+        .links()
+        .into_iter()
+        .filter_map(|(a, b)| {
+            let mut link = serde_json::json!({ "between": [names.get(&a)?, names.get(&b)?] });
+            // Measured here only for this daemon's own links.
+            let other = if a == me {
+                Some(b)
+            } else if b == me {
+                Some(a)
+            } else {
+                None
+            };
+            let rtt = other
+                .and_then(|o| st.fed.links.get(&o))
+                .and_then(|l| l.rtt_ns);
+            if let Some(rtt) = rtt {
+                link["latency_ms"] = (rtt as f64 / 2e6).into();
             }
-        }
-    }
+            Some(link)
+        })
+        .collect();
     let period_ms = seen.period_ns as f64 / 1e6;
     let mut sub = serde_json::json!({
         "name": "auto",
@@ -254,7 +256,7 @@ fn problem(
         sub["max_delay_ms"] = (d as f64 / 1e6).into();
     }
     let spec = serde_json::json!({
-        "nodes": names.iter().map(|n| serde_json::json!({ "name": n })).collect::<Vec<_>>(),
+        "nodes": sorted.iter().map(|n| serde_json::json!({ "name": n })).collect::<Vec<_>>(),
         "links": links,
         "tags": [{
             "name": "/auto",

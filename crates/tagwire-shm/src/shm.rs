@@ -25,7 +25,7 @@ use crate::state::{
 use crate::Error;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"TAGWSHM1");
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 const HEADER_BYTES: u64 = 4096;
 const PAGE: u64 = 4096;
 
@@ -96,6 +96,21 @@ struct ChunkMeta {
     refs: AtomicU32,
 }
 
+/// The header line of a pin row (see [`PinRow`]).
+#[repr(C, align(64))]
+struct RowHead {
+    /// 1 while a [`PinRow`] owns the row.
+    used: AtomicU32,
+    /// The row's generation (low 16 bits used): pins of an earlier owner no longer count.
+    gen: AtomicU32,
+    /// The process that adopts the row's pins (0: none yet), so a row left
+    /// behind by a crashed holder can be told from one still in use.
+    holder: AtomicU32,
+}
+
+/// A pin word: the row's generation in the high 16 bits, pins held in the low 16.
+const PIN_COUNT_MASK: u32 = 0xffff;
+
 /// Where everything lies in the memfd (bytes from its start); see `docs/shm.md`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Layout {
@@ -103,6 +118,11 @@ pub struct Layout {
     pub total_bytes: u64,
     /// Start of the chunk table (64 bytes per chunk: its reference count).
     pub chunk_table: u64,
+    /// Start of the pin rows (`consumers_max` rows of `row_bytes`: a header
+    /// line, then one u32 per chunk).
+    pub pin_rows: u64,
+    /// Bytes per pin row.
+    pub row_bytes: u64,
     /// Start of stream 0's control area.
     pub streams: u64,
     /// Bytes per stream control area.
@@ -134,13 +154,17 @@ impl Layout {
         let ring_in_stream = entries_in_stream + 64 * consumers_max as u64;
         let stream_bytes = ring_in_stream + 64 * slots as u64;
         let chunk_table = HEADER_BYTES;
-        let streams_off = chunk_table + 64 * chunks as u64;
+        let pin_rows = chunk_table + 64 * chunks as u64;
+        let row_bytes = 64 + (4 * chunks as u64).div_ceil(64) * 64;
+        let streams_off = pin_rows.checked_add(row_bytes.checked_mul(consumers_max as u64)?)?;
         let end_ctl = streams_off.checked_add(stream_bytes.checked_mul(streams as u64)?)?;
         let data = end_ctl.checked_add(PAGE - 1)? / PAGE * PAGE;
         let total_bytes = data.checked_add((chunks as u64).checked_mul(chunk_bytes)?)?;
         Some(Self {
             total_bytes,
             chunk_table,
+            pin_rows,
+            row_bytes,
             streams: streams_off,
             stream_bytes,
             entries_in_stream,
@@ -256,6 +280,27 @@ impl Mapping {
         );
         // SAFETY: c < chunks, so inside the chunk table; 64-aligned; atomics.
         unsafe { self.at(self.layout.chunk_table + 64 * c as u64) }
+    }
+
+    fn row_head(&self, row: u32) -> &RowHead {
+        assert!(
+            row < self.layout.consumers_max,
+            "row index checked by its handle"
+        );
+        // SAFETY: row < consumers_max, so the row lies inside the pin rows
+        // area (Layout::new); row_bytes and pin_rows are multiples of 64; atomics.
+        unsafe { self.at(self.layout.pin_rows + self.layout.row_bytes * row as u64) }
+    }
+
+    fn pin_word(&self, row: u32, c: u32) -> &AtomicU32 {
+        assert!(
+            row < self.layout.consumers_max && c < self.layout.geometry.chunks,
+            "row and chunk indices checked by their handles"
+        );
+        let off = self.layout.pin_rows + self.layout.row_bytes * row as u64 + 64 + 4 * c as u64;
+        // SAFETY: indices checked above: the word lies inside the row (64 +
+        // 4 * chunks <= row_bytes); 4-aligned; an atomic.
+        unsafe { self.at(off) }
     }
 
     fn chunk_ptr(&self, c: u32) -> *mut u8 {
@@ -578,6 +623,59 @@ impl Region {
             release_ref(meta);
         }
         Ok(released)
+    }
+
+    /// Takes a free pin row (`consumers_max` rows per region); see [`PinRow`].
+    pub fn pin_row(&self) -> Result<PinRow, Error> {
+        let chunks = self.map.layout.geometry.chunks;
+        for row in 0..self.map.layout.consumers_max {
+            let head = self.map.row_head(row);
+            if head.used.compare_exchange(0, 1, SeqCst, Relaxed).is_err() {
+                continue;
+            }
+            let gen = head.gen.load(SeqCst) & PIN_COUNT_MASK;
+            head.holder.store(0, SeqCst);
+            for c in 0..chunks {
+                self.map.pin_word(row, c).store(gen << 16, SeqCst);
+            }
+            return Ok(PinRow {
+                inner: Arc::new(RowInner {
+                    map: self.map.clone(),
+                    row,
+                    gen,
+                }),
+            });
+        }
+        Err(Error::Unavailable {
+            what: "pin row (all taken), consumers_max",
+            index: self.map.layout.consumers_max as u64,
+        })
+    }
+
+    /// The holder's side of the pin row named by `ticket` ([`PinRow::ticket`]):
+    /// records this process as its holder. Refused if the row is not in use
+    /// in that generation.
+    pub fn pin_holder(&self, ticket: u32) -> Result<PinHolder, Error> {
+        let (row, gen) = (ticket >> 16, ticket & PIN_COUNT_MASK);
+        if row >= self.map.layout.consumers_max {
+            return Err(Error::Unavailable {
+                what: "pin row",
+                index: row as u64,
+            });
+        }
+        let head = self.map.row_head(row);
+        if head.used.load(SeqCst) != 1 || head.gen.load(SeqCst) & PIN_COUNT_MASK != gen {
+            return Err(Error::Unavailable {
+                what: "pin row in generation",
+                index: gen as u64,
+            });
+        }
+        head.holder.store(my_pid(), SeqCst);
+        Ok(PinHolder {
+            map: self.map.clone(),
+            row,
+            gen,
+        })
     }
 
     /// Takes the producer role of `stream` (free, or held by a dead process: then
@@ -1585,6 +1683,15 @@ impl Sample<'_> {
     }
 }
 
+impl Sample<'_> {
+    /// Pins this packet in `row` (under the sample's hazard): its bytes stay
+    /// readable through the returned [`Pin`] after the sample is dropped and
+    /// its slot reused.
+    pub fn pin_to(&self, row: &PinRow) -> Result<Pin, Error> {
+        Pin::record(&self.consumer.map, row, self.chunk, self.data.len())
+    }
+}
+
 impl std::ops::Deref for Sample<'_> {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
@@ -1660,6 +1767,247 @@ impl Drop for HeldSample {
     fn drop(&mut self) {
         if let Some(mut c) = self.consumer.take() {
             c.release(self.ready.seq);
+        }
+    }
+}
+
+/// A row of the region's pin ledger, owned by a relay that hands packet
+/// references on (the daemon keeps one per subscriber connection and
+/// region). Every [`Pin`] recorded in it keeps its chunk from being
+/// reallocated, even after the packet's slot was reused, so a reference in
+/// flight (queued, in a socket, in a subscriber's queue) never reads torn or
+/// lost data. Dropping the row (once no [`Pin`] made through it is left in
+/// this process) gives back every pin still recorded, including those handed
+/// over to its holder, and bumps the row's generation so a late unpin by an
+/// old holder changes nothing.
+pub struct PinRow {
+    inner: Arc<RowInner>,
+}
+
+struct RowInner {
+    map: Arc<Mapping>,
+    row: u32,
+    gen: u32,
+}
+
+impl std::fmt::Debug for PinRow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PinRow")
+            .field("row", &self.inner.row)
+            .field("gen", &self.inner.gen)
+            .finish()
+    }
+}
+
+impl PinRow {
+    /// What the row's holder needs to adopt its pins ([`Region::pin_holder`]):
+    /// the row index (high 16 bits) and its generation (low 16).
+    pub fn ticket(&self) -> u32 {
+        self.inner.row << 16 | self.inner.gen
+    }
+
+    /// Pins recorded in the row now (made here and not yet given back by
+    /// this process or by the holder they were handed over to).
+    pub fn held(&self) -> u32 {
+        let r = &self.inner;
+        (0..r.map.layout.geometry.chunks)
+            .map(|c| r.map.pin_word(r.row, c).load(SeqCst))
+            .filter(|w| w >> 16 == r.gen)
+            .map(|w| w & PIN_COUNT_MASK)
+            .sum()
+    }
+
+    /// Whether the process that adopted this row's pins is gone (crashed or
+    /// exited without giving them back): the row may then be dropped.
+    pub fn holder_gone(&self) -> bool {
+        let pid = self.inner.map.row_head(self.inner.row).holder.load(SeqCst);
+        pid != 0 && pid_gone(pid)
+    }
+}
+
+impl Drop for RowInner {
+    fn drop(&mut self) {
+        let head = self.map.row_head(self.row);
+        let next = (self.gen + 1) & PIN_COUNT_MASK;
+        head.gen.store(next, SeqCst);
+        for c in 0..self.map.layout.geometry.chunks {
+            let old = self.map.pin_word(self.row, c).swap(next << 16, SeqCst);
+            if old >> 16 == self.gen {
+                let n = old & PIN_COUNT_MASK;
+                let _ = self
+                    .map
+                    .chunk_meta(c)
+                    .refs
+                    .fetch_update(SeqCst, SeqCst, |r| Some(r.saturating_sub(n)));
+            }
+        }
+        head.holder.store(0, SeqCst);
+        head.used.store(0, SeqCst);
+    }
+}
+
+/// The holder's side of a [`PinRow`] (e.g. a subscriber process): adopts
+/// the pins handed over to it.
+#[derive(Clone)]
+pub struct PinHolder {
+    map: Arc<Mapping>,
+    row: u32,
+    gen: u32,
+}
+
+impl std::fmt::Debug for PinHolder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PinHolder")
+            .field("row", &self.row)
+            .field("gen", &self.gen)
+            .finish()
+    }
+}
+
+impl PinHolder {
+    /// Adopts the pin handed over for `chunk`, holding a packet of `len`
+    /// bytes: readable in place until dropped, which gives the pin back.
+    /// Refused if the indices are out of range or the row holds no pin of
+    /// that chunk in this generation (never handed over, or the row was reset).
+    pub fn adopt(&self, chunk: u32, len: u64) -> Result<Pin, Error> {
+        let g = self.map.layout.geometry;
+        if chunk >= g.chunks {
+            return Err(Error::Unavailable {
+                what: "chunk",
+                index: chunk as u64,
+            });
+        }
+        if len > g.chunk_bytes {
+            return Err(Error::PacketTooLarge {
+                len,
+                max: g.chunk_bytes,
+            });
+        }
+        let w = self.map.pin_word(self.row, chunk).load(SeqCst);
+        if w >> 16 != self.gen || w & PIN_COUNT_MASK == 0 {
+            return Err(Error::Unavailable {
+                what: "pin (not handed over, or its row was reset) of chunk",
+                index: chunk as u64,
+            });
+        }
+        Ok(Pin {
+            map: self.map.clone(),
+            row: self.row,
+            gen: self.gen,
+            chunk,
+            len: len as usize,
+            armed: true,
+            _row: None,
+        })
+    }
+}
+
+/// A packet's bytes kept from reuse by a pin recorded in a [`PinRow`]:
+/// readable in place until dropped, which gives the pin back (unless it was
+/// handed over to the row's holder with [`Pin::hand_over`]).
+pub struct Pin {
+    map: Arc<Mapping>,
+    row: u32,
+    gen: u32,
+    chunk: u32,
+    len: usize,
+    armed: bool,
+    /// Keeps the row (and so the pin's count in it) while this pin lives here.
+    _row: Option<Arc<RowInner>>,
+}
+
+impl std::fmt::Debug for Pin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pin")
+            .field("row", &self.row)
+            .field("chunk", &self.chunk)
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+impl Pin {
+    /// Records a pin of `chunk` in `row`. The caller keeps the chunk from
+    /// being reallocated meanwhile (a hazard, or another pin of it).
+    fn record(map: &Arc<Mapping>, row: &PinRow, chunk: u32, len: usize) -> Result<Pin, Error> {
+        let r = &row.inner;
+        if !Arc::ptr_eq(map, &r.map) {
+            return Err(Error::OtherRegion);
+        }
+        let meta = map.chunk_meta(chunk);
+        meta.refs.fetch_add(1, SeqCst);
+        let counted = map
+            .pin_word(r.row, chunk)
+            .fetch_update(SeqCst, SeqCst, |w| {
+                (w >> 16 == r.gen && w & PIN_COUNT_MASK < PIN_COUNT_MASK).then_some(w + 1)
+            });
+        if counted.is_err() {
+            release_ref(meta);
+            return Err(Error::Unavailable {
+                what: "pin count (65535 per chunk and row) of chunk",
+                index: chunk as u64,
+            });
+        }
+        Ok(Pin {
+            map: map.clone(),
+            row: r.row,
+            gen: r.gen,
+            chunk,
+            len,
+            armed: true,
+            _row: Some(row.inner.clone()),
+        })
+    }
+
+    /// Pins the same packet in `row` too (for another holder).
+    pub fn pin_to(&self, row: &PinRow) -> Result<Pin, Error> {
+        Pin::record(&self.map, row, self.chunk, self.len)
+    }
+
+    /// The data chunk that holds the packet (for the holder's [`PinHolder::adopt`]).
+    pub fn chunk(&self) -> u32 {
+        self.chunk
+    }
+
+    /// Hands the pin over to its row's holder, which gives it back when done
+    /// ([`PinHolder::adopt`], then drop); returns the chunk to name to it.
+    pub fn hand_over(mut self) -> u32 {
+        self.armed = false;
+        self.chunk
+    }
+}
+
+impl std::ops::Deref for Pin {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: chunk < chunks and len <= chunk_bytes were checked when the
+        // pin was made (Geometry::chunk_of under a hazard, or PinHolder::adopt);
+        // the pin holds a chunk reference, so the allocator never gives the
+        // chunk to a producer to write while it lives.
+        unsafe { std::slice::from_raw_parts(self.map.chunk_ptr(self.chunk), self.len) }
+    }
+}
+
+impl AsRef<[u8]> for Pin {
+    fn as_ref(&self) -> &[u8] {
+        self
+    }
+}
+
+impl Drop for Pin {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let gen = self.gen;
+        let given_back =
+            self.map
+                .pin_word(self.row, self.chunk)
+                .fetch_update(SeqCst, SeqCst, |w| {
+                    (w >> 16 == gen && w & PIN_COUNT_MASK > 0).then_some(w - 1)
+                });
+        if given_back.is_ok() {
+            release_ref(self.map.chunk_meta(self.chunk));
         }
     }
 }

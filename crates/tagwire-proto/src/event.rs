@@ -654,7 +654,9 @@ pub mod flags {
 
 /// Where an event's payload lies in shared memory (the payload of an event
 /// with [`flags::SHM_PAYLOAD`]): region, packet sequence number (its slot is
-/// `seq mod slots`, its generation `seq`), length.
+/// `seq mod slots`, its generation `seq`), length, and the data chunk that
+/// holds it (as published: 0, the daemon reads the packet's descriptor; as
+/// delivered: the chunk the daemon pinned for the subscriber, see `docs/shm.md`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ShmRef {
     /// The daemon's region id (see `Frame::ShmRegion`).
@@ -663,12 +665,12 @@ pub struct ShmRef {
     pub seq: u64,
     /// The payload's length in bytes.
     pub len: u32,
-    /// The stream in the region (0 today).
-    pub stream: u32,
+    /// The data chunk that holds the payload.
+    pub chunk: u32,
 }
 
 impl ShmRef {
-    /// Encoded size: region u64, seq u64, len u32, stream u32, little-endian.
+    /// Encoded size: region u64, seq u64, len u32, chunk u32, little-endian.
     pub const LEN: usize = 24;
 
     /// The 24 bytes of the reference.
@@ -677,7 +679,7 @@ impl ShmRef {
         b[0..8].copy_from_slice(&self.region.to_le_bytes());
         b[8..16].copy_from_slice(&self.seq.to_le_bytes());
         b[16..20].copy_from_slice(&self.len.to_le_bytes());
-        b[20..24].copy_from_slice(&self.stream.to_le_bytes());
+        b[20..24].copy_from_slice(&self.chunk.to_le_bytes());
         b
     }
 
@@ -703,7 +705,7 @@ impl ShmRef {
             region: u64_at(0),
             seq: u64_at(8),
             len: u32_at(16),
-            stream: u32_at(20),
+            chunk: u32_at(20),
         })
     }
 }

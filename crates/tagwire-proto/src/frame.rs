@@ -233,7 +233,10 @@ pub enum Frame {
         region: u64,
         /// What the client may do with it.
         role: ShmRole,
-        /// With [`ShmRole::Producer`]: the client's publisher endpoint id; else 0.
+        /// With [`ShmRole::Producer`]: the client's publisher endpoint id.
+        /// With [`ShmRole::Consumer`]: the ticket of the pin row the daemon
+        /// keeps for this connection (`tagwire_shm::PinRow::ticket`), under
+        /// which the connection adopts and gives back delivered payloads.
         endpoint: u32,
     },
 }

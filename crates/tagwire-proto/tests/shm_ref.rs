@@ -7,10 +7,10 @@ use tagwire_proto::{DecodeError, ShmRef};
 
 proptest! {
     #[test]
-    fn decode_of_encode_is_the_reference(region: u64, seq: u64, len: u32, stream: u32) {
-        let r = ShmRef { region, seq, len, stream };
+    fn decode_of_encode_is_the_reference(region: u64, seq: u64, len: u32, chunk: u32) {
+        let r = ShmRef { region, seq, len, chunk };
         let back = ShmRef::decode(&r.encode()).expect("24 bytes decode");
-        prop_assert_eq!((back.region, back.seq, back.len, back.stream), (region, seq, len, stream));
+        prop_assert_eq!((back.region, back.seq, back.len, back.chunk), (region, seq, len, chunk));
     }
 
     #[test]

@@ -79,6 +79,10 @@ pub(crate) struct Outgoing {
     /// The read epoch of the shared chunk `bytes` is a slice of, or `None`
     /// for a buffer of its own.
     chunk: Option<u64>,
+    /// A shared-memory reference's pin for the one channel that gets it:
+    /// queued with the event, handed over to the subscriber when written,
+    /// given back if the event is dropped first (`docs/shm.md`, "Pins").
+    pin: Option<tagwire_shm::Pin>,
 }
 
 impl Outgoing {
@@ -88,13 +92,28 @@ impl Outgoing {
         Outgoing {
             bytes,
             chunk: Some(epoch),
+            pin: None,
         }
     }
 
     /// An event in a buffer of its own (a copy, or a frame read into a buffer
     /// of its own size).
     pub(crate) fn owned(bytes: Bytes) -> Self {
-        Outgoing { bytes, chunk: None }
+        Outgoing {
+            bytes,
+            chunk: None,
+            pin: None,
+        }
+    }
+
+    /// A shared-memory reference for one channel, with the pin that keeps
+    /// its payload for that channel's subscriber.
+    pub(crate) fn pinned(bytes: Bytes, pin: tagwire_shm::Pin) -> Self {
+        Outgoing {
+            bytes,
+            chunk: None,
+            pin: Some(pin),
+        }
     }
 
     /// The encoded event.
@@ -151,6 +170,8 @@ pub(crate) struct Queued {
     pub origin: u64,
     /// On a link: links crossed before this one.
     pub hops: u8,
+    /// A shared-memory reference's pin, handed over when written.
+    pub pin: Option<tagwire_shm::Pin>,
 }
 
 impl QueueItem for Queued {
@@ -616,6 +637,7 @@ impl Channel {
             },
             origin: meta.origin,
             hops: meta.hops,
+            pin: event.pin.take(),
         };
         let max = self.consumer_max.get();
         if max != 0 && self.consumer.get() >= max {
@@ -941,6 +963,11 @@ impl Outbox {
                 }
                 let prefix = Prefix::of(&ch, &item);
                 total += prefix.len as usize + item.event.len();
+                if let Some(pin) = item.pin {
+                    // Written below: the subscriber gives it back (or, if
+                    // the connection dies first, its pin row is let go).
+                    pin.hand_over();
+                }
                 prefixes.push(prefix);
                 bodies.push(item.event);
                 taken += 1;

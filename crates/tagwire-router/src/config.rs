@@ -201,11 +201,18 @@ pub struct Limits {
     /// Largest payload a shared-memory region carries (bytes, the chunk
     /// size); larger payloads of that publisher go over the socket.
     pub shm_max_packet: u64,
-    /// Descriptors per region (packets in flight before drop-oldest).
+    /// Descriptors per region: packets the publisher may write ahead of the
+    /// daemon's reading them; beyond it the publisher sends payloads over
+    /// the socket until the daemon catches up.
     pub shm_slots: u32,
-    /// Consumer entries per region (the daemon takes one; each same-host
-    /// subscriber connection a few, one per sample it holds).
+    /// Pin rows per region: the daemon takes one, each same-host subscriber
+    /// connection reading the region one; further subscribers get copies.
     pub shm_consumers: u32,
+    /// Payloads of one region a same-host subscriber connection may hold by
+    /// reference at once (queued in the daemon, in flight, in its queue or
+    /// held by the application); beyond it that subscriber gets copies. The
+    /// region has `shm_slots + shm_pins + 2` data chunks.
+    pub shm_pins: u32,
     /// Regions open at once (one per same-host publisher endpoint); beyond
     /// it publishers fall back to the socket (`shm=require`: refused).
     pub shm_max_regions: usize,
@@ -353,6 +360,7 @@ impl Default for Limits {
             shm_max_packet: 1024 * 1024 + 4096,
             shm_slots: 16,
             shm_consumers: 8,
+            shm_pins: 8,
             shm_max_regions: 64,
             shm_max_bytes: 512 * 1024 * 1024,
         }

@@ -991,9 +991,10 @@ impl Conn {
         let mut st = self.state.borrow_mut();
         let mut shm = None;
         if crate::shm::is_shm(&ev) {
-            let owned = Outgoing::owned(p.bytes.clone());
-            match crate::shm::ShmEvent::check(&mut st.shm, self.id, &ev, owned) {
-                Ok(s) => shm = Some(s),
+            match crate::shm::ShmEvent::check(&mut st.shm, self.id, &ev, &p.bytes) {
+                Ok(Some(s)) => shm = Some(s),
+                // The packet expired before the daemon read it (counted).
+                Ok(None) => return,
                 Err(message) => {
                     drop(st);
                     return self.refuse(ErrorCode::BadRequest, message);
@@ -1096,7 +1097,7 @@ impl Conn {
             );
         }
         let limits = st.config.limits.clone();
-        let opened = st.shm.open(&limits, self.id, &req.endpoint);
+        let opened = st.shm.open(&limits, self.id, &req.endpoint, req.max_packet);
         drop(st);
         match opened {
             Ok((region, fd)) => {

@@ -116,6 +116,7 @@ fn deliver_with(
         publisher: tagwire_core::proxy::publisher_key(ev.publisher),
     };
     let max_control = st.config.limits.max_control_bytes;
+    let limits = &st.config.limits;
     // Transformed copies of this event, one per spec (spatial scaling).
     let mut transformed: Vec<(Arc<str>, Result<Bytes, String>)> = Vec::new();
     let shm_table = &mut st.shm;
@@ -124,7 +125,7 @@ fn deliver_with(
             None => &mut *event,
             Some(s) => {
                 let inline = ch.transform.is_some() || !overrides.is_empty();
-                match s.for_channel(shm_table, ch, inline, max_control) {
+                match s.for_channel(shm_table, ch, inline, limits) {
                     Some(e) => e,
                     None => return,
                 }

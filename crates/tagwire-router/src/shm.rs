@@ -12,13 +12,13 @@
 //! Bounds: `limits.shm_*` (packet size, slots, consumer entries, regions,
 //! bytes); a region lives as long as its publisher endpoint's connection.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use tagwire_proto::{flags::SHM_PAYLOAD, Event, EventRef, Frame, ShmRef, ShmRole};
-use tagwire_shm::{Consumer, ConsumerConfig, Region, RegionConfig};
+use tagwire_shm::{Consumer, ConsumerConfig, Pin, PinRow, Region, RegionConfig};
 
 use crate::channel::{Channel, Outgoing};
 use crate::config::Limits;
@@ -47,14 +47,43 @@ pub struct ShmCounters {
 
 struct RegionEntry {
     region: Region,
-    /// The daemon's own consumer entry: its hazard guards a copy-out.
+    /// The daemon's own consumer entry: it reads each published packet once
+    /// (so its cursor tells the publisher how far the daemon got).
     reader: Consumer,
+    /// The daemon's own pin row: a packet being dispatched is pinned here.
+    dispatch: PinRow,
     owner: u64,
     endpoint: Arc<str>,
-    /// Connections that were sent the fd.
-    sent_to: HashSet<u64>,
+    /// The pin row of each connection that was sent the fd.
+    rows: HashMap<u64, PinRow>,
+    /// Rows of connections gone while their process still held pins (it
+    /// gives them back as it drops payloads); let go when it has, or exits.
+    parked: Vec<PinRow>,
     bytes: u64,
 }
+
+impl RegionEntry {
+    /// Lets go of parked rows nobody holds pins of any more.
+    fn sweep(&mut self) {
+        self.parked.retain(|r| r.held() > 0 && r.holder_alive());
+    }
+
+    /// Forgets connection `conn`'s row: dropped at once unless its process
+    /// still holds pins (then parked, so its in-place payloads stay intact).
+    fn forget(&mut self, conn: u64) {
+        if let Some(row) = self.rows.remove(&conn) {
+            if row.held() > 0 && row.holder_alive() {
+                self.parked.push(row);
+            }
+        }
+        self.sweep();
+    }
+}
+
+/// The chunk size of a publisher's first region when it names none: small
+/// payloads then cost little shared memory; a publisher that sends a larger
+/// one asks again for a region sized for it.
+pub(crate) const START_PACKET: u64 = 64 * 1024;
 
 /// The regions this daemon created, by id.
 #[derive(Default)]
@@ -65,29 +94,43 @@ pub(crate) struct ShmTable {
 }
 
 impl ShmTable {
-    /// Creates a region for publisher `endpoint` of connection `conn`;
-    /// returns its id and a dup of its fd to pass. The error names the reason.
+    /// Gives publisher `endpoint` of connection `conn` a region whose chunks
+    /// hold `max_packet` bytes (default [`START_PACKET`]; at most
+    /// `limits.shm_max_packet`): its region if that is large enough, else a
+    /// new one that replaces it (the old one closes once the new one is
+    /// made; its packets were all read, as requests and events of a
+    /// connection are handled in order). Returns the region's id and a dup
+    /// of its fd to pass. The error names the reason.
     pub(crate) fn open(
         &mut self,
         limits: &Limits,
         conn: u64,
         endpoint: &str,
+        max_packet: Option<u64>,
     ) -> Result<(u64, OwnedFd), String> {
-        if let Some((id, e)) = self
+        let wanted = max_packet
+            .unwrap_or(START_PACKET)
+            .clamp(64, limits.shm_max_packet.max(64))
+            .div_ceil(64)
+            * 64;
+        let old = self
             .regions
             .iter()
             .find(|(_, e)| e.owner == conn && &*e.endpoint == endpoint)
-        {
-            let fd = e
+            .map(|(id, e)| (*id, e.region.layout().geometry.chunk_bytes));
+        if let Some((id, _)) = old.filter(|(_, c)| *c >= wanted) {
+            let fd = self.regions[&id]
                 .region
                 .fd()
                 .try_clone_to_owned()
                 .map_err(|e| format!("dup of the region's fd failed: {e}"))?;
-            return Ok((*id, fd));
+            return Ok((id, fd));
         }
-        let r = self.create(limits, conn, endpoint);
-        if r.is_err() {
-            self.counters.regions_refused += 1;
+        let r = self.create(limits, conn, endpoint, wanted);
+        match (&r, old) {
+            (Err(_), _) => self.counters.regions_refused += 1,
+            (Ok(_), Some((old_id, _))) => self.remove(old_id),
+            (Ok(_), None) => {}
         }
         r
     }
@@ -97,6 +140,7 @@ impl ShmTable {
         limits: &Limits,
         conn: u64,
         endpoint: &str,
+        chunk_bytes: u64,
     ) -> Result<(u64, OwnedFd), String> {
         if self.regions.len() >= limits.shm_max_regions {
             return Err(format!(
@@ -104,12 +148,16 @@ impl ShmTable {
                 limits.shm_max_regions
             ));
         }
-        let chunk_bytes = limits.shm_max_packet.max(64).div_ceil(64) * 64;
         let cfg = RegionConfig {
             streams: 1,
             slots: limits.shm_slots,
-            consumers_max: limits.shm_consumers,
-            chunks: limits.shm_slots + limits.shm_consumers + 1,
+            consumers_max: limits.shm_consumers.max(2),
+            // Every slot's packet, the publisher's next loan, the packet the
+            // daemon is reading, and the subscribers' pins.
+            chunks: limits
+                .shm_slots
+                .saturating_add(limits.shm_pins)
+                .saturating_add(2),
             chunk_bytes,
             max_total_bytes: limits
                 .shm_max_bytes
@@ -122,6 +170,9 @@ impl ShmTable {
         let reader = region
             .consumer(0, ConsumerConfig::default())
             .map_err(|e| format!("cannot attach the daemon's reader: {e}"))?;
+        let dispatch = region
+            .pin_row()
+            .map_err(|e| format!("cannot take the daemon's pin row: {e}"))?;
         let fd = region
             .fd()
             .try_clone_to_owned()
@@ -137,19 +188,29 @@ impl ShmTable {
             RegionEntry {
                 region,
                 reader,
+                dispatch,
                 owner: conn,
                 endpoint: Arc::from(endpoint),
-                sent_to: HashSet::new(),
+                rows: HashMap::new(),
+                parked: Vec::new(),
                 bytes,
             },
         );
         Ok((id, fd))
     }
 
+    /// Closes region `id` (its publisher is gone, undeclared, or moved to a
+    /// larger region). Its rows are abandoned, not reset: no producer
+    /// writes the region again, and subscribers may still adopt the pins of
+    /// events in flight to them.
     fn remove(&mut self, id: u64) {
         if let Some(e) = self.regions.remove(&id) {
             self.counters.regions_open -= 1;
             self.counters.bytes_open -= e.bytes;
+            e.dispatch.abandon();
+            for row in e.rows.into_values().chain(e.parked) {
+                row.abandon();
+            }
         }
     }
 
@@ -167,7 +228,7 @@ impl ShmTable {
             self.remove(id);
         }
         for e in self.regions.values_mut() {
-            e.sent_to.remove(&conn);
+            e.forget(conn);
         }
     }
 
@@ -193,12 +254,14 @@ pub(crate) fn is_open_request(body: &str) -> bool {
             .is_ok_and(|v| v.get("op").and_then(|o| o.as_str()) == Some("shm_open"))
 }
 
-/// The parsed `{"op":"shm_open","endpoint":NAME,"id":ID}` request.
+/// The parsed `{"op":"shm_open","endpoint":NAME,"id":ID[,"max_packet":BYTES]}` request.
 pub(crate) struct OpenRequest {
     /// The publisher endpoint's name.
     pub endpoint: String,
     /// Its id on the client's connection (echoed in `ShmRegion`).
     pub id: u32,
+    /// The payload size the region's chunks should hold.
+    pub max_packet: Option<u64>,
 }
 
 /// Parses a `shm_open` request.
@@ -215,7 +278,18 @@ pub(crate) fn parse_open(body: &str) -> Result<OpenRequest, String> {
         .and_then(|e| e.as_u64())
         .and_then(|i| u32::try_from(i).ok())
         .ok_or("shm_open: \"id\" (the endpoint's id, a u32) is missing")?;
-    Ok(OpenRequest { endpoint, id })
+    let max_packet = match v.get("max_packet") {
+        None => None,
+        Some(m) => Some(
+            m.as_u64()
+                .ok_or("shm_open: \"max_packet\" must be a byte count (an unsigned integer)")?,
+        ),
+    };
+    Ok(OpenRequest {
+        endpoint,
+        id,
+        max_packet,
+    })
 }
 
 /// The `ShmRegion` frame for a producer grant.
@@ -227,109 +301,168 @@ pub(crate) fn producer_frame(region: u64, endpoint: u32) -> Frame {
     }
 }
 
-/// An event whose payload is in a region: the reference form (as
-/// published) and, made on first need, a copy with the payload inline.
+/// An event whose payload is in a region, read and pinned by the daemon
+/// for the time of its dispatch: the reference form (with the pinned
+/// chunk), a per-channel copy of it carrying that channel's pin, and, made
+/// on first need, a copy with the payload inline.
 pub(crate) struct ShmEvent {
-    by_ref: Outgoing,
-    /// `None`: not made yet; `Some(None)`: the payload was gone.
+    by_ref: Bytes,
+    /// The daemon's pin (its dispatch row): the payload stays readable.
+    pin: Pin,
+    /// What [`ShmEvent::for_channel`] hands the last channel that got the reference.
+    for_channel: Outgoing,
+    /// `None`: not made yet; `Some(None)`: the event did not re-encode.
     copy: Option<Option<Outgoing>>,
-    r: ShmRef,
+    region: u64,
 }
 
 impl ShmEvent {
     /// Checks a published event with the shared-memory flag: its reference
-    /// parses and names a region that connection `conn` owns.
+    /// parses and names a region that connection `conn` owns; then reads
+    /// the packet (which tells the publisher the daemon got this far) and
+    /// pins it. `Ok(None)`: the packet was gone (expired before the daemon
+    /// read it): counted, nothing to deliver.
     pub(crate) fn check(
         table: &mut ShmTable,
         conn: u64,
         ev: &EventRef<'_>,
-        event: Outgoing,
-    ) -> Result<ShmEvent, String> {
+        event: &Bytes,
+    ) -> Result<Option<ShmEvent>, String> {
         let r = ShmRef::decode(ev.payload).map_err(|e| format!("shared-memory event: {e}"))?;
-        match table.regions.get(&r.region) {
-            Some(e) if e.owner == conn && r.stream == 0 => Ok(ShmEvent {
-                by_ref: Outgoing::owned(Bytes::copy_from_slice(event.bytes())),
-                copy: None,
-                r,
-            }),
-            _ => {
-                table.counters.stray += 1;
-                Err(format!(
-                    "the event's payload refers to shared-memory region {} stream {}, which this connection was not given",
-                    r.region, r.stream
+        let Some(e) = table.regions.get_mut(&r.region).filter(|e| e.owner == conn) else {
+            table.counters.stray += 1;
+            return Err(format!(
+                "the event's payload refers to shared-memory region {}, which this connection was not given",
+                r.region
+            ));
+        };
+        let pinned = match e.reader.read_at(r.seq, now_ns()) {
+            Ok(sample) if sample.len() == r.len as usize => sample.pin_to(&e.dispatch),
+            Ok(sample) => {
+                return Err(format!(
+                    "the event's payload reference says {} bytes, shared-memory packet {} holds {}",
+                    r.len,
+                    r.seq,
+                    sample.len()
                 ))
             }
-        }
+            Err(tagwire_shm::Error::Empty) => {
+                return Err(format!(
+                    "the event's payload refers to shared-memory packet {}, which is not published",
+                    r.seq
+                ))
+            }
+            Err(e @ tagwire_shm::Error::Corrupt { .. }) => {
+                return Err(format!("shared-memory region {}: {e}", r.region))
+            }
+            Err(e) => Err(e),
+        };
+        let pin = match pinned {
+            Ok(pin) => pin,
+            Err(_) => {
+                table.counters.unreadable += 1;
+                return Ok(None);
+            }
+        };
+        let by_ref = with_ref(
+            event,
+            &ShmRef {
+                chunk: pin.chunk(),
+                ..r
+            },
+        )
+        .ok_or("the shared-memory event does not re-encode")?;
+        Ok(Some(ShmEvent {
+            by_ref,
+            pin,
+            for_channel: Outgoing::owned(Bytes::new()),
+            copy: None,
+            region: r.region,
+        }))
     }
 
-    /// What channel `ch` gets: the reference if its subscriber reads
-    /// shared memory (the region's fd goes to its connection first, once),
-    /// else the copy. `None`: the payload is gone (counted).
+    /// What channel `ch` gets: the reference, pinned for its connection, if
+    /// its subscriber reads shared memory and holds fewer than
+    /// `limits.shm_pins` of this region's payloads (the region's fd and the
+    /// connection's pin row go to it first, once); else the copy.
     pub(crate) fn for_channel(
         &mut self,
         table: &mut ShmTable,
         ch: &Channel,
         inline_needed: bool,
-        max_control: usize,
+        limits: &Limits,
     ) -> Option<&mut Outgoing> {
         if ch.shm && !inline_needed && ch.outbox.passes_fds() {
-            if let Some(e) = table.regions.get_mut(&self.r.region) {
-                let sent = e.sent_to.contains(&ch.conn) || {
-                    let frame = Frame::ShmRegion {
-                        region: self.r.region,
-                        role: ShmRole::Consumer,
-                        endpoint: 0,
-                    };
-                    let ok = e
-                        .region
-                        .fd()
-                        .try_clone_to_owned()
-                        .is_ok_and(|fd| ch.outbox.send_with_fd(&frame, fd, max_control));
-                    if ok {
-                        e.sent_to.insert(ch.conn);
-                    }
-                    ok
-                };
-                if sent {
-                    table.counters.by_reference += 1;
-                    return Some(&mut self.by_ref);
-                }
+            if let Some(pin) = self.pin_for(table, ch, limits) {
+                table.counters.by_reference += 1;
+                self.for_channel = Outgoing::pinned(self.by_ref.clone(), pin);
+                return Some(&mut self.for_channel);
             }
         }
         self.copied(table)
     }
 
+    /// A pin of the payload in `ch`'s connection's row (made, with the fd
+    /// sent, on first use); `None`: that connection gets a copy.
+    fn pin_for(&self, table: &mut ShmTable, ch: &Channel, limits: &Limits) -> Option<Pin> {
+        let e = table.regions.get_mut(&self.region)?;
+        if !e.rows.contains_key(&ch.conn) {
+            let row = e.region.pin_row().or_else(|_| {
+                e.sweep();
+                e.region.pin_row()
+            });
+            let row = row.ok()?;
+            let frame = Frame::ShmRegion {
+                region: self.region,
+                role: ShmRole::Consumer,
+                endpoint: row.ticket(),
+            };
+            let fd = e.region.fd().try_clone_to_owned().ok()?;
+            if !ch.outbox.send_with_fd(&frame, fd, limits.max_control_bytes) {
+                return None;
+            }
+            e.rows.insert(ch.conn, row);
+        }
+        let row = e.rows.get(&ch.conn)?;
+        if row.held() >= limits.shm_pins {
+            return None;
+        }
+        self.pin.pin_to(row).ok()
+    }
+
     /// The event with its payload copied out of the region (made once).
     pub(crate) fn copied(&mut self, table: &mut ShmTable) -> Option<&mut Outgoing> {
-        if self.copy.is_none() {
-            let made = copy_out(table, &self.by_ref, &self.r);
-            match &made {
-                Some(_) => table.counters.copied_out += 1,
-                None => table.counters.unreadable += 1,
-            }
-            self.copy = Some(made);
-        }
-        self.copy.as_mut().and_then(|c| c.as_mut())
+        let (by_ref, pin) = (&self.by_ref, &self.pin);
+        self.copy
+            .get_or_insert_with(|| {
+                let made = inline(by_ref, pin).map(Outgoing::owned);
+                match made {
+                    Some(_) => table.counters.copied_out += 1,
+                    None => table.counters.unreadable += 1,
+                }
+                made
+            })
+            .as_mut()
     }
 }
 
-/// Reads the payload of `r` (under the daemon's hazard) into a re-encoded
-/// event without the flag. `None`: the packet is gone or the bytes are bad.
-fn copy_out(table: &mut ShmTable, by_ref: &Outgoing, r: &ShmRef) -> Option<Outgoing> {
-    let e = table.regions.get_mut(&r.region)?;
-    let payload = {
-        let sample = e.reader.read_at(r.seq, now_ns()).ok()?;
-        if sample.len() != r.len as usize {
-            return None;
-        }
-        Bytes::copy_from_slice(&sample)
-    };
-    let mut ev = Event::decode(by_ref.bytes()).ok()?;
-    ev.header.flags &= !SHM_PAYLOAD;
-    ev.payload = payload;
+/// `event` with its payload replaced by `r`.
+fn with_ref(event: &Bytes, r: &ShmRef) -> Option<Bytes> {
+    let mut ev = Event::decode(event).ok()?;
+    ev.payload = Bytes::copy_from_slice(&r.encode());
     let mut out = BytesMut::with_capacity(ev.encoded_len());
     ev.encode(&mut out).ok()?;
-    Some(Outgoing::owned(out.freeze()))
+    Some(out.freeze())
+}
+
+/// `by_ref` with the flag cleared and the payload `pin` holds inline.
+fn inline(by_ref: &Bytes, pin: &Pin) -> Option<Bytes> {
+    let mut ev = Event::decode(by_ref).ok()?;
+    ev.header.flags &= !SHM_PAYLOAD;
+    ev.payload = Bytes::copy_from_slice(pin);
+    let mut out = BytesMut::with_capacity(ev.encoded_len());
+    ev.encode(&mut out).ok()?;
+    Some(out.freeze())
 }
 
 /// Whether an encoded event carries its payload in shared memory.

@@ -643,6 +643,7 @@ impl Region {
                     map: self.map.clone(),
                     row,
                     gen,
+                    abandoned: false.into(),
                 }),
             });
         }
@@ -1788,6 +1789,8 @@ struct RowInner {
     map: Arc<Mapping>,
     row: u32,
     gen: u32,
+    /// Set by [`PinRow::abandon`]: the row's pins stay as they are.
+    abandoned: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for PinRow {
@@ -1817,16 +1820,28 @@ impl PinRow {
             .sum()
     }
 
-    /// Whether the process that adopted this row's pins is gone (crashed or
-    /// exited without giving them back): the row may then be dropped.
-    pub fn holder_gone(&self) -> bool {
+    /// Lets go of the row without giving its pins back: for a region whose
+    /// producer is gone for good, so no chunk will be written again, and a
+    /// holder may still adopt pins handed over to it (events in flight).
+    /// The row stays taken; the memory goes with the region's last mapping.
+    pub fn abandon(self) {
+        self.inner.abandoned.store(true, Relaxed);
+    }
+
+    /// Whether a process adopted this row's pins ([`Region::pin_holder`])
+    /// and still lives: if not, pins still recorded will never be given
+    /// back by a holder, and the row may be dropped.
+    pub fn holder_alive(&self) -> bool {
         let pid = self.inner.map.row_head(self.inner.row).holder.load(SeqCst);
-        pid != 0 && pid_gone(pid)
+        pid != 0 && !pid_gone(pid)
     }
 }
 
 impl Drop for RowInner {
     fn drop(&mut self) {
+        if self.abandoned.load(Relaxed) {
+            return;
+        }
         let head = self.map.row_head(self.row);
         let next = (self.gen + 1) & PIN_COUNT_MASK;
         head.gen.store(next, SeqCst);
@@ -1865,6 +1880,13 @@ impl std::fmt::Debug for PinHolder {
 }
 
 impl PinHolder {
+    /// The region the row belongs to.
+    pub fn region(&self) -> Region {
+        Region {
+            map: self.map.clone(),
+        }
+    }
+
     /// Adopts the pin handed over for `chunk`, holding a packet of `len`
     /// bytes: readable in place until dropped, which gives the pin back.
     /// Refused if the indices are out of range or the row holds no pin of
@@ -1939,7 +1961,7 @@ impl Pin {
         let counted = map
             .pin_word(r.row, chunk)
             .fetch_update(SeqCst, SeqCst, |w| {
-                (w >> 16 == r.gen && w & PIN_COUNT_MASK < PIN_COUNT_MASK).then_some(w + 1)
+                (w >> 16 == r.gen && w & PIN_COUNT_MASK < PIN_COUNT_MASK).then(|| w + 1)
             });
         if counted.is_err() {
             release_ref(meta);
@@ -2004,7 +2026,7 @@ impl Drop for Pin {
             self.map
                 .pin_word(self.row, self.chunk)
                 .fetch_update(SeqCst, SeqCst, |w| {
-                    (w >> 16 == gen && w & PIN_COUNT_MASK > 0).then_some(w - 1)
+                    (w >> 16 == gen && w & PIN_COUNT_MASK > 0).then(|| w - 1)
                 });
         if given_back.is_ok() {
             release_ref(self.map.chunk_meta(self.chunk));

@@ -94,7 +94,7 @@ impl Default for SessionBuilder {
                 session_id: None,
                 follow_priority: false,
                 network_clock: false,
-                shm: crate::ShmMode::Off,
+                shm: crate::ShmMode::Auto,
             },
         }
     }
@@ -159,12 +159,10 @@ impl SessionBuilder {
     }
 
     /// The default `shm` mode of the session's publishers and subscriptions
-    /// (`off` unless set; see `docs/shm.md`): `auto` uses shared memory where
+    /// (see `docs/shm.md`): `auto` (the default) uses shared memory where
     /// the daemon is on this host, `require` makes a publisher or
-    /// subscription fail where shared memory cannot be had. Off by default
-    /// for now: a region holds 16 packets, so a subscriber more than 16
-    /// events behind loses the oldest (counted), where the socket path
-    /// queues up to its `max_queue_length`.
+    /// subscription fail where shared memory cannot be had, `off` keeps
+    /// payloads on the socket.
     pub fn shm(mut self, mode: crate::ShmMode) -> Self {
         self.options.shm = mode;
         self

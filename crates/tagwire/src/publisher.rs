@@ -223,13 +223,39 @@ impl Publisher {
             };
             *guard = self
                 .session
-                .open_shm(&self.name, self.id, mode)
+                .open_shm(&self.name, self.id, mode, None)
                 .ok()
                 .flatten();
         }
+        let len = fill.as_ref().map_or(event.payload.len(), |(len, _)| *len);
+        if guard
+            .as_ref()
+            .is_some_and(|s| len > s.max && !s.at_daemon_limit)
+        {
+            // A larger payload than the region holds: ask for a region sized
+            // for it (twice, for some room), once per size; the daemon caps
+            // it at its limit, and replaces the old region if it grants one.
+            let want = (len as u64).saturating_mul(2);
+            match self
+                .session
+                .open_shm(&self.name, self.id, crate::ShmMode::Auto, Some(want))
+            {
+                Ok(Some(bigger)) if bigger.max >= len => *guard = Some(bigger),
+                Ok(Some(capped)) => {
+                    *guard = Some(capped);
+                    if let Some(s) = guard.as_mut() {
+                        s.at_daemon_limit = true;
+                    }
+                }
+                _ => {
+                    if let Some(s) = guard.as_mut() {
+                        s.at_daemon_limit = true;
+                    }
+                }
+            }
+        }
         let shm = guard.as_mut()?;
         let stats = &self.session.inner().shm;
-        let len = fill.as_ref().map_or(event.payload.len(), |(len, _)| *len);
         if len > shm.max {
             stats.note_published(false);
             return None;
@@ -266,7 +292,7 @@ impl Publisher {
             region: shm.region,
             seq,
             len: len as u32,
-            stream: 0,
+            chunk: 0,
         };
         drop(guard);
         let payload = std::mem::replace(&mut event.payload, Bytes::copy_from_slice(&r.encode()));

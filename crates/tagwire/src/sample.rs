@@ -4,21 +4,27 @@
 use bytes::Bytes;
 use tagwire_proto::{DecodeError, Event, EventRef};
 
+use crate::publisher::now_ns;
+
 /// A received event. Cheap to clone (the bytes are shared).
 #[derive(Clone)]
 pub struct Sample {
     raw: Bytes,
     payload_start: usize,
     tag_len: usize,
-    /// A payload in shared memory (`docs/shm.md`): `Pending` until handed
-    /// to the application, then the bytes (in place, or a copy).
-    shm: Option<ShmPayload>,
+    /// A payload read in place in shared memory (`docs/shm.md`).
+    shm: Option<InPlace>,
 }
 
+/// A payload in shared memory: the bytes hold the daemon's pin for this
+/// session until the last clone drops.
 #[derive(Clone, Debug)]
-enum ShmPayload {
-    Pending(crate::shm::Pending),
-    Read { bytes: Bytes, in_place: bool },
+struct InPlace {
+    bytes: Bytes,
+    /// The event's deadline: past it the sample is not handed over (DSI's
+    /// bounded validity), counted in `expired`.
+    deadline: u64,
+    expired: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl PartialEq for Sample {
@@ -50,26 +56,38 @@ impl Sample {
         tagwire_proto::ShmRef::decode(ev.payload).ok()
     }
 
-    /// Attaches the mapped region its reference points into (read later, at hand-over).
-    pub(crate) fn with_pending(mut self, p: crate::shm::Pending) -> Sample {
-        self.shm = Some(ShmPayload::Pending(p));
+    /// Attaches the payload its shared-memory reference points at;
+    /// `expired` counts it if its deadline passes before it is handed over.
+    pub(crate) fn with_shm_payload(
+        mut self,
+        bytes: Bytes,
+        expired: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    ) -> Sample {
+        let deadline = tagwire_core::defer::deadline(&self.event());
+        self.shm = Some(InPlace {
+            bytes,
+            deadline,
+            expired,
+        });
         self
     }
 
-    /// Reads a pending shared-memory payload (at hand-over to the
-    /// application); `None`: the packet was reclaimed meanwhile, skip it.
-    pub(crate) fn settle(mut self) -> Option<Sample> {
-        if let Some(ShmPayload::Pending(p)) = &self.shm {
-            let (bytes, in_place) = p.read()?;
-            self.shm = Some(ShmPayload::Read { bytes, in_place });
+    /// The sample as handed to the application: `None` for a shared-memory
+    /// payload past its deadline (skipped, counted; its pin is given back).
+    pub(crate) fn settle(self) -> Option<Sample> {
+        match &self.shm {
+            Some(p) if p.deadline != tagwire_core::defer::NEVER && now_ns() >= p.deadline => {
+                p.expired.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                None
+            }
+            _ => Some(self),
         }
-        Some(self)
     }
 
     /// Whether the payload is read in place in shared memory (no copy was
     /// made on the way from the publisher; see `docs/shm.md`).
     pub fn is_in_place(&self) -> bool {
-        matches!(self.shm, Some(ShmPayload::Read { in_place: true, .. }))
+        self.shm.is_some()
     }
 
     /// The tag the event was published on.
@@ -84,16 +102,22 @@ impl Sample {
     pub fn payload(&self) -> Bytes {
         match &self.shm {
             None => self.raw.slice(self.payload_start..),
-            Some(ShmPayload::Read { bytes, .. }) => bytes.clone(),
-            Some(ShmPayload::Pending(_)) => Bytes::new(),
+            Some(p) => p.bytes.clone(),
         }
     }
 
-    /// The full header and fields, borrowed.
+    /// The full header and fields, borrowed; the payload is the one
+    /// [`Sample::payload`] gives (for a shared-memory payload, the bytes in
+    /// place, not the reference that travelled).
     pub fn event(&self) -> EventRef<'_> {
         // `new` validated these bytes, so parsing again cannot fail; fall back
         // to an empty view rather than panic if that invariant were broken.
-        EventRef::parse(&self.raw).unwrap_or_else(|_| empty_event())
+        let mut ev = EventRef::parse(&self.raw).unwrap_or_else(|_| empty_event());
+        if let Some(p) = &self.shm {
+            ev.payload = &p.bytes;
+            ev.flags &= !tagwire_proto::flags::SHM_PAYLOAD;
+        }
+        ev
     }
 
     /// An owned copy of the event (allocates for the header and fields).

@@ -366,7 +366,7 @@ impl Session {
         let id = self
             .inner()
             .declare_endpoint(EndpointKind::Publisher, name)?;
-        let region = match self.open_shm(name, id, shm) {
+        let region = match self.open_shm(name, id, shm, None) {
             Ok(r) => r,
             Err(e) => {
                 self.inner().undeclare_endpoint(id);
@@ -382,12 +382,15 @@ impl Session {
         ))
     }
 
-    /// Asks the daemon for a shared-memory region for publisher `name`.
+    /// Asks the daemon for a shared-memory region for publisher `name`
+    /// whose chunks hold `max_packet` bytes (the daemon's start size if
+    /// `None`; it caps the size at its `limits.shm_max_packet`).
     pub(crate) fn open_shm(
         &self,
         name: &str,
         id: u32,
         mode: crate::ShmMode,
+        max_packet: Option<u64>,
     ) -> Result<Option<crate::shm::ShmPublisher>> {
         let refuse = |why: String| -> Result<Option<crate::shm::ShmPublisher>> {
             match mode {
@@ -405,12 +408,21 @@ impl Session {
             return Ok(None);
         }
         if !self.is_same_host() {
-            return refuse(format!(
+            let why = format!(
                 "the daemon is reached over {} (shared memory needs its Unix socket or embedded mode)",
                 self.inner().target().describe()
-            ));
+            );
+            if mode == crate::ShmMode::Auto {
+                // The expected case for a remote daemon: not worth a log line.
+                tracing::debug!("publisher {name}: payloads go over the socket: {why}");
+                return Ok(None);
+            }
+            return refuse(why);
         }
-        let request = serde_json::json!({"op": "shm_open", "endpoint": name, "id": id});
+        let mut request = serde_json::json!({"op": "shm_open", "endpoint": name, "id": id});
+        if let Some(m) = max_packet {
+            request["max_packet"] = m.into();
+        }
         let reconnects = self.reconnects();
         let reply = match self.admin(&request) {
             Ok(r) => r,
@@ -1104,8 +1116,9 @@ fn deliver(inner: &Inner, sink: &Sink, event: Bytes) {
     match sample.shm_ref() {
         None => sink.deliver_sample(sample),
         Some(r) => {
-            if let Some(p) = inner.shm.pending(r) {
-                sink.deliver_sample(sample.with_pending(p));
+            if let Some(payload) = inner.shm.adopt(r) {
+                let expired = inner.shm.expired_counter();
+                sink.deliver_sample(sample.with_shm_payload(payload, expired));
             }
         }
     }
@@ -1289,7 +1302,11 @@ fn read_loop(inner: &Inner, stream: &mut Stream, buf: &mut BytesMut) {
                         deliver(inner, sink, event);
                     }
                 }
-                Input::ShmRegion { region, role, .. } => inner.shm.named(region, role),
+                Input::ShmRegion {
+                    region,
+                    role,
+                    endpoint,
+                } => inner.shm.named(region, role, endpoint),
                 Input::Reply { req, reply } => {
                     if let Some(tx) = lock(&inner.waiters).remove(&req) {
                         let _ = tx.send(reply);

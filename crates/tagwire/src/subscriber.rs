@@ -149,8 +149,8 @@ pub(crate) enum Sink {
 }
 
 impl Sink {
-    /// Hands over a checked sample (a shared-memory payload is read when a
-    /// callback gets it or the application takes it from the queue).
+    /// Hands over a checked sample (a shared-memory payload past its
+    /// deadline is skipped when a callback gets it or the application takes it).
     pub(crate) fn deliver_sample(&self, sample: Sample) {
         match self {
             Sink::Queue(q) => q.push(sample),
@@ -226,7 +226,7 @@ impl SubQueue {
         let mut st = lock(&self.state);
         loop {
             if let Some(s) = st.q.pop() {
-                // A reclaimed shared-memory packet is skipped (counted).
+                // An expired shared-memory payload is skipped (counted).
                 match s.settle() {
                     Some(s) => return Ok(Some(s)),
                     None => continue,

@@ -417,7 +417,7 @@ fn list_page(
         filtered_at_source: st.filtered_at_source,
         deferred: st.deferred.len(),
         history: crate::history::totals(st),
-        shm: st.shm.counters,
+        shm: st.shm.listing(),
         memory: MemoryInfo {
             buffered_bytes: st.memory.used() as u64,
             max_buffered_bytes: st.memory.max() as u64,

@@ -43,6 +43,14 @@ pub struct ShmCounters {
     pub unreadable: u64,
     /// Events with the shared-memory flag that no region of theirs backs (refused or dropped).
     pub stray: u64,
+    /// Subscriber connections' pin rows in open regions now (each holds at
+    /// most `limits.shm_pins` payloads).
+    #[serde(default)]
+    pub rows_open: u64,
+    /// Of those, rows of connections that closed while their process still
+    /// held payloads in place (let go when it gives them back or exits).
+    #[serde(default)]
+    pub rows_parked: u64,
 }
 
 struct RegionEntry {
@@ -59,6 +67,8 @@ struct RegionEntry {
     /// Rows of connections gone while their process still held pins (it
     /// gives them back as it drops payloads); let go when it has, or exits.
     parked: Vec<PinRow>,
+    /// When `parked` was last swept by [`ShmEvent::check`] (ns).
+    swept: u64,
     bytes: u64,
 }
 
@@ -85,6 +95,9 @@ impl RegionEntry {
 /// one asks again for a region sized for it.
 pub(crate) const START_PACKET: u64 = 64 * 1024;
 
+/// How often a region's parked pin rows are looked at while it publishes.
+const SWEEP_EVERY_NS: u64 = 100_000_000;
+
 /// The regions this daemon created, by id.
 #[derive(Default)]
 pub(crate) struct ShmTable {
@@ -94,6 +107,16 @@ pub(crate) struct ShmTable {
 }
 
 impl ShmTable {
+    /// The counters, with the pin rows counted now.
+    pub(crate) fn listing(&self) -> ShmCounters {
+        let mut c = self.counters;
+        for e in self.regions.values() {
+            c.rows_parked += e.parked.len() as u64;
+            c.rows_open += (e.rows.len() + e.parked.len()) as u64;
+        }
+        c
+    }
+
     /// Gives publisher `endpoint` of connection `conn` a region whose chunks
     /// hold `max_packet` bytes (default [`START_PACKET`]; at most
     /// `limits.shm_max_packet`): its region if that is large enough, else a
@@ -193,6 +216,7 @@ impl ShmTable {
                 endpoint: Arc::from(endpoint),
                 rows: HashMap::new(),
                 parked: Vec::new(),
+                swept: 0,
                 bytes,
             },
         );
@@ -336,7 +360,12 @@ impl ShmEvent {
                 r.region
             ));
         };
-        let pinned = match e.reader.read_at(r.seq, now_ns()) {
+        let now = now_ns();
+        if !e.parked.is_empty() && now.saturating_sub(e.swept) >= SWEEP_EVERY_NS {
+            e.swept = now;
+            e.sweep();
+        }
+        let pinned = match e.reader.read_at(r.seq, now) {
             Ok(sample) if sample.len() == r.len as usize => sample.pin_to(&e.dispatch),
             Ok(sample) => {
                 return Err(format!(

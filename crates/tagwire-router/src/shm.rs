@@ -498,3 +498,95 @@ fn inline(by_ref: &Bytes, pin: &Pin) -> Option<Bytes> {
 pub(crate) fn is_shm(ev: &EventRef<'_>) -> bool {
     ev.flags & SHM_PAYLOAD != 0
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chunk_of(t: &ShmTable, id: u64) -> u64 {
+        t.regions[&id].region.layout().geometry.chunk_bytes
+    }
+
+    #[test]
+    fn a_region_starts_small_and_a_larger_payload_replaces_it_once_capped_at_the_limit() {
+        let limits = Limits {
+            shm_max_packet: 256 * 1024,
+            ..Limits::default()
+        };
+        let mut t = ShmTable::default();
+        let (first, _fd) = t.open(&limits, 1, "/p", None).expect("open");
+        assert_eq!(chunk_of(&t, first), START_PACKET);
+        // Asking for no more than it holds keeps the region.
+        let (same, _fd) = t.open(&limits, 1, "/p", Some(1000)).expect("open");
+        assert_eq!(same, first);
+        // A larger payload: a new region replaces the old one.
+        let (bigger, _fd) = t.open(&limits, 1, "/p", Some(200_001)).expect("open");
+        assert_ne!(bigger, first);
+        assert_eq!(chunk_of(&t, bigger), 200_064, "rounded up to 64");
+        assert!(!t.regions.contains_key(&first), "the old region closed");
+        // Past the daemon's limit: capped, and the region replaced once more.
+        let (capped, _fd) = t.open(&limits, 1, "/p", Some(10 << 20)).expect("open");
+        assert_eq!(chunk_of(&t, capped), 256 * 1024);
+        let c = t.listing();
+        assert_eq!((c.regions_created, c.regions_open), (3, 1));
+        assert_eq!(c.bytes_open, t.regions[&capped].bytes);
+        // Another endpoint or connection gets its own region.
+        let (other, _fd) = t.open(&limits, 2, "/p", None).expect("open");
+        assert_ne!(other, capped);
+        assert_eq!(t.listing().regions_open, 2);
+    }
+
+    #[test]
+    fn a_refused_larger_region_leaves_the_old_one_in_place() {
+        let mut limits = Limits::default();
+        let mut t = ShmTable::default();
+        let (first, _fd) = t.open(&limits, 1, "/p", None).expect("open");
+        // Only room for what is open: the larger region is refused.
+        limits.shm_max_bytes = t.listing().bytes_open;
+        let err = t
+            .open(&limits, 1, "/p", Some(1 << 20))
+            .expect_err("no room");
+        assert!(err.contains("shm_max_bytes"), "{err}");
+        assert!(
+            t.regions.contains_key(&first),
+            "the old region stays usable"
+        );
+        assert_eq!(t.listing().regions_refused, 1);
+    }
+
+    #[test]
+    fn shm_open_requests_parse_or_name_what_is_wrong() {
+        let r = parse_open(r#"{"op":"shm_open","endpoint":"/p","id":3}"#).expect("parse");
+        assert_eq!((r.endpoint.as_str(), r.id, r.max_packet), ("/p", 3, None));
+        let r = parse_open(r#"{"op":"shm_open","endpoint":"/p","id":3,"max_packet":4096}"#)
+            .expect("parse");
+        assert_eq!(r.max_packet, Some(4096));
+        for (body, names) in [
+            (r#"{"op":"shm_open","id":3}"#, "endpoint"),
+            (r#"{"op":"shm_open","endpoint":"/p"}"#, "id"),
+            (r#"{"op":"shm_open","endpoint":"/p","id":-1}"#, "id"),
+            (
+                r#"{"op":"shm_open","endpoint":"/p","id":3,"max_packet":"big"}"#,
+                "max_packet",
+            ),
+            (
+                r#"{"op":"shm_open","endpoint":"/p","id":3,"max_packet":-5}"#,
+                "max_packet",
+            ),
+            ("{not json", "bad JSON"),
+        ] {
+            let err = parse_open(body)
+                .err()
+                .unwrap_or_else(|| panic!("{body} parsed"));
+            assert!(err.contains(names), "{body}: {err}");
+        }
+    }
+
+    proptest::proptest! {
+        /// Whatever the body, parsing gives a request or an error, never a panic.
+        #[test]
+        fn any_shm_open_body_parses_or_is_refused(body in ".{0,200}") {
+            let _ = parse_open(&body);
+        }
+    }
+}

@@ -393,14 +393,8 @@ impl ShmEvent {
                 return Ok(None);
             }
         };
-        let by_ref = with_ref(
-            event,
-            &ShmRef {
-                chunk: pin.chunk(),
-                ..r
-            },
-        )
-        .ok_or("the shared-memory event does not re-encode")?;
+        let by_ref = with_chunk(event, ev.payload, pin.chunk())
+            .ok_or("the shared-memory reference is not the event's last bytes")?;
         Ok(Some(ShmEvent {
             by_ref,
             pin,
@@ -475,12 +469,16 @@ impl ShmEvent {
     }
 }
 
-/// `event` with its payload replaced by `r`.
-fn with_ref(event: &Bytes, r: &ShmRef) -> Option<Bytes> {
-    let mut ev = Event::decode(event).ok()?;
-    ev.payload = Bytes::copy_from_slice(&r.encode());
-    let mut out = BytesMut::with_capacity(ev.encoded_len());
-    ev.encode(&mut out).ok()?;
+/// `event` (whose payload is the reference `payload`) with the reference's
+/// `chunk` set: the payload is the encoding's tail, so only its last four
+/// bytes change.
+fn with_chunk(event: &Bytes, payload: &[u8], chunk: u32) -> Option<Bytes> {
+    if payload.len() != ShmRef::LEN || !event.ends_with(payload) {
+        return None;
+    }
+    let mut out = BytesMut::from(&event[..]);
+    let n = out.len();
+    out[n - 4..].copy_from_slice(&chunk.to_le_bytes());
     Some(out.freeze())
 }
 

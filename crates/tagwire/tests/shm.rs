@@ -1143,3 +1143,160 @@ fn embedded_sessions_exchange_payloads_in_place() {
     }
     assert_eq!(b.shm_stats().in_place, 20);
 }
+
+#[test]
+fn unsubscribing_with_payloads_in_flight_gives_their_pins_back() {
+    const PINS: usize = 8; // limits.shm_pins (default)
+    let r = router();
+    let ps = shm_session(&r.unix).expect("session");
+    let p = ps.declare_publisher("/shm/unsub/pub").expect("declare");
+    assert!(p.uses_shm());
+    let s = shm_session(&r.unix).expect("session");
+    // A callback that holds up the session's reader thread on the first
+    // event, so that the next five wait in the socket, handed over.
+    let (entered_tx, entered_rx) = std::sync::mpsc::channel::<()>();
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let gate = std::sync::Mutex::new((entered_tx, release_rx));
+    let cb = s
+        .subscribe("/shm/unsub")
+        .endpoint("unsub-cb")
+        .callback(move |sample| {
+            if seed_of(&sample.payload()) == 0 {
+                let g = gate.lock().expect("gate");
+                let _ = g.0.send(());
+                let _ = g.1.recv_timeout(WAIT);
+            }
+        })
+        .expect("subscribe");
+    let delivered_to = |endpoint: &str| {
+        ps.list()
+            .expect("list")
+            .subscriptions
+            .iter()
+            .find(|s| s.endpoint == endpoint)
+            .map_or(0, |s| s.delivered)
+    };
+    p.publish("/shm/unsub", pattern(0, 64)).expect("publish");
+    entered_rx.recv_timeout(WAIT).expect("the callback runs");
+    for seed in 1..6 {
+        p.publish("/shm/unsub", pattern(seed, 64)).expect("publish");
+    }
+    wait_until("the daemon writes the six events", || {
+        delivered_to("unsub-cb") == 6
+    });
+    assert_eq!(listing_shm(&ps).by_reference, 6);
+    // Unsubscribed while five references are in the socket: the session
+    // reads them for a subscription it no longer has.
+    drop(cb);
+    release_tx.send(()).expect("release the callback");
+    // The connection gets shm_pins payloads by reference again.
+    let sub = s
+        .subscribe("/shm/unsub")
+        .endpoint("unsub-rx")
+        .max_queue_length(64)
+        .receiver()
+        .expect("subscribe");
+    for seed in 6..6 + PINS as u64 {
+        p.publish("/shm/unsub", pattern(seed, 64)).expect("publish");
+    }
+    wait_until("the daemon writes the next events", || {
+        delivered_to("unsub-rx") == PINS as u64
+    });
+    let got: Vec<_> = (6..6 + PINS as u64)
+        .map(|seed| {
+            let x = sub.recv_timeout(WAIT).expect("recv").expect("an event");
+            assert!(x.payload() == pattern(seed, 64), "event {seed} intact");
+            x
+        })
+        .collect();
+    let in_place = got.iter().filter(|x| x.is_in_place()).count();
+    assert_eq!(
+        in_place, PINS,
+        "pins of the events read for the old subscription came back"
+    );
+    // Nothing held: the connection's row goes at once when it closes.
+    drop(got);
+    drop(sub);
+    drop(s);
+    wait_until("the closed connection's row is let go", || {
+        let d = listing_shm(&ps);
+        (d.rows_open, d.rows_parked) == (0, 0)
+    });
+}
+
+#[test]
+fn sessions_closed_with_payloads_in_flight_leave_no_pins_and_the_publisher_in_shared_memory() {
+    // Each round a session of this process closes while five references
+    // are in its socket (its reader thread held up in a callback), so they
+    // were handed over but never arrive. Their pins must come back: three
+    // rounds of five pinned chunks would otherwise leave a 26-chunk region
+    // no spare chunk, and its publisher would go over the socket for good.
+    let r = router();
+    let ps = shm_session(&r.unix).expect("session");
+    let p = ps.declare_publisher("/shm/closing/pub").expect("declare");
+    assert!(p.uses_shm());
+    let keep = shm_session(&r.unix).expect("session");
+    let ksub = keep
+        .subscribe("/shm/closing")
+        .max_queue_length(64)
+        .receiver()
+        .expect("subscribe");
+    let mut seed = 0u64;
+    // Publishes the next event; the lasting subscriber reads it.
+    let mut next = || {
+        let want = pattern(seed, 64);
+        p.publish("/shm/closing", want.clone()).expect("publish");
+        let got = ksub.recv_timeout(WAIT).expect("recv").expect("an event");
+        assert!(got.payload() == want, "event {seed} intact");
+        seed += 1;
+        got.is_in_place()
+    };
+    for round in 0..3 {
+        let s = shm_session(&r.unix).expect("session");
+        let (entered_tx, entered_rx) = std::sync::mpsc::channel::<()>();
+        let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+        let gate = std::sync::Mutex::new((Some(entered_tx), release_rx));
+        let endpoint = format!("closing-{round}");
+        let cb = s
+            .subscribe("/shm/closing")
+            .endpoint(&endpoint)
+            .callback(move |_| {
+                let mut g = gate.lock().expect("gate");
+                if let Some(entered) = g.0.take() {
+                    let _ = entered.send(());
+                    let _ = g.1.recv_timeout(WAIT);
+                }
+            })
+            .expect("subscribe");
+        next();
+        entered_rx.recv_timeout(WAIT).expect("the callback runs");
+        for _ in 0..5 {
+            next();
+        }
+        wait_until("the daemon writes the six events", || {
+            ps.list()
+                .expect("list")
+                .subscriptions
+                .iter()
+                .find(|x| x.endpoint == endpoint)
+                .is_some_and(|x| x.delivered == 6)
+        });
+        // Closed with the five in its socket; then its reader goes on.
+        drop(cb);
+        drop(s);
+        release_tx.send(()).expect("release the callback");
+        wait_until("the closed session's row is let go", || {
+            next();
+            let d = listing_shm(&ps);
+            (d.rows_open, d.rows_parked) == (1, 0)
+        });
+    }
+    // The publisher still writes every payload in shared memory and the
+    // lasting subscriber reads each in place.
+    for _ in 0..20 {
+        assert!(next(), "event {} in place", seed - 1);
+    }
+    let st = ps.shm_stats();
+    assert_eq!(st.published_socket, 0, "{st:?}");
+    assert_eq!(keep.shm_stats().unreadable, 0);
+}

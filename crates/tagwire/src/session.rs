@@ -988,7 +988,13 @@ impl Inner {
         let mut w = lock(&self.writer);
         w.connected = false;
         if let Some(s) = lock(&self.socket).take() {
-            s.shutdown();
+            if self.shm.reads_in_place() {
+                // The reader thread reads on until the daemon closes, to
+                // give back the pins of payloads still on their way (`drain`).
+                s.shutdown_write();
+            } else {
+                s.shutdown();
+            }
         }
         drop(w);
         self.flush_cv.notify_all();
@@ -1120,6 +1126,69 @@ fn deliver(inner: &Inner, sink: &Sink, event: Bytes) {
                 let expired = inner.shm.expired_counter();
                 sink.deliver_sample(sample.with_shm_payload(payload, expired));
             }
+        }
+    }
+}
+
+/// Drops a delivered event nobody takes (its subscription is gone),
+/// giving back the pin of a payload in shared memory: else the daemon
+/// counts it held by this connection for as long as the connection lasts
+/// (and past it, parked, until this process exits), and past
+/// `limits.shm_pins` such pins the connection gets copies only.
+fn discard(inner: &Inner, event: Bytes) {
+    if let Some(r) = crate::sample::Sample::new(event)
+        .ok()
+        .and_then(|s| s.shm_ref())
+    {
+        inner.shm.give_back(r);
+    }
+}
+
+/// How long a closed session's reader thread waits for the daemon to
+/// close the connection (see [`drain`]).
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// After this session's own `Close`, if it reads payloads in place: reads
+/// what the daemon still sends until it closes the connection (at most
+/// [`DRAIN_TIMEOUT`]), giving back the pins of the payloads in shared
+/// memory among it. Otherwise the daemon counts them held by this process
+/// until it exits (the connection's pin row parked), and a few sessions
+/// closed so could pin every spare chunk of a publisher's region, sending
+/// all its payloads over the socket, for every subscriber.
+fn drain(inner: &Inner, stream: &mut Stream, buf: &mut BytesMut) {
+    use tagwire_proto::{kind, Frame, FrameDecoder};
+    if !inner.shm.reads_in_place() {
+        return;
+    }
+    let decoder = FrameDecoder::new(lock(&inner.engine).max_frame());
+    let deadline = Instant::now() + DRAIN_TIMEOUT;
+    loop {
+        loop {
+            match decoder.next_raw(buf) {
+                Ok(Some((kind::DELIVER, body))) if body.len() >= 4 => {
+                    discard(inner, body.slice(4..));
+                }
+                Ok(Some((kind::SHM_REGION, body))) => {
+                    if let Ok(Frame::ShmRegion {
+                        region,
+                        role,
+                        endpoint,
+                    }) = Frame::decode(kind::SHM_REGION, body)
+                    {
+                        inner.shm.named(region, role, endpoint);
+                    }
+                }
+                Ok(Some(_)) => {}
+                Ok(None) => break,
+                Err(_) => return,
+            }
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
+            return;
+        }
+        if !matches!(read_some_fds(stream, buf, &inner.shm), Ok(true)) {
+            return;
         }
     }
 }
@@ -1298,8 +1367,12 @@ fn read_loop(inner: &Inner, stream: &mut Stream, buf: &mut BytesMut) {
                         generation = g;
                         sinks = lock(&inner.sinks).clone();
                     }
-                    if let Some(sink) = sinks.get(&sub) {
-                        deliver(inner, sink, event);
+                    match sinks.get(&sub) {
+                        Some(sink) => deliver(inner, sink, event),
+                        // Unsubscribed while it was on its way: a payload
+                        // in shared memory was pinned for this connection
+                        // and handed over; give the pin back.
+                        None => discard(inner, event),
                     }
                 }
                 Input::ShmRegion {
@@ -1332,6 +1405,9 @@ fn read_loop(inner: &Inner, stream: &mut Stream, buf: &mut BytesMut) {
             }
         }
         if over {
+            if inner.closed.load(Ordering::Relaxed) {
+                drain(inner, stream, buf);
+            }
             return;
         }
         match read_some_fds(stream, buf, &inner.shm) {

@@ -160,6 +160,23 @@ impl ClientShm {
         }
     }
 
+    /// Whether this session was given pin rows to read payloads in place
+    /// (so references may be on their way to it).
+    pub(crate) fn reads_in_place(&self) -> bool {
+        !lock(&self.regions).is_empty()
+    }
+
+    /// Gives back the pin of a delivered reference nobody will read (its
+    /// subscription is gone): adopted and dropped at once, not counted.
+    pub(crate) fn give_back(&self, r: ShmRef) {
+        let pin = lock(&self.regions)
+            .get(&r.region)
+            .map(|h| h.adopt(r.chunk, r.len as u64));
+        if let Some(Err(e)) = pin {
+            tracing::debug!(region = r.region, "shared-memory pin not given back: {e}");
+        }
+    }
+
     /// The counter of in-place payloads skipped as expired (each sample holds it).
     pub(crate) fn expired_counter(&self) -> Arc<AtomicU64> {
         self.counters.expired.clone()

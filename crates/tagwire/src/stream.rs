@@ -94,6 +94,15 @@ impl Stream {
         }
     }
 
+    /// Shuts the sending direction only: the peer reads the end of the
+    /// stream, and what it still sends can be read here.
+    pub(crate) fn shutdown_write(&self) {
+        let _ = match self {
+            Stream::Tcp(s) => s.shutdown(std::net::Shutdown::Write),
+            Stream::Unix(s) | Stream::Tls(s, _) => s.shutdown(std::net::Shutdown::Write),
+        };
+    }
+
     /// Shuts both directions, waking a reader blocked on this socket.
     pub(crate) fn shutdown(&self) {
         let _ = match self {

@@ -7,7 +7,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::tempdir::Dir;
-use tagwire::router::{Router, RouterConfig, RouterHandle};
+use tagwire::router::{Limits, Router, RouterConfig, RouterHandle};
 use tagwire::{Session, ShmMode};
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -21,11 +21,17 @@ struct Both {
 }
 
 fn router() -> Both {
+    router_with(Limits::default())
+}
+
+/// [`router`] with these limits.
+fn router_with(limits: Limits) -> Both {
     let dir = Dir::new("shm");
     let path = dir.0.join("tagwired.sock");
     let router = Router::start(RouterConfig {
         tcp: "127.0.0.1:0".parse().ok(),
         unix: Some(path.clone()),
+        limits,
         ..RouterConfig::default()
     })
     .expect("start router");
@@ -531,4 +537,766 @@ fn a_subscriber_process_killed_while_reading_in_place_harms_nobody() {
         1,
         "the publisher's region stays"
     );
+}
+
+// ---------------------------------------------------------------------------
+// Attacks on the default-on shared memory (pins, rows, growth, limits).
+// ---------------------------------------------------------------------------
+
+/// `len` bytes that differ from packet to packet at every position (a
+/// window of a pseudo-random buffer chosen by `seed`), with `seed` in the
+/// first 8 bytes: a payload read torn, or from another packet's chunk,
+/// does not compare equal.
+fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    static BASE: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    let base = BASE.get_or_init(|| {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        (0..(5usize << 20))
+            .map(|_| {
+                x = x
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407);
+                (x >> 56) as u8
+            })
+            .collect()
+    });
+    assert!(len <= base.len() / 2, "pattern: {len} bytes is too long");
+    let start = (seed.wrapping_mul(4099) % (base.len() / 2) as u64) as usize;
+    let mut v = base[start..start + len].to_vec();
+    let n = len.min(8);
+    v[..n].copy_from_slice(&seed.to_le_bytes()[..n]);
+    v
+}
+
+/// The seed [`pattern`] wrote into a payload.
+fn seed_of(payload: &[u8]) -> u64 {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&payload[..8]);
+    u64::from_le_bytes(b)
+}
+
+/// Waits (bounded by [`WAIT`]) until `done`; `what` names it on failure.
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + WAIT;
+    while !done() {
+        assert!(
+            Instant::now() < deadline,
+            "still not so after {WAIT:?}: {what}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn a_region_grows_once_for_a_larger_payload_and_every_size_stays_in_place() {
+    let r = router();
+    let ps = shm_session(&r.unix).expect("session");
+    let ss = shm_session(&r.unix).expect("session");
+    let sub = ss
+        .subscribe("/shm/grow")
+        .max_queue_length(16)
+        .receiver()
+        .expect("subscribe");
+    let p = ps.declare_publisher("/shm/grow/pub").expect("declare");
+    assert!(p.uses_shm());
+    let check = |seed: u64, len: usize, in_place: bool| {
+        let want = pattern(seed, len);
+        p.publish("/shm/grow", want.clone()).expect("publish");
+        let got = sub.recv_timeout(WAIT).expect("recv").expect("an event");
+        assert!(got.payload() == want, "payload {seed} ({len} B) intact");
+        assert_eq!(got.is_in_place(), in_place, "payload {seed} ({len} B)");
+    };
+    // 64 B in the first region (64 KiB chunks); 1 MiB asks for a region of
+    // 2 MiB chunks, capped at shm_max_packet (1 MiB + 4 KiB), which replaces
+    // it; 64 B again in the new one.
+    check(0, 64, true);
+    check(1, 1 << 20, true);
+    check(2, 64, true);
+    let st = ps.shm_stats();
+    assert_eq!((st.published, st.published_socket), (3, 0), "{st:?}");
+    let d = listing_shm(&ps);
+    assert_eq!((d.regions_created, d.regions_open), (2, 1), "{d:?}");
+    assert_eq!((d.by_reference, d.copied_out), (3, 0), "{d:?}");
+    // 2 MiB is over shm_max_packet: the publisher asks once more, the
+    // daemon answers with the region it has (already at its limit), and the
+    // payload goes over the socket, intact.
+    check(3, 2 << 20, false);
+    check(4, 2 << 20, false);
+    let st = ps.shm_stats();
+    assert_eq!((st.published, st.published_socket), (3, 2), "{st:?}");
+    // What fits still goes through the grown region, in place.
+    check(5, 1 << 20, true);
+    check(6, 64, true);
+    let st = ps.shm_stats();
+    assert_eq!((st.published, st.published_socket), (5, 2), "{st:?}");
+    let d = listing_shm(&ps);
+    assert_eq!((d.regions_created, d.regions_open), (2, 1), "{d:?}");
+    assert_eq!((d.by_reference, d.copied_out), (5, 0), "{d:?}");
+    assert!(p.uses_shm());
+}
+
+#[test]
+fn a_payload_over_shm_max_packet_goes_over_the_socket_and_later_ones_that_fit_stay_in_place() {
+    const MAX: u64 = 256 * 1024;
+    let r = router_with(Limits {
+        shm_max_packet: MAX,
+        ..Limits::default()
+    });
+    let ps = shm_session(&r.unix).expect("session");
+    let ss = shm_session(&r.unix).expect("session");
+    let sub = ss
+        .subscribe("/shm/cap")
+        .max_queue_length(16)
+        .receiver()
+        .expect("subscribe");
+    let p = ps.declare_publisher("/shm/cap/pub").expect("declare");
+    assert!(p.uses_shm());
+    let check = |seed: u64, len: usize, in_place: bool| {
+        let want = pattern(seed, len);
+        p.publish("/shm/cap", want.clone()).expect("publish");
+        let got = sub.recv_timeout(WAIT).expect("recv").expect("an event");
+        assert!(got.payload() == want, "payload {seed} ({len} B) intact");
+        assert_eq!(got.is_in_place(), in_place, "payload {seed} ({len} B)");
+    };
+    check(0, 64, true);
+    // 512 KiB: the publisher asks for 1 MiB chunks, gets the daemon's
+    // 256 KiB (a new region replacing the 64 KiB one), and sends this one
+    // over the socket.
+    check(1, 512 * 1024, false);
+    let st = ps.shm_stats();
+    assert_eq!((st.published, st.published_socket), (1, 1), "{st:?}");
+    let d = listing_shm(&ps);
+    assert_eq!((d.regions_created, d.regions_open), (2, 1), "{d:?}");
+    // What fits the capped region goes in place, up to the cap itself.
+    check(2, 200 * 1024, true);
+    check(3, MAX as usize, true);
+    check(4, 64, true);
+    // Over the cap again: the socket, without asking the daemon again.
+    check(5, 512 * 1024, false);
+    check(6, MAX as usize + 1, false);
+    check(7, 64, true);
+    let st = ps.shm_stats();
+    assert_eq!((st.published, st.published_socket), (5, 3), "{st:?}");
+    let d = listing_shm(&ps);
+    assert_eq!((d.regions_created, d.regions_open), (2, 1), "{d:?}");
+    assert_eq!((d.by_reference, d.copied_out), (5, 0), "{d:?}");
+    assert_eq!(ss.shm_stats().in_place, 5);
+}
+
+/// Set in a child process that runs one test's scenario alone (nothing
+/// else in that process, so its memory use is the scenario's).
+const ALONE: &str = "TAGWIRE_SHM_TEST_ALONE";
+
+/// Runs test `name` of this binary in a process of its own (it sees
+/// [`ALONE`]) and requires it to pass; its output goes to ours.
+fn run_alone(name: &str) {
+    let status = std::process::Command::new(std::env::current_exe().expect("test binary"))
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(ALONE, "1")
+        .status()
+        .expect("run the test in a process of its own");
+    assert!(
+        status.success(),
+        "{name}, run alone, failed: see its output"
+    );
+}
+
+/// This process's resident set (VmRSS), bytes.
+fn vm_rss() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .expect("a VmRSS line");
+    let kib: u64 = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .expect("VmRSS in kB");
+    kib * 1024
+}
+
+#[test]
+fn a_subscriber_that_never_reads_holds_at_most_shm_pins_and_memory_stays_bounded() {
+    const NAME: &str =
+        "a_subscriber_that_never_reads_holds_at_most_shm_pins_and_memory_stays_bounded";
+    if std::env::var_os(ALONE).is_none() {
+        // Run alone: the other tests of this binary run in parallel threads
+        // and would count in this process's memory.
+        return run_alone(NAME);
+    }
+    // 8,000 events of 64 KiB (500 MiB in all) to a subscriber that reads
+    // every one and one that never reads (queue bound 256, drop_oldest).
+    const N: u64 = 8_000;
+    const LEN: usize = 64 * 1024;
+    const IDLE_QUEUE: u64 = 256;
+    // The publisher stays at most this many events ahead of the reader, so
+    // the reader's queues never overflow (it must get every event).
+    const AHEAD: u64 = 256;
+    const PINS: u64 = 8; // limits.shm_pins (default)
+    let r = router();
+    let ps = shm_session(&r.unix).expect("session");
+    let reader_session = shm_session(&r.unix).expect("session");
+    let idle_session = shm_session(&r.unix).expect("session");
+    let idle = idle_session
+        .subscribe("/shm/idle")
+        .endpoint("idle-sub")
+        .max_queue_length(IDLE_QUEUE as usize)
+        .receiver()
+        .expect("subscribe");
+    let sub = reader_session
+        .subscribe("/shm/idle")
+        .max_queue_length(1024)
+        .receiver()
+        .expect("subscribe");
+    let p = ps.declare_publisher("/shm/idle/pub").expect("declare");
+    assert!(p.uses_shm());
+    let read = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let reading = {
+        let read = read.clone();
+        std::thread::spawn(move || {
+            let mut in_place = 0u64;
+            for i in 0..N {
+                let s = sub
+                    .recv_timeout(WAIT)
+                    .expect("recv")
+                    .unwrap_or_else(|| panic!("event {i} did not arrive"));
+                let payload = s.payload();
+                assert_eq!(seed_of(&payload), i, "in order, none missing");
+                assert!(payload == pattern(i, LEN), "event {i} intact");
+                in_place += u64::from(s.is_in_place());
+                read.store(i + 1, std::sync::atomic::Ordering::Relaxed);
+            }
+            in_place
+        })
+    };
+    // Memory before: router, sessions, regions mapped, pattern buffer made.
+    let _ = pattern(0, LEN);
+    let before = vm_rss();
+    let mut peak = before;
+    for i in 0..N {
+        let deadline = Instant::now() + WAIT;
+        while i >= read.load(std::sync::atomic::Ordering::Relaxed) + AHEAD {
+            assert!(!reading.is_finished(), "the reader stopped");
+            assert!(Instant::now() < deadline, "the reader stalls at {i}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        p.publish("/shm/idle", pattern(i, LEN)).expect("publish");
+        if i % 250 == 0 {
+            peak = peak.max(vm_rss());
+        }
+    }
+    let reader_in_place = reading.join().expect("the reader got every event intact");
+    peak = peak.max(vm_rss());
+    // Every event reached the idle subscriber's process (written by the
+    // daemon, or dropped there by its discard policy) ...
+    let routed = || {
+        let l = ps.list().expect("list");
+        let s = l
+            .subscriptions
+            .iter()
+            .find(|s| s.endpoint == "idle-sub")
+            .expect("the idle subscription is listed");
+        (s.queue_depth, s.delivered, s.dropped)
+    };
+    wait_until(
+        "the daemon writes or drops every event for the idle subscriber",
+        || {
+            let (depth, delivered, dropped) = routed();
+            depth == 0 && delivered + dropped == N
+        },
+    );
+    let (_, delivered, _) = routed();
+    // ... and its queue took what was written (dropping the oldest).
+    wait_until(
+        "the idle subscriber's process reads what was written",
+        || idle.dropped() + IDLE_QUEUE == delivered,
+    );
+    let growth = peak.saturating_sub(before);
+    let st = ps.shm_stats();
+    let idle_in_place = idle_session.shm_stats().in_place;
+    let d = listing_shm(&ps);
+    println!(
+        "idle subscriber: RSS grew {} MiB; publisher {st:?}; reader in place {reader_in_place}; \
+         idle in place {idle_in_place}; daemon {d:?}",
+        growth >> 20
+    );
+    // Bounded memory: what may legitimately stay is the idle queue (256 ×
+    // 64 KiB in the daemon and as many in its process, 32 MiB), the
+    // reader's window (256 × 64 KiB in its queues, 16 MiB), the four
+    // mappings of the 1.7 MiB region (daemon, publisher, two subscribers)
+    // and the allocator's slack: well under 200 MiB (about 40–50 MiB
+    // measured). A payload kept per event (a leaked copy or pin) would be
+    // 500 MiB. Not a timing assertion: the bound holds however slowly
+    // anything runs, and the scenario runs alone in its process.
+    assert!(
+        growth < 200 << 20,
+        "RSS grew by {} MiB over {N} events of 64 KiB",
+        growth >> 20
+    );
+    // The reader got references (it drops each sample before the next).
+    assert!(reader_in_place > 0, "the reader read in place");
+    // The idle subscriber never holds more than shm_pins payloads by
+    // reference: what its queue holds now has at most that many in place,
+    // every payload intact and in order.
+    let mut held = Vec::new();
+    while let Some(s) = idle.try_recv().expect("try_recv") {
+        held.push(s);
+    }
+    assert_eq!(held.len() as u64, IDLE_QUEUE, "its queue is full");
+    let in_place_now = held.iter().filter(|s| s.is_in_place()).count() as u64;
+    assert!(in_place_now <= PINS, "{in_place_now} held in place");
+    for w in held.windows(2) {
+        assert!(seed_of(&w[0].payload()) < seed_of(&w[1].payload()));
+    }
+    for s in &held {
+        let payload = s.payload();
+        assert!(payload == pattern(seed_of(&payload), LEN), "intact");
+    }
+    // Pins came back when its queue dropped the oldest (references again),
+    // yet in any 256 consecutive arrivals at most 8 came by reference (a
+    // reference stays held until 256 later ones push it out).
+    assert!(idle_in_place > PINS, "{idle_in_place}");
+    assert!(
+        idle_in_place <= PINS * N.div_ceil(IDLE_QUEUE),
+        "{idle_in_place}"
+    );
+    assert_eq!(idle_session.shm_stats().unreadable, 0);
+    // Its other events from shared memory came as copies (made once per
+    // event, whoever else got it).
+    let copies_written =
+        delivered - idle_in_place - st.published_socket.min(delivered - idle_in_place);
+    assert!(d.copied_out >= copies_written, "{d:?}");
+    assert!(d.copied_out <= st.published, "{d:?}");
+}
+
+#[test]
+fn more_subscriber_connections_than_pin_rows_all_get_every_payload_seven_in_place() {
+    const SUBS: usize = 9;
+    // limits.shm_consumers (8) pin rows per region, one the daemon's own.
+    const ROWS: usize = 7;
+    const N: u64 = 20;
+    let r = router();
+    let ps = shm_session(&r.unix).expect("session");
+    let p = ps.declare_publisher("/shm/rows/pub").expect("declare");
+    assert!(p.uses_shm());
+    let mut subs: Vec<Option<(Session, tagwire::Subscriber)>> = (0..SUBS)
+        .map(|_| {
+            let s = shm_session(&r.unix).expect("session");
+            let sub = s
+                .subscribe("/shm/rows")
+                .max_queue_length(16)
+                .receiver()
+                .expect("subscribe");
+            Some((s, sub))
+        })
+        .collect();
+    // Lockstep: every subscriber reads (and drops) each event before the
+    // next, so a connection with a row never holds more than one pin.
+    let round = |subs: &[Option<(Session, tagwire::Subscriber)>], seeds: std::ops::Range<u64>| {
+        let mut sets = Vec::new();
+        for i in seeds {
+            let want = pattern(i, 4096);
+            p.publish("/shm/rows", want.clone()).expect("publish");
+            let mut in_place = Vec::new();
+            for (k, (_, sub)) in subs
+                .iter()
+                .enumerate()
+                .filter_map(|(k, s)| Some((k, s.as_ref()?)))
+            {
+                let s = sub.recv_timeout(WAIT).expect("recv").expect("an event");
+                assert!(s.payload() == want, "subscriber {k}, event {i} intact");
+                if s.is_in_place() {
+                    in_place.push(k);
+                }
+            }
+            assert_eq!(in_place.len(), ROWS, "event {i}: in place at {in_place:?}");
+            sets.push(in_place);
+        }
+        assert!(
+            sets.windows(2).all(|w| w[0] == w[1]),
+            "the same connections keep their rows: {sets:?}"
+        );
+        sets.pop().expect("a round")
+    };
+    let first = round(&subs, 0..N);
+    let d = listing_shm(&ps);
+    assert_eq!(
+        (d.by_reference, d.copied_out),
+        (ROWS as u64 * N, N),
+        "one copy per event serves the two connections without a row: {d:?}"
+    );
+    assert_eq!((d.rows_open, d.rows_parked), (ROWS as u64, 0), "{d:?}");
+    // A connection with a row closes holding nothing: its row goes at once
+    // and one of the two that got copies takes it.
+    let gone = first[0];
+    subs[gone] = None;
+    wait_until("the closed connection's row is let go", || {
+        listing_shm(&ps).rows_open == ROWS as u64 - 1
+    });
+    let second = round(&subs, N..2 * N);
+    assert!(!second.contains(&gone));
+    assert_ne!(first, second, "a connection that had none got the row");
+    let d = listing_shm(&ps);
+    assert_eq!((d.rows_open, d.rows_parked), (ROWS as u64, 0), "{d:?}");
+    assert_eq!(ps.shm_stats().published_socket, 0);
+}
+
+#[test]
+fn a_subscriber_connection_closed_while_holding_in_place_payloads_keeps_them_intact_until_dropped()
+{
+    const LEN: usize = 64 * 1024;
+    let r = router();
+    let ps = shm_session(&r.unix).expect("session");
+    let p = ps.declare_publisher("/shm/park/pub").expect("declare");
+    assert!(p.uses_shm());
+    let bs = shm_session(&r.unix).expect("session");
+    let b = bs
+        .subscribe("/shm/park")
+        .max_queue_length(64)
+        .receiver()
+        .expect("subscribe");
+    let a_session = shm_session(&r.unix).expect("session");
+    let a = a_session
+        .subscribe("/shm/park")
+        .max_queue_length(64)
+        .receiver()
+        .expect("subscribe");
+    let mut seed = 0u64;
+    // Publishes the next event; B reads it (in place: it holds at most one).
+    let mut next = |also: Option<&tagwire::Subscriber>| {
+        let want = pattern(seed, LEN);
+        p.publish("/shm/park", want.clone()).expect("publish");
+        let got = b.recv_timeout(WAIT).expect("recv").expect("an event");
+        assert!(got.payload() == want, "B: event {seed} intact");
+        assert!(got.is_in_place(), "B: event {seed} in place");
+        let kept = also.map(|a| {
+            let s = a.recv_timeout(WAIT).expect("recv").expect("an event");
+            assert!(s.is_in_place(), "A: event {seed} in place");
+            s.payload()
+        });
+        seed += 1;
+        kept
+    };
+    // A keeps the payload bytes of three in-place samples, then its
+    // session goes (the subscription, then the connection).
+    let kept: Vec<tagwire::Bytes> = (0..3)
+        .map(|_| next(Some(&a)).expect("A's payload"))
+        .collect();
+    drop(a);
+    drop(a_session);
+    wait_until("A's row is parked", || {
+        let d = listing_shm(&ps);
+        (d.rows_open, d.rows_parked) == (2, 1)
+    });
+    // The publisher laps its 16-slot ring many times meanwhile.
+    for _ in 0..200 {
+        next(None);
+    }
+    for (k, bytes) in kept.iter().enumerate() {
+        assert!(
+            *bytes == pattern(k as u64, LEN),
+            "A's held payload {k} is intact after the ring was lapped"
+        );
+    }
+    let d = listing_shm(&ps);
+    assert_eq!((d.rows_open, d.rows_parked), (2, 1), "still held: {d:?}");
+    // Dropped: the row goes on a sweep while the region publishes.
+    drop(kept);
+    wait_until("A's parked row goes once its payloads are dropped", || {
+        next(None);
+        let d = listing_shm(&ps);
+        (d.rows_open, d.rows_parked) == (1, 0)
+    });
+    let st = ps.shm_stats();
+    assert_eq!(st.published_socket, 0, "{st:?}");
+}
+
+#[test]
+fn a_subscriber_process_killed_while_holding_pins_leaves_no_row_and_others_stay_in_place() {
+    const NAME: &str =
+        "a_subscriber_process_killed_while_holding_pins_leaves_no_row_and_others_stay_in_place";
+    if let Ok(url) = std::env::var(CHILD_URL) {
+        // The child: keep three in-place samples, stop reading, and wait
+        // to be killed (its session adopts more pins meanwhile, up to 8).
+        let s = shm_session(&url).expect("child session");
+        let sub = s.subscribe("/shm/killhold").receiver().expect("subscribe");
+        let mut held = Vec::new();
+        while held.len() < 3 {
+            let x = sub
+                .recv_timeout(Duration::from_secs(30))
+                .expect("recv")
+                .expect("an event");
+            if x.is_in_place() {
+                held.push(x);
+            }
+        }
+        println!("CHILD-HOLDING");
+        std::thread::sleep(Duration::from_secs(60));
+        return;
+    }
+    let r = router();
+    let s = shm_session(&r.unix).expect("session");
+    let other = s
+        .subscribe("/shm/killhold")
+        .max_queue_length(64)
+        .receiver()
+        .expect("subscribe");
+    let p = s.declare_publisher("/shm/killhold/pub").expect("declare");
+    assert!(p.uses_shm());
+    let mut seed = 0u64;
+    // Publishes the next event; the other subscriber reads it.
+    let mut next = || {
+        let want = pattern(seed, 1024);
+        p.publish("/shm/killhold", want.clone()).expect("publish");
+        let got = other.recv_timeout(WAIT).expect("recv").expect("an event");
+        assert!(got.payload() == want, "event {seed} intact");
+        seed += 1;
+        got.is_in_place()
+    };
+    let mut child = child(NAME, &r.unix, std::process::Stdio::piped());
+    let mut out = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+    let holding = std::thread::spawn(move || {
+        let mut line = String::new();
+        while std::io::BufRead::read_line(&mut out, &mut line).unwrap_or(0) > 0 {
+            if line.contains("CHILD-HOLDING") {
+                return true;
+            }
+            line.clear();
+        }
+        false
+    });
+    let deadline = Instant::now() + WAIT;
+    while !holding.is_finished() {
+        assert!(Instant::now() < deadline, "the child never held three");
+        next();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(holding.join().expect("watcher"), "the child held in place");
+    let d = listing_shm(&s);
+    assert_eq!(
+        (d.rows_open, d.rows_parked),
+        (2, 0),
+        "ours and the child's: {d:?}"
+    );
+    child.kill().expect("SIGKILL");
+    let _ = child.wait();
+    // The dead holder's row goes (at once, or on a sweep while the region
+    // publishes), giving its pins back.
+    wait_until("the killed holder's row is dropped", || {
+        next();
+        let d = listing_shm(&s);
+        (d.rows_open, d.rows_parked) == (1, 0)
+    });
+    // The publisher goes on in shared memory; the other subscriber reads
+    // every event in place.
+    let before = s.shm_stats();
+    for _ in 0..50 {
+        assert!(next(), "event {} in place after the kill", seed - 1);
+    }
+    let after = s.shm_stats();
+    assert_eq!(after.in_place - before.in_place, 50);
+    assert_eq!(after.published - before.published, 50);
+    assert_eq!(after.unreadable, 0);
+}
+
+#[test]
+fn embedded_sessions_exchange_payloads_in_place() {
+    // One session publishing to itself, on a private in-process router.
+    let s = Session::embedded().expect("embedded session");
+    assert!(s.is_same_host());
+    let sub = s
+        .subscribe("/shm/emb")
+        .max_queue_length(16)
+        .receiver()
+        .expect("subscribe");
+    let p = s.declare_publisher("/shm/emb/pub").expect("declare");
+    assert!(p.uses_shm(), "an embedded publisher gets a region");
+    for (seed, len) in [(0u64, 64usize), (1, 1 << 20), (2, 64)] {
+        let want = pattern(seed, len);
+        p.publish("/shm/emb", want.clone()).expect("publish");
+        let got = sub.recv_timeout(WAIT).expect("recv").expect("an event");
+        assert!(got.payload() == want, "payload {seed} intact");
+        assert!(got.is_in_place(), "payload {seed} in place");
+    }
+    let st = s.shm_stats();
+    assert_eq!((st.published, st.published_socket, st.in_place), (3, 0, 3));
+    let d = listing_shm(&s);
+    assert_eq!((d.regions_created, d.regions_open), (2, 1), "{d:?}");
+    // Two sessions of one embedded router.
+    let router = tagwire::EmbeddedRouter::start().expect("embedded router");
+    let a = router.session().expect("session");
+    let b = router.session().expect("session");
+    let sub = b
+        .subscribe("/shm/emb2")
+        .max_queue_length(16)
+        .receiver()
+        .expect("subscribe");
+    let p = a.declare_publisher("/shm/emb2/pub").expect("declare");
+    assert!(p.uses_shm());
+    for seed in 0..20u64 {
+        let want = pattern(seed, 4096);
+        p.publish("/shm/emb2", want.clone()).expect("publish");
+        let got = sub.recv_timeout(WAIT).expect("recv").expect("an event");
+        assert!(got.payload() == want, "payload {seed} intact");
+        assert!(got.is_in_place(), "payload {seed} in place");
+    }
+    assert_eq!(b.shm_stats().in_place, 20);
+}
+
+#[test]
+fn unsubscribing_with_payloads_in_flight_gives_their_pins_back() {
+    const PINS: usize = 8; // limits.shm_pins (default)
+    let r = router();
+    let ps = shm_session(&r.unix).expect("session");
+    let p = ps.declare_publisher("/shm/unsub/pub").expect("declare");
+    assert!(p.uses_shm());
+    let s = shm_session(&r.unix).expect("session");
+    // A callback that holds up the session's reader thread on the first
+    // event, so that the next five wait in the socket, handed over.
+    let (entered_tx, entered_rx) = std::sync::mpsc::channel::<()>();
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let gate = std::sync::Mutex::new((entered_tx, release_rx));
+    let cb = s
+        .subscribe("/shm/unsub")
+        .endpoint("unsub-cb")
+        .callback(move |sample| {
+            if seed_of(&sample.payload()) == 0 {
+                let g = gate.lock().expect("gate");
+                let _ = g.0.send(());
+                let _ = g.1.recv_timeout(WAIT);
+            }
+        })
+        .expect("subscribe");
+    let delivered_to = |endpoint: &str| {
+        ps.list()
+            .expect("list")
+            .subscriptions
+            .iter()
+            .find(|s| s.endpoint == endpoint)
+            .map_or(0, |s| s.delivered)
+    };
+    p.publish("/shm/unsub", pattern(0, 64)).expect("publish");
+    entered_rx.recv_timeout(WAIT).expect("the callback runs");
+    for seed in 1..6 {
+        p.publish("/shm/unsub", pattern(seed, 64)).expect("publish");
+    }
+    wait_until("the daemon writes the six events", || {
+        delivered_to("unsub-cb") == 6
+    });
+    assert_eq!(listing_shm(&ps).by_reference, 6);
+    // Unsubscribed while five references are in the socket: the session
+    // reads them for a subscription it no longer has.
+    drop(cb);
+    release_tx.send(()).expect("release the callback");
+    // The connection gets shm_pins payloads by reference again.
+    let sub = s
+        .subscribe("/shm/unsub")
+        .endpoint("unsub-rx")
+        .max_queue_length(64)
+        .receiver()
+        .expect("subscribe");
+    for seed in 6..6 + PINS as u64 {
+        p.publish("/shm/unsub", pattern(seed, 64)).expect("publish");
+    }
+    wait_until("the daemon writes the next events", || {
+        delivered_to("unsub-rx") == PINS as u64
+    });
+    let got: Vec<_> = (6..6 + PINS as u64)
+        .map(|seed| {
+            let x = sub.recv_timeout(WAIT).expect("recv").expect("an event");
+            assert!(x.payload() == pattern(seed, 64), "event {seed} intact");
+            x
+        })
+        .collect();
+    let in_place = got.iter().filter(|x| x.is_in_place()).count();
+    assert_eq!(
+        in_place, PINS,
+        "pins of the events read for the old subscription came back"
+    );
+    // Nothing held: the connection's row goes at once when it closes.
+    drop(got);
+    drop(sub);
+    drop(s);
+    wait_until("the closed connection's row is let go", || {
+        let d = listing_shm(&ps);
+        (d.rows_open, d.rows_parked) == (0, 0)
+    });
+}
+
+#[test]
+fn sessions_closed_with_payloads_in_flight_leave_no_pins_and_the_publisher_in_shared_memory() {
+    // Each round a session of this process closes while five references
+    // are in its socket (its reader thread held up in a callback), so they
+    // were handed over but never arrive. Their pins must come back: three
+    // rounds of five pinned chunks would otherwise leave a 26-chunk region
+    // no spare chunk, and its publisher would go over the socket for good.
+    let r = router();
+    let ps = shm_session(&r.unix).expect("session");
+    let p = ps.declare_publisher("/shm/closing/pub").expect("declare");
+    assert!(p.uses_shm());
+    let keep = shm_session(&r.unix).expect("session");
+    let ksub = keep
+        .subscribe("/shm/closing")
+        .max_queue_length(64)
+        .receiver()
+        .expect("subscribe");
+    let mut seed = 0u64;
+    // Publishes the next event; the lasting subscriber reads it.
+    let mut next = || {
+        let want = pattern(seed, 64);
+        p.publish("/shm/closing", want.clone()).expect("publish");
+        let got = ksub.recv_timeout(WAIT).expect("recv").expect("an event");
+        assert!(got.payload() == want, "event {seed} intact");
+        seed += 1;
+        got.is_in_place()
+    };
+    for round in 0..3 {
+        let s = shm_session(&r.unix).expect("session");
+        let (entered_tx, entered_rx) = std::sync::mpsc::channel::<()>();
+        let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+        let gate = std::sync::Mutex::new((Some(entered_tx), release_rx));
+        let endpoint = format!("closing-{round}");
+        let cb = s
+            .subscribe("/shm/closing")
+            .endpoint(&endpoint)
+            .callback(move |_| {
+                let mut g = gate.lock().expect("gate");
+                if let Some(entered) = g.0.take() {
+                    let _ = entered.send(());
+                    let _ = g.1.recv_timeout(WAIT);
+                }
+            })
+            .expect("subscribe");
+        next();
+        entered_rx.recv_timeout(WAIT).expect("the callback runs");
+        for _ in 0..5 {
+            next();
+        }
+        wait_until("the daemon writes the six events", || {
+            ps.list()
+                .expect("list")
+                .subscriptions
+                .iter()
+                .find(|x| x.endpoint == endpoint)
+                .is_some_and(|x| x.delivered == 6)
+        });
+        // Closed with the five in its socket; then its reader goes on.
+        drop(cb);
+        drop(s);
+        release_tx.send(()).expect("release the callback");
+        wait_until("the closed session's row is let go", || {
+            next();
+            let d = listing_shm(&ps);
+            (d.rows_open, d.rows_parked) == (1, 0)
+        });
+    }
+    // The publisher still writes every payload in shared memory and the
+    // lasting subscriber reads each in place.
+    for _ in 0..20 {
+        assert!(next(), "event {} in place", seed - 1);
+    }
+    let st = ps.shm_stats();
+    assert_eq!(st.published_socket, 0, "{st:?}");
+    assert_eq!(keep.shm_stats().unreadable, 0);
 }

@@ -236,10 +236,13 @@ impl Publisher {
             // for it (twice, for some room), once per size; the daemon caps
             // it at its limit, and replaces the old region if it grants one.
             let want = (len as u64).saturating_mul(2);
-            match self
-                .session
-                .open_shm(&self.name, self.id, crate::ShmMode::Auto, Some(want))
-            {
+            let current = guard.as_ref().map_or(0, |s| s.region);
+            match self.session.open_shm(
+                &self.name,
+                self.id,
+                crate::ShmMode::Auto,
+                Some((want, current)),
+            ) {
                 Ok(Some(bigger)) if bigger.max >= len => *guard = Some(bigger),
                 Ok(Some(capped)) => {
                     *guard = Some(capped);

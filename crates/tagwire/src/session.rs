@@ -382,15 +382,17 @@ impl Session {
         ))
     }
 
-    /// Asks the daemon for a shared-memory region for publisher `name`
-    /// whose chunks hold `max_packet` bytes (the daemon's start size if
-    /// `None`; it caps the size at its `limits.shm_max_packet`).
+    /// Asks the daemon for a shared-memory region for publisher `name`, of
+    /// the daemon's start size; `grow: Some((max_packet, current))` asks
+    /// for one whose chunks hold `max_packet` bytes to replace region
+    /// `current` (the daemon caps the size at its `limits.shm_max_packet`;
+    /// naming `current` again means it has none larger: `Ok(None)`).
     pub(crate) fn open_shm(
         &self,
         name: &str,
         id: u32,
         mode: crate::ShmMode,
-        max_packet: Option<u64>,
+        grow: Option<(u64, u64)>,
     ) -> Result<Option<crate::shm::ShmPublisher>> {
         let refuse = |why: String| -> Result<Option<crate::shm::ShmPublisher>> {
             match mode {
@@ -420,7 +422,7 @@ impl Session {
             return refuse(why);
         }
         let mut request = serde_json::json!({"op": "shm_open", "endpoint": name, "id": id});
-        if let Some(m) = max_packet {
+        if let Some((m, _)) = grow {
             request["max_packet"] = m.into();
         }
         let reconnects = self.reconnects();
@@ -432,6 +434,11 @@ impl Session {
         let Some(region) = reply.get("region").and_then(|r| r.as_u64()) else {
             return refuse(format!("unexpected shm_open reply {reply}"));
         };
+        if grow.is_some_and(|(_, current)| current == region) {
+            // Already as large as the daemon makes them (its fd came again).
+            drop(self.inner().shm.take_grant(region));
+            return Ok(None);
+        }
         let Some(mapped) = self.inner().shm.take_grant(region) else {
             return refuse(format!(
                 "region {region} was granted but its fd did not arrive"

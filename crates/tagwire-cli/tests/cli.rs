@@ -190,6 +190,15 @@ fn sub_receives_what_pub_sends_and_list_shows_both_endpoints() {
         String::from_utf8_lossy(&out.stdout),
         "/demo/x hi\n/demo/x hi\n"
     );
+    // Both on the daemon's Unix socket: the payloads went through shared memory.
+    let listing = wait_listed(&d, "shared memory");
+    let by_ref = listing
+        .split(" deliveries by reference")
+        .next()
+        .and_then(|before| before.rsplit(' ').next())
+        .and_then(|n| n.parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("no shared-memory line in:\n{listing}"));
+    assert!(by_ref >= 2, "{listing}");
     assert!(wait_output(slow_pub).status.success());
     d.stop();
     let _ = std::fs::remove_dir_all(&dir);

@@ -34,6 +34,20 @@ pub fn run(session: &Session, a: ListArgs) -> CmdResult {
         l.memory.discarded_events,
         l.memory.refused_connections
     );
+    let m = &l.shm;
+    if m.regions_created > 0 {
+        outln!(
+            "shared memory {} region(s) open ({} bytes), {} subscriber row(s) ({} parked); {} deliveries by reference, {} copied out, {} unreadable, {} refused regions",
+            m.regions_open,
+            m.bytes_open,
+            m.rows_open,
+            m.rows_parked,
+            m.by_reference,
+            m.copied_out,
+            m.unreadable,
+            m.regions_refused
+        );
+    }
     if !l.lanes.is_empty() {
         outln!("\nLANES");
         outln!(

@@ -321,6 +321,24 @@ impl Mapping {
         })
     }
 
+    /// Whether chunk `c`, of which the caller holds one reference and which
+    /// no descriptor can hand to a new reader any more, is the caller's
+    /// alone: no consumer reads it and nobody else holds a reference.
+    ///
+    /// The caller made every descriptor that named `c` unreadable first (a
+    /// new stamp, SeqCst), so a consumer whose hazard store comes after the
+    /// hazard loads here fails its stamp re-check (Dekker: SeqCst on both
+    /// sides). A consumer seen without a hazard has finished reading; a pin
+    /// (or forward) it took under its hazard added to `refs` before the
+    /// hazard was cleared (Release), so the count loaded *after* the hazard
+    /// loads includes it: checking the count first would miss a pin taken
+    /// and its hazard cleared in between. Pins are only ever taken by a
+    /// hazard holder or by the holder of another pin of the chunk, which
+    /// keeps the count above 1 until it is given back.
+    fn exclusive(&self, c: u32) -> bool {
+        !self.hazard_held(c) && self.chunk_meta(c).refs.load(SeqCst) == 1
+    }
+
     /// Takes a free chunk (reference count 0 → 1, no hazard), starting at `hint`.
     fn alloc_chunk(&self, hint: &mut u32) -> Option<u32> {
         let n = self.layout.geometry.chunks;
@@ -335,7 +353,9 @@ impl Mapping {
             {
                 continue;
             }
-            if self.hazard_held(c) {
+            // A count of 0 means every descriptor naming `c` was re-stamped
+            // before its reference was dropped (see `exclusive`).
+            if !self.exclusive(c) {
                 release_ref(meta);
                 continue;
             }
@@ -609,7 +629,7 @@ impl Region {
             if meta.refs.compare_exchange(0, 1, SeqCst, Relaxed).is_err() {
                 continue;
             }
-            if !self.map.hazard_held(c) {
+            if self.map.exclusive(c) {
                 let off = self.map.layout.data + c as u64 * g.chunk_bytes;
                 let mode =
                     rustix::fs::FallocateFlags::PUNCH_HOLE | rustix::fs::FallocateFlags::KEEP_SIZE;

@@ -5,8 +5,9 @@
 //! - `blocking`: producer and consumer threads on a one-slot ring with
 //!   `Overload::Block`, so both sides sleep on the futex for every packet;
 //! - `reclaim`: every packet's memory is returned to the OS after it is
-//!   consumed (`Region::trim_free_chunks`, DSI's memory flush) and the next
-//!   packet's pages fault in again as it is written (DSI's dynamic mapping);
+//!   consumed (`Producer::retract` frees its chunk, `Region::trim_free_chunks`
+//!   punches it out: DSI's memory flush) and the next packet's pages fault
+//!   in again as it is written (DSI's dynamic mapping);
 //! - `2-thread static`: producer and consumer threads, the consumer busy-polling
 //!   a 16-slot ring (`Block`, so nothing is lost; futex waits counted);
 //! - `copy`: the packet is copied into the data area (`publish_copy`), the
@@ -91,10 +92,13 @@ fn reclaim_mode(size: usize, n: u64) -> Measure {
         for b in loan.iter_mut().step_by(4096) {
             *b = k as u8;
         }
-        loan.publish(k, NO_DEADLINE);
+        let seq = loan.publish(k, NO_DEADLINE);
         let s = c.next(0).expect("sample");
         std::hint::black_box(s[0]);
         drop(s);
+        // The consumed packet's slot would keep its chunk for the next loan:
+        // take the packet back so its chunk is free, and return it to the OS.
+        p.retract(seq);
         region.trim_free_chunks().expect("trim");
     })
 }

@@ -15,6 +15,9 @@
 //!
 //! Run: `cargo bench -p tagwire-shm --bench fig3` (pin with `taskset -c 0` for
 //! single-core costs). Prints a Markdown table; `FIG3_QUICK=1` shortens it.
+//! Times are wall clock (and TSC cycles); on a shared machine they include
+//! the time the thread waited for a CPU, so the lines under the table also
+//! give the static mode's CPU time per packet (`CLOCK_THREAD_CPUTIME_ID`).
 
 use std::time::{Duration, Instant};
 
@@ -29,20 +32,29 @@ const SIZES: [usize; 5] = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20];
 struct Measure {
     ns: f64,
     cycles: f64,
+    /// This thread's CPU time per packet: on a loaded machine the wall clock
+    /// (and the TSC) also count the time it waited for a CPU.
+    cpu_ns: f64,
+}
+
+fn thread_cpu_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
 }
 
 fn measure(n: u64, mut f: impl FnMut(u64)) -> Measure {
     for k in 0..n / 10 + 1 {
         f(k); // warm-up
     }
-    let (t0, c0) = (Instant::now(), cycles());
+    let (t0, c0, cpu0) = (Instant::now(), cycles(), thread_cpu_ns());
     for k in 0..n {
         f(k);
     }
-    let (c1, dt) = (cycles(), t0.elapsed());
+    let (cpu1, c1, dt) = (thread_cpu_ns(), cycles(), t0.elapsed());
     Measure {
         ns: dt.as_nanos() as f64 / n as f64,
         cycles: (c1 - c0) as f64 / n as f64,
+        cpu_ns: (cpu1 - cpu0) as f64 / n as f64,
     }
 }
 
@@ -178,6 +190,7 @@ fn main() {
                 Measure {
                     ns: f64::NAN,
                     cycles: f64::NAN,
+                    cpu_ns: f64::NAN,
                 },
                 0,
             )
@@ -202,12 +215,12 @@ fn main() {
             cp.cycles,
             cp.ns / st.ns
         );
-        waits.push((size, pw, cw, xw));
+        waits.push((size, pw, cw, xw, st.cpu_ns));
     }
     println!();
-    for (size, pw, cw, xw) in waits {
+    for (size, pw, cw, xw, cpu) in waits {
         println!(
-            "{} KiB: blocking: producer futex waits {pw}, consumer {cw}; 2-thread static: producer futex waits {xw}",
+            "{} KiB: static: {cpu:.0} ns CPU time per packet; blocking: producer futex waits {pw}, consumer {cw}; 2-thread static: producer futex waits {xw}",
             size >> 10
         );
     }

@@ -5,8 +5,9 @@
 //! - `blocking`: producer and consumer threads on a one-slot ring with
 //!   `Overload::Block`, so both sides sleep on the futex for every packet;
 //! - `reclaim`: every packet's memory is returned to the OS after it is
-//!   consumed (`Region::trim_free_chunks`, DSI's memory flush) and the next
-//!   packet's pages fault in again as it is written (DSI's dynamic mapping);
+//!   consumed (`Producer::retract` frees its chunk, `Region::trim_free_chunks`
+//!   punches it out: DSI's memory flush) and the next packet's pages fault
+//!   in again as it is written (DSI's dynamic mapping);
 //! - `2-thread static`: producer and consumer threads, the consumer busy-polling
 //!   a 16-slot ring (`Block`, so nothing is lost; futex waits counted);
 //! - `copy`: the packet is copied into the data area (`publish_copy`), the
@@ -14,6 +15,9 @@
 //!
 //! Run: `cargo bench -p tagwire-shm --bench fig3` (pin with `taskset -c 0` for
 //! single-core costs). Prints a Markdown table; `FIG3_QUICK=1` shortens it.
+//! Times are wall clock (and TSC cycles); on a shared machine they include
+//! the time the thread waited for a CPU, so the lines under the table also
+//! give the static mode's CPU time per packet (`CLOCK_THREAD_CPUTIME_ID`).
 
 use std::time::{Duration, Instant};
 
@@ -28,20 +32,29 @@ const SIZES: [usize; 5] = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20];
 struct Measure {
     ns: f64,
     cycles: f64,
+    /// This thread's CPU time per packet: on a loaded machine the wall clock
+    /// (and the TSC) also count the time it waited for a CPU.
+    cpu_ns: f64,
+}
+
+fn thread_cpu_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
 }
 
 fn measure(n: u64, mut f: impl FnMut(u64)) -> Measure {
     for k in 0..n / 10 + 1 {
         f(k); // warm-up
     }
-    let (t0, c0) = (Instant::now(), cycles());
+    let (t0, c0, cpu0) = (Instant::now(), cycles(), thread_cpu_ns());
     for k in 0..n {
         f(k);
     }
-    let (c1, dt) = (cycles(), t0.elapsed());
+    let (cpu1, c1, dt) = (thread_cpu_ns(), cycles(), t0.elapsed());
     Measure {
         ns: dt.as_nanos() as f64 / n as f64,
         cycles: (c1 - c0) as f64 / n as f64,
+        cpu_ns: (cpu1 - cpu0) as f64 / n as f64,
     }
 }
 
@@ -91,10 +104,13 @@ fn reclaim_mode(size: usize, n: u64) -> Measure {
         for b in loan.iter_mut().step_by(4096) {
             *b = k as u8;
         }
-        loan.publish(k, NO_DEADLINE);
+        let seq = loan.publish(k, NO_DEADLINE);
         let s = c.next(0).expect("sample");
         std::hint::black_box(s[0]);
         drop(s);
+        // The consumed packet's slot would keep its chunk for the next loan:
+        // take the packet back so its chunk is free, and return it to the OS.
+        p.retract(seq);
         region.trim_free_chunks().expect("trim");
     })
 }
@@ -174,6 +190,7 @@ fn main() {
                 Measure {
                     ns: f64::NAN,
                     cycles: f64::NAN,
+                    cpu_ns: f64::NAN,
                 },
                 0,
             )
@@ -198,12 +215,12 @@ fn main() {
             cp.cycles,
             cp.ns / st.ns
         );
-        waits.push((size, pw, cw, xw));
+        waits.push((size, pw, cw, xw, st.cpu_ns));
     }
     println!();
-    for (size, pw, cw, xw) in waits {
+    for (size, pw, cw, xw, cpu) in waits {
         println!(
-            "{} KiB: blocking: producer futex waits {pw}, consumer {cw}; 2-thread static: producer futex waits {xw}",
+            "{} KiB: static: {cpu:.0} ns CPU time per packet; blocking: producer futex waits {pw}, consumer {cw}; 2-thread static: producer futex waits {xw}",
             size >> 10
         );
     }

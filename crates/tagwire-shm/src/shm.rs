@@ -186,6 +186,16 @@ impl Layout {
     }
 }
 
+/// Byte offsets of one stream's control header, consumer entries and ring in
+/// its mapping ([`Mapping::stream_at`]), so the per-packet paths do not
+/// recompute them from the layout.
+#[derive(Clone, Copy, Debug)]
+struct StreamAt {
+    ctl: usize,
+    entries: usize,
+    ring: usize,
+}
+
 /// A live mapping of a region. Unmapped on drop; the memfd goes with the last fd and mapping.
 struct Mapping {
     base: *mut u8,
@@ -241,6 +251,49 @@ impl Mapping {
         unsafe { &*self.base.add(off as usize).cast::<T>() }
     }
 
+    /// Where `stream`'s control structures lie, for handles that use them on every packet.
+    fn stream_at(&self, stream: u32) -> StreamAt {
+        assert!(
+            stream < self.layout.stream_count,
+            "stream index checked at handle creation"
+        );
+        let ctl = self.layout.streams + self.layout.stream_bytes * stream as u64;
+        StreamAt {
+            ctl: ctl as usize,
+            entries: (ctl + self.layout.entries_in_stream) as usize,
+            ring: (ctl + self.layout.ring_in_stream) as usize,
+        }
+    }
+
+    #[inline]
+    fn ctl_at(&self, at: &StreamAt) -> &StreamCtl {
+        // SAFETY: `at` comes from `stream_at` of this mapping (a checked
+        // stream index), so the control area lies inside it; 64-aligned; atomics.
+        unsafe { &*self.base.add(at.ctl).cast::<StreamCtl>() }
+    }
+
+    #[inline]
+    fn entry_at(&self, at: &StreamAt, i: u32) -> &Entry {
+        assert!(
+            i < self.layout.consumers_max,
+            "entry index below consumers_max"
+        );
+        // SAFETY: `at` comes from `stream_at` of this mapping and i <
+        // consumers_max, so the entry lies inside the control area; 64-aligned; atomics.
+        unsafe { &*self.base.add(at.entries + 64 * i as usize).cast::<Entry>() }
+    }
+
+    #[inline]
+    fn slot_at(&self, at: &StreamAt, i: u32) -> &Slot {
+        assert!(
+            i < self.layout.geometry.slots,
+            "slot index is seq mod slots"
+        );
+        // SAFETY: `at` comes from `stream_at` of this mapping and i < slots,
+        // so the descriptor lies inside the ring; 64-aligned; atomics.
+        unsafe { &*self.base.add(at.ring + 64 * i as usize).cast::<Slot>() }
+    }
+
     fn ctl(&self, stream: u32) -> &StreamCtl {
         assert!(
             stream < self.layout.stream_count,
@@ -273,6 +326,7 @@ impl Mapping {
         unsafe { self.at(self.layout.slot_offset(stream, i)) }
     }
 
+    #[inline]
     fn chunk_meta(&self, c: u32) -> &ChunkMeta {
         assert!(
             c < self.layout.geometry.chunks,
@@ -303,22 +357,58 @@ impl Mapping {
         unsafe { self.at(off) }
     }
 
-    fn chunk_ptr(&self, c: u32) -> *mut u8 {
+    /// Offset of chunk `c` in the mapping: [off, off + chunk_bytes) lies inside it.
+    #[inline]
+    fn chunk_off(&self, c: u32) -> usize {
         assert!(
             c < self.layout.geometry.chunks,
             "chunk index validated by Geometry::chunk_of"
         );
-        let off = self.layout.data + c as u64 * self.layout.geometry.chunk_bytes;
-        // SAFETY: c < chunks, so the chunk [off, off + chunk_bytes) is inside the mapping.
-        unsafe { self.base.add(off as usize) }
+        (self.layout.data + c as u64 * self.layout.geometry.chunk_bytes) as usize
+    }
+
+    #[inline]
+    fn chunk_ptr(&self, c: u32) -> *mut u8 {
+        let off = self.chunk_off(c);
+        // SAFETY: chunk_off checked c < chunks, so the chunk [off, off +
+        // chunk_bytes) is inside the mapping.
+        unsafe { self.base.add(off) }
     }
 
     /// Is chunk `c` under some consumer's hazard, in any stream of the region?
+    #[inline]
     fn hazard_held(&self, c: u32) -> bool {
         let want = c as u64 + 1;
-        (0..self.layout.stream_count).any(|s| {
-            (0..self.layout.consumers_max).any(|i| self.entry(s, i).hazard.load(SeqCst) == want)
+        let l = &self.layout;
+        let first = (l.streams + l.entries_in_stream) as usize;
+        (0..l.stream_count as usize).any(|s| {
+            let entries = first + s * l.stream_bytes as usize;
+            (0..l.consumers_max as usize).any(|i| {
+                // SAFETY: s < stream_count and i < consumers_max: entry i of
+                // stream s, inside its control area (Layout::new); 64-aligned; atomics.
+                let e = unsafe { &*self.base.add(entries + 64 * i).cast::<Entry>() };
+                e.hazard.load(SeqCst) == want
+            })
         })
+    }
+
+    /// Whether chunk `c`, of which the caller holds one reference and which
+    /// no descriptor can hand to a new reader any more, is the caller's
+    /// alone: no consumer reads it and nobody else holds a reference.
+    ///
+    /// The caller made every descriptor that named `c` unreadable first (a
+    /// new stamp, SeqCst), so a consumer whose hazard store comes after the
+    /// hazard loads here fails its stamp re-check (Dekker: SeqCst on both
+    /// sides). A consumer seen without a hazard has finished reading; a pin
+    /// (or forward) it took under its hazard added to `refs` before the
+    /// hazard was cleared (Release), so the count loaded *after* the hazard
+    /// loads includes it: checking the count first would miss a pin taken
+    /// and its hazard cleared in between. Pins are only ever taken by a
+    /// hazard holder or by the holder of another pin of the chunk, which
+    /// keeps the count above 1 until it is given back.
+    #[inline]
+    fn exclusive(&self, c: u32) -> bool {
+        !self.hazard_held(c) && self.chunk_meta(c).refs.load(SeqCst) == 1
     }
 
     /// Takes a free chunk (reference count 0 → 1, no hazard), starting at `hint`.
@@ -335,7 +425,9 @@ impl Mapping {
             {
                 continue;
             }
-            if self.hazard_held(c) {
+            // A count of 0 means every descriptor naming `c` was re-stamped
+            // before its reference was dropped (see `exclusive`).
+            if !self.exclusive(c) {
                 release_ref(meta);
                 continue;
             }
@@ -347,6 +439,7 @@ impl Mapping {
 }
 
 /// Drops one reference (saturating: a count a peer corrupted to 0 stays 0).
+#[inline]
 fn release_ref(meta: &ChunkMeta) {
     let _ = meta.refs.fetch_update(SeqCst, SeqCst, |r| r.checked_sub(1));
 }
@@ -609,7 +702,7 @@ impl Region {
             if meta.refs.compare_exchange(0, 1, SeqCst, Relaxed).is_err() {
                 continue;
             }
-            if !self.map.hazard_held(c) {
+            if self.map.exclusive(c) {
                 let off = self.map.layout.data + c as u64 * g.chunk_bytes;
                 let mode =
                     rustix::fs::FallocateFlags::PUNCH_HOLE | rustix::fs::FallocateFlags::KEEP_SIZE;
@@ -735,6 +828,7 @@ impl Region {
             return Ok(Consumer {
                 map: self.map.clone(),
                 stream,
+                at: self.map.stream_at(stream),
                 entry: i,
                 cursor: head,
                 spool_to: 0,
@@ -853,10 +947,19 @@ struct Shadow {
     deadline: u64,
 }
 
+impl Shadow {
+    /// Whether the slot holds a reference to `chunk` (a packet or a loan in it).
+    #[inline]
+    fn holds_chunk(&self) -> bool {
+        matches!(self.state, SlotState::Published | SlotState::Writing)
+    }
+}
+
 /// The producer of one stream (one per stream at a time).
 pub struct Producer {
     map: Arc<Mapping>,
     stream: u32,
+    at: StreamAt,
     cfg: ProducerConfig,
     head: u64,
     /// What this producer wrote into each slot: never re-read from shared memory.
@@ -917,6 +1020,7 @@ impl Producer {
             shadow.push(sh);
         }
         Self {
+            at: map.stream_at(stream),
             map,
             stream,
             cfg,
@@ -947,7 +1051,7 @@ impl Producer {
     }
 
     fn ctl(&self) -> &StreamCtl {
-        self.map.ctl(self.stream)
+        self.map.ctl_at(&self.at)
     }
 
     fn scan_min_cursor(&mut self) -> Option<u64> {
@@ -981,37 +1085,41 @@ impl Producer {
         n
     }
 
-    /// Decides whether the slot of `self.head` may be reused; waits (Block) as configured.
-    fn make_room(&mut self, now: u64) -> Result<(), Error> {
-        let i = self.map.layout.geometry.slot_of(self.head) as usize;
-        let old = self.shadow[i];
+    /// Decides whether the slot of `self.head`, holding `old`, may be
+    /// reused; waits (Block) as configured. The caller counts the decision
+    /// ([`Producer::count`]) once the slot is really taken.
+    #[inline]
+    fn make_room(&mut self, old: Shadow, now: u64) -> Result<Reuse, Error> {
         let stamp = Stamp {
             seq: old.seq,
             state: old.state,
         };
-        // Cached lower bound first: the well-synchronised path reads no consumer line.
-        let cached = if self.min_cursor_cache > old.seq {
-            Some(self.min_cursor_cache)
-        } else {
-            None
-        };
-        let mut decision = match cached {
-            Some(m) => reuse(stamp, old.deadline, Some(m), now, self.cfg.overload),
-            None => Reuse::Wait,
-        };
-        if decision == Reuse::Wait {
-            let m = self.scan_min_cursor();
-            decision = reuse(stamp, old.deadline, m, now, self.cfg.overload);
+        // Cached lower bound first: the well-synchronised path reads no
+        // consumer line (and never has to wait: every cursor is past it).
+        if self.min_cursor_cache > old.seq {
+            let m = Some(self.min_cursor_cache);
+            return Ok(reuse(stamp, old.deadline, m, now, self.cfg.overload));
         }
-        if decision == Reuse::Wait {
-            decision = self.wait_for_room(stamp, old.deadline, now)?;
+        self.make_room_scan(stamp, old.deadline, now)
+    }
+
+    #[inline(never)]
+    fn make_room_scan(&mut self, stamp: Stamp, deadline: u64, now: u64) -> Result<Reuse, Error> {
+        let m = self.scan_min_cursor();
+        match reuse(stamp, deadline, m, now, self.cfg.overload) {
+            Reuse::Wait => self.wait_for_room(stamp, deadline, now),
+            decision => Ok(decision),
         }
+    }
+
+    /// Accounts for the old packet of a slot just taken.
+    #[inline]
+    fn count(counts: &mut ProducerCounts, decision: Reuse) {
         match decision {
-            Reuse::Dropped => self.stats.counts.dropped += 1,
-            Reuse::Expired => self.stats.counts.expired += 1,
+            Reuse::Dropped => counts.dropped += 1,
+            Reuse::Expired => counts.expired += 1,
             Reuse::Vacant | Reuse::Consumed | Reuse::Wait => {}
         }
-        Ok(())
     }
 
     fn wait_for_room(&mut self, stamp: Stamp, deadline: u64, now: u64) -> Result<Reuse, Error> {
@@ -1058,48 +1166,214 @@ impl Producer {
         }
     }
 
-    /// Claims the slot of `self.head` for `chunk` (reference already held): state Writing.
-    fn claim(&mut self, chunk: u32, now: u64) -> Result<(), Error> {
+    #[inline]
+    fn check_seq(&self) -> Result<(), Error> {
         if self.head >= MAX_SEQ {
             return Err(Error::InvalidConfig {
                 what: "sequence numbers exhausted at",
                 value: self.head,
             });
         }
-        self.make_room(now)?;
-        let g = self.map.layout.geometry;
-        let i = g.slot_of(self.head) as u32;
-        let old = self.shadow[i as usize];
-        let slot = self.map.slot(self.stream, i);
-        // The new stamp goes out before the old chunk's reference is dropped:
-        // a reader of the old packet then fails its check, or the allocator sees its hazard.
+        Ok(())
+    }
+
+    /// Stamps `slot` `(seq, Writing)`. SeqCst: this store must be ordered
+    /// before the loads that follow (the old chunk's reference drop, the
+    /// allocator's or `exclusive`'s hazard loads), so a consumer that still
+    /// reads the old packet either fails its stamp re-check or is seen.
+    #[inline]
+    fn stamp_writing(slot: &Slot, seq: u64) {
         slot.stamp.store(
             Stamp {
-                seq: self.head,
+                seq,
                 state: SlotState::Writing,
             }
             .pack(),
             SeqCst,
         );
-        fence(Release);
-        if matches!(old.state, SlotState::Published | SlotState::Writing) {
-            release_ref(self.map.chunk_meta(old.chunk));
-        }
-        slot.offset.store(chunk as u64 * g.chunk_bytes, Relaxed);
-        self.shadow[i as usize] = Shadow {
-            seq: self.head,
+    }
+
+    /// Records slot `i` as Writing packet `seq` in `chunk` (its offset in
+    /// the descriptor, and the shadow).
+    #[inline]
+    fn claimed(shadow: &mut [Shadow], map: &Mapping, slot: &Slot, i: u32, seq: u64, chunk: u32) {
+        slot.offset
+            .store(chunk as u64 * map.layout.geometry.chunk_bytes, Relaxed);
+        shadow[i as usize] = Shadow {
+            seq,
             state: SlotState::Writing,
             chunk,
             deadline: 0,
         };
+    }
+
+    /// Claims the slot of `self.head` for `chunk` (reference already held): state Writing.
+    fn claim(&mut self, chunk: u32, now: u64) -> Result<(), Error> {
+        self.check_seq()?;
+        let (seq, i) = (
+            self.head,
+            self.map.layout.geometry.slot_of(self.head) as u32,
+        );
+        let old = self.shadow[i as usize];
+        let decision = self.make_room(old, now)?;
+        // The new stamp goes out before the old chunk's reference is dropped:
+        // a reader of the old packet then fails its check, or the allocator sees its hazard.
+        Self::stamp_writing(self.map.slot_at(&self.at, i), seq);
+        self.claimed_fresh(old, decision, chunk);
         Ok(())
     }
 
+    /// The well-synchronised loan, all in registers: the slot of `head`
+    /// holds a packet every consumer has read (the cached lower bound of the
+    /// cursors says so: `reuse` would say Consumed, nothing to count) whose
+    /// chunk nothing else holds; the slot keeps that chunk for the new
+    /// packet (see [`Producer::claim_for_loan`]). Returns the chunk's offset
+    /// in the mapping, or `None` for the general path (which finds the slot
+    /// as it was, or retracted if no chunk was left for it).
+    #[inline]
+    fn claim_kept(&mut self, len: usize) -> Option<usize> {
+        let map = &*self.map;
+        let g = map.layout.geometry;
+        let (seq, i) = (self.head, g.slot_of(self.head) as u32);
+        let old = *self.shadow.get(i as usize)?;
+        if len as u64 > g.chunk_bytes
+            || seq >= MAX_SEQ
+            || old.state != SlotState::Published
+            || self.min_cursor_cache <= old.seq
+            || map.layout.stream_count != 1
+            || map.chunk_meta(old.chunk).refs.load(Relaxed) != 1
+            || map.hazard_held(old.chunk)
+        {
+            return None;
+        }
+        let slot = map.slot_at(&self.at, i);
+        Self::stamp_writing(slot, seq);
+        if !map.exclusive(old.chunk) {
+            let chunk = self.claim_stamped(old, Reuse::Consumed).ok()?;
+            return Some(self.map.chunk_off(chunk));
+        }
+        Self::claimed(&mut self.shadow, map, slot, i, seq, old.chunk);
+        Some(map.chunk_off(old.chunk))
+    }
+
+    /// A loan in the general case ([`Producer::claim_for_loan`]); returns the chunk's offset.
+    #[inline(never)]
+    fn claim_loan(&mut self, len: usize, now: u64) -> Result<usize, Error> {
+        let max = self.map.layout.geometry.chunk_bytes;
+        if len as u64 > max {
+            return Err(Error::PacketTooLarge {
+                len: len as u64,
+                max,
+            });
+        }
+        let chunk = self.claim_for_loan(now)?;
+        Ok(self.map.chunk_off(chunk))
+    }
+
+    /// Claims the slot of `self.head` for a loan; returns the chunk to write.
+    ///
+    /// The well-synchronised path keeps the slot's own chunk: once the slot
+    /// is stamped Writing nobody can start reading the old packet, and if no
+    /// consumer still reads it and no pin holds it ([`Mapping::exclusive`])
+    /// the slot's reference becomes the loan's. That saves the two locked
+    /// read-modify-writes of dropping the old reference and allocating.
+    /// Only in a region of one stream: there every descriptor naming the
+    /// chunk is this producer's, so none can be made (by `forward`) while
+    /// the check runs. Otherwise, or if the chunk is visibly in use, a free
+    /// chunk is allocated first, so a loan refused with `OutOfChunks`
+    /// leaves the ring as it was (unless a reader took the chunk between the
+    /// look before the stamp and the one after: [`Producer::claim_stamped`]).
+    fn claim_for_loan(&mut self, now: u64) -> Result<u32, Error> {
+        self.check_seq()?;
+        let (seq, i) = (
+            self.head,
+            self.map.layout.geometry.slot_of(self.head) as u32,
+        );
+        let old = self.shadow[i as usize];
+        let decision = self.make_room(old, now)?;
+        let map = &*self.map;
+        let slot = map.slot_at(&self.at, i);
+        if old.holds_chunk()
+            && map.layout.stream_count == 1
+            && map.chunk_meta(old.chunk).refs.load(Relaxed) == 1
+            && !map.hazard_held(old.chunk)
+        {
+            Self::stamp_writing(slot, seq);
+            if !map.exclusive(old.chunk) {
+                return self.claim_stamped(old, decision);
+            }
+            // The slot's reference is the loan's now: nothing to drop.
+            Self::count(&mut self.stats.counts, decision);
+            Self::claimed(&mut self.shadow, map, slot, i, seq, old.chunk);
+            return Ok(old.chunk);
+        }
+        let chunk = map.alloc_chunk(&mut self.hint).ok_or(Error::OutOfChunks)?;
+        Self::stamp_writing(slot, seq);
+        self.claimed_fresh(old, decision, chunk);
+        Ok(chunk)
+    }
+
+    /// The slot of `head` is stamped Writing and holds `chunk` (a reference
+    /// the caller took); `old` was there before. The descriptor names the
+    /// new chunk before the old one's reference goes: a producer that takes
+    /// over after a crash here drops the reference of the chunk the
+    /// descriptor names, never one twice.
+    fn claimed_fresh(&mut self, old: Shadow, decision: Reuse, chunk: u32) {
+        let map = &*self.map;
+        let (seq, i) = (self.head, map.layout.geometry.slot_of(self.head) as u32);
+        Self::count(&mut self.stats.counts, decision);
+        Self::claimed(
+            &mut self.shadow,
+            map,
+            map.slot_at(&self.at, i),
+            i,
+            seq,
+            chunk,
+        );
+        if old.holds_chunk() {
+            release_ref(map.chunk_meta(old.chunk));
+        }
+    }
+
+    /// The slot of `head` is stamped Writing, but its old chunk turned out
+    /// to be read or pinned after all (since the look before the stamp): a
+    /// free chunk then, or, with none left, the slot stays retracted (its
+    /// old packet is gone anyway; `decision` is counted) and `OutOfChunks`.
+    #[cold]
+    #[inline(never)]
+    fn claim_stamped(&mut self, old: Shadow, decision: Reuse) -> Result<u32, Error> {
+        if let Some(chunk) = self.map.alloc_chunk(&mut self.hint) {
+            self.claimed_fresh(old, decision, chunk);
+            return Ok(chunk);
+        }
+        let map = &*self.map;
+        let (seq, i) = (self.head, map.layout.geometry.slot_of(self.head) as u32);
+        map.slot_at(&self.at, i).stamp.store(
+            Stamp {
+                seq,
+                state: SlotState::Retracted,
+            }
+            .pack(),
+            SeqCst,
+        );
+        release_ref(map.chunk_meta(old.chunk));
+        self.shadow[i as usize] = Shadow {
+            seq,
+            state: SlotState::Retracted,
+            chunk: old.chunk,
+            deadline: 0,
+        };
+        Self::count(&mut self.stats.counts, decision);
+        Err(Error::OutOfChunks)
+    }
+
     /// Makes the claimed packet visible and wakes sleeping consumers.
+    #[inline]
     fn finish(&mut self, len: u64, vtime: u64, deadline: u64) -> u64 {
         let seq = self.head;
         let i = self.map.layout.geometry.slot_of(seq) as u32;
-        let slot = self.map.slot(self.stream, i);
+        let map = &*self.map;
+        let slot = map.slot_at(&self.at, i);
         slot.len.store(len, Relaxed);
         slot.vtime.store(vtime, Relaxed);
         slot.deadline.store(deadline, Relaxed);
@@ -1115,7 +1389,10 @@ impl Producer {
         sh.state = SlotState::Published;
         sh.deadline = deadline;
         self.head = seq + 1;
-        let ctl = self.map.ctl(self.stream);
+        let ctl = map.ctl_at(&self.at);
+        // SeqCst store, then the waiter count: the producer's half of the
+        // futex hand-shake (a consumer going to sleep counts itself, SeqCst,
+        // then re-reads the head), so one of the two sees the other.
         ctl.head.0.store(self.head, SeqCst);
         if ctl.consumers_wait.0.waiters.load(SeqCst) > 0 {
             wake_all(&ctl.consumers_wait.0);
@@ -1127,25 +1404,16 @@ impl Producer {
 
     /// Lends a writable buffer of `len` bytes in the data area (a slot in state
     /// Writing); publish it with [`Loan::publish`]. Dropping the loan retracts it.
+    #[inline(always)]
     pub fn loan(&mut self, len: usize, now_ns: u64) -> Result<Loan<'_>, Error> {
-        let max = self.map.layout.geometry.chunk_bytes;
-        if len as u64 > max {
-            return Err(Error::PacketTooLarge {
-                len: len as u64,
-                max,
-            });
-        }
-        let mut hint = self.hint;
-        let chunk = self.map.alloc_chunk(&mut hint).ok_or(Error::OutOfChunks)?;
-        self.hint = hint;
-        if let Err(e) = self.claim(chunk, now_ns) {
-            release_ref(self.map.chunk_meta(chunk));
-            return Err(e);
-        }
+        let off = match self.claim_kept(len) {
+            Some(off) => off,
+            None => self.claim_loan(len, now_ns)?,
+        };
         let seq = self.head;
         Ok(Loan {
             producer: self,
-            chunk,
+            off,
             len,
             seq,
             published: false,
@@ -1246,7 +1514,8 @@ impl Drop for Producer {
 /// A writable packet buffer in the data area, not yet visible to consumers.
 pub struct Loan<'a> {
     producer: &'a mut Producer,
-    chunk: u32,
+    /// The chunk's offset in the mapping (`Mapping::chunk_off`).
+    off: usize,
     len: usize,
     seq: u64,
     published: bool,
@@ -1259,6 +1528,7 @@ impl Loan<'_> {
     }
 
     /// Publishes the packet with its virtual time and validity deadline; returns its sequence number.
+    #[inline(always)]
     pub fn publish(mut self, vtime: u64, deadline_ns: u64) -> u64 {
         self.published = true;
         self.producer.finish(self.len as u64, vtime, deadline_ns)
@@ -1267,21 +1537,26 @@ impl Loan<'_> {
 
 impl std::ops::Deref for Loan<'_> {
     type Target = [u8];
+    #[inline]
     fn deref(&self) -> &[u8] {
-        // SAFETY: the chunk is this loan's alone (reference count 1 taken by
-        // alloc_chunk, no hazard, not published) and len <= chunk_bytes.
-        unsafe { std::slice::from_raw_parts(self.producer.map.chunk_ptr(self.chunk), self.len) }
+        // SAFETY: `off` is chunk_off of a checked chunk index, len <=
+        // chunk_bytes, so the bytes lie inside the mapping; the chunk is this
+        // loan's alone (its one reference taken by alloc_chunk or kept from
+        // the slot under `exclusive`, no hazard, not published).
+        unsafe { std::slice::from_raw_parts(self.producer.map.base.add(self.off), self.len) }
     }
 }
 
 impl std::ops::DerefMut for Loan<'_> {
+    #[inline]
     fn deref_mut(&mut self) -> &mut [u8] {
         // SAFETY: as for Deref; `&mut self` makes this the only reference.
-        unsafe { std::slice::from_raw_parts_mut(self.producer.map.chunk_ptr(self.chunk), self.len) }
+        unsafe { std::slice::from_raw_parts_mut(self.producer.map.base.add(self.off), self.len) }
     }
 }
 
 impl Drop for Loan<'_> {
+    #[inline]
     fn drop(&mut self) {
         if !self.published {
             let i = self.producer.map.layout.geometry.slot_of(self.seq) as u32;
@@ -1322,6 +1597,7 @@ pub struct ConsumerStats {
 pub struct Consumer {
     map: Arc<Mapping>,
     stream: u32,
+    at: StreamAt,
     entry: u32,
     cursor: u64,
     spool_to: u64,
@@ -1350,6 +1626,7 @@ struct Ready {
     deadline: u64,
 }
 
+#[inline]
 fn snapshot(s: &Slot) -> Descriptor {
     Descriptor {
         stamp: s.stamp.load(Acquire),
@@ -1420,7 +1697,67 @@ impl Consumer {
         Error::Empty
     }
 
+    /// The next packet to deliver (its hazard set), or why there is none.
+    #[inline]
     fn advance(&mut self, now: u64) -> Result<Ready, Error> {
+        // The well-synchronised case first: the packet under the cursor is
+        // published, valid and wanted. Anything else (nothing published, lag,
+        // skips, corruption, a stream broken before) goes to `advance_steps`,
+        // which reads the descriptor afresh and applies `consumer_step`.
+        let map = &*self.map;
+        let g = map.layout.geometry;
+        let cursor = self.cursor;
+        let head = map.ctl_at(&self.at).head.0.load(SeqCst);
+        if self.broken.is_none() && cursor < head && head - cursor <= g.slots as u64 {
+            let i = g.slot_of(cursor) as u32;
+            let slot = map.slot_at(&self.at, i);
+            let d = snapshot(slot);
+            if d.stamp >> 8 == cursor
+                && d.stamp & 0xff == SlotState::Published as u64
+                && now < d.deadline
+                && d.vtime >= self.spool_to
+            {
+                if let Ok(chunk) = g.chunk_of(&d) {
+                    let e = map.entry_at(&self.at, self.entry);
+                    // SeqCst store, then the stamp again: the consumer's half
+                    // of the hazard hand-shake (the producer stamps, SeqCst,
+                    // then loads hazards), so either the producer sees the
+                    // hazard or this re-check sees its new stamp.
+                    e.hazard.store(chunk as u64 + 1, SeqCst);
+                    fence(Acquire);
+                    if slot.stamp.load(SeqCst) == d.stamp {
+                        self.stats.counts.delivered += 1;
+                        return Ok(Ready {
+                            seq: cursor,
+                            chunk,
+                            len: d.len,
+                            vtime: d.vtime,
+                            deadline: d.deadline,
+                        });
+                    }
+                    // Reclaimed under us: never hand out what may be torn.
+                    e.hazard.store(0, SeqCst);
+                    return Err(self.torn());
+                }
+            }
+        }
+        self.advance_steps(now)
+    }
+
+    /// The packet under the cursor was reclaimed while its hazard was set:
+    /// counted, passed over, `Expired`.
+    #[cold]
+    fn torn(&mut self) -> Error {
+        self.stats.torn += 1;
+        let seq = self.cursor;
+        self.cursor += 1;
+        self.publish_cursor();
+        Error::Expired { seq }
+    }
+
+    /// `advance` in the general case: steps through the ring with `consumer_step`.
+    #[inline(never)]
+    fn advance_steps(&mut self, now: u64) -> Result<Ready, Error> {
         if let Some((slot, c)) = self.broken {
             let (what, value) = c.describe();
             return Err(Error::Corrupt { slot, what, value });
@@ -1461,16 +1798,13 @@ impl Consumer {
                 }
                 Step::Deliver { chunk } => {
                     let e = self.map.entry(self.stream, self.entry);
+                    // The hazard hand-shake, as in `advance`.
                     e.hazard.store(chunk as u64 + 1, SeqCst);
                     fence(Acquire);
                     if slot.stamp.load(SeqCst) != d.stamp {
                         // Reclaimed under us: never hand out what may be torn.
                         e.hazard.store(0, SeqCst);
-                        self.stats.torn += 1;
-                        let seq = self.cursor;
-                        self.cursor += 1;
-                        self.publish_cursor();
-                        return Err(Error::Expired { seq });
+                        return Err(self.torn());
                     }
                     self.stats.counts.delivered += 1;
                     return Ok(Ready {
@@ -1488,6 +1822,7 @@ impl Consumer {
         Err(Error::Empty)
     }
 
+    #[inline]
     fn sample(&mut self, r: Ready) -> Sample<'_> {
         // SAFETY: chunk < chunks and len <= chunk_bytes (Geometry::chunk_of);
         // the hazard set in `advance` keeps the chunk from being reallocated
@@ -1507,6 +1842,7 @@ impl Consumer {
 
     /// The next valid packet, without blocking: `Empty` when there is none,
     /// `Expired` if one was reclaimed while being read (call again for the next).
+    #[inline(always)]
     pub fn next(&mut self, now_ns: u64) -> Result<Sample<'_>, Error> {
         let r = self.advance(now_ns)?;
         Ok(self.sample(r))
@@ -1629,15 +1965,17 @@ impl Consumer {
         })
     }
 
+    #[inline]
     fn release(&mut self, seq: u64) {
-        self.map
-            .entry(self.stream, self.entry)
-            .hazard
-            .store(0, Release);
+        let map = &*self.map;
+        let e = map.entry_at(&self.at, self.entry);
+        e.hazard.store(0, Release);
         self.cursor = self.cursor.max(seq + 1);
-        let e = self.map.entry(self.stream, self.entry);
+        // SeqCst store, then the producer's waiter count: the consumer's half
+        // of the futex hand-shake (a producer going to sleep counts itself,
+        // SeqCst, then re-reads the cursors), so one of the two sees the other.
         e.cursor.store(self.cursor, SeqCst);
-        let w = &self.map.ctl(self.stream).producer_wait.0;
+        let w = &map.ctl_at(&self.at).producer_wait.0;
         if w.waiters.load(SeqCst) > 0 {
             wake_all(w);
             self.stats.futex_wakes += 1;
@@ -1695,12 +2033,14 @@ impl Sample<'_> {
 
 impl std::ops::Deref for Sample<'_> {
     type Target = [u8];
+    #[inline]
     fn deref(&self) -> &[u8] {
         self.data
     }
 }
 
 impl Drop for Sample<'_> {
+    #[inline]
     fn drop(&mut self) {
         self.consumer.release(self.seq);
     }

@@ -219,15 +219,34 @@ fn pinned_bytes_stay_intact_and_its_chunk_is_never_loaned_while_the_ring_is_lapp
     assert_eq!(row.held(), 1);
     assert_eq!(scratch.held(), 0);
 
-    // Control: without the pin the chunk is reused at once (so the loop above
-    // could have caught a pin that protects nothing).
+    // Control: without the pin the chunk goes back to the allocator (so the
+    // loop above could have caught a pin that protects nothing). With the
+    // ring's packets pinned, a loan cannot keep its slot's own chunk and
+    // takes a free one, until none is left.
     drop(pin);
     assert_eq!(row.held(), 0);
     assert_eq!(peek.refs(pinned), 0);
-    let reused = (0..chunks)
-        .map(|_| peek.chunk_of(publish(&mut p).expect("publish")))
-        .any(|ch| ch == pinned);
-    assert!(reused, "a freed chunk goes back to the allocator");
+    let head = p.head();
+    let mut held: Vec<Pin> = (head - slots as u64..head)
+        .map(|s| pin_seq(&mut c, s, &scratch))
+        .collect();
+    let mut loaned = Vec::new();
+    loop {
+        match publish(&mut p) {
+            Ok(s) => {
+                loaned.push(peek.chunk_of(s));
+                held.push(pin_seq(&mut c, s, &scratch));
+            }
+            Err(Error::OutOfChunks) => break,
+            Err(e) => panic!("publish: {e}"),
+        }
+        assert!(loaned.len() <= chunks as usize, "more loans than chunks");
+    }
+    assert!(
+        loaned.contains(&pinned),
+        "a freed chunk goes back to the allocator: {loaned:?}"
+    );
+    assert_eq!(held.len(), chunks as usize, "no chunk is lost");
 }
 
 // --- 2 ---
@@ -319,16 +338,30 @@ fn a_pin_adopted_by_a_child_process_reads_the_packet_and_its_drop_gives_the_chun
     assert_eq!(row.held(), 0, "the child gave its pin back");
     assert_eq!(peek.refs(chunk), 0);
     assert!(!row.holder_alive());
-    // Lapping the ring now reuses every chunk, the given-back one included.
+    // Every chunk is usable again, the given-back one included: with the
+    // ring's packets pinned, each loan takes a free chunk (not its slot's
+    // own one) until none is left.
+    let head = p.head();
+    let mut held: Vec<Pin> = (head - slots as u64..head)
+        .map(|s| pin_seq(&mut c, s, &row))
+        .collect();
     let mut seen = std::collections::HashSet::new();
-    for _ in 0..3 * chunks {
-        let s = publish(&mut p).expect("no chunk is lost");
-        seen.insert(peek.chunk_of(s));
+    loop {
+        match publish(&mut p) {
+            Ok(s) => {
+                seen.insert(peek.chunk_of(s));
+                held.push(pin_seq(&mut c, s, &row));
+            }
+            Err(Error::OutOfChunks) => break,
+            Err(e) => panic!("publish: {e}"),
+        }
+        assert!(held.len() <= chunks as usize, "more pins than chunks");
     }
     assert!(
         seen.contains(&chunk),
         "the given-back chunk is loaned again"
     );
+    assert_eq!(held.len(), chunks as usize, "no chunk is lost");
 }
 
 // --- 3 ---
@@ -769,6 +802,63 @@ fn holder_alive_is_false_without_a_holder_true_with_a_live_one_and_false_once_it
     assert!(!row.holder_alive());
 }
 
+// --- 9 ---
+
+#[test]
+fn a_loan_keeps_its_slots_chunk_once_read_so_a_region_without_a_spare_chunk_runs() {
+    // As many chunks as slots: every loan after the first lap must keep the
+    // chunk of the packet its slot held.
+    let (slots, chunks) = (3, 3);
+    let (region, mut p, mut c) = setup(slots, 2, chunks);
+    let peek = Peek::new(&region);
+    for _ in 0..10 * slots {
+        let s = publish(&mut p).expect("the slot's own chunk is free once read");
+        let sample = c.next(0).expect("the packet");
+        assert_eq!(&*sample, &payload(s)[..]);
+        if s >= slots as u64 {
+            assert_eq!(peek.chunk_of(s), (s % chunks as u64) as u32, "kept");
+        }
+    }
+    assert_eq!(
+        peek.all_refs(),
+        vec![1; chunks as usize],
+        "one per descriptor"
+    );
+}
+
+#[test]
+fn a_loan_whose_slots_chunk_is_still_read_takes_a_free_one_or_fails_leaving_the_ring_alone() {
+    let (slots, chunks) = (3, 4);
+    let (region, mut p, mut c) = setup(slots, 2, chunks);
+    let mut c2 = region.consumer(0, ConsumerConfig::default()).expect("c2");
+    let peek = Peek::new(&region);
+    for _ in 0..slots {
+        publish(&mut p).expect("publish");
+    }
+    let (a, b) = (peek.chunk_of(0), peek.chunk_of(1));
+    // A reader holds the oldest packet while the producer laps it (drop-oldest).
+    let h0 = c.read_at(0, 0).expect("packet 0");
+    let s = publish(&mut p).expect("the spare chunk");
+    assert_ne!(
+        peek.chunk_of(s),
+        a,
+        "packet {s} went into a chunk being read"
+    );
+    // Another reader holds the packet the next loan's slot has: no chunk is left.
+    let h1 = c2.read_at(1, 0).expect("packet 1");
+    let head = p.head();
+    assert!(matches!(publish(&mut p), Err(Error::OutOfChunks)));
+    assert_eq!(p.head(), head, "a refused loan publishes nothing");
+    assert_eq!((&*h0, &*h1), (&payload(0)[..], &payload(1)[..]));
+    drop((h0, h1));
+    for s in head - slots as u64..head {
+        assert_eq!(&*c.read_at(s, 0).expect("in the ring"), &payload(s)[..]);
+    }
+    // Read and let go: the slot keeps its chunk.
+    let s = publish(&mut p).expect("publish");
+    assert_eq!(peek.chunk_of(s), b);
+}
+
 // --- a random sequence of operations against a model of the ledger ---
 
 #[derive(Clone, Debug)]
@@ -890,9 +980,30 @@ impl Harness {
         match *op {
             Op::Publish => {
                 let free = self.peek.all_refs().contains(&0);
+                // A full ring's oldest slot keeps its own chunk for the new
+                // packet when nothing but its descriptor holds it.
+                let head = self.p.head();
+                let slots = self.slots as u64;
+                let own = (head >= slots).then(|| self.peek.chunk_of(head - slots));
+                let reusable = own.is_some_and(|ch| self.peek.refs(ch) == 1);
                 match publish(&mut self.p) {
-                    Ok(_) => prop_assert!(free, "published with no free chunk"),
-                    Err(Error::OutOfChunks) => prop_assert!(!free, "OutOfChunks with a free chunk"),
+                    Ok(s) => {
+                        prop_assert!(
+                            free || reusable,
+                            "published with no free chunk and the slot's chunk held"
+                        );
+                        if !free {
+                            prop_assert_eq!(
+                                Some(self.peek.chunk_of(s)),
+                                own,
+                                "kept the slot's chunk"
+                            );
+                        }
+                    }
+                    Err(Error::OutOfChunks) => prop_assert!(
+                        !free && !reusable,
+                        "OutOfChunks with a free or reusable chunk"
+                    ),
                     Err(e) => prop_assert!(false, "publish: {}", e),
                 }
             }

@@ -79,10 +79,10 @@ pub(crate) struct Outgoing {
     /// The read epoch of the shared chunk `bytes` is a slice of, or `None`
     /// for a buffer of its own.
     chunk: Option<u64>,
-    /// A shared-memory reference's pin for the one channel that gets it:
-    /// queued with the event, handed over to the subscriber when written,
-    /// given back if the event is dropped first (`docs/shm.md`, "Pins").
-    pin: Option<tagwire_shm::Pin>,
+    /// A shared-memory reference for the one channel that gets it: its
+    /// payload pinned while queued; written as the reference or a copy
+    /// (`docs/shm.md`, "Pins").
+    pin: Option<crate::shm::ShmQueued>,
 }
 
 impl Outgoing {
@@ -106,9 +106,9 @@ impl Outgoing {
         }
     }
 
-    /// A shared-memory reference for one channel, with the pin that keeps
-    /// its payload for that channel's subscriber.
-    pub(crate) fn pinned(bytes: Bytes, pin: tagwire_shm::Pin) -> Self {
+    /// A shared-memory reference for one channel, with what keeps its
+    /// payload until it is written.
+    pub(crate) fn pinned(bytes: Bytes, pin: crate::shm::ShmQueued) -> Self {
         Outgoing {
             bytes,
             chunk: None,
@@ -170,8 +170,8 @@ pub(crate) struct Queued {
     pub origin: u64,
     /// On a link: links crossed before this one.
     pub hops: u8,
-    /// A shared-memory reference's pin, handed over when written.
-    pub pin: Option<tagwire_shm::Pin>,
+    /// A shared-memory reference's pin, until it is written.
+    pub pin: Option<crate::shm::ShmQueued>,
 }
 
 impl QueueItem for Queued {
@@ -961,13 +961,17 @@ impl Outbox {
                     expired += 1;
                     continue;
                 }
+                let mut item = item;
+                if let Some(q) = item.pin.take() {
+                    // Written below: by reference if the subscriber's pin
+                    // row has room (it gives the pin back), else a copy.
+                    match q.written() {
+                        Some(bytes) => item.event = bytes,
+                        None => continue,
+                    }
+                }
                 let prefix = Prefix::of(&ch, &item);
                 total += prefix.len as usize + item.event.len();
-                if let Some(pin) = item.pin {
-                    // Written below: the subscriber gives it back (or, if
-                    // the connection dies first, its pin row is let go).
-                    pin.hand_over();
-                }
                 prefixes.push(prefix);
                 bodies.push(item.event);
                 taken += 1;

@@ -1027,7 +1027,7 @@ impl Conn {
             // pinned (and a shared-memory payload is copied out now).
             let held = match shm.as_mut() {
                 None => Bytes::copy_from_slice(&p.bytes),
-                Some(s) => match s.copied(&mut st.shm) {
+                Some(s) => match s.copied() {
                     Some(copy) => copy.bytes().clone(),
                     None => return,
                 },

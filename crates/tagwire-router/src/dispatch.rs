@@ -98,7 +98,7 @@ fn deliver_with(
     match shm.as_deref_mut() {
         None => crate::history::record(st, event, ev),
         Some(s) if st.history.enabled => {
-            if let Some(copy) = s.copied(&mut st.shm) {
+            if let Some(copy) = s.copied() {
                 crate::history::record(st, copy, ev);
             }
         }
@@ -174,7 +174,7 @@ fn deliver_with(
     let event = match shm {
         None => event,
         Some(_) if st.fed.links.is_empty() => return (reject, 0),
-        Some(s) => match s.copied(&mut st.shm) {
+        Some(s) => match s.copied() {
             Some(copy) => copy,
             None => return (reject, 0),
         },

@@ -14,6 +14,7 @@
 
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
@@ -63,7 +64,7 @@ struct RegionEntry {
     owner: u64,
     endpoint: Arc<str>,
     /// The pin row of each connection that was sent the fd.
-    rows: HashMap<u64, PinRow>,
+    rows: HashMap<u64, Arc<SubscriberRow>>,
     /// Rows of connections gone while their process still held pins (it
     /// gives them back as it drops payloads); let go when it has, or exits.
     parked: Vec<PinRow>,
@@ -82,8 +83,12 @@ impl RegionEntry {
     /// still holds pins (then parked, so its in-place payloads stay intact).
     fn forget(&mut self, conn: u64) {
         if let Some(row) = self.rows.remove(&conn) {
-            if row.held() > 0 && row.holder_alive() {
-                self.parked.push(row);
+            // Events still queued for it hold the other references; they
+            // are dropped with the connection's channels.
+            if let Ok(SubscriberRow { row, .. }) = Arc::try_unwrap(row) {
+                if row.held() > 0 && row.holder_alive() {
+                    self.parked.push(row);
+                }
             }
         }
         self.sweep();
@@ -104,12 +109,67 @@ pub(crate) struct ShmTable {
     regions: HashMap<u64, RegionEntry>,
     next_id: u64,
     pub(crate) counters: ShmCounters,
+    /// What the connections' writers did with queued references.
+    written: Arc<WriteCounters>,
+}
+
+/// Counted by connection writers (other lanes), summed into [`ShmCounters`].
+#[derive(Default)]
+struct WriteCounters {
+    by_reference: AtomicU64,
+    copied_out: AtomicU64,
+    unreadable: AtomicU64,
+}
+
+/// A subscriber connection's pin row in a region, shared with the
+/// references queued for it.
+pub(crate) struct SubscriberRow {
+    row: PinRow,
+    /// `limits.shm_pins`: payloads the connection may hold by reference.
+    limit: u32,
+    counters: Arc<WriteCounters>,
+}
+
+/// A reference queued for one subscriber: its payload pinned in the
+/// daemon's own row until the connection's writer takes it, which then
+/// sends the reference (the pin moved to the subscriber's row and handed
+/// over) if that row holds fewer than `limits.shm_pins`, else the event
+/// with the payload copied inline. Dropped unwritten, it gives its pin back.
+pub(crate) struct ShmQueued {
+    pin: Pin,
+    row: Arc<SubscriberRow>,
+    copy: Arc<InlineCopy>,
+}
+
+impl std::fmt::Debug for ShmQueued {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShmQueued").field("pin", &self.pin).finish()
+    }
+}
+
+impl ShmQueued {
+    /// The bytes to write for this queued reference; `None`: the event
+    /// could not be re-encoded (not sent).
+    pub(crate) fn written(self) -> Option<Bytes> {
+        let r = &self.row;
+        if r.row.held() < r.limit {
+            if let Ok(pin) = self.pin.pin_to(&r.row) {
+                pin.hand_over();
+                r.counters.by_reference.fetch_add(1, Ordering::Relaxed);
+                return Some(self.copy.by_ref.clone());
+            }
+        }
+        self.copy.get(&self.pin)
+    }
 }
 
 impl ShmTable {
     /// The counters, with the pin rows counted now.
     pub(crate) fn listing(&self) -> ShmCounters {
         let mut c = self.counters;
+        c.by_reference += self.written.by_reference.load(Ordering::Relaxed);
+        c.copied_out += self.written.copied_out.load(Ordering::Relaxed);
+        c.unreadable += self.written.unreadable.load(Ordering::Relaxed);
         for e in self.regions.values() {
             c.rows_parked += e.parked.len() as u64;
             c.rows_open += (e.rows.len() + e.parked.len()) as u64;
@@ -232,7 +292,10 @@ impl ShmTable {
             self.counters.regions_open -= 1;
             self.counters.bytes_open -= e.bytes;
             e.dispatch.abandon();
-            for row in e.rows.into_values().chain(e.parked) {
+            for row in e.rows.values() {
+                row.row.abandon();
+            }
+            for row in &e.parked {
                 row.abandon();
             }
         }
@@ -330,14 +393,41 @@ pub(crate) fn producer_frame(region: u64, endpoint: u32) -> Frame {
 /// chunk), a per-channel copy of it carrying that channel's pin, and, made
 /// on first need, a copy with the payload inline.
 pub(crate) struct ShmEvent {
-    by_ref: Bytes,
     /// The daemon's pin (its dispatch row): the payload stays readable.
     pin: Pin,
+    /// The reference form, and the copy shared with the queued references.
+    copy: Arc<InlineCopy>,
     /// What [`ShmEvent::for_channel`] hands the last channel that got the reference.
     for_channel: Outgoing,
-    /// `None`: not made yet; `Some(None)`: the event did not re-encode.
-    copy: Option<Option<Outgoing>>,
+    /// The copy for channels that get one now: `None`: not asked for yet.
+    copy_out: Option<Option<Outgoing>>,
     region: u64,
+}
+
+/// An event's reference form and, made once on first need (at dispatch,
+/// or by the first writer that sends a copy) and shared by everyone who
+/// needs it, the event with its payload inline.
+struct InlineCopy {
+    by_ref: Bytes,
+    bytes: std::sync::OnceLock<Option<Bytes>>,
+    counters: Arc<WriteCounters>,
+}
+
+impl InlineCopy {
+    /// The copy (`pin` holds the payload); `None`: it does not re-encode.
+    fn get(&self, pin: &Pin) -> Option<Bytes> {
+        self.bytes
+            .get_or_init(|| {
+                let made = inline(&self.by_ref, pin);
+                let c = match made {
+                    Some(_) => &self.counters.copied_out,
+                    None => &self.counters.unreadable,
+                };
+                c.fetch_add(1, Ordering::Relaxed);
+                made
+            })
+            .clone()
+    }
 }
 
 impl ShmEvent {
@@ -396,18 +486,22 @@ impl ShmEvent {
         let by_ref = with_chunk(event, ev.payload, pin.chunk())
             .ok_or("the shared-memory reference is not the event's last bytes")?;
         Ok(Some(ShmEvent {
-            by_ref,
             pin,
+            copy: Arc::new(InlineCopy {
+                by_ref,
+                bytes: std::sync::OnceLock::new(),
+                counters: table.written.clone(),
+            }),
             for_channel: Outgoing::owned(Bytes::new()),
-            copy: None,
+            copy_out: None,
             region: r.region,
         }))
     }
 
-    /// What channel `ch` gets: the reference, pinned for its connection, if
-    /// its subscriber reads shared memory and holds fewer than
-    /// `limits.shm_pins` of this region's payloads (the region's fd and the
-    /// connection's pin row go to it first, once); else the copy.
+    /// What channel `ch` gets: if its subscriber reads shared memory (the
+    /// region's fd and the connection's pin-row ticket go to it first,
+    /// once), the reference with its payload pinned until the writer takes
+    /// it ([`ShmQueued`]); else the copy.
     pub(crate) fn for_channel(
         &mut self,
         table: &mut ShmTable,
@@ -416,18 +510,18 @@ impl ShmEvent {
         limits: &Limits,
     ) -> Option<&mut Outgoing> {
         if ch.shm && !inline_needed && ch.outbox.passes_fds() {
-            if let Some(pin) = self.pin_for(table, ch, limits) {
-                table.counters.by_reference += 1;
-                self.for_channel = Outgoing::pinned(self.by_ref.clone(), pin);
+            if let Some(q) = self.queued_for(table, ch, limits) {
+                self.for_channel = Outgoing::pinned(self.copy.by_ref.clone(), q);
                 return Some(&mut self.for_channel);
             }
         }
-        self.copied(table)
+        self.copied()
     }
 
-    /// A pin of the payload in `ch`'s connection's row (made, with the fd
+    /// The payload pinned for `ch`'s connection (its row made, with the fd
     /// sent, on first use); `None`: that connection gets a copy.
-    fn pin_for(&self, table: &mut ShmTable, ch: &Channel, limits: &Limits) -> Option<Pin> {
+    fn queued_for(&self, table: &mut ShmTable, ch: &Channel, limits: &Limits) -> Option<ShmQueued> {
+        let written = table.written.clone();
         let e = table.regions.get_mut(&self.region)?;
         if !e.rows.contains_key(&ch.conn) {
             let row = e.region.pin_row().or_else(|_| {
@@ -444,27 +538,27 @@ impl ShmEvent {
             if !ch.outbox.send_with_fd(&frame, fd, limits.max_control_bytes) {
                 return None;
             }
-            e.rows.insert(ch.conn, row);
+            let row = SubscriberRow {
+                row,
+                limit: limits.shm_pins,
+                counters: written,
+            };
+            e.rows.insert(ch.conn, Arc::new(row));
         }
-        let row = e.rows.get(&ch.conn)?;
-        if row.held() >= limits.shm_pins {
-            return None;
-        }
-        self.pin.pin_to(row).ok()
+        let row = e.rows.get(&ch.conn)?.clone();
+        let pin = self.pin.pin_to(&e.dispatch).ok()?;
+        Some(ShmQueued {
+            pin,
+            row,
+            copy: self.copy.clone(),
+        })
     }
 
     /// The event with its payload copied out of the region (made once).
-    pub(crate) fn copied(&mut self, table: &mut ShmTable) -> Option<&mut Outgoing> {
-        let (by_ref, pin) = (&self.by_ref, &self.pin);
-        self.copy
-            .get_or_insert_with(|| {
-                let made = inline(by_ref, pin).map(Outgoing::owned);
-                match made {
-                    Some(_) => table.counters.copied_out += 1,
-                    None => table.counters.unreadable += 1,
-                }
-                made
-            })
+    pub(crate) fn copied(&mut self) -> Option<&mut Outgoing> {
+        let (copy, pin) = (&self.copy, &self.pin);
+        self.copy_out
+            .get_or_insert_with(|| copy.get(pin).map(Outgoing::owned))
             .as_mut()
     }
 }

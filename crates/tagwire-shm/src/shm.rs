@@ -2164,7 +2164,7 @@ impl PinRow {
     /// producer is gone for good, so no chunk will be written again, and a
     /// holder may still adopt pins handed over to it (events in flight).
     /// The row stays taken; the memory goes with the region's last mapping.
-    pub fn abandon(self) {
+    pub fn abandon(&self) {
         self.inner.abandoned.store(true, Relaxed);
     }
 

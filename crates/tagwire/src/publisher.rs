@@ -34,6 +34,10 @@ pub struct Publisher {
     /// is asked for again, once per reconnect.
     shm_mode: crate::ShmMode,
     shm_asked: AtomicU64,
+    /// A region asked for and not answered yet (after a reconnect, or a
+    /// larger one): never waited for, so a subscription callback may
+    /// publish; events go over the socket meanwhile.
+    shm_ask: Mutex<Option<crate::shm::ShmAsk>>,
 }
 
 /// A payload written in place: its length and the writer.
@@ -72,6 +76,7 @@ impl Publisher {
             shm: Mutex::new(shm),
             shm_mode,
             shm_asked,
+            shm_ask: Mutex::new(None),
         }
     }
 
@@ -211,52 +216,58 @@ impl Publisher {
             // The daemon that granted the region is gone or restarted.
             *guard = None;
         }
-        if guard.is_none()
-            && self.shm_mode != crate::ShmMode::Off
-            && self.shm_asked.swap(reconnects, Ordering::Relaxed) != reconnects
-        {
-            // Reconnected: ask again (once per reconnect); `Auto` falls back
-            // to the socket with the reason logged.
-            let mode = match self.shm_mode {
-                crate::ShmMode::Require => crate::ShmMode::Auto,
-                m => m,
-            };
-            *guard = self
-                .session
-                .open_shm(&self.name, self.id, mode, None)
-                .ok()
-                .flatten();
-        }
         let len = fill.as_ref().map_or(event.payload.len(), |(len, _)| *len);
-        if guard
-            .as_ref()
-            .is_some_and(|s| len > s.max && !s.at_daemon_limit)
-        {
-            // A larger payload than the region holds: ask for a region sized
-            // for it (twice, for some room), once per size; the daemon caps
-            // it at its limit, and replaces the old region if it grants one.
-            let want = (len as u64).saturating_mul(2);
-            let current = guard.as_ref().map_or(0, |s| s.region);
-            match self.session.open_shm(
-                &self.name,
-                self.id,
-                crate::ShmMode::Auto,
-                Some((want, current)),
-            ) {
-                Ok(Some(bigger)) if bigger.max >= len => *guard = Some(bigger),
-                Ok(Some(capped)) => {
-                    *guard = Some(capped);
-                    if let Some(s) = guard.as_mut() {
-                        s.at_daemon_limit = true;
-                    }
+        let mut ask = lock(&self.shm_ask);
+        if ask.is_none() {
+            let current = guard.as_ref().map(|s| (s.region, s.max, s.at_daemon_limit));
+            let want = match current {
+                // Reconnected: ask again (once per reconnect).
+                None if self.shm_mode != crate::ShmMode::Off
+                    && self.shm_asked.swap(reconnects, Ordering::Relaxed) != reconnects =>
+                {
+                    Some(None)
                 }
-                _ => {
-                    if let Some(s) = guard.as_mut() {
-                        s.at_daemon_limit = true;
+                // A larger payload than the region holds: ask for a region
+                // sized for it (twice, for some room); the daemon caps it at
+                // its limit and replaces the old region if it grants one.
+                Some((region, max, false)) if len > max => {
+                    Some(Some(((len as u64).saturating_mul(2), region)))
+                }
+                _ => None,
+            };
+            if let Some(grow) = want {
+                // `require` was checked when declared; now it is best effort.
+                let mode = match self.shm_mode {
+                    crate::ShmMode::Require => crate::ShmMode::Auto,
+                    m => m,
+                };
+                *ask = self
+                    .session
+                    .ask_shm(&self.name, self.id, mode, grow)
+                    .ok()
+                    .flatten();
+                // Outside a subscription callback the answer is waited for
+                // (this event may use it); inside, it is taken when it comes.
+                if !self.session.inner().on_reader_thread() {
+                    if let Some(a) = ask.take() {
+                        let reply =
+                            a.rx.recv_timeout(crate::session::REQUEST_TIMEOUT)
+                                .map_err(|_| crate::Error::Disconnected);
+                        self.take_shm_answer(&mut guard, a, reply, reconnects);
                     }
                 }
             }
+        } else if let Some(a) = ask.as_ref() {
+            match a.rx.try_recv() {
+                Err(std::sync::mpsc::TryRecvError::Empty) => {}
+                answer => {
+                    let a = ask.take().expect("checked above");
+                    let reply = answer.map_err(|_| crate::Error::Disconnected);
+                    self.take_shm_answer(&mut guard, a, reply, reconnects);
+                }
+            }
         }
+        drop(ask);
         let shm = guard.as_mut()?;
         let stats = &self.session.inner().shm;
         if len > shm.max {
@@ -305,6 +316,33 @@ impl Publisher {
         event.payload = payload;
         stats.note_published(true);
         Some(sent)
+    }
+
+    /// Installs the region an `shm_open` answer grants (or, for a larger
+    /// region refused or capped, marks the current one at the daemon's limit).
+    fn take_shm_answer(
+        &self,
+        guard: &mut Option<crate::shm::ShmPublisher>,
+        a: crate::shm::ShmAsk,
+        reply: Result<tagwire_core::connection::Reply>,
+        reconnects: u64,
+    ) {
+        let granted = self.session.answer_shm(&a, reply).ok().flatten();
+        match (granted, a.grow) {
+            (Some(p), grow) if p.reconnects == reconnects => {
+                let short = grow.is_some_and(|(want, _)| (p.max as u64) < want / 2);
+                *guard = Some(p);
+                if let Some(s) = guard.as_mut() {
+                    s.at_daemon_limit = short;
+                }
+            }
+            (_, Some(_)) => {
+                if let Some(s) = guard.as_mut() {
+                    s.at_daemon_limit = true;
+                }
+            }
+            (_, None) => {}
+        }
     }
 
     /// This endpoint on band `band`'s connection (declared there on first

@@ -19,7 +19,7 @@
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::mpsc::{sync_channel, RecvTimeoutError, SyncSender};
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::ThreadId;
 use std::time::{Duration, Instant};
@@ -45,7 +45,7 @@ const LINGER: Duration = Duration::from_micros(50);
 /// Buffered publish bytes that force an immediate write.
 const HIGH_WATER: usize = 64 * 1024;
 /// How long a request (declare, subscribe, admin) waits for its reply.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// Reconnect backoff bounds.
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
@@ -366,7 +366,7 @@ impl Session {
         let id = self
             .inner()
             .declare_endpoint(EndpointKind::Publisher, name)?;
-        let region = match self.open_shm(name, id, shm, None) {
+        let region = match self.open_shm(name, id, shm) {
             Ok(r) => r,
             Err(e) => {
                 self.inner().undeclare_endpoint(id);
@@ -382,33 +382,51 @@ impl Session {
         ))
     }
 
-    /// Asks the daemon for a shared-memory region for publisher `name`, of
-    /// the daemon's start size; `grow: Some((max_packet, current))` asks
-    /// for one whose chunks hold `max_packet` bytes to replace region
-    /// `current` (the daemon caps the size at its `limits.shm_max_packet`;
-    /// naming `current` again means it has none larger: `Ok(None)`).
+    /// Asks the daemon for a shared-memory region for publisher `name` (the
+    /// daemon's start size) and waits for it; see [`Session::ask_shm`].
     pub(crate) fn open_shm(
         &self,
         name: &str,
         id: u32,
         mode: crate::ShmMode,
-        grow: Option<(u64, u64)>,
     ) -> Result<Option<crate::shm::ShmPublisher>> {
-        let refuse = |why: String| -> Result<Option<crate::shm::ShmPublisher>> {
-            match mode {
-                crate::ShmMode::Require => Err(Error::Refused {
-                    code: tagwire_proto::ErrorCode::BadRequest,
-                    message: format!("shm=require for publisher {name}: {why}"),
-                }),
-                _ => {
-                    tracing::info!("publisher {name}: payloads go over the socket: {why}");
-                    Ok(None)
-                }
+        match self.ask_shm(name, id, mode, None)? {
+            None => Ok(None),
+            Some(ask) => {
+                let reply = ask.rx.recv_timeout(REQUEST_TIMEOUT).map_err(|e| match e {
+                    RecvTimeoutError::Timeout => Error::Timeout {
+                        what: "shm_open request",
+                        secs: REQUEST_TIMEOUT.as_secs(),
+                    },
+                    RecvTimeoutError::Disconnected => Error::Disconnected,
+                });
+                self.answer_shm(&ask, reply)
             }
-        };
+        }
+    }
+
+    /// Sends the `shm_open` request for publisher `name` without waiting
+    /// (so a subscription callback may publish, and grow its region):
+    /// `grow: Some((max_packet, current))` asks for a region whose chunks
+    /// hold `max_packet` bytes to replace region `current`. `Ok(None)`: not
+    /// asked (`off`, or the daemon is not on this host under `auto`).
+    pub(crate) fn ask_shm(
+        &self,
+        name: &str,
+        id: u32,
+        mode: crate::ShmMode,
+        grow: Option<(u64, u64)>,
+    ) -> Result<Option<crate::shm::ShmAsk>> {
         if mode == crate::ShmMode::Off {
             return Ok(None);
         }
+        let ask = |rx| crate::shm::ShmAsk {
+            rx,
+            name: name.to_owned(),
+            mode,
+            grow,
+            reconnects: self.reconnects(),
+        };
         if !self.is_same_host() {
             let why = format!(
                 "the daemon is reached over {} (shared memory needs its Unix socket or embedded mode)",
@@ -419,22 +437,59 @@ impl Session {
                 tracing::debug!("publisher {name}: payloads go over the socket: {why}");
                 return Ok(None);
             }
-            return refuse(why);
+            return self
+                .answer_shm(&ask(sync_channel(0).1), Err(Error::BadReply(why)))
+                .map(|_| None);
         }
         let mut request = serde_json::json!({"op": "shm_open", "endpoint": name, "id": id});
         if let Some((m, _)) = grow {
             request["max_packet"] = m.into();
         }
-        let reconnects = self.reconnects();
-        let reply = match self.admin(&request) {
-            Ok(r) => r,
-            Err(Error::Refused { message, .. }) => return refuse(message),
+        let body = request.to_string();
+        match self.inner().send_request(|e| ((), e.admin(body))) {
+            Ok(((), _, rx)) => Ok(Some(ask(rx))),
+            Err(e) => self
+                .answer_shm(&ask(sync_channel(0).1), Err(e))
+                .map(|_| None),
+        }
+    }
+
+    /// The region an `shm_open` reply grants, taken as producer. `auto`
+    /// logs why not and gives `Ok(None)`; `require` fails naming it; a
+    /// growth answered with the current region (the daemon makes none
+    /// larger) is `Ok(None)` without a log line.
+    pub(crate) fn answer_shm(
+        &self,
+        ask: &crate::shm::ShmAsk,
+        reply: Result<Reply>,
+    ) -> Result<Option<crate::shm::ShmPublisher>> {
+        let name = &ask.name;
+        let refuse = |why: String| -> Result<Option<crate::shm::ShmPublisher>> {
+            match ask.mode {
+                crate::ShmMode::Require => Err(Error::Refused {
+                    code: tagwire_proto::ErrorCode::BadRequest,
+                    message: format!("shm=require for publisher {name}: {why}"),
+                }),
+                _ => {
+                    tracing::info!("publisher {name}: payloads go over the socket: {why}");
+                    Ok(None)
+                }
+            }
+        };
+        let reply: serde_json::Value = match reply {
+            Ok(Reply::Admin(text)) => match serde_json::from_str(&text) {
+                Ok(v) => v,
+                Err(e) => return refuse(format!("shm_open reply: {e}")),
+            },
+            Ok(Reply::Err(_, message)) => return refuse(message),
+            Ok(_) => return refuse("expected an admin reply to shm_open".into()),
+            Err(Error::BadReply(why)) => return refuse(why),
             Err(e) => return refuse(e.to_string()),
         };
         let Some(region) = reply.get("region").and_then(|r| r.as_u64()) else {
             return refuse(format!("unexpected shm_open reply {reply}"));
         };
-        if grow.is_some_and(|(_, current)| current == region) {
+        if ask.grow.is_some_and(|(_, current)| current == region) {
             // Already as large as the daemon makes them (its fd came again).
             drop(self.inner().shm.take_grant(region));
             return Ok(None);
@@ -444,7 +499,7 @@ impl Session {
                 "region {region} was granted but its fd did not arrive"
             ));
         };
-        match crate::shm::ShmPublisher::new(region, mapped, reconnects) {
+        match crate::shm::ShmPublisher::new(region, mapped, ask.reconnects) {
             Ok(p) => Ok(Some(p)),
             Err(why) => refuse(why),
         }
@@ -837,12 +892,7 @@ impl Inner {
                 "cannot make a {what} from inside a subscription callback (it would wait for itself)"
             )));
         }
-        let mut w = self.wait_connected(lock(&self.writer))?;
-        let (t, req) = make(&mut lock(&self.engine));
-        let (tx, rx) = sync_channel(1);
-        lock(&self.waiters).insert(req, tx);
-        self.take_control(&mut w);
-        self.flush_locked(w)?;
+        let (t, req, rx) = self.send_request(make)?;
         let reply = match rx.recv_timeout(REQUEST_TIMEOUT) {
             Ok(r) => Ok(r),
             Err(RecvTimeoutError::Timeout) => {
@@ -856,6 +906,27 @@ impl Inner {
             Err(RecvTimeoutError::Disconnected) => Err(Error::Disconnected),
         };
         Ok((t, reply))
+    }
+
+    /// Whether the calling thread is this session's reader thread (a
+    /// subscription callback runs there; it must not wait for a reply).
+    pub(crate) fn on_reader_thread(&self) -> bool {
+        *lock(&self.reader_thread) == Some(std::thread::current().id())
+    }
+
+    /// Sends a request and returns, without waiting, where its reply will
+    /// come (from any thread, a subscription callback's included).
+    pub(crate) fn send_request<T>(
+        &self,
+        make: impl FnOnce(&mut Connection) -> (T, u32),
+    ) -> Result<(T, u32, Receiver<Reply>)> {
+        let mut w = self.wait_connected(lock(&self.writer))?;
+        let (t, req) = make(&mut lock(&self.engine));
+        let (tx, rx) = sync_channel(1);
+        lock(&self.waiters).insert(req, tx);
+        self.take_control(&mut w);
+        self.flush_locked(w)?;
+        Ok((t, req, rx))
     }
 
     /// Changes the engine's state with `f` and writes the control frames

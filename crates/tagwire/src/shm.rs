@@ -204,6 +204,20 @@ impl ClientShm {
     }
 }
 
+/// A `shm_open` request on its way (see `Session::ask_shm`).
+#[derive(Debug)]
+pub(crate) struct ShmAsk {
+    /// Where the reply comes.
+    pub(crate) rx: std::sync::mpsc::Receiver<tagwire_core::connection::Reply>,
+    /// The publisher's name (for messages).
+    pub(crate) name: String,
+    pub(crate) mode: ShmMode,
+    /// `Some((max_packet, current region))` for a larger region.
+    pub(crate) grow: Option<(u64, u64)>,
+    /// The session's reconnect count when asked.
+    pub(crate) reconnects: u64,
+}
+
 /// A publisher's region: it is the producer of stream 0.
 pub(crate) struct ShmPublisher {
     pub(crate) region: u64,

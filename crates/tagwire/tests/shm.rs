@@ -1300,3 +1300,44 @@ fn sessions_closed_with_payloads_in_flight_leave_no_pins_and_the_publisher_in_sh
     assert_eq!(st.published_socket, 0, "{st:?}");
     assert_eq!(keep.shm_stats().unreadable, 0);
 }
+
+#[test]
+fn a_publisher_in_a_subscription_callback_grows_its_region_and_goes_on_in_place() {
+    // An echo: a callback republishes each 1 MiB ping. The callback runs on
+    // the session's reader thread, which cannot wait for the daemon's
+    // answer: the larger region is asked for without waiting, the first
+    // pongs go over the socket, the later ones in place.
+    let r = router();
+    let echo_session = shm_session(&r.unix).expect("session");
+    let echo = std::sync::Arc::new(
+        echo_session
+            .declare_publisher("/shm/echo/pub")
+            .expect("declare"),
+    );
+    let e = echo.clone();
+    let _callback = echo_session
+        .subscribe("/shm/echo/ping")
+        .callback(move |s| {
+            let _ = e.publish("/shm/echo/pong", s.payload());
+        })
+        .expect("subscribe");
+    let other = shm_session(&r.unix).expect("session");
+    let pongs = other
+        .subscribe("/shm/echo/pong")
+        .receiver()
+        .expect("subscribe");
+    let pinger = other
+        .declare_publisher("/shm/echo/pinger")
+        .expect("declare");
+    let mut in_place = 0;
+    for i in 0..20u8 {
+        pinger
+            .publish("/shm/echo/ping", vec![i; 1 << 20])
+            .expect("publish");
+        let pong = pongs.recv_timeout(WAIT).expect("recv").expect("a pong");
+        assert!(pong.payload().iter().all(|b| *b == i), "pong {i} intact");
+        in_place += usize::from(pong.is_in_place());
+    }
+    assert!(in_place >= 15, "{in_place} of 20 pongs in place");
+    assert!(echo.uses_shm());
+}

@@ -29,9 +29,8 @@ mod shm;
 pub mod state;
 
 pub use shm::{
-    cycle_counter, Consumer, ConsumerConfig, ConsumerStats, HeldSample, Layout, Loan, Pin,
-    PinHolder, PinRow, Producer, ProducerConfig, ProducerStats, Region, RegionConfig, Sample,
-    Stream, StreamConfig,
+    cycle_counter, Consumer, ConsumerConfig, ConsumerStats, Layout, Loan, Pin, PinHolder, PinRow,
+    Producer, ProducerConfig, ProducerStats, Region, RegionConfig, Sample, Stream, StreamConfig,
 };
 pub use state::{Overload, NO_DEADLINE};
 

@@ -1900,20 +1900,6 @@ impl Consumer {
         Ok(self.sample(r))
     }
 
-    /// Like [`Consumer::read_at`], but the returned [`HeldSample`] owns this
-    /// consumer (its entry and hazard) until released, so it can outlive a
-    /// borrow (e.g. behind a reference-counted buffer). On error the
-    /// consumer comes back with it (boxed: the pair is large).
-    pub fn hold(mut self, seq: u64, now_ns: u64) -> Result<HeldSample, Box<(Consumer, Error)>> {
-        match self.pin(seq, now_ns) {
-            Ok(r) => Ok(HeldSample {
-                consumer: Some(self),
-                ready: r,
-            }),
-            Err(e) => Err(Box::new((self, e))),
-        }
-    }
-
     /// Sets the hazard on packet `seq`'s chunk if it is deliverable; see [`Consumer::read_at`].
     fn pin(&mut self, seq: u64, now: u64) -> Result<Ready, Error> {
         let g = self.map.layout.geometry;
@@ -2043,72 +2029,6 @@ impl Drop for Sample<'_> {
     #[inline]
     fn drop(&mut self) {
         self.consumer.release(self.seq);
-    }
-}
-
-/// A packet read in place that owns its [`Consumer`] while held (see
-/// [`Consumer::hold`]): the chunk is not reused until it is released or dropped.
-pub struct HeldSample {
-    consumer: Option<Consumer>,
-    ready: Ready,
-}
-
-impl std::fmt::Debug for HeldSample {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HeldSample")
-            .field("seq", &self.ready.seq)
-            .field("len", &self.ready.len)
-            .finish()
-    }
-}
-
-impl HeldSample {
-    /// The packet's sequence number in its stream.
-    pub fn seq(&self) -> u64 {
-        self.ready.seq
-    }
-    /// Its virtual time.
-    pub fn vtime(&self) -> u64 {
-        self.ready.vtime
-    }
-    /// Gives the consumer back (the packet counts as consumed).
-    pub fn release(mut self) -> Consumer {
-        let mut c = self
-            .consumer
-            .take()
-            .expect("a held sample owns its consumer until released");
-        c.release(self.ready.seq);
-        c
-    }
-}
-
-impl std::ops::Deref for HeldSample {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        let c = self
-            .consumer
-            .as_ref()
-            .expect("a held sample owns its consumer until released");
-        // SAFETY: as in `Consumer::sample`: chunk and len were validated by
-        // Geometry::chunk_of, and the hazard set by `pin` keeps the chunk
-        // from being reallocated until `release` or drop.
-        unsafe {
-            std::slice::from_raw_parts(c.map.chunk_ptr(self.ready.chunk), self.ready.len as usize)
-        }
-    }
-}
-
-impl AsRef<[u8]> for HeldSample {
-    fn as_ref(&self) -> &[u8] {
-        self
-    }
-}
-
-impl Drop for HeldSample {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.consumer.take() {
-            c.release(self.ready.seq);
-        }
     }
 }
 

@@ -42,19 +42,3 @@ fn read_at_of_an_overwritten_retracted_or_expired_packet_is_expired() {
     assert!(matches!(c.read_at(3, 100), Err(Error::Expired { seq: 3 })));
     assert_eq!(&*c.read_at(3, 99).expect("before its deadline"), b"late");
 }
-
-#[test]
-fn a_held_sample_keeps_its_bytes_while_the_producer_laps_the_ring() {
-    let (mut p, c) = stream(2);
-    p.publish_copy(b"first", 0, NO_DEADLINE, 0)
-        .expect("publish");
-    let held = c.hold(0, 0).expect("hold");
-    for i in 0..10u8 {
-        p.publish_copy(&[i; 5], 0, NO_DEADLINE, 0).expect("publish");
-    }
-    assert_eq!(&*held, b"first");
-    let c = held.release();
-    let again = c.hold(10, 0).expect("hold the newest");
-    assert_eq!(&*again, &[9u8; 5][..]);
-    drop(again);
-}

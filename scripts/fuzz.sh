@@ -17,9 +17,10 @@
 #                  change and Resolved::for_event vs the event's layer
 #   place_model    placement topology files (TOML and JSON), exhaustive
 #                  search vs MIP on small valid instances (tagwire-place)
-#   shm_region     a shared-memory region's header and control area
-#                  scribbled over by a peer (attach, read), and the
-#                  events' shared-memory reference (tagwire-shm, proto)
+#   shm_region     a shared-memory region's header and control area (pin
+#                  rows included) scribbled over by a peer (attach, read,
+#                  adopt pins), and the events' shared-memory reference
+#                  (tagwire-shm, proto); inputs up to 16 KiB
 #
 # Installs cargo-fuzz if it is missing, writes the target's seed corpus (for
 # frame_decoder: the test vectors of docs/protocol.md; for the others the
@@ -104,6 +105,10 @@ if [[ -z "$sanitizer" ]]; then
 fi
 echo "fuzz.sh: fuzzing $target for ${seconds}s (sanitizer: $sanitizer)" >&2
 libfuzzer_flags=(-max_total_time="$seconds" -timeout=10 -print_final_stats=1)
+if [[ $target == shm_region ]]; then
+    # The pin rows start past the header page: inputs must reach them.
+    libfuzzer_flags+=(-max_len=16384)
+fi
 if [[ "${FUZZ_JOBS:-1}" -gt 1 ]]; then
     # Parallel workers log to fuzz-N.log in fuzz/.
     libfuzzer_flags+=(-jobs="$FUZZ_JOBS" -workers="$FUZZ_JOBS")

@@ -448,9 +448,14 @@ fn my_pid() -> u32 {
     rustix::process::getpid().as_raw_nonzero().get() as u32
 }
 
-/// Is process `pid` gone? (EPERM means it exists under another user.)
+/// Is process `pid` gone? (EPERM means it exists under another user.) A
+/// value no process can have (0, or past `i32::MAX`, which `kill` would
+/// take for a process group) written by a peer counts as gone.
 fn pid_gone(pid: u32) -> bool {
-    match rustix::process::Pid::from_raw(pid as i32) {
+    match i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+    {
         None => true,
         Some(p) => rustix::process::test_kill_process(p) == Err(rustix::io::Errno::SRCH),
     }

@@ -317,3 +317,24 @@ fn trimming_free_chunks_keeps_published_and_held_packets() {
     drop(held);
     assert!(c.next(0).unwrap().iter().all(|&b| b == 2));
 }
+
+#[test]
+fn a_pid_no_process_can_have_written_by_a_peer_counts_as_gone_without_panic() {
+    // Found by the shm_region fuzz target: a producer pid past i32::MAX (a
+    // process group to kill(2)) panicked a debug build's liveness check.
+    let (p, fd) = stream(Overload::DropOldest, Duration::ZERO);
+    let region = Region::attach(fd).unwrap();
+    let layout = region.layout();
+    let mut c = region.consumer(0, ConsumerConfig::default()).unwrap();
+    for (now, pid) in [(0, u32::MAX), (1_000_000_000, 1 << 31)] {
+        // The stream's control area starts with the producer's pid.
+        rustix::io::pwrite(region.fd(), &pid.to_le_bytes(), layout.streams).unwrap();
+        assert!(region.producer_gone(0), "pid {pid:#x}");
+        // (The liveness check runs at most once per interval of `now`.)
+        match c.next(now) {
+            Err(Error::ProducerGone { pid: gone }) => assert_eq!(gone, pid),
+            other => panic!("expected ProducerGone, got {:?}", other.map(|s| s.seq())),
+        }
+    }
+    drop(p);
+}

@@ -795,6 +795,14 @@ impl Outbox {
         self.fd_socket.borrow().is_some()
     }
 
+    /// The peer's pid as this daemon's PID namespace sees it (`SO_PEERCRED`
+    /// on the fd-passing socket), if it has one.
+    pub(crate) fn peer_pid(&self) -> Option<u32> {
+        let sock = self.fd_socket.borrow();
+        let cred = rustix::net::sockopt::socket_peercred(sock.as_ref()?).ok()?;
+        Some(cred.pid.as_raw_nonzero().get() as u32)
+    }
+
     /// Queues a control frame with an fd that travels with it (SCM_RIGHTS
     /// on the first byte of the write that carries it). False: no room
     /// (as [`send`](Self::send)) or no Unix socket.

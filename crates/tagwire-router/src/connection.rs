@@ -1081,6 +1081,16 @@ impl Conn {
                 "shm_open: the connection is not on the daemon's host (shared memory needs the Unix socket or embedded mode)".into(),
             );
         }
+        if let (Some(claimed), Some(seen)) = (req.pid, self.outbox.peer_pid()) {
+            if claimed != seen {
+                return self.refuse(
+                    ErrorCode::BadRequest,
+                    format!(
+                        "shm_open: the client is in another PID namespace (pid {claimed} there, {seen} here): shared memory needs one, its liveness checks are by pid"
+                    ),
+                );
+            }
+        }
         let mut st = self.state.borrow_mut();
         let ours = st
             .endpoints

@@ -341,7 +341,7 @@ pub(crate) fn is_open_request(body: &str) -> bool {
             .is_ok_and(|v| v.get("op").and_then(|o| o.as_str()) == Some("shm_open"))
 }
 
-/// The parsed `{"op":"shm_open","endpoint":NAME,"id":ID[,"max_packet":BYTES]}` request.
+/// The parsed `{"op":"shm_open","endpoint":NAME,"id":ID[,"max_packet":BYTES][,"pid":PID]}` request.
 pub(crate) struct OpenRequest {
     /// The publisher endpoint's name.
     pub endpoint: String,
@@ -349,6 +349,9 @@ pub(crate) struct OpenRequest {
     pub id: u32,
     /// The payload size the region's chunks should hold.
     pub max_packet: Option<u64>,
+    /// The client's pid as it sees it: compared with the socket's peer pid,
+    /// it tells a client in another PID namespace (liveness is by pid).
+    pub pid: Option<u32>,
 }
 
 /// Parses a `shm_open` request.
@@ -372,10 +375,19 @@ pub(crate) fn parse_open(body: &str) -> Result<OpenRequest, String> {
                 .ok_or("shm_open: \"max_packet\" must be a byte count (an unsigned integer)")?,
         ),
     };
+    let pid = match v.get("pid") {
+        None => None,
+        Some(p) => Some(
+            p.as_u64()
+                .and_then(|p| u32::try_from(p).ok())
+                .ok_or("shm_open: \"pid\" must be a process id (a u32)")?,
+        ),
+    };
     Ok(OpenRequest {
         endpoint,
         id,
         max_packet,
+        pid,
     })
 }
 
@@ -650,9 +662,9 @@ mod tests {
     fn shm_open_requests_parse_or_name_what_is_wrong() {
         let r = parse_open(r#"{"op":"shm_open","endpoint":"/p","id":3}"#).expect("parse");
         assert_eq!((r.endpoint.as_str(), r.id, r.max_packet), ("/p", 3, None));
-        let r = parse_open(r#"{"op":"shm_open","endpoint":"/p","id":3,"max_packet":4096}"#)
+        let r = parse_open(r#"{"op":"shm_open","endpoint":"/p","id":3,"max_packet":4096,"pid":7}"#)
             .expect("parse");
-        assert_eq!(r.max_packet, Some(4096));
+        assert_eq!((r.max_packet, r.pid), (Some(4096), Some(7)));
         for (body, names) in [
             (r#"{"op":"shm_open","id":3}"#, "endpoint"),
             (r#"{"op":"shm_open","endpoint":"/p"}"#, "id"),

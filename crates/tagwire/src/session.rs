@@ -441,7 +441,12 @@ impl Session {
                 .answer_shm(&ask(sync_channel(0).1), Err(Error::BadReply(why)))
                 .map(|_| None);
         }
-        let mut request = serde_json::json!({"op": "shm_open", "endpoint": name, "id": id});
+        let mut request = serde_json::json!({
+            "op": "shm_open",
+            "endpoint": name,
+            "id": id,
+            "pid": std::process::id(),
+        });
         if let Some((m, _)) = grow {
             request["max_packet"] = m.into();
         }

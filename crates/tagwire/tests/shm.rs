@@ -1341,3 +1341,23 @@ fn a_publisher_in_a_subscription_callback_grows_its_region_and_goes_on_in_place(
     assert!(in_place >= 15, "{in_place} of 20 pongs in place");
     assert!(echo.uses_shm());
 }
+
+#[test]
+fn a_client_in_another_pid_namespace_is_refused_shared_memory_with_the_reason() {
+    // Liveness in a region is by pid: a client whose pid differs from what
+    // the daemon's socket sees (another PID namespace, e.g. a container
+    // given the daemon's socket) must not get a region.
+    let r = router();
+    let s = shm_session(&r.unix).expect("session");
+    let p = s.declare_publisher("/shm/ns/pub").expect("declare");
+    assert!(p.uses_shm(), "the same namespace gets a region");
+    let err = s
+        .admin(&serde_json::json!({
+            "op": "shm_open",
+            "endpoint": "/shm/ns/pub",
+            "id": 0,
+            "pid": std::process::id() + 1,
+        }))
+        .expect_err("another namespace");
+    assert!(err.to_string().contains("PID namespace"), "{err}");
+}

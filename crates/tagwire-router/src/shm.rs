@@ -48,8 +48,8 @@ pub struct ShmCounters {
     /// most `limits.shm_pins` payloads).
     #[serde(default)]
     pub rows_open: u64,
-    /// Of those, rows of connections that closed while their process still
-    /// held payloads in place (let go when it gives them back or exits).
+    /// Of those, rows of closed connections kept while events queued for
+    /// them remain or their process still holds payloads in place.
     #[serde(default)]
     pub rows_parked: u64,
 }
@@ -65,31 +65,31 @@ struct RegionEntry {
     endpoint: Arc<str>,
     /// The pin row of each connection that was sent the fd.
     rows: HashMap<u64, Arc<SubscriberRow>>,
-    /// Rows of connections gone while their process still held pins (it
-    /// gives them back as it drops payloads); let go when it has, or exits.
-    parked: Vec<PinRow>,
+    /// Rows of connections gone, kept while events queued for them are
+    /// not dropped yet (the lane's housekeeping removes their channels
+    /// later) or their process still holds pins (it gives them back as it
+    /// drops payloads); let go when neither is true.
+    parked: Vec<Arc<SubscriberRow>>,
     /// When `parked` was last swept by [`ShmEvent::check`] (ns).
     swept: u64,
     bytes: u64,
 }
 
 impl RegionEntry {
-    /// Lets go of parked rows nobody holds pins of any more.
+    /// Lets go of parked rows nothing holds any more. Dropping the last
+    /// reference to a row gives back every pin still recorded in it, so a
+    /// row is dropped only when no queued event shares it and its process
+    /// holds no pin or is gone.
     fn sweep(&mut self) {
-        self.parked.retain(|r| r.held() > 0 && r.holder_alive());
+        self.parked
+            .retain(|r| Arc::strong_count(r) > 1 || (r.row.held() > 0 && r.row.holder_alive()));
     }
 
-    /// Forgets connection `conn`'s row: dropped at once unless its process
-    /// still holds pins (then parked, so its in-place payloads stay intact).
+    /// Forgets connection `conn`'s row: parked, then dropped by the sweep
+    /// as soon as nothing holds it (at once, usually).
     fn forget(&mut self, conn: u64) {
         if let Some(row) = self.rows.remove(&conn) {
-            // Events still queued for it hold the other references; they
-            // are dropped with the connection's channels.
-            if let Ok(SubscriberRow { row, .. }) = Arc::try_unwrap(row) {
-                if row.held() > 0 && row.holder_alive() {
-                    self.parked.push(row);
-                }
-            }
+            self.parked.push(row);
         }
         self.sweep();
     }
@@ -113,7 +113,8 @@ pub(crate) struct ShmTable {
     written: Arc<WriteCounters>,
 }
 
-/// Counted by connection writers (other lanes), summed into [`ShmCounters`].
+/// The delivery counters, kept here only (the connections' writers on
+/// other lanes count too) and summed into [`ShmCounters`] when listed.
 #[derive(Default)]
 struct WriteCounters {
     by_reference: AtomicU64,
@@ -296,7 +297,7 @@ impl ShmTable {
                 row.row.abandon();
             }
             for row in &e.parked {
-                row.abandon();
+                row.row.abandon();
             }
         }
     }
@@ -368,27 +369,31 @@ pub(crate) fn parse_open(body: &str) -> Result<OpenRequest, String> {
         .and_then(|e| e.as_u64())
         .and_then(|i| u32::try_from(i).ok())
         .ok_or("shm_open: \"id\" (the endpoint's id, a u32) is missing")?;
-    let max_packet = match v.get("max_packet") {
-        None => None,
-        Some(m) => Some(
-            m.as_u64()
-                .ok_or("shm_open: \"max_packet\" must be a byte count (an unsigned integer)")?,
-        ),
-    };
-    let pid = match v.get("pid") {
-        None => None,
-        Some(p) => Some(
-            p.as_u64()
-                .and_then(|p| u32::try_from(p).ok())
-                .ok_or("shm_open: \"pid\" must be a process id (a u32)")?,
-        ),
-    };
+    let max_packet = optional(&v, "max_packet", Some, "a byte count (an unsigned integer)")?;
+    let pid = optional(&v, "pid", |p| u32::try_from(p).ok(), "a process id (a u32)")?;
     Ok(OpenRequest {
         endpoint,
         id,
         max_packet,
         pid,
     })
+}
+
+/// The optional unsigned field `key` of a request, converted by `conv`;
+/// the error says it must be `what`.
+fn optional<T>(
+    v: &serde_json::Value,
+    key: &str,
+    conv: impl FnOnce(u64) -> Option<T>,
+    what: &str,
+) -> Result<Option<T>, String> {
+    v.get(key)
+        .map(|x| {
+            x.as_u64()
+                .and_then(conv)
+                .ok_or_else(|| format!("shm_open: \"{key}\" must be {what}"))
+        })
+        .transpose()
 }
 
 /// The `ShmRegion` frame for a producer grant.
@@ -491,7 +496,7 @@ impl ShmEvent {
         let pin = match pinned {
             Ok(pin) => pin,
             Err(_) => {
-                table.counters.unreadable += 1;
+                table.written.unreadable.fetch_add(1, Ordering::Relaxed);
                 return Ok(None);
             }
         };

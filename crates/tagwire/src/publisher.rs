@@ -250,9 +250,7 @@ impl Publisher {
                 // (this event may use it); inside, it is taken when it comes.
                 if !self.session.inner().on_reader_thread() {
                     if let Some(a) = ask.take() {
-                        let reply =
-                            a.rx.recv_timeout(crate::session::REQUEST_TIMEOUT)
-                                .map_err(|_| crate::Error::Disconnected);
+                        let reply = a.wait();
                         self.take_shm_answer(&mut guard, a, reply, reconnects);
                     }
                 }

@@ -393,13 +393,7 @@ impl Session {
         match self.ask_shm(name, id, mode, None)? {
             None => Ok(None),
             Some(ask) => {
-                let reply = ask.rx.recv_timeout(REQUEST_TIMEOUT).map_err(|e| match e {
-                    RecvTimeoutError::Timeout => Error::Timeout {
-                        what: "shm_open request",
-                        secs: REQUEST_TIMEOUT.as_secs(),
-                    },
-                    RecvTimeoutError::Disconnected => Error::Disconnected,
-                });
+                let reply = ask.wait();
                 self.answer_shm(&ask, reply)
             }
         }
@@ -420,13 +414,6 @@ impl Session {
         if mode == crate::ShmMode::Off {
             return Ok(None);
         }
-        let ask = |rx| crate::shm::ShmAsk {
-            rx,
-            name: name.to_owned(),
-            mode,
-            grow,
-            reconnects: self.reconnects(),
-        };
         if !self.is_same_host() {
             let why = format!(
                 "the daemon is reached over {} (shared memory needs its Unix socket or embedded mode)",
@@ -437,9 +424,7 @@ impl Session {
                 tracing::debug!("publisher {name}: payloads go over the socket: {why}");
                 return Ok(None);
             }
-            return self
-                .answer_shm(&ask(sync_channel(0).1), Err(Error::BadReply(why)))
-                .map(|_| None);
+            return crate::shm::refuse(name, mode, why).map(|_| None);
         }
         let mut request = serde_json::json!({
             "op": "shm_open",
@@ -452,10 +437,14 @@ impl Session {
         }
         let body = request.to_string();
         match self.inner().send_request(|e| ((), e.admin(body))) {
-            Ok(((), _, rx)) => Ok(Some(ask(rx))),
-            Err(e) => self
-                .answer_shm(&ask(sync_channel(0).1), Err(e))
-                .map(|_| None),
+            Ok(((), _, rx)) => Ok(Some(crate::shm::ShmAsk {
+                rx,
+                name: name.to_owned(),
+                mode,
+                grow,
+                reconnects: self.reconnects(),
+            })),
+            Err(e) => crate::shm::refuse(name, mode, e.to_string()).map(|_| None),
         }
     }
 
@@ -468,19 +457,7 @@ impl Session {
         ask: &crate::shm::ShmAsk,
         reply: Result<Reply>,
     ) -> Result<Option<crate::shm::ShmPublisher>> {
-        let name = &ask.name;
-        let refuse = |why: String| -> Result<Option<crate::shm::ShmPublisher>> {
-            match ask.mode {
-                crate::ShmMode::Require => Err(Error::Refused {
-                    code: tagwire_proto::ErrorCode::BadRequest,
-                    message: format!("shm=require for publisher {name}: {why}"),
-                }),
-                _ => {
-                    tracing::info!("publisher {name}: payloads go over the socket: {why}");
-                    Ok(None)
-                }
-            }
-        };
+        let refuse = |why: String| crate::shm::refuse(&ask.name, ask.mode, why);
         let reply: serde_json::Value = match reply {
             Ok(Reply::Admin(text)) => match serde_json::from_str(&text) {
                 Ok(v) => v,

@@ -140,9 +140,7 @@ impl ClientShm {
     /// adopted now (a queued sample keeps the payload) and given back when
     /// the last clone of the bytes drops. `None`: unreadable (counted).
     pub(crate) fn adopt(&self, r: ShmRef) -> Option<Bytes> {
-        let pin = lock(&self.regions)
-            .get(&r.region)
-            .map(|h| h.adopt(r.chunk, r.len as u64));
+        let pin = self.pin_of(r);
         match pin {
             Some(Ok(pin)) => {
                 self.counters.in_place.fetch_add(1, Ordering::Relaxed);
@@ -160,6 +158,13 @@ impl ClientShm {
         }
     }
 
+    /// The pin handed over with reference `r` (`None`: its region is not mapped here).
+    fn pin_of(&self, r: ShmRef) -> Option<Result<tagwire_shm::Pin, tagwire_shm::Error>> {
+        lock(&self.regions)
+            .get(&r.region)
+            .map(|h| h.adopt(r.chunk, r.len as u64))
+    }
+
     /// Whether this session was given pin rows to read payloads in place
     /// (so references may be on their way to it).
     pub(crate) fn reads_in_place(&self) -> bool {
@@ -169,10 +174,7 @@ impl ClientShm {
     /// Gives back the pin of a delivered reference nobody will read (its
     /// subscription is gone): adopted and dropped at once, not counted.
     pub(crate) fn give_back(&self, r: ShmRef) {
-        let pin = lock(&self.regions)
-            .get(&r.region)
-            .map(|h| h.adopt(r.chunk, r.len as u64));
-        if let Some(Err(e)) = pin {
+        if let Some(Err(e)) = self.pin_of(r) {
             tracing::debug!(region = r.region, "shared-memory pin not given back: {e}");
         }
     }
@@ -216,6 +218,42 @@ pub(crate) struct ShmAsk {
     pub(crate) grow: Option<(u64, u64)>,
     /// The session's reconnect count when asked.
     pub(crate) reconnects: u64,
+}
+
+impl ShmAsk {
+    /// Waits for the reply (not from a subscription callback: the reader
+    /// thread would wait for itself).
+    pub(crate) fn wait(&self) -> crate::Result<tagwire_core::connection::Reply> {
+        use std::sync::mpsc::RecvTimeoutError;
+        self.rx
+            .recv_timeout(crate::session::REQUEST_TIMEOUT)
+            .map_err(|e| match e {
+                RecvTimeoutError::Timeout => crate::Error::Timeout {
+                    what: "shm_open request",
+                    secs: crate::session::REQUEST_TIMEOUT.as_secs(),
+                },
+                RecvTimeoutError::Disconnected => crate::Error::Disconnected,
+            })
+    }
+}
+
+/// Publisher `name` gets no region, for `why`: `require` fails naming it,
+/// `auto` logs it and publishes over the socket (`Ok(None)`).
+pub(crate) fn refuse(
+    name: &str,
+    mode: ShmMode,
+    why: String,
+) -> crate::Result<Option<ShmPublisher>> {
+    match mode {
+        ShmMode::Require => Err(crate::Error::Refused {
+            code: tagwire_proto::ErrorCode::BadRequest,
+            message: format!("shm=require for publisher {name}: {why}"),
+        }),
+        _ => {
+            tracing::info!("publisher {name}: payloads go over the socket: {why}");
+            Ok(None)
+        }
+    }
 }
 
 /// A publisher's region: it is the producer of stream 0.

@@ -538,7 +538,6 @@ impl ShmEvent {
     /// The payload pinned for `ch`'s connection (its row made, with the fd
     /// sent, on first use); `None`: that connection gets a copy.
     fn queued_for(&self, table: &mut ShmTable, ch: &Channel, limits: &Limits) -> Option<ShmQueued> {
-        let written = table.written.clone();
         let e = table.regions.get_mut(&self.region)?;
         if !e.rows.contains_key(&ch.conn) {
             let row = e.region.pin_row().or_else(|_| {
@@ -558,7 +557,7 @@ impl ShmEvent {
             let row = SubscriberRow {
                 row,
                 limit: limits.shm_pins,
-                counters: written,
+                counters: table.written.clone(),
             };
             e.rows.insert(ch.conn, Arc::new(row));
         }

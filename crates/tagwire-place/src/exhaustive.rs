@@ -16,7 +16,7 @@
 //! [`crate::problem::VALUE_TOLERANCE`] are broken by [`crate::tiebreak`].
 
 use crate::error::PlaceError;
-use crate::problem::{fits_capacity, value_slack, Objective, PlacementProblem};
+use crate::problem::{value_slack, Objective, PlacementProblem};
 
 /// Result of a solve: one candidate per unit.
 #[derive(Debug, Clone, PartialEq)]
@@ -137,11 +137,7 @@ pub fn solve_exhaustive(
                     continue;
                 }
             }
-            let ls = problem.candidate_loads(depth, k);
-            let fits = ls
-                .iter()
-                .all(|&(r, x)| fits_capacity(loads[r as usize] + x, rows[r as usize].capacity));
-            if !fits {
+            if !problem.candidate_fits(depth, k, &loads) {
                 continue;
             }
             if depth + 1 == units {
@@ -149,7 +145,7 @@ pub fn solve_exhaustive(
                 best = Some((cur + val, chosen.clone()));
                 continue;
             }
-            for &(r, x) in ls {
+            for &(r, x) in problem.candidate_loads(depth, k) {
                 loads[r as usize] += x;
             }
             chosen[depth] = k;
@@ -174,17 +170,15 @@ pub fn solve_exhaustive(
     match best {
         Some((value, choice)) => {
             let lambda = crate::lagrangian::relax(problem, &values, 100, &mut || false).lambda;
-            let choice =
-                crate::tiebreak::canonical(problem, &values, value, &lambda, options.max_visits)
-                    .unwrap_or(choice);
-            let objective_value = choice.iter().enumerate().map(|(u, &k)| values[u][k]).sum();
-            Ok(Assignment {
+            Ok(crate::tiebreak::optimal_assignment(
+                problem,
+                &values,
+                value,
+                &lambda,
+                options.max_visits,
                 choice,
-                objective: objective_value,
                 visited,
-                lower_bound: objective_value,
-                optimal: true,
-            })
+            ))
         }
         None => Err(PlaceError::CapacityInfeasible {
             binding_rows: rows.len(),

@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use crate::error::PlaceError;
 use crate::exhaustive::Assignment;
-use crate::problem::{fits_capacity, value_slack, Objective, PlacementProblem, CAPACITY_TOLERANCE};
+use crate::problem::{value_slack, Objective, PlacementProblem, CAPACITY_TOLERANCE};
 
 /// Limits of the branch and bound.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -458,11 +458,7 @@ pub fn solve_branch_and_bound(
                     continue;
                 }
             }
-            let ls = problem.candidate_loads(u, k);
-            if !ls
-                .iter()
-                .all(|&(r, x)| fits_capacity(loads[r as usize] + x, rows[r as usize].capacity))
-            {
+            if !problem.candidate_fits(u, k, &loads) {
                 continue;
             }
             chosen[depth] = k;
@@ -480,7 +476,7 @@ pub fn solve_branch_and_bound(
                 }
                 continue;
             }
-            for &(r, x) in ls {
+            for &(r, x) in problem.candidate_loads(u, k) {
                 loads[r as usize] += x;
             }
             cur_rc += rc[u][k];
@@ -512,17 +508,15 @@ pub fn solve_branch_and_bound(
         });
     };
     if complete {
-        let choice =
-            crate::tiebreak::canonical(problem, &values, value, &lambda, options.max_visits)
-                .unwrap_or(choice);
-        let objective_value = choice.iter().enumerate().map(|(u, &k)| values[u][k]).sum();
-        Ok(Assignment {
+        Ok(crate::tiebreak::optimal_assignment(
+            problem,
+            &values,
+            value,
+            &lambda,
+            options.max_visits,
             choice,
-            objective: objective_value,
             visited,
-            lower_bound: objective_value,
-            optimal: true,
-        })
+        ))
     } else {
         Ok(Assignment {
             choice,

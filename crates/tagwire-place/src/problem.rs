@@ -521,6 +521,14 @@ impl<'t> PlacementProblem<'t> {
         &self.cand_loads[u][k]
     }
 
+    /// Whether unit `u` at candidate `k` fits every capacity row on top of
+    /// the partial `loads` (one per row): the searches' pruning test.
+    pub fn candidate_fits(&self, u: usize, k: usize, loads: &[f64]) -> bool {
+        self.cand_loads[u][k]
+            .iter()
+            .all(|&(r, x)| fits_capacity(loads[r as usize] + x, self.rows[r as usize].capacity))
+    }
+
     /// Number of complete combinations of candidates (as f64: it overflows
     /// integers quickly). This is what a naive exhaustive search enumerates.
     pub fn combinations(&self) -> f64 {

@@ -11,7 +11,30 @@
 //! lower bound; it has a visit limit, after which the solver's own optimum
 //! is kept (reported by [`canonical`] returning `None`).
 
-use crate::problem::{fits_capacity, value_slack, PlacementProblem};
+use crate::problem::{value_slack, PlacementProblem};
+
+/// A proven optimum `choice` of value `optimum`, found with `visited`
+/// nodes, as the canonical placement of that value (see [`canonical`]; the
+/// search's own `choice` if the visit limit is reached first).
+pub(crate) fn optimal_assignment(
+    problem: &PlacementProblem<'_>,
+    values: &[Vec<f64>],
+    optimum: f64,
+    lambda: &[f64],
+    max_visits: u64,
+    choice: Vec<usize>,
+    visited: u64,
+) -> crate::exhaustive::Assignment {
+    let choice = canonical(problem, values, optimum, lambda, max_visits).unwrap_or(choice);
+    let objective = choice.iter().enumerate().map(|(u, &k)| values[u][k]).sum();
+    crate::exhaustive::Assignment {
+        choice,
+        objective,
+        visited,
+        lower_bound: objective,
+        optimal: true,
+    }
+}
 
 /// The lexicographically smallest placement with value ≤ `optimum` +
 /// slack. `lambda` (one multiplier ≥ 0 per capacity row, or empty) only
@@ -79,18 +102,14 @@ pub(crate) fn canonical(
             if bound > limit + value_slack(limit) || cur_val + val > limit {
                 continue;
             }
-            let ls = problem.candidate_loads(depth, k);
-            if !ls
-                .iter()
-                .all(|&(r, x)| fits_capacity(loads[r as usize] + x, rows[r as usize].capacity))
-            {
+            if !problem.candidate_fits(depth, k, &loads) {
                 continue;
             }
             chosen[depth] = k;
             if depth + 1 == units {
                 return Some(chosen);
             }
-            for &(r, x) in ls {
+            for &(r, x) in problem.candidate_loads(depth, k) {
                 loads[r as usize] += x;
             }
             cur_rc += rc[depth][k];

@@ -96,6 +96,16 @@ pub fn admit(ev: &tagwire_proto::EventRef<'_>, now: u64) -> Admit {
     }
 }
 
+/// [`admit`], asking for the time only when `ev` has a lifetime or a start
+/// time: most events have neither, and a clock read per event is a
+/// measurable share of the router's per-event cost.
+pub fn admit_with(ev: &tagwire_proto::EventRef<'_>, now: impl FnOnce() -> u64) -> Admit {
+    if ev.start_time_ns.is_none() && deadline(ev) == NEVER {
+        return Admit::Now { deadline: NEVER };
+    }
+    admit(ev, now())
+}
+
 /// Items held until a due time (ns, any clock the caller uses consistently),
 /// released in due-time order, ties in the order they were deferred.
 ///
@@ -178,6 +188,41 @@ impl<T> Deferred<T> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn admit_with_reads_the_clock_only_for_timed_events() {
+        let plain = tagwire_proto::Event::new("/t", "x");
+        let bytes = encoded(&plain);
+        let ev = tagwire_proto::EventRef::parse(&bytes).expect("parse");
+        let mut asked = false;
+        let d = admit_with(&ev, || {
+            asked = true;
+            5
+        });
+        assert_eq!(d, Admit::Now { deadline: NEVER });
+        assert!(
+            !asked,
+            "an event without lifetime or start time needs no clock"
+        );
+
+        let mut timed = tagwire_proto::Event::new("/t", "x");
+        timed.header.start_time_ns = Some(100);
+        let bytes = encoded(&timed);
+        let ev = tagwire_proto::EventRef::parse(&bytes).expect("parse");
+        let d = admit_with(&ev, || 50);
+        assert_eq!(
+            d,
+            admit(&ev, 50),
+            "a timed event is decided at the time given"
+        );
+        assert!(matches!(d, Admit::Hold { until: 100, .. }));
+    }
+
+    fn encoded(e: &tagwire_proto::Event) -> Vec<u8> {
+        let mut b = bytes::BytesMut::new();
+        e.encode(&mut b).expect("encode");
+        b.to_vec()
+    }
 
     #[test]
     fn releases_in_due_order_and_only_when_due() {

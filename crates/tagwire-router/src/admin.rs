@@ -892,6 +892,7 @@ pub(crate) fn lane_entries(st: &State) -> Vec<LaneEntry> {
             sched_applied: l.sched_applied.clone(),
             fell_back: l.fell_back.clone(),
             dscp: l.dscp,
+            cpus: l.cpus.clone(),
             tcp: l.tcp.map(|a| a.to_string()),
             unix: l.unix.as_ref().map(|p| p.display().to_string()),
         })
@@ -933,6 +934,10 @@ pub struct LaneEntry {
     pub fell_back: Option<String>,
     /// DSCP of the band's sockets (0..=63).
     pub dscp: u8,
+    /// The CPUs its lane is pinned to (`[[bands]] cpus`, canonical form such
+    /// as `0,2-3`); empty: any CPU. Clients pin the band's threads to them.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub cpus: String,
     /// Its TCP listener.
     #[serde(default)]
     pub tcp: Option<String>,

@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{ConfigError, RouterConfig};
-use crate::priority::SchedPolicy;
+use crate::priority::{CpuList, SchedPolicy};
 use tagwire_core::qos::Dscp;
 
 /// The name of the band the main listeners serve.
@@ -55,6 +55,10 @@ pub struct BandConfig {
     /// Unix socket path (default: derived from the main `unix`).
     #[serde(default)]
     pub unix: Option<PathBuf>,
+    /// CPUs the lane runs on, as `taskset -c` takes them (`"1"`, `"0,2-3"`);
+    /// clients apply it to the band's threads too. Default: any CPU.
+    #[serde(default)]
+    pub cpus: Option<String>,
 }
 
 fn default_sched() -> String {
@@ -83,6 +87,7 @@ pub fn default_bands() -> Vec<BandConfig> {
         dscp: dscp.into(),
         tcp: None,
         unix: None,
+        cpus: None,
     })
     .collect()
 }
@@ -105,6 +110,8 @@ pub struct Band {
     pub tcp_derived: bool,
     /// Its Unix listener, if any.
     pub unix: Option<PathBuf>,
+    /// The CPUs its lane is pinned to (`None`: any).
+    pub cpus: Option<CpuList>,
 }
 
 /// Parses a band's DSCP with core's [`Dscp`] (a class name, a band name or
@@ -161,6 +168,13 @@ pub fn plan(config: &RouterConfig) -> Result<Vec<Band>, ConfigError> {
             .parse()
             .map_err(|e| bad(format!("band {:?}: sched {:?}: {e}", b.name, b.sched)))?;
         let dscp = parse_dscp(&b.dscp, rank).map_err(|e| bad(format!("band {:?}: {e}", b.name)))?;
+        let cpus = match &b.cpus {
+            None => None,
+            Some(text) => Some(
+                text.parse::<CpuList>()
+                    .map_err(|e| bad(format!("band {:?}: cpus {:?}: {e}", b.name, text)))?,
+            ),
+        };
         let tcp_derived = rank != default && b.tcp.is_none();
         let (tcp, unix) = if rank == default {
             (b.tcp.or(config.tcp), b.unix.clone().or(config.unix.clone()))
@@ -188,6 +202,7 @@ pub fn plan(config: &RouterConfig) -> Result<Vec<Band>, ConfigError> {
             tcp,
             tcp_derived,
             unix,
+            cpus,
         });
     }
     Ok(out)
@@ -270,5 +285,21 @@ mod tests {
             ..RouterConfig::default()
         };
         assert!(plan(&config).unwrap_err().to_string().contains("express"));
+        let mut config = RouterConfig::default();
+        config.bands[3].cpus = Some("1-0".into());
+        let e = plan(&config).unwrap_err().to_string();
+        assert!(e.contains("critical") && e.contains("1-0"), "{e}");
+    }
+
+    #[test]
+    fn a_band_takes_a_cpu_list() {
+        let mut config = RouterConfig::default();
+        config.bands[2].cpus = Some("1".into());
+        let bands = plan(&config).expect("valid");
+        assert_eq!(
+            bands[2].cpus.as_ref().map(|c| c.cpus().to_vec()),
+            Some(vec![1])
+        );
+        assert_eq!(bands[0].cpus, None);
     }
 }

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use tagwire_core::connection::{self as engine, Connection, Input, Publish};
-use tagwire_core::defer::{admit, Admit};
+use tagwire_core::defer::{admit_with, Admit};
 use tagwire_core::filter::FilterList;
 use tagwire_core::qos::{Level, QosLayer};
 use tagwire_core::queue::BoundedQueue;
@@ -286,7 +286,8 @@ async fn serve_with<R, W>(
                 break;
             };
             rb.frame_taken();
-            if let Input::Subscribe { .. } | Input::Admin { .. } = &input {
+            let precompiled = matches!(input, Input::Subscribe { .. } | Input::Admin { .. });
+            if precompiled {
                 precompile_filters(&state, &input).await;
             }
             let chunk = |len: usize| (!rb.is_large(len)).then_some(epoch);
@@ -304,7 +305,9 @@ async fn serve_with<R, W>(
                 }
                 input => conn.handle(input, chunk),
             }
-            state.borrow().filters.clear_precompiled();
+            if precompiled {
+                state.borrow().filters.clear_precompiled();
+            }
             if !conn.flush() {
                 break 'read;
             }
@@ -1001,7 +1004,7 @@ impl Conn {
                 }
             }
         }
-        let decision = admit(&ev, now_ns());
+        let decision = admit_with(&ev, now_ns);
         let deadline = match decision {
             Admit::Expired => {
                 st.expired += 1;

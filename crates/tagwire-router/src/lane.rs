@@ -2,7 +2,8 @@
 //! event loop and its band's scheduling policy. A lane accepts on its band's
 //! listeners (marking TCP sockets with the band's DSCP) and serves those
 //! connections; lanes never steal work from one another. The routing tables
-//! are shared under one lock ([`crate::sync`]); an event published on one
+//! are shared under one priority-inheriting lock ([`crate::sync`]); a lane
+//! may be pinned to CPUs (`[[bands]] cpus`); an event published on one
 //! lane is queued by that lane into the subscribers' channels and written by
 //! each subscriber connection's own lane.
 //!
@@ -105,6 +106,16 @@ fn take_priority(band: &Band, state: &Locked<State>) {
             ("other".into(), Some(e.to_string()))
         }
     };
+    let cpus = match &band.cpus {
+        None => String::new(),
+        Some(list) => match crate::priority::apply_affinity(list) {
+            Ok(()) => list.to_string(),
+            Err(e) => {
+                tracing::warn!(band = %band.name, "lane cannot be pinned to CPUs {list} ({e}); it runs on any CPU");
+                String::new()
+            }
+        },
+    };
     let mut st = state.borrow_mut();
     match st.lanes.iter_mut().find(|l| l.band == band.name) {
         // Re-scheduled at run time: the listeners stay as they are.
@@ -112,6 +123,7 @@ fn take_priority(band: &Band, state: &Locked<State>) {
             info.sched_wanted = wanted;
             info.sched_applied = applied;
             info.fell_back = fell_back;
+            info.cpus = cpus;
         }
         None => st.lanes.push(LaneInfo {
             band: band.name.clone(),
@@ -119,6 +131,7 @@ fn take_priority(band: &Band, state: &Locked<State>) {
             sched_wanted: wanted,
             sched_applied: applied,
             fell_back,
+            cpus,
             tcp: None,
             unix: band.unix.clone(),
         }),

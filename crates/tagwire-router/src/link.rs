@@ -912,7 +912,11 @@ pub(crate) async fn run(state: Arc<Locked<State>>, lane: crate::lane::LaneOf, ds
             st.channels.touch();
         }
         let generation = st.channels.generation();
-        if generation != st.fed.advertised {
+        // Interest matters only to neighbours: with no link, computing it
+        // (O(subscriptions), under the table lock) every tick while
+        // subscriptions change stalled every lane's publishes. A link that
+        // comes up gets it on the next tick (the generation still differs).
+        if generation != st.fed.advertised && !st.fed.links.is_empty() {
             st.fed.advertised = generation;
             let interest = local_interest(&st);
             if let Some(a) = st.fed.topo.set_interest(interest) {

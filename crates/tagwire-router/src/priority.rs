@@ -633,3 +633,186 @@ mod tests {
         );
     }
 }
+
+/// A set of CPUs a lane (and its band's client threads) may run on, written
+/// as `taskset -c` and `/sys/…/cpulist` write it: `0`, `2-3`, `0,2-3`.
+/// Kept sorted and without repeats; at most [`CpuList::MAX_CPU`].
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CpuList(Vec<usize>);
+
+/// Why a CPU list was refused.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CpuListError {
+    /// The text names no CPU.
+    #[error("an empty CPU list: name CPUs as in `taskset -c`, e.g. \"1\" or \"0,2-3\"")]
+    Empty,
+    /// An item is not a number or a range `A-B` with A ≤ B.
+    #[error("{item:?} is not a CPU number or a range A-B with A <= B (e.g. \"0,2-3\")")]
+    Item {
+        /// The offending item.
+        item: String,
+    },
+    /// A CPU past what the OS can address.
+    #[error("CPU {cpu} is past the largest CPU number the OS takes ({max})")]
+    TooLarge {
+        /// The offending CPU.
+        cpu: usize,
+        /// The largest accepted.
+        max: usize,
+    },
+}
+
+impl CpuList {
+    /// The largest CPU number a list may hold (the kernel's `CPU_SETSIZE`).
+    pub const MAX_CPU: usize = rustix::thread::CpuSet::MAX_CPU - 1;
+
+    /// The CPUs, ascending.
+    pub fn cpus(&self) -> &[usize] {
+        &self.0
+    }
+}
+
+impl FromStr for CpuList {
+    type Err = CpuListError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let mut cpus = Vec::new();
+        for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            let bad = || CpuListError::Item { item: item.into() };
+            let num = |t: &str| -> Result<usize, CpuListError> {
+                let cpu: usize = t.trim().parse().map_err(|_| bad())?;
+                if cpu > Self::MAX_CPU {
+                    return Err(CpuListError::TooLarge {
+                        cpu,
+                        max: Self::MAX_CPU,
+                    });
+                }
+                Ok(cpu)
+            };
+            let (a, b) = match item.split_once('-') {
+                Some((a, b)) => (num(a)?, num(b)?),
+                None => {
+                    let c = num(item)?;
+                    (c, c)
+                }
+            };
+            if a > b {
+                return Err(bad());
+            }
+            cpus.extend(a..=b);
+        }
+        cpus.sort_unstable();
+        cpus.dedup();
+        if cpus.is_empty() {
+            return Err(CpuListError::Empty);
+        }
+        Ok(CpuList(cpus))
+    }
+}
+
+impl fmt::Display for CpuList {
+    /// The canonical form: ascending ranges (`0,2-3`).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut first = true;
+        let mut i = 0;
+        while i < self.0.len() {
+            let start = self.0[i];
+            let mut end = start;
+            while i + 1 < self.0.len() && self.0[i + 1] == end + 1 {
+                i += 1;
+                end = self.0[i];
+            }
+            if !first {
+                f.write_str(",")?;
+            }
+            first = false;
+            if start == end {
+                write!(f, "{start}")?;
+            } else {
+                write!(f, "{start}-{end}")?;
+            }
+            i += 1;
+        }
+        Ok(())
+    }
+}
+
+/// Pins the calling thread to `cpus` (`sched_setaffinity(2)`). Fails, and
+/// changes nothing, when none of them is online or the process may not use
+/// them (a cpuset cgroup): the caller logs it once and runs unpinned.
+pub fn apply_affinity(cpus: &CpuList) -> io::Result<()> {
+    let mut set = rustix::thread::CpuSet::new();
+    for &c in cpus.cpus() {
+        set.set(c);
+    }
+    rustix::thread::sched_setaffinity(None, &set).map_err(io::Error::from)
+}
+
+#[cfg(test)]
+mod cpu_list_tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn cpu_lists_parse_as_taskset_writes_them() {
+        let l: CpuList = "3, 0-1,1".parse().expect("valid");
+        assert_eq!(l.cpus(), [0, 1, 3]);
+        assert_eq!(l.to_string(), "0-1,3");
+        assert_eq!(
+            "2".parse::<CpuList>().map(|l| l.to_string()),
+            Ok("2".into())
+        );
+    }
+
+    #[test]
+    fn bad_cpu_lists_are_refused_naming_the_item() {
+        assert_eq!("".parse::<CpuList>(), Err(CpuListError::Empty));
+        assert_eq!(
+            "0,x".parse::<CpuList>(),
+            Err(CpuListError::Item { item: "x".into() })
+        );
+        assert_eq!(
+            "3-1".parse::<CpuList>(),
+            Err(CpuListError::Item { item: "3-1".into() })
+        );
+        assert!(matches!(
+            "99999".parse::<CpuList>(),
+            Err(CpuListError::TooLarge { cpu: 99999, .. })
+        ));
+    }
+
+    #[test]
+    fn pinning_to_a_cpu_this_thread_may_use_takes_effect() {
+        let allowed = rustix::thread::sched_getaffinity(None).expect("getaffinity");
+        let cpu = (0..CpuList::MAX_CPU)
+            .find(|&c| allowed.is_set(c))
+            .expect("some CPU");
+        let list: CpuList = cpu.to_string().parse().expect("valid");
+        std::thread::spawn(move || {
+            apply_affinity(&list).expect("pin");
+            let now = rustix::thread::sched_getaffinity(None).expect("getaffinity");
+            assert_eq!(now.count(), 1);
+            assert!(now.is_set(cpu));
+        })
+        .join()
+        .expect("thread");
+    }
+
+    proptest! {
+        #[test]
+        fn any_text_parses_or_is_refused_without_panic(s in ".{0,40}") {
+            let _ = s.parse::<CpuList>();
+        }
+
+        #[test]
+        fn display_round_trips(cpus in proptest::collection::btree_set(0usize..256, 1..20)) {
+            let text = cpus.iter().map(usize::to_string).collect::<Vec<_>>().join(",");
+            let l: CpuList = text.parse().expect("valid");
+            let back: CpuList = l.to_string().parse().expect("canonical form parses");
+            prop_assert_eq!(l.cpus(), back.cpus());
+            let want: Vec<usize> = cpus.into_iter().collect();
+            prop_assert_eq!(l.cpus(), want.as_slice());
+        }
+    }
+}

@@ -522,6 +522,7 @@ pub(crate) fn admin_show(
             "sched": l.sched_wanted,
             "sched_applied": l.sched_applied,
             "fell_back": l.fell_back,
+            "cpus": l.cpus,
         })),
         "dscp": conn.map(|c| c.dscp.unwrap_or_else(|| lane.map_or(0, |l| l.dscp))),
         "channels": channels,

@@ -63,6 +63,8 @@ pub(crate) struct LaneInfo {
     pub sched_applied: String,
     /// Why it differs, if it does.
     pub fell_back: Option<String>,
+    /// The CPUs it is pinned to (empty: any), and why not if it asked.
+    pub cpus: String,
     /// Its listeners.
     pub tcp: Option<std::net::SocketAddr>,
     /// Its Unix listener.
@@ -159,7 +161,7 @@ pub(crate) struct State {
     /// Filters attached by subscriptions and admin requests.
     pub filters: FilterBook,
     /// Each publisher endpoint's filters, by endpoint name.
-    pub sources: HashMap<Arc<str>, SourceFilters>,
+    pub sources: hashbrown::HashMap<Arc<str>, SourceFilters>,
     /// Events dropped because their publisher's filters rejected them.
     pub filtered_at_source: u64,
     /// Events held until their start time.
@@ -240,7 +242,7 @@ impl State {
             untracked_publishes: 0,
             expired: 0,
             filters,
-            sources: HashMap::new(),
+            sources: hashbrown::HashMap::new(),
             filtered_at_source: 0,
             deferred,
             deferred_wake: Arc::default(),

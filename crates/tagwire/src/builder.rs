@@ -52,6 +52,9 @@ pub(crate) struct ClientBand {
     pub name: String,
     pub dscp: u8,
     pub sched: tagwire_router::priority::SchedPolicy,
+    /// The CPUs the band's lane is pinned to (`[[bands]] cpus`): the
+    /// band's reader thread is pinned to them too.
+    pub cpus: Option<tagwire_router::priority::CpuList>,
 }
 
 impl std::fmt::Debug for Options {

@@ -577,6 +577,7 @@ impl Session {
             name: band.to_owned(),
             dscp: lane.dscp,
             sched: lane.sched.parse().unwrap_or_default(),
+            cpus: lane.cpus.parse().ok(),
         });
         let s = Session::open(target, options)?;
         lock(&inner.bands).insert(band.to_owned(), s.clone());
@@ -1289,6 +1290,16 @@ fn reader_main(inner: Arc<Inner>, mut stream: Stream, mut leftover: BytesMut) {
             ),
             Ok(_) => {}
             Err(e) => tracing::warn!("band {}: scheduling {} not applied: {e}", b.name, b.sched),
+        }
+        // On the band's CPUs too, so a real-time band's client work stays
+        // off the CPUs that carry bulk traffic.
+        if let Some(cpus) = &b.cpus {
+            if let Err(e) = tagwire_router::priority::apply_affinity(cpus) {
+                tracing::warn!(
+                    "band {}: the reader thread cannot be pinned to CPUs {cpus} ({e})",
+                    b.name
+                );
+            }
         }
     }
     let mut backoff = BACKOFF_MIN;

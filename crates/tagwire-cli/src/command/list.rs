@@ -51,11 +51,12 @@ pub fn run(session: &Session, a: ListArgs) -> CmdResult {
     if !l.lanes.is_empty() {
         outln!("\nLANES");
         outln!(
-            "  {:<10} {:<10} {:<10} {:>4}  LISTENERS",
+            "  {:<10} {:<10} {:<10} {:>4} {:<6} LISTENERS",
             "BAND",
             "SCHED",
             "RUNNING",
-            "DSCP"
+            "DSCP",
+            "CPUS"
         );
         for lane in &l.lanes {
             let listeners: Vec<String> = [
@@ -66,11 +67,16 @@ pub fn run(session: &Session, a: ListArgs) -> CmdResult {
             .flatten()
             .collect();
             outln!(
-                "  {:<10} {:<10} {:<10} {:>4}  {}",
+                "  {:<10} {:<10} {:<10} {:>4} {:<6} {}",
                 lane.band,
                 lane.sched,
                 lane.sched_applied,
                 lane.dscp,
+                if lane.cpus.is_empty() {
+                    "any"
+                } else {
+                    &lane.cpus
+                },
                 listeners.join(" ")
             );
         }

@@ -1,0 +1,207 @@
+#!/usr/bin/env bash
+# scripts/isolation.sh [--rounds N] [--pings N] [--no-write] — band isolation
+# (issue 23, "Isolation"): does a saturating low-band flood delay a real-time
+# high-band client? Not in CI (it needs root for SCHED_FIFO and a quiet-ish
+# machine); writes the `isolation` section of BENCHMARKS.md.
+#
+# One daemon (release build, default bands). Real-time clients run under
+# `chrt -f 50`, as a real-time application runs them. Every p99 is compared
+# with a busy-idle baseline measured in the same round: both CPUs kept busy
+# by ordinary `yes` processes, so idle-state wake-ups do not count. Cases:
+#
+#   unix  high-band `tagwire ping` over the high band's Unix socket while two
+#         ordinary `tagwire pub --size 1024` floods and a subscriber run on
+#         the low band's Unix socket; also the high band's publish→deliver
+#         round trip (`tagwire bench latency`, echo client) under that flood.
+#   tcp   the same over TCP (high band's port; floods on the low band's
+#         port), against a raw TCP flood of the machine that never touches
+#         the daemon (a relay in this script's helper: 1 KiB writes through
+#         loopback), whose p99 is the kernel's floor.
+#   crit  the critical band's ping under the Unix flood (no worse than high).
+#
+# TAGWIRE_BIN=DIR runs the binaries in DIR instead of building (A/B runs);
+# TAGWIRE_CONFIG=FILE starts the daemon with that config (e.g. bands pinned
+# to CPUs, docs/configuration.md).
+#
+# Output: a table of p50/p99 per case and round, and the ratios the issue
+# sets (unix ≤ 1.3x busy-idle; tcp ≤ 1.2x the raw flood's p99).
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+ROUNDS=3
+PINGS=2000
+WRITE=1
+while [[ $# -gt 0 ]]; do
+    case "$1" in
+        --rounds) ROUNDS=${2:?}; shift ;;
+        --pings) PINGS=${2:?}; shift ;;
+        --no-write) WRITE=0 ;;
+        -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+        *) echo "isolation.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
+    esac
+    shift
+done
+if [[ $(id -u) != 0 ]]; then
+    echo "isolation.sh: needs root (SCHED_FIFO clients and lanes); run it with sudo" >&2
+    exit 2
+fi
+command -v python3 >/dev/null || { echo "isolation.sh: needs python3 (the raw TCP flood)" >&2; exit 2; }
+# TAGWIRE_BIN=DIR: use the tagwire and tagwired in DIR (e.g. an older build,
+# for an A/B) instead of building this checkout.
+if [[ -n ${TAGWIRE_BIN:-} ]]; then
+    B=$TAGWIRE_BIN
+else
+    TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
+    cargo build --release --quiet -p tagwire-cli
+    B=$TARGET/release
+fi
+WORK=$(mktemp -d /tmp/tagwire-isolation.XXXXXX)
+export XDG_RUNTIME_DIR=$WORK/rt
+mkdir -p "$XDG_RUNTIME_DIR"; chmod 700 "$XDG_RUNTIME_DIR"
+PIDS=()
+cleanup() {
+    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+PORT=17900
+"$B/tagwired" ${TAGWIRE_CONFIG:+--config "$TAGWIRE_CONFIG"} --tcp 127.0.0.1:$PORT >"$WORK/daemon.log" 2>&1 &
+PIDS+=($!)
+for _ in $(seq 100); do [[ -S $XDG_RUNTIME_DIR/tagwire/tagwire-high.sock ]] && break; sleep 0.1; done
+SOCK=$XDG_RUNTIME_DIR/tagwire
+HIGH_UNIX=unix://$SOCK/tagwire-high.sock
+CRIT_UNIX=unix://$SOCK/tagwire-critical.sock
+LOW_UNIX=unix://$SOCK/tagwire-low.sock
+HIGH_TCP=tcp://127.0.0.1:$((PORT + 2))
+LOW_TCP=tcp://127.0.0.1:$((PORT + 1))
+
+# p50 and p99 (µs) of `tagwire ping` lines on stdin.
+quantiles() {
+    grep -o 'time=[0-9.]*' | cut -d= -f2 | sort -n |
+        awk '{a[NR]=$1} END{if (NR==0) {print "nan nan"} else {print a[int(NR*0.5)+0], a[int(NR*0.99)+0]}}'
+}
+ping_q() { # server
+    timeout 60 chrt -f 50 "$B/tagwire" -s "$1" ping -n "$PINGS" -i 1 2>/dev/null | quantiles
+}
+# p50 and p99 (µs) of the publish→deliver round trip through an echo client.
+rtt_q() { # server
+    timeout 60 chrt -f 50 "$B/tagwire" -s "$1" bench latency --size 64 --duration 2 --json 2>/dev/null |
+        python3 -c 'import json,sys; d=json.loads(sys.stdin.read().strip().splitlines()[-1]); print(d["rtt_p50_us"], d["rtt_p99_us"])' ||
+        echo "nan nan"
+}
+busy_on() { yes >/dev/null & Y1=$!; yes >/dev/null & Y2=$!; sleep 0.3; }
+busy_off() { kill $Y1 $Y2; wait $Y1 $Y2 2>/dev/null || true; }
+flood_on() { # server of the low band
+    FL=()
+    "$B/tagwire" -s "$1" sub '/iso/**' >/dev/null 2>&1 & FL+=($!)
+    for _ in 1 2; do
+        "$B/tagwire" -s "$1" pub /iso/x --size 1024 --count 1000000000 >/dev/null 2>&1 & FL+=($!)
+    done
+    sleep 1
+}
+flood_off() { kill "${FL[@]}" 2>/dev/null || true; wait "${FL[@]}" 2>/dev/null || true; }
+# A raw TCP flood on loopback that never touches the daemon: 1 KiB writes.
+raw_flood_on() {
+    python3 - "$WORK/raw.port" <<'PY' &
+import socket, sys, threading
+srv = socket.socket(); srv.bind(("127.0.0.1", 0)); srv.listen(4)
+open(sys.argv[1], "w").write(str(srv.getsockname()[1]))
+def sink(c):
+    while c.recv(1 << 16):
+        pass
+def pump(port):
+    s = socket.create_connection(("127.0.0.1", port))
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    buf = b"x" * 1024
+    while True:
+        s.sendall(buf)
+port = srv.getsockname()[1]
+for _ in range(2):
+    threading.Thread(target=pump, args=(port,), daemon=True).start()
+    c, _ = srv.accept()
+    threading.Thread(target=sink, args=(c,), daemon=True).start()
+threading.Event().wait()
+PY
+    RAW=$!
+    sleep 1
+}
+raw_flood_off() { kill $RAW 2>/dev/null || true; wait $RAW 2>/dev/null || true; }
+
+RES=$WORK/results.txt
+: > "$RES"
+for r in $(seq "$ROUNDS"); do
+    busy_on
+    echo "$r unix-idle-ping $(ping_q "$HIGH_UNIX")" >>"$RES"
+    echo "$r unix-idle-rtt $(rtt_q "$HIGH_UNIX")" >>"$RES"
+    echo "$r tcp-idle-ping $(ping_q "$HIGH_TCP")" >>"$RES"
+    echo "$r tcp-idle-rtt $(rtt_q "$HIGH_TCP")" >>"$RES"
+    busy_off
+    flood_on "$LOW_UNIX"
+    echo "$r unix-flood-ping $(ping_q "$HIGH_UNIX")" >>"$RES"
+    echo "$r unix-flood-rtt $(rtt_q "$HIGH_UNIX")" >>"$RES"
+    echo "$r crit-flood-ping $(ping_q "$CRIT_UNIX")" >>"$RES"
+    flood_off
+    flood_on "$LOW_TCP"
+    echo "$r tcp-flood-ping $(ping_q "$HIGH_TCP")" >>"$RES"
+    echo "$r tcp-flood-rtt $(rtt_q "$HIGH_TCP")" >>"$RES"
+    flood_off
+    raw_flood_on
+    echo "$r tcp-raw-ping $(ping_q "$HIGH_TCP")" >>"$RES"
+    echo "$r tcp-raw-rtt $(rtt_q "$HIGH_TCP")" >>"$RES"
+    raw_flood_off
+    echo "round $r done" >&2
+done
+cat "$RES"
+python3 - "$RES" "$ROUNDS" "$PINGS" "$(nproc)" "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)" "$(git rev-parse --short HEAD)" >"$WORK/section.md" <<'PY'
+import sys, collections
+res, rounds, pings, nproc, cpu, rev = sys.argv[1:7]
+d = collections.defaultdict(dict)
+for line in open(res):
+    r, case, p50, p99 = line.split()
+    d[int(r)][case] = (float(p50), float(p99))
+def ratio(a, b):
+    return "n/a" if b != b or b == 0 else f"{a / b:.2f}x"
+print("<!-- BEGIN isolation -->")
+print("## Band isolation (issue 23): a low-band flood against a real-time high band\n")
+print(f"`scripts/isolation.sh --rounds {rounds} --pings {pings}`; tagwire revision {rev}; "
+      f"`nproc` = {nproc} ({cpu}). Clients under `chrt -f 50`; default bands "
+      "(high lane `fifo:10`, critical `fifo:20`, low `other`). Baseline: busy-idle "
+      "(two `yes` processes keep both CPUs out of idle). p50/p99 in µs.\n")
+print("| round | case | p50 | p99 | p99 ÷ baseline | target |")
+print("|---:|---|---:|---:|---:|---|")
+for r in sorted(d):
+    x = d[r]
+    rows = [
+        ("Unix, ping, busy-idle", "unix-idle-ping", None, ""),
+        ("Unix, ping, low-band flood", "unix-flood-ping", "unix-idle-ping", "≤ 1.3x busy-idle"),
+        ("Unix, critical ping, low-band flood", "crit-flood-ping", "unix-flood-ping", "≤ 1.0x high's (÷ high)"),
+        ("Unix, pub→deliver RTT, busy-idle", "unix-idle-rtt", None, ""),
+        ("Unix, pub→deliver RTT, low-band flood", "unix-flood-rtt", "unix-idle-rtt", "≤ 1.3x busy-idle"),
+        ("TCP, ping, busy-idle", "tcp-idle-ping", None, ""),
+        ("TCP, ping, raw TCP flood", "tcp-raw-ping", "tcp-idle-ping", "(the kernel's floor)"),
+        ("TCP, ping, tagwire low-band flood", "tcp-flood-ping", "tcp-raw-ping", "≤ 1.2x raw flood (÷ raw)"),
+        ("TCP, pub→deliver RTT, busy-idle", "tcp-idle-rtt", None, ""),
+        ("TCP, pub→deliver RTT, raw TCP flood", "tcp-raw-rtt", "tcp-idle-rtt", "(the kernel's floor)"),
+        ("TCP, pub→deliver RTT, tagwire low-band flood", "tcp-flood-rtt", "tcp-raw-rtt", "≤ 1.2x raw flood (÷ raw)"),
+    ]
+    for name, key, base, target in rows:
+        if key not in x:
+            continue
+        p50, p99 = x[key]
+        rat = ratio(p99, x[base][1]) if base and base in x else ""
+        print(f"| {r} | {name} | {p50:.0f} | {p99:.0f} | {rat} | {target} |")
+print("<!-- END isolation -->")
+PY
+cat "$WORK/section.md"
+if (( WRITE )); then
+    python3 - "$ROOT/BENCHMARKS.md" "$WORK/section.md" <<'PY'
+import sys, re
+path, sec = sys.argv[1], open(sys.argv[2]).read().strip() + "\n"
+text = open(path).read()
+pat = re.compile(r"<!-- BEGIN isolation -->.*?<!-- END isolation -->\n?", re.S)
+text = pat.sub(lambda m: sec, text) if pat.search(text) else text.rstrip("\n") + "\n\n" + sec
+open(path, "w").write(text)
+PY
+    echo "wrote the isolation section of BENCHMARKS.md"
+fi

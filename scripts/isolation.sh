@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# scripts/isolation.sh [--rounds N] [--pings N] [--no-write] — band isolation
+# scripts/isolation.sh [--rounds N] [--pings N] [--no-write] [--section NAME] — band isolation
 # (issue 23, "Isolation"): does a saturating low-band flood delay a real-time
 # high-band client? Not in CI (it needs root for SCHED_FIFO and a quiet-ish
-# machine); writes the `isolation` section of BENCHMARKS.md.
+# machine); writes the `isolation` section (or NAME's) of BENCHMARKS.md.
 #
 # One daemon (release build, default bands). Real-time clients run under
 # `chrt -f 50`, as a real-time application runs them. Every p99 is compared
@@ -21,7 +21,9 @@
 #
 # TAGWIRE_BIN=DIR runs the binaries in DIR instead of building (A/B runs);
 # TAGWIRE_CONFIG=FILE starts the daemon with that config (e.g. bands pinned
-# to CPUs, docs/configuration.md).
+# to CPUs, docs/configuration.md); TAGWIRE_FLOOD_CPUS=LIST and
+# TAGWIRE_RT_CPUS=LIST run the floods and the real-time clients under
+# `taskset -c LIST` (the recipe of docs/configuration.md, "Pinning bands").
 #
 # Output: a table of p50/p99 per case and round, and the ratios the issue
 # sets (unix ≤ 1.3x busy-idle; tcp ≤ 1.2x the raw flood's p99).
@@ -31,12 +33,14 @@ cd "$ROOT"
 ROUNDS=3
 PINGS=2000
 WRITE=1
+SECTION=isolation
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --rounds) ROUNDS=${2:?}; shift ;;
         --pings) PINGS=${2:?}; shift ;;
         --no-write) WRITE=0 ;;
-        -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+        --section) SECTION=${2:?}; shift ;;
+        -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
         *) echo "isolation.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
     esac
     shift
@@ -81,12 +85,14 @@ quantiles() {
     grep -o 'time=[0-9.]*' | cut -d= -f2 | sort -n |
         awk '{a[NR]=$1} END{if (NR==0) {print "nan nan"} else {print a[int(NR*0.5)+0], a[int(NR*0.99)+0]}}'
 }
+RT=(); [[ -n ${TAGWIRE_RT_CPUS:-} ]] && RT=(taskset -c "$TAGWIRE_RT_CPUS")
+FLOOD=(); [[ -n ${TAGWIRE_FLOOD_CPUS:-} ]] && FLOOD=(taskset -c "$TAGWIRE_FLOOD_CPUS")
 ping_q() { # server
-    timeout 60 chrt -f 50 "$B/tagwire" -s "$1" ping -n "$PINGS" -i 1 2>/dev/null | quantiles
+    timeout 60 "${RT[@]}" chrt -f 50 "$B/tagwire" -s "$1" ping -n "$PINGS" -i 1 2>/dev/null | quantiles
 }
 # p50 and p99 (µs) of the publish→deliver round trip through an echo client.
 rtt_q() { # server
-    timeout 60 chrt -f 50 "$B/tagwire" -s "$1" bench latency --size 64 --duration 2 --json 2>/dev/null |
+    timeout 60 "${RT[@]}" chrt -f 50 "$B/tagwire" -s "$1" bench latency --size 64 --duration 2 --json 2>/dev/null |
         python3 -c 'import json,sys; d=json.loads(sys.stdin.read().strip().splitlines()[-1]); print(d["rtt_p50_us"], d["rtt_p99_us"])' ||
         echo "nan nan"
 }
@@ -94,16 +100,16 @@ busy_on() { yes >/dev/null & Y1=$!; yes >/dev/null & Y2=$!; sleep 0.3; }
 busy_off() { kill $Y1 $Y2; wait $Y1 $Y2 2>/dev/null || true; }
 flood_on() { # server of the low band
     FL=()
-    "$B/tagwire" -s "$1" sub '/iso/**' >/dev/null 2>&1 & FL+=($!)
+    "${FLOOD[@]}" "$B/tagwire" -s "$1" sub '/iso/**' >/dev/null 2>&1 & FL+=($!)
     for _ in 1 2; do
-        "$B/tagwire" -s "$1" pub /iso/x --size 1024 --count 1000000000 >/dev/null 2>&1 & FL+=($!)
+        "${FLOOD[@]}" "$B/tagwire" -s "$1" pub /iso/x --size 1024 --count 1000000000 >/dev/null 2>&1 & FL+=($!)
     done
     sleep 1
 }
 flood_off() { kill "${FL[@]}" 2>/dev/null || true; wait "${FL[@]}" 2>/dev/null || true; }
 # A raw TCP flood on loopback that never touches the daemon: 1 KiB writes.
 raw_flood_on() {
-    python3 - "$WORK/raw.port" <<'PY' &
+    "${FLOOD[@]}" python3 - "$WORK/raw.port" <<'PY' &
 import socket, sys, threading
 srv = socket.socket(); srv.bind(("127.0.0.1", 0)); srv.listen(4)
 open(sys.argv[1], "w").write(str(srv.getsockname()[1]))
@@ -153,21 +159,25 @@ for r in $(seq "$ROUNDS"); do
     echo "round $r done" >&2
 done
 cat "$RES"
-python3 - "$RES" "$ROUNDS" "$PINGS" "$(nproc)" "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)" "$(git rev-parse --short HEAD)" >"$WORK/section.md" <<'PY'
+python3 - "$RES" "$ROUNDS" "$PINGS" "$(nproc)" "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)" "$(git rev-parse --short HEAD)" "$SECTION" >"$WORK/section.md" <<'PY'
 import sys, collections
-res, rounds, pings, nproc, cpu, rev = sys.argv[1:7]
+res, rounds, pings, nproc, cpu, rev, section = sys.argv[1:8]
 d = collections.defaultdict(dict)
 for line in open(res):
     r, case, p50, p99 = line.split()
     d[int(r)][case] = (float(p50), float(p99))
 def ratio(a, b):
     return "n/a" if b != b or b == 0 else f"{a / b:.2f}x"
-print("<!-- BEGIN isolation -->")
-print("## Band isolation (issue 23): a low-band flood against a real-time high band\n")
+print(f"<!-- BEGIN {section} -->")
+print(f"## Band isolation (issue 23): a low-band flood against a real-time high band ({section})\n")
 print(f"`scripts/isolation.sh --rounds {rounds} --pings {pings}`; tagwire revision {rev}; "
       f"`nproc` = {nproc} ({cpu}). Clients under `chrt -f 50`; default bands "
       "(high lane `fifo:10`, critical `fifo:20`, low `other`). Baseline: busy-idle "
       "(two `yes` processes keep both CPUs out of idle). p50/p99 in µs.\n")
+import os
+extra = [f"{k}={os.environ[k]}" for k in ("TAGWIRE_CONFIG", "TAGWIRE_FLOOD_CPUS", "TAGWIRE_RT_CPUS") if os.environ.get(k)]
+if extra:
+    print("Settings: " + ", ".join(f"`{e}`" for e in extra) + ".\n")
 print("| round | case | p50 | p99 | p99 ÷ baseline | target |")
 print("|---:|---|---:|---:|---:|---|")
 for r in sorted(d):
@@ -191,17 +201,17 @@ for r in sorted(d):
         p50, p99 = x[key]
         rat = ratio(p99, x[base][1]) if base and base in x else ""
         print(f"| {r} | {name} | {p50:.0f} | {p99:.0f} | {rat} | {target} |")
-print("<!-- END isolation -->")
+print(f"<!-- END {section} -->")
 PY
 cat "$WORK/section.md"
 if (( WRITE )); then
-    python3 - "$ROOT/BENCHMARKS.md" "$WORK/section.md" <<'PY'
+    python3 - "$ROOT/BENCHMARKS.md" "$WORK/section.md" "$SECTION" <<'PY'
 import sys, re
-path, sec = sys.argv[1], open(sys.argv[2]).read().strip() + "\n"
+path, sec, name = sys.argv[1], open(sys.argv[2]).read().strip() + "\n", sys.argv[3]
 text = open(path).read()
-pat = re.compile(r"<!-- BEGIN isolation -->.*?<!-- END isolation -->\n?", re.S)
+pat = re.compile(r"<!-- BEGIN " + re.escape(name) + r" -->.*?<!-- END " + re.escape(name) + r" -->\n?", re.S)
 text = pat.sub(lambda m: sec, text) if pat.search(text) else text.rstrip("\n") + "\n\n" + sec
 open(path, "w").write(text)
 PY
-    echo "wrote the isolation section of BENCHMARKS.md"
+    echo "wrote the $SECTION section of BENCHMARKS.md"
 fi

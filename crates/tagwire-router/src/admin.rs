@@ -228,8 +228,8 @@ pub(crate) fn handle(
                     return Ok(Reply::WhenSettled(reply));
                 }
                 FilterLevel::Publisher => {
-                    if let Some(f) = st.sources.get(rec.info.endpoint.as_str()) {
-                        f.borrow_mut().remove(id);
+                    if let Some(f) = st.sources.get_mut(rec.info.endpoint.as_str()) {
+                        f.remove(id);
                     }
                 }
             }
@@ -727,11 +727,8 @@ fn add_filter(
                 .map_err(|e| invalid(kind, &text, e))?;
             bytes = f.memory_estimate();
             charge(st, bytes)?;
-            if let Some(source) = st.sources.get(endpoint) {
-                source
-                    .borrow_mut()
-                    .add(id, f)
-                    .map_err(|e| invalid(kind, &text, e))?;
+            if let Some(source) = st.sources.get_mut(endpoint) {
+                source.add(id, f).map_err(|e| invalid(kind, &text, e))?;
             }
         }
         (FilterLevel::Session, "map") => {

@@ -292,6 +292,34 @@ mod tests {
     }
 
     #[test]
+    fn the_pinned_bands_example_pins_real_time_lanes_apart_from_bulk() {
+        let path = Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../examples/bands-pinned.toml"
+        ));
+        let config = RouterConfig::load(path).expect("examples/bands-pinned.toml loads");
+        let bands = plan(&config).expect("valid bands");
+        let cpus: Vec<(&str, String)> = bands
+            .iter()
+            .map(|b| {
+                (
+                    b.name.as_str(),
+                    b.cpus.as_ref().map(|c| c.to_string()).unwrap_or_default(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            cpus,
+            [
+                ("low", "0".to_string()),
+                ("normal", "0".to_string()),
+                ("high", "1".to_string()),
+                ("critical", "1".to_string())
+            ]
+        );
+    }
+
+    #[test]
     fn a_band_takes_a_cpu_list() {
         let mut config = RouterConfig::default();
         config.bands[2].cpus = Some("1".into());

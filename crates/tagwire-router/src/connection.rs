@@ -734,7 +734,7 @@ impl Conn {
         st.reservations.remove(&name);
         st.usage(&self.identity).endpoints += 1;
         if kind == EndpointKind::Publisher {
-            let filters = Arc::new(Locked::new(FilterList::new(&st.filters.limits)));
+            let filters = FilterList::new(&st.filters.limits);
             st.sources.insert(Arc::from(name.as_str()), filters);
         }
         drop(st);
@@ -1012,10 +1012,10 @@ impl Conn {
             }
             Admit::Hold { deadline, .. } | Admit::Now { deadline } => deadline,
         };
-        let accepted = st.sources.get(&*p.endpoint).is_none_or(|f| {
-            let f = f.borrow();
-            f.is_empty() || f.any_matches(&ev)
-        });
+        let accepted = st
+            .sources
+            .get(&*p.endpoint)
+            .is_none_or(|f| f.is_empty() || f.any_matches(&ev));
         if !accepted {
             st.filtered_at_source += 1;
             return;

@@ -27,10 +27,10 @@ use tagwire_core::filter::{
 };
 use tagwire_proto::{Event, Expiry};
 
-/// A publisher endpoint's filters, shared between its connection (which
-/// applies them to each publish) and the router's state (where admin
-/// requests change them).
-pub(crate) type SourceFilters = std::sync::Arc<crate::sync::Locked<FilterList>>;
+/// A publisher endpoint's filters, kept in the router's state (admin
+/// requests change them; each publish reads them under the same lock, so
+/// they need no lock of their own).
+pub(crate) type SourceFilters = FilterList;
 
 /// The event re-encoded with a mapping filter's overrides (a per-channel
 /// copy: only channels whose mapping fires pay for it).

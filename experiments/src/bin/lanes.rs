@@ -157,7 +157,7 @@ fn take_sched(policy: SchedPolicy) -> String {
 enum Bench {
     Embedded(EmbeddedRouter),
     Socket {
-        router: RouterHandle,
+        router: Box<RouterHandle>,
         url: String,
         _dir: tempfile::TempDir,
     },
@@ -755,7 +755,7 @@ fn start_router(all_bands: Option<&str>) -> Res<Bench> {
         ..RouterConfig::default()
     };
     Ok(Bench::Socket {
-        router: Router::start(config)?,
+        router: Box::new(Router::start(config)?),
         url: format!("unix://{}", socket.display()),
         _dir: dir,
     })

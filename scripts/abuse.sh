@@ -10,7 +10,7 @@
 # second identity, token:mallory, with publish and subscribe rights on
 # everything and the default per-identity quotas), records its baseline
 # resident memory (RSS) and a healthy client's round trips while idle, then
-# runs each attack from crates/tagwire-router/examples/abuse.rs and prints,
+# runs each attack from experiments/src/bin/abuse.rs and prints,
 # per attack: the attacker's own line (with PASS/FAIL for its checks), peak
 # RSS during it, RSS after the attackers left (PASS if within 10 % of the
 # baseline, with a 4 MiB floor for small baselines), and the healthy
@@ -35,9 +35,9 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 addr="${ABUSE_ADDR:-127.0.0.1:7782}"
 cd "$root"
 cargo build --release --quiet --bin tagwired --bin tagwire -p tagwire-cli
-cargo build --release --quiet -p tagwire-router --example abuse
+cargo build --release --quiet --manifest-path experiments/Cargo.toml --bin abuse
 bin="${CARGO_TARGET_DIR:-$root/target}/release"
-abuse="$bin/examples/abuse"
+abuse="${CARGO_TARGET_DIR:-$root/experiments/target}/release/abuse"
 ulimit -n 16384 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 
 tmp="$(mktemp -d)"

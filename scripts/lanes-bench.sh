@@ -11,7 +11,8 @@
 #                                      # from the last run's results (after editing
 #                                      # bench/lanes-notes.md)
 #
-# It builds crates/tagwire-router/examples/lanes.rs in release mode and runs
+# It builds experiments/src/bin/lanes.rs (the experiments workspace) in
+# release mode and runs
 # it pinned to CPU 0 (`taskset -c 0`: on one CPU the threads' priorities
 # decide who runs, as on TAO's single-CPU testbed). Everything runs in that
 # one process: an embedded router with the default bands and the clients,
@@ -37,8 +38,8 @@ done
 target="${CARGO_TARGET_DIR:-$root/target}"
 results="$target/lanes/results.jsonl"
 mkdir -p "$target/lanes"
-cargo build --release --quiet -p tagwire-router --example lanes
-bin="$target/release/examples/lanes"
+cargo build --release --quiet --manifest-path experiments/Cargo.toml --bin lanes
+bin="${CARGO_TARGET_DIR:-$root/experiments/target}/release/lanes"
 
 out=(--notes bench/lanes-notes.md)
 if [[ $write -eq 1 ]]; then

@@ -14,9 +14,10 @@ cd "$(dirname "$0")/.."
 SECS=${1:-10}
 LISTENERS=${2:-40,152,400}
 [[ $(id -u) == 0 ]] || { echo "narada-fig10-11.sh: needs root (network namespaces)" >&2; exit 1; }
-cargo build --release -q -p tagwire-cli --bins --example narada_wan
+cargo build --release -q -p tagwire-cli --bins
+cargo build --release -q --manifest-path experiments/Cargo.toml --bin narada_wan
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
-target/release/examples/narada_wan --bin target/release --seconds "$SECS" \
+"${CARGO_TARGET_DIR:-experiments/target}/release/narada_wan" --bin "${CARGO_TARGET_DIR:-target}/release" --seconds "$SECS" \
   --listeners "$LISTENERS" --svg docs/narada-fig10-11.svg
 echo
 echo "command: scripts/narada-fig10-11.sh $SECS $LISTENERS; $(nproc) CPUs; $(date -u +%Y-%m-%dT%H:%MZ); git $(git rev-parse --short HEAD)"

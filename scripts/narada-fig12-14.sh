@@ -10,10 +10,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_RUN=${1:-120}
 [[ $(id -u) == 0 ]] || { echo "narada-fig12-14.sh: needs root (network namespaces)" >&2; exit 1; }
-cargo build --release -q -p tagwire-cli --example narada_clock
+cargo build --release -q --manifest-path experiments/Cargo.toml --bin narada_clock
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
-target/release/examples/narada_clock --seconds "$SECONDS_RUN" \
+"${CARGO_TARGET_DIR:-experiments/target}/release/narada_clock" --seconds "$SECONDS_RUN" \
   --csv "$OUT/clock.csv" --svg docs/narada-fig12-14.svg | tee "$OUT/table.txt"
 echo
 echo "command: scripts/narada-fig12-14.sh $SECONDS_RUN; $(nproc) CPUs; $(date -u +%Y-%m-%dT%H:%MZ); git $(git rev-parse --short HEAD)"

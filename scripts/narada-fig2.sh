@@ -10,8 +10,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PINGS=${1:-1000}
-cargo build --release -q -p tagwire-cli --example narada_hops
-BIN=target/release/examples/narada_hops
+cargo build --release -q --manifest-path experiments/Cargo.toml --bin narada_hops
+BIN="${CARGO_TARGET_DIR:-experiments/target}/release/narada_hops"
 echo "== free (both cores)"
 "$BIN" --pings "$PINGS" --max-hops 4 --sizes 64,1024,16384,65536
 echo

@@ -16,13 +16,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PINGS=${1:-300}
 [[ $(id -u) == 0 ]] || { echo "pushpull-fig5-11.sh: needs root (network namespaces)" >&2; exit 1; }
-cargo build --release -q -p tagwire-cli --bins --example pushpull_proxies
-BIN=target/release/examples/pushpull_proxies
+cargo build --release -q -p tagwire-cli --bins
+cargo build --release -q --manifest-path experiments/Cargo.toml --bin pushpull_proxies
+BIN="${CARGO_TARGET_DIR:-experiments/target}/release/pushpull_proxies"
 echo "== free (both cores)"
-"$BIN" --bin target/release --pings "$PINGS" --svg-dir docs
+"$BIN" --bin "${CARGO_TARGET_DIR:-target}/release" --pings "$PINGS" --svg-dir docs
 echo
 echo "== pinned: taskset -c 0"
-taskset -c 0 "$BIN" --bin target/release --pings "$PINGS" --only rtt
+taskset -c 0 "$BIN" --bin "${CARGO_TARGET_DIR:-target}/release" --pings "$PINGS" --only rtt
 echo
 echo "command: scripts/pushpull-fig5-11.sh $PINGS; $(nproc) CPUs; $(date -u +%Y-%m-%dT%H:%MZ); git $(git rev-parse --short HEAD)"
 echo "plots: docs/pushpull-fig6-9.svg docs/pushpull-fig10.svg docs/pushpull-fig11.svg"

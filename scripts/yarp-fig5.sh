@@ -12,7 +12,7 @@
 #   scripts/yarp-fig5.sh [--no-write] ARGS...
 #                                     ARGS go to the benchmark program, e.g.
 #                                     --places router --loads 70 --secs 2
-#                                     (target/release/examples/yarp_fig5 --help)
+#                                     (experiments/target/release/yarp_fig5 --help)
 #
 # Needs root (network namespaces, tc, SCHED_FIFO) and iproute2 with the
 # kernel's htb qdisc (`scripts/netns.sh check htb`). The run is bounded
@@ -39,7 +39,8 @@ if ! scripts/netns.sh check htb >/dev/null; then
     exit 1
 fi
 
-cargo build --release -p tagwire-cli --bin tagwired -p tagwire-testbed --example yarp_fig5
+cargo build --release -p tagwire-cli --bin tagwired
+cargo build --release --manifest-path experiments/Cargo.toml --bin yarp_fig5
 
 args=(--tagwired target/release/tagwired --command "scripts/yarp-fig5.sh")
 if (( write )); then
@@ -70,7 +71,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-target/release/examples/yarp_fig5 "${args[@]}" "$@" &
+"${CARGO_TARGET_DIR:-experiments/target}/release/yarp_fig5" "${args[@]}" "$@" &
 pid=$!
 (
     trap 'kill "$timer" 2>/dev/null; exit 0' TERM

@@ -14,7 +14,8 @@
 //! path from one host to another's ports with a software [`DelayRelay`]
 //! (delay ± jitter per direction, bytes in order) instead. `scripts/netns.sh` builds
 //! the same topology from a shell; `docs/testbed.md` explains both. The
-//! `yarp_fig5` example (`scripts/yarp-fig5.sh`) is a benchmark built on it.
+//! `yarp_fig5` experiment (`experiments/`, `scripts/yarp-fig5.sh`) is a
+//! benchmark built on it.
 //!
 //! ```no_run
 //! use tagwire_testbed::{Shaping, Testbed, TestbedConfig};

@@ -9,8 +9,9 @@
 //! binaries. `scripts/narada-fig10-11.sh` runs it.
 //!
 //! ```text
-//! cargo build --release -p tagwire-cli --examples --bins
-//! target/release/examples/narada_wan --bin target/release --seconds 10 --listeners 40,152,400 --svg out.svg
+//! cargo build --release -p tagwire-cli --bins
+//! cargo build --release --manifest-path experiments/Cargo.toml --bin narada_wan
+//! experiments/target/release/narada_wan --bin target/release --seconds 10 --listeners 40,152,400 --svg out.svg
 //! ```
 
 use std::path::{Path, PathBuf};

@@ -6,7 +6,7 @@
 //! Needs root. `scripts/narada-fig12-14.sh` runs it and draws the plot.
 //!
 //! ```text
-//! cargo run --release -p tagwire-cli --example narada_clock -- --seconds 60 --csv out.csv --svg out.svg
+//! cargo run --release --manifest-path experiments/Cargo.toml --bin narada_clock -- --seconds 60 --csv out.csv --svg out.svg
 //! ```
 
 use std::io::Write;

@@ -5,7 +5,7 @@
 //! feasible. Prints Markdown tables (pasted into BENCHMARKS.md) and writes
 //! an SVG plot.
 //!
-//! Run: `cargo run --release -p tagwire-place --example scaling -- [OUT.svg]`
+//! Run: `cargo run --release --manifest-path experiments/Cargo.toml --bin place_scaling -- [OUT.svg]`
 //! (default `docs/placement-scaling.svg`; add `--features highs` for HiGHS).
 
 use std::fmt::Write as _;
@@ -15,7 +15,7 @@ use tagwire_place::{
     solve_exhaustive, ExhaustiveOptions, Objective, PlaceError, PlacementProblem, Topology,
 };
 
-#[path = "../benches/random_topology.rs"]
+#[path = "../../../crates/tagwire-place/benches/random_topology.rs"]
 mod random_topology;
 use random_topology::{random_topology, RandomParams};
 

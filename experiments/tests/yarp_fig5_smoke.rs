@@ -1,4 +1,4 @@
-//! netns smoke test of the YARP Fig. 5 benchmark (`examples/yarp_fig5`,
+//! netns smoke test of the YARP Fig. 5 benchmark (`experiments/src/bin/yarp_fig5`,
 //! run in full by `scripts/yarp-fig5.sh`): one second of each channel,
 //! normal and qos, with the load at 70 % of a 10 Mbit/s bottleneck, through
 //! the benchmark's own experiment code. It checks behaviour, not timing:
@@ -11,7 +11,7 @@
 //! Needs root (namespaces, tc, SCHED_FIFO) and iproute2; without them it
 //! FAILS saying how to get them (docs/testbed.md).
 
-#[path = "../examples/yarp_fig5/experiment.rs"]
+#[path = "../src/bin/yarp_fig5/experiment.rs"]
 mod experiment;
 
 use std::time::Duration;

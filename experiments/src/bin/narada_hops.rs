@@ -13,7 +13,7 @@
 //! interest (must be 0).
 //!
 //! ```text
-//! cargo run --release -p tagwire-cli --example narada_hops -- [--pings N] [--sizes 64,1024,...] [--max-hops 4]
+//! cargo run --release --manifest-path experiments/Cargo.toml --bin narada_hops -- [--pings N] [--sizes 64,1024,...] [--max-hops 4]
 //! ```
 
 use std::io::{Read, Write};

@@ -4,10 +4,11 @@
 //! writes the `lanes` section of BENCHMARKS.md and `docs/lanes-*.svg`:
 //!
 //!   scripts/lanes-bench.sh [--quick] [--no-write] [--redo]
-//!   taskset -c 0 target/release/examples/lanes [--quick] [--only load,paths,overhead]
+//!   cargo build --release --manifest-path experiments/Cargo.toml --bin lanes
+//!   taskset -c 0 experiments/target/release/lanes [--quick] [--only load,paths,overhead]
 //!       [--unit-us 100] [--json FILE] [--svg-dir DIR] [--write BENCHMARKS.md]
 //!       [--notes FILE] [--command TEXT] [--date TEXT] [--revision TEXT]
-//!   target/release/examples/lanes --from-json FILE [--svg-dir DIR] [--write FILE] [--notes FILE]
+//!   experiments/target/release/lanes --from-json FILE [--svg-dir DIR] [--write FILE] [--notes FILE]
 //!       (no measuring: the markdown and plots again from an earlier run's `--json`)
 //!
 //! It prints one line per run (events/s and latency of every path) and then
@@ -16,12 +17,16 @@
 //! docs/benchmarks.md, "Lanes".
 //!
 //! Everything runs in this process: an embedded router with the default
-//! bands (low, normal, high, critical: one lane thread each) and raw protocol
-//! clients, each on its own in-process socket served by its band's lane
-//! (`RouterHandle::connect_in_process_on`) and driven by its own thread,
-//! whose scheduling is set with `tagwire_router::priority::apply_sched`.
+//! bands (low, normal, high, critical: one lane thread each) and client
+//! sessions (`tagwire::Session`), each path's publisher and consumer on a
+//! session of their own, on their band (`Session::on_band`: a connection
+//! served by the band's lane). A publisher runs on its own thread, whose
+//! scheduling is set with `tagwire_router::priority::apply_sched`; a
+//! consumer is a callback subscription, run by its session's reader thread,
+//! which takes the path's scheduling on its first event (the library gives
+//! it the band's already).
 //! A *path* is a publisher thread sending a 64-byte event every 10 ms
-//! (100 Hz) and a consumer thread that burns `load` units of CPU per event
+//! (100 Hz) and a consumer that burns `load` units of CPU per event
 //! (trial-division prime tests calibrated so that a unit takes `--unit-us`).
 //! *Single lane* (TAO's CosNotification): every path on band `normal`, every
 //! client thread `other`; *single lane, RT*: every path on band `high`, every
@@ -31,24 +36,25 @@
 use std::fmt::Write as _;
 use std::io::{self, Read, Write};
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use serde_json::{json, Value};
-use tagwire_proto::{
-    encode_publish, kind, EndpointKind, Event, EventRef, Frame, FrameDecoder, PROTOCOL_VERSION,
-};
+use tagwire::router::{Router, RouterConfig, RouterHandle};
+use tagwire::{CallbackSubscription, EmbeddedRouter, Event, Publisher, Sample, Session};
+// The socket-pair baseline of Fig. 15 (no router) encodes and decodes the
+// same frames a client and the router do, and nothing else.
+use tagwire_proto::{encode_publish, kind, EventRef, FrameDecoder};
 use tagwire_router::priority::{apply_sched, Applied, SchedPolicy};
-use tagwire_router::{Limits, Router, RouterConfig, RouterHandle};
 
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
 /// Each publisher's period: 100 Hz, as in TAO §4.2.
 const PERIOD_NS: u64 = 10_000_000;
-/// The clients' frame limit.
+/// The socket-pair baseline's frame limit.
 const MAX_FRAME: u32 = 1 << 20;
 /// Payload bytes of every event (TAO §4.4: 64 bytes).
 const PAYLOAD: usize = 64;
@@ -144,116 +150,33 @@ fn take_sched(policy: SchedPolicy) -> String {
     }
 }
 
-// ---------------------------------------------------------------- client
+// ---------------------------------------------------------------- clients
 
-/// A raw protocol client on an in-process socket (the router's owner: no
-/// token needed), blocking.
-struct Conn {
-    s: UnixStream,
-    buf: BytesMut,
-    dec: FrameDecoder,
-    req: u32,
+/// Where the clients connect: an embedded router (the default bands), or a
+/// router on a Unix socket (every band's lane given one policy).
+enum Bench {
+    Embedded(EmbeddedRouter),
+    Socket {
+        router: Box<RouterHandle>,
+        url: String,
+        _dir: tempfile::TempDir,
+    },
 }
 
-impl Conn {
-    /// A client on `band`'s lane, through the handshake.
-    fn open(h: &RouterHandle, band: &str, name: &str) -> Res<Conn> {
-        let s = h.connect_in_process_on(band)?;
-        s.set_read_timeout(Some(Duration::from_secs(10)))?;
-        let mut c = Conn {
-            s,
-            buf: BytesMut::with_capacity(1 << 16),
-            dec: FrameDecoder::new(MAX_FRAME),
-            req: 0,
+impl Bench {
+    /// A session of its own on `band` (a connection served by the band's lane).
+    fn session(&self, band: &str) -> Res<Session> {
+        let base = match self {
+            Bench::Embedded(r) => r.session()?,
+            Bench::Socket { url, .. } => Session::connect(url)?,
         };
-        c.send(&Frame::Hello {
-            version: PROTOCOL_VERSION,
-            max_frame: MAX_FRAME,
-            name: name.into(),
-            token: String::new(),
-            session: [0; 16],
-        })?;
-        match c.next_frame()? {
-            Some((k, body)) => match Frame::decode(k, body)? {
-                Frame::Welcome { .. } => Ok(c),
-                other => Err(format!("{name}: expected Welcome, got {other:?}").into()),
-            },
-            None => Err(format!("{name}: closed before Welcome").into()),
+        Ok(base.on_band(band)?)
+    }
+
+    fn shutdown(self) {
+        if let Bench::Socket { router, .. } = self {
+            router.shutdown();
         }
-    }
-
-    fn send(&mut self, f: &Frame) -> Res<()> {
-        let mut b = BytesMut::new();
-        f.encode(&mut b)?;
-        self.s.write_all(&b)?;
-        Ok(())
-    }
-
-    /// The next frame; `Ok(None)` at end of stream; a timeout is an error of
-    /// kind `WouldBlock` or `TimedOut`.
-    fn next_frame(&mut self) -> io::Result<Option<(u8, Bytes)>> {
-        let mut chunk = [0u8; 1 << 16];
-        loop {
-            if let Some(f) = self
-                .dec
-                .next_raw(&mut self.buf)
-                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?
-            {
-                return Ok(Some(f));
-            }
-            match self.s.read(&mut chunk)? {
-                0 => return Ok(None),
-                n => self.buf.extend_from_slice(&chunk[..n]),
-            }
-        }
-    }
-
-    /// Sends a request and waits for its answer: `Ok` (or, for `Admin`,
-    /// the reply's body).
-    fn request(&mut self, make: impl FnOnce(u32) -> Frame) -> Res<String> {
-        self.req += 1;
-        let req = self.req;
-        let frame = make(req);
-        let what = format!("{frame:?}");
-        self.send(&frame)?;
-        loop {
-            let Some((k, body)) = self.next_frame()? else {
-                return Err(format!("closed while waiting for the answer to {what}").into());
-            };
-            match Frame::decode(k, body)? {
-                Frame::Ok { req: r } if r == req => return Ok(String::new()),
-                Frame::AdminReply { req: r, body } if r == req => return Ok(body),
-                Frame::Error { code, message, .. } => {
-                    return Err(format!("{what}: {code:?}: {message}").into())
-                }
-                Frame::Ping { nonce } => self.send(&Frame::Pong { nonce })?,
-                _ => {}
-            }
-        }
-    }
-
-    fn declare(&mut self, kind: EndpointKind, name: &str) -> Res<()> {
-        self.request(|req| Frame::DeclareEndpoint {
-            req,
-            id: 1,
-            kind,
-            name: name.into(),
-        })?;
-        Ok(())
-    }
-
-    fn subscribe(&mut self, pattern: &str, qos: &[(&str, &str)]) -> Res<()> {
-        self.request(|req| Frame::Subscribe {
-            req,
-            sub: 1,
-            endpoint: 1,
-            pattern: pattern.into(),
-            qos: qos
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                .collect(),
-        })?;
-        Ok(())
     }
 }
 
@@ -266,16 +189,13 @@ fn timed_out(e: &io::Error) -> bool {
 
 /// The router's `lanes` listing: what each lane asked for and got.
 fn lanes_listing() -> Res<Vec<Value>> {
-    let router = Router::start_embedded(Limits::default())?;
-    let mut c = Conn::open(&router, "normal", "lanes-list")?;
-    let body = c.request(|req| Frame::Admin {
-        req,
-        body: json!({"op": "list"}).to_string(),
-    })?;
-    let listing: Value = serde_json::from_str(&body)?;
-    drop(c);
-    router.shutdown();
-    Ok(listing["lanes"].as_array().cloned().unwrap_or_default())
+    let router = EmbeddedRouter::start()?;
+    let listing = router.session()?.list()?;
+    Ok(listing
+        .lanes
+        .iter()
+        .map(serde_json::to_value)
+        .collect::<Result<_, _>>()?)
 }
 
 // ---------------------------------------------------------------- paths
@@ -378,6 +298,7 @@ struct PublisherStats {
     late: u64,
 }
 
+#[derive(Default)]
 struct ConsumerStats {
     sched: String,
     /// Events whose work finished in the window.
@@ -396,36 +317,32 @@ struct ConsumerStats {
 /// Sends one event every period from `w.start` until `stop`; payload: the
 /// publish time (ns, shared clock) and the load.
 fn publish_periodically(
-    mut conn: Conn,
+    publisher: Publisher,
     i: usize,
     spec: &PathSpec,
     w: Window,
     stop: &AtomicBool,
 ) -> Res<PublisherStats> {
     let sched = take_sched(spec.sched);
-    let mut ev = Event::new(format!("/lanes/{i}/data"), Bytes::new());
-    ev.header.publisher = format!("/lanes/{i}/pub");
-    ev.header.priority = spec.priority;
-    let (mut seq, mut due, mut sent, mut late) = (0u64, w.start, 0u64, 0u64);
-    let mut buf = BytesMut::new();
+    let tag = format!("/lanes/{i}/data");
+    let (mut due, mut sent, mut late) = (w.start, 0u64, 0u64);
     while !stop.load(Ordering::Relaxed) {
         sleep_until(due);
         let now = now_ns();
         let mut payload = [0u8; PAYLOAD];
         payload[..8].copy_from_slice(&now.to_le_bytes());
         payload[8..12].copy_from_slice(&spec.load.to_le_bytes());
-        ev.header.seq = seq;
-        ev.payload = Bytes::copy_from_slice(&payload);
-        encode_publish(1, &ev, &mut buf)?;
-        conn.s.write_all(&buf)?;
-        buf.clear();
+        // The publisher numbers its events (the consumer counts gaps).
+        publisher
+            .event(&tag, Bytes::copy_from_slice(&payload))
+            .priority(spec.priority)
+            .send()?;
         if w.contains(now) {
             sent += 1;
             if now >= due + PERIOD_NS {
                 late += 1;
             }
         }
-        seq += 1;
         due += PERIOD_NS;
         // Far behind (starved): skip the periods already gone, as a periodic
         // task does, rather than bursting to catch up.
@@ -440,67 +357,84 @@ fn publish_periodically(
     Ok(PublisherStats { sched, sent, late })
 }
 
-/// Receives events until `stop`, burning each event's load.
+/// A consumer: a callback subscription that burns each event's load on
+/// its session's reader thread and keeps the statistics.
+struct Consumer {
+    _subscription: CallbackSubscription,
+    stats: Arc<Mutex<ConsumerStats>>,
+}
+
+impl Consumer {
+    /// The statistics so far.
+    fn stats(&self) -> ConsumerStats {
+        let mut st = std::mem::take(&mut *self.stats.lock().unwrap_or_else(|e| e.into_inner()));
+        if st.sched.is_empty() {
+            st.sched = "unknown (no event arrived)".into();
+        }
+        st
+    }
+}
+
+/// Subscribes `session` to `pattern`; each event's load is burnt in the
+/// callback, on the reader thread, which takes `spec.sched` first.
 fn consume(
-    mut conn: Conn,
+    session: &Session,
+    pattern: &str,
     spec: &PathSpec,
     w: Window,
-    stop: &AtomicBool,
     cal: Calibration,
-) -> Res<ConsumerStats> {
-    let sched = take_sched(spec.sched);
-    conn.s.set_read_timeout(Some(Duration::from_millis(20)))?;
-    let mut st = ConsumerStats {
-        sched,
+) -> Res<Consumer> {
+    let stats = Arc::new(Mutex::new(ConsumerStats {
+        sched: String::new(),
         done: 0,
         latencies: Vec::with_capacity(1024),
         missed: 0,
         lost: 0,
         max_work: 0,
-    };
-    let mut next_seq: Option<u64> = None;
-    while !stop.load(Ordering::Relaxed) {
-        let (k, body) = match conn.next_frame() {
-            Ok(Some(f)) => f,
-            Ok(None) => break,
-            Err(e) if timed_out(&e) => continue,
-            Err(e) => return Err(e.into()),
-        };
-        match k {
-            kind::DELIVER => {
-                let recv = now_ns();
-                let ev = EventRef::parse(body.get(4..).ok_or("short Deliver")?)?;
-                let p = ev.payload;
-                let sent = u64::from_le_bytes(p[..8].try_into()?);
-                let load = u32::from_le_bytes(p[8..12].try_into()?);
-                let in_window = w.contains(recv);
-                if in_window {
-                    st.latencies.push(recv.saturating_sub(sent));
-                    if let Some(n) = next_seq {
-                        st.lost += ev.seq.saturating_sub(n);
-                    }
-                }
-                next_seq = Some(ev.seq + 1);
-                burn(u64::from(load) * cal.tests_per_unit);
-                let done = now_ns();
-                if w.contains(done) {
-                    st.done += 1;
-                }
-                if in_window {
-                    st.max_work = st.max_work.max(done - recv);
-                    if done > sent + PERIOD_NS {
-                        st.missed += 1;
-                    }
-                }
-            }
-            kind::PING => {
-                let nonce = u64::from_le_bytes(body.get(..8).ok_or("short Ping")?.try_into()?);
-                conn.send(&Frame::Pong { nonce })?;
-            }
-            _ => {}
+    }));
+    let (st, policy) = (stats.clone(), spec.sched);
+    let next_seq: Mutex<Option<u64>> = Mutex::new(None);
+    let subscription = session.subscribe(pattern).callback(move |sample: Sample| {
+        let recv = now_ns();
+        let mut st = st.lock().unwrap_or_else(|e| e.into_inner());
+        if st.sched.is_empty() {
+            st.sched = take_sched(policy);
         }
-    }
-    Ok(st)
+        let ev = sample.event();
+        let Some((sent, load)) = ev.payload.get(..12).map(|p| {
+            let (s, l) = p.split_at(8);
+            (
+                u64::from_le_bytes(s.try_into().unwrap_or_default()),
+                u32::from_le_bytes(l.try_into().unwrap_or_default()),
+            )
+        }) else {
+            return;
+        };
+        let in_window = w.contains(recv);
+        let mut next = next_seq.lock().unwrap_or_else(|e| e.into_inner());
+        if in_window {
+            st.latencies.push(recv.saturating_sub(sent));
+            if let Some(n) = *next {
+                st.lost += ev.seq.saturating_sub(n);
+            }
+        }
+        *next = Some(ev.seq + 1);
+        burn(u64::from(load) * cal.tests_per_unit);
+        let done = now_ns();
+        if w.contains(done) {
+            st.done += 1;
+        }
+        if in_window {
+            st.max_work = st.max_work.max(done - recv);
+            if done > sent + PERIOD_NS {
+                st.missed += 1;
+            }
+        }
+    })?;
+    Ok(Consumer {
+        _subscription: subscription,
+        stats,
+    })
 }
 
 /// Latency statistics, µs.
@@ -615,11 +549,8 @@ impl PathResult {
     }
 }
 
-/// A path's publisher and consumer threads.
-type PathThreads = (
-    JoinHandle<Res<PublisherStats>>,
-    JoinHandle<Res<ConsumerStats>>,
-);
+/// A path's publisher thread and consumer.
+type PathThreads = (JoinHandle<Res<PublisherStats>>, Consumer);
 
 fn joined<T>(t: JoinHandle<T>) -> Res<T> {
     t.join().map_err(|_| "a client thread panicked".into())
@@ -652,15 +583,13 @@ fn run_paths(
     spinner: bool,
 ) -> Res<Vec<PathResult>> {
     let steal_before = steal_ms();
-    let router = Router::start_embedded(Limits::default())?;
-    let mut conns = Vec::new();
+    let router = Bench::Embedded(EmbeddedRouter::start()?);
+    let mut sessions = Vec::new();
     for (i, s) in specs.iter().enumerate() {
-        let mut p = Conn::open(&router, &s.band, &format!("pub-{}", s.name))?;
-        p.declare(EndpointKind::Publisher, &format!("/lanes/{i}/pub"))?;
-        let mut c = Conn::open(&router, &s.band, &format!("sub-{}", s.name))?;
-        c.declare(EndpointKind::Subscriber, &format!("/lanes/{i}/sub"))?;
-        c.subscribe(&format!("/lanes/{i}/data"), &[])?;
-        conns.push((p, c));
+        let p = router
+            .session(&s.band)?
+            .declare_publisher(&format!("/lanes/{i}/pub"))?;
+        sessions.push((p, router.session(&s.band)?));
     }
     let start = now_ns() + 50_000_000;
     let t0 = start + warmup.as_nanos() as u64;
@@ -677,15 +606,13 @@ fn run_paths(
         None
     };
     let mut threads: Vec<PathThreads> = Vec::new();
-    for (i, (s, (p, c))) in specs.iter().zip(conns).enumerate() {
-        let (sp, sc) = (s.clone(), s.clone());
-        let (stop_p, stop_c) = (stop.clone(), stop.clone());
+    for (i, (s, (p, c))) in specs.iter().zip(sessions).enumerate() {
+        let consumer = consume(&c, &format!("/lanes/{i}/data"), s, w, cal)?;
+        let sp = s.clone();
+        let stop_p = stop.clone();
         let publisher = std::thread::Builder::new()
             .name(format!("pub-{}", s.name))
             .spawn(move || publish_periodically(p, i, &sp, w, &stop_p))?;
-        let consumer = std::thread::Builder::new()
-            .name(format!("cons-{}", s.name))
-            .spawn(move || consume(c, &sc, w, &stop_c, cal))?;
         threads.push((publisher, consumer));
     }
     sleep_until(w.t1 + 20_000_000);
@@ -693,9 +620,10 @@ fn run_paths(
     let mut out = Vec::new();
     let mut failure = None;
     for (s, (p, c)) in specs.iter().zip(threads) {
-        let (p, c) = match (joined(p)?, joined(c)?) {
-            (Ok(p), Ok(c)) => (p, c),
-            (Err(e), _) | (_, Err(e)) => {
+        let c = c.stats();
+        let p = match joined(p)? {
+            Ok(p) => p,
+            Err(e) => {
                 failure.get_or_insert(format!("path {}: {e}", s.name));
                 continue;
             }
@@ -802,22 +730,23 @@ fn floods() -> Vec<Flood> {
     ]
 }
 
-/// A router with the default bands, or with every band's lane at
+/// A router with the default bands, embedded, or with every band's lane at
 /// `all_bands` (then it needs a listener: a Unix socket in a temporary
-/// directory, which the caller keeps until the router stops).
-fn start_router(all_bands: Option<&str>) -> Res<(RouterHandle, Option<tempfile::TempDir>)> {
+/// directory, kept until the router stops).
+fn start_router(all_bands: Option<&str>) -> Res<Bench> {
     let Some(sched) = all_bands else {
-        return Ok((Router::start_embedded(Limits::default())?, None));
+        return Ok(Bench::Embedded(EmbeddedRouter::start()?));
     };
     let dir = tempfile::tempdir()?;
     let mut bands = tagwire_router::band::default_bands();
     for b in &mut bands {
         b.sched = sched.to_owned();
     }
+    let socket = dir.path().join("tagwire.sock");
     let config = RouterConfig {
         name: "lanes-bench".into(),
         tcp: None,
-        unix: Some(dir.path().join("tagwire.sock")),
+        unix: Some(socket.clone()),
         auth: tagwire_router::auth::AuthConfig {
             local_token: false,
             ..Default::default()
@@ -825,16 +754,39 @@ fn start_router(all_bands: Option<&str>) -> Res<(RouterHandle, Option<tempfile::
         bands,
         ..RouterConfig::default()
     };
-    Ok((Router::start(config)?, Some(dir)))
+    Ok(Bench::Socket {
+        router: Box::new(Router::start(config)?),
+        url: format!("unix://{}", socket.display()),
+        _dir: dir,
+    })
 }
 
-/// Events in one publisher write.
+/// Events in one write of the socket-pair baseline.
 const FLOOD_BATCH: usize = 64;
 
-/// Publishes back to back (batches of [`FLOOD_BATCH`] events in one write)
-/// until `stop`. The send time goes in the header's `source_time_ns` (the
-/// payload is 64 fixed bytes, shared, as in TAO §4.4).
-fn flood_publish(
+/// Publishes back to back through `publisher` until `stop` (the session
+/// batches publishes that come faster than `tagwire::HOT_INTERVAL` apart
+/// into one write). The payload is 64 fixed bytes, shared, as in TAO §4.4.
+fn flood_publish(publisher: Publisher, sched: SchedPolicy, stop: &AtomicBool) -> Res<u64> {
+    take_sched(sched);
+    let payload = Bytes::from(vec![0xa5u8; PAYLOAD]);
+    let tag = format!("{}/data", publisher.name());
+    let mut sent = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        if let Err(e) = publisher.publish(&tag, payload.clone()) {
+            if stop.load(Ordering::Relaxed) {
+                break;
+            }
+            return Err(e.into());
+        }
+        sent += 1;
+    }
+    Ok(sent)
+}
+
+/// The socket-pair baseline's writer: the frames a publisher writes,
+/// [`FLOOD_BATCH`] events a write, until `stop`.
+fn flood_write_frames(
     mut out: impl Write,
     endpoint_name: &str,
     sched: SchedPolicy,
@@ -864,9 +816,35 @@ fn flood_publish(
     Ok(seq)
 }
 
-/// Reads and parses every event until `stop`; counts the events read in
-/// the window (by the time of the read that brought them).
-fn flood_consume(
+/// A flood's consumer: a callback subscription counting the events that
+/// arrive in the window (parsing each), on its session's reader thread,
+/// which takes `sched` on the first event.
+fn flood_subscribe(
+    session: &Session,
+    pattern: &str,
+    sched: SchedPolicy,
+    w: Window,
+    counted: Arc<AtomicU64>,
+) -> Res<CallbackSubscription> {
+    let scheduled = AtomicBool::new(false);
+    Ok(session
+        .subscribe(pattern)
+        .max_queue_length(65536)
+        .callback(move |sample: Sample| {
+            if !scheduled.swap(true, Ordering::Relaxed) {
+                take_sched(sched);
+            }
+            std::hint::black_box(sample.event().seq);
+            if w.contains(now_ns()) {
+                counted.fetch_add(1, Ordering::Relaxed);
+            }
+        })?)
+}
+
+/// The socket-pair baseline's reader: parses every event until `stop`;
+/// counts the events read in the window (by the time of the read that
+/// brought them).
+fn flood_read_frames(
     mut input: UnixStream,
     sched: SchedPolicy,
     w: Window,
@@ -912,56 +890,60 @@ fn run_flood(f: &Flood, warmup: Duration, measure: Duration) -> Res<f64> {
     let stop = Arc::new(AtomicBool::new(false));
     let mut pubs: Vec<JoinHandle<Res<u64>>> = Vec::new();
     let mut subs: Vec<JoinHandle<Res<u64>>> = Vec::new();
+    let counted = Arc::new(AtomicU64::new(0));
+    let mut consumers = Vec::new();
     let router = match &f.pairs {
         None => {
             let (a, b) = UnixStream::pair()?;
             let other = SchedPolicy::Other { nice: 0 };
             let (s1, s2) = (stop.clone(), stop.clone());
             pubs.push(std::thread::spawn(move || {
-                flood_publish(a, "/flood/0/pub", other, &s1)
+                flood_write_frames(a, "/flood/0/pub", other, &s1)
             }));
-            subs.push(std::thread::spawn(move || flood_consume(b, other, w, &s2)));
+            subs.push(std::thread::spawn(move || {
+                flood_read_frames(b, other, w, &s2)
+            }));
             None
         }
         Some(pairs) => {
-            let (router, dir) = start_router(f.all_bands)?;
+            let router = start_router(f.all_bands)?;
             for (i, &(band, sched)) in pairs.iter().enumerate() {
-                let name = format!("/flood/{i}/pub");
-                let mut p = Conn::open(&router, band, "flood-pub")?;
-                p.declare(EndpointKind::Publisher, &name)?;
-                let mut c = Conn::open(&router, band, "flood-sub")?;
-                c.declare(EndpointKind::Subscriber, &format!("/flood/{i}/sub"))?;
-                c.subscribe(
+                let p = router
+                    .session(band)?
+                    .declare_publisher(&format!("/flood/{i}/pub"))?;
+                let c = router.session(band)?;
+                consumers.push(flood_subscribe(
+                    &c,
                     &format!("/flood/{i}/pub/data"),
-                    &[("max_queue_length", "65536")],
-                )?;
-                let (s1, s2) = (stop.clone(), stop.clone());
-                let (ps, cs) = (p.s, c.s);
+                    sched,
+                    w,
+                    counted.clone(),
+                )?);
+                let s1 = stop.clone();
                 pubs.push(std::thread::spawn(move || {
                     sleep_until(w.start);
-                    flood_publish(ps, &name, sched, &s1)
+                    flood_publish(p, sched, &s1)
                 }));
-                subs.push(std::thread::spawn(move || flood_consume(cs, sched, w, &s2)));
             }
-            Some((router, dir))
+            Some(router)
         }
     };
     sleep_until(w.t1 + 10_000_000);
     stop.store(true, Ordering::Relaxed);
-    // Consumers first: a publisher blocked on a full socket is released when
-    // the router (or the socket pair) closes.
-    let mut counted = 0;
+    // The baseline's reader first: its writer, blocked on a full socket, is
+    // released when the pair closes.
+    let mut total = counted.load(Ordering::Relaxed);
     for s in subs {
-        counted += s.join().map_err(|_| "a consumer panicked")??;
+        total += s.join().map_err(|_| "a consumer panicked")??;
     }
-    if let Some((r, dir)) = router {
-        r.shutdown();
-        drop(dir);
-    }
+    drop(consumers);
     for p in pubs {
         p.join().map_err(|_| "a publisher panicked")??;
     }
-    Ok(counted as f64 / w.secs())
+    if let Some(r) = router {
+        r.shutdown();
+    }
+    Ok(total as f64 / w.secs())
 }
 
 // ---------------------------------------------------------------- options
@@ -989,7 +971,7 @@ fn parse_opts() -> Res<Opts> {
         svg_dir: None,
         write: None,
         notes: None,
-        command: "taskset -c 0 target/release/examples/lanes".into(),
+        command: "taskset -c 0 experiments/target/release/lanes".into(),
         date: String::new(),
         revision: String::new(),
         from_json: None,
@@ -1010,7 +992,7 @@ fn parse_opts() -> Res<Opts> {
             "--revision" => o.revision = value()?,
             "--from-json" => o.from_json = Some(value()?),
             "-h" | "--help" => {
-                println!("see the comment at the top of crates/tagwire-router/examples/lanes.rs");
+                println!("see the comment at the top of experiments/src/bin/lanes.rs");
                 std::process::exit(0);
             }
             other => return Err(format!("unknown option {other}").into()),

@@ -17,9 +17,10 @@
 //! `--smoke` runs one round trip per proxy place on loopback (no root).
 //!
 //! ```text
-//! cargo build --release -p tagwire-cli --bins --example pushpull_proxies
-//! target/release/examples/pushpull_proxies --bin target/release --pings 300 --svg-dir docs
-//! target/release/examples/pushpull_proxies --smoke
+//! cargo build --release -p tagwire-cli --bins
+//! cargo build --release --manifest-path experiments/Cargo.toml --bin pushpull_proxies
+//! experiments/target/release/pushpull_proxies --bin target/release --pings 300 --svg-dir docs
+//! experiments/target/release/pushpull_proxies --smoke
 //! ```
 
 use std::io::{Read, Write};
@@ -1607,8 +1608,8 @@ fn main() {
 
 #[cfg(test)]
 mod tests {
-    /// `cargo test -p tagwire-cli --example pushpull_proxies` (also part of
-    /// `cargo test`): the experiment's ping/echo path and proxy QoS work
+    /// `cargo test --manifest-path experiments/Cargo.toml --bin
+    /// pushpull_proxies`: the experiment's ping/echo path and proxy QoS work
     /// end to end, on loopback, without root.
     #[test]
     fn every_proxy_place_round_trips_through_a_chain_of_three_daemons() {

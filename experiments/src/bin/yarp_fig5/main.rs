@@ -8,7 +8,7 @@
 //! namespaces), which builds everything in release mode and calls
 //!
 //! ```sh
-//! target/release/examples/yarp_fig5 --tagwired target/release/tagwired \
+//! experiments/target/release/yarp_fig5 --tagwired target/release/tagwired \
 //!     --markdown BENCHMARKS.md --svg docs/yarp-fig5.svg
 //! ```
 //!
@@ -36,8 +36,8 @@ use report::{Machine, Row};
 #[derive(Debug, Parser)]
 #[command(name = "yarp_fig5")]
 struct Args {
-    /// The daemon to measure [default: `tagwired` beside this program's
-    /// directory, i.e. target/release/tagwired].
+    /// The daemon to measure [default: the product workspace's
+    /// target/release/tagwired].
     #[arg(long, value_name = "PATH")]
     tagwired: Option<PathBuf>,
     /// Rate of the congested link, kbit/s.
@@ -94,12 +94,11 @@ fn main() -> ExitCode {
 fn run(args: &Args) -> Result<(), String> {
     let tagwired = match &args.tagwired {
         Some(p) => p.clone(),
-        None => std::env::current_exe()
-            .map_err(|e| format!("cannot find this program: {e}"))?
-            .parent()
-            .and_then(|examples| examples.parent())
-            .map(|dir| dir.join("tagwired"))
-            .ok_or("cannot derive the tagwired path: give --tagwired")?,
+        // The product workspace's release build, beside experiments/.
+        None => PathBuf::from(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../target/release/tagwired"
+        )),
     };
     if !tagwired.is_file() {
         return Err(format!(

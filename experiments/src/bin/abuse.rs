@@ -2,7 +2,7 @@
 //! subcommand plays one hostile or careless client against `--server
 //! HOST:PORT` and prints a last line saying what it did.
 //!
-//!   cargo run --release -p tagwire-router --example abuse -- ATTACK --server 127.0.0.1:7782 [OPTIONS]
+//!   cargo run --release --manifest-path experiments/Cargo.toml --bin abuse -- ATTACK --server 127.0.0.1:7782 [OPTIONS]
 //!
 //! Attacks (options with defaults):
 //!   stalled-killed  --rounds 10 --events 1200   a subscriber that never reads
@@ -41,6 +41,27 @@
 //! An attack whose checks fail says FAIL in its line (the script looks for it).
 //!
 //! Adding an attack: one function here and one line in scripts/abuse.sh.
+//!
+//! Well-behaved clients — the healthy watcher and `ping`, the victim, the
+//! publishers and the subscribers of `regex` and `trespass` — are client
+//! library sessions (`tagwire::Session`). The attackers that must do what
+//! the library never does keep a minimal raw client ([`Raw`]): a
+//! subscriber that never reads its socket (`stalled-killed`,
+//! `small-queued`: the library's reader thread always reads), publishes
+//! written in one chosen `write` so that a small event shares the router's
+//! read buffer with a large one (`small-queued`), a frame announced and
+//! never finished (`big-frames`), frames of an unknown type
+//! (`malformed`), thousands of pipelined subscribes and unsubscribes on one
+//! endpoint (`admin-scale`: the library waits for each subscribe and gives
+//! each subscription an endpoint of its own), and connections without a
+//! reader thread each (`endpoint-fill`: a thousand sessions would be two
+//! thousand threads), and `regex`'s probe of the largest regex the daemon
+//! compiles and its subscription of 64 such regexes (refusing or compiling
+//! them can take longer than the library's 5 s request timeout). `idle` opens bare TCP sockets. The behaviour each
+//! attack provokes is also checked, at small scale, by the product's tests
+//! (crates/tagwire-router/tests/{bad_input,budgets,auth,admin_at_scale,
+//! pinned_memory}.rs); this run measures what the tests cannot: the release
+//! daemon's memory and a healthy client's latency at full scale.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -50,6 +71,7 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use serde_json::json;
+use tagwire::Session;
 use tagwire_proto::{EndpointKind, ErrorCode, Event, Frame, FrameDecoder, Value, PROTOCOL_VERSION};
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
@@ -99,11 +121,29 @@ fn owner_token(server: &str) -> Res<String> {
     )?)
 }
 
+/// A session to `server` (`HOST:PORT`) as the daemon's owner.
+fn owner_session(server: &str) -> Res<Session> {
+    Ok(Session::builder()
+        .token(owner_token(server)?)
+        .connect(&format!("tcp://{server}"))?)
+}
+
+/// A session's answer: the value, or what the router answered instead of
+/// success; any other failure is an error.
+fn answered<T>(r: tagwire::Result<T>) -> Res<Result<T, Refusal>> {
+    match r {
+        Ok(v) => Ok(Ok(v)),
+        Err(tagwire::Error::Refused { code, message }) => Ok(Err((code, message))),
+        Err(e) => Err(e.into()),
+    }
+}
+
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
-/// A raw protocol client over TCP.
+/// A raw protocol client over TCP, for the attackers that must misbehave
+/// (see the comment at the top).
 struct Raw {
     s: TcpStream,
     buf: BytesMut,
@@ -489,16 +529,14 @@ struct Watch {
 
 impl Watch {
     fn start(o: &Opts) -> Res<Watch> {
-        let mut c = Raw::hello(&o.server, "abuse-watch")?;
+        let c = owner_session(&o.server)?;
         let stop = Arc::new(AtomicBool::new(false));
         let samples = Arc::new(Mutex::new(Vec::new()));
         let (stop2, samples2) = (stop.clone(), samples.clone());
         let thread = std::thread::spawn(move || -> Result<(), String> {
-            let mut n = 0;
             while !stop2.load(Ordering::Relaxed) {
-                n += 1;
                 let t = Instant::now();
-                let rtt = c.round_trip(n).map_err(|e| e.to_string())?;
+                let rtt = c.ping().map_err(|e| e.to_string())?;
                 if let Ok(mut s) = samples2.lock() {
                     s.push((t, rtt.as_secs_f64() * 1e6));
                 }
@@ -579,6 +617,8 @@ fn regex(o: &Opts) -> Res<()> {
     let tag = format!("/abuse/regex{}", unique());
     // The largest N whose `[a-z]{N}` the daemon accepts in a filter.
     let t = Instant::now();
+    // Raw: the daemon may take longer to refuse a huge regex than the
+    // library's 5 s request timeout (a debug build does).
     let mut probe = Raw::hello(&o.server, "abuse-regex-probe")?;
     probe.declare(1, EndpointKind::Subscriber, &format!("{tag}/probe"))?;
     let (mut lo, mut hi, mut refusal) = (1u32, 1u32 << 16, String::new());
@@ -599,6 +639,7 @@ fn regex(o: &Opts) -> Res<()> {
     }
     drop(probe);
     let probing = t.elapsed();
+    let session = owner_session(&o.server)?;
     watch.phase("probe N (16 or 17 subscribes, one regex each)");
     let n = lo;
     // 64 distinct regexes, N down to N - 63, half on the 44 KB field `s`
@@ -615,12 +656,14 @@ fn regex(o: &Opts) -> Res<()> {
                 .join(" or ")
         })
         .collect();
-    let mut sub = Raw::hello(&o.server, "abuse-regex-sub")?;
-    sub.declare(1, EndpointKind::Subscriber, &format!("{tag}/sub"))?;
     // Subscribe once the healthy client is measuring: compiling is lane work.
     std::thread::sleep(Duration::from_millis(1500).saturating_sub(start.elapsed()));
     watch.phase("wait");
     let t = Instant::now();
+    // Raw, like the probe: compiling 64 such regexes can take longer than
+    // the library's request timeout.
+    let mut sub = Raw::hello(&o.server, "abuse-regex-sub")?;
+    sub.declare(1, EndpointKind::Subscriber, &format!("{tag}/sub"))?;
     sub.request(&subscribe_frame(1, 1, &format!("{tag}/x"), &filters))?;
     let subscribing = t.elapsed();
     watch.phase("subscribe with 16 filters x 4 regexes");
@@ -638,28 +681,22 @@ fn regex(o: &Opts) -> Res<()> {
             })
             .collect()
     };
-    let mut publisher = Raw::hello(&o.server, "abuse-publisher")?;
-    let pub_name = format!("{tag}/pub");
-    publisher.declare(1, EndpointKind::Publisher, &pub_name)?;
-    let mut frame = publish_with_fields(
-        1,
-        &pub_name,
-        &format!("{tag}/x"),
-        vec![
-            ("s".into(), Value::Str(subject(size))),
-            ("t".into(), Value::Str(subject(1024))),
-        ],
-    )?;
-    Frame::Ping { nonce: 0 }.encode(&mut frame)?;
+    let publisher = session.declare_publisher(&format!("{tag}/pub"))?;
+    let (s, t) = (subject(size), subject(1024));
     let interval = Duration::from_secs(1) / rate as u32;
     let until = Instant::now() + Duration::from_secs(secs);
     let mut rtts = Vec::new();
     let mut next = Instant::now();
     while Instant::now() < until {
-        let t = Instant::now();
-        publisher.s.write_all(&frame)?;
-        while !matches!(publisher.recv_control()?, Some(Frame::Pong { .. })) {}
-        rtts.push(t.elapsed().as_secs_f64() * 1e6);
+        let at = Instant::now();
+        publisher
+            .event(&format!("{tag}/x"), Vec::new())
+            .field("s", s.as_str())
+            .field("t", t.as_str())
+            .send()?;
+        // The router answers the ping after it routed the event.
+        session.ping()?;
+        rtts.push(at.elapsed().as_secs_f64() * 1e6);
         next += interval;
         std::thread::sleep(next.saturating_duration_since(Instant::now()));
     }
@@ -932,16 +969,20 @@ fn trespass(o: &Opts) -> Res<()> {
     let token = o.text("token").ok_or("--token is required")?.to_owned();
     let tag = format!("/abuse/trespass{}", unique());
     let victim_name = format!("{tag}/victim");
-    let mut victim = Raw::hello(&o.server, "abuse-victim")?;
-    victim.declare(1, EndpointKind::Subscriber, &victim_name)?;
-    victim.subscribe(1, &format!("{tag}/x"))?;
-    let id = victim
-        .admin(&json!({"op": "filter_add", "endpoint": victim_name, "level": "channel", "filter": "$.x == 1"}))?
-        .map_err(|(code, m)| format!("the owner's filter_add: {code:?}: {m}"))?["id"]
+    let owner = owner_session(&o.server)?;
+    let victim = owner
+        .subscribe(&format!("{tag}/x"))
+        .endpoint(&victim_name)
+        .receiver()?;
+    let id = owner
+        .admin(&json!({"op": "filter_add", "endpoint": victim_name, "level": "channel", "filter": "$.x == 1"}))
+        .map_err(|e| format!("the owner's filter_add: {e}"))?["id"]
         .as_u64()
         .ok_or("filter_add answered no id")?;
-    let mut m = Raw::hello_as(&o.server, "abuse-mallory", token)?
-        .map_err(|(code, m)| format!("mallory's Hello: {code:?}: {m}"))?;
+    let m = Session::builder()
+        .token(token)
+        .connect(&format!("tcp://{}", o.server))
+        .map_err(|e| format!("mallory's session: {e}"))?;
     let attempts = [
         (
             "filter_add channel `false`",
@@ -967,7 +1008,7 @@ fn trespass(o: &Opts) -> Res<()> {
     let mut all_ok = true;
     let mut results = Vec::new();
     for (what, req) in &attempts {
-        let r = m.admin(req)?;
+        let r = answered(m.admin(req))?;
         let ok = matches!(r, Err((ErrorCode::PermissionDenied, _)));
         all_ok &= ok;
         results.push(match r {
@@ -976,35 +1017,21 @@ fn trespass(o: &Opts) -> Res<()> {
         });
     }
     // What mallory may see: nothing of the victim's.
-    let list = m.admin(&json!({"op": "list"}))?;
-    let filters = m.admin(&json!({"op": "filter_list"}))?;
+    let list = answered(m.admin(&json!({"op": "list"})))?;
+    let filters = answered(m.admin(&json!({"op": "filter_list"})))?;
     let hidden = matches!(&list, Ok(l) if !l.to_string().contains(&victim_name))
         && matches!(&filters, Ok(f) if !f.to_string().contains(&victim_name));
     // The victim still has its filter and still receives.
-    let mut publisher = Raw::hello(&o.server, "abuse-publisher")?;
-    let pub_name = format!("{tag}/pub");
-    publisher.declare(1, EndpointKind::Publisher, &pub_name)?;
-    let x = |v: i64| vec![("x".to_owned(), Value::Int(v))];
-    publisher.s.write_all(&publish_with_fields(
-        1,
-        &pub_name,
-        &format!("{tag}/x"),
-        x(2),
-    )?)?;
-    publisher.s.write_all(&publish_with_fields(
-        1,
-        &pub_name,
-        &format!("{tag}/x"),
-        x(1),
-    )?)?;
-    victim.s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    let received = match victim.recv() {
-        Ok(Some(Frame::Deliver { event, .. })) => tagwire_proto::EventRef::parse(&event)
-            .ok()
-            .and_then(|e| e.field("x"))
-            .map(|v| format!("{v:?}")),
-        _ => None,
-    };
+    let publisher = owner.declare_publisher(&format!("{tag}/pub"))?;
+    for x in [2i64, 1] {
+        publisher
+            .event(&format!("{tag}/x"), Vec::new())
+            .field("x", x)
+            .send()?;
+    }
+    let received = victim
+        .recv_timeout(Duration::from_secs(5))?
+        .and_then(|s| s.event().field("x").map(|v| format!("{v:?}")));
     let receives = received.as_deref() == Some("Int(1)");
     println!(
         "trespass: mallory on the owner's subscriber: {}: {}; mallory's list and filter_list hide it: {}; \
@@ -1023,17 +1050,12 @@ fn ping(o: &Opts) -> Res<()> {
     let count = o.num("count", 200).max(1);
     let interval = Duration::from_millis(o.num("interval-ms", 10));
     let until = o.text("until").map(std::path::Path::new);
-    let mut c = Raw::hello(&o.server, "abuse-ping")?;
+    let c = owner_session(&o.server)?;
     let mut rtts = Vec::new();
     let mut n = 0;
     while n < count || until.is_some_and(|f| !f.exists()) {
         n += 1;
-        let t = Instant::now();
-        c.send(&Frame::Ping { nonce: n })?;
-        match c.recv_control()? {
-            Some(Frame::Pong { .. }) => rtts.push(t.elapsed().as_secs_f64() * 1e6),
-            other => return Err(format!("expected Pong, got {other:?}").into()),
-        }
+        rtts.push(c.ping()?.as_secs_f64() * 1e6);
         std::thread::sleep(interval);
     }
     let (p50, p99, max) = percentiles(rtts);

@@ -1,0 +1,135 @@
+//! Priority bands: a session's sibling sessions on the router's other
+//! bands (one connection per band, served by that band's lane), and which
+//! band an event's priority picks.
+
+use std::sync::Arc;
+
+use tagwire_router::Listing;
+
+use super::{lock, Session, Target};
+use crate::error::{Error, Result};
+use crate::url::ServerUrl;
+
+/// The router's bands as its listing gives them.
+pub(super) struct RouterBands {
+    lanes: Vec<tagwire_router::LaneEntry>,
+    default_band: String,
+}
+
+impl Session {
+    /// A session on priority band `band` of the same router (`low`,
+    /// `normal`, `high`, `critical` by default), opened on first use and
+    /// shared after: its connection goes to the band's listener, so the
+    /// router serves it on that band's lane; its TCP socket carries the
+    /// band's DSCP both ways; and its reader thread runs with the band's
+    /// scheduling, so its subscribers' callbacks run at the band's priority.
+    /// Declare the endpoints that need the band on it:
+    /// `session.on_band("high")?.declare_publisher("/alarm")`.
+    pub fn on_band(&self, band: &str) -> Result<Session> {
+        let inner = self.inner();
+        if inner.options.band.as_ref().is_some_and(|b| b.name == band) {
+            return Ok(self.clone());
+        }
+        if let Some(s) = lock(&inner.bands).get(band) {
+            return Ok(s.clone());
+        }
+        let bands = self.router_bands()?;
+        let Some(lane) = bands.lanes.iter().find(|l| l.band == band) else {
+            return Err(Error::UnknownBand {
+                band: band.to_owned(),
+                known: bands
+                    .lanes
+                    .iter()
+                    .map(|l| l.band.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            });
+        };
+        let no_listener =
+            || Error::BadReply(format!("band {band} has no listener for this transport"));
+        let port = || -> Result<u16> {
+            lane.tcp
+                .as_deref()
+                .and_then(|a| a.rsplit_once(':'))
+                .and_then(|(_, p)| p.parse().ok())
+                .ok_or_else(no_listener)
+        };
+        let with_port = |hostport: &str, port: u16| match hostport.rsplit_once(':') {
+            Some((host, _)) => format!("{host}:{port}"),
+            None => format!("{hostport}:{port}"),
+        };
+        let target = match inner.target() {
+            Target::Url(ServerUrl::Tcp(a)) => Target::Url(ServerUrl::Tcp(with_port(a, port()?))),
+            Target::Url(ServerUrl::Tls(a)) => Target::Url(ServerUrl::Tls(with_port(a, port()?))),
+            Target::Url(ServerUrl::Unix(_)) => Target::Url(ServerUrl::Unix(
+                lane.unix
+                    .clone()
+                    .map(std::path::PathBuf::from)
+                    .ok_or_else(no_listener)?,
+            )),
+            Target::Tls(a, c) => Target::Tls(with_port(a, port()?), c.clone()),
+            Target::Embedded(r) => Target::Embedded(r.clone()),
+        };
+        let mut options = inner.options.clone();
+        // The same session id: the router then lets the band connection
+        // publish under this session's endpoint names.
+        options.session_id = Some(lock(&inner.engine).session_id());
+        options.follow_priority = false;
+        options.band = Some(crate::builder::ClientBand {
+            name: band.to_owned(),
+            dscp: lane.dscp,
+            sched: lane.sched.parse().unwrap_or_default(),
+            cpus: lane.cpus.parse().ok(),
+        });
+        let s = Session::open(target, options)?;
+        lock(&inner.bands).insert(band.to_owned(), s.clone());
+        Ok(s)
+    }
+
+    /// The band an event of `priority` travels on under
+    /// [`SessionBuilder::follow_priority`] (`None`: this session's own
+    /// connection). The router's bands split 0..=255 evenly, lowest first.
+    pub(crate) fn band_for_priority(&self, priority: u8) -> Result<Option<String>> {
+        let inner = self.inner();
+        if !inner.options.follow_priority {
+            return Ok(None);
+        }
+        let bands = self.router_bands()?;
+        let lanes = &bands.lanes;
+        if lanes.is_empty() {
+            return Ok(None);
+        }
+        let band = lanes[priority as usize * lanes.len() / 256].band.as_str();
+        // An unbanded session reached the router's default band.
+        let own = inner
+            .options
+            .band
+            .as_ref()
+            .map_or(bands.default_band.as_str(), |b| b.name.as_str());
+        Ok((band != own).then(|| band.to_owned()))
+    }
+
+    /// The router's bands (lanes, lowest first) and its default band, asked
+    /// once per session (they are fixed while the router runs).
+    fn router_bands(&self) -> Result<Arc<RouterBands>> {
+        let inner = self.inner();
+        if let Some(b) = lock(&inner.router_bands).clone() {
+            return Ok(b);
+        }
+        let reply = self.admin(&serde_json::json!({"op": "list", "limit": 1}))?;
+        let page: Listing = serde_json::from_value(reply)
+            .map_err(|e| Error::BadReply(format!("admin list reply: {e}")))?;
+        let b = Arc::new(RouterBands {
+            lanes: page.lanes,
+            default_band: page.default_band,
+        });
+        *lock(&inner.router_bands) = Some(b.clone());
+        Ok(b)
+    }
+
+    /// The band this session's connection belongs to (`None`: the
+    /// listener's default band).
+    pub fn band(&self) -> Option<&str> {
+        self.inner().options.band.as_ref().map(|b| b.name.as_str())
+    }
+}

@@ -1,0 +1,297 @@
+//! The reader thread: feeds what the connection brings to the engine,
+//! hands deliveries to their subscriptions and replies to their waiters,
+//! and reconnects with backoff when the connection drops.
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use tagwire_core::connection::Input;
+
+use super::connect::connect;
+use super::{lock, Inner, Target};
+use crate::stream::Stream;
+use crate::subscriber::Sink;
+
+/// Reconnect backoff bounds.
+const BACKOFF_MIN: Duration = Duration::from_millis(50);
+
+const BACKOFF_MAX: Duration = Duration::from_secs(2);
+
+/// Read chunk size.
+const READ_CHUNK: usize = 64 * 1024;
+
+/// Reads into `buf`; false on end of stream.
+pub(super) fn read_some(stream: &mut Stream, buf: &mut BytesMut) -> std::io::Result<bool> {
+    let start = buf.len();
+    buf.resize(start + READ_CHUNK, 0);
+    let n = loop {
+        match stream.read(&mut buf[start..]) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            r => break r,
+        }
+    };
+    buf.truncate(start + *n.as_ref().unwrap_or(&0));
+    Ok(n? > 0)
+}
+
+/// Like [`read_some`], keeping passed fds for the shared-memory regions.
+fn read_some_fds(
+    stream: &mut Stream,
+    buf: &mut BytesMut,
+    shm: &crate::shm::ClientShm,
+) -> std::io::Result<bool> {
+    let start = buf.len();
+    buf.resize(start + READ_CHUNK, 0);
+    let mut fds = Vec::new();
+    let n = loop {
+        match stream.read_with_fds(&mut buf[start..], &mut fds) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            r => break r,
+        }
+    };
+    if !fds.is_empty() {
+        shm.received_fds(fds);
+    }
+    buf.truncate(start + *n.as_ref().unwrap_or(&0));
+    Ok(n? > 0)
+}
+
+/// Hands a delivered event to its sink; a payload in shared memory gets
+/// its mapped region attached (read at hand-over), or is skipped (counted)
+/// if this session has no such region.
+fn deliver(inner: &Inner, sink: &Sink, event: Bytes) {
+    let sample = match crate::sample::Sample::new(event) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!("dropping a malformed event from the server: {e}");
+            return;
+        }
+    };
+    match sample.shm_ref() {
+        None => sink.deliver_sample(sample),
+        Some(r) => {
+            if let Some(payload) = inner.shm.adopt(r) {
+                let expired = inner.shm.expired_counter();
+                sink.deliver_sample(sample.with_shm_payload(payload, expired));
+            }
+        }
+    }
+}
+
+/// Drops a delivered event nobody takes (its subscription is gone),
+/// giving back the pin of a payload in shared memory: else the daemon
+/// counts it held by this connection for as long as the connection lasts
+/// (and past it, parked, until this process exits), and past
+/// `limits.shm_pins` such pins the connection gets copies only.
+fn discard(inner: &Inner, event: Bytes) {
+    if let Some(r) = crate::sample::Sample::new(event)
+        .ok()
+        .and_then(|s| s.shm_ref())
+    {
+        inner.shm.give_back(r);
+    }
+}
+
+/// How long a closed session's reader thread waits for the daemon to
+/// close the connection (see [`drain`]).
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// After this session's own `Close`, if it reads payloads in place: reads
+/// what the daemon still sends until it closes the connection (at most
+/// [`DRAIN_TIMEOUT`]), giving back the pins of the payloads in shared
+/// memory among it. Otherwise the daemon counts them held by this process
+/// until it exits (the connection's pin row parked), and a few sessions
+/// closed so could pin every spare chunk of a publisher's region, sending
+/// all its payloads over the socket, for every subscriber.
+fn drain(inner: &Inner, stream: &mut Stream, buf: &mut BytesMut) {
+    use tagwire_proto::{kind, Frame, FrameDecoder};
+    if !inner.shm.reads_in_place() {
+        return;
+    }
+    let decoder = FrameDecoder::new(lock(&inner.engine).max_frame());
+    let deadline = Instant::now() + DRAIN_TIMEOUT;
+    loop {
+        loop {
+            match decoder.next_raw(buf) {
+                Ok(Some((kind::DELIVER, body))) if body.len() >= 4 => {
+                    discard(inner, body.slice(4..));
+                }
+                Ok(Some((kind::SHM_REGION, body))) => {
+                    if let Ok(Frame::ShmRegion {
+                        region,
+                        role,
+                        endpoint,
+                    }) = Frame::decode(kind::SHM_REGION, body)
+                    {
+                        inner.shm.named(region, role, endpoint);
+                    }
+                }
+                Ok(Some(_)) => {}
+                Ok(None) => break,
+                Err(_) => return,
+            }
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
+            return;
+        }
+        if !matches!(read_some_fds(stream, buf, &inner.shm), Ok(true)) {
+            return;
+        }
+    }
+}
+
+pub(super) fn reader_main(inner: Arc<Inner>, mut stream: Stream, mut leftover: BytesMut) {
+    if let Some(b) = &inner.options.band {
+        // Deliveries of this band (and its subscribers' callbacks) run at
+        // the band's priority, as in the router's lane (TAO §4.2).
+        match tagwire_router::priority::apply_sched(b.sched) {
+            Ok(tagwire_router::priority::Applied::FellBack { reason, got, .. }) => tracing::warn!(
+                "band {}: the reader thread cannot run {} ({reason}); running {got}",
+                b.name,
+                b.sched
+            ),
+            Ok(_) => {}
+            Err(e) => tracing::warn!("band {}: scheduling {} not applied: {e}", b.name, b.sched),
+        }
+        // On the band's CPUs too, so a real-time band's client work stays
+        // off the CPUs that carry bulk traffic.
+        if let Some(cpus) = &b.cpus {
+            if let Err(e) = tagwire_router::priority::apply_affinity(cpus) {
+                tracing::warn!(
+                    "band {}: the reader thread cannot be pinned to CPUs {cpus} ({e})",
+                    b.name
+                );
+            }
+        }
+    }
+    let mut backoff = BACKOFF_MIN;
+    loop {
+        read_loop(&inner, &mut stream, &mut leftover);
+        // The connection is gone: stop writers and fail waiting requests.
+        lock(&inner.writer).connected = false;
+        if let Some(s) = lock(&inner.socket).take() {
+            s.shutdown();
+        }
+        lock(&inner.engine).transport_lost("the connection to the server ended");
+        lock(&inner.waiters).clear();
+        if inner.closed.load(Ordering::Relaxed) || matches!(inner.target(), Target::Embedded(_)) {
+            for sink in lock(&inner.sinks).values() {
+                sink.close();
+            }
+            return;
+        }
+        tracing::warn!(
+            "lost connection to {}; reconnecting",
+            inner.target().describe()
+        );
+        loop {
+            std::thread::sleep(backoff);
+            if inner.closed.load(Ordering::Relaxed) {
+                return;
+            }
+            match connect(&inner) {
+                Ok((s, lo)) => {
+                    stream = s;
+                    leftover = lo;
+                    backoff = BACKOFF_MIN;
+                    inner.reconnects.fetch_add(1, Ordering::Relaxed);
+                    tracing::info!("reconnected to {}", inner.target().describe());
+                    break;
+                }
+                Err(e) => {
+                    tracing::debug!("reconnect failed: {e}");
+                    backoff = (backoff * 2).min(BACKOFF_MAX);
+                }
+            }
+        }
+    }
+}
+
+/// Feeds what the connection brings to the engine and acts on its inputs,
+/// with the engine unlocked: deliveries to the sinks (from a copy of the
+/// sink map, taken again only when it changes), replies to their waiters.
+/// Returns when the connection ends.
+fn read_loop(inner: &Inner, stream: &mut Stream, buf: &mut BytesMut) {
+    let mut sinks: HashMap<u32, Arc<Sink>> = HashMap::new();
+    let mut generation = u64::MAX;
+    let mut inputs = Vec::new();
+    let mut heard = None;
+    loop {
+        let (control, over) = {
+            let mut e = lock(&inner.engine);
+            if let Some(now) = heard.take() {
+                e.received(now);
+            }
+            while let Some(input) = e.poll_input(buf) {
+                inputs.push(input);
+            }
+            (e.transmit_len() > 0, e.closed().is_some())
+        };
+        for input in inputs.drain(..) {
+            match input {
+                Input::Deliver { sub, event } => {
+                    let g = inner.subs_generation.load(Ordering::Acquire);
+                    if g != generation {
+                        generation = g;
+                        sinks = lock(&inner.sinks).clone();
+                    }
+                    match sinks.get(&sub) {
+                        Some(sink) => deliver(inner, sink, event),
+                        // Unsubscribed while it was on its way: a payload
+                        // in shared memory was pinned for this connection
+                        // and handed over; give the pin back.
+                        None => discard(inner, event),
+                    }
+                }
+                Input::ShmRegion {
+                    region,
+                    role,
+                    endpoint,
+                } => inner.shm.named(region, role, endpoint),
+                Input::Reply { req, reply } => {
+                    if let Some(tx) = lock(&inner.waiters).remove(&req) {
+                        let _ = tx.send(reply);
+                    }
+                }
+                Input::PeerError { code, message, .. } => {
+                    tracing::warn!("server reported: {message} (code {code:?})");
+                }
+                Input::Closed => {
+                    if let Some(c) = lock(&inner.engine).closed() {
+                        tracing::info!("connection closed: {} (code {})", c.reason, c.code);
+                    }
+                }
+                _ => {}
+            }
+        }
+        if control {
+            // A `Pong`, or the engine's last `Close`.
+            let mut w = lock(&inner.writer);
+            if w.connected {
+                inner.take_control(&mut w);
+                let _ = inner.flush_locked(w);
+            }
+        }
+        if over {
+            if inner.closed.load(Ordering::Relaxed) {
+                drain(inner, stream, buf);
+            }
+            return;
+        }
+        match read_some_fds(stream, buf, &inner.shm) {
+            Ok(true) => heard = Some(inner.now()),
+            Ok(false) => return,
+            Err(e) => {
+                if !inner.closed.load(Ordering::Relaxed) {
+                    tracing::debug!("read failed: {e}");
+                }
+                return;
+            }
+        }
+    }
+}

@@ -121,6 +121,7 @@ fn take_priority(band: &Band, state: &Locked<State>) {
             fell_back,
             tcp: None,
             unix: band.unix.clone(),
+            tid: Some(rustix::thread::gettid().as_raw_nonzero().get()),
         }),
     }
 }

@@ -21,6 +21,8 @@
 #                  rows included) scribbled over by a peer (attach, read,
 #                  adopt pins), and the events' shared-memory reference
 #                  (tagwire-shm, proto); inputs up to 16 KiB
+#   metrics_credential  the token of a metrics/dashboard request
+#                  (Authorization header bytes and query string)
 #
 # Installs cargo-fuzz if it is missing, writes the target's seed corpus (for
 # frame_decoder: the test vectors of docs/protocol.md; for the others the

@@ -368,7 +368,7 @@ impl PageFill {
 const SECTIONS: [&str; 4] = ["connections", "endpoints", "subscriptions", "tags"];
 
 /// One page of the listing after cursor `after` (`"<section>:<key>"`).
-fn list_page(
+pub(crate) fn list_page(
     st: &State,
     after: Option<&str>,
     limit: usize,

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 pub use crate::auth::{AclRule, AuthConfig, TokenConfig};
 pub use crate::band::BandConfig;
 pub use crate::bandwidth::BandwidthConfig;
+pub use crate::metrics::MetricsConfig;
 
 /// Default TCP listen address.
 pub const DEFAULT_TCP: &str = "127.0.0.1:7700";
@@ -52,6 +53,9 @@ pub struct RouterConfig {
     /// Bandwidth reservations on the egress interface (`[bandwidth]`;
     /// the `reserve` subscribe property).
     pub bandwidth: BandwidthConfig,
+    /// The Prometheus metrics and web dashboard listener (`[metrics]`;
+    /// docs/metrics.md). Off unless `listen` is set.
+    pub metrics: MetricsConfig,
 }
 
 /// The `[federation]` section: which daemons to link with and the bounds of
@@ -383,6 +387,7 @@ impl Default for RouterConfig {
             qos: Default::default(),
             federation: FederationConfig::default(),
             bandwidth: BandwidthConfig::default(),
+            metrics: MetricsConfig::default(),
         }
     }
 }
@@ -512,6 +517,7 @@ impl RouterConfig {
                 "[tls] is set but tcp is not: TLS applies to the TCP listener".into(),
             ));
         }
+        self.metrics.validate(self.auth.enabled)?;
         crate::band::plan(self)?;
         let bands: Vec<String> = self.bands.iter().map(|b| b.name.clone()).collect();
         let daemon = crate::qos::daemon_layer(&self.qos, &bands).map_err(ConfigError::Invalid)?;

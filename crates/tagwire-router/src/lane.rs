@@ -134,6 +134,7 @@ fn take_priority(band: &Band, state: &Locked<State>) {
             cpus,
             tcp: None,
             unix: band.unix.clone(),
+            tid: Some(rustix::thread::gettid().as_raw_nonzero().get()),
         }),
     }
 }

@@ -41,6 +41,7 @@ mod lane;
 mod link;
 pub mod local;
 mod membership;
+pub mod metrics;
 mod placement;
 pub mod priority;
 mod qos;
@@ -126,6 +127,8 @@ pub struct RouterHandle {
     token_files: Vec<PathBuf>,
     state: Arc<Locked<State>>,
     reservations_file: Option<PathBuf>,
+    /// The metrics and dashboard listener (`[metrics] listen`), if any.
+    metrics: Option<metrics::MetricsServer>,
 }
 
 impl Router {
@@ -244,6 +247,8 @@ impl Router {
             _ => (None, Vec::new()),
         };
         let auth = Authenticator::new(&config.auth, &config.acl, local::current_uid(), token)?;
+        let metrics_config = config.metrics.clone();
+        let metrics_listener = metrics::bind(&metrics_config)?;
         let embedded = config.name == "embedded";
         if !embedded {
             tracing::info!("authentication {}", auth.describe());
@@ -312,6 +317,10 @@ impl Router {
                 break;
             }
         }
+        let metrics = match metrics_listener {
+            Some(l) => Some(metrics::spawn(l, metrics_config, state.clone())?),
+            None => None,
+        };
         if !embedded {
             for (name, t, u) in &addrs {
                 let listeners: Vec<String> = [
@@ -333,6 +342,7 @@ impl Router {
             token_files,
             state: state.clone(),
             reservations_file,
+            metrics,
         })
     }
 }
@@ -356,6 +366,11 @@ impl RouterHandle {
     /// The Unix socket path, if enabled.
     pub fn unix_path(&self) -> Option<&Path> {
         self.unix.as_deref()
+    }
+
+    /// The metrics and dashboard listener's address (`[metrics] listen`), if any.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics.as_ref().map(metrics::MetricsServer::addr)
     }
 
     /// Each band's name and listeners `(name, tcp, unix)`, lowest first.
@@ -393,6 +408,9 @@ impl RouterHandle {
     }
 
     fn stop(&mut self) {
+        if let Some(mut m) = self.metrics.take() {
+            m.stop();
+        }
         if self.lanes.is_empty() {
             return;
         }

@@ -69,6 +69,8 @@ pub(crate) struct LaneInfo {
     pub tcp: Option<std::net::SocketAddr>,
     /// Its Unix listener.
     pub unix: Option<std::path::PathBuf>,
+    /// Its thread's kernel id (for its CPU time in `/metrics`).
+    pub tid: Option<i32>,
 }
 
 /// What one identity holds, checked against the per-identity quotas.

@@ -69,6 +69,11 @@ struct Args {
     /// Do not look for daemons on the local network (the default).
     #[arg(long)]
     no_discovery: bool,
+    /// Serve Prometheus metrics (`/metrics`) and the web dashboard (`/`)
+    /// over HTTP on ADDR, e.g. 127.0.0.1:9090; requests present a token
+    /// with the admin right (docs/metrics.md). Overrides `[metrics] listen`.
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<std::net::SocketAddr>,
     /// Log filter (tracing syntax, e.g. `info`, `tagwire_router=debug`); RUST_LOG also works.
     #[arg(long, default_value = "info")]
     log: String,
@@ -103,6 +108,9 @@ fn config(args: &Args) -> Result<RouterConfig, ConfigError> {
     }
     if args.no_discovery {
         cfg.federation.discovery = false;
+    }
+    if let Some(a) = args.metrics {
+        cfg.metrics.listen = Some(a);
     }
     if cfg.reservations_file.is_none() {
         // One file per daemon: named after its TCP port when it has one.

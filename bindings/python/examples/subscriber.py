@@ -17,9 +17,10 @@ if len(sys.argv) > 2:
     session = tagwire.Session.connect(sys.argv[2])
 else:
     session = tagwire.Session.connect_local()
+sub = session.subscribe(pattern)
 print(f"subscribed to {pattern}; Ctrl-C to stop", flush=True)
 try:
-    for sample in session.subscribe(pattern):
+    for sample in sub:
         print(sample.tag, f"seq={sample.seq}", sample.payload, sample.fields, flush=True)
 except KeyboardInterrupt:
     pass

@@ -42,6 +42,7 @@ struct Options {
     network_clock: bool,
     shm: Option<tagwire::ShmMode>,
     band: Option<String>,
+    tls: Option<tagwire::TlsOptions>,
 }
 
 fn shm_mode(py: Python<'_>, mode: &str) -> PyResult<tagwire::ShmMode> {
@@ -64,6 +65,9 @@ impl Options {
         }
         if let Some(m) = self.shm {
             b = b.shm(m);
+        }
+        if let Some(t) = &self.tls {
+            b = b.tls(t.clone());
         }
         b
     }
@@ -141,6 +145,28 @@ impl PySessionBuilder {
     fn shm(mut slf: PyRefMut<'_, Self>, mode: String) -> PyResult<PyRefMut<'_, Self>> {
         slf.options.shm = Some(shm_mode(slf.py(), &mode)?);
         Ok(slf)
+    }
+
+    /// TLS settings for a `tls://` URL, instead of the environment's
+    /// (`TAGWIRE_TLS_CA`, `TAGWIRE_TLS_CERT`, `TAGWIRE_TLS_KEY`,
+    /// `TAGWIRE_TLS_SERVER_NAME`): the CA file the server's certificate must
+    /// chain to, a client certificate and key for mutual TLS, and the name
+    /// the server's certificate must carry (default: the URL's host).
+    #[pyo3(signature = (ca=None, cert=None, key=None, server_name=None))]
+    fn tls(
+        mut slf: PyRefMut<'_, Self>,
+        ca: Option<std::path::PathBuf>,
+        cert: Option<std::path::PathBuf>,
+        key: Option<std::path::PathBuf>,
+        server_name: Option<String>,
+    ) -> PyRefMut<'_, Self> {
+        slf.options.tls = Some(tagwire::TlsOptions {
+            ca,
+            cert,
+            key,
+            server_name,
+        });
+        slf
     }
 
     /// Connects to `url` (`tcp://HOST:PORT`, `tls://HOST:PORT`,

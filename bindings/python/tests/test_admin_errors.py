@@ -203,3 +203,15 @@ def test_blocked_recv_releases_the_gil(session):
     assert total > 0
     assert still_waiting, "the main thread only ran after recv() returned: it held the GIL"
     assert result["sample"].payload == b"wake"
+
+
+def test_tls_settings_are_used_and_a_missing_ca_is_named(daemon):
+    port = daemon.tcp_url.rsplit(":", 1)[1]
+    with pytest.raises(tagwire.ConnectError) as e:
+        (
+            tagwire.Session.builder()
+            .tls(ca="/nonexistent/tagwire-ca.pem")
+            .connect_timeout(2)
+            .connect(f"tls://127.0.0.1:{port}")
+        )
+    assert "/nonexistent/tagwire-ca.pem" in str(e.value)

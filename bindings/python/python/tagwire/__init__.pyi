@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from collections.abc import Callable, Iterator, AsyncIterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Literal, TypedDict, overload
@@ -261,6 +263,13 @@ class SessionBuilder:
     def follow_priority(self, on: bool) -> SessionBuilder: ...
     def network_clock(self, on: bool) -> SessionBuilder: ...
     def shm(self, mode: ShmMode) -> SessionBuilder: ...
+    def tls(
+        self,
+        ca: str | os.PathLike[str] | None = None,
+        cert: str | os.PathLike[str] | None = None,
+        key: str | os.PathLike[str] | None = None,
+        server_name: str | None = None,
+    ) -> SessionBuilder: ...
     def connect(self, url: str) -> Session: ...
     def connect_local(self) -> Session: ...
 

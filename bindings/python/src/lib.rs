@@ -1,0 +1,47 @@
+//! `tagwire._tagwire`, the native half of the `tagwire` Python package: a
+//! thin PyO3 wrapper over the `tagwire` client library (no protocol code
+//! here). The classes keep the Rust names — `Session`, `SessionBuilder`,
+//! `Publisher`, `EventBuilder`, `Subscriber`, `CallbackSubscription`,
+//! `Sample`, `Pull`, `EmbeddedRouter` — so docs/python.md and the Rust docs
+//! read alike. The pure-Python half (`python/tagwire/`) holds the
+//! exception hierarchy, the asyncio glue and the type stubs.
+//!
+//! ```python
+//! import tagwire
+//! session = tagwire.Session.connect("tcp://127.0.0.1:7700")
+//! sub = session.subscribe("/demo/**")
+//! session.declare_publisher("/py/pub").publish("/demo/x", b"hi", fields={"severity": 3})
+//! print(next(sub).payload)
+//! ```
+
+mod error;
+mod publisher;
+mod pull;
+mod sample;
+mod session;
+mod subscriber;
+
+use std::sync::{Mutex, MutexGuard};
+
+use pyo3::prelude::*;
+
+/// Locks a mutex, recovering its data if a panicking thread poisoned it
+/// (each critical section here only takes or clones an `Option`).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The native module.
+#[pymodule]
+fn _tagwire(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<session::PySession>()?;
+    m.add_class::<session::PySessionBuilder>()?;
+    m.add_class::<session::PyEmbeddedRouter>()?;
+    m.add_class::<publisher::PyPublisher>()?;
+    m.add_class::<publisher::PyEventBuilder>()?;
+    m.add_class::<subscriber::PySubscriber>()?;
+    m.add_class::<subscriber::PyCallbackSubscription>()?;
+    m.add_class::<sample::PySample>()?;
+    m.add_class::<pull::PyPull>()?;
+    Ok(())
+}

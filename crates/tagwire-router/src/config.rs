@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 pub use crate::auth::{AclRule, AuthConfig, TokenConfig};
 pub use crate::band::BandConfig;
 pub use crate::bandwidth::BandwidthConfig;
+pub use crate::cluster::ClusterConfig;
 
 /// Default TCP listen address.
 pub const DEFAULT_TCP: &str = "127.0.0.1:7700";
@@ -52,6 +53,9 @@ pub struct RouterConfig {
     /// Bandwidth reservations on the egress interface (`[bandwidth]`;
     /// the `reserve` subscribe property).
     pub bandwidth: BandwidthConfig,
+    /// A cluster in one step (`[cluster]`: a shared secret and daemons to
+    /// join; see [`crate::cluster`]). Applied when the router starts.
+    pub cluster: ClusterConfig,
 }
 
 /// The `[federation]` section: which daemons to link with and the bounds of
@@ -383,6 +387,7 @@ impl Default for RouterConfig {
             qos: Default::default(),
             federation: FederationConfig::default(),
             bandwidth: BandwidthConfig::default(),
+            cluster: ClusterConfig::default(),
         }
     }
 }
@@ -420,16 +425,25 @@ pub enum ConfigError {
     /// A value outside its range.
     #[error("invalid config: {0}")]
     Invalid(String),
+    /// The `[cluster]` settings (`--cluster-secret-file`, `--join`) cannot
+    /// be used; the message names the setting and the fix.
+    #[error(transparent)]
+    Cluster(#[from] crate::cluster::ClusterError),
 }
 
 impl RouterConfig {
     /// Parses TOML text (keys not given keep their defaults). Relative
-    /// `[tls]` paths are taken relative to `path`'s directory.
+    /// `[tls]` and `[cluster]` paths are taken relative to `path`'s directory.
     pub fn from_toml(text: &str, path: &Path) -> Result<Self, ConfigError> {
         let mut cfg: RouterConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: path.to_owned(),
             message: e.to_string(),
         })?;
+        if let (Some(file), Some(dir)) = (&mut cfg.cluster.secret_file, path.parent()) {
+            if file.is_relative() {
+                *file = dir.join(&*file);
+            }
+        }
         if let (Some(tls), Some(dir)) = (&mut cfg.tls, path.parent()) {
             for file in [&mut tls.cert, &mut tls.key]
                 .into_iter()

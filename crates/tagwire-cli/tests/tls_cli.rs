@@ -52,17 +52,21 @@ impl Drop for Daemon {
 
 /// Starts tagwired with mutual TLS on a free port (no Unix socket).
 fn mtls_daemon(pki: &Pki) -> (Daemon, u16) {
+    mtls_daemon_with(
+        pki,
+        "[[acl]]\nidentity = \"cert:alice\"\npublish = [\"/**\"]\nsubscribe = [\"/**\"]\n",
+    )
+}
+
+/// Starts tagwired with mutual TLS and the `[[acl]]` rules `acl`.
+fn mtls_daemon_with(pki: &Pki, acl: &str) -> (Daemon, u16) {
     let port = TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .expect("free port");
     // The client certificate's identity, cert:alice, may do everything.
     let config = pki.path("tagwired.toml");
-    std::fs::write(
-        &config,
-        "[[acl]]\nidentity = \"cert:alice\"\npublish = [\"/**\"]\nsubscribe = [\"/**\"]\n",
-    )
-    .expect("config");
+    std::fs::write(&config, acl).expect("config");
     let child = Command::new(env!("CARGO_BIN_EXE_tagwired"))
         .args(["--tcp", &format!("127.0.0.1:{port}"), "--no-unix"])
         .arg("--config")
@@ -161,5 +165,29 @@ fn tagwired_names_a_missing_tls_file() {
     assert!(
         stderr.contains("private key") && stderr.contains(&missing.display().to_string()),
         "{stderr}"
+    );
+}
+
+#[test]
+fn a_client_certificate_is_the_identity_even_where_the_owner_token_is_readable() {
+    let pki = Pki::new();
+    // cert:alice may subscribe under /demo only; the owner (whose token file
+    // this client can read: same user, loopback) may do everything.
+    let (_d, port) = mtls_daemon_with(
+        &pki,
+        "[[acl]]\nidentity = \"cert:alice\"\nsubscribe = [\"/demo/**\"]\n",
+    );
+    let out = tagwire(port)
+        .env_remove("TAGWIRE_TOKEN")
+        .args(path_arg("--tls-ca", &pki.path("ca.pem")))
+        .args(path_arg("--tls-cert", &pki.path("alice.pem")))
+        .args(path_arg("--tls-key", &pki.path("alice.key")))
+        .args(["sub", "/other/**", "--timeout", "2"])
+        .output()
+        .expect("tagwire sub");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("cert:alice"),
+        "the owner's token masked the certificate (subscribing outside /demo was not refused to cert:alice): {stderr}"
     );
 }

@@ -313,6 +313,23 @@ impl Authenticator {
         Ok((identity, rights))
     }
 
+    /// [`Authenticator::authenticate`] for a `Hello`: a refused daemon
+    /// (a client named `link:NAME`, as dialing daemons call themselves) is
+    /// told the daemon-side setting to fix, not the client-side
+    /// `TAGWIRE_TOKEN`. The name is the peer's claim; it changes only the
+    /// wording.
+    pub fn authenticate_hello(
+        &self,
+        transport: &Transport,
+        hello: &tagwire_core::connection::ClientHello,
+    ) -> Result<(Arc<str>, Rights), Refusal> {
+        self.authenticate(transport, &hello.token)
+            .map_err(|(code, message)| match hello.name.strip_prefix("link:") {
+                Some(daemon) => (code, link_refusal(daemon, code, &hello.token, &message)),
+                None => (code, message),
+            })
+    }
+
     /// The rights of `identity`: everything for the owner and root, else
     /// the union of the rules naming it or `*`.
     pub fn rights(&self, identity: &str) -> Rights {
@@ -328,6 +345,25 @@ impl Authenticator {
             r.add(rule);
         }
         r
+    }
+}
+
+/// The refusal of daemon `daemon`'s link, in daemon terms.
+fn link_refusal(daemon: &str, code: ErrorCode, token: &str, message: &str) -> String {
+    let daemon = tagwire_proto::excerpt(daemon);
+    match code {
+        ErrorCode::Unauthenticated if token.is_empty() => format!(
+            "daemon {daemon} presented no token: give it the same --cluster-secret-file \
+             ([federation] token) as this daemon"
+        ),
+        ErrorCode::Unauthenticated => format!(
+            "daemon {daemon} presented a token this daemon does not know: [federation] token / \
+             --cluster-secret-file differs between the two daemons"
+        ),
+        _ => format!(
+            "daemon {daemon}: {message}; between daemons, give both the same \
+             --cluster-secret-file (or an [[acl]] rule with admin = true for its token)"
+        ),
     }
 }
 
@@ -544,6 +580,36 @@ mod tests {
             e.contains("auth.tokens[1] (b)") && e.contains("same secret"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_refused_daemon_is_told_the_daemon_side_setting_and_a_client_the_client_one() {
+        let a = auth(&[]);
+        let tcp = Transport::Tcp { cert: None };
+        let hello = |name: &str, token: &str| tagwire_core::connection::ClientHello {
+            name: name.into(),
+            token: token.into(),
+            session: [0; tagwire_proto::SESSION_ID_LEN],
+        };
+        let (code, m) = a
+            .authenticate_hello(&tcp, &hello("link:b", "wrong-secret-0123456789"))
+            .unwrap_err();
+        assert_eq!(code, ErrorCode::Unauthenticated);
+        assert!(
+            m.contains("daemon \"b\"") && m.contains("[federation] token / --cluster-secret-file"),
+            "{m}"
+        );
+        let (_, m) = a
+            .authenticate_hello(&tcp, &hello("link:b", ""))
+            .unwrap_err();
+        assert!(
+            m.contains("presented no token") && !m.contains("TAGWIRE_TOKEN"),
+            "{m}"
+        );
+        let (_, m) = a
+            .authenticate_hello(&tcp, &hello("tagwire-cli", ""))
+            .unwrap_err();
+        assert!(m.contains("TAGWIRE_TOKEN"), "{m}");
     }
 
     #[test]

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 pub use crate::auth::{AclRule, AuthConfig, TokenConfig};
 pub use crate::band::BandConfig;
 pub use crate::bandwidth::BandwidthConfig;
+pub use crate::cluster::ClusterConfig;
 pub use crate::metrics::MetricsConfig;
 
 /// Default TCP listen address.
@@ -56,6 +57,9 @@ pub struct RouterConfig {
     /// The Prometheus metrics and web dashboard listener (`[metrics]`;
     /// docs/metrics.md). Off unless `listen` is set.
     pub metrics: MetricsConfig,
+    /// A cluster in one step (`[cluster]`: a shared secret and daemons to
+    /// join; see [`crate::cluster`]). Applied when the router starts.
+    pub cluster: ClusterConfig,
 }
 
 /// The `[federation]` section: which daemons to link with and the bounds of
@@ -388,6 +392,7 @@ impl Default for RouterConfig {
             federation: FederationConfig::default(),
             bandwidth: BandwidthConfig::default(),
             metrics: MetricsConfig::default(),
+            cluster: ClusterConfig::default(),
         }
     }
 }
@@ -425,16 +430,25 @@ pub enum ConfigError {
     /// A value outside its range.
     #[error("invalid config: {0}")]
     Invalid(String),
+    /// The `[cluster]` settings (`--cluster-secret-file`, `--join`) cannot
+    /// be used; the message names the setting and the fix.
+    #[error(transparent)]
+    Cluster(#[from] crate::cluster::ClusterError),
 }
 
 impl RouterConfig {
     /// Parses TOML text (keys not given keep their defaults). Relative
-    /// `[tls]` paths are taken relative to `path`'s directory.
+    /// `[tls]` and `[cluster]` paths are taken relative to `path`'s directory.
     pub fn from_toml(text: &str, path: &Path) -> Result<Self, ConfigError> {
         let mut cfg: RouterConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: path.to_owned(),
             message: e.to_string(),
         })?;
+        if let (Some(file), Some(dir)) = (&mut cfg.cluster.secret_file, path.parent()) {
+            if file.is_relative() {
+                *file = dir.join(&*file);
+            }
+        }
         if let (Some(tls), Some(dir)) = (&mut cfg.tls, path.parent()) {
             for file in [&mut tls.cert, &mut tls.key]
                 .into_iter()

@@ -573,7 +573,7 @@ impl Conn {
             Input::Refused { code, message, .. } => self.note_error(code, &message),
             Input::PeerError { code, message, .. } => {
                 if self.dialed {
-                    tracing::warn!(conn = self.id, "peer daemon reported {code:?}: {message}");
+                    crate::link::log_peer_error(&self.state, self.id, code, &message);
                 } else {
                     tracing::debug!(conn = self.id, "peer reported {code:?}: {message}");
                 }
@@ -644,7 +644,7 @@ impl Conn {
 
     fn handshake(&mut self, hello: engine::ClientHello) {
         let mut st = self.state.borrow_mut();
-        let (identity, rights) = match st.auth.authenticate(&self.transport, &hello.token) {
+        let (identity, rights) = match st.auth.authenticate_hello(&self.transport, &hello) {
             Ok(granted) => granted,
             Err((code, message)) => {
                 drop(st);

@@ -32,6 +32,7 @@ pub mod band;
 mod bandwidth;
 mod budget;
 mod channel;
+pub mod cluster;
 pub mod config;
 mod connection;
 mod dispatch;
@@ -134,7 +135,10 @@ pub struct RouterHandle {
 impl Router {
     /// Binds the configured listeners and starts serving on a lane thread.
     /// Listener errors are reported here, before anything runs.
-    pub fn start(config: RouterConfig) -> Result<RouterHandle, RouterError> {
+    pub fn start(mut config: RouterConfig) -> Result<RouterHandle, RouterError> {
+        if let Some(setup) = cluster::apply(&mut config).map_err(config::ConfigError::from)? {
+            tracing::info!("{setup}");
+        }
         config.validate()?;
         Self::start_unchecked(config)
     }

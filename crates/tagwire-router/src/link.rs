@@ -32,6 +32,8 @@ const PROBE_EVERY_NS: u64 = 1_000_000_000;
 /// First and longest wait between dial attempts.
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// Failed connection attempts after which the dialer says what to check.
+const HINT_AFTER: u32 = 3;
 
 /// The daemon's federation state: its routing view and its links.
 #[derive(Debug)]
@@ -61,6 +63,9 @@ pub(crate) struct Federation {
     pub net: NetClock,
     /// Pulls in flight over the links, and where tags' events come from.
     pub relay: crate::remote_pull::PullRelay,
+    /// Refusals by each dialed peer (by address), for rate-limited logs;
+    /// at most [`MAX_REFUSAL_COUNTS`] peers (then it starts over).
+    refusals: HashMap<String, u32>,
 }
 
 /// One live link.
@@ -146,6 +151,7 @@ impl Federation {
             net: NetClock::default(),
             dialer: None,
             relay: Default::default(),
+            refusals: HashMap::new(),
         }
     }
 
@@ -737,6 +743,7 @@ fn on_peer(
     let _ = c.outbox.send_link(&LinkFrame::TimeProbe { id: 1, t1 }, max);
     let channel = link_queue(&st, &name, c.outbox, c.conn);
     tracing::info!(peer = %c.peer, "linked with daemon {name} ({node:#x})");
+    st.fed.refusals.remove(c.peer);
     st.fed.links.insert(
         node,
         Link {
@@ -1075,16 +1082,101 @@ async fn dial(
                 if failures == 1 || failures.is_power_of_two() {
                     tracing::warn!("peer {addr}: cannot connect ({e}); retrying (attempt {failures}, next in {backoff:?})");
                 }
+                if failures == HINT_AFTER {
+                    tracing::warn!("{}", unreachable_hint(&addr, failures));
+                }
             }
             Err(_) => {
                 failures += 1;
                 if failures == 1 || failures.is_power_of_two() {
                     tracing::warn!("peer {addr}: connect timed out; retrying (attempt {failures})");
                 }
+                if failures == HINT_AFTER {
+                    tracing::warn!("{}", unreachable_hint(&addr, failures));
+                }
             }
         }
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(BACKOFF_MAX);
+    }
+}
+
+/// What to check when peer `addr` stays unreachable: the usual cause is a
+/// daemon listening on loopback only (the default).
+pub(crate) fn unreachable_hint(addr: &str, attempts: u32) -> String {
+    let target = addr.trim_start_matches("tcp://");
+    let port = target.rsplit_once(':').map_or("7700", |(_, p)| p);
+    format!(
+        "peer {addr}: still no connection after {attempts} attempts. Is tagwired running at {target}, \
+         listening on an address this host can reach? A daemon listens on 127.0.0.1 only by default: \
+         start it with --listen 0.0.0.0:{port} (or its interface address); a firewall may also block TCP {port}"
+    )
+}
+
+/// The daemon-side reason for a refusal a peer sent to our dialing `addr`:
+/// its words name the client-side setting (`TAGWIRE_TOKEN`), but between
+/// daemons the fix is the federation token / cluster secret.
+pub(crate) fn refused_by_peer(addr: &str, code: ErrorCode, message: &str) -> String {
+    let host = addr
+        .trim_start_matches("tcp://")
+        .rsplit_once(':')
+        .map_or(addr, |(h, _)| h);
+    match code {
+        ErrorCode::Unauthenticated => format!(
+            "peer {addr} refused the link: [federation] token / --cluster-secret-file differs on {host} \
+             (or is not set there, or here); the same secret must be on every daemon of the cluster \
+             (it said: {message})"
+        ),
+        ErrorCode::PermissionDenied if message.contains("may not link") => format!(
+            "peer {addr} refused the link: it knows this daemon's [federation] token but grants it no \
+             admin right; give both daemons the same --cluster-secret-file, or add an [[acl]] rule \
+             with admin = true for that token on {host} (it said: {message})"
+        ),
+        ErrorCode::PermissionDenied if message.contains("has no rights") => format!(
+            "peer {addr} refused the link: its [[acl]] grants this daemon's token nothing; give both \
+             daemons the same --cluster-secret-file, or an [[acl]] rule with admin = true on {host} \
+             (it said: {message})"
+        ),
+        _ => format!("peer daemon {addr} reported {code:?}: {message}"),
+    }
+}
+
+/// Most peers whose refusals are counted; past it the counts start over.
+const MAX_REFUSAL_COUNTS: usize = 1024;
+
+/// Logs an error the peer we dialed on connection `conn` sent, in daemon
+/// terms. A refusal comes once per connection attempt (once a second), so
+/// the 1st, 2nd, 4th, … refusal of each peer is logged.
+pub(crate) fn log_peer_error(state: &Locked<State>, conn: u64, code: ErrorCode, message: &str) {
+    let (addr, n) = {
+        let mut st = state.borrow_mut();
+        let addr = st
+            .connections
+            .get(&conn)
+            .map(|c| c.peer.clone())
+            .unwrap_or_default();
+        if !matches!(
+            code,
+            ErrorCode::Unauthenticated | ErrorCode::PermissionDenied
+        ) {
+            drop(st);
+            tracing::warn!(conn, "peer daemon {addr} reported {code:?}: {message}");
+            return;
+        }
+        if st.fed.refusals.len() >= MAX_REFUSAL_COUNTS && !st.fed.refusals.contains_key(&addr) {
+            st.fed.refusals.clear();
+        }
+        let n = st.fed.refusals.entry(addr.clone()).or_insert(0);
+        *n = n.saturating_add(1);
+        (addr, *n)
+    };
+    if n == 1 || n.is_power_of_two() {
+        let again = if n > 1 {
+            format!(" [{n} times]")
+        } else {
+            String::new()
+        };
+        tracing::warn!("{}{again}", refused_by_peer(&addr, code, message));
     }
 }
 
@@ -1122,5 +1214,42 @@ pub(crate) fn token_for(configured: &str, addr: &str) -> String {
             crate::local::read_token(&crate::local::token_path(port)).unwrap_or_default()
         }
         _ => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_link_names_the_daemon_side_setting_and_the_host() {
+        let m = refused_by_peer(
+            "a:7700",
+            ErrorCode::Unauthenticated,
+            "the token presented is not valid for this daemon",
+        );
+        assert!(
+            m.contains("[federation] token / --cluster-secret-file differs on a ")
+                && !m.contains("TAGWIRE_TOKEN"),
+            "{m}"
+        );
+        let m = refused_by_peer(
+            "tcp://10.0.0.1:7700",
+            ErrorCode::PermissionDenied,
+            "this identity may not link daemons (a peer needs the admin right)",
+        );
+        assert!(
+            m.contains("admin = true") && m.contains("on 10.0.0.1"),
+            "{m}"
+        );
+    }
+
+    #[test]
+    fn an_unreachable_peer_hint_names_the_listen_fix_with_its_port() {
+        let m = unreachable_hint("tcp://b:7710", 3);
+        assert!(
+            m.contains("after 3 attempts") && m.contains("--listen 0.0.0.0:7710"),
+            "{m}"
+        );
     }
 }

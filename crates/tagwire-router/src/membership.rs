@@ -221,6 +221,13 @@ pub(crate) async fn run(state: Arc<Locked<State>>) {
             .find(|l| l.band == st.config.default_band)
             .and_then(|l| l.tcp)
             .unwrap_or(gossip);
+        // A listener on every interface is dialed at the gossip address's IP
+        // (the address peers reach, e.g. derived by `[cluster]`).
+        let link = if link.ip().is_unspecified() && !gossip.ip().is_unspecified() {
+            SocketAddr::new(gossip.ip(), link.port())
+        } else {
+            link
+        };
         (
             st.fed.me(),
             gossip,

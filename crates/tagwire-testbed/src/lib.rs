@@ -519,9 +519,21 @@ impl NsChild<'_> {
     /// Waits until a line of the child's stderr contains `needle` (e.g.
     /// tcpdump's "listening on"), at most `timeout`.
     pub fn wait_for_stderr(&mut self, needle: &str, timeout: Duration) -> Result<(), TestbedError> {
+        self.wait_for_stderr_line(&format!("{needle:?}"), |l| l.contains(needle), timeout)
+            .map(|_| ())
+    }
+
+    /// Waits until a line of the child's stderr satisfies `accept` (`what`
+    /// describes it for the error), at most `timeout`; returns that line.
+    pub fn wait_for_stderr_line(
+        &mut self,
+        what: &str,
+        accept: impl Fn(&str) -> bool,
+        timeout: Duration,
+    ) -> Result<String, TestbedError> {
         let deadline = Instant::now() + timeout;
         let timed_out = |seen: &str| TestbedError::TimedOut {
-            what: format!("waiting for {needle:?} from {}", self.what),
+            what: format!("waiting for {what} from {}", self.what),
             after: timeout,
             output: seen.to_owned(),
         };
@@ -533,8 +545,8 @@ impl NsChild<'_> {
             match lines.recv_timeout(left) {
                 Ok(line) => {
                     self.stderr_seen.push_str(&line);
-                    if line.contains(needle) {
-                        return Ok(());
+                    if accept(&line) {
+                        return Ok(line);
                     }
                 }
                 Err(RecvTimeoutError::Timeout) => return Err(timed_out(&self.stderr_seen)),

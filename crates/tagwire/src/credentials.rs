@@ -6,7 +6,9 @@
 //!   `TAGWIRE_DAEMON_UID`), so a socket planted by another user is refused.
 //! - Over TCP we present a token: `TAGWIRE_TOKEN` if set, else, for a daemon
 //!   on loopback, the token it wrote for its port in our private runtime
-//!   directory (`token-PORT`).
+//!   directory (`token-PORT`). Over TLS with a client certificate, the
+//!   certificate identifies us: no local token is presented (only an explicit
+//!   `TAGWIRE_TOKEN`, with a warning that it then wins).
 //! - Every session has a random id it keeps across reconnects, so that it
 //!   gets its endpoint names back after a connection drop or a daemon
 //!   restart and nobody else can take them meanwhile.
@@ -40,6 +42,25 @@ pub(crate) fn token_for(addr: &str) -> String {
                 String::new()
             }
         },
+        _ => String::new(),
+    }
+}
+
+/// The token to present beside a TLS client certificate: none, so that
+/// the certificate's identity (`cert:NAME`) is the session's, even on the
+/// daemon owner's host where its local token is readable. Only an explicit
+/// `TAGWIRE_TOKEN` is presented, and then the session says that the token,
+/// not the certificate, identifies it.
+pub(crate) fn token_beside_cert() -> String {
+    match std::env::var("TAGWIRE_TOKEN") {
+        Ok(t) if !t.trim().is_empty() => {
+            tracing::warn!(
+                "TAGWIRE_TOKEN is set as well as a client certificate: the daemon identifies \
+                 this session by the token, not by the certificate (unset TAGWIRE_TOKEN to be \
+                 cert:NAME)"
+            );
+            t.trim().to_owned()
+        }
         _ => String::new(),
     }
 }

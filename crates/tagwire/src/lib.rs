@@ -54,8 +54,8 @@ pub use tagwire_router::{FilterInfo, FilterLevel, Listing, RouterConfig, RouterH
 /// Router types for running a router in-process with full control.
 pub mod router {
     pub use tagwire_router::{
-        auth, config, local, transform, FederationConfig, FederationInfo, Limits, LinkInfo,
-        ProxyInfo, Router, RouterConfig, RouterError, RouterHandle, ShmCounters, TimeInfo,
-        TlsConfig,
+        auth, cluster, config, local, transform, FederationConfig, FederationInfo, Limits,
+        LinkInfo, ProxyInfo, Router, RouterConfig, RouterError, RouterHandle, ShmCounters,
+        TimeInfo, TlsConfig,
     };
 }

@@ -98,6 +98,12 @@ impl std::fmt::Debug for TlsConnector {
 }
 
 impl TlsConnector {
+    /// Whether a client certificate is configured (then the certificate,
+    /// not the owner's local token, identifies the session).
+    pub(crate) fn has_client_cert(&self) -> bool {
+        self.hints.has_client_cert
+    }
+
     /// Loads the files named in `opts`; `url` is for error messages.
     pub(crate) fn new(opts: &TlsOptions, url: &str) -> Result<Self, Error> {
         let fail = |reason: String| Error::Tls {

@@ -27,8 +27,8 @@ struct Args {
     /// TOML configuration file (see docs/configuration.md).
     #[arg(long, short)]
     config: Option<PathBuf>,
-    /// TCP listen address [default: 127.0.0.1:7700].
-    #[arg(long, value_name = "ADDR")]
+    /// TCP listen address [default: 127.0.0.1:7700]; `--listen` is the same.
+    #[arg(long, visible_alias = "listen", value_name = "ADDR")]
     tcp: Option<std::net::SocketAddr>,
     /// Unix socket path [default: $XDG_RUNTIME_DIR/tagwire/tagwire.sock, else /tmp/tagwire-UID/tagwire.sock].
     #[arg(long, value_name = "PATH")]
@@ -74,6 +74,20 @@ struct Args {
     /// with the admin right (docs/metrics.md). Overrides `[metrics] listen`.
     #[arg(long, value_name = "ADDR")]
     metrics: Option<std::net::SocketAddr>,
+    /// Join a cluster in one step: the shared secret in this file (mode 0600)
+    /// sets authentication, the daemon-to-daemon ACL, the federation token
+    /// and the gossip address (docs/federation.md). Overrides `[cluster]
+    /// secret_file`.
+    #[arg(long, value_name = "FILE")]
+    cluster_secret_file: Option<PathBuf>,
+    /// A daemon of the cluster to join, HOST:PORT (repeatable; added to
+    /// `[cluster] join`). Needs --cluster-secret-file.
+    #[arg(long, value_name = "HOST:PORT")]
+    join: Vec<String>,
+    /// Write a new random cluster secret to FILE (mode 0600, never
+    /// overwriting) and exit; copy it to every host of the cluster.
+    #[arg(long, value_name = "FILE", exclusive = true)]
+    new_cluster_secret: Option<PathBuf>,
     /// Log filter (tracing syntax, e.g. `info`, `tagwire_router=debug`); RUST_LOG also works.
     #[arg(long, default_value = "info")]
     log: String,
@@ -128,6 +142,10 @@ fn config(args: &Args) -> Result<RouterConfig, ConfigError> {
             client_ca,
         });
     }
+    if let Some(f) = &args.cluster_secret_file {
+        cfg.cluster.secret_file = Some(f.clone());
+    }
+    cfg.cluster.join.extend(args.join.iter().cloned());
     if let Some(ca) = &args.tls_client_ca {
         match &mut cfg.tls {
             Some(tls) => tls.client_ca = Some(ca.clone()),
@@ -138,12 +156,30 @@ fn config(args: &Args) -> Result<RouterConfig, ConfigError> {
             }
         }
     }
+    if let Some(setup) = tagwire::router::cluster::apply(&mut cfg)? {
+        tracing::info!("{setup}");
+    }
     cfg.validate()?;
     Ok(cfg)
 }
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if let Some(path) = &args.new_cluster_secret {
+        return match tagwire::router::cluster::write_new_secret(path) {
+            Ok(()) => {
+                println!(
+                    "wrote a new cluster secret to {} (mode 0600); copy it to every host of the cluster",
+                    path.display()
+                );
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("tagwired: {e}");
+                ExitCode::from(2)
+            }
+        };
+    }
     let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| args.log.clone());
     tracing_subscriber::fmt()
         .with_env_filter(

@@ -182,7 +182,7 @@ pub fn run(session: &Session, a: ListArgs) -> CmdResult {
 /// The LINKS section: one line per link to another daemon.
 fn print_links(f: Option<&tagwire::router::FederationInfo>) -> CmdResult {
     let Some(f) = f else {
-        outln!("no links: this daemon is alone (see `tagwired --peer`)");
+        outln!("no links: this daemon is alone (see `tagwired --join` or `--peer`)");
         return Ok(());
     };
     outln!(

@@ -69,6 +69,7 @@ impl Target {
     /// The token to present in `Hello` (empty: the transport identifies us).
     pub(super) fn token(&self) -> String {
         match self {
+            Target::Tls(_, c) if c.has_client_cert() => crate::credentials::token_beside_cert(),
             Target::Url(ServerUrl::Tcp(addr)) | Target::Tls(addr, _) => {
                 crate::credentials::token_for(addr)
             }

@@ -26,8 +26,11 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use tagwire_core::connection::{ClientHello, Config, Connection, Input, Reply};
+use tagwire_proto::admin::{
+    AdminOp, AdminReply, AdminRequest, FilterInfo, FilterLevel, Listing, QosChanged, Show, TimeInfo,
+};
 use tagwire_proto::{EndpointKind, Event};
-use tagwire_router::{FilterInfo, Limits, Listing, Router, RouterHandle};
+use tagwire_router::{Limits, Router, RouterHandle};
 
 use crate::builder::{is_timeout, Options, SessionBuilder};
 use crate::error::{Error, Result};
@@ -426,16 +429,13 @@ impl Session {
             }
             return crate::shm::refuse(name, mode, why).map(|_| None);
         }
-        let mut request = serde_json::json!({
-            "op": "shm_open",
-            "endpoint": name,
-            "id": id,
-            "pid": std::process::id(),
-        });
-        if let Some((m, _)) = grow {
-            request["max_packet"] = m.into();
+        let body = AdminRequest::ShmOpen {
+            endpoint: name.to_owned(),
+            id,
+            max_packet: grow.map(|(m, _)| m),
+            pid: Some(std::process::id()),
         }
-        let body = request.to_string();
+        .to_json();
         match self.inner().send_request(|e| ((), e.admin(body))) {
             Ok(((), _, rx)) => Ok(Some(crate::shm::ShmAsk {
                 rx,
@@ -458,18 +458,18 @@ impl Session {
         reply: Result<Reply>,
     ) -> Result<Option<crate::shm::ShmPublisher>> {
         let refuse = |why: String| crate::shm::refuse(&ask.name, ask.mode, why);
-        let reply: serde_json::Value = match reply {
-            Ok(Reply::Admin(text)) => match serde_json::from_str(&text) {
-                Ok(v) => v,
-                Err(e) => return refuse(format!("shm_open reply: {e}")),
+        let region = match reply {
+            Ok(Reply::Admin(text)) => match AdminReply::parse(AdminOp::ShmOpen, &text) {
+                Ok(AdminReply::ShmOpened(g)) => g.region,
+                Ok(other) => {
+                    return refuse(format!("unexpected shm_open reply {}", other.to_json()))
+                }
+                Err(e) => return refuse(e.to_string()),
             },
             Ok(Reply::Err(_, message)) => return refuse(message),
             Ok(_) => return refuse("expected an admin reply to shm_open".into()),
             Err(Error::BadReply(why)) => return refuse(why),
             Err(e) => return refuse(e.to_string()),
-        };
-        let Some(region) = reply.get("region").and_then(|r| r.as_u64()) else {
-            return refuse(format!("unexpected shm_open reply {reply}"));
         };
         if ask.grow.is_some_and(|(_, current)| current == region) {
             // Already as large as the daemon makes them (its fd came again).
@@ -613,9 +613,7 @@ impl Session {
         if let Some(b) = lock(&inner.router_bands).clone() {
             return Ok(b);
         }
-        let reply = self.admin(&serde_json::json!({"op": "list", "limit": 1}))?;
-        let page: Listing = serde_json::from_value(reply)
-            .map_err(|e| Error::BadReply(format!("admin list reply: {e}")))?;
+        let page = self.list_page(None, Some(1))?;
         let b = Arc::new(RouterBands {
             lanes: page.lanes,
             default_band: page.default_band,
@@ -630,17 +628,20 @@ impl Session {
         self.inner().options.band.as_ref().map(|b| b.name.as_str())
     }
 
+    /// The band that serves this session's connection: its own band, or
+    /// the router's default band (asked once per session).
+    pub fn band_in_use(&self) -> Result<String> {
+        match self.band() {
+            Some(b) => Ok(b.to_owned()),
+            None => Ok(self.router_bands()?.default_band.clone()),
+        }
+    }
+
     fn list_all(&self) -> Result<Listing> {
         let mut all: Option<Listing> = None;
         let mut after: Option<String> = None;
         loop {
-            let request = match &after {
-                None => serde_json::json!({"op": "list"}),
-                Some(a) => serde_json::json!({"op": "list", "after": a}),
-            };
-            let reply = self.admin(&request)?;
-            let mut page: Listing = serde_json::from_value(reply)
-                .map_err(|e| Error::BadReply(format!("admin list reply: {e}")))?;
+            let mut page = self.list_page(after.clone(), None)?;
             let next = page.next.take();
             all = Some(match all {
                 None => page,
@@ -677,15 +678,12 @@ impl Session {
         let mut all = Vec::new();
         let mut after: Option<u64> = None;
         loop {
-            let request = match after {
-                None => serde_json::json!({"op": "filter_list"}),
-                Some(a) => serde_json::json!({"op": "filter_list", "after": a}),
+            let reply = self.admin(AdminRequest::FilterList { after, limit: None })?;
+            let AdminReply::FilterList(page) = reply else {
+                return Err(unexpected(reply));
             };
-            let mut reply = self.admin(&request)?;
-            let page: Vec<FilterInfo> = serde_json::from_value(reply["filters"].take())
-                .map_err(|e| Error::BadReply(format!("admin filter_list reply: {e}")))?;
-            all.extend(page);
-            match reply.get("next").and_then(serde_json::Value::as_u64) {
+            all.extend(page.filters);
+            match page.next {
                 Some(n) if after.is_none_or(|a| n > a) => after = Some(n),
                 Some(n) => {
                     return Err(Error::BadReply(format!(
@@ -723,22 +721,150 @@ impl Session {
     /// The daemon's network time (its clock corrected by its offset to the
     /// network's reference daemon, docs/time.md), with the offset and its
     /// error bound. Stamp events with it to compare times across hosts.
-    pub fn network_time(&self) -> Result<tagwire_router::TimeInfo> {
-        let v = self.admin(&serde_json::json!({"op": "time"}))?;
-        serde_json::from_value(v).map_err(|e| Error::BadReply(format!("time reply: {e}")))
+    pub fn network_time(&self) -> Result<TimeInfo> {
+        match self.admin(AdminRequest::Time)? {
+            AdminReply::Time(t) => Ok(t),
+            other => Err(unexpected(other)),
+        }
     }
 
-    /// Sends an admin request (`docs/admin.md`) and returns the JSON reply.
-    pub fn admin(&self, request: &serde_json::Value) -> Result<serde_json::Value> {
-        let body = request.to_string();
+    /// Sends an admin request (`docs/admin.md`) and returns its typed
+    /// reply, of the variant that answers the request's kind. A refusal is
+    /// [`Error::Refused`] with the daemon's code and message (naming what
+    /// was wrong).
+    ///
+    /// ```no_run
+    /// use tagwire::admin::{AdminReply, AdminRequest};
+    /// # fn main() -> tagwire::Result<()> {
+    /// let session = tagwire::Session::connect_local()?;
+    /// let reply = session.admin(AdminRequest::Show { target: "/viewer3".into() })?;
+    /// if let AdminReply::Show(shown) = reply {
+    ///     println!("{shown:?}");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn admin(&self, request: AdminRequest) -> Result<AdminReply> {
+        let op = request.op();
+        let text = self.admin_text(request.to_json())?;
+        AdminReply::parse(op, &text).map_err(|e| Error::BadReply(e.to_string()))
+    }
+
+    /// The escape hatch: sends `request` as it is (JSON, `docs/admin.md`)
+    /// and returns the reply as JSON, for a request this library has no
+    /// type for (a newer daemon's) or to test the daemon's parser.
+    /// Prefer [`Session::admin`].
+    pub fn admin_json(&self, request: &serde_json::Value) -> Result<serde_json::Value> {
+        let text = self.admin_text(request.to_string())?;
+        serde_json::from_str(&text).map_err(|e| Error::BadReply(format!("admin reply: {e}")))
+    }
+
+    /// Sends an admin request body; the reply's JSON text.
+    fn admin_text(&self, body: String) -> Result<String> {
         let ((), reply) = self
             .inner()
             .request("admin request", |e| ((), e.admin(body)))?;
         match reply? {
-            Reply::Admin(text) => serde_json::from_str(&text)
-                .map_err(|e| Error::BadReply(format!("admin reply: {e}"))),
+            Reply::Admin(text) => Ok(text),
             Reply::Err(code, message) => Err(Error::Refused { code, message }),
             Reply::Ok | Reply::Pulled(_) => Err(Error::BadReply("expected an admin reply".into())),
+        }
+    }
+
+    /// One page of the listing after cursor `after`.
+    fn list_page(&self, after: Option<String>, limit: Option<usize>) -> Result<Listing> {
+        match self.admin(AdminRequest::List { after, limit })? {
+            AdminReply::List(page) => Ok(*page),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Attaches filter `filter` (docs/filters.md) through `endpoint` at
+    /// `level` (`tagwire admin filter add`); returns its id. Channel and
+    /// session levels answer once every subscription concerned has it.
+    pub fn filter_add(&self, endpoint: &str, level: FilterLevel, filter: &str) -> Result<u64> {
+        self.add_filter(AdminRequest::FilterAdd {
+            endpoint: endpoint.to_owned(),
+            level,
+            filter: Some(filter.to_owned()),
+            map: None,
+        })
+    }
+
+    /// Attaches mapping filter `map` to each channel of subscriber
+    /// `endpoint` (replacing any other); returns its id.
+    pub fn map_add(&self, endpoint: &str, map: &str) -> Result<u64> {
+        self.add_filter(AdminRequest::FilterAdd {
+            endpoint: endpoint.to_owned(),
+            level: FilterLevel::Channel,
+            filter: None,
+            map: Some(map.to_owned()),
+        })
+    }
+
+    fn add_filter(&self, request: AdminRequest) -> Result<u64> {
+        match self.admin(request)? {
+            AdminReply::FilterAdded(a) => Ok(a.id),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Removes filter `id` (from [`Session::filter_add`] or
+    /// [`Session::filter_list`]).
+    pub fn filter_remove(&self, id: u64) -> Result<()> {
+        match self.admin(AdminRequest::FilterRemove { id })? {
+            AdminReply::FilterRemoved(_) => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Sets how the session and channel levels of `endpoint`'s connection
+    /// combine: `"and"` (the default) or `"or"`.
+    pub fn filter_op(&self, endpoint: &str, interfilter: &str) -> Result<()> {
+        let request = AdminRequest::FilterOp {
+            endpoint: endpoint.to_owned(),
+            interfilter: interfilter.to_owned(),
+        };
+        match self.admin(request)? {
+            AdminReply::FilterOp(_) => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Changes QoS at run time (`tagwire admin qos`): on `target`
+    /// (`["daemon"]`, `["connection:ID"]`, `["/subscriber"]`,
+    /// `["/publisher", "/subscriber"]` or `["/tag/pattern"]`) sets each
+    /// `(property, value)` of `set` and clears each property of `unset`,
+    /// all or nothing.
+    pub fn set_qos(
+        &self,
+        target: &[&str],
+        set: &[(&str, &str)],
+        unset: &[&str],
+    ) -> Result<QosChanged> {
+        let request = AdminRequest::Qos {
+            target: target.iter().map(|t| (*t).to_owned()).collect(),
+            set: set
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+            unset: unset.iter().map(|u| (*u).to_owned()).collect(),
+        };
+        match self.admin(request)? {
+            AdminReply::Qos(q) => Ok(q),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// What `tagwire admin show TARGET` shows: an endpoint's channels with
+    /// their effective QoS, a tag pattern's layer and pull buffer, `links`,
+    /// `link:PEER` or `reservations`.
+    pub fn show(&self, target: &str) -> Result<Show> {
+        let request = AdminRequest::Show {
+            target: target.to_owned(),
+        };
+        match self.admin(request)? {
+            AdminReply::Show(s) => Ok(s),
+            other => Err(unexpected(other)),
         }
     }
 
@@ -1510,4 +1636,13 @@ mod tests {
         keep_publishes(&frames[..frames.len() - 1], 1 << 20, &mut kept);
         assert_eq!(kept, expected, "a cut-off last frame is left out");
     }
+}
+
+/// A reply of another kind than the request's (which
+/// [`AdminReply::parse`] rules out).
+fn unexpected(reply: AdminReply) -> Error {
+    Error::BadReply(format!(
+        "expected another reply than the one to {}",
+        reply.op()
+    ))
 }

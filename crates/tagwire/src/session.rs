@@ -1609,6 +1609,15 @@ fn read_loop(inner: &Inner, stream: &mut Stream, buf: &mut BytesMut) {
     }
 }
 
+/// A reply of another kind than the request's (which
+/// [`AdminReply::parse`] rules out).
+fn unexpected(reply: AdminReply) -> Error {
+    Error::BadReply(format!(
+        "expected another reply than the one to {}",
+        reply.op()
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1636,13 +1645,4 @@ mod tests {
         keep_publishes(&frames[..frames.len() - 1], 1 << 20, &mut kept);
         assert_eq!(kept, expected, "a cut-off last frame is left out");
     }
-}
-
-/// A reply of another kind than the request's (which
-/// [`AdminReply::parse`] rules out).
-fn unexpected(reply: AdminReply) -> Error {
-    Error::BadReply(format!(
-        "expected another reply than the one to {}",
-        reply.op()
-    ))
 }

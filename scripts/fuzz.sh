@@ -23,9 +23,12 @@
 #                  (tagwire-shm, proto); inputs up to 16 KiB
 #   metrics_credential  the token of a metrics/dashboard request
 #                  (Authorization header bytes and query string)
+#   admin_request  admin request bodies (AdminRequest::parse) and replies
+#                  (AdminReply::parse) round-tripping through to_json
 #
 # Installs cargo-fuzz if it is missing, writes the target's seed corpus (for
-# frame_decoder: the test vectors of docs/protocol.md; for the others the
+# frame_decoder: the test vectors of docs/protocol.md; for admin_request
+# the JSON test vectors of docs/admin.md; for the others the
 # files in fuzz/seeds/TARGET/, plus examples/*.toml for place_model and the
 # example file of docs/configuration.md for router_config), then fuzzes.
 # Uses the nightly toolchain if rustup has one, else stable with
@@ -74,6 +77,11 @@ case "$target" in
         TAGWIRE_FUZZ_CORPUS_DIR="$corpus" \
             cargo test --quiet --manifest-path "$root/Cargo.toml" -p tagwire-proto \
             --test fuzz_seed_corpus -- --ignored --nocapture
+        ;;
+    admin_request)
+        TAGWIRE_FUZZ_CORPUS_DIR="$corpus" \
+            cargo test --quiet --manifest-path "$root/Cargo.toml" -p tagwire-proto \
+            --test admin_vectors -- --ignored --nocapture write_admin_fuzz_seed_corpus
         ;;
     *)
         if [[ -d "$root/fuzz/seeds/$target" ]]; then

@@ -1071,3 +1071,122 @@ fn place_answers_with_status_0_and_fails_with_status_2() {
         "{stderr}"
     );
 }
+
+/// The band of the connection that owns endpoint `endpoint`, from the
+/// daemon's listing (`None`: not listed).
+fn band_of_endpoint(d: &Daemon, endpoint: &str) -> Option<String> {
+    let out = d
+        .tagwire()
+        .args(["list", "--json"])
+        .output()
+        .expect("tagwire list --json");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    let conn = v["endpoints"]
+        .as_array()?
+        .iter()
+        .find(|e| e["name"] == endpoint)?["connection"]
+        .clone();
+    v["connections"]
+        .as_array()?
+        .iter()
+        .find(|c| c["id"] == conn)
+        .and_then(|c| c["band"].as_str().map(str::to_owned))
+}
+
+#[test]
+fn bench_honours_the_global_band_and_reports_band_and_transport() {
+    let dir = temp_dir("bench-band");
+    let port = free_port();
+    let d = Daemon::start(&dir, port);
+    // Over the Unix socket: the pinger's connection is on the high lane
+    // while the run goes on.
+    let mut bench = Reap::new(
+        d.tagwire()
+            .args(["--band", "high", "bench", "latency", "--duration", "1.5"])
+            .args(["--json"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn tagwire bench"),
+    );
+    let pinger = format!("/bench/{}/pinger", bench.child().id());
+    let deadline = Instant::now() + WAIT;
+    let band = loop {
+        if let Some(b) = band_of_endpoint(&d, &pinger) {
+            break b;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the listing never showed {pinger}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(band, "high", "the bench's pinger connection");
+    let out = bench.finish();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(r["band"], "high", "{r}");
+    assert_eq!(r["transport"], "unix", "{r}");
+
+    // Over TCP, in text: the band and transport are printed.
+    let out = d
+        .tagwire()
+        .args(["-s", &format!("tcp://127.0.0.1:{port}")])
+        .args(["--band", "high", "bench", "throughput", "--duration", "0.3"])
+        .output()
+        .expect("run tagwire bench throughput");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("band high, transport tcp"), "{text}");
+
+    // Without --band: the daemon's default band, reported as such.
+    let out = d
+        .tagwire()
+        .args(["bench", "throughput", "--duration", "0.3", "--json"])
+        .output()
+        .expect("run tagwire bench throughput");
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(r["band"], "normal", "{r}");
+
+    // bench av: its listeners connect to the band's listener.
+    let out = d
+        .tagwire()
+        .args(["-s", &format!("tcp://127.0.0.1:{port}")])
+        .args(["--band", "high", "bench", "av", "--listeners", "2"])
+        .args(["--duration", "0.3", "--json"])
+        .output()
+        .expect("run tagwire bench av");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let points: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(points[0]["band"], "high", "{points}");
+    assert_eq!(points[0]["transport"], "tcp", "{points}");
+    assert!(
+        points[0]["packets_received"].as_u64().unwrap_or(0) > 0,
+        "{points}"
+    );
+    let unknown = d
+        .tagwire()
+        .args(["-s", &format!("tcp://127.0.0.1:{port}")])
+        .args(["--band", "turbo", "bench", "av", "--listeners", "1"])
+        .output()
+        .expect("run tagwire bench av");
+    assert!(!unknown.status.success());
+    assert!(
+        String::from_utf8_lossy(&unknown.stderr).contains("turbo"),
+        "{}",
+        String::from_utf8_lossy(&unknown.stderr)
+    );
+    d.stop();
+}

@@ -172,11 +172,16 @@ fn a_reserved_channels_bytes_go_through_its_class_and_over_capacity_is_refused()
 
     // `admin show reservations` lists the band's class.
     let shown = publisher_session
-        .admin(&serde_json::json!({"op": "show", "target": "reservations"}))
+        .show("reservations")
         .expect("show reservations");
-    let bands = &shown["reservations"]["bands"];
-    assert_eq!(bands[0]["class"], "1:101", "{shown}");
-    assert_eq!(bands[0]["rate_bps"], 2_000_000, "{shown}");
+    let tagwire::admin::Show::Reservations {
+        reservations: tagwire::admin::Reservations::Live { bands, .. },
+    } = &shown
+    else {
+        panic!("expected live reservations, got {shown:?}");
+    };
+    assert_eq!(bands[0].class, "1:101", "{shown:?}");
+    assert_eq!(bands[0].rate_bps, 2_000_000, "{shown:?}");
 
     // Unsubscribing releases it: the class goes.
     drop(sub);

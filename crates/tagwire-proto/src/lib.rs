@@ -5,7 +5,9 @@
 //! size); then endpoints are declared, subscriptions made, events published
 //! and delivered. Events ([`Event`], [`EventRef`]) carry a header, typed
 //! filterable fields and an opaque payload; `docs/protocol.md` documents every
-//! byte, and its hex test vectors are loaded by this crate's tests.
+//! byte, and its hex test vectors are loaded by this crate's tests. Admin
+//! requests and replies are typed in [`admin`] ([`AdminRequest`],
+//! [`AdminReply`]); their JSON wire form is documented in `docs/admin.md`.
 //!
 //! ```
 //! use bytes::BytesMut;
@@ -16,6 +18,7 @@
 //! assert_eq!(Frame::decode(kind, body).unwrap(), Frame::Ping { nonce: 7 });
 //! ```
 
+pub mod admin;
 mod error;
 mod event;
 mod excerpt;
@@ -25,6 +28,7 @@ mod link;
 mod pull;
 mod reader;
 
+pub use admin::{AdminError, AdminOp, AdminReply, AdminRequest};
 pub use error::{DecodeError, EncodeError, ErrorCode};
 pub use event::{flags, Event, EventRef, Expiry, FieldIter, Header, ShmRef, Value, ValueRef};
 pub use excerpt::{excerpt, truncate, Excerpt, EXCERPT_CHARS};

@@ -1,112 +1,28 @@
-//! Admin requests and replies: JSON documents carried by `Admin` and
-//! `AdminReply` frames (listed in `docs/admin.md`). Admin work runs on the
-//! lane like everything else for now; the priority-lanes work moves it to the
-//! lowest-priority lane. So that no request stalls the lane, listings are
-//! paged (each page within the connection's negotiated frame size and
-//! [`MAX_PAGE_ITEMS`]) and a session-level change only queues the
-//! re-placement of the session's channels for the lane's housekeeping task,
-//! answering when it is done.
+//! Admin requests and replies: the router's side of the typed requests in
+//! [`tagwire_proto::admin`] (listed in `docs/admin.md`). A body is parsed
+//! once into an [`AdminRequest`] and answered with an [`AdminReply`], both
+//! serialised by proto. Admin work runs on the admin lane. So that no
+//! request stalls a lane, listings are paged (each page within the
+//! connection's negotiated frame size and [`MAX_PAGE_ITEMS`]) and a
+//! session-level change only queues the re-placement of the session's
+//! channels for the lane's housekeeping task, answering when it is done.
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use tagwire_core::filter::InterFilterOp;
 use tagwire_core::route::RouteError;
+use tagwire_proto::admin::{
+    AdminError, AdminReply, AdminRequest, ConnectionInfo, EndpointEntry, FilterAdded, FilterOpSet,
+    FilterPage, FilterRemoved, LaneEntry, Listing, MemoryInfo, ProxyInfo, Show, SubscriptionInfo,
+    TagInfo, DEFAULT_PAGE_ITEMS, MAX_PAGE_ITEMS,
+};
 use tagwire_proto::{excerpt, ErrorCode};
 
 use crate::filters::{op_name, FilterRecord};
 pub use crate::filters::{FilterInfo, FilterLevel};
 use crate::state::{State, TagStats};
 
-/// Items in a listing page when the request gives no `limit`.
-pub const DEFAULT_PAGE_ITEMS: usize = 500;
-/// Most items in a listing page; a larger `limit` is clamped to it, so that
-/// one page costs the lane a bounded time (about 10 µs per item).
-pub const MAX_PAGE_ITEMS: usize = 1000;
 /// Bytes of an `AdminReply` frame besides its JSON body (type and request id).
 const REPLY_OVERHEAD: usize = 5;
-/// What JSON counts as whitespace before a value.
-const JSON_WHITESPACE: [char; 4] = [' ', '\t', '\n', '\r'];
-
-/// An admin request, tagged by `op`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
-#[non_exhaustive]
-pub enum AdminRequest {
-    /// The daemon's network time (Narada §3): its clock corrected by its
-    /// offset to the network's reference daemon (`tagwire time`).
-    Time,
-    /// Lists connections, endpoints, subscriptions and tags, one page at a
-    /// time: a page that does not end the listing carries `next`, to send
-    /// back as `after`.
-    List {
-        /// Where the previous page ended (its `next`); absent for the first page.
-        #[serde(default)]
-        after: Option<String>,
-        /// Most items (connections, endpoints, subscriptions and tags
-        /// together) in the page; default [`DEFAULT_PAGE_ITEMS`], at most
-        /// [`MAX_PAGE_ITEMS`].
-        #[serde(default)]
-        limit: Option<usize>,
-    },
-    /// Attaches a filter (`filter`) or a mapping filter (`map`) through an
-    /// endpoint: to its connection's session, or to each of its channels.
-    FilterAdd {
-        /// The endpoint whose session or channels get the filter.
-        endpoint: String,
-        /// `session` or `channel` (default).
-        #[serde(default)]
-        level: FilterLevel,
-        /// A constraint.
-        #[serde(default)]
-        filter: Option<String>,
-        /// A mapping filter (channel level only).
-        #[serde(default)]
-        map: Option<String>,
-    },
-    /// Lists filters with their ids, one page at a time (like `list`).
-    FilterList {
-        /// The previous page's `next` (a filter id); absent for the first page.
-        #[serde(default)]
-        after: Option<u64>,
-        /// Most filters in the page; default [`DEFAULT_PAGE_ITEMS`], at most
-        /// [`MAX_PAGE_ITEMS`].
-        #[serde(default)]
-        limit: Option<usize>,
-    },
-    /// Removes filter `id`.
-    FilterRemove {
-        /// The id from `filter_add` or `filter_list`.
-        id: u64,
-    },
-    /// Changes QoS at run time (`tagwire admin qos`): `target` is
-    /// `["daemon"]`, `["connection:ID"]`, `["/subscriber"]`,
-    /// `["/publisher", "/subscriber"]` or `["/tag/pattern"]`; `set` maps
-    /// properties to values, `unset` names properties to clear at that level.
-    Qos {
-        /// What to change.
-        target: Vec<String>,
-        /// `property: value` pairs.
-        #[serde(default)]
-        set: std::collections::BTreeMap<String, String>,
-        /// Properties to clear.
-        #[serde(default)]
-        unset: Vec<String>,
-    },
-    /// Shows an endpoint's channels with their effective QoS and where each
-    /// value came from, band, lane and queue (`tagwire admin show`), or a tag
-    /// pattern's QoS layer.
-    Show {
-        /// An endpoint name or a tag pattern given to `qos`.
-        target: String,
-    },
-    /// Sets the operator between the session and channel levels of the
-    /// endpoint's connection: `and` (default) or `or`.
-    FilterOp {
-        /// An endpoint of the connection.
-        endpoint: String,
-        /// `and` or `or`.
-        interfilter: String,
-    },
-}
 
 /// Who sent an admin request: an identity sees and changes only what its own
 /// connections declared, unless it has the admin right.
@@ -144,8 +60,9 @@ impl Requester<'_> {
     }
 }
 
-/// An admin reply: to send at once, or once the routes have settled (a
-/// session-level change re-places the session's channels in slices first).
+/// An admin reply, as the JSON body of its frame: to send at once, or once
+/// the routes have settled (a session-level change re-places the session's
+/// channels in slices first).
 #[derive(Debug)]
 pub(crate) enum Reply {
     Now(String),
@@ -155,49 +72,49 @@ pub(crate) enum Reply {
 /// Runs an admin request against the router's state; `max_frame` is the
 /// requesting connection's negotiated frame size, which a reply never
 /// exceeds. The error is the code and message of the `Error` frame to send.
+/// The body is parsed once into an [`AdminRequest`]; the reply is an
+/// [`AdminReply`], encoded by proto.
 pub(crate) fn handle(
     st: &mut State,
     body: &str,
     max_frame: usize,
     who: &Requester<'_>,
 ) -> Result<Reply, (ErrorCode, String)> {
+    let request = AdminRequest::parse(body).map_err(|e| match e {
+        AdminError::NotAnObject { .. } | AdminError::BadRequest { .. } => {
+            (ErrorCode::BadRequest, format!("bad admin request: {e}"))
+        }
+        other => (ErrorCode::BadRequest, other.to_string()),
+    })?;
+    let (reply, settle) = answer(st, request, max_frame, who)?;
+    let body = reply.to_json();
+    Ok(if settle {
+        Reply::WhenSettled(body)
+    } else {
+        Reply::Now(body)
+    })
+}
+
+/// Answers one request; `true` beside the reply: send it once the routes
+/// have settled.
+fn answer(
+    st: &mut State,
+    request: AdminRequest,
+    max_frame: usize,
+    who: &Requester<'_>,
+) -> Result<(AdminReply, bool), (ErrorCode, String)> {
     let bad = |m: String| (ErrorCode::BadRequest, m);
-    // Only an object: serde would also read a tagged enum from a sequence
-    // (`["filter_remove", 3]`: the tag, then the fields in order, unnamed).
-    if !body.trim_start_matches(JSON_WHITESPACE).starts_with('{') {
-        return Err(bad(format!(
-            "bad admin request: expected a JSON object with an \"op\" key, got {}",
-            excerpt(body)
-        )));
-    }
-    let request: AdminRequest =
-        serde_json::from_str(body).map_err(|e| bad(format!("bad admin request: {e}")))?;
     let budget = max_frame.saturating_sub(REPLY_OVERHEAD);
-    let encode = |v: Result<serde_json::Value, serde_json::Error>| {
-        v.map(|v| v.to_string()).map_err(|e| {
-            (
-                ErrorCode::Internal,
-                format!("cannot encode admin reply: {e}"),
-            )
-        })
-    };
+    let now = |r: AdminReply| Ok((r, false));
     match request {
-        AdminRequest::Time => encode(Ok(
-            serde_json::to_value(st.fed.time_info()).unwrap_or_default()
-        ))
-        .map(Reply::Now),
+        AdminRequest::Time => now(AdminReply::Time(st.fed.time_info())),
         AdminRequest::List { after, limit } => {
             let page = list_page(st, after.as_deref(), page_items(limit)?, budget, who)?;
-            serde_json::to_string(&page).map(Reply::Now).map_err(|e| {
-                (
-                    ErrorCode::Internal,
-                    format!("cannot encode admin reply: {e}"),
-                )
-            })
+            now(AdminReply::List(Box::new(page)))
         }
         AdminRequest::FilterList { after, limit } => {
             let page = filter_page(st, after, page_items(limit)?, budget, who)?;
-            encode(Ok(page)).map(Reply::Now)
+            now(AdminReply::FilterList(page))
         }
         AdminRequest::FilterRemove { id } => {
             let conn = st
@@ -212,11 +129,11 @@ pub(crate) fn handle(
                 .records
                 .remove(id)
                 .ok_or_else(|| bad(format!("no filter with id {id}")))?;
-            let reply = encode(Ok(serde_json::json!({ "removed": id })))?;
+            let reply = AdminReply::FilterRemoved(FilterRemoved { removed: id });
             match rec.info.level {
                 FilterLevel::Session => {
                     st.routes.queue_remove_session_filter(rec.connection, id);
-                    return Ok(Reply::WhenSettled(reply));
+                    Ok((reply, true))
                 }
                 FilterLevel::Channel => {
                     let channels: Vec<u64> = rec.channels.iter().copied().collect();
@@ -225,21 +142,21 @@ pub(crate) fn handle(
                     } else {
                         st.routes.queue_remove_channel_filter(&channels, id);
                     }
-                    return Ok(Reply::WhenSettled(reply));
+                    Ok((reply, true))
                 }
                 FilterLevel::Publisher => {
                     if let Some(f) = st.sources.get_mut(rec.info.endpoint.as_str()) {
                         f.remove(id);
                     }
+                    Ok((reply, false))
                 }
             }
-            Ok(Reply::Now(reply))
         }
         AdminRequest::Qos { target, set, unset } => {
             let reply = crate::qos::admin_qos(st, &target, &set, &unset, who.admin, |st, c| {
                 who.may_touch(st, c)
             })?;
-            encode(Ok(reply)).map(Reply::Now)
+            now(AdminReply::Qos(reply))
         }
         AdminRequest::Show { target } if target.starts_with("link:") || target == "links" => {
             let info = crate::link::federation_info(st);
@@ -255,17 +172,18 @@ pub(crate) fn handle(
                     format!("no link to {want:?} (see `tagwire list --links`)"),
                 ));
             }
-            encode(Ok(serde_json::json!({ "links": links }))).map(Reply::Now)
+            now(AdminReply::Show(Show::Links { links }))
         }
-        AdminRequest::Show { target } if target == "reservations" => encode(Ok(
-            serde_json::json!({ "reservations": crate::bandwidth::info(st) }),
-        ))
-        .map(Reply::Now),
+        AdminRequest::Show { target } if target == "reservations" => {
+            now(AdminReply::Show(Show::Reservations {
+                reservations: crate::bandwidth::info(st),
+            }))
+        }
         AdminRequest::Show { target } => {
             // About 1.5 KiB per channel shown.
             let max = (budget / 1536).max(1);
             let reply = crate::qos::admin_show(st, &target, max, |st, c| who.may_touch(st, c))?;
-            encode(Ok(reply)).map(Reply::Now)
+            now(AdminReply::Show(reply))
         }
         AdminRequest::FilterOp {
             endpoint,
@@ -284,8 +202,11 @@ pub(crate) fn handle(
             let conn = owner(st, &endpoint)?;
             who.check(st, conn, &format!("endpoint {}", excerpt(&endpoint)))?;
             st.routes.queue_set_op(conn, op);
-            let reply = serde_json::json!({ "endpoint": endpoint, "interfilter": op_name(op) });
-            encode(Ok(reply)).map(Reply::WhenSettled)
+            let reply = FilterOpSet {
+                endpoint,
+                interfilter: op_name(op).to_owned(),
+            };
+            Ok((AdminReply::FilterOp(reply), true))
         }
         AdminRequest::FilterAdd {
             endpoint,
@@ -299,13 +220,20 @@ pub(crate) fn handle(
                 &format!("endpoint {}", excerpt(&endpoint)),
             )?;
             let (id, level) = add_filter(st, &endpoint, level, filter, map)?;
-            let reply = encode(Ok(serde_json::json!({ "id": id })))?;
-            Ok(if level == FilterLevel::Publisher {
-                Reply::Now(reply)
-            } else {
-                Reply::WhenSettled(reply)
-            })
+            let reply = AdminReply::FilterAdded(FilterAdded { id });
+            Ok((reply, level != FilterLevel::Publisher))
         }
+        // Handled by the connection's own lane before it gets here (the
+        // region's fd goes out on that connection); never run as admin work.
+        AdminRequest::ShmOpen { .. } => Err(bad(
+            "shm_open is answered by the connection's own lane, not as admin work".into(),
+        )),
+        // A request kind this router does not know yet (the enum is
+        // non-exhaustive).
+        other => Err(bad(format!(
+            "admin request {} is not supported by this router",
+            other.op()
+        ))),
     }
 }
 
@@ -587,12 +515,8 @@ fn filter_page(
     limit: usize,
     budget: usize,
     who: &Requester<'_>,
-) -> Result<serde_json::Value, (ErrorCode, String)> {
-    let mut fill = PageFill::new(
-        json_len(&serde_json::json!({ "filters": [] })),
-        limit,
-        budget,
-    );
+) -> Result<FilterPage, (ErrorCode, String)> {
+    let mut fill = PageFill::new(json_len(&FilterPage::default()), limit, budget);
     let mut filters = Vec::new();
     let mut next = None;
     // The id of the last filter looked at: where the next page starts.
@@ -627,11 +551,7 @@ fn filter_page(
         last = Some(info.id);
         filters.push(info);
     }
-    let mut page = serde_json::json!({ "filters": filters });
-    if let Some(next) = next {
-        page["next"] = next.into();
-    }
-    Ok(page)
+    Ok(FilterPage { filters, next })
 }
 
 fn owner(st: &State, endpoint: &str) -> Result<u64, (ErrorCode, String)> {
@@ -815,69 +735,6 @@ fn add_filter(
     Ok((id, level))
 }
 
-/// The reply to [`AdminRequest::List`].
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Listing {
-    /// The router's name.
-    pub server: String,
-    /// How clients authenticate (e.g. `on: owner uid:1000, …` or `off …`).
-    #[serde(default)]
-    pub auth: String,
-    /// The lanes, lowest band first (on the first page).
-    #[serde(default)]
-    pub lanes: Vec<LaneEntry>,
-    /// The band of the main listeners (`default_band`).
-    #[serde(default)]
-    pub default_band: String,
-    /// Open client connections.
-    pub connections: Vec<ConnectionInfo>,
-    /// Registered endpoints.
-    pub endpoints: Vec<EndpointEntry>,
-    /// Subscriptions with their queue state.
-    pub subscriptions: Vec<SubscriptionInfo>,
-    /// Tags published so far (up to the tracking limit).
-    pub tags: Vec<TagInfo>,
-    /// Publishes on tags beyond the tracking limit.
-    pub untracked_publishes: u64,
-    /// Events dropped because they had expired on arrival.
-    pub expired: u64,
-    /// Events dropped by their publisher's (publisher-level) filters.
-    #[serde(default)]
-    pub filtered_at_source: u64,
-    /// Events held until their start time.
-    #[serde(default)]
-    pub deferred: usize,
-    /// Use of the router-wide memory budget.
-    #[serde(default)]
-    pub memory: MemoryInfo,
-    /// Links to other daemons (on the first page; absent when alone).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub federation: Option<crate::link::FederationInfo>,
-    /// The pull buffers (`history`).
-    #[serde(default)]
-    pub history: crate::history::HistoryTotals,
-    /// Shared memory negotiated by this daemon (`docs/shm.md`).
-    #[serde(default)]
-    pub shm: crate::shm::ShmCounters,
-    /// Set when the listing goes on in another page: send it back as
-    /// `after` to get that page. Absent on the last page.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub next: Option<String>,
-}
-
-/// Use of the memory budget (`limits.max_buffered_bytes`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MemoryInfo {
-    /// Bytes charged now: large frames being read plus queued events.
-    pub buffered_bytes: u64,
-    /// The budget.
-    pub max_buffered_bytes: u64,
-    /// Events dropped or refused because the budget was spent.
-    pub discarded_events: u64,
-    /// Connections closed because the budget was spent.
-    pub refused_connections: u64,
-}
-
 /// The lanes as they run, for listings.
 pub(crate) fn lane_entries(st: &State) -> Vec<LaneEntry> {
     let mut lanes: Vec<LaneEntry> = st
@@ -897,115 +754,6 @@ pub(crate) fn lane_entries(st: &State) -> Vec<LaneEntry> {
     let order: Vec<&str> = st.config.bands.iter().map(|b| b.name.as_str()).collect();
     lanes.sort_by_key(|l| order.iter().position(|n| *n == l.band));
     lanes
-}
-
-/// One client connection.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ConnectionInfo {
-    /// Router-local id.
-    pub id: u64,
-    /// The client's name from `Hello`.
-    pub name: String,
-    /// Peer address.
-    pub peer: String,
-    /// Who it is (`uid:1000`, `token:alice`, `cert:alice`, `anonymous`).
-    #[serde(default)]
-    pub identity: String,
-    /// The band (and lane) that serves it.
-    #[serde(default)]
-    pub band: String,
-}
-
-/// One lane: a band's thread, its scheduling and its sockets' DSCP.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LaneEntry {
-    /// The band's name.
-    pub band: String,
-    /// The scheduling configured (`other`, `other:10`, `fifo:20`, …).
-    pub sched: String,
-    /// The scheduling in force: differs from `sched` when the OS refused
-    /// a real-time policy (then `fell_back` says why).
-    pub sched_applied: String,
-    /// Why the lane does not run `sched`, if it does not.
-    #[serde(default)]
-    pub fell_back: Option<String>,
-    /// DSCP of the band's sockets (0..=63).
-    pub dscp: u8,
-    /// The CPUs its lane is pinned to (`[[bands]] cpus`, canonical form such
-    /// as `0,2-3`); empty: any CPU. Clients pin the band's threads to them.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub cpus: String,
-    /// Its TCP listener.
-    #[serde(default)]
-    pub tcp: Option<String>,
-    /// Its Unix socket.
-    #[serde(default)]
-    pub unix: Option<String>,
-}
-
-/// One endpoint.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct EndpointEntry {
-    /// Its name.
-    pub name: String,
-    /// `publisher` or `subscriber`.
-    pub kind: String,
-    /// Owning connection id.
-    pub connection: u64,
-}
-
-/// One subscription.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SubscriptionInfo {
-    /// The subscriber endpoint.
-    pub endpoint: String,
-    /// The pattern.
-    pub pattern: String,
-    /// Events waiting in its queue.
-    pub queue_depth: usize,
-    /// Its queue bound.
-    pub queue_bound: usize,
-    /// Its discard policy.
-    pub discard: String,
-    /// Events dropped by the discard policy.
-    pub dropped: u64,
-    /// Events written to the subscriber.
-    pub delivered: u64,
-    /// Events that expired while queued (dropped, not delivered).
-    #[serde(default)]
-    pub expired: u64,
-    /// Events longer than the subscriber's negotiated frame limit (dropped).
-    #[serde(default)]
-    pub too_large: u64,
-    /// Events its temporal scaling (`scale`, `min_interval`) left out.
-    #[serde(default)]
-    pub scaled_out: u64,
-    /// Its spatial scaling plug-in (`transform`), if any.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub transform: Option<String>,
-    /// Events its plug-in could not transform (skipped for it).
-    #[serde(default)]
-    pub transform_errors: u64,
-    /// How the router finds it per event: `tag` (pattern only), `filtered`
-    /// (pattern, then its filters evaluated) or `indexed` (through the
-    /// subscription index; see docs/filters.md).
-    #[serde(default)]
-    pub route: String,
-    /// Where its scaling proxy runs, when it scales or names a place.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub proxy: Option<ProxyInfo>,
-}
-
-/// Where a subscription's scaling proxy runs, and why there.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ProxyInfo {
-    /// The `proxy` property: at_subscriber, at_publisher, node:NAME, auto.
-    pub mode: String,
-    /// The daemon it runs on (`at_publisher`: the publisher's daemon).
-    pub runs_at: String,
-    /// Why there (for `auto`: the optimiser's objective value, or why it
-    /// could not place it).
-    pub reason: String,
 }
 
 /// The [`ProxyInfo`] of channel `global`, if it scales or names a place.
@@ -1036,15 +784,4 @@ fn proxy_info(st: &State, global: u64, ch: &crate::channel::Channel) -> Option<P
         runs_at,
         reason,
     })
-}
-
-/// One tag.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TagInfo {
-    /// The tag.
-    pub tag: String,
-    /// Events published on it.
-    pub published: u64,
-    /// The last publisher endpoint.
-    pub last_publisher: String,
 }

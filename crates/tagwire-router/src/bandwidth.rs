@@ -329,39 +329,33 @@ fn mark_band(st: &State, band: &str, priority: u32) {
 }
 
 /// What `tagwire admin show reservations` prints.
-pub(crate) fn info(st: &State) -> serde_json::Value {
+pub(crate) fn info(st: &State) -> tagwire_proto::admin::Reservations {
+    use tagwire_proto::admin::{Reservations, ReservedBand};
     match &st.bandwidth {
-        Bandwidth::Idle => serde_json::json!({
-            "state": "none yet",
-            "interface": st.config.bandwidth.interface,
-            "link_rate": st.config.bandwidth.link_rate,
-        }),
-        Bandwidth::Unavailable(why) => serde_json::json!({ "state": "unavailable", "why": why }),
+        Bandwidth::Idle => Reservations::NoneYet {
+            interface: st.config.bandwidth.interface.clone(),
+            link_rate: st.config.bandwidth.link_rate.clone(),
+        },
+        Bandwidth::Unavailable(why) => Reservations::Unavailable { why: why.clone() },
         Bandwidth::Live {
             iface,
             link_bps,
             res,
             ..
-        } => {
-            let bands: Vec<serde_json::Value> = res
+        } => Reservations::Live {
+            interface: iface.clone(),
+            link_bps: *link_bps,
+            reserved_bps: res.reserved_bps(),
+            bands: res
                 .bands()
                 .iter()
-                .map(|(band, b)| {
-                    serde_json::json!({
-                        "band": band,
-                        "class": format!("1:{:x}", b.minor),
-                        "rate_bps": b.rate_bps,
-                        "channels": b.holders.len(),
-                    })
+                .map(|(band, b)| ReservedBand {
+                    band: band.to_string(),
+                    class: format!("1:{:x}", b.minor),
+                    rate_bps: b.rate_bps,
+                    channels: b.holders.len(),
                 })
-                .collect();
-            serde_json::json!({
-                "state": "live",
-                "interface": iface,
-                "link_bps": link_bps,
-                "reserved_bps": res.reserved_bps(),
-                "bands": bands,
-            })
-        }
+                .collect(),
+        },
     }
 }

@@ -21,7 +21,6 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use hashbrown::{HashMap, HashSet};
-use serde::{Deserialize, Serialize};
 use tagwire_core::filter::{
     Filter, FilterError, FilterLimits, FilterList, InterFilterOp, MappingFilter, Overrides,
 };
@@ -47,36 +46,7 @@ pub(crate) fn rewrite(event: &Bytes, o: Overrides) -> Option<Bytes> {
     Some(out.freeze())
 }
 
-/// Which level an admin filter is attached to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum FilterLevel {
-    /// Every channel of the endpoint's connection (TAO admin).
-    Session,
-    /// Each channel of the endpoint (TAO proxy).
-    #[default]
-    Channel,
-    /// A publisher endpoint (TAO supplier-side proxy): its events that no
-    /// such filter accepts are dropped before routing, for every subscriber.
-    Publisher,
-}
-
-/// One filter known to the router, as `tagwire admin filter list` shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FilterInfo {
-    /// Id for `filter remove`.
-    pub id: u64,
-    /// The endpoint it was attached through.
-    pub endpoint: String,
-    /// Session or channel.
-    pub level: FilterLevel,
-    /// `filter` or `map`.
-    pub kind: String,
-    /// The text as given.
-    pub text: String,
-    /// The session's operator between levels (`and`/`or`).
-    pub interfilter: String,
-}
+pub use tagwire_proto::admin::{FilterInfo, FilterLevel};
 
 /// A filter to record: where it was attached.
 #[derive(Debug, Clone)]
@@ -271,15 +241,12 @@ pub(crate) fn costly_filters(input: &tagwire_core::connection::Input) -> Vec<(bo
             .filter(|(k, _)| k == "filter" || k == "map")
             .map(|(k, v)| (k == "map", v.clone()))
             .collect(),
-        Input::Admin { body, .. } => match serde_json::from_str::<serde_json::Value>(body) {
-            Ok(v) if v["op"] == "filter_add" => {
-                let text = |k: &str| v[k].as_str().map(str::to_owned);
-                text("filter")
-                    .map(|t| (false, t))
-                    .into_iter()
-                    .chain(text("map").map(|t| (true, t)))
-                    .collect()
-            }
+        Input::Admin { body, .. } => match tagwire_proto::AdminRequest::parse(body) {
+            Ok(tagwire_proto::AdminRequest::FilterAdd { filter, map, .. }) => filter
+                .map(|t| (false, t))
+                .into_iter()
+                .chain(map.map(|t| (true, t)))
+                .collect(),
             _ => Vec::new(),
         },
         _ => Vec::new(),

@@ -256,38 +256,28 @@ pub(crate) fn answer(
 }
 
 /// What `tagwire admin show TAG` adds for a tag with history.
-pub(crate) fn show(st: &State, tag: &str) -> Option<serde_json::Value> {
+pub(crate) fn show(st: &State, tag: &str) -> Option<HistoryShow> {
     let info = st.history.table.info(tag)?;
-    let publishers: Vec<_> = info
+    let publishers = info
         .publishers
         .iter()
-        .map(|(p, oldest, newest, held)| {
-            serde_json::json!({"publisher": &**p, "oldest": oldest, "newest": newest, "held": held})
+        .map(|(p, oldest, newest, held)| PublisherHistory {
+            publisher: p.to_string(),
+            oldest: *oldest,
+            newest: *newest,
+            held: *held,
         })
         .collect();
-    Some(serde_json::json!({
-        "history": info.capacity,
-        "events": info.events,
-        "bytes": info.bytes,
-        "publishers": publishers,
-    }))
+    Some(HistoryShow {
+        history: info.capacity,
+        events: info.events,
+        bytes: info.bytes,
+        publishers,
+    })
 }
 
-/// The pull buffers' totals, as `tagwire list` shows them.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct HistoryTotals {
-    /// Tags that keep history now.
-    pub tags: usize,
-    /// Bytes held, counted at what they keep alive.
-    pub bytes: usize,
-    /// Events recorded since the start.
-    pub recorded: u64,
-    /// Events evicted by a bound (count, bytes, a new publisher, a restart).
-    pub evicted: u64,
-    /// Events not recorded: a new tag beyond `limits.max_history_tags`, the
-    /// byte bounds with nothing left to evict, or larger than a tag's bound.
-    pub not_recorded: u64,
-}
+pub use tagwire_proto::admin::HistoryTotals;
+use tagwire_proto::admin::{HistoryShow, PublisherHistory};
 
 /// Router-wide counters of the pull buffers.
 pub(crate) fn totals(st: &State) -> HistoryTotals {

@@ -61,10 +61,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-pub use admin::{
-    AdminRequest, ConnectionInfo, EndpointEntry, FilterInfo, FilterLevel, LaneEntry, Listing,
-    MemoryInfo, ProxyInfo, SubscriptionInfo, TagInfo, DEFAULT_PAGE_ITEMS, MAX_PAGE_ITEMS,
-};
 use auth::Authenticator;
 pub use config::{FederationConfig, Limits, RouterConfig, TlsConfig};
 pub use history::HistoryTotals;
@@ -74,6 +70,13 @@ pub use membership::{Beacon, BeaconError};
 pub use shm::ShmCounters;
 use state::State;
 use sync::Locked;
+/// The admin requests and replies (moved to `tagwire_proto::admin`; here
+/// under their old names, so that code naming `tagwire_router::Listing`
+/// still compiles).
+pub use tagwire_proto::admin::{
+    AdminReply, AdminRequest, ConnectionInfo, EndpointEntry, FilterInfo, FilterLevel, LaneEntry,
+    Listing, MemoryInfo, ProxyInfo, SubscriptionInfo, TagInfo, DEFAULT_PAGE_ITEMS, MAX_PAGE_ITEMS,
+};
 use tokio::sync::mpsc;
 
 /// Why a router could not start.

@@ -231,100 +231,7 @@ impl Federation {
     }
 }
 
-/// The daemon's network time, as `tagwire time` shows it.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct TimeInfo {
-    /// Network time now, ns since the Unix epoch.
-    pub network_time_ns: u64,
-    /// This daemon's own clock now (with any configured software skew).
-    pub local_time_ns: u64,
-    /// Network time minus the daemon's clock, ns.
-    pub offset_ns: i64,
-    /// How far off the offset may be (half the best probe's round trip), ns.
-    pub error_ns: u64,
-    /// Whether the offset has been measured (or this daemon is the reference).
-    pub synced: bool,
-    /// The reference daemon's name.
-    pub reference: String,
-    /// Its node id (hex).
-    pub reference_node: String,
-}
-
-/// One link, as `tagwire list --links` and `tagwire admin show link PEER`
-/// show it.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct LinkInfo {
-    /// The peer daemon's name.
-    pub peer: String,
-    /// Its node id (hex).
-    pub node: String,
-    /// Its address as seen from here.
-    pub addr: String,
-    /// Whether this daemon dialed it.
-    pub dialed: bool,
-    /// The connection carrying it.
-    pub connection: u64,
-    /// Seconds since it came up.
-    pub up_secs: u64,
-    /// Last measured round trip, µs.
-    pub rtt_us: Option<u64>,
-    /// The peer's clock minus ours, µs (NTP-style estimate).
-    pub clock_offset_us: Option<i64>,
-    /// Events received from the peer.
-    pub events_in: u64,
-    /// Bytes of events received.
-    pub bytes_in: u64,
-    /// Events written to the peer.
-    pub events_out: u64,
-    /// Bytes of events routed to the peer.
-    pub bytes_out: u64,
-    /// Throughput received over the last second, bytes/s.
-    #[serde(default)]
-    pub rate_in_bps: u64,
-    /// Throughput routed to the peer over the last second, bytes/s.
-    #[serde(default)]
-    pub rate_out_bps: u64,
-    /// Events waiting in the link's queue.
-    pub queue_depth: usize,
-    /// Events the link's queues dropped (oldest first, at their bound).
-    pub dropped: u64,
-    /// The bands whose own connection is up (besides the first, on the
-    /// default band).
-    #[serde(default)]
-    pub bands: Vec<String>,
-    /// Events written per band connection (the first connection under the
-    /// default band's name).
-    #[serde(default)]
-    pub events_out_by_band: std::collections::BTreeMap<String, u64>,
-}
-
-/// The federation, as the first page of `tagwire list` shows it.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct FederationInfo {
-    /// This daemon's node id (hex).
-    pub node: String,
-    /// Daemons known (this one included).
-    pub daemons: usize,
-    /// Events received that nobody here or beyond wanted (dropped).
-    pub unwanted: u64,
-    /// Events dropped at the hop limit.
-    pub hop_limited: u64,
-    /// Adverts refused.
-    pub refused_adverts: u64,
-    /// The live links.
-    pub links: Vec<LinkInfo>,
-    /// Every daemon known from the adverts (this one included): the
-    /// network's topology and interest as this daemon sees it.
-    #[serde(default)]
-    pub known: Vec<DaemonInfo>,
-    /// Daemons SWIM membership (foca) has up: node ids (hex) with their
-    /// gossip address, sorted.
-    #[serde(default)]
-    pub members: Vec<String>,
-    /// Gossip datagrams and beacons refused as malformed.
-    #[serde(default)]
-    pub bad_datagrams: u64,
-}
+pub use tagwire_proto::admin::{DaemonInfo, FederationInfo, LinkInfo, TimeInfo};
 
 /// The federation part of the listing, membership included.
 pub(crate) fn federation_info(st: &State) -> FederationInfo {
@@ -339,21 +246,6 @@ pub(crate) fn federation_info(st: &State) -> FederationInfo {
     info.members = members;
     info.bad_datagrams = st.members.bad_datagrams;
     info
-}
-
-/// A daemon as its advert describes it.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct DaemonInfo {
-    /// Its name.
-    pub name: String,
-    /// Its node id (hex).
-    pub node: String,
-    /// Its advert's version.
-    pub version: u64,
-    /// Its neighbours' node ids (hex).
-    pub neighbors: Vec<String>,
-    /// How many interest entries it advertises.
-    pub interest: usize,
 }
 
 impl Federation {

@@ -21,6 +21,9 @@ use std::sync::Arc;
 
 use tagwire_core::qos::{resolve, Dscp, Level, Property, QosLayer, Resolved, Source};
 use tagwire_core::tags::Pattern;
+use tagwire_proto::admin::{
+    ChannelShow, EndpointShow, LaneShow, QosChanged, QosResolved, QosSetting, Show, TagShow,
+};
 use tagwire_proto::ErrorCode;
 
 use crate::channel::Channel;
@@ -280,7 +283,7 @@ pub(crate) fn admin_qos(
     unset: &[String],
     admin: bool,
     may_touch: impl Fn(&State, u64) -> bool,
-) -> Result<serde_json::Value, (ErrorCode, String)> {
+) -> Result<QosChanged, (ErrorCode, String)> {
     if set.is_empty() && unset.is_empty() {
         return Err(bad(
             "qos: nothing to change (give property=value or unset)".into()
@@ -386,12 +389,12 @@ pub(crate) fn admin_qos(
     for (ch, own, resolved) in plans {
         dropped += put_in_force(st, &ch, own, resolved);
     }
-    Ok(serde_json::json!({
-        "level": level_name,
-        "target": names,
-        "channels": changed,
-        "dropped": dropped,
-    }))
+    Ok(QosChanged {
+        level: level_name,
+        target: names.to_vec(),
+        channels: changed,
+        dropped,
+    })
 }
 
 /// Puts `layer` (if any) in place for the target's level; returns the
@@ -448,26 +451,32 @@ pub(crate) fn admin_show(
     target_name: &str,
     max_channels: usize,
     may_touch: impl Fn(&State, u64) -> bool,
-) -> Result<serde_json::Value, (ErrorCode, String)> {
-    use serde_json::json;
+) -> Result<Show, (ErrorCode, String)> {
     if let Some(t) = st.qos_tags.iter().find(|t| t.text == target_name) {
-        let set: Vec<_> = t
+        let set = t
             .layer
             .properties()
             .filter_map(|p| {
-                t.layer
-                    .show(p)
-                    .map(|v| json!({"property": p.name(), "value": v.to_string()}))
+                t.layer.show(p).map(|v| QosSetting {
+                    property: p.name().to_owned(),
+                    value: v.to_string(),
+                })
             })
             .collect();
-        let mut shown = json!({ "tag": target_name, "level": "tag", "set": set });
-        if let Some(h) = crate::history::show(st, target_name) {
-            shown["history"] = h;
-        }
-        return Ok(shown);
+        return Ok(Show::Tag(TagShow {
+            tag: target_name.to_owned(),
+            level: "tag".to_owned(),
+            set,
+            history: crate::history::show(st, target_name),
+        }));
     }
     if let Some(h) = crate::history::show(st, target_name) {
-        return Ok(json!({ "tag": target_name, "level": "tag", "set": [], "history": h }));
+        return Ok(Show::Tag(TagShow {
+            tag: target_name.to_owned(),
+            level: "tag".to_owned(),
+            set: Vec::new(),
+            history: Some(h),
+        }));
     }
     let Some(e) = st.endpoints.get(target_name) else {
         return Err((
@@ -489,45 +498,53 @@ pub(crate) fn admin_show(
     let lane = st.lanes.iter().find(|l| l.band == band);
     let chans = channels_of(st, target_name);
     let truncated = chans.len() > max_channels;
-    let channels: Vec<_> = chans
+    let channels = chans
         .iter()
         .take(max_channels)
         .map(|ch| {
             let q = ch.queue.borrow();
             let qos = ch.qos.borrow();
-            let props: Vec<_> = qos
+            let props = qos
                 .resolved
                 .iter()
-                .map(|(p, v, from)| json!({"property": p.name(), "value": v.to_string(), "from": from.to_string()}))
+                .map(|(p, v, from)| QosResolved {
+                    property: p.name().to_owned(),
+                    value: v.to_string(),
+                    from: from.to_string(),
+                })
                 .collect();
-            json!({
-                "pattern": ch.pattern,
-                "qos": props,
-                "queue_depth": q.len(),
-                "queue_bound": q.bound(),
-                "dropped": q.dropped(),
-                "expired": ch.expired.get() + q.expired(),
-                "too_large": ch.too_large.get(),
-                "over_consumer": ch.over_consumer.get(),
-                "delivered": ch.delivered.get(),
-            })
+            ChannelShow {
+                pattern: ch.pattern.clone(),
+                qos: props,
+                queue_depth: q.len(),
+                queue_bound: q.bound(),
+                dropped: q.dropped(),
+                expired: ch.expired.get() + q.expired(),
+                too_large: ch.too_large.get(),
+                over_consumer: ch.over_consumer.get(),
+                delivered: ch.delivered.get(),
+            }
         })
         .collect();
-    Ok(json!({
-        "endpoint": target_name,
-        "kind": match e.kind { tagwire_proto::EndpointKind::Publisher => "publisher", _ => "subscriber" },
-        "connection": e.owner,
-        "band": band,
-        "lane": lane.map(|l| json!({
-            "sched": l.sched_wanted,
-            "sched_applied": l.sched_applied,
-            "fell_back": l.fell_back,
-            "cpus": l.cpus,
-        })),
-        "dscp": conn.map(|c| c.dscp.unwrap_or_else(|| lane.map_or(0, |l| l.dscp))),
-        "channels": channels,
-        "truncated": truncated,
-    }))
+    Ok(Show::Endpoint(Box::new(EndpointShow {
+        endpoint: target_name.to_owned(),
+        kind: match e.kind {
+            tagwire_proto::EndpointKind::Publisher => "publisher",
+            _ => "subscriber",
+        }
+        .to_owned(),
+        connection: e.owner,
+        band,
+        lane: lane.map(|l| LaneShow {
+            sched: l.sched_wanted.clone(),
+            sched_applied: l.sched_applied.clone(),
+            fell_back: l.fell_back.clone(),
+            cpus: l.cpus.clone(),
+        }),
+        dscp: conn.map(|c| c.dscp.unwrap_or_else(|| lane.map_or(0, |l| l.dscp))),
+        channels,
+        truncated,
+    })))
 }
 
 /// Refuses a new subscriber endpoint on a tag beyond its `max_consumers`

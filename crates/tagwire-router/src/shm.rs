@@ -25,34 +25,7 @@ use crate::channel::{Channel, Outgoing};
 use crate::config::Limits;
 use crate::timing::now_ns;
 
-/// Counters of the daemon's shared-memory negotiation (shown by `tagwire list`'s JSON).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct ShmCounters {
-    /// Regions created for publishers.
-    pub regions_created: u64,
-    /// Regions refused (limits, out of memory, not on this host); the publisher fell back.
-    pub regions_refused: u64,
-    /// Regions open now.
-    pub regions_open: u64,
-    /// Bytes of shared memory reserved by open regions.
-    pub bytes_open: u64,
-    /// Deliveries that carried a reference (the subscriber reads in place).
-    pub by_reference: u64,
-    /// Events whose payload was copied out of a region (for socket subscribers, links, history).
-    pub copied_out: u64,
-    /// Events whose payload was gone (reclaimed) when a copy was needed: not delivered there.
-    pub unreadable: u64,
-    /// Events with the shared-memory flag that no region of theirs backs (refused or dropped).
-    pub stray: u64,
-    /// Subscriber connections' pin rows in open regions now (each holds at
-    /// most `limits.shm_pins` payloads).
-    #[serde(default)]
-    pub rows_open: u64,
-    /// Of those, rows of closed connections kept while events queued for
-    /// them remain or their process still holds payloads in place.
-    #[serde(default)]
-    pub rows_parked: u64,
-}
+pub use tagwire_proto::admin::ShmCounters;
 
 struct RegionEntry {
     region: Region,

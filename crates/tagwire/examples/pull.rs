@@ -15,9 +15,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let router = tagwire::EmbeddedRouter::start()?;
     let session = router.session()?;
     // Keep the last 3 events of every publisher on /sensors/** (an admin request).
-    session.admin(&serde_json::json!({
-        "op": "qos", "target": ["/sensors/**"], "set": {"history": "3"}
-    }))?;
+    session.set_qos(&["/sensors/**"], &[("history", "3")], &[])?;
     let thermometer = session.declare_publisher("/examples/thermometer")?;
     for t in 21..=25 {
         thermometer.publish("/sensors/temp", t.to_string())?;

@@ -48,8 +48,15 @@ pub use url::ServerUrl;
 
 pub use bytes::Bytes;
 pub use tagwire_core::queue::DiscardPolicy;
+pub use tagwire_proto::admin::{AdminReply, AdminRequest, FilterInfo, FilterLevel, Listing};
 pub use tagwire_proto::{ErrorCode, Event, EventRef, Expiry, Value, ValueRef};
-pub use tagwire_router::{FilterInfo, FilterLevel, Listing, RouterConfig, RouterHandle};
+pub use tagwire_router::{RouterConfig, RouterHandle};
+
+/// Typed admin requests and replies (`docs/admin.md`): what
+/// [`Session::admin`] sends and returns, and the listing types.
+pub mod admin {
+    pub use tagwire_proto::admin::*;
+}
 
 /// Router types for running a router in-process with full control.
 pub mod router {

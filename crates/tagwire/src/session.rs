@@ -33,8 +33,10 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use tagwire_core::connection::{ClientHello, Config, Connection, Reply};
+use tagwire_proto::admin::{
+    AdminReply, AdminRequest, FilterInfo, FilterLevel, Listing, QosChanged, Show, TimeInfo,
+};
 use tagwire_proto::EndpointKind;
-use tagwire_router::{FilterInfo, Listing};
 
 use crate::builder::{Options, SessionBuilder};
 use crate::error::{Error, Result};
@@ -286,17 +288,20 @@ impl Session {
         self.list_all()
     }
 
+    /// The band that serves this session's connection: its own band, or
+    /// the router's default band (asked once per session).
+    pub fn band_in_use(&self) -> Result<String> {
+        match self.band() {
+            Some(b) => Ok(b.to_owned()),
+            None => Ok(self.router_bands()?.default_band.clone()),
+        }
+    }
+
     fn list_all(&self) -> Result<Listing> {
         let mut all: Option<Listing> = None;
         let mut after: Option<String> = None;
         loop {
-            let request = match &after {
-                None => serde_json::json!({"op": "list"}),
-                Some(a) => serde_json::json!({"op": "list", "after": a}),
-            };
-            let reply = self.admin(&request)?;
-            let mut page: Listing = serde_json::from_value(reply)
-                .map_err(|e| Error::BadReply(format!("admin list reply: {e}")))?;
+            let mut page = self.list_page(after.clone(), None)?;
             let next = page.next.take();
             all = Some(match all {
                 None => page,
@@ -333,15 +338,12 @@ impl Session {
         let mut all = Vec::new();
         let mut after: Option<u64> = None;
         loop {
-            let request = match after {
-                None => serde_json::json!({"op": "filter_list"}),
-                Some(a) => serde_json::json!({"op": "filter_list", "after": a}),
+            let reply = self.admin(AdminRequest::FilterList { after, limit: None })?;
+            let AdminReply::FilterList(page) = reply else {
+                return Err(unexpected(reply));
             };
-            let mut reply = self.admin(&request)?;
-            let page: Vec<FilterInfo> = serde_json::from_value(reply["filters"].take())
-                .map_err(|e| Error::BadReply(format!("admin filter_list reply: {e}")))?;
-            all.extend(page);
-            match reply.get("next").and_then(serde_json::Value::as_u64) {
+            all.extend(page.filters);
+            match page.next {
                 Some(n) if after.is_none_or(|a| n > a) => after = Some(n),
                 Some(n) => {
                     return Err(Error::BadReply(format!(
@@ -379,22 +381,150 @@ impl Session {
     /// The daemon's network time (its clock corrected by its offset to the
     /// network's reference daemon, docs/time.md), with the offset and its
     /// error bound. Stamp events with it to compare times across hosts.
-    pub fn network_time(&self) -> Result<tagwire_router::TimeInfo> {
-        let v = self.admin(&serde_json::json!({"op": "time"}))?;
-        serde_json::from_value(v).map_err(|e| Error::BadReply(format!("time reply: {e}")))
+    pub fn network_time(&self) -> Result<TimeInfo> {
+        match self.admin(AdminRequest::Time)? {
+            AdminReply::Time(t) => Ok(t),
+            other => Err(unexpected(other)),
+        }
     }
 
-    /// Sends an admin request (`docs/admin.md`) and returns the JSON reply.
-    pub fn admin(&self, request: &serde_json::Value) -> Result<serde_json::Value> {
-        let body = request.to_string();
+    /// Sends an admin request (`docs/admin.md`) and returns its typed
+    /// reply, of the variant that answers the request's kind. A refusal is
+    /// [`Error::Refused`] with the daemon's code and message (naming what
+    /// was wrong).
+    ///
+    /// ```no_run
+    /// use tagwire::admin::{AdminReply, AdminRequest};
+    /// # fn main() -> tagwire::Result<()> {
+    /// let session = tagwire::Session::connect_local()?;
+    /// let reply = session.admin(AdminRequest::Show { target: "/viewer3".into() })?;
+    /// if let AdminReply::Show(shown) = reply {
+    ///     println!("{shown:?}");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn admin(&self, request: AdminRequest) -> Result<AdminReply> {
+        let op = request.op();
+        let text = self.admin_text(request.to_json())?;
+        AdminReply::parse(op, &text).map_err(|e| Error::BadReply(e.to_string()))
+    }
+
+    /// The escape hatch: sends `request` as it is (JSON, `docs/admin.md`)
+    /// and returns the reply as JSON, for a request this library has no
+    /// type for (a newer daemon's) or to test the daemon's parser.
+    /// Prefer [`Session::admin`].
+    pub fn admin_json(&self, request: &serde_json::Value) -> Result<serde_json::Value> {
+        let text = self.admin_text(request.to_string())?;
+        serde_json::from_str(&text).map_err(|e| Error::BadReply(format!("admin reply: {e}")))
+    }
+
+    /// Sends an admin request body; the reply's JSON text.
+    fn admin_text(&self, body: String) -> Result<String> {
         let ((), reply) = self
             .inner()
             .request("admin request", |e| ((), e.admin(body)))?;
         match reply? {
-            Reply::Admin(text) => serde_json::from_str(&text)
-                .map_err(|e| Error::BadReply(format!("admin reply: {e}"))),
+            Reply::Admin(text) => Ok(text),
             Reply::Err(code, message) => Err(Error::Refused { code, message }),
             Reply::Ok | Reply::Pulled(_) => Err(Error::BadReply("expected an admin reply".into())),
+        }
+    }
+
+    /// One page of the listing after cursor `after`.
+    fn list_page(&self, after: Option<String>, limit: Option<usize>) -> Result<Listing> {
+        match self.admin(AdminRequest::List { after, limit })? {
+            AdminReply::List(page) => Ok(*page),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Attaches filter `filter` (docs/filters.md) through `endpoint` at
+    /// `level` (`tagwire admin filter add`); returns its id. Channel and
+    /// session levels answer once every subscription concerned has it.
+    pub fn filter_add(&self, endpoint: &str, level: FilterLevel, filter: &str) -> Result<u64> {
+        self.add_filter(AdminRequest::FilterAdd {
+            endpoint: endpoint.to_owned(),
+            level,
+            filter: Some(filter.to_owned()),
+            map: None,
+        })
+    }
+
+    /// Attaches mapping filter `map` to each channel of subscriber
+    /// `endpoint` (replacing any other); returns its id.
+    pub fn map_add(&self, endpoint: &str, map: &str) -> Result<u64> {
+        self.add_filter(AdminRequest::FilterAdd {
+            endpoint: endpoint.to_owned(),
+            level: FilterLevel::Channel,
+            filter: None,
+            map: Some(map.to_owned()),
+        })
+    }
+
+    fn add_filter(&self, request: AdminRequest) -> Result<u64> {
+        match self.admin(request)? {
+            AdminReply::FilterAdded(a) => Ok(a.id),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Removes filter `id` (from [`Session::filter_add`] or
+    /// [`Session::filter_list`]).
+    pub fn filter_remove(&self, id: u64) -> Result<()> {
+        match self.admin(AdminRequest::FilterRemove { id })? {
+            AdminReply::FilterRemoved(_) => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Sets how the session and channel levels of `endpoint`'s connection
+    /// combine: `"and"` (the default) or `"or"`.
+    pub fn filter_op(&self, endpoint: &str, interfilter: &str) -> Result<()> {
+        let request = AdminRequest::FilterOp {
+            endpoint: endpoint.to_owned(),
+            interfilter: interfilter.to_owned(),
+        };
+        match self.admin(request)? {
+            AdminReply::FilterOp(_) => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Changes QoS at run time (`tagwire admin qos`): on `target`
+    /// (`["daemon"]`, `["connection:ID"]`, `["/subscriber"]`,
+    /// `["/publisher", "/subscriber"]` or `["/tag/pattern"]`) sets each
+    /// `(property, value)` of `set` and clears each property of `unset`,
+    /// all or nothing.
+    pub fn set_qos(
+        &self,
+        target: &[&str],
+        set: &[(&str, &str)],
+        unset: &[&str],
+    ) -> Result<QosChanged> {
+        let request = AdminRequest::Qos {
+            target: target.iter().map(|t| (*t).to_owned()).collect(),
+            set: set
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+            unset: unset.iter().map(|u| (*u).to_owned()).collect(),
+        };
+        match self.admin(request)? {
+            AdminReply::Qos(q) => Ok(q),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// What `tagwire admin show TARGET` shows: an endpoint's channels with
+    /// their effective QoS, a tag pattern's layer and pull buffer, `links`,
+    /// `link:PEER` or `reservations`.
+    pub fn show(&self, target: &str) -> Result<Show> {
+        let request = AdminRequest::Show {
+            target: target.to_owned(),
+        };
+        match self.admin(request)? {
+            AdminReply::Show(s) => Ok(s),
+            other => Err(unexpected(other)),
         }
     }
 
@@ -589,4 +719,12 @@ fn expect_ok(r: Reply) -> Result<()> {
         Reply::Admin(_) => Err(Error::BadReply("unexpected admin reply".into())),
         Reply::Pulled(_) => Err(Error::BadReply("unexpected pull reply".into())),
     }
+}
+/// A reply of another kind than the request's (which
+/// [`AdminReply::parse`] rules out).
+fn unexpected(reply: AdminReply) -> Error {
+    Error::BadReply(format!(
+        "expected another reply than the one to {}",
+        reply.op()
+    ))
 }

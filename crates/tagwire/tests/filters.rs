@@ -7,8 +7,7 @@ mod common;
 use std::time::Duration;
 
 use common::{all_servers, Server, WAIT};
-use serde_json::json;
-use tagwire::{Error, ErrorCode, Publisher, Subscriber};
+use tagwire::{AdminRequest, Error, ErrorCode, FilterLevel, Publisher, Subscriber};
 
 /// Publishes the events, then a marker that every subscriber in these tests
 /// accepts, and returns the payloads `sub` got before the marker.
@@ -160,13 +159,13 @@ fn session_filter_applies_to_every_channel_of_that_session_only() {
             .receiver()
             .expect("sub3");
         let admin = server.session();
-        let reply = admin
-            .admin(
-                &json!({"op": "filter_add", "endpoint": "/sess/one", "level": "session",
-                           "filter": "$.severity >= 5 or exist $.marker"}),
+        let id = admin
+            .filter_add(
+                "/sess/one",
+                FilterLevel::Session,
+                "$.severity >= 5 or exist $.marker",
             )
             .expect("filter_add");
-        let id = reply["id"].as_u64().expect("an id");
         let p = publisher(&server, "/s/pub");
         let events = [("sev2", 0, 2), ("sev6", 0, 6)];
         assert_eq!(received(&p, &sub1, &events), vec!["sev6"], "{name}");
@@ -176,18 +175,13 @@ fn session_filter_applies_to_every_channel_of_that_session_only() {
             vec!["sev2", "sev6"],
             "{name}: other session unfiltered"
         );
-        let list = admin.admin(&json!({"op": "filter_list"})).expect("list");
+        let list = admin.filter_list().expect("list");
         assert!(
-            list["filters"]
-                .as_array()
-                .expect("array")
-                .iter()
-                .any(|f| f["id"] == id && f["level"] == "session"),
+            list.iter()
+                .any(|f| f.id == id && f.level == FilterLevel::Session),
             "{name}"
         );
-        admin
-            .admin(&json!({"op": "filter_remove", "id": id}))
-            .expect("remove");
+        admin.filter_remove(id).expect("remove");
         assert_eq!(
             received(&p, &sub1, &events),
             vec!["sev2", "sev6"],
@@ -221,7 +215,7 @@ fn or_between_levels_passes_events_that_either_level_accepts() {
             .expect("sub");
         let admin = server.session();
         admin
-            .admin(&json!({"op": "filter_add", "endpoint": "/or/sub", "level": "session", "filter": "$.severity >= 5"}))
+            .filter_add("/or/sub", FilterLevel::Session, "$.severity >= 5")
             .expect("add");
         let p = publisher(&server, "/or/pub");
         let events = [
@@ -235,9 +229,7 @@ fn or_between_levels_passes_events_that_either_level_accepts() {
             vec!["both"],
             "{name}: AND by default"
         );
-        admin
-            .admin(&json!({"op": "filter_op", "endpoint": "/or/sub", "interfilter": "or"}))
-            .expect("op");
+        admin.filter_op("/or/sub", "or").expect("op");
         assert_eq!(
             received(&p, &sub, &events),
             vec!["prio", "sev", "both"],
@@ -251,7 +243,7 @@ fn admin_filter_errors_name_the_problem() {
     for (name, server) in all_servers() {
         let admin = server.session();
         let e = admin
-            .admin(&json!({"op": "filter_add", "endpoint": "/nobody", "filter": "$priority > 1"}))
+            .filter_add("/nobody", FilterLevel::Channel, "$priority > 1")
             .unwrap_err();
         assert!(e.to_string().contains("/nobody"), "{name}: {e}");
         let _sub = admin
@@ -260,15 +252,13 @@ fn admin_filter_errors_name_the_problem() {
             .receiver()
             .expect("sub");
         let e = admin
-            .admin(&json!({"op": "filter_add", "endpoint": "/err/sub", "filter": "$prority > 1"}))
+            .filter_add("/err/sub", FilterLevel::Channel, "$prority > 1")
             .unwrap_err();
         assert!(
             matches!(&e, Error::Refused { code: ErrorCode::InvalidFilter, message } if message.contains("$prority")),
             "{name}: {e}"
         );
-        let e = admin
-            .admin(&json!({"op": "filter_remove", "id": 999_999}))
-            .unwrap_err();
+        let e = admin.filter_remove(999_999).unwrap_err();
         assert!(e.to_string().contains("999999"), "{name}: {e}");
     }
 }
@@ -327,14 +317,18 @@ fn publisher_filter_drops_events_before_routing_for_every_subscriber() {
         let b = s.subscribe("/alarms/a").receiver().expect("sub b");
         let p = publisher(&server, "/src/pub");
         let admin = server.session();
-        let reply = admin
-            .admin(&json!({"op": "filter_add", "endpoint": "/src/pub", "filter": "$.severity > 3 or exist $.marker"}))
+        let id = admin
+            .filter_add(
+                "/src/pub",
+                FilterLevel::Channel,
+                "$.severity > 3 or exist $.marker",
+            )
             .expect("add");
-        let id = reply["id"].as_u64().expect("id");
-        let listed = admin.admin(&json!({"op": "filter_list"})).expect("list");
+        let listed = admin.filter_list().expect("list");
         assert_eq!(
-            listed["filters"][0]["level"], "publisher",
-            "{name}: {listed}"
+            listed[0].level,
+            FilterLevel::Publisher,
+            "{name}: {listed:?}"
         );
 
         let events = [("low", 0, 1), ("high", 0, 5)];
@@ -342,9 +336,7 @@ fn publisher_filter_drops_events_before_routing_for_every_subscriber() {
         assert_eq!(received_after(&b), vec!["high"], "{name}: b");
         assert_eq!(admin.list().expect("list").filtered_at_source, 1, "{name}");
 
-        admin
-            .admin(&json!({"op": "filter_remove", "id": id}))
-            .expect("remove");
+        admin.filter_remove(id).expect("remove");
         assert_eq!(
             received(&p, &a, &events),
             vec!["low", "high"],
@@ -364,15 +356,13 @@ fn publisher_level_errors_name_the_problem() {
             .expect("sub");
         let _p = publisher(&server, "/lvl/pub");
         let e = s
-            .admin(&json!({"op": "filter_add", "endpoint": "/lvl/sub", "level": "publisher", "filter": "$priority > 1"}))
+            .filter_add("/lvl/sub", FilterLevel::Publisher, "$priority > 1")
             .unwrap_err();
         assert!(
             matches!(&e, Error::Refused { code: ErrorCode::BadRequest, message } if message.contains("/lvl/sub") && message.contains("not a publisher")),
             "{name}: {e}"
         );
-        let e = s
-            .admin(&json!({"op": "filter_add", "endpoint": "/lvl/pub", "map": "map priority=high"}))
-            .unwrap_err();
+        let e = s.map_add("/lvl/pub", "map priority=high").unwrap_err();
         assert!(e.to_string().contains("not publishers"), "{name}: {e}");
     }
 }
@@ -427,13 +417,24 @@ fn errors_about_64_kb_of_client_text_quote_only_its_start() {
             .endpoint("/echo/sub")
             .receiver()
             .expect("sub");
+        let add = |endpoint: String, filter: Option<String>, map: Option<String>| {
+            AdminRequest::FilterAdd {
+                endpoint,
+                level: FilterLevel::Channel,
+                filter,
+                map,
+            }
+        };
         for request in [
-            json!({"op": "filter_add", "endpoint": "/echo/sub", "filter": long_ident}),
-            json!({"op": "filter_add", "endpoint": "/echo/sub", "map": long_map}),
-            json!({"op": "filter_add", "endpoint": "n".repeat(65_000), "filter": "true"}),
-            json!({"op": "filter_op", "endpoint": "/echo/sub", "interfilter": "o".repeat(65_000)}),
+            add("/echo/sub".into(), Some(long_ident.clone()), None),
+            add("/echo/sub".into(), None, Some(long_map.clone())),
+            add("n".repeat(65_000), Some("true".into()), None),
+            AdminRequest::FilterOp {
+                endpoint: "/echo/sub".into(),
+                interfilter: "o".repeat(65_000),
+            },
         ] {
-            let e = s.admin(&request).unwrap_err().to_string();
+            let e = s.admin(request).unwrap_err().to_string();
             assert!(
                 e.len() < SHORT_ERROR && e.contains("bytes)"),
                 "{name}: a {}-byte message: {}…",

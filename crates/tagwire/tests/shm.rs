@@ -1352,12 +1352,12 @@ fn a_client_in_another_pid_namespace_is_refused_shared_memory_with_the_reason() 
     let p = s.declare_publisher("/shm/ns/pub").expect("declare");
     assert!(p.uses_shm(), "the same namespace gets a region");
     let err = s
-        .admin(&serde_json::json!({
-            "op": "shm_open",
-            "endpoint": "/shm/ns/pub",
-            "id": 0,
-            "pid": std::process::id() + 1,
-        }))
+        .admin(tagwire::AdminRequest::ShmOpen {
+            endpoint: "/shm/ns/pub".into(),
+            id: 0,
+            max_packet: None,
+            pid: Some(std::process::id() + 1),
+        })
         .expect_err("another namespace");
     assert!(err.to_string().contains("PID namespace"), "{err}");
 }

@@ -2,7 +2,7 @@
 //! (TAO admin) and channel (TAO proxy) levels, through an endpoint's name;
 //! `tagwire admin qos` and `show`: QoS at run time (YARP's `prop set`).
 
-use serde_json::json;
+use tagwire::admin::{AdminRequest, FilterLevel, FilterPage, Reservations, Show};
 use tagwire::Session;
 
 use super::CmdResult;
@@ -35,24 +35,38 @@ pub fn run(session: &Session, a: AdminArgs) -> CmdResult {
             text,
         } => {
             let level = match level {
-                Level::Session => "session",
-                Level::Channel => "channel",
-                Level::Publisher => "publisher",
+                Level::Session => FilterLevel::Session,
+                Level::Channel => FilterLevel::Channel,
+                Level::Publisher => FilterLevel::Publisher,
             };
-            let key = if map { "map" } else { "filter" };
-            let reply = session.admin(
-                &json!({"op": "filter_add", "endpoint": endpoint, "level": level, key: text}),
-            )?;
-            outln!("filter {} added", reply["id"]);
+            // The level as given even for a map, so that the daemon names a
+            // map at the session or publisher level as the error it is.
+            let (filter, map) = if map {
+                (None, Some(text))
+            } else {
+                (Some(text), None)
+            };
+            let reply = session.admin(AdminRequest::FilterAdd {
+                endpoint,
+                level,
+                filter,
+                map,
+            })?;
+            match reply {
+                tagwire::AdminReply::FilterAdded(a) => outln!("filter {} added", a.id),
+                other => return Err(format!("unexpected reply {}", other.to_json()).into()),
+            }
         }
         FilterCommand::List { json } => {
             let filters = session.filter_list()?;
             if json {
-                let all = json!({ "filters": filters });
+                let all = FilterPage {
+                    filters,
+                    next: None,
+                };
                 outln!("{}", serde_json::to_string_pretty(&all)?);
                 return Ok(());
             }
-            let reply = json!({ "filters": filters });
             outln!(
                 "{:>4}  {:<24} {:<8} {:<7} {:<4} TEXT",
                 "ID",
@@ -61,29 +75,32 @@ pub fn run(session: &Session, a: AdminArgs) -> CmdResult {
                 "KIND",
                 "OP"
             );
-            for f in reply["filters"].as_array().into_iter().flatten() {
+            for f in &filters {
+                let level = match f.level {
+                    FilterLevel::Session => "session",
+                    FilterLevel::Channel => "channel",
+                    FilterLevel::Publisher => "publisher",
+                };
                 outln!(
                     "{:>4}  {:<24} {:<8} {:<7} {:<4} {}",
-                    f["id"],
-                    f["endpoint"].as_str().unwrap_or_default(),
-                    f["level"].as_str().unwrap_or_default(),
-                    f["kind"].as_str().unwrap_or_default(),
-                    f["interfilter"].as_str().unwrap_or_default(),
-                    f["text"].as_str().unwrap_or_default()
+                    f.id,
+                    f.endpoint,
+                    level,
+                    f.kind,
+                    f.interfilter,
+                    f.text
                 );
             }
         }
         FilterCommand::Remove { id } => {
-            session.admin(&json!({"op": "filter_remove", "id": id}))?;
+            session.filter_remove(id)?;
             outln!("filter {id} removed");
         }
         FilterCommand::Op {
             endpoint,
             interfilter,
         } => {
-            session.admin(
-                &json!({"op": "filter_op", "endpoint": endpoint, "interfilter": interfilter}),
-            )?;
+            session.filter_op(&endpoint, &interfilter)?;
             outln!(
                 "{endpoint}: levels combine with {}",
                 interfilter.to_uppercase()
@@ -96,11 +113,11 @@ pub fn run(session: &Session, a: AdminArgs) -> CmdResult {
 /// `tagwire admin qos TARGET [TARGET] NAME=VALUE… -NAME…`.
 fn qos(session: &Session, items: Vec<String>) -> CmdResult {
     let mut target = Vec::new();
-    let mut set = serde_json::Map::new();
+    let mut set = std::collections::BTreeMap::new();
     let mut unset = Vec::new();
     for item in items {
         if let Some((k, v)) = item.split_once('=') {
-            set.insert(k.to_owned(), v.into());
+            set.insert(k.to_owned(), v.to_owned());
         } else if let Some(k) = item.strip_prefix('-') {
             unset.push(k.to_owned());
         } else if set.is_empty() && unset.is_empty() {
@@ -111,15 +128,21 @@ fn qos(session: &Session, items: Vec<String>) -> CmdResult {
             );
         }
     }
-    let reply =
-        session.admin(&json!({"op": "qos", "target": target, "set": set, "unset": unset}))?;
+    let reply = session.admin(AdminRequest::Qos {
+        target: target.clone(),
+        set,
+        unset,
+    })?;
+    let tagwire::AdminReply::Qos(reply) = reply else {
+        return Err(format!("unexpected reply {}", reply.to_json()).into());
+    };
     outln!(
         "{} {}: {} channel(s) changed{}",
-        reply["level"].as_str().unwrap_or_default(),
+        reply.level,
         target.join(" "),
-        reply["channels"],
-        match reply["dropped"].as_u64() {
-            Some(n) if n > 0 => format!(", {n} queued event(s) dropped by a smaller queue"),
+        reply.channels,
+        match reply.dropped {
+            n if n > 0 => format!(", {n} queued event(s) dropped by a smaller queue"),
             _ => String::new(),
         }
     );
@@ -128,103 +151,110 @@ fn qos(session: &Session, items: Vec<String>) -> CmdResult {
 
 /// `tagwire admin show TARGET`.
 fn show(session: &Session, target: &str, as_json: bool) -> CmdResult {
-    let r = session.admin(&json!({"op": "show", "target": target}))?;
+    let shown = session.show(target)?;
     if as_json {
-        outln!("{}", serde_json::to_string_pretty(&r)?);
+        outln!("{}", serde_json::to_string_pretty(&shown)?);
         return Ok(());
     }
-    let s = |v: &serde_json::Value| v.as_str().map_or_else(|| v.to_string(), str::to_owned);
-    if r.get("reservations").is_some() {
-        outln!("{}", serde_json::to_string_pretty(&r["reservations"])?);
-        return Ok(());
-    }
-    if let Some(links) = r["links"].as_array() {
-        for l in links {
-            outln!(
-                "link to {} ({}), node {}",
-                s(&l["peer"]),
-                s(&l["addr"]),
-                s(&l["node"])
-            );
-            for key in [
-                "dialed",
-                "connection",
-                "up_secs",
-                "rtt_us",
-                "clock_offset_us",
-                "events_in",
-                "bytes_in",
-                "events_out",
-                "bytes_out",
-                "queue_depth",
-                "dropped",
-            ] {
-                outln!("  {key:<16} {}", s(&l[key]));
+    let opt = |v: Option<String>| v.unwrap_or_else(|| "null".to_owned());
+    match shown {
+        Show::Reservations { reservations } => show_reservations(&reservations)?,
+        Show::Links { links } => {
+            for l in links {
+                outln!("link to {} ({}), node {}", l.peer, l.addr, l.node);
+                let rows = [
+                    ("dialed", l.dialed.to_string()),
+                    ("connection", l.connection.to_string()),
+                    ("up_secs", l.up_secs.to_string()),
+                    ("rtt_us", opt(l.rtt_us.map(|v| v.to_string()))),
+                    (
+                        "clock_offset_us",
+                        opt(l.clock_offset_us.map(|v| v.to_string())),
+                    ),
+                    ("events_in", l.events_in.to_string()),
+                    ("bytes_in", l.bytes_in.to_string()),
+                    ("events_out", l.events_out.to_string()),
+                    ("bytes_out", l.bytes_out.to_string()),
+                    ("queue_depth", l.queue_depth.to_string()),
+                    ("dropped", l.dropped.to_string()),
+                ];
+                for (key, value) in rows {
+                    outln!("  {key:<16} {value}");
+                }
             }
         }
-        return Ok(());
-    }
-    if let Some(tag) = r["tag"].as_str() {
-        outln!("tag {tag} (tag level)");
-        for p in r["set"].as_array().into_iter().flatten() {
-            outln!("  {:<24} {}", s(&p["property"]), s(&p["value"]));
-        }
-        let h = &r["history"];
-        if h.is_object() {
-            outln!(
-                "  history holds {} event(s), {} bytes (history={})",
-                h["events"],
-                h["bytes"],
-                h["history"]
-            );
-            for p in h["publishers"].as_array().into_iter().flatten() {
+        Show::Tag(t) => {
+            outln!("tag {} (tag level)", t.tag);
+            for p in &t.set {
+                outln!("  {:<24} {}", p.property, p.value);
+            }
+            if let Some(h) = &t.history {
                 outln!(
-                    "    {} sequence numbers {}..={} ({} held)",
-                    s(&p["publisher"]),
-                    p["oldest"],
-                    p["newest"],
-                    p["held"]
+                    "  history holds {} event(s), {} bytes (history={})",
+                    h.events,
+                    h.bytes,
+                    h.history
                 );
+                for p in &h.publishers {
+                    outln!(
+                        "    {} sequence numbers {}..={} ({} held)",
+                        p.publisher,
+                        p.oldest,
+                        p.newest,
+                        p.held
+                    );
+                }
             }
         }
-        return Ok(());
-    }
-    outln!(
-        "{} {} on connection {}: band {}, lane {} (running {}{}), DSCP {}",
-        s(&r["kind"]),
-        s(&r["endpoint"]),
-        r["connection"],
-        s(&r["band"]),
-        s(&r["lane"]["sched"]),
-        s(&r["lane"]["sched_applied"]),
-        r["lane"]["fell_back"]
-            .as_str()
-            .map(|w| format!(": {w}"))
-            .unwrap_or_default(),
-        r["dscp"]
-    );
-    for ch in r["channels"].as_array().into_iter().flatten() {
-        outln!(
-            "  channel {}: queue {}/{}, delivered {}, dropped {}, expired {}, too large {}",
-            s(&ch["pattern"]),
-            ch["queue_depth"],
-            ch["queue_bound"],
-            ch["delivered"],
-            ch["dropped"],
-            ch["expired"],
-            ch["too_large"]
-        );
-        for p in ch["qos"].as_array().into_iter().flatten() {
+        Show::Endpoint(e) => {
+            let (sched, applied, fell_back) = match &e.lane {
+                Some(l) => (
+                    l.sched.clone(),
+                    l.sched_applied.clone(),
+                    l.fell_back
+                        .as_deref()
+                        .map(|w| format!(": {w}"))
+                        .unwrap_or_default(),
+                ),
+                None => ("null".to_owned(), "null".to_owned(), String::new()),
+            };
             outln!(
-                "    {:<24} {:<16} ({})",
-                s(&p["property"]),
-                s(&p["value"]),
-                s(&p["from"])
+                "{} {} on connection {}: band {}, lane {} (running {}{}), DSCP {}",
+                e.kind,
+                e.endpoint,
+                e.connection,
+                e.band,
+                sched,
+                applied,
+                fell_back,
+                opt(e.dscp.map(|d| d.to_string()))
             );
+            for ch in &e.channels {
+                outln!(
+                    "  channel {}: queue {}/{}, delivered {}, dropped {}, expired {}, too large {}",
+                    ch.pattern,
+                    ch.queue_depth,
+                    ch.queue_bound,
+                    ch.delivered,
+                    ch.dropped,
+                    ch.expired,
+                    ch.too_large
+                );
+                for p in &ch.qos {
+                    outln!("    {:<24} {:<16} ({})", p.property, p.value, p.from);
+                }
+            }
+            if e.truncated {
+                outln!("  … more channels than fit one reply");
+            }
         }
+        other => outln!("{}", serde_json::to_string_pretty(&other)?),
     }
-    if r["truncated"] == true {
-        outln!("  … more channels than fit one reply");
-    }
+    Ok(())
+}
+
+/// `tagwire admin show reservations`: the reservations as JSON.
+fn show_reservations(r: &Reservations) -> CmdResult {
+    outln!("{}", serde_json::to_string_pretty(r)?);
     Ok(())
 }

@@ -26,7 +26,16 @@ const WARMUP_ROUND_TRIPS: u64 = 1000;
 const MAX_SIZE: usize = 8 * 1024 * 1024;
 
 /// Makes sessions on the router under test.
-enum Target {
+struct Target {
+    router: Router,
+    /// The global `--band`: every session of the run goes to that band's
+    /// listener (`None`: the listener's default band; `auto`: each event
+    /// on the band of its priority, as for the other commands).
+    band: Option<String>,
+}
+
+/// The router under test.
+enum Router {
     /// A daemon: its URL, TLS settings, and the sessions' `shm` mode.
     Url(String, TlsOptions, tagwire::ShmMode),
     Embedded(EmbeddedRouter),
@@ -34,21 +43,44 @@ enum Target {
 
 impl Target {
     fn session(&self) -> Result<Session, tagwire::Error> {
-        match self {
-            Target::Url(u, tls, shm) => Session::builder().tls(tls.clone()).shm(*shm).connect(u),
-            Target::Embedded(r) => r.session(),
+        let auto = self.band.as_deref() == Some("auto");
+        let s = match &self.router {
+            Router::Url(u, tls, shm) => Session::builder()
+                .tls(tls.clone())
+                .shm(*shm)
+                .follow_priority(auto)
+                .connect(u)?,
+            Router::Embedded(r) => r.session()?,
+        };
+        self.on_band(s)
+    }
+
+    /// `s`, or its session on the run's band.
+    fn on_band(&self, s: Session) -> Result<Session, tagwire::Error> {
+        match self.band.as_deref() {
+            Some(b) if b != "auto" => s.on_band(b),
+            _ => Ok(s),
+        }
+    }
+
+    /// The band the run's sessions use, as reported: the band asked for,
+    /// or the daemon's default band.
+    fn band_used(&self) -> Result<String, tagwire::Error> {
+        match self.band.as_deref() {
+            Some(b) => Ok(b.to_owned()),
+            None => self.session()?.band_in_use(),
         }
     }
 }
 
-pub fn run(server: Option<&str>, tls: &TlsOptions, a: BenchArgs) -> CmdResult {
+pub fn run(server: Option<&str>, band: Option<&str>, tls: &TlsOptions, a: BenchArgs) -> CmdResult {
     if a.mode == crate::cli::BenchMode::Av {
         let daemons = if a.daemons.is_empty() {
             vec![server.unwrap_or("tcp://127.0.0.1:7700").to_owned()]
         } else {
             a.daemons.clone()
         };
-        return super::bench_av::run(&daemons, &a);
+        return super::bench_av::run(&daemons, band, &a);
     }
     if a.size > MAX_SIZE {
         return Err(format!(
@@ -67,9 +99,9 @@ pub fn run(server: Option<&str>, tls: &TlsOptions, a: BenchArgs) -> CmdResult {
     if a.subscribers == 0 || a.subscribers > 1000 {
         return Err(format!("--subscribers {} must be 1..=1000", a.subscribers).into());
     }
-    let (target, system) = if a.embedded {
+    let (router, system) = if a.embedded {
         (
-            Target::Embedded(EmbeddedRouter::start()?),
+            Router::Embedded(EmbeddedRouter::start()?),
             "tagwire-embedded".to_owned(),
         )
     } else {
@@ -97,8 +129,16 @@ pub fn run(server: Option<&str>, tls: &TlsOptions, a: BenchArgs) -> CmdResult {
         } else {
             tagwire::ShmMode::Off
         };
-        (Target::Url(url, tls.clone(), shm), system.to_owned())
+        (Router::Url(url, tls.clone(), shm), system.to_owned())
     };
+    let target = Target {
+        router,
+        band: band.map(str::to_owned),
+    };
+    // What the run measures: the band and the transport (the system's
+    // suffix: unix, tcp, tls, shm or embedded).
+    let band_used = target.band_used()?;
+    let transport = system.trim_start_matches("tagwire-").to_owned();
     let duration = Duration::from_secs_f64(a.duration);
     let result = match a.mode {
         BenchMode::Av => unreachable!("handled above"),
@@ -106,7 +146,7 @@ pub fn run(server: Option<&str>, tls: &TlsOptions, a: BenchArgs) -> CmdResult {
             let r = fan_out(&target, a.size, duration, 1)?;
             let rate = r.per_sub[0];
             serde_json::json!({
-                "system": system, "mode": "throughput", "size": a.size,
+                "system": system, "band": band_used, "transport": transport, "mode": "throughput", "size": a.size,
                 "msgs_per_sec": rate, "mb_per_sec": rate * a.size as f64 / 1e6,
                 "received": r.received[0], "sent": r.sent,
             })
@@ -115,7 +155,7 @@ pub fn run(server: Option<&str>, tls: &TlsOptions, a: BenchArgs) -> CmdResult {
             let r = fan_out(&target, a.size, duration, a.subscribers)?;
             let per_sub = r.per_sub.iter().sum::<f64>() / r.per_sub.len() as f64;
             serde_json::json!({
-                "system": system, "mode": "fanout", "size": a.size, "subscribers": a.subscribers,
+                "system": system, "band": band_used, "transport": transport, "mode": "fanout", "size": a.size, "subscribers": a.subscribers,
                 "per_sub_msgs_per_sec": per_sub, "total_msgs_per_sec": per_sub * a.subscribers as f64,
                 "sent": r.sent, "received": r.received,
             })
@@ -125,7 +165,7 @@ pub fn run(server: Option<&str>, tls: &TlsOptions, a: BenchArgs) -> CmdResult {
             let h = latency(&target, None, a.size, duration)?;
             let q = |h: &Histogram<u64>, x: f64| h.value_at_quantile(x) as f64 / 1e3;
             serde_json::json!({
-                "system": system, "mode": "pull", "size": a.size,
+                "system": system, "band": band_used, "transport": transport, "mode": "pull", "size": a.size,
                 "pull_p50_us": q(&p, 0.5), "pull_p99_us": q(&p, 0.99), "pulls": p.len(),
                 "rtt_p50_us": q(&h, 0.5), "rtt_p99_us": q(&h, 0.99), "samples": h.len(),
                 "ratio_p50": q(&p, 0.5) / q(&h, 0.5), "ratio_p99": q(&p, 0.99) / q(&h, 0.99),
@@ -134,7 +174,7 @@ pub fn run(server: Option<&str>, tls: &TlsOptions, a: BenchArgs) -> CmdResult {
         BenchMode::Latency => {
             let h = latency(&target, a.echo_server.as_deref(), a.size, duration)?;
             serde_json::json!({
-                "system": system, "mode": "latency", "size": a.size,
+                "system": system, "band": band_used, "transport": transport, "mode": "latency", "size": a.size,
                 "rtt_p50_us": h.value_at_quantile(0.5) as f64 / 1e3,
                 "rtt_p99_us": h.value_at_quantile(0.99) as f64 / 1e3,
                 "samples": h.len(),
@@ -151,6 +191,11 @@ pub fn run(server: Option<&str>, tls: &TlsOptions, a: BenchArgs) -> CmdResult {
 
 fn print_text(r: &serde_json::Value) -> std::io::Result<()> {
     let f = |k: &str| r[k].as_f64().unwrap_or(0.0);
+    outln!(
+        "band {}, transport {}",
+        r["band"].as_str().unwrap_or_default(),
+        r["transport"].as_str().unwrap_or_default()
+    );
     match r["mode"].as_str() {
         Some("latency") => outln!(
             "{} latency, {} B: RTT p50 {:.1} µs, p99 {:.1} µs ({} round trips)",
@@ -305,7 +350,7 @@ fn pull_latest(
     let id = std::process::id();
     let tag = format!("/bench/{id}/pull");
     let s = target.session()?;
-    s.admin(&serde_json::json!({"op": "qos", "target": [&tag], "set": {"history": "1"}}))?;
+    s.set_qos(&[&tag], &[("history", "1")], &[])?;
     let p = s.declare_publisher(&format!("/bench/{id}/puller"))?;
     p.publish(&tag, vec![0x5au8; size])?;
     let mut h = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3)?;
@@ -323,7 +368,7 @@ fn pull_latest(
             h.record(ns)?;
         }
     }
-    s.admin(&serde_json::json!({"op": "qos", "target": [&tag], "unset": ["history"]}))?;
+    s.set_qos(&[&tag], &[], &["history"])?;
     if h.is_empty() {
         return Err("no pull completed after warm-up; try a longer --duration".into());
     }
@@ -341,7 +386,7 @@ fn latency(
     // Echo client: republishes every ping as a pong, from its callback; on
     // another (linked) daemon with --echo-server, so pings cross the link.
     let echo_session = match echo {
-        Some(url) => Session::connect(url)?,
+        Some(url) => target.on_band(Session::connect(url)?)?,
         None => target.session()?,
     };
     let echo_pub = Arc::new(echo_session.declare_publisher(&format!("/bench/{id}/echo"))?);

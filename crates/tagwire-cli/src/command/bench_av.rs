@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::BytesMut;
+use tagwire::admin::{AdminReply, AdminRequest};
 use tagwire::Session;
 use tagwire_core::connection::{ClientHello, Config, Connection, Input};
 use tagwire_proto::{EndpointKind, EventRef};
@@ -68,6 +69,11 @@ impl Listener {
 /// One sweep point's result.
 #[derive(Debug, serde::Serialize)]
 struct Point {
+    /// The band every connection of the run went to (`--band`, else the
+    /// daemons' default band).
+    band: String,
+    /// The transport: TCP (listeners are raw TCP connections).
+    transport: &'static str,
     listeners: usize,
     meetings: usize,
     daemons: usize,
@@ -136,8 +142,14 @@ fn token_for(addr: &SocketAddr) -> String {
     String::new()
 }
 
-/// Runs `tagwire bench av`.
-pub fn run(daemons: &[String], a: &BenchArgs) -> CmdResult {
+/// Runs `tagwire bench av`; `band` is the global `--band`.
+pub fn run(daemons: &[String], band: Option<&str>, a: &BenchArgs) -> CmdResult {
+    if band == Some("auto") {
+        return Err(
+            "bench av: --band auto is not supported (its listeners are raw connections, not sessions that follow priority); name a band"
+                .into(),
+        );
+    }
     let points: Vec<usize> = a
         .listeners
         .split(',')
@@ -166,15 +178,34 @@ pub fn run(daemons: &[String], a: &BenchArgs) -> CmdResult {
         None => None,
     };
     raise_fd_limit(points.iter().max().copied().unwrap_or(0) + 64)?;
+    // The listeners connect to the band's listener of each daemon, with
+    // the token of its main port; the speakers' sessions move to the band.
+    let tokens: Vec<String> = addrs.iter().map(token_for).collect();
+    let (listen_at, band_used) = match band {
+        Some(b) => (
+            addrs
+                .iter()
+                .zip(&tokens)
+                .map(|(addr, token)| Ok((band_addr(*addr, b)?, token.clone())))
+                .collect::<Result<Vec<_>, Box<dyn std::error::Error>>>()?,
+            b.to_owned(),
+        ),
+        None => (
+            addrs.iter().copied().zip(tokens.iter().cloned()).collect(),
+            Session::connect(&format!("tcp://{}", addrs[0]))?.band_in_use()?,
+        ),
+    };
     let mut results = Vec::new();
     for &n in &points {
-        let p = point(&addrs, speaker, n, a)?;
+        let p = point(&addrs, &listen_at, speaker, band, &band_used, n, a)?;
         if !a.json {
             outln!(
-                "{:>6} listeners {} meeting(s) on {} daemon(s): mean {:.2} ms, jitter {:.2} ms, late {:.2} %, lost {:.2} % ({} of {} packets){}",
+                "{:>6} listeners {} meeting(s) on {} daemon(s), band {}, transport {}: mean {:.2} ms, jitter {:.2} ms, late {:.2} %, lost {:.2} % ({} of {} packets){}",
                 p.listeners,
                 p.meetings,
                 p.daemons,
+                p.band,
+                p.transport,
                 p.mean_latency_ms,
                 p.mean_jitter_ms,
                 p.late_percent,
@@ -198,6 +229,33 @@ pub fn run(daemons: &[String], a: &BenchArgs) -> CmdResult {
         outln!("{}", serde_json::to_string(&results)?);
     }
     Ok(())
+}
+
+/// The TCP listener of band `band` on the daemon at `addr`, from the
+/// lanes of its listing.
+fn band_addr(addr: SocketAddr, band: &str) -> Result<SocketAddr, Box<dyn std::error::Error>> {
+    let s = Session::connect(&format!("tcp://{addr}"))?;
+    let reply = s.admin(AdminRequest::List {
+        after: None,
+        limit: Some(1),
+    })?;
+    let AdminReply::List(page) = reply else {
+        return Err(format!("daemon {addr}: unexpected reply {}", reply.to_json()).into());
+    };
+    let lane = page.lanes.iter().find(|l| l.band == band).ok_or_else(|| {
+        let known: Vec<&str> = page.lanes.iter().map(|l| l.band.as_str()).collect();
+        format!(
+            "daemon {addr} has no band {band:?} (its bands: {})",
+            known.join(", ")
+        )
+    })?;
+    let port = lane
+        .tcp
+        .as_deref()
+        .and_then(|a| a.rsplit_once(':'))
+        .and_then(|(_, p)| p.parse::<u16>().ok())
+        .ok_or_else(|| format!("daemon {addr}: band {band} has no TCP listener"))?;
+    Ok(SocketAddr::new(addr.ip(), port))
 }
 
 fn parse_daemon(u: &str) -> Result<SocketAddr, String> {
@@ -236,9 +294,15 @@ fn video_packets(k: u64) -> u64 {
     (k + 1) * 5610 / 1800 - k * 5610 / 1800
 }
 
+/// One sweep point: `addrs` are the daemons' main addresses (reports,
+/// speakers), `listen_at` where each daemon's listeners connect and with
+/// which token, `band` the band the speakers move to.
 fn point(
     addrs: &[SocketAddr],
+    listen_at: &[(SocketAddr, String)],
     speaker: Option<SocketAddr>,
+    band: Option<&str>,
+    band_used: &str,
     n: usize,
     a: &BenchArgs,
 ) -> Result<Point, Box<dyn std::error::Error>> {
@@ -252,8 +316,8 @@ fn point(
     let threads = 2usize;
     let mut handles = Vec::new();
     for t in 0..threads {
-        let (addrs, stop, stats, connected, failed) = (
-            addrs.to_vec(),
+        let (listen_at, stop, stats, connected, failed) = (
+            listen_at.to_vec(),
             stop.clone(),
             stats.clone(),
             connected.clone(),
@@ -275,7 +339,7 @@ fn point(
             local.block_on(&rt, async move {
                 let mut tasks = Vec::new();
                 for i in (t..n).step_by(threads) {
-                    let addr = addrs[i % addrs.len()];
+                    let (addr, token) = listen_at[i % listen_at.len()].clone();
                     let tag = format!("/av/{run_id}/m{}", i % meetings);
                     let (stop, stats, connected, failed) = (
                         stop.clone(),
@@ -285,7 +349,7 @@ fn point(
                     );
                     tasks.push(tokio::task::spawn_local(async move {
                         if let Err(e) =
-                            listen(addr, &tag, i, run_id, &stop, &stats[i], &connected).await
+                            listen(addr, token, &tag, i, run_id, &stop, &stats[i], &connected).await
                         {
                             let mut f = failed.lock().unwrap_or_else(|p| p.into_inner());
                             if f.is_none() {
@@ -327,7 +391,10 @@ fn point(
     let sessions: Vec<Session> = (0..a.meetings)
         .map(|m| {
             let at = speaker.unwrap_or(addrs[m % addrs.len()]);
-            Session::connect(&format!("tcp://{at}"))
+            Session::connect(&format!("tcp://{at}")).and_then(|s| match band {
+                Some(b) => s.on_band(b),
+                None => Ok(s),
+            })
         })
         .collect::<Result<_, _>>()?;
     let publishers: Vec<tagwire::Publisher> = sessions
@@ -391,6 +458,8 @@ fn point(
     let (mean_latency_ms, mean_jitter_ms) = (whole.mean_latency_ms, whole.mean_jitter_ms);
     let (late_percent, lost_percent) = (whole.late_percent, whole.lost_percent);
     Ok(Point {
+        band: band_used.to_owned(),
+        transport: "tcp",
         listeners: n,
         meetings: a.meetings,
         daemons: addrs.len(),
@@ -410,8 +479,10 @@ fn point(
 
 /// One listener: connects, subscribes to `tag`, and records every packet
 /// until `stop`.
+#[allow(clippy::too_many_arguments)]
 async fn listen(
     addr: SocketAddr,
+    token: String,
     tag: &str,
     i: usize,
     run_id: u64,
@@ -425,7 +496,7 @@ async fn listen(
     let _ = s.set_nodelay(true);
     let hello = ClientHello {
         name: format!("av-listener-{i}"),
-        token: token_for(&addr),
+        token,
         session: [0; 16],
     };
     let mut eng = Connection::client(Config::default(), hello, 0);

@@ -96,7 +96,7 @@ fn run_command(cli: Cli) -> CmdResult {
         Command::List(a) => list::run(&connect()?, a),
         Command::Ping(a) => ping::run(&connect()?, a),
         Command::Time(a) => time::run(&connect()?, a),
-        Command::Bench(a) => bench::run(server.as_deref(), &tls, a),
+        Command::Bench(a) => bench::run(server.as_deref(), band.as_deref(), &tls, a),
         Command::Admin(a) => admin::run(&connect()?, a),
         Command::Place(a) => match tagwire_place::cli::run(&a) {
             // `tagwire place … | head` closing the pipe is not an error.

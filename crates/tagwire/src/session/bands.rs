@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use tagwire_router::Listing;
+use tagwire_proto::admin::Listing;
 
 use super::{lock, Session, Target};
 use crate::error::{Error, Result};
@@ -116,9 +116,7 @@ impl Session {
         if let Some(b) = lock(&inner.router_bands).clone() {
             return Ok(b);
         }
-        let reply = self.admin(&serde_json::json!({"op": "list", "limit": 1}))?;
-        let page: Listing = serde_json::from_value(reply)
-            .map_err(|e| Error::BadReply(format!("admin list reply: {e}")))?;
+        let page = self.list_page(None, Some(1))?;
         let b = Arc::new(RouterBands {
             lanes: page.lanes,
             default_band: page.default_band,

@@ -2,6 +2,7 @@
 //! (`shm_open`): when to ask, and what the daemon's answer grants.
 
 use tagwire_core::connection::Reply;
+use tagwire_proto::admin::{AdminOp, AdminReply, AdminRequest};
 
 use super::{Session, Target};
 use crate::error::{Error, Result};
@@ -52,16 +53,13 @@ impl Session {
             }
             return crate::shm::refuse(name, mode, why).map(|_| None);
         }
-        let mut request = serde_json::json!({
-            "op": "shm_open",
-            "endpoint": name,
-            "id": id,
-            "pid": std::process::id(),
-        });
-        if let Some((m, _)) = grow {
-            request["max_packet"] = m.into();
+        let body = AdminRequest::ShmOpen {
+            endpoint: name.to_owned(),
+            id,
+            max_packet: grow.map(|(m, _)| m),
+            pid: Some(std::process::id()),
         }
-        let body = request.to_string();
+        .to_json();
         match self.inner().send_request(|e| ((), e.admin(body))) {
             Ok(((), _, rx)) => Ok(Some(crate::shm::ShmAsk {
                 rx,
@@ -84,18 +82,18 @@ impl Session {
         reply: Result<Reply>,
     ) -> Result<Option<crate::shm::ShmPublisher>> {
         let refuse = |why: String| crate::shm::refuse(&ask.name, ask.mode, why);
-        let reply: serde_json::Value = match reply {
-            Ok(Reply::Admin(text)) => match serde_json::from_str(&text) {
-                Ok(v) => v,
-                Err(e) => return refuse(format!("shm_open reply: {e}")),
+        let region = match reply {
+            Ok(Reply::Admin(text)) => match AdminReply::parse(AdminOp::ShmOpen, &text) {
+                Ok(AdminReply::ShmOpened(g)) => g.region,
+                Ok(other) => {
+                    return refuse(format!("unexpected shm_open reply {}", other.to_json()))
+                }
+                Err(e) => return refuse(e.to_string()),
             },
             Ok(Reply::Err(_, message)) => return refuse(message),
             Ok(_) => return refuse("expected an admin reply to shm_open".into()),
             Err(Error::BadReply(why)) => return refuse(why),
             Err(e) => return refuse(e.to_string()),
-        };
-        let Some(region) = reply.get("region").and_then(|r| r.as_u64()) else {
-            return refuse(format!("unexpected shm_open reply {reply}"));
         };
         if ask.grow.is_some_and(|(_, current)| current == region) {
             // Already as large as the daemon makes them (its fd came again).

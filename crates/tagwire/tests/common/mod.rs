@@ -92,7 +92,7 @@ pub fn all_servers() -> Vec<(&'static str, Server)> {
 /// Sets `history` (events kept per publisher) on tags under `pattern` at
 /// the daemon of `s`.
 pub fn history(s: &Session, pattern: &str, n: &str) {
-    s.admin(&serde_json::json!({"op": "qos", "target": [pattern], "set": {"history": n}}))
+    s.set_qos(&[pattern], &[("history", n)], &[])
         .expect("admin qos history");
 }
 

@@ -21,6 +21,9 @@
 #                  rows included) scribbled over by a peer (attach, read,
 #                  adopt pins), and the events' shared-memory reference
 #                  (tagwire-shm, proto); inputs up to 16 KiB
+#   mqtt_packet    an MQTT client's bytes into the MQTT listener's parser
+#                  (CONNECT and version, then packets of that version) and
+#                  its topic/filter mapping (tagwire-router's mqtt module)
 #
 # Installs cargo-fuzz if it is missing, writes the target's seed corpus (for
 # frame_decoder: the test vectors of docs/protocol.md; for the others the

@@ -52,6 +52,8 @@ pub struct RouterConfig {
     /// Bandwidth reservations on the egress interface (`[bandwidth]`;
     /// the `reserve` subscribe property).
     pub bandwidth: BandwidthConfig,
+    /// The MQTT listener (`[mqtt]`; docs/mqtt.md). Off unless `listen` is set.
+    pub mqtt: crate::mqtt::MqttConfig,
 }
 
 /// The `[federation]` section: which daemons to link with and the bounds of
@@ -383,6 +385,7 @@ impl Default for RouterConfig {
             qos: Default::default(),
             federation: FederationConfig::default(),
             bandwidth: BandwidthConfig::default(),
+            mqtt: crate::mqtt::MqttConfig::default(),
         }
     }
 }
@@ -512,6 +515,7 @@ impl RouterConfig {
                 "[tls] is set but tcp is not: TLS applies to the TCP listener".into(),
             ));
         }
+        self.mqtt.validate(&self.auth)?;
         crate::band::plan(self)?;
         let bands: Vec<String> = self.bands.iter().map(|b| b.name.clone()).collect();
         let daemon = crate::qos::daemon_layer(&self.qos, &bands).map_err(ConfigError::Invalid)?;

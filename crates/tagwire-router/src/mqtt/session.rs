@@ -918,8 +918,13 @@ impl State {
                             Some(Err(Reason::QuotaExceeded))
                         }
                         Ok(p) => {
-                            let (sub, req) =
-                                r.engine.subscribe(self.sub_id, p.as_str(), Vec::new());
+                            let (sub, req) = r.engine.subscribe(
+                                self.sub_id,
+                                p.as_str(),
+                                // Payload bytes, not shared-memory references
+                                // (the in-process socket counts as same host).
+                                vec![("shm".to_owned(), "off".to_owned())],
+                            );
                             self.subs.insert(
                                 sub,
                                 Sub {

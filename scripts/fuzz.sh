@@ -25,6 +25,9 @@
 #                  (Authorization header bytes and query string)
 #   admin_request  admin request bodies (AdminRequest::parse) and replies
 #                  (AdminReply::parse) round-tripping through to_json
+#   mqtt_packet    an MQTT client's bytes into the MQTT listener's parser
+#                  (CONNECT and version, then packets of that version) and
+#                  its topic/filter mapping (tagwire-router's mqtt module)
 #
 # Installs cargo-fuzz if it is missing, writes the target's seed corpus (for
 # frame_decoder: the test vectors of docs/protocol.md; for admin_request

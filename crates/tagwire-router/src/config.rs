@@ -60,6 +60,8 @@ pub struct RouterConfig {
     /// A cluster in one step (`[cluster]`: a shared secret and daemons to
     /// join; see [`crate::cluster`]). Applied when the router starts.
     pub cluster: ClusterConfig,
+    /// The MQTT listener (`[mqtt]`; docs/mqtt.md). Off unless `listen` is set.
+    pub mqtt: crate::mqtt::MqttConfig,
 }
 
 /// The `[federation]` section: which daemons to link with and the bounds of
@@ -393,6 +395,7 @@ impl Default for RouterConfig {
             bandwidth: BandwidthConfig::default(),
             metrics: MetricsConfig::default(),
             cluster: ClusterConfig::default(),
+            mqtt: crate::mqtt::MqttConfig::default(),
         }
     }
 }
@@ -532,6 +535,7 @@ impl RouterConfig {
             ));
         }
         self.metrics.validate(self.auth.enabled)?;
+        self.mqtt.validate(&self.auth)?;
         crate::band::plan(self)?;
         let bands: Vec<String> = self.bands.iter().map(|b| b.name.clone()).collect();
         let daemon = crate::qos::daemon_layer(&self.qos, &bands).map_err(ConfigError::Invalid)?;

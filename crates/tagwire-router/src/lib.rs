@@ -43,6 +43,7 @@ mod link;
 pub mod local;
 mod membership;
 pub mod metrics;
+pub mod mqtt;
 mod placement;
 pub mod priority;
 mod qos;
@@ -133,6 +134,33 @@ pub struct RouterHandle {
     reservations_file: Option<PathBuf>,
     /// The metrics and dashboard listener (`[metrics] listen`), if any.
     metrics: Option<metrics::MetricsServer>,
+    /// The MQTT listener (`[mqtt] listen`), stopped before the lanes.
+    mqtt: Option<mqtt::Gateway>,
+}
+
+/// Attaches in-process connections to a running router from any thread
+/// (the MQTT listener's): a clone of the default lane's command channel.
+#[derive(Clone)]
+pub struct InProcessConnector {
+    lane: mpsc::UnboundedSender<LaneCommand>,
+}
+
+impl std::fmt::Debug for InProcessConnector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InProcessConnector").finish_non_exhaustive()
+    }
+}
+
+impl InProcessConnector {
+    /// A connected socket served by the router, as
+    /// [`RouterHandle::connect_in_process`] gives.
+    pub fn connect(&self) -> std::io::Result<StdUnixStream> {
+        let (ours, theirs) = StdUnixStream::pair()?;
+        self.lane.send(LaneCommand::Attach(theirs)).map_err(|_| {
+            std::io::Error::new(std::io::ErrorKind::NotConnected, "router has stopped")
+        })?;
+        Ok(ours)
+    }
 }
 
 impl Router {
@@ -253,6 +281,21 @@ impl Router {
             }
             _ => (None, Vec::new()),
         };
+        // The MQTT listener checks credentials as the router does (the same
+        // tokens and ACL), then connects in-process with the same token.
+        let mqtt_setup = match config.mqtt.listen {
+            Some(_) => Some((
+                config.mqtt.clone(),
+                config.auth.clone(),
+                Authenticator::new(
+                    &config.auth,
+                    &config.acl,
+                    local::current_uid(),
+                    token.clone(),
+                )?,
+            )),
+            None => None,
+        };
         let auth = Authenticator::new(&config.auth, &config.acl, local::current_uid(), token)?;
         let metrics_config = config.metrics.clone();
         let metrics_listener = metrics::bind(&metrics_config)?;
@@ -340,7 +383,24 @@ impl Router {
                 tracing::info!("band {name}: listening on {}", listeners.join(" and "));
             }
         }
+        let mqtt = match mqtt_setup {
+            Some((mqtt_config, auth_config, mqtt_auth)) => {
+                let default_lane = lanes
+                    .iter()
+                    .find(|(n, _, _)| *n == bands[default].name)
+                    .map(|(_, tx, _)| tx.clone())
+                    .expect("every band has a lane");
+                mqtt::Gateway::start(
+                    mqtt_config,
+                    &auth_config,
+                    mqtt_auth,
+                    InProcessConnector { lane: default_lane },
+                )?
+            }
+            None => None,
+        };
         Ok(RouterHandle {
+            mqtt,
             lanes,
             default_band: bands[default].name.clone(),
             bands: addrs,
@@ -385,6 +445,11 @@ impl RouterHandle {
         &self.bands
     }
 
+    /// The MQTT listener's bound address, if `[mqtt] listen` is set.
+    pub fn mqtt_addr(&self) -> Option<SocketAddr> {
+        self.mqtt.as_ref().map(mqtt::Gateway::addr)
+    }
+
     /// A connected in-process socket served by this router: the same
     /// protocol and code path as a network client, without a listener.
     /// It is served by the default band's lane.
@@ -417,6 +482,9 @@ impl RouterHandle {
     fn stop(&mut self) {
         if let Some(mut m) = self.metrics.take() {
             m.stop();
+        }
+        if let Some(mut g) = self.mqtt.take() {
+            g.stop();
         }
         if self.lanes.is_empty() {
             return;

@@ -88,6 +88,11 @@ struct Args {
     /// overwriting) and exit; copy it to every host of the cluster.
     #[arg(long, value_name = "FILE", exclusive = true)]
     new_cluster_secret: Option<PathBuf>,
+    /// Serve MQTT 3.1.1 and 5 clients on ADDR (e.g. 127.0.0.1:1883): topic
+    /// a/b is tag /a/b, the password is a token. Overrides `[mqtt] listen`;
+    /// see docs/mqtt.md.
+    #[arg(long, value_name = "ADDR")]
+    mqtt: Option<std::net::SocketAddr>,
     /// Log filter (tracing syntax, e.g. `info`, `tagwire_router=debug`); RUST_LOG also works.
     #[arg(long, default_value = "info")]
     log: String,
@@ -109,6 +114,9 @@ fn config(args: &Args) -> Result<RouterConfig, ConfigError> {
     }
     if args.no_unix {
         cfg.unix = None;
+    }
+    if let Some(a) = args.mqtt {
+        cfg.mqtt.listen = Some(a);
     }
     if let Some(n) = &args.name {
         cfg.name = n.clone();

@@ -166,7 +166,7 @@ pub(crate) fn encode(s: &Snapshot) -> Result<String, String> {
         None,
         one(delivered(l)),
     );
-    let sum = |f: fn(&crate::admin::SubscriptionInfo) -> u64| -> u64 {
+    let sum = |f: fn(&tagwire_proto::admin::SubscriptionInfo) -> u64| -> u64 {
         l.subscriptions.iter().map(f).sum()
     };
     let fed = l.federation.as_ref();

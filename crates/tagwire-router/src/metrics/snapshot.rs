@@ -8,9 +8,10 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::admin::{list_page, Listing, Requester, MAX_PAGE_ITEMS};
+use crate::admin::{list_page, Requester};
 use crate::state::State;
 use crate::sync::Locked;
+use tagwire_proto::admin::{Listing, MAX_PAGE_ITEMS};
 
 /// Bytes of one listing page (the admin frame limit does not apply here).
 const PAGE_BUDGET: usize = 1 << 20;

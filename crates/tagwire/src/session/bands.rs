@@ -111,7 +111,7 @@ impl Session {
 
     /// The router's bands (lanes, lowest first) and its default band, asked
     /// once per session (they are fixed while the router runs).
-    fn router_bands(&self) -> Result<Arc<RouterBands>> {
+    pub(super) fn router_bands(&self) -> Result<Arc<RouterBands>> {
         let inner = self.inner();
         if let Some(b) = lock(&inner.router_bands).clone() {
             return Ok(b);

@@ -19,7 +19,8 @@
 #         loopback), whose p99 is the kernel's floor.
 #   crit  the critical band's ping under the Unix flood (no worse than high).
 #
-# TAGWIRE_BIN=DIR runs the binaries in DIR instead of building (A/B runs);
+# TAGWIRE_BIN=DIR runs the binaries in DIR instead of building (A/B runs;
+# TAGWIRE_REV names their revision in the table);
 # TAGWIRE_CONFIG=FILE starts the daemon with that config (e.g. bands pinned
 # to CPUs, docs/configuration.md); TAGWIRE_FLOOD_CPUS=LIST and
 # TAGWIRE_RT_CPUS=LIST run the floods and the real-time clients under
@@ -159,7 +160,7 @@ for r in $(seq "$ROUNDS"); do
     echo "round $r done" >&2
 done
 cat "$RES"
-python3 - "$RES" "$ROUNDS" "$PINGS" "$(nproc)" "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)" "$(git rev-parse --short HEAD)" "$SECTION" >"$WORK/section.md" <<'PY'
+python3 - "$RES" "$ROUNDS" "$PINGS" "$(nproc)" "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)" "${TAGWIRE_REV:-$(git rev-parse --short HEAD)}" "$SECTION" >"$WORK/section.md" <<'PY'
 import sys, collections
 res, rounds, pings, nproc, cpu, rev, section = sys.argv[1:8]
 d = collections.defaultdict(dict)

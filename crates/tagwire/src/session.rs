@@ -288,15 +288,6 @@ impl Session {
         self.list_all()
     }
 
-    /// The band that serves this session's connection: its own band, or
-    /// the router's default band (asked once per session).
-    pub fn band_in_use(&self) -> Result<String> {
-        match self.band() {
-            Some(b) => Ok(b.to_owned()),
-            None => Ok(self.router_bands()?.default_band.clone()),
-        }
-    }
-
     fn list_all(&self) -> Result<Listing> {
         let mut all: Option<Listing> = None;
         let mut after: Option<String> = None;

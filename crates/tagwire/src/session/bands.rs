@@ -4,8 +4,6 @@
 
 use std::sync::Arc;
 
-use tagwire_proto::admin::Listing;
-
 use super::{lock, Session, Target};
 use crate::error::{Error, Result};
 use crate::url::ServerUrl;
@@ -17,6 +15,15 @@ pub(super) struct RouterBands {
 }
 
 impl Session {
+    /// The band that serves this session's connection: its own band, or
+    /// the router's default band (asked once per session).
+    pub fn band_in_use(&self) -> Result<String> {
+        match self.band() {
+            Some(b) => Ok(b.to_owned()),
+            None => Ok(self.router_bands()?.default_band.clone()),
+        }
+    }
+
     /// A session on priority band `band` of the same router (`low`,
     /// `normal`, `high`, `critical` by default), opened on first use and
     /// shared after: its connection goes to the band's listener, so the

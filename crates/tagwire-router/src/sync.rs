@@ -105,6 +105,15 @@ impl Count {
     }
 }
 
+/// The router's shared state may move between lane threads.
+#[allow(dead_code)]
+fn assert_shareable() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<Locked<crate::state::State>>();
+    send_sync::<crate::channel::Channel>();
+    send_sync::<crate::channel::Outbox>();
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -131,13 +140,4 @@ mod tests {
         }
         assert_eq!(*n.borrow(), 80_000, "no increment lost under contention");
     }
-}
-
-/// The router's shared state may move between lane threads.
-#[allow(dead_code)]
-fn assert_shareable() {
-    fn send_sync<T: Send + Sync>() {}
-    send_sync::<Locked<crate::state::State>>();
-    send_sync::<crate::channel::Channel>();
-    send_sync::<crate::channel::Outbox>();
 }

@@ -254,7 +254,9 @@ impl PySession {
         request: serde_json::Value,
     ) -> PyResult<Bound<'py, PyAny>> {
         let s = self.get(py)?;
-        let reply = py.detach(|| s.admin_json(&request)).map_err(|e| to_py(py, e))?;
+        let reply = py
+            .detach(|| s.admin_json(&request))
+            .map_err(|e| to_py(py, e))?;
         to_python(py, &reply)
     }
 }

@@ -9,48 +9,9 @@ mod common;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use common::{owner_token, tcp_config, Raw};
+use common::{alice_and_bob as config, owner_token, Raw, ALICE, BOB};
 use tagwire_proto::{EndpointKind, ErrorCode, Frame};
-use tagwire_router::config::{AclRule, AuthConfig, TokenConfig};
 use tagwire_router::{local, Router, RouterConfig};
-
-const ALICE: &str = "alice-token-0123456789abcdef";
-const BOB: &str = "bob-token-0123456789abcdef";
-
-fn config() -> RouterConfig {
-    RouterConfig {
-        auth: AuthConfig {
-            tokens: vec![
-                TokenConfig {
-                    name: "alice".into(),
-                    token: Some(ALICE.into()),
-                    file: None,
-                },
-                TokenConfig {
-                    name: "bob".into(),
-                    token: Some(BOB.into()),
-                    file: None,
-                },
-            ],
-            ..AuthConfig::default()
-        },
-        acl: vec![
-            AclRule {
-                identity: "token:alice".into(),
-                publish: vec!["/alice/**".into()],
-                subscribe: vec!["/alice/**".into(), "/shared/*".into()],
-                admin: false,
-            },
-            AclRule {
-                identity: "token:bob".into(),
-                publish: vec!["/**".into()],
-                subscribe: vec!["/**".into()],
-                admin: false,
-            },
-        ],
-        ..tcp_config()
-    }
-}
 
 fn error_code(f: &Frame) -> Option<ErrorCode> {
     match f {

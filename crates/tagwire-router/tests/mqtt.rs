@@ -4,61 +4,30 @@
 //! its own connection only. The real mosquitto clients are in
 //! `crates/tagwire-cli/tests/mqtt_cli.rs`.
 
+mod common;
+
 use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use common::{alice_and_bob, ALICE, BOB};
 use rumqttc::v5::mqttbytes::v5::{
     ConnectReturnCode as Code5, Packet as P5, PubAckReason, SubscribeReasonCode as Sub5,
 };
 use rumqttc::{ConnectReturnCode, Packet, QoS, SubscribeReasonCode};
-use tagwire_router::config::{AclRule, AuthConfig, TokenConfig};
 use tagwire_router::mqtt::MqttConfig;
 use tagwire_router::{Router, RouterConfig, RouterHandle};
 use tokio::sync::mpsc;
 
-const ALICE: &str = "alice-token-0123456789abcdef";
-const BOB: &str = "bob-token-0123456789abcdef";
 const WAIT: Duration = Duration::from_secs(10);
 
 fn router(mqtt: MqttConfig) -> RouterHandle {
     Router::start(RouterConfig {
-        tcp: "127.0.0.1:0".parse().ok(),
-        unix: None,
-        auth: AuthConfig {
-            tokens: vec![
-                TokenConfig {
-                    name: "alice".into(),
-                    token: Some(ALICE.into()),
-                    file: None,
-                },
-                TokenConfig {
-                    name: "bob".into(),
-                    token: Some(BOB.into()),
-                    file: None,
-                },
-            ],
-            ..AuthConfig::default()
-        },
-        acl: vec![
-            AclRule {
-                identity: "token:alice".into(),
-                publish: vec!["/alice/**".into()],
-                subscribe: vec!["/alice/**".into(), "/shared/*".into()],
-                admin: false,
-            },
-            AclRule {
-                identity: "token:bob".into(),
-                publish: vec!["/**".into()],
-                subscribe: vec!["/**".into()],
-                admin: false,
-            },
-        ],
         mqtt: MqttConfig {
             listen: "127.0.0.1:0".parse().ok(),
             ..mqtt
         },
-        ..RouterConfig::default()
+        ..alice_and_bob()
     })
     .expect("start router")
 }

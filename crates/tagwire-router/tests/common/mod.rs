@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use serde_json::{json, Value};
 use tagwire_proto::{EndpointKind, ErrorCode, Event, Frame, FrameDecoder, PROTOCOL_VERSION};
+use tagwire_router::config::{AclRule, AuthConfig, TokenConfig};
 use tagwire_router::{Limits, Listing, Router, RouterConfig, RouterHandle};
 
 /// How long [`wait_for`] polls before the test fails.
@@ -523,4 +524,47 @@ pub fn wait_for(admin: &mut Raw, what: &str, done: impl Fn(&Listing) -> bool) ->
 /// An in-process subscriber to `pattern` that never reads.
 pub fn stalled_subscriber(h: &RouterHandle, name: &str, pattern: &str) -> Raw {
     Raw::hello(h).subscriber(name, pattern, &[])
+}
+
+/// Alice's token in [`alice_and_bob`].
+pub const ALICE: &str = "alice-token-0123456789abcdef";
+/// Bob's token in [`alice_and_bob`].
+pub const BOB: &str = "bob-token-0123456789abcdef";
+
+/// A TCP router config with two token identities: `token:alice` may
+/// publish `/alice/**` and subscribe `/alice/**` and `/shared/*`;
+/// `token:bob` may publish and subscribe everything; neither is admin.
+pub fn alice_and_bob() -> RouterConfig {
+    RouterConfig {
+        auth: AuthConfig {
+            tokens: vec![
+                TokenConfig {
+                    name: "alice".into(),
+                    token: Some(ALICE.into()),
+                    file: None,
+                },
+                TokenConfig {
+                    name: "bob".into(),
+                    token: Some(BOB.into()),
+                    file: None,
+                },
+            ],
+            ..AuthConfig::default()
+        },
+        acl: vec![
+            AclRule {
+                identity: "token:alice".into(),
+                publish: vec!["/alice/**".into()],
+                subscribe: vec!["/alice/**".into(), "/shared/*".into()],
+                admin: false,
+            },
+            AclRule {
+                identity: "token:bob".into(),
+                publish: vec!["/**".into()],
+                subscribe: vec!["/**".into()],
+                admin: false,
+            },
+        ],
+        ..tcp_config()
+    }
 }

@@ -2,6 +2,9 @@
 //! runtime directory and port), `tagwire sub`, `tagwire pub`, `tagwire list`,
 //! bad command lines, and a client reconnecting across a daemon restart.
 
+mod common;
+
+use common::{free_port, temp_dir, wait_output};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -84,7 +87,10 @@ impl Reap {
 
     /// Waits (bounded) for the child to exit and returns its output.
     fn finish(mut self) -> Output {
-        wait_output(self.0.take().expect("the child is reaped only by finish"))
+        wait_output(
+            self.0.take().expect("the child is reaped only by finish"),
+            WAIT,
+        )
     }
 }
 
@@ -95,31 +101,6 @@ impl Drop for Reap {
             let _ = c.wait();
         }
     }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
-}
-
-fn temp_dir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("tagwire-cli-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
-}
-
-fn wait_output(mut child: Child) -> Output {
-    let deadline = Instant::now() + WAIT;
-    while child.try_wait().ok().flatten().is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().expect("output")
 }
 
 /// Waits until `tagwire list` mentions `what`.
@@ -141,7 +122,7 @@ fn wait_listed(d: &Daemon, what: &str) -> String {
 
 #[test]
 fn sub_receives_what_pub_sends_and_list_shows_both_endpoints() {
-    let dir = temp_dir("tour");
+    let dir = temp_dir("cli", "tour");
     let d = Daemon::start(&dir, free_port());
     let sub = d
         .tagwire()
@@ -184,7 +165,7 @@ fn sub_receives_what_pub_sends_and_list_shows_both_endpoints() {
         listing.contains("authentication on") && listing.contains(&me),
         "{listing}"
     );
-    let out = wait_output(sub);
+    let out = wait_output(sub, WAIT);
     assert!(out.status.success());
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
@@ -199,14 +180,14 @@ fn sub_receives_what_pub_sends_and_list_shows_both_endpoints() {
         .and_then(|n| n.parse::<u64>().ok())
         .unwrap_or_else(|| panic!("no shared-memory line in:\n{listing}"));
     assert!(by_ref >= 2, "{listing}");
-    assert!(wait_output(slow_pub).status.success());
+    assert!(wait_output(slow_pub, WAIT).status.success());
     d.stop();
     let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn sub_json_prints_header_fields_and_payload() {
-    let dir = temp_dir("json");
+    let dir = temp_dir("cli", "json");
     let d = Daemon::start(&dir, free_port());
     let sub = d
         .tagwire()
@@ -239,7 +220,7 @@ fn sub_json_prints_header_fields_and_payload() {
         .status()
         .expect("pub");
     assert!(status.success());
-    let out = wait_output(sub);
+    let out = wait_output(sub, WAIT);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
     assert_eq!(v["tag"], "/j/a");
     assert_eq!(v["payload"], "payload");
@@ -252,7 +233,7 @@ fn sub_json_prints_header_fields_and_payload() {
 
 #[test]
 fn sub_json_prints_every_header_field_the_event_carries() {
-    let dir = temp_dir("json-header");
+    let dir = temp_dir("cli", "json-header");
     let d = Daemon::start(&dir, free_port());
     let sub = d
         .tagwire()
@@ -288,7 +269,7 @@ fn sub_json_prints_every_header_field_the_event_carries() {
     bare.header.expiry = tagwire::Expiry::AtNs(stop_ns);
     publisher.send(bare).expect("publish");
 
-    let out = wait_output(sub);
+    let out = wait_output(sub, WAIT);
     let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
         .lines()
         .map(|l| serde_json::from_str(l).expect("a JSON line"))
@@ -358,7 +339,7 @@ fn bad_command_lines_fail_with_a_message_naming_the_problem() {
 
 #[test]
 fn second_daemon_on_the_same_socket_is_refused() {
-    let dir = temp_dir("twice");
+    let dir = temp_dir("cli", "twice");
     let d = Daemon::start(&dir, free_port());
     let out = Command::new(env!("CARGO_BIN_EXE_tagwired"))
         .args(["--no-tcp"])
@@ -377,7 +358,7 @@ fn second_daemon_on_the_same_socket_is_refused() {
 
 #[test]
 fn client_reconnects_and_resubscribes_after_a_daemon_restart() {
-    let dir = temp_dir("restart");
+    let dir = temp_dir("cli", "restart");
     let port = free_port();
     let d = Daemon::start(&dir, port);
     // The Unix socket: the kernel's peer credentials identify this process
@@ -419,7 +400,7 @@ fn client_reconnects_and_resubscribes_after_a_daemon_restart() {
 
 #[test]
 fn sub_filter_and_admin_filter_commands_work_end_to_end() {
-    let dir = temp_dir("filter");
+    let dir = temp_dir("cli", "filter");
     let d = Daemon::start(&dir, free_port());
     let sub = d
         .tagwire()
@@ -477,7 +458,7 @@ fn sub_filter_and_admin_filter_commands_work_end_to_end() {
             .expect("pub");
         assert!(st.success());
     }
-    let out = wait_output(sub);
+    let out = wait_output(sub, WAIT);
     assert_eq!(String::from_utf8_lossy(&out.stdout), "/alarms/x take\n");
     d.stop();
     let _ = std::fs::remove_dir_all(&dir);
@@ -500,7 +481,7 @@ fn require_root() {
 /// A directory anyone may enter (for a socket another user must reach).
 fn open_dir(tag: &str) -> PathBuf {
     use std::os::unix::fs::PermissionsExt;
-    let d = temp_dir(tag);
+    let d = temp_dir("cli", tag);
     std::fs::create_dir_all(&d).expect("dir");
     std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).expect("chmod");
     d
@@ -638,12 +619,12 @@ fn run_into_closed_pipe(d: &Daemon, args: &[&str]) -> Output {
         .spawn()
         .expect("spawn tagwire");
     drop(child.stdout.take());
-    wait_output(child)
+    wait_output(child, WAIT)
 }
 
 #[test]
 fn commands_whose_stdout_is_closed_exit_quietly_without_panicking() {
-    let dir = temp_dir("epipe");
+    let dir = temp_dir("cli", "epipe");
     let d = Daemon::start(&dir, free_port());
     let session = tagwire::Session::connect(&format!(
         "unix://{}",
@@ -681,7 +662,7 @@ fn commands_whose_stdout_is_closed_exit_quietly_without_panicking() {
 #[test]
 fn pub_rides_through_a_daemon_restart_and_a_new_subscriber_gets_later_events() {
     use std::io::Write;
-    let dir = temp_dir("ride");
+    let dir = temp_dir("cli", "ride");
     let port = free_port();
     let d = Daemon::start(&dir, port);
     let server = format!("tcp://127.0.0.1:{port}");
@@ -768,7 +749,7 @@ fn connect_timeout_bounds_the_wait_for_a_server_that_never_answers() {
 #[test]
 fn sub_json_reports_what_the_client_dropped_while_its_stdout_was_stuck() {
     use std::io::BufRead;
-    let dir = temp_dir("drops");
+    let dir = temp_dir("cli", "drops");
     let d = Daemon::start(&dir, free_port());
     let mut sub = Reap::new(
         d.tagwire()
@@ -858,7 +839,7 @@ fn sub_json_reports_what_the_client_dropped_while_its_stdout_was_stuck() {
 
 #[test]
 fn admin_qos_changes_a_live_channel_and_show_reports_it_with_its_level() {
-    let dir = temp_dir("qos");
+    let dir = temp_dir("cli", "qos");
     let d = Daemon::start(&dir, free_port());
     let sub = d
         .tagwire()
@@ -930,7 +911,7 @@ fn admin_qos_changes_a_live_channel_and_show_reports_it_with_its_level() {
 
 #[test]
 fn bench_av_reports_latency_jitter_and_counts_for_each_listener_count() {
-    let dir = temp_dir("bench-av");
+    let dir = temp_dir("cli", "bench-av");
     let port = free_port();
     let d = Daemon::start(&dir, port);
     let out = d
@@ -977,7 +958,7 @@ fn bench_av_reports_latency_jitter_and_counts_for_each_listener_count() {
 
 #[test]
 fn pull_prints_history_and_exits_with_a_code_for_gone_and_no_history() {
-    let dir = temp_dir("pull");
+    let dir = temp_dir("cli", "pull");
     let d = Daemon::start(&dir, free_port());
     let run = |args: &[&str]| d.tagwire().args(args).output().expect("tagwire");
     let out = run(&["admin", "qos", "/pull/**", "history=3"]);
@@ -1095,7 +1076,7 @@ fn band_of_endpoint(d: &Daemon, endpoint: &str) -> Option<String> {
 
 #[test]
 fn bench_honours_the_global_band_and_reports_band_and_transport() {
-    let dir = temp_dir("bench-band");
+    let dir = temp_dir("cli", "bench-band");
     let port = free_port();
     let d = Daemon::start(&dir, port);
     // Over the Unix socket: the pinger's connection is on the high lane

@@ -3,7 +3,9 @@
 //! `tagwire pub`, `mosquitto_pub` reaches `tagwire sub`, a wrong password is
 //! refused, and the ACL applies to the MQTT client's token identity.
 
-use std::net::TcpListener;
+mod common;
+
+use common::{free_port, temp_dir, wait_output};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -118,32 +120,6 @@ impl Drop for Daemon {
     }
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
-}
-
-fn temp_dir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("tagwire-mqtt-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
-}
-
-/// Waits (bounded) for `child` and returns its output; killed at the bound.
-fn wait_output(mut child: Child) -> Output {
-    let deadline = Instant::now() + WAIT;
-    while child.try_wait().ok().flatten().is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().expect("output")
-}
-
 fn text(o: &Output) -> String {
     format!(
         "status {:?}\nstdout: {}\nstderr: {}",
@@ -155,7 +131,7 @@ fn text(o: &Output) -> String {
 
 #[test]
 fn mosquitto_sub_receives_tagwire_pub() {
-    let d = Daemon::start(&temp_dir("sub"), None);
+    let d = Daemon::start(&temp_dir("mqtt", "sub"), None);
     let token = d.owner_token();
     let sub = d
         .client("mosquitto_sub", &token)
@@ -172,14 +148,14 @@ fn mosquitto_sub_receives_tagwire_pub() {
         .output()
         .expect("tagwire pub");
     assert!(out.status.success(), "{}", text(&out));
-    let out = wait_output(sub);
+    let out = wait_output(sub, WAIT);
     assert!(out.status.success(), "{}", text(&out));
     assert_eq!(String::from_utf8_lossy(&out.stdout), "demo/x hi\n");
 }
 
 #[test]
 fn mosquitto_pub_reaches_tagwire_sub_in_both_versions() {
-    let d = Daemon::start(&temp_dir("pub"), None);
+    let d = Daemon::start(&temp_dir("mqtt", "pub"), None);
     let token = d.owner_token();
     let sub = d
         .tagwire()
@@ -203,7 +179,7 @@ fn mosquitto_pub_reaches_tagwire_sub_in_both_versions() {
             .expect("mosquitto_pub");
         assert!(out.status.success(), "{version}: {}", text(&out));
     }
-    let out = wait_output(sub);
+    let out = wait_output(sub, WAIT);
     assert!(out.status.success(), "{}", text(&out));
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
@@ -213,7 +189,7 @@ fn mosquitto_pub_reaches_tagwire_sub_in_both_versions() {
 
 #[test]
 fn a_wrong_password_is_refused() {
-    let d = Daemon::start(&temp_dir("wrong"), None);
+    let d = Daemon::start(&temp_dir("mqtt", "wrong"), None);
     for version in ["mqttv311", "mqttv5"] {
         let out = d
             .client("mosquitto_pub", "not-the-token-0123456789")
@@ -244,7 +220,7 @@ publish = ["/alice/**"]
 subscribe = ["/alice/**"]
 "#
     );
-    let d = Daemon::start(&temp_dir("acl"), Some(&config));
+    let d = Daemon::start(&temp_dir("mqtt", "acl"), Some(&config));
     // Subscribing outside alice's rules: the SUBACK refuses it.
     let out = d
         .client("mosquitto_sub", ALICE)
@@ -282,6 +258,6 @@ subscribe = ["/alice/**"]
         .output()
         .expect("mosquitto_pub");
     assert!(out.status.success(), "{}", text(&out));
-    let out = wait_output(sub);
+    let out = wait_output(sub, WAIT);
     assert_eq!(String::from_utf8_lossy(&out.stdout), "alice/x yes\n");
 }

@@ -12,6 +12,8 @@
 //! - [`filter`]: the content-filter language, mapping filters, TAO's filter
 //!   levels and the indexed matcher for many content subscriptions.
 //! - [`proxy`]: temporal scaling proxies (1 of n events, a minimum interval).
+//! - [`node`]: the node engine — what one daemon decides (routing to local
+//!   channels and links, adverts, start times, pulls over links), as values.
 //! - [`route`]: where an event goes — patterns, filter levels and the index
 //!   in one table, used by the router for every publish.
 //! - [`bandwidth`]: bandwidth reservations (`reserve=RATE`): rate parsing,
@@ -31,6 +33,7 @@ pub mod endpoint;
 pub mod federation;
 pub mod filter;
 pub mod history;
+pub mod node;
 pub mod proxy;
 pub mod qos;
 pub mod queue;

@@ -1,0 +1,562 @@
+//! The node engine: what one daemon *decides*, sans-I/O (quinn-proto's
+//! `Endpoint` above its connections). It takes events, link frames and
+//! `now` in, and hands back what to send where, as values:
+//!
+//! - an event published here or arriving on a link is checked (expiry,
+//!   start time, hop limit) and routed: to every local channel its
+//!   [`Routes`] give and to the neighbours on its origin's tree whose
+//!   subtree wants it ([`Topology`]), except the one it came from. The
+//!   event path hands each target to a [`Sink`] (no allocation per event);
+//! - adverts (link-state routing), link ups and downs, local interest
+//!   changes and pulls over links produce [`Output`]s, drained with
+//!   [`Node::poll_output`];
+//! - events held until their start time wait in the node; the caller asks
+//!   [`Node::poll_timeout`] when to call [`Node::handle_timeout`].
+//!
+//! The router *executes*: sockets, threads, clocks, DSCP, queues. The
+//! channel value `C` is whatever the caller delivers to (the router's
+//! `Arc<Channel>`; a test's name). Pair tests wire several nodes in memory
+//! with simulated time (`tests/node_pairs.rs`).
+//!
+//! Bounds: the routes' and the topology's own limits, held events
+//! ([`NodeLimits::max_deferred_events`], `max_deferred_bytes`), pulls in
+//! flight ([`NodeLimits::max_pending_pulls`]) and the tag → origin table
+//! ([`NodeLimits::max_origins`]). Every call costs what its tables' lookups
+//! cost; none scans a table per event.
+
+mod pull;
+
+use std::collections::{BTreeSet, VecDeque};
+
+use bytes::Bytes;
+use tagwire_proto::{EventRef, Interest, LinkFrame, Pull, PullOutcome};
+
+use crate::defer::{admit_with, Admit, DeferError, Deferred};
+use crate::federation::{Applied, FederationError, NodeId, Topology, MAX_HOPS};
+use crate::filter::{FilterLimits, Overrides};
+use crate::route::Routes;
+
+pub use pull::{Asker, PullError, AT_PUBLISHER};
+
+/// The bounds of one node's tables.
+#[derive(Debug, Clone)]
+pub struct NodeLimits {
+    /// The routing tables' bounds (daemons, interest entries).
+    pub federation: crate::federation::Limits,
+    /// Limits for compiling local filters.
+    pub filters: FilterLimits,
+    /// Most events held until their start time.
+    pub max_deferred_events: usize,
+    /// Most bytes of events held until their start time.
+    pub max_deferred_bytes: usize,
+    /// Most pulls in flight through this node.
+    pub max_pending_pulls: usize,
+    /// How long a pull waits for its answer, ns.
+    pub pull_timeout_ns: u64,
+    /// Most tags whose origin daemon is remembered (for pulls at the
+    /// publisher's daemon); at the bound the table starts over.
+    pub max_origins: usize,
+}
+
+impl Default for NodeLimits {
+    fn default() -> Self {
+        NodeLimits {
+            federation: Default::default(),
+            filters: Default::default(),
+            max_deferred_events: 65_536,
+            max_deferred_bytes: 64 << 20,
+            max_pending_pulls: 1024,
+            pull_timeout_ns: 5_000_000_000,
+            max_origins: 4096,
+        }
+    }
+}
+
+/// Where one routed event goes; the node calls it once per target.
+pub trait Sink<C> {
+    /// Offer the event to local channel `channel`, with what its mapping
+    /// filter sets (empty: the event as it is).
+    fn channel(&mut self, channel: &C, overrides: Overrides);
+    /// Send the event on the link to neighbour `to`, as a `Forward` with
+    /// this `origin` and `hops`.
+    fn link(&mut self, to: NodeId, origin: NodeId, hops: u8);
+}
+
+/// What the node did with one event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Its deadline had passed: dropped (counted).
+    Expired,
+    /// Its start time is ahead: the caller holds it with [`Node::hold`]
+    /// (which may copy it first) until `until`.
+    Hold {
+        /// The start time.
+        until: u64,
+        /// Its deadline.
+        deadline: u64,
+    },
+    /// Routed now.
+    Routed {
+        /// Its deadline.
+        deadline: u64,
+        /// Links it was sent on.
+        links: usize,
+    },
+    /// It arrived over [`MAX_HOPS`] links: dropped (counted).
+    HopLimited,
+}
+
+/// A control decision for the router to carry out.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Output {
+    /// Send `frame` on the link to neighbour `to`. If the link cannot take
+    /// it, tell the node with [`Node::unsent`].
+    Link {
+        /// The neighbour.
+        to: NodeId,
+        /// What to send.
+        frame: LinkFrame,
+    },
+    /// Answer `pull` from this daemon's history (cut to `max_reply` bytes)
+    /// and hand the outcome to [`Node::answer`] for `asker`.
+    AnswerHere {
+        /// Who waits for it.
+        asker: Asker,
+        /// The pull, its `node` cleared.
+        pull: Pull,
+        /// The largest reply the asker takes.
+        max_reply: u32,
+    },
+    /// A local client's pull came back: give it `outcome`.
+    PullDone {
+        /// The client connection.
+        conn: u64,
+        /// Its request id.
+        req: u32,
+        /// The largest reply it takes.
+        max_reply: u32,
+        /// The reply or the refusal.
+        outcome: PullOutcome,
+    },
+    /// A neighbour's advert was refused (over a bound, malformed, forged);
+    /// the link stays. The router logs it and tells the peer.
+    AdvertRefused {
+        /// The neighbour that sent it.
+        from: NodeId,
+        /// Why.
+        error: FederationError,
+    },
+}
+
+/// What the node counts.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Counters {
+    /// Events dropped because their deadline had passed.
+    pub expired: u64,
+    /// Events received on a link that nobody here or beyond wanted.
+    pub unwanted: u64,
+    /// Events dropped at the hop limit.
+    pub hop_limited: u64,
+    /// Adverts refused.
+    pub refused_adverts: u64,
+    /// Pulls answered `Timeout` here.
+    pub pulls_timed_out: u64,
+}
+
+/// One daemon's decisions: its local routes, its view of the network, its
+/// live links, held events and pulls in flight.
+#[derive(Debug)]
+pub struct Node<C> {
+    routes: Routes<C>,
+    topo: Topology,
+    links: BTreeSet<NodeId>,
+    deferred: Deferred<Bytes>,
+    pulls: pull::PullRelay,
+    counters: Counters,
+    out: VecDeque<Output>,
+}
+
+impl<C: Clone> Node<C> {
+    /// Daemon `me`, called `name`, alone; its advert versions count up
+    /// from `version` (its start time, so that a restart under the same id
+    /// supersedes the old adverts).
+    pub fn new(me: NodeId, name: &str, limits: NodeLimits, version: u64) -> Self {
+        Node {
+            routes: Routes::new(limits.filters.clone()),
+            topo: Topology::starting_at(me, name, limits.federation.clone(), version),
+            links: BTreeSet::new(),
+            deferred: Deferred::new(limits.max_deferred_events, limits.max_deferred_bytes),
+            pulls: pull::PullRelay::new(&limits),
+            counters: Counters::default(),
+            out: VecDeque::new(),
+        }
+    }
+
+    /// This daemon's id.
+    pub fn me(&self) -> NodeId {
+        self.topo.me()
+    }
+
+    /// The local routes (channels by pattern and filter).
+    pub fn routes(&self) -> &Routes<C> {
+        &self.routes
+    }
+
+    /// The local routes, to add or remove channels and filters.
+    pub fn routes_mut(&mut self) -> &mut Routes<C> {
+        &mut self.routes
+    }
+
+    /// The network as this daemon knows it.
+    pub fn topology(&self) -> &Topology {
+        &self.topo
+    }
+
+    /// The neighbours with a live link, in id order.
+    pub fn links(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.links.iter().copied()
+    }
+
+    /// Whether any link is up (an event published with none goes only to
+    /// local channels).
+    pub fn has_links(&self) -> bool {
+        !self.links.is_empty()
+    }
+
+    /// What the node counted.
+    pub fn counters(&self) -> Counters {
+        self.counters
+    }
+
+    /// Events held until their start time: how many, and their bytes.
+    pub fn held(&self) -> (usize, usize) {
+        (self.deferred.len(), self.deferred.bytes())
+    }
+
+    /// Pulls in flight through this node.
+    pub fn pulls_in_flight(&self) -> usize {
+        self.pulls.in_flight()
+    }
+
+    /// The next control decision to carry out, if any.
+    pub fn poll_output(&mut self) -> Option<Output> {
+        self.out.pop_front()
+    }
+
+    // ----- links and adverts -----
+
+    /// A link to `peer` came up: it gets every advert known here, and every
+    /// other daemon learns of the new neighbour.
+    pub fn link_up(&mut self, peer: NodeId) {
+        self.links.insert(peer);
+        for frame in self.topo.adverts() {
+            self.out.push_back(Output::Link { to: peer, frame });
+        }
+        self.neighbors_changed();
+    }
+
+    /// The link to `peer` went down: routes around it, and the pulls that
+    /// went out on it are answered `UnknownNode` at once.
+    pub fn link_down(&mut self, peer: NodeId) {
+        if self.links.remove(&peer) {
+            self.neighbors_changed();
+            let outcomes = self.pulls.link_closed(peer, &self.topo);
+            for (asker, outcome) in outcomes {
+                self.answer(asker, outcome);
+            }
+        }
+    }
+
+    /// This daemon's local interest changed: advertise it if it differs.
+    pub fn set_interest(&mut self, interest: Vec<Interest>) {
+        if let Some(advert) = self.topo.set_interest(interest) {
+            self.flood(advert, None);
+        }
+    }
+
+    /// A link frame from neighbour `from` that the node handles (adverts
+    /// and pulls); any other frame is handed back (`Forward` goes to
+    /// [`on_forward`](Self::on_forward) with its parsed event, the peer
+    /// handshake and clock probes are the router's).
+    pub fn on_link_frame(&mut self, from: NodeId, frame: LinkFrame, now: u64) -> Option<LinkFrame> {
+        match frame {
+            LinkFrame::Advert { .. } => {
+                match self.topo.apply(frame.clone()) {
+                    Ok(Applied::Newer) => self.flood(frame, Some(from)),
+                    Ok(Applied::Stale) => {}
+                    Err(error) => {
+                        self.counters.refused_adverts += 1;
+                        self.out.push_back(Output::AdvertRefused { from, error });
+                    }
+                }
+                None
+            }
+            LinkFrame::PullRequest {
+                id,
+                target,
+                hops,
+                max_reply,
+                pull,
+            } => {
+                self.on_pull_request(from, id, target, hops, max_reply, pull, now);
+                None
+            }
+            LinkFrame::PullAnswer { id, outcome } => {
+                if let Some(asker) = self.pulls.answered(from, id) {
+                    self.answer(asker, outcome);
+                }
+                None
+            }
+            other => Some(other),
+        }
+    }
+
+    /// A link could not take `frame` (its queue is full or it closed): a
+    /// pull request that was to go on it is refused to its asker at once.
+    pub fn unsent(&mut self, to: NodeId, frame: &LinkFrame) {
+        if let LinkFrame::PullRequest { id, target, .. } = frame {
+            if let Some(asker) = self.pulls.unsent(to, *id) {
+                let name = self.topo.name_of(*target).unwrap_or("?").to_owned();
+                let outcome = PullError::NotReading(name).outcome();
+                self.answer(asker, outcome);
+            }
+        }
+    }
+
+    fn neighbors_changed(&mut self) {
+        let ids: Vec<NodeId> = self.links.iter().copied().collect();
+        if let Some(advert) = self.topo.set_neighbors(ids) {
+            self.flood(advert, None);
+        }
+        self.topo.prune();
+    }
+
+    fn flood(&mut self, frame: LinkFrame, except: Option<NodeId>) {
+        for to in self.links.iter().copied().filter(|l| Some(*l) != except) {
+            self.out.push_back(Output::Link {
+                to,
+                frame: frame.clone(),
+            });
+        }
+    }
+
+    // ----- events -----
+
+    /// An event published by a local client: expired, to be held until its
+    /// start time, or routed now (`now` is read only when the event has a
+    /// time to check).
+    pub fn publish(
+        &mut self,
+        ev: &EventRef<'_>,
+        now: impl FnOnce() -> u64,
+        sink: &mut impl Sink<C>,
+    ) -> Verdict {
+        match admit_with(ev, now) {
+            Admit::Expired => {
+                self.counters.expired += 1;
+                Verdict::Expired
+            }
+            Admit::Hold { until, deadline } => Verdict::Hold { until, deadline },
+            Admit::Now { deadline } => {
+                let links = self.route(ev, self.me(), 0, None, sink);
+                Verdict::Routed { deadline, links }
+            }
+        }
+    }
+
+    /// An event that arrived from neighbour `from` in a `Forward` (published
+    /// at `origin`, `hops` links ago). Its start time is the publisher's
+    /// daemon's business: it was held there.
+    pub fn on_forward(
+        &mut self,
+        from: NodeId,
+        origin: NodeId,
+        hops: u8,
+        ev: &EventRef<'_>,
+        now: impl FnOnce() -> u64,
+        sink: &mut impl Sink<C>,
+    ) -> Verdict {
+        if hops >= MAX_HOPS {
+            self.counters.hop_limited += 1;
+            return Verdict::HopLimited;
+        }
+        self.pulls.note_origin(ev.tag, origin);
+        let deadline = crate::defer::deadline(ev);
+        if deadline != crate::defer::NEVER && deadline <= now() {
+            self.counters.expired += 1;
+            return Verdict::Expired;
+        }
+        let wanted_here = self.topo.wanted_locally(ev);
+        let links = self.route(ev, origin, hops.saturating_add(1), Some(from), sink);
+        if links == 0 && !wanted_here {
+            self.counters.unwanted += 1;
+        }
+        Verdict::Routed { deadline, links }
+    }
+
+    /// Routes an accepted event: every local channel, then every neighbour
+    /// on `origin`'s tree that wants it but `from`. Returns the links.
+    pub fn route(
+        &mut self,
+        ev: &EventRef<'_>,
+        origin: NodeId,
+        hops: u8,
+        from: Option<NodeId>,
+        sink: &mut impl Sink<C>,
+    ) -> usize {
+        self.routes
+            .route(ev, |ch, overrides| sink.channel(ch, overrides));
+        if self.links.is_empty() {
+            return 0;
+        }
+        let mut n = 0;
+        for to in self.topo.next_hops(origin, ev) {
+            if Some(to) != from && self.links.contains(&to) {
+                sink.link(to, origin, hops);
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// Holds `event` (already admitted with [`Verdict::Hold`]) until `until`.
+    pub fn hold(&mut self, until: u64, event: Bytes) -> Result<(), DeferError> {
+        let len = event.len();
+        self.deferred.push(until, event, len)
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) is next due: the
+    /// earliest held event's start time or pull deadline.
+    pub fn poll_timeout(&self) -> Option<u64> {
+        match (self.deferred.next_due(), self.pulls.next_deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Time passed: answers the pulls that waited too long (`Timeout`) and
+    /// returns the held events whose start time has come, for the caller
+    /// to route with [`release`](Self::release) (so that subscriptions
+    /// made meanwhile get them too).
+    pub fn handle_timeout(&mut self, now: u64) -> Vec<Bytes> {
+        for (asker, outcome) in self.pulls.expire(now, &self.topo) {
+            self.counters.pulls_timed_out += 1;
+            self.answer(asker, outcome);
+        }
+        let mut due = Vec::new();
+        while let Some(event) = self.deferred.pop_due(now) {
+            due.push(event);
+        }
+        due
+    }
+
+    /// Routes a held event whose start time came: expired meanwhile, or
+    /// routed as if published now.
+    pub fn release(&mut self, ev: &EventRef<'_>, now: u64, sink: &mut impl Sink<C>) -> Verdict {
+        let deadline = crate::defer::deadline(ev);
+        if deadline != crate::defer::NEVER && deadline <= now {
+            self.counters.expired += 1;
+            return Verdict::Expired;
+        }
+        let links = self.route(ev, self.me(), 0, None, sink);
+        Verdict::Routed { deadline, links }
+    }
+
+    /// Counts an event the caller found expired on its own path (after a
+    /// mapping filter shortened its lifetime).
+    pub fn count_expired(&mut self, n: u64) {
+        self.counters.expired += n;
+    }
+
+    // ----- pulls over links -----
+
+    /// Where `pull` is to be answered: `None` here, or another daemon
+    /// (`node:NAME`, or the daemon the tag's events came from).
+    pub fn pull_target(&self, pull: &Pull) -> Result<Option<NodeId>, PullError> {
+        self.pulls.target(&self.topo, pull)
+    }
+
+    /// Sends a local client's `pull` toward `target` (from
+    /// [`pull_target`](Self::pull_target)); its outcome comes back as
+    /// [`Output::PullDone`]. An error is the refusal to give the client now.
+    pub fn ask(
+        &mut self,
+        asker: Asker,
+        target: NodeId,
+        max_reply: u32,
+        pull: Pull,
+        now: u64,
+    ) -> Result<(), PullError> {
+        self.relay(asker, target, 0, max_reply, pull, now)
+    }
+
+    /// Gives `outcome` to `asker`: a neighbour's `PullAnswer` or a local
+    /// client's [`Output::PullDone`].
+    pub fn answer(&mut self, asker: Asker, outcome: PullOutcome) {
+        self.out.push_back(match asker {
+            Asker::Link { node, id } => Output::Link {
+                to: node,
+                frame: LinkFrame::PullAnswer { id, outcome },
+            },
+            Asker::Client {
+                conn,
+                req,
+                max_reply,
+            } => Output::PullDone {
+                conn,
+                req,
+                max_reply,
+                outcome,
+            },
+        });
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn on_pull_request(
+        &mut self,
+        from: NodeId,
+        id: u32,
+        target: NodeId,
+        hops: u8,
+        max_reply: u32,
+        mut pull: Pull,
+        now: u64,
+    ) {
+        let asker = Asker::Link { node: from, id };
+        if target == self.me() {
+            pull.node.clear();
+            self.out.push_back(Output::AnswerHere {
+                asker,
+                pull,
+                max_reply,
+            });
+            return;
+        }
+        if let Err(e) = self.relay(asker, target, hops.saturating_add(1), max_reply, pull, now) {
+            self.answer(asker, e.outcome());
+        }
+    }
+
+    fn relay(
+        &mut self,
+        asker: Asker,
+        target: NodeId,
+        hops: u8,
+        max_reply: u32,
+        pull: Pull,
+        now: u64,
+    ) -> Result<(), PullError> {
+        let (via, frame) = self.pulls.send(
+            asker,
+            target,
+            hops,
+            max_reply,
+            pull,
+            now,
+            &self.topo,
+            &self.links,
+        )?;
+        self.out.push_back(Output::Link { to: via, frame });
+        Ok(())
+    }
+}

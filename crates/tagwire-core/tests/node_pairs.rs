@@ -1,0 +1,690 @@
+//! Pair tests of the node engine: several daemons' [`Node`]s wired in
+//! memory, with simulated time and no sockets. The harness does what the
+//! router does — carries link frames (each hop takes `hop_ns`), delivers
+//! to local channels, answers pulls from a tiny history — and nothing it
+//! decides: every routing choice is the engine's.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use bytes::{Bytes, BytesMut};
+use tagwire_core::filter::{Filter, FilterLimits, Overrides};
+use tagwire_core::node::{Asker, Node, NodeLimits, Output, Sink, Verdict};
+use tagwire_core::tags::Pattern;
+use tagwire_proto::{
+    ErrorCode, Event, EventRef, Expiry, Interest, LinkFrame, ProxyAt, Pull, PullOutcome, PullQuery,
+    PullReply, PullStatus, Value,
+};
+
+type Id = u64;
+
+/// Most frames one `run` may carry; past it the network is looping.
+const MAX_STEPS: usize = 100_000;
+
+struct Net {
+    nodes: BTreeMap<Id, Node<String>>,
+    /// Live links, both directions.
+    up: BTreeSet<(Id, Id)>,
+    /// Frames in flight: (arrival time, sequence, from, to, frame).
+    wires: VecDeque<(u64, u64, Id, Id, LinkFrame)>,
+    seq: u64,
+    now: u64,
+    hop_ns: u64,
+    /// Every local delivery: (daemon, channel, event).
+    delivered: Vec<(Id, String, Bytes)>,
+    /// Each daemon's local interest (its channels' patterns), re-advertised
+    /// on every change.
+    interest: BTreeMap<Id, Vec<Interest>>,
+    /// The last event per (daemon, tag), to answer pulls.
+    history: BTreeMap<(Id, String), Bytes>,
+    /// Pulls answered to local clients: (daemon, conn, req, outcome).
+    pulls_done: Vec<(Id, u64, u32, PullOutcome)>,
+    /// Events forwarded per link direction.
+    forwarded: BTreeMap<(Id, Id), usize>,
+    next_channel: u64,
+}
+
+/// Collects one event's targets at one daemon.
+struct Collect {
+    here: Id,
+    event: Bytes,
+    channels: Vec<String>,
+    links: Vec<(Id, LinkFrame)>,
+}
+
+impl Sink<String> for Collect {
+    fn channel(&mut self, channel: &String, _overrides: Overrides) {
+        self.channels.push(channel.clone());
+    }
+    fn link(&mut self, to: Id, origin: Id, hops: u8) {
+        let frame = LinkFrame::Forward {
+            origin,
+            hops,
+            event: self.event.clone(),
+        };
+        self.links.push((to, frame));
+    }
+}
+
+fn name(id: Id) -> String {
+    ((b'a' + (id - 1) as u8) as char).to_string()
+}
+
+fn encode(ev: &Event) -> Bytes {
+    let mut buf = BytesMut::new();
+    ev.encode(&mut buf).expect("test event encodes");
+    buf.freeze()
+}
+
+fn event(tag: &str, seq: u64) -> Event {
+    let mut ev = Event::new(tag, Bytes::from(format!("payload {seq}")));
+    ev.header.seq = seq;
+    ev.header.publisher = "/pub".into();
+    ev
+}
+
+impl Net {
+    /// `n` daemons named a, b, c… with ids 1..=n, no links.
+    fn new(n: u64) -> Self {
+        let nodes = (1..=n)
+            .map(|id| (id, Node::new(id, &name(id), NodeLimits::default(), 0)))
+            .collect();
+        Net {
+            nodes,
+            up: BTreeSet::new(),
+            wires: VecDeque::new(),
+            seq: 0,
+            now: 1_000_000_000,
+            hop_ns: 1_000_000,
+            delivered: Vec::new(),
+            interest: BTreeMap::new(),
+            history: BTreeMap::new(),
+            pulls_done: Vec::new(),
+            forwarded: BTreeMap::new(),
+            next_channel: 1,
+        }
+    }
+
+    fn node(&mut self, id: Id) -> &mut Node<String> {
+        self.nodes.get_mut(&id).expect("a daemon of the net")
+    }
+
+    fn connect(&mut self, a: Id, b: Id) {
+        self.up.insert((a, b));
+        self.up.insert((b, a));
+        self.node(a).link_up(b);
+        self.node(b).link_up(a);
+        self.run();
+    }
+
+    /// Cuts the link: frames in flight on it are lost.
+    fn disconnect(&mut self, a: Id, b: Id) {
+        self.up.remove(&(a, b));
+        self.up.remove(&(b, a));
+        self.wires
+            .retain(|w| !((w.2, w.3) == (a, b) || (w.2, w.3) == (b, a)));
+        self.node(a).link_down(b);
+        self.node(b).link_down(a);
+        self.run();
+    }
+
+    fn line(n: u64) -> Self {
+        let mut net = Net::new(n);
+        for id in 1..n {
+            net.connect(id, id + 1);
+        }
+        net
+    }
+
+    /// Channel `channel` at daemon `at` on `pattern` (filter `filter` if
+    /// not empty, scaled 1/`scale` by a proxy at `proxy`).
+    fn subscribe_with(
+        &mut self,
+        at: Id,
+        channel: &str,
+        pattern: &str,
+        filter: &str,
+        scale: u32,
+        proxy: ProxyAt,
+    ) {
+        let id = self.next_channel;
+        self.next_channel += 1;
+        let filters = if filter.is_empty() {
+            Vec::new()
+        } else {
+            let f = Filter::compile(filter, &FilterLimits::default()).expect("filter compiles");
+            vec![(id, f)]
+        };
+        let pat = Pattern::parse(pattern).expect("pattern");
+        self.node(at)
+            .routes_mut()
+            .add_channel(id, 1, pat, channel.to_owned(), filters, None)
+            .expect("channel added");
+        let interest = self.interest.entry(at).or_default();
+        interest.push(Interest {
+            pattern: pattern.into(),
+            filter: filter.into(),
+            scale,
+            proxy,
+        });
+        let interest = interest.clone();
+        self.node(at).set_interest(interest);
+        self.run();
+    }
+
+    fn subscribe(&mut self, at: Id, channel: &str, pattern: &str) {
+        self.subscribe_with(at, channel, pattern, "", 1, ProxyAt::Subscriber);
+    }
+
+    /// Publishes `ev` at daemon `at` and carries everything to rest.
+    fn publish(&mut self, at: Id, ev: &Event) -> Verdict {
+        let bytes = encode(ev);
+        let parsed = EventRef::parse(&bytes).expect("parses");
+        let now = self.now;
+        let mut sink = self.collect(at, &bytes);
+        let verdict = self
+            .nodes
+            .get_mut(&at)
+            .expect("daemon")
+            .publish(&parsed, || now, &mut sink);
+        if let Verdict::Hold { until, .. } = verdict {
+            self.node(at).hold(until, bytes.clone()).expect("held");
+        }
+        self.take(sink);
+        self.run();
+        verdict
+    }
+
+    fn collect(&mut self, at: Id, bytes: &Bytes) -> Collect {
+        let tag = EventRef::parse(bytes).expect("parses").tag.to_owned();
+        self.history.insert((at, tag), bytes.clone());
+        Collect {
+            here: at,
+            event: bytes.clone(),
+            channels: Vec::new(),
+            links: Vec::new(),
+        }
+    }
+
+    fn take(&mut self, sink: Collect) {
+        for ch in sink.channels {
+            self.delivered.push((sink.here, ch, sink.event.clone()));
+        }
+        for (to, frame) in sink.links {
+            *self.forwarded.entry((sink.here, to)).or_default() += 1;
+            self.send(sink.here, to, frame);
+        }
+    }
+
+    fn send(&mut self, from: Id, to: Id, frame: LinkFrame) {
+        if !self.up.contains(&(from, to)) {
+            self.node(from).unsent(to, &frame);
+            return;
+        }
+        self.seq += 1;
+        let at = self.now + self.hop_ns;
+        self.wires.push_back((at, self.seq, from, to, frame));
+    }
+
+    /// Carries out every node's outputs, then frames in arrival order,
+    /// until nothing moves.
+    fn run(&mut self) {
+        for _ in 0..MAX_STEPS {
+            self.drain_outputs();
+            let Some(next) = self
+                .wires
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, w)| (w.0, w.1))
+                .map(|(i, _)| i)
+            else {
+                return;
+            };
+            let (at, _, from, to, frame) = self.wires.remove(next).expect("present");
+            self.now = self.now.max(at);
+            self.arrive(from, to, frame);
+        }
+        panic!("the network did not settle within {MAX_STEPS} frames (a loop?)");
+    }
+
+    fn drain_outputs(&mut self) {
+        let ids: Vec<Id> = self.nodes.keys().copied().collect();
+        loop {
+            let mut moved = false;
+            for &id in &ids {
+                while let Some(out) = self.node(id).poll_output() {
+                    moved = true;
+                    match out {
+                        Output::Link { to, frame } => self.send(id, to, frame),
+                        Output::AnswerHere { asker, pull, .. } => {
+                            let outcome = self.answer_here(id, &pull);
+                            self.node(id).answer(asker, outcome);
+                        }
+                        Output::PullDone {
+                            conn, req, outcome, ..
+                        } => self.pulls_done.push((id, conn, req, outcome)),
+                        Output::AdvertRefused { error, .. } => {
+                            panic!("daemon {} refused an advert: {error}", name(id))
+                        }
+                    }
+                }
+            }
+            if !moved {
+                return;
+            }
+        }
+    }
+
+    fn answer_here(&self, id: Id, pull: &Pull) -> PullOutcome {
+        match self.history.get(&(id, pull.tag.clone())) {
+            Some(ev) => PullOutcome::Reply(PullReply {
+                req: 0,
+                status: PullStatus::Complete,
+                oldest: 0,
+                newest: 0,
+                held: 1,
+                events: vec![ev.clone()],
+            }),
+            None => PullOutcome::Refused {
+                code: ErrorCode::UnknownEndpoint,
+                message: format!("no history of {} at {}", pull.tag, name(id)),
+            },
+        }
+    }
+
+    fn arrive(&mut self, from: Id, to: Id, frame: LinkFrame) {
+        let now = self.now;
+        match frame {
+            LinkFrame::Forward {
+                origin,
+                hops,
+                event,
+            } => {
+                let parsed = EventRef::parse(&event).expect("forwarded event parses");
+                let mut sink = self.collect(to, &event);
+                self.nodes.get_mut(&to).expect("daemon").on_forward(
+                    from,
+                    origin,
+                    hops,
+                    &parsed,
+                    || now,
+                    &mut sink,
+                );
+                self.take(sink);
+            }
+            other => {
+                let rest = self.node(to).on_link_frame(from, other, now);
+                assert!(
+                    rest.is_none(),
+                    "the engine handles every link frame it is sent"
+                );
+            }
+        }
+    }
+
+    /// Advances simulated time to `t` and lets each node act on it.
+    fn advance_to(&mut self, t: u64) {
+        self.now = t;
+        let ids: Vec<Id> = self.nodes.keys().copied().collect();
+        for id in ids {
+            let due = self.node(id).handle_timeout(t);
+            for bytes in due {
+                let parsed = EventRef::parse(&bytes).expect("parses");
+                let mut sink = self.collect(id, &bytes);
+                self.nodes
+                    .get_mut(&id)
+                    .expect("daemon")
+                    .release(&parsed, t, &mut sink);
+                self.take(sink);
+            }
+        }
+        self.run();
+    }
+
+    /// The channels that got events, with how many each got.
+    fn got(&self) -> BTreeMap<(Id, String), usize> {
+        let mut m = BTreeMap::new();
+        for (id, ch, _) in &self.delivered {
+            *m.entry((*id, ch.clone())).or_default() += 1;
+        }
+        m
+    }
+}
+
+fn got(entries: &[(Id, &str, usize)]) -> BTreeMap<(Id, String), usize> {
+    entries
+        .iter()
+        .map(|(id, ch, n)| ((*id, ch.to_string()), *n))
+        .collect()
+}
+
+#[test]
+fn an_event_crosses_three_daemons_to_the_only_subscriber_once() {
+    let mut net = Net::line(3);
+    net.subscribe(3, "viewer", "/cam/**");
+    let verdict = net.publish(1, &event("/cam/left", 1));
+    assert!(
+        matches!(verdict, Verdict::Routed { links: 1, .. }),
+        "{verdict:?}"
+    );
+    assert_eq!(net.got(), got(&[(3, "viewer", 1)]));
+    assert_eq!(net.forwarded.get(&(1, 2)), Some(&1));
+    assert_eq!(net.forwarded.get(&(2, 3)), Some(&1));
+    assert_eq!(net.forwarded.len(), 2, "no event goes back or elsewhere");
+}
+
+#[test]
+fn an_event_nobody_wants_stays_home() {
+    let mut net = Net::line(3);
+    net.subscribe(3, "viewer", "/cam/**");
+    net.publish(1, &event("/mic/1", 1));
+    assert!(net.delivered.is_empty());
+    assert!(net.forwarded.is_empty(), "{:?}", net.forwarded);
+}
+
+#[test]
+fn a_ring_delivers_each_event_exactly_once_everywhere() {
+    let mut net = Net::new(5);
+    for (a, b) in [(1, 2), (2, 3), (3, 4), (4, 5), (5, 1)] {
+        net.connect(a, b);
+    }
+    for id in 1..=5 {
+        net.subscribe(id, &format!("s{id}"), "/x/**");
+    }
+    for origin in 1..=5 {
+        net.publish(origin, &event("/x/y", origin));
+    }
+    let want: Vec<(Id, String, usize)> = (1..=5).map(|id| (id, format!("s{id}"), 5)).collect();
+    let want: BTreeMap<_, _> = want.into_iter().map(|(i, c, n)| ((i, c), n)).collect();
+    assert_eq!(net.got(), want);
+    // Each event crosses exactly the 4 links of its origin's tree.
+    let crossings: usize = net.forwarded.values().sum();
+    assert_eq!(crossings, 5 * 4);
+}
+
+#[test]
+fn a_closed_link_is_routed_around() {
+    let mut net = Net::new(3);
+    for (a, b) in [(1, 2), (2, 3), (1, 3)] {
+        net.connect(a, b);
+    }
+    net.subscribe(3, "viewer", "/t");
+    net.publish(1, &event("/t", 1));
+    assert_eq!(
+        net.forwarded.get(&(1, 3)),
+        Some(&1),
+        "the direct link first"
+    );
+    net.disconnect(1, 3);
+    net.publish(1, &event("/t", 2));
+    assert_eq!(net.got(), got(&[(3, "viewer", 2)]));
+    assert_eq!(net.forwarded.get(&(1, 2)), Some(&1));
+    assert_eq!(net.forwarded.get(&(2, 3)), Some(&1));
+}
+
+#[test]
+fn a_partition_delivers_nothing_across_and_heals() {
+    let mut net = Net::line(3);
+    net.subscribe(3, "viewer", "/t");
+    net.disconnect(2, 3);
+    let verdict = net.publish(1, &event("/t", 1));
+    assert!(
+        matches!(verdict, Verdict::Routed { links: 0, .. }),
+        "{verdict:?}"
+    );
+    assert!(net.delivered.is_empty());
+    net.connect(2, 3);
+    net.publish(1, &event("/t", 2));
+    assert_eq!(net.got(), got(&[(3, "viewer", 1)]));
+}
+
+#[test]
+fn unsubscribing_stops_the_flow_upstream() {
+    let mut net = Net::line(3);
+    net.subscribe(3, "viewer", "/t");
+    net.publish(1, &event("/t", 1));
+    // The channel goes and the interest with it.
+    net.node(3).routes_mut().remove_channel(1);
+    net.interest.insert(3, Vec::new());
+    net.node(3).set_interest(Vec::new());
+    net.run();
+    net.publish(1, &event("/t", 2));
+    assert_eq!(
+        net.forwarded.get(&(1, 2)),
+        Some(&1),
+        "only the first crossed"
+    );
+    assert_eq!(net.got(), got(&[(3, "viewer", 1)]));
+}
+
+#[test]
+fn a_filtered_interest_keeps_unwanted_events_off_the_links() {
+    let mut net = Net::line(3);
+    net.subscribe_with(3, "hot", "/temp", "$.c > 30", 1, ProxyAt::Subscriber);
+    for (seq, c) in [(1, 10), (2, 40), (3, 20), (4, 50)] {
+        let mut ev = event("/temp", seq);
+        ev.fields.push(("c".into(), Value::Int(c)));
+        net.publish(1, &ev);
+    }
+    assert_eq!(net.got(), got(&[(3, "hot", 2)]));
+    assert_eq!(
+        net.forwarded.get(&(1, 2)),
+        Some(&2),
+        "cool events stay at a"
+    );
+}
+
+#[test]
+fn a_proxy_at_the_publisher_scales_before_the_links() {
+    let mut net = Net::line(3);
+    net.subscribe_with(3, "half", "/v", "", 2, ProxyAt::Publisher);
+    for seq in 1..=10 {
+        net.publish(1, &event("/v", seq));
+    }
+    // Only the even sequence numbers cross any link.
+    assert_eq!(net.forwarded.get(&(1, 2)), Some(&5));
+    assert_eq!(net.forwarded.get(&(2, 3)), Some(&5));
+}
+
+#[test]
+fn a_start_time_holds_the_event_at_its_daemon_until_then() {
+    let mut net = Net::line(3);
+    net.subscribe(3, "later", "/t");
+    let start = net.now + 50_000_000;
+    let mut ev = event("/t", 1);
+    ev.header.start_time_ns = Some(start);
+    let verdict = net.publish(1, &ev);
+    assert!(matches!(verdict, Verdict::Hold { until, .. } if until == start));
+    assert!(net.delivered.is_empty() && net.forwarded.is_empty());
+    assert_eq!(net.node(1).poll_timeout(), Some(start));
+    net.advance_to(start - 1);
+    assert!(net.delivered.is_empty(), "not before its start time");
+    net.advance_to(start);
+    assert_eq!(net.got(), got(&[(3, "later", 1)]));
+}
+
+#[test]
+fn an_event_that_expires_on_the_way_is_dropped_where_it_expires() {
+    let mut net = Net::line(3);
+    net.hop_ns = 10_000_000; // 10 ms a hop
+    net.subscribe(3, "viewer", "/t");
+    let mut ev = event("/t", 1);
+    ev.header.source_time_ns = net.now;
+    ev.header.expiry = Expiry::AfterNs(15_000_000); // lives 15 ms: one hop
+    net.publish(1, &ev);
+    assert!(
+        net.delivered.is_empty(),
+        "it would arrive 20 ms after publication"
+    );
+    assert_eq!(net.node(2).counters().expired, 0);
+    assert_eq!(net.node(3).counters().expired, 1);
+}
+
+#[test]
+fn a_pull_travels_to_the_named_daemon_and_back() {
+    let mut net = Net::line(3);
+    net.publish(1, &event("/log", 7));
+    let pull = Pull {
+        req: 0,
+        node: "a".into(),
+        publisher: String::new(),
+        tag: "/log".into(),
+        query: PullQuery::Latest,
+    };
+    let target = net.node(3).pull_target(&pull).expect("known daemon");
+    assert_eq!(target, Some(1));
+    let asker = Asker::Client {
+        conn: 9,
+        req: 4,
+        max_reply: 1 << 20,
+    };
+    let now = net.now;
+    net.node(3)
+        .ask(asker, 1, 1 << 20, pull, now)
+        .expect("a route to a");
+    net.run();
+    assert_eq!(net.pulls_done.len(), 1);
+    let (at, conn, req, outcome) = &net.pulls_done[0];
+    assert_eq!((*at, *conn, *req), (3, 9, 4));
+    match outcome {
+        PullOutcome::Reply(r) => {
+            let ev = EventRef::parse(&r.events[0]).expect("parses");
+            assert_eq!((ev.tag, ev.seq), ("/log", 7));
+        }
+        other => panic!("expected the event, got {other:?}"),
+    }
+    assert_eq!(net.node(2).pulls_in_flight(), 0, "the relay forgot it");
+}
+
+#[test]
+fn a_pull_for_an_unknown_daemon_is_refused_naming_it() {
+    let mut net = Net::line(2);
+    let pull = Pull {
+        req: 0,
+        node: "zed".into(),
+        publisher: String::new(),
+        tag: "/log".into(),
+        query: PullQuery::Latest,
+    };
+    let err = net.node(1).pull_target(&pull).expect_err("unknown");
+    let text = err.to_string();
+    assert!(
+        text.contains("zed") && text.contains("known: a, b"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_pull_whose_link_closes_or_that_times_out_is_answered() {
+    let mut net = Net::line(3);
+    net.hop_ns = 1_000_000_000; // frames take a second a hop
+    let pull = |node: &str| Pull {
+        req: 0,
+        node: node.into(),
+        publisher: String::new(),
+        tag: "/log".into(),
+        query: PullQuery::Latest,
+    };
+    let asker = |req| Asker::Client {
+        conn: 1,
+        req,
+        max_reply: 1 << 20,
+    };
+    let now = net.now;
+    net.node(3)
+        .ask(asker(1), 1, 1 << 20, pull("a"), now)
+        .expect("sent");
+    net.drain_outputs();
+    assert_eq!(net.wires.len(), 1, "the request is on its way");
+    // The link the request went out on closes before the answer.
+    net.disconnect(2, 3);
+    let closed = net.pulls_done.iter().find(|p| p.2 == 1).expect("answered");
+    assert!(
+        matches!(
+            &closed.3,
+            PullOutcome::Refused {
+                code: ErrorCode::UnknownNode,
+                ..
+            }
+        ),
+        "{:?}",
+        closed.3
+    );
+    // A pull nobody answers times out at the asker's daemon.
+    net.connect(2, 3);
+    let now = net.now;
+    net.node(3)
+        .ask(asker(2), 1, 1 << 20, pull("a"), now)
+        .expect("sent");
+    net.wires.clear(); // the request is lost on the way
+    let deadline = net.node(3).poll_timeout().expect("a pull deadline");
+    net.advance_to(deadline);
+    let timed_out = net.pulls_done.iter().find(|p| p.2 == 2).expect("answered");
+    assert!(
+        matches!(
+            &timed_out.3,
+            PullOutcome::Refused {
+                code: ErrorCode::Timeout,
+                ..
+            }
+        ),
+        "{:?}",
+        timed_out.3
+    );
+    assert_eq!(net.node(3).counters().pulls_timed_out, 1);
+}
+
+#[test]
+fn a_forged_pull_answer_reaches_nobody() {
+    let mut net = Net::line(3);
+    net.hop_ns = 1_000_000;
+    let asker = Asker::Client {
+        conn: 1,
+        req: 1,
+        max_reply: 1 << 20,
+    };
+    let pull = Pull {
+        req: 0,
+        node: "a".into(),
+        publisher: String::new(),
+        tag: "/log".into(),
+        query: PullQuery::Latest,
+    };
+    let now = net.now;
+    net.node(3).ask(asker, 1, 1 << 20, pull, now).expect("sent");
+    net.drain_outputs();
+    let id = match net.wires.iter().find(|w| w.2 == 3) {
+        Some((_, _, _, _, LinkFrame::PullRequest { id, .. })) => *id,
+        other => panic!("expected the request on the wire, got {other:?}"),
+    };
+    // Daemon 1 is not a neighbour of 3: its answer with the right id is
+    // not taken.
+    let forged = LinkFrame::PullAnswer {
+        id,
+        outcome: PullOutcome::Refused {
+            code: ErrorCode::UnknownEndpoint,
+            message: "forged".into(),
+        },
+    };
+    assert!(net.node(3).on_link_frame(1, forged, now).is_none());
+    net.drain_outputs();
+    assert!(net.pulls_done.is_empty(), "{:?}", net.pulls_done);
+    assert_eq!(net.node(3).pulls_in_flight(), 1);
+}
+
+#[test]
+fn events_past_the_hop_limit_are_dropped_and_counted() {
+    let mut net = Net::line(2);
+    net.subscribe(2, "s", "/t");
+    let bytes = encode(&event("/t", 1));
+    let parsed = EventRef::parse(&bytes).expect("parses");
+    let mut sink = Collect {
+        here: 2,
+        event: bytes.clone(),
+        channels: Vec::new(),
+        links: Vec::new(),
+    };
+    let verdict = net.node(2).on_forward(1, 1, 32, &parsed, || 0, &mut sink);
+    assert_eq!(verdict, Verdict::HopLimited);
+    assert!(sink.channels.is_empty());
+    assert_eq!(net.node(2).counters().hop_limited, 1);
+}

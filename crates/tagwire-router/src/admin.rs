@@ -107,7 +107,7 @@ fn answer(
     let budget = max_frame.saturating_sub(REPLY_OVERHEAD);
     let now = |r: AdminReply| Ok((r, false));
     match request {
-        AdminRequest::Time => now(AdminReply::Time(st.fed.time_info())),
+        AdminRequest::Time => now(AdminReply::Time(st.fed.time_info(st.node.topology()))),
         AdminRequest::List { after, limit } => {
             let page = list_page(st, after.as_deref(), page_items(limit)?, budget, who)?;
             now(AdminReply::List(Box::new(page)))
@@ -132,15 +132,19 @@ fn answer(
             let reply = AdminReply::FilterRemoved(FilterRemoved { removed: id });
             match rec.info.level {
                 FilterLevel::Session => {
-                    st.routes.queue_remove_session_filter(rec.connection, id);
+                    st.node
+                        .routes_mut()
+                        .queue_remove_session_filter(rec.connection, id);
                     Ok((reply, true))
                 }
                 FilterLevel::Channel => {
                     let channels: Vec<u64> = rec.channels.iter().copied().collect();
                     if rec.info.kind == "map" {
-                        st.routes.queue_remove_mapping(&channels, id);
+                        st.node.routes_mut().queue_remove_mapping(&channels, id);
                     } else {
-                        st.routes.queue_remove_channel_filter(&channels, id);
+                        st.node
+                            .routes_mut()
+                            .queue_remove_channel_filter(&channels, id);
                     }
                     Ok((reply, true))
                 }
@@ -201,7 +205,7 @@ fn answer(
             };
             let conn = owner(st, &endpoint)?;
             who.check(st, conn, &format!("endpoint {}", excerpt(&endpoint)))?;
-            st.routes.queue_set_op(conn, op);
+            st.node.routes_mut().queue_set_op(conn, op);
             let reply = FilterOpSet {
                 endpoint,
                 interfilter: op_name(op).to_owned(),
@@ -341,9 +345,9 @@ pub(crate) fn list_page(
         subscriptions: Vec::new(),
         tags: Vec::new(),
         untracked_publishes: st.untracked_publishes,
-        expired: st.expired,
+        expired: st.node.counters().expired,
         filtered_at_source: st.filtered_at_source,
-        deferred: st.deferred.len(),
+        deferred: st.node.held().0,
         history: crate::history::totals(st),
         shm: st.shm.listing(),
         memory: MemoryInfo {
@@ -353,7 +357,9 @@ pub(crate) fn list_page(
             refused_connections: st.memory.refusals(),
         },
         federation: (after.is_none()
-            && !(st.fed.links.is_empty() && st.fed.topo.is_empty() && st.members.up.is_empty()))
+            && !(st.fed.links.is_empty()
+                && st.node.topology().is_empty()
+                && st.members.up.is_empty()))
         .then(|| crate::link::federation_info(st)),
         next: None,
     };
@@ -432,7 +438,11 @@ pub(crate) fn list_page(
                     // Retired (unsubscribed, or its connection closed) and
                     // waiting for housekeeping to remove it; or another
                     // identity's (a router-wide id is connection << 32 | sub).
-                    let route = st.routes.kind(*id).filter(|_| who.may_touch(st, *id >> 32));
+                    let route = st
+                        .node
+                        .routes()
+                        .kind(*id)
+                        .filter(|_| who.may_touch(st, *id >> 32));
                     let Some(route) = route else {
                         last = id.to_string();
                         continue;
@@ -533,7 +543,7 @@ fn filter_page(
             continue;
         }
         let mut info = r.info.clone();
-        info.interfilter = op_name(st.routes.op(r.connection)).to_owned();
+        info.interfilter = op_name(st.node.routes().op(r.connection)).to_owned();
         if !fill.take(json_len(&info), 20) {
             if filters.is_empty() {
                 return Err((
@@ -621,7 +631,7 @@ fn add_filter(
     // any retired ones still waiting for housekeeping.
     let channels: Vec<u64> = if level == FilterLevel::Channel {
         let mut c = st.channels.of_endpoint(endpoint);
-        c.retain(|g| st.routes.kind(*g).is_some());
+        c.retain(|g| st.node.routes().kind(*g).is_some());
         c.sort_unstable();
         c
     } else {
@@ -663,7 +673,8 @@ fn add_filter(
                 .map_err(|e| invalid(kind, &text, e))?;
             bytes = f.memory_estimate();
             charge(st, bytes)?;
-            st.routes
+            st.node
+                .routes_mut()
                 .queue_add_session_filter(conn, id, f)
                 .map_err(refused)?;
         }
@@ -681,7 +692,7 @@ fn add_filter(
                     .map_err(|e| invalid(kind, &text, e))?;
                 bytes = m.memory_estimate();
                 charge(st, bytes)?;
-                st.routes.queue_set_mapping(&channels, id, &m);
+                st.node.routes_mut().queue_set_mapping(&channels, id, &m);
                 // A channel holds one mapping filter: the new one replaces any other.
                 for c in &channels {
                     let maps: Vec<u64> = st
@@ -708,13 +719,14 @@ fn add_filter(
                     .map_err(|e| invalid(kind, &text, e))?;
                 bytes = f.memory_estimate();
                 charge(st, bytes)?;
-                st.routes
+                st.node
+                    .routes_mut()
                     .queue_add_channel_filter(&channels, id, &f)
                     .map_err(refused)?;
             }
         }
     }
-    let interfilter = op_name(st.routes.op(conn)).to_owned();
+    let interfilter = op_name(st.node.routes().op(conn)).to_owned();
     st.filters.records.insert(
         id,
         FilterRecord {

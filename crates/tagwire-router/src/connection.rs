@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use tagwire_core::connection::{self as engine, Connection, Input, Publish};
-use tagwire_core::defer::{admit_with, Admit};
+use tagwire_core::defer::Admit;
 use tagwire_core::filter::FilterList;
 use tagwire_core::qos::{Level, QosLayer};
 use tagwire_core::queue::BoundedQueue;
@@ -542,23 +542,24 @@ impl Conn {
             Input::Pull(pull) => {
                 let max_frame = self.engine.max_frame();
                 let mut st = self.state.borrow_mut();
-                let target = crate::history::check_readable(&pull, &self.rights)
-                    .and_then(|()| crate::remote_pull::target(&st, &pull));
+                let target = crate::history::check_readable(&pull, &self.rights).and_then(|()| {
+                    st.node
+                        .pull_target(&pull)
+                        .map_err(|e| (e.code(), e.to_string()))
+                });
                 let answer = match target {
                     Ok(None) => crate::history::answer(&st, &pull, max_frame).map(Some),
                     Ok(Some(node)) => {
                         // Answered when the other daemon's answer is back.
-                        let asker = crate::remote_pull::Asker::Client {
+                        let asker = tagwire_core::node::Asker::Client {
                             conn: self.id,
                             req: self.engine.defer(),
                             max_reply: max_frame,
                         };
-                        if let Err((code, message)) =
-                            crate::remote_pull::ask(&mut st, asker, node, 0, max_frame, pull)
-                        {
-                            let outcome = tagwire_proto::PullOutcome::Refused { code, message };
-                            crate::remote_pull::reply(&mut st, asker, outcome);
+                        if let Err(e) = st.node.ask(asker, node, max_frame, pull, now_ns()) {
+                            st.node.answer(asker, e.outcome());
                         }
+                        crate::node_io::execute(&mut st);
                         Ok(None)
                     }
                     Err(e) => Err(e),
@@ -872,7 +873,7 @@ impl Conn {
         }
         let limits = &st.config.limits;
         let held = st.usage.get(&self.identity).map_or(0, |u| u.subscriptions);
-        if st.routes.len() >= limits.max_subscriptions
+        if st.node.routes().len() >= limits.max_subscriptions
             || held >= limits.max_subscriptions_per_identity
         {
             let msg = format!(
@@ -943,15 +944,20 @@ impl Conn {
             };
             records.push((id, kind, text, bytes));
         }
-        let added =
-            st.routes
-                .add_channel(global, self.id, parsed, channel.clone(), filters, mapping);
+        let added = st.node.routes_mut().add_channel(
+            global,
+            self.id,
+            parsed,
+            channel.clone(),
+            filters,
+            mapping,
+        );
         if let Err(e) = added {
             crate::bandwidth::release(&mut st, global);
             drop(st);
             return self.refuse(ErrorCode::InvalidFilter, e.to_string());
         }
-        let interfilter = op_name(st.routes.op(self.id));
+        let interfilter = op_name(st.node.routes().op(self.id));
         for (id, kind, text, bytes) in records {
             st.filters.records.insert(
                 id,
@@ -1004,12 +1010,9 @@ impl Conn {
                 }
             }
         }
-        let decision = admit_with(&ev, now_ns);
+        let decision = st.node.admit(&ev, now_ns);
         let deadline = match decision {
-            Admit::Expired => {
-                st.expired += 1;
-                return;
-            }
+            Admit::Expired => return,
             Admit::Hold { deadline, .. } | Admit::Now { deadline } => deadline,
         };
         let accepted = st
@@ -1035,7 +1038,7 @@ impl Conn {
                     None => return,
                 },
             };
-            let deferred = st.deferred.push(until, held, p.bytes.len());
+            let deferred = st.node.hold(until, held);
             drop(st);
             match deferred {
                 Ok(()) => self.state.borrow().deferred_wake.notify_one(),
@@ -1194,7 +1197,7 @@ impl Conn {
         let mut st = self.state.borrow_mut();
         let u = st.usage(&self.identity);
         u.subscriptions = u.subscriptions.saturating_sub(1);
-        st.routes.remove_channel(global);
+        st.node.routes_mut().remove_channel(global);
         st.channels.remove(&global);
         st.filters.forget_channel(global);
         crate::bandwidth::release(&mut st, global);
@@ -1238,7 +1241,7 @@ impl Conn {
         }
         let mut st = self.state.borrow_mut();
         st.shm.forget_connection(self.id);
-        st.routes.retire_session(self.id);
+        st.node.routes_mut().retire_session(self.id);
         st.housekeeping.notify_one();
         let subs = self.engine.subscriptions().len();
         st.filters.forget_connection(self.id);

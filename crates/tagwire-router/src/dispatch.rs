@@ -12,7 +12,12 @@ use crate::channel::{EventMeta, Offer, Outgoing};
 use crate::filters::rewrite;
 use crate::state::State;
 use crate::sync::Locked;
-use crate::timing::{deadline, expired, now_ns};
+use crate::timing::{expired, now_ns};
+use tagwire_core::federation::NodeId;
+use tagwire_core::filter::Overrides;
+use tagwire_core::node::Sink;
+
+use crate::channel::Channel;
 
 /// Where an event comes from, for the links it may go on.
 #[derive(Debug, Clone, Copy, Default)]
@@ -104,8 +109,6 @@ fn deliver_with(
         }
         Some(_) => {}
     }
-    let mut reject = None;
-    let mut expired_by_mapping = 0;
     let meta = EventMeta {
         deadline,
         source_time: ev.source_time_ns,
@@ -115,41 +118,86 @@ fn deliver_with(
         seq: ev.seq,
         publisher: tagwire_core::proxy::publisher_key(ev.publisher),
     };
-    let max_control = st.config.limits.max_control_bytes;
-    let limits = &st.config.limits;
-    // Transformed copies of this event, one per spec (spatial scaling).
-    let mut transformed: Vec<(Arc<str>, Result<Bytes, String>)> = Vec::new();
-    let shm_table = &mut st.shm;
-    st.routes.route(ev, |ch, overrides| {
-        let event: &mut Outgoing = match shm.as_deref_mut() {
-            None => &mut *event,
+    // The link band is worked out only when there are links.
+    let band = if st.node.has_links() {
+        route.band.map_or_else(
+            || crate::link::band_for_priority(st, meta.priority).to_owned(),
+            str::to_owned,
+        )
+    } else {
+        String::new()
+    };
+    let origin = match route.origin {
+        0 => st.fed.me(),
+        o => o,
+    };
+    let mut sink = Execute {
+        event,
+        shm,
+        shm_table: &mut st.shm,
+        links: &mut st.fed.links,
+        limits: &st.config.limits,
+        meta,
+        band: &band,
+        transformed: Vec::new(),
+        reject: None,
+        expired_by_mapping: 0,
+    };
+    let links = st.node.route(ev, origin, route.hops, route.from, &mut sink);
+    let (reject, expired) = (sink.reject, sink.expired_by_mapping);
+    st.node.count_expired(expired);
+    (reject, links)
+}
+
+/// Carries out the node's routing of one event: offers it to each local
+/// channel (through its mapping filter or transform, or as a shared-memory
+/// reference) and queues it on each link's forwarding queue for the band.
+struct Execute<'a, 'e> {
+    event: &'e mut Outgoing,
+    shm: Option<&'e mut crate::shm::ShmEvent>,
+    shm_table: &'a mut crate::shm::ShmTable,
+    links: &'a mut std::collections::HashMap<u64, crate::link::Link>,
+    limits: &'a crate::config::Limits,
+    meta: EventMeta,
+    band: &'a str,
+    /// Transformed copies of this event, one per spec (spatial scaling).
+    transformed: Vec<(Arc<str>, Result<Bytes, String>)>,
+    /// The subscribers whose full `reject` queue refused it.
+    reject: Option<Vec<String>>,
+    expired_by_mapping: u64,
+}
+
+impl Sink<Arc<Channel>> for Execute<'_, '_> {
+    fn channel(&mut self, ch: &Arc<Channel>, overrides: Overrides) {
+        let event: &mut Outgoing = match self.shm.as_deref_mut() {
+            None => &mut *self.event,
             Some(s) => {
                 let inline = ch.transform.is_some() || !overrides.is_empty();
-                match s.for_channel(shm_table, ch, inline, limits) {
+                match s.for_channel(self.shm_table, ch, inline, self.limits) {
                     Some(e) => e,
                     None => return,
                 }
             }
         };
         if let Some(t) = &ch.transform {
-            let done = match transformed.iter().find(|(k, _)| **k == *t.spec) {
+            let done = match self.transformed.iter().find(|(k, _)| **k == *t.spec) {
                 Some((_, r)) => r.clone(),
                 None => {
                     let r = transform(event.bytes(), t);
-                    transformed.push((t.spec.clone(), r.clone()));
+                    self.transformed.push((t.spec.clone(), r.clone()));
                     r
                 }
             };
             match done {
                 Ok(bytes) => {
-                    ch.offer(&mut Outgoing::owned(bytes), &meta);
+                    ch.offer(&mut Outgoing::owned(bytes), &self.meta);
                 }
-                Err(why) => ch.transform_failed(&why, max_control),
+                Err(why) => ch.transform_failed(&why, self.limits.max_control_bytes),
             }
             return;
         }
         let offer = if overrides.is_empty() {
-            ch.offer(event, &meta)
+            ch.offer(event, &self.meta)
         } else {
             let copy = rewrite(event.bytes(), overrides).and_then(|copy| {
                 let m = EventRef::parse(&copy).ok().map(|e| EventMeta::of(&e))?;
@@ -157,30 +205,39 @@ fn deliver_with(
             });
             match copy {
                 Some((_, m)) if expired(m.deadline) => {
-                    expired_by_mapping += 1;
+                    self.expired_by_mapping += 1;
                     return;
                 }
                 Some((copy, m)) => ch.offer(&mut Outgoing::owned(copy), &m),
-                None => ch.offer(event, &meta),
+                None => ch.offer(event, &self.meta),
             }
         };
         if let Offer::Rejected { report: true } = offer {
-            reject
+            self.reject
                 .get_or_insert_with(Vec::new)
                 .push(format!("{} ({})", ch.endpoint, ch.pattern));
         }
-    });
-    st.expired += expired_by_mapping;
-    let event = match shm {
-        None => event,
-        Some(_) if st.fed.links.is_empty() => return (reject, 0),
-        Some(s) => match s.copied() {
-            Some(copy) => copy,
-            None => return (reject, 0),
-        },
-    };
-    let links = crate::link::forward(st, event, ev, &meta, route.from, route.band);
-    (reject, links)
+    }
+
+    fn link(&mut self, to: NodeId, origin: NodeId, _hops: u8) {
+        // Links get a shared-memory payload copied out (once).
+        let event: &mut Outgoing = match self.shm.as_deref_mut() {
+            None => &mut *self.event,
+            Some(s) => match s.copied() {
+                Some(copy) => copy,
+                None => return,
+            },
+        };
+        if let Some(l) = self.links.get_mut(&to) {
+            let m = EventMeta {
+                origin,
+                ..self.meta
+            };
+            let queue = l.bands.get(self.band).map_or(&l.queue, |b| &b.queue);
+            queue.offer(event, &m);
+            l.bytes_out += event.bytes().len() as u64;
+        }
+    }
 }
 
 /// The event with its payload transformed by `t` (re-encoded once).
@@ -193,31 +250,14 @@ fn transform(event: &Bytes, t: &crate::channel::ChannelTransform) -> Result<Byte
     Ok(out.freeze())
 }
 
-/// The lane task that delivers deferred events when their start time comes
-/// (routing them then, so subscriptions made meanwhile get them too). It
-/// sleeps until the earliest start time or until a new event is deferred.
+/// The lane task that acts on the node's timers: it releases held events
+/// when their start time comes and answers pulls that waited too long
+/// ([`crate::node_io::handle_timeout`]). It sleeps until the node is next
+/// due or until a new event is held.
 pub(crate) async fn release_deferred(state: Arc<Locked<State>>) {
     let wake = state.borrow().deferred_wake.clone();
     loop {
-        let next = {
-            let mut st = state.borrow_mut();
-            let now = now_ns();
-            while let Some(event) = st.deferred.pop_due(now) {
-                // Parsed and checked when it was published.
-                let Ok(ev) = EventRef::parse(&event) else {
-                    continue;
-                };
-                let d = deadline(&ev);
-                if expired(d) {
-                    st.expired += 1;
-                } else {
-                    // A `reject` queue's refusal has nobody to tell by now;
-                    // the queue counts it.
-                    let _ = deliver(&mut st, &mut Outgoing::owned(event.clone()), &ev, d, None);
-                }
-            }
-            st.deferred.next_due()
-        };
+        let next = crate::node_io::handle_timeout(&mut state.borrow_mut(), now_ns());
         match next {
             Some(due) => {
                 let wait = Duration::from_nanos(due.saturating_sub(now_ns()));

@@ -8,14 +8,15 @@
 //! the link ([`Destination::Link`](crate::channel::Destination)): events
 //! routed to the peer wait there under the same bounds and discard policy as
 //! a subscriber's, and the link's writer frames them as `Forward`.
-//! Where an event goes is decided by core's [`Topology`] (link-state
-//! adverts, one shortest-path tree per origin); this module does the I/O.
+//! Where an event goes, adverts and pulls are decided by core's node engine
+//! ([`tagwire_core::node::Node`]: link-state adverts, one shortest-path tree
+//! per origin); this module does the I/O.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tagwire_core::federation::{Applied, NetClock, NodeId, Topology, MAX_HOPS};
+use tagwire_core::federation::{NetClock, NodeId, Topology};
 use tagwire_core::qos::ProxyMode;
 use tagwire_core::queue::{BoundedQueue, DiscardPolicy, OrderPolicy};
 use tagwire_proto::{ErrorCode, EventRef, Interest, LinkFrame, ProxyAt, LINK_VERSION};
@@ -38,16 +39,10 @@ const HINT_AFTER: u32 = 3;
 /// The daemon's federation state: its routing view and its links.
 #[derive(Debug)]
 pub(crate) struct Federation {
-    /// Every daemon's advert; decides next hops.
-    pub topo: Topology,
+    /// This daemon's node id (random per start unless configured).
+    me: NodeId,
     /// Live links by the peer's node id.
     pub links: HashMap<NodeId, Link>,
-    /// Events received on a link that nobody here or beyond wanted.
-    pub unwanted: u64,
-    /// Events dropped at the hop limit.
-    pub hop_limited: u64,
-    /// Adverts refused (over a bound, bad interest, a forged origin).
-    pub refused_adverts: u64,
     /// The channel table generation last advertised.
     advertised: u64,
     /// Software clock skew for experiments: (offset ns, ppm).
@@ -61,11 +56,20 @@ pub(crate) struct Federation {
     /// The network clock: this daemon's offset to the reference's time
     /// (core's [`NetClock`], fed with the probes of the parent link).
     pub net: NetClock,
-    /// Pulls in flight over the links, and where tags' events come from.
-    pub relay: crate::remote_pull::PullRelay,
     /// Refusals by each dialed peer (by address), for rate-limited logs;
     /// at most [`MAX_REFUSAL_COUNTS`] peers (then it starts over).
     refusals: HashMap<String, u32>,
+}
+
+/// The routing tables' bounds configured in `[federation]`.
+pub(crate) fn routing_limits(
+    config: &crate::config::FederationConfig,
+) -> tagwire_core::federation::Limits {
+    tagwire_core::federation::Limits {
+        max_nodes: config.max_nodes,
+        max_interest: config.max_interest,
+        ..Default::default()
+    }
 }
 
 /// One live link.
@@ -129,37 +133,29 @@ impl Federation {
             },
             id => id,
         };
+        let _ = name;
         Federation {
-            topo: Topology::starting_at(
-                me,
-                name,
-                tagwire_core::federation::Limits {
-                    max_nodes: config.max_nodes,
-                    max_interest: config.max_interest,
-                    ..Default::default()
-                },
-                now_ns(),
-            ),
+            me,
             links: HashMap::new(),
-            unwanted: 0,
-            hop_limited: 0,
-            refused_adverts: 0,
             advertised: 0,
             skew: (config.clock_offset_ms * 1_000_000, config.clock_skew_ppm),
             epoch: now_ns(),
             band_dialing: Default::default(),
             net: NetClock::default(),
             dialer: None,
-            relay: Default::default(),
             refusals: HashMap::new(),
         }
     }
 
-    /// The daemon named `name`, or the refusal of `what` (a request naming
-    /// it) as `UnknownNode`, listing the daemons known.
-    pub fn daemon_named(&self, name: &str, what: &str) -> Result<NodeId, (ErrorCode, String)> {
-        self.topo.node_named(name).ok_or_else(|| {
-            let mut known: Vec<String> = self.topo.nodes().into_iter().map(|n| n.1).collect();
+    /// The daemon named `name` in `topo`, or the refusal of `what` (a
+    /// request naming it) as `UnknownNode`, listing the daemons known.
+    pub fn daemon_named(
+        topo: &Topology,
+        name: &str,
+        what: &str,
+    ) -> Result<NodeId, (ErrorCode, String)> {
+        topo.node_named(name).ok_or_else(|| {
+            let mut known: Vec<String> = topo.nodes().into_iter().map(|n| n.1).collect();
             known.sort();
             (
                 ErrorCode::UnknownNode,
@@ -174,7 +170,7 @@ impl Federation {
 
     /// This daemon's node id.
     pub fn me(&self) -> NodeId {
-        self.topo.me()
+        self.me
     }
 
     /// The daemon's clock as other daemons see it: the system clock with
@@ -188,7 +184,7 @@ impl Federation {
     }
 
     /// What `tagwire time` shows.
-    pub(crate) fn time_info(&self) -> TimeInfo {
+    pub(crate) fn time_info(&self, topo: &Topology) -> TimeInfo {
         let local = self.clock();
         let reference = match self.net.reference() {
             0 => self.me(),
@@ -200,7 +196,7 @@ impl Federation {
             offset_ns: self.net.offset_at(local),
             error_ns: self.net.error(),
             synced: self.net.synced() || reference == self.me(),
-            reference: self.topo.name_of(reference).unwrap_or_default().to_owned(),
+            reference: topo.name_of(reference).unwrap_or_default().to_owned(),
             reference_node: format!("{reference:016x}"),
         }
     }
@@ -210,32 +206,13 @@ impl Federation {
     pub fn network_time(&self) -> u64 {
         self.net.network_time(self.clock())
     }
-
-    /// Floods `frame` to every link but `except`.
-    fn flood(&self, frame: &LinkFrame, except: Option<NodeId>, max: usize) {
-        for (id, l) in &self.links {
-            if Some(*id) != except {
-                let _ = l.outbox.send_link(frame, max);
-            }
-        }
-    }
-
-    /// Re-advertises our neighbours after a link came or went.
-    fn neighbors_changed(&mut self, max: usize) {
-        let mut ids: Vec<NodeId> = self.links.keys().copied().collect();
-        ids.sort_unstable();
-        if let Some(a) = self.topo.set_neighbors(ids) {
-            self.flood(&a, None, max);
-        }
-        self.topo.prune();
-    }
 }
 
 pub use tagwire_proto::admin::{DaemonInfo, FederationInfo, LinkInfo, TimeInfo};
 
 /// The federation part of the listing, membership included.
 pub(crate) fn federation_info(st: &State) -> FederationInfo {
-    let mut info = st.fed.info(&st.config.default_band);
+    let mut info = st.fed.info(&st.node, &st.config.default_band);
     let mut members: Vec<String> = st
         .members
         .up
@@ -251,7 +228,13 @@ pub(crate) fn federation_info(st: &State) -> FederationInfo {
 impl Federation {
     /// What `tagwire list` shows; `default_band` names the links' first
     /// connections.
-    pub(crate) fn info(&self, default_band: &str) -> FederationInfo {
+    pub(crate) fn info(
+        &self,
+        node: &tagwire_core::node::Node<Arc<Channel>>,
+        default_band: &str,
+    ) -> FederationInfo {
+        let topo = node.topology();
+        let counters = node.counters();
         let now = now_ns();
         let mut links: Vec<LinkInfo> = self
             .links
@@ -298,13 +281,12 @@ impl Federation {
         links.sort_by(|a, b| a.peer.cmp(&b.peer));
         FederationInfo {
             node: format!("{:016x}", self.me()),
-            daemons: self.topo.len(),
-            unwanted: self.unwanted,
-            hop_limited: self.hop_limited,
-            refused_adverts: self.refused_adverts,
+            daemons: topo.len(),
+            unwanted: counters.unwanted,
+            hop_limited: counters.hop_limited,
+            refused_adverts: counters.refused_adverts,
             links,
-            known: self
-                .topo
+            known: topo
                 .nodes()
                 .into_iter()
                 .map(|(id, name, version, neighbors, interest)| DaemonInfo {
@@ -319,44 +301,6 @@ impl Federation {
             bad_datagrams: 0,
         }
     }
-}
-
-/// Offers an event to the links its origin's tree and the peers' interest
-/// pick, except the one it came from. Returns how many links took it.
-pub(crate) fn forward(
-    st: &mut State,
-    event: &mut Outgoing,
-    ev: &EventRef<'_>,
-    meta: &crate::channel::EventMeta,
-    from: Option<NodeId>,
-    arrived_on: Option<&str>,
-) -> usize {
-    if st.fed.links.is_empty() {
-        return 0;
-    }
-    let origin = if meta.origin == 0 {
-        st.fed.me()
-    } else {
-        meta.origin
-    };
-    let hops = st.fed.topo.next_hops(origin, ev);
-    let band = arrived_on
-        .unwrap_or_else(|| band_for_priority(st, meta.priority))
-        .to_owned();
-    let mut n = 0;
-    for next in hops {
-        if Some(next) == from {
-            continue;
-        }
-        if let Some(l) = st.fed.links.get_mut(&next) {
-            let m = crate::channel::EventMeta { origin, ..*meta };
-            let queue = l.bands.get(&band).map_or(&l.queue, |b| &b.queue);
-            queue.offer(event, &m);
-            l.bytes_out += event.bytes().len() as u64;
-            n += 1;
-        }
-    }
-    n
 }
 
 /// What a connection knows when it hands a link frame over.
@@ -408,7 +352,7 @@ fn band_of(st: &State, conn: u64) -> String {
 /// on a connection of a band (an event held for its start time): 0..=255
 /// split evenly over the bands, lowest first (as a client's
 /// `follow_priority` does).
-fn band_for_priority(st: &State, priority: u8) -> &str {
+pub(crate) fn band_for_priority(st: &State, priority: u8) -> &str {
     let n = st.band_names.len();
     if n == 0 {
         return &st.config.default_band;
@@ -443,30 +387,6 @@ pub(crate) fn on_frame(
     let mut st = c.state.borrow_mut();
     match frame {
         LinkFrame::Peer { .. } => Err((ErrorCode::Malformed, "a second Peer on a link".into())),
-        LinkFrame::Advert { .. } => {
-            let max = c.max_control;
-            match st.fed.topo.apply(frame.clone()) {
-                Ok(Applied::Newer) => {
-                    st.fed.flood(&frame, Some(peer), max);
-                    Ok(())
-                }
-                Ok(Applied::Stale) => Ok(()),
-                Err(e) => {
-                    st.fed.refused_adverts += 1;
-                    tracing::warn!(peer = %c.peer, "{e}");
-                    // The advert is refused; the link stays.
-                    let _ = c.outbox.send(
-                        &tagwire_proto::Frame::Error {
-                            req: 0,
-                            code: ErrorCode::LimitReached,
-                            message: e.to_string(),
-                        },
-                        max,
-                    );
-                    Ok(())
-                }
-            }
-        }
         LinkFrame::Forward {
             origin,
             hops,
@@ -478,16 +398,9 @@ pub(crate) fn on_frame(
                 l.events_in += 1;
                 l.bytes_in += event.len() as u64;
             }
-            if hops >= MAX_HOPS {
-                st.fed.hop_limited += 1;
+            let Some(deadline) = st.node.admit_forward(origin, hops, &ev, now_ns) else {
                 return Ok(());
-            }
-            st.fed.relay.note_origin(ev.tag, origin);
-            let deadline = tagwire_core::defer::deadline(&ev);
-            if crate::timing::expired(deadline) {
-                st.expired += 1;
-                return Ok(());
-            }
+            };
             let mut out = match chunk {
                 Some(epoch) => Outgoing::in_chunk(event.clone(), epoch),
                 None => Outgoing::owned(event.clone()),
@@ -499,26 +412,14 @@ pub(crate) fn on_frame(
                 from: Some(peer),
                 band: Some(&arrived_on),
             };
-            let wanted_here = st.fed.topo.wanted_locally(&ev);
-            let (_, links) =
-                crate::dispatch::deliver_routed(&mut st, &mut out, &ev, deadline, route);
-            if links == 0 && !wanted_here {
-                st.fed.unwanted += 1;
-            }
+            crate::dispatch::deliver_routed(&mut st, &mut out, &ev, deadline, route);
             Ok(())
         }
-        LinkFrame::PullRequest {
-            id,
-            target,
-            hops,
-            max_reply,
-            pull,
-        } => {
-            crate::remote_pull::on_request(&mut st, peer, id, target, hops, max_reply, pull);
-            Ok(())
-        }
-        LinkFrame::PullAnswer { id, outcome } => {
-            crate::remote_pull::on_answer(&mut st, peer, id, outcome);
+        frame @ (LinkFrame::Advert { .. }
+        | LinkFrame::PullRequest { .. }
+        | LinkFrame::PullAnswer { .. }) => {
+            st.node.on_link_frame(peer, frame, now_ns());
+            crate::node_io::execute(&mut st);
             Ok(())
         }
         LinkFrame::TimeProbe { id, t1 } => {
@@ -547,10 +448,10 @@ pub(crate) fn on_frame(
                 }
             }
             let me = st.fed.me();
-            let reference = st.fed.topo.time_reference();
+            let reference = st.node.topology().time_reference();
             st.fed.net.follow(reference, me);
             if let Some((rtt, offset)) = sample {
-                if st.fed.topo.parent_toward(reference) == Some(peer) {
+                if st.node.topology().parent_toward(reference) == Some(peer) {
                     st.fed.net.sample(t4, rtt, offset);
                 }
             }
@@ -663,10 +564,8 @@ fn on_peer(
     }
     *c.link = Some(node);
     // Bring the peer up to date, then tell everyone about the new link.
-    for a in st.fed.topo.adverts() {
-        let _ = c.outbox.send_link(&a, max);
-    }
-    st.fed.neighbors_changed(max);
+    st.node.link_up(node);
+    crate::node_io::execute(&mut st);
     Ok(())
 }
 
@@ -746,9 +645,8 @@ pub(crate) fn closed(state: &Locked<State>, node: NodeId, conn: u64) {
         if let Some(l) = l {
             tracing::info!("link to daemon {} ({node:#x}) closed", l.name);
         }
-        let max = st.config.limits.max_control_bytes;
-        st.fed.neighbors_changed(max);
-        crate::remote_pull::sweep(&mut st, Some(node));
+        st.node.link_down(node);
+        crate::node_io::execute(&mut st);
     }
 }
 
@@ -818,14 +716,13 @@ pub(crate) async fn run(state: Arc<Locked<State>>, lane: crate::lane::LaneOf, ds
         if generation != st.fed.advertised && !st.fed.links.is_empty() {
             st.fed.advertised = generation;
             let interest = local_interest(&st);
-            if let Some(a) = st.fed.topo.set_interest(interest) {
-                st.fed.flood(&a, None, max);
-            }
+            st.node.set_interest(interest);
+            crate::node_io::execute(&mut st);
         }
-        let (reference, me) = (st.fed.topo.time_reference(), st.fed.me());
+        let (reference, me) = (st.node.topology().time_reference(), st.fed.me());
         st.fed.net.follow(reference, me);
-        if st.fed.relay.in_flight() > 0 {
-            crate::remote_pull::sweep(&mut st, None);
+        if st.node.pulls_in_flight() > 0 {
+            crate::node_io::handle_timeout(&mut st, now_ns());
         }
         let now = now_ns();
         if now >= next_probe {

@@ -207,8 +207,8 @@ fn problem(
     seen: &StreamSeen,
 ) -> Result<tagwire_place::TopologySpec, String> {
     let names: std::collections::HashMap<u64, String> = st
-        .fed
-        .topo
+        .node
+        .topology()
         .nodes()
         .into_iter()
         .map(|n| (n.0, n.1))
@@ -223,8 +223,8 @@ fn problem(
         .ok_or("the publisher's daemon is not known here")?;
     let me = st.fed.me();
     let links: Vec<serde_json::Value> = st
-        .fed
-        .topo
+        .node
+        .topology()
         .links()
         .into_iter()
         .filter_map(|(a, b)| {

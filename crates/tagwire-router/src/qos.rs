@@ -100,7 +100,7 @@ pub(crate) fn check_proxy(st: &State, resolved: &Resolved) -> Result<(), (ErrorC
     let tagwire_core::qos::ProxyMode::Node(name) = &resolved.values().proxy else {
         return Ok(());
     };
-    st.fed.daemon_named(name, "proxy=node:").map(drop)
+    crate::link::Federation::daemon_named(st.node.topology(), name, "proxy=node:").map(drop)
 }
 
 /// Puts `resolved` in force on `ch` and on its connection and lane.

@@ -14,11 +14,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Bound;
 use std::sync::Arc;
 
-use bytes::Bytes;
 use hashbrown::HashSet;
-use tagwire_core::defer::Deferred;
 use tagwire_core::endpoint::{EndpointError, EndpointInfo, EndpointRegistry};
-use tagwire_core::route::Routes;
+use tagwire_core::node::{Node, NodeLimits};
 use tagwire_proto::{EndpointKind, Frame};
 
 use serde::{Deserialize, Serialize};
@@ -149,9 +147,12 @@ pub(crate) struct State {
     pub fed: crate::link::Federation,
     /// Daemons SWIM membership knows are up.
     pub members: crate::membership::Members,
-    /// Channels by pattern, with their filters and their sessions' (one
-    /// session per connection, keyed by connection id).
-    pub routes: Routes<Arc<Channel>>,
+    /// What the daemon decides (core's node engine): the routes — channels
+    /// by pattern, with their filters and their sessions' (one session per
+    /// connection, keyed by connection id) —, the network's adverts and
+    /// live links, events held until their start time, pulls in flight.
+    /// The router executes its decisions ([`crate::node_io`]).
+    pub node: Node<Arc<Channel>>,
     /// Every channel by its router-wide subscription id.
     pub channels: ChannelTable,
     pub endpoints: Endpoints,
@@ -159,16 +160,13 @@ pub(crate) struct State {
     /// Updated once per published event, so a fast (seeded) hasher.
     pub tags: hashbrown::HashMap<Box<str>, TagStats>,
     pub untracked_publishes: u64,
-    pub expired: u64,
     /// Filters attached by subscriptions and admin requests.
     pub filters: FilterBook,
     /// Each publisher endpoint's filters, by endpoint name.
     pub sources: hashbrown::HashMap<Arc<str>, SourceFilters>,
     /// Events dropped because their publisher's filters rejected them.
     pub filtered_at_source: u64,
-    /// Events held until their start time.
-    pub deferred: Deferred<Bytes>,
-    /// Wakes the task that releases deferred events.
+    /// Wakes the task that releases deferred events (held in the node).
     pub deferred_wake: Arc<tokio::sync::Notify>,
     /// Who may connect and what they may do.
     pub auth: Authenticator,
@@ -223,30 +221,32 @@ pub(crate) struct State {
 impl State {
     pub fn new(config: RouterConfig, auth: Authenticator) -> Self {
         let endpoints = Endpoints::new(config.limits.max_endpoints);
-        let deferred = Deferred::new(
-            config.limits.max_deferred_events,
-            config.limits.max_deferred_bytes,
-        );
         let filters = FilterBook::default();
         let memory = Arc::new(MemoryBudget::new(config.limits.max_buffered_bytes));
         let history = crate::history::RouterHistory::new(&config);
         let placement = Default::default();
         let fed = crate::link::Federation::new(&config.name, &config.federation);
+        let limits = NodeLimits {
+            federation: crate::link::routing_limits(&config.federation),
+            filters: filters.limits.clone(),
+            max_deferred_events: config.limits.max_deferred_events,
+            max_deferred_bytes: config.limits.max_deferred_bytes,
+            ..NodeLimits::default()
+        };
+        let node = Node::new(fed.me(), &config.name, limits, crate::timing::now_ns());
         State {
             fed,
             members: Default::default(),
             config,
-            routes: Routes::new(filters.limits.clone()),
+            node,
             channels: ChannelTable::default(),
             endpoints,
             connections: HashMap::new(),
             tags: hashbrown::HashMap::new(),
             untracked_publishes: 0,
-            expired: 0,
             filters,
             sources: hashbrown::HashMap::new(),
             filtered_at_source: 0,
-            deferred,
             deferred_wake: Arc::default(),
             auth,
             usage: HashMap::new(),
@@ -438,7 +438,7 @@ impl State {
     /// Sends `reply` on `outbox` now if the routes have settled, or once
     /// the [`housekeeping`] task has settled them.
     pub fn reply_when_settled(&mut self, outbox: Arc<Outbox>, reply: Frame) {
-        if self.routes.is_settled() && self.replies_when_settled.is_empty() {
+        if self.node.routes().is_settled() && self.replies_when_settled.is_empty() {
             outbox.send(&reply, usize::MAX);
         } else {
             self.replies_when_settled.push((outbox, reply));
@@ -450,7 +450,7 @@ impl State {
     /// once (sorting their ids is all it costs), and leaves their removal to
     /// housekeeping. Their ids can be used again straight away.
     pub fn retire_endpoint(&mut self, channels: Vec<u64>) {
-        self.routes.retire_channels(channels);
+        self.node.routes_mut().retire_channels(channels);
         self.housekeeping.notify_one();
     }
 
@@ -459,7 +459,7 @@ impl State {
     /// once nothing is left sends the replies that waited for it. Returns
     /// true when nothing is left.
     pub fn settle_slice(&mut self, removed: &mut Vec<(u64, Arc<Channel>)>) -> bool {
-        let done = self.routes.settle(SETTLE_SLICE, removed);
+        let done = self.node.routes_mut().settle(SETTLE_SLICE, removed);
         for (global, old) in removed.drain(..) {
             if self.channels.holds(global, &old) {
                 self.channels.remove(&global);
@@ -467,7 +467,7 @@ impl State {
             } else {
                 // Its id was used again by a new subscription: forget only
                 // the old channel's filters.
-                let keep = self.routes.filter_ids(global);
+                let keep = self.node.routes().filter_ids(global);
                 self.filters.forget_channel_except(global, &keep);
             }
         }

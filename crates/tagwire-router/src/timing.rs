@@ -3,7 +3,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-pub(crate) use tagwire_core::defer::{deadline, NEVER};
+pub(crate) use tagwire_core::defer::NEVER;
 
 /// Wall-clock time, ns since the Unix epoch (0 before it).
 pub(crate) fn now_ns() -> u64 {

@@ -342,20 +342,89 @@ impl<C: Clone> Node<C> {
 
     // ----- events -----
 
-    /// An event published by a local client: expired, to be held until its
-    /// start time, or routed now (`now` is read only when the event has a
-    /// time to check).
+    /// Checks an event published by a local client: expired (counted), to
+    /// be held until its start time, or to route now. `now` is read only
+    /// when the event has a time to check.
+    pub fn admit(&mut self, ev: &EventRef<'_>, now: impl FnOnce() -> u64) -> Admit {
+        let admit = admit_with(ev, now);
+        if admit == Admit::Expired {
+            self.counters.expired += 1;
+        }
+        admit
+    }
+
+    /// Checks an event that arrived in a `Forward` (published at `origin`,
+    /// `hops` links ago): its deadline if it is to be routed, `None` if it
+    /// is dropped at the hop limit or expired (counted). Its start time is
+    /// the publisher's daemon's business: it was held there.
+    pub fn admit_forward(
+        &mut self,
+        origin: NodeId,
+        hops: u8,
+        ev: &EventRef<'_>,
+        now: impl FnOnce() -> u64,
+    ) -> Option<u64> {
+        if hops >= MAX_HOPS {
+            self.counters.hop_limited += 1;
+            return None;
+        }
+        self.pulls.note_origin(ev.tag, origin);
+        self.admit_due(ev, now)
+    }
+
+    /// Checks an event whose start time came (or that arrived from a
+    /// link): its deadline, or `None` if it expired meanwhile (counted).
+    pub fn admit_due(&mut self, ev: &EventRef<'_>, now: impl FnOnce() -> u64) -> Option<u64> {
+        let deadline = crate::defer::deadline(ev);
+        if deadline != crate::defer::NEVER && deadline <= now() {
+            self.counters.expired += 1;
+            return None;
+        }
+        Some(deadline)
+    }
+
+    /// Routes an admitted event: every local channel, then every neighbour
+    /// on `origin`'s tree that wants it but `from` (the neighbour it came
+    /// from, which also marks it as arrived over a link: one that nobody
+    /// here or beyond wanted is counted). Returns the links it went on.
+    pub fn route(
+        &mut self,
+        ev: &EventRef<'_>,
+        origin: NodeId,
+        hops: u8,
+        from: Option<NodeId>,
+        sink: &mut impl Sink<C>,
+    ) -> usize {
+        let mut local = 0usize;
+        self.routes.route(ev, |ch, overrides| {
+            local += 1;
+            sink.channel(ch, overrides)
+        });
+        let mut n = 0;
+        if !self.links.is_empty() {
+            for to in self.topo.next_hops(origin, ev) {
+                if Some(to) != from && self.links.contains(&to) {
+                    sink.link(to, origin, hops);
+                    n += 1;
+                }
+            }
+        }
+        if from.is_some() && n == 0 && local == 0 {
+            self.counters.unwanted += 1;
+        }
+        n
+    }
+
+    /// [`admit`](Self::admit) then, if it is to go now,
+    /// [`route`](Self::route): the whole decision for a local publish.
     pub fn publish(
         &mut self,
         ev: &EventRef<'_>,
         now: impl FnOnce() -> u64,
         sink: &mut impl Sink<C>,
     ) -> Verdict {
-        match admit_with(ev, now) {
-            Admit::Expired => {
-                self.counters.expired += 1;
-                Verdict::Expired
-            }
+        match self.admit(ev, now) {
+            Admit::Expired => Verdict::Expired,
             Admit::Hold { until, deadline } => Verdict::Hold { until, deadline },
             Admit::Now { deadline } => {
                 let links = self.route(ev, self.me(), 0, None, sink);
@@ -364,9 +433,8 @@ impl<C: Clone> Node<C> {
         }
     }
 
-    /// An event that arrived from neighbour `from` in a `Forward` (published
-    /// at `origin`, `hops` links ago). Its start time is the publisher's
-    /// daemon's business: it was held there.
+    /// [`admit_forward`](Self::admit_forward) then [`route`](Self::route):
+    /// the whole decision for an event from neighbour `from`.
     pub fn on_forward(
         &mut self,
         from: NodeId,
@@ -376,47 +444,15 @@ impl<C: Clone> Node<C> {
         now: impl FnOnce() -> u64,
         sink: &mut impl Sink<C>,
     ) -> Verdict {
-        if hops >= MAX_HOPS {
-            self.counters.hop_limited += 1;
-            return Verdict::HopLimited;
-        }
-        self.pulls.note_origin(ev.tag, origin);
-        let deadline = crate::defer::deadline(ev);
-        if deadline != crate::defer::NEVER && deadline <= now() {
-            self.counters.expired += 1;
-            return Verdict::Expired;
-        }
-        let wanted_here = self.topo.wanted_locally(ev);
-        let links = self.route(ev, origin, hops.saturating_add(1), Some(from), sink);
-        if links == 0 && !wanted_here {
-            self.counters.unwanted += 1;
-        }
-        Verdict::Routed { deadline, links }
-    }
-
-    /// Routes an accepted event: every local channel, then every neighbour
-    /// on `origin`'s tree that wants it but `from`. Returns the links.
-    pub fn route(
-        &mut self,
-        ev: &EventRef<'_>,
-        origin: NodeId,
-        hops: u8,
-        from: Option<NodeId>,
-        sink: &mut impl Sink<C>,
-    ) -> usize {
-        self.routes
-            .route(ev, |ch, overrides| sink.channel(ch, overrides));
-        if self.links.is_empty() {
-            return 0;
-        }
-        let mut n = 0;
-        for to in self.topo.next_hops(origin, ev) {
-            if Some(to) != from && self.links.contains(&to) {
-                sink.link(to, origin, hops);
-                n += 1;
+        let expired = self.counters.expired;
+        match self.admit_forward(origin, hops, ev, now) {
+            None if self.counters.expired > expired => Verdict::Expired,
+            None => Verdict::HopLimited,
+            Some(deadline) => {
+                let links = self.route(ev, origin, hops.saturating_add(1), Some(from), sink);
+                Verdict::Routed { deadline, links }
             }
         }
-        n
     }
 
     /// Holds `event` (already admitted with [`Verdict::Hold`]) until `until`.
@@ -450,16 +486,16 @@ impl<C: Clone> Node<C> {
         due
     }
 
-    /// Routes a held event whose start time came: expired meanwhile, or
-    /// routed as if published now.
+    /// [`admit_due`](Self::admit_due) then [`route`](Self::route): a held
+    /// event whose start time came, routed as if published now.
     pub fn release(&mut self, ev: &EventRef<'_>, now: u64, sink: &mut impl Sink<C>) -> Verdict {
-        let deadline = crate::defer::deadline(ev);
-        if deadline != crate::defer::NEVER && deadline <= now {
-            self.counters.expired += 1;
-            return Verdict::Expired;
+        match self.admit_due(ev, || now) {
+            None => Verdict::Expired,
+            Some(deadline) => {
+                let links = self.route(ev, self.me(), 0, None, sink);
+                Verdict::Routed { deadline, links }
+            }
         }
-        let links = self.route(ev, self.me(), 0, None, sink);
-        Verdict::Routed { deadline, links }
     }
 
     /// Counts an event the caller found expired on its own path (after a

@@ -1,0 +1,116 @@
+//! Carries out what core's node engine decided ([`tagwire_core::node`]):
+//! link frames onto the links' outboxes, pulls answered from this daemon's
+//! history, pull outcomes to the clients that asked, refused adverts to the
+//! log and the peer; and, when time passes, the held events whose start
+//! time came and the pulls that waited too long.
+//!
+//! Each call drains the node's outputs once; the work is bounded by what
+//! the call that produced them queued (an advert flood: one frame per link).
+
+use bytes::BytesMut;
+use tagwire_core::node::Output;
+use tagwire_proto::{ErrorCode, EventRef, Frame, PullOutcome};
+
+use crate::channel::Outgoing;
+use crate::state::State;
+
+/// Carries out every decision the node has queued.
+pub(crate) fn execute(st: &mut State) {
+    let max = st.config.limits.max_control_bytes;
+    while let Some(out) = st.node.poll_output() {
+        match out {
+            Output::Link { to, frame } => {
+                let sent = st
+                    .fed
+                    .links
+                    .get(&to)
+                    .is_some_and(|l| l.outbox.send_link(&frame, max));
+                if !sent {
+                    st.node.unsent(to, &frame);
+                }
+            }
+            Output::AnswerHere {
+                asker,
+                pull,
+                max_reply,
+            } => {
+                let outcome = match crate::history::answer(st, &pull, max_reply) {
+                    Ok(reply) => PullOutcome::Reply(reply),
+                    Err((code, message)) => PullOutcome::Refused { code, message },
+                };
+                st.node.answer(asker, outcome);
+            }
+            Output::PullDone {
+                conn,
+                req,
+                max_reply,
+                outcome,
+            } => reply_to_client(st, conn, req, max_reply, outcome),
+            Output::AdvertRefused { from, error } => {
+                let Some(l) = st.fed.links.get(&from) else {
+                    continue;
+                };
+                tracing::warn!(peer = %l.addr, "{error}");
+                // The advert is refused; the link stays.
+                let _ = l.outbox.send(
+                    &Frame::Error {
+                        req: 0,
+                        code: ErrorCode::LimitReached,
+                        message: error.to_string(),
+                    },
+                    max,
+                );
+            }
+        }
+    }
+}
+
+/// Time passed: the node answers the pulls that waited too long, and the
+/// held events whose start time came are routed now (so subscriptions made
+/// meanwhile get them too). Returns when the node is next due.
+pub(crate) fn handle_timeout(st: &mut State, now: u64) -> Option<u64> {
+    for event in st.node.handle_timeout(now) {
+        // Parsed and checked when it was published.
+        let Ok(ev) = EventRef::parse(&event) else {
+            continue;
+        };
+        if let Some(deadline) = st.node.admit_due(&ev, || now) {
+            // A `reject` queue's refusal has nobody to tell by now; the
+            // queue counts it.
+            let mut out = Outgoing::owned(event.clone());
+            let _ = crate::dispatch::deliver(st, &mut out, &ev, deadline, None);
+        }
+    }
+    execute(st);
+    st.node.poll_timeout()
+}
+
+/// Gives a pull's `outcome` to client connection `conn`'s request `req`: a
+/// `PullReply` or an `Error`. A reply over the client's frame limit (a peer
+/// that ignored `max_reply`) becomes a `LimitReached` error.
+fn reply_to_client(st: &State, conn: u64, req: u32, max_reply: u32, outcome: PullOutcome) {
+    let Some(c) = st.connections.get(&conn) else {
+        return;
+    };
+    let refusal = |code, message| Frame::Error { req, code, message };
+    let frame = match outcome {
+        PullOutcome::Reply(mut r) => {
+            r.req = req;
+            Frame::PullReply(r)
+        }
+        PullOutcome::Refused { code, message } => refusal(code, message),
+    };
+    let mut buf = BytesMut::new();
+    let fits = frame.encode(&mut buf).is_ok() && buf.len() <= max_reply as usize;
+    if !fits {
+        buf.clear();
+        let _ = refusal(
+            ErrorCode::LimitReached,
+            format!("the pull's answer is over this connection's frame limit of {max_reply} bytes"),
+        )
+        .encode(&mut buf);
+    }
+    let _ = c
+        .outbox
+        .send_encoded(&buf, st.config.limits.max_control_bytes);
+}

@@ -1,13 +1,14 @@
 //! Pair tests: a client engine and a server engine wired in memory, with
-//! simulated time. The server side is a small application that does what
-//! the router does with each input (accept, route by pattern, hold by start
-//! time, drop expired events), using the same core functions the router
-//! uses. Nothing here sleeps or reads a clock.
+//! simulated time. The server side drives core's node engine, as the router
+//! does: the node decides what is expired, held until its start time, and
+//! which subscriptions get an event; the harness writes the deliveries.
+//! Nothing here sleeps or reads a clock.
 
 use bytes::{Bytes, BytesMut};
 use tagwire_core::connection::{ClientHello, Config, Connection, Input, Reply};
-use tagwire_core::defer::{admit, Admit, Deferred};
+use tagwire_core::filter::Overrides;
 use tagwire_core::history::{HistoryLimits, HistoryTable};
+use tagwire_core::node::{Node, NodeLimits, Sink, Verdict};
 use tagwire_core::tags::Pattern;
 use tagwire_proto::{
     deliver_prefix, EndpointKind, ErrorCode, Event, Expiry, Frame, PullQuery, PullReply,
@@ -19,17 +20,53 @@ const SEC: u64 = 1_000_000_000;
 /// Wall-clock origin of the simulation (an arbitrary date, ns since epoch).
 const T0: u64 = 1_700_000_000 * SEC;
 
-/// The server's application: what the router decides, in miniature.
-#[derive(Default)]
+/// The server's application: a node engine and what the router keeps
+/// beside it.
 struct App {
-    subs: Vec<(u32, Pattern)>,
-    held: Option<Deferred<Bytes>>,
-    expired: u64,
+    /// The daemon's decisions; a channel's value is its subscription id.
+    node: Node<u32>,
     too_large: u64,
     refused_tokens: Vec<String>,
     admin_requests: Vec<String>,
     /// Pull buffers: tags under `/hist` keep 4 events.
     history: Option<HistoryTable>,
+}
+
+impl Default for App {
+    fn default() -> Self {
+        let limits = NodeLimits {
+            max_deferred_events: 16,
+            max_deferred_bytes: 1 << 20,
+            ..NodeLimits::default()
+        };
+        App {
+            node: Node::new(1, "router", limits, 0),
+            too_large: 0,
+            refused_tokens: Vec::new(),
+            admin_requests: Vec::new(),
+            history: None,
+        }
+    }
+}
+
+impl App {
+    /// Forgets every subscription (a new connection).
+    fn clear_subs(&mut self) {
+        self.node.routes_mut().remove_session(1);
+    }
+}
+
+/// The subscriptions the node routes an event to.
+#[derive(Default)]
+struct Subs(Vec<u32>);
+
+impl Sink<u32> for Subs {
+    fn channel(&mut self, sub: &u32, _overrides: Overrides) {
+        self.0.push(*sub);
+    }
+    fn link(&mut self, to: u64, _origin: u64, _hops: u8) {
+        panic!("a daemon without links routed an event to link {to}");
+    }
 }
 
 struct Pair {
@@ -125,13 +162,18 @@ impl Pair {
                     s.accept_hello("router");
                 }
             }
-            Input::Declare { .. } | Input::Undeclare { .. } | Input::Unsubscribe { .. } => {
+            Input::Declare { .. } | Input::Undeclare { .. } => s.accept(),
+            Input::Unsubscribe { sub, .. } => {
+                self.app.node.routes_mut().remove_channel(u64::from(sub));
                 s.accept()
             }
             Input::Subscribe { sub, pattern, .. } => match Pattern::parse(&pattern) {
                 Ok(p) => {
-                    self.app.subs.push((sub, p));
-                    s.accept();
+                    let routes = self.app.node.routes_mut();
+                    match routes.add_channel(u64::from(sub), 1, p, sub, Vec::new(), None) {
+                        Ok(()) => s.accept(),
+                        Err(e) => s.refuse(ErrorCode::DuplicateSubscription, e.to_string()),
+                    }
                 }
                 Err(e) => s.refuse(ErrorCode::InvalidPattern, e.to_string()),
             },
@@ -140,18 +182,16 @@ impl Pair {
                     Ok(ev) => ev,
                     Err((code, message)) => return s.refuse(code, message),
                 };
-                match admit(&ev, self.now) {
-                    Admit::Expired => self.app.expired += 1,
-                    Admit::Hold { until, .. } => {
-                        let held = self
-                            .app
-                            .held
-                            .get_or_insert_with(|| Deferred::new(16, 1 << 20));
-                        if let Err(e) = held.push(until, p.bytes.clone(), p.bytes.len()) {
+                let now = self.now;
+                let mut subs = Subs::default();
+                match self.app.node.publish(&ev, || now, &mut subs) {
+                    Verdict::Expired | Verdict::HopLimited => {}
+                    Verdict::Hold { until, .. } => {
+                        if let Err(e) = self.app.node.hold(until, p.bytes.clone()) {
                             s.refuse(ErrorCode::LimitReached, e.to_string());
                         }
                     }
-                    Admit::Now { .. } => {
+                    Verdict::Routed { .. } => {
                         if ev.tag.starts_with("/hist") {
                             let h = self
                                 .app
@@ -161,8 +201,7 @@ impl Pair {
                             let cost = p.bytes.len();
                             h.record(ev.tag, ev.publisher, seq, time, p.bytes.clone(), 4, cost);
                         }
-                        let tag = ev.tag.to_owned();
-                        self.deliver(&tag, &p.bytes.clone());
+                        self.deliver(&subs.0, &p.bytes.clone());
                     }
                 }
             }
@@ -192,16 +231,13 @@ impl Pair {
         }
     }
 
-    /// Writes a `Deliver` per matching subscription, as the router's writer
-    /// does, unless the event is longer than the client accepts.
-    fn deliver(&mut self, tag: &str, event: &Bytes) {
+    /// Writes a `Deliver` per subscription the node chose, as the router's
+    /// writer does, unless the event is longer than the client accepts.
+    fn deliver(&mut self, subs: &[u32], event: &Bytes) {
         while let Some(b) = self.server.poll_transmit() {
             self.s2c.extend_from_slice(&b);
         }
-        for (sub, p) in &self.app.subs {
-            if !p.matches(tag) {
-                continue;
-            }
+        for sub in subs {
             if event.len() > self.server.max_delivered_event() {
                 self.app.too_large += 1;
                 continue;
@@ -213,19 +249,13 @@ impl Pair {
     }
 
     fn release_held(&mut self) {
-        let Some(held) = self.app.held.as_mut() else {
-            return;
-        };
-        let mut due = Vec::new();
-        while let Some(b) = held.pop_due(self.now) {
-            due.push(b);
-        }
-        for b in due {
-            let tag = tagwire_proto::EventRef::parse(&b)
-                .expect("held events were parsed on arrival")
-                .tag
-                .to_owned();
-            self.deliver(&tag, &b);
+        for b in self.app.node.handle_timeout(self.now) {
+            let ev =
+                tagwire_proto::EventRef::parse(&b).expect("held events were parsed on arrival");
+            let mut subs = Subs::default();
+            if let Verdict::Routed { .. } = self.app.node.release(&ev, self.now, &mut subs) {
+                self.deliver(&subs.0, &b);
+            }
         }
     }
 
@@ -431,7 +461,7 @@ fn an_expired_event_is_dropped_and_a_future_one_waits_for_its_start_time() {
     old.header.source_time_ns = p.now - 2 * SEC;
     old.header.expiry = Expiry::AfterNs(SEC);
     p.publish(publisher, &old);
-    assert_eq!(p.app.expired, 1);
+    assert_eq!(p.app.node.counters().expired, 1);
     let mut later = event("/a", b"later");
     later.header.start_time_ns = Some(p.now + 3 * SEC);
     p.publish(publisher, &later);
@@ -509,7 +539,7 @@ fn a_reconnect_declares_and_subscribes_again_then_delivery_resumes() {
     p.client.transport_lost("reset by peer");
     p.c2s.clear();
     p.s2c.clear();
-    p.app.subs.clear();
+    p.app.clear_subs();
     p.server = Connection::server(Config::default(), p.now);
     p.client.reconnect(p.now);
     p.run();
@@ -534,7 +564,7 @@ fn a_reconnect_presents_the_token_set_since() {
         p.client.transport_lost("reset by peer");
         p.c2s.clear();
         p.s2c.clear();
-        p.app.subs.clear();
+        p.app.clear_subs();
         p.server = Connection::server(Config::default(), p.now);
         p.client.set_token(token.into());
         p.client.reconnect(p.now);
@@ -576,14 +606,14 @@ fn deliveries_longer_than_the_clients_frame_limit_are_not_sent() {
         },
         Config::default(),
     );
-    let (publisher, _) = q.ready("/**");
+    let (publisher, sub) = q.ready("/**");
     // Deliver an event that was accepted elsewhere (another client's
     // larger limit) straight through the server's data path.
     let mut e = event("/a", Box::leak(vec![2u8; 8000].into_boxed_slice()));
     e.header.seq = 1;
     let mut bytes = BytesMut::new();
     e.encode(&mut bytes).expect("encodable");
-    q.deliver("/a", &bytes.freeze());
+    q.deliver(&[sub], &bytes.freeze());
     q.run();
     assert!(q.deliveries().is_empty());
     assert_eq!(q.app.too_large, 1);

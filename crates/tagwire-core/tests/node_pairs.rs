@@ -688,3 +688,33 @@ fn events_past_the_hop_limit_are_dropped_and_counted() {
     assert!(sink.channels.is_empty());
     assert_eq!(net.node(2).counters().hop_limited, 1);
 }
+
+#[test]
+fn a_scale_changed_at_run_time_changes_what_crosses_the_links() {
+    let mut net = Net::line(3);
+    net.subscribe_with(3, "v", "/v", "", 1, ProxyAt::Publisher);
+    for seq in 1..=4 {
+        net.publish(1, &event("/v", seq));
+    }
+    assert_eq!(
+        net.forwarded.get(&(1, 2)),
+        Some(&4),
+        "unscaled: every event"
+    );
+    // The subscriber's QoS changes to 1 in 4, its proxy at the publisher:
+    // the daemon re-advertises and the publisher's daemon scales.
+    let mut interest = net.interest[&3].clone();
+    interest[0].scale = 4;
+    net.interest.insert(3, interest.clone());
+    net.node(3).set_interest(interest);
+    net.run();
+    for seq in 5..=12 {
+        net.publish(1, &event("/v", seq));
+    }
+    assert_eq!(
+        net.forwarded.get(&(1, 2)),
+        Some(&(4 + 2)),
+        "then 8 and 12 only"
+    );
+    assert_eq!(net.forwarded.get(&(2, 3)), Some(&(4 + 2)));
+}

@@ -1,0 +1,162 @@
+//! An encoded event on its way to channels ([`Outgoing`]), what a channel
+//! needs to know of it ([`EventMeta`]), the item a channel queues
+//! ([`Queued`]), and what queuing one is counted at (see the module doc of
+//! [`crate::channel`], "What a queued event keeps alive").
+
+use bytes::Bytes;
+use tagwire_core::queue::QueueItem;
+use tagwire_proto::DELIVER_PREFIX_LEN;
+
+/// Size of an established connection's read buffer; frames that fit are
+/// read into one shared buffer of this size.
+pub(crate) const READ_CHUNK: usize = 64 * 1024;
+/// Events read into a shared chunk and smaller than this are copied (once)
+/// before they are queued, so that they do not keep the chunk alive.
+pub(crate) const COPY_BELOW: usize = READ_CHUNK / 2;
+/// Bytes counted per queued event besides its own: the queue slot and the
+/// allocator's and `Bytes`' headers of its buffer.
+pub(crate) const QUEUED_OVERHEAD: usize = 128;
+
+/// An encoded event on its way to channels, and what queuing it keeps alive.
+#[derive(Debug)]
+pub(crate) struct Outgoing {
+    bytes: Bytes,
+    /// The read epoch of the shared chunk `bytes` is a slice of, or `None`
+    /// for a buffer of its own.
+    chunk: Option<u64>,
+    /// A shared-memory reference for the one channel that gets it: its
+    /// payload pinned while queued; written as the reference or a copy
+    /// (`docs/shm.md`, "Pins").
+    pub(super) pin: Option<crate::shm::ShmQueued>,
+}
+
+impl Outgoing {
+    /// An event that is a slice of the shared [`READ_CHUNK`] buffer of read
+    /// `epoch`.
+    pub(crate) fn in_chunk(bytes: Bytes, epoch: u64) -> Self {
+        Outgoing {
+            bytes,
+            chunk: Some(epoch),
+            pin: None,
+        }
+    }
+
+    /// An event in a buffer of its own (a copy, or a frame read into a buffer
+    /// of its own size).
+    pub(crate) fn owned(bytes: Bytes) -> Self {
+        Outgoing {
+            bytes,
+            chunk: None,
+            pin: None,
+        }
+    }
+
+    /// A shared-memory reference for one channel, with what keeps its
+    /// payload until it is written.
+    pub(crate) fn pinned(bytes: Bytes, pin: crate::shm::ShmQueued) -> Self {
+        Outgoing {
+            bytes,
+            chunk: None,
+            pin: Some(pin),
+        }
+    }
+
+    /// The encoded event.
+    pub(crate) fn bytes(&self) -> &Bytes {
+        &self.bytes
+    }
+
+    /// The bytes to keep in a pull buffer and what they count for: a small
+    /// slice is copied out of its chunk once (the copy then serves every
+    /// channel too), so history never pins a read chunk for a small event;
+    /// a large slice counts the chunk it keeps alive.
+    pub(crate) fn for_history(&mut self) -> (Bytes, usize) {
+        let (bytes, counted) = self.for_queue(false);
+        (bytes.clone(), counted - QUEUED_OVERHEAD)
+    }
+
+    /// The read epoch of a small event that could be queued as a slice.
+    pub(super) fn small_slice_epoch(&self) -> Option<u64> {
+        self.chunk.filter(|_| self.bytes.len() < COPY_BELOW)
+    }
+
+    /// The bytes to queue and what they count for. A small slice is copied
+    /// out of its chunk unless `slice_ok` (the channel holds budget for the
+    /// chunk); the copy replaces the slice, so later channels share it.
+    pub(super) fn for_queue(&mut self, slice_ok: bool) -> (&Bytes, usize) {
+        if self.small_slice_epoch().is_some() && !slice_ok {
+            self.bytes = Bytes::copy_from_slice(&self.bytes);
+            self.chunk = None;
+        }
+        let pinned = if self.chunk.is_some() && self.bytes.len() >= COPY_BELOW {
+            READ_CHUNK.max(self.bytes.len())
+        } else {
+            // A copy, a buffer of its own, or a small slice whose chunk the
+            // channel holds budget for.
+            self.bytes.len() + DELIVER_PREFIX_LEN
+        };
+        (&self.bytes, pinned + QUEUED_OVERHEAD)
+    }
+}
+
+/// An event waiting in a channel's queue.
+#[derive(Debug)]
+pub(crate) struct Queued {
+    /// The encoded event, shared with every other channel that got it.
+    pub event: Bytes,
+    /// When it expires (ns since the Unix epoch), or [`NEVER`](crate::timing::NEVER): an event
+    /// whose deadline passes while it waits is dropped, not delivered.
+    pub deadline: u64,
+    /// Its priority on this channel (the event's under `client_propagated`,
+    /// the channel's under `server_declared`), for `order`/`discard=priority`.
+    pub priority: u8,
+    /// On a link: the daemon it was published at, and the links it has
+    /// crossed (written into its `Forward` frame).
+    pub origin: u64,
+    /// On a link: links crossed before this one.
+    pub hops: u8,
+    /// A shared-memory reference's pin, until it is written.
+    pub pin: Option<crate::shm::ShmQueued>,
+}
+
+impl QueueItem for Queued {
+    fn priority(&self) -> u8 {
+        self.priority
+    }
+    fn deadline(&self) -> u64 {
+        self.deadline
+    }
+}
+
+/// What a channel needs to know of an event to queue it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct EventMeta {
+    /// Its own deadline ([`NEVER`](crate::timing::NEVER): none).
+    pub deadline: u64,
+    /// Its source timestamp (0: none).
+    pub source_time: u64,
+    /// Its priority.
+    pub priority: u8,
+    /// The daemon it was published at (0: this one, on a client channel).
+    pub origin: u64,
+    /// Links it has crossed so far.
+    pub hops: u8,
+    /// Its per-publisher sequence number (for temporal scaling).
+    pub seq: u64,
+    /// Its publisher's key (see [`tagwire_core::proxy::publisher_key`]).
+    pub publisher: u64,
+}
+
+impl EventMeta {
+    pub(crate) fn of(ev: &tagwire_proto::EventRef<'_>) -> Self {
+        EventMeta {
+            deadline: tagwire_core::defer::deadline(ev),
+            source_time: ev.source_time_ns,
+            priority: ev.priority,
+            origin: 0,
+            hops: 0,
+            seq: ev.seq,
+            publisher: tagwire_core::proxy::publisher_key(ev.publisher),
+        }
+    }
+}

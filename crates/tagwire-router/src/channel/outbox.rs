@@ -1,0 +1,364 @@
+//! A connection's outgoing side: its control frames, the channels with
+//! queued events (ready lists per priority class), and the writer that
+//! drains them round-robin into vectored writes, passing shared-memory fds
+//! along where the socket can carry them.
+
+use std::collections::VecDeque;
+use std::io::IoSlice;
+use std::sync::Weak;
+
+use bytes::{Bytes, BytesMut};
+use tagwire_proto::{
+    deliver_prefix, forward_prefix, Frame, LinkFrame, DELIVER_PREFIX_LEN, FORWARD_PREFIX_LEN,
+};
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio::sync::Notify;
+
+use super::event::Queued;
+use super::{Channel, Destination};
+use crate::sync::{Flag, Locked};
+use crate::timing::{now_ns, NEVER};
+
+/// Priority classes of the writer's ready lists (low, normal, high,
+/// critical: priorities 0–63, 64–127, 128–191, 192–255).
+pub(crate) const CLASSES: usize = 4;
+
+/// Most events gathered into one vectored write (two iovecs each).
+pub const BATCH_EVENTS: usize = 256;
+/// Most bytes gathered into one vectored write.
+pub const BATCH_BYTES: usize = 1024 * 1024;
+/// Most fds passed with one write (each a shared-memory region).
+const MAX_FDS_PER_WRITE: usize = 16;
+
+/// The bytes written before an event: a `Deliver` or `Forward` prefix.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Prefix {
+    bytes: [u8; FORWARD_PREFIX_LEN],
+    len: u8,
+}
+
+impl Prefix {
+    fn of(ch: &Channel, q: &Queued) -> Self {
+        let mut bytes = [0u8; FORWARD_PREFIX_LEN];
+        let len = match ch.destination {
+            Destination::Subscriber => {
+                bytes[..DELIVER_PREFIX_LEN].copy_from_slice(&deliver_prefix(ch.sub, q.event.len()));
+                DELIVER_PREFIX_LEN
+            }
+            Destination::Link => {
+                bytes = forward_prefix(q.origin, q.hops, q.event.len());
+                FORWARD_PREFIX_LEN
+            }
+        };
+        Prefix {
+            bytes,
+            len: len as u8,
+        }
+    }
+
+    pub(super) fn as_slice(&self) -> &[u8] {
+        &self.bytes[..self.len as usize]
+    }
+}
+/// A connection's outgoing side: control frames plus channels with events.
+#[derive(Debug, Default)]
+pub(crate) struct Outbox {
+    /// Channels with queued events, held weakly: a channel dropped from the
+    /// router's tables is skipped here (see the module doc).
+    pub(super) ready: Locked<[VecDeque<Weak<Channel>>; CLASSES]>,
+    control: Locked<BytesMut>,
+    pub(super) notify: Notify,
+    /// Set when the connection is closing: the writer flushes and stops.
+    closing: Flag,
+    /// Woken to end the connection from outside its task (a peer daemon
+    /// declared down by membership).
+    kill: Notify,
+    /// The Unix socket (a dup) for passing fds with SCM_RIGHTS; `None` on
+    /// TCP and TLS (see [`crate::shm`]).
+    fd_socket: Locked<Option<std::os::fd::OwnedFd>>,
+    /// Fds to pass with the next write of the control frames (each named
+    /// by a `ShmRegion` frame queued with it).
+    fds: Locked<Vec<std::os::fd::OwnedFd>>,
+}
+
+impl Outbox {
+    /// Queues a control frame. Returns false if control bytes exceed `max`
+    /// (a client that sends requests but never reads): the caller closes.
+    pub(crate) fn send(&self, frame: &Frame, max: usize) -> bool {
+        let mut c = self.control.borrow_mut();
+        if c.len() > max {
+            return false;
+        }
+        if let Err(e) = frame.encode(&mut c) {
+            tracing::error!(
+                "cannot encode a {} frame: {e}",
+                tagwire_proto::frame_name(frame.kind())
+            );
+        }
+        drop(c);
+        self.notify.notify_one();
+        true
+    }
+
+    /// Queues a link frame (see [`LinkFrame`]), like [`send`](Self::send).
+    pub(crate) fn send_link(&self, frame: &LinkFrame, max: usize) -> bool {
+        let mut c = self.control.borrow_mut();
+        if c.len() > max {
+            return false;
+        }
+        if let Err(e) = frame.encode(&mut c) {
+            tracing::error!("cannot encode a link frame: {e}");
+        }
+        drop(c);
+        self.notify.notify_one();
+        true
+    }
+
+    /// Queues encoded control frames (from the protocol engine). Returns
+    /// false if control bytes exceed `max`: the caller closes.
+    pub(crate) fn send_encoded(&self, frames: &[u8], max: usize) -> bool {
+        let mut c = self.control.borrow_mut();
+        if c.len() > max {
+            return false;
+        }
+        c.extend_from_slice(frames);
+        drop(c);
+        self.notify.notify_one();
+        true
+    }
+
+    /// Makes this outbox pass fds over `socket` (a Unix socket).
+    pub(crate) fn set_fd_socket(&self, socket: std::os::fd::OwnedFd) {
+        *self.fd_socket.borrow() = Some(socket);
+    }
+
+    /// Whether fds can be passed on this connection.
+    pub(crate) fn passes_fds(&self) -> bool {
+        self.fd_socket.borrow().is_some()
+    }
+
+    /// The peer's pid as this daemon's PID namespace sees it (`SO_PEERCRED`
+    /// on the fd-passing socket), if it has one.
+    pub(crate) fn peer_pid(&self) -> Option<u32> {
+        let sock = self.fd_socket.borrow();
+        let cred = rustix::net::sockopt::socket_peercred(sock.as_ref()?).ok()?;
+        Some(cred.pid.as_raw_nonzero().get() as u32)
+    }
+
+    /// Queues a control frame with an fd that travels with it (SCM_RIGHTS
+    /// on the first byte of the write that carries it). False: no room
+    /// (as [`send`](Self::send)) or no Unix socket.
+    pub(crate) fn send_with_fd(&self, frame: &Frame, fd: std::os::fd::OwnedFd, max: usize) -> bool {
+        if !self.passes_fds() {
+            return false;
+        }
+        let mut c = self.control.borrow_mut();
+        if c.len() > max || self.fds.borrow().len() >= MAX_FDS_PER_WRITE {
+            return false;
+        }
+        if frame.encode(&mut c).is_err() {
+            return false;
+        }
+        self.fds.borrow().push(fd);
+        drop(c);
+        self.notify.notify_one();
+        true
+    }
+
+    /// Writes the start of `control` with the pending fds attached;
+    /// returns the bytes written. Waits (bounded) while the socket is full.
+    async fn write_fds(
+        &self,
+        control: &[u8],
+        fds: Vec<std::os::fd::OwnedFd>,
+    ) -> std::io::Result<usize> {
+        use rustix::net::{sendmsg, SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
+        use std::os::fd::AsFd;
+        let sock = match self.fd_socket.borrow().as_ref() {
+            Some(s) => s.try_clone()?,
+            None => return Ok(0),
+        };
+        let borrowed: Vec<std::os::fd::BorrowedFd<'_>> = fds.iter().map(|f| f.as_fd()).collect();
+        let mut space = vec![
+            std::mem::MaybeUninit::<u8>::uninit();
+            rustix::cmsg_space!(ScmRights(MAX_FDS_PER_WRITE))
+        ];
+        // A full socket: retry for up to ~1 s, then give up on the fds (the
+        // client sees `ShmRegion` without one and falls back to copies).
+        for _ in 0..1000 {
+            let mut anc = SendAncillaryBuffer::new(&mut space);
+            if !anc.push(SendAncillaryMessage::ScmRights(&borrowed)) {
+                return Ok(0);
+            }
+            match sendmsg(
+                &sock,
+                &[IoSlice::new(control)],
+                &mut anc,
+                SendFlags::DONTWAIT | SendFlags::NOSIGNAL,
+            ) {
+                Ok(n) => return Ok(n),
+                Err(rustix::io::Errno::AGAIN) | Err(rustix::io::Errno::INTR) => {
+                    tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        tracing::warn!(
+            "could not pass shared-memory fds within 1 s (socket full); the client copies instead"
+        );
+        Ok(0)
+    }
+
+    /// Ends the connection from outside: its task stops reading, cleans up
+    /// and closes (see [`killed`](Self::killed)).
+    pub(crate) fn kill(&self) {
+        self.kill.notify_one();
+    }
+
+    /// Resolves when [`kill`](Self::kill) was called.
+    pub(crate) async fn killed(&self) {
+        self.kill.notified().await
+    }
+
+    /// Asks the writer to flush what is queued and stop.
+    pub(crate) fn close(&self) {
+        self.closing.set(true);
+        self.notify.notify_one();
+    }
+
+    /// Writes queued frames to `w` until [`close`](Self::close) and empty.
+    pub(crate) async fn run_writer<W: AsyncWrite + Unpin>(&self, mut w: W) -> std::io::Result<()> {
+        let mut bodies: Vec<Bytes> = Vec::with_capacity(BATCH_EVENTS);
+        let mut prefixes: Vec<Prefix> = Vec::with_capacity(BATCH_EVENTS);
+        loop {
+            let mut control = self.control.borrow_mut().split().freeze();
+            let fds = std::mem::take(&mut *self.fds.borrow());
+            if !fds.is_empty() && !control.is_empty() {
+                let n = self.write_fds(&control, fds).await?;
+                control = control.slice(n..);
+            }
+            let wake = self.gather(&mut bodies, &mut prefixes, control.len());
+            if control.is_empty() && bodies.is_empty() {
+                if self.closing.get() {
+                    let _ = w.shutdown().await;
+                    return Ok(());
+                }
+                match wake {
+                    // A channel waits for its start time or pacing interval.
+                    Some(at) => {
+                        let wait = std::time::Duration::from_nanos(at.saturating_sub(now_ns()));
+                        let _ = tokio::time::timeout(wait, self.notify.notified()).await;
+                    }
+                    None => self.notify.notified().await,
+                }
+                continue;
+            }
+            let mut slices: Vec<IoSlice<'_>> = Vec::with_capacity(1 + 2 * bodies.len());
+            if !control.is_empty() {
+                slices.push(IoSlice::new(&control));
+            }
+            for (p, b) in prefixes.iter().zip(&bodies) {
+                slices.push(IoSlice::new(p.as_slice()));
+                slices.push(IoSlice::new(b));
+            }
+            write_all_vectored(&mut w, &mut slices).await?;
+            drop(slices);
+            bodies.clear();
+            prefixes.clear();
+        }
+    }
+
+    /// Takes up to a batch of events: the highest priority class first,
+    /// round-robin over the ready channels of a class. Channels that must
+    /// wait (start time, pacing) are passed over; returns the earliest time
+    /// one of them may go.
+    pub(super) fn gather(
+        &self,
+        bodies: &mut Vec<Bytes>,
+        prefixes: &mut Vec<Prefix>,
+        mut total: usize,
+    ) -> Option<u64> {
+        let mut ready = self.ready.borrow_mut();
+        // Read the clock at most once per batch, and only for an event that
+        // can expire or a channel that may have to wait.
+        let mut now = None;
+        let mut waiting: Vec<(usize, Weak<Channel>)> = Vec::new();
+        let mut wake: Option<u64> = None;
+        while bodies.len() < BATCH_EVENTS && total < BATCH_BYTES {
+            let Some(weak) = ready.iter_mut().rev().find_map(|c| c.pop_front()) else {
+                break;
+            };
+            // A channel that was dropped meanwhile took its queue with it.
+            let Some(ch) = weak.upgrade() else { continue };
+            let not_before = ch.not_before.get();
+            if not_before != 0 {
+                if *now.get_or_insert_with(now_ns) < not_before {
+                    wake = Some(wake.map_or(not_before, |w| w.min(not_before)));
+                    waiting.push((ch.class(), weak));
+                    continue;
+                }
+                ch.not_before.set(0);
+            }
+            let mut q = ch.queue.borrow_mut();
+            let (before, len) = (q.bytes(), q.len());
+            let (mut taken, mut expired) = (0u64, 0u64);
+            let turn = ch.batch.get();
+            while taken < turn && bodies.len() < BATCH_EVENTS && total < BATCH_BYTES {
+                let Some(item) = q.pop() else {
+                    break;
+                };
+                if item.deadline != NEVER && *now.get_or_insert_with(now_ns) > item.deadline {
+                    expired += 1;
+                    continue;
+                }
+                let mut item = item;
+                if let Some(q) = item.pin.take() {
+                    // Written below: by reference if the subscriber's pin
+                    // row has room (it gives the pin back), else a copy.
+                    match q.written() {
+                        Some(bytes) => item.event = bytes,
+                        None => continue,
+                    }
+                }
+                let prefix = Prefix::of(&ch, &item);
+                total += prefix.len as usize + item.event.len();
+                prefixes.push(prefix);
+                bodies.push(item.event);
+                taken += 1;
+            }
+            ch.delivered.set(ch.delivered.get() + taken);
+            ch.expired.set(ch.expired.get() + expired);
+            ch.budget.release(before - q.bytes());
+            ch.track(len, q.len());
+            // Under the queue's lock: an event offered (on any lane) after
+            // this sees the channel unscheduled and schedules it again.
+            let empty = q.is_empty();
+            if empty {
+                ch.scheduled.set(false);
+                ch.unpin();
+            }
+            drop(q);
+            if !empty {
+                ready[ch.class()].push_back(weak);
+            }
+        }
+        for (class, weak) in waiting {
+            ready[class].push_back(weak);
+        }
+        wake
+    }
+}
+
+async fn write_all_vectored<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    mut slices: &mut [IoSlice<'_>],
+) -> std::io::Result<()> {
+    while !slices.is_empty() {
+        let n = w.write_vectored(slices).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        IoSlice::advance_slices(&mut slices, n);
+    }
+    Ok(())
+}

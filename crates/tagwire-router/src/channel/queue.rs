@@ -1,0 +1,479 @@
+//! The channel: one subscription's (or link's) bounded queue of encoded
+//! events, its QoS, temporal scaling and timing, and what [`Channel::offer`]
+//! does with an event.
+
+use std::sync::Arc;
+
+use tagwire_core::qos::{QosLayer, Resolved};
+use tagwire_core::queue::{BoundedQueue, ItemKeys, Pushed};
+use tagwire_proto::Frame;
+
+use super::event::{EventMeta, Outgoing, Queued, READ_CHUNK};
+use super::outbox::{Outbox, CLASSES};
+use super::transform::ChannelTransform;
+use crate::budget::MemoryBudget;
+use crate::sync::{Count, Flag, Locked};
+use crate::timing::now_ns;
+
+/// Most events taken from one channel before the next channel's turn, unless
+/// its `max_batch` says otherwise.
+const PER_CHANNEL_TURN: usize = 64;
+
+/// Where a channel's events go: the frame its writer wraps each in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Destination {
+    /// A client's subscription: `Deliver` frames.
+    Subscriber,
+    /// A link to another daemon: `Forward` frames with origin and hops.
+    Link,
+}
+
+/// A channel's QoS: what its own level sets, and the effective values with
+/// the level each came from (for `tagwire admin show`).
+#[derive(Debug, Clone)]
+pub(crate) struct ChannelQosState {
+    pub layer: QosLayer,
+    pub resolved: Resolved,
+}
+
+/// One subscription: where its events wait for the connection's writer.
+#[derive(Debug)]
+pub(crate) struct Channel {
+    /// The client's subscription id (goes into `Deliver`).
+    pub sub: u32,
+    /// What its events are framed as.
+    pub destination: Destination,
+    /// The subscriber endpoint's name.
+    pub endpoint: Arc<str>,
+    /// The pattern as written.
+    pub pattern: String,
+    /// Queued encoded events.
+    pub queue: Locked<BoundedQueue<Queued, ItemKeys>>,
+    /// Events handed to the socket.
+    pub delivered: Count,
+    /// Events that expired while queued (dropped, not delivered).
+    pub expired: Count,
+    /// Events longer than the subscriber's connection accepts (its
+    /// negotiated frame limit): dropped, never sent.
+    pub too_large: Count,
+    /// Its temporal scaling proxy (`scale`, `min_interval`).
+    scaler: Locked<tagwire_core::proxy::TemporalScaler>,
+    /// Whether `scaler` passes everything (checked without its lock).
+    scaling: Flag,
+    /// Events its temporal scaling left out.
+    pub scaled_out: Count,
+    /// Its scale and where its scaling proxy runs (advertised to the links).
+    pub proxy: Locked<(u32, tagwire_core::qos::ProxyMode)>,
+    /// Its `max_delay` bound, ns (`u64::MAX`: none), for placement.
+    max_delay: Count,
+    /// What it saw of its stream, for placement (`proxy=auto` channels
+    /// that scale only: `placing`).
+    seen: Locked<crate::placement::StreamSeen>,
+    placing: Flag,
+    /// Its spatial scaling plug-in, if it asked for one.
+    pub transform: Option<ChannelTransform>,
+    /// Events its plug-in could not transform (skipped for it alone).
+    pub transform_errors: Count,
+    /// Whether the subscriber was told of a transform error.
+    transform_reported: Flag,
+    /// The longest encoded event a `Deliver` on this connection may carry.
+    max_event: usize,
+    /// Whether a `QueueFull` was reported since the queue last accepted.
+    pub reject_reported: Flag,
+    /// Whether this channel is in its outbox's ready list.
+    pub(super) scheduled: Flag,
+    /// Its priority (0..=255): the writer serves higher classes first.
+    priority: Count,
+    /// Whether its priority, not the event's, orders its queue
+    /// (`priority_model = server_declared`).
+    server_declared: Flag,
+    /// Most events the writer takes from this channel per turn (`max_batch`).
+    pub(super) batch: Count,
+    /// Channel-level `timeout` in ns (0: none): tightens each event's deadline.
+    timeout: Count,
+    /// Channel-level `stop_time` (0: none).
+    stop_time: Count,
+    /// Channel-level `start_time` (0: none): nothing is written before it.
+    start_time: Count,
+    /// `pacing_interval` in ns (0: write at once): events that find the
+    /// channel idle wait this long, and those arriving meanwhile with them,
+    /// before the writer takes them.
+    pacing: Count,
+    /// When the writer may next take from this channel (0: now).
+    pub(super) not_before: Count,
+    /// Events queued across all channels of this channel's subscriber
+    /// endpoint (shared by them), for `max_events_per_consumer`.
+    consumer: Arc<Count>,
+    /// `max_events_per_consumer` (0: no bound beyond each queue's).
+    consumer_max: Count,
+    /// Events refused because the consumer's bound was reached.
+    pub over_consumer: Count,
+    /// The connection it delivers on.
+    pub conn: u64,
+    /// Whether its subscriber reads payloads in shared memory (same host,
+    /// `shm` not `off`): it gets references instead of copies.
+    pub shm: bool,
+    /// Its QoS layer and effective QoS.
+    pub qos: Locked<ChannelQosState>,
+    /// The connection it delivers on.
+    pub outbox: Arc<Outbox>,
+    /// The router-wide budget its queued bytes are charged to.
+    pub(super) budget: Arc<MemoryBudget>,
+    /// The read epoch whose chunk this queue's small slices come from; while
+    /// set, the channel holds [`READ_CHUNK`] of the budget for that chunk.
+    pinned: Count,
+}
+
+/// What [`Channel::offer`] did with an event.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Offer {
+    /// Queued (possibly dropping older events, counted by the queue).
+    Queued,
+    /// Dropped by the channel's discard policy.
+    Dropped,
+    /// Refused (`reject` policy); `report` is true the first time since the
+    /// queue last accepted, so the publisher is told once, not per event.
+    Rejected {
+        /// Whether to tell the publisher.
+        report: bool,
+    },
+}
+
+impl Channel {
+    pub(crate) fn new(
+        sub: u32,
+        endpoint: Arc<str>,
+        pattern: String,
+        queue: BoundedQueue<Queued, ItemKeys>,
+        outbox: Arc<Outbox>,
+        budget: Arc<MemoryBudget>,
+    ) -> Self {
+        Channel {
+            sub,
+            destination: Destination::Subscriber,
+            endpoint,
+            pattern,
+            queue: Locked::new(queue),
+            delivered: Count::new(0),
+            expired: Count::new(0),
+            too_large: Count::new(0),
+            scaler: Locked::new(tagwire_core::proxy::TemporalScaler::new(1, 0)),
+            scaling: Flag::new(false),
+            scaled_out: Count::new(0),
+            proxy: Locked::new((1, tagwire_core::qos::ProxyMode::AtSubscriber)),
+            max_delay: Count::new(u64::MAX),
+            seen: Locked::new(Default::default()),
+            placing: Flag::new(false),
+            transform: None,
+            transform_errors: Count::new(0),
+            transform_reported: Flag::new(false),
+            max_event: usize::MAX,
+            reject_reported: Flag::new(false),
+            scheduled: Flag::new(false),
+            priority: Count::new(tagwire_core::qos::DEFAULT_PRIORITY as u64),
+            server_declared: Flag::new(false),
+            batch: Count::new(PER_CHANNEL_TURN as u64),
+            timeout: Count::new(0),
+            stop_time: Count::new(0),
+            start_time: Count::new(0),
+            pacing: Count::new(0),
+            not_before: Count::new(0),
+            consumer: Arc::new(Count::new(0)),
+            consumer_max: Count::new(0),
+            over_consumer: Count::new(0),
+            conn: 0,
+            shm: false,
+            qos: Locked::new(ChannelQosState {
+                layer: QosLayer::new(tagwire_core::qos::Level::Channel),
+                resolved: Resolved::default(),
+            }),
+            outbox,
+            budget,
+            pinned: Count::new(0),
+        }
+    }
+
+    /// Runs `t` on each event's payload before queueing (spatial scaling).
+    pub(crate) fn with_transform(mut self, t: ChannelTransform) -> Self {
+        self.transform = Some(t);
+        self
+    }
+
+    /// Its plug-in failed on an event: skipped here, counted, and the
+    /// subscriber told once (an `Error`, request id 0).
+    pub(crate) fn transform_failed(&self, why: &str, max_control: usize) {
+        self.transform_errors.add(1);
+        if !self.transform_reported.replace(true) {
+            let spec = self.transform.as_ref().map_or("", |t| &t.spec);
+            let _ = self.outbox.send(
+                &Frame::Error {
+                    req: 0,
+                    code: tagwire_proto::ErrorCode::BadRequest,
+                    message: format!(
+                        "subscription {} ({}): transform {spec} failed: {why}; events it cannot transform are skipped for this subscription",
+                        self.endpoint, self.pattern
+                    ),
+                },
+                max_control,
+            );
+        }
+    }
+
+    /// Makes this the forwarding queue of a link to another daemon.
+    pub(crate) fn for_link(mut self) -> Self {
+        self.destination = Destination::Link;
+        self
+    }
+
+    /// Shares `count` (events queued for the subscriber endpoint) with the
+    /// endpoint's other channels.
+    pub(crate) fn for_consumer(mut self, count: Arc<Count>) -> Self {
+        self.consumer = count;
+        self
+    }
+
+    /// Keeps the consumer's count in step with this queue's length.
+    pub(super) fn track(&self, before: usize, after: usize) {
+        if after >= before {
+            self.consumer.add((after - before) as u64);
+        } else {
+            self.consumer.sub_saturating((before - after) as u64);
+        }
+    }
+
+    /// Its `max_delay` bound, ns, if it has one.
+    pub(crate) fn max_delay(&self) -> Option<u64> {
+        Some(self.max_delay.get()).filter(|d| *d != u64::MAX)
+    }
+
+    /// What it saw of its stream so far.
+    pub(crate) fn seen(&self) -> crate::placement::StreamSeen {
+        *self.seen.borrow()
+    }
+
+    /// Sets the connection the channel delivers on.
+    pub(crate) fn on_connection(mut self, conn: u64) -> Self {
+        self.conn = conn;
+        self
+    }
+
+    /// Lets the channel carry shared-memory references (see [`crate::shm`]).
+    pub(crate) fn reading_shm(mut self, shm: bool) -> Self {
+        self.shm = shm;
+        self
+    }
+
+    /// Puts the effective QoS in force on this channel (its queue, priority
+    /// and timing; the connection's DSCP and the lane's scheduling are the
+    /// router's to apply). Returns the events a smaller queue dropped.
+    pub(crate) fn apply_qos(&self, layer: QosLayer, resolved: Resolved) -> usize {
+        let v = resolved.values();
+        self.set_priority(v.priority);
+        self.server_declared
+            .set(v.priority_model == tagwire_core::qos::PriorityModel::ServerDeclared);
+        self.batch.set(v.max_batch.max(1) as u64);
+        self.timeout.set(v.timeout.unwrap_or(0));
+        self.stop_time.set(v.stop_time.unwrap_or(0));
+        self.start_time.set(v.start_time.unwrap_or(0));
+        self.pacing.set(v.pacing_interval);
+        self.consumer_max
+            .set(v.max_events_per_consumer.unwrap_or(0) as u64);
+        {
+            let mut s = self.scaler.borrow_mut();
+            s.set(v.scale, v.min_interval);
+            self.scaling.set(!s.is_identity());
+        }
+        *self.proxy.borrow_mut() = (v.scale, v.proxy.clone());
+        self.placing
+            .set(v.scale > 1 && v.proxy == tagwire_core::qos::ProxyMode::Auto);
+        self.max_delay.set(v.max_delay.unwrap_or(u64::MAX));
+        let mut q = self.queue.borrow_mut();
+        let dropped =
+            if (q.bound(), q.order(), q.policy()) != (v.max_queue_length, v.order, v.discard) {
+                let (before, len) = (q.bytes(), q.len());
+                let d = q.reconfigure(v.max_queue_length, v.order, v.discard);
+                self.budget.release(before - q.bytes());
+                self.track(len, q.len());
+                d
+            } else {
+                0
+            };
+        drop(q);
+        *self.qos.borrow_mut() = ChannelQosState { layer, resolved };
+        dropped
+    }
+
+    /// The deadline of an event on this channel: its own, tightened by the
+    /// channel's `timeout` (after the source time) and `stop_time`.
+    fn deadline(&self, meta: &EventMeta) -> u64 {
+        let mut d = meta.deadline;
+        let t = self.timeout.get();
+        if t != 0 && meta.source_time != 0 {
+            d = d.min(meta.source_time.saturating_add(t));
+        }
+        let stop = self.stop_time.get();
+        if stop != 0 {
+            d = d.min(stop);
+        }
+        d
+    }
+
+    /// The channel's priority (0..=255).
+    pub(crate) fn priority(&self) -> u8 {
+        self.priority.get() as u8
+    }
+
+    /// Changes the channel's priority: from its next turn on, the writer
+    /// serves it in that class.
+    pub(crate) fn set_priority(&self, p: u8) {
+        self.priority.set(p as u64);
+    }
+
+    pub(super) fn class(&self) -> usize {
+        (self.priority() as usize) * CLASSES / 256
+    }
+
+    /// Bounds the events this channel delivers to `max` encoded bytes (the
+    /// connection's negotiated frame limit less the `Deliver` prefix).
+    pub(crate) fn with_max_event(mut self, max: usize) -> Self {
+        self.max_event = max;
+        self
+    }
+
+    /// Whether a small slice of read `epoch` may be queued as a slice: the
+    /// queue is empty (then the channel takes budget for the chunk) or holds
+    /// slices of that same read only.
+    fn may_pin(&self, epoch: u64) -> bool {
+        // 0: nothing pinned (read epochs start at 1).
+        match self.pinned.get() {
+            0 if self.queue.borrow().is_empty() && self.budget.try_reserve(READ_CHUNK) => {
+                self.pinned.set(epoch);
+                true
+            }
+            0 => false,
+            e => e == epoch,
+        }
+    }
+
+    /// Gives back the budget held for a pinned chunk (the queue is empty).
+    pub(super) fn unpin(&self) {
+        if self.pinned.replace(0) != 0 {
+            self.budget.release(READ_CHUNK);
+        }
+    }
+
+    /// Queues `event` (shared with the other channels that get it, see
+    /// [`Outgoing`]), to be dropped if still queued at `deadline`, and wakes
+    /// the writer. The queue may use at most the memory budget's free room;
+    /// beyond it the discard policy applies as at the queue's own bound.
+    pub(crate) fn offer(self: &Arc<Self>, event: &mut Outgoing, meta: &EventMeta) -> Offer {
+        if event.bytes().len() > self.max_event {
+            self.too_large.add(1);
+            return Offer::Dropped;
+        }
+        if self.scaling.get() {
+            if self.placing.get() {
+                self.seen.borrow_mut().see(meta, event.bytes().len());
+            }
+            if !self
+                .scaler
+                .borrow_mut()
+                .admit(meta.publisher, meta.seq, meta.source_time)
+            {
+                // Left out by this subscriber's temporal scaling: not a drop.
+                self.scaled_out.add(1);
+                return Offer::Dropped;
+            }
+        }
+        let slice_ok = event.small_slice_epoch().is_some_and(|e| self.may_pin(e));
+        let (bytes, size) = event.for_queue(slice_ok);
+        let queued = Queued {
+            event: bytes.clone(),
+            deadline: self.deadline(meta),
+            priority: if self.server_declared.get() {
+                self.priority()
+            } else {
+                meta.priority
+            },
+            origin: meta.origin,
+            hops: meta.hops,
+            pin: event.pin.take(),
+        };
+        let max = self.consumer_max.get();
+        if max != 0 && self.consumer.get() >= max {
+            // The consumer's bound across its channels: the arriving event
+            // is the one refused (reject) or dropped.
+            self.over_consumer.add(1);
+            return if self.queue.borrow().policy() == tagwire_core::queue::DiscardPolicy::Reject {
+                Offer::Rejected {
+                    report: !self.reject_reported.replace(true),
+                }
+            } else {
+                Offer::Dropped
+            };
+        }
+        let room = self.budget.room();
+        let mut q = self.queue.borrow_mut();
+        let (before, len) = (q.bytes(), q.len());
+        let pushed = q.push_within(queued, size, room);
+        let after = q.bytes();
+        self.track(len, q.len());
+        drop(q);
+        if after >= before {
+            self.budget.charge(after - before);
+        } else {
+            self.budget.release(before - after);
+        }
+        if room < size && !matches!(pushed, Pushed::Queued { dropped: 0 }) {
+            self.budget.note_discard();
+        }
+        match pushed {
+            Pushed::Queued { .. } => {
+                self.reject_reported.set(false);
+                if !self.scheduled.replace(true) {
+                    // Idle until now: it may have to wait (start time, pacing).
+                    let (start, pacing) = (self.start_time.get(), self.pacing.get());
+                    if start != 0 || pacing != 0 {
+                        let now = now_ns();
+                        let paced = if pacing != 0 {
+                            now.saturating_add(pacing)
+                        } else {
+                            0
+                        };
+                        self.not_before.set(start.max(paced));
+                    }
+                    self.outbox.ready.borrow_mut()[self.class()].push_back(Arc::downgrade(self));
+                    self.outbox.notify.notify_one();
+                }
+                Offer::Queued
+            }
+            Pushed::DroppedNewest(_) | Pushed::Rejected(_) if self.queue.borrow().is_empty() => {
+                // Nothing queued after all: nothing pinned.
+                self.unpin();
+                self.refused(pushed)
+            }
+            other => self.refused(other),
+        }
+    }
+
+    fn refused(&self, pushed: Pushed<Queued>) -> Offer {
+        match pushed {
+            Pushed::Rejected(_) => Offer::Rejected {
+                report: !self.reject_reported.replace(true),
+            },
+            _ => Offer::Dropped,
+        }
+    }
+}
+
+impl Drop for Channel {
+    /// Gives the queued events' bytes (and a pinned chunk's) back to the
+    /// memory budget; the events themselves are freed with the queue.
+    fn drop(&mut self) {
+        let q = self.queue.get_mut();
+        let (bytes, len) = (q.bytes(), q.len());
+        self.budget.release(bytes);
+        self.track(len, 0);
+        self.unpin();
+    }
+}

@@ -1,0 +1,333 @@
+//! The channel's queue and its outbox's writer together: priorities,
+//! expiry, timing, consumer bounds, ownership and memory accounting.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use tagwire_core::qos::QosLayer;
+use tagwire_core::queue::{BoundedQueue, DiscardPolicy, OrderPolicy};
+use tagwire_proto::DELIVER_PREFIX_LEN;
+
+use super::event::{COPY_BELOW, QUEUED_OVERHEAD};
+use super::{Channel, EventMeta, Offer, Outbox, Outgoing, READ_CHUNK};
+use crate::budget::MemoryBudget;
+use crate::sync::Count;
+use crate::timing::{now_ns, NEVER};
+
+const NO_META: EventMeta = EventMeta {
+    deadline: NEVER,
+    source_time: 0,
+    priority: 64,
+    origin: 0,
+    hops: 0,
+    seq: 0,
+    publisher: 0,
+};
+
+fn channel(budget: &Arc<MemoryBudget>) -> (Arc<Outbox>, Arc<Channel>) {
+    let outbox = Arc::new(Outbox::default());
+    let queue = BoundedQueue::with_policies(
+        1 << 20,
+        1 << 30,
+        OrderPolicy::Fifo,
+        DiscardPolicy::DropOldest,
+    );
+    let ch = Arc::new(Channel::new(
+        1,
+        "/sub".into(),
+        "/**".into(),
+        queue,
+        outbox.clone(),
+        budget.clone(),
+    ));
+    (outbox, ch)
+}
+
+/// The subscription ids of one batch the writer gathers, in order.
+fn gathered_subs(outbox: &Outbox) -> Vec<u32> {
+    let (mut bodies, mut prefixes) = (Vec::new(), Vec::new());
+    let _ = outbox.gather(&mut bodies, &mut prefixes, 0);
+    prefixes
+        .iter()
+        .map(|p| {
+            let p = p.as_slice();
+            u32::from_le_bytes([p[5], p[6], p[7], p[8]])
+        })
+        .collect()
+}
+
+#[test]
+fn the_writer_serves_a_higher_priority_channel_first_and_follows_a_change() {
+    let budget = Arc::new(MemoryBudget::new(1 << 30));
+    let (outbox, low) = channel(&budget);
+    let queue = BoundedQueue::with_policies(
+        1 << 20,
+        1 << 30,
+        OrderPolicy::Fifo,
+        DiscardPolicy::DropOldest,
+    );
+    let high = Arc::new(Channel::new(
+        2,
+        "/sub2".into(),
+        "/**".into(),
+        queue,
+        outbox.clone(),
+        budget.clone(),
+    ));
+    low.set_priority(0);
+    high.set_priority(200);
+    for ch in [&low, &high] {
+        let _ = ch.offer(&mut Outgoing::owned(Bytes::from_static(b"e")), &NO_META);
+    }
+    let subs = gathered_subs(&outbox);
+    assert_eq!(subs, [2, 1], "high (sub 2) before low (sub 1)");
+    // Swap the priorities: the next turn follows them.
+    low.set_priority(255);
+    high.set_priority(0);
+    for ch in [&high, &low] {
+        let _ = ch.offer(&mut Outgoing::owned(Bytes::from_static(b"e")), &NO_META);
+    }
+    let subs = gathered_subs(&outbox);
+    assert_eq!(subs, [1, 2]);
+}
+
+/// What the router test that slept 2.5 s for events to expire in a
+/// stalled subscriber's queue checked, with deadlines instead of sleep:
+/// an event whose deadline passes while queued is dropped and counted,
+/// its neighbours are delivered, and a channel `timeout` tightens the
+/// deadline an event brings.
+#[test]
+fn events_that_expire_while_queued_are_dropped_and_counted_not_delivered() {
+    let budget = Arc::new(MemoryBudget::new(1 << 30));
+    let (outbox, ch) = channel(&budget);
+    let past = EventMeta {
+        deadline: 1,
+        ..NO_META
+    };
+    let _ = ch.offer(&mut Outgoing::owned(Bytes::from_static(b"keep1")), &NO_META);
+    let _ = ch.offer(&mut Outgoing::owned(Bytes::from_static(b"stale")), &past);
+    let _ = ch.offer(&mut Outgoing::owned(Bytes::from_static(b"keep2")), &NO_META);
+    // A channel timeout of 1 ns after a source time long past.
+    let mut layer = QosLayer::new(tagwire_core::qos::Level::Channel);
+    layer = layer
+        .with([("timeout", "1ns")], &[])
+        .expect("a valid timeout");
+    let resolved = tagwire_core::qos::resolve(&[&layer]);
+    ch.apply_qos(layer, resolved);
+    let old = EventMeta {
+        source_time: 1,
+        ..NO_META
+    };
+    let _ = ch.offer(&mut Outgoing::owned(Bytes::from_static(b"timed")), &old);
+    let (mut bodies, mut prefixes) = (Vec::new(), Vec::new());
+    let _ = outbox.gather(&mut bodies, &mut prefixes, 0);
+    let got: Vec<&[u8]> = bodies.iter().map(|b| &b[..]).collect();
+    assert_eq!(got, [&b"keep1"[..], b"keep2"]);
+    assert_eq!(ch.expired.get(), 2);
+    assert_eq!(ch.delivered.get(), 2);
+}
+
+fn with_qos(ch: &Channel, props: &[(&str, &str)]) {
+    let layer = QosLayer::new(tagwire_core::qos::Level::Channel)
+        .with(props.iter().copied(), &[])
+        .expect("valid properties");
+    let resolved = tagwire_core::qos::resolve(&[&layer]);
+    ch.apply_qos(layer, resolved);
+}
+
+#[test]
+fn a_channel_start_time_or_pacing_holds_its_events_until_then() {
+    let budget = Arc::new(MemoryBudget::new(1 << 30));
+    let (outbox, ch) = channel(&budget);
+    let later = now_ns() + 3_600_000_000_000;
+    with_qos(&ch, &[("start_time", &later.to_string())]);
+    let _ = ch.offer(&mut Outgoing::owned(Bytes::from_static(b"e")), &NO_META);
+    let (mut bodies, mut prefixes) = (Vec::new(), Vec::new());
+    let wake = outbox.gather(&mut bodies, &mut prefixes, 0);
+    assert!(bodies.is_empty(), "nothing before the start time");
+    assert_eq!(wake, Some(later), "the writer wakes at the start time");
+    // A start time in the past: delivered at once.
+    with_qos(&ch, &[("start_time", "1")]);
+    ch.not_before.set(1);
+    assert_eq!(gathered_subs(&outbox), [1]);
+    // Pacing: an event that finds the channel idle waits the interval.
+    with_qos(&ch, &[("start_time", "none"), ("pacing_interval", "60s")]);
+    let before = now_ns();
+    let _ = ch.offer(&mut Outgoing::owned(Bytes::from_static(b"p")), &NO_META);
+    let _ = ch.offer(&mut Outgoing::owned(Bytes::from_static(b"q")), &NO_META);
+    let (mut bodies, mut prefixes) = (Vec::new(), Vec::new());
+    let wake = outbox
+        .gather(&mut bodies, &mut prefixes, 0)
+        .expect("a wake time");
+    assert!(bodies.is_empty());
+    assert!(wake >= before + 60_000_000_000, "{wake} vs {before}");
+    // When the interval is over, both go in one batch.
+    ch.not_before.set(1);
+    assert_eq!(gathered_subs(&outbox), [1, 1]);
+}
+
+#[test]
+fn max_events_per_consumer_bounds_all_channels_of_an_endpoint_together() {
+    let budget = Arc::new(MemoryBudget::new(1 << 30));
+    let consumer = Arc::new(Count::new(0));
+    let outbox = Arc::new(Outbox::default());
+    let make = |sub| {
+        let queue = BoundedQueue::with_policies(
+            1 << 20,
+            1 << 30,
+            OrderPolicy::Fifo,
+            DiscardPolicy::DropOldest,
+        );
+        let ch = Arc::new(
+            Channel::new(
+                sub,
+                "/sub".into(),
+                "/**".into(),
+                queue,
+                outbox.clone(),
+                budget.clone(),
+            )
+            .for_consumer(consumer.clone()),
+        );
+        with_qos(&ch, &[("max_events_per_consumer", "3")]);
+        ch
+    };
+    let (a, b) = (make(1), make(2));
+    for _ in 0..5 {
+        for ch in [&a, &b] {
+            let _ = ch.offer(&mut Outgoing::owned(Bytes::from_static(b"e")), &NO_META);
+        }
+    }
+    assert_eq!(consumer.get(), 3, "three queued across both channels");
+    assert_eq!(a.queue.borrow().len() + b.queue.borrow().len(), 3);
+    assert_eq!(a.over_consumer.get() + b.over_consumer.get(), 7);
+    assert_eq!(gathered_subs(&outbox).len(), 3);
+    assert_eq!(consumer.get(), 0, "the writer took them: room again");
+    assert_eq!(
+        a.offer(&mut Outgoing::owned(Bytes::from_static(b"e")), &NO_META),
+        Offer::Queued
+    );
+    drop(a);
+    assert_eq!(consumer.get(), 0, "a dropped channel gives its count back");
+}
+
+#[test]
+fn a_dropped_channel_frees_its_queue_although_its_outbox_lists_it() {
+    let budget = Arc::new(MemoryBudget::new(1 << 30));
+    let (outbox, ch) = channel(&budget);
+    let chunk = Bytes::from(vec![7u8; READ_CHUNK]);
+    for _ in 0..10 {
+        let mut ev = Outgoing::in_chunk(chunk.slice(0..40_000), 1);
+        assert_eq!(ch.offer(&mut ev, &NO_META), Offer::Queued);
+    }
+    assert!(budget.used() > 0);
+    assert_eq!(
+        outbox
+            .ready
+            .borrow()
+            .iter()
+            .map(VecDeque::len)
+            .sum::<usize>(),
+        1,
+        "scheduled on its outbox"
+    );
+    let weak = Arc::downgrade(&ch);
+    // The router's tables let go of the channel (its subscriber left).
+    drop(ch);
+    assert!(
+        weak.upgrade().is_none(),
+        "the outbox does not keep it alive"
+    );
+    assert_eq!(budget.used(), 0, "its queued bytes are given back");
+    // The outbox's (dead) entry is skipped by the writer.
+    let (mut bodies, mut prefixes) = (Vec::new(), Vec::new());
+    let _ = outbox.gather(&mut bodies, &mut prefixes, 0);
+    assert!(bodies.is_empty());
+    assert_eq!(Arc::strong_count(&outbox), 1);
+}
+
+#[test]
+fn a_small_event_to_a_queue_that_keeps_up_stays_a_slice_and_holds_one_chunk() {
+    let budget = Arc::new(MemoryBudget::new(1 << 30));
+    let (outbox, a) = channel(&budget);
+    let chunk = Bytes::from(vec![7u8; READ_CHUNK]);
+    for i in 0..10 {
+        let mut ev = Outgoing::in_chunk(chunk.slice(i * 44..(i + 1) * 44), 1);
+        a.offer(&mut ev, &NO_META);
+    }
+    let per_event = 44 + DELIVER_PREFIX_LEN + QUEUED_OVERHEAD;
+    {
+        let q = a.queue.borrow();
+        let first = &q.iter().next().expect("queued").event;
+        assert_eq!(first.as_ptr(), chunk.as_ptr(), "a slice, not a copy");
+        assert_eq!(q.bytes(), 10 * per_event);
+    }
+    assert_eq!(budget.used(), 10 * per_event + READ_CHUNK, "plus the chunk");
+    let (mut bodies, mut prefixes) = (Vec::new(), Vec::new());
+    let _ = outbox.gather(&mut bodies, &mut prefixes, 0);
+    assert_eq!(bodies.len(), 10);
+    assert_eq!(budget.used(), 0, "an empty queue pins nothing");
+}
+
+#[test]
+fn a_small_event_to_queues_that_are_behind_is_copied_once_for_all_of_them() {
+    let budget = Arc::new(MemoryBudget::new(1 << 30));
+    let (_o1, a) = channel(&budget);
+    let (_o2, b) = channel(&budget);
+    let old = Bytes::from(vec![1u8; READ_CHUNK]);
+    // Both hold an event of an earlier read (epoch 1): they are behind.
+    a.offer(&mut Outgoing::in_chunk(old.slice(0..44), 1), &NO_META);
+    b.offer(&mut Outgoing::in_chunk(old.slice(0..44), 1), &NO_META);
+    let chunk = Bytes::from(vec![7u8; READ_CHUNK]);
+    let range = chunk.as_ptr_range();
+    let mut ev = Outgoing::in_chunk(chunk.slice(100..144), 2);
+    a.offer(&mut ev, &NO_META);
+    b.offer(&mut ev, &NO_META);
+    let qa = a.queue.borrow();
+    let qb = b.queue.borrow();
+    let ea = &qa.iter().nth(1).expect("queued").event;
+    let eb = &qb.iter().nth(1).expect("queued").event;
+    assert!(
+        !range.contains(&ea.as_ptr()),
+        "not a slice of the new chunk"
+    );
+    assert_eq!(ea.as_ptr(), eb.as_ptr(), "one copy shared by both channels");
+    let per_event = 44 + DELIVER_PREFIX_LEN + QUEUED_OVERHEAD;
+    assert_eq!(qa.bytes(), 2 * per_event);
+    assert_eq!(budget.used(), 2 * (2 * per_event + READ_CHUNK));
+}
+
+#[test]
+fn a_large_event_stays_in_its_chunk_and_is_counted_at_the_chunk() {
+    let budget = Arc::new(MemoryBudget::new(1 << 30));
+    let (_o, a) = channel(&budget);
+    let chunk = Bytes::from(vec![7u8; READ_CHUNK]);
+    let mut ev = Outgoing::in_chunk(chunk.slice(0..COPY_BELOW), 1);
+    a.offer(&mut ev, &NO_META);
+    let q = a.queue.borrow();
+    assert_eq!(
+        q.iter().next().expect("queued").event.as_ptr(),
+        chunk.as_ptr()
+    );
+    assert_eq!(q.bytes(), READ_CHUNK + QUEUED_OVERHEAD);
+}
+
+#[test]
+fn queues_stop_at_the_memory_budget_with_their_discard_policy() {
+    let per_event = 1000 + DELIVER_PREFIX_LEN + QUEUED_OVERHEAD;
+    let budget = Arc::new(MemoryBudget::new(3 * per_event));
+    let (_o1, a) = channel(&budget);
+    let (_o2, b) = channel(&budget);
+    let ev = || Outgoing::owned(Bytes::from(vec![1u8; 1000]));
+    for _ in 0..3 {
+        assert_eq!(a.offer(&mut ev(), &NO_META), Offer::Queued);
+    }
+    // b has nothing to drop: the event is dropped and counted.
+    assert_eq!(b.offer(&mut ev(), &NO_META), Offer::Dropped);
+    // a (drop_oldest) makes room from its own queue.
+    assert_eq!(a.offer(&mut ev(), &NO_META), Offer::Queued);
+    assert_eq!(a.queue.borrow().dropped(), 1);
+    assert_eq!(budget.used(), 3 * per_event);
+    assert_eq!(budget.discards(), 2);
+}

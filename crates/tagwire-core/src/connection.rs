@@ -278,12 +278,27 @@ pub struct Publish {
     pub frame_len: usize,
 }
 
+/// The tag a connection's publisher last used, already validated: a
+/// publisher usually publishes on one tag, so [`Publish::event_cached`]
+/// compares instead of validating it again.
+#[derive(Debug, Default)]
+pub struct TagCache(String);
+
 impl Publish {
-    /// Parses the event and checks it names its endpoint and a valid tag.
-    /// The error is what to send back (`refuse` it).
-    pub fn event(&self) -> Result<EventRef<'_>, (ErrorCode, String)> {
+    /// [`event`](Self::event), validating the tag only when it differs
+    /// from the one `cache` holds (and then remembering it).
+    pub fn event_cached(&self, cache: &mut TagCache) -> Result<EventRef<'_>, (ErrorCode, String)> {
         let ev = EventRef::parse(&self.bytes)
             .map_err(|e| (ErrorCode::Malformed, format!("bad Publish frame: {e}")))?;
+        self.check(&ev)?;
+        if ev.tag != cache.0 {
+            validate_tag(ev.tag).map_err(|e| (ErrorCode::InvalidTag, e.to_string()))?;
+            ev.tag.clone_into(&mut cache.0);
+        }
+        Ok(ev)
+    }
+
+    fn check(&self, ev: &EventRef<'_>) -> Result<(), (ErrorCode, String)> {
         if ev.publisher != &*self.endpoint {
             return Err((
                 ErrorCode::PublisherMismatch,
@@ -293,6 +308,15 @@ impl Publish {
                 ),
             ));
         }
+        Ok(())
+    }
+
+    /// Parses the event and checks it names its endpoint and a valid tag.
+    /// The error is what to send back (`refuse` it).
+    pub fn event(&self) -> Result<EventRef<'_>, (ErrorCode, String)> {
+        let ev = EventRef::parse(&self.bytes)
+            .map_err(|e| (ErrorCode::Malformed, format!("bad Publish frame: {e}")))?;
+        self.check(&ev)?;
         validate_tag(ev.tag).map_err(|e| (ErrorCode::InvalidTag, e.to_string()))?;
         Ok(ev)
     }

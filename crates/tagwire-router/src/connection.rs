@@ -63,6 +63,8 @@ fn engine_config(limits: &Limits) -> engine::Config {
 /// knows about the peer.
 struct Conn {
     id: u64,
+    /// The tag this connection last published on, validated.
+    tag_cache: engine::TagCache,
     state: Arc<Locked<State>>,
     outbox: Arc<Outbox>,
     engine: Connection,
@@ -186,6 +188,7 @@ async fn serve_with<R, W>(
     let origin = Instant::now();
     let mut conn = Conn {
         id,
+        tag_cache: engine::TagCache::default(),
         state: state.clone(),
         outbox: outbox.clone(),
         engine: match &dial {
@@ -986,7 +989,7 @@ impl Conn {
     /// The hot path: check an event (parsed once, here), then hand it (by
     /// reference) to every matching channel. `chunk`: as for [`Conn::handle`].
     fn publish(&mut self, p: &Publish, chunk: Option<u64>) {
-        let ev = match p.event() {
+        let ev = match p.event_cached(&mut self.tag_cache) {
             Ok(ev) => ev,
             Err((code, message)) => return self.refuse(code, message),
         };
@@ -1015,10 +1018,12 @@ impl Conn {
             Admit::Expired => return,
             Admit::Hold { deadline, .. } | Admit::Now { deadline } => deadline,
         };
-        let accepted = st
-            .sources
-            .get(&*p.endpoint)
-            .is_none_or(|f| f.is_empty() || f.any_matches(&ev));
+        // Most daemons have no publisher filters: no lookup then.
+        let accepted = st.sources.is_empty()
+            || st
+                .sources
+                .get(&*p.endpoint)
+                .is_none_or(|f| f.is_empty() || f.any_matches(&ev));
         if !accepted {
             st.filtered_at_source += 1;
             return;

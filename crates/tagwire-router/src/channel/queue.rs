@@ -357,7 +357,9 @@ impl Channel {
 
     /// Gives back the budget held for a pinned chunk (the queue is empty).
     pub(super) fn unpin(&self) {
-        if self.pinned.replace(0) != 0 {
+        // Read first: a swap is a locked instruction, and nothing is pinned
+        // on most turns.
+        if self.pinned.get() != 0 && self.pinned.replace(0) != 0 {
             self.budget.release(READ_CHUNK);
         }
     }
@@ -429,8 +431,12 @@ impl Channel {
         }
         match pushed {
             Pushed::Queued { .. } => {
-                self.reject_reported.set(false);
-                if !self.scheduled.replace(true) {
+                if self.reject_reported.get() {
+                    self.reject_reported.set(false);
+                }
+                // Read first: under a flood the channel is already
+                // scheduled, and a swap is a locked instruction.
+                if !self.scheduled.get() && !self.scheduled.replace(true) {
                     // Idle until now: it may have to wait (start time, pacing).
                     let (start, pacing) = (self.start_time.get(), self.pacing.get());
                     if start != 0 || pacing != 0 {

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use tagwire_core::tags::{Level, Pattern};
 use tagwire_proto::ErrorCode;
 
-use crate::config::ConfigError;
+use crate::config::error::ConfigError;
 
 /// How the daemon authenticates clients (`[auth]` in the configuration).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -32,7 +32,7 @@ use crate::channel::{Channel, Outbox, Outgoing, READ_CHUNK};
 use crate::config::Limits;
 use crate::dispatch::deliver;
 use crate::filters::{op_name, FilterInfo, FilterLevel, FilterRecord};
-use crate::lane::LaneOf;
+use crate::lane::command::LaneOf;
 use crate::local::hex;
 use crate::read_buffer::ReadBuffer;
 use crate::state::{ConnEntry, Reservation, State};
@@ -1156,7 +1156,7 @@ impl Conn {
     /// Sends an admin request to the admin lane and waits for its result.
     async fn admin_elsewhere(&self, body: String) -> Result<Reply, (ErrorCode, String)> {
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let job = crate::lane::AdminJob {
+        let job = crate::lane::command::AdminJob {
             body,
             identity: self.identity.clone(),
             admin: self.rights.admin,

@@ -19,11 +19,8 @@ use tagwire_proto::{excerpt, ErrorCode};
 
 use crate::filters::{op_name, FilterRecord};
 pub use crate::filters::{FilterInfo, FilterLevel};
+use crate::state::lanes::Reply;
 use crate::state::{State, TagStats};
-
-pub(crate) mod reply;
-
-pub(crate) use reply::Reply;
 
 /// Bytes of an `AdminReply` frame besides its JSON body (type and request id).
 const REPLY_OVERHEAD: usize = 5;

@@ -23,10 +23,8 @@ use tagwire_core::bandwidth::{parse_rate, ClassChange, Reservations};
 
 use crate::state::State;
 
-pub(crate) mod table;
-
-use table::Bandwidth;
-use table::BandwidthConfig;
+use crate::config::bandwidth::BandwidthConfig;
+use crate::state::bandwidth::Bandwidth;
 
 /// How long one `tc` command may take.
 const TC_TIMEOUT: Duration = Duration::from_secs(3);

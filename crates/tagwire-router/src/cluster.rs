@@ -24,9 +24,7 @@ use std::path::{Path, PathBuf};
 
 use crate::config::{AclRule, RouterConfig, TokenConfig};
 
-pub(crate) mod config;
-
-pub use config::{ClusterConfig, ClusterError};
+pub use crate::config::cluster::{ClusterConfig, ClusterError};
 
 /// The identity name a daemon holding the cluster secret gets
 /// (`token:cluster`).

@@ -8,20 +8,28 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::auth::{AclRule, AuthConfig, TokenConfig};
 pub use crate::band::BandConfig;
-pub use crate::bandwidth::table::BandwidthConfig;
-pub use crate::cluster::config::ClusterConfig;
-pub use crate::metrics::config::MetricsConfig;
-
+pub(crate) mod auth;
+pub(crate) mod bandwidth;
+pub(crate) mod cluster;
 pub(crate) mod error;
+pub(crate) mod history;
+pub(crate) mod metrics;
+pub(crate) mod mqtt;
+pub(crate) mod qos;
 
+pub use auth::{AclRule, AuthConfig, TokenConfig};
+pub use bandwidth::BandwidthConfig;
+pub use cluster::ClusterConfig;
 pub use error::ConfigError;
+pub use metrics::MetricsConfig;
 
 /// Default TCP listen address.
 pub const DEFAULT_TCP: &str = "127.0.0.1:7700";
 /// Largest configuration file read, in bytes.
 pub const MAX_CONFIG_BYTES: u64 = 1024 * 1024;
+/// The multicast group and port beacons go to by default.
+pub const DEFAULT_BEACON_GROUP: &str = "239.255.42.99:7448";
 
 /// Where the router listens and what it allows.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -65,7 +73,7 @@ pub struct RouterConfig {
     /// join; see [`crate::cluster`]). Applied when the router starts.
     pub cluster: ClusterConfig,
     /// The MQTT listener (`[mqtt]`; docs/mqtt.md). Off unless `listen` is set.
-    pub mqtt: crate::mqtt::config::MqttConfig,
+    pub mqtt: mqtt::MqttConfig,
 }
 
 /// The `[federation]` section: which daemons to link with and the bounds of
@@ -126,7 +134,7 @@ impl Default for FederationConfig {
             gossip_enabled: true,
             gossip: None,
             discovery: false,
-            beacon_group: crate::membership::beacon::DEFAULT_BEACON_GROUP
+            beacon_group: DEFAULT_BEACON_GROUP
                 .parse()
                 .expect("the default beacon group parses"),
         }
@@ -399,7 +407,7 @@ impl Default for RouterConfig {
             bandwidth: BandwidthConfig::default(),
             metrics: MetricsConfig::default(),
             cluster: ClusterConfig::default(),
-            mqtt: crate::mqtt::config::MqttConfig::default(),
+            mqtt: mqtt::MqttConfig::default(),
         }
     }
 }
@@ -503,9 +511,8 @@ impl RouterConfig {
         self.mqtt.validate(&self.auth)?;
         crate::band::plan(self)?;
         let bands: Vec<String> = self.bands.iter().map(|b| b.name.clone()).collect();
-        let daemon =
-            crate::qos::layers::daemon_layer(&self.qos, &bands).map_err(ConfigError::Invalid)?;
-        crate::history::buffers::validate_config(self, &daemon).map_err(ConfigError::Invalid)?;
+        let daemon = qos::daemon_layer(&self.qos, &bands).map_err(ConfigError::Invalid)?;
+        history::validate_config(self, &daemon).map_err(ConfigError::Invalid)?;
         Ok(())
     }
 }

@@ -156,7 +156,7 @@ struct Execute<'a, 'e> {
     event: &'e mut Outgoing,
     shm: Option<&'e mut crate::shm::ShmEvent>,
     shm_table: &'a mut crate::shm::ShmTable,
-    links: &'a mut std::collections::HashMap<u64, crate::link::federation::Link>,
+    links: &'a mut std::collections::HashMap<u64, crate::state::federation::Link>,
     limits: &'a crate::config::Limits,
     meta: EventMeta,
     band: &'a str,

@@ -44,10 +44,6 @@ use crate::auth::Rights;
 use crate::channel::Outgoing;
 use crate::state::State;
 
-pub(crate) mod buffers;
-
-pub(crate) use buffers::check_layer;
-
 /// Most tags whose `history` value is cached; at the bound the cache is
 /// cleared and refilled as events arrive.
 const CACHE_TAGS: usize = 65_536;

@@ -14,6 +14,7 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::os::unix::net::UnixStream as StdUnixStream;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -24,12 +25,34 @@ use tokio::sync::mpsc;
 use crate::auth::Transport;
 use crate::band::Band;
 use crate::priority::{apply_sched, Applied};
+use crate::state::lanes::{AdminJob, LaneCommand, LaneOf};
 use crate::state::{LaneInfo, State};
 use crate::sync::Locked;
 
-pub(crate) mod command;
+/// Attaches in-process connections to a running router from any thread
+/// (the MQTT listener's): a clone of the default lane's command channel.
+#[derive(Clone)]
+pub struct InProcessConnector {
+    pub(crate) lane: mpsc::UnboundedSender<LaneCommand>,
+}
 
-use command::{AdminJob, LaneCommand, LaneOf};
+impl std::fmt::Debug for InProcessConnector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InProcessConnector").finish_non_exhaustive()
+    }
+}
+
+impl InProcessConnector {
+    /// A connected socket served by the router, as
+    /// [`RouterHandle::connect_in_process`] gives.
+    pub fn connect(&self) -> std::io::Result<StdUnixStream> {
+        let (ours, theirs) = StdUnixStream::pair()?;
+        self.lane.send(LaneCommand::Attach(theirs)).map_err(|_| {
+            std::io::Error::new(std::io::ErrorKind::NotConnected, "router has stopped")
+        })?;
+        Ok(ours)
+    }
+}
 
 /// Spawns a lane thread named `name` running `make()` to completion on a
 /// current-thread tokio runtime with a `LocalSet` (so tasks may use `Rc`).

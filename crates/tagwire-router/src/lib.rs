@@ -67,11 +67,11 @@ use auth::Authenticator;
 pub use config::{FederationConfig, Limits, RouterConfig, TlsConfig};
 pub use error::RouterError;
 pub use history::HistoryTotals;
-pub use lane::command::InProcessConnector;
-use lane::command::LaneCommand;
+pub use lane::InProcessConnector;
 pub use link::{DaemonInfo, FederationInfo, LinkInfo, TimeInfo};
 pub use membership::{Beacon, BeaconError};
 pub use shm::ShmCounters;
+use state::lanes::LaneCommand;
 use state::State;
 use sync::Locked;
 /// The admin requests and replies (moved to `tagwire_proto::admin`; here
@@ -261,7 +261,7 @@ impl Router {
         let reservations_file = config.reservations_file.clone();
         let unix_paths: Vec<PathBuf> = bands.iter().filter_map(|b| b.unix.clone()).collect();
         let band_names: Vec<String> = bands.iter().map(|b| b.name.clone()).collect();
-        let daemon_qos = qos::daemon_layer(&config.qos, &band_names)
+        let daemon_qos = config::qos::daemon_layer(&config.qos, &band_names)
             .map_err(|m| RouterError::Config(config::ConfigError::Invalid(m)))?;
         let state = Arc::new(Locked::new(State::new(config, auth)));
         {

@@ -26,9 +26,7 @@ use crate::state::State;
 use crate::sync::Locked;
 use crate::timing::now_ns;
 
-pub(crate) mod federation;
-
-use federation::{BandConn, Link, MAX_REFUSAL_COUNTS};
+use crate::state::federation::{BandConn, Link, MAX_REFUSAL_COUNTS};
 
 /// How often the federation task looks for interest changes.
 const TICK: Duration = Duration::from_millis(50);
@@ -418,7 +416,7 @@ fn local_interest(st: &State) -> Vec<Interest> {
 
 /// The federation's lane task: dials the configured peers, re-advertises
 /// local interest when subscriptions change, probes link clocks.
-pub(crate) async fn run(state: Arc<Locked<State>>, lane: crate::lane::command::LaneOf, dscp: u8) {
+pub(crate) async fn run(state: Arc<Locked<State>>, lane: crate::state::lanes::LaneOf, dscp: u8) {
     let peers = state.borrow().config.federation.peers.clone();
     state.borrow_mut().fed.dialer = Some((lane.clone(), dscp));
     for p in peers {
@@ -478,7 +476,7 @@ pub(crate) async fn run(state: Arc<Locked<State>>, lane: crate::lane::command::L
 /// once the link is up, and again whenever it is lost.
 pub(crate) async fn run_band(
     state: Arc<Locked<State>>,
-    lane: crate::lane::command::LaneOf,
+    lane: crate::state::lanes::LaneOf,
     dscp: u8,
 ) {
     let band = lane.band.to_string();
@@ -549,7 +547,7 @@ pub(crate) fn dial_discovered(state: Arc<Locked<State>>, link: std::net::SocketA
 async fn dial(
     state: Arc<Locked<State>>,
     addr: String,
-    lane: crate::lane::command::LaneOf,
+    lane: crate::state::lanes::LaneOf,
     dscp: u8,
     discovered: bool,
 ) {

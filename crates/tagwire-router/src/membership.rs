@@ -35,10 +35,8 @@ use crate::state::State;
 use crate::sync::Locked;
 
 pub(crate) mod beacon;
-pub(crate) mod members;
-
+use crate::state::members::Member;
 pub use beacon::{Beacon, BeaconError};
-use members::Member;
 
 /// How often a daemon sends its beacon.
 const BEACON_EVERY: Duration = Duration::from_secs(1);

@@ -24,9 +24,7 @@ mod dashboard;
 mod exposition;
 mod snapshot;
 
-pub(crate) mod config;
-
-pub use config::MetricsConfig;
+pub use crate::config::metrics::MetricsConfig;
 
 use std::cell::RefCell;
 use std::convert::Infallible;

@@ -31,9 +31,7 @@ use tagwire_core::qos::ProxyMode;
 use crate::state::State;
 use crate::timing::now_ns;
 
-pub(crate) mod table;
-
-use table::{Placed, StreamSeen};
+use crate::state::placement::{Placed, StreamSeen};
 
 /// How often placements are recomputed.
 const EVERY_NS: u64 = 1_000_000_000;

@@ -27,14 +27,11 @@ use tagwire_proto::admin::{
 use tagwire_proto::ErrorCode;
 
 use crate::channel::Channel;
-use crate::lane::command::LaneCommand;
 use crate::priority::SchedPolicy;
+use crate::state::lanes::LaneCommand;
 use crate::state::State;
 
-pub(crate) mod layers;
-
-pub(crate) use layers::daemon_layer;
-use layers::{TagQos, MAX_TAG_LAYERS};
+use crate::state::qos::{TagQos, MAX_TAG_LAYERS};
 
 /// The layers above a channel's own: daemon, the tag layers covering
 /// `pattern`, and its connection's session layer.
@@ -94,7 +91,7 @@ pub(crate) fn check_proxy(st: &State, resolved: &Resolved) -> Result<(), (ErrorC
     let tagwire_core::qos::ProxyMode::Node(name) = &resolved.values().proxy else {
         return Ok(());
     };
-    crate::link::federation::Federation::daemon_named(st.node.topology(), name, "proxy=node:")
+    crate::state::federation::Federation::daemon_named(st.node.topology(), name, "proxy=node:")
         .map(drop)
 }
 
@@ -333,7 +330,7 @@ pub(crate) fn admin_qos(
         Target::Endpoint(_) => None,
     };
     if let Some(l) = &upper_change {
-        crate::history::check_layer(&st.config, l)?;
+        crate::config::history::check_layer(&st.config, l)?;
     }
     // Install the upper layer tentatively, resolve every channel, and roll
     // back on the first refusal.

@@ -38,5 +38,5 @@ pub enum ConfigError {
     /// The `[cluster]` settings (`--cluster-secret-file`, `--join`) cannot
     /// be used; the message names the setting and the fix.
     #[error(transparent)]
-    Cluster(#[from] crate::cluster::config::ClusterError),
+    Cluster(#[from] super::cluster::ClusterError),
 }

@@ -3,9 +3,6 @@
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 
-/// The multicast group and port beacons go to by default.
-pub const DEFAULT_BEACON_GROUP: &str = "239.255.42.99:7448";
-
 /// A discovery beacon: `TWB1`, u8 version 1, u64 node id, the gossip and
 /// link addresses (IPv4 + port each), str8 cluster name.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -24,9 +24,7 @@ pub mod packet;
 mod session;
 pub mod topic;
 
-pub(crate) mod config;
-
-pub use config::MqttConfig;
+pub use crate::config::mqtt::MqttConfig;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -36,7 +34,7 @@ use std::thread::JoinHandle;
 
 use crate::auth::Authenticator;
 use crate::config::AuthConfig;
-use crate::lane::command::InProcessConnector;
+use crate::lane::InProcessConnector;
 
 /// What every connection of one listener shares.
 pub(crate) struct Shared {

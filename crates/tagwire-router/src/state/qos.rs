@@ -1,12 +1,12 @@
-//! The QoS layers the router keeps above its channels' own: the daemon
-//! layer parsed from `[qos]`, the tag layers ([`TagQos`]), and the
-//! publishers seen per `max_suppliers` scope ([`Suppliers`]), as
-//! [`State`](crate::state::State) holds them. Resolving and putting QoS in
+//! The QoS layers the router keeps above its channels' own: the tag layers
+//! ([`TagQos`]) and the publishers seen per `max_suppliers` scope
+//! ([`Suppliers`]), as [`State`](crate::state::State) holds them (the daemon
+//! layer is parsed in [`crate::config::qos`]). Resolving and putting QoS in
 //! force is [`crate::qos`]'s.
 
 use std::sync::Arc;
 
-use tagwire_core::qos::{Level, Property, QosLayer};
+use tagwire_core::qos::{Property, QosLayer};
 use tagwire_core::tags::Pattern;
 
 /// Most tag layers a router keeps (`tagwire admin qos` on patterns).
@@ -20,29 +20,16 @@ pub(crate) struct TagQos {
     pub layer: QosLayer,
 }
 
-/// The daemon layer from the `[qos]` table of the configuration.
-pub(crate) fn daemon_layer(
-    table: &std::collections::BTreeMap<String, String>,
-    bands: &[String],
-) -> Result<QosLayer, String> {
-    QosLayer::parse(
-        Level::Daemon,
-        table.iter().map(|(k, v)| (k.as_str(), v.as_str())),
-        bands,
-    )
-    .map_err(|e| format!("[qos]: {e}"))
-}
-
 /// Suppliers seen per `max_suppliers` scope: the tag pattern of the layer
 /// that sets it (`""`: the daemon's), and the publisher endpoints that have
 /// published on a tag it matches. Bounded by the endpoint table; an endpoint
 /// leaves every scope when it goes.
 #[derive(Debug, Default)]
 pub(crate) struct Suppliers {
-    pub(super) scopes: std::collections::HashMap<String, std::collections::HashSet<Arc<str>>>,
+    pub(crate) scopes: std::collections::HashMap<String, std::collections::HashSet<Arc<str>>>,
     /// Whether any daemon or tag layer sets `max_suppliers` (so a publish
     /// without one costs a flag test, not a pass over the tag layers).
-    pub(super) limited: bool,
+    pub(crate) limited: bool,
 }
 
 impl Suppliers {

@@ -54,8 +54,8 @@ pub struct Placed {
 /// The placements of this daemon's `proxy=auto` subscriptions.
 #[derive(Debug, Default)]
 pub(crate) struct Placement {
-    pub(super) chosen: HashMap<u64, Placed>,
-    pub(super) next_run: u64,
+    pub(crate) chosen: HashMap<u64, Placed>,
+    pub(crate) next_run: u64,
     /// Solves run, and those that found no feasible placement.
     pub solves: u64,
     pub infeasible: u64,

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::auth::AuthConfig;
+use super::auth::AuthConfig;
 use crate::config::error::ConfigError;
 
 /// The `[mqtt]` section: where the MQTT listener listens and its bounds.
@@ -103,7 +103,7 @@ impl MqttConfig {
     }
 
     /// The secret of the `anonymous` token, read like the router reads it.
-    pub(super) fn anonymous_secret(
+    pub(crate) fn anonymous_secret(
         &self,
         auth: &AuthConfig,
     ) -> Result<Option<String>, ConfigError> {

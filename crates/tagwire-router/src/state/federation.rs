@@ -10,8 +10,8 @@ use tagwire_core::federation::{NetClock, NodeId, Topology};
 use tagwire_proto::admin::{DaemonInfo, FederationInfo, LinkInfo, TimeInfo};
 use tagwire_proto::ErrorCode;
 
+use super::lanes::LaneOf;
 use crate::channel::{Channel, Outbox};
-use crate::lane::command::LaneOf;
 use crate::timing::now_ns;
 
 /// The daemon's federation state: its routing view and its links.
@@ -22,21 +22,21 @@ pub(crate) struct Federation {
     /// Live links by the peer's node id.
     pub links: HashMap<NodeId, Link>,
     /// The channel table generation last advertised.
-    pub(super) advertised: u64,
+    pub(crate) advertised: u64,
     /// Software clock skew for experiments: (offset ns, ppm).
     pub skew: (i64, i64),
     /// Where the daemon's clock readings start, for the skew's drift.
     epoch: u64,
     /// Band connections being dialed: (peer, band).
-    pub(super) band_dialing: std::collections::HashSet<(NodeId, String)>,
+    pub(crate) band_dialing: std::collections::HashSet<(NodeId, String)>,
     /// The default band's lane and DSCP, for dialing discovered daemons.
-    pub(super) dialer: Option<(LaneOf, u8)>,
+    pub(crate) dialer: Option<(LaneOf, u8)>,
     /// The network clock: this daemon's offset to the reference's time
     /// (core's [`NetClock`], fed with the probes of the parent link).
     pub net: NetClock,
     /// Refusals by each dialed peer (by address), for rate-limited logs;
     /// at most [`MAX_REFUSAL_COUNTS`] peers (then it starts over).
-    pub(super) refusals: HashMap<String, u32>,
+    pub(crate) refusals: HashMap<String, u32>,
 }
 
 /// The routing tables' bounds configured in `[federation]`.
@@ -78,14 +78,14 @@ pub(crate) struct Link {
     /// Estimated offset of the peer's clock from ours, ns (peer − us).
     pub offset_ns: Option<i64>,
     /// The last probe sent: (id, t1).
-    pub(super) probe: (u32, u64),
+    pub(crate) probe: (u32, u64),
     /// The link's other band connections (band name → its connection and
     /// forwarding queue); the first connection, above, is on the default band.
     pub bands: HashMap<String, BandConn>,
     /// The peer's bands and their TCP ports (from its `Peer`).
     pub band_ports: Vec<(String, u16)>,
     /// Bytes in and out at the last rate sample, and when it was taken.
-    pub(super) sampled: (u64, u64, u64),
+    pub(crate) sampled: (u64, u64, u64),
     /// Throughput over the last second: bytes/s in and out.
     pub rate: (u64, u64),
 }
@@ -265,7 +265,7 @@ impl Federation {
 }
 
 /// Most peers whose refusals are counted; past it the counts start over.
-pub(super) const MAX_REFUSAL_COUNTS: usize = 1024;
+pub(crate) const MAX_REFUSAL_COUNTS: usize = 1024;
 
 /// A random u64 from the OS (a node id).
 fn rand_u64() -> u64 {

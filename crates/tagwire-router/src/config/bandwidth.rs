@@ -1,9 +1,7 @@
-//! What the daemon keeps of bandwidth reservations: the `[bandwidth]`
-//! section and the reservations' state (not set up, refused, or live).
-//! The `tc` work over them is [`crate::bandwidth`]'s.
+//! The `[bandwidth]` section: where reservations apply and how much the
+//! link carries.
 
 use serde::{Deserialize, Serialize};
-use tagwire_core::bandwidth::Reservations;
 
 /// The `[bandwidth]` section.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -27,22 +25,4 @@ impl Default for BandwidthConfig {
             max_reservations: 16,
         }
     }
-}
-
-/// The daemon's reservations: not set up yet, refused (and why), or live.
-#[derive(Debug, Default)]
-pub(crate) enum Bandwidth {
-    /// Nothing asked yet.
-    #[default]
-    Idle,
-    /// Reservations cannot be made here; the reason is the refusal.
-    Unavailable(String),
-    /// The htb tree is in place.
-    Live {
-        iface: String,
-        link_bps: u64,
-        res: Reservations,
-        /// holder (channel) → its connection, to release on close.
-        conns: Vec<(u64, u64)>,
-    },
 }

@@ -44,7 +44,8 @@ impl std::fmt::Debug for InProcessConnector {
 
 impl InProcessConnector {
     /// A connected socket served by the router, as
-    /// [`RouterHandle::connect_in_process`] gives.
+    /// [`RouterHandle::connect_in_process`](crate::RouterHandle::connect_in_process)
+    /// gives.
     pub fn connect(&self) -> std::io::Result<StdUnixStream> {
         let (ours, theirs) = StdUnixStream::pair()?;
         self.lane.send(LaneCommand::Attach(theirs)).map_err(|_| {

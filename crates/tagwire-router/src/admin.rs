@@ -19,6 +19,7 @@ use tagwire_proto::{excerpt, ErrorCode};
 
 use crate::filters::{op_name, FilterRecord};
 pub use crate::filters::{FilterInfo, FilterLevel};
+use crate::state::lanes::Reply;
 use crate::state::{State, TagStats};
 
 /// Bytes of an `AdminReply` frame besides its JSON body (type and request id).
@@ -58,15 +59,6 @@ impl Requester<'_> {
             ))
         }
     }
-}
-
-/// An admin reply, as the JSON body of its frame: to send at once, or once
-/// the routes have settled (a session-level change re-places the session's
-/// channels in slices first).
-#[derive(Debug)]
-pub(crate) enum Reply {
-    Now(String),
-    WhenSettled(String),
 }
 
 /// Runs an admin request against the router's state; `max_frame` is the
@@ -163,7 +155,7 @@ fn answer(
             now(AdminReply::Qos(reply))
         }
         AdminRequest::Show { target } if target.starts_with("link:") || target == "links" => {
-            let info = crate::link::federation_info(st);
+            let info = federation_info(st);
             let want = target.trim_start_matches("link:");
             let links: Vec<_> = info
                 .links
@@ -360,7 +352,7 @@ pub(crate) fn list_page(
             && !(st.fed.links.is_empty()
                 && st.node.topology().is_empty()
                 && st.members.up.is_empty()))
-        .then(|| crate::link::federation_info(st)),
+        .then(|| federation_info(st)),
         next: None,
     };
     let mut fill = PageFill::new(json_len(&page), limit, budget);
@@ -796,4 +788,19 @@ fn proxy_info(st: &State, global: u64, ch: &crate::channel::Channel) -> Option<P
         runs_at,
         reason,
     })
+}
+
+/// The federation part of the listing, membership included.
+pub(crate) fn federation_info(st: &State) -> tagwire_proto::admin::FederationInfo {
+    let mut info = st.fed.info(&st.node, &st.config.default_band);
+    let mut members: Vec<String> = st
+        .members
+        .up
+        .values()
+        .map(|m| format!("{:016x} {}", m.node, m.gossip))
+        .collect();
+    members.sort();
+    info.members = members;
+    info.bad_datagrams = st.members.bad_datagrams;
+    info
 }

@@ -23,7 +23,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{ConfigError, RouterConfig};
+use crate::config::error::ConfigError;
+use crate::config::RouterConfig;
 use crate::priority::{CpuList, SchedPolicy};
 use tagwire_core::qos::Dscp;
 

@@ -8,16 +8,28 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::auth::{AclRule, AuthConfig, TokenConfig};
 pub use crate::band::BandConfig;
-pub use crate::bandwidth::BandwidthConfig;
-pub use crate::cluster::ClusterConfig;
-pub use crate::metrics::MetricsConfig;
+pub(crate) mod auth;
+pub(crate) mod bandwidth;
+pub(crate) mod cluster;
+pub(crate) mod error;
+pub(crate) mod history;
+pub(crate) mod metrics;
+pub(crate) mod mqtt;
+pub(crate) mod qos;
+
+pub use auth::{AclRule, AuthConfig, TokenConfig};
+pub use bandwidth::BandwidthConfig;
+pub use cluster::ClusterConfig;
+pub use error::ConfigError;
+pub use metrics::MetricsConfig;
 
 /// Default TCP listen address.
 pub const DEFAULT_TCP: &str = "127.0.0.1:7700";
 /// Largest configuration file read, in bytes.
 pub const MAX_CONFIG_BYTES: u64 = 1024 * 1024;
+/// The multicast group and port beacons go to by default.
+pub const DEFAULT_BEACON_GROUP: &str = "239.255.42.99:7448";
 
 /// Where the router listens and what it allows.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -61,7 +73,7 @@ pub struct RouterConfig {
     /// join; see [`crate::cluster`]). Applied when the router starts.
     pub cluster: ClusterConfig,
     /// The MQTT listener (`[mqtt]`; docs/mqtt.md). Off unless `listen` is set.
-    pub mqtt: crate::mqtt::MqttConfig,
+    pub mqtt: mqtt::MqttConfig,
 }
 
 /// The `[federation]` section: which daemons to link with and the bounds of
@@ -122,7 +134,7 @@ impl Default for FederationConfig {
             gossip_enabled: true,
             gossip: None,
             discovery: false,
-            beacon_group: crate::membership::DEFAULT_BEACON_GROUP
+            beacon_group: DEFAULT_BEACON_GROUP
                 .parse()
                 .expect("the default beacon group parses"),
         }
@@ -395,48 +407,9 @@ impl Default for RouterConfig {
             bandwidth: BandwidthConfig::default(),
             metrics: MetricsConfig::default(),
             cluster: ClusterConfig::default(),
-            mqtt: crate::mqtt::MqttConfig::default(),
+            mqtt: mqtt::MqttConfig::default(),
         }
     }
-}
-
-/// A configuration file that could not be used.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ConfigError {
-    /// Reading failed.
-    #[error("cannot read config file {path}: {source}")]
-    Read {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// Larger than [`MAX_CONFIG_BYTES`].
-    #[error("config file {path} is {len} bytes, over the limit of {max}")]
-    TooLarge {
-        /// The file.
-        path: PathBuf,
-        /// Its size.
-        len: u64,
-        /// The limit.
-        max: u64,
-    },
-    /// Not valid TOML, or an unknown key or bad value.
-    #[error("invalid config file {path}: {message}")]
-    Parse {
-        /// The file.
-        path: PathBuf,
-        /// The parser's message (names the key and line).
-        message: String,
-    },
-    /// A value outside its range.
-    #[error("invalid config: {0}")]
-    Invalid(String),
-    /// The `[cluster]` settings (`--cluster-secret-file`, `--join`) cannot
-    /// be used; the message names the setting and the fix.
-    #[error(transparent)]
-    Cluster(#[from] crate::cluster::ClusterError),
 }
 
 impl RouterConfig {
@@ -538,8 +511,8 @@ impl RouterConfig {
         self.mqtt.validate(&self.auth)?;
         crate::band::plan(self)?;
         let bands: Vec<String> = self.bands.iter().map(|b| b.name.clone()).collect();
-        let daemon = crate::qos::daemon_layer(&self.qos, &bands).map_err(ConfigError::Invalid)?;
-        crate::history::validate_config(self, &daemon).map_err(ConfigError::Invalid)?;
+        let daemon = qos::daemon_layer(&self.qos, &bands).map_err(ConfigError::Invalid)?;
+        history::validate_config(self, &daemon).map_err(ConfigError::Invalid)?;
         Ok(())
     }
 }

@@ -25,16 +25,15 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::admin::Reply;
 use crate::admission::{ConnLog, LogLine};
 use crate::auth::{Rights, Transport};
 use crate::channel::{Channel, Outbox, Outgoing, READ_CHUNK};
 use crate::config::Limits;
 use crate::dispatch::deliver;
 use crate::filters::{op_name, FilterInfo, FilterLevel, FilterRecord};
-use crate::lane::LaneOf;
 use crate::local::hex;
 use crate::read_buffer::ReadBuffer;
+use crate::state::lanes::{LaneOf, Reply};
 use crate::state::{ConnEntry, Reservation, State};
 use crate::sync::Locked;
 use crate::timing::now_ns;
@@ -1161,7 +1160,7 @@ impl Conn {
     /// Sends an admin request to the admin lane and waits for its result.
     async fn admin_elsewhere(&self, body: String) -> Result<Reply, (ErrorCode, String)> {
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let job = crate::lane::AdminJob {
+        let job = crate::state::lanes::AdminJob {
             body,
             identity: self.identity.clone(),
             admin: self.rights.admin,

@@ -121,7 +121,7 @@ fn deliver_with(
     // The link band is worked out only when there are links.
     let band = if st.node.has_links() {
         route.band.map_or_else(
-            || crate::link::band_for_priority(st, meta.priority).to_owned(),
+            || crate::state::band_for_priority(st, meta.priority).to_owned(),
             str::to_owned,
         )
     } else {
@@ -156,7 +156,7 @@ struct Execute<'a, 'e> {
     event: &'e mut Outgoing,
     shm: Option<&'e mut crate::shm::ShmEvent>,
     shm_table: &'a mut crate::shm::ShmTable,
-    links: &'a mut std::collections::HashMap<u64, crate::link::Link>,
+    links: &'a mut std::collections::HashMap<u64, crate::state::federation::Link>,
     limits: &'a crate::config::Limits,
     meta: EventMeta,
     band: &'a str,

@@ -1,6 +1,7 @@
 //! Pull buffers at run time: which tags keep history (the `history` QoS
 //! property, daemon `[qos]` and tag layers), recording delivered events into
-//! core's [`HistoryTable`], and answering `Pull` frames.
+//! core's [`HistoryTable`](tagwire_core::history::HistoryTable), and
+//! answering `Pull` frames.
 //!
 //! **Where events are recorded.** In [`crate::dispatch::deliver`], the one
 //! place every accepted event passes when it is handed to channels: an event
@@ -34,14 +35,13 @@
 
 use std::collections::HashMap;
 
-use tagwire_core::history::{HistoryLimits, HistoryTable, PullError};
+use tagwire_core::history::PullError;
 use tagwire_core::qos::{resolve, Property, QosLayer};
 use tagwire_core::tags::{validate_tag, Pattern};
 use tagwire_proto::{ErrorCode, EventRef, Pull, PullReply, FRAME_HEADER_LEN};
 
 use crate::auth::Rights;
 use crate::channel::Outgoing;
-use crate::config::RouterConfig;
 use crate::state::State;
 
 /// Most tags whose `history` value is cached; at the bound the cache is
@@ -51,34 +51,6 @@ const CACHE_TAGS: usize = 65_536;
 const REPLY_FIXED: usize = FRAME_HEADER_LEN + 35;
 /// Bytes per event in a `PullReply` besides the event: its length.
 const REPLY_PER_EVENT: usize = 4;
-
-/// The router's pull buffers and what decides which tags keep one.
-#[derive(Debug)]
-pub(crate) struct RouterHistory {
-    pub table: HistoryTable,
-    /// Whether any daemon or tag layer sets `history` above 0.
-    pub(crate) enabled: bool,
-    /// Each tag's `history`, as last resolved.
-    cache: HashMap<Box<str>, usize>,
-}
-
-impl RouterHistory {
-    pub(crate) fn new(config: &RouterConfig) -> Self {
-        let l = &config.limits;
-        RouterHistory {
-            table: HistoryTable::new(HistoryLimits {
-                max_tags: l.max_history_tags,
-                max_total_bytes: l.max_history_bytes,
-                max_bytes_per_tag: l.max_history_bytes_per_tag,
-                max_publishers_per_tag: l.max_history_publishers_per_tag,
-                max_reply_events: l.history_reply_events,
-                max_reply_bytes: l.history_reply_bytes,
-            }),
-            enabled: false,
-            cache: HashMap::new(),
-        }
-    }
-}
 
 /// The `history` a tag keeps under the current layers.
 fn capacity_of(st: &State, tag: &str) -> usize {
@@ -94,45 +66,6 @@ fn capacity_of(st: &State, tag: &str) -> usize {
                 .then_some(&st.qos_daemon)
         });
     layer.map_or(0, |l| resolve(&[l]).values().history)
-}
-
-/// Refuses a daemon or tag layer whose `history` is over
-/// `limits.max_history`, naming the bound.
-pub(crate) fn check_layer(
-    config: &RouterConfig,
-    layer: &QosLayer,
-) -> Result<(), (ErrorCode, String)> {
-    if !layer.is_set(Property::History) {
-        return Ok(());
-    }
-    let n = resolve(&[layer]).values().history;
-    let max = config.limits.max_history;
-    if n > max {
-        return Err((
-            ErrorCode::BadRequest,
-            format!("history={n} is over this daemon's bound of {max} events (limits.max_history)"),
-        ));
-    }
-    Ok(())
-}
-
-/// Checks the configuration's history bounds and `[qos] history`.
-pub(crate) fn validate_config(config: &RouterConfig, daemon: &QosLayer) -> Result<(), String> {
-    let l = &config.limits;
-    if l.max_history > tagwire_core::history::MAX_HISTORY {
-        return Err(format!(
-            "limits.max_history = {} is over the hard bound of {}",
-            l.max_history,
-            tagwire_core::history::MAX_HISTORY
-        ));
-    }
-    if l.history_reply_events == 0
-        || l.history_reply_bytes == 0
-        || l.max_history_publishers_per_tag == 0
-    {
-        return Err("limits.history_reply_events, limits.history_reply_bytes and limits.max_history_publishers_per_tag must be at least 1".into());
-    }
-    check_layer(config, daemon).map_err(|(_, m)| format!("[qos]: {m}"))
 }
 
 /// After a daemon or tag layer changed: whether history is on anywhere,

@@ -36,6 +36,7 @@ pub mod cluster;
 pub mod config;
 mod connection;
 mod dispatch;
+mod error;
 mod filters;
 mod history;
 mod lane;
@@ -64,11 +65,13 @@ use std::thread::JoinHandle;
 
 use auth::Authenticator;
 pub use config::{FederationConfig, Limits, RouterConfig, TlsConfig};
+pub use error::RouterError;
 pub use history::HistoryTotals;
-use lane::LaneCommand;
+pub use lane::InProcessConnector;
 pub use link::{DaemonInfo, FederationInfo, LinkInfo, TimeInfo};
 pub use membership::{Beacon, BeaconError};
 pub use shm::ShmCounters;
+use state::lanes::LaneCommand;
 use state::State;
 use sync::Locked;
 /// The admin requests and replies (moved to `tagwire_proto::admin`; here
@@ -79,35 +82,6 @@ pub use tagwire_proto::admin::{
     Listing, MemoryInfo, ProxyInfo, SubscriptionInfo, TagInfo, DEFAULT_PAGE_ITEMS, MAX_PAGE_ITEMS,
 };
 use tokio::sync::mpsc;
-
-/// Why a router could not start.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum RouterError {
-    /// A listener could not bind.
-    #[error("cannot listen on {what}: {source}")]
-    Listen {
-        /// The address or path.
-        what: String,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// Another daemon already serves the Unix socket.
-    #[error("another tagwired is already listening on {0}")]
-    AlreadyRunning(PathBuf),
-    /// The lane thread could not start.
-    #[error("cannot start the lane thread: {0}")]
-    Lane(std::io::Error),
-    /// The configuration is invalid.
-    #[error(transparent)]
-    Config(#[from] config::ConfigError),
-    /// The private runtime directory or a file in it is unsafe or unwritable.
-    #[error(transparent)]
-    Local(#[from] local::LocalError),
-    /// A `[tls]` file is missing or unusable (the error names the file).
-    #[error(transparent)]
-    Tls(#[from] tls::TlsError),
-}
 
 /// Starts routers.
 #[derive(Debug)]
@@ -136,31 +110,6 @@ pub struct RouterHandle {
     metrics: Option<metrics::MetricsServer>,
     /// The MQTT listener (`[mqtt] listen`), stopped before the lanes.
     mqtt: Option<mqtt::Gateway>,
-}
-
-/// Attaches in-process connections to a running router from any thread
-/// (the MQTT listener's): a clone of the default lane's command channel.
-#[derive(Clone)]
-pub struct InProcessConnector {
-    lane: mpsc::UnboundedSender<LaneCommand>,
-}
-
-impl std::fmt::Debug for InProcessConnector {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("InProcessConnector").finish_non_exhaustive()
-    }
-}
-
-impl InProcessConnector {
-    /// A connected socket served by the router, as
-    /// [`RouterHandle::connect_in_process`] gives.
-    pub fn connect(&self) -> std::io::Result<StdUnixStream> {
-        let (ours, theirs) = StdUnixStream::pair()?;
-        self.lane.send(LaneCommand::Attach(theirs)).map_err(|_| {
-            std::io::Error::new(std::io::ErrorKind::NotConnected, "router has stopped")
-        })?;
-        Ok(ours)
-    }
 }
 
 impl Router {
@@ -312,7 +261,7 @@ impl Router {
         let reservations_file = config.reservations_file.clone();
         let unix_paths: Vec<PathBuf> = bands.iter().filter_map(|b| b.unix.clone()).collect();
         let band_names: Vec<String> = bands.iter().map(|b| b.name.clone()).collect();
-        let daemon_qos = qos::daemon_layer(&config.qos, &band_names)
+        let daemon_qos = config::qos::daemon_layer(&config.qos, &band_names)
             .map_err(|m| RouterError::Config(config::ConfigError::Invalid(m)))?;
         let state = Arc::new(Locked::new(State::new(config, auth)));
         {

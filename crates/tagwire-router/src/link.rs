@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tagwire_core::federation::{NetClock, NodeId, Topology};
+use tagwire_core::federation::NodeId;
 use tagwire_core::qos::ProxyMode;
 use tagwire_core::queue::{BoundedQueue, DiscardPolicy, OrderPolicy};
 use tagwire_proto::{ErrorCode, EventRef, Interest, LinkFrame, ProxyAt, LINK_VERSION};
@@ -25,6 +25,8 @@ use crate::channel::{Channel, Outbox, Outgoing};
 use crate::state::State;
 use crate::sync::Locked;
 use crate::timing::now_ns;
+
+use crate::state::federation::{BandConn, Link, MAX_REFUSAL_COUNTS};
 
 /// How often the federation task looks for interest changes.
 const TICK: Duration = Duration::from_millis(50);
@@ -36,272 +38,7 @@ const BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// Failed connection attempts after which the dialer says what to check.
 const HINT_AFTER: u32 = 3;
 
-/// The daemon's federation state: its routing view and its links.
-#[derive(Debug)]
-pub(crate) struct Federation {
-    /// This daemon's node id (random per start unless configured).
-    me: NodeId,
-    /// Live links by the peer's node id.
-    pub links: HashMap<NodeId, Link>,
-    /// The channel table generation last advertised.
-    advertised: u64,
-    /// Software clock skew for experiments: (offset ns, ppm).
-    pub skew: (i64, i64),
-    /// Where the daemon's clock readings start, for the skew's drift.
-    epoch: u64,
-    /// Band connections being dialed: (peer, band).
-    band_dialing: std::collections::HashSet<(NodeId, String)>,
-    /// The default band's lane and DSCP, for dialing discovered daemons.
-    dialer: Option<(crate::lane::LaneOf, u8)>,
-    /// The network clock: this daemon's offset to the reference's time
-    /// (core's [`NetClock`], fed with the probes of the parent link).
-    pub net: NetClock,
-    /// Refusals by each dialed peer (by address), for rate-limited logs;
-    /// at most [`MAX_REFUSAL_COUNTS`] peers (then it starts over).
-    refusals: HashMap<String, u32>,
-}
-
-/// The routing tables' bounds configured in `[federation]`.
-pub(crate) fn routing_limits(
-    config: &crate::config::FederationConfig,
-) -> tagwire_core::federation::Limits {
-    tagwire_core::federation::Limits {
-        max_nodes: config.max_nodes,
-        max_interest: config.max_interest,
-        ..Default::default()
-    }
-}
-
-/// One live link.
-#[derive(Debug)]
-pub(crate) struct Link {
-    /// The connection carrying it.
-    pub conn: u64,
-    /// The peer's name.
-    pub name: String,
-    /// The peer's address as seen here.
-    pub addr: String,
-    /// Whether this daemon dialed it.
-    pub dialed: bool,
-    /// The connection's outbox (for link control frames).
-    pub outbox: Arc<Outbox>,
-    /// Events routed to the peer wait here.
-    pub queue: Arc<Channel>,
-    /// When it came up (ns since the epoch).
-    pub since: u64,
-    /// Events and bytes received from the peer.
-    pub events_in: u64,
-    /// Bytes of events received.
-    pub bytes_in: u64,
-    /// Bytes of events forwarded to the peer (queued).
-    pub bytes_out: u64,
-    /// Last measured round trip, ns.
-    pub rtt_ns: Option<u64>,
-    /// Estimated offset of the peer's clock from ours, ns (peer − us).
-    pub offset_ns: Option<i64>,
-    /// The last probe sent: (id, t1).
-    probe: (u32, u64),
-    /// The link's other band connections (band name → its connection and
-    /// forwarding queue); the first connection, above, is on the default band.
-    pub bands: HashMap<String, BandConn>,
-    /// The peer's bands and their TCP ports (from its `Peer`).
-    pub band_ports: Vec<(String, u16)>,
-    /// Bytes in and out at the last rate sample, and when it was taken.
-    sampled: (u64, u64, u64),
-    /// Throughput over the last second: bytes/s in and out.
-    pub rate: (u64, u64),
-}
-
-/// One more connection of a link, for one priority band.
-#[derive(Debug)]
-pub(crate) struct BandConn {
-    /// The connection.
-    pub conn: u64,
-    /// Events of this band routed to the peer wait here.
-    pub queue: Arc<Channel>,
-}
-
-impl Federation {
-    /// A daemon called `name`, alone, with a random node id.
-    pub fn new(name: &str, config: &crate::config::FederationConfig) -> Self {
-        let me = match config.node_id {
-            0 => loop {
-                let id = rand_u64();
-                if id != 0 {
-                    break id;
-                }
-            },
-            id => id,
-        };
-        let _ = name;
-        Federation {
-            me,
-            links: HashMap::new(),
-            advertised: 0,
-            skew: (config.clock_offset_ms * 1_000_000, config.clock_skew_ppm),
-            epoch: now_ns(),
-            band_dialing: Default::default(),
-            net: NetClock::default(),
-            dialer: None,
-            refusals: HashMap::new(),
-        }
-    }
-
-    /// The daemon named `name` in `topo`, or the refusal of `what` (a
-    /// request naming it) as `UnknownNode`, listing the daemons known.
-    pub fn daemon_named(
-        topo: &Topology,
-        name: &str,
-        what: &str,
-    ) -> Result<NodeId, (ErrorCode, String)> {
-        topo.node_named(name).ok_or_else(|| {
-            let mut known: Vec<String> = topo.nodes().into_iter().map(|n| n.1).collect();
-            known.sort();
-            (
-                ErrorCode::UnknownNode,
-                format!(
-                    "{what}{}: no daemon of this network is named so (known: {})",
-                    tagwire_proto::excerpt(name),
-                    known.join(", ")
-                ),
-            )
-        })
-    }
-
-    /// This daemon's node id.
-    pub fn me(&self) -> NodeId {
-        self.me
-    }
-
-    /// The daemon's clock as other daemons see it: the system clock with
-    /// the configured software skew (the namespaces of a test share one
-    /// kernel clock).
-    pub fn clock(&self) -> u64 {
-        let now = now_ns();
-        let (offset, ppm) = self.skew;
-        let drift = (now.saturating_sub(self.epoch) as i128 * ppm as i128 / 1_000_000) as i64;
-        now.saturating_add_signed(offset.saturating_add(drift))
-    }
-
-    /// What `tagwire time` shows.
-    pub(crate) fn time_info(&self, topo: &Topology) -> TimeInfo {
-        let local = self.clock();
-        let reference = match self.net.reference() {
-            0 => self.me(),
-            r => r,
-        };
-        TimeInfo {
-            network_time_ns: self.net.network_time(local),
-            local_time_ns: local,
-            offset_ns: self.net.offset_at(local),
-            error_ns: self.net.error(),
-            synced: self.net.synced() || reference == self.me(),
-            reference: topo.name_of(reference).unwrap_or_default().to_owned(),
-            reference_node: format!("{reference:016x}"),
-        }
-    }
-
-    /// The network time: this daemon's clock corrected by its offset to the
-    /// reference (see [`NetClock`]).
-    pub fn network_time(&self) -> u64 {
-        self.net.network_time(self.clock())
-    }
-}
-
 pub use tagwire_proto::admin::{DaemonInfo, FederationInfo, LinkInfo, TimeInfo};
-
-/// The federation part of the listing, membership included.
-pub(crate) fn federation_info(st: &State) -> FederationInfo {
-    let mut info = st.fed.info(&st.node, &st.config.default_band);
-    let mut members: Vec<String> = st
-        .members
-        .up
-        .values()
-        .map(|m| format!("{:016x} {}", m.node, m.gossip))
-        .collect();
-    members.sort();
-    info.members = members;
-    info.bad_datagrams = st.members.bad_datagrams;
-    info
-}
-
-impl Federation {
-    /// What `tagwire list` shows; `default_band` names the links' first
-    /// connections.
-    pub(crate) fn info(
-        &self,
-        node: &tagwire_core::node::Node<Arc<Channel>>,
-        default_band: &str,
-    ) -> FederationInfo {
-        let topo = node.topology();
-        let counters = node.counters();
-        let now = now_ns();
-        let mut links: Vec<LinkInfo> = self
-            .links
-            .iter()
-            .map(|(id, l)| {
-                let queues = std::iter::once(&l.queue).chain(l.bands.values().map(|b| &b.queue));
-                let (mut depth, mut dropped, mut out) = (0, 0, 0);
-                for q in queues {
-                    let inner = q.queue.borrow();
-                    depth += inner.len();
-                    dropped += inner.dropped();
-                    out += q.delivered.get();
-                }
-                let mut bands: Vec<String> = l.bands.keys().cloned().collect();
-                bands.sort();
-                let mut by_band: std::collections::BTreeMap<String, u64> = l
-                    .bands
-                    .iter()
-                    .map(|(b, c)| (b.clone(), c.queue.delivered.get()))
-                    .collect();
-                by_band.insert(default_band.to_owned(), l.queue.delivered.get());
-                LinkInfo {
-                    peer: l.name.clone(),
-                    node: format!("{id:016x}"),
-                    addr: l.addr.clone(),
-                    dialed: l.dialed,
-                    connection: l.conn,
-                    up_secs: now.saturating_sub(l.since) / 1_000_000_000,
-                    rtt_us: l.rtt_ns.map(|r| r / 1000),
-                    clock_offset_us: l.offset_ns.map(|o| o / 1000),
-                    events_in: l.events_in,
-                    bytes_in: l.bytes_in,
-                    events_out: out,
-                    bytes_out: l.bytes_out,
-                    rate_in_bps: l.rate.0,
-                    rate_out_bps: l.rate.1,
-                    queue_depth: depth,
-                    dropped,
-                    bands,
-                    events_out_by_band: by_band,
-                }
-            })
-            .collect();
-        links.sort_by(|a, b| a.peer.cmp(&b.peer));
-        FederationInfo {
-            node: format!("{:016x}", self.me()),
-            daemons: topo.len(),
-            unwanted: counters.unwanted,
-            hop_limited: counters.hop_limited,
-            refused_adverts: counters.refused_adverts,
-            links,
-            known: topo
-                .nodes()
-                .into_iter()
-                .map(|(id, name, version, neighbors, interest)| DaemonInfo {
-                    name,
-                    node: format!("{id:016x}"),
-                    version,
-                    neighbors: neighbors.iter().map(|n| format!("{n:016x}")).collect(),
-                    interest,
-                })
-                .collect(),
-            members: Vec::new(),
-            bad_datagrams: 0,
-        }
-    }
-}
 
 /// What a connection knows when it hands a link frame over.
 pub(crate) struct LinkConn<'a> {
@@ -346,18 +83,6 @@ fn band_of(st: &State, conn: u64) -> String {
     st.connections
         .get(&conn)
         .map_or_else(|| st.config.default_band.clone(), |c| c.band.to_string())
-}
-
-/// The band an event of `priority` crosses a link on when it did not arrive
-/// on a connection of a band (an event held for its start time): 0..=255
-/// split evenly over the bands, lowest first (as a client's
-/// `follow_priority` does).
-pub(crate) fn band_for_priority(st: &State, priority: u8) -> &str {
-    let n = st.band_names.len();
-    if n == 0 {
-        return &st.config.default_band;
-    }
-    &st.band_names[priority as usize * n / 256]
 }
 
 /// Handles a link frame. An error closes the connection (the caller sends
@@ -691,7 +416,7 @@ fn local_interest(st: &State) -> Vec<Interest> {
 
 /// The federation's lane task: dials the configured peers, re-advertises
 /// local interest when subscriptions change, probes link clocks.
-pub(crate) async fn run(state: Arc<Locked<State>>, lane: crate::lane::LaneOf, dscp: u8) {
+pub(crate) async fn run(state: Arc<Locked<State>>, lane: crate::state::lanes::LaneOf, dscp: u8) {
     let peers = state.borrow().config.federation.peers.clone();
     state.borrow_mut().fed.dialer = Some((lane.clone(), dscp));
     for p in peers {
@@ -749,7 +474,11 @@ pub(crate) async fn run(state: Arc<Locked<State>>, lane: crate::lane::LaneOf, ds
 /// A non-default band's lane task: for every link this daemon dialed, opens
 /// the link's connection for this band (to the port the peer listed for it)
 /// once the link is up, and again whenever it is lost.
-pub(crate) async fn run_band(state: Arc<Locked<State>>, lane: crate::lane::LaneOf, dscp: u8) {
+pub(crate) async fn run_band(
+    state: Arc<Locked<State>>,
+    lane: crate::state::lanes::LaneOf,
+    dscp: u8,
+) {
     let band = lane.band.to_string();
     let mut tick = tokio::time::interval(Duration::from_millis(200));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -818,7 +547,7 @@ pub(crate) fn dial_discovered(state: Arc<Locked<State>>, link: std::net::SocketA
 async fn dial(
     state: Arc<Locked<State>>,
     addr: String,
-    lane: crate::lane::LaneOf,
+    lane: crate::state::lanes::LaneOf,
     dscp: u8,
     discovered: bool,
 ) {
@@ -930,9 +659,6 @@ pub(crate) fn refused_by_peer(addr: &str, code: ErrorCode, message: &str) -> Str
     }
 }
 
-/// Most peers whose refusals are counted; past it the counts start over.
-const MAX_REFUSAL_COUNTS: usize = 1024;
-
 /// Logs an error the peer we dialed on connection `conn` sent, in daemon
 /// terms. A refusal comes once per connection attempt (once a second), so
 /// the 1st, 2nd, 4th, … refusal of each peer is logged.
@@ -978,16 +704,6 @@ impl AsFdOwned for tokio::net::TcpStream {
         use std::os::fd::AsFd;
         self.as_fd().try_clone_to_owned().ok()
     }
-}
-
-/// A random u64 from the OS (a node id).
-fn rand_u64() -> u64 {
-    let mut b = [0u8; 8];
-    if crate::local::random_bytes(&mut b).is_err() {
-        // No OS randomness: time and pid still differ between daemons.
-        return now_ns() ^ ((std::process::id() as u64) << 32);
-    }
-    u64::from_le_bytes(b)
 }
 
 /// The token to present to peer `addr`: the configured one, else, for a

@@ -28,156 +28,20 @@ use std::time::Duration;
 
 use foca::{AccumulatingRuntime, BincodeCodec, Config, Foca, OwnedNotification, Timer};
 use rand::{rngs::StdRng, SeedableRng};
-use serde::{Deserialize, Serialize};
 use tokio::net::UdpSocket;
 use tokio::sync::mpsc;
 
 use crate::state::State;
 use crate::sync::Locked;
 
-/// The multicast group and port beacons go to by default.
-pub const DEFAULT_BEACON_GROUP: &str = "239.255.42.99:7448";
+pub(crate) mod beacon;
+use crate::state::members::Member;
+pub use beacon::{Beacon, BeaconError};
+
 /// How often a daemon sends its beacon.
 const BEACON_EVERY: Duration = Duration::from_secs(1);
 /// Largest gossip datagram read.
 const MAX_DATAGRAM: usize = 1400;
-
-/// A daemon as foca knows it: its node id, where its gossip and its links
-/// listen, and when it started (a restarted daemon on the same gossip
-/// address wins the address over its predecessor).
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct Member {
-    /// Node id (0 in an announcement to an address whose daemon is not
-    /// known yet).
-    pub node: u64,
-    /// UDP gossip address.
-    pub gossip: SocketAddr,
-    /// TCP address its links are dialed at.
-    pub link: SocketAddr,
-    /// Start time (ns since the epoch), then bumped on each renewal.
-    pub started: u64,
-}
-
-impl foca::Identity for Member {
-    type Addr = SocketAddr;
-
-    fn renew(&self) -> Option<Self> {
-        Some(Member {
-            started: self.started.wrapping_add(1),
-            ..self.clone()
-        })
-    }
-
-    fn addr(&self) -> SocketAddr {
-        self.gossip
-    }
-
-    fn win_addr_conflict(&self, adversary: &Self) -> bool {
-        (self.started, self.node) > (adversary.started, adversary.node)
-    }
-}
-
-/// A discovery beacon: `TWB1`, u8 version 1, u64 node id, the gossip and
-/// link addresses (IPv4 + port each), str8 cluster name.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Beacon {
-    /// The sender's node id.
-    pub node: u64,
-    /// Its gossip address.
-    pub gossip: SocketAddrV4,
-    /// Its link (TCP) address.
-    pub link: SocketAddrV4,
-    /// Its cluster name.
-    pub cluster: String,
-}
-
-/// Why a datagram is not a beacon.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum BeaconError {
-    /// Not `TWB1`.
-    #[error("not a tagwire beacon (bad magic)")]
-    Magic,
-    /// A version this daemon does not know.
-    #[error("beacon version {0} (this daemon knows 1)")]
-    Version(u8),
-    /// Shorter than its fields.
-    #[error("truncated beacon ({0} bytes)")]
-    Truncated(usize),
-    /// Bytes after the cluster name, or a name that is not UTF-8.
-    #[error("malformed beacon: {0}")]
-    Malformed(&'static str),
-}
-
-impl Beacon {
-    /// The datagram.
-    pub fn encode(&self) -> Vec<u8> {
-        let mut b = Vec::with_capacity(32 + self.cluster.len());
-        b.extend_from_slice(b"TWB1");
-        b.push(1);
-        b.extend_from_slice(&self.node.to_le_bytes());
-        for a in [self.gossip, self.link] {
-            b.extend_from_slice(&a.ip().octets());
-            b.extend_from_slice(&a.port().to_le_bytes());
-        }
-        let name = &self.cluster.as_bytes()[..self.cluster.len().min(255)];
-        b.push(name.len() as u8);
-        b.extend_from_slice(name);
-        b
-    }
-
-    /// Parses a datagram; anything else is an error naming what was wrong.
-    pub fn decode(d: &[u8]) -> Result<Beacon, BeaconError> {
-        const FIXED: usize = 4 + 1 + 8 + 6 + 6 + 1;
-        if d.len() < 5 {
-            return Err(BeaconError::Truncated(d.len()));
-        }
-        if &d[..4] != b"TWB1" {
-            return Err(BeaconError::Magic);
-        }
-        if d[4] != 1 {
-            return Err(BeaconError::Version(d[4]));
-        }
-        if d.len() < FIXED {
-            return Err(BeaconError::Truncated(d.len()));
-        }
-        let mut node = [0u8; 8];
-        node.copy_from_slice(&d[5..13]);
-        let addr = |at: usize| {
-            SocketAddrV4::new(
-                Ipv4Addr::new(d[at], d[at + 1], d[at + 2], d[at + 3]),
-                u16::from_le_bytes([d[at + 4], d[at + 5]]),
-            )
-        };
-        let n = d[25] as usize;
-        let name = d.get(26..26 + n).ok_or(BeaconError::Truncated(d.len()))?;
-        if d.len() != 26 + n {
-            return Err(BeaconError::Malformed("bytes after the cluster name"));
-        }
-        let cluster = std::str::from_utf8(name)
-            .map_err(|_| BeaconError::Malformed("cluster name is not UTF-8"))?
-            .to_owned();
-        Ok(Beacon {
-            node: u64::from_le_bytes(node),
-            gossip: addr(13),
-            link: addr(19),
-            cluster,
-        })
-    }
-}
-
-/// What membership learned, kept in the router's state for the listing.
-#[derive(Debug, Default)]
-pub(crate) struct Members {
-    /// Members up, by node id.
-    pub up: std::collections::HashMap<u64, Member>,
-    /// Gossip datagrams foca refused, and beacons that did not parse.
-    pub bad_datagrams: u64,
-    /// Whether membership runs (false: no gossip socket).
-    pub running: bool,
-    /// Times the member table passed twice `max_nodes` and was started over.
-    pub resets: u64,
-}
 
 /// The gossip address for this daemon: configured, else the TCP main
 /// address (same IP and port number, UDP).

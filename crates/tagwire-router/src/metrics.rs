@@ -24,6 +24,8 @@ mod dashboard;
 mod exposition;
 mod snapshot;
 
+pub use crate::config::metrics::MetricsConfig;
+
 use std::cell::RefCell;
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -37,10 +39,8 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
-use serde::{Deserialize, Serialize};
 
 use crate::auth::Transport;
-use crate::config::ConfigError;
 use crate::state::State;
 use crate::sync::Locked;
 
@@ -52,67 +52,6 @@ pub const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
 pub const CONNECTION_LIFETIME: Duration = Duration::from_secs(30);
 /// Largest request head (request line and headers) read, in bytes.
 pub const MAX_HEAD_BYTES: usize = 16 * 1024;
-
-/// The `[metrics]` section: the HTTP listener for Prometheus and the dashboard.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct MetricsConfig {
-    /// Where to listen (`tagwired --metrics ADDR`); `None` (the default): no
-    /// listener. Plain HTTP: a token sent to a non-loopback address crosses
-    /// the network in clear.
-    pub listen: Option<SocketAddr>,
-    /// Serve `/metrics` without a token. Default `false`: a token with the
-    /// admin right, like the dashboard.
-    pub public: bool,
-    /// Serve the dashboard (`/` and `/api/listing`). Default `true`.
-    pub dashboard: bool,
-    /// Most series per label kind (tags, channels, identities, links) and
-    /// rows per dashboard table; the rest are summed into one `other`
-    /// series. Default 50, at most 10,000.
-    pub max_series: usize,
-    /// Most HTTP connections at once; more are closed when accepted.
-    /// Default 16, at most 1024.
-    pub max_connections: usize,
-}
-
-impl Default for MetricsConfig {
-    fn default() -> Self {
-        MetricsConfig {
-            listen: None,
-            public: false,
-            dashboard: true,
-            max_series: 50,
-            max_connections: 16,
-        }
-    }
-}
-
-impl MetricsConfig {
-    /// Checks ranges; `auth_enabled` is `[auth] enabled`.
-    pub fn validate(&self, auth_enabled: bool) -> Result<(), ConfigError> {
-        if !(1..=10_000).contains(&self.max_series) {
-            return Err(ConfigError::Invalid(format!(
-                "metrics.max_series = {} is outside 1..=10000",
-                self.max_series
-            )));
-        }
-        if !(1..=1024).contains(&self.max_connections) {
-            return Err(ConfigError::Invalid(format!(
-                "metrics.max_connections = {} is outside 1..=1024",
-                self.max_connections
-            )));
-        }
-        if let Some(addr) = self.listen.filter(|a| !a.ip().is_loopback()) {
-            if !auth_enabled {
-                return Err(ConfigError::Invalid(format!(
-                    "metrics.listen = {addr} is not a loopback address, and [auth] enabled = false: \
-                     without authentication the metrics listener serves loopback only"
-                )));
-            }
-        }
-        Ok(())
-    }
-}
 
 /// The token a request presents: the `Authorization: Bearer TOKEN` header
 /// (`authorization`, the header's raw value) or else the `token` parameter
@@ -168,11 +107,11 @@ impl Drop for MetricsServer {
 /// before anything runs); `None` when `[metrics] listen` is not set.
 pub(crate) fn bind(
     cfg: &MetricsConfig,
-) -> Result<Option<std::net::TcpListener>, crate::RouterError> {
+) -> Result<Option<std::net::TcpListener>, crate::error::RouterError> {
     let Some(addr) = cfg.listen else {
         return Ok(None);
     };
-    let listen = |source| crate::RouterError::Listen {
+    let listen = |source| crate::error::RouterError::Listen {
         what: format!("metrics {addr}"),
         source,
     };
@@ -193,12 +132,14 @@ pub(crate) fn spawn(
     listener: std::net::TcpListener,
     cfg: MetricsConfig,
     state: Arc<Locked<State>>,
-) -> Result<MetricsServer, crate::RouterError> {
-    let addr = listener.local_addr().map_err(crate::RouterError::Lane)?;
+) -> Result<MetricsServer, crate::error::RouterError> {
+    let addr = listener
+        .local_addr()
+        .map_err(crate::error::RouterError::Lane)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(crate::RouterError::Lane)?;
+        .map_err(crate::error::RouterError::Lane)?;
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
     let thread = std::thread::Builder::new()
         .name("tagwire-metrics".into())
@@ -206,7 +147,7 @@ pub(crate) fn spawn(
             let local = tokio::task::LocalSet::new();
             local.block_on(&rt, serve(listener, cfg, state, stop_rx));
         })
-        .map_err(crate::RouterError::Lane)?;
+        .map_err(crate::error::RouterError::Lane)?;
     tracing::info!("metrics and dashboard: listening on http://{addr}");
     if !addr.ip().is_loopback() {
         tracing::warn!(

@@ -26,81 +26,15 @@
 //! Cost: one solve per auto channel per second; the problem has the known
 //! daemons (at most `federation.max_nodes`) and one unit.
 
-use std::collections::HashMap;
-
-use serde::Serialize;
 use tagwire_core::qos::ProxyMode;
 
-use crate::channel::EventMeta;
 use crate::state::State;
 use crate::timing::now_ns;
 
+use crate::state::placement::{Placed, StreamSeen};
+
 /// How often placements are recomputed.
 const EVERY_NS: u64 = 1_000_000_000;
-
-/// What a channel saw of its stream (for the problem's period and size).
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct StreamSeen {
-    /// The daemon the last event came from (0: this one).
-    pub origin: u64,
-    seq: u64,
-    time: u64,
-    /// Estimated publisher period, ns (0: not yet known).
-    pub period_ns: u64,
-    /// Mean event size, bytes.
-    pub bytes: u64,
-}
-
-impl StreamSeen {
-    /// Takes one event of the stream.
-    pub(crate) fn see(&mut self, meta: &EventMeta, len: usize) {
-        if meta.origin == self.origin && meta.seq > self.seq && meta.source_time > self.time {
-            let gap = (meta.source_time - self.time) / (meta.seq - self.seq);
-            self.period_ns = match self.period_ns {
-                0 => gap,
-                p => (p * 7 + gap) / 8,
-            };
-        }
-        self.bytes = match self.bytes {
-            0 => len as u64,
-            b => (b * 7 + len as u64) / 8,
-        };
-        (self.origin, self.seq, self.time) = (meta.origin, meta.seq, meta.source_time);
-    }
-}
-
-/// One subscription's placement, as `tagwire admin show` reports it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Placed {
-    /// The daemon the proxy runs on.
-    pub node: String,
-    /// The optimiser's objective value (bytes/s over all links), if it ran.
-    pub objective: Option<f64>,
-    /// Why there.
-    pub reason: String,
-}
-
-/// The placements of this daemon's `proxy=auto` subscriptions.
-#[derive(Debug, Default)]
-pub(crate) struct Placement {
-    chosen: HashMap<u64, Placed>,
-    next_run: u64,
-    /// Solves run, and those that found no feasible placement.
-    pub solves: u64,
-    pub infeasible: u64,
-}
-
-impl Placement {
-    /// The daemon channel `global`'s proxy was placed on.
-    pub(crate) fn node_of(&self, global: u64) -> Option<&str> {
-        self.chosen.get(&global).map(|p| p.node.as_str())
-    }
-
-    /// Channel `global`'s placement and its reason.
-    pub(crate) fn get(&self, global: u64) -> Option<&Placed> {
-        self.chosen.get(&global)
-    }
-}
 
 /// Recomputes the placements when due. Returns whether one changed (the
 /// interest is then re-advertised).

@@ -27,20 +27,11 @@ use tagwire_proto::admin::{
 use tagwire_proto::ErrorCode;
 
 use crate::channel::Channel;
-use crate::lane::LaneCommand;
 use crate::priority::SchedPolicy;
+use crate::state::lanes::LaneCommand;
 use crate::state::State;
 
-/// Most tag layers a router keeps (`tagwire admin qos` on patterns).
-pub const MAX_TAG_LAYERS: usize = 1024;
-
-/// QoS set on a tag pattern.
-#[derive(Debug, Clone)]
-pub(crate) struct TagQos {
-    pub pattern: Pattern,
-    pub text: String,
-    pub layer: QosLayer,
-}
+use crate::state::qos::{TagQos, MAX_TAG_LAYERS};
 
 /// The layers above a channel's own: daemon, the tag layers covering
 /// `pattern`, and its connection's session layer.
@@ -100,7 +91,8 @@ pub(crate) fn check_proxy(st: &State, resolved: &Resolved) -> Result<(), (ErrorC
     let tagwire_core::qos::ProxyMode::Node(name) = &resolved.values().proxy else {
         return Ok(());
     };
-    crate::link::Federation::daemon_named(st.node.topology(), name, "proxy=node:").map(drop)
+    crate::state::federation::Federation::daemon_named(st.node.topology(), name, "proxy=node:")
+        .map(drop)
 }
 
 /// Puts `resolved` in force on `ch` and on its connection and lane.
@@ -159,19 +151,6 @@ pub(crate) fn reschedule_lane(st: &mut State, band: &str, policy: SchedPolicy) {
     if let Some((_, tx)) = st.lane_commands.iter().find(|(b, _)| b == band) {
         let _ = tx.send(LaneCommand::Sched(policy));
     }
-}
-
-/// The daemon layer from the `[qos]` table of the configuration.
-pub(crate) fn daemon_layer(
-    table: &std::collections::BTreeMap<String, String>,
-    bands: &[String],
-) -> Result<QosLayer, String> {
-    QosLayer::parse(
-        Level::Daemon,
-        table.iter().map(|(k, v)| (k.as_str(), v.as_str())),
-        bands,
-    )
-    .map_err(|e| format!("[qos]: {e}"))
 }
 
 /// What `tagwire admin qos` names.
@@ -351,7 +330,7 @@ pub(crate) fn admin_qos(
         Target::Endpoint(_) => None,
     };
     if let Some(l) = &upper_change {
-        crate::history::check_layer(&st.config, l)?;
+        crate::config::history::check_layer(&st.config, l)?;
     }
     // Install the upper layer tentatively, resolve every channel, and roll
     // back on the first refusal.
@@ -593,33 +572,6 @@ pub(crate) fn check_consumers(
         ));
     }
     Ok(())
-}
-
-/// Suppliers seen per `max_suppliers` scope: the tag pattern of the layer
-/// that sets it (`""`: the daemon's), and the publisher endpoints that have
-/// published on a tag it matches. Bounded by the endpoint table; an endpoint
-/// leaves every scope when it goes.
-#[derive(Debug, Default)]
-pub(crate) struct Suppliers {
-    scopes: std::collections::HashMap<String, std::collections::HashSet<Arc<str>>>,
-    /// Whether any daemon or tag layer sets `max_suppliers` (so a publish
-    /// without one costs a flag test, not a pass over the tag layers).
-    limited: bool,
-}
-
-impl Suppliers {
-    /// Recomputes [`limited`](Self::limited) after a layer changed.
-    pub(crate) fn refresh(&mut self, daemon: &QosLayer, tags: &[TagQos]) {
-        self.limited = daemon.is_set(Property::MaxSuppliers)
-            || tags.iter().any(|t| t.layer.is_set(Property::MaxSuppliers));
-    }
-
-    /// Forgets a publisher endpoint that went away.
-    pub(crate) fn forget(&mut self, publisher: &str) {
-        for set in self.scopes.values_mut() {
-            set.remove(publisher);
-        }
-    }
 }
 
 /// Refuses an event from a new publisher on a tag beyond its

@@ -29,6 +29,14 @@ use crate::config::RouterConfig;
 use crate::filters::{FilterBook, SourceFilters};
 use crate::sync::Locked;
 
+pub(crate) mod bandwidth;
+pub(crate) mod federation;
+pub(crate) mod history;
+pub(crate) mod lanes;
+pub(crate) mod members;
+pub(crate) mod placement;
+pub(crate) mod qos;
+
 pub(crate) struct ConnEntry {
     pub name: String,
     pub peer: String,
@@ -144,9 +152,9 @@ pub(crate) struct TagStats {
 pub(crate) struct State {
     pub config: RouterConfig,
     /// Links to other daemons and the routing between them.
-    pub fed: crate::link::Federation,
+    pub fed: federation::Federation,
     /// Daemons SWIM membership knows are up.
-    pub members: crate::membership::Members,
+    pub members: members::Members,
     /// What the daemon decides (core's node engine): the routes — channels
     /// by pattern, with their filters and their sessions' (one session per
     /// connection, keyed by connection id) —, the network's adverts and
@@ -188,7 +196,7 @@ pub(crate) struct State {
     /// The daemon-level QoS layer (`[qos]`).
     pub qos_daemon: tagwire_core::qos::QosLayer,
     /// Tag-level QoS layers, by pattern (at most `qos::MAX_TAG_LAYERS`).
-    pub qos_tags: Vec<crate::qos::TagQos>,
+    pub qos_tags: Vec<qos::TagQos>,
     /// Events queued per subscriber endpoint, shared by its channels
     /// (`max_events_per_consumer`).
     pub consumers: HashMap<Arc<str>, Arc<crate::sync::Count>>,
@@ -197,22 +205,22 @@ pub(crate) struct State {
     /// name passes to one of them ([`State::hand_over`]).
     pub aliases: HashMap<String, Vec<u64>>,
     /// Publishers per `max_suppliers` scope.
-    pub suppliers: crate::qos::Suppliers,
+    pub suppliers: qos::Suppliers,
     /// The configured band names, lowest first.
     pub band_names: Vec<String>,
     /// Each lane's command channel, by band name.
     pub lane_commands: Vec<(
         String,
-        tokio::sync::mpsc::UnboundedSender<crate::lane::LaneCommand>,
+        tokio::sync::mpsc::UnboundedSender<lanes::LaneCommand>,
     )>,
     /// Admin requests for the admin lane (the lowest band's).
-    pub admin_jobs: Option<tokio::sync::mpsc::UnboundedSender<crate::lane::AdminJob>>,
+    pub admin_jobs: Option<tokio::sync::mpsc::UnboundedSender<lanes::AdminJob>>,
     /// Pull buffers (the `history` QoS property).
-    pub history: crate::history::RouterHistory,
+    pub history: history::RouterHistory,
     /// Where `proxy=auto` subscriptions' proxies run.
-    pub placement: crate::placement::Placement,
+    pub placement: placement::Placement,
     /// Bandwidth reservations (`reserve=`; crate::bandwidth).
-    pub(crate) bandwidth: crate::bandwidth::Bandwidth,
+    pub(crate) bandwidth: bandwidth::Bandwidth,
     /// Shared-memory regions of same-host publishers.
     pub shm: crate::shm::ShmTable,
     next_conn: u64,
@@ -223,11 +231,11 @@ impl State {
         let endpoints = Endpoints::new(config.limits.max_endpoints);
         let filters = FilterBook::default();
         let memory = Arc::new(MemoryBudget::new(config.limits.max_buffered_bytes));
-        let history = crate::history::RouterHistory::new(&config);
+        let history = history::RouterHistory::new(&config);
         let placement = Default::default();
-        let fed = crate::link::Federation::new(&config.name, &config.federation);
+        let fed = federation::Federation::new(&config.name, &config.federation);
         let limits = NodeLimits {
-            federation: crate::link::routing_limits(&config.federation),
+            federation: federation::routing_limits(&config.federation),
             filters: filters.limits.clone(),
             max_deferred_events: config.limits.max_deferred_events,
             max_deferred_bytes: config.limits.max_deferred_bytes,
@@ -480,6 +488,18 @@ impl State {
     }
 }
 
+/// The band an event of `priority` crosses a link on when it did not arrive
+/// on a connection of a band (an event held for its start time): 0..=255
+/// split evenly over the bands, lowest first (as a client's
+/// `follow_priority` does).
+pub(crate) fn band_for_priority(st: &State, priority: u8) -> &str {
+    let n = st.band_names.len();
+    if n == 0 {
+        return &st.config.default_band;
+    }
+    &st.band_names[priority as usize * n / 256]
+}
+
 /// Channels removed or re-placed per slice of housekeeping. A channel
 /// costs a few microseconds (BENCHMARKS.md, "Admin work at scale"), so a
 /// slice stays around a millisecond or two and the lane yields to data
@@ -628,4 +648,13 @@ impl Endpoints {
             .range::<str, _>((from, Bound::Unbounded))
             .filter_map(|n| self.registry.get(n))
     }
+}
+
+/// The router's shared state may move between lane threads.
+#[allow(dead_code)]
+fn assert_shareable() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<Locked<State>>();
+    send_sync::<Channel>();
+    send_sync::<Outbox>();
 }

@@ -105,15 +105,6 @@ impl Count {
     }
 }
 
-/// The router's shared state may move between lane threads.
-#[allow(dead_code)]
-fn assert_shareable() {
-    fn send_sync<T: Send + Sync>() {}
-    send_sync::<Locked<crate::state::State>>();
-    send_sync::<crate::channel::Channel>();
-    send_sync::<crate::channel::Outbox>();
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -104,8 +104,9 @@ impl Outgoing {
 pub(crate) struct Queued {
     /// The encoded event, shared with every other channel that got it.
     pub event: Bytes,
-    /// When it expires (ns since the Unix epoch), or [`NEVER`](crate::timing::NEVER): an event
-    /// whose deadline passes while it waits is dropped, not delivered.
+    /// When it expires (ns since the Unix epoch), or
+    /// [`NEVER`](crate::timing::NEVER): an event whose deadline passes while
+    /// it waits is dropped, not delivered.
     pub deadline: u64,
     /// Its priority on this channel (the event's under `client_propagated`,
     /// the channel's under `server_declared`), for `order`/`discard=priority`.

@@ -44,7 +44,7 @@
 //! - `outbox`: a connection's [`Outbox`] and its writer, which drains the
 //!   ready channels into vectored writes.
 
-mod event;
+pub(crate) mod event;
 mod outbox;
 mod queue;
 #[cfg(test)]

@@ -68,7 +68,7 @@ pub(crate) struct Channel {
     max_delay: Count,
     /// What it saw of its stream, for placement (`proxy=auto` channels
     /// that scale only: `placing`).
-    seen: Locked<crate::placement::StreamSeen>,
+    seen: Locked<crate::state::placement::StreamSeen>,
     placing: Flag,
     /// Its spatial scaling plug-in, if it asked for one.
     pub transform: Option<ChannelTransform>,
@@ -247,7 +247,7 @@ impl Channel {
     }
 
     /// What it saw of its stream so far.
-    pub(crate) fn seen(&self) -> crate::placement::StreamSeen {
+    pub(crate) fn seen(&self) -> crate::state::placement::StreamSeen {
         *self.seen.borrow()
     }
 

@@ -1,0 +1,48 @@
+//! The QoS layers the router keeps above its channels' own: the tag layers
+//! ([`TagQos`]) and the publishers seen per `max_suppliers` scope
+//! ([`Suppliers`]), as [`State`](crate::state::State) holds them (the daemon
+//! layer is parsed in [`crate::config::qos`]). Resolving and putting QoS in
+//! force is [`crate::qos`]'s.
+
+use std::sync::Arc;
+
+use tagwire_core::qos::{Property, QosLayer};
+use tagwire_core::tags::Pattern;
+
+/// Most tag layers a router keeps (`tagwire admin qos` on patterns).
+pub const MAX_TAG_LAYERS: usize = 1024;
+
+/// QoS set on a tag pattern.
+#[derive(Debug, Clone)]
+pub(crate) struct TagQos {
+    pub pattern: Pattern,
+    pub text: String,
+    pub layer: QosLayer,
+}
+
+/// Suppliers seen per `max_suppliers` scope: the tag pattern of the layer
+/// that sets it (`""`: the daemon's), and the publisher endpoints that have
+/// published on a tag it matches. Bounded by the endpoint table; an endpoint
+/// leaves every scope when it goes.
+#[derive(Debug, Default)]
+pub(crate) struct Suppliers {
+    pub(crate) scopes: std::collections::HashMap<String, std::collections::HashSet<Arc<str>>>,
+    /// Whether any daemon or tag layer sets `max_suppliers` (so a publish
+    /// without one costs a flag test, not a pass over the tag layers).
+    pub(crate) limited: bool,
+}
+
+impl Suppliers {
+    /// Recomputes [`limited`](Self::limited) after a layer changed.
+    pub(crate) fn refresh(&mut self, daemon: &QosLayer, tags: &[TagQos]) {
+        self.limited = daemon.is_set(Property::MaxSuppliers)
+            || tags.iter().any(|t| t.layer.is_set(Property::MaxSuppliers));
+    }
+
+    /// Forgets a publisher endpoint that went away.
+    pub(crate) fn forget(&mut self, publisher: &str) {
+        for set in self.scopes.values_mut() {
+            set.remove(publisher);
+        }
+    }
+}

@@ -80,10 +80,99 @@ struct ByTag<T> {
     value: T,
 }
 
+/// What the index hands back for an indexed channel: all that routing an
+/// event to it reads, so that with 100,000 indexed channels a match costs no
+/// lookup in the channel table (issue 23).
+#[derive(Debug, Clone)]
+struct Hit<T> {
+    channel: ChannelId,
+    session: SessionId,
+    /// The channel's pattern in [`PatternPool`].
+    pattern: u32,
+    /// Whether the channel has a mapping filter (only then is the channel
+    /// itself read, to apply it).
+    mapped: bool,
+    value: T,
+}
+
+/// The patterns of the indexed channels, each held once however many
+/// channels share it, so an event checks each distinct pattern once rather
+/// than every matching channel's own copy (100,000 subscriptions on one
+/// `/f/**` share one entry).
+#[derive(Debug, Default)]
+struct PatternPool {
+    ids: HashMap<Pattern, u32>,
+    /// Per id: the pattern and how many indexed channels use it.
+    list: Vec<Option<(Pattern, usize)>>,
+    free: Vec<u32>,
+    /// Per id: (event number, whether the pattern matches that event's tag).
+    memo: Vec<(u32, bool)>,
+    event: u32,
+}
+
+impl PatternPool {
+    fn intern(&mut self, p: &Pattern) -> u32 {
+        if let Some(&id) = self.ids.get(p) {
+            if let Some((_, refs)) = &mut self.list[id as usize] {
+                *refs += 1;
+            }
+            return id;
+        }
+        let id = match self.free.pop() {
+            Some(id) => id,
+            None => {
+                self.list.push(None);
+                self.memo.push((0, false));
+                (self.list.len() - 1) as u32
+            }
+        };
+        self.list[id as usize] = Some((p.clone(), 1));
+        self.memo[id as usize] = (0, false);
+        self.ids.insert(p.clone(), id);
+        id
+    }
+
+    fn release(&mut self, id: u32) {
+        let Some(Some((p, refs))) = self.list.get_mut(id as usize) else {
+            return;
+        };
+        *refs -= 1;
+        if *refs == 0 {
+            self.ids.remove(p);
+            self.list[id as usize] = None;
+            self.free.push(id);
+        }
+    }
+
+    /// Starts a new event: forgets every memoized answer.
+    fn next_event(&mut self) {
+        if self.event == u32::MAX {
+            self.event = 0;
+            self.memo.iter_mut().for_each(|m| m.0 = 0);
+        }
+        self.event += 1;
+    }
+
+    /// Whether pattern `id` matches `tag`, the current event's tag.
+    fn matches(&mut self, id: u32, tag: &str) -> bool {
+        let i = id as usize;
+        match self.memo.get(i) {
+            Some(&(at, m)) if at == self.event => m,
+            _ => {
+                let m = self.list[i].as_ref().is_some_and(|(p, _)| p.matches(tag));
+                self.memo[i] = (self.event, m);
+                m
+            }
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Chan<T> {
     session: SessionId,
     pattern: Pattern,
+    /// `pattern` in the pool while the channel is indexed.
+    pattern_id: u32,
     value: T,
     proxy: FilterList,
     mapping: Option<(FilterId, MappingFilter)>,
@@ -234,9 +323,10 @@ pub struct Routes<T> {
     /// Patterns of the indexed channels: the index is probed only for
     /// events that at least one of them matches.
     indexed_tags: TagTable<()>,
-    index: SubscriptionIndex<ChannelId>,
+    index: SubscriptionIndex<Hit<T>>,
     scratch: MatchScratch,
-    hits: Vec<ChannelId>,
+    hits: Vec<Hit<T>>,
+    patterns: PatternPool,
     channels: HashMap<ChannelId, Chan<T>>,
     sessions: HashMap<SessionId, Session>,
     next_entry: u64,
@@ -264,6 +354,7 @@ impl<T: Clone> Routes<T> {
             index: SubscriptionIndex::new(index_limits),
             scratch: MatchScratch::new(),
             hits: Vec::new(),
+            patterns: PatternPool::default(),
             channels: HashMap::new(),
             sessions: HashMap::new(),
             next_entry: 0,
@@ -364,6 +455,7 @@ impl<T: Clone> Routes<T> {
                 value,
                 proxy,
                 mapping,
+                pattern_id: 0,
                 entries: Vec::new(),
                 queued: 0,
             },
@@ -740,6 +832,7 @@ impl<T: Clone> Routes<T> {
         for c in channels {
             if let Some(ch) = self.channels.get_mut(c) {
                 ch.mapping = Some((fid, mapping.clone()));
+                self.refresh_mapped(*c);
             }
         }
         self.queue_replace_channels(channels);
@@ -757,7 +850,24 @@ impl<T: Clone> Routes<T> {
                 }
             }
         }
+        for c in &changed {
+            self.refresh_mapped(*c);
+        }
         self.queue_replace_channels(&changed);
+    }
+
+    /// Copies whether indexed channel `id` has a mapping filter into its
+    /// index entries (routing reads it there); O(its filters).
+    fn refresh_mapped(&mut self, id: ChannelId) {
+        let Some(ch) = self.channels.get(&id) else {
+            return;
+        };
+        let mapped = ch.mapping.is_some();
+        for e in &ch.entries {
+            if let Some(h) = self.index.get_mut(*e) {
+                h.mapped = mapped;
+            }
+        }
     }
 
     fn is_live(&self, id: ChannelId) -> bool {
@@ -950,23 +1060,26 @@ impl<T: Clone> Routes<T> {
             .matching(event, &mut self.scratch, &mut self.hits);
         if self.hits.len() > 1 {
             // A channel with several matching filters is delivered once.
-            self.hits.sort_unstable();
-            self.hits.dedup();
+            self.hits.sort_unstable_by_key(|h| h.channel);
+            self.hits.dedup_by_key(|h| h.channel);
         }
-        for id in &self.hits {
-            let Some(ch) = self.channels.get(id) else {
-                continue;
-            };
-            if unsettled && self.pending.is_gone(*id, ch.session) {
+        self.patterns.next_event();
+        for h in &self.hits {
+            if unsettled && self.pending.is_gone(h.channel, h.session) {
                 continue;
             }
             // Indexed channels' sessions use AND or have no filters.
             let session_passes = self
                 .sessions
-                .get(&ch.session)
+                .get(&h.session)
                 .is_some_and(|s| s.admin.passes(event));
-            if session_passes && ch.pattern.matches(tag) {
-                deliver(&ch.value, ch.mapped(event));
+            if !session_passes || !self.patterns.matches(h.pattern, tag) {
+                continue;
+            }
+            if !h.mapped {
+                deliver(&h.value, Overrides::default());
+            } else if let Some(ch) = self.channels.get(&h.channel) {
+                deliver(&h.value, ch.mapped(event));
             }
         }
     }
@@ -1024,6 +1137,7 @@ impl<T: Clone> Routes<T> {
                 self.index.remove(e);
             }
             self.indexed_tags.remove(id);
+            self.patterns.release(ch.pattern_id);
         }
     }
 
@@ -1041,10 +1155,18 @@ impl<T: Clone> Routes<T> {
         if !ch.proxy.is_empty() && session_allows {
             let mut entries = Vec::with_capacity(ch.proxy.len());
             let mut all_indexed = true;
+            let pattern_id = self.patterns.intern(&ch.pattern);
+            let hit = Hit {
+                channel: id,
+                session: ch.session,
+                pattern: pattern_id,
+                mapped: ch.mapping.is_some(),
+                value: ch.value.clone(),
+            };
             for (_, f) in ch.proxy.iter() {
                 let e = self.next_entry;
                 self.next_entry += 1;
-                match self.index.insert_indexed(e, f.clone(), id) {
+                match self.index.insert_indexed(e, f.clone(), hit.clone()) {
                     Ok(true) => entries.push(e),
                     _ => {
                         all_indexed = false;
@@ -1057,9 +1179,11 @@ impl<T: Clone> Routes<T> {
                 self.indexed_tags.insert(id, pattern, ());
                 if let Some(ch) = self.channels.get_mut(&id) {
                     ch.entries = entries;
+                    ch.pattern_id = pattern_id;
                 }
                 return;
             }
+            self.patterns.release(pattern_id);
             for e in entries {
                 self.index.remove(e);
             }

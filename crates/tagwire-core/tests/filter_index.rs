@@ -383,6 +383,117 @@ proptest! {
     }
 }
 
+// ---- property: equality-only filters, matched without evaluation ----------
+//
+// A filter that is nothing but `$x == lit` or `$x in (lits)` is reported on
+// an index hit without being evaluated; these values are where equal keys
+// and equal values could part: integral floats against integers, -0.0, NaN,
+// integers past 2^53, and strings and bytes longer than `max_match_input`
+// (compared as unknown by evaluation).
+
+const LONG: &str = "abcdefgh"; // longer than the limit below
+const EXACT_FIELDS: &[&str] = &["a", "b"];
+
+fn tricky_value() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        prop::sample::select(vec![
+            0i64,
+            1,
+            -1,
+            1 << 53,
+            (1 << 53) + 1,
+            i64::MAX,
+            i64::MIN
+        ])
+        .prop_map(Value::Int),
+        prop::sample::select(vec![
+            0.0f64,
+            -0.0,
+            1.0,
+            -1.0,
+            1.5,
+            9007199254740992.0,   // 2^53
+            9.223372036854776e18, // 2^63
+            f64::NAN,
+            f64::INFINITY,
+        ])
+        .prop_map(Value::Float),
+        any::<bool>().prop_map(Value::Bool),
+        prop::sample::select(vec!["ab", "abc", LONG, "abcdefgh2"])
+            .prop_map(|s| Value::Str(s.into())),
+        prop::sample::select(vec![&b"ab"[..], b"abcdefgh"])
+            .prop_map(|b| Value::Bytes(b.to_vec().into())),
+    ]
+}
+
+fn literal(v: &Value) -> Option<String> {
+    Some(match v {
+        Value::Int(i) => i.to_string(),
+        Value::Float(f) if f.is_finite() => format!("{f:?}"),
+        Value::Float(_) => return None,
+        Value::Bool(b) => b.to_string(),
+        Value::Str(s) => format!("'{}'", s.as_str()),
+        Value::Bytes(_) => return None,
+    })
+}
+
+fn exact_spec() -> impl Strategy<Value = SubscriptionSpec> {
+    let name = prop::sample::select(EXACT_FIELDS).prop_map(String::from);
+    prop_oneof![
+        // One `<tag,value>` pair: `$.name == value`, NaN and bytes included.
+        (name.clone(), tricky_value()).prop_map(|(n, v)| SubscriptionSpec::TagValues(vec![(n, v)])),
+        (name.clone(), tricky_value()).prop_filter_map("no literal", |(n, v)| {
+            literal(&v).map(|l| SubscriptionSpec::Constraint(format!("$.{n} == {l}")))
+        }),
+        (name, prop::collection::vec(tricky_value(), 1..4)).prop_filter_map(
+            "no literal",
+            |(n, vs)| {
+                let lits: Option<Vec<String>> = vs.iter().map(literal).collect();
+                lits.map(|l| SubscriptionSpec::Constraint(format!("$.{n} in ({})", l.join(", "))))
+            }
+        ),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    #[test]
+    fn equality_only_filters_match_exactly_what_evaluation_matches(
+        specs in prop::collection::vec(exact_spec(), 1..24),
+        events in prop::collection::vec(
+            prop::collection::vec((prop::sample::select(EXACT_FIELDS), tricky_value()), 0..3),
+            1..8,
+        ),
+    ) {
+        let limits = FilterLimits { max_match_input: 4, ..FilterLimits::default() };
+        let mut idx = SubscriptionIndex::new(limits.clone());
+        let mut naive = Vec::new();
+        for (i, s) in specs.iter().enumerate() {
+            let f = s.compile(&limits).expect("generated specs compile");
+            idx.insert(i as u64, s.clone(), i as u64).expect("insert");
+            naive.push((i as u64, f));
+        }
+        prop_assert_eq!(idx.stats().unindexed, 0, "every one is indexed");
+        let mut scratch = MatchScratch::new();
+        for fields in &events {
+            let mut ev = Event::new("/e", &b""[..]);
+            for (n, v) in fields {
+                if !ev.fields.iter().any(|(m, _)| m == n) {
+                    ev.fields.push((n.to_string(), v.clone()));
+                }
+            }
+            let buf = encode(&ev);
+            let r = EventRef::parse(&buf).expect("valid");
+            let mut got = Vec::new();
+            idx.matching_ids(&r, &mut scratch, &mut got);
+            got.sort_unstable();
+            let want: Vec<u64> = naive.iter().filter(|(_, f)| f.matches(&r)).map(|(id, _)| *id).collect();
+            prop_assert_eq!(got, want, "event {:?}", ev);
+        }
+    }
+}
+
 #[test]
 fn engine_types_are_send_and_sync() {
     fn assert_send_sync<X: Send + Sync>() {}

@@ -11,16 +11,20 @@
 //! `N` subscriptions on `/f/**`, subscription `i` filtered by `$.k == i`
 //! (a distinct filter each, all indexed), spread over connections of at
 //! most 50,000 subscriptions. It times the subscribes in tenths (does a
-//! subscribe get slower as filters accumulate?), then `M` publishes, each
-//! with `k` set so that exactly one subscription matches, pipelined, until
-//! the matching subscribers have received them all: the time per publish.
+//! subscribe get slower as filters accumulate?), then `M` publishes
+//! (`TAGWIRE_SCALE_M`, 20,000 by default), each with `k` set so that exactly
+//! one subscription matches, pipelined by a writer thread while the test
+//! reads the deliveries, until the matching subscribers have received them
+//! all: the time per publish. Before that, one untimed event to each channel
+//! the timed publishes reach (a channel's first event allocates its queue). `TAGWIRE_SCALE_M=2000 TAGWIRE_SCALE_SEPARATE=1`
+//! reproduces the earlier method (all frames written, then all read).
 
 mod common;
 
 use std::time::{Duration, Instant};
 
 use common::{event, publish_frame, start_tcp, Raw};
-use tagwire_proto::{EndpointKind, Frame, Value};
+use tagwire_proto::{kind, EndpointKind, Value};
 use tagwire_router::Limits;
 
 const PER_CONNECTION: u32 = 50_000;
@@ -32,7 +36,11 @@ fn publish_cost_with_many_indexed_filters() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(100_000);
-    let m: u32 = 2_000;
+    let m: u32 = std::env::var("TAGWIRE_SCALE_M")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20_000);
+    let separate = std::env::var_os("TAGWIRE_SCALE_SEPARATE").is_some();
     let h = start_tcp(Limits {
         max_subscriptions_per_connection: PER_CONNECTION as usize,
         max_subscriptions_per_identity: 2 * n as usize + 16,
@@ -73,30 +81,75 @@ fn publish_cost_with_many_indexed_filters() {
         );
     }
 
-    let mut publisher = Raw::hello_tcp(&h).publisher("/fpub");
+    let publisher = Raw::hello_tcp(&h).publisher("/fpub");
     // Every event matches subscription k, on the first connection.
-    let mut bytes = Vec::new();
-    for j in 0..m {
+    let keys = PER_CONNECTION.min(n);
+    let frame = |k: u32| {
         let mut ev = event("/fpub", "/f/x", vec![0u8; 16]);
-        ev.fields
-            .push(("k".into(), Value::Int(i64::from(j % PER_CONNECTION.min(n)))));
-        bytes.extend_from_slice(&publish_frame(1, &ev));
-    }
-    let t = Instant::now();
-    publisher.send_bytes(&bytes);
-    let mut got = 0;
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while got < m && Instant::now() < deadline {
-        match subs[0].recv() {
-            Some(Frame::Deliver { .. }) => got += 1,
-            Some(_) => {}
-            None => break,
-        }
-    }
-    let took = t.elapsed();
+        ev.fields.push(("k".into(), Value::Int(i64::from(k))));
+        publish_frame(1, &ev)
+    };
+    // First, one event to each channel the timed publishes reach, so that
+    // every run times warm channels: a channel's first event allocates its
+    // queue, which would otherwise be timed at 100,000 subscriptions (each
+    // publish a new channel) and not at 2,000 (the same channels again).
+    let warm = m.min(keys);
+    let bytes: Vec<u8> = (0..warm).flat_map(|k| frame(k).to_vec()).collect();
+    let (publisher, got, took) = pipeline(publisher, bytes, &mut subs[0], warm, false);
+    assert_eq!(got, warm, "the warm-up reaches every channel");
+    println!(
+        "first event to each of {warm} channels: {:.2} µs per publish",
+        took.as_secs_f64() * 1e6 / f64::from(warm)
+    );
+
+    let bytes: Vec<u8> = (0..m).flat_map(|j| frame(j % keys).to_vec()).collect();
+    println!("publishing {m} events");
+    let (_publisher, got, took) = pipeline(publisher, bytes, &mut subs[0], m, separate);
     println!(
         "{got} of {m} publishes delivered: {:.2} µs per publish",
         took.as_secs_f64() * 1e6 / f64::from(m)
     );
     assert_eq!(got, m, "every publish reaches its one subscriber");
+}
+
+/// Writes `bytes` (publish frames) on `publisher` and reads until `sub` has
+/// received `m` deliveries (or nothing more comes); returns the publisher,
+/// the deliveries read and the time taken. The frames are written by a
+/// thread while the deliveries are read, so that neither side's socket
+/// buffers bound how many publishes are in flight; `separate` writes them
+/// all first instead.
+fn pipeline(
+    mut publisher: Raw,
+    bytes: Vec<u8>,
+    sub: &mut Raw,
+    m: u32,
+    separate: bool,
+) -> (Raw, u32, Duration) {
+    let t = Instant::now();
+    let writer = if separate {
+        publisher.send_bytes(&bytes);
+        Err(publisher)
+    } else {
+        Ok(std::thread::spawn(move || {
+            for chunk in bytes.chunks(64 * 1024) {
+                publisher.send_bytes(chunk);
+            }
+            publisher
+        }))
+    };
+    let mut got = 0;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while got < m && Instant::now() < deadline {
+        match sub.recv_raw() {
+            Some((k, _)) if k == kind::DELIVER => got += 1,
+            Some(_) => {}
+            None => break,
+        }
+    }
+    let took = t.elapsed();
+    let publisher = match writer {
+        Ok(w) => w.join().expect("the writer thread ends"),
+        Err(p) => p,
+    };
+    (publisher, got, took)
 }

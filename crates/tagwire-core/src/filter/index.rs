@@ -21,6 +21,7 @@ use std::hash::{Hash, Hasher};
 
 use hashbrown::{Equivalent, HashMap};
 use regex_syntax::hir::literal::{ExtractKind, Extractor};
+use smallvec::SmallVec;
 use tagwire_proto::{EventRef, Value, ValueRef};
 
 use super::ast::{CmpOp, HeaderField, Lit, Node, HEADER_FIELDS};
@@ -386,14 +387,27 @@ enum Access {
     Gram { op: u32, grams: Vec<GramKey> },
 }
 
+/// What the index keeps of a subscription besides its [`Head`]: read at
+/// insert and removal, and per event only for candidates that must be
+/// evaluated.
 #[derive(Debug, Clone)]
-struct Entry<T> {
-    id: u64,
+struct Entry {
     filter: Filter,
-    value: T,
     access: Access,
     /// Body-field slots this entry holds a reference on.
     slots: Vec<u32>,
+}
+
+/// What a match hands back, in a dense array of its own: with 100,000
+/// subscriptions, a candidate costs one cache line here rather than a walk
+/// through its compiled filter.
+#[derive(Debug, Clone)]
+struct Head<T> {
+    id: u64,
+    /// The access predicate is the whole filter and agrees with evaluation
+    /// on every value (see [`exact_access`]): a candidate is a match.
+    exact: bool,
+    value: T,
 }
 
 /// Counts of the index's subscriptions by how they are found.
@@ -484,7 +498,9 @@ impl<'x> FieldSource<'x> for SlotFields<'_, 'x> {
 #[derive(Debug, Clone)]
 pub struct SubscriptionIndex<T> {
     limits: FilterLimits,
-    entries: Vec<Option<Entry<T>>>,
+    entries: Vec<Option<Entry>>,
+    /// Kept in step with `entries`.
+    heads: Vec<Option<Head<T>>>,
     free_entries: Vec<u32>,
     by_id: HashMap<u64, u32>,
     names: HashMap<Box<str>, (u32, u32)>,
@@ -513,9 +529,12 @@ impl<T: Clone> Default for SubscriptionIndex<T> {
 /// Entries sharing one index key. Removing one costs O(1) however many
 /// share the key (thousands of subscriptions with the same filter): past
 /// [`EntryList::SCAN_MAX`] entries the list keeps each entry's position.
+/// Up to two entries live inline, in the hash table's slot: a key held by
+/// one subscription (`$.k == 17` among 100,000 distinct keys) costs no
+/// second cache miss per probe.
 #[derive(Debug, Clone, Default)]
 struct EntryList {
-    items: Vec<u32>,
+    items: SmallVec<[u32; 2]>,
     positions: Option<Box<HashMap<u32, usize>>>,
 }
 
@@ -552,9 +571,9 @@ impl EntryList {
 }
 
 impl std::ops::Deref for EntryList {
-    type Target = Vec<u32>;
+    type Target = [u32];
 
-    fn deref(&self) -> &Vec<u32> {
+    fn deref(&self) -> &[u32] {
         &self.items
     }
 }
@@ -619,12 +638,43 @@ fn regex_literals(pattern: &str) -> Option<Vec<Vec<u8>>> {
     best
 }
 
+/// Whether every event that finds an entry through `access` matches
+/// `filter`, so that the entry needs no evaluation: the filter is nothing
+/// but its equality access predicate (`$x == lit` or `$x in (lits)`), and
+/// equal keys mean equal values to evaluation too. That holds for integers,
+/// booleans, integral floats (keyed as integers, and evaluation compares
+/// integers with floats exactly) and other floats but NaN (never equal to
+/// itself), and for strings and bytes evaluation may read in full (at most
+/// `max_match_input` bytes; longer ones compare as unknown).
+fn exact_access(filter: &Filter, access: &Access) -> bool {
+    let Access::Eq { op, keys } = access else {
+        return false;
+    };
+    let whole = match &filter.root {
+        Node::Cmp(CmpOp::Eq, a, b) => match (&**a, &**b) {
+            (x, Node::Lit(_)) | (Node::Lit(_), x) => operand(x) == Some(*op),
+            _ => false,
+        },
+        Node::In(a, _) => operand(a) == Some(*op),
+        _ => false,
+    };
+    let max = filter.max_match_input;
+    whole
+        && keys.iter().all(|k| match k {
+            Key::Int(_) | Key::Bool(_) => true,
+            Key::Float(bits) => !f64::from_bits(*bits).is_nan(),
+            Key::Str(s) => s.len() <= max,
+            Key::Bytes(b) => b.len() <= max,
+        })
+}
+
 impl<T: Clone> SubscriptionIndex<T> {
     /// An empty index; subscriptions are compiled and bounded by `limits`.
     pub fn new(limits: FilterLimits) -> Self {
         SubscriptionIndex {
             limits,
             entries: Vec::new(),
+            heads: Vec::new(),
             free_entries: Vec::new(),
             by_id: HashMap::new(),
             names: HashMap::new(),
@@ -669,7 +719,14 @@ impl<T: Clone> SubscriptionIndex<T> {
     /// The handle stored under `id`.
     pub fn get(&self, id: u64) -> Option<&T> {
         let e = *self.by_id.get(&id)?;
-        self.entries[e as usize].as_ref().map(|en| &en.value)
+        self.heads[e as usize].as_ref().map(|h| &h.value)
+    }
+
+    /// The handle stored under `id`, to change in place (the caller keeps
+    /// what it stores there in step with its own state).
+    pub fn get_mut(&mut self, id: u64) -> Option<&mut T> {
+        let e = *self.by_id.get(&id)?;
+        self.heads[e as usize].as_mut().map(|h| &mut h.value)
     }
 
     /// The filter subscription `id` compiled to.
@@ -742,9 +799,11 @@ impl<T: Clone> SubscriptionIndex<T> {
             Some(e) => e,
             None => {
                 self.entries.push(None);
+                self.heads.push(None);
                 (self.entries.len() - 1) as u32
             }
         };
+        let exact = exact_access(&filter, &access);
         match &access {
             Access::All => {
                 self.all.push(e);
@@ -785,12 +844,11 @@ impl<T: Clone> SubscriptionIndex<T> {
             }
         }
         self.entries[e as usize] = Some(Entry {
-            id,
             filter,
-            value,
             access,
             slots,
         });
+        self.heads[e as usize] = Some(Head { id, exact, value });
         self.by_id.insert(id, e);
         Ok(true)
     }
@@ -799,6 +857,7 @@ impl<T: Clone> SubscriptionIndex<T> {
     pub fn remove(&mut self, id: u64) -> Option<T> {
         let e = self.by_id.remove(&id)?;
         let entry = self.entries[e as usize].take()?;
+        let head = self.heads[e as usize].take()?;
         match &entry.access {
             Access::All => {
                 remove_from(&mut self.all, e);
@@ -860,7 +919,7 @@ impl<T: Clone> SubscriptionIndex<T> {
             self.release_slot(*s);
         }
         self.free_entries.push(e);
-        Some(entry.value)
+        Some(head.value)
     }
 
     /// Gives every body field of `filter` a slot; returns the distinct slots.
@@ -1048,9 +1107,9 @@ impl<T: Clone> SubscriptionIndex<T> {
         scratch: &mut MatchScratch,
         mut f: impl FnMut(u64, &'s T),
     ) {
-        for &e in &self.all {
-            if let Some(en) = &self.entries[e as usize] {
-                f(en.id, &en.value);
+        for &e in self.all.iter() {
+            if let Some(h) = &self.heads[e as usize] {
+                f(h.id, &h.value);
             }
         }
         if self.all.len() == self.len() {
@@ -1182,6 +1241,13 @@ impl<T: Clone> SubscriptionIndex<T> {
             vals: &ev_vals,
         };
         for &e in cands.iter() {
+            let Some(h) = &self.heads[e as usize] else {
+                continue;
+            };
+            if h.exact {
+                f(h.id, &h.value);
+                continue;
+            }
             if let Some(en) = &self.entries[e as usize] {
                 let ctx = Ctx {
                     ev: event,
@@ -1189,7 +1255,7 @@ impl<T: Clone> SubscriptionIndex<T> {
                     max_input: en.filter.max_match_input,
                 };
                 if ctx.truth(&en.filter.root) == Some(true) {
-                    f(en.id, &en.value);
+                    f(h.id, &h.value);
                 }
             }
         }

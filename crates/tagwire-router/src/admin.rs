@@ -780,6 +780,9 @@ fn proxy_info(st: &State, global: u64, ch: &crate::channel::Channel) -> Option<P
         ),
         ProxyMode::Auto => match st.placement.get(global) {
             Some(p) => (p.node.clone(), p.reason.clone()),
+            None if st.fed.links.is_empty() => {
+                (me, "no other daemon is linked: scaled at this daemon".to_owned())
+            }
             None => (me, "not placed yet (placement runs once a second)".to_owned()),
         },
     };

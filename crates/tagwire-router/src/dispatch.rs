@@ -52,7 +52,8 @@ pub(crate) fn deliver(
 
 /// Offers `event` (already checked, with its `deadline`) to every channel
 /// its routes give, applying mapping filters, then to the links its origin's
-/// tree and the other daemons' interest pick (see [`crate::link::forward`]).
+/// tree and the other daemons' interest pick (the node engine decides, see
+/// [`tagwire_core::node::Node::route`]).
 /// A small event read into a shared chunk is copied once, when the first
 /// channel queues it (see [`Outgoing`]). Returns the subscribers whose full
 /// `reject` queue refused it and should be reported to the publisher, and

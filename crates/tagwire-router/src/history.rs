@@ -30,7 +30,7 @@
 //! subscribes to them), at the publisher's daemon (the daemon the tag's
 //! last event came from; here when it was published here or none came yet)
 //! or at a named node (`node:NAME`). A pull for another daemon travels
-//! over the links ([`crate::remote_pull`]) and is answered from that
+//! over the links (core's node engine, [`tagwire_core::node`]) and is answered from that
 //! daemon's buffers.
 
 use std::collections::HashMap;

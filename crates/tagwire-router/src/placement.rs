@@ -44,10 +44,32 @@ pub(crate) fn run(st: &mut State) -> bool {
         return false;
     }
     st.placement.next_run = now + EVERY_NS;
+    if st.fed.links.is_empty() {
+        // No other daemon: every proxy runs here, nothing to place (and no
+        // walk over every channel under the table lock, which at 100,000
+        // channels stalled every lane's publishes for ~100 ms a second).
+        let had = !st.placement.chosen.is_empty();
+        st.placement.chosen.clear();
+        return had;
+    }
+    // The `proxy=auto` channels, found again only when channels or their
+    // QoS changed (every change bumps the table's generation).
+    let generation = st.channels.generation();
+    if st.placement.auto_of != Some(generation) {
+        st.placement.auto = st
+            .channels
+            .after(None)
+            .filter(|(_, ch)| ch.proxy.borrow().1 == ProxyMode::Auto)
+            .map(|(global, _)| *global)
+            .collect();
+        st.placement.auto_of = Some(generation);
+    }
     let auto: Vec<(u64, u32, Option<u64>, StreamSeen)> = st
-        .channels
-        .after(None)
-        .filter_map(|(global, ch)| {
+        .placement
+        .auto
+        .iter()
+        .filter_map(|global| {
+            let ch = st.channels.get(*global)?;
             let (scale, mode) = ch.proxy.borrow().clone();
             (mode == ProxyMode::Auto).then(|| (*global, scale, ch.max_delay(), ch.seen()))
         })

@@ -56,6 +56,9 @@ pub struct Placed {
 pub(crate) struct Placement {
     pub(crate) chosen: HashMap<u64, Placed>,
     pub(crate) next_run: u64,
+    /// The `proxy=auto` channels, as of channel-table generation `auto_of`.
+    pub(crate) auto: Vec<u64>,
+    pub(crate) auto_of: Option<u64>,
     /// Solves run, and those that found no feasible placement.
     pub solves: u64,
     pub infeasible: u64,

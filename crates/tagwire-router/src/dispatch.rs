@@ -4,15 +4,13 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use std::time::Duration;
 
 use tagwire_proto::EventRef;
 
 use crate::channel::{EventMeta, Offer, Outgoing};
 use crate::filters::rewrite;
 use crate::state::State;
-use crate::sync::Locked;
-use crate::timing::{expired, now_ns};
+use crate::timing::expired;
 use tagwire_core::federation::NodeId;
 use tagwire_core::filter::Overrides;
 use tagwire_core::node::Sink;
@@ -249,22 +247,4 @@ fn transform(event: &Bytes, t: &crate::channel::ChannelTransform) -> Result<Byte
     let mut out = bytes::BytesMut::with_capacity(e.encoded_len());
     e.encode(&mut out).map_err(|e| e.to_string())?;
     Ok(out.freeze())
-}
-
-/// The lane task that acts on the node's timers: it releases held events
-/// when their start time comes and answers pulls that waited too long
-/// ([`crate::node_io::handle_timeout`]). It sleeps until the node is next
-/// due or until a new event is held.
-pub(crate) async fn release_deferred(state: Arc<Locked<State>>) {
-    let wake = state.borrow().deferred_wake.clone();
-    loop {
-        let next = crate::node_io::handle_timeout(&mut state.borrow_mut(), now_ns());
-        match next {
-            Some(due) => {
-                let wait = Duration::from_nanos(due.saturating_sub(now_ns()));
-                let _ = tokio::time::timeout(wait, wake.notified()).await;
-            }
-            None => wake.notified().await,
-        }
-    }
 }

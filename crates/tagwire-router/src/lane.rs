@@ -150,7 +150,7 @@ pub(crate) async fn run(mut setup: LaneSetup) {
     let admin_lane = setup.admin_jobs.is_some();
     let mut tasks = Vec::new();
     if admin_lane {
-        tasks.push(tokio::task::spawn_local(crate::dispatch::release_deferred(
+        tasks.push(tokio::task::spawn_local(crate::node_io::timers(
             state.clone(),
         )));
         tasks.push(tokio::task::spawn_local(crate::state::housekeeping(

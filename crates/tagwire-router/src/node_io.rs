@@ -11,8 +11,13 @@ use bytes::BytesMut;
 use tagwire_core::node::Output;
 use tagwire_proto::{ErrorCode, EventRef, Frame, PullOutcome};
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use crate::channel::Outgoing;
 use crate::state::State;
+use crate::sync::Locked;
+use crate::timing::now_ns;
 
 /// Carries out every decision the node has queued.
 pub(crate) fn execute(st: &mut State) {
@@ -113,4 +118,22 @@ fn reply_to_client(st: &State, conn: u64, req: u32, max_reply: u32, outcome: Pul
     let _ = c
         .outbox
         .send_encoded(&buf, st.config.limits.max_control_bytes);
+}
+
+/// The lane task that acts on the node's timers: it releases held events
+/// when their start time comes and answers pulls that waited too long
+/// ([`handle_timeout`]). It sleeps until the node is next
+/// due or until a new event is held.
+pub(crate) async fn timers(state: Arc<Locked<State>>) {
+    let wake = state.borrow().deferred_wake.clone();
+    loop {
+        let next = handle_timeout(&mut state.borrow_mut(), now_ns());
+        match next {
+            Some(due) => {
+                let wait = Duration::from_nanos(due.saturating_sub(now_ns()));
+                let _ = tokio::time::timeout(wait, wake.notified()).await;
+            }
+            None => wake.notified().await,
+        }
+    }
 }

@@ -1168,8 +1168,8 @@ impl Conn {
             reply: tx,
         };
         let sent = match &self.state.borrow().admin_jobs {
-            Some(jobs) => jobs.send(job).is_ok(),
-            None => false,
+            Some(jobs) => jobs.try_send(job),
+            None => Err(tokio::sync::mpsc::error::TrySendError::Closed(job)),
         };
         let gone = || {
             (
@@ -1177,8 +1177,18 @@ impl Conn {
                 "the admin lane has stopped".to_owned(),
             )
         };
-        if !sent {
-            return Err(gone());
+        match sent {
+            Ok(()) => {}
+            Err(tokio::sync::mpsc::error::TrySendError::Full(_)) => {
+                return Err((
+                    ErrorCode::LimitReached,
+                    format!(
+                        "the admin lane has {} requests waiting; try again",
+                        crate::lane::MAX_ADMIN_JOBS
+                    ),
+                ))
+            }
+            Err(tokio::sync::mpsc::error::TrySendError::Closed(_)) => return Err(gone()),
         }
         rx.await.unwrap_or_else(|_| Err(gone()))
     }

@@ -33,7 +33,7 @@ use crate::sync::Locked;
 /// (the MQTT listener's): a clone of the default lane's command channel.
 #[derive(Clone)]
 pub struct InProcessConnector {
-    pub(crate) lane: mpsc::UnboundedSender<LaneCommand>,
+    pub(crate) lane: mpsc::Sender<LaneCommand>,
 }
 
 impl std::fmt::Debug for InProcessConnector {
@@ -48,11 +48,49 @@ impl InProcessConnector {
     /// gives.
     pub fn connect(&self) -> std::io::Result<StdUnixStream> {
         let (ours, theirs) = StdUnixStream::pair()?;
-        self.lane.send(LaneCommand::Attach(theirs)).map_err(|_| {
-            std::io::Error::new(std::io::ErrorKind::NotConnected, "router has stopped")
-        })?;
+        attach(&self.lane, theirs)?;
         Ok(ours)
     }
+}
+
+/// Most commands waiting for one lane (in-process connections to attach,
+/// scheduling changes, stop). At the bound an attach is refused
+/// (`WouldBlock`, "lane busy") and a scheduling change is dropped and
+/// logged; lanes hand work to each other only through bounded queues.
+pub(crate) const MAX_LANE_COMMANDS: usize = 256;
+
+/// Most admin requests waiting for the admin lane. A connection waits for
+/// its request's answer before it reads on, so at most one per connection
+/// is queued; at the bound a request is refused with `LimitReached`.
+pub(crate) const MAX_ADMIN_JOBS: usize = 1024;
+
+/// Hands in-process socket `theirs` to the lane behind `tx`.
+pub(crate) fn attach(tx: &mpsc::Sender<LaneCommand>, theirs: StdUnixStream) -> std::io::Result<()> {
+    tx.try_send(LaneCommand::Attach(theirs))
+        .map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => std::io::Error::new(
+                std::io::ErrorKind::WouldBlock,
+                format!("lane busy: {MAX_LANE_COMMANDS} commands already wait for it; try again"),
+            ),
+            mpsc::error::TrySendError::Closed(_) => {
+                std::io::Error::new(std::io::ErrorKind::NotConnected, "router has stopped")
+            }
+        })
+}
+
+/// Sends a stop or scheduling command; a lane whose queue stays full for a
+/// second (it is stuck) or that has stopped does not get it (logged).
+pub(crate) fn command(tx: &mpsc::Sender<LaneCommand>, mut cmd: LaneCommand) {
+    for _ in 0..100 {
+        match tx.try_send(cmd) {
+            Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => return,
+            Err(mpsc::error::TrySendError::Full(c)) => {
+                cmd = c;
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        }
+    }
+    tracing::warn!("a lane's command queue stayed full for a second; a command was not sent");
 }
 
 /// Spawns a lane thread named `name` running `make()` to completion on a
@@ -80,9 +118,9 @@ pub(crate) struct LaneSetup {
     pub tcp: Option<std::net::TcpListener>,
     pub tls: Option<Arc<rustls::ServerConfig>>,
     pub unix: Option<std::os::unix::net::UnixListener>,
-    pub commands: mpsc::UnboundedReceiver<LaneCommand>,
+    pub commands: mpsc::Receiver<LaneCommand>,
     /// Set on the admin lane.
-    pub admin_jobs: Option<mpsc::UnboundedReceiver<AdminJob>>,
+    pub admin_jobs: Option<mpsc::Receiver<AdminJob>>,
     /// Admin lane: every band's Unix socket, removed at shutdown.
     pub unix_paths: Vec<std::path::PathBuf>,
     /// Told once the lane has its scheduling and serves its listeners (the
@@ -469,4 +507,25 @@ impl TlsAccept {
 /// A second descriptor for `s`, kept to change its DSCP at run time.
 fn dup(s: &impl std::os::fd::AsFd) -> Option<std::os::fd::OwnedFd> {
     s.as_fd().try_clone_to_owned().ok()
+}
+
+#[cfg(test)]
+mod bounded_tests {
+    use super::*;
+
+    #[test]
+    fn a_full_lane_queue_refuses_an_attach_naming_why_and_a_stopped_one_too() {
+        let (tx, mut rx) = mpsc::channel(1);
+        let (_a, b) = StdUnixStream::pair().expect("socketpair");
+        attach(&tx, b).expect("room for one");
+        let (_c, d) = StdUnixStream::pair().expect("socketpair");
+        let full = attach(&tx, d).expect_err("the queue is full");
+        assert_eq!(full.kind(), std::io::ErrorKind::WouldBlock);
+        assert!(full.to_string().contains("lane busy"), "{full}");
+        assert!(matches!(rx.try_recv(), Ok(LaneCommand::Attach(_))));
+        drop(rx);
+        let (_e, f) = StdUnixStream::pair().expect("socketpair");
+        let stopped = attach(&tx, f).expect_err("the lane is gone");
+        assert_eq!(stopped.kind(), std::io::ErrorKind::NotConnected);
+    }
 }

@@ -91,11 +91,7 @@ pub struct Router;
 pub struct RouterHandle {
     /// Each lane's command channel and thread, lowest band (the admin
     /// lane) first.
-    lanes: Vec<(
-        String,
-        mpsc::UnboundedSender<LaneCommand>,
-        Option<JoinHandle<()>>,
-    )>,
+    lanes: Vec<(String, mpsc::Sender<LaneCommand>, Option<JoinHandle<()>>)>,
     /// The default band's name.
     default_band: String,
     /// Each band's listeners: `(name, tcp, unix)`.
@@ -274,13 +270,13 @@ impl Router {
         if let Some(f) = &reservations_file {
             state.borrow_mut().load_reservations(f, timing::now_ns());
         }
-        let (jobs_tx, jobs_rx) = mpsc::unbounded_channel();
+        let (jobs_tx, jobs_rx) = mpsc::channel(lane::MAX_ADMIN_JOBS);
         state.borrow_mut().admin_jobs = Some(jobs_tx);
         let mut jobs_rx = Some(jobs_rx);
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let mut lanes = Vec::new();
         for (b, (tcp, unix)) in bands.iter().zip(listeners) {
-            let (tx, rx) = mpsc::unbounded_channel();
+            let (tx, rx) = mpsc::channel(lane::MAX_LANE_COMMANDS);
             let admin = b.rank == 0;
             let setup = lane::LaneSetup {
                 band: b.clone(),
@@ -416,9 +412,7 @@ impl RouterHandle {
             ));
         };
         let (ours, theirs) = StdUnixStream::pair()?;
-        tx.send(LaneCommand::Attach(theirs)).map_err(|_| {
-            std::io::Error::new(std::io::ErrorKind::NotConnected, "router has stopped")
-        })?;
+        lane::attach(tx, theirs)?;
         Ok(ours)
     }
 
@@ -439,17 +433,17 @@ impl RouterHandle {
             return;
         }
         for (_, tx, _) in &self.lanes {
-            let _ = tx.send(LaneCommand::StopAccepting);
+            lane::command(tx, LaneCommand::StopAccepting);
         }
         // The admin lane says goodbye to every client and lets the writers
         // (on every lane) flush; then the other lanes exit.
         let mut lanes = std::mem::take(&mut self.lanes).into_iter();
         if let Some((_, tx, thread)) = lanes.next() {
-            let _ = tx.send(LaneCommand::Shutdown);
+            lane::command(&tx, LaneCommand::Shutdown);
             join(thread);
         }
         for (_, tx, thread) in lanes {
-            let _ = tx.send(LaneCommand::Exit);
+            lane::command(&tx, LaneCommand::Exit);
             join(thread);
         }
         if let Some(f) = &self.reservations_file {

@@ -149,7 +149,14 @@ pub(crate) fn reschedule_lane(st: &mut State, band: &str, policy: SchedPolicy) {
     }
     info.sched_wanted = wanted;
     if let Some((_, tx)) = st.lane_commands.iter().find(|(b, _)| b == band) {
-        let _ = tx.send(LaneCommand::Sched(policy));
+        if let Err(tokio::sync::mpsc::error::TrySendError::Full(_)) =
+            tx.try_send(LaneCommand::Sched(policy))
+        {
+            tracing::warn!(
+                "band {band}'s lane has {} commands waiting; its scheduling change was dropped",
+                crate::lane::MAX_LANE_COMMANDS
+            );
+        }
     }
 }
 

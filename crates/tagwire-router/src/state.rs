@@ -209,12 +209,9 @@ pub(crate) struct State {
     /// The configured band names, lowest first.
     pub band_names: Vec<String>,
     /// Each lane's command channel, by band name.
-    pub lane_commands: Vec<(
-        String,
-        tokio::sync::mpsc::UnboundedSender<lanes::LaneCommand>,
-    )>,
+    pub lane_commands: Vec<(String, tokio::sync::mpsc::Sender<lanes::LaneCommand>)>,
     /// Admin requests for the admin lane (the lowest band's).
-    pub admin_jobs: Option<tokio::sync::mpsc::UnboundedSender<lanes::AdminJob>>,
+    pub admin_jobs: Option<tokio::sync::mpsc::Sender<lanes::AdminJob>>,
     /// Pull buffers (the `history` QoS property).
     pub history: history::RouterHistory,
     /// Where `proxy=auto` subscriptions' proxies run.

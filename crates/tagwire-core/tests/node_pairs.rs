@@ -12,7 +12,7 @@ use tagwire_core::node::{Asker, Node, NodeLimits, Output, Sink, Verdict};
 use tagwire_core::tags::Pattern;
 use tagwire_proto::{
     ErrorCode, Event, EventRef, Expiry, Interest, LinkFrame, ProxyAt, Pull, PullOutcome, PullQuery,
-    PullReply, PullStatus, Value,
+    Value,
 };
 
 type Id = u64;
@@ -34,8 +34,6 @@ struct Net {
     /// Each daemon's local interest (its channels' patterns), re-advertised
     /// on every change.
     interest: BTreeMap<Id, Vec<Interest>>,
-    /// The last event per (daemon, tag), to answer pulls.
-    history: BTreeMap<(Id, String), Bytes>,
     /// Pulls answered to local clients: (daemon, conn, req, outcome).
     pulls_done: Vec<(Id, u64, u32, PullOutcome)>,
     /// Events forwarded per link direction.
@@ -97,7 +95,6 @@ impl Net {
             hop_ns: 1_000_000,
             delivered: Vec::new(),
             interest: BTreeMap::new(),
-            history: BTreeMap::new(),
             pulls_done: Vec::new(),
             forwarded: BTreeMap::new(),
             next_channel: 1,
@@ -194,9 +191,14 @@ impl Net {
         verdict
     }
 
+    /// Where an event routed at `at` goes; like the router, the daemon
+    /// records it in its history first (4 events a tag here).
     fn collect(&mut self, at: Id, bytes: &Bytes) -> Collect {
-        let tag = EventRef::parse(bytes).expect("parses").tag.to_owned();
-        self.history.insert((at, tag), bytes.clone());
+        let ev = EventRef::parse(bytes).expect("parses");
+        self.nodes
+            .get_mut(&at)
+            .expect("daemon")
+            .record(&ev, bytes.clone(), bytes.len(), 4);
         Collect {
             here: at,
             event: bytes.clone(),
@@ -255,10 +257,6 @@ impl Net {
                     moved = true;
                     match out {
                         Output::Link { to, frame } => self.send(id, to, frame),
-                        Output::AnswerHere { asker, pull, .. } => {
-                            let outcome = self.answer_here(id, &pull);
-                            self.node(id).answer(asker, outcome);
-                        }
                         Output::PullDone {
                             conn, req, outcome, ..
                         } => self.pulls_done.push((id, conn, req, outcome)),
@@ -271,23 +269,6 @@ impl Net {
             if !moved {
                 return;
             }
-        }
-    }
-
-    fn answer_here(&self, id: Id, pull: &Pull) -> PullOutcome {
-        match self.history.get(&(id, pull.tag.clone())) {
-            Some(ev) => PullOutcome::Reply(PullReply {
-                req: 0,
-                status: PullStatus::Complete,
-                oldest: 0,
-                newest: 0,
-                held: 1,
-                events: vec![ev.clone()],
-            }),
-            None => PullOutcome::Refused {
-                code: ErrorCode::UnknownEndpoint,
-                message: format!("no history of {} at {}", pull.tag, name(id)),
-            },
         }
     }
 

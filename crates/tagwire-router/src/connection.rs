@@ -550,7 +550,7 @@ impl Conn {
                         .map_err(|e| (e.code(), e.to_string()))
                 });
                 let answer = match target {
-                    Ok(None) => crate::history::answer(&st, &pull, max_frame).map(Some),
+                    Ok(None) => st.node.answer_here(&pull, max_frame).map(Some),
                     Ok(Some(node)) => {
                         // Answered when the other daemon's answer is back.
                         let asker = tagwire_core::node::Asker::Client {

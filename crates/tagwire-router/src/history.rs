@@ -35,10 +35,9 @@
 
 use std::collections::HashMap;
 
-use tagwire_core::history::PullError;
 use tagwire_core::qos::{resolve, Property, QosLayer};
 use tagwire_core::tags::{validate_tag, Pattern};
-use tagwire_proto::{ErrorCode, EventRef, Pull, PullReply, FRAME_HEADER_LEN};
+use tagwire_proto::{ErrorCode, EventRef, Pull};
 
 use crate::auth::Rights;
 use crate::channel::Outgoing;
@@ -47,10 +46,6 @@ use crate::state::State;
 /// Most tags whose `history` value is cached; at the bound the cache is
 /// cleared and refilled as events arrive.
 const CACHE_TAGS: usize = 65_536;
-/// Bytes of a `PullReply` besides its events: header and fixed fields.
-const REPLY_FIXED: usize = FRAME_HEADER_LEN + 35;
-/// Bytes per event in a `PullReply` besides the event: its length.
-const REPLY_PER_EVENT: usize = 4;
 
 /// The `history` a tag keeps under the current layers.
 fn capacity_of(st: &State, tag: &str) -> usize {
@@ -73,7 +68,7 @@ fn capacity_of(st: &State, tag: &str) -> usize {
 pub(crate) fn layers_changed(st: &mut State) {
     let on = |l: &QosLayer| l.is_set(Property::History) && resolve(&[l]).values().history > 0;
     let enabled = on(&st.qos_daemon) || st.qos_tags.iter().any(|t| on(&t.layer));
-    let tags = st.history.table.tags(usize::MAX);
+    let tags = st.node.history().tags(usize::MAX);
     let caps: HashMap<std::sync::Arc<str>, usize> = tags
         .into_iter()
         .map(|t| {
@@ -84,7 +79,9 @@ pub(crate) fn layers_changed(st: &mut State) {
     let h = &mut st.history;
     h.enabled = enabled;
     h.cache.clear();
-    h.table.recapacity(|t| caps.get(t).copied().unwrap_or(0));
+    st.node
+        .history_mut()
+        .recapacity(|t| caps.get(t).copied().unwrap_or(0));
 }
 
 /// Records a delivered event in its tag's history, if the tag keeps one.
@@ -108,15 +105,7 @@ pub(crate) fn record(st: &mut State, event: &mut Outgoing, ev: &EventRef<'_>) {
         return;
     }
     let (bytes, cost) = event.for_history();
-    st.history.table.record(
-        ev.tag,
-        ev.publisher,
-        ev.seq,
-        ev.source_time_ns,
-        bytes,
-        cap,
-        cost,
-    );
+    st.node.record(ev, bytes, cost, cap);
 }
 
 /// Refuses a `Pull` of a bad tag or one the identity with `rights` may
@@ -137,60 +126,9 @@ pub(crate) fn check_readable(pull: &Pull, rights: &Rights) -> Result<(), (ErrorC
     Ok(())
 }
 
-/// Answers a `Pull` from this daemon's buffers, in a reply of at most
-/// `max_frame` bytes (the asking connection's limit). The caller has
-/// checked the tag is readable ([`check_readable`]). Cost: bounded by the
-/// reply cap.
-pub(crate) fn answer(
-    st: &State,
-    pull: &Pull,
-    max_frame: u32,
-) -> Result<PullReply, (ErrorCode, String)> {
-    validate_tag(&pull.tag).map_err(|e| (ErrorCode::InvalidTag, e.to_string()))?;
-    let room = (max_frame as usize).saturating_sub(REPLY_FIXED);
-    let a = st
-        .history
-        .table
-        .query_within(
-            &pull.tag,
-            &pull.publisher,
-            &pull.query,
-            room,
-            REPLY_PER_EVENT,
-        )
-        .map_err(|e| {
-            let code = match e {
-                PullError::NoHistory { .. } | PullError::UnknownPublisher { .. } => {
-                    ErrorCode::NoHistory
-                }
-                _ => ErrorCode::BadRequest,
-            };
-            (code, e.to_string())
-        })?;
-    if let Some(first) = a.events.first() {
-        if first.len() + REPLY_PER_EVENT > room {
-            return Err((
-                ErrorCode::LimitReached,
-                format!(
-                    "the event is {} bytes: a reply carrying it would pass this connection's frame limit of {max_frame} bytes",
-                    first.len()
-                ),
-            ));
-        }
-    }
-    Ok(PullReply {
-        req: pull.req,
-        status: a.status,
-        oldest: a.oldest,
-        newest: a.newest,
-        held: u32::try_from(a.held).unwrap_or(u32::MAX),
-        events: a.events,
-    })
-}
-
 /// What `tagwire admin show TAG` adds for a tag with history.
 pub(crate) fn show(st: &State, tag: &str) -> Option<HistoryShow> {
-    let info = st.history.table.info(tag)?;
+    let info = st.node.history().info(tag)?;
     let publishers = info
         .publishers
         .iter()
@@ -214,10 +152,11 @@ use tagwire_proto::admin::{HistoryShow, PublisherHistory};
 
 /// Router-wide counters of the pull buffers.
 pub(crate) fn totals(st: &State) -> HistoryTotals {
-    let s = st.history.table.stats();
+    let table = st.node.history();
+    let s = table.stats();
     HistoryTotals {
-        tags: st.history.table.tag_count(),
-        bytes: st.history.table.total_bytes(),
+        tags: table.tag_count(),
+        bytes: table.total_bytes(),
         recorded: s.recorded,
         evicted: s.evicted,
         not_recorded: s.too_large + s.tags_refused + s.over_budget,

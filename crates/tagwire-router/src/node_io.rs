@@ -34,17 +34,6 @@ pub(crate) fn execute(st: &mut State) {
                     st.node.unsent(to, &frame);
                 }
             }
-            Output::AnswerHere {
-                asker,
-                pull,
-                max_reply,
-            } => {
-                let outcome = match crate::history::answer(st, &pull, max_reply) {
-                    Ok(reply) => PullOutcome::Reply(reply),
-                    Err((code, message)) => PullOutcome::Refused { code, message },
-                };
-                st.node.answer(asker, outcome);
-            }
             Output::PullDone {
                 conn,
                 req,

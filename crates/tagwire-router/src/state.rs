@@ -228,7 +228,7 @@ impl State {
         let endpoints = Endpoints::new(config.limits.max_endpoints);
         let filters = FilterBook::default();
         let memory = Arc::new(MemoryBudget::new(config.limits.max_buffered_bytes));
-        let history = history::RouterHistory::new(&config);
+        let history = history::RouterHistory::new();
         let placement = Default::default();
         let fed = federation::Federation::new(&config.name, &config.federation);
         let limits = NodeLimits {
@@ -236,6 +236,7 @@ impl State {
             filters: filters.limits.clone(),
             max_deferred_events: config.limits.max_deferred_events,
             max_deferred_bytes: config.limits.max_deferred_bytes,
+            history: history::limits(&config),
             ..NodeLimits::default()
         };
         let node = Node::new(fed.me(), &config.name, limits, crate::timing::now_ns());

@@ -24,6 +24,7 @@
 //! ([`NodeLimits::max_origins`]). Every call costs what its tables' lookups
 //! cost; none scans a table per event.
 
+mod history;
 mod pull;
 
 use std::collections::{BTreeSet, VecDeque};
@@ -34,6 +35,7 @@ use tagwire_proto::{EventRef, Interest, LinkFrame, Pull, PullOutcome};
 use crate::defer::{admit_with, Admit, DeferError, Deferred};
 use crate::federation::{Applied, FederationError, NodeId, Topology, MAX_HOPS};
 use crate::filter::{FilterLimits, Overrides};
+use crate::history::{HistoryLimits, HistoryTable};
 use crate::route::Routes;
 
 pub use pull::{Asker, PullError, AT_PUBLISHER};
@@ -56,6 +58,8 @@ pub struct NodeLimits {
     /// Most tags whose origin daemon is remembered (for pulls at the
     /// publisher's daemon); at the bound the table starts over.
     pub max_origins: usize,
+    /// The pull buffers' bounds.
+    pub history: HistoryLimits,
 }
 
 impl Default for NodeLimits {
@@ -68,6 +72,7 @@ impl Default for NodeLimits {
             max_pending_pulls: 1024,
             pull_timeout_ns: 5_000_000_000,
             max_origins: 4096,
+            history: HistoryLimits::default(),
         }
     }
 }
@@ -117,16 +122,6 @@ pub enum Output {
         /// What to send.
         frame: LinkFrame,
     },
-    /// Answer `pull` from this daemon's history (cut to `max_reply` bytes)
-    /// and hand the outcome to [`Node::answer`] for `asker`.
-    AnswerHere {
-        /// Who waits for it.
-        asker: Asker,
-        /// The pull, its `node` cleared.
-        pull: Pull,
-        /// The largest reply the asker takes.
-        max_reply: u32,
-    },
     /// A local client's pull came back: give it `outcome`.
     PullDone {
         /// The client connection.
@@ -172,6 +167,8 @@ pub struct Node<C> {
     links: BTreeSet<NodeId>,
     deferred: Deferred<Bytes>,
     pulls: pull::PullRelay,
+    /// The pull buffers (the `history` QoS property).
+    history: HistoryTable,
     counters: Counters,
     out: VecDeque<Output>,
 }
@@ -187,6 +184,7 @@ impl<C: Clone> Node<C> {
             links: BTreeSet::new(),
             deferred: Deferred::new(limits.max_deferred_events, limits.max_deferred_bytes),
             pulls: pull::PullRelay::new(&limits),
+            history: HistoryTable::new(limits.history),
             counters: Counters::default(),
             out: VecDeque::new(),
         }
@@ -561,11 +559,11 @@ impl<C: Clone> Node<C> {
         let asker = Asker::Link { node: from, id };
         if target == self.me() {
             pull.node.clear();
-            self.out.push_back(Output::AnswerHere {
-                asker,
-                pull,
-                max_reply,
-            });
+            let outcome = match self.answer_here(&pull, max_reply) {
+                Ok(reply) => PullOutcome::Reply(reply),
+                Err((code, message)) => PullOutcome::Refused { code, message },
+            };
+            self.answer(asker, outcome);
             return;
         }
         if let Err(e) = self.relay(asker, target, hops.saturating_add(1), max_reply, pull, now) {

@@ -381,3 +381,58 @@ fn a_scale_changed_at_run_time_changes_what_crosses_the_links() {
     );
     assert_eq!(net.forwarded.get(&(2, 3)), Some(&(4 + 2)));
 }
+
+/// Regression (found by `node_props.rs`): when the link a pull went out on
+/// closed, the daemon forgot the now unreachable target (prune) before it
+/// wrote the refusal, which then read "the link toward daemon ? closed".
+#[test]
+fn a_pull_refused_after_its_target_became_unreachable_names_it() {
+    let mut net = Net::line(3);
+    net.hop_ns = 1_000_000_000;
+    let asker = Asker::Client {
+        conn: 1,
+        req: 1,
+        max_reply: 1 << 20,
+    };
+    let pull = Pull {
+        req: 0,
+        node: "a".into(),
+        publisher: String::new(),
+        tag: "/log".into(),
+        query: PullQuery::Latest,
+    };
+    let now = net.now;
+    net.node(3).ask(asker, 1, 1 << 20, pull, now).expect("sent");
+    net.drain_outputs();
+    // Cutting c's only link leaves it alone: it forgets a and b.
+    net.disconnect(2, 3);
+    assert_eq!(net.node(3).topology().len(), 1, "c pruned a and b");
+    match &net.pulls_done[..] {
+        [(3, 1, 1, PullOutcome::Refused { code, message })] => {
+            assert_eq!(*code, ErrorCode::UnknownNode);
+            assert!(message.contains("daemon a "), "{message}");
+        }
+        other => panic!("expected one refusal, got {other:?}"),
+    }
+}
+
+/// Regression (found by `node_props.rs`): on a line a-b-c-d-e-f, cutting
+/// b-c and e-f makes c and e forget a and b (they prune what they cannot
+/// reach when their own links change), while d, whose links did not
+/// change, keeps a's advert. When b-c comes back, c learns a's advert
+/// again and floods it to d, which already has that version and stops the
+/// flood: e never learnt a again, and a's subscriber got nothing from e.
+#[test]
+fn a_daemon_that_forgot_another_learns_it_again_when_the_partition_heals() {
+    let mut net = Net::line(6);
+    net.subscribe(1, "far", "/t");
+    net.disconnect(2, 3);
+    net.disconnect(5, 6);
+    net.connect(2, 3);
+    assert!(
+        net.node(5).topology().name_of(1).is_some(),
+        "e knows a again"
+    );
+    net.publish(5, &event("/t", 1));
+    assert_eq!(net.got(), got(&[(1, "far", 1)]));
+}

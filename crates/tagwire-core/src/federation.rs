@@ -30,7 +30,7 @@
 //! assert!(a.next_hops_for_tag(1, "/z").is_empty());
 //! ```
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
 use tagwire_proto::{EventRef, Interest, LinkFrame, ProxyAt};
@@ -226,7 +226,8 @@ impl Topology {
         ids.into_iter().filter_map(|n| self.advert_of(n)).collect()
     }
 
-    fn advert_of(&self, id: NodeId) -> Option<LinkFrame> {
+    /// Daemon `id`'s advert as known here.
+    pub fn advert_of(&self, id: NodeId) -> Option<LinkFrame> {
         let n = self.nodes.get(&id)?;
         Some(LinkFrame::Advert {
             origin: id,
@@ -344,6 +345,12 @@ impl Topology {
             self.trees.clear();
         }
         dropped
+    }
+
+    /// The daemons this one reaches over links both ends confirm, itself
+    /// included.
+    pub fn reachable(&self) -> BTreeSet<NodeId> {
+        self.bfs(self.me).into_keys().collect()
     }
 
     /// Every link both ends advertise, once, as (smaller id, larger id),

@@ -1,335 +1,17 @@
-//! Pair tests of the node engine: several daemons' [`Node`]s wired in
-//! memory, with simulated time and no sockets. The harness does what the
-//! router does — carries link frames (each hop takes `hop_ns`), delivers
-//! to local channels, answers pulls from a tiny history — and nothing it
-//! decides: every routing choice is the engine's.
+//! Pair tests of the node engine: several daemons' `Node`s wired in
+//! memory, with simulated time and no sockets (the harness is
+//! `common/node_net.rs`: it carries frames and decides nothing).
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+#[path = "common/node_net.rs"]
+mod node_net;
 
-use bytes::{Bytes, BytesMut};
-use tagwire_core::filter::{Filter, FilterLimits, Overrides};
-use tagwire_core::node::{Asker, Node, NodeLimits, Output, Sink, Verdict};
-use tagwire_core::tags::Pattern;
+use std::collections::BTreeMap;
+
+use node_net::*;
+use tagwire_core::node::{Asker, Verdict};
 use tagwire_proto::{
-    ErrorCode, Event, EventRef, Expiry, Interest, LinkFrame, ProxyAt, Pull, PullOutcome, PullQuery,
-    Value,
+    ErrorCode, EventRef, Expiry, LinkFrame, ProxyAt, Pull, PullOutcome, PullQuery, Value,
 };
-
-type Id = u64;
-
-/// Most frames one `run` may carry; past it the network is looping.
-const MAX_STEPS: usize = 100_000;
-
-struct Net {
-    nodes: BTreeMap<Id, Node<String>>,
-    /// Live links, both directions.
-    up: BTreeSet<(Id, Id)>,
-    /// Frames in flight: (arrival time, sequence, from, to, frame).
-    wires: VecDeque<(u64, u64, Id, Id, LinkFrame)>,
-    seq: u64,
-    now: u64,
-    hop_ns: u64,
-    /// Every local delivery: (daemon, channel, event).
-    delivered: Vec<(Id, String, Bytes)>,
-    /// Each daemon's local interest (its channels' patterns), re-advertised
-    /// on every change.
-    interest: BTreeMap<Id, Vec<Interest>>,
-    /// Pulls answered to local clients: (daemon, conn, req, outcome).
-    pulls_done: Vec<(Id, u64, u32, PullOutcome)>,
-    /// Events forwarded per link direction.
-    forwarded: BTreeMap<(Id, Id), usize>,
-    next_channel: u64,
-}
-
-/// Collects one event's targets at one daemon.
-struct Collect {
-    here: Id,
-    event: Bytes,
-    channels: Vec<String>,
-    links: Vec<(Id, LinkFrame)>,
-}
-
-impl Sink<String> for Collect {
-    fn channel(&mut self, channel: &String, _overrides: Overrides) {
-        self.channels.push(channel.clone());
-    }
-    fn link(&mut self, to: Id, origin: Id, hops: u8) {
-        let frame = LinkFrame::Forward {
-            origin,
-            hops,
-            event: self.event.clone(),
-        };
-        self.links.push((to, frame));
-    }
-}
-
-fn name(id: Id) -> String {
-    ((b'a' + (id - 1) as u8) as char).to_string()
-}
-
-fn encode(ev: &Event) -> Bytes {
-    let mut buf = BytesMut::new();
-    ev.encode(&mut buf).expect("test event encodes");
-    buf.freeze()
-}
-
-fn event(tag: &str, seq: u64) -> Event {
-    let mut ev = Event::new(tag, Bytes::from(format!("payload {seq}")));
-    ev.header.seq = seq;
-    ev.header.publisher = "/pub".into();
-    ev
-}
-
-impl Net {
-    /// `n` daemons named a, b, c… with ids 1..=n, no links.
-    fn new(n: u64) -> Self {
-        let nodes = (1..=n)
-            .map(|id| (id, Node::new(id, &name(id), NodeLimits::default(), 0)))
-            .collect();
-        Net {
-            nodes,
-            up: BTreeSet::new(),
-            wires: VecDeque::new(),
-            seq: 0,
-            now: 1_000_000_000,
-            hop_ns: 1_000_000,
-            delivered: Vec::new(),
-            interest: BTreeMap::new(),
-            pulls_done: Vec::new(),
-            forwarded: BTreeMap::new(),
-            next_channel: 1,
-        }
-    }
-
-    fn node(&mut self, id: Id) -> &mut Node<String> {
-        self.nodes.get_mut(&id).expect("a daemon of the net")
-    }
-
-    fn connect(&mut self, a: Id, b: Id) {
-        self.up.insert((a, b));
-        self.up.insert((b, a));
-        self.node(a).link_up(b);
-        self.node(b).link_up(a);
-        self.run();
-    }
-
-    /// Cuts the link: frames in flight on it are lost.
-    fn disconnect(&mut self, a: Id, b: Id) {
-        self.up.remove(&(a, b));
-        self.up.remove(&(b, a));
-        self.wires
-            .retain(|w| !((w.2, w.3) == (a, b) || (w.2, w.3) == (b, a)));
-        self.node(a).link_down(b);
-        self.node(b).link_down(a);
-        self.run();
-    }
-
-    fn line(n: u64) -> Self {
-        let mut net = Net::new(n);
-        for id in 1..n {
-            net.connect(id, id + 1);
-        }
-        net
-    }
-
-    /// Channel `channel` at daemon `at` on `pattern` (filter `filter` if
-    /// not empty, scaled 1/`scale` by a proxy at `proxy`).
-    fn subscribe_with(
-        &mut self,
-        at: Id,
-        channel: &str,
-        pattern: &str,
-        filter: &str,
-        scale: u32,
-        proxy: ProxyAt,
-    ) {
-        let id = self.next_channel;
-        self.next_channel += 1;
-        let filters = if filter.is_empty() {
-            Vec::new()
-        } else {
-            let f = Filter::compile(filter, &FilterLimits::default()).expect("filter compiles");
-            vec![(id, f)]
-        };
-        let pat = Pattern::parse(pattern).expect("pattern");
-        self.node(at)
-            .routes_mut()
-            .add_channel(id, 1, pat, channel.to_owned(), filters, None)
-            .expect("channel added");
-        let interest = self.interest.entry(at).or_default();
-        interest.push(Interest {
-            pattern: pattern.into(),
-            filter: filter.into(),
-            scale,
-            proxy,
-        });
-        let interest = interest.clone();
-        self.node(at).set_interest(interest);
-        self.run();
-    }
-
-    fn subscribe(&mut self, at: Id, channel: &str, pattern: &str) {
-        self.subscribe_with(at, channel, pattern, "", 1, ProxyAt::Subscriber);
-    }
-
-    /// Publishes `ev` at daemon `at` and carries everything to rest.
-    fn publish(&mut self, at: Id, ev: &Event) -> Verdict {
-        let bytes = encode(ev);
-        let parsed = EventRef::parse(&bytes).expect("parses");
-        let now = self.now;
-        let mut sink = self.collect(at, &bytes);
-        let verdict = self
-            .nodes
-            .get_mut(&at)
-            .expect("daemon")
-            .publish(&parsed, || now, &mut sink);
-        if let Verdict::Hold { until, .. } = verdict {
-            self.node(at).hold(until, bytes.clone()).expect("held");
-        }
-        self.take(sink);
-        self.run();
-        verdict
-    }
-
-    /// Where an event routed at `at` goes; like the router, the daemon
-    /// records it in its history first (4 events a tag here).
-    fn collect(&mut self, at: Id, bytes: &Bytes) -> Collect {
-        let ev = EventRef::parse(bytes).expect("parses");
-        self.nodes
-            .get_mut(&at)
-            .expect("daemon")
-            .record(&ev, bytes.clone(), bytes.len(), 4);
-        Collect {
-            here: at,
-            event: bytes.clone(),
-            channels: Vec::new(),
-            links: Vec::new(),
-        }
-    }
-
-    fn take(&mut self, sink: Collect) {
-        for ch in sink.channels {
-            self.delivered.push((sink.here, ch, sink.event.clone()));
-        }
-        for (to, frame) in sink.links {
-            *self.forwarded.entry((sink.here, to)).or_default() += 1;
-            self.send(sink.here, to, frame);
-        }
-    }
-
-    fn send(&mut self, from: Id, to: Id, frame: LinkFrame) {
-        if !self.up.contains(&(from, to)) {
-            self.node(from).unsent(to, &frame);
-            return;
-        }
-        self.seq += 1;
-        let at = self.now + self.hop_ns;
-        self.wires.push_back((at, self.seq, from, to, frame));
-    }
-
-    /// Carries out every node's outputs, then frames in arrival order,
-    /// until nothing moves.
-    fn run(&mut self) {
-        for _ in 0..MAX_STEPS {
-            self.drain_outputs();
-            let Some(next) = self
-                .wires
-                .iter()
-                .enumerate()
-                .min_by_key(|(_, w)| (w.0, w.1))
-                .map(|(i, _)| i)
-            else {
-                return;
-            };
-            let (at, _, from, to, frame) = self.wires.remove(next).expect("present");
-            self.now = self.now.max(at);
-            self.arrive(from, to, frame);
-        }
-        panic!("the network did not settle within {MAX_STEPS} frames (a loop?)");
-    }
-
-    fn drain_outputs(&mut self) {
-        let ids: Vec<Id> = self.nodes.keys().copied().collect();
-        loop {
-            let mut moved = false;
-            for &id in &ids {
-                while let Some(out) = self.node(id).poll_output() {
-                    moved = true;
-                    match out {
-                        Output::Link { to, frame } => self.send(id, to, frame),
-                        Output::PullDone {
-                            conn, req, outcome, ..
-                        } => self.pulls_done.push((id, conn, req, outcome)),
-                        Output::AdvertRefused { error, .. } => {
-                            panic!("daemon {} refused an advert: {error}", name(id))
-                        }
-                    }
-                }
-            }
-            if !moved {
-                return;
-            }
-        }
-    }
-
-    fn arrive(&mut self, from: Id, to: Id, frame: LinkFrame) {
-        let now = self.now;
-        match frame {
-            LinkFrame::Forward {
-                origin,
-                hops,
-                event,
-            } => {
-                let parsed = EventRef::parse(&event).expect("forwarded event parses");
-                let mut sink = self.collect(to, &event);
-                self.nodes.get_mut(&to).expect("daemon").on_forward(
-                    from,
-                    origin,
-                    hops,
-                    &parsed,
-                    || now,
-                    &mut sink,
-                );
-                self.take(sink);
-            }
-            other => {
-                let rest = self.node(to).on_link_frame(from, other, now);
-                assert!(
-                    rest.is_none(),
-                    "the engine handles every link frame it is sent"
-                );
-            }
-        }
-    }
-
-    /// Advances simulated time to `t` and lets each node act on it.
-    fn advance_to(&mut self, t: u64) {
-        self.now = t;
-        let ids: Vec<Id> = self.nodes.keys().copied().collect();
-        for id in ids {
-            let due = self.node(id).handle_timeout(t);
-            for bytes in due {
-                let parsed = EventRef::parse(&bytes).expect("parses");
-                let mut sink = self.collect(id, &bytes);
-                self.nodes
-                    .get_mut(&id)
-                    .expect("daemon")
-                    .release(&parsed, t, &mut sink);
-                self.take(sink);
-            }
-        }
-        self.run();
-    }
-
-    /// The channels that got events, with how many each got.
-    fn got(&self) -> BTreeMap<(Id, String), usize> {
-        let mut m = BTreeMap::new();
-        for (id, ch, _) in &self.delivered {
-            *m.entry((*id, ch.clone())).or_default() += 1;
-        }
-        m
-    }
-}
 
 fn got(entries: &[(Id, &str, usize)]) -> BTreeMap<(Id, String), usize> {
     entries
@@ -698,4 +380,59 @@ fn a_scale_changed_at_run_time_changes_what_crosses_the_links() {
         "then 8 and 12 only"
     );
     assert_eq!(net.forwarded.get(&(2, 3)), Some(&(4 + 2)));
+}
+
+/// Regression (found by `node_props.rs`): when the link a pull went out on
+/// closed, the daemon forgot the now unreachable target (prune) before it
+/// wrote the refusal, which then read "the link toward daemon ? closed".
+#[test]
+fn a_pull_refused_after_its_target_became_unreachable_names_it() {
+    let mut net = Net::line(3);
+    net.hop_ns = 1_000_000_000;
+    let asker = Asker::Client {
+        conn: 1,
+        req: 1,
+        max_reply: 1 << 20,
+    };
+    let pull = Pull {
+        req: 0,
+        node: "a".into(),
+        publisher: String::new(),
+        tag: "/log".into(),
+        query: PullQuery::Latest,
+    };
+    let now = net.now;
+    net.node(3).ask(asker, 1, 1 << 20, pull, now).expect("sent");
+    net.drain_outputs();
+    // Cutting c's only link leaves it alone: it forgets a and b.
+    net.disconnect(2, 3);
+    assert_eq!(net.node(3).topology().len(), 1, "c pruned a and b");
+    match &net.pulls_done[..] {
+        [(3, 1, 1, PullOutcome::Refused { code, message })] => {
+            assert_eq!(*code, ErrorCode::UnknownNode);
+            assert!(message.contains("daemon a "), "{message}");
+        }
+        other => panic!("expected one refusal, got {other:?}"),
+    }
+}
+
+/// Regression (found by `node_props.rs`): on a line a-b-c-d-e-f, cutting
+/// b-c and e-f makes c and e forget a and b (they prune what they cannot
+/// reach when their own links change), while d, whose links did not
+/// change, keeps a's advert. When b-c comes back, c learns a's advert
+/// again and floods it to d, which already has that version and stops the
+/// flood: e never learnt a again, and a's subscriber got nothing from e.
+#[test]
+fn a_daemon_that_forgot_another_learns_it_again_when_the_partition_heals() {
+    let mut net = Net::line(6);
+    net.subscribe(1, "far", "/t");
+    net.disconnect(2, 3);
+    net.disconnect(5, 6);
+    net.connect(2, 3);
+    assert!(
+        net.node(5).topology().name_of(1).is_some(),
+        "e knows a again"
+    );
+    net.publish(5, &event("/t", 1));
+    assert_eq!(net.got(), got(&[(1, "far", 1)]));
 }

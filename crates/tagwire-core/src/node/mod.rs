@@ -258,7 +258,7 @@ impl<C: Clone> Node<C> {
     pub fn link_down(&mut self, peer: NodeId) {
         if self.links.remove(&peer) {
             self.neighbors_changed();
-            let outcomes = self.pulls.link_closed(peer, &self.topo);
+            let outcomes = self.pulls.link_closed(peer);
             for (asker, outcome) in outcomes {
                 self.answer(asker, outcome);
             }
@@ -278,9 +278,13 @@ impl<C: Clone> Node<C> {
     /// handshake and clock probes are the router's).
     pub fn on_link_frame(&mut self, from: NodeId, frame: LinkFrame, now: u64) -> Option<LinkFrame> {
         match frame {
-            LinkFrame::Advert { .. } => {
+            LinkFrame::Advert { origin, .. } => {
+                let before = self.topo.reachable();
                 match self.topo.apply(frame.clone()) {
-                    Ok(Applied::Newer) => self.flood(frame, Some(from)),
+                    Ok(Applied::Newer) => {
+                        self.flood(frame, Some(from));
+                        self.resend_newly_reachable(&before, origin);
+                    }
                     Ok(Applied::Stale) => {}
                     Err(error) => {
                         self.counters.refused_adverts += 1;
@@ -312,10 +316,9 @@ impl<C: Clone> Node<C> {
     /// A link could not take `frame` (its queue is full or it closed): a
     /// pull request that was to go on it is refused to its asker at once.
     pub fn unsent(&mut self, to: NodeId, frame: &LinkFrame) {
-        if let LinkFrame::PullRequest { id, target, .. } = frame {
-            if let Some(asker) = self.pulls.unsent(to, *id) {
-                let name = self.topo.name_of(*target).unwrap_or("?").to_owned();
-                let outcome = PullError::NotReading(name).outcome();
+        if let LinkFrame::PullRequest { id, .. } = frame {
+            if let Some((asker, name)) = self.pulls.unsent(to, *id) {
+                let outcome = PullError::NotReading(name.into()).outcome();
                 self.answer(asker, outcome);
             }
         }
@@ -327,6 +330,22 @@ impl<C: Clone> Node<C> {
             self.flood(advert, None);
         }
         self.topo.prune();
+    }
+
+    /// Sends every neighbour the adverts of the daemons that became
+    /// reachable (but `skip`'s, just flooded). A daemon forgets those it
+    /// cannot reach when its own links change (prune) while its neighbours
+    /// may keep them; when the partition heals, a daemon that kept an
+    /// advert stops its flood as stale, so without this one that forgot it
+    /// behind it would never learn it again (its origin's version did not
+    /// change). Costs a walk of the graph per newer advert.
+    fn resend_newly_reachable(&mut self, before: &BTreeSet<NodeId>, skip: NodeId) {
+        let now = self.topo.reachable();
+        for id in now.difference(before).copied().filter(|id| *id != skip) {
+            if let Some(advert) = self.topo.advert_of(id) {
+                self.flood(advert, None);
+            }
+        }
     }
 
     fn flood(&mut self, frame: LinkFrame, except: Option<NodeId>) {
@@ -473,7 +492,7 @@ impl<C: Clone> Node<C> {
     /// to route with [`release`](Self::release) (so that subscriptions
     /// made meanwhile get them too).
     pub fn handle_timeout(&mut self, now: u64) -> Vec<Bytes> {
-        for (asker, outcome) in self.pulls.expire(now, &self.topo) {
+        for (asker, outcome) in self.pulls.expire(now) {
             self.counters.pulls_timed_out += 1;
             self.answer(asker, outcome);
         }

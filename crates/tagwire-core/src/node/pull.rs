@@ -97,8 +97,10 @@ struct Pending {
     asker: Asker,
     /// The link the request went out on (only its answer is taken).
     via: NodeId,
-    /// Whom it was sent to, for messages.
-    target: NodeId,
+    /// The name of the daemon it was sent to, for the refusals: kept here
+    /// because the topology may forget an unreachable daemon (prune) before
+    /// the refusal is written.
+    target: Box<str>,
     deadline: u64,
 }
 
@@ -180,7 +182,12 @@ impl PullRelay {
         topo: &Topology,
         links: &BTreeSet<NodeId>,
     ) -> Result<(NodeId, LinkFrame), PullError> {
-        let name = || topo.name_of(target).unwrap_or("?").to_owned();
+        // A relay may have forgotten the target (pruned when it became
+        // unreachable): its id names it then.
+        let name = || {
+            topo.name_of(target)
+                .map_or_else(|| format!("{target:#x}"), str::to_owned)
+        };
         if hops >= MAX_HOPS {
             return Err(PullError::TooManyHops(name()));
         }
@@ -203,7 +210,7 @@ impl PullRelay {
             Pending {
                 asker,
                 via,
-                target,
+                target: name().into(),
                 deadline,
             },
         );
@@ -233,17 +240,17 @@ impl PullRelay {
         self.take(id).map(|p| p.asker)
     }
 
-    /// Request `id` could not be sent to `to`: who waited for it.
-    pub(super) fn unsent(&mut self, to: NodeId, id: u32) -> Option<Asker> {
-        self.answered(to, id)
+    /// Request `id` could not be sent to `to`: who waited for it, and the
+    /// name of the daemon it was for.
+    pub(super) fn unsent(&mut self, to: NodeId, id: u32) -> Option<(Asker, Box<str>)> {
+        if self.pending.get(&id)?.via != to {
+            return None;
+        }
+        self.take(id).map(|p| (p.asker, p.target))
     }
 
     /// The pulls that went out on the link to `peer`, which closed.
-    pub(super) fn link_closed(
-        &mut self,
-        peer: NodeId,
-        topo: &Topology,
-    ) -> Vec<(Asker, PullOutcome)> {
+    pub(super) fn link_closed(&mut self, peer: NodeId) -> Vec<(Asker, PullOutcome)> {
         let ids: Vec<u32> = self
             .pending
             .iter()
@@ -253,10 +260,12 @@ impl PullRelay {
         ids.into_iter()
             .filter_map(|id| self.take(id))
             .map(|p| {
-                let name = topo.name_of(p.target).unwrap_or("?");
                 let outcome = PullOutcome::Refused {
                     code: ErrorCode::UnknownNode,
-                    message: format!("the link toward daemon {name} closed before it answered"),
+                    message: format!(
+                        "the link toward daemon {} closed before it answered",
+                        p.target
+                    ),
                 };
                 (p.asker, outcome)
             })
@@ -264,7 +273,7 @@ impl PullRelay {
     }
 
     /// The pulls whose deadline has passed at `now`.
-    pub(super) fn expire(&mut self, now: u64, topo: &Topology) -> Vec<(Asker, PullOutcome)> {
+    pub(super) fn expire(&mut self, now: u64) -> Vec<(Asker, PullOutcome)> {
         let mut out = Vec::new();
         while let Some(&(deadline, id)) = self.by_deadline.first() {
             if deadline > now {
@@ -274,11 +283,11 @@ impl PullRelay {
                 self.by_deadline.remove(&(deadline, id));
                 continue;
             };
-            let name = topo.name_of(p.target).unwrap_or("?");
             let outcome = PullOutcome::Refused {
                 code: ErrorCode::Timeout,
                 message: format!(
-                    "daemon {name} did not answer the pull within {} s",
+                    "daemon {} did not answer the pull within {} s",
+                    p.target,
                     self.timeout_ns / 1_000_000_000
                 ),
             };

@@ -4,7 +4,8 @@
 # In one run on this machine, for 64 B, 1 KiB and 64 KiB payloads, measures
 # throughput (1 → 1), fan-out (1 → 10) and RTT (ping → echo → pong, on all
 # cores and pinned to core 0) of:
-#   raw TCP relay, nats-server + async-nats, Zenoh (client → router → client),
+#   raw TCP relay, nats-server + async-nats, Zenoh (client → router → client,
+#   and peer → peer with no router),
 #   tagwired over TCP and over a Unix socket, tagwire embedded;
 # then writes the `system` section of BENCHMARKS.md (between its markers).
 # Method: docs/benchmarks.md. Everything listens on loopback only; every
@@ -187,6 +188,7 @@ log "runs of ${DURATION}s each, sizes: $SIZES"
 PREFIX=("$BASELINE" raw); SUFFIX=(--server "127.0.0.1:$RAW_PORT"); run_system raw-relay
 PREFIX=("$BASELINE" nats); SUFFIX=(--server "nats://127.0.0.1:$NATS_PORT"); run_system nats
 PREFIX=("$BASELINE" zenoh); SUFFIX=(--server "tcp/127.0.0.1:$ZENOH_PORT"); run_system zenoh
+PREFIX=("$BASELINE" zenoh); SUFFIX=(--peer-base-port 0); run_system zenoh-peer
 if [[ -z "$TAGWIRE_SKIP" ]]; then
   PREFIX=("$TAGWIRE" bench); SUFFIX=(--server "tcp://127.0.0.1:$TAGWIRE_PORT"); run_system tagwire-tcp
   PREFIX=("$TAGWIRE" bench); SUFFIX=(--server "unix://$TAGWIRE_SOCK"); run_system tagwire-unix

@@ -22,7 +22,7 @@ import sys
 BEGIN = "<!-- BEGIN system -->"
 END = "<!-- END system -->"
 
-BASELINES = ["raw-relay", "nats", "zenoh"]
+BASELINES = ["raw-relay", "nats", "zenoh", "zenoh-peer"]
 TAGWIRES = ["tagwire-tcp", "tagwire-unix", "tagwire-embedded"]
 SYSTEMS = BASELINES + TAGWIRES
 DAEMON_VARIANTS = ["tagwire-tcp", "tagwire-unix"]  # pub → daemon → sub
@@ -107,6 +107,7 @@ def names(args):
         "raw-relay": "raw TCP relay",
         "nats": f"{nats_v} + async-nats {nats_client_v}",
         "zenoh": f"Zenoh {zenoh_v} (client → router → client)",
+        "zenoh-peer": f"Zenoh {zenoh_v} (peer → peer, no router)",
         "tagwire-tcp": "tagwired, TCP",
         "tagwire-unix": "tagwired, Unix socket",
         "tagwire-embedded": "tagwire embedded (no daemon)",
@@ -186,7 +187,8 @@ def latency_table(res, nm, pinned):
 
 
 def ratio_table(res, nm):
-    short = {"raw-relay": "raw relay", "nats": "nats-server", "zenoh": "Zenoh"}
+    short = {"raw-relay": "raw relay", "nats": "nats-server", "zenoh": "Zenoh",
+             "zenoh-peer": "Zenoh peer"}
     head = ["tagwire", "metric", "size"] + [f"÷ {short[b]}" for b in BASELINES]
     rows = []
     metrics = [
@@ -223,8 +225,12 @@ def targets_table(res, nm):
     targets = [
         ("throughput ≥ 1.5× nats-server", 1.5, True,
          lambda tw: ratio(res.thr(tw, s), res.thr("nats", s))),
+        ("throughput ≥ 2× nats-server (issue 23)", 2.0, True,
+         lambda tw: ratio(res.thr(tw, s), res.thr("nats", s))),
         ("throughput ≥ 1.0× Zenoh", 1.0, True,
          lambda tw: ratio(res.thr(tw, s), res.thr("zenoh", s))),
+        ("throughput ≥ 1.0× Zenoh peer → peer", 1.0, True,
+         lambda tw: ratio(res.thr(tw, s), res.thr("zenoh-peer", s))),
         ("throughput ≥ 0.7× raw relay", 0.7, True,
          lambda tw: ratio(res.thr(tw, s), res.thr("raw-relay", s))),
         ("RTT p50 ≤ 1.2× raw relay (all cores)", 1.2, False,

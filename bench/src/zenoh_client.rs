@@ -1,4 +1,9 @@
-//! Zenoh baseline: client → router → client.
+//! Zenoh baseline: client → router → client, or peer → peer (no router).
+//!
+//! In peer mode ([`Meet::Peers`]) each receiving session (a subscriber,
+//! the echo) listens on its own loopback port and the sending session (the
+//! publisher, the pinger) connects to all of them: events go straight from
+//! peer to peer, as in a Zenoh deployment without routers.
 //!
 //! `baseline zenoh-router` is a zenohd-equivalent router (the `zenoh` crate
 //! opened in router mode, its default configuration apart from listening on
@@ -18,7 +23,59 @@ use zenoh::{Session, Wait};
 use crate::measure::{self, Mode, RttRecorder, RunParams, SubCounter, REPLY_TIMEOUT};
 use crate::BenchError;
 
-const NAME: &str = "zenoh";
+/// Where the sessions meet.
+#[derive(Debug, Clone)]
+pub enum Meet {
+    /// Client sessions of the router at this endpoint.
+    Router(String),
+    /// Peer sessions: receiver `i` listens on `tcp/127.0.0.1:base_port+i`.
+    Peers {
+        /// The first receiver's port.
+        base_port: u16,
+    },
+}
+
+impl Meet {
+    fn name(&self) -> &'static str {
+        match self {
+            Meet::Router(_) => "zenoh",
+            Meet::Peers { .. } => "zenoh-peer",
+        }
+    }
+
+    fn endpoint(base_port: u16, i: usize) -> String {
+        format!("tcp/127.0.0.1:{}", usize::from(base_port) + i)
+    }
+
+    /// The session of receiver `i` (a subscriber, the echo).
+    fn receiver(&self, i: usize) -> Result<Session, BenchError> {
+        match self {
+            Meet::Router(r) => open_client(r),
+            Meet::Peers { base_port } => {
+                let cfg = config("peer", "listen/endpoints", &[Self::endpoint(*base_port, i)])?;
+                zenoh::open(cfg)
+                    .wait()
+                    .map_err(BenchError::zenoh("opening a listening peer session"))
+            }
+        }
+    }
+
+    /// The sending session, reaching receivers `0..receivers`.
+    fn sender(&self, receivers: usize) -> Result<Session, BenchError> {
+        match self {
+            Meet::Router(r) => open_client(r),
+            Meet::Peers { base_port } => {
+                let eps: Vec<String> = (0..receivers)
+                    .map(|i| Self::endpoint(*base_port, i))
+                    .collect();
+                let cfg = config("peer", "connect/endpoints", &eps)?;
+                zenoh::open(cfg)
+                    .wait()
+                    .map_err(BenchError::zenoh("opening a connecting peer session"))
+            }
+        }
+    }
+}
 const STREAM_KEY: &str = "bench/stream";
 const PING_KEY: &str = "bench/ping";
 const PONG_KEY: &str = "bench/pong";
@@ -29,14 +86,19 @@ const MATCH_TIMEOUT: Duration = Duration::from_secs(5);
 /// has reached the router (declarations are not acknowledged).
 const SETTLE: Duration = Duration::from_millis(300);
 
-fn config(mode: &str, endpoints_key: &str, endpoint: &str) -> Result<zenoh::Config, BenchError> {
+fn config(
+    mode: &str,
+    endpoints_key: &str,
+    endpoints: &[String],
+) -> Result<zenoh::Config, BenchError> {
     let mut c = zenoh::Config::default();
     let set = |c: &mut zenoh::Config, k: &str, v: String| {
         c.insert_json5(k, &v)
             .map_err(BenchError::zenoh("configuring a session"))
     };
     set(&mut c, "mode", format!("{mode:?}"))?;
-    set(&mut c, endpoints_key, format!("[{endpoint:?}]"))?;
+    let list: Vec<String> = endpoints.iter().map(|e| format!("{e:?}")).collect();
+    set(&mut c, endpoints_key, format!("[{}]", list.join(",")))?;
     set(&mut c, "scouting/multicast/enabled", "false".into())?;
     Ok(c)
 }
@@ -45,7 +107,7 @@ fn config(mode: &str, endpoints_key: &str, endpoint: &str) -> Result<zenoh::Conf
 /// is killed.
 pub fn serve_router(port: u16) -> Result<(), BenchError> {
     let endpoint = format!("tcp/127.0.0.1:{port}");
-    let mut cfg = config("router", "listen/endpoints", &endpoint)?;
+    let mut cfg = config("router", "listen/endpoints", std::slice::from_ref(&endpoint))?;
     // Another router to connect to (a router pair for the hop comparison).
     if let Ok(peer) = std::env::var("BASELINE_ZENOH_CONNECT") {
         cfg.insert_json5("connect/endpoints", &format!("[\"{peer}\"]"))
@@ -64,23 +126,23 @@ pub fn serve_router(port: u16) -> Result<(), BenchError> {
 }
 
 fn open_client(router: &str) -> Result<Session, BenchError> {
-    let cfg = config("client", "connect/endpoints", router)?;
+    let cfg = config("client", "connect/endpoints", &[router.to_owned()])?;
     zenoh::open(cfg)
         .wait()
         .map_err(BenchError::zenoh("opening a client session"))
 }
 
-/// Runs one measurement against the router at `router`
-/// (`tcp/127.0.0.1:7447`) and returns its JSON.
-pub fn run(router: &str, mode: Mode, params: RunParams) -> Result<serde_json::Value, BenchError> {
+/// Runs one measurement with the sessions meeting as `meet` says and
+/// returns its JSON (system `zenoh` or `zenoh-peer`).
+pub fn run(meet: &Meet, mode: Mode, params: RunParams) -> Result<serde_json::Value, BenchError> {
     match mode {
         Mode::Latency => {
-            let rtt = latency(router, params)?;
-            Ok(measure::latency_report(NAME, params.size, &rtt))
+            let rtt = latency(meet, params)?;
+            Ok(measure::latency_report(meet.name(), params.size, &rtt))
         }
         Mode::Throughput | Mode::Fanout => {
-            let subs = stream(router, params)?;
-            Ok(measure::stream_report(NAME, mode, params.size, &subs))
+            let subs = stream(meet, params)?;
+            Ok(measure::stream_report(meet.name(), mode, params.size, &subs))
         }
     }
 }
@@ -101,11 +163,11 @@ fn wait_matching(publisher: &zenoh::pubsub::Publisher<'_>) -> Result<(), BenchEr
     Ok(())
 }
 
-fn stream(router: &str, params: RunParams) -> Result<Vec<measure::SubSnapshot>, BenchError> {
+fn stream(meet: &Meet, params: RunParams) -> Result<Vec<measure::SubSnapshot>, BenchError> {
     let counters = measure::counters(params.subscribers);
     let mut sessions = Vec::new();
-    for counter in &counters {
-        let session = open_client(router)?;
+    for (i, counter) in counters.iter().enumerate() {
+        let session = meet.receiver(i)?;
         let counter: Arc<SubCounter> = Arc::clone(counter);
         let sub = session
             .declare_subscriber(STREAM_KEY)
@@ -114,7 +176,7 @@ fn stream(router: &str, params: RunParams) -> Result<Vec<measure::SubSnapshot>, 
             .map_err(BenchError::zenoh("declaring a subscriber"))?;
         sessions.push((session, sub));
     }
-    let session = open_client(router)?;
+    let session = meet.sender(counters.len())?;
     let publisher = session
         .declare_publisher(STREAM_KEY)
         .congestion_control(CongestionControl::Block)
@@ -145,11 +207,13 @@ fn stream(router: &str, params: RunParams) -> Result<Vec<measure::SubSnapshot>, 
     Ok(snapshots)
 }
 
-fn latency(router: &str, params: RunParams) -> Result<RttRecorder, BenchError> {
+fn latency(meet: &Meet, params: RunParams) -> Result<RttRecorder, BenchError> {
     // The echo may be a client of the other router of a pair
     // (BASELINE_ECHO_SERVER): the pings then cross the routers' link.
-    let echo_router = std::env::var("BASELINE_ECHO_SERVER").unwrap_or_else(|_| router.to_owned());
-    let echo = open_client(&echo_router)?;
+    let echo = match (meet, std::env::var("BASELINE_ECHO_SERVER")) {
+        (Meet::Router(_), Ok(other)) => open_client(&other)?,
+        _ => meet.receiver(0)?,
+    };
     let pong_pub = echo
         .declare_publisher(PONG_KEY)
         .congestion_control(CongestionControl::Block)
@@ -166,7 +230,7 @@ fn latency(router: &str, params: RunParams) -> Result<RttRecorder, BenchError> {
 
     // Pinger: as in `tagwire bench`, the pong callback records the round
     // trip and sends the next ping itself, so no thread hand-off is timed.
-    let pinger = open_client(router)?;
+    let pinger = meet.sender(1)?;
     let ping_pub = Arc::new(
         pinger
             .declare_publisher(PING_KEY)
@@ -220,7 +284,7 @@ fn latency(router: &str, params: RunParams) -> Result<RttRecorder, BenchError> {
             moved_at = Instant::now();
         } else if moved_at.elapsed() >= REPLY_TIMEOUT {
             result = Err(BenchError::ReplyTimeout {
-                system: NAME,
+                system: meet.name(),
                 timeout_ms: REPLY_TIMEOUT.as_millis() as u64,
                 round_trips: r,
             });

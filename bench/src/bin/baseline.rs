@@ -58,13 +58,19 @@ enum Command {
         #[arg(long, default_value_t = 7447)]
         port: u16,
     },
-    /// Measure Zenoh, client sessions through a running router.
+    /// Measure Zenoh: client sessions through a running router, or (with
+    /// --peer-base-port) peer sessions connected to each other directly.
     Zenoh {
         #[command(flatten)]
         run: RunArgs,
         /// Router endpoint.
         #[arg(long, default_value = "tcp/127.0.0.1:7447")]
         server: String,
+        /// Peer mode, no router: receiver i listens on 127.0.0.1:PORT+i
+        /// (0: a port range picked from the process id, so runs in a row
+        /// never meet a previous run's sockets in TIME_WAIT).
+        #[arg(long)]
+        peer_base_port: Option<u16>,
     },
     /// Same-host ping-pong RTT between two processes (this one pings and
     /// starts the pong process itself).
@@ -185,10 +191,22 @@ fn main() {
             .params()
             .and_then(|p| nats_client::run(&server, run.mode, p))
             .map(Some),
-        Command::Zenoh { run, server } => run
-            .params()
-            .and_then(|p| zenoh_client::run(&server, run.mode, p))
-            .map(Some),
+        Command::Zenoh {
+            run,
+            server,
+            peer_base_port,
+        } => {
+            let meet = match peer_base_port {
+                Some(0) => zenoh_client::Meet::Peers {
+                    base_port: 20_000 + (std::process::id() % 1500) as u16 * 16,
+                },
+                Some(base_port) => zenoh_client::Meet::Peers { base_port },
+                None => zenoh_client::Meet::Router(server),
+            };
+            run.params()
+                .and_then(|p| zenoh_client::run(&meet, run.mode, p))
+                .map(Some)
+        }
         Command::ShmPingpong(args) => args.run(),
     };
     match result {

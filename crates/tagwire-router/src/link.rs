@@ -375,14 +375,40 @@ pub(crate) fn closed(state: &Locked<State>, node: NodeId, conn: u64) {
     }
 }
 
+/// Channels whose interest is read per hold of the table lock.
+const INTEREST_SLICE: usize = 1024;
+
 /// The local interest: every channel's pattern, with its filter when it
 /// has exactly one (a channel with none or several is taken unfiltered),
 /// its scale and where its proxy runs (`auto`: where placement put it,
-/// at this daemon until it has).
-fn local_interest(st: &State) -> Vec<Interest> {
-    st.channels
-        .after(None)
+/// at this daemon until it has). Read in slices of [`INTEREST_SLICE`]
+/// channels, yielding between them, so that at 100,000 subscriptions no
+/// lane waits for the whole walk; channels that change meanwhile change
+/// the table's generation, and the next tick reads again.
+async fn local_interest(state: &Locked<State>) -> Vec<Interest> {
+    let mut interest = Vec::new();
+    let mut after = None;
+    loop {
+        let (slice, last) = interest_slice(&state.borrow(), after);
+        interest.extend(slice);
+        match last {
+            Some(last) => after = Some(last),
+            None => return interest,
+        }
+        tokio::task::yield_now().await;
+    }
+}
+
+/// Up to [`INTEREST_SLICE`] channels' interest after channel `after`, and
+/// the last channel read (`None`: the walk is done).
+fn interest_slice(st: &State, after: Option<u64>) -> (Vec<Interest>, Option<u64>) {
+    let mut last = None;
+    let slice = st
+        .channels
+        .after(after)
+        .take(INTEREST_SLICE)
         .map(|(global, ch)| {
+            last = Some(*global);
             let mut filters = st
                 .filters
                 .records
@@ -411,7 +437,9 @@ fn local_interest(st: &State) -> Vec<Interest> {
                 proxy,
             }
         })
-        .collect()
+        .collect::<Vec<_>>();
+    let more = slice.len() == INTEREST_SLICE;
+    (slice, last.filter(|_| more))
 }
 
 /// The federation's lane task: dials the configured peers, re-advertises
@@ -428,22 +456,26 @@ pub(crate) async fn run(state: Arc<Locked<State>>, lane: crate::state::lanes::La
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        let mut st = state.borrow_mut();
-        let max = st.config.limits.max_control_bytes;
-        if crate::placement::run(&mut st) {
-            st.channels.touch();
-        }
-        let generation = st.channels.generation();
-        // Interest matters only to neighbours: with no link, computing it
-        // (O(subscriptions), under the table lock) every tick while
-        // subscriptions change stalled every lane's publishes. A link that
-        // comes up gets it on the next tick (the generation still differs).
-        if generation != st.fed.advertised && !st.fed.links.is_empty() {
+        let due = {
+            let mut st = state.borrow_mut();
+            if crate::placement::run(&mut st) {
+                st.channels.touch();
+            }
+            // Interest matters only to neighbours: with no link it is not
+            // read at all. A link that comes up gets it on the next tick
+            // (the generation still differs).
+            let generation = st.channels.generation();
+            (generation != st.fed.advertised && !st.fed.links.is_empty()).then_some(generation)
+        };
+        if let Some(generation) = due {
+            let interest = local_interest(&state).await;
+            let mut st = state.borrow_mut();
             st.fed.advertised = generation;
-            let interest = local_interest(&st);
             st.node.set_interest(interest);
             crate::node_io::execute(&mut st);
         }
+        let mut st = state.borrow_mut();
+        let max = st.config.limits.max_control_bytes;
         let (reference, me) = (st.node.topology().time_reference(), st.fed.me());
         st.fed.net.follow(reference, me);
         if st.node.pulls_in_flight() > 0 {

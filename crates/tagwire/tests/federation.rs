@@ -143,6 +143,26 @@ fn events_nobody_beyond_wants_do_not_cross_a_link() {
 }
 
 #[test]
+fn interest_read_in_slices_reaches_the_links_whole() {
+    // The daemon reads its interest 1,024 channels per hold of its table
+    // lock; subscriptions past the first slice must be advertised too.
+    let b = daemon("b9", vec![]);
+    let a = daemon("a9", vec![peer(&b)]);
+    let sb = b.session();
+    let subs: Vec<Subscriber> = (0..1500)
+        .map(|i| {
+            sb.subscribe(&format!("/many/{i}"))
+                .receiver()
+                .expect("subscribe")
+        })
+        .collect();
+    let sa = a.session();
+    let p = sa.declare_publisher("/m/pub").expect("publisher");
+    until_received(&p, "/many/1499", &subs[1499]);
+    until_received(&p, "/many/0", &subs[0]);
+}
+
+#[test]
 fn an_unsubscribe_withdraws_interest() {
     let b = daemon("b3", vec![]);
     let a = daemon("a3", vec![peer(&b)]);

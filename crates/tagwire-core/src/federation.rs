@@ -154,6 +154,14 @@ struct Tree {
     children: Vec<(NodeId, TagTable<Want>)>,
 }
 
+/// Local interest aggregated and compiled by
+/// [`Topology::prepare_interest`], ready to be put in force.
+#[derive(Debug)]
+pub struct PreparedInterest {
+    interest: Vec<Interest>,
+    compiled: CompiledInterest,
+}
+
 /// The routing state of one daemon: every known advert, its own included.
 #[derive(Debug)]
 pub struct Topology {
@@ -257,21 +265,45 @@ impl Topology {
     /// first (see [`aggregate`]). Entries that do not compile are left out.
     /// Returns the new advert to flood, or `None` if nothing changed.
     pub fn set_interest(&mut self, interest: Vec<Interest>) -> Option<LinkFrame> {
+        let prepared = Self::prepare_interest(self.me, interest, &self.limits);
+        self.set_prepared_interest(prepared)
+    }
+
+    /// The bounds this topology was made with.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Aggregates and compiles daemon `me`'s local interest under `limits`,
+    /// with no borrow of the topology: a daemon does this work (a filter
+    /// compile per distinct filter) without holding its tables, then hands
+    /// the result to [`set_prepared_interest`](Self::set_prepared_interest).
+    pub fn prepare_interest(
+        me: NodeId,
+        interest: Vec<Interest>,
+        limits: &Limits,
+    ) -> PreparedInterest {
         let interest = aggregate(interest);
-        let compiled = compile(self.me, &interest, &self.limits).unwrap_or_else(|_| {
+        let compiled = compile(me, &interest, limits).unwrap_or_else(|_| {
             // Local subscriptions were checked when made; keep what compiles.
             interest
                 .iter()
-                .filter_map(|i| compile(self.me, std::slice::from_ref(i), &self.limits).ok())
+                .filter_map(|i| compile(me, std::slice::from_ref(i), limits).ok())
                 .flatten()
                 .collect()
         });
+        PreparedInterest { interest, compiled }
+    }
+
+    /// Puts prepared local interest in force: the new advert to flood, or
+    /// `None` if the interest did not change. Costs a comparison.
+    pub fn set_prepared_interest(&mut self, prepared: PreparedInterest) -> Option<LinkFrame> {
         let me = self.nodes.get_mut(&self.me).expect("knows itself");
-        if me.interest == interest {
+        if me.interest == prepared.interest {
             return None;
         }
-        me.interest = interest;
-        me.compiled = compiled;
+        me.interest = prepared.interest;
+        me.compiled = prepared.compiled;
         me.version += 1;
         self.trees.clear();
         Some(self.own_advert())

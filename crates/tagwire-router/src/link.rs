@@ -469,10 +469,23 @@ pub(crate) async fn run(state: Arc<Locked<State>>, lane: crate::state::lanes::La
         };
         if let Some(generation) = due {
             let interest = local_interest(&state).await;
-            let mut st = state.borrow_mut();
-            st.fed.advertised = generation;
-            st.node.set_interest(interest);
-            crate::node_io::execute(&mut st);
+            // Aggregated and compiled (a filter compile per distinct
+            // filter) on a blocking thread, holding neither the table lock
+            // nor this lane; put in force under the lock in one step.
+            let (me, limits) = {
+                let st = state.borrow();
+                (st.fed.me(), st.node.topology().limits().clone())
+            };
+            let prepared = tokio::task::spawn_blocking(move || {
+                tagwire_core::federation::Topology::prepare_interest(me, interest, &limits)
+            })
+            .await;
+            if let Ok(prepared) = prepared {
+                let mut st = state.borrow_mut();
+                st.fed.advertised = generation;
+                st.node.set_prepared_interest(prepared);
+                crate::node_io::execute(&mut st);
+            }
         }
         let mut st = state.borrow_mut();
         let max = st.config.limits.max_control_bytes;

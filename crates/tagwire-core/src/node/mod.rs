@@ -33,7 +33,7 @@ use bytes::Bytes;
 use tagwire_proto::{EventRef, Interest, LinkFrame, Pull, PullOutcome};
 
 use crate::defer::{admit_with, Admit, DeferError, Deferred};
-use crate::federation::{Applied, FederationError, NodeId, Topology, MAX_HOPS};
+use crate::federation::{Applied, FederationError, NodeId, PreparedInterest, Topology, MAX_HOPS};
 use crate::filter::{FilterLimits, Overrides};
 use crate::history::{HistoryLimits, HistoryTable};
 use crate::route::Routes;
@@ -268,6 +268,14 @@ impl<C: Clone> Node<C> {
     /// This daemon's local interest changed: advertise it if it differs.
     pub fn set_interest(&mut self, interest: Vec<Interest>) {
         if let Some(advert) = self.topo.set_interest(interest) {
+            self.flood(advert, None);
+        }
+    }
+
+    /// Like [`set_interest`](Self::set_interest) with interest compiled
+    /// beforehand ([`Topology::prepare_interest`], e.g. off the lane).
+    pub fn set_prepared_interest(&mut self, prepared: PreparedInterest) {
+        if let Some(advert) = self.topo.set_prepared_interest(prepared) {
             self.flood(advert, None);
         }
     }

@@ -363,7 +363,31 @@ impl Topology {
             },
         );
         self.trees.clear();
+        self.drop_superseded();
         Ok(Applied::Newer)
+    }
+
+    /// Drops the adverts of daemons this one cannot reach whose name a
+    /// daemon it reaches now holds: a daemon restarted under a new id
+    /// supersedes its old advert at once, everywhere, instead of when each
+    /// daemon's own links next change (before, restarts could fill
+    /// `max_nodes` and a `node:NAME` pull could pick the dead id). Costs a
+    /// breadth-first walk per newer advert.
+    fn drop_superseded(&mut self) -> usize {
+        let reach = self.bfs(self.me);
+        let live: std::collections::HashSet<Arc<str>> = reach
+            .keys()
+            .filter_map(|id| self.nodes.get(id))
+            .map(|n| n.name.clone())
+            .collect();
+        let before = self.nodes.len();
+        self.nodes
+            .retain(|id, n| reach.contains_key(id) || !live.contains(&n.name));
+        let dropped = before - self.nodes.len();
+        if dropped > 0 {
+            self.trees.clear();
+        }
+        dropped
     }
 
     /// Drops the adverts of daemons this one can no longer reach. Returns
@@ -488,13 +512,17 @@ impl Topology {
             .collect()
     }
 
-    /// The daemon that advertised `name` (the smallest id if several did).
+    /// The daemon that advertised `name`: a reachable one before any other,
+    /// then the smallest id.
     pub fn node_named(&self, name: &str) -> Option<NodeId> {
+        let reach = self.bfs(self.me);
+        // A reachable daemon first (a restarted one's old advert may linger).
         self.nodes
             .iter()
             .filter(|(_, n)| &*n.name == name)
-            .map(|(id, _)| *id)
+            .map(|(id, _)| (!reach.contains_key(id), *id))
             .min()
+            .map(|(_, id)| id)
     }
 
     /// Like [`next_hops`](Self::next_hops) for a tag alone: filters and

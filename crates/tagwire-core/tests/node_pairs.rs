@@ -8,7 +8,7 @@ mod node_net;
 use std::collections::BTreeMap;
 
 use node_net::*;
-use tagwire_core::node::{Asker, Verdict};
+use tagwire_core::node::{Asker, Node, NodeLimits, Verdict};
 use tagwire_proto::{
     ErrorCode, EventRef, Expiry, LinkFrame, ProxyAt, Pull, PullOutcome, PullQuery, Value,
 };
@@ -435,4 +435,28 @@ fn a_daemon_that_forgot_another_learns_it_again_when_the_partition_heals() {
     );
     net.publish(5, &event("/t", 1));
     assert_eq!(net.got(), got(&[(1, "far", 1)]));
+}
+
+#[test]
+fn a_restarted_daemon_supersedes_its_old_advert_everywhere() {
+    // a – b – c; c restarts under a new id (its ids are random per start)
+    // and links to b again.
+    let mut net = Net::line(3);
+    net.disconnect(2, 3);
+    net.nodes.remove(&3);
+    net.nodes
+        .insert(9, Node::new(9, "c", NodeLimits::default(), 0));
+    net.connect(2, 9);
+    // a never had a link change of its own, yet forgets the old c ...
+    let known: Vec<u64> = net.node(1).topology().nodes().iter().map(|n| n.0).collect();
+    assert_eq!(known, vec![1, 2, 9], "the old c (3) is dropped at a");
+    // ... and a pull for node c goes to the new one.
+    let pull = Pull {
+        req: 0,
+        node: "c".into(),
+        publisher: String::new(),
+        tag: "/log".into(),
+        query: PullQuery::Latest,
+    };
+    assert_eq!(net.node(1).pull_target(&pull).expect("known"), Some(9));
 }

@@ -1,29 +1,37 @@
 //! Fuzz target: arbitrary bytes as frames from a peer daemon. Every link
-//! frame that decodes re-encodes to exactly its bytes; every `Advert` is
-//! applied to a routing table (core's `Topology`), which then computes next
-//! hops for the events of every `Forward`. Errors are expected; a panic is a
-//! bug.
+//! frame that decodes re-encodes to exactly its bytes; every one is handed
+//! to a node engine (core's `Node`, as the daemon does), from one of its
+//! two neighbours: adverts, pulls and answers to `on_link_frame`, the
+//! events of `Forward`s to `on_forward`. Errors are expected; a panic or a
+//! frame for a link that is not up is a bug. (The same with structured
+//! input runs in CI: crates/tagwire-core/tests/node_bad_input.rs.)
 #![no_main]
 
 use bytes::BytesMut;
 use libfuzzer_sys::fuzz_target;
-use tagwire_core::federation::{Limits, Topology};
+use tagwire_core::federation::Limits;
+use tagwire_core::filter::Overrides;
+use tagwire_core::node::{Node, NodeLimits, Output, Sink};
 use tagwire_proto::{is_link_kind, limits::MIN_MAX_FRAME, EventRef, FrameDecoder, LinkFrame};
 
 fuzz_target!(|data: &[u8]| {
     let dec = FrameDecoder::new(MIN_MAX_FRAME);
     let mut buf = BytesMut::from(data);
     let mut at = 0;
-    let mut topo = Topology::new(
-        1,
-        "fuzz",
-        Limits {
+    let limits = NodeLimits {
+        federation: Limits {
             max_nodes: 16,
             max_interest: 16,
             ..Limits::default()
         },
-    );
-    let _ = topo.set_neighbors(vec![2, 3]);
+        max_pending_pulls: 8,
+        ..NodeLimits::default()
+    };
+    let mut node: Node<u32> = Node::new(1, "fuzz", limits, 0);
+    node.link_up(2);
+    node.link_up(3);
+    let mut now = 1_000_000_000u64;
+    let mut from = 2;
     while let Ok(Some((kind, body))) = dec.next_raw(&mut buf) {
         let end = data.len() - buf.len();
         let raw = &data[at..end];
@@ -35,19 +43,44 @@ fuzz_target!(|data: &[u8]| {
             continue;
         };
         let mut out = BytesMut::new();
-        frame.encode(&mut out).expect("a decoded link frame encodes");
+        frame
+            .encode(&mut out)
+            .expect("a decoded link frame encodes");
         assert_eq!(&out[..], raw, "re-encoding {frame:?}");
+        now += 1_000_000;
+        from = if from == 2 { 3 } else { 2 };
         match frame {
-            LinkFrame::Advert { .. } => {
-                let _ = topo.apply(frame);
-                topo.prune();
-            }
-            LinkFrame::Forward { origin, event, .. } => {
+            LinkFrame::Forward {
+                origin,
+                hops,
+                event,
+            } => {
                 if let Ok(ev) = EventRef::parse(&event) {
-                    let _ = topo.next_hops(origin, &ev);
+                    let _ = node.on_forward(from, origin, hops, &ev, || now, &mut Ignore);
                 }
             }
-            _ => {}
+            other => {
+                let _ = node.on_link_frame(from, other, now);
+            }
         }
+        while let Some(out) = node.poll_output() {
+            if let Output::Link { to, .. } = out {
+                assert!(to == 2 || to == 3, "a frame for link {to}, which is not up");
+            }
+        }
+        let _ = node.handle_timeout(now);
     }
 });
+
+/// Where routed events go: nowhere (the decisions are what is fuzzed).
+struct Ignore;
+
+impl Sink<u32> for Ignore {
+    fn channel(&mut self, _: &u32, _: Overrides) {}
+    fn link(&mut self, to: u64, _origin: u64, _hops: u8) {
+        assert!(
+            to == 2 || to == 3,
+            "an event for link {to}, which is not up"
+        );
+    }
+}

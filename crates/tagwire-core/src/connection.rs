@@ -288,17 +288,26 @@ impl Publish {
     /// [`event`](Self::event), validating the tag only when it differs
     /// from the one `cache` holds (and then remembering it).
     pub fn event_cached(&self, cache: &mut TagCache) -> Result<EventRef<'_>, (ErrorCode, String)> {
-        let ev = EventRef::parse(&self.bytes)
-            .map_err(|e| (ErrorCode::Malformed, format!("bad Publish frame: {e}")))?;
-        self.check(&ev)?;
+        let ev = self.parsed()?;
         if ev.tag != cache.0 {
-            validate_tag(ev.tag).map_err(|e| (ErrorCode::InvalidTag, e.to_string()))?;
+            check_tag(ev.tag)?;
             ev.tag.clone_into(&mut cache.0);
         }
         Ok(ev)
     }
 
-    fn check(&self, ev: &EventRef<'_>) -> Result<(), (ErrorCode, String)> {
+    /// Parses the event and checks it names its endpoint and a valid tag.
+    /// The error is what to send back (`refuse` it).
+    pub fn event(&self) -> Result<EventRef<'_>, (ErrorCode, String)> {
+        let ev = self.parsed()?;
+        check_tag(ev.tag)?;
+        Ok(ev)
+    }
+
+    /// The event parsed, checked to name this frame's endpoint.
+    fn parsed(&self) -> Result<EventRef<'_>, (ErrorCode, String)> {
+        let ev = EventRef::parse(&self.bytes)
+            .map_err(|e| (ErrorCode::Malformed, format!("bad Publish frame: {e}")))?;
         if ev.publisher != &*self.endpoint {
             return Err((
                 ErrorCode::PublisherMismatch,
@@ -308,18 +317,13 @@ impl Publish {
                 ),
             ));
         }
-        Ok(())
-    }
-
-    /// Parses the event and checks it names its endpoint and a valid tag.
-    /// The error is what to send back (`refuse` it).
-    pub fn event(&self) -> Result<EventRef<'_>, (ErrorCode, String)> {
-        let ev = EventRef::parse(&self.bytes)
-            .map_err(|e| (ErrorCode::Malformed, format!("bad Publish frame: {e}")))?;
-        self.check(&ev)?;
-        validate_tag(ev.tag).map_err(|e| (ErrorCode::InvalidTag, e.to_string()))?;
         Ok(ev)
     }
+}
+
+/// `tag` is a valid tag, or the error a publisher gets for it.
+fn check_tag(tag: &str) -> Result<(), (ErrorCode, String)> {
+    validate_tag(tag).map_err(|e| (ErrorCode::InvalidTag, e.to_string()))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

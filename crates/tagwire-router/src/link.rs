@@ -123,7 +123,7 @@ pub(crate) fn on_frame(
                 l.events_in += 1;
                 l.bytes_in += event.len() as u64;
             }
-            let Some(deadline) = st.node.admit_forward(origin, hops, &ev, now_ns) else {
+            let Ok(deadline) = st.node.admit_forward(origin, hops, &ev, now_ns) else {
                 return Ok(());
             };
             let mut out = match chunk {

@@ -68,7 +68,7 @@ pub(crate) fn handle_timeout(st: &mut State, now: u64) -> Option<u64> {
         let Ok(ev) = EventRef::parse(&event) else {
             continue;
         };
-        if let Some(deadline) = st.node.admit_due(&ev, || now) {
+        if let Ok(deadline) = st.node.admit_due(&ev, || now) {
             // A `reject` queue's refusal has nobody to tell by now; the
             // queue counts it.
             let mut out = Outgoing::owned(event.clone());

@@ -312,7 +312,7 @@ impl<C: Clone> Node<C> {
                 None
             }
             LinkFrame::PullAnswer { id, outcome } => {
-                if let Some(asker) = self.pulls.answered(from, id) {
+                if let Some((asker, _)) = self.pulls.answered(from, id) {
                     self.answer(asker, outcome);
                 }
                 None
@@ -325,7 +325,8 @@ impl<C: Clone> Node<C> {
     /// pull request that was to go on it is refused to its asker at once.
     pub fn unsent(&mut self, to: NodeId, frame: &LinkFrame) {
         if let LinkFrame::PullRequest { id, .. } = frame {
-            if let Some((asker, name)) = self.pulls.unsent(to, *id) {
+            // Nothing will answer a request that was not sent.
+            if let Some((asker, name)) = self.pulls.answered(to, *id) {
                 let outcome = PullError::NotReading(name.into()).outcome();
                 self.answer(asker, outcome);
             }
@@ -379,33 +380,39 @@ impl<C: Clone> Node<C> {
     }
 
     /// Checks an event that arrived in a `Forward` (published at `origin`,
-    /// `hops` links ago): its deadline if it is to be routed, `None` if it
-    /// is dropped at the hop limit or expired (counted). Its start time is
-    /// the publisher's daemon's business: it was held there.
+    /// `hops` links ago): its deadline if it is to be routed, else why it
+    /// is dropped ([`Verdict::HopLimited`] or [`Verdict::Expired`], counted).
+    /// Its start time is the publisher's daemon's business: it was held
+    /// there.
     pub fn admit_forward(
         &mut self,
         origin: NodeId,
         hops: u8,
         ev: &EventRef<'_>,
         now: impl FnOnce() -> u64,
-    ) -> Option<u64> {
+    ) -> Result<u64, Verdict> {
         if hops >= MAX_HOPS {
             self.counters.hop_limited += 1;
-            return None;
+            return Err(Verdict::HopLimited);
         }
         self.pulls.note_origin(ev.tag, origin);
         self.admit_due(ev, now)
     }
 
     /// Checks an event whose start time came (or that arrived from a
-    /// link): its deadline, or `None` if it expired meanwhile (counted).
-    pub fn admit_due(&mut self, ev: &EventRef<'_>, now: impl FnOnce() -> u64) -> Option<u64> {
+    /// link): its deadline, or [`Verdict::Expired`] if it expired meanwhile
+    /// (counted).
+    pub fn admit_due(
+        &mut self,
+        ev: &EventRef<'_>,
+        now: impl FnOnce() -> u64,
+    ) -> Result<u64, Verdict> {
         let deadline = crate::defer::deadline(ev);
         if deadline != crate::defer::NEVER && deadline <= now() {
             self.counters.expired += 1;
-            return None;
+            return Err(Verdict::Expired);
         }
-        Some(deadline)
+        Ok(deadline)
     }
 
     /// Routes an admitted event: every local channel, then every neighbour
@@ -469,11 +476,9 @@ impl<C: Clone> Node<C> {
         now: impl FnOnce() -> u64,
         sink: &mut impl Sink<C>,
     ) -> Verdict {
-        let expired = self.counters.expired;
         match self.admit_forward(origin, hops, ev, now) {
-            None if self.counters.expired > expired => Verdict::Expired,
-            None => Verdict::HopLimited,
-            Some(deadline) => {
+            Err(dropped) => dropped,
+            Ok(deadline) => {
                 let links = self.route(ev, origin, hops.saturating_add(1), Some(from), sink);
                 Verdict::Routed { deadline, links }
             }
@@ -515,8 +520,8 @@ impl<C: Clone> Node<C> {
     /// event whose start time came, routed as if published now.
     pub fn release(&mut self, ev: &EventRef<'_>, now: u64, sink: &mut impl Sink<C>) -> Verdict {
         match self.admit_due(ev, || now) {
-            None => Verdict::Expired,
-            Some(deadline) => {
+            Err(dropped) => dropped,
+            Ok(deadline) => {
                 let links = self.route(ev, self.me(), 0, None, sink);
                 Verdict::Routed { deadline, links }
             }

@@ -231,19 +231,11 @@ impl PullRelay {
         Some(p)
     }
 
-    /// A `PullAnswer` `id` from neighbour `from`: who waits for it, if the
-    /// request went out on that link.
-    pub(super) fn answered(&mut self, from: NodeId, id: u32) -> Option<Asker> {
+    /// A `PullAnswer` `id` from neighbour `from` (or the request could not
+    /// be sent to it): who waits for it and the name of the daemon it was
+    /// for, if the request went out on that link.
+    pub(super) fn answered(&mut self, from: NodeId, id: u32) -> Option<(Asker, Box<str>)> {
         if self.pending.get(&id)?.via != from {
-            return None;
-        }
-        self.take(id).map(|p| p.asker)
-    }
-
-    /// Request `id` could not be sent to `to`: who waited for it, and the
-    /// name of the daemon it was for.
-    pub(super) fn unsent(&mut self, to: NodeId, id: u32) -> Option<(Asker, Box<str>)> {
-        if self.pending.get(&id)?.via != to {
             return None;
         }
         self.take(id).map(|p| (p.asker, p.target))

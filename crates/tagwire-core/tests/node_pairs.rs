@@ -9,9 +9,7 @@ use std::collections::BTreeMap;
 
 use node_net::*;
 use tagwire_core::node::{Asker, Node, NodeLimits, Verdict};
-use tagwire_proto::{
-    ErrorCode, EventRef, Expiry, LinkFrame, ProxyAt, Pull, PullOutcome, PullQuery, Value,
-};
+use tagwire_proto::{ErrorCode, EventRef, Expiry, LinkFrame, ProxyAt, PullOutcome, Value};
 
 fn got(entries: &[(Id, &str, usize)]) -> BTreeMap<(Id, String), usize> {
     entries
@@ -186,13 +184,7 @@ fn an_event_that_expires_on_the_way_is_dropped_where_it_expires() {
 fn a_pull_travels_to_the_named_daemon_and_back() {
     let mut net = Net::line(3);
     net.publish(1, &event("/log", 7));
-    let pull = Pull {
-        req: 0,
-        node: "a".into(),
-        publisher: String::new(),
-        tag: "/log".into(),
-        query: PullQuery::Latest,
-    };
+    let pull = latest("a");
     let target = net.node(3).pull_target(&pull).expect("known daemon");
     assert_eq!(target, Some(1));
     let asker = Asker::Client {
@@ -221,13 +213,7 @@ fn a_pull_travels_to_the_named_daemon_and_back() {
 #[test]
 fn a_pull_for_an_unknown_daemon_is_refused_naming_it() {
     let mut net = Net::line(2);
-    let pull = Pull {
-        req: 0,
-        node: "zed".into(),
-        publisher: String::new(),
-        tag: "/log".into(),
-        query: PullQuery::Latest,
-    };
+    let pull = latest("zed");
     let err = net.node(1).pull_target(&pull).expect_err("unknown");
     let text = err.to_string();
     assert!(
@@ -240,21 +226,9 @@ fn a_pull_for_an_unknown_daemon_is_refused_naming_it() {
 fn a_pull_whose_link_closes_or_that_times_out_is_answered() {
     let mut net = Net::line(3);
     net.hop_ns = 1_000_000_000; // frames take a second a hop
-    let pull = |node: &str| Pull {
-        req: 0,
-        node: node.into(),
-        publisher: String::new(),
-        tag: "/log".into(),
-        query: PullQuery::Latest,
-    };
-    let asker = |req| Asker::Client {
-        conn: 1,
-        req,
-        max_reply: 1 << 20,
-    };
     let now = net.now;
     net.node(3)
-        .ask(asker(1), 1, 1 << 20, pull("a"), now)
+        .ask(client(1), 1, 1 << 20, latest("a"), now)
         .expect("sent");
     net.drain_outputs();
     assert_eq!(net.wires.len(), 1, "the request is on its way");
@@ -276,7 +250,7 @@ fn a_pull_whose_link_closes_or_that_times_out_is_answered() {
     net.connect(2, 3);
     let now = net.now;
     net.node(3)
-        .ask(asker(2), 1, 1 << 20, pull("a"), now)
+        .ask(client(2), 1, 1 << 20, latest("a"), now)
         .expect("sent");
     net.wires.clear(); // the request is lost on the way
     let deadline = net.node(3).poll_timeout().expect("a pull deadline");
@@ -300,18 +274,8 @@ fn a_pull_whose_link_closes_or_that_times_out_is_answered() {
 fn a_forged_pull_answer_reaches_nobody() {
     let mut net = Net::line(3);
     net.hop_ns = 1_000_000;
-    let asker = Asker::Client {
-        conn: 1,
-        req: 1,
-        max_reply: 1 << 20,
-    };
-    let pull = Pull {
-        req: 0,
-        node: "a".into(),
-        publisher: String::new(),
-        tag: "/log".into(),
-        query: PullQuery::Latest,
-    };
+    let asker = client(1);
+    let pull = latest("a");
     let now = net.now;
     net.node(3).ask(asker, 1, 1 << 20, pull, now).expect("sent");
     net.drain_outputs();
@@ -389,18 +353,8 @@ fn a_scale_changed_at_run_time_changes_what_crosses_the_links() {
 fn a_pull_refused_after_its_target_became_unreachable_names_it() {
     let mut net = Net::line(3);
     net.hop_ns = 1_000_000_000;
-    let asker = Asker::Client {
-        conn: 1,
-        req: 1,
-        max_reply: 1 << 20,
-    };
-    let pull = Pull {
-        req: 0,
-        node: "a".into(),
-        publisher: String::new(),
-        tag: "/log".into(),
-        query: PullQuery::Latest,
-    };
+    let asker = client(1);
+    let pull = latest("a");
     let now = net.now;
     net.node(3).ask(asker, 1, 1 << 20, pull, now).expect("sent");
     net.drain_outputs();
@@ -451,12 +405,6 @@ fn a_restarted_daemon_supersedes_its_old_advert_everywhere() {
     let known: Vec<u64> = net.node(1).topology().nodes().iter().map(|n| n.0).collect();
     assert_eq!(known, vec![1, 2, 9], "the old c (3) is dropped at a");
     // ... and a pull for node c goes to the new one.
-    let pull = Pull {
-        req: 0,
-        node: "c".into(),
-        publisher: String::new(),
-        tag: "/log".into(),
-        query: PullQuery::Latest,
-    };
+    let pull = latest("c");
     assert_eq!(net.node(1).pull_target(&pull).expect("known"), Some(9));
 }

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use bytes::{Bytes, BytesMut};
 use tagwire_core::filter::{Filter, FilterLimits, Overrides};
-use tagwire_core::node::{Node, NodeLimits, Output, Sink, Verdict};
+use tagwire_core::node::{Asker, Node, NodeLimits, Output, Sink, Verdict};
 use tagwire_core::tags::Pattern;
 use tagwire_proto::{Event, EventRef, Interest, LinkFrame, ProxyAt, Pull, PullOutcome};
 
@@ -379,5 +379,26 @@ impl Net {
             *m.entry((*id, ch.clone())).or_default() += 1;
         }
         m
+    }
+}
+
+/// A pull of the latest event of `/log`, kept at daemon `node`.
+pub fn latest(node: &str) -> Pull {
+    Pull {
+        req: 0,
+        node: node.into(),
+        publisher: String::new(),
+        tag: "/log".into(),
+        query: tagwire_proto::PullQuery::Latest,
+    }
+}
+
+/// Request `req` of local client connection 1, which takes replies of up
+/// to 1 MiB.
+pub fn client(req: u32) -> Asker {
+    Asker::Client {
+        conn: 1,
+        req,
+        max_reply: 1 << 20,
     }
 }

@@ -127,7 +127,7 @@ fn deliver_with(
         String::new()
     };
     let origin = match route.origin {
-        0 => st.fed.me(),
+        0 => st.node.me(),
         o => o,
     };
     let mut sink = Execute {

@@ -65,7 +65,7 @@ pub(crate) fn say_peer(state: &Locked<State>, conn: u64, outbox: &Outbox, max: u
 fn peer_frame(st: &State, conn: u64) -> LinkFrame {
     LinkFrame::Peer {
         version: LINK_VERSION,
-        node: st.fed.me(),
+        node: st.node.me(),
         name: st.config.name.clone(),
         cluster: st.config.federation.cluster.clone(),
         band: band_of(st, conn),
@@ -172,7 +172,7 @@ pub(crate) fn on_frame(
                     sample = Some((rtt, offset));
                 }
             }
-            let me = st.fed.me();
+            let me = st.node.me();
             let reference = st.node.topology().time_reference();
             st.fed.net.follow(reference, me);
             if let Some((rtt, offset)) = sample {
@@ -208,7 +208,7 @@ fn on_peer(
         ));
     }
     let mut st = c.state.borrow_mut();
-    let me = st.fed.me();
+    let me = st.node.me();
     if cluster != st.config.federation.cluster {
         return Err((
             ErrorCode::PermissionDenied,
@@ -474,7 +474,7 @@ pub(crate) async fn run(state: Arc<Locked<State>>, lane: crate::state::lanes::La
             // nor this lane; put in force under the lock in one step.
             let (me, limits) = {
                 let st = state.borrow();
-                (st.fed.me(), st.node.topology().limits().clone())
+                (st.node.me(), st.node.topology().limits().clone())
             };
             let prepared = tokio::task::spawn_blocking(move || {
                 tagwire_core::federation::Topology::prepare_interest(me, interest, &limits)
@@ -489,7 +489,7 @@ pub(crate) async fn run(state: Arc<Locked<State>>, lane: crate::state::lanes::La
         }
         let mut st = state.borrow_mut();
         let max = st.config.limits.max_control_bytes;
-        let (reference, me) = (st.node.topology().time_reference(), st.fed.me());
+        let (reference, me) = (st.node.topology().time_reference(), st.node.me());
         st.fed.net.follow(reference, me);
         if st.node.pulls_in_flight() > 0 {
             crate::node_io::handle_timeout(&mut st, now_ns());

@@ -93,7 +93,7 @@ pub(crate) async fn run(state: Arc<Locked<State>>) {
             link
         };
         (
-            st.fed.me(),
+            st.node.me(),
             gossip,
             link,
             f.peers.clone(),
@@ -275,7 +275,7 @@ fn member_up(state: &Arc<Locked<State>>, m: Member) {
         m.link
     );
     let dial = st.config.federation.discovery
-        && m.node > st.fed.me()
+        && m.node > st.node.me()
         && !st.fed.links.contains_key(&m.node)
         && !st
             .config

@@ -122,7 +122,7 @@ fn decide(
             "no rate measured yet (two events are needed): scaled at this daemon",
         ));
     }
-    if seen.origin == 0 || seen.origin == st.fed.me() {
+    if seen.origin == 0 || seen.origin == st.node.me() {
         return Ok(here("the publisher is on this daemon"));
     }
     let spec = problem(st, scale, max_delay, seen)?;
@@ -177,7 +177,7 @@ fn problem(
     let publisher = names
         .get(&seen.origin)
         .ok_or("the publisher's daemon is not known here")?;
-    let me = st.fed.me();
+    let me = st.node.me();
     let links: Vec<serde_json::Value> = st
         .node
         .topology()

@@ -230,7 +230,7 @@ impl State {
         let memory = Arc::new(MemoryBudget::new(config.limits.max_buffered_bytes));
         let history = history::RouterHistory::new();
         let placement = Default::default();
-        let fed = federation::Federation::new(&config.name, &config.federation);
+        let fed = federation::Federation::new(&config.federation);
         let limits = NodeLimits {
             federation: federation::routing_limits(&config.federation),
             filters: filters.limits.clone(),
@@ -239,7 +239,8 @@ impl State {
             history: history::limits(&config),
             ..NodeLimits::default()
         };
-        let node = Node::new(fed.me(), &config.name, limits, crate::timing::now_ns());
+        let me = federation::node_id(&config.federation);
+        let node = Node::new(me, &config.name, limits, crate::timing::now_ns());
         State {
             fed,
             members: Default::default(),

@@ -17,8 +17,6 @@ use crate::timing::now_ns;
 /// The daemon's federation state: its routing view and its links.
 #[derive(Debug)]
 pub(crate) struct Federation {
-    /// This daemon's node id (random per start unless configured).
-    me: NodeId,
     /// Live links by the peer's node id.
     pub links: HashMap<NodeId, Link>,
     /// The channel table generation last advertised.
@@ -99,21 +97,24 @@ pub(crate) struct BandConn {
     pub queue: Arc<Channel>,
 }
 
+/// This daemon's node id: the configured one, else random per start (never
+/// 0, which means "this daemon" in routes).
+pub(crate) fn node_id(config: &crate::config::FederationConfig) -> NodeId {
+    match config.node_id {
+        0 => loop {
+            let id = rand_u64();
+            if id != 0 {
+                break id;
+            }
+        },
+        id => id,
+    }
+}
+
 impl Federation {
-    /// A daemon called `name`, alone, with a random node id.
-    pub fn new(name: &str, config: &crate::config::FederationConfig) -> Self {
-        let me = match config.node_id {
-            0 => loop {
-                let id = rand_u64();
-                if id != 0 {
-                    break id;
-                }
-            },
-            id => id,
-        };
-        let _ = name;
+    /// A daemon with no links yet.
+    pub fn new(config: &crate::config::FederationConfig) -> Self {
         Federation {
-            me,
             links: HashMap::new(),
             advertised: 0,
             skew: (config.clock_offset_ms * 1_000_000, config.clock_skew_ppm),
@@ -146,11 +147,6 @@ impl Federation {
         })
     }
 
-    /// This daemon's node id.
-    pub fn me(&self) -> NodeId {
-        self.me
-    }
-
     /// The daemon's clock as other daemons see it: the system clock with
     /// the configured software skew (the namespaces of a test share one
     /// kernel clock).
@@ -165,7 +161,7 @@ impl Federation {
     pub(crate) fn time_info(&self, topo: &Topology) -> TimeInfo {
         let local = self.clock();
         let reference = match self.net.reference() {
-            0 => self.me(),
+            0 => topo.me(),
             r => r,
         };
         TimeInfo {
@@ -173,7 +169,7 @@ impl Federation {
             local_time_ns: local,
             offset_ns: self.net.offset_at(local),
             error_ns: self.net.error(),
-            synced: self.net.synced() || reference == self.me(),
+            synced: self.net.synced() || reference == topo.me(),
             reference: topo.name_of(reference).unwrap_or_default().to_owned(),
             reference_node: format!("{reference:016x}"),
         }
@@ -241,7 +237,7 @@ impl Federation {
             .collect();
         links.sort_by(|a, b| a.peer.cmp(&b.peer));
         FederationInfo {
-            node: format!("{:016x}", self.me()),
+            node: format!("{:016x}", node.me()),
             daemons: topo.len(),
             unwanted: counters.unwanted,
             hop_limited: counters.hop_limited,

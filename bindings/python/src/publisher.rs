@@ -280,10 +280,19 @@ impl PyPublisher {
         })
     }
 
-    /// Undeclares the endpoint (its name is free again). Idempotent.
-    fn close(&self, py: Python<'_>) {
+    /// Undeclares the endpoint; once it returns the name is free to any
+    /// other session (unless another thread is still sending through it:
+    /// then the name is freed when that send ends). Idempotent.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
         let p = crate::lock(&self.inner).take();
-        py.detach(|| drop(p));
+        match p.map(Arc::try_unwrap) {
+            Some(Ok(p)) => py.detach(|| p.close()).map_err(|e| to_py(py, e)),
+            Some(Err(shared)) => {
+                py.detach(|| drop(shared));
+                Ok(())
+            }
+            None => Ok(()),
+        }
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {
@@ -296,8 +305,8 @@ impl PyPublisher {
         _ty: &Bound<'_, PyAny>,
         _value: &Bound<'_, PyAny>,
         _tb: &Bound<'_, PyAny>,
-    ) {
-        self.close(py);
+    ) -> PyResult<()> {
+        self.close(py)
     }
 
     fn __repr__(&self) -> String {

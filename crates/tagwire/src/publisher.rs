@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use tagwire_proto::{Event, Expiry, Value};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::session::{lock, Session};
 
 /// A declared publisher endpoint. Each event it sends gets the next
@@ -361,6 +361,29 @@ impl Publisher {
     /// The session this publisher belongs to.
     pub fn session(&self) -> &Session {
         &self.session
+    }
+
+    /// Undeclares the endpoint and returns once the router has done so, so
+    /// that its name is free to any other session (dropping a publisher
+    /// undeclares too, without waiting). Fails only if a round trip fails;
+    /// a lost connection has already freed the name.
+    pub fn close(self) -> Result<()> {
+        let mut sessions: Vec<Session> = lock(&self.bands)
+            .iter()
+            .map(|(_, s, _)| s.clone())
+            .collect();
+        sessions.push(self.session.clone());
+        drop(self);
+        // One connection's frames are handled in order: a reply to a later
+        // ping means the undeclare before it is done.
+        for s in sessions {
+            match s.ping() {
+                Ok(_) | Err(Error::Disconnected | Error::Closed | Error::NotReconnected { .. }) => {
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
     }
 }
 

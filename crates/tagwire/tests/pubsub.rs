@@ -221,6 +221,24 @@ fn duplicate_endpoint_name_is_refused_naming_it_and_freed_on_drop() {
 }
 
 #[test]
+fn closed_publisher_name_is_free_to_another_session_at_once() {
+    for (name, server) in all_servers() {
+        let a = server.session();
+        let b = server.session();
+        // Many rounds: a close that returned before the router undeclared
+        // would lose the race to b's declare on another connection.
+        for round in 0..50 {
+            let p = a.declare_publisher("/cam/close").expect("declare");
+            p.close().expect("close");
+            let q = b
+                .declare_publisher("/cam/close")
+                .unwrap_or_else(|e| panic!("{name} round {round}: name not free: {e}"));
+            q.close().expect("close");
+        }
+    }
+}
+
+#[test]
 fn list_shows_endpoints_subscriptions_and_tags() {
     for (name, server) in all_servers() {
         let s = server.session();

@@ -947,7 +947,7 @@ impl Connection {
         });
     }
 
-    fn publish(&mut self, body: Bytes, frame_len: usize) -> Input {
+    fn publish(&mut self, mut body: Bytes, frame_len: usize) -> Input {
         if body.len() < 4 {
             return self.protocol_error(
                 ErrorCode::Malformed,
@@ -957,11 +957,15 @@ impl Connection {
         }
         let id = u32::from_le_bytes([body[0], body[1], body[2], body[3]]);
         match self.endpoints.get(&id) {
-            Some(e) if e.kind == EndpointKind::Publisher => Input::Publish(Publish {
-                endpoint: e.name.clone(),
-                bytes: body.slice(4..),
-                frame_len,
-            }),
+            Some(e) if e.kind == EndpointKind::Publisher => {
+                // Advanced, not sliced: no reference count taken and given back.
+                bytes::Buf::advance(&mut body, 4);
+                Input::Publish(Publish {
+                    endpoint: e.name.clone(),
+                    bytes: body,
+                    frame_len,
+                })
+            }
             _ => self.protocol_error(
                 ErrorCode::UnknownEndpoint,
                 0,

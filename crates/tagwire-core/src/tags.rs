@@ -404,47 +404,47 @@ impl<T: Clone> TagTable<T> {
 
     /// The handles of every subscription whose pattern matches `tag`, in no
     /// particular order; a subscription appears once however it matches.
-    pub fn matches(&mut self, tag: &str) -> Arc<[T]> {
-        if let Some(hit) = self.cache.get(tag) {
-            return hit.clone();
-        }
-        let result: Arc<[T]> = self.walk(tag).into();
-        if self.cache.len() >= self.cache_capacity {
+    /// Borrowed from the result cache: a hit costs one hash lookup and no
+    /// reference count (this is on every routed event). A capacity of 0
+    /// still keeps the last result.
+    pub fn matches(&mut self, tag: &str) -> &[T] {
+        if self.cache.len() >= self.cache_capacity.max(1) && !self.cache.contains_key(tag) {
             self.cache.clear();
         }
-        if self.cache_capacity > 0 {
-            self.cache.insert(tag.into(), result.clone());
-        }
-        result
+        let root = &self.root;
+        self.cache
+            .entry_ref(tag)
+            .or_insert_with(|| walk(root, tag).into())
     }
+}
 
-    fn walk(&self, tag: &str) -> Vec<T> {
-        let mut active: Vec<&Node<T>> = Vec::with_capacity(4);
-        push_closure(&mut active, &self.root);
-        let mut next: Vec<&Node<T>> = Vec::with_capacity(4);
-        for level in tag.get(1..).unwrap_or("").split('/') {
-            next.clear();
-            for node in &active {
-                if let Some(c) = node.children.get(level) {
-                    push_closure(&mut next, c);
-                }
-                if let Some(c) = &node.one {
-                    push_closure(&mut next, c);
-                }
-                if node.is_any {
-                    push_closure(&mut next, node);
-                }
+/// The handles of every subscription under `root` whose pattern matches `tag`.
+fn walk<T: Clone>(root: &Node<T>, tag: &str) -> Vec<T> {
+    let mut active: Vec<&Node<T>> = Vec::with_capacity(4);
+    push_closure(&mut active, root);
+    let mut next: Vec<&Node<T>> = Vec::with_capacity(4);
+    for level in tag.get(1..).unwrap_or("").split('/') {
+        next.clear();
+        for node in &active {
+            if let Some(c) = node.children.get(level) {
+                push_closure(&mut next, c);
             }
-            std::mem::swap(&mut active, &mut next);
-            if active.is_empty() {
-                return Vec::new();
+            if let Some(c) = &node.one {
+                push_closure(&mut next, c);
+            }
+            if node.is_any {
+                push_closure(&mut next, node);
             }
         }
-        active
-            .iter()
-            .flat_map(|n| n.subs.iter().map(|(_, v)| v.clone()))
-            .collect()
+        std::mem::swap(&mut active, &mut next);
+        if active.is_empty() {
+            return Vec::new();
+        }
     }
+    active
+        .iter()
+        .flat_map(|n| n.subs.iter().map(|(_, v)| v.clone()))
+        .collect()
 }
 
 /// Adds `node` and the `**` nodes reachable from it without consuming a level.

@@ -27,7 +27,7 @@ use tokio::time::Instant;
 
 use crate::admission::{ConnLog, LogLine};
 use crate::auth::{Rights, Transport};
-use crate::channel::{Channel, Outbox, Outgoing, READ_CHUNK};
+use crate::channel::{Channel, Outbox, Outgoing, Staging, MAX_STAGED, READ_CHUNK};
 use crate::config::Limits;
 use crate::dispatch::deliver;
 use crate::filters::{op_name, FilterInfo, FilterLevel, FilterRecord};
@@ -149,6 +149,82 @@ pub(crate) async fn dial_serve<R, W>(
         Some(hello),
     )
     .await
+}
+
+/// Most publishes routed under one lock of the router's state (see
+/// [`PublishBatch`]).
+const PUBLISH_BATCH: usize = 16;
+/// A publish frame longer than this ends its batch: copying or
+/// transforming it costs more than the lock it would share.
+const BATCH_FRAME_MAX: usize = 4096;
+
+/// Consecutive publishes read in one go, routed under one lock of the
+/// router's state and queued per channel under one lock each (see
+/// [`Staging`]), so that a flood of small events pays the locked
+/// instructions once per batch, not per event. A batch ends after
+/// [`PUBLISH_BATCH`] publishes, [`MAX_STAGED`] deliveries, a publish over
+/// [`BATCH_FRAME_MAX`] bytes, any other frame, and before the lane yields:
+/// the state lock is held for at most that much routing. Refusals (ACL,
+/// `QueueFull`, …) reach the publisher when the batch ends, in order.
+struct PublishBatch<'s> {
+    state: &'s Locked<State>,
+    held: Option<crate::sync::Guard<'s, State>>,
+    stage: Staging,
+    refusals: Vec<(ErrorCode, String)>,
+    count: usize,
+}
+
+impl<'s> PublishBatch<'s> {
+    fn new(state: &'s Locked<State>) -> Self {
+        PublishBatch {
+            state,
+            held: None,
+            stage: Staging::default(),
+            refusals: Vec::new(),
+            count: 0,
+        }
+    }
+
+    /// Routes `p` within the batch (locking the state if the batch has not).
+    fn publish(&mut self, conn: &mut Conn, p: &Publish, chunk: Option<u64>) {
+        let st = self.held.get_or_insert_with(|| self.state.borrow_mut());
+        if let Err(refusal) = conn.publish(st, &mut self.stage, p, chunk) {
+            self.refusals.push(refusal);
+        }
+        self.count += 1;
+    }
+
+    /// Whether the batch holds the state lock.
+    fn is_open(&self) -> bool {
+        self.held.is_some()
+    }
+
+    /// Whether the batch must end now.
+    fn full(&self) -> bool {
+        self.count >= PUBLISH_BATCH || self.stage.len() >= MAX_STAGED
+    }
+
+    /// Unlocks the state, queues the staged deliveries and sends the
+    /// refusals (to go out with the connection's next flush).
+    fn end(&mut self, conn: &mut Conn) {
+        if self.held.is_none() {
+            return;
+        }
+        drop(self.held.take());
+        self.count = 0;
+        if let Some(who) = self.stage.flush() {
+            self.refusals.push((
+                ErrorCode::QueueFull,
+                format!(
+                    "events rejected: queue full at subscriber {}",
+                    who.join(", ")
+                ),
+            ));
+        }
+        for (code, message) in self.refusals.drain(..) {
+            conn.refuse(code, message);
+        }
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -277,6 +353,7 @@ async fn serve_with<R, W>(
             }
         }
         let epoch = memory.next_epoch();
+        let mut batch = PublishBatch::new(&state);
         // Frames handled since the lane last yielded: a read holds up to
         // ~5,000 small requests, and others must not wait for all of them.
         let mut since_yield = 0usize;
@@ -288,29 +365,40 @@ async fn serve_with<R, W>(
                 break;
             };
             rb.frame_taken();
-            let precompiled = matches!(input, Input::Subscribe { .. } | Input::Admin { .. });
-            if precompiled {
-                precompile_filters(&state, &input).await;
-            }
-            let chunk = |len: usize| (!rb.is_large(len)).then_some(epoch);
-            match input {
-                Input::Admin { body, .. } if crate::shm::is_open_request(&body) => {
-                    // On this lane: the region's fd goes out on this connection.
-                    conn.shm_open(&body);
+            if let Input::Publish(p) = &input {
+                // Routed under the state lock held across the batch; the
+                // connection's replies wait for the batch's end (flushing
+                // them may log, which locks the state).
+                batch.publish(&mut conn, p, (!rb.is_large(p.frame_len)).then_some(epoch));
+                if batch.full() || p.frame_len > BATCH_FRAME_MAX {
+                    batch.end(&mut conn);
                 }
-                Input::Admin { body, .. } if !conn.admin_lane => {
-                    // Admin work runs on the admin lane; this connection
-                    // waits for its answer (its later frames keep their
-                    // order), the lane's other connections go on.
-                    let result = conn.admin_elsewhere(body).await;
-                    conn.finish_admin(result);
+            } else {
+                batch.end(&mut conn);
+                let precompiled = matches!(input, Input::Subscribe { .. } | Input::Admin { .. });
+                if precompiled {
+                    precompile_filters(&state, &input).await;
                 }
-                input => conn.handle(input, chunk),
+                let chunk = |len: usize| (!rb.is_large(len)).then_some(epoch);
+                match input {
+                    Input::Admin { body, .. } if crate::shm::is_open_request(&body) => {
+                        // On this lane: the region's fd goes out on this connection.
+                        conn.shm_open(&body);
+                    }
+                    Input::Admin { body, .. } if !conn.admin_lane => {
+                        // Admin work runs on the admin lane; this connection
+                        // waits for its answer (its later frames keep their
+                        // order), the lane's other connections go on.
+                        let result = conn.admin_elsewhere(body).await;
+                        conn.finish_admin(result);
+                    }
+                    input => conn.handle(input, chunk),
+                }
+                if precompiled {
+                    state.borrow().filters.clear_precompiled();
+                }
             }
-            if precompiled {
-                state.borrow().filters.clear_precompiled();
-            }
-            if !conn.flush() {
+            if !batch.is_open() && !conn.flush() {
                 break 'read;
             }
             if !was_established && conn.engine.is_established() {
@@ -319,9 +407,17 @@ async fn serve_with<R, W>(
             }
             since_yield += 1;
             if since_yield >= FRAMES_PER_TURN {
+                batch.end(&mut conn);
+                if !conn.flush() {
+                    break 'read;
+                }
                 since_yield = 0;
                 tokio::task::yield_now().await;
             }
+        }
+        batch.end(&mut conn);
+        if !conn.flush() {
+            break;
         }
         if writer_task.is_finished() {
             break;
@@ -520,8 +616,11 @@ impl Conn {
     fn handle(&mut self, input: Input, chunk: impl Fn(usize) -> Option<u64>) {
         match input {
             Input::Publish(p) => {
-                let chunk = chunk(p.frame_len);
-                self.publish(&p, chunk)
+                // Outside the read loop's batches: a batch of one.
+                let state = self.state.clone();
+                let mut batch = PublishBatch::new(&state);
+                batch.publish(self, &p, chunk(p.frame_len));
+                batch.end(self);
             }
             Input::Hello { hello, .. } => self.handshake(hello),
             Input::Declare { id, kind, name, .. } => self.declare(id, kind, name),
@@ -987,34 +1086,39 @@ impl Conn {
 
     /// The hot path: check an event (parsed once, here), then hand it (by
     /// reference) to every matching channel. `chunk`: as for [`Conn::handle`].
-    fn publish(&mut self, p: &Publish, chunk: Option<u64>) {
-        let ev = match p.event_cached(&mut self.tag_cache) {
-            Ok(ev) => ev,
-            Err((code, message)) => return self.refuse(code, message),
-        };
+    /// Checks and routes a published event with the router's state locked
+    /// by the caller (`st`, held across a batch of publishes); its
+    /// deliveries wait in `stage` (see [`Staging`]). A refusal is returned,
+    /// to be sent once the state is unlocked.
+    fn publish(
+        &mut self,
+        st: &mut State,
+        stage: &mut Staging,
+        p: &Publish,
+        chunk: Option<u64>,
+    ) -> Result<(), (ErrorCode, String)> {
+        let ev = p.event_cached(&mut self.tag_cache)?;
         if !self.rights.may_publish(ev.tag) {
-            let message = format!(
-                "identity {} may not publish on {} (no [[acl]] publish pattern matches it)",
-                self.identity, ev.tag
-            );
-            return self.refuse(ErrorCode::PermissionDenied, message);
+            return Err((
+                ErrorCode::PermissionDenied,
+                format!(
+                    "identity {} may not publish on {} (no [[acl]] publish pattern matches it)",
+                    self.identity, ev.tag
+                ),
+            ));
         }
-        let mut st = self.state.borrow_mut();
         let mut shm = None;
         if crate::shm::is_shm(&ev) {
             match crate::shm::ShmEvent::check(&mut st.shm, self.id, &ev, &p.bytes) {
                 Ok(Some(s)) => shm = Some(s),
                 // The packet expired before the daemon read it (counted).
-                Ok(None) => return,
-                Err(message) => {
-                    drop(st);
-                    return self.refuse(ErrorCode::BadRequest, message);
-                }
+                Ok(None) => return Ok(()),
+                Err(message) => return Err((ErrorCode::BadRequest, message)),
             }
         }
         let decision = st.node.admit(&ev, now_ns);
         let deadline = match decision {
-            Admit::Expired => return,
+            Admit::Expired => return Ok(()),
             Admit::Hold { deadline, .. } | Admit::Now { deadline } => deadline,
         };
         // Most daemons have no publisher filters: no lookup then.
@@ -1025,12 +1129,9 @@ impl Conn {
                 .is_none_or(|f| f.is_empty() || f.any_matches(&ev));
         if !accepted {
             st.filtered_at_source += 1;
-            return;
+            return Ok(());
         }
-        if let Err((code, message)) = crate::qos::check_suppliers(&mut st, ev.tag, &p.endpoint) {
-            drop(st);
-            return self.refuse(code, message);
-        }
+        crate::qos::check_suppliers(st, ev.tag, &p.endpoint)?;
         st.note_publish(ev.tag, ev.publisher);
         if let Admit::Hold { until, .. } = decision {
             // Held until its start time; a copy, so the read buffer is not
@@ -1039,41 +1140,33 @@ impl Conn {
                 None => Bytes::copy_from_slice(&p.bytes),
                 Some(s) => match s.copied() {
                     Some(copy) => copy.bytes().clone(),
-                    None => return,
+                    None => return Ok(()),
                 },
             };
-            let deferred = st.node.hold(until, held);
-            drop(st);
-            match deferred {
-                Ok(()) => self.state.borrow().deferred_wake.notify_one(),
-                Err(e) => self.refuse(
+            return match st.node.hold(until, held) {
+                Ok(()) => {
+                    st.deferred_wake.notify_one();
+                    Ok(())
+                }
+                Err(e) => Err((
                     ErrorCode::LimitReached,
                     format!("event on {} refused: {e}", ev.tag),
-                ),
-            }
-            return;
+                )),
+            };
         }
-        let reject = match shm.as_mut() {
-            Some(s) => crate::dispatch::deliver_shm(&mut st, s, &ev, deadline, Some(&self.band)),
+        match shm.as_mut() {
+            Some(s) => {
+                crate::dispatch::deliver_shm(st, stage, s, &ev, deadline, Some(&self.band));
+            }
             None => {
                 let mut outgoing = match chunk {
                     None => Outgoing::owned(p.bytes.clone()),
                     Some(epoch) => Outgoing::in_chunk(p.bytes.clone(), epoch),
                 };
-                deliver(&mut st, &mut outgoing, &ev, deadline, Some(&self.band))
+                deliver(st, stage, &mut outgoing, &ev, deadline, Some(&self.band));
             }
-        };
-        drop(st);
-        if let Some(who) = reject {
-            self.refuse(
-                ErrorCode::QueueFull,
-                format!(
-                    "event on {} rejected: queue full at subscriber {}",
-                    ev.tag,
-                    who.join(", ")
-                ),
-            );
         }
+        Ok(())
     }
 
     /// A same-host publisher asks for a shared-memory region: create it,

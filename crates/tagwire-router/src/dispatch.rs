@@ -7,7 +7,7 @@ use bytes::Bytes;
 
 use tagwire_proto::EventRef;
 
-use crate::channel::{EventMeta, Offer, Outgoing};
+use crate::channel::{EventMeta, Outgoing, Staging};
 use crate::filters::rewrite;
 use crate::state::State;
 use crate::timing::expired;
@@ -36,40 +36,43 @@ pub(crate) struct Route<'a> {
 /// lead to interested daemons; see [`deliver_routed`].
 pub(crate) fn deliver(
     st: &mut State,
+    stage: &mut Staging,
     event: &mut Outgoing,
     ev: &EventRef<'_>,
     deadline: u64,
     band: Option<&str>,
-) -> Option<Vec<String>> {
+) -> usize {
     let route = Route {
         band,
         ..Route::default()
     };
-    deliver_routed(st, event, ev, deadline, route).0
+    deliver_routed(st, stage, event, ev, deadline, route)
 }
 
 /// Offers `event` (already checked, with its `deadline`) to every channel
 /// its routes give, applying mapping filters, then to the links its origin's
 /// tree and the other daemons' interest pick (the node engine decides, see
 /// [`tagwire_core::node::Node::route`]).
+/// The deliveries wait in `stage` until its owner flushes it (see
+/// [`Staging::flush`], which names the `reject` queues that refused one).
 /// A small event read into a shared chunk is copied once, when the first
-/// channel queues it (see [`Outgoing`]). Returns the subscribers whose full
-/// `reject` queue refused it and should be reported to the publisher, and
+/// channel that cannot hold its chunk gets it (see [`Outgoing`]). Returns
 /// how many links took it.
 pub(crate) fn deliver_routed(
     st: &mut State,
+    stage: &mut Staging,
     event: &mut Outgoing,
     ev: &EventRef<'_>,
     deadline: u64,
     route: Route<'_>,
-) -> (Option<Vec<String>>, usize) {
+) -> usize {
     if crate::shm::is_shm(ev) {
         // Only a local publisher's checked event may point into shared
         // memory ([`deliver_shm`]); from anywhere else it is dropped.
         st.shm.counters.stray += 1;
-        return (None, 0);
+        return 0;
     }
-    deliver_with(st, event, None, ev, deadline, route)
+    deliver_with(st, stage, event, None, ev, deadline, route)
 }
 
 /// Offers an event whose payload is in a shared-memory region (checked by
@@ -78,27 +81,29 @@ pub(crate) fn deliver_routed(
 /// payload copied out once.
 pub(crate) fn deliver_shm(
     st: &mut State,
+    stage: &mut Staging,
     event: &mut crate::shm::ShmEvent,
     ev: &EventRef<'_>,
     deadline: u64,
     band: Option<&str>,
-) -> Option<Vec<String>> {
+) {
     let route = Route {
         band,
         ..Route::default()
     };
     let mut none = Outgoing::owned(Bytes::new());
-    deliver_with(st, &mut none, Some(event), ev, deadline, route).0
+    deliver_with(st, stage, &mut none, Some(event), ev, deadline, route);
 }
 
 fn deliver_with(
     st: &mut State,
+    stage: &mut Staging,
     event: &mut Outgoing,
     mut shm: Option<&mut crate::shm::ShmEvent>,
     ev: &EventRef<'_>,
     deadline: u64,
     route: Route<'_>,
-) -> (Option<Vec<String>>, usize) {
+) -> usize {
     match shm.as_deref_mut() {
         None => crate::history::record(st, event, ev),
         Some(s) if st.history.enabled => {
@@ -131,6 +136,7 @@ fn deliver_with(
         o => o,
     };
     let mut sink = Execute {
+        stage,
         event,
         shm,
         shm_table: &mut st.shm,
@@ -139,19 +145,19 @@ fn deliver_with(
         meta,
         band: &band,
         transformed: Vec::new(),
-        reject: None,
         expired_by_mapping: 0,
     };
     let links = st.node.route(ev, origin, route.hops, route.from, &mut sink);
-    let (reject, expired) = (sink.reject, sink.expired_by_mapping);
-    st.node.count_expired(expired);
-    (reject, links)
+    st.node.count_expired(sink.expired_by_mapping);
+    links
 }
 
 /// Carries out the node's routing of one event: offers it to each local
 /// channel (through its mapping filter or transform, or as a shared-memory
 /// reference) and queues it on each link's forwarding queue for the band.
 struct Execute<'a, 'e> {
+    /// Where its deliveries wait to be queued (see [`Staging`]).
+    stage: &'e mut Staging,
     event: &'e mut Outgoing,
     shm: Option<&'e mut crate::shm::ShmEvent>,
     shm_table: &'a mut crate::shm::ShmTable,
@@ -161,8 +167,6 @@ struct Execute<'a, 'e> {
     band: &'a str,
     /// Transformed copies of this event, one per spec (spatial scaling).
     transformed: Vec<(Arc<str>, Result<Bytes, String>)>,
-    /// The subscribers whose full `reject` queue refused it.
-    reject: Option<Vec<String>>,
     expired_by_mapping: u64,
 }
 
@@ -188,33 +192,25 @@ impl Sink<Arc<Channel>> for Execute<'_, '_> {
                 }
             };
             match done {
-                Ok(bytes) => {
-                    ch.offer(&mut Outgoing::owned(bytes), &self.meta);
-                }
+                Ok(bytes) => self
+                    .stage
+                    .offer(ch, &mut Outgoing::owned(bytes), &self.meta),
                 Err(why) => ch.transform_failed(&why, self.limits.max_control_bytes),
             }
             return;
         }
-        let offer = if overrides.is_empty() {
-            ch.offer(event, &self.meta)
+        if overrides.is_empty() {
+            self.stage.offer(ch, event, &self.meta)
         } else {
             let copy = rewrite(event.bytes(), overrides).and_then(|copy| {
                 let m = EventRef::parse(&copy).ok().map(|e| EventMeta::of(&e))?;
                 Some((copy, m))
             });
             match copy {
-                Some((_, m)) if expired(m.deadline) => {
-                    self.expired_by_mapping += 1;
-                    return;
-                }
-                Some((copy, m)) => ch.offer(&mut Outgoing::owned(copy), &m),
-                None => ch.offer(event, &self.meta),
+                Some((_, m)) if expired(m.deadline) => self.expired_by_mapping += 1,
+                Some((copy, m)) => self.stage.offer(ch, &mut Outgoing::owned(copy), &m),
+                None => self.stage.offer(ch, event, &self.meta),
             }
-        };
-        if let Offer::Rejected { report: true } = offer {
-            self.reject
-                .get_or_insert_with(Vec::new)
-                .push(format!("{} ({})", ch.endpoint, ch.pattern));
         }
     }
 
@@ -233,7 +229,7 @@ impl Sink<Arc<Channel>> for Execute<'_, '_> {
                 ..self.meta
             };
             let queue = l.bands.get(self.band).map_or(&l.queue, |b| &b.queue);
-            queue.offer(event, &m);
+            self.stage.offer(queue, event, &m);
             l.bytes_out += event.bytes().len() as u64;
         }
     }

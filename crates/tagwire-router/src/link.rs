@@ -137,7 +137,10 @@ pub(crate) fn on_frame(
                 from: Some(peer),
                 band: Some(&arrived_on),
             };
-            crate::dispatch::deliver_routed(&mut st, &mut out, &ev, deadline, route);
+            let mut stage = crate::channel::Staging::default();
+            crate::dispatch::deliver_routed(&mut st, &mut stage, &mut out, &ev, deadline, route);
+            // A link's queues drop or count what they refuse: nobody to tell.
+            let _ = stage.flush();
             Ok(())
         }
         frame @ (LinkFrame::Advert { .. }

@@ -63,6 +63,7 @@ pub(crate) fn execute(st: &mut State) {
 /// held events whose start time came are routed now (so subscriptions made
 /// meanwhile get them too). Returns when the node is next due.
 pub(crate) fn handle_timeout(st: &mut State, now: u64) -> Option<u64> {
+    let mut stage = crate::channel::Staging::default();
     for event in st.node.handle_timeout(now) {
         // Parsed and checked when it was published.
         let Ok(ev) = EventRef::parse(&event) else {
@@ -72,9 +73,13 @@ pub(crate) fn handle_timeout(st: &mut State, now: u64) -> Option<u64> {
             // A `reject` queue's refusal has nobody to tell by now; the
             // queue counts it.
             let mut out = Outgoing::owned(event.clone());
-            let _ = crate::dispatch::deliver(st, &mut out, &ev, deadline, None);
+            crate::dispatch::deliver(st, &mut stage, &mut out, &ev, deadline, None);
+        }
+        if stage.len() >= crate::channel::MAX_STAGED {
+            let _ = stage.flush();
         }
     }
+    let _ = stage.flush();
     execute(st);
     st.node.poll_timeout()
 }

@@ -20,6 +20,9 @@ use priority_inheriting_lock::{
 };
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+/// A held [`Locked`].
+pub(crate) type Guard<'a, T> = MutexGuard<'a, T>;
+
 /// A mutex with `RefCell`'s method names. Unlike `RefCell`, two borrows on
 /// one thread deadlock: take one and pass it down.
 #[derive(Debug, Default)]

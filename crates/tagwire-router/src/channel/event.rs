@@ -27,7 +27,9 @@ pub(crate) struct Outgoing {
     /// A shared-memory reference for the one channel that gets it: its
     /// payload pinned while queued; written as the reference or a copy
     /// (`docs/shm.md`, "Pins").
-    pub(super) pin: Option<crate::shm::ShmQueued>,
+    /// Boxed: most events have none, and every queued item would carry
+    /// its size.
+    pub(super) pin: Option<Box<crate::shm::ShmQueued>>,
 }
 
 impl Outgoing {
@@ -57,7 +59,7 @@ impl Outgoing {
         Outgoing {
             bytes,
             chunk: None,
-            pin: Some(pin),
+            pin: Some(Box::new(pin)),
         }
     }
 
@@ -117,7 +119,7 @@ pub(crate) struct Queued {
     /// On a link: links crossed before this one.
     pub hops: u8,
     /// A shared-memory reference's pin, until it is written.
-    pub pin: Option<crate::shm::ShmQueued>,
+    pub pin: Option<Box<crate::shm::ShmQueued>>,
 }
 
 impl QueueItem for Queued {

@@ -40,6 +40,8 @@
 //!   memory-accounting constants above;
 //! - `queue`: the [`Channel`] itself: its bounded queue, QoS, scaling and
 //!   what [`Channel::offer`] does with an event;
+//! - `stage`: a publish batch's deliveries ([`Staging`]), queued per
+//!   channel under one lock;
 //! - `transform`: a channel's spatial scaling plug-in ([`ChannelTransform`]);
 //! - `outbox`: a connection's [`Outbox`] and its writer, which drains the
 //!   ready channels into vectored writes.
@@ -47,11 +49,15 @@
 pub(crate) mod event;
 mod outbox;
 mod queue;
+mod stage;
 #[cfg(test)]
 mod tests;
 mod transform;
 
 pub(crate) use event::{EventMeta, Outgoing, READ_CHUNK};
 pub(crate) use outbox::Outbox;
-pub(crate) use queue::{Channel, Destination, Offer};
+#[cfg(test)]
+pub(crate) use queue::Offer;
+pub(crate) use queue::{Channel, Destination};
+pub(crate) use stage::{Staging, MAX_STAGED};
 pub(crate) use transform::ChannelTransform;

@@ -139,6 +139,18 @@ pub(crate) enum Offer {
     },
 }
 
+/// An event made ready for one channel's queue by [`Channel::prepare`],
+/// queued by [`Channel::push_staged`].
+#[derive(Debug)]
+pub(crate) struct Staged {
+    item: Queued,
+    /// What it counts for in the queue and the memory budget.
+    size: usize,
+    /// The read whose chunk it is a small slice of, if it is one: queued
+    /// as a slice only if the channel holds that chunk's budget by then.
+    epoch: Option<u64>,
+}
+
 impl Channel {
     pub(crate) fn new(
         sub: u32,
@@ -340,13 +352,13 @@ impl Channel {
         self
     }
 
-    /// Whether a small slice of read `epoch` may be queued as a slice: the
-    /// queue is empty (then the channel takes budget for the chunk) or holds
-    /// slices of that same read only.
-    fn may_pin(&self, epoch: u64) -> bool {
+    /// Whether a small slice of read `epoch` may be queued as a slice, with
+    /// the queue locked (`q`): the channel already holds budget for that
+    /// read's chunk, or its queue is empty and it takes that budget now.
+    fn may_pin(&self, q: &BoundedQueue<Queued, ItemKeys>, epoch: u64) -> bool {
         // 0: nothing pinned (read epochs start at 1).
         match self.pinned.get() {
-            0 if self.queue.borrow().is_empty() && self.budget.try_reserve(READ_CHUNK) => {
+            0 if q.is_empty() && self.budget.try_reserve(READ_CHUNK) => {
                 self.pinned.set(epoch);
                 true
             }
@@ -364,14 +376,26 @@ impl Channel {
         }
     }
 
-    /// Queues `event` (shared with the other channels that get it, see
-    /// [`Outgoing`]), to be dropped if still queued at `deadline`, and wakes
-    /// the writer. The queue may use at most the memory budget's free room;
-    /// beyond it the discard policy applies as at the queue's own bound.
+    /// Queues `event` at once (the tests' shorthand for what a publish
+    /// batch does: [`prepare`](Self::prepare), then
+    /// [`push_staged`](Self::push_staged) under one lock for many events).
+    #[cfg(test)]
     pub(crate) fn offer(self: &Arc<Self>, event: &mut Outgoing, meta: &EventMeta) -> Offer {
+        match self.prepare(event, meta) {
+            Some(s) => self.push_staged(std::iter::once(s)),
+            None => Offer::Dropped,
+        }
+    }
+
+    /// Makes `event` (shared with the other channels that get it, see
+    /// [`Outgoing`]) ready for this queue, with its deadline and priority
+    /// here; `None` if this channel leaves it out (too large for its
+    /// connection, or its temporal scaling). Takes no lock unless the
+    /// channel scales.
+    pub(crate) fn prepare(&self, event: &mut Outgoing, meta: &EventMeta) -> Option<Staged> {
         if event.bytes().len() > self.max_event {
             self.too_large.add(1);
-            return Offer::Dropped;
+            return None;
         }
         if self.scaling.get() {
             if self.placing.get() {
@@ -384,81 +408,129 @@ impl Channel {
             {
                 // Left out by this subscriber's temporal scaling: not a drop.
                 self.scaled_out.add(1);
-                return Offer::Dropped;
+                return None;
             }
         }
-        let slice_ok = event.small_slice_epoch().is_some_and(|e| self.may_pin(e));
-        let (bytes, size) = event.for_queue(slice_ok);
-        let queued = Queued {
-            event: bytes.clone(),
-            deadline: self.deadline(meta),
-            priority: if self.server_declared.get() {
-                self.priority()
-            } else {
-                meta.priority
+        // A small slice stays one if this channel holds (or may take) its
+        // chunk; `push_staged` confirms that under the queue's lock and
+        // copies it for this channel alone if not. A channel holding an
+        // older chunk gets the copy shared with the channels after it.
+        let epoch = event
+            .small_slice_epoch()
+            .filter(|e| matches!(self.pinned.get(), 0) || self.pinned.get() == *e);
+        let (bytes, size) = event.for_queue(epoch.is_some());
+        Some(Staged {
+            item: Queued {
+                event: bytes.clone(),
+                deadline: self.deadline(meta),
+                priority: if self.server_declared.get() {
+                    self.priority()
+                } else {
+                    meta.priority
+                },
+                origin: meta.origin,
+                hops: meta.hops,
+                pin: event.pin.take(),
             },
-            origin: meta.origin,
-            hops: meta.hops,
-            pin: event.pin.take(),
-        };
+            size,
+            epoch,
+        })
+    }
+
+    /// Queues `items` (prepared for this channel, in order) under one lock
+    /// of its queue, charges the memory budget once and wakes the writer
+    /// once. The queue may use at most the budget's free room; beyond it
+    /// the discard policy applies as at the queue's own bound. Returns what
+    /// happened to the last item, except that a `reject` refusal to report
+    /// wins (`Rejected { report: true }`).
+    pub(crate) fn push_staged(self: &Arc<Self>, items: impl Iterator<Item = Staged>) -> Offer {
         let max = self.consumer_max.get();
-        if max != 0 && self.consumer.get() >= max {
-            // The consumer's bound across its channels: the arriving event
-            // is the one refused (reject) or dropped.
-            self.over_consumer.add(1);
-            return if self.queue.borrow().policy() == tagwire_core::queue::DiscardPolicy::Reject {
-                Offer::Rejected {
-                    report: !self.reject_reported.replace(true),
-                }
-            } else {
-                Offer::Dropped
-            };
-        }
-        let room = self.budget.room();
+        let mut outcome = Offer::Dropped;
+        let mut report = false;
+        let mut queued = false;
         let mut q = self.queue.borrow_mut();
         let (before, len) = (q.bytes(), q.len());
-        let pushed = q.push_within(queued, size, room);
-        let after = q.bytes();
+        // The budget's room as the queue stood; what the queue grew since
+        // is charged below.
+        let free = self.budget.room().saturating_add(before);
+        let consumer = self.consumer.get();
+        for staged in items {
+            let Staged {
+                mut item,
+                size,
+                epoch,
+            } = staged;
+            if let Some(e) = epoch {
+                if !self.may_pin(&q, e) {
+                    item.event = bytes::Bytes::copy_from_slice(&item.event);
+                }
+            }
+            if max != 0 && (consumer + q.len() as u64).saturating_sub(len as u64) >= max {
+                // The consumer's bound across its channels: the arriving
+                // event is the one refused (reject) or dropped.
+                self.over_consumer.add(1);
+                outcome = if q.policy() == tagwire_core::queue::DiscardPolicy::Reject {
+                    let r = !self.reject_reported.replace(true);
+                    report |= r;
+                    Offer::Rejected { report: r }
+                } else {
+                    Offer::Dropped
+                };
+                continue;
+            }
+            let room = free.saturating_sub(q.bytes());
+            let pushed = q.push_within(item, size, room);
+            if room < size && !matches!(pushed, Pushed::Queued { dropped: 0 }) {
+                self.budget.note_discard();
+            }
+            outcome = match pushed {
+                Pushed::Queued { .. } => {
+                    queued = true;
+                    if self.reject_reported.get() {
+                        self.reject_reported.set(false);
+                    }
+                    Offer::Queued
+                }
+                other => {
+                    let o = self.refused(other);
+                    report |= matches!(o, Offer::Rejected { report: true });
+                    o
+                }
+            };
+        }
+        let (after, empty) = (q.bytes(), q.is_empty());
         self.track(len, q.len());
+        if empty {
+            // Nothing queued after all: nothing pinned.
+            self.unpin();
+        }
         drop(q);
         if after >= before {
             self.budget.charge(after - before);
         } else {
             self.budget.release(before - after);
         }
-        if room < size && !matches!(pushed, Pushed::Queued { dropped: 0 }) {
-            self.budget.note_discard();
+        // Read first: under a flood the channel is already scheduled, and a
+        // swap is a locked instruction.
+        if queued && !self.scheduled.get() && !self.scheduled.replace(true) {
+            // Idle until now: it may have to wait (start time, pacing).
+            let (start, pacing) = (self.start_time.get(), self.pacing.get());
+            if start != 0 || pacing != 0 {
+                let now = now_ns();
+                let paced = if pacing != 0 {
+                    now.saturating_add(pacing)
+                } else {
+                    0
+                };
+                self.not_before.set(start.max(paced));
+            }
+            self.outbox.ready.borrow_mut()[self.class()].push_back(Arc::downgrade(self));
+            self.outbox.notify.notify_one();
         }
-        match pushed {
-            Pushed::Queued { .. } => {
-                if self.reject_reported.get() {
-                    self.reject_reported.set(false);
-                }
-                // Read first: under a flood the channel is already
-                // scheduled, and a swap is a locked instruction.
-                if !self.scheduled.get() && !self.scheduled.replace(true) {
-                    // Idle until now: it may have to wait (start time, pacing).
-                    let (start, pacing) = (self.start_time.get(), self.pacing.get());
-                    if start != 0 || pacing != 0 {
-                        let now = now_ns();
-                        let paced = if pacing != 0 {
-                            now.saturating_add(pacing)
-                        } else {
-                            0
-                        };
-                        self.not_before.set(start.max(paced));
-                    }
-                    self.outbox.ready.borrow_mut()[self.class()].push_back(Arc::downgrade(self));
-                    self.outbox.notify.notify_one();
-                }
-                Offer::Queued
-            }
-            Pushed::DroppedNewest(_) | Pushed::Rejected(_) if self.queue.borrow().is_empty() => {
-                // Nothing queued after all: nothing pinned.
-                self.unpin();
-                self.refused(pushed)
-            }
-            other => self.refused(other),
+        if report {
+            Offer::Rejected { report: true }
+        } else {
+            outcome
         }
     }
 

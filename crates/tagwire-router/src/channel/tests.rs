@@ -331,3 +331,127 @@ fn queues_stop_at_the_memory_budget_with_their_discard_policy() {
     assert_eq!(budget.used(), 3 * per_event);
     assert_eq!(budget.discards(), 2);
 }
+
+#[test]
+fn a_staged_batch_queues_each_channels_events_in_order_with_exact_budget() {
+    use super::Staging;
+    let budget = Arc::new(MemoryBudget::new(1 << 30));
+    let (_o1, fresh) = channel(&budget);
+    let (_o2, behind) = channel(&budget);
+    // `behind` holds an event of an earlier read (epoch 1).
+    let old = Bytes::from(vec![1u8; READ_CHUNK]);
+    behind.offer(&mut Outgoing::in_chunk(old.slice(0..44), 1), &NO_META);
+    let chunk = Bytes::from((0..=255u8).cycle().take(READ_CHUNK).collect::<Vec<u8>>());
+    let mut stage = Staging::default();
+    for i in 0..10usize {
+        let mut ev = Outgoing::in_chunk(chunk.slice(i * 44..(i + 1) * 44), 2);
+        stage.offer(&fresh, &mut ev, &NO_META);
+        stage.offer(&behind, &mut ev, &NO_META);
+    }
+    assert_eq!(stage.len(), 20);
+    assert_eq!(
+        fresh.queue.borrow().len(),
+        0,
+        "nothing queued before the flush"
+    );
+    assert_eq!(stage.flush(), None);
+    assert_eq!(stage.len(), 0);
+    let per_event = 44 + DELIVER_PREFIX_LEN + QUEUED_OVERHEAD;
+    {
+        let q = fresh.queue.borrow();
+        assert_eq!(q.len(), 10);
+        for (i, item) in q.iter().enumerate() {
+            assert_eq!(&item.event[..], &chunk[i * 44..(i + 1) * 44], "in order");
+            assert_eq!(item.event.as_ptr(), chunk[i * 44..].as_ptr(), "a slice");
+        }
+        let q = behind.queue.borrow();
+        assert_eq!(q.len(), 11);
+        for (i, item) in q.iter().skip(1).enumerate() {
+            assert_eq!(&item.event[..], &chunk[i * 44..(i + 1) * 44], "in order");
+            assert!(
+                !chunk.as_ptr_range().contains(&item.event.as_ptr()),
+                "a copy"
+            );
+        }
+    }
+    // Each queue's events, plus the chunk each pins (epoch 2 and epoch 1).
+    assert_eq!(budget.used(), 21 * per_event + 2 * READ_CHUNK);
+    let (mut bodies, mut prefixes) = (Vec::new(), Vec::new());
+    let _ = _o1.gather(&mut bodies, &mut prefixes, 0);
+    let _ = _o2.gather(&mut bodies, &mut prefixes, 0);
+    assert_eq!(bodies.len(), 21);
+    assert_eq!(budget.used(), 0, "empty queues pin nothing");
+}
+
+#[test]
+fn a_staged_slice_whose_queue_was_drained_meanwhile_pins_its_chunk_again() {
+    use super::Staging;
+    let budget = Arc::new(MemoryBudget::new(1 << 30));
+    let (outbox, ch) = channel(&budget);
+    let chunk = Bytes::from(vec![7u8; READ_CHUNK]);
+    ch.offer(&mut Outgoing::in_chunk(chunk.slice(0..44), 3), &NO_META);
+    let mut stage = Staging::default();
+    stage.offer(
+        &ch,
+        &mut Outgoing::in_chunk(chunk.slice(44..88), 3),
+        &NO_META,
+    );
+    // The writer empties the queue (and gives the chunk back) before the flush.
+    assert_eq!(gathered_subs(&outbox).len(), 1);
+    assert_eq!(budget.used(), 0);
+    let _ = stage.flush();
+    let per_event = 44 + DELIVER_PREFIX_LEN + QUEUED_OVERHEAD;
+    assert_eq!(
+        budget.used(),
+        per_event + READ_CHUNK,
+        "the chunk is held again"
+    );
+    assert_eq!(
+        ch.queue
+            .borrow()
+            .iter()
+            .next()
+            .expect("queued")
+            .event
+            .as_ptr(),
+        chunk[44..].as_ptr()
+    );
+}
+
+#[test]
+fn a_staged_batch_to_a_full_reject_queue_is_reported_once_by_the_flush() {
+    use super::Staging;
+    let budget = Arc::new(MemoryBudget::new(1 << 30));
+    let outbox = Arc::new(Outbox::default());
+    let queue = BoundedQueue::with_policies(2, 1 << 30, OrderPolicy::Fifo, DiscardPolicy::Reject);
+    let ch = Arc::new(Channel::new(
+        1,
+        "/viewer".into(),
+        "/cam/**".into(),
+        queue,
+        outbox,
+        budget.clone(),
+    ));
+    let mut stage = Staging::default();
+    for _ in 0..5 {
+        stage.offer(
+            &ch,
+            &mut Outgoing::owned(Bytes::from_static(b"e")),
+            &NO_META,
+        );
+    }
+    assert_eq!(stage.flush(), Some(vec!["/viewer (/cam/**)".to_owned()]));
+    assert_eq!(ch.queue.borrow().len(), 2, "the first two, then refusals");
+    for _ in 0..2 {
+        stage.offer(
+            &ch,
+            &mut Outgoing::owned(Bytes::from_static(b"e")),
+            &NO_META,
+        );
+    }
+    assert_eq!(
+        stage.flush(),
+        None,
+        "reported once until the queue accepts again"
+    );
+}

@@ -1,0 +1,91 @@
+//! A publish batch's deliveries ([`Staging`]): events routed while the
+//! router's state is locked once for several publishes are queued per
+//! channel afterwards, each channel's share under one lock of its queue.
+//!
+//! Per event, a channel's queue costs a lock, an unlock, a memory-budget
+//! charge and a consumer count (each a locked instruction shared with the
+//! subscriber's writer, on another lane perhaps); staged, each channel pays
+//! them once per batch.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::event::{EventMeta, Outgoing};
+use super::queue::{Channel, Offer, Staged};
+
+/// Deliveries routed but not yet queued, grouped by channel in the order
+/// they were routed. Bounded by its user: a batch ends after
+/// [`MAX_STAGED`] deliveries at most (see `connection.rs`).
+#[derive(Debug, Default)]
+pub(crate) struct Staging {
+    /// The channels of this batch, each with its events in order.
+    channels: Vec<(Arc<Channel>, Vec<Staged>)>,
+    /// Where each channel is in `channels` (by address).
+    index: HashMap<usize, usize, foldhash::fast::RandomState>,
+    /// The channel after the last one staged: consecutive events to one tag
+    /// go to the same channels in the same order, so this is the usual hit.
+    next: usize,
+    /// Deliveries staged.
+    len: usize,
+    /// Emptied event lists, reused.
+    spare: Vec<Vec<Staged>>,
+}
+
+/// Deliveries a batch may stage before it must be flushed.
+pub(crate) const MAX_STAGED: usize = 4096;
+
+impl Staging {
+    /// Prepares `event` for `ch` (see [`Channel::prepare`]) and stages it.
+    pub(crate) fn offer(&mut self, ch: &Arc<Channel>, event: &mut Outgoing, meta: &EventMeta) {
+        let Some(staged) = ch.prepare(event, meta) else {
+            return;
+        };
+        let key = Arc::as_ptr(ch) as usize;
+        let at = match self.channels.get(self.next) {
+            Some((c, _)) if Arc::as_ptr(c) as usize == key => self.next,
+            _ => match self.index.get(&key) {
+                Some(&i) => i,
+                None => {
+                    let i = self.channels.len();
+                    self.index.insert(key, i);
+                    let list = self.spare.pop().unwrap_or_default();
+                    self.channels.push((ch.clone(), list));
+                    i
+                }
+            },
+        };
+        self.channels[at].1.push(staged);
+        self.next = if at + 1 == self.channels.len() {
+            0
+        } else {
+            at + 1
+        };
+        self.len += 1;
+    }
+
+    /// Deliveries staged and not yet queued.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Queues every staged delivery, one lock per channel; returns the
+    /// subscribers whose full `reject` queue refused one and should be
+    /// reported to the publisher ("endpoint (pattern)").
+    pub(crate) fn flush(&mut self) -> Option<Vec<String>> {
+        let mut reject: Option<Vec<String>> = None;
+        for (ch, mut list) in self.channels.drain(..) {
+            if let Offer::Rejected { report: true } = ch.push_staged(list.drain(..)) {
+                reject
+                    .get_or_insert_with(Vec::new)
+                    .push(format!("{} ({})", ch.endpoint, ch.pattern));
+            }
+            if self.spare.len() < 64 {
+                self.spare.push(list);
+            }
+        }
+        self.index.clear();
+        self.next = 0;
+        self.len = 0;
+        reject
+    }
+}

@@ -286,7 +286,9 @@ pub struct TagCache(String);
 
 impl Publish {
     /// [`event`](Self::event), validating the tag only when it differs
-    /// from the one `cache` holds (and then remembering it).
+    /// from the one `cache` holds (and then remembering it). Inlined: on
+    /// every publish, and its result is large (each call layer copied it).
+    #[inline]
     pub fn event_cached(&self, cache: &mut TagCache) -> Result<EventRef<'_>, (ErrorCode, String)> {
         let ev = self.parsed()?;
         if ev.tag != cache.0 {
@@ -305,6 +307,7 @@ impl Publish {
     }
 
     /// The event parsed, checked to name this frame's endpoint.
+    #[inline]
     fn parsed(&self) -> Result<EventRef<'_>, (ErrorCode, String)> {
         let ev = EventRef::parse(&self.bytes)
             .map_err(|e| (ErrorCode::Malformed, format!("bad Publish frame: {e}")))?;

@@ -8,9 +8,9 @@ use std::io::IoSlice;
 use std::sync::Weak;
 
 use bytes::{Bytes, BytesMut};
-use tagwire_proto::{
-    deliver_prefix, forward_prefix, Frame, LinkFrame, DELIVER_PREFIX_LEN, FORWARD_PREFIX_LEN,
-};
+#[cfg(test)]
+use tagwire_proto::{deliver_prefix, forward_prefix};
+use tagwire_proto::{kind, link_kind, Frame, LinkFrame, DELIVER_PREFIX_LEN, FORWARD_PREFIX_LEN};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::Notify;
 
@@ -33,25 +33,34 @@ const MAX_FDS_PER_WRITE: usize = 16;
 /// The bytes written before an event: a `Deliver` or `Forward` prefix.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Prefix {
-    bytes: [u8; FORWARD_PREFIX_LEN],
+    bytes: [u8; 16],
     len: u8,
 }
 
 impl Prefix {
+    /// Built as one 128-bit little-endian value (one store, where writing
+    /// the fields byte-wise into an array cost a store-forwarding stall per
+    /// event); the same bytes as [`deliver_prefix`] and [`forward_prefix`].
     fn of(ch: &Channel, q: &Queued) -> Self {
-        let mut bytes = [0u8; FORWARD_PREFIX_LEN];
-        let len = match ch.destination {
+        let (value, len) = match ch.destination {
             Destination::Subscriber => {
-                bytes[..DELIVER_PREFIX_LEN].copy_from_slice(&deliver_prefix(ch.sub, q.event.len()));
-                DELIVER_PREFIX_LEN
+                let frame_len = (1 + 4 + q.event.len()) as u32;
+                let v = u128::from(frame_len)
+                    | u128::from(kind::DELIVER) << 32
+                    | u128::from(ch.sub) << 40;
+                (v, DELIVER_PREFIX_LEN)
             }
             Destination::Link => {
-                bytes = forward_prefix(q.origin, q.hops, q.event.len());
-                FORWARD_PREFIX_LEN
+                let frame_len = (1 + 8 + 1 + q.event.len()) as u32;
+                let v = u128::from(frame_len)
+                    | u128::from(link_kind::FORWARD) << 32
+                    | u128::from(q.origin) << 40
+                    | u128::from(q.hops) << 104;
+                (v, FORWARD_PREFIX_LEN)
             }
         };
         Prefix {
-            bytes,
+            bytes: value.to_le_bytes(),
             len: len as u8,
         }
     }
@@ -60,6 +69,45 @@ impl Prefix {
         &self.bytes[..self.len as usize]
     }
 }
+
+#[cfg(test)]
+#[test]
+fn prefixes_are_the_protocols_deliver_and_forward_prefixes() {
+    let budget = std::sync::Arc::new(crate::budget::MemoryBudget::new(1 << 20));
+    let queue = tagwire_core::queue::BoundedQueue::with_policies(
+        8,
+        1 << 20,
+        tagwire_core::queue::OrderPolicy::Fifo,
+        tagwire_core::queue::DiscardPolicy::DropOldest,
+    );
+    let outbox = std::sync::Arc::new(Outbox::default());
+    let sub = Channel::new(
+        0xA1B2_C3D4,
+        "/s".into(),
+        "/**".into(),
+        queue,
+        outbox,
+        budget,
+    );
+    let item = Queued {
+        event: Bytes::from(vec![0u8; 300]),
+        deadline: NEVER,
+        priority: 0,
+        origin: 0x0102_0304_0506_0708,
+        hops: 0xEE,
+        pin: None,
+    };
+    assert_eq!(
+        Prefix::of(&sub, &item).as_slice(),
+        deliver_prefix(0xA1B2_C3D4, 300)
+    );
+    let link = sub.for_link();
+    assert_eq!(
+        Prefix::of(&link, &item).as_slice(),
+        forward_prefix(0x0102_0304_0506_0708, 0xEE, 300)
+    );
+}
+
 /// A connection's outgoing side: control frames plus channels with events.
 #[derive(Debug, Default)]
 pub(crate) struct Outbox {

@@ -33,6 +33,11 @@ use tagwire_proto::{
 
 use crate::tags::validate_tag;
 
+/// The endpoint table's hasher: looked up on every publish, keyed by a
+/// small id the client picks (foldhash: several times cheaper than SipHash;
+/// seeded per process, so ids cannot be chosen to collide).
+type Fast = foldhash::fast::RandomState;
+
 /// Which end of the connection this engine plays.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Side {
@@ -270,8 +275,11 @@ pub enum Reply {
 /// it once and checks it against its endpoint; the router routes that view.
 #[derive(Debug)]
 pub struct Publish {
-    /// The publisher endpoint's name.
-    pub endpoint: Arc<str>,
+    /// The publisher endpoint's id on this connection (its name:
+    /// [`Connection::endpoint_name`]). An id, not the name: a publish is
+    /// the hot path, and a shared name would be reference-counted twice per
+    /// event.
+    pub endpoint: u32,
     /// The encoded event (a slice of the read buffer).
     pub bytes: Bytes,
     /// The whole frame's length on the wire.
@@ -279,46 +287,36 @@ pub struct Publish {
 }
 
 /// The tag a connection's publisher last used, already validated: a
-/// publisher usually publishes on one tag, so [`Publish::event_cached`]
-/// compares instead of validating it again.
+/// publisher usually publishes on one tag, so
+/// [`Connection::publish_event`] compares instead of validating it again.
 #[derive(Debug, Default)]
 pub struct TagCache(String);
 
 impl Publish {
-    /// [`event`](Self::event), validating the tag only when it differs
-    /// from the one `cache` holds (and then remembering it). Inlined: on
-    /// every publish, and its result is large (each call layer copied it).
+    /// The event parsed and checked against its endpoint's name
+    /// (`publisher`): the event must name the endpoint it was sent on, and
+    /// its tag must be valid (checked only when it differs from the one
+    /// `cache` holds). The error is what to send back (`refuse` it).
     #[inline]
-    pub fn event_cached(&self, cache: &mut TagCache) -> Result<EventRef<'_>, (ErrorCode, String)> {
-        let ev = self.parsed()?;
-        if ev.tag != cache.0 {
-            check_tag(ev.tag)?;
-            ev.tag.clone_into(&mut cache.0);
-        }
-        Ok(ev)
-    }
-
-    /// Parses the event and checks it names its endpoint and a valid tag.
-    /// The error is what to send back (`refuse` it).
-    pub fn event(&self) -> Result<EventRef<'_>, (ErrorCode, String)> {
-        let ev = self.parsed()?;
-        check_tag(ev.tag)?;
-        Ok(ev)
-    }
-
-    /// The event parsed, checked to name this frame's endpoint.
-    #[inline]
-    fn parsed(&self) -> Result<EventRef<'_>, (ErrorCode, String)> {
+    fn event_checked(
+        &self,
+        publisher: &str,
+        cache: &mut TagCache,
+    ) -> Result<EventRef<'_>, (ErrorCode, String)> {
         let ev = EventRef::parse(&self.bytes)
             .map_err(|e| (ErrorCode::Malformed, format!("bad Publish frame: {e}")))?;
-        if ev.publisher != &*self.endpoint {
+        if ev.publisher != publisher {
             return Err((
                 ErrorCode::PublisherMismatch,
                 format!(
-                    "event names publisher {:?} but was sent on endpoint {:?}",
-                    ev.publisher, self.endpoint
+                    "event names publisher {:?} but was sent on endpoint {publisher:?}",
+                    ev.publisher
                 ),
             ));
+        }
+        if ev.tag != cache.0 {
+            check_tag(ev.tag)?;
+            ev.tag.clone_into(&mut cache.0);
         }
         Ok(ev)
     }
@@ -381,7 +379,7 @@ pub struct Connection {
     last_heard: Nanos,
     pinged: bool,
     protocol_errors: u32,
-    endpoints: HashMap<u32, Endpoint>,
+    endpoints: HashMap<u32, Endpoint, Fast>,
     subs: HashMap<u32, Subscription>,
     pending: Pending,
     closed: Option<Closed>,
@@ -427,7 +425,7 @@ impl Connection {
             last_heard: now,
             pinged: false,
             protocol_errors: 0,
-            endpoints: HashMap::new(),
+            endpoints: HashMap::default(),
             subs: HashMap::new(),
             pending: Pending::None,
             closed: None,
@@ -523,8 +521,37 @@ impl Connection {
     }
 
     /// The endpoints declared on this connection.
-    pub fn endpoints(&self) -> &HashMap<u32, Endpoint> {
+    pub fn endpoints(&self) -> &HashMap<u32, Endpoint, Fast> {
         &self.endpoints
+    }
+
+    /// The name of endpoint `id` of this connection, if it is declared.
+    #[inline]
+    pub fn endpoint_name(&self, id: u32) -> Option<&Arc<str>> {
+        self.endpoints.get(&id).map(|e| &e.name)
+    }
+
+    /// Server: the event of publish `p` (handed over by
+    /// [`poll_input`](Self::poll_input)), parsed and checked: it names the
+    /// endpoint it was sent on, and its tag is valid (validated again only
+    /// when it differs from the one `cache` holds). The error is what to
+    /// send back ([`refuse`](Self::refuse) it).
+    #[inline]
+    pub fn publish_event<'p>(
+        &self,
+        p: &'p Publish,
+        cache: &mut TagCache,
+    ) -> Result<EventRef<'p>, (ErrorCode, String)> {
+        let Some(name) = self.endpoint_name(p.endpoint) else {
+            return Err((
+                ErrorCode::UnknownEndpoint,
+                format!(
+                    "publish on endpoint id {}, which is not declared",
+                    p.endpoint
+                ),
+            ));
+        };
+        p.event_checked(name, cache)
     }
 
     /// The subscriptions held on this connection.
@@ -964,7 +991,7 @@ impl Connection {
                 // Advanced, not sliced: no reference count taken and given back.
                 bytes::Buf::advance(&mut body, 4);
                 Input::Publish(Publish {
-                    endpoint: e.name.clone(),
+                    endpoint: id,
                     bytes: body,
                     frame_len,
                 })

@@ -5,7 +5,7 @@
 //! Nothing here sleeps or reads a clock.
 
 use bytes::{Bytes, BytesMut};
-use tagwire_core::connection::{ClientHello, Config, Connection, Input, Reply};
+use tagwire_core::connection::{ClientHello, Config, Connection, Input, Reply, TagCache};
 use tagwire_core::filter::Overrides;
 use tagwire_core::history::{HistoryLimits, HistoryTable};
 use tagwire_core::node::{Node, NodeLimits, Sink, Verdict};
@@ -178,7 +178,7 @@ impl Pair {
                 Err(e) => s.refuse(ErrorCode::InvalidPattern, e.to_string()),
             },
             Input::Publish(p) => {
-                let ev = match p.event() {
+                let ev = match s.publish_event(&p, &mut TagCache::default()) {
                     Ok(ev) => ev,
                     Err((code, message)) => return s.refuse(code, message),
                 };

@@ -1097,7 +1097,7 @@ impl Conn {
         p: &Publish,
         chunk: Option<u64>,
     ) -> Result<(), (ErrorCode, String)> {
-        let ev = p.event_cached(&mut self.tag_cache)?;
+        let ev = self.engine.publish_event(p, &mut self.tag_cache)?;
         if !self.rights.may_publish(ev.tag) {
             return Err((
                 ErrorCode::PermissionDenied,
@@ -1122,16 +1122,19 @@ impl Conn {
             Admit::Hold { deadline, .. } | Admit::Now { deadline } => deadline,
         };
         // Most daemons have no publisher filters: no lookup then.
+        // Its name: for publisher filters and `max_suppliers`, both rare.
+        let endpoint = || self.engine.endpoint_name(p.endpoint);
         let accepted = st.sources.is_empty()
-            || st
-                .sources
-                .get(&*p.endpoint)
+            || endpoint()
+                .and_then(|name| st.sources.get(&**name))
                 .is_none_or(|f| f.is_empty() || f.any_matches(&ev));
         if !accepted {
             st.filtered_at_source += 1;
             return Ok(());
         }
-        crate::qos::check_suppliers(st, ev.tag, &p.endpoint)?;
+        if let Some(name) = endpoint() {
+            crate::qos::check_suppliers(st, ev.tag, name)?;
+        }
         st.note_publish(ev.tag, ev.publisher);
         if let Admit::Hold { until, .. } = decision {
             // Held until its start time; a copy, so the read buffer is not

@@ -25,8 +25,15 @@ pub(crate) const CLASSES: usize = 4;
 
 /// Most events gathered into one vectored write (two iovecs each).
 pub const BATCH_EVENTS: usize = 256;
-/// Most bytes gathered into one vectored write.
-pub const BATCH_BYTES: usize = 1024 * 1024;
+/// Bytes after which a vectored write takes no more events (the event that
+/// crosses it goes too). Small, so that a write is a short stretch of
+/// kernel time: on a kernel without full preemption a real-time lane's
+/// wake-up waits for another lane's write to end. At 1 MiB (and at
+/// 256 KiB), a low-band flood over Unix sockets raised the high band's ping
+/// p99 to 1.5–3.4x busy-idle; at 64 KiB, 1.05–1.38x (BENCHMARKS.md,
+/// "Publish batches"). The price: one 64 KiB event per write (-13 % of
+/// 64 KiB throughput).
+pub const BATCH_BYTES: usize = 64 * 1024;
 /// Most fds passed with one write (each a shared-memory region).
 const MAX_FDS_PER_WRITE: usize = 16;
 

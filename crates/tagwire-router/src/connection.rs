@@ -938,9 +938,13 @@ impl Conn {
             }
         };
         let resolved = crate::qos::resolve_channel(&st, self.id, &parsed, &layer);
-        let checked = crate::qos::check_band(&st, self.id, &resolved)
-            .and_then(|()| crate::qos::check_proxy(&st, &resolved))
-            .and_then(|()| crate::qos::check_consumers(&st, endpoint, &parsed, &resolved));
+        let checked = crate::qos::check_lane_change(
+            self.rights.admin,
+            layer.is_set(tagwire_core::qos::Property::Sched),
+        )
+        .and_then(|()| crate::qos::check_band(&st, self.id, &resolved))
+        .and_then(|()| crate::qos::check_proxy(&st, &resolved))
+        .and_then(|()| crate::qos::check_consumers(&st, endpoint, &parsed, &resolved));
         if let Err((code, message)) = checked {
             drop(st);
             return self.refuse(code, message);

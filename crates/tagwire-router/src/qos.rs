@@ -85,6 +85,20 @@ pub(crate) fn check_band(
     }
 }
 
+/// Refuses `sched` to an identity without the admin right: a lane serves
+/// every connection of its band, so a channel's `sched` re-schedules what
+/// others share (a non-admin could otherwise raise the `normal` lane above
+/// `critical`, and it would stay so after the identity left).
+pub(crate) fn check_lane_change(admin: bool, sets_sched: bool) -> Result<(), (ErrorCode, String)> {
+    if admin || !sets_sched {
+        return Ok(());
+    }
+    Err((
+        ErrorCode::PermissionDenied,
+        "sched changes the scheduling of the band's lane, which serves every connection of the band: it needs the admin right (an admin can set it with `tagwire admin qos`, or `[[bands]] sched` in the configuration)".into(),
+    ))
+}
+
 /// Refuses `proxy=node:NAME` naming a daemon this network does not have
 /// (a proxy must run somewhere events pass).
 pub(crate) fn check_proxy(st: &State, resolved: &Resolved) -> Result<(), (ErrorCode, String)> {
@@ -275,6 +289,10 @@ pub(crate) fn admin_qos(
             "qos: nothing to change (give property=value or unset)".into()
         ));
     }
+    let sets_sched = set
+        .keys()
+        .any(|k| Property::from_name(k) == Some(Property::Sched));
+    check_lane_change(admin, sets_sched)?;
     let target = target(st, names)?;
     let denied = |what: &str| {
         (

@@ -377,3 +377,50 @@ fn compiled_filter_memory_is_bounded_per_identity() {
     let r = bob.try_subscribe(2, 1, "/bob/**", &filter_qos(&["$.x == 1"]));
     assert!(matches!(r, Frame::Ok { .. }), "{r:?}");
 }
+
+#[test]
+fn a_non_admin_cannot_reschedule_a_lane_through_its_own_channels_qos() {
+    let h = Router::start(config()).expect("start");
+    let mut alice = Raw::welcomed_as(&h, ALICE, [0; 16]);
+    assert_eq!(
+        alice.try_declare(1, EndpointKind::Subscriber, "/alice/sub"),
+        Frame::Ok { req: 1 }
+    );
+    let sched = [("sched".to_owned(), "fifo:99".to_owned())];
+    let denied = alice.try_subscribe(2, 1, "/alice/x", &sched);
+    assert_eq!(
+        error_code(&denied),
+        Some(ErrorCode::PermissionDenied),
+        "{denied:?}"
+    );
+    assert!(message(&denied).contains("sched"), "{denied:?}");
+    // Subscribed without it, the same change through `admin qos` on its own
+    // endpoint is refused too.
+    assert!(matches!(
+        alice.try_subscribe(3, 1, "/alice/x", &[]),
+        Frame::Ok { .. }
+    ));
+    let denied = alice.try_admin(&serde_json::json!({
+        "op": "qos", "target": ["/alice/sub"], "set": {"sched": "fifo:99"}
+    }));
+    assert_eq!(
+        error_code(&denied),
+        Some(ErrorCode::PermissionDenied),
+        "{denied:?}"
+    );
+    assert!(message(&denied).contains("admin right"), "{denied:?}");
+    // Its other QoS still changes (its own channel's priority).
+    assert!(matches!(
+        alice.try_admin(&serde_json::json!({
+            "op": "qos", "target": ["/alice/sub"], "set": {"priority": "high"}
+        })),
+        Frame::AdminReply { .. }
+    ));
+    // No lane was asked to change: every lane keeps its configured policy.
+    let mut owner = Raw::welcomed_as(&h, &owner_token(&h), [1; 16]);
+    let lanes = owner.list().lanes;
+    assert!(!lanes.is_empty());
+    for lane in &lanes {
+        assert_ne!(lane.sched, "fifo:99", "{lane:?}");
+    }
+}

@@ -28,9 +28,9 @@ pub const BATCH_EVENTS: usize = 256;
 /// Bytes after which a vectored write takes no more events (the event that
 /// crosses it goes too). Small, so that a write is a short stretch of
 /// kernel time: on a kernel without full preemption a real-time lane's
-/// wake-up waits for another lane's write to end. At 1 MiB (and at
-/// 256 KiB), a low-band flood over Unix sockets raised the high band's ping
-/// p99 to 1.5–3.4x busy-idle; at 64 KiB, 1.05–1.38x (BENCHMARKS.md,
+/// wake-up waits for another lane's write to end. Under a low-band flood
+/// over Unix sockets the high band's ping p99 had a median of 1.81x
+/// busy-idle with 1 MiB writes and 1.23x with 64 KiB ones (BENCHMARKS.md,
 /// "Publish batches"). The price: one 64 KiB event per write (-13 % of
 /// 64 KiB throughput).
 pub const BATCH_BYTES: usize = 64 * 1024;

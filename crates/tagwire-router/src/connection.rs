@@ -896,6 +896,14 @@ impl Conn {
             qos.into_iter().partition(|(k, _)| k == "transform");
         let (reserve_props, qos): (Vec<_>, Vec<_>) =
             qos.into_iter().partition(|(k, _)| k == "reserve");
+        if !reserve_props.is_empty() && !self.rights.admin {
+            // A reservation is the band's, on the daemon's egress: it takes
+            // rate from every other connection's best effort.
+            return self.refuse(
+                ErrorCode::PermissionDenied,
+                "reserve: a bandwidth reservation guarantees the band's rate on the daemon's egress for every connection of the band (and takes it from best effort): it needs the admin right".into(),
+            );
+        }
         let transform = match transform_props.last() {
             None => None,
             Some((_, spec)) => {

@@ -379,7 +379,7 @@ fn compiled_filter_memory_is_bounded_per_identity() {
 }
 
 #[test]
-fn a_non_admin_cannot_reschedule_a_lane_through_its_own_channels_qos() {
+fn a_non_admin_cannot_reschedule_a_lane_or_reserve_bandwidth_through_its_own_channels() {
     let h = Router::start(config()).expect("start");
     let mut alice = Raw::welcomed_as(&h, ALICE, [0; 16]);
     assert_eq!(
@@ -394,6 +394,15 @@ fn a_non_admin_cannot_reschedule_a_lane_through_its_own_channels_qos() {
         "{denied:?}"
     );
     assert!(message(&denied).contains("sched"), "{denied:?}");
+    // A bandwidth reservation (the band's, on the daemon's egress) likewise.
+    let reserve = [("reserve".to_owned(), "1mbit".to_owned())];
+    let denied = alice.try_subscribe(4, 1, "/alice/y", &reserve);
+    assert_eq!(
+        error_code(&denied),
+        Some(ErrorCode::PermissionDenied),
+        "{denied:?}"
+    );
+    assert!(message(&denied).contains("reserve"), "{denied:?}");
     // Subscribed without it, the same change through `admin qos` on its own
     // endpoint is refused too.
     assert!(matches!(

@@ -194,6 +194,8 @@ fn main() -> ExitCode {
             tracing_subscriber::EnvFilter::try_new(&filter).unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
+        // Colours only on a terminal: not as escape codes in a log file.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let cfg = match config(&args) {
         Ok(c) => c,

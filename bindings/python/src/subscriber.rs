@@ -183,14 +183,24 @@ impl PySubscriber {
         self.get().map_or(0, |s| s.dropped())
     }
 
-    /// Unsubscribes; a blocked `recv` or `async for` ends. Idempotent.
-    fn close(&self, py: Python<'_>) {
+    /// Unsubscribes; a blocked `recv` or `async for` ends; once it returns,
+    /// the endpoint name (if this was its last subscription) is free to any
+    /// other session. Idempotent.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
         self.closed.store(true, Ordering::Release);
         let sub = crate::lock(&self.inner).take();
         if let Some(w) = self.wake.get() {
             w.waker.wake_by_ref();
         }
-        py.detach(|| drop(sub));
+        match sub.map(Arc::try_unwrap) {
+            Some(Ok(sub)) => py.detach(|| sub.close()).map_err(|e| to_py(py, e)),
+            // Another thread is in `recv`: it lets go when woken.
+            Some(Err(shared)) => {
+                py.detach(|| drop(shared));
+                Ok(())
+            }
+            None => Ok(()),
+        }
     }
 
     fn __iter__(slf: Py<Self>) -> Py<Self> {
@@ -256,8 +266,8 @@ impl PySubscriber {
         _ty: &Bound<'_, PyAny>,
         _value: &Bound<'_, PyAny>,
         _tb: &Bound<'_, PyAny>,
-    ) {
-        self.close(py);
+    ) -> PyResult<()> {
+        self.close(py)
     }
 
     fn __repr__(&self) -> String {

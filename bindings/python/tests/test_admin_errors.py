@@ -173,6 +173,15 @@ def test_duplicate_endpoint_has_its_own_exception(daemon, session):
     other.declare_publisher("/py/dup")  # the name is free again
 
 
+def test_a_closed_subscribers_endpoint_name_is_free_at_once(daemon, session):
+    other = tagwire.Session.connect(daemon.unix_url)
+    for _ in range(20):
+        sub = session.subscribe("/py/close/**", endpoint="/py/close-viewer")
+        sub.close()
+        again = other.subscribe("/py/close/**", endpoint="/py/close-viewer")  # no DuplicateEndpoint
+        again.close()
+
+
 def test_closed_session_raises_session_closed(daemon):
     s = tagwire.Session.connect(daemon.unix_url)
     s.close()

@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use tagwire_proto::{Event, Expiry, Value};
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::session::{lock, Session};
 
 /// A declared publisher endpoint. Each event it sends gets the next
@@ -374,16 +374,7 @@ impl Publisher {
             .collect();
         sessions.push(self.session.clone());
         drop(self);
-        // One connection's frames are handled in order: a reply to a later
-        // ping means the undeclare before it is done.
-        for s in sessions {
-            match s.ping() {
-                Ok(_) | Err(Error::Disconnected | Error::Closed | Error::NotReconnected { .. }) => {
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(())
+        sessions.iter().try_for_each(Session::sync)
     }
 }
 

@@ -529,6 +529,19 @@ impl Session {
         }
     }
 
+    /// Returns once the router has handled everything sent before on this
+    /// connection (a round trip: one connection's frames are handled in
+    /// order). A lost connection counts as handled: its endpoints and
+    /// subscriptions are gone with it.
+    pub(crate) fn sync(&self) -> Result<()> {
+        match self.ping() {
+            Ok(_) | Err(Error::Disconnected | Error::Closed | Error::NotReconnected { .. }) => {
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// Writes any batched publishes now.
     pub fn flush(&self) -> Result<()> {
         let inner = self.inner();

@@ -332,6 +332,17 @@ impl futures_core::Stream for Subscriber {
     }
 }
 
+impl Subscriber {
+    /// Unsubscribes and returns once the router has done so: the
+    /// subscription's endpoint name is then free to any other session
+    /// (dropping unsubscribes too, without waiting).
+    pub fn close(self) -> Result<()> {
+        let session = self.session.clone();
+        drop(self);
+        session.sync()
+    }
+}
+
 impl Drop for Subscriber {
     fn drop(&mut self) {
         self.session.inner().remove_subscription(self.sub);

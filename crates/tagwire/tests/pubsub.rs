@@ -239,6 +239,28 @@ fn closed_publisher_name_is_free_to_another_session_at_once() {
 }
 
 #[test]
+fn closed_subscriber_endpoint_is_free_to_another_session_at_once() {
+    for (name, server) in all_servers() {
+        let a = server.session();
+        let b = server.session();
+        for round in 0..50 {
+            let s = a
+                .subscribe("/close/**")
+                .endpoint("/viewer/close")
+                .receiver()
+                .expect("subscribe");
+            s.close().expect("close");
+            let t = b
+                .subscribe("/close/**")
+                .endpoint("/viewer/close")
+                .receiver()
+                .unwrap_or_else(|e| panic!("{name} round {round}: name not free: {e}"));
+            t.close().expect("close");
+        }
+    }
+}
+
+#[test]
 fn list_shows_endpoints_subscriptions_and_tags() {
     for (name, server) in all_servers() {
         let s = server.session();

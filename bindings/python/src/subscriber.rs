@@ -329,7 +329,9 @@ fn callback_main(sub: tagwire::Subscriber, callback: Py<PyAny>, stop: &AtomicBoo
             break;
         }
     }
-    drop(sub);
+    // Unsubscribed and confirmed by the router before the thread ends, so
+    // that `close()`, which joins it, frees the endpoint name for others.
+    let _ = sub.close();
     // Dropped attached where Python still runs; else pyo3 defers the
     // reference count change (and at exit nobody needs it).
     Python::try_attach(move |_| drop(callback));
@@ -344,7 +346,9 @@ impl PyCallbackSubscription {
     }
 
     /// Stops calling the callback and unsubscribes; returns once the
-    /// callback thread has ended (at once when called from the callback).
+    /// callback thread has ended and the router has unsubscribed (the
+    /// endpoint name is then free to others; at once, without that wait,
+    /// when called from the callback).
     fn close(&self, py: Python<'_>) {
         self.stop.store(true, Ordering::Release);
         let t = crate::lock(&self.thread).take();

@@ -175,7 +175,7 @@ def test_duplicate_endpoint_has_its_own_exception(daemon, session):
 
 def test_a_closed_subscribers_endpoint_name_is_free_at_once(daemon, session):
     other = tagwire.Session.connect(daemon.unix_url)
-    for _ in range(20):
+    for _ in range(50):
         sub = session.subscribe("/py/close/**", endpoint="/py/close-viewer")
         sub.close()
         again = other.subscribe("/py/close/**", endpoint="/py/close-viewer")  # no DuplicateEndpoint

@@ -21,7 +21,7 @@ mod sample;
 mod session;
 mod subscriber;
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use pyo3::prelude::*;
 
@@ -29,6 +29,25 @@ use pyo3::prelude::*;
 /// (each critical section here only takes or clones an `Option`).
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Closes a publisher's or subscriber's last handle with `close` (which
+/// waits for the daemon), the GIL released. A handle another thread still
+/// holds (a send or `recv` in progress) is only let go of here: it closes,
+/// without the wait, when that thread lets go too.
+pub(crate) fn close_last<T: Send + Sync>(
+    py: Python<'_>,
+    held: Option<Arc<T>>,
+    close: impl FnOnce(T) -> tagwire::Result<()> + Send,
+) -> PyResult<()> {
+    match held.map(Arc::try_unwrap) {
+        Some(Ok(last)) => py.detach(|| close(last)).map_err(|e| error::to_py(py, e)),
+        Some(Err(shared)) => {
+            py.detach(|| drop(shared));
+            Ok(())
+        }
+        None => Ok(()),
+    }
 }
 
 /// The native module.

@@ -285,14 +285,7 @@ impl PyPublisher {
     /// then the name is freed when that send ends). Idempotent.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         let p = crate::lock(&self.inner).take();
-        match p.map(Arc::try_unwrap) {
-            Some(Ok(p)) => py.detach(|| p.close()).map_err(|e| to_py(py, e)),
-            Some(Err(shared)) => {
-                py.detach(|| drop(shared));
-                Ok(())
-            }
-            None => Ok(()),
-        }
+        crate::close_last(py, p, tagwire::Publisher::close)
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {

@@ -192,15 +192,8 @@ impl PySubscriber {
         if let Some(w) = self.wake.get() {
             w.waker.wake_by_ref();
         }
-        match sub.map(Arc::try_unwrap) {
-            Some(Ok(sub)) => py.detach(|| sub.close()).map_err(|e| to_py(py, e)),
-            // Another thread is in `recv`: it lets go when woken.
-            Some(Err(shared)) => {
-                py.detach(|| drop(shared));
-                Ok(())
-            }
-            None => Ok(()),
-        }
+        // Another thread in `recv` lets go when woken (above).
+        crate::close_last(py, sub, tagwire::Subscriber::close)
     }
 
     fn __iter__(slf: Py<Self>) -> Py<Self> {

@@ -365,11 +365,12 @@ async fn serve_with<R, W>(
                 break;
             };
             rb.frame_taken();
+            let chunk = |len: usize| (!rb.is_large(len)).then_some(epoch);
             if let Input::Publish(p) = &input {
                 // Routed under the state lock held across the batch; the
                 // connection's replies wait for the batch's end (flushing
                 // them may log, which locks the state).
-                batch.publish(&mut conn, p, (!rb.is_large(p.frame_len)).then_some(epoch));
+                batch.publish(&mut conn, p, chunk(p.frame_len));
                 if batch.full() || p.frame_len > BATCH_FRAME_MAX {
                     batch.end(&mut conn);
                 }
@@ -379,7 +380,6 @@ async fn serve_with<R, W>(
                 if precompiled {
                     precompile_filters(&state, &input).await;
                 }
-                let chunk = |len: usize| (!rb.is_large(len)).then_some(epoch);
                 match input {
                     Input::Admin { body, .. } if crate::shm::is_open_request(&body) => {
                         // On this lane: the region's fd goes out on this connection.
@@ -615,13 +615,8 @@ impl Conn {
     /// a buffer of its own (see [`ReadBuffer`]).
     fn handle(&mut self, input: Input, chunk: impl Fn(usize) -> Option<u64>) {
         match input {
-            Input::Publish(p) => {
-                // Outside the read loop's batches: a batch of one.
-                let state = self.state.clone();
-                let mut batch = PublishBatch::new(&state);
-                batch.publish(self, &p, chunk(p.frame_len));
-                batch.end(self);
-            }
+            // The read loop routes publishes in batches (`PublishBatch`).
+            Input::Publish(_) => debug_assert!(false, "a publish reached Conn::handle"),
             Input::Hello { hello, .. } => self.handshake(hello),
             Input::Declare { id, kind, name, .. } => self.declare(id, kind, name),
             Input::Subscribe {
@@ -1096,12 +1091,11 @@ impl Conn {
         self.engine.accept();
     }
 
-    /// The hot path: check an event (parsed once, here), then hand it (by
-    /// reference) to every matching channel. `chunk`: as for [`Conn::handle`].
-    /// Checks and routes a published event with the router's state locked
-    /// by the caller (`st`, held across a batch of publishes); its
-    /// deliveries wait in `stage` (see [`Staging`]). A refusal is returned,
-    /// to be sent once the state is unlocked.
+    /// The hot path: check an event (parsed once, here), then route it to
+    /// every matching channel, with the router's state locked by the caller
+    /// (`st`, held across a [`PublishBatch`]); its deliveries wait in
+    /// `stage` (see [`Staging`]). `chunk`: as for [`Conn::handle`]. A
+    /// refusal is returned, to be sent once the state is unlocked.
     fn publish(
         &mut self,
         st: &mut State,
@@ -1133,8 +1127,8 @@ impl Conn {
             Admit::Expired => return Ok(()),
             Admit::Hold { deadline, .. } | Admit::Now { deadline } => deadline,
         };
-        // Most daemons have no publisher filters: no lookup then.
-        // Its name: for publisher filters and `max_suppliers`, both rare.
+        // The publisher's name, looked up only for publisher filters and
+        // `max_suppliers` (most daemons have neither).
         let endpoint = || self.engine.endpoint_name(p.endpoint);
         let accepted = st.sources.is_empty()
             || endpoint()

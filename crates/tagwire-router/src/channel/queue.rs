@@ -415,9 +415,10 @@ impl Channel {
         // chunk; `push_staged` confirms that under the queue's lock and
         // copies it for this channel alone if not. A channel holding an
         // older chunk gets the copy shared with the channels after it.
+        let pinned = self.pinned.get();
         let epoch = event
             .small_slice_epoch()
-            .filter(|e| matches!(self.pinned.get(), 0) || self.pinned.get() == *e);
+            .filter(|e| pinned == 0 || pinned == *e);
         let (bytes, size) = event.for_queue(epoch.is_some());
         Some(Staged {
             item: Queued {

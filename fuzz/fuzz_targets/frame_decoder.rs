@@ -1,7 +1,8 @@
 //! Fuzz target: arbitrary bytes through the streaming `FrameDecoder`, then
 //! `Frame::decode` on every frame it splits off, and `EventRef::parse` /
 //! `Event::decode` on the event of every `Publish`/`Deliver` and every
-//! event of a `PullReply`. Errors are
+//! event of a `PullReply` (and `EventRef::parse_named`, the daemon's parse,
+//! which must agree with `parse`). Errors are
 //! expected; a panic, or a decoded frame that does not re-encode to exactly
 //! its bytes, is a bug. Seed corpus: the test vectors of docs/protocol.md
 //! (scripts/fuzz.sh writes it).
@@ -50,6 +51,12 @@ fuzz_target!(|data: &[u8]| {
 /// first re-encoding may be shorter than the input, but never differ again).
 fn check_event(event: &Bytes) {
     let parsed = EventRef::parse(event);
+    let utf8 = |b| std::str::from_utf8(b).map_err(|_| ());
+    let named = EventRef::parse_named(event, |t, p| Ok::<_, ()>((utf8(t)?, utf8(p)?)));
+    assert_eq!(parsed.is_ok(), named.is_ok(), "parse and parse_named disagree");
+    if let (Ok(a), Ok(b)) = (&parsed, &named) {
+        assert_eq!((a.tag, a.publisher, a.payload), (b.tag, b.publisher, b.payload));
+    }
     let decoded = Event::decode(event);
     assert_eq!(parsed.is_ok(), decoded.is_ok(), "parse and decode disagree");
     let (Ok(view), Ok(owned)) = (parsed, decoded) else {

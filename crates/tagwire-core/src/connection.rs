@@ -27,8 +27,8 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 use tagwire_proto::{
     is_link_kind, kind, link_frame_name, validate_max_frame, DecodeError, EndpointKind, ErrorCode,
-    EventRef, Frame, FrameDecoder, LinkFrame, StreamError, FRAME_HEADER_LEN, MIN_PROTOCOL_VERSION,
-    PROTOCOL_VERSION, SESSION_ID_LEN,
+    EventRef, Frame, FrameDecoder, LinkFrame, NamedError, StreamError, FRAME_HEADER_LEN,
+    MIN_PROTOCOL_VERSION, PROTOCOL_VERSION, SESSION_ID_LEN,
 };
 
 use crate::tags::validate_tag;
@@ -251,11 +251,13 @@ pub enum Input {
     Closed,
     /// Either side, established: a link frame from another daemon (decoded,
     /// not yet trusted: the router decides whether this is a peer link).
-    Link(LinkFrame),
+    /// Boxed, as [`Input::Pull`]: every frame's `Input` is moved out of
+    /// [`Connection::poll_input`], so the enum stays as small as a publish.
+    Link(Box<LinkFrame>),
     /// Server: a pull from a tag's history. Answer with
     /// [`Connection::answer_pull`] or [`Connection::refuse_pull`] (e.g.
     /// `NoHistory`; not counted as a protocol error).
-    Pull(tagwire_proto::Pull),
+    Pull(Box<tagwire_proto::Pull>),
 }
 
 /// A client request's outcome.
@@ -296,29 +298,45 @@ impl Publish {
     /// The event parsed and checked against its endpoint's name
     /// (`publisher`): the event must name the endpoint it was sent on, and
     /// its tag must be valid (checked only when it differs from the one
-    /// `cache` holds). The error is what to send back (`refuse` it).
+    /// `cache` holds). The names are compared, not validated again: the
+    /// event's tag and publisher are `cache`'s and `publisher`'s strings.
+    /// The error is what to send back (`refuse` it).
     #[inline]
-    fn event_checked(
-        &self,
-        publisher: &str,
-        cache: &mut TagCache,
-    ) -> Result<EventRef<'_>, (ErrorCode, String)> {
-        let ev = EventRef::parse(&self.bytes)
-            .map_err(|e| (ErrorCode::Malformed, format!("bad Publish frame: {e}")))?;
-        if ev.publisher != publisher {
-            return Err((
-                ErrorCode::PublisherMismatch,
-                format!(
-                    "event names publisher {:?} but was sent on endpoint {publisher:?}",
-                    ev.publisher
-                ),
-            ));
-        }
-        if ev.tag != cache.0 {
-            check_tag(ev.tag)?;
-            ev.tag.clone_into(&mut cache.0);
-        }
-        Ok(ev)
+    fn event_checked<'c>(
+        &'c self,
+        publisher: &'c str,
+        cache: &'c mut TagCache,
+    ) -> Result<EventRef<'c>, (ErrorCode, String)> {
+        let malformed = |e: DecodeError| (ErrorCode::Malformed, format!("bad Publish frame: {e}"));
+        let utf8 = |bytes, what| {
+            std::str::from_utf8(bytes).map_err(|e| {
+                malformed(DecodeError::NotUtf8 {
+                    what,
+                    at: e.valid_up_to(),
+                })
+            })
+        };
+        EventRef::parse_named(&self.bytes, move |tag, named| {
+            if named != publisher.as_bytes() {
+                return Err((
+                    ErrorCode::PublisherMismatch,
+                    format!(
+                        "event names publisher {:?} but was sent on endpoint {publisher:?}",
+                        utf8(named, "publisher")?
+                    ),
+                ));
+            }
+            if tag != cache.0.as_bytes() {
+                let tag = utf8(tag, "tag")?;
+                check_tag(tag)?;
+                tag.clone_into(&mut cache.0);
+            }
+            Ok((&cache.0, publisher))
+        })
+        .map_err(|e| match e {
+            NamedError::Decode(e) => malformed(e),
+            NamedError::Names(e) => e,
+        })
     }
 }
 
@@ -537,11 +555,11 @@ impl Connection {
     /// when it differs from the one `cache` holds). The error is what to
     /// send back ([`refuse`](Self::refuse) it).
     #[inline]
-    pub fn publish_event<'p>(
-        &self,
-        p: &'p Publish,
-        cache: &mut TagCache,
-    ) -> Result<EventRef<'p>, (ErrorCode, String)> {
+    pub fn publish_event<'c>(
+        &'c self,
+        p: &'c Publish,
+        cache: &'c mut TagCache,
+    ) -> Result<EventRef<'c>, (ErrorCode, String)> {
         let Some(name) = self.endpoint_name(p.endpoint) else {
             return Err((
                 ErrorCode::UnknownEndpoint,
@@ -697,7 +715,7 @@ impl Connection {
         }
         if is_link_kind(k) && self.phase == Phase::Established {
             return match LinkFrame::decode(k, body) {
-                Ok(f) => Input::Link(f),
+                Ok(f) => Input::Link(Box::new(f)),
                 Err(e) => {
                     let message = format!("bad {} frame: {e}", link_frame_name(k));
                     self.protocol_error(decode_code(&e), 0, message)
@@ -857,7 +875,7 @@ impl Connection {
             }
             Frame::Pull(pull) => {
                 self.pending = Pending::Pull(pull.req);
-                Input::Pull(pull)
+                Input::Pull(Box::new(pull))
             }
             Frame::Ping { nonce } => {
                 self.send(&Frame::Pong { nonce });
@@ -1223,7 +1241,7 @@ impl Connection {
         }
         if is_link_kind(k) && self.phase == Phase::Established {
             return match LinkFrame::decode(k, body) {
-                Ok(f) => Input::Link(f),
+                Ok(f) => Input::Link(Box::new(f)),
                 Err(e) => self.client_error(format!("bad {} frame: {e}", link_frame_name(k))),
             };
         }

@@ -178,7 +178,8 @@ impl Pair {
                 Err(e) => s.refuse(ErrorCode::InvalidPattern, e.to_string()),
             },
             Input::Publish(p) => {
-                let ev = match s.publish_event(&p, &mut TagCache::default()) {
+                let mut cache = TagCache::default();
+                let ev = match s.publish_event(&p, &mut cache) {
                     Ok(ev) => ev,
                     Err((code, message)) => return s.refuse(code, message),
                 };
@@ -210,6 +211,7 @@ impl Pair {
                 s.answer_admin("{\"ok\":true}".into());
             }
             Input::Pull(pull) => {
+                let pull = *pull;
                 let table = self
                     .app
                     .history

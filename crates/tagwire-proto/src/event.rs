@@ -429,9 +429,59 @@ pub struct EventRef<'a> {
     pub payload: &'a [u8],
 }
 
+/// Why [`EventRef::parse_named`] refused an event: the encoding, or what
+/// its caller's `names` said about the tag or the publisher.
+#[derive(Debug)]
+pub enum NamedError<E> {
+    /// The event is malformed.
+    Decode(DecodeError),
+    /// `names` refused its tag or publisher.
+    Names(E),
+}
+
+impl<E> From<DecodeError> for NamedError<E> {
+    fn from(e: DecodeError) -> Self {
+        NamedError::Decode(e)
+    }
+}
+
 impl<'a> EventRef<'a> {
     /// Parses and validates an encoded event.
     pub fn parse(buf: &'a [u8]) -> Result<EventRef<'a>, DecodeError> {
+        let utf8 = |bytes: &'a [u8], what| {
+            std::str::from_utf8(bytes).map_err(|e| DecodeError::NotUtf8 {
+                what,
+                at: e.valid_up_to(),
+            })
+        };
+        Self::parse_named(buf, |tag, publisher| {
+            Ok((utf8(tag, "tag")?, utf8(publisher, "publisher")?))
+        })
+        .map_err(|e| match e {
+            NamedError::Decode(e) | NamedError::Names(e) => e,
+        })
+    }
+
+    /// Parses and validates an encoded event, except its tag and publisher:
+    /// once the rest is valid, `names` gets their raw bytes and returns them
+    /// as strings, or refuses them. This is the hot path's parse: a daemon
+    /// compares a publish's names with the endpoint's name and the tag it
+    /// last validated, and returns its own copies on a match, instead of
+    /// validating the same UTF-8 again for every event.
+    #[inline]
+    pub fn parse_named<E>(
+        buf: &'a [u8],
+        names: impl FnOnce(&'a [u8], &'a [u8]) -> Result<(&'a str, &'a str), E>,
+    ) -> Result<EventRef<'a>, NamedError<E>> {
+        let (mut ev, tag, publisher) = Self::parse_unnamed(buf)?;
+        (ev.tag, ev.publisher) = names(tag, publisher).map_err(NamedError::Names)?;
+        Ok(ev)
+    }
+
+    /// Parses and validates an encoded event except its tag and publisher,
+    /// which it returns raw beside it (the event's are empty). Not generic,
+    /// so that it is compiled here, with the reader's small steps inlined.
+    fn parse_unnamed(buf: &'a [u8]) -> Result<(EventRef<'a>, &'a [u8], &'a [u8]), DecodeError> {
         let mut r = Reader::new(buf);
         let tag_len = r.u16("tag length")? as usize;
         if tag_len > MAX_TAG_LEN {
@@ -441,9 +491,9 @@ impl<'a> EventRef<'a> {
                 max: MAX_TAG_LEN,
             });
         }
-        let tag = r.str(tag_len, "tag")?;
+        let tag = r.bytes(tag_len, "tag")?;
         let pub_len = r.u8("publisher length")? as usize;
-        let publisher = r.str(pub_len, "publisher")?;
+        let publisher = r.bytes(pub_len, "publisher")?;
         let seq = r.u64("sequence number")?;
         let source_time_ns = r.u64("source timestamp")?;
         let priority = r.u8("priority")?;
@@ -526,9 +576,10 @@ impl<'a> EventRef<'a> {
         } else {
             0
         };
-        Ok(EventRef {
-            tag,
-            publisher,
+        let payload = r.rest();
+        let ev = EventRef {
+            tag: "",
+            publisher: "",
             seq,
             source_time_ns,
             virtual_time,
@@ -539,8 +590,9 @@ impl<'a> EventRef<'a> {
             event_name,
             flags,
             fields_raw,
-            payload: r.rest(),
-        })
+            payload,
+        };
+        Ok((ev, tag, publisher))
     }
 
     /// Iterates over the filterable fields in encoding order.

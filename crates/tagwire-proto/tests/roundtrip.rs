@@ -7,8 +7,9 @@ use proptest::collection::{btree_set, vec};
 use proptest::prelude::*;
 use tagwire_proto::limits::{HARD_MAX_FRAME, MAX_FIELDS, MIN_MAX_FRAME};
 use tagwire_proto::{
-    encode_publish, EndpointKind, ErrorCode, Event, EventRef, Expiry, Frame, FrameDecoder, Header,
-    Pull, PullQuery, PullReply, PullStatus, Value, FRAME_HEADER_LEN, SESSION_ID_LEN,
+    encode_publish, DecodeError, EndpointKind, ErrorCode, Event, EventRef, Expiry, Frame,
+    FrameDecoder, Header, NamedError, Pull, PullQuery, PullReply, PullStatus, Value,
+    FRAME_HEADER_LEN, SESSION_ID_LEN,
 };
 
 /// A string of at most `max_chars` characters (so at most 4 × that many bytes).
@@ -319,6 +320,50 @@ proptest! {
         }
         // Re-encoding the decoded event gives the same bytes.
         prop_assert_eq!(encode_event(&decoded), bytes);
+    }
+
+    #[test]
+    fn parse_named_agrees_with_parse_on_mutated_events(
+        e in event(),
+        flips in vec((any::<prop::sample::Index>(), any::<u8>()), 0..4),
+    ) {
+        let mut bytes = encode_event(&e).to_vec();
+        for (at, byte) in flips {
+            let i = at.index(bytes.len());
+            bytes[i] = byte;
+        }
+        let utf8 = |b| std::str::from_utf8(b).map_err(|_| "not UTF-8");
+        let named = EventRef::parse_named(&bytes, |t, p| Ok::<_, &str>((utf8(t)?, utf8(p)?)));
+        match (EventRef::parse(&bytes), named) {
+            (Ok(a), Ok(b)) => {
+                prop_assert_eq!((a.tag, a.publisher, a.seq, a.payload), (b.tag, b.publisher, b.seq, b.payload));
+                prop_assert_eq!(a.fields().count(), b.fields().count());
+            }
+            (Err(a), Err(NamedError::Decode(b))) => prop_assert_eq!(a.to_string(), b.to_string()),
+            // A tag or publisher that is not UTF-8: parse says so.
+            (Err(DecodeError::NotUtf8 { .. }), Err(NamedError::Names(_))) => {}
+            (a, b) => prop_assert!(false, "parse {:?} but parse_named {:?}", a, b),
+        }
+    }
+
+    #[test]
+    fn parse_named_takes_the_callers_names(e in event()) {
+        let bytes = encode_event(&e);
+        let (tag, publisher) = (e.header.tag.clone(), e.header.publisher.clone());
+        let view = EventRef::parse_named(&bytes, |t, p| {
+            if t == tag.as_bytes() && p == publisher.as_bytes() {
+                Ok((tag.as_str(), publisher.as_str()))
+            } else {
+                Err("names differ")
+            }
+        })
+        .expect("parses");
+        // The strings are the caller's own, not views of the buffer.
+        prop_assert_eq!(view.tag.as_ptr(), tag.as_ptr());
+        prop_assert_eq!(view.publisher.as_ptr(), publisher.as_ptr());
+        prop_assert_eq!(view.payload, &e.payload[..]);
+        let other = EventRef::parse_named(&bytes, |_, _| Err::<(&str, &str), _>("refused"));
+        prop_assert!(matches!(other, Err(NamedError::Names("refused"))));
     }
 
     #[test]

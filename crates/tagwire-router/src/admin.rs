@@ -141,9 +141,7 @@ fn answer(
                     Ok((reply, true))
                 }
                 FilterLevel::Publisher => {
-                    if let Some(f) = st.sources.get_mut(rec.info.endpoint.as_str()) {
-                        f.remove(id);
-                    }
+                    st.sources.remove(&rec.info.endpoint, id);
                     Ok((reply, false))
                 }
             }
@@ -588,7 +586,7 @@ fn add_filter(
     };
     // On a publisher endpoint the default (channel) level means the
     // publisher's own filters: it has no channels.
-    let is_publisher = st.sources.contains_key(endpoint);
+    let is_publisher = st.sources.is_publisher(endpoint);
     let level = match (level, is_publisher) {
         (FilterLevel::Channel, true) => FilterLevel::Publisher,
         (FilterLevel::Publisher, false) => {
@@ -649,9 +647,9 @@ fn add_filter(
                 .map_err(|e| invalid(kind, &text, e))?;
             bytes = f.memory_estimate();
             charge(st, bytes)?;
-            if let Some(source) = st.sources.get_mut(endpoint) {
-                source.add(id, f).map_err(|e| invalid(kind, &text, e))?;
-            }
+            st.sources
+                .add(endpoint, id, f)
+                .map_err(|e| invalid(kind, &text, e))?;
         }
         (FilterLevel::Session, "map") => {
             return Err(bad(

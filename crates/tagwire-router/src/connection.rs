@@ -16,7 +16,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use tagwire_core::connection::{self as engine, Connection, Input, Publish};
 use tagwire_core::defer::Admit;
-use tagwire_core::filter::FilterList;
 use tagwire_core::qos::{Level, QosLayer};
 use tagwire_core::queue::BoundedQueue;
 use tagwire_core::tags::Pattern;
@@ -34,7 +33,7 @@ use crate::filters::{op_name, FilterInfo, FilterLevel, FilterRecord};
 use crate::local::hex;
 use crate::read_buffer::ReadBuffer;
 use crate::state::lanes::{LaneOf, Reply};
-use crate::state::{ConnEntry, Reservation, State};
+use crate::state::{ConnEntry, PublishNote, Reservation, State};
 use crate::sync::Locked;
 use crate::timing::now_ns;
 
@@ -170,6 +169,7 @@ struct PublishBatch<'s> {
     state: &'s Locked<State>,
     held: Option<crate::sync::Guard<'s, State>>,
     stage: Staging,
+    note: PublishNote,
     refusals: Vec<(ErrorCode, String)>,
     count: usize,
 }
@@ -180,6 +180,7 @@ impl<'s> PublishBatch<'s> {
             state,
             held: None,
             stage: Staging::default(),
+            note: PublishNote::default(),
             refusals: Vec::new(),
             count: 0,
         }
@@ -188,7 +189,7 @@ impl<'s> PublishBatch<'s> {
     /// Routes `p` within the batch (locking the state if the batch has not).
     fn publish(&mut self, conn: &mut Conn, p: &Publish, chunk: Option<u64>) {
         let st = self.held.get_or_insert_with(|| self.state.borrow_mut());
-        if let Err(refusal) = conn.publish(st, &mut self.stage, p, chunk) {
+        if let Err(refusal) = conn.publish(st, &mut self.stage, &mut self.note, p, chunk) {
             self.refusals.push(refusal);
         }
         self.count += 1;
@@ -207,10 +208,11 @@ impl<'s> PublishBatch<'s> {
     /// Unlocks the state, queues the staged deliveries and sends the
     /// refusals (to go out with the connection's next flush).
     fn end(&mut self, conn: &mut Conn) {
-        if self.held.is_none() {
+        let Some(mut st) = self.held.take() else {
             return;
-        }
-        drop(self.held.take());
+        };
+        self.note.flush(&mut st);
+        drop(st);
         self.count = 0;
         if let Some(who) = self.stage.flush() {
             self.refusals.push((
@@ -636,6 +638,7 @@ impl Conn {
             }
             Input::Admin { body, .. } => self.admin(&body),
             Input::Pull(pull) => {
+                let pull = *pull;
                 let max_frame = self.engine.max_frame();
                 let mut st = self.state.borrow_mut();
                 let target = crate::history::check_readable(&pull, &self.rights).and_then(|()| {
@@ -679,6 +682,7 @@ impl Conn {
                 crate::link::say_peer(&self.state, self.id, &self.outbox, self.max_control);
             }
             Input::Link(frame) => {
+                let frame = *frame;
                 let len = match &frame {
                     tagwire_proto::LinkFrame::Forward { event, .. } => {
                         event.len() + tagwire_proto::FORWARD_PREFIX_LEN
@@ -831,8 +835,8 @@ impl Conn {
         st.reservations.remove(&name);
         st.usage(&self.identity).endpoints += 1;
         if kind == EndpointKind::Publisher {
-            let filters = FilterList::new(&st.filters.limits);
-            st.sources.insert(Arc::from(name.as_str()), filters);
+            let limits = st.filters.limits.clone();
+            st.sources.declare(&name, &limits);
         }
         drop(st);
         tracing::debug!(conn = self.id, endpoint = %name, ?kind, "endpoint declared");
@@ -862,7 +866,7 @@ impl Conn {
         u.subscriptions = u.subscriptions.saturating_sub(dropped);
         st.suppliers.forget(&endpoint.name);
         st.consumers.remove(&*endpoint.name);
-        if st.sources.remove(&*endpoint.name).is_some() {
+        if st.sources.undeclare(&endpoint.name) {
             st.filters.forget_publisher(&endpoint.name);
         }
     }
@@ -1100,6 +1104,7 @@ impl Conn {
         &mut self,
         st: &mut State,
         stage: &mut Staging,
+        note: &mut PublishNote,
         p: &Publish,
         chunk: Option<u64>,
     ) -> Result<(), (ErrorCode, String)> {
@@ -1130,18 +1135,16 @@ impl Conn {
         // The publisher's name, looked up only for publisher filters and
         // `max_suppliers` (most daemons have neither).
         let endpoint = || self.engine.endpoint_name(p.endpoint);
-        let accepted = st.sources.is_empty()
-            || endpoint()
-                .and_then(|name| st.sources.get(&**name))
-                .is_none_or(|f| f.is_empty() || f.any_matches(&ev));
-        if !accepted {
+        if !st.sources.accepts(|| endpoint().map(|n| &**n), &ev) {
             st.filtered_at_source += 1;
             return Ok(());
         }
-        if let Some(name) = endpoint() {
-            crate::qos::check_suppliers(st, ev.tag, name)?;
+        if st.suppliers.limited {
+            if let Some(name) = endpoint() {
+                crate::qos::check_suppliers(st, ev.tag, name)?;
+            }
         }
-        st.note_publish(ev.tag, ev.publisher);
+        note.add(st, ev.tag, ev.publisher);
         if let Admit::Hold { until, .. } = decision {
             // Held until its start time; a copy, so the read buffer is not
             // pinned (and a shared-memory payload is copied out now).
@@ -1384,7 +1387,7 @@ impl Conn {
             st.endpoints.remove(&e.name);
             st.suppliers.forget(&e.name);
             st.consumers.remove(&*e.name);
-            if st.sources.remove(&*e.name).is_some() {
+            if st.sources.undeclare(&e.name) {
                 st.filters.forget_publisher(&e.name);
             }
             if reserve {

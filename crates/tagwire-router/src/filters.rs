@@ -24,12 +24,73 @@ use hashbrown::{HashMap, HashSet};
 use tagwire_core::filter::{
     Filter, FilterError, FilterLimits, FilterList, InterFilterOp, MappingFilter, Overrides,
 };
-use tagwire_proto::{Event, Expiry};
+use tagwire_proto::{Event, EventRef, Expiry};
 
-/// A publisher endpoint's filters, kept in the router's state (admin
+/// Publisher endpoints' own filters, kept in the router's state (admin
 /// requests change them; each publish reads them under the same lock, so
-/// they need no lock of their own).
-pub(crate) type SourceFilters = FilterList;
+/// they need no lock of their own). Every declared publisher has a list,
+/// empty for most; the count of filters in all of them lets a publish skip
+/// looking its publisher up while no publisher has any.
+#[derive(Debug, Default)]
+pub(crate) struct Sources {
+    lists: HashMap<Arc<str>, FilterList>,
+    filters: usize,
+}
+
+impl Sources {
+    /// Publisher `name` was declared: it gets an empty list.
+    pub fn declare(&mut self, name: &str, limits: &FilterLimits) {
+        let old = self.lists.insert(Arc::from(name), FilterList::new(limits));
+        self.filters -= old.map_or(0, |l| l.len());
+    }
+
+    /// Publisher `name` is gone with its filters; false if it was none.
+    pub fn undeclare(&mut self, name: &str) -> bool {
+        let Some(list) = self.lists.remove(name) else {
+            return false;
+        };
+        self.filters -= list.len();
+        true
+    }
+
+    /// Whether `name` is a declared publisher.
+    pub fn is_publisher(&self, name: &str) -> bool {
+        self.lists.contains_key(name)
+    }
+
+    /// Adds filter `id` to publisher `name`'s list (nothing if `name` is
+    /// not a publisher).
+    pub fn add(&mut self, name: &str, id: u64, filter: Filter) -> Result<(), FilterError> {
+        if let Some(list) = self.lists.get_mut(name) {
+            list.add(id, filter)?;
+            self.filters += 1;
+        }
+        Ok(())
+    }
+
+    /// Removes filter `id` from publisher `name`'s list.
+    pub fn remove(&mut self, name: &str, id: u64) {
+        if let Some(list) = self.lists.get_mut(name) {
+            if list.remove(id).is_some() {
+                self.filters -= 1;
+            }
+        }
+    }
+
+    /// Whether the publisher that `name` looks up (`None`: not known here)
+    /// lets `event` pass: it has no filters, or one of them matches. Looks
+    /// it up only while some publisher has filters.
+    pub fn accepts<'n>(
+        &self,
+        name: impl FnOnce() -> Option<&'n str>,
+        event: &EventRef<'_>,
+    ) -> bool {
+        self.filters == 0
+            || name()
+                .and_then(|n| self.lists.get(n))
+                .is_none_or(|f| f.is_empty() || f.any_matches(event))
+    }
+}
 
 /// The event re-encoded with a mapping filter's overrides (a per-channel
 /// copy: only channels whose mapping fires pay for it).
@@ -397,5 +458,65 @@ pub(crate) fn op_name(op: InterFilterOp) -> &'static str {
     match op {
         InterFilterOp::And => "and",
         InterFilterOp::Or => "or",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tagwire_proto::Value;
+
+    fn event(severity: i64) -> Bytes {
+        let mut e = Event::new("/t", Bytes::new());
+        e.header.publisher = "/a".into();
+        e.fields.push(("severity".into(), Value::Int(severity)));
+        let mut b = BytesMut::new();
+        e.encode(&mut b).expect("encodes");
+        b.freeze()
+    }
+
+    fn no_lookup<'n>() -> Option<&'n str> {
+        panic!("looked the publisher up although no publisher has filters")
+    }
+
+    #[test]
+    fn sources_look_a_publisher_up_only_while_some_publisher_has_filters() {
+        let limits = FilterLimits::default();
+        let (low, high) = (event(1), event(5));
+        let low = EventRef::parse(&low).expect("parses");
+        let high = EventRef::parse(&high).expect("parses");
+        let mut s = Sources::default();
+        s.declare("/a", &limits);
+        s.declare("/b", &limits);
+        assert!(s.is_publisher("/a") && !s.is_publisher("/c"));
+        assert!(s.accepts(no_lookup, &low));
+
+        let f = Filter::compile("$.severity > 3", &limits).expect("compiles");
+        s.add("/a", 7, f).expect("adds");
+        assert!(!s.accepts(|| Some("/a"), &low));
+        assert!(s.accepts(|| Some("/a"), &high));
+        assert!(s.accepts(|| Some("/b"), &low), "/b has no filters");
+        assert!(s.accepts(|| None, &low), "an unknown publisher");
+
+        s.remove("/a", 7);
+        assert!(s.accepts(no_lookup, &low), "the last filter removed");
+
+        // Gone with its filters: the count follows.
+        let f = Filter::compile("$.severity > 3", &limits).expect("compiles");
+        s.add("/b", 8, f).expect("adds");
+        assert!(s.undeclare("/b"));
+        assert!(!s.undeclare("/b"), "already gone");
+        assert!(s.accepts(no_lookup, &low));
+
+        // Declared again: a fresh, empty list.
+        let f = Filter::compile("$.severity > 3", &limits).expect("compiles");
+        s.add("/a", 9, f).expect("adds");
+        s.declare("/a", &limits);
+        assert!(s.accepts(no_lookup, &low));
+
+        // A filter for an endpoint that is no publisher is not counted.
+        let f = Filter::compile("$.severity > 3", &limits).expect("compiles");
+        s.add("/nobody", 10, f).expect("ignored");
+        assert!(s.accepts(no_lookup, &low));
     }
 }

@@ -26,7 +26,7 @@ use crate::auth::Authenticator;
 use crate::budget::MemoryBudget;
 use crate::channel::{Channel, Outbox};
 use crate::config::RouterConfig;
-use crate::filters::{FilterBook, SourceFilters};
+use crate::filters::{FilterBook, Sources};
 use crate::sync::Locked;
 
 pub(crate) mod bandwidth;
@@ -171,7 +171,7 @@ pub(crate) struct State {
     /// Filters attached by subscriptions and admin requests.
     pub filters: FilterBook,
     /// Each publisher endpoint's filters, by endpoint name.
-    pub sources: hashbrown::HashMap<Arc<str>, SourceFilters>,
+    pub sources: Sources,
     /// Events dropped because their publisher's filters rejected them.
     pub filtered_at_source: u64,
     /// Wakes the task that releases deferred events (held in the node).
@@ -252,7 +252,7 @@ impl State {
             tags: hashbrown::HashMap::new(),
             untracked_publishes: 0,
             filters,
-            sources: hashbrown::HashMap::new(),
+            sources: Sources::default(),
             filtered_at_source: 0,
             deferred_wake: Arc::default(),
             auth,
@@ -420,10 +420,11 @@ impl State {
         id
     }
 
-    /// Counts a publish on `tag` by `publisher`, within the tracking bound.
-    pub fn note_publish(&mut self, tag: &str, publisher: &str) {
+    /// Counts `n` publishes on `tag` by `publisher`, within the tracking
+    /// bound.
+    pub fn note_publish(&mut self, tag: &str, publisher: &str, n: u64) {
         if let Some(s) = self.tags.get_mut(tag) {
-            s.published += 1;
+            s.published += n;
             if s.last_publisher != publisher {
                 publisher.clone_into(&mut s.last_publisher);
             }
@@ -431,12 +432,45 @@ impl State {
             self.tags.insert(
                 tag.into(),
                 TagStats {
-                    published: 1,
+                    published: n,
                     last_publisher: publisher.to_owned(),
                 },
             );
         } else {
-            self.untracked_publishes += 1;
+            self.untracked_publishes += n;
+        }
+    }
+}
+
+/// Publishes on one tag by one publisher not yet counted in the tag table:
+/// a publish batch counts a run of them once ([`State::note_publish`]), as
+/// a publisher usually keeps to one tag.
+#[derive(Debug, Default)]
+pub(crate) struct PublishNote {
+    tag: String,
+    publisher: String,
+    count: u64,
+}
+
+impl PublishNote {
+    /// Counts a publish on `tag` by `publisher`, adding the run so far to
+    /// `st` first if this one is not part of it.
+    pub fn add(&mut self, st: &mut State, tag: &str, publisher: &str) {
+        if self.count > 0 && self.tag == tag && self.publisher == publisher {
+            self.count += 1;
+            return;
+        }
+        self.flush(st);
+        tag.clone_into(&mut self.tag);
+        publisher.clone_into(&mut self.publisher);
+        self.count = 1;
+    }
+
+    /// Adds the run so far to `st`.
+    pub fn flush(&mut self, st: &mut State) {
+        if self.count > 0 {
+            st.note_publish(&self.tag, &self.publisher, self.count);
+            self.count = 0;
         }
     }
 }
@@ -656,4 +690,38 @@ fn assert_shareable() {
     send_sync::<Locked<State>>();
     send_sync::<Channel>();
     send_sync::<Outbox>();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(max_tracked_tags: usize) -> State {
+        let mut config = RouterConfig::default();
+        config.limits.max_tracked_tags = max_tracked_tags;
+        State::new(config, Authenticator::disabled(0))
+    }
+
+    #[test]
+    fn a_publish_note_counts_each_run_once_and_every_publish() {
+        let mut st = state(2);
+        let mut note = PublishNote::default();
+        for _ in 0..3 {
+            note.add(&mut st, "/x", "/p");
+        }
+        assert!(st.tags.is_empty(), "a run is counted when it ends");
+        note.add(&mut st, "/x", "/q");
+        assert_eq!(st.tags["/x"].published, 3);
+        assert_eq!(st.tags["/x"].last_publisher, "/p");
+        note.add(&mut st, "/y", "/q");
+        note.add(&mut st, "/z", "/q");
+        note.flush(&mut st);
+        note.flush(&mut st);
+        assert_eq!(st.tags["/x"].published, 4);
+        assert_eq!(st.tags["/x"].last_publisher, "/q");
+        assert_eq!(st.tags["/y"].published, 1);
+        // Past the tracking bound, counted as untracked.
+        assert!(!st.tags.contains_key("/z"));
+        assert_eq!(st.untracked_publishes, 1);
+    }
 }

@@ -110,6 +110,31 @@ fn non_utf8_tag_is_refused_and_the_connection_carries_on() {
 }
 
 #[test]
+fn non_utf8_names_are_refused_after_a_valid_publish_on_the_same_tag() {
+    // The daemon compares a publish's names with the endpoint's name and the
+    // tag it last validated instead of validating them again: bytes that
+    // differ from those are still checked.
+    let h = start_tcp(Limits::default());
+    let mut bad = Raw::hello_tcp(&h).publisher("/u8");
+    let good = publish_frame(1, &event("/u8", "/ab", "x"));
+    bad.send_bytes(&good);
+    bad.expect_alive();
+    let mut tag = good.clone();
+    tag[12] = 0xff;
+    bad.send_bytes(&tag);
+    bad.expect_error(ErrorCode::Malformed, "tag is not valid UTF-8");
+    // The publisher's second byte (after tag length 2, tag 3, its length 1).
+    let mut publisher = good.clone();
+    publisher[16] = 0xff;
+    bad.send_bytes(&publisher);
+    bad.expect_error(ErrorCode::Malformed, "publisher is not valid UTF-8");
+    bad.send_bytes(&publish_frame(1, &event("/u9", "/ab", "x")));
+    bad.expect_error(ErrorCode::PublisherMismatch, "\"/u9\"");
+    bad.expect_alive();
+    assert_router_serves(&h);
+}
+
+#[test]
 fn invalid_patterns_are_refused_naming_the_problem() {
     let h = start_tcp(Limits::default());
     let mut bad = Raw::hello_tcp(&h);

@@ -1123,6 +1123,15 @@ impl Connection {
         let _ = self.protocol_error(code, req, message);
     }
 
+    /// Server: refuses a publish handed over earlier (`Error` with request
+    /// id 0, as publishes have none). Unlike [`refuse`](Self::refuse) it
+    /// leaves the pending request alone: a router that routes several
+    /// publishes at once refuses them after it has polled the next frame,
+    /// which may be a request waiting for its own answer.
+    pub fn refuse_publish(&mut self, code: ErrorCode, message: String) {
+        let _ = self.protocol_error(code, 0, message);
+    }
+
     /// Sends `Error` for `req`; counts it if it is the peer's protocol mistake.
     fn protocol_error(&mut self, code: ErrorCode, req: u32, message: String) -> Input {
         self.send(&Frame::Error {

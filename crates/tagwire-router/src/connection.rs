@@ -224,7 +224,8 @@ impl<'s> PublishBatch<'s> {
             ));
         }
         for (code, message) in self.refusals.drain(..) {
-            conn.refuse(code, message);
+            conn.note_error(code, &message);
+            conn.engine.refuse_publish(code, message);
         }
     }
 }
@@ -1172,8 +1173,8 @@ impl Conn {
             }
             None => {
                 let mut outgoing = match chunk {
-                    None => Outgoing::owned(p.bytes.clone()),
-                    Some(epoch) => Outgoing::in_chunk(p.bytes.clone(), epoch),
+                    None => Outgoing::own_buffer(&p.bytes),
+                    Some(epoch) => Outgoing::in_chunk(&p.bytes, epoch),
                 };
                 deliver(st, stage, &mut outgoing, &ev, deadline, Some(&self.band));
             }

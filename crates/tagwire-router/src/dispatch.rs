@@ -155,10 +155,10 @@ fn deliver_with(
 /// Carries out the node's routing of one event: offers it to each local
 /// channel (through its mapping filter or transform, or as a shared-memory
 /// reference) and queues it on each link's forwarding queue for the band.
-struct Execute<'a, 'e> {
+struct Execute<'a, 'e, 'b> {
     /// Where its deliveries wait to be queued (see [`Staging`]).
     stage: &'e mut Staging,
-    event: &'e mut Outgoing,
+    event: &'e mut Outgoing<'b>,
     shm: Option<&'e mut crate::shm::ShmEvent>,
     shm_table: &'a mut crate::shm::ShmTable,
     links: &'a mut std::collections::HashMap<u64, crate::state::federation::Link>,
@@ -170,67 +170,75 @@ struct Execute<'a, 'e> {
     expired_by_mapping: u64,
 }
 
-impl Sink<Arc<Channel>> for Execute<'_, '_> {
+impl Sink<Arc<Channel>> for Execute<'_, '_, '_> {
     fn channel(&mut self, ch: &Arc<Channel>, overrides: Overrides) {
-        let event: &mut Outgoing = match self.shm.as_deref_mut() {
-            None => &mut *self.event,
-            Some(s) => {
-                let inline = ch.transform.is_some() || !overrides.is_empty();
-                match s.for_channel(self.shm_table, ch, inline, self.limits) {
-                    Some(e) => e,
-                    None => return,
+        // The event as this channel gets it: the caller's, or (shared
+        // memory) the reference or a copy. A closure, as the two borrow
+        // for different lifetimes.
+        let mut offer = |event: &mut Outgoing<'_>| {
+            if let Some(t) = &ch.transform {
+                let done = match self.transformed.iter().find(|(k, _)| **k == *t.spec) {
+                    Some((_, r)) => r.clone(),
+                    None => {
+                        let r = transform(event.bytes(), t);
+                        self.transformed.push((t.spec.clone(), r.clone()));
+                        r
+                    }
+                };
+                match done {
+                    Ok(bytes) => self
+                        .stage
+                        .offer(ch, &mut Outgoing::owned(bytes), &self.meta),
+                    Err(why) => ch.transform_failed(&why, self.limits.max_control_bytes),
+                }
+                return;
+            }
+            if overrides.is_empty() {
+                self.stage.offer(ch, event, &self.meta)
+            } else {
+                let copy = rewrite(event.bytes(), overrides).and_then(|copy| {
+                    let m = EventRef::parse(&copy).ok().map(|e| EventMeta::of(&e))?;
+                    Some((copy, m))
+                });
+                match copy {
+                    Some((_, m)) if expired(m.deadline) => self.expired_by_mapping += 1,
+                    Some((copy, m)) => self.stage.offer(ch, &mut Outgoing::owned(copy), &m),
+                    None => self.stage.offer(ch, event, &self.meta),
                 }
             }
         };
-        if let Some(t) = &ch.transform {
-            let done = match self.transformed.iter().find(|(k, _)| **k == *t.spec) {
-                Some((_, r)) => r.clone(),
-                None => {
-                    let r = transform(event.bytes(), t);
-                    self.transformed.push((t.spec.clone(), r.clone()));
-                    r
+        match self.shm.as_deref_mut() {
+            None => offer(self.event),
+            Some(s) => {
+                let inline = ch.transform.is_some() || !overrides.is_empty();
+                if let Some(e) = s.for_channel(self.shm_table, ch, inline, self.limits) {
+                    offer(e)
                 }
-            };
-            match done {
-                Ok(bytes) => self
-                    .stage
-                    .offer(ch, &mut Outgoing::owned(bytes), &self.meta),
-                Err(why) => ch.transform_failed(&why, self.limits.max_control_bytes),
-            }
-            return;
-        }
-        if overrides.is_empty() {
-            self.stage.offer(ch, event, &self.meta)
-        } else {
-            let copy = rewrite(event.bytes(), overrides).and_then(|copy| {
-                let m = EventRef::parse(&copy).ok().map(|e| EventMeta::of(&e))?;
-                Some((copy, m))
-            });
-            match copy {
-                Some((_, m)) if expired(m.deadline) => self.expired_by_mapping += 1,
-                Some((copy, m)) => self.stage.offer(ch, &mut Outgoing::owned(copy), &m),
-                None => self.stage.offer(ch, event, &self.meta),
             }
         }
     }
 
     fn link(&mut self, to: NodeId, origin: NodeId, _hops: u8) {
-        // Links get a shared-memory payload copied out (once).
-        let event: &mut Outgoing = match self.shm.as_deref_mut() {
-            None => &mut *self.event,
-            Some(s) => match s.copied() {
-                Some(copy) => copy,
-                None => return,
-            },
+        let Some(l) = self.links.get_mut(&to) else {
+            return;
         };
-        if let Some(l) = self.links.get_mut(&to) {
-            let m = EventMeta {
-                origin,
-                ..self.meta
-            };
-            let queue = l.bands.get(self.band).map_or(&l.queue, |b| &b.queue);
+        let m = EventMeta {
+            origin,
+            ..self.meta
+        };
+        let queue = l.bands.get(self.band).map_or(&l.queue, |b| &b.queue);
+        let mut offer = |event: &mut Outgoing<'_>| {
             self.stage.offer(queue, event, &m);
             l.bytes_out += event.bytes().len() as u64;
+        };
+        // Links get a shared-memory payload copied out (once).
+        match self.shm.as_deref_mut() {
+            None => offer(self.event),
+            Some(s) => {
+                if let Some(copy) = s.copied() {
+                    offer(copy)
+                }
+            }
         }
     }
 }

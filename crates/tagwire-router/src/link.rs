@@ -127,8 +127,8 @@ pub(crate) fn on_frame(
                 return Ok(());
             };
             let mut out = match chunk {
-                Some(epoch) => Outgoing::in_chunk(event.clone(), epoch),
-                None => Outgoing::owned(event.clone()),
+                Some(epoch) => Outgoing::in_chunk(&event, epoch),
+                None => Outgoing::own_buffer(&event),
             };
             let arrived_on = band_of(&st, c.conn);
             let route = crate::dispatch::Route {

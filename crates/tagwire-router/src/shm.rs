@@ -388,9 +388,9 @@ pub(crate) struct ShmEvent {
     /// The reference form, and the copy shared with the queued references.
     copy: Arc<InlineCopy>,
     /// What [`ShmEvent::for_channel`] hands the last channel that got the reference.
-    for_channel: Outgoing,
+    for_channel: Outgoing<'static>,
     /// The copy for channels that get one now: `None`: not asked for yet.
-    copy_out: Option<Option<Outgoing>>,
+    copy_out: Option<Option<Outgoing<'static>>>,
     region: u64,
 }
 
@@ -498,7 +498,7 @@ impl ShmEvent {
         ch: &Channel,
         inline_needed: bool,
         limits: &Limits,
-    ) -> Option<&mut Outgoing> {
+    ) -> Option<&mut Outgoing<'static>> {
         if ch.shm && !inline_needed && ch.outbox.passes_fds() {
             if let Some(q) = self.queued_for(table, ch, limits) {
                 self.for_channel = Outgoing::pinned(self.copy.by_ref.clone(), q);
@@ -544,7 +544,7 @@ impl ShmEvent {
     }
 
     /// The event with its payload copied out of the region (made once).
-    pub(crate) fn copied(&mut self) -> Option<&mut Outgoing> {
+    pub(crate) fn copied(&mut self) -> Option<&mut Outgoing<'static>> {
         let (copy, pin) = (&self.copy, &self.pin);
         self.copy_out
             .get_or_insert_with(|| copy.get(pin).map(Outgoing::owned))

@@ -135,6 +135,50 @@ fn non_utf8_names_are_refused_after_a_valid_publish_on_the_same_tag() {
 }
 
 #[test]
+fn a_refused_publish_read_with_a_request_does_not_take_the_requests_answer() {
+    // Publishes read together are routed as a batch and their refusals sent
+    // when it ends, after the next frame (here a request) was read: the
+    // refusal has request id 0 and the request gets its own answer.
+    let h = start_tcp(Limits::default());
+    let mut raw = Raw::hello_tcp(&h).publisher("/rq");
+    let mut bytes = publish_frame(1, &event("/other", "/rq/a", "x"));
+    Frame::DeclareEndpoint {
+        req: 77,
+        id: 2,
+        kind: EndpointKind::Subscriber,
+        name: "/rq/sub".into(),
+    }
+    .encode(&mut bytes)
+    .expect("encodes");
+    raw.send_bytes(&bytes);
+    let mut got = Vec::new();
+    while got.len() < 2 {
+        match raw.recv_control() {
+            Some(f @ (Frame::Error { .. } | Frame::Ok { .. })) => got.push(f),
+            Some(_) => {}
+            None => panic!("connection closed; got {got:?}"),
+        }
+    }
+    assert!(
+        got.iter().any(|f| matches!(
+            f,
+            Frame::Error {
+                req: 0,
+                code: ErrorCode::PublisherMismatch,
+                ..
+            }
+        )),
+        "the publish's refusal has request id 0: {got:?}"
+    );
+    assert!(
+        got.iter().any(|f| matches!(f, Frame::Ok { req: 77 })),
+        "the declare got its own answer: {got:?}"
+    );
+    raw.expect_alive();
+    assert_router_serves(&h);
+}
+
+#[test]
 fn invalid_patterns_are_refused_naming_the_problem() {
     let h = start_tcp(Limits::default());
     let mut bad = Raw::hello_tcp(&h);

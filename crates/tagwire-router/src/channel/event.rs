@@ -18,9 +18,12 @@ pub(crate) const COPY_BELOW: usize = READ_CHUNK / 2;
 pub(crate) const QUEUED_OVERHEAD: usize = 128;
 
 /// An encoded event on its way to channels, and what queuing it keeps alive.
+/// It borrows the caller's `Bytes` where it can (`'b`): a channel that
+/// queues the event takes its own reference, and the routing of a publish
+/// need not take one more (an atomic increment and decrement per event).
 #[derive(Debug)]
-pub(crate) struct Outgoing {
-    bytes: Bytes,
+pub(crate) struct Outgoing<'b> {
+    bytes: EventBytes<'b>,
     /// The read epoch of the shared chunk `bytes` is a slice of, or `None`
     /// for a buffer of its own.
     chunk: Option<u64>,
@@ -32,12 +35,20 @@ pub(crate) struct Outgoing {
     pub(super) pin: Option<Box<crate::shm::ShmQueued>>,
 }
 
-impl Outgoing {
+/// The encoded event of an [`Outgoing`]: the caller's, or a buffer of its
+/// own (an event made here, or a copy out of a read chunk).
+#[derive(Debug)]
+enum EventBytes<'b> {
+    Borrowed(&'b Bytes),
+    Owned(Bytes),
+}
+
+impl<'b> Outgoing<'b> {
     /// An event that is a slice of the shared [`READ_CHUNK`] buffer of read
     /// `epoch`.
-    pub(crate) fn in_chunk(bytes: Bytes, epoch: u64) -> Self {
+    pub(crate) fn in_chunk(bytes: &'b Bytes, epoch: u64) -> Self {
         Outgoing {
-            bytes,
+            bytes: EventBytes::Borrowed(bytes),
             chunk: Some(epoch),
             pin: None,
         }
@@ -47,7 +58,16 @@ impl Outgoing {
     /// of its own size).
     pub(crate) fn owned(bytes: Bytes) -> Self {
         Outgoing {
-            bytes,
+            bytes: EventBytes::Owned(bytes),
+            chunk: None,
+            pin: None,
+        }
+    }
+
+    /// A frame read into a buffer of its own size, borrowed.
+    pub(crate) fn own_buffer(bytes: &'b Bytes) -> Self {
+        Outgoing {
+            bytes: EventBytes::Borrowed(bytes),
             chunk: None,
             pin: None,
         }
@@ -57,7 +77,7 @@ impl Outgoing {
     /// payload until it is written.
     pub(crate) fn pinned(bytes: Bytes, pin: crate::shm::ShmQueued) -> Self {
         Outgoing {
-            bytes,
+            bytes: EventBytes::Owned(bytes),
             chunk: None,
             pin: Some(Box::new(pin)),
         }
@@ -65,7 +85,10 @@ impl Outgoing {
 
     /// The encoded event.
     pub(crate) fn bytes(&self) -> &Bytes {
-        &self.bytes
+        match &self.bytes {
+            EventBytes::Borrowed(b) => b,
+            EventBytes::Owned(b) => b,
+        }
     }
 
     /// The bytes to keep in a pull buffer and what they count for: a small
@@ -79,7 +102,7 @@ impl Outgoing {
 
     /// The read epoch of a small event that could be queued as a slice.
     pub(super) fn small_slice_epoch(&self) -> Option<u64> {
-        self.chunk.filter(|_| self.bytes.len() < COPY_BELOW)
+        self.chunk.filter(|_| self.bytes().len() < COPY_BELOW)
     }
 
     /// The bytes to queue and what they count for. A small slice is copied
@@ -87,17 +110,18 @@ impl Outgoing {
     /// chunk); the copy replaces the slice, so later channels share it.
     pub(super) fn for_queue(&mut self, slice_ok: bool) -> (&Bytes, usize) {
         if self.small_slice_epoch().is_some() && !slice_ok {
-            self.bytes = Bytes::copy_from_slice(&self.bytes);
+            self.bytes = EventBytes::Owned(Bytes::copy_from_slice(self.bytes()));
             self.chunk = None;
         }
-        let pinned = if self.chunk.is_some() && self.bytes.len() >= COPY_BELOW {
-            READ_CHUNK.max(self.bytes.len())
+        let len = self.bytes().len();
+        let pinned = if self.chunk.is_some() && len >= COPY_BELOW {
+            READ_CHUNK.max(len)
         } else {
             // A copy, a buffer of its own, or a small slice whose chunk the
             // channel holds budget for.
-            self.bytes.len() + DELIVER_PREFIX_LEN
+            len + DELIVER_PREFIX_LEN
         };
-        (&self.bytes, pinned + QUEUED_OVERHEAD)
+        (self.bytes(), pinned + QUEUED_OVERHEAD)
     }
 }
 

@@ -218,7 +218,8 @@ fn a_dropped_channel_frees_its_queue_although_its_outbox_lists_it() {
     let (outbox, ch) = channel(&budget);
     let chunk = Bytes::from(vec![7u8; READ_CHUNK]);
     for _ in 0..10 {
-        let mut ev = Outgoing::in_chunk(chunk.slice(0..40_000), 1);
+        let slice = chunk.slice(0..40_000);
+        let mut ev = Outgoing::in_chunk(&slice, 1);
         assert_eq!(ch.offer(&mut ev, &NO_META), Offer::Queued);
     }
     assert!(budget.used() > 0);
@@ -253,7 +254,8 @@ fn a_small_event_to_a_queue_that_keeps_up_stays_a_slice_and_holds_one_chunk() {
     let (outbox, a) = channel(&budget);
     let chunk = Bytes::from(vec![7u8; READ_CHUNK]);
     for i in 0..10 {
-        let mut ev = Outgoing::in_chunk(chunk.slice(i * 44..(i + 1) * 44), 1);
+        let slice = chunk.slice(i * 44..(i + 1) * 44);
+        let mut ev = Outgoing::in_chunk(&slice, 1);
         a.offer(&mut ev, &NO_META);
     }
     let per_event = 44 + DELIVER_PREFIX_LEN + QUEUED_OVERHEAD;
@@ -277,11 +279,12 @@ fn a_small_event_to_queues_that_are_behind_is_copied_once_for_all_of_them() {
     let (_o2, b) = channel(&budget);
     let old = Bytes::from(vec![1u8; READ_CHUNK]);
     // Both hold an event of an earlier read (epoch 1): they are behind.
-    a.offer(&mut Outgoing::in_chunk(old.slice(0..44), 1), &NO_META);
-    b.offer(&mut Outgoing::in_chunk(old.slice(0..44), 1), &NO_META);
+    a.offer(&mut Outgoing::in_chunk(&old.slice(0..44), 1), &NO_META);
+    b.offer(&mut Outgoing::in_chunk(&old.slice(0..44), 1), &NO_META);
     let chunk = Bytes::from(vec![7u8; READ_CHUNK]);
     let range = chunk.as_ptr_range();
-    let mut ev = Outgoing::in_chunk(chunk.slice(100..144), 2);
+    let slice = chunk.slice(100..144);
+    let mut ev = Outgoing::in_chunk(&slice, 2);
     a.offer(&mut ev, &NO_META);
     b.offer(&mut ev, &NO_META);
     let qa = a.queue.borrow();
@@ -303,7 +306,8 @@ fn a_large_event_stays_in_its_chunk_and_is_counted_at_the_chunk() {
     let budget = Arc::new(MemoryBudget::new(1 << 30));
     let (_o, a) = channel(&budget);
     let chunk = Bytes::from(vec![7u8; READ_CHUNK]);
-    let mut ev = Outgoing::in_chunk(chunk.slice(0..COPY_BELOW), 1);
+    let slice = chunk.slice(0..COPY_BELOW);
+    let mut ev = Outgoing::in_chunk(&slice, 1);
     a.offer(&mut ev, &NO_META);
     let q = a.queue.borrow();
     assert_eq!(
@@ -340,11 +344,12 @@ fn a_staged_batch_queues_each_channels_events_in_order_with_exact_budget() {
     let (_o2, behind) = channel(&budget);
     // `behind` holds an event of an earlier read (epoch 1).
     let old = Bytes::from(vec![1u8; READ_CHUNK]);
-    behind.offer(&mut Outgoing::in_chunk(old.slice(0..44), 1), &NO_META);
+    behind.offer(&mut Outgoing::in_chunk(&old.slice(0..44), 1), &NO_META);
     let chunk = Bytes::from((0..=255u8).cycle().take(READ_CHUNK).collect::<Vec<u8>>());
     let mut stage = Staging::default();
     for i in 0..10usize {
-        let mut ev = Outgoing::in_chunk(chunk.slice(i * 44..(i + 1) * 44), 2);
+        let slice = chunk.slice(i * 44..(i + 1) * 44);
+        let mut ev = Outgoing::in_chunk(&slice, 2);
         stage.offer(&fresh, &mut ev, &NO_META);
         stage.offer(&behind, &mut ev, &NO_META);
     }
@@ -389,11 +394,11 @@ fn a_staged_slice_whose_queue_was_drained_meanwhile_pins_its_chunk_again() {
     let budget = Arc::new(MemoryBudget::new(1 << 30));
     let (outbox, ch) = channel(&budget);
     let chunk = Bytes::from(vec![7u8; READ_CHUNK]);
-    ch.offer(&mut Outgoing::in_chunk(chunk.slice(0..44), 3), &NO_META);
+    ch.offer(&mut Outgoing::in_chunk(&chunk.slice(0..44), 3), &NO_META);
     let mut stage = Staging::default();
     stage.offer(
         &ch,
-        &mut Outgoing::in_chunk(chunk.slice(44..88), 3),
+        &mut Outgoing::in_chunk(&chunk.slice(44..88), 3),
         &NO_META,
     );
     // The writer empties the queue (and gives the chunk back) before the flush.

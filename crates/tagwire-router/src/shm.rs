@@ -277,6 +277,12 @@ impl ShmTable {
             .fd()
             .try_clone_to_owned()
             .map_err(|e| format!("dup of the region's fd failed: {e}"))?;
+        if self.next_id == 0 {
+            // Ids do not repeat across daemon restarts (they start at the
+            // first region's time in µs, below 2^53): a client's reference
+            // into a region of an earlier daemon never names a new one.
+            self.next_id = now_ns() / 1000;
+        }
         self.next_id += 1;
         let id = self.next_id;
         let bytes = region.layout().total_bytes;

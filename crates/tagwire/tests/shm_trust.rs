@@ -117,6 +117,101 @@ fn a_subscriber_of_another_identity_never_gets_the_region_and_reads_copies() {
     d.router.shutdown();
 }
 
+/// Set in the child process of the test below: the daemon's URL.
+const CHILD_URL: &str = "TAGWIRE_SHM_TRUST_CHILD_URL";
+
+/// The shared-memory region fds open in this process (`/memfd:tagwire-shm`),
+/// and how many of them reopen read-write through `/proc/self/fd`.
+fn region_fds() -> (usize, usize) {
+    let (mut open, mut writable) = (0, 0);
+    for entry in std::fs::read_dir("/proc/self/fd").expect("read /proc/self/fd") {
+        let Ok(entry) = entry else { continue };
+        let Ok(target) = std::fs::read_link(entry.path()) else {
+            continue;
+        };
+        if target.to_string_lossy().starts_with("/memfd:tagwire-shm") {
+            open += 1;
+            let rw = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(entry.path());
+            writable += usize::from(rw.is_ok());
+        }
+    }
+    (open, writable)
+}
+
+/// The attack of issue 24, item 1, in a process of its own: a subscriber of
+/// another identity reads the owner's stream, then looks for the region's
+/// memfd among its fds to map it writable. It must find none.
+#[test]
+fn another_identitys_subscriber_process_is_never_sent_the_region_fd() {
+    use std::io::{BufRead, BufReader, Write};
+    if let Ok(url) = std::env::var(CHILD_URL) {
+        // The child: bob subscribes, says so, reads 20 events, reports its fds.
+        let s = bob(&url);
+        let sub = s.subscribe("/trust/proc").receiver().expect("subscribe");
+        println!("READY");
+        std::io::stdout().flush().expect("flush");
+        let mut got = 0;
+        while got < 20 {
+            match sub.recv_timeout(WAIT) {
+                Ok(Some(_)) => got += 1,
+                _ => break,
+            }
+        }
+        let (open, writable) = region_fds();
+        println!("GOT {got} FDS {open} WRITABLE {writable}");
+        return;
+    }
+    let d = daemon(Limits::default());
+    let publisher_session = owner(&d.url);
+    let reader = owner(&d.url);
+    let own = reader
+        .subscribe("/trust/proc")
+        .receiver()
+        .expect("subscribe");
+    let p = publisher_session
+        .declare_publisher("/trust/proc/pub")
+        .expect("declare");
+    assert!(p.uses_shm());
+    let mut child = std::process::Command::new(std::env::current_exe().expect("test binary"))
+        .args([
+            "--exact",
+            "another_identitys_subscriber_process_is_never_sent_the_region_fd",
+            "--nocapture",
+        ])
+        .env(CHILD_URL, &d.url)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn bob's process");
+    let mut lines = BufReader::new(child.stdout.take().expect("child stdout")).lines();
+    let mut report = None;
+    let mut published = false;
+    for line in lines.by_ref() {
+        let line = line.expect("read the child's output");
+        if line == "READY" && !published {
+            published = true;
+            for i in 0..20u8 {
+                p.publish("/trust/proc", vec![i; 2048]).expect("publish");
+                let s = own.recv_timeout(WAIT).expect("recv").expect("event");
+                assert!(s.is_in_place());
+            }
+        } else if line.starts_with("GOT ") {
+            report = Some(line);
+            break;
+        }
+    }
+    let status = child.wait().expect("wait for bob's process");
+    assert!(status.success(), "bob's process failed");
+    let report = report.expect("bob's process reported");
+    assert_eq!(
+        report, "GOT 20 FDS 0 WRITABLE 0",
+        "bob's process got the owner's region fd (and could map it writable)"
+    );
+    d.router.shutdown();
+}
+
 #[test]
 fn connections_of_another_identity_take_no_pin_row_of_a_publishers_region() {
     let d = daemon(Limits::default());

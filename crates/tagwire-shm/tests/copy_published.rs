@@ -73,3 +73,48 @@ fn a_published_packet_is_copied_out_until_its_slot_is_reused_or_it_is_retracted(
         Err(Error::Expired { .. })
     ));
 }
+
+/// A copier racing a producer that laps the ring (drop-oldest, every slot
+/// reused many times, chunks kept or reallocated) gets each packet whole or
+/// `Expired`, never torn bytes of two packets.
+#[test]
+fn a_copy_racing_the_producer_is_whole_or_expired_never_torn() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    let r = region();
+    let mut p = r.producer(0, ProducerConfig::default()).expect("producer");
+    let last = Arc::new(AtomicU64::new(u64::MAX));
+    let stop = Arc::new(AtomicBool::new(false));
+    let copier = {
+        let (r, last, stop) = (r.clone(), last.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let (mut whole, mut expired) = (0u64, 0u64);
+            while !stop.load(Ordering::Relaxed) {
+                let seq = last.load(Ordering::Acquire);
+                if seq == u64::MAX {
+                    continue;
+                }
+                match r.copy_published(0, seq) {
+                    Ok(bytes) => {
+                        let want = (seq % 251) as u8;
+                        assert_eq!(bytes.len(), 200, "packet {seq}: length");
+                        assert!(bytes.iter().all(|&b| b == want), "packet {seq}: torn bytes");
+                        whole += 1;
+                    }
+                    Err(Error::Expired { .. }) => expired += 1,
+                    Err(e) => panic!("packet {seq}: {e}"),
+                }
+            }
+            (whole, expired)
+        })
+    };
+    for _ in 0..200_000u64 {
+        let seq = p.head();
+        p.publish_copy(&[(seq % 251) as u8; 200], seq, NO_DEADLINE, 0)
+            .expect("publish");
+        last.store(seq, Ordering::Release);
+    }
+    stop.store(true, Ordering::Relaxed);
+    let (whole, expired) = copier.join().expect("copier");
+    assert!(whole > 0, "some copies were made ({expired} expired)");
+}

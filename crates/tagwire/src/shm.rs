@@ -160,8 +160,16 @@ impl ClientShm {
         p.insert(id, region.clone());
     }
 
-    /// The regions of the connection that was lost (see `produced`).
-    pub(crate) fn take_produced(&self) -> HashMap<u64, Region> {
+    /// A new connection: takes the regions the lost one's publishers
+    /// produced into (see `produced`), and lets go of everything else the
+    /// old daemon handed out: fds not yet named, producer grants not taken,
+    /// and the regions mapped to read in place (no reference into them can
+    /// come any more: the reader thread read the old connection to its
+    /// end; payloads adopted from them keep their own mapping).
+    pub(crate) fn new_connection(&self) -> HashMap<u64, Region> {
+        lock(&self.fds).clear();
+        lock(&self.grants).clear();
+        lock(&self.regions).clear();
         std::mem::take(&mut *lock(&self.produced))
     }
 
@@ -333,5 +341,43 @@ impl ShmPublisher {
             epoch,
             at_daemon_limit: false,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tagwire_shm::{ProducerConfig, RegionConfig};
+
+    /// Issue 24, item 14: after a reconnect nothing of the old daemon's
+    /// stays: regions mapped to read in place, unnamed fds, untaken grants
+    /// (their ids could name a new daemon's regions).
+    #[test]
+    fn a_new_connection_lets_go_of_the_old_daemons_regions() {
+        let region = Region::create(RegionConfig {
+            reserve: false,
+            ..RegionConfig::default()
+        })
+        .expect("region");
+        let row = region.pin_row().expect("row");
+        let shm = ClientShm::default();
+        let fd = |r: &Region| r.fd().try_clone_to_owned().expect("dup");
+        shm.received_fds(vec![fd(&region), fd(&region), fd(&region)]);
+        shm.named(1, ShmRole::Consumer, row.ticket());
+        shm.named(2, ShmRole::Producer, 0);
+        assert!(shm.reads_in_place());
+        let producer = region
+            .producer(0, ProducerConfig::default())
+            .expect("producer");
+        shm.producing(3, &producer.region(), None);
+        let produced = shm.new_connection();
+        assert!(
+            produced.contains_key(&3),
+            "the producers' regions, for the replay"
+        );
+        assert!(!shm.reads_in_place(), "the old daemon's regions are let go");
+        assert!(shm.take_grant(2).is_none());
+        assert!(lock(&shm.fds).is_empty(), "the unnamed fd is closed");
+        assert!(shm.new_connection().is_empty());
     }
 }

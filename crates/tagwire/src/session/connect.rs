@@ -137,7 +137,7 @@ pub(super) fn connect(inner: &Inner) -> Result<(Stream, BytesMut)> {
     let failed = std::mem::take(&mut *lock(&inner.replay));
     // Every region was granted by the daemon of an earlier connection: a
     // publish that refers to one goes out with its payload inline.
-    let regions = inner.shm.take_produced();
+    let regions = inner.shm.new_connection();
     let mut stale = Stale {
         regions: &regions,
         unsent: 0,

@@ -222,7 +222,9 @@ fn keep_publishes(frames: &[u8], max_frame: u32, stale: &mut Stale<'_>, out: &mu
         }
         match stale.resolve(frame) {
             Some(f) if f.len() - 4 <= max_frame as usize => out.extend_from_slice(&f),
-            Some(_) | None => {}
+            // A payload put inline past the new daemon's frame limit: lost too.
+            Some(std::borrow::Cow::Owned(_)) => stale.unsent += 1,
+            Some(std::borrow::Cow::Borrowed(_)) | None => {}
         }
     }
 }
@@ -321,6 +323,14 @@ mod tests {
         let mut want = BytesMut::new();
         tagwire_proto::encode_publish(3, &expected, &mut want).expect("encode");
         assert_eq!(out, want, "the kept packet goes inline, flag cleared");
+        // Inline, it would not fit the new daemon's frames: counted.
+        let mut stale = Stale {
+            regions: &regions,
+            unsent: 0,
+        };
+        let mut out = BytesMut::new();
+        keep_publishes(&frames, (want.len() - 5) as u32, &mut stale, &mut out);
+        assert_eq!((stale.unsent, out.len()), (2, 0));
         // A region this session does not have: counted too.
         let mut stale = Stale {
             regions: &no_regions(),

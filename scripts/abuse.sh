@@ -5,7 +5,8 @@
 #   scripts/abuse.sh [ATTACK ...]     (default: all attacks, in order)
 #   ABUSE_ADDR=127.0.0.1:7790 scripts/abuse.sh   (another port; default 7782)
 #
-# Starts a release `tagwired` on $ABUSE_ADDR (TCP only) with a temporary
+# Starts a release `tagwired` on $ABUSE_ADDR (TCP, and a Unix socket in a
+# temporary directory for the shared-memory attacks) with a temporary
 # config (limits.max_buffered_bytes = 256 MiB, so the budget is visible; a
 # second identity, token:mallory, with publish and subscribe rights on
 # everything and the default per-identity quotas), records its baseline
@@ -71,7 +72,9 @@ identity = "token:mallory"
 publish = ["/**"]
 subscribe = ["/**"]
 TOML
-env ${TAGWIRED_ENV:-} "$bin/tagwired" --config "$tmp/tagwired.toml" --tcp "$addr" --no-unix --log warn 2>"$tmp/daemon.log" &
+# The Unix socket carries the shared-memory attacks (shm-trespass, shm-hog).
+unix="$tmp/tagwired.sock"
+env ${TAGWIRED_ENV:-} "$bin/tagwired" --config "$tmp/tagwired.toml" --tcp "$addr" --unix "$unix" --log warn 2>"$tmp/daemon.log" &
 daemon=$!
 pids+=("$daemon")
 for _ in $(seq 50); do
@@ -131,6 +134,9 @@ attack_endpoint_fill() {
         --expect-connections "$max_conns_per_identity" --expect-endpoints "$max_endpoints_per_identity"
 }
 attack_trespass() { "$abuse" trespass --server "$addr" --token "$mallory"; }
+attack_shm_trespass() { "$abuse" shm-trespass --server "$addr" --unix "$unix" --token "$mallory" --events 3000; }
+# shm_max_regions (64) / 4: token:mallory's default region quota.
+attack_shm_hog() { "$abuse" shm-hog --server "$addr" --unix "$unix" --token "$mallory" --regions 64 --expect-regions 16; }
 
 status=0
 run() {
@@ -192,7 +198,7 @@ run() {
 
 main() {
     local want=("$@")
-    [[ ${#want[@]} -gt 0 ]] || want=(stalled-killed small-queued big-frames idle malformed regex endpoint-fill trespass admin-scale)
+    [[ ${#want[@]} -gt 0 ]] || want=(stalled-killed small-queued big-frames idle malformed regex endpoint-fill trespass shm-trespass shm-hog admin-scale)
     echo "abuse: tagwired pid $daemon on $addr, $(nproc) CPUs, baseline RSS $(settled_rss) KiB"
     for a in "${want[@]}"; do
         case "$a" in
@@ -204,6 +210,8 @@ main() {
             regex) run regex "one subscription of 16 filters × 4 regexes [a-z]{N}, N as large as accepted; events with a 44 KB and a 1 KiB string field, 200/s for 3 s" ;;
             endpoint-fill) run endpoint-fill "token:mallory opens connections and declares endpoints until LimitReached; the owner must still be served" ;;
             trespass) run trespass "token:mallory tries filter_add false / filter_remove / filter_op on the owner's subscriber" ;;
+            shm-trespass) run shm-trespass "token:mallory subscribes to the owner's shared-memory publisher over the Unix socket (issue 24, item 1)" ;;
+            shm-hog) run shm-hog "token:mallory declares 64 shared-memory publishers; the owner's must still get a region (issue 24, item 4)" ;;
             admin-scale) run admin-scale "65,536 filtered subscriptions on one connection: list paged, undeclare the endpoint; pipelined unsubscribes; close" ;;
             *) echo "abuse: unknown attack $a" >&2; exit 2 ;;
         esac

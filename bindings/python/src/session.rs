@@ -583,6 +583,7 @@ impl PySession {
         d.set_item("in_place", st.in_place)?;
         d.set_item("expired", st.expired)?;
         d.set_item("unreadable", st.unreadable)?;
+        d.set_item("unsent", st.unsent)?;
         Ok(d)
     }
 

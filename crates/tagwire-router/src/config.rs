@@ -240,6 +240,13 @@ pub struct Limits {
     pub shm_max_regions: usize,
     /// Bytes of shared memory all regions together may reserve.
     pub shm_max_bytes: u64,
+    /// Regions the publishers of one identity may hold at once (`None`: a
+    /// quarter of `shm_max_regions`), so one identity cannot take every
+    /// region from the others; beyond it its publishers use the socket.
+    pub shm_max_regions_per_identity: Option<usize>,
+    /// Bytes of shared memory the regions of one identity may reserve
+    /// (`None`: a quarter of `shm_max_bytes`).
+    pub shm_max_bytes_per_identity: Option<u64>,
     /// Concurrent connections; further ones get `LimitReached` and are closed.
     pub max_connections: usize,
     /// Endpoints in the whole router.
@@ -385,7 +392,25 @@ impl Default for Limits {
             shm_pins: 8,
             shm_max_regions: 64,
             shm_max_bytes: 512 * 1024 * 1024,
+            shm_max_regions_per_identity: None,
+            shm_max_bytes_per_identity: None,
         }
+    }
+}
+
+impl Limits {
+    /// The regions one identity may hold: `shm_max_regions_per_identity`,
+    /// or a quarter of `shm_max_regions` (at least one).
+    pub fn shm_regions_per_identity(&self) -> usize {
+        self.shm_max_regions_per_identity
+            .unwrap_or((self.shm_max_regions / 4).max(1))
+    }
+
+    /// The shared-memory bytes one identity may reserve:
+    /// `shm_max_bytes_per_identity`, or a quarter of `shm_max_bytes`.
+    pub fn shm_bytes_per_identity(&self) -> u64 {
+        self.shm_max_bytes_per_identity
+            .unwrap_or(self.shm_max_bytes / 4)
     }
 }
 

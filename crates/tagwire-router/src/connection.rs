@@ -1014,6 +1014,10 @@ impl Conn {
                 return self.refuse(ErrorCode::BadRequest, msg);
             }
         }
+        let reads_shm = same_host && shm_mode != tagwire_core::qos::ShmMode::Off;
+        if reads_shm {
+            st.shm.note_reader(self.id, &self.identity);
+        }
         let endpoint_name: Arc<str> = Arc::from(&**endpoint);
         let mut channel = Channel::new(
             sub,
@@ -1025,7 +1029,7 @@ impl Conn {
         )
         .with_max_event(self.engine.max_delivered_event())
         .on_connection(self.id)
-        .reading_shm(same_host && shm_mode != tagwire_core::qos::ShmMode::Off)
+        .reading_shm(reads_shm)
         .for_consumer(
             st.consumers
                 .entry(endpoint_name.clone())
@@ -1223,7 +1227,13 @@ impl Conn {
             );
         }
         let limits = st.config.limits.clone();
-        let opened = st.shm.open(&limits, self.id, &req.endpoint, req.max_packet);
+        let opened = st.shm.open(
+            &limits,
+            self.id,
+            &self.identity,
+            &req.endpoint,
+            req.max_packet,
+        );
         drop(st);
         match opened {
             Ok((region, fd)) => {

@@ -35,6 +35,9 @@ struct RegionEntry {
     /// The daemon's own pin row: a packet being dispatched is pinned here.
     dispatch: PinRow,
     owner: u64,
+    /// The owner connection's identity: only connections of this identity
+    /// are sent the fd (see [`ShmTable::readers`]).
+    identity: Arc<str>,
     endpoint: Arc<str>,
     /// The pin row of each connection that was sent the fd.
     rows: HashMap<u64, Arc<SubscriberRow>>,
@@ -80,6 +83,12 @@ const SWEEP_EVERY_NS: u64 = 100_000_000;
 #[derive(Default)]
 pub(crate) struct ShmTable {
     regions: HashMap<u64, RegionEntry>,
+    /// The identity of each connection that subscribed reading shared
+    /// memory: a region's fd (read-write) goes only to connections of its
+    /// publisher's identity, so no other identity can alter what the
+    /// publisher's readers receive; the others get copies (`docs/shm.md`,
+    /// "Trust").
+    readers: HashMap<u64, Arc<str>>,
     next_id: u64,
     pub(crate) counters: ShmCounters,
     /// What the connections' writers did with queued references.
@@ -162,6 +171,7 @@ impl ShmTable {
         &mut self,
         limits: &Limits,
         conn: u64,
+        identity: &Arc<str>,
         endpoint: &str,
         max_packet: Option<u64>,
     ) -> Result<(u64, OwnedFd), String> {
@@ -183,7 +193,14 @@ impl ShmTable {
                 .map_err(|e| format!("dup of the region's fd failed: {e}"))?;
             return Ok((id, fd));
         }
-        let r = self.create(limits, conn, endpoint, wanted);
+        let r = self.create(
+            limits,
+            conn,
+            identity,
+            endpoint,
+            wanted,
+            old.map(|(id, _)| id),
+        );
         match (&r, old) {
             (Err(_), _) => self.counters.regions_refused += 1,
             (Ok(_), Some((old_id, _))) => self.remove(old_id),
@@ -192,12 +209,23 @@ impl ShmTable {
         r
     }
 
+    /// Regions and bytes the regions of `identity` hold, leaving out
+    /// region `except` (one about to be replaced).
+    fn held_by(&self, identity: &str, except: Option<u64>) -> (usize, u64) {
+        self.regions
+            .iter()
+            .filter(|(id, e)| &*e.identity == identity && Some(**id) != except)
+            .fold((0, 0), |(n, b), (_, e)| (n + 1, b + e.bytes))
+    }
+
     fn create(
         &mut self,
         limits: &Limits,
         conn: u64,
+        identity: &Arc<str>,
         endpoint: &str,
         chunk_bytes: u64,
+        replaces: Option<u64>,
     ) -> Result<(u64, OwnedFd), String> {
         if self.regions.len() >= limits.shm_max_regions {
             return Err(format!(
@@ -205,6 +233,14 @@ impl ShmTable {
                 limits.shm_max_regions
             ));
         }
+        let (held, held_bytes) = self.held_by(identity, replaces);
+        let max_held = limits.shm_regions_per_identity();
+        if held >= max_held {
+            return Err(format!(
+                "identity {identity} already holds {held} shared-memory regions (limits.shm_max_regions_per_identity = {max_held})"
+            ));
+        }
+        let max_bytes = limits.shm_bytes_per_identity();
         let cfg = RegionConfig {
             streams: 1,
             slots: limits.shm_slots,
@@ -218,11 +254,18 @@ impl ShmTable {
             chunk_bytes,
             max_total_bytes: limits
                 .shm_max_bytes
-                .saturating_sub(self.counters.bytes_open),
+                .saturating_sub(self.counters.bytes_open)
+                .min(max_bytes.saturating_sub(held_bytes)),
             reserve: true,
         };
-        let region = Region::create(cfg).map_err(|e| {
-            format!("cannot create a shared-memory region: {e} (limits.shm_max_bytes = {}, {} bytes open)", limits.shm_max_bytes, self.counters.bytes_open)
+        let region = Region::create(cfg).map_err(|e| match e {
+            tagwire_shm::Error::TooLarge { .. }
+                if max_bytes.saturating_sub(held_bytes)
+                    < limits.shm_max_bytes.saturating_sub(self.counters.bytes_open) =>
+            {
+                format!("cannot create a shared-memory region: {e} (identity {identity} holds {held_bytes} bytes; limits.shm_max_bytes_per_identity = {max_bytes})")
+            }
+            e => format!("cannot create a shared-memory region: {e} (limits.shm_max_bytes = {}, {} bytes open)", limits.shm_max_bytes, self.counters.bytes_open),
         })?;
         let reader = region
             .consumer(0, ConsumerConfig::default())
@@ -234,6 +277,12 @@ impl ShmTable {
             .fd()
             .try_clone_to_owned()
             .map_err(|e| format!("dup of the region's fd failed: {e}"))?;
+        if self.next_id == 0 {
+            // Ids do not repeat across daemon restarts (they start at the
+            // first region's time in µs, below 2^53): a client's reference
+            // into a region of an earlier daemon never names a new one.
+            self.next_id = now_ns() / 1000;
+        }
         self.next_id += 1;
         let id = self.next_id;
         let bytes = region.layout().total_bytes;
@@ -247,6 +296,7 @@ impl ShmTable {
                 reader,
                 dispatch,
                 owner: conn,
+                identity: identity.clone(),
                 endpoint: Arc::from(endpoint),
                 rows: HashMap::new(),
                 parked: Vec::new(),
@@ -291,6 +341,13 @@ impl ShmTable {
         for e in self.regions.values_mut() {
             e.forget(conn);
         }
+        self.readers.remove(&conn);
+    }
+
+    /// Connection `conn` of `identity` subscribes reading shared memory:
+    /// it may be sent the fds of its own identity's regions.
+    pub(crate) fn note_reader(&mut self, conn: u64, identity: &Arc<str>) {
+        self.readers.insert(conn, identity.clone());
     }
 
     /// Closes the region of publisher `endpoint` on `conn` (undeclared).
@@ -513,6 +570,10 @@ impl ShmEvent {
     fn queued_for(&self, table: &mut ShmTable, ch: &Channel, limits: &Limits) -> Option<ShmQueued> {
         let e = table.regions.get_mut(&self.region)?;
         if !e.rows.contains_key(&ch.conn) {
+            // The fd is read-write: only the publisher's own identity gets it.
+            if table.readers.get(&ch.conn) != Some(&e.identity) {
+                return None;
+            }
             let row = e.region.pin_row().or_else(|_| {
                 e.sweep();
                 e.region.pin_row()
@@ -584,6 +645,10 @@ pub(crate) fn is_shm(ev: &EventRef<'_>) -> bool {
 mod tests {
     use super::*;
 
+    fn id() -> Arc<str> {
+        Arc::from("uid:1000")
+    }
+
     fn chunk_of(t: &ShmTable, id: u64) -> u64 {
         t.regions[&id].region.layout().geometry.chunk_bytes
     }
@@ -595,24 +660,28 @@ mod tests {
             ..Limits::default()
         };
         let mut t = ShmTable::default();
-        let (first, _fd) = t.open(&limits, 1, "/p", None).expect("open");
+        let (first, _fd) = t.open(&limits, 1, &id(), "/p", None).expect("open");
         assert_eq!(chunk_of(&t, first), START_PACKET);
         // Asking for no more than it holds keeps the region.
-        let (same, _fd) = t.open(&limits, 1, "/p", Some(1000)).expect("open");
+        let (same, _fd) = t.open(&limits, 1, &id(), "/p", Some(1000)).expect("open");
         assert_eq!(same, first);
         // A larger payload: a new region replaces the old one.
-        let (bigger, _fd) = t.open(&limits, 1, "/p", Some(200_001)).expect("open");
+        let (bigger, _fd) = t
+            .open(&limits, 1, &id(), "/p", Some(200_001))
+            .expect("open");
         assert_ne!(bigger, first);
         assert_eq!(chunk_of(&t, bigger), 200_064, "rounded up to 64");
         assert!(!t.regions.contains_key(&first), "the old region closed");
         // Past the daemon's limit: capped, and the region replaced once more.
-        let (capped, _fd) = t.open(&limits, 1, "/p", Some(10 << 20)).expect("open");
+        let (capped, _fd) = t
+            .open(&limits, 1, &id(), "/p", Some(10 << 20))
+            .expect("open");
         assert_eq!(chunk_of(&t, capped), 256 * 1024);
         let c = t.listing();
         assert_eq!((c.regions_created, c.regions_open), (3, 1));
         assert_eq!(c.bytes_open, t.regions[&capped].bytes);
         // Another endpoint or connection gets its own region.
-        let (other, _fd) = t.open(&limits, 2, "/p", None).expect("open");
+        let (other, _fd) = t.open(&limits, 2, &id(), "/p", None).expect("open");
         assert_ne!(other, capped);
         assert_eq!(t.listing().regions_open, 2);
     }
@@ -621,11 +690,11 @@ mod tests {
     fn a_refused_larger_region_leaves_the_old_one_in_place() {
         let mut limits = Limits::default();
         let mut t = ShmTable::default();
-        let (first, _fd) = t.open(&limits, 1, "/p", None).expect("open");
+        let (first, _fd) = t.open(&limits, 1, &id(), "/p", None).expect("open");
         // Only room for what is open: the larger region is refused.
         limits.shm_max_bytes = t.listing().bytes_open;
         let err = t
-            .open(&limits, 1, "/p", Some(1 << 20))
+            .open(&limits, 1, &id(), "/p", Some(1 << 20))
             .expect_err("no room");
         assert!(err.contains("shm_max_bytes"), "{err}");
         assert!(
@@ -633,6 +702,41 @@ mod tests {
             "the old region stays usable"
         );
         assert_eq!(t.listing().regions_refused, 1);
+    }
+
+    #[test]
+    fn one_identity_gets_at_most_its_quota_of_regions_and_bytes_and_another_still_gets_one() {
+        let limits = Limits {
+            shm_max_regions: 8,
+            ..Limits::default()
+        };
+        assert_eq!(limits.shm_regions_per_identity(), 2, "a quarter by default");
+        let mut t = ShmTable::default();
+        let greedy: Arc<str> = Arc::from("token:greedy");
+        t.open(&limits, 1, &greedy, "/a", None).expect("first");
+        t.open(&limits, 2, &greedy, "/b", None).expect("second");
+        let err = t
+            .open(&limits, 3, &greedy, "/c", None)
+            .expect_err("over the quota");
+        assert!(err.contains("shm_max_regions_per_identity"), "{err}");
+        // Growing a region it holds replaces it: still within the quota.
+        t.open(&limits, 1, &greedy, "/a", Some(200_000))
+            .expect("a larger region replacing one held");
+        t.open(&limits, 4, &id(), "/owner", None)
+            .expect("another identity still gets a region");
+        // Bytes: an identity's regions together stay within its share.
+        let limits = Limits {
+            shm_max_bytes_per_identity: Some(3 << 20),
+            ..Limits::default()
+        };
+        let mut t = ShmTable::default();
+        t.open(&limits, 1, &greedy, "/a", None).expect("1.7 MiB");
+        let err = t
+            .open(&limits, 2, &greedy, "/b", None)
+            .expect_err("over the byte quota");
+        assert!(err.contains("shm_max_bytes_per_identity"), "{err}");
+        t.open(&limits, 3, &id(), "/owner", None)
+            .expect("another identity still gets a region");
     }
 
     #[test]

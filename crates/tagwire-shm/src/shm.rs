@@ -701,6 +701,62 @@ impl Region {
         owner.closed.load(SeqCst) == 1 || pid == 0 || pid_gone(pid)
     }
 
+    /// A copy of packet `seq` of `stream` if it is still published (not
+    /// reused, retracted or expired by its producer): for a producer that
+    /// must send a packet another way after the reader it was meant for
+    /// went away (a daemon restart). The chunk is held by one more
+    /// reference while it is copied and the stamp is checked again after
+    /// taking it, so the copy is never torn: a packet reclaimed meanwhile
+    /// is `Expired { seq }`.
+    pub fn copy_published(&self, stream: u32, seq: u64) -> Result<Vec<u8>, Error> {
+        if stream >= self.map.layout.stream_count {
+            return Err(Error::Unavailable {
+                what: "stream",
+                index: stream as u64,
+            });
+        }
+        let g = self.map.layout.geometry;
+        let slot = g.slot_of(seq) as u32;
+        let s = self.map.slot(stream, slot);
+        let want = Stamp {
+            seq: seq & MAX_SEQ,
+            state: SlotState::Published,
+        }
+        .pack();
+        let d = snapshot(s);
+        if d.stamp != want || seq > MAX_SEQ {
+            return Err(Error::Expired { seq });
+        }
+        let c = g.chunk_of(&d).map_err(|x| {
+            let (what, value) = x.describe();
+            Error::Corrupt { slot, what, value }
+        })?;
+        let meta = self.map.chunk_meta(c);
+        // The extra reference keeps the chunk from being kept for the slot's
+        // next packet or reallocated (both need the count at 1 or 0 after
+        // re-stamping the slot, SeqCst): if the stamp is still ours after
+        // it, no one writes the chunk until it is given back.
+        if meta
+            .refs
+            .fetch_update(SeqCst, SeqCst, |r| r.checked_add(1))
+            .is_err()
+        {
+            return Err(Error::Expired { seq });
+        }
+        let out = (s.stamp.load(SeqCst) == want).then(|| {
+            let mut v = vec![0u8; d.len as usize];
+            // SAFETY: chunk_of checked the chunk index and len <= chunk_bytes,
+            // so [chunk, chunk + len) lies in the mapping; the chunk is not
+            // written while the reference taken above is held (see above).
+            unsafe {
+                std::ptr::copy_nonoverlapping(self.map.chunk_ptr(c), v.as_mut_ptr(), v.len())
+            };
+            v
+        });
+        release_ref(meta);
+        out.ok_or(Error::Expired { seq })
+    }
+
     /// Where everything lies in the memfd.
     pub fn layout(&self) -> Layout {
         self.map.layout

@@ -77,6 +77,16 @@ pub enum Error {
     /// The session was closed.
     #[error("the session is closed")]
     Closed,
+    /// A loaned payload written into shared memory could not be sent: the
+    /// session reconnected before it was written (the new daemon does not
+    /// know the region) and the packet had left the region meanwhile.
+    #[error("publisher {publisher}: the loaned payload was lost across a reconnect: {reason}")]
+    ShmPacketGone {
+        /// The publisher endpoint.
+        publisher: String,
+        /// Why the packet could not be read back.
+        reason: String,
+    },
     /// No reply in time.
     #[error("no reply to {what} within {secs} s")]
     Timeout {

@@ -29,9 +29,9 @@ pub struct Publisher {
     bands: Mutex<Vec<(String, Session, u32)>>,
     /// Its shared-memory region, if the daemon granted one (`docs/shm.md`).
     shm: Mutex<Option<crate::shm::ShmPublisher>>,
-    /// Its `shm` mode, and the session's reconnect count when a region was
-    /// last asked for: after a reconnect (the daemon forgot the region) it
-    /// is asked for again, once per reconnect.
+    /// Its `shm` mode, and the session's connection (`Inner::epoch`) when a
+    /// region was last asked for: after a reconnect (the daemon forgot the
+    /// region) it is asked for again, once per reconnect.
     shm_mode: crate::ShmMode,
     shm_asked: AtomicU64,
     /// A region asked for and not answered yet (after a reconnect, or a
@@ -62,7 +62,7 @@ impl Publisher {
         shm: Option<crate::shm::ShmPublisher>,
         shm_mode: crate::ShmMode,
     ) -> Self {
-        let shm_asked = AtomicU64::new(session.reconnects());
+        let shm_asked = AtomicU64::new(session.inner().epoch());
         let mut plain = Event::default();
         plain.header.publisher.clone_from(&name);
         Publisher {
@@ -210,9 +210,23 @@ impl Publisher {
         now: u64,
         fill: &mut Option<Filler<'_>>,
     ) -> Option<Result<()>> {
+        self.send_in_shm_once(event, express, now, fill, true)
+    }
+
+    /// [`send_in_shm`](Self::send_in_shm); `may_retry`: if the session
+    /// reconnected before the reference was written, try once more in a
+    /// region of the new connection (the payload copied there).
+    fn send_in_shm_once(
+        &self,
+        event: &mut Event,
+        express: bool,
+        now: u64,
+        fill: &mut Option<Filler<'_>>,
+        may_retry: bool,
+    ) -> Option<Result<()>> {
         let mut guard = lock(&self.shm);
-        let reconnects = self.session.reconnects();
-        if guard.as_ref().is_some_and(|s| s.reconnects != reconnects) {
+        let epoch = self.session.inner().epoch();
+        if guard.as_ref().is_some_and(|s| s.epoch != epoch) {
             // The daemon that granted the region is gone or restarted.
             *guard = None;
         }
@@ -223,7 +237,7 @@ impl Publisher {
             let want = match current {
                 // Reconnected: ask again (once per reconnect).
                 None if self.shm_mode != crate::ShmMode::Off
-                    && self.shm_asked.swap(reconnects, Ordering::Relaxed) != reconnects =>
+                    && self.shm_asked.swap(epoch, Ordering::Relaxed) != epoch =>
                 {
                     Some(None)
                 }
@@ -251,7 +265,7 @@ impl Publisher {
                 if !self.session.inner().on_reader_thread() {
                     if let Some(a) = ask.take() {
                         let reply = a.wait();
-                        self.take_shm_answer(&mut guard, a, reply, reconnects);
+                        self.take_shm_answer(&mut guard, a, reply, epoch);
                     }
                 }
             }
@@ -261,7 +275,7 @@ impl Publisher {
                 answer => {
                     let a = ask.take().expect("checked above");
                     let reply = answer.map_err(|_| crate::Error::Disconnected);
-                    self.take_shm_answer(&mut guard, a, reply, reconnects);
+                    self.take_shm_answer(&mut guard, a, reply, epoch);
                 }
             }
         }
@@ -306,14 +320,54 @@ impl Publisher {
             len: len as u32,
             chunk: 0,
         };
+        let granted_on = shm.epoch;
+        // A loan's payload is only in the region: kept at hand (a reference
+        // count) in case the connection changes before it is written.
+        let loaned = fill.is_some().then(|| shm.producer.region());
         drop(guard);
         let payload = std::mem::replace(&mut event.payload, Bytes::copy_from_slice(&r.encode()));
         event.header.flags |= tagwire_proto::flags::SHM_PAYLOAD;
-        let sent = self.session.inner().publish(self.id, event, express, now);
+        let sent = self
+            .session
+            .inner()
+            .publish_in_region(self.id, event, express, now, granted_on);
         event.header.flags &= !tagwire_proto::flags::SHM_PAYLOAD;
         event.payload = payload;
-        stats.note_published(true);
-        Some(sent)
+        match sent {
+            Ok(true) => {
+                stats.note_published(true);
+                Some(Ok(()))
+            }
+            // The session reconnected meanwhile: the daemon now there never
+            // granted that region, so the payload goes inline.
+            Ok(false) => {
+                {
+                    let mut guard = lock(&self.shm);
+                    if guard.as_ref().is_some_and(|s| s.epoch == granted_on) {
+                        *guard = None;
+                    }
+                }
+                if let Some(region) = loaned {
+                    match region.copy_published(0, seq) {
+                        Ok(bytes) => event.payload = Bytes::from(bytes),
+                        Err(e) => {
+                            stats.note_unsent(1);
+                            return Some(Err(crate::Error::ShmPacketGone {
+                                publisher: self.name.clone(),
+                                reason: e.to_string(),
+                            }));
+                        }
+                    }
+                }
+                *fill = None;
+                if may_retry {
+                    return self.send_in_shm_once(event, express, now, fill, false);
+                }
+                stats.note_published(false);
+                None
+            }
+            Err(e) => Some(Err(e)),
+        }
     }
 
     /// Installs the region an `shm_open` answer grants (or, for a larger
@@ -323,11 +377,11 @@ impl Publisher {
         guard: &mut Option<crate::shm::ShmPublisher>,
         a: crate::shm::ShmAsk,
         reply: Result<tagwire_core::connection::Reply>,
-        reconnects: u64,
+        epoch: u64,
     ) {
         let granted = self.session.answer_shm(&a, reply).ok().flatten();
         match (granted, a.grow) {
-            (Some(p), grow) if p.reconnects == reconnects => {
+            (Some(p), grow) if p.epoch == epoch => {
                 let short = grow.is_some_and(|(want, _)| (p.max as u64) < want / 2);
                 *guard = Some(p);
                 if let Some(s) = guard.as_mut() {

@@ -90,6 +90,11 @@ pub(crate) struct Inner {
     closed: AtomicBool,
     reader_thread: Mutex<Option<ThreadId>>,
     reconnects: AtomicU64,
+    /// Connections established so far, bumped under `writer` before a new
+    /// connection takes publishes: a shared-memory reference is written
+    /// only on the connection whose daemon granted its region
+    /// ([`Inner::publish_in_region`]).
+    epoch: AtomicU64,
     /// Network time minus this host's clock (ns), as last asked of the
     /// daemon, and when (local ns; 0: never) — for `network_clock`.
     net_offset: std::sync::atomic::AtomicI64,
@@ -214,6 +219,7 @@ impl Session {
             closed: AtomicBool::new(false),
             reader_thread: Mutex::new(None),
             reconnects: AtomicU64::new(0),
+            epoch: AtomicU64::new(0),
             net_offset: std::sync::atomic::AtomicI64::new(0),
             net_offset_at: AtomicU64::new(0),
             bands: Mutex::new(HashMap::new()),

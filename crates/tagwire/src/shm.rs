@@ -51,6 +51,11 @@ pub struct ShmStats {
     /// References this session could not read (a region it could not map,
     /// or a pin the daemon no longer holds): skipped.
     pub unreadable: u64,
+    /// Events published in shared memory and not yet read by the daemon
+    /// when the connection was lost, whose packet had left the region by
+    /// the reconnect (the others are sent again with their payload
+    /// inline): lost, and logged.
+    pub unsent: u64,
 }
 
 #[derive(Default)]
@@ -60,6 +65,7 @@ struct Counters {
     in_place: AtomicU64,
     expired: Arc<AtomicU64>,
     unreadable: AtomicU64,
+    unsent: AtomicU64,
 }
 
 /// A session's shared-memory state: fds in transit, mapped regions, counters.
@@ -68,6 +74,12 @@ pub(crate) struct ClientShm {
     fds: Mutex<VecDeque<OwnedFd>>,
     regions: Mutex<HashMap<u64, PinHolder>>,
     grants: Mutex<HashMap<u64, Region>>,
+    /// The regions this session's publishers produce into, by id, so that
+    /// after a reconnect the publishes that refer to them and were not
+    /// written (or whose write failed) can be sent with their payload
+    /// inline; emptied at each reconnect, pruned of regions whose
+    /// publisher is gone.
+    produced: Mutex<HashMap<u64, Region>>,
     counters: Counters,
 }
 
@@ -136,6 +148,35 @@ impl ClientShm {
         lock(&self.grants).remove(&region)
     }
 
+    /// A publisher of this session produces into `region` (id `id`), which
+    /// replaces region `replaces` (a larger one: every publish that refers
+    /// to the old one was written before the grant's reply came).
+    pub(crate) fn producing(&self, id: u64, region: &Region, replaces: Option<u64>) {
+        let mut p = lock(&self.produced);
+        if let Some(old) = replaces {
+            p.remove(&old);
+        }
+        p.retain(|_, r| !r.producer_gone(0));
+        p.insert(id, region.clone());
+    }
+
+    /// A new connection: takes the regions the lost one's publishers
+    /// produced into (see `produced`), and lets go of everything else the
+    /// old daemon handed out: fds not yet named, producer grants not taken,
+    /// and the regions mapped to read in place (no reference into them can
+    /// come any more: the reader thread read the old connection to its
+    /// end; payloads adopted from them keep their own mapping).
+    pub(crate) fn new_connection(&self) -> HashMap<u64, Region> {
+        lock(&self.fds).clear();
+        lock(&self.grants).clear();
+        lock(&self.regions).clear();
+        std::mem::take(&mut *lock(&self.produced))
+    }
+
+    pub(crate) fn note_unsent(&self, n: u64) {
+        self.counters.unsent.fetch_add(n, Ordering::Relaxed);
+    }
+
     /// The payload a delivered reference points at, in place: its pin is
     /// adopted now (a queued sample keeps the payload) and given back when
     /// the last clone of the bytes drops. `None`: unreadable (counted).
@@ -202,6 +243,7 @@ impl ClientShm {
             in_place: c.in_place.load(Ordering::Relaxed),
             expired: c.expired.load(Ordering::Relaxed),
             unreadable: c.unreadable.load(Ordering::Relaxed),
+            unsent: c.unsent.load(Ordering::Relaxed),
         }
     }
 }
@@ -216,8 +258,8 @@ pub(crate) struct ShmAsk {
     pub(crate) mode: ShmMode,
     /// `Some((max_packet, current region))` for a larger region.
     pub(crate) grow: Option<(u64, u64)>,
-    /// The session's reconnect count when asked.
-    pub(crate) reconnects: u64,
+    /// The session's connection when asked ([`Inner::epoch`](crate::session)).
+    pub(crate) epoch: u64,
 }
 
 impl ShmAsk {
@@ -262,9 +304,9 @@ pub(crate) struct ShmPublisher {
     pub(crate) producer: Producer,
     /// The largest payload (the chunk size).
     pub(crate) max: usize,
-    /// The session's reconnect count when granted: after a reconnect the
-    /// daemon no longer knows the region, and the publisher uses the socket.
-    pub(crate) reconnects: u64,
+    /// The session's connection when granted: after a reconnect the
+    /// daemon no longer knows the region, and the publisher asks again.
+    pub(crate) epoch: u64,
     /// The daemon gave no larger region (its `limits.shm_max_packet`, or a
     /// refusal): larger payloads go over the socket without asking again.
     pub(crate) at_daemon_limit: bool,
@@ -281,7 +323,7 @@ impl std::fmt::Debug for ShmPublisher {
 
 impl ShmPublisher {
     /// Becomes the producer of a granted region.
-    pub(crate) fn new(region_id: u64, region: Region, reconnects: u64) -> Result<Self, String> {
+    pub(crate) fn new(region_id: u64, region: Region, epoch: u64) -> Result<Self, String> {
         let max = region.layout().geometry.chunk_bytes as usize;
         // Never reuse a slot the daemon has not read: `Full` then, and that
         // event goes over the socket (the socket's backpressure applies).
@@ -296,8 +338,46 @@ impl ShmPublisher {
             region: region_id,
             producer,
             max,
-            reconnects,
+            epoch,
             at_daemon_limit: false,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tagwire_shm::{ProducerConfig, RegionConfig};
+
+    /// Issue 24, item 14: after a reconnect nothing of the old daemon's
+    /// stays: regions mapped to read in place, unnamed fds, untaken grants
+    /// (their ids could name a new daemon's regions).
+    #[test]
+    fn a_new_connection_lets_go_of_the_old_daemons_regions() {
+        let region = Region::create(RegionConfig {
+            reserve: false,
+            ..RegionConfig::default()
+        })
+        .expect("region");
+        let row = region.pin_row().expect("row");
+        let shm = ClientShm::default();
+        let fd = |r: &Region| r.fd().try_clone_to_owned().expect("dup");
+        shm.received_fds(vec![fd(&region), fd(&region), fd(&region)]);
+        shm.named(1, ShmRole::Consumer, row.ticket());
+        shm.named(2, ShmRole::Producer, 0);
+        assert!(shm.reads_in_place());
+        let producer = region
+            .producer(0, ProducerConfig::default())
+            .expect("producer");
+        shm.producing(3, &producer.region(), None);
+        let produced = shm.new_connection();
+        assert!(
+            produced.contains_key(&3),
+            "the producers' regions, for the replay"
+        );
+        assert!(!shm.reads_in_place(), "the old daemon's regions are let go");
+        assert!(shm.take_grant(2).is_none());
+        assert!(lock(&shm.fds).is_empty(), "the unnamed fd is closed");
+        assert!(shm.new_connection().is_empty());
     }
 }

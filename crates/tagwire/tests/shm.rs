@@ -413,6 +413,108 @@ fn a_publisher_asks_for_a_region_again_after_its_daemon_restarts() {
     drop(second);
 }
 
+/// Issue 24, item 14: events a publisher writes into its region while the
+/// daemon restarts go out after the reconnect with their payload inline
+/// (the new daemon never granted that region), not as references the new
+/// daemon refuses (`BadRequest`: "refers to shared-memory region 1, which
+/// this connection was not given") and loses.
+#[test]
+fn events_published_while_the_daemon_restarts_reach_the_new_daemon_none_as_stale_references() {
+    let dir = Dir::new("shm-restart-stale");
+    let path = dir.0.join("tagwired.sock");
+    let start = {
+        let path = path.clone();
+        move || {
+            Router::start(RouterConfig {
+                tcp: None,
+                unix: Some(path.clone()),
+                ..RouterConfig::default()
+            })
+            .expect("start router")
+        }
+    };
+    let url = format!("unix://{}", path.display());
+    let first = start();
+    let s = Session::builder()
+        .shm(ShmMode::Auto)
+        .reconnect_wait(Duration::from_secs(20))
+        .connect(&url)
+        .expect("session");
+    // Two publish by copy, one by loan (the payload only in the region).
+    let pubs: Vec<_> = (0..3)
+        .map(|i| {
+            let p = s
+                .declare_publisher(&format!("/shm/stale/pub{i}"))
+                .expect("declare");
+            assert!(p.uses_shm());
+            p.publish("/shm/stale/before", vec![1u8; 64])
+                .expect("publish");
+            p
+        })
+        .collect();
+    first.shutdown();
+    wait_until("the session saw its daemon go", || !s.is_connected());
+    let ready = std::sync::Arc::new(std::sync::Barrier::new(4));
+    let threads: Vec<_> = pubs
+        .into_iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let ready = ready.clone();
+            std::thread::spawn(move || {
+                ready.wait();
+                // The first event goes into the region now and waits for the
+                // reconnect; the others follow once reconnected.
+                for k in 0..5u8 {
+                    if i == 2 {
+                        p.loan("/shm/stale", 1000, |b| b.fill(k)).expect("loan");
+                    } else {
+                        p.publish("/shm/stale", vec![k; 64 << i]).expect("publish");
+                    }
+                }
+                p
+            })
+        })
+        .collect();
+    ready.wait();
+    // Not a timing assertion: room for the publishers to block first.
+    std::thread::sleep(Duration::from_millis(300));
+    let second = start();
+    let pubs: Vec<_> = threads
+        .into_iter()
+        .map(|t| t.join().expect("publisher thread"))
+        .collect();
+    let watcher = shm_session(&url).expect("session");
+    // The publishes were written; the new daemon reads them on their own
+    // connection, so the count is waited for (bounded), then checked.
+    let published = || {
+        watcher
+            .list()
+            .expect("list")
+            .tags
+            .iter()
+            .find(|t| t.tag == "/shm/stale")
+            .map_or(0, |t| t.published)
+    };
+    let deadline = Instant::now() + WAIT;
+    while published() < 15 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let listed = watcher.list().expect("list");
+    assert_eq!(
+        listed.shm.stray, 0,
+        "references into the old daemon's regions reached the new one"
+    );
+    assert_eq!(
+        published(),
+        15,
+        "every event the publishers were told was sent"
+    );
+    assert_eq!(s.shm_stats().unsent, 0);
+    assert!(pubs.iter().all(|p| p.uses_shm()), "new regions granted");
+    drop(pubs);
+    drop(second);
+}
+
 #[test]
 fn a_loaned_payload_is_written_in_the_region_and_read_in_place() {
     let r = router();

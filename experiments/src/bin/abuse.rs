@@ -31,6 +31,16 @@
 //!                   (`--declare 0`: connections only, no endpoints)
 //!   trespass        --token T                   mallory tries to change,
 //!                   remove and see the owner's subscriber's filters
+//!   shm-trespass    --unix PATH --token T --events 3000  over the Unix
+//!                   socket, mallory subscribes to the owner's shared-memory
+//!                   publisher beside the owner's own reader: mallory must
+//!                   get copies, never a reference into the owner's region
+//!                   (nor its read-write fd); the owner's reader gets every
+//!                   payload intact, in place (issue 24, item 1)
+//!   shm-hog         --unix PATH --token T --regions 64 --expect-regions 16
+//!                   mallory declares that many publishers over the Unix
+//!                   socket; at most its quota get a region, and the
+//!                   owner's publisher still gets one (issue 24, item 4)
 //!   ping            --count 200 --interval-ms 10 [--until FILE]  a healthy
 //!                   client: round trips (at least `count`, and on until FILE
 //!                   exists), prints `p50_us p99_us max_us` (nothing else)
@@ -71,7 +81,7 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use serde_json::json;
-use tagwire::Session;
+use tagwire::{Session, ShmMode};
 use tagwire_proto::{EndpointKind, ErrorCode, Event, Frame, FrameDecoder, Value, PROTOCOL_VERSION};
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
@@ -975,7 +985,7 @@ fn trespass(o: &Opts) -> Res<()> {
         .endpoint(&victim_name)
         .receiver()?;
     let id = owner
-        .admin(&json!({"op": "filter_add", "endpoint": victim_name, "level": "channel", "filter": "$.x == 1"}))
+        .admin_json(&json!({"op": "filter_add", "endpoint": victim_name, "level": "channel", "filter": "$.x == 1"}))
         .map_err(|e| format!("the owner's filter_add: {e}"))?["id"]
         .as_u64()
         .ok_or("filter_add answered no id")?;
@@ -1008,7 +1018,7 @@ fn trespass(o: &Opts) -> Res<()> {
     let mut all_ok = true;
     let mut results = Vec::new();
     for (what, req) in &attempts {
-        let r = answered(m.admin(req))?;
+        let r = answered(m.admin_json(req))?;
         let ok = matches!(r, Err((ErrorCode::PermissionDenied, _)));
         all_ok &= ok;
         results.push(match r {
@@ -1017,8 +1027,8 @@ fn trespass(o: &Opts) -> Res<()> {
         });
     }
     // What mallory may see: nothing of the victim's.
-    let list = answered(m.admin(&json!({"op": "list"})))?;
-    let filters = answered(m.admin(&json!({"op": "filter_list"})))?;
+    let list = answered(m.admin_json(&json!({"op": "list"})))?;
+    let filters = answered(m.admin_json(&json!({"op": "filter_list"})))?;
     let hidden = matches!(&list, Ok(l) if !l.to_string().contains(&victim_name))
         && matches!(&filters, Ok(f) if !f.to_string().contains(&victim_name));
     // The victim still has its filter and still receives.
@@ -1041,6 +1051,84 @@ fn trespass(o: &Opts) -> Res<()> {
         verdict(hidden),
         verdict(receives),
         received.as_deref().unwrap_or("nothing"),
+    );
+    Ok(())
+}
+
+/// A session over the daemon's Unix socket `--unix PATH`, with shared
+/// memory, as the owner (its uid) or with `token`.
+fn unix_session(o: &Opts, token: Option<&str>) -> Res<Session> {
+    let path = o.text("unix").ok_or("this attack needs --unix PATH")?;
+    let mut b = Session::builder().shm(ShmMode::Auto);
+    if let Some(t) = token {
+        b = b.token(t);
+    }
+    Ok(b.connect(&format!("unix://{path}"))?)
+}
+
+/// Issue 24, item 1: a subscriber of another identity must never get the
+/// owner's region (it was sent read-write and could corrupt what the
+/// owner's readers got).
+fn shm_trespass(o: &Opts) -> Res<()> {
+    let token = o.text("token").ok_or("shm-trespass needs --token T")?;
+    let n = o.num("events", 3000) as usize;
+    let tag = "/abuse/shm/stream";
+    let owner = unix_session(o, None)?;
+    let reader = unix_session(o, None)?;
+    let mallory = unix_session(o, Some(token))?;
+    let victim = reader.subscribe(tag).max_queue_length(n + 16).receiver()?;
+    let theirs = mallory.subscribe(tag).max_queue_length(n + 16).receiver()?;
+    let publisher = owner.declare_publisher("/abuse/shm/pub")?;
+    let in_shm = publisher.uses_shm();
+    let payload = |i: usize| vec![(i % 251) as u8; 1024];
+    let (mut v_got, mut v_in_place, mut corrupt) = (0, 0, 0);
+    let (mut m_got, mut m_in_place) = (0, 0);
+    for i in 0..n {
+        publisher.publish(tag, payload(i))?;
+        // Read as it comes: the owner's reader holds at most a few pins.
+        if let Some(s) = victim.recv_timeout(Duration::from_secs(5))? {
+            v_got += 1;
+            v_in_place += usize::from(s.is_in_place());
+            corrupt += usize::from(s.payload()[..] != payload(i)[..]);
+        }
+        if let Some(s) = theirs.recv_timeout(Duration::from_secs(5))? {
+            m_got += 1;
+            m_in_place += usize::from(s.is_in_place());
+        }
+    }
+    let m = mallory.shm_stats();
+    let no_reference = m_in_place == 0 && m.in_place == 0 && m.unreadable == 0;
+    println!(
+        "shm-trespass: the owner's publisher in shared memory: {}; mallory got {m_got}/{n} events, \
+         {m_in_place} by reference into the owner's region: {}; the owner's reader got {v_got}/{n}, \
+         {v_in_place} in place, {corrupt} corrupted: {}",
+        verdict(in_shm),
+        verdict(no_reference && m_got == n),
+        verdict(v_got == n && corrupt == 0 && v_in_place > 0),
+    );
+    Ok(())
+}
+
+/// Issue 24, item 4: one identity takes at most its quota of regions.
+fn shm_hog(o: &Opts) -> Res<()> {
+    let token = o.text("token").ok_or("shm-hog needs --token T")?;
+    let n = o.num("regions", 64);
+    let quota = o.num("expect-regions", 16);
+    let mallory = unix_session(o, Some(token))?;
+    let mut publishers = Vec::new();
+    let mut granted = 0u64;
+    for i in 0..n {
+        let p = mallory.declare_publisher(&format!("/abuse/hog/{i}"))?;
+        granted += u64::from(p.uses_shm());
+        publishers.push(p);
+    }
+    let owner = unix_session(o, None)?;
+    let own = owner.declare_publisher("/abuse/hog/owner")?;
+    println!(
+        "shm-hog: mallory declared {n} publishers over the Unix socket, {granted} got a region \
+         (quota {quota}): {}; the owner's publisher then got one: {}",
+        verdict(granted <= quota),
+        verdict(own.uses_shm()),
     );
     Ok(())
 }
@@ -1090,6 +1178,8 @@ fn main() {
         "admin-scale" => admin_scale(&o),
         "endpoint-fill" => endpoint_fill(&o),
         "trespass" => trespass(&o),
+        "shm-trespass" => shm_trespass(&o),
+        "shm-hog" => shm_hog(&o),
         "ping" => ping(&o),
         other => {
             eprintln!("abuse: unknown attack {other:?} (see the comment at the top of abuse.rs)");

@@ -114,6 +114,7 @@ class ShmStats(TypedDict):
     in_place: int
     expired: int
     unreadable: int
+    unsent: int
 
 class Sample:
     """A received event. ``memoryview(sample)`` reads the payload in place."""

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use tagwire_core::connection::Input;
+use tagwire_proto::Event;
 
 use super::reader::read_some;
 use super::{lock, Inner};
@@ -134,8 +135,23 @@ pub(super) fn connect(inner: &Inner) -> Result<(Stream, BytesMut)> {
     inner.take_control(&mut w);
     w.max_frame = lock(&inner.engine).max_frame();
     let failed = std::mem::take(&mut *lock(&inner.replay));
-    keep_publishes(&failed, w.max_frame, &mut w.buf);
-    keep_publishes(&unsent, w.max_frame, &mut w.buf);
+    // Every region was granted by the daemon of an earlier connection: a
+    // publish that refers to one goes out with its payload inline.
+    let regions = inner.shm.new_connection();
+    let mut stale = Stale {
+        regions: &regions,
+        unsent: 0,
+    };
+    keep_publishes(&failed, w.max_frame, &mut stale, &mut w.buf);
+    keep_publishes(&unsent, w.max_frame, &mut stale, &mut w.buf);
+    if stale.unsent > 0 {
+        tracing::warn!(
+            "{} events published in shared memory before the reconnect are lost: their packets left the region (counted in shm_stats().unsent)",
+            stale.unsent
+        );
+        inner.shm.note_unsent(stale.unsent);
+    }
+    inner.epoch.fetch_add(1, Ordering::AcqRel);
     *lock(&inner.socket) = Some(write_half);
     w.connected = true;
     inner.connected_cv.notify_all();
@@ -143,9 +159,54 @@ pub(super) fn connect(inner: &Inner) -> Result<(Stream, BytesMut)> {
     Ok((s, leftover))
 }
 
+/// The regions of the connection that was lost, for publishes that refer
+/// to them, and how many of those could not be resent.
+struct Stale<'a> {
+    regions: &'a std::collections::HashMap<u64, tagwire_shm::Region>,
+    unsent: u64,
+}
+
+impl Stale<'_> {
+    /// `frame` (a whole `Publish` frame) as it may go to a new daemon: as
+    /// it is, or, if its payload refers to a region of the old one, with
+    /// the payload copied inline out of the region (`None`: the packet is
+    /// no longer there, or the frame does not parse: counted).
+    fn resolve<'f>(&mut self, frame: &'f [u8]) -> Option<std::borrow::Cow<'f, [u8]>> {
+        use std::borrow::Cow;
+        let body = frame.get(9..)?;
+        let shm = tagwire_proto::EventRef::parse(body)
+            .is_ok_and(|e| e.flags & tagwire_proto::flags::SHM_PAYLOAD != 0);
+        if !shm {
+            return Some(Cow::Borrowed(frame));
+        }
+        let inline = (|| {
+            let mut ev = Event::decode(&bytes::Bytes::copy_from_slice(body)).ok()?;
+            let r = tagwire_proto::ShmRef::decode(&ev.payload).ok()?;
+            let bytes = self.regions.get(&r.region)?.copy_published(0, r.seq).ok()?;
+            if bytes.len() != r.len as usize {
+                return None;
+            }
+            ev.payload = bytes::Bytes::from(bytes);
+            ev.header.flags &= !tagwire_proto::flags::SHM_PAYLOAD;
+            let endpoint = u32::from_le_bytes(frame.get(5..9)?.try_into().ok()?);
+            let mut out = BytesMut::new();
+            tagwire_proto::encode_publish(endpoint, &ev, &mut out).ok()?;
+            Some(out)
+        })();
+        match inline {
+            Some(out) => Some(Cow::Owned(out.to_vec())),
+            None => {
+                self.unsent += 1;
+                None
+            }
+        }
+    }
+}
+
 /// Appends to `out` the `Publish` frames of `frames` (whole frames, as this
-/// session encoded them) that fit in `max_frame`.
-fn keep_publishes(frames: &[u8], max_frame: u32, out: &mut BytesMut) {
+/// session encoded them) that fit in `max_frame`, a shared-memory reference
+/// into a region of the lost connection replaced by its payload.
+fn keep_publishes(frames: &[u8], max_frame: u32, stale: &mut Stale<'_>, out: &mut BytesMut) {
     let mut rest = frames;
     while let Some(len) = rest
         .get(..4)
@@ -155,10 +216,16 @@ fn keep_publishes(frames: &[u8], max_frame: u32, out: &mut BytesMut) {
         let Some(frame) = rest.get(..end) else {
             return;
         };
-        if frame.get(4) == Some(&tagwire_proto::kind::PUBLISH) && len <= max_frame {
-            out.extend_from_slice(frame);
-        }
         rest = &rest[end..];
+        if frame.get(4) != Some(&tagwire_proto::kind::PUBLISH) {
+            continue;
+        }
+        match stale.resolve(frame) {
+            Some(f) if f.len() - 4 <= max_frame as usize => out.extend_from_slice(&f),
+            // A payload put inline past the new daemon's frame limit: lost too.
+            Some(std::borrow::Cow::Owned(_)) => stale.unsent += 1,
+            Some(std::borrow::Cow::Borrowed(_)) | None => {}
+        }
     }
 }
 
@@ -166,6 +233,10 @@ fn keep_publishes(frames: &[u8], max_frame: u32, out: &mut BytesMut) {
 mod tests {
     use super::*;
     use tagwire_proto::{Event, Frame};
+
+    fn no_regions() -> std::collections::HashMap<u64, tagwire_shm::Region> {
+        std::collections::HashMap::new()
+    }
 
     #[test]
     fn replay_keeps_only_whole_publish_frames_that_fit() {
@@ -179,14 +250,94 @@ mod tests {
         tagwire_proto::encode_publish(1, &big, &mut frames).expect("encode");
         let mut expected = BytesMut::new();
         tagwire_proto::encode_publish(1, &small, &mut expected).expect("encode");
+        let regions = no_regions();
+        let mut stale = Stale {
+            regions: &regions,
+            unsent: 0,
+        };
         let mut kept = BytesMut::new();
-        keep_publishes(&frames, 4096, &mut kept);
+        keep_publishes(&frames, 4096, &mut stale, &mut kept);
         assert_eq!(
             kept, expected,
             "the Ping and the 5000-byte publish are left out"
         );
         let mut kept = BytesMut::new();
-        keep_publishes(&frames[..frames.len() - 1], 1 << 20, &mut kept);
+        keep_publishes(&frames[..frames.len() - 1], 1 << 20, &mut stale, &mut kept);
         assert_eq!(kept, expected, "a cut-off last frame is left out");
+        assert_eq!(stale.unsent, 0);
+    }
+
+    /// Issue 24, item 14: a publish that refers to a region of the lost
+    /// connection's daemon is replayed with its payload inline (the new
+    /// daemon never granted that region); one whose packet left the
+    /// region is counted, not sent.
+    #[test]
+    fn replayed_shared_memory_references_go_out_with_their_payload_inline() {
+        use tagwire_shm::{ProducerConfig, Region, RegionConfig, NO_DEADLINE};
+        let region = Region::create(RegionConfig {
+            slots: 2,
+            chunks: 2 + 4 + 1,
+            chunk_bytes: 1024,
+            reserve: false,
+            ..RegionConfig::default()
+        })
+        .expect("region");
+        let mut producer = region
+            .producer(0, ProducerConfig::default())
+            .expect("producer");
+        let reference = |seq: u64, len: u32| {
+            let r = tagwire_proto::ShmRef {
+                region: 77,
+                seq,
+                len,
+                chunk: 0,
+            };
+            let mut e = Event::new("/shm", bytes::Bytes::copy_from_slice(&r.encode()));
+            e.header.flags |= tagwire_proto::flags::SHM_PAYLOAD;
+            e.header.seq = seq + 1;
+            e
+        };
+        let gone = producer
+            .publish_copy(b"lapped", 1, NO_DEADLINE, 0)
+            .expect("publish");
+        let kept = producer
+            .publish_copy(b"still here", 2, NO_DEADLINE, 0)
+            .expect("publish");
+        producer
+            .publish_copy(b"laps the first", 3, NO_DEADLINE, 0)
+            .expect("publish");
+        let mut frames = BytesMut::new();
+        tagwire_proto::encode_publish(3, &reference(gone, 6), &mut frames).expect("encode");
+        tagwire_proto::encode_publish(3, &reference(kept, 10), &mut frames).expect("encode");
+        let regions = std::collections::HashMap::from([(77, region.clone())]);
+        let mut stale = Stale {
+            regions: &regions,
+            unsent: 0,
+        };
+        let mut out = BytesMut::new();
+        keep_publishes(&frames, 1 << 20, &mut stale, &mut out);
+        assert_eq!(stale.unsent, 1, "the lapped packet is counted");
+        let mut expected = reference(kept, 10);
+        expected.payload = bytes::Bytes::from_static(b"still here");
+        expected.header.flags &= !tagwire_proto::flags::SHM_PAYLOAD;
+        let mut want = BytesMut::new();
+        tagwire_proto::encode_publish(3, &expected, &mut want).expect("encode");
+        assert_eq!(out, want, "the kept packet goes inline, flag cleared");
+        // Inline, it would not fit the new daemon's frames: counted.
+        let mut stale = Stale {
+            regions: &regions,
+            unsent: 0,
+        };
+        let mut out = BytesMut::new();
+        keep_publishes(&frames, (want.len() - 5) as u32, &mut stale, &mut out);
+        assert_eq!((stale.unsent, out.len()), (2, 0));
+        // A region this session does not have: counted too.
+        let mut stale = Stale {
+            regions: &no_regions(),
+            unsent: 0,
+        };
+        let mut out = BytesMut::new();
+        keep_publishes(&frames, 1 << 20, &mut stale, &mut out);
+        assert_eq!((stale.unsent, out.len()), (2, 0));
     }
 }

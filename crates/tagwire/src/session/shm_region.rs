@@ -66,7 +66,7 @@ impl Session {
                 name: name.to_owned(),
                 mode,
                 grow,
-                reconnects: self.reconnects(),
+                epoch: self.inner().epoch(),
             })),
             Err(e) => crate::shm::refuse(name, mode, e.to_string()).map(|_| None),
         }
@@ -105,8 +105,14 @@ impl Session {
                 "region {region} was granted but its fd did not arrive"
             ));
         };
-        match crate::shm::ShmPublisher::new(region, mapped, ask.reconnects) {
-            Ok(p) => Ok(Some(p)),
+        match crate::shm::ShmPublisher::new(region, mapped, ask.epoch) {
+            Ok(p) => {
+                let replaces = ask.grow.map(|(_, current)| current);
+                self.inner()
+                    .shm
+                    .producing(region, &p.producer.region(), replaces);
+                Ok(Some(p))
+            }
             Err(why) => refuse(why),
         }
     }

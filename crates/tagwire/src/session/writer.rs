@@ -84,8 +84,47 @@ impl Inner {
         express: bool,
         now_ns: u64,
     ) -> Result<()> {
+        self.publish_on(endpoint, event, express, now_ns, None)
+            .map(|_| ())
+    }
+
+    /// The connection this session has now (see [`Inner::publish_in_region`]).
+    pub(crate) fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
+    }
+
+    /// [`publish`](Self::publish) for an event whose payload is a reference
+    /// into a region granted on connection `epoch`: written only if that is
+    /// still the session's connection once it is connected. `Ok(false)`:
+    /// not written (the session reconnected: the daemon now there does not
+    /// know the region); the caller sends the payload another way.
+    pub(crate) fn publish_in_region(
+        &self,
+        endpoint: u32,
+        event: &Event,
+        express: bool,
+        now_ns: u64,
+        epoch: u64,
+    ) -> Result<bool> {
+        self.publish_on(endpoint, event, express, now_ns, Some(epoch))
+    }
+
+    fn publish_on(
+        &self,
+        endpoint: u32,
+        event: &Event,
+        express: bool,
+        now_ns: u64,
+        epoch: Option<u64>,
+    ) -> Result<bool> {
         let w = self.wait_connected(lock(&self.writer))?;
         let mut w = w;
+        // The epoch changes only under `writer`, so this holds until the
+        // event is in the buffer (and a buffer a lost connection leaves
+        // behind is sifted in `connect`).
+        if epoch.is_some_and(|e| e != self.epoch()) {
+            return Ok(false);
+        }
         let len = 1 + 4 + event.encoded_len();
         if len > w.max_frame as usize {
             return Err(Error::Encode(tagwire_proto::EncodeError::FrameTooLarge {
@@ -97,7 +136,7 @@ impl Inner {
         let hot = now_ns.wrapping_sub(w.last_publish_ns) < HOT_INTERVAL.as_nanos() as u64;
         w.last_publish_ns = now_ns;
         if express || !hot || w.buf.len() >= HIGH_WATER {
-            return self.flush_locked(w);
+            return self.flush_locked(w).map(|()| true);
         }
         if !w.flush_requested {
             w.flush_requested = true;
@@ -105,7 +144,7 @@ impl Inner {
                 self.flush_cv.notify_one();
             }
         }
-        Ok(())
+        Ok(true)
     }
 
     /// Returns `w` once the session is connected: at once if it is, else

@@ -9,6 +9,9 @@
 # if it does not know `[auth]` (revisions before b0c6c7e's successors).
 # --pin CPU runs daemon and client under `taskset -c CPU` (the software's own
 # cost, no cross-core wake-ups).
+# In throughput mode each run also prints the daemon's CPU time per event
+# (user and system ns, from /proc/PID/stat): a busy host (other VMs) moves
+# throughput by 2x between runs, but hardly the CPU an event costs.
 #
 # Build an old revision beside this checkout with
 #   git worktree add /tmp/wt REV && (cd /tmp/wt && cargo build --release -p tagwire-cli)
@@ -56,10 +59,14 @@ run() {
         pid=$!
     fi
     for _ in $(seq 50); do (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break; sleep 0.1; done
-    local out
+    local out u0 s0 u1 s1 n
+    read -r u0 s0 < <(awk '{print $14, $15}' /proc/$pid/stat)
     out=$(XDG_RUNTIME_DIR=$W/rtc timeout 60 "${TASKSET[@]}" "$CLIENT" -s tcp://127.0.0.1:$port bench "$MODE" --size 64 --duration 3 2>&1)
+    read -r u1 s1 < <(awk '{print $14, $15}' /proc/$pid/stat)
     if [[ $MODE == throughput ]]; then
-        grep -o '[0-9]* msgs/s' <<<"$out" | head -1 | cut -d' ' -f1
+        n=$(grep -o '([0-9]* received' <<<"$out" | head -1 | tr -dc 0-9)
+        echo "$(grep -o '[0-9]* msgs/s' <<<"$out" | head -1 | cut -d' ' -f1) $(awk -v t="$(getconf CLK_TCK)" -v n="${n:-0}" -v u=$((u1 - u0)) -v s=$((s1 - s0)) \
+            'BEGIN{if (n > 0) printf "%d %d", u * 1e9 / t / n, s * 1e9 / t / n; else print "0 0"}')"
     else
         grep -o 'p50 [0-9.]* µs, p99 [0-9.]* µs' <<<"$out" | head -1
     fi
@@ -71,7 +78,9 @@ for r in $(seq "$ROUNDS"); do
     a=$(run "$A" 18801)
     b=$(run "$B" 18802)
     if [[ $MODE == throughput && -n $a && -n $b ]]; then
-        echo "round $r: A $a msgs/s, B $b msgs/s, B/A $(awk "BEGIN{printf \"%.2f\", $b/$a}")"
+        read -r ar au as <<<"$a"
+        read -r br bu bs <<<"$b"
+        echo "round $r: A $ar msgs/s, B $br msgs/s, B/A $(awk "BEGIN{printf \"%.2f\", $br/$ar}"); daemon CPU per event: A ${au}+${as} ns, B ${bu}+${bs} ns (user+sys), B/A $(awk "BEGIN{printf \"%.2f\", ($bu+$bs)/($au+$as)}")"
     else
         echo "round $r: A ${a:-failed}; B ${b:-failed}"
     fi

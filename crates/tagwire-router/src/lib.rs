@@ -224,7 +224,18 @@ impl Router {
                 }
                 (token, files)
             }
-            _ => (None, Vec::new()),
+            Some(_) => {
+                // No local token for these ports: a token file left by an
+                // earlier daemon (killed with `kill -9`) names a token this
+                // one cannot prove, and local clients would refuse it.
+                if local::check_private_dir(&runtime_dir).is_ok() {
+                    for a in addrs.iter().filter_map(|(_, t, _)| *t) {
+                        let _ = std::fs::remove_file(local::token_path(a.port()));
+                    }
+                }
+                (None, Vec::new())
+            }
+            None => (None, Vec::new()),
         };
         // The MQTT listener checks credentials as the router does (the same
         // tokens and ACL), then connects in-process with the same token.

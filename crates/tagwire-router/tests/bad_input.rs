@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::{event, owner_token, publish_frame, start_tcp, Raw};
 use serde_json::json;
-use tagwire_proto::{EndpointKind, ErrorCode, Event, Frame, PROTOCOL_VERSION};
+use tagwire_proto::{EndpointKind, ErrorCode, Event, Frame};
 use tagwire_router::{Limits, RouterHandle};
 
 /// A healthy subscriber+publisher pair: proves the router still routes.
@@ -320,10 +320,12 @@ fn connections_over_the_limit_are_refused_with_limit_reached() {
     // The limit counts established connections: refused at its Hello.
     let mut second = Raw::connect_tcp(&h);
     second.send(&Frame::Hello {
-        version: PROTOCOL_VERSION,
+        // Version 2: a bearer token, still served.
+        version: 2,
         max_frame: 1 << 20,
         name: "second".into(),
         token: owner_token(&h),
+        proof: None,
         session: [0; 16],
     });
     second.expect_error(ErrorCode::LimitReached, "connection limit");

@@ -195,6 +195,9 @@ impl Session {
             session: options
                 .session_id
                 .unwrap_or_else(crate::credentials::new_session_id),
+            // `connect` draws a fresh one before each attempt.
+            nonce: [0; tagwire_proto::handshake::NONCE_LEN],
+            proof: None,
         };
         let inner = Arc::new(Inner {
             targets,

@@ -371,6 +371,8 @@ impl Conn {
             name: format!("mqtt:{}", sanitize(client_id, 200)),
             token: token.to_owned(),
             session: [0; tagwire_proto::SESSION_ID_LEN],
+            nonce: crate::local::random_nonce(),
+            proof: None,
         };
         let config = Config {
             idle_timeout: 0,

@@ -64,7 +64,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use auth::Authenticator;
-pub use config::{FederationConfig, Limits, RouterConfig, TlsConfig};
+pub use config::{FederationConfig, Limits, PeerTlsConfig, RouterConfig, TlsConfig};
 pub use error::RouterError;
 pub use history::HistoryTotals;
 pub use lane::InProcessConnector;
@@ -142,6 +142,10 @@ impl Router {
         let bands = band::plan(&config)?;
         let tls = match &config.tls {
             Some(t) => Some(tls::server_config(t)?),
+            None => None,
+        };
+        let link_tls = match &config.federation.tls {
+            Some(t) => Some(tls::LinkTls::new(t)?),
             None => None,
         };
         let runtime_dir = local::runtime_dir();
@@ -271,6 +275,7 @@ impl Router {
         let daemon_qos = config::qos::daemon_layer(&config.qos, &band_names)
             .map_err(|m| RouterError::Config(config::ConfigError::Invalid(m)))?;
         let state = Arc::new(Locked::new(State::new(config, auth)));
+        state.borrow_mut().fed.tls = link_tls;
         {
             let mut st = state.borrow_mut();
             st.qos_daemon = daemon_qos;

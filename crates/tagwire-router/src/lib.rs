@@ -153,7 +153,7 @@ impl Router {
         for b in &bands {
             let tcp = match b.tcp {
                 Some(addr) => {
-                    let mut bound = std::net::TcpListener::bind(addr);
+                    let mut bound = band::bind_tcp(addr, b.dscp);
                     if bound.is_err() && b.tcp_derived {
                         // A derived port that is taken: any free one will do;
                         // clients find it in the listing's `lanes`.
@@ -164,7 +164,7 @@ impl Router {
                             b.name,
                             addr.port()
                         );
-                        bound = std::net::TcpListener::bind(any);
+                        bound = band::bind_tcp(any, b.dscp);
                     }
                     let l = bound.map_err(|source| RouterError::Listen {
                         what: format!("tcp {addr} (band {})", b.name),

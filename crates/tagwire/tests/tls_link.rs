@@ -131,3 +131,63 @@ fn a_tls_peer_without_a_ca_is_refused_at_start_naming_the_setting() {
         "{e}"
     );
 }
+
+#[test]
+fn a_client_certificate_and_a_valid_token_give_the_tokens_identity() {
+    // docs/protocol.md, handshake checks: a token the daemon knows decides
+    // the identity whatever the transport, a verified certificate included.
+    use tagwire::router::auth::{AclRule, AuthConfig, TokenConfig};
+    const RIG: &str = "the-rig-token-0123456789";
+    let p = pki();
+    let h = Router::start(RouterConfig {
+        tcp: "127.0.0.1:0".parse().ok(),
+        unix: None,
+        tls: Some(TlsConfig {
+            cert: p.server.cert.clone(),
+            key: p.server.key.clone(),
+            client_ca: Some(p.ca.pem.clone()),
+        }),
+        auth: AuthConfig {
+            tokens: vec![TokenConfig {
+                name: "rig".into(),
+                token: Some(RIG.into()),
+                file: None,
+            }],
+            ..AuthConfig::default()
+        },
+        acl: vec![
+            AclRule {
+                identity: "cert:alice".into(),
+                publish: vec!["/**".into()],
+                subscribe: vec!["/**".into()],
+                admin: false,
+            },
+            AclRule {
+                identity: "token:rig".into(),
+                publish: vec!["/**".into()],
+                subscribe: vec!["/**".into()],
+                admin: false,
+            },
+        ],
+        ..RouterConfig::default()
+    })
+    .expect("start");
+    let s = Session::builder()
+        .tls(TlsOptions {
+            ca: Some(p.ca.pem.clone()),
+            cert: Some(p.alice.cert.clone()),
+            key: Some(p.alice.key.clone()),
+            server_name: None,
+        })
+        .token(RIG)
+        .connect(&format!("tls://{}", h.tcp_addr().expect("tcp")))
+        .expect("connect with a certificate and a token");
+    let identities: Vec<String> = s
+        .list()
+        .expect("list")
+        .connections
+        .into_iter()
+        .map(|c| c.identity)
+        .collect();
+    assert_eq!(identities, ["token:rig"]);
+}

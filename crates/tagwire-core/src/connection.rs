@@ -29,9 +29,9 @@ use tagwire_proto::handshake::{
     client_proof, same_proof, server_proof, TokenTag, NONCE_LEN, PROOF_LEN,
 };
 use tagwire_proto::{
-    is_link_kind, kind, link_frame_name, validate_max_frame, DecodeError, EndpointKind, ErrorCode,
-    EventRef, Frame, FrameDecoder, LinkFrame, StreamError, FRAME_HEADER_LEN, MIN_PROTOCOL_VERSION,
-    PROTOCOL_VERSION, SESSION_ID_LEN,
+    is_link_kind, kind, validate_max_frame, DecodeError, EndpointKind, ErrorCode, EventRef, Frame,
+    FrameDecoder, LinkFrame, StreamError, FRAME_HEADER_LEN, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION,
+    SESSION_ID_LEN,
 };
 
 use crate::tags::validate_tag;
@@ -733,7 +733,7 @@ impl Connection {
             return match LinkFrame::decode(k, body) {
                 Ok(f) => Input::Link(f),
                 Err(e) => {
-                    let message = format!("bad {} frame: {e}", link_frame_name(k));
+                    let message = decode_message(k, &e, "");
                     self.protocol_error(decode_code(&e), 0, message)
                 }
             };
@@ -742,7 +742,7 @@ impl Connection {
             Ok(f) => f,
             Err(e) => {
                 let code = decode_code(&e);
-                let message = format!("bad {} frame: {e}", tagwire_proto::frame_name(k));
+                let message = decode_message(k, &e, "");
                 if self.phase != Phase::Established {
                     // Before the handshake nothing about the peer can be trusted.
                     self.close_with(code, message);
@@ -1326,16 +1326,13 @@ impl Connection {
         if is_link_kind(k) && self.phase == Phase::Established {
             return match LinkFrame::decode(k, body) {
                 Ok(f) => Input::Link(f),
-                Err(e) => self.client_error(format!("bad {} frame: {e}", link_frame_name(k))),
+                Err(e) => self.client_error(decode_message(k, &e, " from the server")),
             };
         }
         let frame = match Frame::decode(k, body) {
             Ok(f) => f,
             Err(e) => {
-                let message = format!(
-                    "bad {} frame from the server: {e}",
-                    tagwire_proto::frame_name(k)
-                );
+                let message = decode_message(k, &e, " from the server");
                 return self.client_error(message);
             }
         };
@@ -1682,6 +1679,17 @@ fn unsupported(version: u16) -> (ErrorCode, String) {
         ErrorCode::UnsupportedVersion,
         format!("protocol version {version} is not supported (this server speaks {MIN_PROTOCOL_VERSION} to {PROTOCOL_VERSION})"),
     )
+}
+
+/// The message for a frame of type `k` that did not decode: an unknown type
+/// is named as such (`unknown frame type 0xff`), a known one with its name
+/// (`bad Subscribe frame: …`); `from` says whose frame it was, if needed.
+fn decode_message(k: u8, e: &DecodeError, from: &str) -> String {
+    match e {
+        DecodeError::UnknownFrameType(_) => format!("{e}{from}"),
+        // `frame_name` names link frames too.
+        _ => format!("bad {} frame{from}: {e}", tagwire_proto::frame_name(k)),
+    }
 }
 
 /// The version in the frozen prefix of a `Hello` at the start of `buf`

@@ -836,3 +836,27 @@ fn a_server_that_knows_the_token_is_proven_and_proves_the_client_in_turn() {
     assert!(p.client.is_established() && p.server.is_established());
     assert_eq!(p.client.version(), 3);
 }
+
+#[test]
+fn an_unknown_frame_type_is_named_once_not_as_a_bad_unknown_frame() {
+    let mut server = Connection::server(Config::default(), T0);
+    let mut client = Connection::client(Config::default(), hello("app"), T0);
+    let mut wire = BytesMut::from(&client.poll_transmit().expect("Hello")[..]);
+    assert!(matches!(
+        server.poll_input(&mut wire),
+        Some(Input::Hello { .. })
+    ));
+    server.accept_hello("router");
+    let _welcome = server.poll_transmit();
+    // 0xff: no frame; 0x27: in the link range, but no link frame.
+    for k in [0xffu8, 0x27] {
+        let mut frame = BytesMut::from(&[1u8, 0, 0, 0, k][..]);
+        match server.poll_input(&mut frame) {
+            Some(Input::Refused { code, message, .. }) => {
+                assert_eq!(code, ErrorCode::UnknownFrameType);
+                assert_eq!(message, format!("unknown frame type {k:#04x}"));
+            }
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+}

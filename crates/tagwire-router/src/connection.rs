@@ -1133,7 +1133,7 @@ impl Conn {
                 Ok(Some(s)) => shm = Some(s),
                 // The packet expired before the daemon read it (counted).
                 Ok(None) => return Ok(()),
-                Err(message) => return Err((ErrorCode::BadRequest, message)),
+                Err(refusal) => return Err(refusal),
             }
         }
         let decision = st.node.admit(&ev, now_ns);

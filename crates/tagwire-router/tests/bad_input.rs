@@ -336,3 +336,17 @@ fn connections_over_the_limit_are_refused_with_limit_reached() {
 fn max_queue_length(n: usize) -> Vec<(String, String)> {
     vec![("max_queue_length".into(), n.to_string())]
 }
+
+#[test]
+fn a_shared_memory_reference_of_the_wrong_length_is_malformed() {
+    // docs/protocol.md, "ShmRegion": a reference of another length than 24
+    // bytes is `Malformed` (it was answered `BadRequest`).
+    let h = start_tcp(Limits::default());
+    let mut bad = Raw::hello(&h);
+    bad.declare(1, EndpointKind::Publisher, "/shmref");
+    let mut ev = event("/shmref", "/shm/x", vec![0u8; 5]);
+    ev.header.flags = tagwire_proto::flags::SHM_PAYLOAD;
+    bad.send_bytes(&publish_frame(1, &ev));
+    bad.expect_error(ErrorCode::Malformed, "shared-memory reference length");
+    assert_router_serves(&h);
+}

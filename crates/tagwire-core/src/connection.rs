@@ -1345,8 +1345,9 @@ impl Connection {
                         format!(
                             "the server did not prove it knows the token: it answered Welcome \
                              without a Challenge, so the token was not sent and this server is \
-                             not trusted (is another program listening on this port, or a daemon \
-                             older than protocol version {PROTOCOL_VERSION}?)"
+                             not trusted (is another program listening on this port? a daemon \
+                             with [auth] enabled = false, or older than protocol version \
+                             {PROTOCOL_VERSION}, cannot prove a token: unset TAGWIRE_TOKEN for it)"
                         ),
                     );
                     Input::Closed

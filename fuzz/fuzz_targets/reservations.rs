@@ -66,6 +66,7 @@ fuzz_target!(|data: &[u8]| {
             max_frame: 1 << 16,
             name: "fuzz".into(),
             token: String::new(),
+            proof: None,
             session: [7; SESSION_ID_LEN],
         },
         Frame::Ping { nonce: 9 },

@@ -162,9 +162,11 @@ pub struct PullArgs {
     /// tag's publisher that published last].
     #[arg(long, value_name = "ENDPOINT")]
     pub publisher: Option<String>,
-    /// Where the history is kept: at_subscriber (default), at_publisher or
-    /// node:NAME (only the connected daemon's own name: pulls are not
-    /// forwarded over daemon links yet).
+    /// Where the history is kept: at_subscriber (this daemon, the
+    /// default), at_publisher (the daemon the tag's last event was
+    /// published at) or node:NAME (any daemon of the network): a pull for
+    /// another daemon is forwarded over the daemon links and its answer
+    /// comes back the same way (docs/federation.md).
     #[arg(long, value_name = "MODE", default_value = "at_subscriber")]
     pub at: String,
     /// One JSON object per event (the keys of `tagwire sub --json`).

@@ -25,10 +25,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
+use tagwire_proto::handshake::{
+    client_proof, same_proof, server_proof, TokenTag, NONCE_LEN, PROOF_LEN,
+};
 use tagwire_proto::{
-    is_link_kind, kind, link_frame_name, validate_max_frame, DecodeError, EndpointKind, ErrorCode,
-    EventRef, Frame, FrameDecoder, LinkFrame, NamedError, StreamError, FRAME_HEADER_LEN,
-    MIN_PROTOCOL_VERSION, PROTOCOL_VERSION, SESSION_ID_LEN,
+    is_link_kind, kind, validate_max_frame, DecodeError, EndpointKind, ErrorCode, EventRef, Frame,
+    FrameDecoder, LinkFrame, NamedError, StreamError, FRAME_HEADER_LEN, MIN_PROTOCOL_VERSION,
+    PROTOCOL_VERSION, SESSION_ID_LEN,
 };
 
 use crate::tags::validate_tag;
@@ -90,10 +93,18 @@ impl Default for Config {
 pub struct ClientHello {
     /// Client name, for logs and listings.
     pub name: String,
-    /// Bearer token (empty: the transport identifies the client).
+    /// Client: the token it proves (version 3: never sent; empty: the
+    /// transport identifies the client). Server: a version-2 client's
+    /// bearer token, sent in clear.
     pub token: String,
     /// Session id kept across reconnects (all zero: none).
     pub session: [u8; SESSION_ID_LEN],
+    /// Client: the fresh random nonce of this connection's token proof
+    /// (set anew by [`Connection::reconnect`]). Unused by the server.
+    pub nonce: [u8; NONCE_LEN],
+    /// Server: a version-3 client's token tag, naming the token it will
+    /// prove; answer it with [`Connection::challenge`]. Unused by the client.
+    pub proof: Option<TokenTag>,
 }
 
 /// An endpoint declared on this connection.
@@ -354,6 +365,11 @@ enum Phase {
         version: u16,
         max_frame: u32,
     },
+    /// Server: `Challenge` sent, waiting for the client's `Proof`.
+    Proving {
+        version: u16,
+        max_frame: u32,
+    },
     Established,
     Closed,
 }
@@ -408,6 +424,12 @@ pub struct Connection {
     next_id: u32,
     peer_name: String,
     version: u16,
+    /// Server, while proving: the client proof expected and the name to
+    /// welcome it with. Client: whether the server proved the token.
+    proving: Option<([u8; PROOF_LEN], String)>,
+    server_proved: bool,
+    /// Server: the token tag of the `Hello` being decided.
+    hello_proof: Option<TokenTag>,
 }
 
 impl Connection {
@@ -452,15 +474,24 @@ impl Connection {
             next_id: 1,
             peer_name: String::new(),
             version: 0,
+            proving: None,
+            server_proved: false,
+            hello_proof: None,
         }
     }
 
+    /// Says `Hello`: a token is never sent, only its tag (version 3); the
+    /// server must prove the token (`Challenge`) before we prove it.
     fn say_hello(&mut self) {
+        let proof = (!self.hello.token.is_empty())
+            .then(|| Box::new(TokenTag::new(&self.hello.token, self.hello.nonce)));
+        self.server_proved = false;
         self.send(&Frame::Hello {
             version: PROTOCOL_VERSION,
             max_frame: self.config.max_frame,
             name: self.hello.name.clone(),
-            token: self.hello.token.clone(),
+            token: String::new(),
+            proof,
             session: self.hello.session,
         });
     }
@@ -469,9 +500,12 @@ impl Connection {
     /// old one broke). Endpoints and subscriptions are kept: once welcomed,
     /// the engine declares and subscribes them again (requests with id 0)
     /// before anything else. Outstanding requests are forgotten; their
-    /// callers learn it from the broken transport.
-    pub fn reconnect(&mut self, now: Nanos) {
+    /// callers learn it from the broken transport. `nonce` must be fresh
+    /// random bytes: a nonce used twice would let a stranger replay a
+    /// server's recorded proof.
+    pub fn reconnect(&mut self, now: Nanos, nonce: [u8; NONCE_LEN]) {
         debug_assert_eq!(self.side, Side::Client, "only a client reconnects");
+        self.hello.nonce = nonce;
         self.phase = Phase::Handshake;
         self.decoder.set_max_frame(self.config.max_frame);
         self.transmit.clear();
@@ -597,7 +631,7 @@ impl Connection {
     pub fn poll_timeout(&self) -> Option<Nanos> {
         match self.phase {
             Phase::Closed => None,
-            Phase::Handshake | Phase::Authenticating { .. } => {
+            Phase::Handshake | Phase::Authenticating { .. } | Phase::Proving { .. } => {
                 Some(self.started.saturating_add(self.config.handshake_timeout))
             }
             Phase::Established if self.config.idle_timeout == 0 => None,
@@ -618,7 +652,7 @@ impl Connection {
             return;
         }
         match self.phase {
-            Phase::Handshake | Phase::Authenticating { .. } => {
+            Phase::Handshake | Phase::Authenticating { .. } | Phase::Proving { .. } => {
                 let message = match self.side {
                     Side::Server => format!(
                         "no Hello within {} ms (limits.handshake_timeout); closing the connection",
@@ -717,7 +751,7 @@ impl Connection {
             return match LinkFrame::decode(k, body) {
                 Ok(f) => Input::Link(Box::new(f)),
                 Err(e) => {
-                    let message = format!("bad {} frame: {e}", link_frame_name(k));
+                    let message = decode_message(k, &e, "");
                     self.protocol_error(decode_code(&e), 0, message)
                 }
             };
@@ -726,7 +760,7 @@ impl Connection {
             Ok(f) => f,
             Err(e) => {
                 let code = decode_code(&e);
-                let message = format!("bad {} frame: {e}", tagwire_proto::frame_name(k));
+                let message = decode_message(k, &e, "");
                 if self.phase != Phase::Established {
                     // Before the handshake nothing about the peer can be trusted.
                     self.close_with(code, message);
@@ -906,6 +940,9 @@ impl Connection {
     }
 
     fn server_handshake(&mut self, frame: Frame) -> Input {
+        if let Phase::Proving { version, max_frame } = self.phase {
+            return self.check_proof(frame, version, max_frame);
+        }
         if let Phase::Authenticating { .. } = self.phase {
             let message = format!(
                 "{} frame before the Welcome",
@@ -919,6 +956,7 @@ impl Connection {
             max_frame,
             name,
             token,
+            proof,
             session,
         } = frame
         else {
@@ -943,14 +981,78 @@ impl Connection {
         };
         self.phase = Phase::Authenticating { version, max_frame };
         self.peer_name = name.clone();
+        let proof = proof.map(|p| *p);
+        self.hello_proof = proof;
         Input::Hello {
             hello: ClientHello {
                 name,
                 token,
                 session,
+                nonce: proof.map_or([0; NONCE_LEN], |p| p.nonce),
+                proof,
             },
             version,
         }
+    }
+
+    /// Server, proving: the client's `Proof` is the one expected, or the
+    /// connection closes with `Unauthenticated`.
+    fn check_proof(&mut self, frame: Frame, version: u16, max_frame: u32) -> Input {
+        let Some((expected, server_name)) = self.proving.take() else {
+            debug_assert!(false, "proving without an expected proof");
+            self.close_with(ErrorCode::Unauthenticated, "no proof expected".into());
+            return Input::Closed;
+        };
+        match frame {
+            Frame::Proof { proof } if same_proof(&proof, &expected) => {
+                self.phase = Phase::Authenticating { version, max_frame };
+                self.accept_hello(&server_name);
+                Input::Handled
+            }
+            Frame::Proof { .. } => {
+                self.close_with(
+                    ErrorCode::Unauthenticated,
+                    "the client's token proof is wrong (a replayed Hello, or a token this daemon \
+                     does not know); closing the connection"
+                        .into(),
+                );
+                Input::Closed
+            }
+            other => {
+                let message = format!(
+                    "expected Proof, got {} before the Welcome",
+                    tagwire_proto::frame_name(other.kind())
+                );
+                self.close_with(ErrorCode::HandshakeRequired, message);
+                Input::Closed
+            }
+        }
+    }
+
+    /// Server: answers a version-3 `Hello` whose token tag named `token`
+    /// (a token the application knows): sends `Challenge` with the fresh
+    /// random `nonce` and the proof that this server knows `token`, and
+    /// welcomes the client as `server_name` once its `Proof` checks out
+    /// (else closes with `Unauthenticated`). Until then the connection is
+    /// not established.
+    pub fn challenge(&mut self, server_name: &str, token: &str, nonce: [u8; NONCE_LEN]) {
+        let Phase::Authenticating { version, max_frame } = self.phase else {
+            debug_assert!(false, "challenge without a Hello");
+            return;
+        };
+        let Some(tag) = self.hello_proof.take() else {
+            debug_assert!(false, "challenge for a Hello without a token tag");
+            return;
+        };
+        self.phase = Phase::Proving { version, max_frame };
+        self.proving = Some((
+            client_proof(token, &tag.nonce, &nonce),
+            server_name.to_owned(),
+        ));
+        self.send(&Frame::Challenge {
+            nonce,
+            proof: server_proof(token, &tag.nonce, &nonce),
+        });
     }
 
     /// Checks an id for a connection table: in use is the peer's protocol
@@ -1251,21 +1353,32 @@ impl Connection {
         if is_link_kind(k) && self.phase == Phase::Established {
             return match LinkFrame::decode(k, body) {
                 Ok(f) => Input::Link(Box::new(f)),
-                Err(e) => self.client_error(format!("bad {} frame: {e}", link_frame_name(k))),
+                Err(e) => self.client_error(decode_message(k, &e, " from the server")),
             };
         }
         let frame = match Frame::decode(k, body) {
             Ok(f) => f,
             Err(e) => {
-                let message = format!(
-                    "bad {} frame from the server: {e}",
-                    tagwire_proto::frame_name(k)
-                );
+                let message = decode_message(k, &e, " from the server");
                 return self.client_error(message);
             }
         };
         if self.phase == Phase::Handshake {
             return match frame {
+                Frame::Challenge { nonce, proof } => self.answer_challenge(nonce, proof),
+                Frame::Welcome { .. } if !self.hello.token.is_empty() && !self.server_proved => {
+                    self.close_with(
+                        ErrorCode::Unauthenticated,
+                        format!(
+                            "the server did not prove it knows the token: it answered Welcome \
+                             without a Challenge, so the token was not sent and this server is \
+                             not trusted (is another program listening on this port? a daemon \
+                             with [auth] enabled = false, or older than protocol version \
+                             {PROTOCOL_VERSION}, cannot prove a token: unset TAGWIRE_TOKEN for it)"
+                        ),
+                    );
+                    Input::Closed
+                }
                 Frame::Welcome {
                     version,
                     max_frame,
@@ -1391,6 +1504,37 @@ impl Connection {
                 Input::Reply { req, reply }
             }
         }
+    }
+
+    /// Client: checks the server's proof that it knows our token; only then
+    /// proves it in turn (`Proof`). A wrong proof closes the connection
+    /// with `Unauthenticated` and nothing derived from the token is sent.
+    fn answer_challenge(&mut self, nonce: [u8; NONCE_LEN], proof: [u8; PROOF_LEN]) -> Input {
+        if self.hello.token.is_empty() || self.server_proved {
+            self.close_with(
+                ErrorCode::Malformed,
+                "unexpected Challenge from the server (this client presented no token, or was \
+                 already challenged)"
+                    .into(),
+            );
+            return Input::Closed;
+        }
+        let expected = server_proof(&self.hello.token, &self.hello.nonce, &nonce);
+        if !same_proof(&proof, &expected) {
+            self.close_with(
+                ErrorCode::Unauthenticated,
+                "the server did not prove it knows the token: its Challenge proof is wrong, so the \
+                 token was not sent and this server is not trusted (is another program listening \
+                 on this port?)"
+                    .into(),
+            );
+            return Input::Closed;
+        }
+        self.server_proved = true;
+        self.send(&Frame::Proof {
+            proof: client_proof(&self.hello.token, &self.hello.nonce, &nonce),
+        });
+        Input::Handled
     }
 
     /// After a `Welcome`: declares every endpoint and subscribes every
@@ -1563,6 +1707,17 @@ fn unsupported(version: u16) -> (ErrorCode, String) {
         ErrorCode::UnsupportedVersion,
         format!("protocol version {version} is not supported (this server speaks {MIN_PROTOCOL_VERSION} to {PROTOCOL_VERSION})"),
     )
+}
+
+/// The message for a frame of type `k` that did not decode: an unknown type
+/// is named as such (`unknown frame type 0xff`), a known one with its name
+/// (`bad Subscribe frame: …`); `from` says whose frame it was, if needed.
+fn decode_message(k: u8, e: &DecodeError, from: &str) -> String {
+    match e {
+        DecodeError::UnknownFrameType(_) => format!("{e}{from}"),
+        // `frame_name` names link frames too.
+        _ => format!("bad {} frame{from}: {e}", tagwire_proto::frame_name(k)),
+    }
 }
 
 /// The version in the frozen prefix of a `Hello` at the start of `buf`

@@ -55,6 +55,25 @@ pub enum TagError {
         /// The offending level.
         level: String,
     },
+    /// A level that is MQTT's wildcard (`#` or `+`): tagwire's are `**` and
+    /// `*`. Taken as a literal it would silently match nothing anyone
+    /// publishes, so it is refused with the level to write instead.
+    #[error(
+        "{what} {text:?}: level {level:?} is an MQTT wildcard; tagwire writes it {instead:?} \
+         ('*' one level, '**' any depth), e.g. {suggestion:?}"
+    )]
+    MqttWildcard {
+        /// "pattern".
+        what: &'static str,
+        /// The text.
+        text: String,
+        /// The offending level (`#` or `+`).
+        level: String,
+        /// The tagwire wildcard to write instead.
+        instead: &'static str,
+        /// The pattern with the wildcard replaced.
+        suggestion: String,
+    },
     /// Longer than the protocol allows.
     #[error("{what} is {len} bytes, over the limit of {max}")]
     TooLong {
@@ -128,6 +147,24 @@ fn check_levels(text: &str, what: &'static str, wildcards: bool) -> Result<(), T
         } else {
             !level.contains('*')
         };
+        if wildcards && (level == "#" || level == "+") {
+            let instead = if level == "#" { "**" } else { "*" };
+            let suggestion = text[1..]
+                .split('/')
+                .map(|l| match l {
+                    "#" => "**",
+                    "+" => "*",
+                    l => l,
+                })
+                .fold(String::new(), |acc, l| acc + "/" + l);
+            return Err(TagError::MqttWildcard {
+                what,
+                text: text.to_owned(),
+                level: level.to_owned(),
+                instead,
+                suggestion,
+            });
+        }
         if !ok {
             return Err(TagError::BadWildcard {
                 what,

@@ -85,6 +85,8 @@ fn hello(name: &str) -> ClientHello {
         name: name.into(),
         token: String::new(),
         session: [7; SESSION_ID_LEN],
+        nonce: [1; 32],
+        proof: None,
     }
 }
 
@@ -155,11 +157,18 @@ impl Pair {
         let s = &mut self.server;
         match input {
             Input::Hello { hello, .. } => {
-                if hello.token == "bad" {
-                    self.app.refused_tokens.push(hello.token);
-                    s.refuse(ErrorCode::Unauthenticated, "unknown token".into());
-                } else {
-                    s.accept_hello("router");
+                // The tokens this server knows; a version-3 Hello names one
+                // by its tag, never by the token itself.
+                let named = hello
+                    .proof
+                    .and_then(|t| ["bad", "fresh"].into_iter().find(|k| t.names(k)));
+                match named {
+                    Some("bad") => {
+                        self.app.refused_tokens.push("bad".into());
+                        s.refuse(ErrorCode::Unauthenticated, "unknown token".into());
+                    }
+                    Some(token) => s.challenge("router", token, [3; 32]),
+                    None => s.accept_hello("router"),
                 }
             }
             Input::Declare { .. } | Input::Undeclare { .. } => s.accept(),
@@ -543,7 +552,7 @@ fn a_reconnect_declares_and_subscribes_again_then_delivery_resumes() {
     p.s2c.clear();
     p.app.clear_subs();
     p.server = Connection::server(Config::default(), p.now);
-    p.client.reconnect(p.now);
+    p.client.reconnect(p.now, [p.now as u8; 32]);
     p.run();
     assert!(p.client.is_established());
     assert_eq!(
@@ -569,7 +578,7 @@ fn a_reconnect_presents_the_token_set_since() {
         p.app.clear_subs();
         p.server = Connection::server(Config::default(), p.now);
         p.client.set_token(token.into());
-        p.client.reconnect(p.now);
+        p.client.reconnect(p.now, [p.now as u8; 32]);
         p.run();
     }
     restart(&mut p, "bad");
@@ -743,4 +752,113 @@ fn a_pull_reply_from_a_server_is_not_accepted_by_a_server() {
         1,
         "a client may not send PullReply"
     );
+}
+
+/// Runs a token-holding client against a server engine that answers its
+/// `Hello` with `answer` (the server side of the test plays a stranger);
+/// returns the client and every byte it sent.
+fn against_stranger(answer: impl FnOnce(&mut Connection)) -> (Connection, Vec<u8>) {
+    let mut server = Connection::server(Config::default(), T0);
+    let mut client = Connection::client(
+        Config::default(),
+        ClientHello {
+            token: "the-token-0123456789".into(),
+            ..hello("app")
+        },
+        T0,
+    );
+    let hello_bytes = client.poll_transmit().expect("Hello");
+    let mut sent = hello_bytes.to_vec();
+    let mut wire = BytesMut::from(&hello_bytes[..]);
+    assert!(matches!(
+        server.poll_input(&mut wire),
+        Some(Input::Hello { .. })
+    ));
+    answer(&mut server);
+    let mut back = BytesMut::from(&server.poll_transmit().expect("an answer")[..]);
+    while client.poll_input(&mut back).is_some() {}
+    while let Some(b) = client.poll_transmit() {
+        sent.extend_from_slice(&b);
+    }
+    (client, sent)
+}
+
+#[test]
+fn a_client_with_a_token_refuses_a_welcome_without_a_challenge_and_sends_nothing_of_it() {
+    let (client, sent) = against_stranger(|s| s.accept_hello("stranger"));
+    assert!(!client.is_established());
+    let closed = client.closed().expect("the client closed");
+    assert_eq!(closed.code, ErrorCode::Unauthenticated.code());
+    assert!(
+        closed.reason.contains("did not prove it knows the token"),
+        "{}",
+        closed.reason
+    );
+    assert!(!sent
+        .windows(b"the-token-0123456789".len())
+        .any(|w| w == b"the-token-0123456789"));
+}
+
+#[test]
+fn a_client_refuses_a_challenge_made_with_another_token_and_sends_no_proof() {
+    let (client, sent) =
+        against_stranger(|s| s.challenge("stranger", "a-guess-0123456789", [4; 32]));
+    let closed = client.closed().expect("the client closed");
+    assert_eq!(closed.code, ErrorCode::Unauthenticated.code());
+    assert!(
+        closed.reason.contains("Challenge proof is wrong"),
+        "{}",
+        closed.reason
+    );
+    // Hello, then a Close: no Proof frame.
+    let mut wire = BytesMut::from(&sent[..]);
+    let dec = tagwire_proto::FrameDecoder::new(1 << 16);
+    let mut kinds = Vec::new();
+    while let Ok(Some((k, _))) = dec.next_raw(&mut wire) {
+        kinds.push(k);
+    }
+    assert_eq!(
+        kinds,
+        [tagwire_proto::kind::HELLO, tagwire_proto::kind::CLOSE]
+    );
+}
+
+#[test]
+fn a_server_that_knows_the_token_is_proven_and_proves_the_client_in_turn() {
+    let mut p = Pair::new(Config::default(), Config::default());
+    p.client = Connection::client(
+        Config::default(),
+        ClientHello {
+            token: "fresh".into(),
+            ..hello("app")
+        },
+        T0,
+    );
+    p.run();
+    assert!(p.client.is_established() && p.server.is_established());
+    assert_eq!(p.client.version(), 3);
+}
+
+#[test]
+fn an_unknown_frame_type_is_named_once_not_as_a_bad_unknown_frame() {
+    let mut server = Connection::server(Config::default(), T0);
+    let mut client = Connection::client(Config::default(), hello("app"), T0);
+    let mut wire = BytesMut::from(&client.poll_transmit().expect("Hello")[..]);
+    assert!(matches!(
+        server.poll_input(&mut wire),
+        Some(Input::Hello { .. })
+    ));
+    server.accept_hello("router");
+    let _welcome = server.poll_transmit();
+    // 0xff: no frame; 0x27: in the link range, but no link frame.
+    for k in [0xffu8, 0x27] {
+        let mut frame = BytesMut::from(&[1u8, 0, 0, 0, k][..]);
+        match server.poll_input(&mut frame) {
+            Some(Input::Refused { code, message, .. }) => {
+                assert_eq!(code, ErrorCode::UnknownFrameType);
+                assert_eq!(message, format!("unknown frame type {k:#04x}"));
+            }
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
 }

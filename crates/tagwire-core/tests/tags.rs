@@ -45,6 +45,7 @@ fn variant(e: &TagError) -> &'static str {
         TagError::BadWildcard { .. } => "BadWildcard",
         TagError::TooLong { .. } => "TooLong",
         TagError::BadCharacter { .. } => "BadCharacter",
+        TagError::MqttWildcard { .. } => "MqttWildcard",
         _ => "a variant the document does not know",
     }
 }
@@ -81,6 +82,10 @@ fn tags_and_patterns_are_valid_or_refused_as_the_protocol_document_says() {
         }
     }
     assert!(tags > 0 && patterns > 0, "no vectors found");
+    assert!(
+        refused_with.contains(&("pattern".to_owned(), "MqttWildcard".to_owned())),
+        "no pattern vector refused with MqttWildcard"
+    );
     for kind in ["tag", "pattern"] {
         for v in [
             "Empty",

@@ -74,6 +74,13 @@ pub enum DecodeError {
         /// Bytes left over.
         count: usize,
     },
+    /// A bearer token in a `Hello` of a version that proves tokens instead
+    /// of sending them.
+    #[error("a version-{version} Hello never carries a bearer token: the token is proven (TokenTag, Challenge, Proof), never sent")]
+    BearerToken {
+        /// The `Hello`'s version.
+        version: u16,
+    },
     /// An empty name where one is required.
     #[error("empty {what}")]
     Empty {
@@ -123,6 +130,13 @@ pub enum EncodeError {
         what: &'static str,
         /// Its value.
         value: u64,
+    },
+    /// A bearer token in a `Hello` of a version that proves tokens instead
+    /// of sending them.
+    #[error("a version-{version} Hello never carries a bearer token: the token is proven (TokenTag, Challenge, Proof), never sent")]
+    BearerToken {
+        /// The `Hello`'s version.
+        version: u16,
     },
     /// An empty name where one is required.
     #[error("empty {what}")]

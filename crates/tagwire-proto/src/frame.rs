@@ -8,13 +8,16 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use crate::error::{DecodeError, EncodeError, ErrorCode};
 use crate::event::Event;
 use crate::excerpt::truncate;
+use crate::handshake::{TokenTag, NONCE_LEN, PROOF_LEN};
 use crate::limits::{HARD_MAX_FRAME, MAX_TEXT_LEN, MIN_MAX_FRAME};
 use crate::pull::{Pull, PullReply};
 use crate::reader::Reader;
 
 /// The newest protocol version this crate speaks (version 2 adds the
-/// credentials to `Hello`; version 1 is still understood).
-pub const PROTOCOL_VERSION: u16 = 2;
+/// credentials to `Hello`; version 3 proves a token instead of sending it,
+/// the server first: `Challenge` and `Proof`; versions 1 and 2 are still
+/// understood).
+pub const PROTOCOL_VERSION: u16 = 3;
 /// The oldest protocol version this crate still understands.
 pub const MIN_PROTOCOL_VERSION: u16 = 1;
 /// Bytes of the session id a version-2 `Hello` carries.
@@ -65,6 +68,12 @@ pub mod kind {
     /// Server → client: names the shared-memory region whose memfd travels
     /// with it (SCM_RIGHTS on a Unix socket); see `docs/shm.md`.
     pub const SHM_REGION: u8 = 0x12;
+    /// Server → client (version 3): the server's nonce and its proof that
+    /// it knows the token the client's `Hello` named.
+    pub const CHALLENGE: u8 = 0x13;
+    /// Client → server (version 3): the client's proof that it knows the
+    /// token, sent only after the server's proof checked out.
+    pub const PROOF: u8 = 0x14;
 }
 
 /// What a declared endpoint does.
@@ -108,13 +117,32 @@ pub enum Frame {
         max_frame: u32,
         /// Client name (for logs and `tagwire list`).
         name: String,
-        /// A bearer token proving the client's identity (version 2; empty:
-        /// none, the transport identifies the client, e.g. Unix peer
+        /// A bearer token proving the client's identity (version 2 only;
+        /// empty: none, the transport identifies the client, e.g. Unix peer
         /// credentials or a TLS client certificate).
         token: String,
+        /// Version 3: the tag naming the token the client will prove
+        /// (`None`: no token, the transport identifies the client). The
+        /// token itself is never sent. Boxed: a `Hello` is rare, and every
+        /// other frame stays small.
+        proof: Option<Box<TokenTag>>,
         /// A random id the client keeps across reconnects (version 2; all
         /// zero: none), so that it can reclaim its endpoint names.
         session: [u8; SESSION_ID_LEN],
+    },
+    /// Version 3, server → client: the server's nonce and its proof that it
+    /// knows the token the client's `Hello` named (see [`crate::handshake`]).
+    Challenge {
+        /// The server's fresh random nonce (`Ns`).
+        nonce: [u8; NONCE_LEN],
+        /// `HMAC(token, "tagwire-v3 server proof" | Nc | Ns)`.
+        proof: [u8; PROOF_LEN],
+    },
+    /// Version 3, client → server: the client's proof that it knows the
+    /// token, after the server proved it first.
+    Proof {
+        /// `HMAC(token, "tagwire-v3 client proof" | Nc | Ns)`.
+        proof: [u8; PROOF_LEN],
     },
     /// Accepts a session; `max_frame` is the negotiated limit for both ways.
     Welcome {
@@ -275,6 +303,8 @@ impl Frame {
         match self {
             Frame::Hello { .. } => kind::HELLO,
             Frame::Welcome { .. } => kind::WELCOME,
+            Frame::Challenge { .. } => kind::CHALLENGE,
+            Frame::Proof { .. } => kind::PROOF,
             Frame::DeclareEndpoint { .. } => kind::DECLARE_ENDPOINT,
             Frame::UndeclareEndpoint { .. } => kind::UNDECLARE_ENDPOINT,
             Frame::Subscribe { .. } => kind::SUBSCRIBE,
@@ -314,17 +344,42 @@ impl Frame {
                 max_frame,
                 name,
                 token,
+                proof,
                 session,
             } => {
                 out.put_slice(&MAGIC);
                 out.put_u16_le(*version);
                 out.put_u32_le(*max_frame);
                 put_short_str(out, "client name", name)?;
-                if *version == 2 {
-                    put_short_str(out, "token", token)?;
-                    out.put_slice(session);
+                match *version {
+                    2 => {
+                        put_short_str(out, "token", token)?;
+                        out.put_slice(session);
+                    }
+                    3 => {
+                        if !token.is_empty() {
+                            return Err(EncodeError::BearerToken { version: 3 });
+                        }
+                        match proof {
+                            None => out.put_u8(CREDENTIAL_NONE),
+                            Some(t) => {
+                                out.put_u8(CREDENTIAL_TOKEN);
+                                out.put_slice(&t.nonce);
+                                out.put_slice(&t.tag);
+                            }
+                        }
+                        out.put_slice(session);
+                    }
+                    // Version 1, and versions this crate does not speak:
+                    // the frozen prefix only.
+                    _ => {}
                 }
             }
+            Frame::Challenge { nonce, proof } => {
+                out.put_slice(nonce);
+                out.put_slice(proof);
+            }
+            Frame::Proof { proof } => out.put_slice(proof),
             Frame::Welcome {
                 version,
                 max_frame,
@@ -425,19 +480,38 @@ impl Frame {
                 let version = r.u16("version")?;
                 let max_frame = r.u32("max frame")?;
                 let name = r.short_str("client name")?.to_owned();
-                let (token, session) = if version == 2 {
-                    let token = r.short_str("token")?.to_owned();
-                    let mut session = [0u8; SESSION_ID_LEN];
-                    session.copy_from_slice(r.bytes(SESSION_ID_LEN, "session id")?);
-                    (token, session)
-                } else {
-                    (String::new(), [0u8; SESSION_ID_LEN])
+                let mut session = [0u8; SESSION_ID_LEN];
+                let (token, proof) = match version {
+                    2 => {
+                        let token = r.short_str("token")?.to_owned();
+                        session.copy_from_slice(r.bytes(SESSION_ID_LEN, "session id")?);
+                        (token, None)
+                    }
+                    3 => {
+                        let proof = match r.u8("credential kind")? {
+                            CREDENTIAL_NONE => None,
+                            CREDENTIAL_TOKEN => Some(Box::new(TokenTag {
+                                nonce: array(&mut r, "token nonce")?,
+                                tag: array(&mut r, "token tag")?,
+                            })),
+                            v => {
+                                return Err(DecodeError::BadValue {
+                                    what: "credential kind",
+                                    value: v as u64,
+                                })
+                            }
+                        };
+                        session.copy_from_slice(r.bytes(SESSION_ID_LEN, "session id")?);
+                        (String::new(), proof)
+                    }
+                    _ => (String::new(), None),
                 };
                 let hello = Frame::Hello {
                     version,
                     max_frame,
                     name,
                     token,
+                    proof,
                     session,
                 };
                 // This prefix of `Hello` is frozen across versions; another
@@ -448,6 +522,13 @@ impl Frame {
                 }
                 hello
             }
+            kind::CHALLENGE => Frame::Challenge {
+                nonce: array(&mut r, "server nonce")?,
+                proof: array(&mut r, "server proof")?,
+            },
+            kind::PROOF => Frame::Proof {
+                proof: array(&mut r, "client proof")?,
+            },
             kind::WELCOME => Frame::Welcome {
                 version: r.u16("version")?,
                 max_frame: r.u32("max frame")?,
@@ -548,6 +629,8 @@ pub fn frame_name(kind_code: u8) -> &'static str {
     match kind_code {
         kind::HELLO => "Hello",
         kind::WELCOME => "Welcome",
+        kind::CHALLENGE => "Challenge",
+        kind::PROOF => "Proof",
         kind::DECLARE_ENDPOINT => "DeclareEndpoint",
         kind::SUBSCRIBE => "Subscribe",
         kind::UNSUBSCRIBE => "Unsubscribe",
@@ -567,6 +650,18 @@ pub fn frame_name(kind_code: u8) -> &'static str {
         k if crate::link::is_link_kind(k) => crate::link::link_frame_name(k),
         _ => "unknown frame",
     }
+}
+
+/// A version-3 `Hello`'s credential kind: no token.
+const CREDENTIAL_NONE: u8 = 0;
+/// A version-3 `Hello`'s credential kind: a token tag (nonce, tag) follows.
+const CREDENTIAL_TOKEN: u8 = 1;
+
+/// Reads `N` bytes into an array.
+fn array<const N: usize>(r: &mut Reader<'_>, what: &'static str) -> Result<[u8; N], DecodeError> {
+    let mut a = [0u8; N];
+    a.copy_from_slice(r.bytes(N, what)?);
+    Ok(a)
 }
 
 /// Writes a `str8` (u8 length, bytes), refusing one over 255 bytes.

@@ -23,6 +23,7 @@ mod error;
 mod event;
 mod excerpt;
 mod frame;
+pub mod handshake;
 pub mod limits;
 mod link;
 mod pull;
@@ -39,6 +40,7 @@ pub use frame::{
     FrameDecoder, ShmRole, StreamError, DELIVER_PREFIX_LEN, FRAME_HEADER_LEN, MAGIC,
     MIN_PROTOCOL_VERSION, PROTOCOL_VERSION, SESSION_ID_LEN,
 };
+pub use handshake::TokenTag;
 pub use link::{
     forward_prefix, is_link_kind, link_frame_name, link_kind, Interest, LinkFrame, ProxyAt,
     PullOutcome, FORWARD_PREFIX_LEN, LINK_VERSION, MAX_ADVERT_INTEREST, MAX_ADVERT_NEIGHBORS,

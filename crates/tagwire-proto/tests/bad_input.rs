@@ -114,7 +114,7 @@ fn garbage_frames_are_refused_or_decode_to_exactly_their_bytes() {
         let raw = &soup[at..at + before - buf.len()];
         if let Ok(f) = Frame::decode(kind, body) {
             decoded += 1;
-            if matches!(f, Frame::Hello { version, .. } if !(1..=2).contains(&version)) {
+            if matches!(f, Frame::Hello { version, .. } if !(1..=3).contains(&version)) {
                 continue; // may carry appended bytes, skipped by design
             }
             let mut out = BytesMut::new();
@@ -289,7 +289,7 @@ fn zero_length_is_refused_as_an_empty_frame() {
 
 #[test]
 fn unknown_frame_type_is_refused_naming_the_type() {
-    for t in [0x00, 0x13, 0x80, 0xff] {
+    for t in [0x00, 0x15, 0x27, 0x80, 0xff] {
         let err = decode_one(&frame(t, &[])).expect_err("unknown type");
         assert_eq!(err, DecodeError::UnknownFrameType(t));
         assert_eq!(err.to_string(), format!("unknown frame type {t:#04x}"));
@@ -400,16 +400,17 @@ fn hello_of_another_version_with_appended_bytes_still_decodes() {
     // Regression: a future client's Hello must reach the version check so the
     // server can answer UnsupportedVersion (not Malformed).
     let mut body = MAGIC.to_vec();
-    body.extend_from_slice(&3u16.to_le_bytes());
+    body.extend_from_slice(&4u16.to_le_bytes());
     body.extend_from_slice(&(1u32 << 20).to_le_bytes());
     body.extend_from_slice(&[3, b'n', b'e', b'w', 0xaa, 0xbb]);
     assert_eq!(
         decode_one(&frame(kind::HELLO, &body)),
         Ok(Frame::Hello {
-            version: 3,
+            version: 4,
             max_frame: 1 << 20,
             name: "new".into(),
             token: String::new(),
+            proof: None,
             session: [0; 16],
         })
     );
@@ -543,6 +544,7 @@ fn trailing_bytes_are_refused_naming_the_frame_and_count() {
             max_frame: MIN_MAX_FRAME,
             name: "c".into(),
             token: String::new(),
+            proof: None,
             session: [0; 16],
         },
         Frame::Hello {
@@ -550,8 +552,25 @@ fn trailing_bytes_are_refused_naming_the_frame_and_count() {
             max_frame: MIN_MAX_FRAME,
             name: "c".into(),
             token: "t".into(),
+            proof: None,
             session: [7; 16],
         },
+        Frame::Hello {
+            version: 3,
+            max_frame: MIN_MAX_FRAME,
+            name: "c".into(),
+            token: String::new(),
+            proof: Some(Box::new(tagwire_proto::TokenTag {
+                nonce: [1; 32],
+                tag: [2; 32],
+            })),
+            session: [7; 16],
+        },
+        Frame::Challenge {
+            nonce: [1; 32],
+            proof: [2; 32],
+        },
+        Frame::Proof { proof: [3; 32] },
         Frame::Welcome {
             version: 1,
             max_frame: MIN_MAX_FRAME,

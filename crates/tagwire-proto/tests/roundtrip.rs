@@ -126,19 +126,31 @@ fn frame() -> impl Strategy<Value = Frame> {
             any::<u32>(),
             name(),
             name(),
-            any::<[u8; SESSION_ID_LEN]>()
+            any::<[u8; SESSION_ID_LEN]>(),
+            prop::option::of(any::<([u8; 32], [u8; 32])>()),
         )
-            .prop_map(|(version, max_frame, name, token, session)| {
-                // Only version 2 carries the credentials.
-                let v2 = version == 2;
+            .prop_map(|(version, max_frame, name, token, session, tag)| {
+                // Version 2 carries a bearer token, version 3 a token tag;
+                // both a session id.
+                let (v2, v3) = (version == 2, version == 3);
                 Frame::Hello {
                     version,
                     max_frame,
                     name,
                     token: if v2 { token } else { String::new() },
-                    session: if v2 { session } else { [0; SESSION_ID_LEN] },
+                    proof: tag
+                        .filter(|_| v3)
+                        .map(|(nonce, tag)| Box::new(tagwire_proto::TokenTag { nonce, tag })),
+                    session: if v2 || v3 {
+                        session
+                    } else {
+                        [0; SESSION_ID_LEN]
+                    },
                 }
             }),
+        (any::<[u8; 32]>(), any::<[u8; 32]>())
+            .prop_map(|(nonce, proof)| Frame::Challenge { nonce, proof }),
+        any::<[u8; 32]>().prop_map(|proof| Frame::Proof { proof }),
         (any::<u16>(), any::<u32>(), name()).prop_map(|(version, max_frame, name)| {
             Frame::Welcome {
                 version,

@@ -8,13 +8,36 @@ use std::collections::BTreeSet;
 
 use bytes::{Bytes, BytesMut};
 use common::{doc_vectors, parse_vectors, seed_corpus, Vector};
+use tagwire_proto::handshake::{client_proof, server_proof};
 use tagwire_proto::limits::MIN_MAX_FRAME;
 use tagwire_proto::{
     DecodeError, EndpointKind, ErrorCode, Event, EventRef, Expiry, Frame, FrameDecoder, Interest,
-    LinkFrame, ProxyAt, Pull, PullOutcome, PullQuery, PullReply, PullStatus, StreamError, Value,
+    LinkFrame, ProxyAt, Pull, PullOutcome, PullQuery, PullReply, PullStatus, StreamError, TokenTag,
+    Value,
 };
 
 const TS: u64 = 1_700_000_000_000_000_000;
+
+/// The token, client nonce and server nonce of the token-proof vectors.
+const PROOF_TOKEN: &str = "0123456789abcdef";
+const NC: [u8; 32] = {
+    let mut n = [0u8; 32];
+    let mut i = 0;
+    while i < 32 {
+        n[i] = i as u8;
+        i += 1;
+    }
+    n
+};
+const NS: [u8; 32] = {
+    let mut n = [0u8; 32];
+    let mut i = 0;
+    while i < 32 {
+        n[i] = 32 + i as u8;
+        i += 1;
+    }
+    n
+};
 
 fn minimal_event() -> Event {
     let mut e = Event::new("/cam/left", Bytes::from_static(b"hi"));
@@ -70,6 +93,7 @@ fn valid_vectors() -> Vec<(&'static str, Frame, Option<Event>)> {
                 max_frame: 1 << 20,
                 name: s("cli"),
                 token: String::new(),
+                proof: None,
                 session: [0; 16],
             },
             None,
@@ -81,10 +105,41 @@ fn valid_vectors() -> Vec<(&'static str, Frame, Option<Event>)> {
                 max_frame: 1 << 20,
                 name: s("cli"),
                 token: s("0123456789abcdef"),
+                proof: None,
                 session: [
                     0x00, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0x99, 0xaa, 0xbb, 0xcc,
                     0xdd, 0xee, 0xff,
                 ],
+            },
+            None,
+        ),
+        (
+            "hello_v3",
+            Frame::Hello {
+                version: 3,
+                max_frame: 1 << 20,
+                name: s("cli"),
+                token: String::new(),
+                proof: Some(Box::new(TokenTag::new(PROOF_TOKEN, NC))),
+                session: [
+                    0x00, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0x99, 0xaa, 0xbb, 0xcc,
+                    0xdd, 0xee, 0xff,
+                ],
+            },
+            None,
+        ),
+        (
+            "challenge",
+            Frame::Challenge {
+                nonce: NS,
+                proof: server_proof(PROOF_TOKEN, &NC, &NS),
+            },
+            None,
+        ),
+        (
+            "proof",
+            Frame::Proof {
+                proof: client_proof(PROOF_TOKEN, &NC, &NS),
             },
             None,
         ),
@@ -711,7 +766,7 @@ fn seed_corpus_session_splits_into_every_valid_vector() {
 
 #[test]
 fn the_version_2_vectors_use_the_codes_and_layout_of_version_2() {
-    assert_eq!(tagwire_proto::PROTOCOL_VERSION, 2);
+    assert_eq!(tagwire_proto::PROTOCOL_VERSION, 3);
     assert_eq!(tagwire_proto::MIN_PROTOCOL_VERSION, 1);
     assert_eq!(ErrorCode::Unauthenticated.code(), 19);
     assert_eq!(ErrorCode::PermissionDenied.code(), 20);
@@ -731,4 +786,39 @@ fn the_version_2_vectors_use_the_codes_and_layout_of_version_2() {
         1 + 16 + tagwire_proto::SESSION_ID_LEN,
         "token (str8, 16 bytes) and session id appended"
     );
+}
+
+/// The three lines of the "Token proof" block in docs/protocol.md.
+fn doc_token_proof_lines() -> Vec<(String, Vec<u8>)> {
+    let doc = include_str!("../../../docs/protocol.md");
+    let start = doc
+        .find("\n```text\ntag ")
+        .expect("docs/protocol.md has the token-proof vector");
+    doc[start + 9..]
+        .lines()
+        .take(3)
+        .map(|l| {
+            let (name, hex) = l.split_at(13);
+            let bytes = hex
+                .split_whitespace()
+                .map(|b| u8::from_str_radix(b, 16).expect("hex byte"))
+                .collect();
+            (name.trim().to_owned(), bytes)
+        })
+        .collect()
+}
+
+#[test]
+fn the_token_proof_vector_of_the_doc_is_what_the_code_computes() {
+    let lines = doc_token_proof_lines();
+    let want = [
+        ("tag", TokenTag::new(PROOF_TOKEN, NC).tag),
+        ("server proof", server_proof(PROOF_TOKEN, &NC, &NS)),
+        ("client proof", client_proof(PROOF_TOKEN, &NC, &NS)),
+    ];
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    for ((name, bytes), (want_name, want_bytes)) in lines.iter().zip(want) {
+        assert_eq!(name, want_name);
+        assert_eq!(bytes[..], want_bytes[..], "{name}");
+    }
 }

@@ -126,6 +126,25 @@ impl std::fmt::Debug for Authenticator {
 /// A refusal: the `Error` code and message to send before closing.
 pub type Refusal = (ErrorCode, String);
 
+/// A `Hello` accepted by [`Authenticator::authenticate_hello`].
+#[derive(Debug)]
+pub struct Granted {
+    /// Who the client is.
+    pub identity: Arc<str>,
+    /// What it may do.
+    pub rights: Rights,
+    /// The token its version-3 `Hello` named, which the server must prove
+    /// it knows before the client proves it (`None`: welcome at once).
+    pub prove: Option<String>,
+}
+
+fn unknown_token() -> Refusal {
+    (
+        ErrorCode::Unauthenticated,
+        "the token presented is not valid for this daemon".into(),
+    )
+}
+
 impl Authenticator {
     /// Compiles the ACL and loads the tokens; `local_token` is the owner's
     /// token written to the runtime directory, if any.
@@ -211,12 +230,7 @@ impl Authenticator {
                     .find(|(secret, _)| same_secret(secret, token))
                 {
                     Some((_, id)) => Arc::from(id.as_str()),
-                    None => {
-                        return Err((
-                            ErrorCode::Unauthenticated,
-                            "the token presented is not valid for this daemon".into(),
-                        ))
-                    }
+                    None => return Err(unknown_token()),
                 }
             } else {
                 match transport {
@@ -239,6 +253,11 @@ impl Authenticator {
                     )),
                 }
             };
+        self.grant(identity)
+    }
+
+    /// `identity` with its rights, or refused if it has none.
+    fn grant(&self, identity: Arc<str>) -> Result<(Arc<str>, Rights), Refusal> {
         let rights = self.rights(&identity);
         if rights.is_empty() {
             return Err((
@@ -257,16 +276,44 @@ impl Authenticator {
     /// told the daemon-side setting to fix, not the client-side
     /// `TAGWIRE_TOKEN`. The name is the peer's claim; it changes only the
     /// wording.
+    ///
+    /// A version-3 `Hello` names its token by a tag (see
+    /// `tagwire_proto::handshake`): the token it names decides the identity
+    /// (as a bearer token does, whatever the transport), and is returned so
+    /// that the connection can prove it knows that token
+    /// (`Connection::challenge`) before the client proves it in turn.
     pub fn authenticate_hello(
         &self,
         transport: &Transport,
         hello: &tagwire_core::connection::ClientHello,
-    ) -> Result<(Arc<str>, Rights), Refusal> {
-        self.authenticate(transport, &hello.token)
-            .map_err(|(code, message)| match hello.name.strip_prefix("link:") {
-                Some(daemon) => (code, link_refusal(daemon, code, &hello.token, &message)),
-                None => (code, message),
-            })
+    ) -> Result<Granted, Refusal> {
+        let presented = hello.proof.is_some() || !hello.token.is_empty();
+        let granted = match &hello.proof {
+            Some(tag) if self.enabled => {
+                match self.tokens.iter().find(|(secret, _)| tag.names(secret)) {
+                    Some((secret, id)) => {
+                        self.grant(Arc::from(id.as_str()))
+                            .map(|(identity, rights)| Granted {
+                                identity,
+                                rights,
+                                prove: Some(secret.clone()),
+                            })
+                    }
+                    None => Err(unknown_token()),
+                }
+            }
+            _ => self
+                .authenticate(transport, &hello.token)
+                .map(|(identity, rights)| Granted {
+                    identity,
+                    rights,
+                    prove: None,
+                }),
+        };
+        granted.map_err(|(code, message)| match hello.name.strip_prefix("link:") {
+            Some(daemon) => (code, link_refusal(daemon, code, presented, &message)),
+            None => (code, message),
+        })
     }
 
     /// The rights of `identity`: everything for the owner and root, else
@@ -288,10 +335,10 @@ impl Authenticator {
 }
 
 /// The refusal of daemon `daemon`'s link, in daemon terms.
-fn link_refusal(daemon: &str, code: ErrorCode, token: &str, message: &str) -> String {
+fn link_refusal(daemon: &str, code: ErrorCode, presented: bool, message: &str) -> String {
     let daemon = tagwire_proto::excerpt(daemon);
     match code {
-        ErrorCode::Unauthenticated if token.is_empty() => format!(
+        ErrorCode::Unauthenticated if !presented => format!(
             "daemon {daemon} presented no token: give it the same --cluster-secret-file \
              ([federation] token) as this daemon"
         ),
@@ -529,6 +576,7 @@ mod tests {
             name: name.into(),
             token: token.into(),
             session: [0; tagwire_proto::SESSION_ID_LEN],
+            ..Default::default()
         };
         let (code, m) = a
             .authenticate_hello(&tcp, &hello("link:b", "wrong-secret-0123456789"))

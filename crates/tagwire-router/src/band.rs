@@ -115,6 +115,29 @@ pub struct Band {
     pub cpus: Option<CpuList>,
 }
 
+/// Binds a band's TCP listener at `addr` with its DSCP set **before**
+/// `listen`: the kernel answers a SYN with the listener's class, and an
+/// accepted socket inherits it, so the SYN-ACK and the first segments of a
+/// high-band connection carry the band's mark, not TOS 0 until the router
+/// marks the accepted socket. A DSCP the kernel refuses is logged, not
+/// fatal (the accepted sockets are marked again).
+pub fn bind_tcp(addr: SocketAddr, dscp: u8) -> std::io::Result<std::net::TcpListener> {
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )?;
+    // As std's TcpListener::bind does: a restarted daemon rebinds its port
+    // while old connections are in TIME_WAIT.
+    socket.set_reuse_address(true)?;
+    if let Err(e) = crate::priority::set_dscp(&socket, dscp) {
+        tracing::warn!("cannot set DSCP {dscp} on the listener at {addr}: {e}");
+    }
+    socket.bind(&addr.into())?;
+    socket.listen(1024)?;
+    Ok(socket.into())
+}
+
 /// Parses a band's DSCP with core's [`Dscp`] (a class name, a band name or
 /// 0..=63); `auto` is the DSCP of the band's rank (low, normal, high,
 /// critical, then critical for any further band).
@@ -228,6 +251,52 @@ pub fn band_socket(main: &Path, name: &str) -> PathBuf {
         None => format!("{stem}-{name}"),
     };
     main.with_file_name(file)
+}
+
+#[cfg(test)]
+mod listener_tests {
+    use super::*;
+
+    #[test]
+    fn a_band_listener_and_the_sockets_it_accepts_carry_its_dscp_before_any_handshake() {
+        for (ip, dscp) in [
+            ("127.0.0.1", crate::priority::DSCP_AF42),
+            ("[::1]", crate::priority::DSCP_VA),
+        ] {
+            let addr: SocketAddr = format!("{ip}:0").parse().expect("address");
+            let l = match bind_tcp(addr, dscp) {
+                Ok(l) => l,
+                // A host without IPv6 loopback: the IPv4 case still ran.
+                Err(e) if addr.is_ipv6() => {
+                    eprintln!("skipping IPv6: {e}");
+                    continue;
+                }
+                Err(e) => panic!("bind {addr}: {e}"),
+            };
+            let tos = |s: socket2::SockRef<'_>| {
+                if addr.is_ipv6() {
+                    s.tclass_v6().expect("IPV6_TCLASS")
+                } else {
+                    s.tos().expect("IP_TOS")
+                }
+            };
+            assert_eq!(
+                tos(socket2::SockRef::from(&l)),
+                u32::from(dscp) << 2,
+                "listener"
+            );
+            let _client =
+                std::net::TcpStream::connect(l.local_addr().expect("addr")).expect("connect");
+            // Accepted and read back at once: nothing marked it but the
+            // listener it came from (the router marks it only after this).
+            let (accepted, _) = l.accept().expect("accept");
+            assert_eq!(
+                tos(socket2::SockRef::from(&accepted)),
+                u32::from(dscp) << 2,
+                "accepted"
+            );
+        }
+    }
 }
 
 #[cfg(test)]

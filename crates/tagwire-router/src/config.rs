@@ -81,10 +81,14 @@ pub struct RouterConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct FederationConfig {
-    /// Daemons to keep a link with, `tcp://HOST:PORT` or `HOST:PORT`
-    /// (also `tagwired --peer`, repeatable). Unreachable ones are retried
-    /// with backoff (100 ms doubling to 1 s).
+    /// Daemons to keep a link with, `tcp://HOST:PORT`, `HOST:PORT`, or
+    /// `tls://HOST:PORT` for a peer that serves TLS (needs
+    /// `[federation.tls]`; also `tagwired --peer`, repeatable). Unreachable
+    /// ones are retried with backoff (100 ms doubling to 1 s).
     pub peers: Vec<String>,
+    /// How links to `tls://` peers verify the peer (and, for a peer that
+    /// requires client certificates, what this daemon presents).
+    pub tls: Option<PeerTlsConfig>,
     /// Only daemons with the same cluster name link.
     pub cluster: String,
     /// The token this daemon presents when it dials a peer whose
@@ -122,6 +126,7 @@ impl Default for FederationConfig {
     fn default() -> Self {
         FederationConfig {
             peers: Vec::new(),
+            tls: None,
             cluster: "tagwire".into(),
             token: String::new(),
             max_nodes: 1024,
@@ -145,14 +150,30 @@ impl FederationConfig {
     /// Checks peer addresses and bounds, naming the bad value.
     pub fn validate(&self) -> Result<(), ConfigError> {
         for p in &self.peers {
-            let a = p.strip_prefix("tcp://").unwrap_or(p);
+            let (tls, a) = peer_address(p);
             let ok = a.rsplit_once(':').is_some_and(|(h, port)| {
-                !h.is_empty() && port.parse::<u16>().is_ok_and(|p| p != 0)
+                !h.is_empty() && !h.contains("://") && port.parse::<u16>().is_ok_and(|p| p != 0)
             });
             if !ok {
                 return Err(ConfigError::Invalid(format!(
-                    "federation.peers: {p:?} is not tcp://HOST:PORT"
+                    "federation.peers: {p:?} is not tcp://HOST:PORT or tls://HOST:PORT"
                 )));
+            }
+            if tls && self.tls.is_none() {
+                return Err(ConfigError::Invalid(format!(
+                    "federation.peers: {p:?} speaks TLS, and nothing says how to verify it: set \
+                     [federation.tls] ca (or tagwired --peer-tls-ca PEM) to the CA that signed \
+                     its certificate"
+                )));
+            }
+        }
+        if let Some(t) = &self.tls {
+            if t.cert.is_some() != t.key.is_some() {
+                return Err(ConfigError::Invalid(
+                    "federation.tls: a client certificate needs its key: set both cert and key \
+                     (--peer-tls-cert and --peer-tls-key)"
+                        .into(),
+                ));
             }
         }
         for (name, v) in [
@@ -193,6 +214,39 @@ impl FederationConfig {
         }
         Ok(())
     }
+}
+
+/// `tls://HOST:PORT` → `(true, "HOST:PORT")`; `tcp://HOST:PORT` and
+/// `HOST:PORT` → `(false, "HOST:PORT")`.
+pub fn peer_address(peer: &str) -> (bool, &str) {
+    match peer.strip_prefix("tls://") {
+        Some(a) => (true, a),
+        None => (false, peer.strip_prefix("tcp://").unwrap_or(peer)),
+    }
+}
+
+/// The `[federation.tls]` section: how this daemon's links to `tls://`
+/// peers verify them, and the client certificate it presents to a peer whose
+/// `[tls] client_ca` requires one. Relative paths in a configuration file are
+/// relative to that file's directory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PeerTlsConfig {
+    /// CA certificates (PEM) that must have signed the peers' certificates.
+    pub ca: PathBuf,
+    /// This daemon's client certificate chain (PEM), for peers that require
+    /// one; needs `key`. Its CN is this daemon's identity there
+    /// (`cert:<CN>`), unless the federation token, proven in the
+    /// handshake, names another (a token decides the identity).
+    #[serde(default)]
+    pub cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[serde(default)]
+    pub key: Option<PathBuf>,
+    /// The name to expect in peers' certificates when the address's host is
+    /// not one of its names.
+    #[serde(default)]
+    pub server_name: Option<String>,
 }
 
 /// The `[tls]` section: when present the TCP listener speaks TLS only.
@@ -454,6 +508,16 @@ impl RouterConfig {
             for file in [&mut tls.cert, &mut tls.key]
                 .into_iter()
                 .chain(tls.client_ca.as_mut())
+            {
+                if file.is_relative() {
+                    *file = dir.join(&*file);
+                }
+            }
+        }
+        if let (Some(tls), Some(dir)) = (&mut cfg.federation.tls, path.parent()) {
+            for file in std::iter::once(&mut tls.ca)
+                .chain(tls.cert.as_mut())
+                .chain(tls.key.as_mut())
             {
                 if file.is_relative() {
                     *file = dir.join(&*file);

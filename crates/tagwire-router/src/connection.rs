@@ -135,6 +135,9 @@ pub(crate) async fn dial_serve<R, W>(
         name: format!("link:{}", state.borrow().config.name),
         token: crate::link::token_for(&state.borrow().config.federation.token, &addr),
         session: [0; SESSION_ID_LEN],
+        // Fresh for every dial: this engine never reconnects.
+        nonce: crate::local::random_nonce(),
+        proof: None,
     };
     let transport = Transport::Tcp { cert: None };
     serve_with(
@@ -746,7 +749,11 @@ impl Conn {
 
     fn handshake(&mut self, hello: engine::ClientHello) {
         let mut st = self.state.borrow_mut();
-        let (identity, rights) = match st.auth.authenticate_hello(&self.transport, &hello) {
+        let crate::auth::Granted {
+            identity,
+            rights,
+            prove,
+        } = match st.auth.authenticate_hello(&self.transport, &hello) {
             Ok(granted) => granted,
             Err((code, message)) => {
                 drop(st);
@@ -784,7 +791,14 @@ impl Conn {
         self.rights = rights;
         self.session = hello.session;
         self.counted = true;
-        self.engine.accept_hello(&server);
+        match prove {
+            // Version 3 with a token: this server proves it knows the token
+            // first; the engine welcomes the client once its proof checks out.
+            Some(token) => self
+                .engine
+                .challenge(&server, &token, crate::local::random_nonce()),
+            None => self.engine.accept_hello(&server),
+        }
     }
 
     fn declare(&mut self, _id: u32, kind: EndpointKind, name: String) {
@@ -1129,7 +1143,7 @@ impl Conn {
                 Ok(Some(s)) => shm = Some(s),
                 // The packet expired before the daemon read it (counted).
                 Ok(None) => return Ok(()),
-                Err(message) => return Err((ErrorCode::BadRequest, message)),
+                Err(refusal) => return Err(refusal),
             }
         }
         let decision = st.node.admit(&ev, now_ns);

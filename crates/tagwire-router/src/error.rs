@@ -14,8 +14,13 @@ pub enum RouterError {
         /// Why.
         source: std::io::Error,
     },
-    /// Another daemon already serves the Unix socket.
-    #[error("another tagwired is already listening on {0}")]
+    /// Another daemon already serves the Unix socket. The message says how
+    /// to run a second daemon beside it.
+    #[error(
+        "another tagwired is already listening on {0}; to run a second daemon on this host, give \
+         it its own socket with --unix PATH (`unix` in its config) or none with --no-unix, and its \
+         own --tcp port"
+    )]
     AlreadyRunning(PathBuf),
     /// The lane thread could not start.
     #[error("cannot start the lane thread: {0}")]

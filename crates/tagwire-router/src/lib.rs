@@ -64,7 +64,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use auth::Authenticator;
-pub use config::{FederationConfig, Limits, RouterConfig, TlsConfig};
+pub use config::{FederationConfig, Limits, PeerTlsConfig, RouterConfig, TlsConfig};
 pub use error::RouterError;
 pub use history::HistoryTotals;
 pub use lane::InProcessConnector;
@@ -144,12 +144,16 @@ impl Router {
             Some(t) => Some(tls::server_config(t)?),
             None => None,
         };
+        let link_tls = match &config.federation.tls {
+            Some(t) => Some(tls::LinkTls::new(t)?),
+            None => None,
+        };
         let runtime_dir = local::runtime_dir();
         let mut listeners = Vec::new();
         for b in &bands {
             let tcp = match b.tcp {
                 Some(addr) => {
-                    let mut bound = std::net::TcpListener::bind(addr);
+                    let mut bound = band::bind_tcp(addr, b.dscp);
                     if bound.is_err() && b.tcp_derived {
                         // A derived port that is taken: any free one will do;
                         // clients find it in the listing's `lanes`.
@@ -160,7 +164,7 @@ impl Router {
                             b.name,
                             addr.port()
                         );
-                        bound = std::net::TcpListener::bind(any);
+                        bound = band::bind_tcp(any, b.dscp);
                     }
                     let l = bound.map_err(|source| RouterError::Listen {
                         what: format!("tcp {addr} (band {})", b.name),
@@ -224,7 +228,18 @@ impl Router {
                 }
                 (token, files)
             }
-            _ => (None, Vec::new()),
+            Some(_) => {
+                // No local token for these ports: a token file left by an
+                // earlier daemon (killed with `kill -9`) names a token this
+                // one cannot prove, and local clients would refuse it.
+                if local::check_private_dir(&runtime_dir).is_ok() {
+                    for a in addrs.iter().filter_map(|(_, t, _)| *t) {
+                        let _ = std::fs::remove_file(local::token_path(a.port()));
+                    }
+                }
+                (None, Vec::new())
+            }
+            None => (None, Vec::new()),
         };
         // The MQTT listener checks credentials as the router does (the same
         // tokens and ACL), then connects in-process with the same token.
@@ -260,6 +275,7 @@ impl Router {
         let daemon_qos = config::qos::daemon_layer(&config.qos, &band_names)
             .map_err(|m| RouterError::Config(config::ConfigError::Invalid(m)))?;
         let state = Arc::new(Locked::new(State::new(config, auth)));
+        state.borrow_mut().fed.tls = link_tls;
         {
             let mut st = state.borrow_mut();
             st.qos_daemon = daemon_qos;

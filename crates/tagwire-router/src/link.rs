@@ -547,11 +547,12 @@ pub(crate) async fn run_band(
                 else {
                     continue;
                 };
-                let host = l.addr.trim_start_matches("tcp://");
+                let (tls, host) = crate::config::peer_address(&l.addr);
                 let Some((host, _)) = host.rsplit_once(':') else {
                     continue;
                 };
-                wanted.push((*id, format!("{host}:{port}")));
+                let scheme = if tls { "tls" } else { "tcp" };
+                wanted.push((*id, format!("{scheme}://{host}:{port}")));
             }
             wanted.retain(|(id, _)| st.fed.band_dialing.insert((*id, band.clone())));
             wanted
@@ -559,19 +560,17 @@ pub(crate) async fn run_band(
         for (node, addr) in wanted {
             let (state, lane, band) = (state.clone(), lane.clone(), band.clone());
             tokio::task::spawn_local(async move {
+                let target = crate::config::peer_address(&addr).1.to_owned();
                 if let Ok(Ok(s)) = tokio::time::timeout(
                     Duration::from_secs(3),
-                    tokio::net::TcpStream::connect(&addr),
+                    tokio::net::TcpStream::connect(&target),
                 )
                 .await
                 {
-                    let _ = s.set_nodelay(true);
-                    if let Err(e) = crate::priority::set_dscp(&s, dscp) {
-                        tracing::debug!(%addr, "cannot set DSCP {dscp}: {e}");
+                    if let Err(e) = serve_dialed(&state, &addr, lane, dscp, s).await {
+                        tracing::warn!("peer {addr} (band {band}): {e}");
+                        tokio::time::sleep(BACKOFF_MAX).await;
                     }
-                    let socket = s.as_fd_owned();
-                    let (r, w) = s.into_split();
-                    crate::connection::dial_serve(state.clone(), addr, lane, socket, r, w).await;
                 } else {
                     tokio::time::sleep(BACKOFF_MAX).await;
                 }
@@ -614,7 +613,7 @@ async fn dial(
                 return;
             }
         }
-        let target = addr.trim_start_matches("tcp://").to_owned();
+        let target = crate::config::peer_address(&addr).1.to_owned();
         let connected = tokio::time::timeout(
             Duration::from_secs(3),
             tokio::net::TcpStream::connect(target.as_str()),
@@ -622,23 +621,16 @@ async fn dial(
         .await;
         match connected {
             Ok(Ok(s)) => {
-                failures = 0;
-                let _ = s.set_nodelay(true);
-                if let Err(e) = crate::priority::set_dscp(&s, dscp) {
-                    tracing::debug!(%addr, "cannot set DSCP {dscp}: {e}");
-                }
-                let socket = s.as_fd_owned();
-                let (r, w) = s.into_split();
                 let started = std::time::Instant::now();
-                crate::connection::dial_serve(
-                    state.clone(),
-                    addr.clone(),
-                    lane.clone(),
-                    socket,
-                    r,
-                    w,
-                )
-                .await;
+                match serve_dialed(&state, &addr, lane.clone(), dscp, s).await {
+                    Ok(()) => failures = 0,
+                    Err(e) => {
+                        failures += 1;
+                        if failures == 1 || failures.is_power_of_two() {
+                            tracing::warn!("peer {addr}: {e}; retrying (attempt {failures})");
+                        }
+                    }
+                }
                 if started.elapsed() > Duration::from_secs(10) {
                     backoff = BACKOFF_MIN;
                 }
@@ -667,10 +659,42 @@ async fn dial(
     }
 }
 
+/// Serves the link on `s`, a TCP connection this daemon opened to `addr`:
+/// marks it with `dscp`, completes TLS first for a `tls://` peer, then
+/// runs the link until it closes. The error: the TLS handshake failed.
+async fn serve_dialed(
+    state: &Arc<Locked<State>>,
+    addr: &str,
+    lane: crate::state::lanes::LaneOf,
+    dscp: u8,
+    s: tokio::net::TcpStream,
+) -> Result<(), String> {
+    let _ = s.set_nodelay(true);
+    if let Err(e) = crate::priority::set_dscp(&s, dscp) {
+        tracing::debug!(%addr, "cannot set DSCP {dscp}: {e}");
+    }
+    let socket = s.as_fd_owned();
+    let (tls, target) = crate::config::peer_address(addr);
+    if !tls {
+        let (r, w) = s.into_split();
+        crate::connection::dial_serve(state.clone(), addr.to_owned(), lane, socket, r, w).await;
+        return Ok(());
+    }
+    let link_tls = state.borrow().fed.tls.clone().ok_or_else(|| {
+        "a tls:// peer, and no [federation.tls] to verify it with (--peer-tls-ca)".to_owned()
+    })?;
+    let stream = tokio::time::timeout(Duration::from_secs(5), link_tls.connect(target, s))
+        .await
+        .map_err(|_| "TLS handshake timed out after 5 s".to_owned())??;
+    let (r, w) = tokio::io::split(stream);
+    crate::connection::dial_serve(state.clone(), addr.to_owned(), lane, socket, r, w).await;
+    Ok(())
+}
+
 /// What to check when peer `addr` stays unreachable: the usual cause is a
 /// daemon listening on loopback only (the default).
 pub(crate) fn unreachable_hint(addr: &str, attempts: u32) -> String {
-    let target = addr.trim_start_matches("tcp://");
+    let target = crate::config::peer_address(addr).1;
     let port = target.rsplit_once(':').map_or("7700", |(_, p)| p);
     format!(
         "peer {addr}: still no connection after {attempts} attempts. Is tagwired running at {target}, \
@@ -683,8 +707,8 @@ pub(crate) fn unreachable_hint(addr: &str, attempts: u32) -> String {
 /// its words name the client-side setting (`TAGWIRE_TOKEN`), but between
 /// daemons the fix is the federation token / cluster secret.
 pub(crate) fn refused_by_peer(addr: &str, code: ErrorCode, message: &str) -> String {
-    let host = addr
-        .trim_start_matches("tcp://")
+    let host = crate::config::peer_address(addr)
+        .1
         .rsplit_once(':')
         .map_or(addr, |(h, _)| h);
     match code {
@@ -760,7 +784,7 @@ pub(crate) fn token_for(configured: &str, addr: &str) -> String {
     if !configured.is_empty() {
         return configured.to_owned();
     }
-    let a = addr.trim_start_matches("tcp://");
+    let a = crate::config::peer_address(addr).1;
     let loopback = a.starts_with("127.") || a.starts_with("localhost:") || a.starts_with("[::1]");
     match a.rsplit_once(':').and_then(|(_, p)| p.parse::<u16>().ok()) {
         Some(port) if loopback => {

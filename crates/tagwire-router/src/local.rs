@@ -117,6 +117,26 @@ pub fn random_bytes(buf: &mut [u8]) -> std::io::Result<()> {
     std::fs::File::open("/dev/urandom")?.read_exact(buf)
 }
 
+/// A fresh nonce for the handshake's token proof
+/// (`tagwire_proto::handshake`): random bytes from the kernel, else (no
+/// `/dev/urandom`) the clock, the pid and a counter, which are unique,
+/// and uniqueness is what a nonce must have here: a server's recorded proof
+/// answers only the nonce it was made for.
+pub fn random_nonce() -> [u8; tagwire_proto::handshake::NONCE_LEN] {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut n = [0u8; tagwire_proto::handshake::NONCE_LEN];
+    if random_bytes(&mut n).is_err() {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        n[..16].copy_from_slice(&t.to_le_bytes());
+        n[16..20].copy_from_slice(&std::process::id().to_le_bytes());
+        n[20..28].copy_from_slice(&COUNTER.fetch_add(1, Ordering::Relaxed).to_le_bytes());
+    }
+    n
+}
+
 /// Lower-case hex of `bytes` (tokens, session ids).
 pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()

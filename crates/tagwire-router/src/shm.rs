@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use tagwire_proto::{flags::SHM_PAYLOAD, Event, EventRef, Frame, ShmRef, ShmRole};
+use tagwire_proto::{flags::SHM_PAYLOAD, ErrorCode, Event, EventRef, Frame, ShmRef, ShmRole};
 use tagwire_shm::{Consumer, ConsumerConfig, Pin, PinRow, Region, RegionConfig};
 
 use crate::channel::{Channel, Outgoing};
@@ -482,14 +482,28 @@ impl ShmEvent {
     /// parses and names a region that connection `conn` owns; then reads
     /// the packet (which tells the publisher the daemon got this far) and
     /// pins it. `Ok(None)`: the packet was gone (expired before the daemon
-    /// read it): counted, nothing to deliver.
+    /// read it): counted, nothing to deliver. A reference that does not
+    /// parse (not 24 bytes) is `Malformed`; one the connection may not use
+    /// or that names no published packet of its length, `BadRequest`
+    /// (docs/protocol.md, "ShmRegion").
     pub(crate) fn check(
         table: &mut ShmTable,
         conn: u64,
         ev: &EventRef<'_>,
         event: &Bytes,
+    ) -> Result<Option<ShmEvent>, (ErrorCode, String)> {
+        let r = ShmRef::decode(ev.payload)
+            .map_err(|e| (ErrorCode::Malformed, format!("shared-memory event: {e}")))?;
+        Self::check_ref(table, conn, r, ev, event).map_err(|m| (ErrorCode::BadRequest, m))
+    }
+
+    fn check_ref(
+        table: &mut ShmTable,
+        conn: u64,
+        r: ShmRef,
+        ev: &EventRef<'_>,
+        event: &Bytes,
     ) -> Result<Option<ShmEvent>, String> {
-        let r = ShmRef::decode(ev.payload).map_err(|e| format!("shared-memory event: {e}"))?;
         let Some(e) = table.regions.get_mut(&r.region).filter(|e| e.owner == conn) else {
             table.counters.stray += 1;
             return Err(format!(

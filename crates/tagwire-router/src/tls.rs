@@ -13,7 +13,7 @@ use std::sync::Arc;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
-use crate::config::TlsConfig;
+use crate::config::{PeerTlsConfig, TlsConfig};
 
 /// A TLS file that could not be used, or a set of files that do not fit
 /// together. Each variant names the file and what was wrong with it.
@@ -169,6 +169,98 @@ pub fn server_config(tls: &TlsConfig) -> Result<Arc<rustls::ServerConfig>, TlsEr
             reason: e.to_string(),
         })?;
     Ok(Arc::new(config))
+}
+
+/// What a daemon needs to dial `tls://` peers: a client configuration that
+/// verifies them against `[federation.tls] ca` (and presents this daemon's
+/// client certificate, if one is configured), and the name to expect.
+#[derive(Clone)]
+pub struct LinkTls {
+    connector: tokio_rustls::TlsConnector,
+    server_name: Option<rustls::pki_types::ServerName<'static>>,
+    ca: PathBuf,
+}
+
+impl std::fmt::Debug for LinkTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LinkTls")
+            .field("server_name", &self.server_name)
+            .field("ca", &self.ca)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LinkTls {
+    /// Loads the `[federation.tls]` files, naming the one at fault.
+    pub fn new(t: &PeerTlsConfig) -> Result<LinkTls, TlsError> {
+        let roots = load_roots(&t.ca, "CA")?;
+        let builder = rustls::ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| TlsError::Anchor {
+                what: "CA",
+                path: t.ca.clone(),
+                reason: e.to_string(),
+            })?
+            .with_root_certificates(roots);
+        let config = match (&t.cert, &t.key) {
+            (Some(cert), Some(key)) => {
+                let chain = load_certs(cert, "certificate")?;
+                let k = load_private_key(key)?;
+                builder
+                    .with_client_auth_cert(chain, k)
+                    .map_err(|e| TlsError::CertAndKey {
+                        cert: cert.clone(),
+                        key: key.clone(),
+                        reason: e.to_string(),
+                    })?
+            }
+            _ => builder.with_no_client_auth(),
+        };
+        let server_name =
+            match &t.server_name {
+                Some(n) => Some(rustls::pki_types::ServerName::try_from(n.clone()).map_err(
+                    |e| TlsError::Anchor {
+                        what: "CA",
+                        path: t.ca.clone(),
+                        reason: format!("invalid [federation.tls] server_name {n:?}: {e}"),
+                    },
+                )?),
+                None => None,
+            };
+        Ok(LinkTls {
+            connector: tokio_rustls::TlsConnector::from(Arc::new(config)),
+            server_name,
+            ca: t.ca.clone(),
+        })
+    }
+
+    /// Completes the TLS handshake with the peer at `addr` (`HOST:PORT`) on
+    /// `tcp`; the error says what failed and names the CA file.
+    pub(crate) async fn connect(
+        &self,
+        addr: &str,
+        tcp: tokio::net::TcpStream,
+    ) -> Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>, String> {
+        let name = match &self.server_name {
+            Some(n) => n.clone(),
+            None => {
+                let host = addr
+                    .rsplit_once(':')
+                    .map_or(addr, |(h, _)| h)
+                    .trim_start_matches('[')
+                    .trim_end_matches(']');
+                rustls::pki_types::ServerName::try_from(host.to_owned())
+                    .map_err(|e| format!("{host:?} is not a TLS server name: {e}"))?
+            }
+        };
+        self.connector.connect(name, tcp).await.map_err(|e| {
+            format!(
+                "TLS handshake failed: {e} (the peer's certificate must chain to {} and name the \
+                 host dialed, or [federation.tls] server_name)",
+                self.ca.display()
+            )
+        })
+    }
 }
 
 /// The identity a verified client certificate gives: `cert:<subject CN>`,

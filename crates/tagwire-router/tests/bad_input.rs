@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::{event, owner_token, publish_frame, start_tcp, Raw};
 use serde_json::json;
-use tagwire_proto::{EndpointKind, ErrorCode, Event, Frame, PROTOCOL_VERSION};
+use tagwire_proto::{EndpointKind, ErrorCode, Event, Frame};
 use tagwire_router::{Limits, RouterHandle};
 
 /// A healthy subscriber+publisher pair: proves the router still routes.
@@ -389,10 +389,12 @@ fn connections_over_the_limit_are_refused_with_limit_reached() {
     // The limit counts established connections: refused at its Hello.
     let mut second = Raw::connect_tcp(&h);
     second.send(&Frame::Hello {
-        version: PROTOCOL_VERSION,
+        // Version 2: a bearer token, still served.
+        version: 2,
         max_frame: 1 << 20,
         name: "second".into(),
         token: owner_token(&h),
+        proof: None,
         session: [0; 16],
     });
     second.expect_error(ErrorCode::LimitReached, "connection limit");
@@ -402,4 +404,18 @@ fn connections_over_the_limit_are_refused_with_limit_reached() {
 
 fn max_queue_length(n: usize) -> Vec<(String, String)> {
     vec![("max_queue_length".into(), n.to_string())]
+}
+
+#[test]
+fn a_shared_memory_reference_of_the_wrong_length_is_malformed() {
+    // docs/protocol.md, "ShmRegion": a reference of another length than 24
+    // bytes is `Malformed` (it was answered `BadRequest`).
+    let h = start_tcp(Limits::default());
+    let mut bad = Raw::hello(&h);
+    bad.declare(1, EndpointKind::Publisher, "/shmref");
+    let mut ev = event("/shmref", "/shm/x", vec![0u8; 5]);
+    ev.header.flags = tagwire_proto::flags::SHM_PAYLOAD;
+    bad.send_bytes(&publish_frame(1, &ev));
+    bad.expect_error(ErrorCode::Malformed, "shared-memory reference length");
+    assert_router_serves(&h);
 }

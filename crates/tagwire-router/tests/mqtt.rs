@@ -443,3 +443,43 @@ fn a_client_that_never_reads_hurts_only_itself() {
     });
     drop(stuck);
 }
+
+#[test]
+fn with_authentication_off_a_password_is_ignored_and_the_client_is_served() {
+    // The in-process connection would otherwise hold a token that a router
+    // with authentication off cannot prove (docs/protocol.md, "Token proof").
+    let h = Router::start(RouterConfig {
+        mqtt: MqttConfig {
+            listen: "127.0.0.1:0".parse().ok(),
+            ..MqttConfig::default()
+        },
+        auth: tagwire_router::auth::AuthConfig {
+            enabled: false,
+            ..Default::default()
+        },
+        tcp: "127.0.0.1:0".parse().ok(),
+        unix: None,
+        ..RouterConfig::default()
+    })
+    .expect("start router");
+    let addr = h.mqtt_addr().expect("mqtt listener");
+    rt().block_on(async {
+        let (c, mut rx) = client4(addr, "open311", Some("any-password-at-all"));
+        next(&mut rx, |p| {
+            matches!(p, Ok(Packet::ConnAck(_))).then_some(())
+        })
+        .await;
+        c.subscribe("open/x", QoS::AtLeastOnce)
+            .await
+            .expect("queue subscribe");
+        let granted = next(&mut rx, |p| match p {
+            Ok(Packet::SubAck(a)) => Some(a.return_codes.clone()),
+            _ => None,
+        })
+        .await;
+        assert_eq!(
+            granted,
+            vec![SubscribeReasonCode::Success(QoS::AtLeastOnce)]
+        );
+    });
+}

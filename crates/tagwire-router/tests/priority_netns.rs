@@ -243,7 +243,7 @@ fn the_daemon_marks_each_bands_connections_with_the_bands_dscp() {
 fn admin_qos_changes_a_live_connections_dscp_on_the_wire() {
     let tb = testbed(TestbedConfig::default());
     let (h, token) = router_on_host1(&tb, 7400);
-    let dump = capture_from(tb.host(1), 7400, 6);
+    let dump = capture_from(tb.host(1), 7400, 8);
     let mut c = wire(&tb, 7400, &token).subscriber("/netns/viewer", "/netns/**", &[]);
     // YARP's `prop set … (qos ((dscp EF)))`, from another connection.
     let mut admin = wire(&tb, 7400, &token);
@@ -251,9 +251,13 @@ fn admin_qos_changes_a_live_connections_dscp_on_the_wire() {
         &serde_json::json!({"op": "qos", "target": ["/netns/viewer"], "set": {"dscp": "ef"}}),
     );
     c.ping(7);
-    // To the viewer: Welcome, Ok, Ok in the normal band's CS0; to the admin
-    // connection: Welcome and the reply, still CS0 (only the viewer's
-    // connection changed); then the viewer's Pong, in EF (0xb8).
-    assert_eq!(tos_seen(dump), ["0x0", "0x0", "0x0", "0x0", "0x0", "0xb8"]);
+    // To the viewer: Challenge (its token proof), Welcome, Ok, Ok in the
+    // normal band's CS0; to the admin connection: Challenge, Welcome and the
+    // reply, still CS0 (only the viewer's connection changed); then the
+    // viewer's Pong, in EF (0xb8).
+    assert_eq!(
+        tos_seen(dump),
+        ["0x0", "0x0", "0x0", "0x0", "0x0", "0x0", "0x0", "0xb8"]
+    );
     drop(h);
 }

@@ -82,6 +82,7 @@ fn hello(h: &RouterHandle, session: [u8; SESSION_ID_LEN]) -> Raw {
         max_frame: 1 << 20,
         name: "reservations-test".into(),
         token: String::new(),
+        proof: None,
         session,
     });
     match r.recv() {

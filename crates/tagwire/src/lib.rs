@@ -40,7 +40,7 @@ pub use error::{Error, Result};
 pub use publisher::{EventBuilder, Publisher};
 pub use pull::{HistoryAt, Pull, PullError, PullOptions};
 pub use sample::Sample;
-pub use session::{EmbeddedRouter, Session, HOT_INTERVAL};
+pub use session::{EmbeddedRouter, Refusals, Session, HOT_INTERVAL};
 pub use shm::{ShmMode, ShmStats};
 pub use subscriber::{CallbackSubscription, Subscriber, SubscriptionBuilder};
 pub use tls::TlsOptions;

@@ -36,7 +36,7 @@ use tagwire_core::connection::{ClientHello, Config, Connection, Reply};
 use tagwire_proto::admin::{
     AdminReply, AdminRequest, FilterInfo, FilterLevel, Listing, QosChanged, Show, TimeInfo,
 };
-use tagwire_proto::EndpointKind;
+use tagwire_proto::{EndpointKind, ErrorCode};
 
 use crate::builder::{Options, SessionBuilder};
 use crate::error::{Error, Result};
@@ -95,6 +95,9 @@ pub(crate) struct Inner {
     /// only on the connection whose daemon granted its region
     /// ([`Inner::publish_in_region`]).
     epoch: AtomicU64,
+    /// Errors the router sent for no request (refused publishes, …) since
+    /// [`Session::take_refusals`] last took them.
+    refusals: Mutex<Refusals>,
     /// Network time minus this host's clock (ns), as last asked of the
     /// daemon, and when (local ns; 0: never) — for `network_clock`.
     net_offset: std::sync::atomic::AtomicI64,
@@ -200,6 +203,9 @@ impl Session {
             session: options
                 .session_id
                 .unwrap_or_else(crate::credentials::new_session_id),
+            // `connect` draws a fresh one before each attempt.
+            nonce: [0; tagwire_proto::handshake::NONCE_LEN],
+            proof: None,
         };
         let inner = Arc::new(Inner {
             targets,
@@ -220,6 +226,7 @@ impl Session {
             reader_thread: Mutex::new(None),
             reconnects: AtomicU64::new(0),
             epoch: AtomicU64::new(0),
+            refusals: Mutex::new(Refusals::default()),
             net_offset: std::sync::atomic::AtomicI64::new(0),
             net_offset_at: AtomicU64::new(0),
             bands: Mutex::new(HashMap::new()),
@@ -525,6 +532,22 @@ impl Session {
         }
     }
 
+    /// The errors the router sent for no request since the last call — a
+    /// publish refused by the ACL (`PermissionDenied`), a full queue
+    /// (`QueueFull`), a bad tag — on this session and its band sessions,
+    /// and forgets them. Publishing is fire-and-forget: call
+    /// [`Session::ping`] first to be sure the router has handled every
+    /// publish sent so far (its refusals arrive before the `Pong`).
+    pub fn take_refusals(&self) -> Refusals {
+        let inner = self.inner();
+        let mut all = std::mem::take(&mut *lock(&inner.refusals));
+        let bands: Vec<Session> = lock(&inner.bands).values().cloned().collect();
+        for b in bands {
+            all.absorb(b.take_refusals());
+        }
+        all
+    }
+
     /// Measures one round trip to the router (a `Ping` answered by `Pong`).
     pub fn ping(&self) -> Result<Duration> {
         let start = Instant::now();
@@ -562,6 +585,39 @@ impl Session {
     /// Whether the session currently has a connection.
     pub fn is_connected(&self) -> bool {
         lock(&self.inner().writer).connected
+    }
+}
+
+/// Errors the router sent for no request (see [`Session::take_refusals`]):
+/// how many, and the first and the last of them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Refusals {
+    /// How many.
+    pub count: u64,
+    /// The first one: its code and the router's message.
+    pub first: Option<(ErrorCode, String)>,
+    /// The last one.
+    pub last: Option<(ErrorCode, String)>,
+}
+
+impl Refusals {
+    /// Notes one more.
+    pub(crate) fn note(&mut self, code: ErrorCode, message: &str) {
+        self.count += 1;
+        if self.first.is_none() {
+            self.first = Some((code, message.to_owned()));
+        }
+        self.last = Some((code, message.to_owned()));
+    }
+
+    fn absorb(&mut self, other: Refusals) {
+        self.count += other.count;
+        if self.first.is_none() {
+            self.first = other.first;
+        }
+        if other.last.is_some() {
+            self.last = other.last;
+        }
     }
 }
 

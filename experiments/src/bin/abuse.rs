@@ -82,7 +82,7 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 use serde_json::json;
 use tagwire::{Session, ShmMode};
-use tagwire_proto::{EndpointKind, ErrorCode, Event, Frame, FrameDecoder, Value, PROTOCOL_VERSION};
+use tagwire_proto::{EndpointKind, ErrorCode, Event, Frame, FrameDecoder, Value};
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
@@ -182,10 +182,12 @@ impl Raw {
     fn hello_as(server: &str, name: &str, token: String) -> Res<Result<Raw, Refusal>> {
         let mut r = Raw::connect(server)?;
         r.send(&Frame::Hello {
-            version: PROTOCOL_VERSION,
+            // Version 2: a bearer token (the attacks need no proof exchange).
+            version: 2,
             max_frame: 1 << 24,
             name: name.into(),
             token,
+            proof: None,
             session: [0; 16],
         })?;
         match r.recv()? {

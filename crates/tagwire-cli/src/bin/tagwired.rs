@@ -53,11 +53,23 @@ struct Args {
     /// Name reported to clients and in `tagwire list`.
     #[arg(long)]
     name: Option<String>,
-    /// Keep a link with the daemon at tcp://HOST:PORT (repeatable; added to
+    /// Keep a link with the daemon at tcp://HOST:PORT, or tls://HOST:PORT
+    /// for one that serves TLS (needs --peer-tls-ca) (repeatable; added to
     /// `[federation] peers`). Events cross links only toward daemons whose
     /// subscribers want them.
     #[arg(long, value_name = "URL")]
     peer: Vec<String>,
+    /// CA certificates (PEM) that signed the certificates of tls:// peers.
+    /// Overrides `[federation.tls] ca`.
+    #[arg(long, value_name = "PEM")]
+    peer_tls_ca: Option<PathBuf>,
+    /// Client certificate chain (PEM) to present to tls:// peers that
+    /// require one; needs --peer-tls-key. Overrides `[federation.tls] cert`.
+    #[arg(long, value_name = "PEM", requires_all = ["peer_tls_key", "peer_tls_ca"])]
+    peer_tls_cert: Option<PathBuf>,
+    /// The --peer-tls-cert's private key (PEM). Overrides `[federation.tls] key`.
+    #[arg(long, value_name = "PEM", requires = "peer_tls_cert")]
+    peer_tls_key: Option<PathBuf>,
     /// Cluster name: only daemons of the same cluster link. Overrides
     /// `[federation] cluster`.
     #[arg(long)]
@@ -122,6 +134,22 @@ fn config(args: &Args) -> Result<RouterConfig, ConfigError> {
         cfg.name = n.clone();
     }
     cfg.federation.peers.extend(args.peer.iter().cloned());
+    if let Some(ca) = &args.peer_tls_ca {
+        let t = cfg
+            .federation
+            .tls
+            .get_or_insert_with(|| tagwire::router::config::PeerTlsConfig {
+                ca: ca.clone(),
+                cert: None,
+                key: None,
+                server_name: None,
+            });
+        t.ca = ca.clone();
+        if let (Some(cert), Some(key)) = (&args.peer_tls_cert, &args.peer_tls_key) {
+            t.cert = Some(cert.clone());
+            t.key = Some(key.clone());
+        }
+    }
     if let Some(c) = &args.cluster {
         cfg.federation.cluster = c.clone();
     }

@@ -498,6 +498,8 @@ async fn listen(
         name: format!("av-listener-{i}"),
         token,
         session: [0; 16],
+        nonce: tagwire::router::local::random_nonce(),
+        proof: None,
     };
     let mut eng = Connection::client(Config::default(), hello, 0);
     let mut buf = BytesMut::with_capacity(64 * 1024);

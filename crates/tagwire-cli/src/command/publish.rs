@@ -55,11 +55,13 @@ pub fn run(session: &Session, a: PubArgs) -> CmdResult {
         ev.send()
     };
     if a.data.as_deref() == Some("-") {
+        let mut sent = 0u64;
         for line in std::io::stdin().lock().lines() {
             send(line?.into_bytes())?;
+            sent += 1;
         }
         session.flush()?;
-        return Ok(());
+        return check_refusals(session, sent);
     }
     let base = a.data.clone().unwrap_or_default().into_bytes();
     let payload = match a.size {
@@ -79,6 +81,7 @@ pub fn run(session: &Session, a: PubArgs) -> CmdResult {
         send(payload.clone())?;
     }
     session.flush()?;
+    check_refusals(session, a.count)?;
     if a.count > 1 {
         eprintln!(
             "published {} events on {} in {:.3} s",
@@ -88,6 +91,26 @@ pub fn run(session: &Session, a: PubArgs) -> CmdResult {
         );
     }
     Ok(())
+}
+
+/// Waits until the router has handled every publish (a round trip), then
+/// fails naming what it refused: publishing is fire-and-forget, and a
+/// refused event (ACL, full queue, bad tag) must not exit 0 in silence.
+fn check_refusals(session: &Session, sent: u64) -> CmdResult {
+    session.ping()?;
+    let r = session.take_refusals();
+    let Some((code, message)) = r.first else {
+        return Ok(());
+    };
+    let last = match r.last {
+        Some((c, m)) if r.count > 1 => format!("; last: {c:?}: {m}"),
+        _ => String::new(),
+    };
+    Err(format!(
+        "the router refused {} of {sent} event(s): {code:?}: {message}{last}",
+        r.count
+    )
+    .into())
 }
 
 #[cfg(test)]

@@ -175,9 +175,11 @@ impl Conn {
                 .await;
         }
         // The token: the password, else the configured anonymous token.
+        // With authentication off, none: the router would not prove one
+        // (docs/protocol.md, "Token proof"), and everyone is anonymous.
         let token = match connect.password.as_deref() {
-            Some(p) if !p.is_empty() => p.to_owned(),
             _ if !shared.auth.enabled() => String::new(),
+            Some(p) if !p.is_empty() => p.to_owned(),
             _ => match &shared.anonymous {
                 Some(t) => t.clone(),
                 None => {
@@ -371,6 +373,8 @@ impl Conn {
             name: format!("mqtt:{}", sanitize(client_id, 200)),
             token: token.to_owned(),
             session: [0; tagwire_proto::SESSION_ID_LEN],
+            nonce: crate::local::random_nonce(),
+            proof: None,
         };
         let config = Config {
             idle_timeout: 0,

@@ -29,6 +29,8 @@ pub(crate) struct Federation {
     pub(crate) band_dialing: std::collections::HashSet<(NodeId, String)>,
     /// The default band's lane and DSCP, for dialing discovered daemons.
     pub(crate) dialer: Option<(LaneOf, u8)>,
+    /// How links to `tls://` peers handshake (`[federation.tls]`).
+    pub(crate) tls: Option<crate::tls::LinkTls>,
     /// The network clock: this daemon's offset to the reference's time
     /// (core's [`NetClock`], fed with the probes of the parent link).
     pub net: NetClock,
@@ -122,6 +124,7 @@ impl Federation {
             band_dialing: Default::default(),
             net: NetClock::default(),
             dialer: None,
+            tls: None,
             refusals: HashMap::new(),
         }
     }

@@ -122,16 +122,34 @@ impl Raw {
     /// Says `Hello` offering `max_frame` with `token` and `session`;
     /// returns the router's answer (a `Welcome` records the granted max
     /// frame).
+    ///
+    /// A token is proven (version 3): the router's `Challenge` is checked
+    /// and answered with the client's `Proof`, as the client library does.
     pub fn say_hello(&mut self, max_frame: u32, token: &str, session: [u8; 16]) -> Option<Frame> {
+        use tagwire_proto::handshake::{client_proof, server_proof};
         self.dec.set_max_frame(max_frame);
+        let nonce = tagwire_router::local::random_nonce();
         self.send(&Frame::Hello {
             version: PROTOCOL_VERSION,
             max_frame,
             name: "raw".into(),
-            token: token.into(),
+            token: String::new(),
+            proof: (!token.is_empty())
+                .then(|| Box::new(tagwire_proto::TokenTag::new(token, nonce))),
             session,
         });
-        let answer = self.recv();
+        let mut answer = self.recv();
+        if let Some(Frame::Challenge { nonce: ns, proof }) = answer {
+            assert_eq!(
+                proof,
+                server_proof(token, &nonce, &ns),
+                "the router proves the token"
+            );
+            self.send(&Frame::Proof {
+                proof: client_proof(token, &nonce, &ns),
+            });
+            answer = self.recv();
+        }
         if let Some(Frame::Welcome { max_frame, .. }) = answer {
             self.max_frame = max_frame;
         }

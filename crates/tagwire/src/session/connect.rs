@@ -69,7 +69,14 @@ fn handshake(inner: &Inner, stream: &mut Stream) -> Result<BytesMut> {
                 let reason = e.closed().map(|c| c.reason.clone()).unwrap_or_default();
                 break Err(fail(reason));
             }
-            Some(_) => continue,
+            Some(_) => {
+                // A `Challenge` answered: our `Proof` goes out before the Welcome.
+                if let Some(out) = e.poll_transmit() {
+                    drop(e);
+                    stream.write_all(&out)?;
+                }
+                continue;
+            }
             None => {}
         }
         let Some(deadline) = e.poll_timeout() else {
@@ -120,7 +127,8 @@ pub(super) fn connect(inner: &Inner) -> Result<(Stream, BytesMut)> {
         let mut e = lock(&inner.engine);
         // A daemon that restarted may have written a new token.
         e.set_token((inner.options.token.clone()).unwrap_or_else(|| inner.target().token()));
-        e.reconnect(started);
+        // A fresh nonce for every attempt: the server's token proof answers it.
+        e.reconnect(started, tagwire_router::local::random_nonce());
     }
     let leftover = handshake(inner, &mut s)?;
     let write_half = s.try_clone()?;

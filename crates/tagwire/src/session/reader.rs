@@ -258,8 +258,11 @@ fn read_loop(inner: &Inner, stream: &mut Stream, buf: &mut BytesMut) {
                         let _ = tx.send(reply);
                     }
                 }
-                Input::PeerError { code, message, .. } => {
+                Input::PeerError { req, code, message } => {
                     tracing::warn!("server reported: {message} (code {code:?})");
+                    if req == 0 {
+                        lock(&inner.refusals).note(code, &message);
+                    }
                 }
                 Input::Closed => {
                     if let Some(c) = lock(&inner.engine).closed() {

@@ -500,6 +500,11 @@ pub(crate) async fn run(state: Arc<Locked<State>>, lane: crate::state::lanes::La
         let now = now_ns();
         if now >= next_probe {
             next_probe = now + PROBE_EVERY_NS;
+            // Adverts unreachable for a while (a killed daemon) go.
+            let expired = st.node.expire_unreachable(now);
+            if expired > 0 {
+                tracing::info!("forgot {expired} daemon(s) unreachable for 10 s");
+            }
             let t1 = st.fed.clock();
             for l in st.fed.links.values_mut() {
                 let (bin, bout, at) = l.sampled;

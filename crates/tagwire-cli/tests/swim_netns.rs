@@ -270,11 +270,33 @@ fn others(tb: &Testbed, i: usize) -> Vec<String> {
 /// Cuts host `i` off (everything but loopback dropped, both ways) or heals it.
 fn cut(tb: &Testbed, i: usize, on: bool) {
     let script = if on {
-        "table inet swimcut {\n chain in { type filter hook input priority -10; policy drop; iif lo accept; }\n chain out { type filter hook output priority -10; policy drop; oif lo accept; }\n}\n"
+        "table inet swimcut {\n chain in { type filter hook input priority -10; policy drop; iif lo accept; }\n chain out { type filter hook output priority -10; policy drop; oif lo accept; }\n}\n".to_owned()
     } else {
-        "delete table inet swimcut\n"
+        "delete table inet swimcut\n".to_owned()
     };
-    let path = std::env::temp_dir().join(format!("swimcut-{}-{i}-{on}.nft", std::process::id()));
+    nft(tb, i, &script, if on { "cut" } else { "heal" });
+}
+
+/// Drops (or stops dropping) what host `i` exchanges with the hosts `from`.
+fn separate(tb: &Testbed, i: usize, from: &[usize], on: bool) {
+    let script = if on {
+        let set: Vec<String> = from
+            .iter()
+            .map(|&j| tb.host(j).addr().to_string())
+            .collect();
+        let set = set.join(", ");
+        format!(
+            "table inet swimpart {{\n chain in {{ type filter hook input priority -10; ip saddr {{ {set} }} drop; }}\n chain out {{ type filter hook output priority -10; ip daddr {{ {set} }} drop; }}\n}}\n"
+        )
+    } else {
+        "delete table inet swimpart\n".to_owned()
+    };
+    nft(tb, i, &script, if on { "partition" } else { "heal" });
+}
+
+/// Runs an nft script in host `i`.
+fn nft(tb: &Testbed, i: usize, script: &str, what: &str) {
+    let path = std::env::temp_dir().join(format!("swimnft-{}-{i}-{what}.nft", std::process::id()));
     std::fs::write(&path, script).expect("write nft script");
     let mut c = Command::new("nft");
     c.arg("-f").arg(&path);
@@ -285,8 +307,7 @@ fn cut(tb: &Testbed, i: usize, on: bool) {
     let _ = std::fs::remove_file(&path);
     assert!(
         out.status.success(),
-        "nft -f ({}): {} (apt-get install -y nftables)",
-        if on { "cut" } else { "heal" },
+        "nft -f ({what}): {} (apt-get install -y nftables)",
         String::from_utf8_lossy(&out.stderr)
     );
 }
@@ -482,5 +503,61 @@ fn healing_a_cut_daemon_keeps_healthy_links_and_membership_heals() {
     assert_eq!(
         before, after,
         "the d0–d2 link was closed (SWIM declared a healthy daemon down after the heal)"
+    );
+}
+
+#[test]
+fn a_partition_of_two_and_two_heals_into_one_membership() {
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let tb = testbed(4);
+    // A ring 0→1→2→3→0, started last to first.
+    let net = Network::start_in_order(
+        &tb,
+        &[(0, 1), (1, 2), (2, 3), (3, 0)],
+        None,
+        vec![3, 2, 1, 0],
+    );
+    let all = [0, 1, 2, 3];
+    net.wait_until(
+        &all,
+        WAIT,
+        "every daemon has the three others as members",
+        |i, f| member_addrs(f) == others(&tb, i),
+    );
+    let peer_conn = |i: usize, peer: &str| {
+        net.federation(i)["links"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|l| l["peer"] == peer)
+            .map(|l| l["connection"].clone())
+    };
+    let before = (peer_conn(0, "d1"), peer_conn(2, "d3"));
+    assert!(
+        before.0.is_some() && before.1.is_some(),
+        "0–1 and 2–3 linked"
+    );
+    // {0, 1} | {2, 3}, for 10 s.
+    separate(&tb, 0, &[2, 3], true);
+    separate(&tb, 1, &[2, 3], true);
+    net.wait_until(&all, WAIT, "each side sees only its own side", |i, f| {
+        member_addrs(f).len() == 1
+            && member_addrs(f)[0] == format!("{}:{PORT}", tb.host(i ^ 1).addr())
+    });
+    std::thread::sleep(Duration::from_secs(10));
+    separate(&tb, 0, &[2, 3], false);
+    separate(&tb, 1, &[2, 3], false);
+    let healed = Instant::now();
+    net.wait_until(
+        &all,
+        Duration::from_secs(30),
+        "one membership again",
+        |i, f| member_addrs(f) == others(&tb, i),
+    );
+    eprintln!("one membership {:?} after the heal", healed.elapsed());
+    assert_eq!(
+        before,
+        (peer_conn(0, "d1"), peer_conn(2, "d3")),
+        "a link within one side was closed"
     );
 }

@@ -447,6 +447,21 @@ impl Topology {
         expired.len()
     }
 
+    /// Drops `id`'s advert now if it is unreachable from here (membership
+    /// declared that daemon down: no need to wait for
+    /// [`expire_unreachable`](Self::expire_unreachable)). A reachable one is
+    /// kept, whatever membership says: the links decide routes. Returns
+    /// whether it was dropped.
+    pub fn forget_if_unreachable(&mut self, id: NodeId) -> bool {
+        if id == self.me || !self.nodes.contains_key(&id) || self.bfs(self.me).contains_key(&id) {
+            return false;
+        }
+        self.nodes.remove(&id);
+        self.unreachable_since.remove(&id);
+        self.trees.clear();
+        true
+    }
+
     /// The daemons this one reaches over links both ends confirm, itself
     /// included.
     pub fn reachable(&self) -> BTreeSet<NodeId> {
@@ -1004,6 +1019,23 @@ mod tests {
         );
         assert_eq!(t[0].name_of(3), None);
         assert_eq!(t[0].len(), 2);
+    }
+
+    #[test]
+    fn a_daemon_declared_down_is_forgotten_at_once_only_if_unreachable() {
+        let mut t = network(3, &[(1, 2), (2, 3), (3, 1)], &[]);
+        assert!(!t[0].forget_if_unreachable(3), "3 is linked: kept");
+        let a1 = t[0].set_neighbors(vec![2]).expect("changed");
+        assert!(
+            !t[0].forget_if_unreachable(3),
+            "reachable through 2's advert"
+        );
+        let a2 = t[1].set_neighbors(vec![1]).expect("changed");
+        t[1].apply(a1).expect("valid");
+        t[0].apply(a2).expect("valid");
+        assert!(t[0].forget_if_unreachable(3));
+        assert_eq!(t[0].name_of(3), None);
+        assert!(!t[0].forget_if_unreachable(1), "never itself");
     }
 
     #[test]

@@ -430,7 +430,18 @@ fn member_down(state: &Arc<Locked<State>>, m: &Member) {
     st.members.up.remove(&m.node);
     let now = crate::timing::now_ns();
     let Some(l) = st.fed.links.get(&m.node) else {
-        tracing::info!("daemon {:#x} is down (SWIM)", m.node);
+        // No link here: its advert goes now if no link reaches it either
+        // (else after 10 s unreachable, or never while it is reachable).
+        let forgot = st.node.declared_down(m.node);
+        tracing::info!(
+            "daemon {:#x} is down (SWIM){}",
+            m.node,
+            if forgot {
+                "; its advert is dropped"
+            } else {
+                ""
+            }
+        );
         return;
     };
     let silent = now.saturating_sub(l.heard);

@@ -274,6 +274,12 @@ impl<C: Clone> Node<C> {
             .expire_unreachable(now, crate::federation::UNREACHABLE_GRACE_NS)
     }
 
+    /// Membership declared `peer` down: its advert goes now if it is
+    /// unreachable (see [`Topology::forget_if_unreachable`]).
+    pub fn declared_down(&mut self, peer: NodeId) -> bool {
+        self.topo.forget_if_unreachable(peer)
+    }
+
     /// This daemon's local interest changed: advertise it if it differs.
     pub fn set_interest(&mut self, interest: Vec<Interest>) {
         if let Some(advert) = self.topo.set_interest(interest) {

@@ -561,3 +561,31 @@ fn a_partition_of_two_and_two_heals_into_one_membership() {
         "a link within one side was closed"
     );
 }
+
+#[test]
+fn a_daemon_whose_peers_never_answer_gossip_warns_naming_the_udp_port() {
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let tb = testbed(2);
+    // Both hosts drop gossip (UDP 7700) but not links (TCP).
+    for i in 0..2 {
+        nft(
+            &tb,
+            i,
+            "table inet swimudp {\n chain in { type filter hook input priority -10; udp dport 7700 drop; }\n}\n",
+            "drop-gossip",
+        );
+    }
+    let mut net = Network::start_in_order(&tb, &[(0, 1)], None, vec![1, 0]);
+    let d0 = net.daemons[0].as_mut().expect("d0 runs");
+    let line = d0
+        .wait_for_stderr_line(
+            "the warning that no member is up",
+            |l| l.contains("WARN") && l.contains("no daemon is up"),
+            Duration::from_secs(25),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        line.contains("UDP port 7700") && line.contains("[federation] advertise"),
+        "the warning names the port and the setting: {line}"
+    );
+}

@@ -555,10 +555,10 @@ fn a_partition_of_two_and_two_heals_into_one_membership() {
         |i, f| member_addrs(f) == others(&tb, i),
     );
     eprintln!("one membership {:?} after the heal", healed.elapsed());
+    let after = (peer_conn(0, "d1"), peer_conn(2, "d3"));
     assert_eq!(
-        before,
-        (peer_conn(0, "d1"), peer_conn(2, "d3")),
-        "a link within one side was closed"
+        before, after,
+        "a link within one side was closed (connections of d0–d1 and d2–d3 before and after)"
     );
 }
 

@@ -11,7 +11,7 @@
 //! - a member declared **down** loses its link at once (its routes are
 //!   withdrawn and its advert pruned) instead of after the link's idle
 //!   timeout — unless the link itself carried a control frame in the last
-//!   2 s: a daemon back from a partition gossips stale "down"s about
+//!   3 s: a daemon back from a partition gossips stale "down"s about
 //!   healthy daemons, which then rejoin under a renewed identity (same node
 //!   id; a rename, not a departure);
 //! - configured peers that are not up are announced to every 2 s (foca
@@ -55,8 +55,9 @@ const REANNOUNCE_EVERY: Duration = Duration::from_secs(2);
 /// How long with peers configured and no member up before a warning.
 const ALONE_WARN_AFTER: Duration = Duration::from_secs(10);
 /// A link that carried a control frame this recently is alive, whatever
-/// SWIM says (each end probes the other's clock every second).
-const LINK_SILENT_NS: u64 = 2_000_000_000;
+/// SWIM says (each end probes the other's clock every second; 3 s leaves
+/// room for a lane that a loaded host stalls for a moment).
+const LINK_SILENT_NS: u64 = 3_000_000_000;
 /// How long a link that SWIM declared down but that is still heard from is
 /// watched: closed once silent for [`LINK_SILENT_NS`], kept if its daemon
 /// comes back up (renewed) in SWIM meanwhile.

@@ -170,7 +170,18 @@ pub struct Topology {
     nodes: HashMap<NodeId, Node>,
     /// Trees by origin, computed on demand; cleared on any change.
     trees: HashMap<NodeId, Tree>,
+    /// Since when each known daemon has been unreachable from here, as
+    /// [`expire_unreachable`](Self::expire_unreachable) last saw it (only
+    /// daemons with an advert here: bounded by `max_nodes`).
+    unreachable_since: HashMap<NodeId, u64>,
 }
+
+/// How long an advert may stay unreachable before
+/// [`Topology::expire_unreachable`] drops it, ns: long enough for the
+/// adverts of a topology change to settle (a daemon can look unreachable
+/// for a moment while they cross), short enough that a killed daemon is
+/// soon forgotten.
+pub const UNREACHABLE_GRACE_NS: u64 = 10_000_000_000;
 
 impl Topology {
     /// The routing state of daemon `me`, knowing only itself.
@@ -198,6 +209,7 @@ impl Topology {
             limits,
             nodes,
             trees: HashMap::new(),
+            unreachable_since: HashMap::new(),
         }
     }
 
@@ -401,6 +413,53 @@ impl Topology {
             self.trees.clear();
         }
         dropped
+    }
+
+    /// Drops the adverts of daemons that have been unreachable from here
+    /// for `grace` ns or more, as seen at each call (call it now and then,
+    /// e.g. every second, with the time). [`prune`](Self::prune) runs only
+    /// when this daemon's own links change, and a daemon's advert can
+    /// become unreachable later — a killed daemon stays reachable through a
+    /// neighbour's advert that still names it, until that neighbour's next
+    /// advert arrives — and would then be kept for good. Returns how many
+    /// were dropped.
+    pub fn expire_unreachable(&mut self, now: u64, grace: u64) -> usize {
+        let reach = self.bfs(self.me);
+        let nodes = &self.nodes;
+        self.unreachable_since
+            .retain(|id, _| nodes.contains_key(id) && !reach.contains_key(id));
+        for id in nodes.keys().filter(|id| !reach.contains_key(id)) {
+            self.unreachable_since.entry(*id).or_insert(now);
+        }
+        let expired: Vec<NodeId> = self
+            .unreachable_since
+            .iter()
+            .filter(|(_, since)| now.saturating_sub(**since) >= grace)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in &expired {
+            self.nodes.remove(id);
+            self.unreachable_since.remove(id);
+        }
+        if !expired.is_empty() {
+            self.trees.clear();
+        }
+        expired.len()
+    }
+
+    /// Drops `id`'s advert now if it is unreachable from here (membership
+    /// declared that daemon down: no need to wait for
+    /// [`expire_unreachable`](Self::expire_unreachable)). A reachable one is
+    /// kept, whatever membership says: the links decide routes. Returns
+    /// whether it was dropped.
+    pub fn forget_if_unreachable(&mut self, id: NodeId) -> bool {
+        if id == self.me || !self.nodes.contains_key(&id) || self.bfs(self.me).contains_key(&id) {
+            return false;
+        }
+        self.nodes.remove(&id);
+        self.unreachable_since.remove(&id);
+        self.trees.clear();
+        true
     }
 
     /// The daemons this one reaches over links both ends confirm, itself
@@ -925,6 +984,87 @@ mod tests {
         t[0].apply(a1).ok();
         assert_eq!(t[0].prune(), 2);
         assert!(flood(&mut t, 1, "/c").0.is_empty());
+    }
+
+    #[test]
+    fn a_killed_daemon_left_reachable_by_a_stale_advert_is_dropped_after_the_grace() {
+        // A triangle 1–2–3; 3 is killed. 1 and 2 each close their link to
+        // 3 and flood; 1 learns 2's new advert after its own link change.
+        let mut t = network(3, &[(1, 2), (2, 3), (3, 1)], &[]);
+        let a1 = t[0].set_neighbors(vec![2]).expect("changed");
+        assert_eq!(
+            t[0].prune(),
+            0,
+            "3 is still reachable through 2's old advert"
+        );
+        let a2 = t[1].set_neighbors(vec![1]).expect("changed");
+        assert_eq!(t[1].apply(a1), Ok(Applied::Newer));
+        assert_eq!(t[0].apply(a2), Ok(Applied::Newer));
+        assert!(!t[0].reachable().contains(&3));
+        assert_eq!(
+            t[0].len(),
+            3,
+            "3's advert lingers: no own link changed since"
+        );
+        let t0 = 1_000_000_000;
+        assert_eq!(t[0].expire_unreachable(t0, UNREACHABLE_GRACE_NS), 0);
+        assert_eq!(
+            t[0].expire_unreachable(t0 + UNREACHABLE_GRACE_NS - 1, UNREACHABLE_GRACE_NS),
+            0,
+            "kept within the grace"
+        );
+        assert_eq!(
+            t[0].expire_unreachable(t0 + UNREACHABLE_GRACE_NS, UNREACHABLE_GRACE_NS),
+            1
+        );
+        assert_eq!(t[0].name_of(3), None);
+        assert_eq!(t[0].len(), 2);
+    }
+
+    #[test]
+    fn a_daemon_declared_down_is_forgotten_at_once_only_if_unreachable() {
+        let mut t = network(3, &[(1, 2), (2, 3), (3, 1)], &[]);
+        assert!(!t[0].forget_if_unreachable(3), "3 is linked: kept");
+        let a1 = t[0].set_neighbors(vec![2]).expect("changed");
+        assert!(
+            !t[0].forget_if_unreachable(3),
+            "reachable through 2's advert"
+        );
+        let a2 = t[1].set_neighbors(vec![1]).expect("changed");
+        t[1].apply(a1).expect("valid");
+        t[0].apply(a2).expect("valid");
+        assert!(t[0].forget_if_unreachable(3));
+        assert_eq!(t[0].name_of(3), None);
+        assert!(!t[0].forget_if_unreachable(1), "never itself");
+    }
+
+    #[test]
+    fn an_advert_reachable_again_within_the_grace_is_kept() {
+        let mut t = network(3, &[(1, 2), (2, 3)], &[]);
+        // 2 drops its link to 3 for a moment: 3 is unreachable from 1.
+        let a2 = t[1].set_neighbors(vec![1]).expect("changed");
+        t[0].apply(a2).expect("valid");
+        assert!(!t[0].reachable().contains(&3));
+        assert_eq!(t[0].expire_unreachable(0, UNREACHABLE_GRACE_NS), 0);
+        // The link is back before the grace ends; the clock restarts.
+        let a2 = t[1].set_neighbors(vec![1, 3]).expect("changed");
+        t[0].apply(a2).expect("valid");
+        assert!(t[0].reachable().contains(&3));
+        assert_eq!(
+            t[0].expire_unreachable(UNREACHABLE_GRACE_NS / 2, UNREACHABLE_GRACE_NS),
+            0
+        );
+        let a2 = t[1].set_neighbors(vec![1]).expect("changed");
+        t[0].apply(a2).expect("valid");
+        assert_eq!(
+            t[0].expire_unreachable(UNREACHABLE_GRACE_NS + 1, UNREACHABLE_GRACE_NS),
+            0,
+            "unreachable again only since the last call"
+        );
+        assert_eq!(
+            t[0].expire_unreachable(2 * UNREACHABLE_GRACE_NS + 1, UNREACHABLE_GRACE_NS),
+            1
+        );
     }
 
     #[test]

@@ -114,6 +114,18 @@ pub struct FederationConfig {
     pub gossip_enabled: bool,
     /// The UDP gossip address (default: the TCP main address, as UDP).
     pub gossip: Option<SocketAddr>,
+    /// The address other daemons reach this one at, `HOST:PORT`: gossiped
+    /// as its SWIM identity (the port is the gossip port) and dialed for
+    /// its links (at its TCP port). Default: the gossip address, or, when
+    /// that is on every interface (`0.0.0.0`), the address of the interface
+    /// routing to the first peer, else to the default route (see
+    /// docs/federation.md, "Membership").
+    pub advertise: Option<String>,
+    /// `advertise`, or the address chosen for it, as resolved when the
+    /// router starts (port 0: the gossip socket's own port). Not read from
+    /// the file.
+    #[serde(skip)]
+    pub advertised: Option<SocketAddr>,
     /// Find daemons of the same cluster on the local network by multicast
     /// beacons, and link with them (off by default: a daemon joins a
     /// network only when told to; `tagwired --discovery`).
@@ -138,6 +150,8 @@ impl Default for FederationConfig {
             node_id: 0,
             gossip_enabled: true,
             gossip: None,
+            advertise: None,
+            advertised: None,
             discovery: false,
             beacon_group: DEFAULT_BEACON_GROUP
                 .parse()

@@ -116,6 +116,7 @@ impl Router {
             tracing::info!("{setup}");
         }
         config.validate()?;
+        membership::advertise::resolve(&mut config)?;
         Self::start_unchecked(config)
     }
 

@@ -110,6 +110,13 @@ pub(crate) fn on_frame(
         return on_peer(c, version, node, name, cluster, band, bands);
     };
     let mut st = c.state.borrow_mut();
+    if !matches!(frame, LinkFrame::Forward { .. }) {
+        // Control frames (a clock probe each way every second) prove the
+        // peer alive; events are left out to keep the clock off their path.
+        if let Some(l) = st.fed.links.get_mut(&peer) {
+            l.heard = now_ns();
+        }
+    }
     match frame {
         LinkFrame::Peer { .. } => Err((ErrorCode::Malformed, "a second Peer on a link".into())),
         LinkFrame::Forward {
@@ -285,6 +292,7 @@ fn on_peer(
             band_ports: bands,
             sampled: (0, 0, now_ns()),
             rate: (0, 0),
+            heard: now_ns(),
         },
     );
     if let Some(conn) = st.connections.get_mut(&c.conn) {
@@ -500,6 +508,11 @@ pub(crate) async fn run(state: Arc<Locked<State>>, lane: crate::state::lanes::La
         let now = now_ns();
         if now >= next_probe {
             next_probe = now + PROBE_EVERY_NS;
+            // Adverts unreachable for a while (a killed daemon) go.
+            let expired = st.node.expire_unreachable(now);
+            if expired > 0 {
+                tracing::info!("forgot {expired} daemon(s) unreachable for 10 s");
+            }
             let t1 = st.fed.clock();
             for l in st.fed.links.values_mut() {
                 let (bin, bout, at) = l.sampled;

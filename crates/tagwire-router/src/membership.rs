@@ -3,13 +3,20 @@
 //!
 //! Every daemon with federation on runs a foca member on a UDP socket (the
 //! *gossip* address: its TCP main address's IP and port unless
-//! `[federation] gossip` says otherwise). It announces itself to its
+//! `[federation] gossip` says otherwise); on every interface (`0.0.0.0`) it
+//! gossips a routable address instead ([`advertise`]). It announces itself to its
 //! configured peers and to daemons its beacons find; foca then probes
 //! members, gossips who is up, and declares a silent one down within a few
 //! seconds. What this module does with that:
 //! - a member declared **down** loses its link at once (its routes are
 //!   withdrawn and its advert pruned) instead of after the link's idle
-//!   timeout;
+//!   timeout — unless the link itself carried a control frame in the last
+//!   3 s: a daemon back from a partition gossips stale "down"s about
+//!   healthy daemons, which then rejoin under a renewed identity (same node
+//!   id; a rename, not a departure);
+//! - configured peers that are not up are announced to every 2 s (foca
+//!   stops announcing once no member is up), so partitions heal and daemons
+//!   started apart merge;
 //! - a member that comes **up** through discovery is linked: the daemon with
 //!   the smaller node id dials the other's TCP address.
 //!
@@ -34,6 +41,7 @@ use tokio::sync::mpsc;
 use crate::state::State;
 use crate::sync::Locked;
 
+pub(crate) mod advertise;
 pub(crate) mod beacon;
 use crate::state::members::Member;
 pub use beacon::{Beacon, BeaconError};
@@ -42,6 +50,18 @@ pub use beacon::{Beacon, BeaconError};
 const BEACON_EVERY: Duration = Duration::from_secs(1);
 /// Largest gossip datagram read.
 const MAX_DATAGRAM: usize = 1400;
+/// How often configured peers that are not up are announced to again.
+const REANNOUNCE_EVERY: Duration = Duration::from_secs(2);
+/// How long with peers configured and no member up before a warning.
+const ALONE_WARN_AFTER: Duration = Duration::from_secs(10);
+/// A link that carried a control frame this recently is alive, whatever
+/// SWIM says (each end probes the other's clock every second; 3 s leaves
+/// room for a lane that a loaded host stalls for a moment).
+const LINK_SILENT_NS: u64 = 3_000_000_000;
+/// How long a link that SWIM declared down but that is still heard from is
+/// watched: closed once silent for [`LINK_SILENT_NS`], kept if its daemon
+/// comes back up (renewed) in SWIM meanwhile.
+const DOWN_WATCH: Duration = Duration::from_secs(10);
 
 /// The gossip address for this daemon: configured, else the TCP main
 /// address (same IP and port number, UDP).
@@ -70,30 +90,45 @@ fn peer_gossip(p: &str) -> Option<SocketAddr> {
 /// The membership task: runs foca on the gossip socket until the lane
 /// stops. Without a TCP listener (embedded) or with gossip off it returns.
 pub(crate) async fn run(state: Arc<Locked<State>>) {
-    let (me, gossip, link, peers, cluster, max_nodes, discovery, group) = {
+    let (me, bind, gossip, link, peers, cluster, max_nodes, discovery, group) = {
         let st = state.borrow();
         let f = &st.config.federation;
         if !f.gossip_enabled {
             return;
         }
-        let Some(gossip) = gossip_addr(&st) else {
+        let Some(bind) = gossip_addr(&st) else {
             return;
         };
+        // The address gossiped as this daemon's own: `advertise`, or the
+        // interface address chosen at start for a socket on every
+        // interface (advertise.rs), or the bound address.
+        let gossip = match f.advertised {
+            Some(a) if a.port() == 0 => SocketAddr::new(a.ip(), bind.port()),
+            Some(a) => a,
+            None => bind,
+        };
+        if gossip.ip().is_unspecified() {
+            tracing::warn!(
+                "membership off: gossip listens on {bind} (every interface) and no peer or route says which address other daemons reach this one at; set [federation] advertise = \"IP:{}\"",
+                bind.port()
+            );
+            return;
+        }
         let link = st
             .lanes
             .iter()
             .find(|l| l.band == st.config.default_band)
             .and_then(|l| l.tcp)
             .unwrap_or(gossip);
-        // A listener on every interface is dialed at the gossip address's IP
-        // (the address peers reach, e.g. derived by `[cluster]`).
-        let link = if link.ip().is_unspecified() && !gossip.ip().is_unspecified() {
+        // A listener on every interface is dialed at the gossiped IP.
+        let link = if link.ip().is_unspecified() {
             SocketAddr::new(gossip.ip(), link.port())
         } else {
             link
         };
         (
             st.node.me(),
+            bind,
             gossip,
             link,
             f.peers.clone(),
@@ -103,13 +138,16 @@ pub(crate) async fn run(state: Arc<Locked<State>>) {
             f.beacon_group,
         )
     };
-    let socket = match UdpSocket::bind(gossip).await {
+    let socket = match UdpSocket::bind(bind).await {
         Ok(s) => s,
         Err(e) => {
-            tracing::warn!("membership off: cannot bind the gossip socket udp {gossip}: {e}");
+            tracing::warn!("membership off: cannot bind the gossip socket udp {bind}: {e}");
             return;
         }
     };
+    tracing::info!(
+        "membership: gossip on udp {bind}, known to peers as {gossip} (links at {link})"
+    );
     state.borrow_mut().members.running = true;
     let identity = Member {
         node: me,
@@ -144,10 +182,25 @@ pub(crate) async fn run(state: Arc<Locked<State>>) {
     let mut foca = fresh();
     let mut rt = AccumulatingRuntime::new();
     let (timers_tx, mut timers) = mpsc::unbounded_channel::<Timer<Member>>();
-    // Announce to the configured peers (their gossip address is their TCP
-    // address, unless they configured otherwise).
-    let announce_peers = |foca: &mut Foca<_, _, _, _>, rt: &mut AccumulatingRuntime<Member>| {
-        for p in peers.iter().filter_map(|p| peer_gossip(p)) {
+    // The configured peers' gossip addresses (their TCP address, unless
+    // they configured otherwise), resolved once; one that does not resolve
+    // yet is tried again at each re-announce.
+    let mut peer_addrs: Vec<(String, Option<SocketAddr>)> =
+        peers.iter().map(|p| (p.clone(), peer_gossip(p))).collect();
+    // Announce to the configured peers now, and again every
+    // REANNOUNCE_EVERY to those not up: foca stops its own periodic
+    // announces once it knows no member up (a daemon that was cut off, or
+    // whose first announce was lost because its peer was not listening
+    // yet), and forgets down members; this is what heals a partition and
+    // merges daemons that started apart.
+    let announce_peers = |foca: &mut Foca<_, _, _, _>,
+                          rt: &mut AccumulatingRuntime<Member>,
+                          peer_addrs: &[(String, Option<SocketAddr>)],
+                          up: &HashSet<SocketAddr>| {
+        for p in peer_addrs.iter().filter_map(|(_, a)| *a) {
+            if up.contains(&p) {
+                continue;
+            }
             let target = Member {
                 node: 0,
                 gossip: p,
@@ -157,7 +210,15 @@ pub(crate) async fn run(state: Arc<Locked<State>>) {
             let _ = foca.announce(target, &mut *rt);
         }
     };
-    announce_peers(&mut foca, &mut rt);
+    announce_peers(&mut foca, &mut rt, &peer_addrs, &HashSet::new());
+    let mut reannounce = tokio::time::interval_at(
+        tokio::time::Instant::now() + REANNOUNCE_EVERY,
+        REANNOUNCE_EVERY,
+    );
+    reannounce.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Since when no member has been up (for the warning).
+    let mut alone_since = Some(tokio::time::Instant::now());
+    let mut warned_alone = false;
     let beacons = if discovery {
         beacon_socket(group).await
     } else {
@@ -179,7 +240,10 @@ pub(crate) async fn run(state: Arc<Locked<State>>) {
     let mut beacon_tick = tokio::time::interval(BEACON_EVERY);
     let mut buf = vec![0u8; MAX_DATAGRAM * 2];
     let mut bbuf = vec![0u8; 512];
-    let mut announced: HashSet<SocketAddr> = HashSet::new();
+    // Discovered daemons announced to, and when (again once not up after
+    // REANNOUNCE_EVERY; at most max_nodes entries, then it starts over).
+    let mut announced: std::collections::HashMap<SocketAddr, tokio::time::Instant> =
+        std::collections::HashMap::new();
     loop {
         drain(&state, &mut rt, &socket, &timers_tx, &identity).await;
         tokio::select! {
@@ -203,12 +267,41 @@ pub(crate) async fn run(state: Arc<Locked<State>>) {
                         st.members.up.clear();
                         st.members.resets += 1;
                         drop(st);
-                        announce_peers(&mut foca, &mut rt);
+                        announce_peers(&mut foca, &mut rt, &peer_addrs, &HashSet::new());
                     }
                 }
             }
             Some(t) = timers.recv() => {
                 let _ = foca.handle_timer(t, &mut rt);
+            }
+            _ = reannounce.tick() => {
+                for (p, a) in peer_addrs.iter_mut().filter(|(_, a)| a.is_none()) {
+                    *a = peer_gossip(p);
+                }
+                let (up, bad) = {
+                    let st = state.borrow();
+                    let up: HashSet<SocketAddr> = st.members.up.values().map(|m| m.gossip).collect();
+                    (up, st.members.bad_datagrams)
+                };
+                announce_peers(&mut foca, &mut rt, &peer_addrs, &up);
+                // Say once when peers are configured and still nobody is up.
+                if !up.is_empty() {
+                    alone_since = None;
+                    warned_alone = false;
+                } else if !peers.is_empty() {
+                    let since = *alone_since.get_or_insert_with(tokio::time::Instant::now);
+                    if !warned_alone && since.elapsed() >= ALONE_WARN_AFTER {
+                        warned_alone = true;
+                        tracing::warn!(
+                            "membership: no daemon is up {} s after start or since the last one went down, though [federation] peers names {}; \
+                             check that UDP port {} is open between the hosts and that the peers reach this daemon at {gossip} \
+                             (set [federation] advertise otherwise); {bad} gossip datagrams were refused",
+                            since.elapsed().as_secs(),
+                            peers.join(", "),
+                            bind.port(),
+                        );
+                    }
+                }
             }
             _ = beacon_tick.tick(), if beacons.is_some() => {
                 if let Some(b) = &beacons {
@@ -220,7 +313,13 @@ pub(crate) async fn run(state: Arc<Locked<State>>) {
                     match Beacon::decode(&bbuf[..n]) {
                         Ok(b) if b.node != me && b.cluster == cluster => {
                             let g = SocketAddr::V4(b.gossip);
-                            if foca.num_members() < max_nodes && announced.insert(g) {
+                            let due = announced.get(&g).is_none_or(|at| at.elapsed() >= REANNOUNCE_EVERY)
+                                && !state.borrow().members.up.values().any(|m| m.gossip == g);
+                            if announced.len() >= max_nodes {
+                                announced.clear();
+                            }
+                            if foca.num_members() < max_nodes && due {
+                                announced.insert(g, tokio::time::Instant::now());
                                 let target = Member { node: b.node, gossip: g, link: SocketAddr::V4(b.link), started: 0 };
                                 let _ = foca.announce(target, &mut rt);
                             }
@@ -257,9 +356,30 @@ async fn drain(
         match n {
             OwnedNotification::MemberUp(m) if m.node != me.node => member_up(state, m),
             OwnedNotification::MemberDown(m) => member_down(state, &m),
+            // The same daemon under a renewed identity (it learned it had
+            // been declared down, e.g. by a daemon that was cut off): no
+            // daemon went away, so its links stay.
+            OwnedNotification::Rename(old, new) if old.node == new.node => {
+                tracing::debug!("daemon {:#x} renewed its SWIM identity", new.node);
+                let mut st = state.borrow_mut();
+                if st.members.up.contains_key(&new.node) {
+                    st.members.up.insert(new.node, new);
+                }
+            }
             OwnedNotification::Rename(old, new) => {
                 member_down(state, &old);
                 member_up(state, new);
+            }
+            OwnedNotification::Rejoin(_) => {
+                tracing::info!(
+                    "membership: another daemon had declared this one down (a partition healing, or stale gossip); rejoined under a renewed identity"
+                );
+            }
+            OwnedNotification::Idle => {
+                tracing::info!(
+                    "membership: no daemon is up; announcing to the configured peers every {} s",
+                    REANNOUNCE_EVERY.as_secs()
+                );
             }
             _ => {}
         }
@@ -291,17 +411,90 @@ fn member_up(state: &Arc<Locked<State>>, m: Member) {
     }
 }
 
+/// SWIM declared `m` down: forget it, and close its link unless the link
+/// itself proves it alive (a control frame within [`LINK_SILENT_NS`]): a
+/// daemon coming back from a partition gossips stale "down"s about healthy
+/// daemons, which renew their identity at once; closing their links would
+/// cut traffic the partition never touched. Such a link is watched and
+/// closed once silent.
 fn member_down(state: &Arc<Locked<State>>, m: &Member) {
     let mut st = state.borrow_mut();
+    if st
+        .members
+        .up
+        .get(&m.node)
+        .is_some_and(|known| known.started > m.started)
+    {
+        // A renewed identity of that daemon is up already.
+        return;
+    }
     st.members.up.remove(&m.node);
-    tracing::info!("daemon {:#x} is down (SWIM)", m.node);
-    if let Some(l) = st.fed.links.get(&m.node) {
-        // End its connections now; each one's task forgets the link as it
-        // closes, and the dialer, if any, tries again.
-        l.outbox.kill();
-        for b in l.bands.values() {
-            b.queue.outbox.kill();
+    let now = crate::timing::now_ns();
+    let Some(l) = st.fed.links.get(&m.node) else {
+        // No link here: its advert goes now if no link reaches it either
+        // (else after 10 s unreachable, or never while it is reachable).
+        let forgot = st.node.declared_down(m.node);
+        tracing::info!(
+            "daemon {:#x} is down (SWIM){}",
+            m.node,
+            if forgot {
+                "; its advert is dropped"
+            } else {
+                ""
+            }
+        );
+        return;
+    };
+    let silent = now.saturating_sub(l.heard);
+    if silent >= LINK_SILENT_NS {
+        tracing::info!(
+            "daemon {:#x} ({}) is down (SWIM): its links close",
+            m.node,
+            l.name
+        );
+        close_link(l);
+        return;
+    }
+    tracing::info!(
+        "SWIM declared daemon {:#x} ({}) down, but its link was heard from {} ms ago: it stays until silent for {} s",
+        m.node,
+        l.name,
+        silent / 1_000_000,
+        LINK_SILENT_NS / 1_000_000_000
+    );
+    let conn = l.conn;
+    let node = m.node;
+    drop(st);
+    let state = state.clone();
+    tokio::task::spawn_local(async move {
+        let until = tokio::time::Instant::now() + DOWN_WATCH;
+        while tokio::time::Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            let st = state.borrow();
+            if st.members.up.contains_key(&node) {
+                return;
+            }
+            let Some(l) = st.fed.links.get(&node).filter(|l| l.conn == conn) else {
+                return;
+            };
+            if crate::timing::now_ns().saturating_sub(l.heard) >= LINK_SILENT_NS {
+                tracing::info!(
+                    "daemon {node:#x} ({}) is down (SWIM) and its link silent: its links close",
+                    l.name
+                );
+                close_link(l);
+                return;
+            }
         }
+    });
+}
+
+/// Ends a link's connections now; each one's task forgets the link as it
+/// closes, and the dialer, if any, tries again.
+fn close_link(l: &crate::state::federation::Link) {
+    l.outbox.kill();
+    for b in l.bands.values() {
+        b.queue.outbox.kill();
     }
 }
 

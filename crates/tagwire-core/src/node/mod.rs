@@ -265,6 +265,21 @@ impl<C: Clone> Node<C> {
         }
     }
 
+    /// Drops the adverts of daemons unreachable from here for
+    /// [`UNREACHABLE_GRACE_NS`](crate::federation::UNREACHABLE_GRACE_NS)
+    /// (see [`Topology::expire_unreachable`]); call it every second or so
+    /// with the time. Returns how many were dropped.
+    pub fn expire_unreachable(&mut self, now: u64) -> usize {
+        self.topo
+            .expire_unreachable(now, crate::federation::UNREACHABLE_GRACE_NS)
+    }
+
+    /// Membership declared `peer` down: its advert goes now if it is
+    /// unreachable (see [`Topology::forget_if_unreachable`]).
+    pub fn declared_down(&mut self, peer: NodeId) -> bool {
+        self.topo.forget_if_unreachable(peer)
+    }
+
     /// This daemon's local interest changed: advertise it if it differs.
     pub fn set_interest(&mut self, interest: Vec<Interest>) {
         if let Some(advert) = self.topo.set_interest(interest) {

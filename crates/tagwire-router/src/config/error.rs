@@ -35,6 +35,24 @@ pub enum ConfigError {
     /// A value outside its range.
     #[error("invalid config: {0}")]
     Invalid(String),
+    /// `[federation] advertise` does not name an address other daemons can
+    /// reach.
+    #[error("federation.advertise = {value:?}: {reason}; give the HOST:PORT other daemons reach this one at, e.g. advertise = \"10.0.0.1:7700\"")]
+    BadAdvertise {
+        /// The value given.
+        value: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// Gossip on every interface with peers to reach, and nothing says
+    /// which address they reach this daemon at.
+    #[error("federation: gossip listens on {bind} (every interface) and no route to a peer or default route tells which address other daemons reach this one at: set [federation] advertise = \"IP:{port}\" (or listen on the interface address)")]
+    NoAdvertisedAddress {
+        /// The gossip socket's address.
+        bind: std::net::SocketAddr,
+        /// Its port, for the fix.
+        port: u16,
+    },
     /// The `[cluster]` settings (`--cluster-secret-file`, `--join`) cannot
     /// be used; the message names the setting and the fix.
     #[error(transparent)]

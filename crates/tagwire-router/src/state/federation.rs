@@ -88,6 +88,10 @@ pub(crate) struct Link {
     pub(crate) sampled: (u64, u64, u64),
     /// Throughput over the last second: bytes/s in and out.
     pub rate: (u64, u64),
+    /// When a control frame (clock probe or reply, advert, pull) last came
+    /// from the peer, ns since the epoch: the link's own proof of life,
+    /// which a SWIM "down" must agree with before the link is closed.
+    pub(crate) heard: u64,
 }
 
 /// One more connection of a link, for one priority band.

@@ -564,6 +564,22 @@ fn a_pull_at_a_named_node_or_the_publishers_daemon_crosses_the_links() {
     for i in 1..=5 {
         p.publish("/hist/x", format!("v{i}")).expect("publish");
     }
+    // The pulls below travel c → b → a while the events went straight to
+    // a: wait until v5 crossed to c, so a has recorded it (a daemon records
+    // an event's history when it routes it, before forwarding it).
+    let start = Instant::now();
+    loop {
+        let s = sub
+            .recv_timeout(Duration::from_millis(100))
+            .expect("receive");
+        if s.is_some_and(|s| &s.payload()[..] == b"v5") {
+            break;
+        }
+        assert!(
+            start.elapsed() < WAIT,
+            "v5 did not reach pc within {WAIT:?}"
+        );
+    }
     let at = |at: HistoryAt| PullOptions {
         publisher: None,
         at,

@@ -205,7 +205,10 @@ fn admin_work_at_scale() {
 /// identity, in chunks (`TAGWIRE_DISTINCT_N`, default 8,000, in chunks of
 /// 2,000), then a fresh client's handshake, then every unsubscribe in one
 /// burst. With a per-subscribe cost proportional to the subscriptions held,
-/// each chunk took longer than the one before.
+/// each chunk took longer than the one before. `TAGWIRE_DISTINCT_PEER=1`
+/// links a second router (the interest is then aggregated and advertised
+/// at every change); `TAGWIRE_DISTINCT_ENDPOINTS=1` puts each subscription
+/// on its own endpoint (as the client library's subscribers are).
 #[test]
 #[ignore = "a timing run for BENCHMARKS.md, not a test"]
 fn distinct_subscriptions_at_scale() {
@@ -214,41 +217,11 @@ fn distinct_subscriptions_at_scale() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(8_000);
     const CHUNK: u32 = 2_000;
-    let auth = std::env::var("TAGWIRE_DISTINCT_AUTH").is_ok();
-    let h = if auth {
-        tagwire_router::Router::start(common::alice_and_bob()).expect("start")
-    } else {
-        start_tcp(Limits::default())
-    };
+    let h = start_tcp(Limits::default());
     let (stall, pings) = pinger(&h);
-    let linked = std::env::var("TAGWIRE_DISTINCT_LINKED").is_ok();
-    if linked {
-        // A raw peer daemon that reads (and drops) what the router sends it.
-        let mut raw = Raw::hello_tcp(&h);
-        let mut b = bytes::BytesMut::new();
-        tagwire_proto::LinkFrame::Peer {
-            version: tagwire_proto::LINK_VERSION,
-            node: 77,
-            name: "raw77".into(),
-            cluster: "tagwire".into(),
-            band: "normal".into(),
-            bands: vec![],
-        }
-        .encode(&mut b)
-        .expect("encode");
-        raw.send_bytes(&b);
-        std::thread::spawn(move || {
-            while let Some((k, body)) = raw.recv_raw() {
-                if !tagwire_proto::is_link_kind(k) {
-                    if let Ok(Frame::Ping { nonce }) = Frame::decode(k, body) {
-                        raw.send(&Frame::Pong { nonce });
-                    }
-                }
-            }
-        });
-    }
     // A second router linked to this one (it dials).
-    let _peer = std::env::var("TAGWIRE_DISTINCT_PEER").is_ok().then(|| {
+    let linked = std::env::var("TAGWIRE_DISTINCT_PEER").is_ok();
+    let _peer = linked.then(|| {
         let addr = h.tcp_addr().expect("tcp");
         tagwire_router::Router::start(tagwire_router::RouterConfig {
             federation: tagwire_router::FederationConfig {
@@ -259,13 +232,16 @@ fn distinct_subscriptions_at_scale() {
         })
         .expect("start the peer")
     });
-    std::thread::sleep(Duration::from_millis(500));
+    if linked {
+        let mut admin = Raw::hello_tcp(&h);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while admin.list().federation.unwrap_or_default().links.is_empty() {
+            assert!(Instant::now() < deadline, "the peer never linked");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
     println!("N = {n} subscriptions, each on its own pattern (linked: {linked})");
-    let mut big = if auth {
-        Raw::welcomed_as(&h, common::BOB, [0; 16])
-    } else {
-        Raw::hello_tcp(&h)
-    };
+    let mut big = Raw::hello_tcp(&h);
     big.declare(1, EndpointKind::Subscriber, "/s");
     let per_endpoint = std::env::var("TAGWIRE_DISTINCT_ENDPOINTS").is_ok();
     let mut first = 1;

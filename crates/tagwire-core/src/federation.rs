@@ -162,6 +162,39 @@ pub struct PreparedInterest {
     compiled: CompiledInterest,
 }
 
+/// Another daemon's advert interest compiled beforehand, slice by slice
+/// ([`CompiledAdvert::compile_more`], e.g. off the lane), to be put in force
+/// by [`Topology::apply_compiled`] without compiling on the caller's thread.
+#[derive(Debug, Default)]
+pub struct CompiledAdvert {
+    compiled: CompiledInterest,
+}
+
+impl CompiledAdvert {
+    /// Compiles `interest`, the advert's next entries from `origin`, and
+    /// appends them; fails on the first entry that does not compile (the
+    /// whole advert is then refused with that error).
+    pub fn compile_more(
+        &mut self,
+        origin: NodeId,
+        interest: &[Interest],
+        limits: &Limits,
+    ) -> Result<(), FederationError> {
+        self.compiled.extend(compile(origin, interest, limits)?);
+        Ok(())
+    }
+
+    /// Entries compiled so far.
+    pub fn len(&self) -> usize {
+        self.compiled.len()
+    }
+
+    /// True when no entry is compiled.
+    pub fn is_empty(&self) -> bool {
+        self.compiled.is_empty()
+    }
+}
+
 /// The routing state of one daemon: every known advert, its own included.
 #[derive(Debug)]
 pub struct Topology {
@@ -323,7 +356,35 @@ impl Topology {
 
     /// Takes another daemon's advert. `Newer` means it replaced what was
     /// known (flood it on to the other neighbours); `Stale` means it did not.
+    /// Compiles its filters here; see [`Topology::apply_compiled`].
     pub fn apply(&mut self, advert: LinkFrame) -> Result<Applied, FederationError> {
+        self.apply_with(advert, None)
+    }
+
+    /// Like [`Topology::apply`], with the advert's interest compiled
+    /// beforehand (`compiled`: what [`CompiledAdvert::compile_more`] gave
+    /// for all its entries, in order, or its error). A `compiled` that does
+    /// not hold one entry per interest entry is ignored (compiled here).
+    pub fn apply_compiled(
+        &mut self,
+        advert: LinkFrame,
+        compiled: Result<CompiledAdvert, FederationError>,
+    ) -> Result<Applied, FederationError> {
+        self.apply_with(advert, Some(compiled))
+    }
+
+    /// Whether an advert of `origin` at `version` would replace what is
+    /// known (is worth compiling): not this daemon's, newer than the one
+    /// held.
+    pub fn is_newer(&self, origin: NodeId, version: u64) -> bool {
+        origin != self.me && self.nodes.get(&origin).is_none_or(|n| n.version < version)
+    }
+
+    fn apply_with(
+        &mut self,
+        advert: LinkFrame,
+        precompiled: Option<Result<CompiledAdvert, FederationError>>,
+    ) -> Result<Applied, FederationError> {
         let LinkFrame::Advert {
             origin,
             version,
@@ -361,7 +422,11 @@ impl Topology {
                 max: self.limits.max_interest,
             });
         }
-        let compiled = compile(origin, &interest, &self.limits)?;
+        let compiled = match precompiled {
+            Some(Ok(c)) if c.compiled.len() == interest.len() => c.compiled,
+            Some(Err(e)) => return Err(e),
+            _ => compile(origin, &interest, &self.limits)?,
+        };
         neighbors.sort_unstable();
         neighbors.dedup();
         self.nodes.insert(
@@ -853,18 +918,21 @@ pub fn aggregate(mut interest: Vec<Interest>) -> Vec<Interest> {
     interest.sort();
     interest.dedup();
     let plain = |i: &Interest| i.filter.is_empty() && i.scale == 1;
-    let unfiltered: Vec<Pattern> = interest
-        .iter()
-        .filter(|i| plain(i))
-        .filter_map(|i| Pattern::parse(&i.pattern).ok())
-        .collect();
+    // The unfiltered patterns in a trie, asked once per entry which of them
+    // cover it: O(n) for n entries (one `covers` per pair was O(n²), about
+    // 64 million checks for 8,000 distinct subscriptions, redone at every
+    // change of the local subscriptions).
+    let mut unfiltered: TagTable<Box<str>> = TagTable::new(0);
+    for (n, i) in interest.iter().filter(|i| plain(i)).enumerate() {
+        if let Ok(p) = Pattern::parse(&i.pattern) {
+            unfiltered.insert(n as u64, p, i.pattern.as_str().into());
+        }
+    }
     interest.retain(|i| {
         let Ok(p) = Pattern::parse(&i.pattern) else {
             return false;
         };
-        !unfiltered
-            .iter()
-            .any(|u| u.covers(&p) && (u.as_str() != p.as_str() || !plain(i)))
+        !unfiltered.any_covering(&p, |u| **u != *p.as_str() || !plain(i))
     });
     interest
 }
@@ -1232,6 +1300,48 @@ mod tests {
     }
 
     #[test]
+    fn an_advert_compiled_beforehand_in_slices_is_put_in_force_as_compiled() {
+        let filtered = |i: usize| Interest {
+            filter: format!("$.k == {i}"),
+            ..Interest::pattern(format!("/f/{i}"))
+        };
+        let advert = |version, interest: Vec<Interest>| LinkFrame::Advert {
+            origin: 2,
+            version,
+            name: "b".into(),
+            neighbors: vec![1],
+            interest,
+        };
+        let interest: Vec<Interest> = (0..10).map(filtered).collect();
+        let mut a = Topology::new(1, "a", Limits::default());
+        assert!(a.is_newer(2, 1));
+        assert!(!a.is_newer(1, 9), "our own advert is never compiled");
+        let mut c = CompiledAdvert::default();
+        for slice in interest.chunks(3) {
+            c.compile_more(2, slice, &a.limits).expect("compiles");
+        }
+        assert_eq!(c.len(), 10);
+        let applied = a.apply_compiled(advert(1, interest.clone()), Ok(c));
+        assert!(matches!(applied, Ok(Applied::Newer)));
+        assert!(!a.is_newer(2, 1));
+        assert_eq!(a.nodes[&2].compiled.len(), 10);
+        // A compile error found beforehand refuses the advert.
+        let mut bad = interest.clone();
+        bad[7].filter = "$.k ==".into();
+        let mut c = CompiledAdvert::default();
+        let e = c
+            .compile_more(2, &bad, &a.limits)
+            .expect_err("a bad filter");
+        let refused = a.apply_compiled(advert(2, bad), Err(e));
+        assert!(matches!(refused, Err(FederationError::BadInterest { .. })));
+        assert_eq!(a.nodes[&2].version, 1);
+        // One that does not match the advert's entries is compiled again.
+        let applied = a.apply_compiled(advert(3, interest), Ok(CompiledAdvert::default()));
+        assert!(matches!(applied, Ok(Applied::Newer)));
+        assert_eq!(a.nodes[&2].compiled.len(), 10);
+    }
+
+    #[test]
     fn a_scale_of_zero_in_an_advert_is_refused() {
         let mut a = Topology::new(1, "a", Limits::default());
         let bad = LinkFrame::Advert {
@@ -1410,5 +1520,95 @@ mod tests {
                 prop_assert!(got.get(&d).copied().unwrap_or(0) <= 1);
             }
         }
+    }
+
+    /// The aggregation as first written: one `covers` per pair of entries.
+    fn aggregate_pairwise(mut interest: Vec<Interest>) -> Vec<Interest> {
+        for i in &mut interest {
+            if i.proxy == ProxyAt::Subscriber || i.scale <= 1 {
+                i.scale = 1;
+                i.proxy = ProxyAt::Subscriber;
+            }
+        }
+        interest.sort();
+        interest.dedup();
+        let plain = |i: &Interest| i.filter.is_empty() && i.scale == 1;
+        let unfiltered: Vec<Pattern> = interest
+            .iter()
+            .filter(|i| plain(i))
+            .filter_map(|i| Pattern::parse(&i.pattern).ok())
+            .collect();
+        interest.retain(|i| {
+            let Ok(p) = Pattern::parse(&i.pattern) else {
+                return false;
+            };
+            !unfiltered
+                .iter()
+                .any(|u| u.covers(&p) && (u.as_str() != p.as_str() || !plain(i)))
+        });
+        interest
+    }
+
+    fn interest_entry() -> impl Strategy<Value = Interest> {
+        let level = prop_oneof![
+            3 => prop_oneof![Just("a"), Just("b")].prop_map(str::to_owned),
+            1 => Just("*".to_owned()),
+            1 => Just("**".to_owned()),
+        ];
+        (
+            prop::collection::vec(level, 1..4),
+            any::<bool>(),
+            prop_oneof![Just(1u32), Just(2u32)],
+            any::<bool>(),
+        )
+            .prop_map(|(levels, filtered, scale, at_publisher)| Interest {
+                filter: if filtered {
+                    "$.x > 1".into()
+                } else {
+                    String::new()
+                },
+                scale,
+                proxy: if at_publisher {
+                    ProxyAt::Publisher
+                } else {
+                    ProxyAt::Subscriber
+                },
+                ..Interest::pattern(format!("/{}", levels.join("/")))
+            })
+    }
+
+    proptest! {
+        /// The trie-based aggregation keeps exactly what the pairwise one
+        /// kept (issue 24 item 11: the pairwise one was O(n²)).
+        #[test]
+        fn aggregate_equals_pairwise_aggregation(
+            interest in prop::collection::vec(interest_entry(), 0..16),
+        ) {
+            prop_assert_eq!(aggregate(interest.clone()), aggregate_pairwise(interest));
+        }
+    }
+
+    /// Not a test: the cost of aggregating `TAGWIRE_AGGREGATE_N` (8,000)
+    /// distinct `/s/{i}/**` patterns, pairwise and through the trie, for
+    /// BENCHMARKS.md ("Distinct subscriptions"):
+    /// `cargo test --release -p tagwire-core --lib aggregate_timing -- --ignored --nocapture`
+    #[test]
+    #[ignore = "a timing run for BENCHMARKS.md, not a test"]
+    fn aggregate_timing() {
+        let n: usize = std::env::var("TAGWIRE_AGGREGATE_N")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(8_000);
+        let interest: Vec<Interest> = (0..n)
+            .map(|i| Interest::pattern(format!("/s/{i}/**")))
+            .collect();
+        let t = std::time::Instant::now();
+        let trie = aggregate(interest.clone());
+        let trie_took = t.elapsed();
+        let t = std::time::Instant::now();
+        let pairwise = aggregate_pairwise(interest);
+        let pairwise_took = t.elapsed();
+        assert_eq!(trie, pairwise);
+        println!("aggregate {n} distinct patterns: pairwise {pairwise_took:?}, trie {trie_took:?}");
     }
 }

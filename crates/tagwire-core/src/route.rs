@@ -211,9 +211,14 @@ struct Pending<T> {
     /// Channels retired one by one, still to remove (ids also in `gone`).
     channels: Vec<ChannelId>,
     gone: HashSet<ChannelId>,
-    /// Channels retired together by [`Routes::retire_channels`], each batch
-    /// sorted (found by binary search), still to remove.
+    /// Channels retired together by [`Routes::retire_channels`], batch by
+    /// batch, still to remove; an id no longer in `batched` is skipped
+    /// (removed early, or retired again in a later batch).
     batches: Vec<Vec<ChannelId>>,
+    /// The ids in `batches` still retired: one hash lookup answers
+    /// [`Pending::is_gone`] however many batches wait (a binary search per
+    /// batch made every lookup O(batches) during a burst of undeclares).
+    batched: HashSet<ChannelId>,
     /// Sessions whose channels are still to be re-placed after a
     /// session-level change; until then their channels found by tag are
     /// judged (their filters evaluated) whatever their placement says.
@@ -234,6 +239,7 @@ impl<T> Default for Pending<T> {
             channels: Vec::new(),
             gone: HashSet::new(),
             batches: Vec::new(),
+            batched: HashSet::new(),
             replace: VecDeque::new(),
             replacing: HashMap::new(),
             adds: VecDeque::new(),
@@ -257,25 +263,21 @@ impl<T> Pending<T> {
     fn affects_routing(&self) -> bool {
         !self.gone_sessions.is_empty()
             || !self.gone.is_empty()
-            || !self.batches.is_empty()
+            || !self.batched.is_empty()
             || !self.replacing.is_empty()
     }
 
     fn is_gone(&self, id: ChannelId, session: SessionId) -> bool {
         self.gone.contains(&id)
             || self.gone_sessions.contains(&session)
-            || self.batches.iter().any(|b| b.binary_search(&id).is_ok())
+            || self.batched.contains(&id)
     }
 
     /// Forgets that channel `id` is retired (it is being removed early).
     fn unmark(&mut self, id: ChannelId) {
         self.gone.remove(&id);
-        for b in &mut self.batches {
-            if let Ok(i) = b.binary_search(&id) {
-                b.remove(i);
-            }
-        }
-        self.batches.retain(|b| !b.is_empty());
+        // Left in its batch, which skips it (it is no longer `batched`).
+        self.batched.remove(&id);
     }
 }
 
@@ -442,6 +444,9 @@ impl<T: Clone> Routes<T> {
             if let Some(value) = self.remove_now(id, old_session) {
                 self.pending.removed.push((id, value));
             }
+        } else {
+            // Left in a batch by a channel its session's removal took.
+            self.pending.batched.remove(&id);
         }
         let mut proxy = FilterList::new(&self.limits);
         for (fid, f) in filters {
@@ -531,16 +536,22 @@ impl<T: Clone> Routes<T> {
         true
     }
 
-    /// Makes every channel in `ids` unreachable at once, in O(n log n) for
-    /// the sort with no per-channel table work, leaving their removal to
+    /// Makes every channel in `ids` unreachable at once, in O(1) per id
+    /// (a hash insert, no table work), leaving their removal to
     /// [`Routes::settle`]. Ids of unknown or already retired channels are
-    /// ignored.
+    /// ignored (an unknown id later given to a new channel does not retire
+    /// it).
     pub fn retire_channels(&mut self, mut ids: Vec<ChannelId>) {
+        ids.retain(|id| {
+            let live = self
+                .channels
+                .get(id)
+                .is_some_and(|ch| !self.pending.is_gone(*id, ch.session));
+            live && self.pending.batched.insert(*id)
+        });
         if ids.is_empty() {
             return;
         }
-        ids.sort_unstable();
-        ids.dedup();
         self.pending.batches.push(ids);
     }
 
@@ -582,6 +593,10 @@ impl<T: Clone> Routes<T> {
                 }
                 left -= take.max(1);
                 for id in ids {
+                    // Removed early, or in a later batch too.
+                    if !self.pending.batched.remove(&id) {
+                        continue;
+                    }
                     let Some(session) = self.channels.get(&id).map(|c| c.session) else {
                         continue;
                     };

@@ -7,7 +7,10 @@
 //! a trie over levels (as in nats-server's sublist: literal children plus one
 //! slot each for `*` and `**`), walked as a set of states so that matching
 //! costs O(levels × live states) even with many `**`, plus a bounded result
-//! cache cleared whenever a subscription changes.
+//! cache. A subscription change forgets only the cached results it can
+//! change: the one tag a literal pattern names (O(1)), or the cached tags a
+//! wildcard pattern matches (a scan of the bounded cache), so thousands of
+//! distinct subscriptions do not each throw away every other tag's result.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -355,8 +358,9 @@ pub const DEFAULT_CACHE_ENTRIES: usize = 4096;
 /// handle for a subscription (e.g. an `Arc` of its channel), cloned into
 /// match results.
 ///
-/// At its bound (`cache_capacity`) the result cache is cleared wholesale; any
-/// insert or remove also clears it.
+/// At its bound (`cache_capacity`) the result cache is cleared wholesale; an
+/// insert or remove forgets only the cached results of the tags its pattern
+/// matches (see [`TagTable::forget_matches`]).
 #[derive(Debug)]
 pub struct TagTable<T> {
     root: Node<T>,
@@ -415,16 +419,40 @@ impl<T: Clone> TagTable<T> {
         }
         let at = node.subs.len();
         node.subs.push((id, value));
+        self.forget_matches(&pattern);
         self.patterns.insert(id, (pattern, at));
-        self.cache.clear();
         true
+    }
+
+    /// Forgets the cached results that a subscription on `pattern` changes:
+    /// those of the tags it matches. A literal pattern matches one tag, its
+    /// own text, so that costs one lookup; a wildcard pattern checks each
+    /// cached tag (at most `cache_capacity`), never the subscriptions.
+    fn forget_matches(&mut self, pattern: &Pattern) {
+        if self.cache.is_empty() {
+            return;
+        }
+        let literal = pattern
+            .levels()
+            .iter()
+            .all(|l| matches!(l, Level::Literal(_)));
+        if literal {
+            self.cache.remove(pattern.as_str());
+        } else {
+            self.cache.retain(|tag, _| !pattern.matches(tag));
+        }
+    }
+
+    /// How many tags' results the cache holds (for tests and metrics).
+    pub fn cached(&self) -> usize {
+        self.cache.len()
     }
 
     /// Removes subscription `id`, pruning trie nodes left empty. Costs the
     /// pattern's depth, however many subscriptions share its node.
     pub fn remove(&mut self, id: SubId) -> Option<T> {
         let (pattern, at) = self.patterns.remove(&id)?;
-        self.cache.clear();
+        self.forget_matches(&pattern);
         let (value, moved) = remove_rec(&mut self.root, pattern.levels(), id, at)?;
         if let Some(moved) = moved {
             if let Some((_, pos)) = self.patterns.get_mut(&moved) {
@@ -452,6 +480,49 @@ impl<T: Clone> TagTable<T> {
         self.cache
             .entry_ref(tag)
             .or_insert_with(|| walk(root, tag).into())
+    }
+}
+
+impl<T> TagTable<T> {
+    /// Whether some subscription whose pattern covers `pattern` (in the
+    /// sense of [`Pattern::covers`]) has a handle `pred` accepts. Walks the
+    /// trie along `pattern`'s levels as [`TagTable::matches`] walks a tag's,
+    /// so it costs O(levels × live states), not one `covers` per
+    /// subscription: aggregating n patterns costs O(n), not O(n²).
+    pub fn any_covering(&self, pattern: &Pattern, mut pred: impl FnMut(&T) -> bool) -> bool {
+        let mut active: Vec<&Node<T>> = Vec::with_capacity(4);
+        push_closure(&mut active, &self.root);
+        let mut next: Vec<&Node<T>> = Vec::with_capacity(4);
+        for level in pattern.levels() {
+            next.clear();
+            for node in &active {
+                match level {
+                    Level::Literal(l) => {
+                        if let Some(c) = node.children.get(l) {
+                            push_closure(&mut next, c);
+                        }
+                        if let Some(c) = &node.one {
+                            push_closure(&mut next, c);
+                        }
+                    }
+                    Level::One => {
+                        if let Some(c) = &node.one {
+                            push_closure(&mut next, c);
+                        }
+                    }
+                    // Only a `**` covers a `**`.
+                    Level::Any => {}
+                }
+                if node.is_any {
+                    push_closure(&mut next, node);
+                }
+            }
+            std::mem::swap(&mut active, &mut next);
+            if active.is_empty() {
+                return false;
+            }
+        }
+        active.iter().any(|n| n.subs.iter().any(|(_, v)| pred(v)))
     }
 }
 
@@ -699,6 +770,98 @@ mod tests {
                         .map(|(i, _)| i).collect();
                     prop_assert_eq!(&got, &want, "tag {}", tag);
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn a_distinct_subscription_keeps_the_other_tags_cached_results() {
+        let mut t = TagTable::new(DEFAULT_CACHE_ENTRIES);
+        t.insert(1, p("/ok/**"), 1u32);
+        for i in 0..100 {
+            t.matches(&format!("/ok/{i}"));
+        }
+        assert_eq!(t.cached(), 100);
+        // Thousands of distinct patterns, none matching a cached tag: the
+        // cache keeps all 100 results (it used to be cleared by each).
+        for i in 0..2_000u32 {
+            t.insert(10 + u64::from(i), p(&format!("/s/{i}/**")), i);
+            t.insert(10_000 + u64::from(i), p(&format!("/t/{i}")), i);
+        }
+        assert_eq!(t.cached(), 100);
+        for i in 0..2_000u64 {
+            t.remove(10 + i);
+            t.remove(10_000 + i);
+        }
+        assert_eq!(t.cached(), 100);
+        // A pattern matching some of them forgets exactly those.
+        t.insert(3, p("/ok/7"), 3);
+        assert_eq!(t.cached(), 99);
+        let mut got = t.matches("/ok/7").to_vec();
+        got.sort();
+        assert_eq!(got, [1, 3]);
+        t.insert(4, p("/*/5"), 4);
+        assert_eq!(t.cached(), 99);
+        t.insert(5, p("/*/50"), 5);
+        assert_eq!(t.cached(), 98);
+        let mut got = t.matches("/ok/50").to_vec();
+        got.sort();
+        assert_eq!(got, [1, 5]);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+        /// With results cached between every change, the table answers as
+        /// a naive matcher over the patterns present.
+        #[test]
+        fn cached_results_follow_every_insert_and_remove(
+            ops in prop::collection::vec(
+                (prop::collection::vec(pattern_level(), 1..5), any::<bool>(), 0u64..6),
+                1..24,
+            ),
+            tags in prop::collection::vec(prop::collection::vec(level(), 1..6), 1..8),
+        ) {
+            let tags: Vec<String> = tags.into_iter().map(join).collect();
+            let mut t = TagTable::new(64);
+            let mut live: std::collections::BTreeMap<u64, Pattern> = Default::default();
+            for (levels, insert, id) in ops {
+                if insert {
+                    let pat = p(&join(levels));
+                    if t.insert(id, pat.clone(), id) {
+                        live.insert(id, pat);
+                    }
+                } else if t.remove(id).is_some() {
+                    live.remove(&id);
+                }
+                for tag in &tags {
+                    let mut got = t.matches(tag).to_vec();
+                    got.sort();
+                    let want: Vec<u64> = live.iter()
+                        .filter(|(_, pat)| pat.matches(tag))
+                        .map(|(id, _)| *id).collect();
+                    prop_assert_eq!(&got, &want, "tag {}", tag);
+                }
+            }
+        }
+
+        /// `any_covering` finds exactly the patterns `covers` says cover.
+        #[test]
+        fn any_covering_equals_covers(
+            patterns in prop::collection::vec(prop::collection::vec(pattern_level(), 1..5), 1..12),
+            query in prop::collection::vec(pattern_level(), 1..5),
+        ) {
+            let mut t = TagTable::new(4);
+            let parsed: Vec<Pattern> = patterns.into_iter().map(|l| p(&join(l))).collect();
+            for (i, pat) in parsed.iter().enumerate() {
+                t.insert(i as u64, pat.clone(), i);
+            }
+            let q = p(&join(query));
+            for (i, pat) in parsed.iter().enumerate() {
+                prop_assert_eq!(
+                    t.any_covering(&q, |v| *v == i),
+                    pat.covers(&q),
+                    "{} covers {}", pat, q
+                );
             }
         }
     }

@@ -136,6 +136,49 @@ fn removing_some_of_many_channels_that_share_filters_leaves_the_others_routed() 
 }
 
 #[test]
+fn an_unknown_id_retired_in_a_batch_does_not_retire_a_later_channel_with_that_id() {
+    let mut r: Routes<u64> = Routes::default();
+    r.add_channel(1, 1, p("/a/**"), 1, vec![], None)
+        .expect("add");
+    r.retire_channels(vec![1, 7]);
+    r.add_channel(7, 1, p("/a/**"), 7, vec![], None)
+        .expect("add");
+    let ev = event("/a/x", 0, &[]);
+    assert_eq!(ids(&mut r, &ev), [7], "7 was unknown when retired");
+    let mut removed = Vec::new();
+    while !r.settle(1, &mut removed) {}
+    assert_eq!(removed, [(1, 1)], "the batch removes only channel 1");
+    assert_eq!(ids(&mut r, &ev), [7]);
+}
+
+#[test]
+fn thousands_of_single_channel_batches_route_and_settle() {
+    // Each batch used to be searched for every channel looked up while any
+    // waited: O(batches) per lookup during a burst of undeclares.
+    let mut r: Routes<u64> = Routes::default();
+    for id in 0..5_000u64 {
+        r.add_channel(id, 1, p(&format!("/b/{id}")), id, vec![], None)
+            .expect("add");
+    }
+    for id in 0..5_000u64 {
+        if id % 2 == 0 {
+            r.retire_channels(vec![id]);
+        }
+    }
+    assert_eq!(ids(&mut r, &event("/b/10", 0, &[])), Vec::<u64>::new());
+    assert_eq!(ids(&mut r, &event("/b/11", 0, &[])), [11]);
+    // A retired id used again by a new channel at once.
+    r.add_channel(10, 1, p("/b/10"), 10, vec![], None)
+        .expect("add");
+    assert_eq!(ids(&mut r, &event("/b/10", 0, &[])), [10]);
+    let mut removed = Vec::new();
+    while !r.settle(256, &mut removed) {}
+    assert_eq!(removed.len(), 2_500);
+    assert_eq!(r.len(), 2_501);
+    assert_eq!(ids(&mut r, &event("/b/10", 0, &[])), [10]);
+}
+
+#[test]
 fn a_channel_with_several_matching_filters_is_delivered_once() {
     let mut r = Routes::default();
     let filters = vec![(1, f("$.a == 1")), (2, f("$.b == 'x'"))];

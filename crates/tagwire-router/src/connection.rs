@@ -386,6 +386,9 @@ async fn serve_with<R, W>(
                 if precompiled {
                     precompile_filters(&state, &input).await;
                 }
+                if let Input::Link(frame) = &input {
+                    crate::link::precompile_advert(&state, conn.id, frame).await;
+                }
                 match input {
                     Input::Admin { body, .. } if crate::shm::is_open_request(&body) => {
                         // On this lane: the region's fd goes out on this connection.

@@ -153,7 +153,21 @@ pub(crate) fn on_frame(
         frame @ (LinkFrame::Advert { .. }
         | LinkFrame::PullRequest { .. }
         | LinkFrame::PullAnswer { .. }) => {
-            st.node.on_link_frame(peer, frame, now_ns());
+            // An advert whose filters were compiled off the lane (see
+            // `precompile_advert`) is put in force as compiled.
+            let compiled = match (&frame, st.fed.compiled_advert.take()) {
+                (
+                    LinkFrame::Advert {
+                        origin, version, ..
+                    },
+                    Some((conn, o, v, compiled)),
+                ) if conn == c.conn && o == *origin && v == *version => Some(compiled),
+                _ => None,
+            };
+            match compiled {
+                Some(compiled) => st.node.on_compiled_advert(peer, frame, compiled, now_ns()),
+                None => st.node.on_link_frame(peer, frame, now_ns()),
+            };
             crate::node_io::execute(&mut st);
             Ok(())
         }
@@ -193,6 +207,79 @@ pub(crate) fn on_frame(
             Ok(())
         }
     }
+}
+
+/// Interest entries of a peer's advert compiled per slice off the lane:
+/// each link compiles one slice at a time on a blocking thread, its lane
+/// serving everything else meanwhile (a regex filter's automaton can take
+/// milliseconds to build, and an advert holds up to `max_interest` entries).
+pub(crate) const ADVERT_COMPILE_SLICE: usize = 32;
+
+/// Compiles the filters of an advert that link connection `conn` is about
+/// to handle off the lane, [`ADVERT_COMPILE_SLICE`] entries per blocking
+/// task, yielding between slices, and leaves the result for
+/// [`on_frame`] (`Federation::compiled_advert`). The link waits (its later
+/// frames keep their order); the lane's other connections go on. Adverts
+/// without filters, stale ones and ones over `max_interest` are left to
+/// `on_frame` (nothing costly to compile, or refused without compiling).
+pub(crate) async fn precompile_advert(state: &Arc<Locked<State>>, conn: u64, frame: &LinkFrame) {
+    let LinkFrame::Advert {
+        origin,
+        version,
+        interest,
+        ..
+    } = frame
+    else {
+        return;
+    };
+    if interest.iter().all(|i| i.filter.is_empty()) {
+        return;
+    }
+    let limits = {
+        let st = state.borrow();
+        // Only a link (after `Peer`, with the right to link) gets its
+        // advert compiled: anyone else's is refused by `on_frame` unread.
+        if !st.fed.links.values().any(|l| l.conn == conn) {
+            return;
+        }
+        let topo = st.node.topology();
+        if interest.len() > topo.limits().max_interest || !topo.is_newer(*origin, *version) {
+            return;
+        }
+        topo.limits().clone()
+    };
+    let origin = *origin;
+    let mut compiled = tagwire_core::federation::CompiledAdvert::default();
+    let mut failed = None;
+    for slice in interest.chunks(ADVERT_COMPILE_SLICE) {
+        let slice = slice.to_vec();
+        let limits = limits.clone();
+        let mut so_far = std::mem::take(&mut compiled);
+        let done = tokio::task::spawn_blocking(move || {
+            let r = so_far.compile_more(origin, &slice, &limits);
+            (so_far, r)
+        })
+        .await;
+        match done {
+            Ok((so_far, Ok(()))) => compiled = so_far,
+            Ok((_, Err(e))) => {
+                failed = Some(e);
+                break;
+            }
+            // The blocking pool is gone (shutting down): `on_frame`
+            // compiles on the lane.
+            Err(e) => {
+                tracing::debug!(conn, "cannot compile an advert off the lane: {e}");
+                return;
+            }
+        }
+        tokio::task::yield_now().await;
+    }
+    let result = match failed {
+        Some(e) => Err(e),
+        None => Ok(compiled),
+    };
+    state.borrow_mut().fed.compiled_advert = Some((conn, origin, *version, result));
 }
 
 #[allow(clippy::too_many_arguments)]

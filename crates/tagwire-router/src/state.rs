@@ -488,8 +488,8 @@ impl State {
     }
 
     /// Makes the channels of an undeclared endpoint get nothing more, at
-    /// once (sorting their ids is all it costs), and leaves their removal to
-    /// housekeeping. Their ids can be used again straight away.
+    /// once (a hash insert per id is all it costs), and leaves their
+    /// removal to housekeeping. Their ids can be used again straight away.
     pub fn retire_endpoint(&mut self, channels: Vec<u64>) {
         self.node.routes_mut().retire_channels(channels);
         self.housekeeping.notify_one();

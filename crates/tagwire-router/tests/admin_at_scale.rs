@@ -288,3 +288,60 @@ fn a_bad_list_cursor_is_refused_naming_it() {
         other => panic!("expected an error, got {other:?}"),
     }
 }
+
+/// Issue 24 item 11: thousands of subscriptions, each on its own pattern,
+/// from one identity. Others connect and are served meanwhile, every
+/// pattern still routes, and unsubscribing them all (in one burst) empties
+/// the tables. (The cost per subscribe is measured, not asserted: see
+/// `admin_at_scale_timing.rs`; the property that makes it O(pattern) is
+/// checked by unit tests in `tagwire-core`'s `tags` and `route`.)
+#[test]
+fn thousands_of_distinct_patterns_route_and_leave_and_others_are_served() {
+    let h = start_tcp(Limits::default());
+    let mut healthy = Healthy::new(&h);
+    let mut big = Raw::hello_tcp(&h);
+    big.declare(1, EndpointKind::Subscriber, "/s");
+    // Half `**` patterns, half literal tags, every one distinct.
+    big.subscribe_each(1, MANY, |i| (1, format!("/s/{i}/**")));
+    big.subscribe_each(MANY + 1, MANY, |i| (1, format!("/t/{i}")));
+    healthy.assert_served();
+    let mut fresh = Raw::hello_tcp(&h);
+    fresh.ping(1);
+    let mut p = Raw::hello_tcp(&h).publisher("/pub");
+    for (tag, sub) in [("/s/17/x", 17), ("/t/4100", 4100), ("/s/4096", 4096)] {
+        p.publish(1, "/pub", tag, "x");
+        match big.recv() {
+            Some(Frame::Deliver { sub: got, .. }) => assert_eq!(got, sub, "{tag}"),
+            other => panic!("expected {tag} delivered to {sub}, got {other:?}"),
+        }
+    }
+    let mut burst = bytes::BytesMut::new();
+    for sub in 1..=2 * MANY {
+        Frame::Unsubscribe { req: sub, sub }
+            .encode(&mut burst)
+            .expect("encode");
+    }
+    big.send_bytes(&burst);
+    healthy.assert_served();
+    for sub in 1..=2 * MANY {
+        assert_eq!(
+            big.recv(),
+            Some(Frame::Ok { req: sub }),
+            "unsubscribe {sub}"
+        );
+    }
+    // Nothing routes to the unsubscribed patterns any more: the first
+    // delivery after them is on a pattern subscribed since.
+    big.subscribe(3 * MANY, 1, "/end", &[]);
+    p.publish(1, "/pub", "/s/17/x", "x");
+    p.publish(1, "/pub", "/t/4100", "x");
+    p.publish(1, "/pub", "/end", "x");
+    match big.recv() {
+        Some(Frame::Deliver { sub, .. }) => assert_eq!(sub, 3 * MANY, "only /end is left"),
+        other => panic!("expected the delivery on /end, got {other:?}"),
+    }
+    let mut admin = Raw::hello_tcp(&h);
+    // The healthy client's and `/end`.
+    assert_eq!(listed(&mut admin, "subscriptions").len(), 2);
+    healthy.assert_served();
+}

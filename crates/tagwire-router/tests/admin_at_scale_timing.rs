@@ -88,14 +88,9 @@ fn step(name: &str, stall: &Stall, f: impl FnOnce()) {
     );
 }
 
-#[test]
-#[ignore = "a timing run for BENCHMARKS.md, not a test"]
-fn admin_work_at_scale() {
-    let n: u32 = std::env::var("TAGWIRE_SCALE_N")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(65_536);
-    let h = start_tcp(Limits::default());
+/// Starts a client that pings the router every millisecond, recording the
+/// longest round trip in the returned [`Stall`] until its `stop` is set.
+fn pinger(h: &tagwire_router::RouterHandle) -> (Arc<Stall>, std::thread::JoinHandle<()>) {
     let stall = Arc::new(Stall {
         base: Instant::now(),
         worst_us: AtomicU64::new(0),
@@ -103,7 +98,7 @@ fn admin_work_at_scale() {
         step_since_us: AtomicU64::new(0),
         stop: AtomicBool::new(false),
     });
-    let mut pinger = Raw::hello_tcp(&h);
+    let mut pinger = Raw::hello_tcp(h);
     let s2 = stall.clone();
     let pings = std::thread::spawn(move || {
         let mut nonce = 0;
@@ -119,6 +114,18 @@ fn admin_work_at_scale() {
             std::thread::sleep(Duration::from_millis(1));
         }
     });
+    (stall, pings)
+}
+
+#[test]
+#[ignore = "a timing run for BENCHMARKS.md, not a test"]
+fn admin_work_at_scale() {
+    let n: u32 = std::env::var("TAGWIRE_SCALE_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(65_536);
+    let h = start_tcp(Limits::default());
+    let (stall, pings) = pinger(&h);
     println!("N = {n} filtered subscriptions");
 
     let mut small = Raw::hello_tcp(&h);
@@ -190,6 +197,90 @@ fn admin_work_at_scale() {
             }
         },
     );
+    stall.stop.store(true, Ordering::Relaxed);
+    pings.join().expect("pinger");
+}
+
+/// Issue 24 item 11: subscriptions each on its own pattern, from one
+/// identity, in chunks (`TAGWIRE_DISTINCT_N`, default 8,000, in chunks of
+/// 2,000), then a fresh client's handshake, then every unsubscribe in one
+/// burst. With a per-subscribe cost proportional to the subscriptions held,
+/// each chunk took longer than the one before. `TAGWIRE_DISTINCT_PEER=1`
+/// links a second router (the interest is then aggregated and advertised
+/// at every change); `TAGWIRE_DISTINCT_ENDPOINTS=1` puts each subscription
+/// on its own endpoint (as the client library's subscribers are).
+#[test]
+#[ignore = "a timing run for BENCHMARKS.md, not a test"]
+fn distinct_subscriptions_at_scale() {
+    let n: u32 = std::env::var("TAGWIRE_DISTINCT_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(8_000);
+    const CHUNK: u32 = 2_000;
+    let h = start_tcp(Limits::default());
+    let (stall, pings) = pinger(&h);
+    // A second router linked to this one (it dials).
+    let linked = std::env::var("TAGWIRE_DISTINCT_PEER").is_ok();
+    let _peer = linked.then(|| {
+        let addr = h.tcp_addr().expect("tcp");
+        tagwire_router::Router::start(tagwire_router::RouterConfig {
+            federation: tagwire_router::FederationConfig {
+                peers: vec![format!("tcp://{addr}")],
+                ..Default::default()
+            },
+            ..common::tcp_config()
+        })
+        .expect("start the peer")
+    });
+    if linked {
+        let mut admin = Raw::hello_tcp(&h);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while admin.list().federation.unwrap_or_default().links.is_empty() {
+            assert!(Instant::now() < deadline, "the peer never linked");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    println!("N = {n} subscriptions, each on its own pattern (linked: {linked})");
+    let mut big = Raw::hello_tcp(&h);
+    big.declare(1, EndpointKind::Subscriber, "/s");
+    let per_endpoint = std::env::var("TAGWIRE_DISTINCT_ENDPOINTS").is_ok();
+    let mut first = 1;
+    while first <= n {
+        let k = CHUNK.min(n + 1 - first);
+        step(
+            &format!("subscribe {k} distinct /s/{{i}}/** ({} held)", first - 1),
+            &stall,
+            || {
+                if per_endpoint {
+                    big.declare_each(first + 1, k, |i| format!("/s{i}"));
+                }
+                big.subscribe_each(first, k, |i| {
+                    (if per_endpoint { i + 1 } else { 1 }, format!("/s/{i}/**"))
+                })
+            },
+        );
+        first += k;
+    }
+    step("a fresh client's handshake and ping", &stall, || {
+        let mut fresh = Raw::hello_tcp(&h);
+        fresh.ping(1);
+    });
+    step(&format!("unsubscribe {n} (one burst)"), &stall, || {
+        let mut burst = bytes::BytesMut::new();
+        for sub in 1..=n {
+            Frame::Unsubscribe { req: sub, sub }
+                .encode(&mut burst)
+                .expect("encode");
+        }
+        big.send_bytes(&burst);
+        for sub in 1..=n {
+            assert_eq!(
+                big.recv(),
+                Some(Frame::Ok { req: sub }),
+                "unsubscribe {sub}"
+            );
+        }
+    });
     stall.stop.store(true, Ordering::Relaxed);
     pings.join().expect("pinger");
 }

@@ -417,3 +417,54 @@ fn bad_pulls_from_a_peer_are_answered_or_dropped_and_the_link_stays() {
     let (mut other, _) = linked(&h, 22);
     link_ping(&mut other, 4);
 }
+
+/// Issue 24 item 5: an advert whose entries carry costly filters (regular
+/// expressions, milliseconds each to build) is compiled off the lane, a
+/// slice at a time: a client connecting meanwhile is welcomed and answered
+/// before the advert is in force, and the advert is put in force after.
+#[test]
+fn a_big_advert_of_regex_filters_compiles_off_the_lane_while_clients_connect() {
+    const ENTRIES: usize = 48;
+    let h = router(FederationConfig::default());
+    let (mut raw, router_id) = linked(&h, 21);
+    let interest: Vec<Interest> = (0..ENTRIES)
+        .map(|i| Interest {
+            filter: format!("$.s =~ '[a-z]{{{}}}'", 400 + i),
+            ..Interest::pattern(format!("/re/{i}"))
+        })
+        .collect();
+    raw.send_bytes(&link_frame(&LinkFrame::Advert {
+        origin: 21,
+        version: 1,
+        name: "raw21".into(),
+        neighbors: vec![router_id],
+        interest,
+    }));
+    // Let the router start on it (compiled on the lane, it would now hold
+    // the lane until every entry is built).
+    std::thread::sleep(Duration::from_millis(200));
+    let mut bystander = Raw::hello(&h);
+    bystander.ping(1);
+    let known = |c: &mut Raw| {
+        c.list()
+            .federation
+            .unwrap_or_default()
+            .known
+            .iter()
+            .any(|d| d.name == "raw21" && d.interest == ENTRIES)
+    };
+    assert!(
+        !known(&mut bystander),
+        "the bystander was served only after the advert was compiled"
+    );
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !known(&mut bystander) {
+        assert!(
+            Instant::now() < deadline,
+            "the advert was never put in force"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    link_ping(&mut raw, 2);
+    assert_eq!(federation(&h).refused_adverts, 0);
+}

@@ -33,7 +33,9 @@ use bytes::Bytes;
 use tagwire_proto::{EventRef, Interest, LinkFrame, Pull, PullOutcome};
 
 use crate::defer::{admit_with, Admit, DeferError, Deferred};
-use crate::federation::{Applied, FederationError, NodeId, PreparedInterest, Topology, MAX_HOPS};
+use crate::federation::{
+    Applied, CompiledAdvert, FederationError, NodeId, PreparedInterest, Topology, MAX_HOPS,
+};
 use crate::filter::{FilterLimits, Overrides};
 use crate::history::{HistoryLimits, HistoryTable};
 use crate::route::Routes;
@@ -295,25 +297,59 @@ impl<C: Clone> Node<C> {
         }
     }
 
+    /// An advert from neighbour `from` whose interest was compiled
+    /// beforehand ([`CompiledAdvert`], e.g. off the lane): as
+    /// [`on_link_frame`](Self::on_link_frame) with it, without compiling
+    /// here. Any other frame is handed to `on_link_frame`.
+    pub fn on_compiled_advert(
+        &mut self,
+        from: NodeId,
+        frame: LinkFrame,
+        compiled: Result<CompiledAdvert, FederationError>,
+        now: u64,
+    ) -> Option<LinkFrame> {
+        if !matches!(frame, LinkFrame::Advert { .. }) {
+            return self.on_link_frame(from, frame, now);
+        }
+        self.on_advert(from, frame, Some(compiled));
+        None
+    }
+
+    fn on_advert(
+        &mut self,
+        from: NodeId,
+        frame: LinkFrame,
+        compiled: Option<Result<CompiledAdvert, FederationError>>,
+    ) {
+        let LinkFrame::Advert { origin, .. } = frame else {
+            return;
+        };
+        let before = self.topo.reachable();
+        let applied = match compiled {
+            Some(c) => self.topo.apply_compiled(frame.clone(), c),
+            None => self.topo.apply(frame.clone()),
+        };
+        match applied {
+            Ok(Applied::Newer) => {
+                self.flood(frame, Some(from));
+                self.resend_newly_reachable(&before, origin);
+            }
+            Ok(Applied::Stale) => {}
+            Err(error) => {
+                self.counters.refused_adverts += 1;
+                self.out.push_back(Output::AdvertRefused { from, error });
+            }
+        }
+    }
+
     /// A link frame from neighbour `from` that the node handles (adverts
     /// and pulls); any other frame is handed back (`Forward` goes to
     /// [`on_forward`](Self::on_forward) with its parsed event, the peer
     /// handshake and clock probes are the router's).
     pub fn on_link_frame(&mut self, from: NodeId, frame: LinkFrame, now: u64) -> Option<LinkFrame> {
         match frame {
-            LinkFrame::Advert { origin, .. } => {
-                let before = self.topo.reachable();
-                match self.topo.apply(frame.clone()) {
-                    Ok(Applied::Newer) => {
-                        self.flood(frame, Some(from));
-                        self.resend_newly_reachable(&before, origin);
-                    }
-                    Ok(Applied::Stale) => {}
-                    Err(error) => {
-                        self.counters.refused_adverts += 1;
-                        self.out.push_back(Output::AdvertRefused { from, error });
-                    }
-                }
+            LinkFrame::Advert { .. } => {
+                self.on_advert(from, frame, None);
                 None
             }
             LinkFrame::PullRequest {

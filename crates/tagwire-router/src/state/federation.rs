@@ -37,7 +37,20 @@ pub(crate) struct Federation {
     /// Refusals by each dialed peer (by address), for rate-limited logs;
     /// at most [`MAX_REFUSAL_COUNTS`] peers (then it starts over).
     pub(crate) refusals: HashMap<String, u32>,
+    /// An advert's interest compiled off the lane for the frame its link
+    /// handles next: (connection, origin, version, what compiling gave);
+    /// see [`crate::link::precompile_advert`].
+    pub(crate) compiled_advert: Option<CompiledFor>,
 }
+
+/// An advert's compiled interest and the advert it is for: (connection,
+/// origin, version, what compiling gave).
+pub(crate) type CompiledFor = (
+    u64,
+    NodeId,
+    u64,
+    Result<tagwire_core::federation::CompiledAdvert, tagwire_core::federation::FederationError>,
+);
 
 /// The routing tables' bounds configured in `[federation]`.
 pub(crate) fn routing_limits(
@@ -130,6 +143,7 @@ impl Federation {
             dialer: None,
             tls: None,
             refusals: HashMap::new(),
+            compiled_advert: None,
         }
     }
 

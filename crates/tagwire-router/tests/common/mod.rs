@@ -451,6 +451,34 @@ impl Raw {
         });
     }
 
+    /// Like [`Raw::subscribe_many`], each subscription `sub` with no QoS
+    /// on endpoint and pattern `target(sub)`.
+    pub fn subscribe_each(&mut self, first: u32, n: u32, target: impl Fn(u32) -> (u32, String)) {
+        self.pipelined_ok("subscribe", first..first + n, |req, sub| {
+            let (endpoint, pattern) = target(sub);
+            Frame::Subscribe {
+                req,
+                sub,
+                endpoint,
+                pattern,
+                qos: Vec::new(),
+            }
+        });
+    }
+
+    /// Declares subscriber endpoints `first..first+n` named `name(id)`,
+    /// pipelined, and expects every `Ok`.
+    pub fn declare_each(&mut self, first: u32, n: u32, name: impl Fn(u32) -> String) {
+        self.pipelined_ok("declare", first..first + n, |req, id| {
+            Frame::DeclareEndpoint {
+                req,
+                id,
+                kind: EndpointKind::Subscriber,
+                name: name(id),
+            }
+        });
+    }
+
     /// Unsubscribes `first..first+n`, pipelined, and expects every `Ok`.
     pub fn unsubscribe_many(&mut self, first: u32, n: u32) {
         self.pipelined_ok("unsubscribe", first..first + n, |req, sub| {

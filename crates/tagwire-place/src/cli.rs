@@ -11,7 +11,7 @@ use crate::model::TopologySpec;
 use crate::problem::{Objective, PlacementProblem};
 use crate::report::{explain, Algorithm, PlacementReport};
 use crate::{
-    limits, pick_algorithm, solve, AlgorithmChoice, BranchAndBoundOptions, ExhaustiveOptions,
+    build_and_solve, limits, AlgorithmChoice, BranchAndBoundOptions, Deadline, ExhaustiveOptions,
     PlaceError, PlaceOptions,
 };
 
@@ -32,9 +32,10 @@ pub struct PlaceArgs {
     /// Use the mixed-integer programme (microlp, or HiGHS when built with it).
     #[arg(long)]
     pub mip: bool,
-    /// Time budget in seconds, from reading the file to the answer: the
-    /// branch and bound stops there with its best placement and the proven
-    /// gap.
+    /// Wall-clock budget in seconds, from reading the file to the answer
+    /// (building the problem, every search and the MIP): the answer is the
+    /// best placement found by then with its proven gap, or an error saying
+    /// none was found in time.
     #[arg(long, default_value_t = 10.0, value_parser = parse_time_limit)]
     pub time_limit: f64,
     /// Print the result as JSON (format tagwire-placement/1).
@@ -78,20 +79,14 @@ pub fn run(args: &PlaceArgs) -> Result<(), PlaceError> {
     run_to(args, &mut lock)
 }
 
-/// Runs `tagwire place`, writing the result to `out`.
+/// Runs `tagwire place`, writing the result to `out`. `--time-limit` is a
+/// wall-clock deadline from here: reading the file, building the problem,
+/// the searches and the MIP all stop by it.
 pub fn run_to(args: &PlaceArgs, out: &mut dyn Write) -> Result<(), PlaceError> {
     let started = Instant::now();
+    let deadline = Deadline::from(started, Duration::from_secs_f64(args.time_limit));
     let spec = TopologySpec::read_file(&args.topology, limits::MAX_FILE_BYTES)?;
     let topology = spec.validate()?;
-    let problem = PlacementProblem::new(&topology)?;
-    let algorithm = pick_algorithm(&problem, args.algorithm_choice());
-    let bar = progress_bar(&problem, algorithm);
-    let mut on_progress = |done: u64, total: u64| {
-        if let Some(b) = &bar {
-            b.set_length(total);
-            b.set_position(done);
-        }
-    };
     let options = PlaceOptions {
         objective: args.objective,
         algorithm: args.algorithm_choice(),
@@ -101,24 +96,31 @@ pub fn run_to(args: &PlaceArgs, out: &mut dyn Write) -> Result<(), PlaceError> {
             ..BranchAndBoundOptions::default()
         },
     };
-    let result = solve(
-        &problem,
-        args.objective,
-        algorithm,
+    // Created once the problem is built (it depends on the problem).
+    let bar: std::cell::RefCell<Option<indicatif::ProgressBar>> = Default::default();
+    let result = build_and_solve(
+        &topology,
         &options,
-        &mut || started.elapsed(),
-        &mut on_progress,
+        deadline,
+        &mut |problem, algorithm| *bar.borrow_mut() = progress_bar(problem, algorithm),
+        &mut |done: u64, total: u64| {
+            if let Some(b) = bar.borrow().as_ref() {
+                b.set_length(total);
+                b.set_position(done);
+            }
+        },
     );
-    if let Some(b) = &bar {
+    if let Some(b) = bar.borrow().as_ref() {
         b.finish_and_clear();
     }
-    let assignment = result?;
+    let solved = result?;
+    let (problem, assignment) = (&solved.problem, &solved.assignment);
     let elapsed = started.elapsed();
-    let report = PlacementReport::new(&problem, args.objective, algorithm, &assignment);
+    let report = PlacementReport::new(problem, args.objective, solved.algorithm, assignment);
 
     let w = |out: &mut dyn Write, s: &str| out.write_all(s.as_bytes()).map_err(PlaceError::Output);
     if args.explain {
-        let table = explain(&problem, Some(&assignment));
+        let table = explain(problem, Some(assignment));
         if args.json {
             // Keep stdout pure JSON for the daemon; the table goes to stderr.
             eprint!("{table}");

@@ -209,6 +209,29 @@ pub enum PlaceError {
         /// The proven lower bound.
         lower_bound: f64,
     },
+    /// The time limit ran out before any placement was found (while
+    /// building the problem, or before a search found one).
+    #[error("the time limit of {seconds} s ran out while {stage}, before any placement was found; raise --time-limit")]
+    TimeLimit {
+        /// The limit in seconds.
+        seconds: f64,
+        /// What was being done, e.g. "evaluating candidate proxy nodes".
+        stage: &'static str,
+    },
+    /// No candidate placement fits the capacities, but the candidates did
+    /// not include every route combination (even after the second build),
+    /// so this is not a proof that no placement fits.
+    #[error("no placement found that fits the link bandwidth and node CPU limits among the candidates tried: {pairs} (placement unit, proxy node) pair(s) have more than {max_combos} route combinations and only some were tried, so a placement may still exist ({binding_rows} capacity constraint(s) can bind, first: {first})")]
+    IncompleteSearch {
+        /// (unit, node) pairs whose combinations were truncated.
+        pairs: usize,
+        /// The cap of the build.
+        max_combos: usize,
+        /// How many capacity constraints could bind.
+        binding_rows: usize,
+        /// The first of them.
+        first: String,
+    },
     /// The MIP solver failed or returned something unusable.
     #[error("the MIP solver failed: {message}")]
     Solver {

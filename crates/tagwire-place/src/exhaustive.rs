@@ -15,6 +15,7 @@
 //! [`PlaceError::ExhaustiveLimit`]. Ties within
 //! [`crate::problem::VALUE_TOLERANCE`] are broken by [`crate::tiebreak`].
 
+use crate::deadline::{Deadline, Ticker};
 use crate::error::PlaceError;
 use crate::problem::{value_slack, Objective, PlacementProblem};
 
@@ -51,12 +52,17 @@ impl Assignment {
 pub struct ExhaustiveOptions {
     /// Give up after this many search nodes.
     pub max_visits: u64,
+    /// Stop at this deadline with the best placement found so far (not
+    /// proven optimal; its lower bound is the sum of every unit's cheapest
+    /// candidate), or [`PlaceError::NoPlacementInTime`] when none was.
+    pub deadline: Deadline,
 }
 
 impl Default for ExhaustiveOptions {
     fn default() -> Self {
         ExhaustiveOptions {
             max_visits: crate::limits::DEFAULT_EXHAUSTIVE_VISITS,
+            deadline: Deadline::none(),
         }
     }
 }
@@ -73,18 +79,25 @@ pub fn solve_exhaustive(
     let units = values.len();
     let rows = problem.capacity_rows();
 
+    let mut ticker = Ticker::new(options.deadline, 4096);
     if rows.is_empty() {
-        // Separable: Appendix A per unit.
+        // Separable: Appendix A per unit (the first cheapest candidate of
+        // each unit is the canonical optimum unless ties need the search).
         let mut total = 0.0;
+        let mut cheapest = Vec::with_capacity(units);
         for (u, vs) in values.iter().enumerate() {
-            total += vs.iter().copied().fold(f64::INFINITY, f64::min);
+            let k = (0..vs.len())
+                .min_by(|&a, &b| vs[a].total_cmp(&vs[b]).then(a.cmp(&b)))
+                .unwrap_or(0);
+            total += vs.get(k).copied().unwrap_or(0.0);
+            cheapest.push(k);
             progress(u as u64 + 1, units as u64);
         }
-        let choice = crate::tiebreak::canonical(problem, &values, total, &[], u64::MAX)
-            .ok_or_else(|| PlaceError::Solver {
-                message: "tie-break found no placement at the optimum of a separable problem"
-                    .to_owned(),
-            })?;
+        let choice =
+            crate::tiebreak::canonical(problem, &values, total, &[], u64::MAX, &mut || {
+                ticker.expired()
+            })
+            .unwrap_or(cheapest);
         let objective_value = choice.iter().enumerate().map(|(u, &k)| values[u][k]).sum();
         return Ok(Assignment {
             choice,
@@ -122,6 +135,21 @@ pub fn solve_exhaustive(
             let k = order[depth][pos[depth]];
             pos[depth] += 1;
             visited += 1;
+            if ticker.expired() {
+                return match best {
+                    Some((value, choice)) => Ok(Assignment {
+                        choice,
+                        objective: value,
+                        visited,
+                        lower_bound: suffix_min[0].min(value),
+                        optimal: false,
+                    }),
+                    None => Err(PlaceError::NoPlacementInTime {
+                        seconds: options.deadline.limit_secs(),
+                        lower_bound: suffix_min[0],
+                    }),
+                };
+            }
             if visited > options.max_visits {
                 return Err(PlaceError::ExhaustiveLimit {
                     visited: visited - 1,
@@ -169,15 +197,17 @@ pub fn solve_exhaustive(
     }
     match best {
         Some((value, choice)) => {
-            let lambda = crate::lagrangian::relax(problem, &values, 100, &mut || false).lambda;
+            let lambda =
+                crate::lagrangian::relax(problem, &values, 100, &mut || options.deadline.expired())
+                    .lambda;
             Ok(crate::tiebreak::optimal_assignment(
                 problem,
                 &values,
                 value,
                 &lambda,
                 options.max_visits,
-                choice,
-                visited,
+                (choice, visited),
+                &mut || ticker.expired(),
             ))
         }
         None => Err(PlaceError::CapacityInfeasible {

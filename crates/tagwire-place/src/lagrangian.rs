@@ -98,10 +98,14 @@ fn repair(
     values: &[Vec<f64>],
     rc: &[Vec<f64>],
     caps: &[f64],
+    out_of_time: &mut dyn FnMut() -> bool,
 ) -> Option<(f64, Vec<usize>)> {
     let mut best: Option<(f64, Vec<usize>)> = None;
     for attempt in 0..3 {
-        if let Some((v, c)) = repair_in_order(problem, values, rc, caps, attempt) {
+        if out_of_time() {
+            break;
+        }
+        if let Some((v, c)) = repair_in_order(problem, values, rc, caps, attempt, out_of_time) {
             if best.as_ref().map_or(true, |(b, _)| v < *b) {
                 best = Some((v, c));
             }
@@ -120,6 +124,7 @@ fn repair_in_order(
     rc: &[Vec<f64>],
     caps: &[f64],
     attempt: u32,
+    out_of_time: &mut dyn FnMut() -> bool,
 ) -> Option<(f64, Vec<usize>)> {
     let units = values.len();
     // Regret: second least reduced cost minus the least.
@@ -197,7 +202,8 @@ fn repair_in_order(
                 break;
             }
             rounds += 1;
-            if rounds > 8 * units + 64 {
+            // Each round scans every candidate: check the clock each time.
+            if rounds > 8 * units + 64 || out_of_time() {
                 return None;
             }
             let mut best: Option<(f64, f64, usize, usize)> = None;
@@ -338,7 +344,7 @@ pub(crate) fn relax(
             offer(Some((v, choice.clone())), &mut best);
         }
         if it % 10 == 0 || relaxed_fits {
-            offer(repair(problem, values, &rc, &caps), &mut best);
+            offer(repair(problem, values, &rc, &caps, out_of_time), &mut best);
         }
         let target = match &best.incumbent {
             Some((ub, _)) => {
@@ -362,9 +368,9 @@ pub(crate) fn relax(
             *l = (*l + step * gr).max(0.0);
         }
     }
-    if best.incumbent.is_none() {
+    if best.incumbent.is_none() && !out_of_time() {
         let rc = reduced_costs(problem, values, &best.lambda);
-        best.incumbent = repair(problem, values, &rc, &caps);
+        best.incumbent = repair(problem, values, &rc, &caps, out_of_time);
     }
     best
 }
@@ -381,15 +387,18 @@ pub fn solve_branch_and_bound(
     let values = problem.objective_values(objective)?;
     let units = values.len();
     let rows = problem.capacity_rows();
+    let limit = options.time_limit;
     if rows.is_empty() || units == 0 {
         return crate::exhaustive::solve_exhaustive(
             problem,
             objective,
-            crate::ExhaustiveOptions::default(),
+            crate::ExhaustiveOptions {
+                deadline: crate::Deadline::after(limit.saturating_sub(elapsed())),
+                ..crate::ExhaustiveOptions::default()
+            },
             &mut |_, _| {},
         );
     }
-    let limit = options.time_limit;
     // The root may spend at most a third of the time.
     let root_budget = elapsed() + limit.saturating_sub(elapsed()) / 3;
     let mut root_clock = || elapsed() >= root_budget;
@@ -508,14 +517,18 @@ pub fn solve_branch_and_bound(
         });
     };
     if complete {
+        let mut ticks = 0u32;
         Ok(crate::tiebreak::optimal_assignment(
             problem,
             &values,
             value,
             &lambda,
             options.max_visits,
-            choice,
-            visited,
+            (choice, visited),
+            &mut || {
+                ticks = ticks.wrapping_add(1);
+                ticks % 4096 == 0 && elapsed() >= limit
+            },
         ))
     } else {
         Ok(Assignment {

@@ -38,3 +38,14 @@ pub const MAX_EXTRA_HOPS: u32 = 32;
 /// proxy node: all of them when there are this few, otherwise the default
 /// combination and then single-leg deviations.
 pub const MAX_ROUTE_COMBOS: usize = 16;
+/// The route-combination cap of the second build, made when no placement
+/// among the first build's candidates fits the capacities and some
+/// (unit, node) pair had more than [`MAX_ROUTE_COMBOS`] combinations: every
+/// combination up to this many (4⁶: six legs of four routes) is a candidate.
+/// Beyond it the answer says the search was incomplete instead of "no
+/// placement fits".
+pub const MAX_ROUTE_COMBOS_RETRY: usize = 4096;
+/// Most candidates one problem may have (all units): bounds the memory of
+/// the second build. Above it the build fails with
+/// [`crate::PlaceError::LimitExceeded`].
+pub const MAX_CANDIDATES: usize = 2_000_000;

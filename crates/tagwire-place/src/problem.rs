@@ -15,6 +15,7 @@
 use std::fmt;
 use std::str::FromStr;
 
+use crate::deadline::{Deadline, Ticker};
 use crate::error::PlaceError;
 use crate::limits;
 use crate::model::{ProxySharing, Topology};
@@ -235,6 +236,35 @@ pub struct PlacementProblem<'t> {
     cand_loads: Vec<Vec<Vec<(u32, f64)>>>,
     /// Delay-feasible candidates before dominated ones were removed.
     generated: usize,
+    /// (unit, node) pairs whose route combinations were not all
+    /// enumerated (more than [`BuildOptions::max_route_combos`]).
+    truncated: usize,
+    /// The route-combination cap this problem was built with.
+    max_route_combos: usize,
+}
+
+/// How [`PlacementProblem::build`] builds a problem.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BuildOptions {
+    /// Most route combinations per (unit, proxy node); beyond it, the
+    /// default combination and single-leg deviations only, and the problem
+    /// says so ([`PlacementProblem::truncated_route_combos`]).
+    pub max_route_combos: usize,
+    /// Most candidates generated in all; beyond it the build fails with
+    /// [`PlaceError::LimitExceeded`] (bounds memory when the cap is raised).
+    pub max_candidates: usize,
+    /// Stop building at this deadline with [`PlaceError::TimeLimit`].
+    pub deadline: Deadline,
+}
+
+impl Default for BuildOptions {
+    fn default() -> Self {
+        BuildOptions {
+            max_route_combos: limits::MAX_ROUTE_COMBOS,
+            max_candidates: limits::MAX_CANDIDATES,
+            deadline: Deadline::none(),
+        }
+    }
 }
 
 impl<'t> PlacementProblem<'t> {
@@ -253,6 +283,17 @@ impl<'t> PlacementProblem<'t> {
     /// capacity can bind, of one that loads no capacity at all), and that is
     /// costlier or comes later.
     pub fn new(topo: &'t Topology) -> Result<Self, PlaceError> {
+        Self::build(topo, BuildOptions::default())
+    }
+
+    /// [`PlacementProblem::new`] with a route-combination cap, a candidate
+    /// limit and a deadline (checked between route trees and every few
+    /// (unit, node) pairs).
+    pub fn build(topo: &'t Topology, options: BuildOptions) -> Result<Self, PlaceError> {
+        let out_of_time = |stage: &'static str| PlaceError::TimeLimit {
+            seconds: options.deadline.limit_secs(),
+            stage,
+        };
         let mut units = Vec::new();
         for (t, tag) in topo.tags.iter().enumerate() {
             match tag.proxy {
@@ -306,7 +347,13 @@ impl<'t> PlacementProblem<'t> {
                 max: limits::MAX_TREE_ENTRIES,
             });
         }
-        let trees = roots.iter().map(|&r| RouteTree::new(topo, r)).collect();
+        let mut trees = Vec::with_capacity(roots.len());
+        for &r in &roots {
+            if options.deadline.expired() {
+                return Err(out_of_time("computing routes"));
+            }
+            trees.push(RouteTree::new(topo, r));
+        }
 
         let mut problem = PlacementProblem {
             topo,
@@ -319,6 +366,8 @@ impl<'t> PlacementProblem<'t> {
             rows: Vec::new(),
             cand_loads: Vec::new(),
             generated: 0,
+            truncated: 0,
+            max_route_combos: options.max_route_combos.max(1),
         };
 
         let nl = topo.links.len();
@@ -333,14 +382,29 @@ impl<'t> PlacementProblem<'t> {
         let mut scratch = LoadScratch::new(nl + topo.nodes.len());
         // Appendix A's loop, over routes too: every node j for every unit.
         let mut columns: Vec<Vec<Column>> = Vec::with_capacity(problem.units.len());
+        let mut ticker = Ticker::new(options.deadline, 16);
+        let mut total = 0usize;
         for u in 0..problem.units.len() {
             let mut cols = Vec::new();
             for j in 0..topo.nodes.len() {
-                problem.columns_at(u, j, any_capacity, &capped, &mut scratch, &mut cols)?;
+                if ticker.expired() {
+                    return Err(out_of_time("evaluating candidate proxy nodes"));
+                }
+                let truncated =
+                    problem.columns_at(u, j, any_capacity, &capped, &mut scratch, &mut cols)?;
+                problem.truncated += usize::from(truncated);
+                if total + cols.len() > options.max_candidates {
+                    return Err(PlaceError::LimitExceeded {
+                        what: "candidates (proxy node and routes per unit)",
+                        value: (total + cols.len()) as u64,
+                        max: options.max_candidates as u64,
+                    });
+                }
             }
             if cols.is_empty() {
                 return Err(problem.delay_infeasibility(u));
             }
+            total += cols.len();
             columns.push(cols);
         }
         problem.generated = columns.iter().map(Vec::len).sum();
@@ -361,7 +425,8 @@ impl<'t> PlacementProblem<'t> {
         hit
     }
 
-    /// Appends unit `u`'s candidates with the proxy on node `j`.
+    /// Appends unit `u`'s candidates with the proxy on node `j`; true when
+    /// not every route combination was enumerated.
     fn columns_at(
         &self,
         u: usize,
@@ -370,7 +435,7 @@ impl<'t> PlacementProblem<'t> {
         capped: &dyn Fn(usize) -> bool,
         scratch: &mut LoadScratch,
         out: &mut Vec<Column>,
-    ) -> Result<(), PlaceError> {
+    ) -> Result<bool, PlaceError> {
         let topo = self.topo;
         let unit = &self.units[u];
         let tag = &topo.tags[unit.tag];
@@ -386,9 +451,12 @@ impl<'t> PlacementProblem<'t> {
                 self.trees[st].routes(topo, j, alt(st), max)
             })
             .collect();
-        let mut budget = limits::MAX_ROUTE_COMBOS;
+        let mut budget = self.max_route_combos;
+        let mut truncated = false;
         for p in &pub_routes {
             if budget == 0 {
+                // Publisher routes left untried.
+                truncated = true;
                 break;
             }
             let pub_delay = f64::from(p.hops) * tag.period_ms + p.latency_ms;
@@ -437,6 +505,7 @@ impl<'t> PlacementProblem<'t> {
                     }
                 }
             } else {
+                truncated = true;
                 let base: Vec<usize> = feasible.iter().map(|f| f[0]).collect();
                 combos.push(base.clone());
                 'dev: for (pos, f) in feasible.iter().enumerate() {
@@ -485,7 +554,20 @@ impl<'t> PlacementProblem<'t> {
                 });
             }
         }
-        Ok(())
+        Ok(truncated)
+    }
+
+    /// How many (unit, proxy node) pairs had more route combinations than
+    /// the build's cap, so that only some were candidates. When non-zero,
+    /// "no candidate combination fits the capacities" does not prove that
+    /// no placement fits.
+    pub fn truncated_route_combos(&self) -> usize {
+        self.truncated
+    }
+
+    /// The route-combination cap this problem was built with.
+    pub fn max_route_combos(&self) -> usize {
+        self.max_route_combos
     }
 
     /// The topology.

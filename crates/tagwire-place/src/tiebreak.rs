@@ -8,24 +8,27 @@
 //! then routes in their listed order.
 //!
 //! Found by a depth-first search in that order, pruned by a Lagrangian
-//! lower bound; it has a visit limit, after which the solver's own optimum
-//! is kept (reported by [`canonical`] returning `None`).
+//! lower bound; it has a visit limit and the placement's deadline, after
+//! which the solver's own optimum is kept (reported by [`canonical`]
+//! returning `None`).
 
 use crate::problem::{value_slack, PlacementProblem};
 
 /// A proven optimum `choice` of value `optimum`, found with `visited`
 /// nodes, as the canonical placement of that value (see [`canonical`]; the
-/// search's own `choice` if the visit limit is reached first).
+/// search's own `choice` if the visit limit or the deadline is reached
+/// first).
 pub(crate) fn optimal_assignment(
     problem: &PlacementProblem<'_>,
     values: &[Vec<f64>],
     optimum: f64,
     lambda: &[f64],
     max_visits: u64,
-    choice: Vec<usize>,
-    visited: u64,
+    (choice, visited): (Vec<usize>, u64),
+    out_of_time: &mut dyn FnMut() -> bool,
 ) -> crate::exhaustive::Assignment {
-    let choice = canonical(problem, values, optimum, lambda, max_visits).unwrap_or(choice);
+    let choice =
+        canonical(problem, values, optimum, lambda, max_visits, out_of_time).unwrap_or(choice);
     let objective = choice.iter().enumerate().map(|(u, &k)| values[u][k]).sum();
     crate::exhaustive::Assignment {
         choice,
@@ -38,14 +41,17 @@ pub(crate) fn optimal_assignment(
 
 /// The lexicographically smallest placement with value ≤ `optimum` +
 /// slack. `lambda` (one multiplier ≥ 0 per capacity row, or empty) only
-/// sharpens the pruning. `None` when the visit limit is reached first (or,
-/// impossibly for a true optimum, when there is no such placement).
+/// sharpens the pruning. `None` when the visit limit is reached or
+/// `out_of_time()` (asked every visit; it should read the clock rarely)
+/// says so first (or, impossibly for a true optimum, when there is no such
+/// placement).
 pub(crate) fn canonical(
     problem: &PlacementProblem<'_>,
     values: &[Vec<f64>],
     optimum: f64,
     lambda: &[f64],
     max_visits: u64,
+    out_of_time: &mut dyn FnMut() -> bool,
 ) -> Option<Vec<usize>> {
     let rows = problem.capacity_rows();
     let units = values.len();
@@ -92,7 +98,7 @@ pub(crate) fn canonical(
             let k = pos[depth];
             pos[depth] += 1;
             visited += 1;
-            if visited > max_visits {
+            if visited > max_visits || out_of_time() {
                 return None;
             }
             let val = values[depth][k];

@@ -287,6 +287,7 @@ fn exhaustive_limit(md: &mut String) {
         let problem = PlacementProblem::new(&topo).expect("feasible");
         let opts = ExhaustiveOptions {
             max_visits: 20_000_000,
+            ..ExhaustiveOptions::default()
         };
         let t = Instant::now();
         let r = solve_exhaustive(&problem, Objective::Bandwidth, opts, &mut |_, _| {});
@@ -383,6 +384,7 @@ fn exhaustive_contention(md: &mut String) {
             Objective::Bandwidth,
             ExhaustiveOptions {
                 max_visits: 20_000_000,
+                ..ExhaustiveOptions::default()
             },
             &mut |_, _| {},
         );

@@ -789,6 +789,13 @@ impl FrameDecoder {
         self.max_frame
     }
 
+    /// The type of the next frame in `buf`, once its header is there (the
+    /// frame itself may still be incomplete or invalid): lets a reader act
+    /// before [`next_raw`](Self::next_raw) takes a frame of another kind.
+    pub fn next_kind(buf: &[u8]) -> Option<u8> {
+        buf.get(4).copied()
+    }
+
     /// Splits the next complete frame off `buf` as `(type, body)`; `Ok(None)`
     /// means more bytes are needed. The body shares `buf`'s allocation.
     pub fn next_raw(&self, buf: &mut BytesMut) -> Result<Option<(u8, Bytes)>, StreamError> {

@@ -19,7 +19,9 @@ use tagwire_core::defer::Admit;
 use tagwire_core::qos::{Level, QosLayer};
 use tagwire_core::queue::BoundedQueue;
 use tagwire_core::tags::Pattern;
-use tagwire_proto::{truncate, EndpointKind, ErrorCode, Frame, FRAME_HEADER_LEN, SESSION_ID_LEN};
+use tagwire_proto::{
+    kind, truncate, EndpointKind, ErrorCode, Frame, FrameDecoder, FRAME_HEADER_LEN, SESSION_ID_LEN,
+};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -366,6 +368,12 @@ async fn serve_with<R, W>(
         // Split complete frames; stop at one whose bytes are still coming
         // (the next make_room grows the buffer for it, within the budget).
         while rb.incomplete_frame(conn.engine.max_frame()).is_none() {
+            // A batch ends before any other frame is polled: the engine may
+            // answer that frame at once (a `Ping`'s `Pong`), and the batch's
+            // refusals must go out before it, in order.
+            if batch.is_open() && FrameDecoder::next_kind(&rb.buf) != Some(kind::PUBLISH) {
+                batch.end(&mut conn);
+            }
             let was_established = conn.engine.is_established();
             let Some(input) = conn.engine.poll_input(&mut rb.buf) else {
                 break;

@@ -4,6 +4,7 @@
 
 mod common;
 
+use bytes::BytesMut;
 use std::net::Shutdown;
 use std::time::Duration;
 
@@ -176,6 +177,36 @@ fn a_refused_publish_read_with_a_request_does_not_take_the_requests_answer() {
     );
     raw.expect_alive();
     assert_router_serves(&h);
+}
+
+#[test]
+fn a_batchs_refusal_goes_out_before_the_pong_of_a_ping_read_with_it() {
+    // A client that pings after its publishes (as `tagwire pub` does before
+    // it exits) learns of every refusal before the `Pong`.
+    let h = start_tcp(Limits::default());
+    let mut raw = Raw::hello_tcp(&h).publisher("/po");
+    let mut bytes = BytesMut::new();
+    for _ in 0..3 {
+        bytes.extend_from_slice(&publish_frame(1, &event("/other", "/po/a", "x")));
+    }
+    Frame::Ping { nonce: 9 }
+        .encode(&mut bytes)
+        .expect("encodes");
+    raw.send_bytes(&bytes);
+    let mut refusals = 0;
+    loop {
+        match raw.recv_control() {
+            Some(Frame::Error { req: 0, code, .. }) => {
+                assert_eq!(code, ErrorCode::PublisherMismatch);
+                refusals += 1;
+            }
+            Some(Frame::Pong { nonce: 9 }) => break,
+            Some(_) => {}
+            None => panic!("connection closed after {refusals} refusals"),
+        }
+    }
+    assert_eq!(refusals, 3, "every refusal came before the Pong");
+    raw.expect_alive();
 }
 
 #[test]

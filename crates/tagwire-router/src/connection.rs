@@ -167,7 +167,7 @@ const BATCH_FRAME_MAX: usize = 4096;
 /// [`Staging`]), so that a flood of small events pays the locked
 /// instructions once per batch, not per event. A batch ends after
 /// [`PUBLISH_BATCH`] publishes, [`MAX_STAGED`] deliveries, a publish over
-/// [`BATCH_FRAME_MAX`] bytes, any other frame, and before the lane yields:
+/// [`BATCH_FRAME_MAX`] bytes, before any other frame is polled, and before the lane yields:
 /// the state lock is held for at most that much routing. Refusals (ACL,
 /// `QueueFull`, …) reach the publisher when the batch ends, in order.
 struct PublishBatch<'s> {

@@ -1345,10 +1345,10 @@ impl Connection {
                 return self.client_error("truncated Deliver frame from the server".into());
             }
             let sub = u32::from_le_bytes([body[0], body[1], body[2], body[3]]);
-            return Input::Deliver {
-                sub,
-                event: body.slice(4..),
-            };
+            // In place: `slice` would take a reference and drop this one.
+            let mut event = body;
+            bytes::Buf::advance(&mut event, 4);
+            return Input::Deliver { sub, event };
         }
         if is_link_kind(k) && self.phase == Phase::Established {
             return match LinkFrame::decode(k, body) {

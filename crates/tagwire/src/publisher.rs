@@ -32,6 +32,8 @@ pub struct Publisher {
     /// Its `shm` mode, and the session's connection (`Inner::epoch`) when a
     /// region was last asked for: after a reconnect (the daemon forgot the
     /// region) it is asked for again, once per reconnect.
+    /// `Off` too when the session cannot map the daemon's memory (a TCP or
+    /// TLS daemon), so a publish skips the region path and its locks.
     shm_mode: crate::ShmMode,
     shm_asked: AtomicU64,
     /// A region asked for and not answered yet (after a reconnect, or a
@@ -63,6 +65,12 @@ impl Publisher {
         shm_mode: crate::ShmMode,
     ) -> Self {
         let shm_asked = AtomicU64::new(session.inner().epoch());
+        // `require` over a remote transport was refused when declared.
+        let shm_mode = if session.is_same_host() {
+            shm_mode
+        } else {
+            crate::ShmMode::Off
+        };
         let mut plain = Event::default();
         plain.header.publisher.clone_from(&name);
         Publisher {
@@ -97,8 +105,12 @@ impl Publisher {
     /// as `self.event(tag, payload).send()`, without building a new event.)
     pub fn publish(&self, tag: &str, payload: impl Into<Bytes>) -> Result<()> {
         let mut ev = lock(&self.plain);
-        ev.header.tag.clear();
-        ev.header.tag.push_str(tag);
+        // The tag of the previous publish was checked then.
+        if ev.header.tag != tag {
+            tagwire_core::tags::validate_tag(tag)?;
+            ev.header.tag.clear();
+            ev.header.tag.push_str(tag);
+        }
         ev.header.source_time_ns = 0;
         ev.payload = payload.into();
         let sent = self.stamp_and_send(&mut ev, false, None);
@@ -120,6 +132,7 @@ impl Publisher {
     /// set here; a zero source timestamp is set to now.
     pub fn send(&self, mut event: Event) -> Result<()> {
         self.name.clone_into(&mut event.header.publisher);
+        tagwire_core::tags::validate_tag(&event.header.tag)?;
         self.stamp_and_send(&mut event, true, None)
     }
 
@@ -137,6 +150,7 @@ impl Publisher {
     /// # Ok::<(), tagwire::Error>(())
     /// ```
     pub fn loan(&self, tag: &str, len: usize, fill: impl FnOnce(&mut [u8])) -> Result<()> {
+        tagwire_core::tags::validate_tag(tag)?;
         let mut event = Event::new(tag, Bytes::new());
         self.name.clone_into(&mut event.header.publisher);
         let mut fill = Some(fill);
@@ -148,8 +162,8 @@ impl Publisher {
         self.stamp_and_send(&mut event, false, Some((len, &mut filler)))
     }
 
-    /// Checks the tag, sets the sequence number and (if zero) the source
-    /// timestamp of an event already carrying this publisher's name, and
+    /// Sets the sequence number and (if zero) the source timestamp of an
+    /// event already carrying this publisher's name and a checked tag, and
     /// hands it to the session.
     /// `banded`: the event's priority was given (`send`, `event()`), so under
     /// `follow_priority` it picks the band; a plain `publish` stays on the
@@ -163,7 +177,6 @@ impl Publisher {
         banded: bool,
         mut fill: Option<Filler<'_>>,
     ) -> Result<()> {
-        tagwire_core::tags::validate_tag(&event.header.tag)?;
         event.header.seq = self.seq.fetch_add(1, Ordering::Relaxed) + 1;
         let now = now_ns();
         if event.header.source_time_ns == 0 {
@@ -210,6 +223,10 @@ impl Publisher {
         now: u64,
         fill: &mut Option<Filler<'_>>,
     ) -> Option<Result<()>> {
+        if self.shm_mode == crate::ShmMode::Off {
+            // Never a region (and none granted: `Off` is never asked).
+            return None;
+        }
         self.send_in_shm_once(event, express, now, fill, true)
     }
 

@@ -12,6 +12,9 @@ pub struct Sample {
     raw: Bytes,
     payload_start: usize,
     tag_len: usize,
+    /// The event's payload is a shared-memory reference (its
+    /// `SHM_PAYLOAD` flag), noted when `new` parsed it.
+    shm_flagged: bool,
     /// A payload read in place in shared memory (`docs/shm.md`).
     shm: Option<InPlace>,
 }
@@ -42,18 +45,19 @@ impl Sample {
         Ok(Sample {
             payload_start: raw.len() - ev.payload.len(),
             tag_len: ev.tag.len(),
+            shm_flagged: ev.flags & tagwire_proto::flags::SHM_PAYLOAD != 0,
             raw,
             shm: None,
         })
     }
 
     /// The payload reference of an event whose payload is in shared memory.
+    /// (Every delivery asks, so the common answer, none, costs no parse.)
     pub(crate) fn shm_ref(&self) -> Option<tagwire_proto::ShmRef> {
-        let ev = EventRef::parse(&self.raw).ok()?;
-        if ev.flags & tagwire_proto::flags::SHM_PAYLOAD == 0 {
+        if !self.shm_flagged {
             return None;
         }
-        tagwire_proto::ShmRef::decode(ev.payload).ok()
+        tagwire_proto::ShmRef::decode(&self.raw[self.payload_start..]).ok()
     }
 
     /// Attaches the payload its shared-memory reference points at;
@@ -152,5 +156,34 @@ impl std::fmt::Debug for Sample {
             .field("seq", &ev.seq)
             .field("payload_len", &self.payload().len())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tagwire_proto::{flags, ShmRef};
+
+    fn encoded(ev: &Event) -> Bytes {
+        let mut out = bytes::BytesMut::new();
+        ev.encode(&mut out).expect("encodes");
+        out.freeze()
+    }
+
+    #[test]
+    fn shm_ref_is_read_from_a_flagged_payload_only() {
+        let r = ShmRef {
+            region: 7,
+            seq: 42,
+            len: 1024,
+            chunk: 3,
+        };
+        let mut ev = Event::new("/a/b", Bytes::copy_from_slice(&r.encode()));
+        let plain = Sample::new(encoded(&ev)).expect("valid");
+        assert_eq!(plain.shm_ref(), None, "no flag: the bytes are a payload");
+        ev.header.flags |= flags::SHM_PAYLOAD;
+        let flagged = Sample::new(encoded(&ev)).expect("valid");
+        assert_eq!(flagged.shm_ref(), Some(r));
+        assert_eq!(flagged.tag(), "/a/b");
     }
 }

@@ -218,6 +218,9 @@ pub(super) fn reader_main(inner: Arc<Inner>, mut stream: Stream, mut leftover: B
 /// Returns when the connection ends.
 fn read_loop(inner: &Inner, stream: &mut Stream, buf: &mut BytesMut) {
     let mut sinks: HashMap<u32, Arc<Sink>> = HashMap::new();
+    // The last delivery's subscription and sink: a stream of deliveries
+    // to one subscription looks its sink up once, not per event.
+    let mut last: Option<(u32, Arc<Sink>)> = None;
     let mut generation = u64::MAX;
     let mut inputs = Vec::new();
     let mut heard = None;
@@ -239,9 +242,13 @@ fn read_loop(inner: &Inner, stream: &mut Stream, buf: &mut BytesMut) {
                     if g != generation {
                         generation = g;
                         sinks = lock(&inner.sinks).clone();
+                        last = None;
                     }
-                    match sinks.get(&sub) {
-                        Some(sink) => deliver(inner, sink, event),
+                    if last.as_ref().is_none_or(|(s, _)| *s != sub) {
+                        last = sinks.get(&sub).map(|sink| (sub, sink.clone()));
+                    }
+                    match &last {
+                        Some((_, sink)) => deliver(inner, sink, event),
                         // Unsubscribed while it was on its way: a payload
                         // in shared memory was pinned for this connection
                         // and handed over; give the pin back.

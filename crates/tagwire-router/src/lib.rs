@@ -17,7 +17,8 @@
 //!   Channel queues (bounded; discard policy at the bound)
 //!        │  outbox: round-robin over ready channels
 //!        ▼
-//!   writev([Deliver prefix, event bytes] × up to 256) ──▶ socket
+//!   writev(up to 256 events: prefix + bytes, those ≤ 512 B copied into
+//!          one run, larger ones by reference) ──▶ socket
 //! ```
 //!
 //! All of this runs on a **lane**: one OS thread with a single-threaded event

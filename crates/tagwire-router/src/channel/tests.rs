@@ -10,6 +10,7 @@ use tagwire_core::queue::{BoundedQueue, DiscardPolicy, OrderPolicy};
 use tagwire_proto::DELIVER_PREFIX_LEN;
 
 use super::event::{COPY_BELOW, QUEUED_OVERHEAD};
+use super::outbox::Batch;
 use super::{Channel, EventMeta, Offer, Outbox, Outgoing, READ_CHUNK};
 use crate::budget::MemoryBudget;
 use crate::sync::Count;
@@ -46,14 +47,11 @@ fn channel(budget: &Arc<MemoryBudget>) -> (Arc<Outbox>, Arc<Channel>) {
 
 /// The subscription ids of one batch the writer gathers, in order.
 fn gathered_subs(outbox: &Outbox) -> Vec<u32> {
-    let (mut bodies, mut prefixes) = (Vec::new(), Vec::new());
-    let _ = outbox.gather(&mut bodies, &mut prefixes, 0);
-    prefixes
+    let mut batch = Batch::default();
+    let _ = outbox.gather(&mut batch, 0);
+    batch
         .iter()
-        .map(|p| {
-            let p = p.as_slice();
-            u32::from_le_bytes([p[5], p[6], p[7], p[8]])
-        })
+        .map(|(p, _)| u32::from_le_bytes([p[5], p[6], p[7], p[8]]))
         .collect()
 }
 
@@ -120,9 +118,9 @@ fn events_that_expire_while_queued_are_dropped_and_counted_not_delivered() {
         ..NO_META
     };
     let _ = ch.offer(&mut Outgoing::owned(Bytes::from_static(b"timed")), &old);
-    let (mut bodies, mut prefixes) = (Vec::new(), Vec::new());
-    let _ = outbox.gather(&mut bodies, &mut prefixes, 0);
-    let got: Vec<&[u8]> = bodies.iter().map(|b| &b[..]).collect();
+    let mut batch = Batch::default();
+    let _ = outbox.gather(&mut batch, 0);
+    let got: Vec<&[u8]> = batch.iter().map(|(_, b)| b).collect();
     assert_eq!(got, [&b"keep1"[..], b"keep2"]);
     assert_eq!(ch.expired.get(), 2);
     assert_eq!(ch.delivered.get(), 2);
@@ -143,9 +141,9 @@ fn a_channel_start_time_or_pacing_holds_its_events_until_then() {
     let later = now_ns() + 3_600_000_000_000;
     with_qos(&ch, &[("start_time", &later.to_string())]);
     let _ = ch.offer(&mut Outgoing::owned(Bytes::from_static(b"e")), &NO_META);
-    let (mut bodies, mut prefixes) = (Vec::new(), Vec::new());
-    let wake = outbox.gather(&mut bodies, &mut prefixes, 0);
-    assert!(bodies.is_empty(), "nothing before the start time");
+    let mut batch = Batch::default();
+    let wake = outbox.gather(&mut batch, 0);
+    assert!(batch.is_empty(), "nothing before the start time");
     assert_eq!(wake, Some(later), "the writer wakes at the start time");
     // A start time in the past: delivered at once.
     with_qos(&ch, &[("start_time", "1")]);
@@ -156,11 +154,9 @@ fn a_channel_start_time_or_pacing_holds_its_events_until_then() {
     let before = now_ns();
     let _ = ch.offer(&mut Outgoing::owned(Bytes::from_static(b"p")), &NO_META);
     let _ = ch.offer(&mut Outgoing::owned(Bytes::from_static(b"q")), &NO_META);
-    let (mut bodies, mut prefixes) = (Vec::new(), Vec::new());
-    let wake = outbox
-        .gather(&mut bodies, &mut prefixes, 0)
-        .expect("a wake time");
-    assert!(bodies.is_empty());
+    let mut batch = Batch::default();
+    let wake = outbox.gather(&mut batch, 0).expect("a wake time");
+    assert!(batch.is_empty());
     assert!(wake >= before + 60_000_000_000, "{wake} vs {before}");
     // When the interval is over, both go in one batch.
     ch.not_before.set(1);
@@ -242,9 +238,9 @@ fn a_dropped_channel_frees_its_queue_although_its_outbox_lists_it() {
     );
     assert_eq!(budget.used(), 0, "its queued bytes are given back");
     // The outbox's (dead) entry is skipped by the writer.
-    let (mut bodies, mut prefixes) = (Vec::new(), Vec::new());
-    let _ = outbox.gather(&mut bodies, &mut prefixes, 0);
-    assert!(bodies.is_empty());
+    let mut batch = Batch::default();
+    let _ = outbox.gather(&mut batch, 0);
+    assert!(batch.is_empty());
     assert_eq!(Arc::strong_count(&outbox), 1);
 }
 
@@ -266,9 +262,9 @@ fn a_small_event_to_a_queue_that_keeps_up_stays_a_slice_and_holds_one_chunk() {
         assert_eq!(q.bytes(), 10 * per_event);
     }
     assert_eq!(budget.used(), 10 * per_event + READ_CHUNK, "plus the chunk");
-    let (mut bodies, mut prefixes) = (Vec::new(), Vec::new());
-    let _ = outbox.gather(&mut bodies, &mut prefixes, 0);
-    assert_eq!(bodies.len(), 10);
+    let mut batch = Batch::default();
+    let _ = outbox.gather(&mut batch, 0);
+    assert_eq!(batch.len(), 10);
     assert_eq!(budget.used(), 0, "an empty queue pins nothing");
 }
 
@@ -381,10 +377,10 @@ fn a_staged_batch_queues_each_channels_events_in_order_with_exact_budget() {
     }
     // Each queue's events, plus the chunk each pins (epoch 2 and epoch 1).
     assert_eq!(budget.used(), 21 * per_event + 2 * READ_CHUNK);
-    let (mut bodies, mut prefixes) = (Vec::new(), Vec::new());
-    let _ = _o1.gather(&mut bodies, &mut prefixes, 0);
-    let _ = _o2.gather(&mut bodies, &mut prefixes, 0);
-    assert_eq!(bodies.len(), 21);
+    let mut batch = Batch::default();
+    let _ = _o1.gather(&mut batch, 0);
+    let _ = _o2.gather(&mut batch, 0);
+    assert_eq!(batch.len(), 21);
     assert_eq!(budget.used(), 0, "empty queues pin nothing");
 }
 

@@ -73,7 +73,11 @@ impl Batch {
     fn push(&mut self, prefix: Prefix, event: Bytes) {
         self.bytes += prefix.len as usize + event.len();
         let body = if event.len() <= COPY_AT_MOST {
-            self.flat.extend_from_slice(prefix.as_slice());
+            // All 16 bytes, then back to the prefix's end: a copy of known
+            // size is two stores, a prefix-sized one a call to memmove.
+            self.flat.extend_from_slice(&prefix.bytes);
+            self.flat
+                .truncate(self.flat.len() - (prefix.bytes.len() - prefix.len as usize));
             let start = self.flat.len();
             self.flat.extend_from_slice(&event);
             Body::Flat(start..self.flat.len())

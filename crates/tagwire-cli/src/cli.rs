@@ -221,6 +221,18 @@ pub struct SubArgs {
     /// Exit with an error if no event arrives within this many seconds.
     #[arg(long)]
     pub timeout: Option<f64>,
+    /// Replay what the daemon's durable store holds of this tag first, then
+    /// continue live with no gap and no duplicate: `start` (all it holds),
+    /// a publisher sequence number SEQ (events numbered SEQ and later),
+    /// `time:NS` (source time at or after NS ns since the Unix epoch) or a
+    /// duration ago (`30s`, `5m`). The tag must be `reliability=durable`
+    /// (docs/reliability.md).
+    #[arg(long, value_name = "SEQ|TIME|start")]
+    pub replay_from: Option<String>,
+    /// With --replay-from: `fast` (as fast as they come, the default) or
+    /// `original` (the publisher's spacing, from the events' source times).
+    #[arg(long, value_name = "fast|original", requires = "replay_from")]
+    pub spacing: Option<String>,
 }
 
 /// `tagwire list`.

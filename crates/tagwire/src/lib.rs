@@ -27,6 +27,7 @@ mod credentials;
 mod error;
 mod publisher;
 mod pull;
+mod replay;
 mod sample;
 mod session;
 mod shm;
@@ -39,6 +40,7 @@ pub use builder::{SessionBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RECONNECT_WAI
 pub use error::{Error, Result};
 pub use publisher::{EventBuilder, Publisher};
 pub use pull::{HistoryAt, Pull, PullError, PullOptions};
+pub use replay::{ReplayFrom, Spacing};
 pub use sample::Sample;
 pub use session::{EmbeddedRouter, Refusals, Session, HOT_INTERVAL};
 pub use shm::{ShmMode, ShmStats};

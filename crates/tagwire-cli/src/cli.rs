@@ -135,6 +135,13 @@ pub struct PubArgs {
     /// Publisher endpoint name [default: /cli/pub/PID].
     #[arg(long)]
     pub endpoint: Option<String>,
+    /// QoS this publisher asks for, NAME=VALUE (repeatable). Today only
+    /// `reliability` (best_effort, reliable, exactly_once, durable): with
+    /// `durable` the command checks first that the daemon keeps the tag in
+    /// its durable store and exits non-zero naming why if not
+    /// (docs/reliability.md).
+    #[arg(long = "qos", value_name = "NAME=VALUE")]
+    pub qos: Vec<String>,
 }
 
 /// `tagwire pull`: exactly one of the queries.

@@ -2,8 +2,9 @@
 //! `--state-dir` and `[store] tags = ["/durable/**"]` gets events from
 //! `tagwire pub`, is killed with SIGKILL, and a new `tagwired` on the same
 //! state directory replays all of them, exactly once and in order, to
-//! `tagwire sub --replay-from start`; a replay of a tag that is not durable
-//! exits non-zero naming why.
+//! `tagwire sub --replay-from start`; a replay of a tag that is not durable,
+//! and `tagwire pub --qos reliability=durable` on one, exit non-zero naming
+//! why.
 
 mod common;
 
@@ -85,7 +86,19 @@ fn durable_events_survive_kill_9_and_replay_exactly_once_in_order() {
     let port = free_port();
     let mut d = daemon(&dir, &state, port);
     let n = EVENTS.to_string();
-    let out = tagwire(&dir, port, &["pub", "/durable/x", "hello", "-n", &n]);
+    let out = tagwire(
+        &dir,
+        port,
+        &[
+            "pub",
+            "/durable/x",
+            "hello",
+            "-n",
+            &n,
+            "--qos",
+            "reliability=durable",
+        ],
+    );
     assert!(
         out.status.success(),
         "pub: {}",

@@ -108,6 +108,50 @@ impl Seam {
     }
 }
 
+/// What the daemon's durable store holds of a tag
+/// ([`Session::stored`]). Positions are the store's, in the order it
+/// stored the events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stored {
+    /// Events held.
+    pub held: u32,
+    /// Oldest position held (0 when none).
+    pub oldest: u64,
+    /// Newest position held (0 when none).
+    pub newest: u64,
+}
+
+impl Session {
+    /// What the daemon's durable store holds of `tag` (a `Stored` pull
+    /// that asks for no event). Fails with [`Error::Replay`] when the tag
+    /// is not durable and nothing of it is held, or the daemon has no store:
+    /// what a publisher that wants `reliability=durable` checks first.
+    pub fn stored(&self, tag: &str) -> Result<Stored, Error> {
+        tagwire_core::tags::validate_tag(tag)?;
+        let fail = |reason: String| Error::Replay {
+            tag: tag.to_owned(),
+            reason,
+        };
+        let query = PullQuery::Stored {
+            from_pos: u64::MAX,
+            from_seq: 0,
+            from_ns: 0,
+        };
+        let ((), reply) = self
+            .inner()
+            .request("stored", |e| ((), e.pull("", "", tag, query)))?;
+        match reply? {
+            Reply::Pulled(r) => Ok(Stored {
+                held: r.held,
+                oldest: r.oldest,
+                newest: r.newest,
+            }),
+            Reply::Err(code, message) => Err(fail(format!("{message} (code {code:?})"))),
+            other => Err(fail(format!("expected a pull reply, got {other:?}"))),
+        }
+    }
+}
+
 /// Most replies one replay follows before it gives up (each holds at
 /// least one event).
 const MAX_REPLIES: usize = 1 << 24;

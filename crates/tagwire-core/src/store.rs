@@ -222,6 +222,15 @@ impl TagLog {
         self.bytes
     }
 
+    /// Whether the oldest record is past the age bound at `now_ns`.
+    pub fn expired(&self, limits: &Retention, now_ns: u64) -> bool {
+        limits.max_age_ns > 0
+            && self
+                .records
+                .front()
+                .is_some_and(|r| now_ns.saturating_sub(r.2) > limits.max_age_ns)
+    }
+
     /// Oldest and newest positions held.
     pub fn span(&self) -> Option<(u64, u64)> {
         Some((self.records.front()?.0, self.records.back()?.0))

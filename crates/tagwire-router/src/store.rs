@@ -533,6 +533,14 @@ impl Writer {
     /// One transaction: the events, the retention rule, a commit synced
     /// as `fsync` says.
     fn write(&mut self, writes: Vec<(Box<str>, Bytes, u64)>, age: bool) -> Result<(), redb::Error> {
+        // The age check commits only when a record is past its age: an
+        // idle store does not sync every second.
+        let now_ns = crate::timing::now_ns();
+        let age = age
+            && self
+                .tags
+                .values()
+                .any(|l| l.expired(&self.retention, now_ns));
         if writes.is_empty() && !age && !self.unsynced {
             return Ok(());
         }
@@ -547,7 +555,6 @@ impl Writer {
             Durability::None
         })
         .map_err(|e| redb::Error::Corrupted(e.to_string()))?;
-        let now_ns = crate::timing::now_ns();
         {
             let mut table = txn.open_table(EVENTS)?;
             let mut touched: Vec<Box<str>> = Vec::new();

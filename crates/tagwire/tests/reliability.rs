@@ -131,3 +131,41 @@ fn reliability_is_accepted_at_each_level_and_durable_needs_a_store() {
         .expect_err("no store");
     assert!(e.to_string().contains("--state-dir"), "{e}");
 }
+
+#[test]
+fn the_store_keeps_the_newest_events_of_a_tag_at_its_count_bound() {
+    let dir = Dir::new("retention");
+    let mut cfg = RouterConfig {
+        tcp: "127.0.0.1:0".parse().ok(),
+        unix: None,
+        ..RouterConfig::default()
+    };
+    cfg.store.path = Some(dir.0.join("store.redb"));
+    cfg.store.tags = vec!["/kept/**".into()];
+    cfg.store.max_events_per_tag = 10;
+    let h = Router::start(cfg).expect("router");
+    let s = Session::connect(&format!("tcp://{}", h.tcp_addr().expect("addr"))).expect("connect");
+    let p = s.declare_publisher("/p").expect("publisher");
+    for i in 1..=30u64 {
+        p.publish("/kept/x", i.to_string()).expect("publish");
+    }
+    s.ping().expect("ping");
+    let deadline = Instant::now() + WAIT;
+    while s.stored("/kept/x").expect("stored").held < 10 {
+        assert!(Instant::now() < deadline, "the store never held 10 events");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let sub = s
+        .subscribe("/kept/x")
+        .replay_from(ReplayFrom::Start, Spacing::Fast)
+        .receiver()
+        .expect("subscribe");
+    let mut got = Vec::new();
+    while got.len() < 10 {
+        let sample = sub.recv_timeout(WAIT).expect("recv").expect("an event");
+        got.push(sample.event().seq);
+    }
+    assert_eq!(got, (21..=30).collect::<Vec<_>>());
+    let store = s.list().expect("list").store.expect("a store");
+    assert_eq!((store.stored, store.evicted), (30, 20), "{store:?}");
+}

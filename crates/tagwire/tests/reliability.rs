@@ -133,7 +133,7 @@ fn reliability_is_accepted_at_each_level_and_durable_needs_a_store() {
 }
 
 #[test]
-fn the_store_keeps_the_newest_events_of_a_tag_at_its_count_bound() {
+fn the_store_keeps_the_newest_events_of_a_tag_at_its_count_bound_with_fsync_interval() {
     let dir = Dir::new("retention");
     let mut cfg = RouterConfig {
         tcp: "127.0.0.1:0".parse().ok(),
@@ -143,6 +143,9 @@ fn the_store_keeps_the_newest_events_of_a_tag_at_its_count_bound() {
     cfg.store.path = Some(dir.0.join("store.redb"));
     cfg.store.tags = vec!["/kept/**".into()];
     cfg.store.max_events_per_tag = 10;
+    // The cheaper sync policy: commits in between are not synced.
+    cfg.store.fsync = tagwire::router::config::Fsync::Interval;
+    cfg.store.fsync_interval_ms = 50;
     let h = Router::start(cfg).expect("router");
     let s = Session::connect(&format!("tcp://{}", h.tcp_addr().expect("addr"))).expect("connect");
     let p = s.declare_publisher("/p").expect("publisher");

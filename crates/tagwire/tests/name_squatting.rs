@@ -124,3 +124,50 @@ fn a_subscriber_whose_name_was_taken_while_disconnected_gets_endpoint_lost() {
         other => panic!("expected EndpointLost, got {other:?}"),
     }
 }
+
+#[test]
+fn a_callback_subscription_whose_name_was_taken_gets_on_error() {
+    let dir = Dir::new("squat-cb");
+    let socket = dir.0.join("d.sock");
+    let mut cfg = RouterConfig {
+        tcp: None,
+        unix: Some(socket.clone()),
+        ..RouterConfig::default()
+    };
+    cfg.limits.endpoint_reservation_secs = 0;
+    let _h = Router::start(cfg).expect("router");
+    let direct = format!("unix://{}", socket.display());
+    let relay = Relay::start(dir.0.join("relay.sock"), socket);
+    let victim = Session::connect(&relay.addr).expect("connect via relay");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let tx = Mutex::new(tx);
+    let _sub = victim
+        .subscribe("/v/**")
+        .endpoint("/viewer-cb")
+        .on_error(move |e| {
+            let _ = tx.lock().expect("sender").send(e);
+        })
+        .callback(|_| {})
+        .expect("subscribe as /viewer-cb");
+    relay.cut();
+    let squatter = Session::connect(&direct).expect("connect");
+    let deadline = Instant::now() + WAIT;
+    let _taken = loop {
+        match squatter
+            .subscribe("/v/**")
+            .endpoint("/viewer-cb")
+            .receiver()
+        {
+            Ok(s) => break s,
+            Err(e) => {
+                assert!(Instant::now() < deadline, "the name never came free: {e}");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    };
+    relay.reopen();
+    match rx.recv_timeout(WAIT) {
+        Ok(Error::EndpointLost { name, .. }) => assert_eq!(name, "/viewer-cb"),
+        other => panic!("expected on_error(EndpointLost), got {other:?}"),
+    }
+}

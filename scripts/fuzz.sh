@@ -28,6 +28,8 @@
 #   mqtt_packet    an MQTT client's bytes into the MQTT listener's parser
 #                  (CONNECT and version, then packets of that version) and
 #                  its topic/filter mapping (tagwire-router's mqtt module)
+#   store_record   a durable store record read back from the database
+#                  (tagwire-core's store module)
 #
 # Installs cargo-fuzz if it is missing, writes the target's seed corpus (for
 # frame_decoder: the test vectors of docs/protocol.md; for admin_request

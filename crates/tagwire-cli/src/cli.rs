@@ -135,6 +135,13 @@ pub struct PubArgs {
     /// Publisher endpoint name [default: /cli/pub/PID].
     #[arg(long)]
     pub endpoint: Option<String>,
+    /// QoS this publisher asks for, NAME=VALUE (repeatable). Today only
+    /// `reliability` (best_effort, reliable, exactly_once, durable): with
+    /// `durable` the command checks first that the daemon keeps the tag in
+    /// its durable store and exits non-zero naming why if not
+    /// (docs/reliability.md).
+    #[arg(long = "qos", value_name = "NAME=VALUE")]
+    pub qos: Vec<String>,
 }
 
 /// `tagwire pull`: exactly one of the queries.
@@ -221,6 +228,18 @@ pub struct SubArgs {
     /// Exit with an error if no event arrives within this many seconds.
     #[arg(long)]
     pub timeout: Option<f64>,
+    /// Replay what the daemon's durable store holds of this tag first, then
+    /// continue live with no gap and no duplicate: `start` (all it holds),
+    /// a publisher sequence number SEQ (events numbered SEQ and later),
+    /// `time:NS` (source time at or after NS ns since the Unix epoch) or a
+    /// duration ago (`30s`, `5m`). The tag must be `reliability=durable`
+    /// (docs/reliability.md).
+    #[arg(long, value_name = "SEQ|TIME|start")]
+    pub replay_from: Option<String>,
+    /// With --replay-from: `fast` (as fast as they come, the default) or
+    /// `original` (the publisher's spacing, from the events' source times).
+    #[arg(long, value_name = "fast|original", requires = "replay_from")]
+    pub spacing: Option<String>,
 }
 
 /// `tagwire list`.

@@ -234,6 +234,22 @@ pub enum Input {
         /// Server name.
         name: String,
     },
+    /// Client: after a reconnect, the server refused to give endpoint
+    /// `endpoint` back (another session took its name while the connection
+    /// was down). It and its subscriptions `subs` are gone from the tables:
+    /// they receive nothing more.
+    EndpointLost {
+        /// The endpoint id.
+        endpoint: u32,
+        /// Its name.
+        name: Arc<str>,
+        /// Its subscriptions.
+        subs: Vec<u32>,
+        /// The refusal's code.
+        code: ErrorCode,
+        /// The refusal's message.
+        message: String,
+    },
     /// Client: the reply to request `req`.
     Reply {
         /// Request id.
@@ -399,6 +415,8 @@ enum Outstanding {
     Plain,
     Declare(u32),
     Subscribe(u32),
+    /// An endpoint declared again after a reconnect.
+    Redeclare(u32),
 }
 
 /// One connection's protocol state. See the module doc.
@@ -1489,6 +1507,32 @@ impl Connection {
                 Reply::Err(code, message) => Input::PeerError { req, code, message },
                 _ => Input::Handled,
             },
+            Some(Outstanding::Redeclare(id)) => match reply {
+                Reply::Err(code, message) => {
+                    let name = match self.endpoints.remove(&id) {
+                        Some(e) => e.name,
+                        None => return Input::Handled,
+                    };
+                    let mut subs: Vec<u32> = self
+                        .subs
+                        .iter()
+                        .filter(|(_, s)| s.endpoint == id)
+                        .map(|(sub, _)| *sub)
+                        .collect();
+                    subs.sort_unstable();
+                    for s in &subs {
+                        self.subs.remove(s);
+                    }
+                    Input::EndpointLost {
+                        endpoint: id,
+                        name,
+                        subs,
+                        code,
+                        message,
+                    }
+                }
+                _ => Input::Handled,
+            },
             Some(what) => {
                 if let Reply::Err(..) = reply {
                     match what {
@@ -1498,7 +1542,7 @@ impl Connection {
                         Outstanding::Subscribe(sub) => {
                             self.subs.remove(&sub);
                         }
-                        Outstanding::Plain => {}
+                        Outstanding::Plain | Outstanding::Redeclare(_) => {}
                     }
                 }
                 Input::Reply { req, reply }
@@ -1547,8 +1591,12 @@ impl Connection {
             .collect();
         endpoints.sort_by_key(|(id, _)| *id);
         for (id, e) in endpoints {
+            // A request id of its own: a refusal (the name taken meanwhile)
+            // comes back as `Input::EndpointLost`, not as an anonymous error.
+            let req = self.next_id();
+            self.outstanding.insert(req, Outstanding::Redeclare(id));
             self.send(&Frame::DeclareEndpoint {
-                req: 0,
+                req,
                 id,
                 kind: e.kind,
                 name: e.name.to_string(),

@@ -125,6 +125,10 @@ pub enum PullError {
         /// The tag's `history`.
         capacity: usize,
     },
+    /// A replay query (`Stored`, code 6): served by the durable store of
+    /// the daemon the client is connected to, never from history.
+    #[error("a replay (pull query Stored) reads the durable store of the daemon the client is connected to, not a pull buffer")]
+    NotHistory,
     /// A range whose first end is after its last.
     #[error("range {first}..{last} is backwards")]
     Backwards {
@@ -521,6 +525,9 @@ impl HistoryTable {
         let no_history = || PullError::NoHistory {
             tag: tag.to_owned(),
         };
+        if let PullQuery::Stored { .. } = query {
+            return Err(PullError::NotHistory);
+        }
         let t = self.tags.get(tag).ok_or_else(no_history)?;
         let ring = if publisher.is_empty() {
             t.last.as_ref().and_then(|p| t.rings.get(p))
@@ -620,6 +627,7 @@ impl HistoryTable {
                     a
                 }
             }
+            PullQuery::Stored { .. } => return Err(PullError::NotHistory),
         })
     }
 }

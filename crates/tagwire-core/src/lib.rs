@@ -18,6 +18,8 @@
 //!   in one table, used by the router for every publish.
 //! - [`bandwidth`]: bandwidth reservations (`reserve=RATE`): rate parsing,
 //!   admission (sum ≤ capacity, bounded count) and traffic-class ids.
+//! - [`store`]: the durable store's record format, retention rule and
+//!   replay start (`reliability=durable`).
 //!
 //! ```
 //! use tagwire_core::tags::{Pattern, TagTable};
@@ -38,4 +40,5 @@ pub mod proxy;
 pub mod qos;
 pub mod queue;
 pub mod route;
+pub mod store;
 pub mod tags;

@@ -70,10 +70,11 @@ proptest! {
                         PullQuery::SeqRange { first, .. } if first > newest => Err("after"),
                         PullQuery::SeqRange { first, last } => Ok(model.iter().filter(|e| e.0 >= first && e.0 <= last).map(|e| e.0).collect()),
                         PullQuery::TimeRange { from_ns, to_ns, from_seq } => Ok(model.iter().filter(|e| e.1 >= from_ns && e.1 <= to_ns && e.0 >= from_seq).map(|e| e.0).collect()),
+                        PullQuery::Stored { .. } => Err("stored"),
                     };
                     match (want, got) {
                         (Err(name), Err(e)) => {
-                            let ok = matches!((name, &e), ("nth", PullError::NthBeyondHistory { .. }) | ("after", PullError::SeqAfterNewest { .. }) | ("larger", PullError::RangeLargerThanBuffer { .. }));
+                            let ok = matches!((name, &e), ("nth", PullError::NthBeyondHistory { .. }) | ("after", PullError::SeqAfterNewest { .. }) | ("larger", PullError::RangeLargerThanBuffer { .. }) | ("stored", PullError::NotHistory));
                             prop_assert!(ok, "{} vs {:?}", name, e);
                         }
                         (Ok(list), Ok(a)) => {

@@ -93,6 +93,7 @@ fn value(p: Property) -> BoxedStrategy<String> {
         ]
         .boxed(),
         Property::Shm => pick(&["off", "auto", "require"]),
+        Property::Reliability => pick(&["best_effort", "reliable", "exactly_once", "durable"]),
         _ => unreachable!("the test knows every property"),
     }
 }

@@ -685,6 +685,10 @@ pub struct Listing {
     /// Shared memory negotiated by this daemon (`docs/shm.md`).
     #[serde(default)]
     pub shm: ShmCounters,
+    /// The durable store (`docs/reliability.md`); absent when the daemon
+    /// has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store: Option<StoreTotals>,
     /// Set when the listing goes on in another page: send it back as
     /// `after` to get that page. Absent on the last page.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -838,6 +842,23 @@ pub struct HistoryTotals {
     /// Events not recorded: a new tag beyond `limits.max_history_tags`, the
     /// byte bounds with nothing left to evict, or larger than a tag's bound.
     pub not_recorded: u64,
+}
+
+/// The durable store's counters, as `tagwire list --json` shows them
+/// (`docs/reliability.md`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoreTotals {
+    /// Events written since the start.
+    pub stored: u64,
+    /// Events of durable tags delivered but not stored: the store's queue
+    /// full, a tag beyond `store.max_tags`, or a write error.
+    pub not_stored: u64,
+    /// Records deleted by retention (count, bytes, age).
+    pub evicted: u64,
+    /// Records that did not decode when the store was opened (deleted).
+    pub corrupt: u64,
+    /// Transactions committed.
+    pub commits: u64,
 }
 
 /// Counters of the daemon's shared-memory negotiation (shown by `tagwire list`'s JSON).

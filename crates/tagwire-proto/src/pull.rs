@@ -41,6 +41,21 @@ pub enum PullQuery {
         /// Smallest sequence number.
         from_seq: u64,
     },
+    /// Events of a `reliability=durable` tag in the daemon's durable store
+    /// (`docs/reliability.md`), for a replay: those at store position
+    /// `from_pos` or later (0: the oldest held) whose sequence number is at
+    /// least `from_seq` and whose source time is at least `from_ns`
+    /// (code 6). Positions rise in the order the daemon stored the events;
+    /// a reply's `oldest`/`newest` are positions, and `More { next }` is
+    /// the position to ask from next.
+    Stored {
+        /// First store position.
+        from_pos: u64,
+        /// Smallest sequence number.
+        from_seq: u64,
+        /// Earliest source time.
+        from_ns: u64,
+    },
 }
 
 impl PullQuery {
@@ -52,6 +67,7 @@ impl PullQuery {
             PullQuery::Seq(_) => 3,
             PullQuery::SeqRange { .. } => 4,
             PullQuery::TimeRange { .. } => 5,
+            PullQuery::Stored { .. } => 6,
         }
     }
 
@@ -74,6 +90,15 @@ impl PullQuery {
                 out.put_u64_le(to_ns);
                 out.put_u64_le(from_seq);
             }
+            PullQuery::Stored {
+                from_pos,
+                from_seq,
+                from_ns,
+            } => {
+                out.put_u64_le(from_pos);
+                out.put_u64_le(from_seq);
+                out.put_u64_le(from_ns);
+            }
         }
     }
 
@@ -90,6 +115,11 @@ impl PullQuery {
                 from_ns: r.u64("from time")?,
                 to_ns: r.u64("to time")?,
                 from_seq: r.u64("from sequence number")?,
+            },
+            6 => PullQuery::Stored {
+                from_pos: r.u64("from store position")?,
+                from_seq: r.u64("from sequence number")?,
+                from_ns: r.u64("from time")?,
             },
             v => {
                 return Err(DecodeError::BadValue {

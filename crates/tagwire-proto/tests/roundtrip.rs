@@ -240,6 +240,13 @@ fn pull_query() -> impl Strategy<Value = PullQuery> {
                 from_seq,
             }
         }),
+        (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(from_pos, from_seq, from_ns)| {
+            PullQuery::Stored {
+                from_pos,
+                from_seq,
+                from_ns,
+            }
+        }),
     ]
 }
 

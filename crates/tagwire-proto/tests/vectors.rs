@@ -333,6 +333,21 @@ fn valid_vectors() -> Vec<(&'static str, Frame, Option<Event>)> {
             None,
         ),
         (
+            "pull_stored",
+            Frame::Pull(Pull {
+                req: 6,
+                node: s(""),
+                publisher: s(""),
+                tag: s("/t"),
+                query: PullQuery::Stored {
+                    from_pos: 3,
+                    from_seq: 0,
+                    from_ns: 0,
+                },
+            }),
+            None,
+        ),
+        (
             "pull_reply_events",
             Frame::PullReply(PullReply {
                 req: 3,

@@ -339,6 +339,7 @@ pub(crate) fn list_page(
         filtered_at_source: st.filtered_at_source,
         deferred: st.node.held().0,
         history: crate::history::totals(st),
+        store: crate::store::totals(st),
         shm: st.shm.listing(),
         memory: MemoryInfo {
             buffered_bytes: st.memory.used() as u64,

@@ -17,12 +17,14 @@ pub(crate) mod history;
 pub(crate) mod metrics;
 pub(crate) mod mqtt;
 pub(crate) mod qos;
+pub(crate) mod store;
 
 pub use auth::{AclRule, AuthConfig, TokenConfig};
 pub use bandwidth::BandwidthConfig;
 pub use cluster::ClusterConfig;
 pub use error::ConfigError;
 pub use metrics::MetricsConfig;
+pub use store::{Fsync, StoreConfig};
 
 /// Default TCP listen address.
 pub const DEFAULT_TCP: &str = "127.0.0.1:7700";
@@ -74,6 +76,9 @@ pub struct RouterConfig {
     pub cluster: ClusterConfig,
     /// The MQTT listener (`[mqtt]`; docs/mqtt.md). Off unless `listen` is set.
     pub mqtt: mqtt::MqttConfig,
+    /// The durable store of `reliability=durable` tags (`[store]`;
+    /// docs/reliability.md).
+    pub store: StoreConfig,
 }
 
 /// The `[federation]` section: which daemons to link with and the bounds of
@@ -501,6 +506,7 @@ impl Default for RouterConfig {
             metrics: MetricsConfig::default(),
             cluster: ClusterConfig::default(),
             mqtt: mqtt::MqttConfig::default(),
+            store: StoreConfig::default(),
         }
     }
 }
@@ -574,6 +580,7 @@ impl RouterConfig {
             )));
         }
         self.federation.validate()?;
+        self.store.validate().map_err(ConfigError::Invalid)?;
         tagwire_proto::validate_max_frame(self.limits.max_frame).map_err(|_| {
             ConfigError::Invalid(format!(
                 "limits.max_frame = {} is outside {}..={}",
@@ -616,6 +623,8 @@ impl RouterConfig {
         let bands: Vec<String> = self.bands.iter().map(|b| b.name.clone()).collect();
         let daemon = qos::daemon_layer(&self.qos, &bands).map_err(ConfigError::Invalid)?;
         history::validate_config(self, &daemon).map_err(ConfigError::Invalid)?;
+        store::check_layer(self, &daemon)
+            .map_err(|(_, m)| ConfigError::Invalid(format!("[qos]: {m}")))?;
         Ok(())
     }
 }

@@ -652,6 +652,27 @@ impl Conn {
                 self.engine.accept();
             }
             Input::Admin { body, .. } => self.admin(&body),
+            Input::Pull(pull) if matches!(pull.query, tagwire_proto::PullQuery::Stored { .. }) => {
+                // A replay from the durable store: answered by the store thread.
+                let pull = *pull;
+                let checked = crate::history::check_readable(&pull, &self.rights);
+                match checked {
+                    Err((code, message)) => self.engine.refuse_pull(code, message),
+                    Ok(()) => {
+                        let max_frame = self.engine.max_frame();
+                        let req = self.engine.defer();
+                        let pull = tagwire_proto::Pull { req, ..pull };
+                        let mut st = self.state.borrow_mut();
+                        let out = self.outbox.clone();
+                        let r = crate::store::pull(&mut st, pull, out, self.max_control, max_frame);
+                        drop(st);
+                        if let Err((code, message)) = r {
+                            self.outbox
+                                .send(&Frame::Error { req, code, message }, self.max_control);
+                        }
+                    }
+                }
+            }
             Input::Pull(pull) => {
                 let pull = *pull;
                 let max_frame = self.engine.max_frame();

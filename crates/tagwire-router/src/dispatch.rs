@@ -113,6 +113,16 @@ fn deliver_with(
         }
         Some(_) => {}
     }
+    if st.store.enabled {
+        match shm.as_deref_mut() {
+            None => crate::store::record(st, event, ev),
+            Some(s) => {
+                if let Some(copy) = s.copied() {
+                    crate::store::record(st, copy, ev);
+                }
+            }
+        }
+    }
     let meta = EventMeta {
         deadline,
         source_time: ev.source_time_ns,

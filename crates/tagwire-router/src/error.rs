@@ -34,4 +34,7 @@ pub enum RouterError {
     /// A `[tls]` file is missing or unusable (the error names the file).
     #[error(transparent)]
     Tls(#[from] crate::tls::TlsError),
+    /// The durable store (`[store]`) could not be opened.
+    #[error(transparent)]
+    Store(crate::store::StoreError),
 }

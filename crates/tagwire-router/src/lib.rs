@@ -53,6 +53,7 @@ mod qos;
 mod read_buffer;
 mod shm;
 mod state;
+mod store;
 mod sync;
 mod timing;
 pub mod tls;
@@ -74,6 +75,7 @@ pub use membership::{Beacon, BeaconError};
 pub use shm::ShmCounters;
 use state::lanes::LaneCommand;
 use state::State;
+pub use store::StoreError;
 use sync::Locked;
 /// The admin requests and replies (moved to `tagwire_proto::admin`; here
 /// under their old names, so that code naming `tagwire_router::Listing`
@@ -276,13 +278,17 @@ impl Router {
         let band_names: Vec<String> = bands.iter().map(|b| b.name.clone()).collect();
         let daemon_qos = config::qos::daemon_layer(&config.qos, &band_names)
             .map_err(|m| RouterError::Config(config::ConfigError::Invalid(m)))?;
+        let store = store::RouterStore::open(&config.store, timing::now_ns())
+            .map_err(RouterError::Store)?;
         let state = Arc::new(Locked::new(State::new(config, auth)));
+        state.borrow_mut().store = store;
         state.borrow_mut().fed.tls = link_tls;
         {
             let mut st = state.borrow_mut();
             st.qos_daemon = daemon_qos;
             st.refresh_supplier_limit();
             history::layers_changed(&mut st);
+            store::layers_changed(&mut st);
             st.band_names = band_names;
         }
         if let Some(f) = &reservations_file {
@@ -464,6 +470,8 @@ impl RouterHandle {
             lane::command(&tx, LaneCommand::Exit);
             join(thread);
         }
+        // Every lane has stopped: the store writes what is queued and syncs.
+        self.state.borrow_mut().store.close();
         if let Some(f) = &self.reservations_file {
             self.state
                 .borrow_mut()

@@ -356,6 +356,7 @@ pub(crate) fn admin_qos(
     };
     if let Some(l) = &upper_change {
         crate::config::history::check_layer(&st.config, l)?;
+        crate::config::store::check_layer(&st.config, l)?;
     }
     // Install the upper layer tentatively, resolve every channel, and roll
     // back on the first refusal.
@@ -387,6 +388,9 @@ pub(crate) fn admin_qos(
     st.refresh_supplier_limit();
     if set.contains_key("history") || unset.iter().any(|u| u == "history") {
         crate::history::layers_changed(st);
+    }
+    if set.contains_key("reliability") || unset.iter().any(|u| u == "reliability") {
+        crate::store::layers_changed(st);
     }
     let mut dropped = 0;
     let changed = plans.len();

@@ -214,6 +214,8 @@ pub(crate) struct State {
     pub admin_jobs: Option<tokio::sync::mpsc::Sender<lanes::AdminJob>>,
     /// Pull buffers (the `history` QoS property).
     pub history: history::RouterHistory,
+    /// The durable store (`reliability=durable`; crate::store).
+    pub(crate) store: crate::store::RouterStore,
     /// Where `proxy=auto` subscriptions' proxies run.
     pub placement: placement::Placement,
     /// Bandwidth reservations (`reserve=`; crate::bandwidth).
@@ -262,6 +264,7 @@ impl State {
             admission: Admission::default(),
             housekeeping: Arc::default(),
             replies_when_settled: Vec::new(),
+            store: Default::default(),
             lanes: Vec::new(),
             qos_daemon: tagwire_core::qos::QosLayer::new(tagwire_core::qos::Level::Daemon),
             qos_tags: Vec::new(),

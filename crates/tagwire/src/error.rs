@@ -118,6 +118,25 @@ pub enum Error {
         /// The router's bands, comma-separated.
         known: String,
     },
+    /// A replay from the durable store failed (`replay_from`): the tag is
+    /// not durable, the store is busy, or the connection was lost.
+    #[error("replay of {tag}: {reason}")]
+    Replay {
+        /// The tag.
+        tag: String,
+        /// Why.
+        reason: String,
+    },
+    /// After a reconnect, this subscriber's endpoint name was refused to
+    /// it (another session took the name while the connection was down):
+    /// the subscription receives nothing more.
+    #[error("endpoint {name} was lost across a reconnect: {reason}")]
+    EndpointLost {
+        /// The endpoint name.
+        name: String,
+        /// The daemon's refusal.
+        reason: String,
+    },
 }
 
 /// Shorthand for `Result<T, tagwire::Error>`.

@@ -27,6 +27,7 @@ mod credentials;
 mod error;
 mod publisher;
 mod pull;
+mod replay;
 mod sample;
 mod session;
 mod shm;
@@ -39,10 +40,12 @@ pub use builder::{SessionBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RECONNECT_WAI
 pub use error::{Error, Result};
 pub use publisher::{EventBuilder, Publisher};
 pub use pull::{HistoryAt, Pull, PullError, PullOptions};
+pub use replay::{ReplayFrom, Spacing, Stored};
 pub use sample::Sample;
 pub use session::{EmbeddedRouter, Refusals, Session, HOT_INTERVAL};
 pub use shm::{ShmMode, ShmStats};
 pub use subscriber::{CallbackSubscription, Subscriber, SubscriptionBuilder};
+pub use tagwire_core::qos::Reliability;
 pub use tls::TlsOptions;
 pub use url::ServerUrl;
 

@@ -32,6 +32,8 @@ pub struct SubscriptionBuilder {
     max_queue_length: usize,
     local_queue_length: Option<usize>,
     discard: DiscardPolicy,
+    replay: Option<(crate::ReplayFrom, crate::Spacing)>,
+    on_error: Option<Box<dyn Fn(Error) + Send + Sync>>,
 }
 
 static AUTO_ENDPOINT: AtomicU64 = AtomicU64::new(0);
@@ -46,6 +48,8 @@ impl SubscriptionBuilder {
             max_queue_length: DEFAULT_QUEUE_LENGTH,
             local_queue_length: None,
             discard: DiscardPolicy::default(),
+            replay: None,
+            on_error: None,
         }
     }
 
@@ -99,6 +103,28 @@ impl SubscriptionBuilder {
         self
     }
 
+    /// Replays what the daemon's durable store holds of this tag from
+    /// `from` first, then continues live, with no gap and no duplicate at
+    /// the seam (docs/reliability.md, "Replay"). The pattern must be a tag
+    /// whose `reliability` is `durable` at the daemon. The replay runs on a
+    /// thread of its own; if it fails, a receiver's
+    /// [`recv`](Subscriber::recv) returns [`Error::Replay`] (a callback
+    /// subscription's [`on_error`](Self::on_error) gets it).
+    pub fn replay_from(mut self, from: crate::ReplayFrom, spacing: crate::Spacing) -> Self {
+        self.replay = Some((from, spacing));
+        self
+    }
+
+    /// For a callback subscription: `f` runs when the subscription ends
+    /// for a reason other than its own drop or the session's close — its
+    /// endpoint name lost across a reconnect ([`Error::EndpointLost`]), or
+    /// a failed replay ([`Error::Replay`]). Without it, such an error is
+    /// logged. (A receiver gets the error from `recv`.)
+    pub fn on_error(mut self, f: impl Fn(Error) + Send + Sync + 'static) -> Self {
+        self.on_error = Some(Box::new(f));
+        self
+    }
+
     /// Subscribes; events queue for [`Subscriber::recv`], its iterator or its stream.
     pub fn receiver(self) -> Result<Subscriber> {
         let bound = self.local_queue_length.unwrap_or(self.max_queue_length);
@@ -114,15 +140,22 @@ impl SubscriptionBuilder {
     /// Subscribes; `f` runs on the session's reader thread for each event.
     /// It must not block; it may publish.
     pub fn callback(
-        self,
+        mut self,
         f: impl Fn(Sample) + Send + Sync + 'static,
     ) -> Result<CallbackSubscription> {
-        let (session, sub) = self.create(Sink::Callback(Box::new(f)))?;
+        let on_error = self.on_error.take();
+        let (session, sub) = self.create(Sink::Callback(Box::new(f), on_error))?;
         Ok(CallbackSubscription { session, sub })
     }
 
     fn create(self, sink: Sink) -> Result<(Session, u32)> {
         tagwire_core::tags::Pattern::parse(&self.pattern)?;
+        if self.replay.is_some() {
+            tagwire_core::tags::validate_tag(&self.pattern).map_err(|e| Error::Replay {
+                tag: self.pattern.clone(),
+                reason: format!("a replay reads one tag, not a pattern: {e}"),
+            })?;
+        }
         let inner = self.session.inner().clone();
         let name = self.endpoint.unwrap_or_else(|| {
             format!(
@@ -132,8 +165,25 @@ impl SubscriptionBuilder {
             )
         });
         let endpoint = inner.declare_endpoint(EndpointKind::Subscriber, &name)?;
-        match inner.add_subscription(endpoint, &self.pattern, self.qos, Arc::new(sink)) {
-            Ok(sub) => Ok((self.session, sub)),
+        let sink = Arc::new(sink);
+        let (sink, seam) = match self.replay {
+            None => (sink, None),
+            Some(_) => {
+                let seam = crate::replay::Seam::new(sink);
+                (Arc::new(Sink::Seam(seam.clone())), Some(seam))
+            }
+        };
+        match inner.add_subscription(endpoint, &self.pattern, self.qos, sink) {
+            Ok(sub) => {
+                if let (Some((from, spacing)), Some(seam)) = (self.replay, seam) {
+                    let session = self.session.clone();
+                    let tag = self.pattern.clone();
+                    std::thread::Builder::new()
+                        .name("tagwire-replay".into())
+                        .spawn(move || crate::replay::run(session, tag, from, spacing, seam))?;
+                }
+                Ok((self.session, sub))
+            }
             Err(e) => {
                 inner.undeclare_endpoint(endpoint);
                 Err(e)
@@ -145,7 +195,13 @@ impl SubscriptionBuilder {
 /// Where the reader thread puts a subscription's events.
 pub(crate) enum Sink {
     Queue(Arc<SubQueue>),
-    Callback(Box<dyn Fn(Sample) + Send + Sync>),
+    /// The callback, and what to call when the subscription fails.
+    Callback(
+        Box<dyn Fn(Sample) + Send + Sync>,
+        Option<Box<dyn Fn(Error) + Send + Sync>>,
+    ),
+    /// A subscription that replays first (crate::replay).
+    Seam(Arc<crate::replay::Seam>),
 }
 
 impl Sink {
@@ -154,17 +210,31 @@ impl Sink {
     pub(crate) fn deliver_sample(&self, sample: Sample) {
         match self {
             Sink::Queue(q) => q.push(sample),
-            Sink::Callback(f) => {
+            Sink::Callback(f, _) => {
                 if let Some(s) = sample.settle() {
                     f(s)
                 }
             }
+            Sink::Seam(s) => s.offer(sample),
         }
     }
 
     pub(crate) fn close(&self) {
-        if let Sink::Queue(q) = self {
-            q.close();
+        match self {
+            Sink::Queue(q) => q.close(),
+            Sink::Seam(s) => s.inner.close(),
+            Sink::Callback(..) => {}
+        }
+    }
+
+    /// Ends the subscription with `error`: a receiver's `recv` returns it
+    /// (after what is queued), a callback's `on_error` gets it.
+    pub(crate) fn fail(&self, error: Error) {
+        match self {
+            Sink::Queue(q) => q.fail(error),
+            Sink::Callback(_, Some(f)) => f(error),
+            Sink::Callback(_, None) => tracing::error!("subscription ended: {error}"),
+            Sink::Seam(s) => s.inner.fail(error),
         }
     }
 }
@@ -179,6 +249,8 @@ struct QueueState {
     waiters: usize,
     waker: Option<Waker>,
     closed: bool,
+    /// Why the subscription ended, if not by a close.
+    failed: Option<Error>,
 }
 
 impl SubQueue {
@@ -189,6 +261,7 @@ impl SubQueue {
                 waiters: 0,
                 waker: None,
                 closed: false,
+                failed: None,
             }),
             ready: Condvar::new(),
         })
@@ -209,6 +282,11 @@ impl SubQueue {
         if let Some(w) = waker {
             w.wake();
         }
+    }
+
+    fn fail(&self, error: Error) {
+        lock(&self.state).failed = Some(error);
+        self.close();
     }
 
     fn close(&self) {
@@ -233,7 +311,7 @@ impl SubQueue {
                 }
             }
             if st.closed {
-                return Err(Error::Closed);
+                return Err(st.failed.take().unwrap_or(Error::Closed));
             }
             st.waiters += 1;
             st = match deadline {

@@ -105,6 +105,12 @@ struct Args {
     /// see docs/mqtt.md.
     #[arg(long, value_name = "ADDR")]
     mqtt: Option<std::net::SocketAddr>,
+    /// Directory of the daemon's durable state: the store of
+    /// `reliability=durable` tags (`store.redb`; docs/reliability.md).
+    /// Without it (or `[store] path`) the daemon has no store, and making a
+    /// tag durable is refused. Created (mode 0700) if missing.
+    #[arg(long, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
     /// Log filter (tracing syntax, e.g. `info`, `tagwire_router=debug`); RUST_LOG also works.
     #[arg(long, default_value = "info")]
     log: String,
@@ -161,6 +167,15 @@ fn config(args: &Args) -> Result<RouterConfig, ConfigError> {
     }
     if let Some(a) = args.metrics {
         cfg.metrics.listen = Some(a);
+    }
+    if let Some(dir) = &args.state_dir {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| ConfigError::Invalid(format!("--state-dir {}: {e}", dir.display())))?;
+        cfg.store.path = Some(dir.join("store.redb"));
     }
     if cfg.reservations_file.is_none() {
         // One file per daemon: named after its TCP port when it has one.

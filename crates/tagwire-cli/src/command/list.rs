@@ -176,6 +176,16 @@ pub fn run(session: &Session, a: ListArgs) -> CmdResult {
             h.not_recorded
         );
     }
+    if let Some(st) = &l.store {
+        outln!(
+            "
+durable store: {} stored, {} not stored (queue full or a bound), {} evicted, {} commits",
+            st.stored,
+            st.not_stored,
+            st.evicted,
+            st.commits
+        );
+    }
     Ok(())
 }
 

@@ -42,6 +42,27 @@ pub fn run(session: &Session, a: PubArgs) -> CmdResult {
             .into());
         }
     }
+    for kv in &a.qos {
+        let (k, v) = kv.split_once('=').ok_or_else(|| {
+            format!("--qos {kv:?}: expected NAME=VALUE, e.g. --qos reliability=durable")
+        })?;
+        if k != "reliability" {
+            return Err(format!(
+                "--qos {k}: tagwire pub takes only reliability today (set other QoS of a tag with `tagwire admin qos TAG {k}=…`)"
+            )
+            .into());
+        }
+        let wanted: tagwire::Reliability = v.parse()?;
+        match wanted {
+            tagwire::Reliability::Durable => {
+                session.stored(&a.tag)?;
+            }
+            tagwire::Reliability::Reliable | tagwire::Reliability::ExactlyOnce => eprintln!(
+                "tagwire: reliability={wanted} is delivered as best_effort today (docs/reliability.md)"
+            ),
+            _ => {}
+        }
+    }
     let name = a
         .endpoint
         .clone()

@@ -54,6 +54,17 @@ pub fn run(session: &Session, a: SubArgs) -> CmdResult {
     if let Some(m) = &a.mapping {
         b = b.map(m);
     }
+    if let Some(from) = &a.replay_from {
+        let from: tagwire::ReplayFrom = from.parse()?;
+        let spacing = match a.spacing.as_deref() {
+            None | Some("fast") => tagwire::Spacing::Fast,
+            Some("original") => tagwire::Spacing::Original,
+            Some(other) => {
+                return Err(format!("--spacing {other:?}: expected fast or original").into())
+            }
+        };
+        b = b.replay_from(from, spacing);
+    }
     let sub = b.receiver()?;
     let stop = stop_on_signal();
     let mut out = BufWriter::new(std::io::stdout().lock());

@@ -6,7 +6,7 @@
 //!   `priority_model`, `sched`, `dscp`, `timeout`, `stop_time`, `start_time`,
 //!   `order`, `discard`, `max_queue_length`, `max_events_per_consumer`,
 //!   `max_batch`, `pacing_interval`, `max_consumers`, `max_suppliers`,
-//!   `band`, `history`) and their values; every bad value is refused with a
+//!   `band`, `history`, `reliability`, …) and their values; every bad value is refused with a
 //!   [`QosError`] naming the property, the value and what is accepted.
 //! - [`Level`] and [`QosLayer`]: daemon → tag → session → channel → event;
 //!   a layer is what one level sets.
@@ -43,9 +43,9 @@ mod resolve;
 
 pub use layer::{EventQos, QosLayer};
 pub use property::{
-    parse_priority, Dscp, Level, PriorityClass, PriorityModel, Property, ProxyMode, QosSet, Sched,
-    ShmMode, ShowValue, DEFAULT_MAX_BATCH, DEFAULT_PRIORITY, MAX_BATCH, MAX_CLIENTS,
-    MAX_EVENTS_PER_CONSUMER, MAX_PACING_INTERVAL_NS,
+    parse_priority, Dscp, Level, PriorityClass, PriorityModel, Property, ProxyMode, QosSet,
+    Reliability, Sched, ShmMode, ShowValue, DEFAULT_MAX_BATCH, DEFAULT_PRIORITY, MAX_BATCH,
+    MAX_CLIENTS, MAX_EVENTS_PER_CONSUMER, MAX_PACING_INTERVAL_NS,
 };
 pub use resolve::{change, resolve, EventEffective, Resolved, Source};
 

@@ -132,13 +132,17 @@ pub enum Property {
     /// `shm`: whether same-host payloads travel in shared memory (off,
     /// auto, require).
     Shm,
+    /// `reliability`: what the delivery promises (best_effort, reliable,
+    /// exactly_once, durable; see docs/reliability.md for what each one
+    /// guarantees today).
+    Reliability,
 }
 
 const UP_TO_CHANNEL: &[Level] = &[Level::Daemon, Level::Tag, Level::Session, Level::Channel];
 
 impl Property {
     /// Number of properties.
-    pub const COUNT: usize = 22;
+    pub const COUNT: usize = 23;
 
     /// Every property, in the order `tagwire admin show` lists them.
     pub const ALL: [Property; Property::COUNT] = [
@@ -164,6 +168,7 @@ impl Property {
         Property::Proxy,
         Property::MaxDelay,
         Property::Shm,
+        Property::Reliability,
     ];
 
     /// The name users type (`priority`, `max_queue_length`, …).
@@ -191,6 +196,7 @@ impl Property {
             Property::Proxy => "proxy",
             Property::MaxDelay => "max_delay",
             Property::Shm => "shm",
+            Property::Reliability => "reliability",
         }
     }
 
@@ -323,6 +329,63 @@ impl std::str::FromStr for ShmMode {
             "auto" => Ok(ShmMode::Auto),
             "require" => Ok(ShmMode::Require),
             _ => Err(invalid(Property::Shm, s, "expected off, auto or require")),
+        }
+    }
+}
+
+/// What a channel's delivery promises (issue 25; docs/reliability.md).
+/// Today a single daemon keeps `durable` tags' events in its store and
+/// replays them; the other values are accepted and shown, and promise no
+/// more than `best_effort` until hop-by-hop acknowledgement lands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash, PartialOrd, Ord)]
+pub enum Reliability {
+    /// Delivered at most once, dropped by a full queue or a lost link (the
+    /// default).
+    #[default]
+    BestEffort,
+    /// No gap and no duplicate while both ends and a path live (not yet
+    /// enforced over links: best effort today).
+    Reliable,
+    /// Also deduplicated across a publisher's retry (not yet enforced:
+    /// best effort today).
+    ExactlyOnce,
+    /// Kept in the daemon's durable store (set on a tag or the daemon), so
+    /// a late or recovering subscriber can replay it, across a restart or
+    /// `kill -9` of the daemon.
+    Durable,
+}
+
+impl Reliability {
+    /// The name (`best_effort`, `reliable`, `exactly_once`, `durable`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reliability::BestEffort => "best_effort",
+            Reliability::Reliable => "reliable",
+            Reliability::ExactlyOnce => "exactly_once",
+            Reliability::Durable => "durable",
+        }
+    }
+}
+
+impl fmt::Display for Reliability {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Reliability {
+    type Err = QosError;
+    fn from_str(s: &str) -> Result<Self, QosError> {
+        match s {
+            "best_effort" => Ok(Reliability::BestEffort),
+            "reliable" => Ok(Reliability::Reliable),
+            "exactly_once" => Ok(Reliability::ExactlyOnce),
+            "durable" => Ok(Reliability::Durable),
+            _ => Err(invalid(
+                Property::Reliability,
+                s,
+                "expected best_effort, reliable, exactly_once or durable",
+            )),
         }
     }
 }
@@ -684,6 +747,8 @@ pub struct QosSet {
     pub max_delay: Option<u64>,
     /// Shared memory for same-host payloads; default auto.
     pub shm: ShmMode,
+    /// What delivery promises; default best_effort.
+    pub reliability: Reliability,
 }
 
 impl Default for QosSet {
@@ -711,6 +776,7 @@ impl Default for QosSet {
             proxy: ProxyMode::AtSubscriber,
             max_delay: None,
             shm: ShmMode::Auto,
+            reliability: Reliability::BestEffort,
         }
     }
 }
@@ -827,6 +893,7 @@ impl QosSet {
             }
             Property::Proxy => self.proxy = s.parse()?,
             Property::Shm => self.shm = s.parse()?,
+            Property::Reliability => self.reliability = s.parse()?,
             Property::MaxDelay => {
                 self.max_delay = match s {
                     "none" => None,
@@ -911,6 +978,7 @@ impl QosSet {
             Property::Proxy => self.proxy = other.proxy.clone(),
             Property::MaxDelay => self.max_delay = other.max_delay,
             Property::Shm => self.shm = other.shm,
+            Property::Reliability => self.reliability = other.reliability,
             Property::MinInterval => self.min_interval = other.min_interval,
         }
     }
@@ -988,6 +1056,7 @@ impl fmt::Display for ShowValue<'_> {
             },
             Property::MinInterval => show_duration(q.min_interval, f),
             Property::Shm => q.shm.fmt(f),
+            Property::Reliability => q.reliability.fmt(f),
         }
     }
 }
@@ -1017,6 +1086,28 @@ mod tests {
         assert!(text.contains(p.name()), "{text}");
         assert!(text.contains(&format!("\"{value}\"")), "{text}");
         assert!(text.contains(reason), "{p}={value}: {text}");
+    }
+
+    #[test]
+    fn reliability_takes_its_four_names_at_every_level_up_to_the_channel() {
+        for v in ["best_effort", "reliable", "exactly_once", "durable"] {
+            assert_eq!(ok(Property::Reliability, v), v);
+        }
+        assert_eq!(QosSet::default().reliability, Reliability::BestEffort);
+        bad(
+            Property::Reliability,
+            "at_least_once",
+            "best_effort, reliable, exactly_once or durable",
+        );
+        bad(Property::Reliability, "", "best_effort, reliable");
+        for l in [Level::Daemon, Level::Tag, Level::Session, Level::Channel] {
+            assert!(Property::Reliability.settable_at(l), "{l}");
+        }
+        assert!(!Property::Reliability.settable_at(Level::Event));
+        assert_eq!(
+            Property::from_name("reliability"),
+            Some(Property::Reliability)
+        );
     }
 
     #[test]

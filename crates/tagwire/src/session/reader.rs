@@ -265,6 +265,27 @@ fn read_loop(inner: &Inner, stream: &mut Stream, buf: &mut BytesMut) {
                         let _ = tx.send(reply);
                     }
                 }
+                Input::EndpointLost {
+                    name,
+                    subs,
+                    code,
+                    message,
+                    ..
+                } => {
+                    tracing::error!(
+                        "endpoint {name} was refused after the reconnect: {message} (code {code:?}); its subscriptions end"
+                    );
+                    let gone: Vec<_> = {
+                        let mut sinks = lock(&inner.sinks);
+                        subs.iter().filter_map(|s| sinks.remove(s)).collect()
+                    };
+                    for sink in gone {
+                        sink.fail(crate::Error::EndpointLost {
+                            name: name.to_string(),
+                            reason: message.clone(),
+                        });
+                    }
+                }
                 Input::PeerError { req, code, message } => {
                     tracing::warn!("server reported: {message} (code {code:?})");
                     if req == 0 {

@@ -1,0 +1,668 @@
+//! The durable store (issue 25; docs/reliability.md): events of
+//! `reliability=durable` tags kept in an embedded database (redb, one file
+//! in the daemon's state directory) so that a late or recovering
+//! subscriber can replay them, across a restart or a `kill -9` of the
+//! daemon.
+//!
+//! **Off the lanes.** A lane that delivers an event of a durable tag
+//! queues `(tag, event bytes, now)` on a bounded channel and goes on; one
+//! store thread takes what is queued (up to [`MAX_BATCH`] events), writes it
+//! in one transaction, applies the retention rule
+//! ([`tagwire_core::store::TagLog`]) and commits (synced per `fsync`). When
+//! no tag is durable, a delivery costs one flag test. A full queue (count
+//! or bytes) does not block the lane: the event is delivered but not
+//! stored, counted in `not_stored`, and a warning is logged at most once a
+//! second.
+//!
+//! **Replay reads** (`Pull` query 6, `Stored`) go through the same queue,
+//! so a read sees every event queued before it: a subscriber that
+//! subscribes and then replays misses nothing between what the store holds
+//! and what it receives live (the client library removes the overlap). The
+//! store thread answers on the connection's outbox.
+//!
+//! Layout: one table `events`, key `(tag, position)`, value a
+//! [`StoreRecord`]. Positions rise across the whole store, in the order
+//! events were queued; they survive restarts (the next one is the largest
+//! held plus one).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
+use tagwire_core::qos::{resolve, Property, Reliability};
+use tagwire_core::store::{Retention, StoreRecord, TagLog};
+use tagwire_core::tags::Pattern;
+use tagwire_proto::{ErrorCode, EventRef, Frame, Pull, PullQuery, PullReply, PullStatus};
+
+use crate::channel::{Outbox, Outgoing};
+use crate::config::{Fsync, StoreConfig};
+use crate::state::State;
+
+/// Most events written in one transaction.
+pub const MAX_BATCH: usize = 4096;
+/// Most tags whose durability is cached; at the bound the cache is cleared.
+const CACHE_TAGS: usize = 65_536;
+
+const EVENTS: TableDefinition<'static, (&'static str, u64), &'static [u8]> =
+    TableDefinition::new("events");
+
+/// Why the store could not be opened.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The database file could not be opened or created.
+    #[error("cannot open the durable store {path}: {source}")]
+    Open {
+        /// The file.
+        path: PathBuf,
+        /// What redb said.
+        source: Box<redb::Error>,
+    },
+    /// `[store] tags` without a database file.
+    #[error("store.tags is set but the daemon has no store: durable tags need a database file (tagwired --state-dir DIR, or [store] path)")]
+    NoPath,
+    /// The store thread could not be started.
+    #[error("cannot start the store thread: {0}")]
+    Thread(std::io::Error),
+}
+
+/// Counters of the store (`tagwire admin show` and the metrics).
+#[derive(Debug, Default)]
+pub(crate) struct StoreCounters {
+    /// Events written.
+    pub stored: AtomicU64,
+    /// Events not stored: queue full, too many tags, a write error.
+    pub not_stored: AtomicU64,
+    /// Events removed by retention.
+    pub evicted: AtomicU64,
+    /// Records that did not decode when the store was opened (deleted).
+    pub corrupt: AtomicU64,
+    /// Commits.
+    pub commits: AtomicU64,
+    /// Bytes queued for the store thread now.
+    pub queued_bytes: AtomicU64,
+}
+
+enum Job {
+    Write {
+        tag: Box<str>,
+        event: Bytes,
+        at_ns: u64,
+    },
+    Read {
+        pull: Pull,
+        /// Whether the tag is durable now (a tag that is not, and of which
+        /// nothing is held, is refused with `NoHistory`).
+        durable: bool,
+        outbox: Arc<Outbox>,
+        max_control: usize,
+        max_events: usize,
+        max_bytes: usize,
+    },
+}
+
+/// The router's side of the store: which tags are durable, and the queue
+/// to the store thread.
+#[derive(Debug, Default)]
+pub(crate) struct RouterStore {
+    /// Whether any tag can be durable (a `[store] tags` pattern, or a
+    /// daemon or tag layer with `reliability=durable`).
+    pub enabled: bool,
+    patterns: Vec<Pattern>,
+    cache: HashMap<Box<str>, bool>,
+    queue: Option<SyncSender<Job>>,
+    pub counters: Arc<StoreCounters>,
+    queue_bytes: u64,
+    last_warning: Option<Instant>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl RouterStore {
+    /// Opens the database of `config` (if it names one) and starts the
+    /// store thread.
+    pub(crate) fn open(config: &StoreConfig, now_ns: u64) -> Result<RouterStore, StoreError> {
+        let patterns = config
+            .tags
+            .iter()
+            .filter_map(|t| Pattern::parse(t).ok())
+            .collect();
+        let mut store = RouterStore {
+            patterns,
+            queue_bytes: config.queue_bytes,
+            ..RouterStore::default()
+        };
+        let Some(path) = &config.path else {
+            if !config.tags.is_empty() {
+                return Err(StoreError::NoPath);
+            }
+            return Ok(store);
+        };
+        let writer = Writer::open(path, config, store.counters.clone(), now_ns)?;
+        let (tx, rx) = std::sync::mpsc::sync_channel(config.queue_length);
+        let thread = std::thread::Builder::new()
+            .name("tagwire-store".into())
+            .spawn(move || writer.run(rx))
+            .map_err(StoreError::Thread)?;
+        store.queue = Some(tx);
+        store.thread = Some(thread);
+        Ok(store)
+    }
+
+    /// Stops the store thread after it wrote what is queued.
+    pub(crate) fn close(&mut self) {
+        self.queue = None;
+        if let Some(t) = self.thread.take() {
+            if t.join().is_err() {
+                tracing::error!("the store thread panicked");
+            }
+        }
+    }
+
+    fn submit(&mut self, job: Job, bytes: u64) -> Result<(), &'static str> {
+        let Some(q) = &self.queue else {
+            return Err("this daemon has no durable store ([store] path, tagwired --state-dir)");
+        };
+        let c = &self.counters;
+        if c.queued_bytes.load(Ordering::Relaxed) + bytes > self.queue_bytes {
+            return Err("the store's queue is full (store.queue_bytes)");
+        }
+        c.queued_bytes.fetch_add(bytes, Ordering::Relaxed);
+        match q.try_send(job) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                c.queued_bytes.fetch_sub(bytes, Ordering::Relaxed);
+                Err(match e {
+                    TrySendError::Full(_) => "the store's queue is full (store.queue_length)",
+                    TrySendError::Disconnected(_) => "the store thread has stopped",
+                })
+            }
+        }
+    }
+}
+
+/// The `reliability` a tag has under the current daemon and tag layers.
+fn durable_by_layers(st: &State, tag: &str) -> bool {
+    let layer = st
+        .qos_tags
+        .iter()
+        .filter(|t| t.layer.is_set(Property::Reliability) && t.pattern.matches(tag))
+        .max_by_key(|t| t.text.len())
+        .map(|t| &t.layer)
+        .or_else(|| {
+            st.qos_daemon
+                .is_set(Property::Reliability)
+                .then_some(&st.qos_daemon)
+        });
+    layer.is_some_and(|l| resolve(&[l]).values().reliability == Reliability::Durable)
+}
+
+/// Whether `tag`'s events are stored.
+fn is_durable(st: &State, tag: &str) -> bool {
+    st.store.patterns.iter().any(|p| p.matches(tag)) || durable_by_layers(st, tag)
+}
+
+/// After a daemon or tag layer changed: whether any tag can be durable.
+pub(crate) fn layers_changed(st: &mut State) {
+    let on = |l: &tagwire_core::qos::QosLayer| {
+        l.is_set(Property::Reliability)
+            && resolve(&[l]).values().reliability == Reliability::Durable
+    };
+    let layered = on(&st.qos_daemon) || st.qos_tags.iter().any(|t| on(&t.layer));
+    let s = &mut st.store;
+    s.enabled = !s.patterns.is_empty() || layered;
+    s.cache.clear();
+}
+
+/// Queues a delivered event of a durable tag for the store (a flag test
+/// when no tag is durable).
+pub(crate) fn record(st: &mut State, event: &mut Outgoing, ev: &EventRef<'_>) {
+    if !st.store.enabled {
+        return;
+    }
+    let durable = match st.store.cache.get(ev.tag) {
+        Some(d) => *d,
+        None => {
+            let d = is_durable(st, ev.tag);
+            let cache = &mut st.store.cache;
+            if cache.len() >= CACHE_TAGS {
+                cache.clear();
+            }
+            cache.insert(Box::from(ev.tag), d);
+            d
+        }
+    };
+    if !durable {
+        return;
+    }
+    let (bytes, _) = event.for_history();
+    let len = bytes.len() as u64;
+    let job = Job::Write {
+        tag: Box::from(ev.tag),
+        event: bytes,
+        at_ns: crate::timing::now_ns(),
+    };
+    if let Err(why) = st.store.submit(job, len) {
+        st.store.counters.not_stored.fetch_add(1, Ordering::Relaxed);
+        let now = Instant::now();
+        let s = &mut st.store;
+        if s.last_warning
+            .is_none_or(|t| now.duration_since(t) >= Duration::from_secs(1))
+        {
+            s.last_warning = Some(now);
+            tracing::warn!(
+                "an event of durable tag {} is delivered but not stored: {why} ({} not stored so far)",
+                tagwire_proto::excerpt(ev.tag),
+                s.counters.not_stored.load(Ordering::Relaxed)
+            );
+        }
+    }
+}
+
+/// Hands a `Stored` pull (a replay) to the store thread, which answers on
+/// `outbox` with request id `pull.req`. Refused at once: a tag the store
+/// cannot serve, or a full queue.
+pub(crate) fn pull(
+    st: &mut State,
+    pull: Pull,
+    outbox: Arc<Outbox>,
+    max_control: usize,
+    max_frame: u32,
+) -> Result<(), (ErrorCode, String)> {
+    if !pull.node.is_empty() || !pull.publisher.is_empty() {
+        return Err((
+            ErrorCode::BadRequest,
+            "a replay (pull query 6, Stored) reads this daemon's store: node and publisher must be empty".into(),
+        ));
+    }
+    let limits = &st.config.limits;
+    // The reply's own fields and each event's length prefix.
+    let max_bytes = limits
+        .history_reply_bytes
+        .min((max_frame as usize).saturating_sub(64));
+    let max_events = limits.history_reply_events;
+    let durable = is_durable(st, &pull.tag);
+    let job = Job::Read {
+        durable,
+        pull,
+        outbox,
+        max_control,
+        max_events,
+        max_bytes,
+    };
+    st.store
+        .submit(job, 0)
+        .map_err(|why| (ErrorCode::LimitReached, format!("cannot replay now: {why}")))
+}
+
+/// What `tagwire list --json` reports of the store (`None`: no store).
+pub(crate) fn totals(st: &State) -> Option<tagwire_proto::admin::StoreTotals> {
+    st.store.queue.as_ref()?;
+    let c = &st.store.counters;
+    let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    Some(tagwire_proto::admin::StoreTotals {
+        stored: get(&c.stored),
+        not_stored: get(&c.not_stored),
+        evicted: get(&c.evicted),
+        corrupt: get(&c.corrupt),
+        commits: get(&c.commits),
+    })
+}
+
+/// The store thread's state: the database and each tag's records as the
+/// retention rule sees them.
+struct Writer {
+    db: Database,
+    tags: HashMap<Box<str>, TagLog>,
+    next_pos: u64,
+    retention: Retention,
+    max_tags: usize,
+    fsync: Fsync,
+    fsync_interval: Duration,
+    last_sync: Instant,
+    unsynced: bool,
+    counters: Arc<StoreCounters>,
+    last_error_log: Option<Instant>,
+}
+
+impl Writer {
+    fn open(
+        path: &Path,
+        config: &StoreConfig,
+        counters: Arc<StoreCounters>,
+        now_ns: u64,
+    ) -> Result<Writer, StoreError> {
+        let fail = |e: redb::Error| StoreError::Open {
+            path: path.to_owned(),
+            source: Box::new(e),
+        };
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| fail(redb::Error::Io(e)))?;
+        }
+        let db = Database::create(path).map_err(|e| fail(e.into()))?;
+        let mut w = Writer {
+            db,
+            tags: HashMap::new(),
+            next_pos: 1,
+            retention: Retention {
+                max_events: config.max_events_per_tag,
+                max_bytes: config.max_bytes_per_tag,
+                max_age_ns: config.max_age_secs.saturating_mul(1_000_000_000),
+            },
+            max_tags: config.max_tags,
+            fsync: config.fsync,
+            fsync_interval: Duration::from_millis(config.fsync_interval_ms),
+            last_sync: Instant::now(),
+            unsynced: false,
+            counters,
+            last_error_log: None,
+        };
+        w.load(now_ns).map_err(fail)?;
+        tracing::info!(
+            "durable store {}: {} tags, {} events held",
+            path.display(),
+            w.tags.len(),
+            w.tags.values().map(TagLog::len).sum::<u64>()
+        );
+        Ok(w)
+    }
+
+    /// Reads every record's position, size and time; deletes records that
+    /// do not decode and what retention removes now.
+    fn load(&mut self, now_ns: u64) -> Result<(), redb::Error> {
+        let txn = self.db.begin_write()?;
+        {
+            let mut table = txn.open_table(EVENTS)?;
+            let mut bad = Vec::new();
+            for item in table.iter()? {
+                let (k, v) = item?;
+                let (tag, pos) = k.value();
+                match StoreRecord::decode(v.value()) {
+                    Ok(r) => {
+                        self.tags.entry(Box::from(tag)).or_default().push(
+                            pos,
+                            r.event.len() as u64,
+                            r.stored_at_ns,
+                        );
+                    }
+                    Err(e) => {
+                        tracing::warn!(
+                            "durable store: record {pos} of {} is unreadable and is removed: {e}",
+                            tagwire_proto::excerpt(tag)
+                        );
+                        bad.push((tag.to_owned(), pos));
+                    }
+                }
+                self.next_pos = self.next_pos.max(pos + 1);
+            }
+            for (tag, pos) in &bad {
+                table.remove((tag.as_str(), *pos))?;
+            }
+            self.counters
+                .corrupt
+                .fetch_add(bad.len() as u64, Ordering::Relaxed);
+            self.evict_all(&mut table, now_ns)?;
+        }
+        txn.commit()?;
+        Ok(())
+    }
+
+    fn evict_all(
+        &mut self,
+        table: &mut redb::Table<'_, (&'static str, u64), &'static [u8]>,
+        now_ns: u64,
+    ) -> Result<(), redb::Error> {
+        let mut empty = Vec::new();
+        for (tag, log) in self.tags.iter_mut() {
+            for pos in log.evict(&self.retention, now_ns) {
+                table.remove((&**tag, pos))?;
+                self.counters.evicted.fetch_add(1, Ordering::Relaxed);
+            }
+            if log.is_empty() {
+                empty.push(tag.clone());
+            }
+        }
+        for t in empty {
+            self.tags.remove(&t);
+        }
+        Ok(())
+    }
+
+    fn run(mut self, rx: Receiver<Job>) {
+        let tick = Duration::from_secs(1).min(self.fsync_interval);
+        let mut last_age_check = Instant::now();
+        loop {
+            let first = match rx.recv_timeout(tick) {
+                Ok(j) => Some(j),
+                Err(RecvTimeoutError::Timeout) => None,
+                Err(RecvTimeoutError::Disconnected) => break,
+            };
+            let mut batch: Vec<Job> = first.into_iter().collect();
+            while batch.len() < MAX_BATCH {
+                match rx.try_recv() {
+                    Ok(j) => batch.push(j),
+                    Err(_) => break,
+                }
+            }
+            let age_due = last_age_check.elapsed() >= Duration::from_secs(1);
+            if age_due {
+                last_age_check = Instant::now();
+            }
+            if let Err(e) = self.handle(batch, age_due) {
+                self.log_error(&e);
+            }
+        }
+        // The queue is closed: sync what was committed without a sync.
+        if self.unsynced {
+            if let Err(e) = self.commit_empty() {
+                self.log_error(&e);
+            }
+        }
+    }
+
+    fn log_error(&mut self, e: &redb::Error) {
+        let now = Instant::now();
+        if self
+            .last_error_log
+            .is_none_or(|t| now.duration_since(t) >= Duration::from_secs(1))
+        {
+            self.last_error_log = Some(now);
+            tracing::error!("durable store: {e}");
+        }
+    }
+
+    /// Writes the batch's events (a read first commits what precedes it),
+    /// then commits.
+    fn handle(&mut self, batch: Vec<Job>, age_due: bool) -> Result<(), redb::Error> {
+        let mut writes: Vec<(Box<str>, Bytes, u64)> = Vec::new();
+        for job in batch {
+            match job {
+                Job::Write { tag, event, at_ns } => {
+                    self.counters
+                        .queued_bytes
+                        .fetch_sub(event.len() as u64, Ordering::Relaxed);
+                    writes.push((tag, event, at_ns));
+                }
+                Job::Read {
+                    pull,
+                    durable,
+                    outbox,
+                    max_control,
+                    max_events,
+                    max_bytes,
+                } => {
+                    self.write(std::mem::take(&mut writes), false)?;
+                    let frame = match self.read(&pull, max_events, max_bytes) {
+                        Ok(reply) if reply.held == 0 && !durable => Frame::Error {
+                            req: pull.req,
+                            code: ErrorCode::NoHistory,
+                            message: format!(
+                                "tag {} is not durable and the store holds nothing of it (make it durable: `tagwire admin qos TAG reliability=durable`, or [store] tags)",
+                                tagwire_proto::excerpt(&pull.tag)
+                            ),
+                        },
+                        Ok(reply) => Frame::PullReply(reply),
+                        Err(e) => Frame::Error {
+                            req: pull.req,
+                            code: ErrorCode::Internal,
+                            message: format!("the durable store cannot be read: {e}"),
+                        },
+                    };
+                    outbox.send(&frame, max_control);
+                }
+            }
+        }
+        if !writes.is_empty() || age_due || self.sync_due() {
+            self.write(writes, age_due)?;
+        }
+        Ok(())
+    }
+
+    fn sync_due(&self) -> bool {
+        self.unsynced && self.last_sync.elapsed() >= self.fsync_interval
+    }
+
+    fn commit_empty(&mut self) -> Result<(), redb::Error> {
+        self.write(Vec::new(), false)
+    }
+
+    /// One transaction: the events, the retention rule, a commit synced
+    /// as `fsync` says.
+    fn write(&mut self, writes: Vec<(Box<str>, Bytes, u64)>, age: bool) -> Result<(), redb::Error> {
+        // The age check commits only when a record is past its age: an
+        // idle store does not sync every second.
+        let now_ns = crate::timing::now_ns();
+        let age = age
+            && self
+                .tags
+                .values()
+                .any(|l| l.expired(&self.retention, now_ns));
+        if writes.is_empty() && !age && !self.unsynced {
+            return Ok(());
+        }
+        let mut txn = self.db.begin_write()?;
+        let sync = match self.fsync {
+            Fsync::Batch => true,
+            Fsync::Interval => self.last_sync.elapsed() >= self.fsync_interval,
+        };
+        txn.set_durability(if sync {
+            Durability::Immediate
+        } else {
+            Durability::None
+        })
+        .map_err(|e| redb::Error::Corrupted(e.to_string()))?;
+        {
+            let mut table = txn.open_table(EVENTS)?;
+            let mut touched: Vec<Box<str>> = Vec::new();
+            for (tag, event, at_ns) in writes {
+                if !self.tags.contains_key(&tag) && self.tags.len() >= self.max_tags {
+                    self.counters.not_stored.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                let pos = self.next_pos;
+                self.next_pos += 1;
+                let rec = StoreRecord {
+                    stored_at_ns: at_ns,
+                    event,
+                }
+                .encode();
+                table.insert((&*tag, pos), rec.as_slice())?;
+                let log = self.tags.entry(tag.clone()).or_default();
+                log.push(
+                    pos,
+                    (rec.len() - tagwire_core::store::RECORD_HEADER_LEN) as u64,
+                    at_ns,
+                );
+                self.counters.stored.fetch_add(1, Ordering::Relaxed);
+                if !touched.contains(&tag) {
+                    touched.push(tag);
+                }
+            }
+            for tag in touched {
+                if let Some(log) = self.tags.get_mut(&tag) {
+                    for pos in log.evict(&self.retention, now_ns) {
+                        table.remove((&*tag, pos))?;
+                        self.counters.evicted.fetch_add(1, Ordering::Relaxed);
+                    }
+                    if log.is_empty() {
+                        self.tags.remove(&tag);
+                    }
+                }
+            }
+            if age {
+                self.evict_all(&mut table, now_ns)?;
+            }
+        }
+        txn.commit()?;
+        self.counters.commits.fetch_add(1, Ordering::Relaxed);
+        if sync {
+            self.last_sync = Instant::now();
+            self.unsynced = false;
+        } else {
+            self.unsynced = true;
+        }
+        Ok(())
+    }
+
+    /// Answers a `Stored` pull from the committed records.
+    fn read(
+        &self,
+        pull: &Pull,
+        max_events: usize,
+        max_bytes: usize,
+    ) -> Result<PullReply, redb::Error> {
+        let PullQuery::Stored {
+            from_pos,
+            from_seq,
+            from_ns,
+        } = pull.query
+        else {
+            return Err(redb::Error::Corrupted("not a Stored query".into()));
+        };
+        let log = self.tags.get(pull.tag.as_str());
+        let (oldest, newest) = log.and_then(TagLog::span).unwrap_or((0, 0));
+        let held = log.map_or(0, TagLog::len);
+        let mut reply = PullReply {
+            req: pull.req,
+            status: PullStatus::Complete,
+            oldest,
+            newest,
+            held: u32::try_from(held).unwrap_or(u32::MAX),
+            events: Vec::new(),
+        };
+        if held == 0 {
+            return Ok(reply);
+        }
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(EVENTS)?;
+        let mut bytes = 0usize;
+        let tag = pull.tag.as_str();
+        for item in table.range((tag, from_pos)..=(tag, u64::MAX))? {
+            let (k, v) = item?;
+            let (_, pos) = k.value();
+            let Ok(rec) = StoreRecord::decode(v.value()) else {
+                continue;
+            };
+            let Ok(ev) = EventRef::parse(&rec.event) else {
+                continue;
+            };
+            if ev.seq < from_seq || ev.source_time_ns < from_ns {
+                continue;
+            }
+            let cost = rec.event.len() + 4;
+            if !reply.events.is_empty()
+                && (reply.events.len() >= max_events || bytes + cost > max_bytes)
+            {
+                reply.status = PullStatus::More { next: pos };
+                break;
+            }
+            bytes += cost;
+            reply.events.push(rec.event);
+        }
+        Ok(reply)
+    }
+}

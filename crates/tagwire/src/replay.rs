@@ -1,0 +1,244 @@
+//! Replay from the daemon's durable store, then live, with no gap and no
+//! duplicate at the seam (issue 25; docs/reliability.md, "Replay").
+//!
+//! How: the subscription is made first; while the replay runs, its live
+//! events are held here (at most [`MAX_HELD`]). A replay thread pulls the
+//! tag's stored events (pull query 6, `Stored`) from the daemon and hands
+//! them to the subscription's sink; the daemon's store thread answers a
+//! read only after writing every event queued before it, so everything
+//! published before the subscription was made is in the store, and
+//! everything after it is held. When the store has no more, the held
+//! events whose publisher sequence number is above the last one replayed
+//! for that publisher go out, and the subscription is live.
+//!
+//! At the bound of held events, the held events are dropped and the replay
+//! reads on from the store (they were stored before they were delivered),
+//! so a fast publisher makes the replay longer, never gapped — as long as
+//! the store keeps them (its retention) and stored them (its queue).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tagwire_core::connection::Reply;
+use tagwire_proto::{PullQuery, PullStatus};
+
+pub use tagwire_core::store::ReplayFrom;
+
+use crate::error::Error;
+use crate::sample::Sample;
+use crate::session::{lock, Session};
+use crate::subscriber::Sink;
+
+/// Live events held while a replay runs; past it they are dropped and
+/// read back from the store.
+pub const MAX_HELD: usize = 65_536;
+/// Longest pause `Spacing::Original` makes between two replayed events.
+pub const MAX_GAP: Duration = Duration::from_secs(10);
+
+/// How fast replayed events are handed over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Spacing {
+    /// As fast as they arrive (the default).
+    #[default]
+    Fast,
+    /// With the publisher's spacing: each replayed event waits for the
+    /// difference of its source time and the previous one's (at most
+    /// [`MAX_GAP`]).
+    Original,
+}
+
+struct SeamState {
+    live: bool,
+    held: VecDeque<Sample>,
+    overflowed: bool,
+}
+
+/// The sink of a subscription while it replays: holds live events until
+/// the replay is done.
+pub(crate) struct Seam {
+    state: Mutex<SeamState>,
+    pub(crate) inner: Arc<Sink>,
+}
+
+impl Seam {
+    pub(crate) fn new(inner: Arc<Sink>) -> Arc<Seam> {
+        Arc::new(Seam {
+            state: Mutex::new(SeamState {
+                live: false,
+                held: VecDeque::new(),
+                overflowed: false,
+            }),
+            inner,
+        })
+    }
+
+    /// A live event.
+    pub(crate) fn offer(&self, sample: Sample) {
+        let mut st = lock(&self.state);
+        if st.live {
+            drop(st);
+            return self.inner.deliver_sample(sample);
+        }
+        if st.held.len() >= MAX_HELD {
+            st.held.clear();
+            st.overflowed = true;
+        }
+        st.held.push_back(sample);
+    }
+
+    /// Ends the replay: the held events newer than `last` (per publisher)
+    /// go out, and the seam passes events through from now on. False if
+    /// held events were dropped since the last call (read on from the
+    /// store first).
+    fn finish(&self, last: &HashMap<String, u64>) -> bool {
+        let mut st = lock(&self.state);
+        if std::mem::take(&mut st.overflowed) {
+            return false;
+        }
+        for s in st.held.drain(..) {
+            let ev = s.event();
+            if last.get(ev.publisher).is_some_and(|l| ev.seq <= *l) {
+                continue; // replayed already
+            }
+            self.inner.deliver_sample(s);
+        }
+        st.live = true;
+        true
+    }
+}
+
+/// What the daemon's durable store holds of a tag
+/// ([`Session::stored`]). Positions are the store's, in the order it
+/// stored the events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stored {
+    /// Events held.
+    pub held: u32,
+    /// Oldest position held (0 when none).
+    pub oldest: u64,
+    /// Newest position held (0 when none).
+    pub newest: u64,
+}
+
+impl Session {
+    /// What the daemon's durable store holds of `tag` (a `Stored` pull
+    /// that asks for no event). Fails with [`Error::Replay`] when the tag
+    /// is not durable and nothing of it is held, or the daemon has no store:
+    /// what a publisher that wants `reliability=durable` checks first.
+    pub fn stored(&self, tag: &str) -> Result<Stored, Error> {
+        tagwire_core::tags::validate_tag(tag)?;
+        let fail = |reason: String| Error::Replay {
+            tag: tag.to_owned(),
+            reason,
+        };
+        let query = PullQuery::Stored {
+            from_pos: u64::MAX,
+            from_seq: 0,
+            from_ns: 0,
+        };
+        let ((), reply) = self
+            .inner()
+            .request("stored", |e| ((), e.pull("", "", tag, query)))?;
+        match reply? {
+            Reply::Pulled(r) => Ok(Stored {
+                held: r.held,
+                oldest: r.oldest,
+                newest: r.newest,
+            }),
+            Reply::Err(code, message) => Err(fail(format!("{message} (code {code:?})"))),
+            other => Err(fail(format!("expected a pull reply, got {other:?}"))),
+        }
+    }
+}
+
+/// Most replies one replay follows before it gives up (each holds at
+/// least one event).
+const MAX_REPLIES: usize = 1 << 24;
+
+/// Runs the replay of `tag` from `from` into `seam` (on its own thread).
+pub(crate) fn run(
+    session: Session,
+    tag: String,
+    from: ReplayFrom,
+    spacing: Spacing,
+    seam: Arc<Seam>,
+) {
+    if let Err(e) = replay(&session, &tag, from, spacing, &seam) {
+        tracing::warn!("{e}");
+        seam.inner.fail(e);
+    }
+}
+
+fn replay(
+    session: &Session,
+    tag: &str,
+    from: ReplayFrom,
+    spacing: Spacing,
+    seam: &Seam,
+) -> Result<(), Error> {
+    let fail = |reason: String| Error::Replay {
+        tag: tag.to_owned(),
+        reason,
+    };
+    let (from_seq, from_ns) = match from {
+        ReplayFrom::Start => (0, 0),
+        ReplayFrom::Seq(s) => (s, 0),
+        ReplayFrom::Time(t) => (0, t),
+        ReplayFrom::Ago(d) => {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |t| t.as_nanos() as u64);
+            (0, now.saturating_sub(d))
+        }
+    };
+    let mut from_pos = 0u64;
+    let mut last: HashMap<String, u64> = HashMap::new();
+    let mut previous_time: Option<u64> = None;
+    for _ in 0..MAX_REPLIES {
+        let query = PullQuery::Stored {
+            from_pos,
+            from_seq,
+            from_ns,
+        };
+        let ((), reply) = session
+            .inner()
+            .request("replay", |e| ((), e.pull("", "", tag, query)))
+            .map_err(|e| fail(e.to_string()))?;
+        let r = match reply.map_err(|e| fail(e.to_string()))? {
+            Reply::Pulled(r) => r,
+            Reply::Err(code, message) => return Err(fail(format!("{message} (code {code:?})"))),
+            other => return Err(fail(format!("expected a pull reply, got {other:?}"))),
+        };
+        for raw in r.events {
+            let s = Sample::new(raw).map_err(|e| fail(format!("replayed event: {e}")))?;
+            let ev = s.event();
+            let (time, seq) = (ev.source_time_ns, ev.seq);
+            let l = last.entry(ev.publisher.to_owned()).or_insert(seq);
+            *l = (*l).max(seq);
+            if spacing == Spacing::Original {
+                if let Some(p) = previous_time {
+                    let gap = Duration::from_nanos(time.saturating_sub(p)).min(MAX_GAP);
+                    std::thread::sleep(gap);
+                }
+                previous_time = Some(time);
+            }
+            seam.inner.deliver_sample(s);
+        }
+        match r.status {
+            PullStatus::More { next } if next > from_pos => from_pos = next,
+            PullStatus::Complete => {
+                from_pos = from_pos.max(r.newest.saturating_add(1));
+                if seam.finish(&last) {
+                    return Ok(());
+                }
+            }
+            other => {
+                return Err(fail(format!(
+                    "the store's reply {other:?} does not advance"
+                )))
+            }
+        }
+    }
+    Err(fail("too many replies".into()))
+}

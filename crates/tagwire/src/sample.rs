@@ -49,11 +49,7 @@ impl Sample {
 
     /// The payload reference of an event whose payload is in shared memory.
     pub(crate) fn shm_ref(&self) -> Option<tagwire_proto::ShmRef> {
-        let ev = EventRef::parse(&self.raw).ok()?;
-        if ev.flags & tagwire_proto::flags::SHM_PAYLOAD == 0 {
-            return None;
-        }
-        tagwire_proto::ShmRef::decode(ev.payload).ok()
+        EventRef::parse(&self.raw).ok()?.shm_ref()
     }
 
     /// Attaches the payload its shared-memory reference points at;
@@ -115,7 +111,7 @@ impl Sample {
         let mut ev = EventRef::parse(&self.raw).unwrap_or_else(|_| empty_event());
         if let Some(p) = &self.shm {
             ev.payload = &p.bytes;
-            ev.flags &= !tagwire_proto::flags::SHM_PAYLOAD;
+            ev.payload_in_shm = false;
         }
         ev
     }
@@ -124,7 +120,7 @@ impl Sample {
     pub fn to_event(&self) -> Event {
         let mut e = Event::decode(&self.raw).unwrap_or_default();
         if self.shm.is_some() {
-            e.header.flags &= !tagwire_proto::flags::SHM_PAYLOAD;
+            e.header.payload_in_shm = false;
             e.payload = self.payload();
         }
         e

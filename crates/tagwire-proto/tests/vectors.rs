@@ -864,3 +864,61 @@ fn the_token_proof_vector_of_the_doc_is_what_the_code_computes() {
         assert_eq!(bytes[..], want_bytes[..], "{name}");
     }
 }
+
+/// The `| \`0xNN\` | Name |` rows of the table under `heading` in
+/// docs/protocol.md (up to the next blank line after the table).
+fn frame_table(heading: &str) -> Vec<(u8, String)> {
+    let doc = common::PROTOCOL_MD;
+    let at = doc
+        .find(heading)
+        .unwrap_or_else(|| panic!("docs/protocol.md has no {heading:?}"));
+    doc[at..]
+        .lines()
+        .skip_while(|l| !l.starts_with('|'))
+        .take_while(|l| l.starts_with('|'))
+        .filter_map(|l| {
+            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+            let code = cells.get(1)?.trim_matches('`').strip_prefix("0x")?;
+            let code = u8::from_str_radix(code, 16).ok()?;
+            Some((code, cells.get(2)?.to_string()))
+        })
+        .collect()
+}
+
+/// Issue 24 item 12: the frame-type table omitted `0x12` and left
+/// `0x27`–`0x2f` undefined. Every type the tables list is the frame the
+/// code names so, and every type they do not list (`0x27`–`0x2f` included)
+/// is refused as an unknown frame type, naming it.
+#[test]
+fn the_frame_type_tables_list_exactly_the_frames_the_decoder_knows() {
+    let mut listed = frame_table("## Frame types\n");
+    listed.extend(frame_table("## Links between daemons\n"));
+    let codes: BTreeSet<u8> = listed.iter().map(|(c, _)| *c).collect();
+    assert_eq!(codes.len(), listed.len(), "a type listed twice: {listed:?}");
+    assert!(codes.contains(&0x12), "ShmRegion (0x12) is listed");
+    for (code, name) in &listed {
+        let named = if tagwire_proto::is_link_kind(*code) {
+            tagwire_proto::link_frame_name(*code)
+        } else {
+            tagwire_proto::frame_name(*code)
+        };
+        assert_eq!(named, name, "type {code:#04x}");
+    }
+    for code in 0..=u8::MAX {
+        if codes.contains(&code) {
+            continue;
+        }
+        let err = if tagwire_proto::is_link_kind(code) {
+            LinkFrame::decode(code, Bytes::new()).expect_err("unlisted link type")
+        } else {
+            Frame::decode(code, Bytes::new()).expect_err("unlisted type")
+        };
+        assert_eq!(err, DecodeError::UnknownFrameType(code), "type {code:#04x}");
+        assert_eq!(err.to_string(), format!("unknown frame type {code:#04x}"));
+    }
+    // The text under the table names the unlisted ranges.
+    assert!(
+        common::PROTOCOL_MD.contains("(`0x00`, `0x15`–`0x1f`, `0x27`–`0xff`)"),
+        "the unknown ranges are named"
+    );
+}

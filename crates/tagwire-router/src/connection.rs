@@ -976,6 +976,7 @@ impl Conn {
             layer.is_set(tagwire_core::qos::Property::Sched),
         )
         .and_then(|()| crate::qos::check_band(&st, self.id, &resolved))
+        .and_then(|()| crate::qos::check_dscp(&st, self.id, self.global(sub), &resolved))
         .and_then(|()| crate::qos::check_proxy(&st, &resolved))
         .and_then(|()| crate::qos::check_consumers(&st, endpoint, &parsed, &resolved));
         if let Err((code, message)) = checked {

@@ -1074,9 +1074,18 @@ fn dscp_clash(o: &Opts) -> Res<()> {
         .token(token)
         .connect(&format!("tcp://{}", o.server))
         .map_err(|e| format!("mallory's session: {e}"))?;
-    let first = answered(m.subscribe(&format!("{tag}/a")).qos("dscp", "ef").receiver())?;
-    let second = answered(m.subscribe(&format!("{tag}/b")).qos("dscp", "af11").receiver())?;
-    let daemon = answered(m.admin_json(&json!({"op": "qos", "target": ["daemon"], "set": {"dscp": "ef"}})))?;
+    let first = answered(
+        m.subscribe(&format!("{tag}/a"))
+            .qos("dscp", "ef")
+            .receiver(),
+    )?;
+    let second = answered(
+        m.subscribe(&format!("{tag}/b"))
+            .qos("dscp", "af11")
+            .receiver(),
+    )?;
+    let daemon =
+        answered(m.admin_json(&json!({"op": "qos", "target": ["daemon"], "set": {"dscp": "ef"}})))?;
     let describe = |r: &Result<(), Refusal>| match r {
         Ok(()) => "accepted".to_owned(),
         Err((code, _)) => format!("{code:?} ({})", code.code()),

@@ -136,6 +136,7 @@ attack_endpoint_fill() {
 attack_trespass() { "$abuse" trespass --server "$addr" --token "$mallory"; }
 attack_shm_trespass() { "$abuse" shm-trespass --server "$addr" --unix "$unix" --token "$mallory" --events 3000; }
 # shm_max_regions (64) / 4: token:mallory's default region quota.
+attack_dscp_clash() { "$abuse" dscp-clash --server "$addr" --token "$mallory"; }
 attack_shm_hog() { "$abuse" shm-hog --server "$addr" --unix "$unix" --token "$mallory" --regions 64 --expect-regions 16; }
 
 status=0
@@ -198,7 +199,7 @@ run() {
 
 main() {
     local want=("$@")
-    [[ ${#want[@]} -gt 0 ]] || want=(stalled-killed small-queued big-frames idle malformed regex endpoint-fill trespass shm-trespass shm-hog admin-scale)
+    [[ ${#want[@]} -gt 0 ]] || want=(stalled-killed small-queued big-frames idle malformed regex endpoint-fill trespass shm-trespass shm-hog dscp-clash admin-scale)
     echo "abuse: tagwired pid $daemon on $addr, $(nproc) CPUs, baseline RSS $(settled_rss) KiB"
     for a in "${want[@]}"; do
         case "$a" in
@@ -212,6 +213,7 @@ main() {
             trespass) run trespass "token:mallory tries filter_add false / filter_remove / filter_op on the owner's subscriber" ;;
             shm-trespass) run shm-trespass "token:mallory subscribes to the owner's shared-memory publisher over the Unix socket (issue 24, item 1)" ;;
             shm-hog) run shm-hog "token:mallory declares 64 shared-memory publishers; the owner's must still get a region (issue 24, item 4)" ;;
+            dscp-clash) run dscp-clash "token:mallory asks for two DSCP markings on one connection and a daemon-wide one (issue 24, item 3)" ;;
             admin-scale) run admin-scale "65,536 filtered subscriptions on one connection: list paged, undeclare the endpoint; pipelined unsubscribes; close" ;;
             *) echo "abuse: unknown attack $a" >&2; exit 2 ;;
         esac

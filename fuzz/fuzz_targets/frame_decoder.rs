@@ -2,7 +2,8 @@
 //! `Frame::decode` on every frame it splits off, and `EventRef::parse` /
 //! `Event::decode` on the event of every `Publish`/`Deliver` and every
 //! event of a `PullReply` (and `EventRef::parse_named`, the daemon's parse,
-//! which must agree with `parse`). Errors are
+//! which must agree with `parse`; a payload is a shared-memory reference
+//! exactly when presence bit 0x80 is set, and then 24 bytes). Errors are
 //! expected; a panic, or a decoded frame that does not re-encode to exactly
 //! its bytes, is a bug. Seed corpus: the test vectors of docs/protocol.md
 //! (scripts/fuzz.sh writes it).
@@ -67,6 +68,13 @@ fn check_event(event: &Bytes) {
         assert!(view.field(name).is_some(), "field {name:?} not found");
     }
     assert_eq!(view.payload, &owned.payload[..]);
+    // Presence bit 0x80 (SHM_REF), and only it, makes the payload a
+    // shared-memory reference, always of 24 bytes; the flags never do.
+    assert_eq!(view.payload_in_shm, owned.header.payload_in_shm);
+    assert_eq!(view.shm_ref().is_some(), view.payload_in_shm);
+    if view.payload_in_shm {
+        assert_eq!(view.payload.len(), tagwire_proto::ShmRef::LEN);
+    }
     let mut once = BytesMut::new();
     owned.encode(&mut once).expect("a decoded event encodes");
     let once = once.freeze();

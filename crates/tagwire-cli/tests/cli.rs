@@ -262,7 +262,7 @@ fn sub_json_prints_every_header_field_the_event_carries() {
     full.header.start_time_ns = Some(start_ns);
     full.header.type_name = Some("Alarm".into());
     full.header.event_name = Some("lost".into());
-    full.header.flags = 0x0102; // unassigned bits (0x0001 is SHM_PAYLOAD)
+    full.header.flags = 0x0103; // the application's bits, 0x0001 included (issue 24 item 12)
     publisher.send(full).expect("publish");
     let stop_ns = 4_000_000_000_000_000_000; // 2096
     let mut bare = tagwire::Event::new("/jh/bare", "stop");
@@ -284,7 +284,7 @@ fn sub_json_prints_every_header_field_the_event_carries() {
     assert_eq!(full["start_time_ns"], start_ns);
     assert_eq!(full["type_name"], "Alarm");
     assert_eq!(full["event_name"], "lost");
-    assert_eq!(full["flags"], 0x0102);
+    assert_eq!(full["flags"], 0x0103);
     assert!(full.get("stop_time_ns").is_none(), "{full}");
     assert_eq!(bare["stop_time_ns"], stop_ns);
     assert_eq!(bare["flags"], 0, "flags are printed even when 0");

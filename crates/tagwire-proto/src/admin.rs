@@ -723,6 +723,11 @@ pub struct ConnectionInfo {
     /// The band (and lane) that serves it.
     #[serde(default)]
     pub band: String,
+    /// The DSCP its socket's packets carry: a channel's or the session's
+    /// `dscp`, else its band's. Absent for Unix and in-process connections
+    /// (no IP packets).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dscp: Option<u8>,
 }
 
 /// One lane: a band's thread, its scheduling and its sockets' DSCP.

@@ -117,9 +117,15 @@ pub struct Header {
     pub type_name: Option<String>,
     /// Structured-event name (TAO), e.g. `lost_packet`.
     pub event_name: Option<String>,
-    /// Encoding/feature flags: [`flags::SHM_PAYLOAD`]; other bits are
-    /// assigned by later protocol revisions.
+    /// The application's flags: all 16 bits are the publisher's own, carried
+    /// through to subscribers unchanged (as protocol version 1 documented);
+    /// the protocol assigns none of them.
     pub flags: u16,
+    /// The payload is a 24-byte [`ShmRef`]: the bytes lie in a shared-memory
+    /// region on this host (`docs/protocol.md`, "ShmRegion"). Encoded as
+    /// presence bit `0x80`, which versions 1 and 2 reserved (must be 0), so
+    /// no older client's event can set it by accident.
+    pub payload_in_shm: bool,
 }
 
 /// An event: header, filterable fields and an opaque, shared payload.
@@ -141,7 +147,8 @@ const HAS_TYPE_NAME: u8 = 0x08;
 const HAS_EVENT_NAME: u8 = 0x10;
 const HAS_FIELDS: u8 = 0x20;
 const HAS_FLAGS: u8 = 0x40;
-const KNOWN_BITS: u8 = 0x7f;
+/// Not a part: the payload is a [`ShmRef`] (see [`Header::payload_in_shm`]).
+const SHM_REF: u8 = 0x80;
 
 const EXPIRY_AFTER: u8 = 1;
 const EXPIRY_AT: u8 = 2;
@@ -233,6 +240,9 @@ impl Event {
         if h.flags != 0 {
             present |= HAS_FLAGS;
         }
+        if h.payload_in_shm {
+            present |= SHM_REF;
+        }
         out.put_u8(present);
         if let Some(vt) = h.virtual_time {
             out.put_u64_le(vt);
@@ -298,6 +308,12 @@ impl Event {
         use crate::EncodeError as E;
         let h = &self.header;
         check_tag_len(&h.tag)?;
+        if h.payload_in_shm && self.payload.len() != ShmRef::LEN {
+            return Err(E::BadValue {
+                what: "shared-memory reference length",
+                value: self.payload.len() as u64,
+            });
+        }
         check_name("publisher", &h.publisher)?;
         if let Some(s) = &h.type_name {
             check_name("type_name", s)?;
@@ -364,6 +380,7 @@ impl Event {
                 type_name: r.type_name.map(str::to_owned),
                 event_name: r.event_name.map(str::to_owned),
                 flags: r.flags,
+                payload_in_shm: r.payload_in_shm,
             },
             fields: r
                 .fields()
@@ -421,8 +438,11 @@ pub struct EventRef<'a> {
     pub type_name: Option<&'a str>,
     /// Event name, if set.
     pub event_name: Option<&'a str>,
-    /// Flags.
+    /// The application's flags (carried through unchanged).
     pub flags: u16,
+    /// The payload is a 24-byte [`ShmRef`] (presence bit `0x80`); parsing
+    /// checked its length, so [`EventRef::shm_ref`] returns it.
+    pub payload_in_shm: bool,
     /// Encoded fields (validated); read them with [`EventRef::fields`].
     fields_raw: &'a [u8],
     /// The opaque payload.
@@ -497,13 +517,8 @@ impl<'a> EventRef<'a> {
         let seq = r.u64("sequence number")?;
         let source_time_ns = r.u64("source timestamp")?;
         let priority = r.u8("priority")?;
+        // Every bit of the presence byte is assigned (0x80: SHM_REF).
         let present = r.u8("presence bits")?;
-        if present & !KNOWN_BITS != 0 {
-            return Err(DecodeError::UnknownBits {
-                what: "event presence bits",
-                bits: (present & !KNOWN_BITS) as u32,
-            });
-        }
         let virtual_time = if present & HAS_VIRTUAL_TIME != 0 {
             Some(r.u64("virtual time")?)
         } else {
@@ -577,6 +592,13 @@ impl<'a> EventRef<'a> {
             0
         };
         let payload = r.rest();
+        let payload_in_shm = present & SHM_REF != 0;
+        if payload_in_shm && payload.len() != ShmRef::LEN {
+            return Err(DecodeError::BadValue {
+                what: "shared-memory reference length",
+                value: payload.len() as u64,
+            });
+        }
         let ev = EventRef {
             tag: "",
             publisher: "",
@@ -589,6 +611,7 @@ impl<'a> EventRef<'a> {
             type_name,
             event_name,
             flags,
+            payload_in_shm,
             fields_raw,
             payload,
         };
@@ -611,6 +634,15 @@ impl<'a> EventRef<'a> {
     /// The value of field `name`, if present (a linear scan: events carry few fields).
     pub fn field(&self, name: &str) -> Option<ValueRef<'a>> {
         self.fields().find(|(n, _)| *n == name).map(|(_, v)| v)
+    }
+
+    /// The shared-memory reference the payload is, if the event carries one
+    /// ([`EventRef::payload_in_shm`]; parsing checked its length).
+    pub fn shm_ref(&self) -> Option<ShmRef> {
+        if !self.payload_in_shm {
+            return None;
+        }
+        ShmRef::decode(self.payload).ok()
     }
 }
 
@@ -697,15 +729,8 @@ impl<'a> Iterator for FieldIter<'a> {
     }
 }
 
-/// Bits of an event's `flags`.
-pub mod flags {
-    /// The payload is a 24-byte [`ShmRef`](super::ShmRef): the bytes are in a
-    /// shared-memory region on this host (`docs/shm.md`).
-    pub const SHM_PAYLOAD: u16 = 0x0001;
-}
-
 /// Where an event's payload lies in shared memory (the payload of an event
-/// with [`flags::SHM_PAYLOAD`]): region, packet sequence number (its slot is
+/// with [`Header::payload_in_shm`], presence bit `0x80`): region, packet sequence number (its slot is
 /// `seq mod slots`, its generation `seq`), length, and the data chunk that
 /// holds it (as published: 0, the daemon reads the packet's descriptor; as
 /// delivered: the chunk the daemon pinned for the subscriber, see `docs/shm.md`).

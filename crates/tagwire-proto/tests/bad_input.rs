@@ -449,20 +449,22 @@ fn max_frame_out_of_range_is_refused_naming_the_value() {
 }
 
 #[test]
-fn unknown_presence_bits_are_refused_naming_only_the_unknown_bits() {
-    // Regression: the error used to report every bit (0xa1), not just 0x80.
-    let err = EventRef::parse(&event_head(b"/t", b"p", 0xa1)).expect_err("reserved bit");
+fn a_shm_ref_bit_without_a_24_byte_reference_is_refused_naming_the_length() {
+    // Presence bit 0x80 (SHM_REF, reserved before issue 24 item 12): the
+    // payload must be a 24-byte reference. Here it is empty, after a
+    // virtual time (0x01) and flags (0x20: a field count of 0).
+    let mut ev = event_head(b"/t", b"p", 0xa1);
+    ev.extend_from_slice(&7u64.to_le_bytes());
+    ev.extend_from_slice(&[0, 0]);
+    let err = EventRef::parse(&ev).expect_err("no reference");
     assert_eq!(
         err,
-        DecodeError::UnknownBits {
-            what: "event presence bits",
-            bits: 0x80
+        DecodeError::BadValue {
+            what: "shared-memory reference length",
+            value: 0
         }
     );
-    assert_eq!(
-        err.to_string(),
-        "unknown bits set in event presence bits: 0x80"
-    );
+    assert_eq!(err.to_string(), "invalid shared-memory reference length: 0");
 }
 
 #[test]

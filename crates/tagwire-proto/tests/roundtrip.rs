@@ -8,7 +8,7 @@ use proptest::prelude::*;
 use tagwire_proto::limits::{HARD_MAX_FRAME, MAX_FIELDS, MIN_MAX_FRAME};
 use tagwire_proto::{
     encode_publish, DecodeError, EndpointKind, ErrorCode, Event, EventRef, Expiry, Frame,
-    FrameDecoder, Header, NamedError, Pull, PullQuery, PullReply, PullStatus, Value,
+    FrameDecoder, Header, NamedError, Pull, PullQuery, PullReply, PullStatus, ShmRef, Value,
     FRAME_HEADER_LEN, SESSION_ID_LEN,
 };
 
@@ -72,6 +72,7 @@ fn header() -> impl Strategy<Value = Header> {
                 type_name,
                 event_name,
                 flags,
+                payload_in_shm: false,
             },
         )
 }
@@ -91,12 +92,28 @@ fn fields(max: usize) -> impl Strategy<Value = Vec<(String, Value)>> {
     .prop_map(|(names, values)| names.into_iter().zip(values).collect())
 }
 
+/// An event; one in four has a shared-memory reference (24 bytes) for a payload.
 fn event() -> impl Strategy<Value = Event> {
-    (header(), fields(12), vec(any::<u8>(), 0..200)).prop_map(|(header, fields, payload)| Event {
-        header,
-        fields,
-        payload: payload.into(),
-    })
+    (
+        header(),
+        fields(12),
+        vec(any::<u8>(), 0..200),
+        any::<[u8; 24]>(),
+        0..4u8,
+    )
+        .prop_map(|(mut header, fields, payload, reference, one_in_four)| {
+            header.payload_in_shm = one_in_four == 0;
+            let payload = if header.payload_in_shm {
+                reference.to_vec()
+            } else {
+                payload
+            };
+            Event {
+                header,
+                fields,
+                payload: payload.into(),
+            }
+        })
 }
 
 fn encode_event(e: &Event) -> Bytes {
@@ -476,5 +493,61 @@ proptest! {
                 let _ = EventRef::parse(&body[4..]);
             }
         }
+    }
+}
+
+/// Offset of the presence byte in `e`'s encoding.
+fn presence_at(e: &Event) -> usize {
+    2 + e.header.tag.len() + 1 + e.header.publisher.len() + 8 + 8 + 1
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Issue 24 item 12: the flags are the application's. Whatever bits an
+    /// older client sets (0x0001 included), the payload stays the payload
+    /// and the flags come back as sent.
+    #[test]
+    fn no_flag_bit_makes_the_payload_a_shared_memory_reference(
+        e in event().prop_filter("inline payload", |e| !e.header.payload_in_shm),
+        flags in any::<u16>(),
+    ) {
+        let mut e = e;
+        e.header.flags = flags;
+        let bytes = encode_event(&e);
+        let view = EventRef::parse(&bytes).expect("parses");
+        prop_assert!(!view.payload_in_shm);
+        prop_assert_eq!(view.shm_ref(), None);
+        prop_assert_eq!(view.flags, flags);
+        prop_assert_eq!(view.payload, &e.payload[..]);
+    }
+
+    /// Presence bit 0x80 (SHM_REF) makes the payload a reference: exactly
+    /// 24 bytes parse as one, any other length is refused naming it.
+    #[test]
+    fn the_shm_ref_bit_takes_exactly_a_24_byte_reference(
+        e in event().prop_filter("inline payload", |e| !e.header.payload_in_shm),
+    ) {
+        let mut bytes = encode_event(&e).to_vec();
+        bytes[presence_at(&e)] |= 0x80;
+        let len = e.payload.len();
+        match EventRef::parse(&bytes) {
+            Ok(view) => {
+                prop_assert_eq!(len, ShmRef::LEN);
+                prop_assert!(view.payload_in_shm);
+                prop_assert_eq!(view.shm_ref(), ShmRef::decode(&e.payload).ok());
+            }
+            Err(err) => {
+                prop_assert_ne!(len, ShmRef::LEN);
+                prop_assert_eq!(
+                    err,
+                    DecodeError::BadValue { what: "shared-memory reference length", value: len as u64 }
+                );
+            }
+        }
+        let mut reference = e.clone();
+        reference.header.payload_in_shm = true;
+        let encoded = reference.encode(&mut BytesMut::new());
+        prop_assert_eq!(encoded.is_ok(), len == ShmRef::LEN, "the encoder agrees");
     }
 }

@@ -1,6 +1,6 @@
-//! The shared-memory reference an `SHM_PAYLOAD` event carries instead of
-//! its payload (docs/protocol.md): it round-trips, and any other bytes are
-//! a named error, never a panic.
+//! The shared-memory reference an event with presence bit `SHM_REF` (0x80)
+//! carries instead of its payload (docs/protocol.md): it round-trips, and
+//! any other bytes are a named error, never a panic.
 
 use proptest::prelude::*;
 use tagwire_proto::{DecodeError, ShmRef};

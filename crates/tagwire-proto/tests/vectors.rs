@@ -54,7 +54,8 @@ fn full_event() -> Event {
     h.seq = 2;
     h.priority = 200;
     h.virtual_time = Some(42);
-    h.expiry = Expiry::AfterNs(5_000_000);
+    // Long enough that a daemon delivers the vector (a test publishes it).
+    h.expiry = Expiry::AfterNs(4_000_000_000_000_000_000);
     h.start_time_ns = Some(TS);
     h.type_name = Some("Alarm".into());
     h.event_name = Some("lost".into());
@@ -73,6 +74,30 @@ fn expiry_at_event() -> Event {
     let mut e = Event::new("/t", Bytes::new());
     e.header.publisher = "p".into();
     e.header.expiry = Expiry::AtNs(TS);
+    e
+}
+
+/// `/t` from `p` with the application's flag `0x0001` (what a version-1
+/// publisher may set) and payload `hi`.
+fn app_flag_event() -> Event {
+    let mut e = Event::new("/t", Bytes::from_static(b"hi"));
+    e.header.publisher = "p".into();
+    e.header.flags = 0x0001;
+    e
+}
+
+/// `/t` from `p` whose payload is a shared-memory reference (presence bit
+/// 0x80): region 7, packet 3, 2 bytes, chunk 0 (as published).
+fn shm_ref_event() -> Event {
+    let r = tagwire_proto::ShmRef {
+        region: 7,
+        seq: 3,
+        len: 2,
+        chunk: 0,
+    };
+    let mut e = Event::new("/t", Bytes::copy_from_slice(&r.encode()));
+    e.header.publisher = "p".into();
+    e.header.payload_in_shm = true;
     e
 }
 
@@ -226,6 +251,22 @@ fn valid_vectors() -> Vec<(&'static str, Frame, Option<Event>)> {
                 event: encoded(&expiry_at_event()),
             },
             Some(expiry_at_event()),
+        ),
+        (
+            "publish_app_flag",
+            Frame::Publish {
+                endpoint: 1,
+                event: encoded(&app_flag_event()),
+            },
+            Some(app_flag_event()),
+        ),
+        (
+            "publish_shm_ref",
+            Frame::Publish {
+                endpoint: 1,
+                event: encoded(&shm_ref_event()),
+            },
+            Some(shm_ref_event()),
         ),
         (
             "deliver",
@@ -567,12 +608,12 @@ fn invalid_vectors() -> Vec<(&'static str, Refusal, &'static str)> {
             "tag is not valid UTF-8 (invalid byte at offset 1)",
         ),
         (
-            "bad_event_presence_bits",
-            Event(DecodeError::UnknownBits {
-                what: "event presence bits",
-                bits: 0x80,
+            "bad_event_shm_ref_length",
+            Event(DecodeError::BadValue {
+                what: "shared-memory reference length",
+                value: 2,
             }),
-            "unknown bits set in event presence bits: 0x80",
+            "invalid shared-memory reference length: 2",
         ),
         (
             "bad_event_duplicate_field",
@@ -681,8 +722,8 @@ fn event_vectors_decode_to_the_documented_event() {
         checked += 1;
     }
     assert_eq!(
-        checked, 4,
-        "publish_minimal, publish_full_event, publish_expiry_at, deliver"
+        checked, 6,
+        "publish_minimal, publish_full_event, publish_expiry_at, publish_app_flag, publish_shm_ref, deliver"
     );
 }
 
@@ -705,7 +746,8 @@ fn full_event_vector_has_every_optional_part_and_field_type() {
         })
         .collect();
     assert_eq!(types, (1..=5).collect());
-    // Byte 6 of the event after the fixed header is the presence byte: all 7 bits.
+    // Byte 6 of the event after the fixed header is the presence byte: all 7
+    // parts (0x80 is no part: the payload is a shared-memory reference).
     let bytes = encoded(&e);
     let presence_at = 2 + h.tag.len() + 1 + h.publisher.len() + 8 + 8 + 1;
     assert_eq!(bytes[presence_at], 0x7f);
@@ -836,4 +878,62 @@ fn the_token_proof_vector_of_the_doc_is_what_the_code_computes() {
         assert_eq!(name, want_name);
         assert_eq!(bytes[..], want_bytes[..], "{name}");
     }
+}
+
+/// The `| \`0xNN\` | Name |` rows of the table under `heading` in
+/// docs/protocol.md (up to the next blank line after the table).
+fn frame_table(heading: &str) -> Vec<(u8, String)> {
+    let doc = common::PROTOCOL_MD;
+    let at = doc
+        .find(heading)
+        .unwrap_or_else(|| panic!("docs/protocol.md has no {heading:?}"));
+    doc[at..]
+        .lines()
+        .skip_while(|l| !l.starts_with('|'))
+        .take_while(|l| l.starts_with('|'))
+        .filter_map(|l| {
+            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+            let code = cells.get(1)?.trim_matches('`').strip_prefix("0x")?;
+            let code = u8::from_str_radix(code, 16).ok()?;
+            Some((code, cells.get(2)?.to_string()))
+        })
+        .collect()
+}
+
+/// Issue 24 item 12: the frame-type table omitted `0x12` and left
+/// `0x27`–`0x2f` undefined. Every type the tables list is the frame the
+/// code names so, and every type they do not list (`0x27`–`0x2f` included)
+/// is refused as an unknown frame type, naming it.
+#[test]
+fn the_frame_type_tables_list_exactly_the_frames_the_decoder_knows() {
+    let mut listed = frame_table("## Frame types\n");
+    listed.extend(frame_table("## Links between daemons\n"));
+    let codes: BTreeSet<u8> = listed.iter().map(|(c, _)| *c).collect();
+    assert_eq!(codes.len(), listed.len(), "a type listed twice: {listed:?}");
+    assert!(codes.contains(&0x12), "ShmRegion (0x12) is listed");
+    for (code, name) in &listed {
+        let named = if tagwire_proto::is_link_kind(*code) {
+            tagwire_proto::link_frame_name(*code)
+        } else {
+            tagwire_proto::frame_name(*code)
+        };
+        assert_eq!(named, name, "type {code:#04x}");
+    }
+    for code in 0..=u8::MAX {
+        if codes.contains(&code) {
+            continue;
+        }
+        let err = if tagwire_proto::is_link_kind(code) {
+            LinkFrame::decode(code, Bytes::new()).expect_err("unlisted link type")
+        } else {
+            Frame::decode(code, Bytes::new()).expect_err("unlisted type")
+        };
+        assert_eq!(err, DecodeError::UnknownFrameType(code), "type {code:#04x}");
+        assert_eq!(err.to_string(), format!("unknown frame type {code:#04x}"));
+    }
+    // The text under the table names the unlisted ranges.
+    assert!(
+        common::PROTOCOL_MD.contains("(`0x00`, `0x15`–`0x1f`, `0x27`–`0xff`)"),
+        "the unknown ranges are named"
+    );
 }

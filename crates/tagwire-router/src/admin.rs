@@ -381,6 +381,14 @@ pub(crate) fn list_page(
                         peer: c.peer.clone(),
                         identity: c.identity.to_string(),
                         band: c.band.to_string(),
+                        dscp: c.socket.as_ref().map(|_| {
+                            c.dscp.unwrap_or_else(|| {
+                                st.lanes
+                                    .iter()
+                                    .find(|l| *l.band == *c.band)
+                                    .map_or(0, |l| l.dscp)
+                            })
+                        }),
                     };
                     if !fill.take(json_len(&item), 20) {
                         full = true;

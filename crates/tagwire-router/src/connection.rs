@@ -46,6 +46,10 @@ const FRAMES_PER_TURN: usize = 256;
 /// How long a closing connection's writer may take to flush its last frames.
 const CLOSE_GRACE: Duration = Duration::from_secs(1);
 
+/// The first protocol version whose clients get deliveries by shared-memory
+/// reference (presence bit `SHM_REF`, `ShmRegion`; docs/protocol.md).
+const SHM_MIN_VERSION: u16 = 3;
+
 /// The engine's bounds from the router's limits.
 fn engine_config(limits: &Limits) -> engine::Config {
     engine::Config {
@@ -997,6 +1001,7 @@ impl Conn {
             layer.is_set(tagwire_core::qos::Property::Sched),
         )
         .and_then(|()| crate::qos::check_band(&st, self.id, &resolved))
+        .and_then(|()| crate::qos::check_dscp(&st, self.id, self.global(sub), &resolved))
         .and_then(|()| crate::qos::check_proxy(&st, &resolved))
         .and_then(|()| crate::qos::check_consumers(&st, endpoint, &parsed, &resolved));
         if let Err((code, message)) = checked {
@@ -1010,6 +1015,16 @@ impl Conn {
             return self.refuse(
                 ErrorCode::BadRequest,
                 "shm=require: this subscriber is not on the daemon's host (shared memory needs the Unix socket or embedded mode; it is connected over TCP)".into(),
+            );
+        }
+        // References (presence bit SHM_REF) and region fds (ShmRegion) go
+        // only to version-3 clients: versions 1 and 2 reserved that bit.
+        let version = self.engine.version();
+        if shm_mode == tagwire_core::qos::ShmMode::Require && version < SHM_MIN_VERSION {
+            drop(st);
+            return self.refuse(
+                ErrorCode::BadRequest,
+                format!("shm=require: this client speaks protocol version {version}, which has no shared-memory references (version {SHM_MIN_VERSION} has)"),
             );
         }
         let limits = &st.config.limits;
@@ -1060,7 +1075,8 @@ impl Conn {
                 return self.refuse(ErrorCode::BadRequest, msg);
             }
         }
-        let reads_shm = same_host && shm_mode != tagwire_core::qos::ShmMode::Off;
+        let reads_shm =
+            same_host && shm_mode != tagwire_core::qos::ShmMode::Off && version >= SHM_MIN_VERSION;
         if reads_shm {
             st.shm.note_reader(self.id, &self.identity);
         }

@@ -11,8 +11,13 @@
 //! pattern first so that the more specific one wins.
 //!
 //! A channel that does not set `dscp` (or sets `auto`) keeps its band's
-//! DSCP on its connection; an explicit `dscp` marks the connection's socket
-//! (a connection carries one marking: the last channel changed wins).
+//! DSCP on its connection; an explicit `dscp` marks the connection's socket.
+//! A socket carries one marking, so the channels of one connection that set
+//! `dscp` must agree: a different value is refused naming the channel that
+//! holds the marking ([`check_dscp`]), never "the last one wins". A
+//! connection's socket carries only its own identity's deliveries; a link's
+//! carries every identity's, so its QoS needs the admin right
+//! ([`check_link`]).
 //! `sched` is a lane property (TAO's lanes): an explicit `sched` on a
 //! channel re-schedules the lane of its connection's band, and so every
 //! connection of that band.
@@ -99,6 +104,123 @@ pub(crate) fn check_lane_change(admin: bool, sets_sched: bool) -> Result<(), (Er
     ))
 }
 
+/// The DSCP a resolved QoS puts on its channel's connection: an explicit
+/// `dscp` above the built-in default that is not `auto` (`None`: the
+/// connection keeps its marking, its band's unless a channel set one).
+pub(crate) fn explicit_dscp(resolved: &Resolved) -> Option<u8> {
+    (resolved.source(Property::Dscp) != Source::Default)
+        .then(|| resolved.values().dscp)
+        .filter(|d| *d != Dscp::Auto)
+        .map(|d| d.code(resolved.values().priority))
+}
+
+/// Refuses a channel's `dscp` that differs from the one another channel of
+/// the same connection set: both would mark one socket, and a per-channel
+/// marking cannot be honoured per channel (issue 24 item 3). `global`: the
+/// channel's router-wide id (its own claim, if any, does not count).
+pub(crate) fn check_dscp(
+    st: &State,
+    conn: u64,
+    global: u64,
+    resolved: &Resolved,
+) -> Result<(), (ErrorCode, String)> {
+    let Some(code) = explicit_dscp(resolved) else {
+        return Ok(());
+    };
+    // The claims of one connection agree (this check and the admin one keep
+    // them so), so the first other one decides: O(1) per subscribe.
+    match st.channels.dscp_claims(conn).find(|(g, _)| *g != global) {
+        Some((other, held)) if held != code => {
+            Err(dscp_conflict(st, conn, global, code, other, held))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Checks the DSCP claims of the channels of every connection an admin
+/// change reaches, as they will be once `plans` are in force (each plan:
+/// the channel and its new claim): one connection's claims must agree.
+fn check_planned_dscp(
+    st: &State,
+    plans: &[(u64, u64, Option<u8>)],
+) -> Result<(), (ErrorCode, String)> {
+    let mut by_conn: std::collections::BTreeMap<u64, std::collections::BTreeMap<u64, Option<u8>>> =
+        Default::default();
+    for &(conn, global, code) in plans {
+        by_conn.entry(conn).or_default().insert(global, code);
+    }
+    for (conn, planned) in by_conn {
+        let mut merged: std::collections::BTreeMap<u64, u8> =
+            st.channels.dscp_claims(conn).collect();
+        for (global, code) in planned {
+            match code {
+                Some(c) => merged.insert(global, c),
+                None => merged.remove(&global),
+            };
+        }
+        let mut claims = merged.into_iter();
+        let Some((first, held)) = claims.next() else {
+            continue;
+        };
+        if let Some((global, code)) = claims.find(|(_, c)| *c != held) {
+            return Err(dscp_conflict(st, conn, global, code, first, held));
+        }
+    }
+    Ok(())
+}
+
+/// The refusal of DSCP `code` for channel `global` of connection `conn`,
+/// whose socket channel `other` marks with `held`.
+fn dscp_conflict(
+    st: &State,
+    conn: u64,
+    global: u64,
+    code: u8,
+    other: u64,
+    held: u8,
+) -> (ErrorCode, String) {
+    let name = |g: u64| {
+        let sub = g & u64::from(u32::MAX);
+        match st.channels.get(g) {
+            Some(ch) => format!("subscription {sub} of {}", excerpt(&ch.endpoint)),
+            None => format!("subscription {sub}"),
+        }
+    };
+    (
+        ErrorCode::BadRequest,
+        format!(
+            "dscp={code} for {}: connection {conn}'s socket is marked DSCP {held} for {}, and a socket carries one DSCP, so channels of one connection cannot differ (use the same value, subscribe over a connection of another band, or set dscp for the whole session: `tagwire admin qos connection:{conn} dscp=…`)",
+            name(global),
+            name(other)
+        ),
+    )
+}
+
+/// The linked daemon whose link connection `conn` is, if it is one.
+fn link_of(st: &State, conn: u64) -> Option<String> {
+    st.fed
+        .links
+        .values()
+        .find(|l| l.conn == conn || l.bands.values().any(|b| b.conn == conn))
+        .map(|l| l.name.clone())
+}
+
+/// Refuses a QoS change of a link connection to an identity without the
+/// admin right: a link carries the events of every identity whose
+/// channels cross it, so its DSCP marks others' traffic.
+fn check_link(st: &State, conn: u64, admin: bool) -> Result<(), (ErrorCode, String)> {
+    match link_of(st, conn) {
+        Some(name) if !admin => Err((
+            ErrorCode::PermissionDenied,
+            format!(
+                "connection {conn} is the link to daemon {}: it carries the events of every identity whose channels cross it, so changing its QoS (its DSCP) needs the admin right",
+                excerpt(&name)
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// Refuses `proxy=node:NAME` naming a daemon this network does not have
 /// (a proxy must run somewhere events pass).
 pub(crate) fn check_proxy(st: &State, resolved: &Resolved) -> Result<(), (ErrorCode, String)> {
@@ -117,13 +239,16 @@ pub(crate) fn put_in_force(
     layer: QosLayer,
     resolved: Resolved,
 ) -> usize {
-    let dscp = (resolved.source(Property::Dscp) != Source::Default)
-        .then(|| resolved.values().dscp)
-        .filter(|d| *d != Dscp::Auto)
-        .map(|d| d.code(resolved.values().priority));
+    let dscp = explicit_dscp(&resolved);
     let sched = (resolved.source(Property::Sched) != Source::Default)
         .then(|| SchedPolicy::from(resolved.values().sched));
     let dropped = ch.apply_qos(layer, resolved);
+    // A channel already in the table changes its claim here; a new one
+    // makes it when it is inserted.
+    let global = (ch.conn << 32) | u64::from(ch.sub);
+    if st.channels.holds(global, ch) {
+        st.channels.claim_dscp(ch.conn, global, dscp);
+    }
     // Its scaling and proxy place are part of the interest links advertise.
     st.channels.touch();
     if let Some(code) = dscp {
@@ -136,6 +261,22 @@ pub(crate) fn put_in_force(
         }
     }
     dropped
+}
+
+/// Puts connection `conn`'s session-level `dscp` (if it sets one
+/// explicitly) on its socket.
+fn mark_session(st: &mut State, conn: u64) {
+    let Some(c) = st.connections.get(&conn) else {
+        return;
+    };
+    // A channel's own explicit marking (which the checks made agree) stays.
+    if !c.qos.is_set(Property::Dscp) || st.channels.dscp_claims(conn).next().is_some() {
+        return;
+    }
+    let code = explicit_dscp(&resolve(&[&st.qos_daemon, &c.qos]));
+    if let Some(code) = code {
+        set_connection_dscp(st, conn, code);
+    }
 }
 
 /// Marks a connection's socket with `dscp` (TCP; nothing for others).
@@ -294,6 +435,9 @@ pub(crate) fn admin_qos(
         .any(|k| Property::from_name(k) == Some(Property::Sched));
     check_lane_change(admin, sets_sched)?;
     let target = target(st, names)?;
+    if let Target::Connection(id) = &target {
+        check_link(st, *id, admin)?;
+    }
     let denied = |what: &str| {
         (
             ErrorCode::PermissionDenied,
@@ -384,6 +528,20 @@ pub(crate) fn admin_qos(
         }
         plans.push((ch.clone(), own, resolved));
     }
+    let claims: Vec<(u64, u64, Option<u8>)> = plans
+        .iter()
+        .map(|(ch, _, r)| {
+            (
+                ch.conn,
+                (ch.conn << 32) | u64::from(ch.sub),
+                explicit_dscp(r),
+            )
+        })
+        .collect();
+    if let Err(e) = check_planned_dscp(st, &claims) {
+        install(st, &target, saved);
+        return Err(e);
+    }
     // ...then put it in force.
     st.refresh_supplier_limit();
     if set.contains_key("history") || unset.iter().any(|u| u == "history") {
@@ -396,6 +554,11 @@ pub(crate) fn admin_qos(
     let changed = plans.len();
     for (ch, own, resolved) in plans {
         dropped += put_in_force(st, &ch, own, resolved);
+    }
+    if let Target::Connection(id) = &target {
+        // A session's DSCP marks its socket even with no channel on it (a
+        // publisher's connection, a link's).
+        mark_session(st, *id);
     }
     Ok(QosChanged {
         level: level_name,

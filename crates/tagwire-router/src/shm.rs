@@ -3,7 +3,7 @@
 //! this host asks for a region (`{"op":"shm_open"}`), the daemon creates it
 //! (a `tagwire-shm` memfd), keeps a mapping and passes the fd back with
 //! SCM_RIGHTS. The publisher writes payloads into the region and publishes
-//! events whose payload is a 24-byte [`ShmRef`] (flag `SHM_PAYLOAD`); routing,
+//! events whose payload is a 24-byte [`ShmRef`] (presence bit `SHM_REF`, 0x80); routing,
 //! filters, QoS and counters see the event as usual. A channel whose
 //! subscriber is on this host gets the reference (and, once, the region's
 //! fd) and reads in place; every other channel, a link or a pull buffer gets
@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use tagwire_proto::{flags::SHM_PAYLOAD, ErrorCode, Event, EventRef, Frame, ShmRef, ShmRole};
+use tagwire_proto::{ErrorCode, Event, EventRef, Frame, ShmRef, ShmRole};
 use tagwire_shm::{Consumer, ConsumerConfig, Pin, PinRow, Region, RegionConfig};
 
 use crate::channel::{Channel, Outgoing};
@@ -478,12 +478,13 @@ impl InlineCopy {
 }
 
 impl ShmEvent {
-    /// Checks a published event with the shared-memory flag: its reference
-    /// parses and names a region that connection `conn` owns; then reads
+    /// Checks a published event whose payload is a shared-memory reference:
+    /// the reference names a region that connection `conn` owns; then reads
     /// the packet (which tells the publisher the daemon got this far) and
     /// pins it. `Ok(None)`: the packet was gone (expired before the daemon
     /// read it): counted, nothing to deliver. A reference that does not
-    /// parse (not 24 bytes) is `Malformed`; one the connection may not use
+    /// parse (not 24 bytes) is `Malformed` (the event's parse already
+    /// refuses it); one the connection may not use
     /// or that names no published packet of its length, `BadRequest`
     /// (docs/protocol.md, "ShmRegion").
     pub(crate) fn check(
@@ -640,19 +641,20 @@ fn with_chunk(event: &Bytes, payload: &[u8], chunk: u32) -> Option<Bytes> {
     Some(out.freeze())
 }
 
-/// `by_ref` with the flag cleared and the payload `pin` holds inline.
+/// `by_ref` with its shared-memory bit cleared and the payload `pin` holds inline.
 fn inline(by_ref: &Bytes, pin: &Pin) -> Option<Bytes> {
     let mut ev = Event::decode(by_ref).ok()?;
-    ev.header.flags &= !SHM_PAYLOAD;
+    ev.header.payload_in_shm = false;
     ev.payload = Bytes::copy_from_slice(pin);
     let mut out = BytesMut::with_capacity(ev.encoded_len());
     ev.encode(&mut out).ok()?;
     Some(out.freeze())
 }
 
-/// Whether an encoded event carries its payload in shared memory.
+/// Whether an encoded event carries its payload in shared memory (presence
+/// bit `SHM_REF`; its `flags` are the application's and never mean this).
 pub(crate) fn is_shm(ev: &EventRef<'_>) -> bool {
-    ev.flags & SHM_PAYLOAD != 0
+    ev.payload_in_shm
 }
 
 #[cfg(test)]

@@ -565,6 +565,11 @@ pub(crate) async fn housekeeping(state: Arc<Locked<State>>) {
 pub(crate) struct ChannelTable {
     by_id: BTreeMap<u64, Arc<Channel>>,
     by_endpoint: HashMap<Arc<str>, HashSet<u64>>,
+    /// The DSCP each channel's QoS sets explicitly, by connection and
+    /// channel: a connection's socket carries one marking, so the channels
+    /// of one connection must agree ([`crate::qos::check_dscp`]). A
+    /// channel's claim goes with it.
+    dscp: HashMap<u64, BTreeMap<u64, u8>>,
     /// Bumped by every insert and remove (the federation re-reads the local
     /// interest when it changes).
     generation: u64,
@@ -592,7 +597,35 @@ impl ChannelTable {
             .entry(channel.endpoint.clone())
             .or_default()
             .insert(global);
+        let code = crate::qos::explicit_dscp(&channel.qos.borrow().resolved);
+        self.claim_dscp(channel.conn, global, code);
         self.by_id.insert(global, channel);
+    }
+
+    /// Records the DSCP channel `global` of connection `conn` sets
+    /// explicitly (`None`: it leaves its connection's marking alone).
+    pub fn claim_dscp(&mut self, conn: u64, global: u64, code: Option<u8>) {
+        match code {
+            Some(code) => {
+                self.dscp.entry(conn).or_default().insert(global, code);
+            }
+            None => {
+                if let Some(claims) = self.dscp.get_mut(&conn) {
+                    claims.remove(&global);
+                    if claims.is_empty() {
+                        self.dscp.remove(&conn);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The explicit DSCP of each channel of connection `conn` that sets one.
+    pub fn dscp_claims(&self, conn: u64) -> impl Iterator<Item = (u64, u8)> + '_ {
+        self.dscp
+            .get(&conn)
+            .into_iter()
+            .flat_map(|m| m.iter().map(|(g, c)| (*g, *c)))
     }
 
     /// Whether `channel` is the one held under `global`.
@@ -607,6 +640,7 @@ impl ChannelTable {
         let channel = self.by_id.remove(global)?;
         self.generation += 1;
         self.unlink(*global, &channel.endpoint);
+        self.claim_dscp(channel.conn, *global, None);
         Some(channel)
     }
 

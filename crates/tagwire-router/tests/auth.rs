@@ -433,3 +433,156 @@ fn a_non_admin_cannot_reschedule_a_lane_or_reserve_bandwidth_through_its_own_cha
         assert_ne!(lane.sched, "fifo:99", "{lane:?}");
     }
 }
+
+/// A subscription QoS of one property.
+fn one(name: &str, value: &str) -> Vec<(String, String)> {
+    vec![(name.to_owned(), value.to_owned())]
+}
+
+/// Issue 24 item 3: a connection's socket carries one DSCP. Two channels of
+/// one connection asking for different values were both accepted and the
+/// last one marked the socket for both; the second is now refused naming
+/// why, the same value agrees, and once the marking channel is gone another
+/// value may mark the socket.
+#[test]
+fn two_channels_of_one_connection_cannot_ask_for_different_dscp() {
+    let h = Router::start(config()).expect("start");
+    let mut alice = Raw::welcomed_as(&h, ALICE, [0; 16]);
+    alice.declare(1, EndpointKind::Subscriber, "/alice/a");
+    alice.declare(2, EndpointKind::Subscriber, "/alice/b");
+    let first = alice.try_subscribe(1, 1, "/alice/a/**", &one("dscp", "af42"));
+    assert!(matches!(first, Frame::Ok { .. }), "{first:?}");
+    let denied = alice.try_subscribe(2, 2, "/alice/b/**", &one("dscp", "ef"));
+    assert_eq!(
+        error_code(&denied),
+        Some(ErrorCode::BadRequest),
+        "{denied:?}"
+    );
+    let why = message(&denied);
+    assert!(
+        why.contains("a socket carries one DSCP") && why.contains("subscription 1 of \"/alice/a\""),
+        "{why}"
+    );
+    // The same value agrees; no value leaves the marking alone.
+    let same = alice.try_subscribe(3, 2, "/alice/b/x", &one("dscp", "36"));
+    assert!(matches!(same, Frame::Ok { .. }), "{same:?}");
+    let unmarked = alice.try_subscribe(4, 2, "/alice/b/y", &[]);
+    assert!(matches!(unmarked, Frame::Ok { .. }), "{unmarked:?}");
+    // Through `admin qos` on its own endpoint: refused as well, nothing changed.
+    let denied = alice.try_admin(&serde_json::json!({
+        "op": "qos", "target": ["/alice/b"], "set": {"dscp": "ef"}
+    }));
+    assert_eq!(
+        error_code(&denied),
+        Some(ErrorCode::BadRequest),
+        "{denied:?}"
+    );
+    assert!(
+        message(&denied).contains("a socket carries one DSCP"),
+        "{denied:?}"
+    );
+    // Once only the unmarked channel is left, another value may mark it.
+    for sub in [1, 3] {
+        let gone = alice.request(|req| Frame::Unsubscribe { req, sub });
+        assert!(matches!(gone, Frame::Ok { .. }), "{gone:?}");
+    }
+    let r = alice.try_admin(&serde_json::json!({
+        "op": "qos", "target": ["/alice/b"], "set": {"dscp": "ef"}
+    }));
+    assert!(matches!(r, Frame::AdminReply { .. }), "{r:?}");
+}
+
+/// The router's listing entry of connection `name` (seen by the owner).
+fn connection_named(
+    h: &tagwire_router::RouterHandle,
+    name: &str,
+) -> tagwire_proto::admin::ConnectionInfo {
+    let mut owner = Raw::welcomed_as(h, &owner_token(h), [2; 16]);
+    owner
+        .list()
+        .connections
+        .into_iter()
+        .find(|c| c.name == name)
+        .unwrap_or_else(|| panic!("no connection named {name}"))
+}
+
+/// A TCP connection of the owner turned into a link from daemon `raw9`.
+fn raw_link(h: &tagwire_router::RouterHandle) -> Raw {
+    use tagwire_proto::{LinkFrame, LINK_VERSION};
+    let mut raw = Raw::welcomed_as(h, &owner_token(h), [3; 16]);
+    let mut peer = bytes::BytesMut::new();
+    LinkFrame::Peer {
+        version: LINK_VERSION,
+        node: 9,
+        name: "raw9".into(),
+        cluster: "tagwire".into(),
+        band: "normal".into(),
+        bands: vec![],
+    }
+    .encode(&mut peer)
+    .expect("encodable");
+    raw.send_bytes(&peer);
+    loop {
+        match raw.recv_raw() {
+            Some((k, _)) if k == tagwire_proto::link_kind::PEER => return raw,
+            Some(_) => continue,
+            None => panic!("the router closed the link before its Peer"),
+        }
+    }
+}
+
+/// Issue 24 item 3: a link between daemons carries the events of every
+/// identity whose channels cross it. Changing its QoS (its DSCP) needs the
+/// admin right, and the refusal says so (it said only "needs the admin
+/// right", as for any other identity's connection).
+#[test]
+fn a_links_dscp_is_refused_to_a_non_admin_naming_the_link() {
+    let h = Router::start(config()).expect("start");
+    let _link = raw_link(&h);
+    let id = connection_named(&h, "link:raw9").id;
+    let mut alice = Raw::welcomed_as(&h, ALICE, [0; 16]);
+    let denied = alice.try_admin(&serde_json::json!({
+        "op": "qos", "target": [format!("connection:{id}")], "set": {"dscp": "ef"}
+    }));
+    assert_eq!(
+        error_code(&denied),
+        Some(ErrorCode::PermissionDenied),
+        "{denied:?}"
+    );
+    let why = message(&denied);
+    assert!(
+        why.contains("link to daemon \"raw9\"") && why.contains("every identity"),
+        "{why}"
+    );
+}
+
+/// Issue 24 item 3: an admin's DSCP for a link, or for any connection
+/// without a channel (a publisher's), was accepted and put on no socket
+/// (only channels applied it). It marks the socket now, and the listing
+/// says what each socket carries; a non-admin marks its own connection.
+#[test]
+fn a_session_dscp_marks_its_socket_even_without_a_channel() {
+    let h = Router::start(config()).expect("start");
+    let _link = raw_link(&h);
+    let link = connection_named(&h, "link:raw9");
+    assert_eq!(link.dscp, Some(0), "the normal band's CS0 at first");
+    let mut owner = Raw::welcomed_as(&h, &owner_token(&h), [4; 16]);
+    let r = owner.try_admin(&serde_json::json!({
+        "op": "qos", "target": [format!("connection:{}", link.id)], "set": {"dscp": "ef"}
+    }));
+    assert!(matches!(r, Frame::AdminReply { .. }), "{r:?}");
+    assert_eq!(connection_named(&h, "link:raw9").dscp, Some(46), "EF");
+    // Bob marks his own publisher's connection (his own traffic).
+    let mut bob = Raw::welcomed_as(&h, BOB, [5; 16]).publisher("/bob/pub");
+    let own = bob.list().connections;
+    let [mine] = &own[..] else {
+        panic!("bob sees only his own connection: {own:?}");
+    };
+    assert_eq!(mine.dscp, Some(0));
+    let r = bob.try_admin(&serde_json::json!({
+        "op": "qos", "target": [format!("connection:{}", mine.id)], "set": {"dscp": "af11"}
+    }));
+    assert!(matches!(r, Frame::AdminReply { .. }), "{r:?}");
+    let own = bob.list().connections;
+    assert_eq!(own[0].dscp, Some(10), "AF11: {own:?}");
+}

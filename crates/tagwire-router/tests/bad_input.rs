@@ -444,9 +444,13 @@ fn a_shared_memory_reference_of_the_wrong_length_is_malformed() {
     let h = start_tcp(Limits::default());
     let mut bad = Raw::hello(&h);
     bad.declare(1, EndpointKind::Publisher, "/shmref");
-    let mut ev = event("/shmref", "/shm/x", vec![0u8; 5]);
-    ev.header.flags = tagwire_proto::flags::SHM_PAYLOAD;
-    bad.send_bytes(&publish_frame(1, &ev));
+    // The encoder refuses such an event: mark the reference by hand
+    // (presence bit 0x80, SHM_REF).
+    let ev = event("/shmref", "/shm/x", vec![0u8; 5]);
+    let mut frame = publish_frame(1, &ev);
+    let presence = 9 + 2 + "/shm/x".len() + 1 + "/shmref".len() + 8 + 8 + 1;
+    frame[presence] |= 0x80;
+    bad.send_bytes(&frame);
     bad.expect_error(ErrorCode::Malformed, "shared-memory reference length");
     assert_router_serves(&h);
 }

@@ -4,7 +4,9 @@
 //! subscriber endpoint, an admin request with request id 0, one delivery
 //! per matching subscription, the `Close` of a shutdown, deliveries within
 //! the subscriber's frame limit, the answer to a long `Hello` of an unknown
-//! version, and a client's own `Error` frame.
+//! version, a client's own `Error` frame, and the application's flags
+//! (issue 24 item 12: the documented `publish_full_event` vector, a
+//! version-1 publisher's flag `0x0001`).
 
 mod common;
 #[path = "../../tagwire-proto/tests/common/mod.rs"]
@@ -308,4 +310,56 @@ fn a_clients_error_frame_is_accepted_and_not_answered() {
     // The next thing the client hears is the Pong to its Ping: no Error
     // came back for the Error it sent.
     c.expect_alive();
+}
+
+/// Issue 24 item 12: docs/protocol.md's own valid vector `publish_full_event`
+/// (flags `0x0003`) was refused (`Malformed`: bit `0x0001` meant "the
+/// payload is a shared-memory reference"). Published byte for byte, it is
+/// delivered byte for byte.
+#[test]
+fn the_documented_publish_full_event_vector_is_delivered_as_published() {
+    let vector = doc_vectors::doc_vectors()
+        .into_iter()
+        .find(|v| v.name == "publish_full_event")
+        .expect("docs/protocol.md has the vector `publish_full_event`");
+    let h = start(Limits::default());
+    let mut s = Raw::hello(&h).subscriber("/full/sub", "/cam/**", &[]);
+    // The vector publishes on endpoint 1 as publisher `cam-left`.
+    let mut p = Raw::hello(&h).publisher("cam-left");
+    p.send_bytes(&vector.bytes);
+    p.expect_alive();
+    let published = &vector.bytes[9..];
+    let (sub, delivered) = next_delivery(&mut s);
+    assert_eq!(sub, 1);
+    assert_eq!(
+        &delivered[..],
+        published,
+        "the vector's event, delivered as published"
+    );
+    let ev = EventRef::parse(&delivered).expect("parses");
+    assert_eq!((ev.flags, ev.payload), (0x0003, &b"hi"[..]));
+}
+
+/// Issue 24 item 12: version 1 documented every flag bit as carried
+/// through; a version-1 publisher that set `0x0001` was refused. Its event
+/// reaches a version-1 subscriber and a current one, flag and payload intact.
+#[test]
+fn a_version_1_publishers_flag_0x0001_is_delivered_intact() {
+    let h = start(Limits::default());
+    let mut v1_sub = Raw::hello_v1(&h).subscriber("/v1/sub", "/v1/**", &[]);
+    let mut v3_sub = Raw::hello(&h).subscriber("/v3/sub", "/v1/**", &[]);
+    let mut p = Raw::hello_v1(&h).publisher("/v1/pub");
+    let mut ev = event("/v1/pub", "/v1/flagged", Bytes::from_static(b"inline"));
+    ev.header.flags = 0x0001;
+    p.publish_event(1, &ev);
+    p.expect_alive();
+    let mut want = BytesMut::new();
+    ev.encode(&mut want).expect("encode");
+    for (who, s) in [("version 1", &mut v1_sub), ("version 3", &mut v3_sub)] {
+        let (_, got) = next_delivery(s);
+        assert_eq!(got, want, "{who} subscriber: the event as published");
+        let got = Event::decode(&got).expect("decodes");
+        assert_eq!(got.header.flags, 0x0001, "{who} subscriber: the flag");
+        assert_eq!(&got.payload[..], b"inline", "{who} subscriber: the payload");
+    }
 }

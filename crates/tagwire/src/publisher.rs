@@ -343,12 +343,12 @@ impl Publisher {
         let loaned = fill.is_some().then(|| shm.producer.region());
         drop(guard);
         let payload = std::mem::replace(&mut event.payload, Bytes::copy_from_slice(&r.encode()));
-        event.header.flags |= tagwire_proto::flags::SHM_PAYLOAD;
+        event.header.payload_in_shm = true;
         let sent = self
             .session
             .inner()
             .publish_in_region(self.id, event, express, now, granted_on);
-        event.header.flags &= !tagwire_proto::flags::SHM_PAYLOAD;
+        event.header.payload_in_shm = false;
         event.payload = payload;
         match sent {
             Ok(true) => {

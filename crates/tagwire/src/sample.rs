@@ -12,8 +12,8 @@ pub struct Sample {
     raw: Bytes,
     payload_start: usize,
     tag_len: usize,
-    /// The event's payload is a shared-memory reference (its
-    /// `SHM_PAYLOAD` flag), noted when `new` parsed it.
+    /// The event's payload is a shared-memory reference (its presence
+    /// bit `SHM_REF`), noted when `new` parsed it.
     shm_flagged: bool,
     /// A payload read in place in shared memory (`docs/shm.md`).
     shm: Option<InPlace>,
@@ -45,7 +45,7 @@ impl Sample {
         Ok(Sample {
             payload_start: raw.len() - ev.payload.len(),
             tag_len: ev.tag.len(),
-            shm_flagged: ev.flags & tagwire_proto::flags::SHM_PAYLOAD != 0,
+            shm_flagged: ev.payload_in_shm,
             raw,
             shm: None,
         })
@@ -119,7 +119,7 @@ impl Sample {
         let mut ev = EventRef::parse(&self.raw).unwrap_or_else(|_| empty_event());
         if let Some(p) = &self.shm {
             ev.payload = &p.bytes;
-            ev.flags &= !tagwire_proto::flags::SHM_PAYLOAD;
+            ev.payload_in_shm = false;
         }
         ev
     }
@@ -128,7 +128,7 @@ impl Sample {
     pub fn to_event(&self) -> Event {
         let mut e = Event::decode(&self.raw).unwrap_or_default();
         if self.shm.is_some() {
-            e.header.flags &= !tagwire_proto::flags::SHM_PAYLOAD;
+            e.header.payload_in_shm = false;
             e.payload = self.payload();
         }
         e
@@ -162,7 +162,7 @@ impl std::fmt::Debug for Sample {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tagwire_proto::{flags, ShmRef};
+    use tagwire_proto::ShmRef;
 
     fn encoded(ev: &Event) -> Bytes {
         let mut out = bytes::BytesMut::new();
@@ -181,7 +181,7 @@ mod tests {
         let mut ev = Event::new("/a/b", Bytes::copy_from_slice(&r.encode()));
         let plain = Sample::new(encoded(&ev)).expect("valid");
         assert_eq!(plain.shm_ref(), None, "no flag: the bytes are a payload");
-        ev.header.flags |= flags::SHM_PAYLOAD;
+        ev.header.payload_in_shm = true;
         let flagged = Sample::new(encoded(&ev)).expect("valid");
         assert_eq!(flagged.shm_ref(), Some(r));
         assert_eq!(flagged.tag(), "/a/b");

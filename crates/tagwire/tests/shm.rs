@@ -1463,3 +1463,129 @@ fn a_client_in_another_pid_namespace_is_refused_shared_memory_with_the_reason() 
         .expect_err("another namespace");
     assert!(err.to_string().contains("PID namespace"), "{err}");
 }
+
+/// A raw client over the Unix socket that said a **version-1** `Hello` and
+/// subscribed endpoint 1 (`name`) to `pattern` as subscription 1.
+struct RawV1 {
+    s: std::os::unix::net::UnixStream,
+    buf: bytes::BytesMut,
+    dec: tagwire_proto::FrameDecoder,
+}
+
+impl RawV1 {
+    fn subscribe(path: &str, name: &str, pattern: &str) -> RawV1 {
+        use tagwire_proto::{EndpointKind, Frame};
+        let path = path.strip_prefix("unix://").expect("a unix:// url");
+        let s = std::os::unix::net::UnixStream::connect(path).expect("connect");
+        s.set_read_timeout(Some(WAIT)).expect("timeout");
+        let mut c = RawV1 {
+            s,
+            buf: bytes::BytesMut::new(),
+            dec: tagwire_proto::FrameDecoder::new(1 << 24),
+        };
+        c.send(&Frame::Hello {
+            version: 1,
+            max_frame: 1 << 24,
+            name: "v1".into(),
+            token: String::new(),
+            proof: None,
+            session: [0; 16],
+        });
+        assert!(
+            matches!(c.next(), Some(Frame::Welcome { version: 1, .. })),
+            "a version-1 Welcome"
+        );
+        c.send(&Frame::DeclareEndpoint {
+            req: 1,
+            id: 1,
+            kind: EndpointKind::Subscriber,
+            name: name.into(),
+        });
+        assert_eq!(c.next(), Some(Frame::Ok { req: 1 }));
+        c.send(&Frame::Subscribe {
+            req: 2,
+            sub: 1,
+            endpoint: 1,
+            pattern: pattern.into(),
+            qos: vec![],
+        });
+        assert_eq!(c.next(), Some(Frame::Ok { req: 2 }));
+        c
+    }
+
+    fn send(&mut self, f: &tagwire_proto::Frame) {
+        use std::io::Write;
+        let mut b = bytes::BytesMut::new();
+        f.encode(&mut b).expect("encode");
+        self.s.write_all(&b).expect("write");
+    }
+
+    /// The next frame (`None`: the stream ended or timed out).
+    fn next(&mut self) -> Option<tagwire_proto::Frame> {
+        use std::io::Read;
+        loop {
+            if let Some((kind, body)) = self.dec.next_raw(&mut self.buf).expect("splits") {
+                return Some(tagwire_proto::Frame::decode(kind, body).expect("decodes"));
+            }
+            let mut chunk = [0u8; 65536];
+            match self.s.read(&mut chunk) {
+                Ok(0) | Err(_) => return None,
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+    }
+}
+
+/// Issue 24 item 12: a shared-memory reference is marked by presence bit
+/// 0x80, which versions 1 and 2 reserved, and `ShmRegion` is no frame of
+/// theirs: a version-1 subscriber on the daemon's host, of the publisher's
+/// identity, gets every payload inline and no region (it got the region's
+/// fd and 24-byte references it could not tell from payloads), and its
+/// `shm=require` is refused naming its version.
+#[test]
+fn a_version_1_subscriber_on_the_same_host_gets_payloads_inline_never_references() {
+    use tagwire_proto::{EventRef, Frame};
+    let r = router();
+    let mut v1 = RawV1::subscribe(&r.unix, "/shm/v1/sub", "/shm/v1");
+    // It cannot insist on shared memory either.
+    v1.send(&Frame::Subscribe {
+        req: 3,
+        sub: 2,
+        endpoint: 1,
+        pattern: "/shm/v1/required".into(),
+        qos: vec![("shm".into(), "require".into())],
+    });
+    match v1.next() {
+        Some(Frame::Error {
+            req: 3,
+            code: tagwire_proto::ErrorCode::BadRequest,
+            message,
+        }) => assert!(message.contains("protocol version 1"), "{message}"),
+        other => panic!("shm=require from a version-1 client: {other:?}"),
+    }
+    let publisher_session = shm_session(&r.unix).expect("unix session");
+    let publisher = publisher_session
+        .declare_publisher("/shm/v1/pub")
+        .expect("declare");
+    assert!(publisher.uses_shm(), "the publisher writes shared memory");
+    const N: usize = 4;
+    for i in 0..N {
+        publisher.publish("/shm/v1", payload(i)).expect("publish");
+    }
+    let mut got = 0;
+    while got < N {
+        match v1.next() {
+            Some(Frame::Deliver { sub: 1, event }) => {
+                let ev = EventRef::parse(&event).expect("a version-1 event parses");
+                assert!(!ev.payload_in_shm, "event {got}: no reference");
+                assert_eq!(ev.payload, &payload(got)[..], "event {got}: inline");
+                got += 1;
+            }
+            Some(Frame::Ping { nonce }) => v1.send(&Frame::Pong { nonce }),
+            Some(other) => panic!("a version-1 client got {other:?}"),
+            None => panic!("{got} of {N} events arrived"),
+        }
+    }
+    assert_eq!(publisher_session.shm_stats().published, N as u64);
+    drop(r.router);
+}

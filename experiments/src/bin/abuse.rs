@@ -41,6 +41,11 @@
 //!                   mallory declares that many publishers over the Unix
 //!                   socket; at most its quota get a region, and the
 //!                   owner's publisher still gets one (issue 24, item 4)
+//!   dscp-clash      --token T                   mallory (no admin right)
+//!                   asks for two DSCP markings on one connection and for
+//!                   a daemon-wide one: the second channel's and the
+//!                   daemon's are refused, the first stands (issue 24,
+//!                   item 3)
 //!   ping            --count 200 --interval-ms 10 [--until FILE]  a healthy
 //!                   client: round trips (at least `count`, and on until FILE
 //!                   exists), prints `p50_us p99_us max_us` (nothing else)
@@ -1057,6 +1062,49 @@ fn trespass(o: &Opts) -> Res<()> {
     Ok(())
 }
 
+/// Identity token:mallory (no admin right) asks for two DSCP markings on
+/// one connection, then for a daemon-wide DSCP (issue 24, item 3): a socket
+/// carries one marking, so the second channel is refused (`BadRequest`),
+/// and a daemon layer marks everyone's sockets (`PermissionDenied`); its
+/// first channel keeps its own marking.
+fn dscp_clash(o: &Opts) -> Res<()> {
+    let token = o.text("token").ok_or("--token is required")?.to_owned();
+    let tag = format!("/abuse/dscp{}", unique());
+    let m = Session::builder()
+        .token(token)
+        .connect(&format!("tcp://{}", o.server))
+        .map_err(|e| format!("mallory's session: {e}"))?;
+    let first = answered(
+        m.subscribe(&format!("{tag}/a"))
+            .qos("dscp", "ef")
+            .receiver(),
+    )?;
+    let second = answered(
+        m.subscribe(&format!("{tag}/b"))
+            .qos("dscp", "af11")
+            .receiver(),
+    )?;
+    let daemon =
+        answered(m.admin_json(&json!({"op": "qos", "target": ["daemon"], "set": {"dscp": "ef"}})))?;
+    let describe = |r: &Result<(), Refusal>| match r {
+        Ok(()) => "accepted".to_owned(),
+        Err((code, _)) => format!("{code:?} ({})", code.code()),
+    };
+    let first = first.map(drop);
+    let (second, daemon) = (second.map(drop), daemon.map(drop));
+    println!(
+        "dscp-clash: mallory's first channel dscp=ef: {} {}; a second on the same connection dscp=af11: {} {}; \
+         the daemon's dscp=ef: {} {}",
+        describe(&first),
+        verdict(first.is_ok()),
+        describe(&second),
+        verdict(matches!(&second, Err((ErrorCode::BadRequest, _)))),
+        describe(&daemon),
+        verdict(matches!(&daemon, Err((ErrorCode::PermissionDenied, _)))),
+    );
+    Ok(())
+}
+
 /// A session over the daemon's Unix socket `--unix PATH`, with shared
 /// memory, as the owner (its uid) or with `token`.
 fn unix_session(o: &Opts, token: Option<&str>) -> Res<Session> {
@@ -1182,6 +1230,7 @@ fn main() {
         "trespass" => trespass(&o),
         "shm-trespass" => shm_trespass(&o),
         "shm-hog" => shm_hog(&o),
+        "dscp-clash" => dscp_clash(&o),
         "ping" => ping(&o),
         other => {
             eprintln!("abuse: unknown attack {other:?} (see the comment at the top of abuse.rs)");

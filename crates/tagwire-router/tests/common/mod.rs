@@ -164,6 +164,29 @@ impl Raw {
         }
     }
 
+    /// An in-process client through a **version-1** handshake (no
+    /// credential, no session: the transport identifies it, the owner).
+    pub fn hello_v1(h: &RouterHandle) -> Raw {
+        let mut r = Raw::connect(h);
+        r.send(&Frame::Hello {
+            version: 1,
+            max_frame: MAX_FRAME,
+            name: "v1".into(),
+            token: String::new(),
+            proof: None,
+            session: [0; 16],
+        });
+        match r.recv() {
+            Some(Frame::Welcome {
+                version: 1,
+                max_frame,
+                ..
+            }) => r.max_frame = max_frame,
+            other => panic!("expected a version-1 Welcome, got {other:?}"),
+        }
+        r
+    }
+
     /// An in-process client through the handshake (the router's owner).
     pub fn hello(h: &RouterHandle) -> Raw {
         Raw::connect(h).welcome(MAX_FRAME, "", [0; 16])

@@ -182,8 +182,7 @@ impl Stale<'_> {
     fn resolve<'f>(&mut self, frame: &'f [u8]) -> Option<std::borrow::Cow<'f, [u8]>> {
         use std::borrow::Cow;
         let body = frame.get(9..)?;
-        let shm = tagwire_proto::EventRef::parse(body)
-            .is_ok_and(|e| e.flags & tagwire_proto::flags::SHM_PAYLOAD != 0);
+        let shm = tagwire_proto::EventRef::parse(body).is_ok_and(|e| e.payload_in_shm);
         if !shm {
             return Some(Cow::Borrowed(frame));
         }
@@ -195,7 +194,7 @@ impl Stale<'_> {
                 return None;
             }
             ev.payload = bytes::Bytes::from(bytes);
-            ev.header.flags &= !tagwire_proto::flags::SHM_PAYLOAD;
+            ev.header.payload_in_shm = false;
             let endpoint = u32::from_le_bytes(frame.get(5..9)?.try_into().ok()?);
             let mut out = BytesMut::new();
             tagwire_proto::encode_publish(endpoint, &ev, &mut out).ok()?;
@@ -301,7 +300,7 @@ mod tests {
                 chunk: 0,
             };
             let mut e = Event::new("/shm", bytes::Bytes::copy_from_slice(&r.encode()));
-            e.header.flags |= tagwire_proto::flags::SHM_PAYLOAD;
+            e.header.payload_in_shm = true;
             e.header.seq = seq + 1;
             e
         };
@@ -327,10 +326,13 @@ mod tests {
         assert_eq!(stale.unsent, 1, "the lapped packet is counted");
         let mut expected = reference(kept, 10);
         expected.payload = bytes::Bytes::from_static(b"still here");
-        expected.header.flags &= !tagwire_proto::flags::SHM_PAYLOAD;
+        expected.header.payload_in_shm = false;
         let mut want = BytesMut::new();
         tagwire_proto::encode_publish(3, &expected, &mut want).expect("encode");
-        assert_eq!(out, want, "the kept packet goes inline, flag cleared");
+        assert_eq!(
+            out, want,
+            "the kept packet goes inline, its shared-memory bit cleared"
+        );
         // Inline, it would not fit the new daemon's frames: counted.
         let mut stale = Stale {
             regions: &regions,

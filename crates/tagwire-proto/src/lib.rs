@@ -32,7 +32,8 @@ mod reader;
 pub use admin::{AdminError, AdminOp, AdminReply, AdminRequest};
 pub use error::{DecodeError, EncodeError, ErrorCode};
 pub use event::{
-    flags, Event, EventRef, Expiry, FieldIter, Header, NamedError, ShmRef, Value, ValueRef,
+    flags, Event, EventRef, Expiry, FieldIter, Header, NamedError, RawFieldIter, RawValueRef,
+    ShmRef, Value, ValueRef,
 };
 pub use excerpt::{excerpt, truncate, Excerpt, EXCERPT_CHARS};
 pub use frame::{

@@ -81,7 +81,7 @@ fn routes(limits: &FilterLimits, subs: u64, filter: impl Fn(u64, usize) -> Strin
     routes
 }
 
-/// Evicts the caches (and much of the TLB): reads and writes 64 MiB.
+/// Evicts the caches (and much of the TLB): reads and writes `junk`.
 fn evict(junk: &mut [u8]) {
     for i in (0..junk.len()).step_by(64) {
         junk[i] = junk[i].wrapping_add(1);
@@ -93,7 +93,13 @@ fn case(name: &str, routes: &mut Routes<u64>, buf: &[u8], iters: usize, cold: bo
     let ev = EventRef::parse(buf).expect("bench event parses");
     let mut times = Vec::with_capacity(iters);
     let mut hits = 0usize;
-    let mut junk = vec![0u8; if cold { 64 << 20 } else { 0 }];
+    // BENCH_EVICT_MIB: how much memory to touch between events (default
+    // 64 MiB, past L2; L3 may be larger, `lscpu`).
+    let evict_mib: usize = std::env::var("BENCH_EVICT_MIB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(64);
+    let mut junk = vec![0u8; if cold { evict_mib << 20 } else { 0 }];
     // Warm-up (first touches of the DFAs' tables).
     routes.route(&ev, |_, _| hits += 1);
     let before = routes.budget_stats().clone();
@@ -113,7 +119,7 @@ fn case(name: &str, routes: &mut Routes<u64>, buf: &[u8], iters: usize, cold: bo
     println!(
         "{name}{}: event {} bytes, {} routes: p50 {:.3} ms, p90 {:.3} ms, max {:.3} ms; \
          work per event {} units ({:.3} ns per unit at p50; budget {}), over budget {} of {}, {hits} deliveries",
-        if cold { " (caches evicted before each event)" } else { "" },
+        if cold { format!(" ({evict_mib} MiB touched before each event)") } else { String::new() },
         buf.len(),
         iters,
         ms(at(0.5)),

@@ -5,7 +5,7 @@
 //! A *channel* is one subscription: a pattern, the *session* (connection) it
 //! belongs to, its own (TAO proxy) filters and at most one mapping filter. A
 //! session holds the admin-level filters and the operator between the levels
-//! (see [`levels_pass`]).
+//! (see [`levels_pass`](crate::filter::levels_pass)).
 //!
 //! Each channel is found one of two ways, chosen again whenever its filters,
 //! its session's filters or the operator change:
@@ -21,7 +21,7 @@
 //!   has filters of any level or a mapping filter they are evaluated for each
 //!   event whose tag it matches.
 //!
-//! Either way the result is that of [`levels_pass`] on every channel whose
+//! Either way the result is that of [`levels_pass`](crate::filter::levels_pass) on every channel whose
 //! pattern matches (a property test checks this).
 //!
 //! Work that is inherently proportional to a session's size can be done in
@@ -33,6 +33,7 @@
 //! at most `budget` channels per call. Every other change costs O(1) (or
 //! the number of filters involved) per channel.
 
+use std::cell::OnceCell;
 use std::collections::VecDeque;
 
 // Looked up per channel by every change and per delivery while work is
@@ -42,8 +43,6 @@ use hashbrown::{HashMap, HashSet};
 
 use tagwire_proto::EventRef;
 
-#[allow(unused_imports)] // `levels_pass` is named by the docs.
-use crate::filter::levels_pass;
 use crate::filter::{
     levels_pass_in, EventFields, Filter, FilterError, FilterLimits, FilterList, InterFilterOp,
     MappingFilter, MatchScratch, Meter, Overrides, SubscriptionIndex,
@@ -1090,8 +1089,12 @@ impl<T: Clone> Routes<T> {
         let tag = event.tag;
         let unsettled = self.pending.affects_routing();
         // One field table and one work budget for all of the event's
-        // evaluations (issue 24 item 9); building them reads nothing.
-        let fields = EventFields::metered(*event, Meter::new(self.limits.max_event_work));
+        // evaluations (issue 24 item 9), made when the first filter is
+        // about to be evaluated: an event with nothing to evaluate pays
+        // nothing for them.
+        let max_work = self.limits.max_event_work;
+        let lazy = OnceCell::new();
+        let fields = || lazy.get_or_init(|| EventFields::metered(*event, Meter::new(max_work)));
         let mut stopped: Option<ChannelId> = None;
         let mut skipped = 0u64;
         for e in self.by_tag.matches(tag).iter() {
@@ -1110,13 +1113,14 @@ impl<T: Clone> Routes<T> {
             let Some(s) = self.sessions.get(&ch.session) else {
                 continue;
             };
+            let fields = fields();
             if fields.meter.is_over() {
                 skipped += 1;
                 continue;
             }
-            let passes = levels_pass_in(s.op, &s.admin, &ch.proxy, event, &fields);
+            let passes = levels_pass_in(s.op, &s.admin, &ch.proxy, event, fields);
             let overrides = if passes {
-                ch.mapped(event, &fields)
+                ch.mapped(event, fields)
             } else {
                 Overrides::default()
             };
@@ -1134,6 +1138,7 @@ impl<T: Clone> Routes<T> {
             }
         }
         if !self.index.is_empty() && !self.indexed_tags.matches(tag).is_empty() {
+            let fields = fields();
             self.hits.clear();
             self.index
                 .matching_in(event, &mut self.scratch, &fields.meter, &mut self.hits);
@@ -1151,7 +1156,7 @@ impl<T: Clone> Routes<T> {
                 let Some(s) = self.sessions.get(&h.session) else {
                     continue;
                 };
-                if !s.admin.passes_in(event, &fields) || !self.patterns.matches(h.pattern, tag) {
+                if !s.admin.passes_in(event, fields) || !self.patterns.matches(h.pattern, tag) {
                     if fields.meter.is_over() && !s.admin.is_empty() {
                         skipped += 1;
                     }
@@ -1160,7 +1165,7 @@ impl<T: Clone> Routes<T> {
                 if !h.mapped {
                     deliver(&h.value, Overrides::default());
                 } else if let Some(ch) = self.channels.get(&h.channel) {
-                    let overrides = ch.mapped(event, &fields);
+                    let overrides = ch.mapped(event, fields);
                     if fields.meter.is_over() {
                         skipped += 1;
                         continue;
@@ -1169,14 +1174,18 @@ impl<T: Clone> Routes<T> {
                 }
             }
         }
+        let Some(fields) = lazy.get() else {
+            return;
+        };
         let work = fields.meter.used();
         if work > 0 || fields.decodes() > 0 || fields.meter.is_over() {
-            self.budget.work += work;
-            self.budget.field_decodes += u64::from(fields.decodes());
+            let b = &mut self.budget;
+            b.work = b.work.saturating_add(work);
+            b.field_decodes = b.field_decodes.saturating_add(fields.decodes().into());
             if fields.meter.is_over() {
-                self.budget.over_budget += 1;
-                self.budget.skipped += skipped;
-                self.budget.last = Some(OverBudget {
+                b.over_budget += 1;
+                b.skipped = b.skipped.saturating_add(skipped);
+                b.last = Some(OverBudget {
                     tag: tag.to_owned(),
                     channel: stopped,
                     work,

@@ -214,6 +214,22 @@ fn main() {
         }
     }
 
+    // Node-heavy filters whose trees no cache holds: 500 subscriptions ×
+    // 32 filters × 60 distinct `$.n == K` (≈ 2 M nodes).
+    for cold in [false, true] {
+        let name = "node_heavy/500_subscriptions";
+        if run(name) {
+            let mut r = routes(&limits, 500, |s, i| {
+                (0..60u64)
+                    .map(|j| format!("$.n == {}", ((s * 32 + i as u64) * 60 + j) * 2 + 1))
+                    .collect::<Vec<_>>()
+                    .join(" or ")
+            });
+            let buf = encode(vec![("n", Value::Int(0))]);
+            case(name, &mut r, &buf, 60, cold);
+        }
+    }
+
     // What ordinary filters cost: 200 subscriptions with a small regex and
     // a comparison on a 100-byte field, and 31 equalities (all evaluated:
     // OR sessions, nothing indexed).

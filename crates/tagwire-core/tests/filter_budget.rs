@@ -277,3 +277,31 @@ fn the_literal_index_looks_into_a_long_field_only_as_far_as_a_match_can_lie() {
     let buf = event("/l/x", vec![("big", Value::Str(s))]);
     assert_eq!(route(&mut routes, &buf), vec![1]);
 }
+
+/// A publisher's filters (one list per event, evaluated outside `Routes`)
+/// have the same budget: within it the list answers as before; past it a
+/// filter cut short does not match, so the event does not pass. Without a
+/// budget (before the fix) the list passed whatever it cost.
+#[test]
+fn a_filter_list_over_its_budget_does_not_pass() {
+    let mut list = tagwire_core::filter::FilterList::new(&FilterLimits::default());
+    for id in 0..16 {
+        list.add(
+            id,
+            compile(&format!("$.n == {id} or not ($.s =~ 'q[0-9]+z')")),
+        )
+        .expect("fits");
+    }
+    let buf = event(
+        "/p",
+        vec![("n", Value::Int(99)), ("s", Value::Str("ab".repeat(512)))],
+    );
+    let ev = EventRef::parse(&buf).expect("valid");
+    assert!(list.passes(&ev), "unbudgeted: the first filter matches");
+    assert!(list.passes_within(&ev, u64::MAX));
+    assert!(list.passes_within(&ev, FilterLimits::default().max_event_work));
+    assert!(
+        !list.passes_within(&ev, 1000),
+        "1 KiB regex subject, 1000 units: cut short"
+    );
+}

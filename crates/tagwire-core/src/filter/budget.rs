@@ -16,8 +16,10 @@ use std::cell::Cell;
 pub(crate) const UNLIMITED: u64 = u64::MAX;
 
 /// Units per node visited (a literal, a field lookup — a binary search of
-/// at most 256 names —, an operator).
-pub(crate) const NODE_UNITS: u64 = 8;
+/// at most 256 names —, an operator): a node of a filter tree that no
+/// cache holds is a cache miss (~60 ns measured here with 16,000 filters of
+/// 60 comparisons each, BENCHMARKS.md `node_heavy`).
+pub(crate) const NODE_UNITS: u64 = 64;
 
 /// Units per byte a regex's DFA reads: one transition from a table row
 /// the cache holds.

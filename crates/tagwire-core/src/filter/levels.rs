@@ -3,6 +3,7 @@
 
 use tagwire_proto::EventRef;
 
+use super::budget::Meter;
 use super::eval::EventFields;
 use super::{Filter, FilterError, FilterLimits};
 
@@ -101,6 +102,16 @@ impl FilterList {
     /// Whether the level lets `event` through: empty, or any filter matches.
     pub fn passes(&self, event: &EventRef<'_>) -> bool {
         self.is_empty() || self.any_matches(event)
+    }
+
+    /// [`FilterList::passes`] within a work budget of `max_work` units (see
+    /// [`FilterLimits::max_event_work`]): a filter the budget cuts short
+    /// does not match, so an event whose evaluation would cost more does
+    /// not pass (publisher filters: one list per event, outside
+    /// [`Routes`](crate::route::Routes)'s budget).
+    pub fn passes_within(&self, event: &EventRef<'_>, max_work: u64) -> bool {
+        self.is_empty()
+            || self.any_matches_in(event, &EventFields::metered(*event, Meter::new(max_work)))
     }
 
     pub(crate) fn passes_in<'x>(&'x self, event: &EventRef<'x>, fields: &EventFields<'x>) -> bool {

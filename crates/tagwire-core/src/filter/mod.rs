@@ -224,7 +224,7 @@ pub struct FilterLimits {
     /// event in [`Routes::route`](crate::route::Routes::route), summed over
     /// all its filtered subscriptions (default 4,000,000, a few ms at
     /// worst; see `docs/filters.md`, "Budget per event"). A node visited
-    /// costs 8 units; a regex 2 per subject byte plus 512 per cache miss it
+    /// costs 64 units; a regex 2 per subject byte plus 512 per cache miss it
     /// may take (one per byte, at most one per 64 bytes of its DFA); `~` 8
     /// per byte of subject and needle plus 64; a string comparison 1 per 8
     /// bytes. When

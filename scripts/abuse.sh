@@ -128,6 +128,7 @@ attack_big_frames() { "$abuse" big-frames --server "$addr" --conns 64 --hold 3; 
 attack_idle() { "$abuse" idle --server "$addr" --conns 4096 --hold 7; }
 attack_malformed() { "$abuse" malformed --server "$addr" --frames 1000000; }
 attack_regex() { "$abuse" regex --server "$addr" --pid "$daemon" --secs 3 --rate 200 --size 44000; }
+attack_filter_cost() { "$abuse" filter-cost --server "$addr" --pid "$daemon" --secs 3 --rate 50 --subs 4; }
 attack_admin_scale() { "$abuse" admin-scale --server "$addr" --pid "$daemon" --subs 65536 --hold 2; }
 attack_endpoint_fill() {
     "$abuse" endpoint-fill --server "$addr" --pid "$daemon" --token "$mallory" --hold 2 \
@@ -199,7 +200,7 @@ run() {
 
 main() {
     local want=("$@")
-    [[ ${#want[@]} -gt 0 ]] || want=(stalled-killed small-queued big-frames idle malformed regex endpoint-fill trespass shm-trespass shm-hog dscp-clash admin-scale)
+    [[ ${#want[@]} -gt 0 ]] || want=(stalled-killed small-queued big-frames idle malformed regex filter-cost endpoint-fill trespass shm-trespass shm-hog dscp-clash admin-scale)
     echo "abuse: tagwired pid $daemon on $addr, $(nproc) CPUs, baseline RSS $(settled_rss) KiB"
     for a in "${want[@]}"; do
         case "$a" in
@@ -209,6 +210,7 @@ main() {
             idle) run idle "4,096 sockets that never say Hello" ;;
             malformed) run malformed "one connection sends 1M frames of an unknown type" ;;
             regex) run regex "one subscription of 16 filters × 4 regexes [a-z]{N}, N as large as accepted; events with a 44 KB and a 1 KiB string field, 200/s for 3 s" ;;
+            filter-cost) run filter-cost "4 subscriptions of 16 filters × 4 cache-hostile regexes and one of 16 × 128 \$.s ~ \$.t; events with two 1 KiB fields, 50/s for 3 s (issue 24, item 9)" ;;
             endpoint-fill) run endpoint-fill "token:mallory opens connections and declares endpoints until LimitReached; the owner must still be served" ;;
             trespass) run trespass "token:mallory tries filter_add false / filter_remove / filter_op on the owner's subscriber" ;;
             shm-trespass) run shm-trespass "token:mallory subscribes to the owner's shared-memory publisher over the Unix socket (issue 24, item 1)" ;;

@@ -57,6 +57,9 @@ const SESSIONS: u8 = 3;
 fn limits() -> FilterLimits {
     FilterLimits {
         max_filters_per_channel: MAX_FILTERS,
+        // The model evaluates every channel: no per-event budget (issue 24
+        // item 9; the budget has its own tests).
+        max_event_work: u64::MAX,
         ..FilterLimits::default()
     }
 }

@@ -5,7 +5,7 @@
 //! A *channel* is one subscription: a pattern, the *session* (connection) it
 //! belongs to, its own (TAO proxy) filters and at most one mapping filter. A
 //! session holds the admin-level filters and the operator between the levels
-//! (see [`levels_pass`]).
+//! (see [`levels_pass`](crate::filter::levels_pass)).
 //!
 //! Each channel is found one of two ways, chosen again whenever its filters,
 //! its session's filters or the operator change:
@@ -21,7 +21,7 @@
 //!   has filters of any level or a mapping filter they are evaluated for each
 //!   event whose tag it matches.
 //!
-//! Either way the result is that of [`levels_pass`] on every channel whose
+//! Either way the result is that of [`levels_pass`](crate::filter::levels_pass) on every channel whose
 //! pattern matches (a property test checks this).
 //!
 //! Work that is inherently proportional to a session's size can be done in
@@ -33,6 +33,7 @@
 //! at most `budget` channels per call. Every other change costs O(1) (or
 //! the number of filters involved) per channel.
 
+use std::cell::OnceCell;
 use std::collections::VecDeque;
 
 // Looked up per channel by every change and per delivery while work is
@@ -43,8 +44,8 @@ use hashbrown::{HashMap, HashSet};
 use tagwire_proto::EventRef;
 
 use crate::filter::{
-    levels_pass, Filter, FilterError, FilterLimits, FilterList, InterFilterOp, MappingFilter,
-    MatchScratch, Overrides, SubscriptionIndex,
+    levels_pass_in, EventFields, Filter, FilterError, FilterLimits, FilterList, InterFilterOp,
+    MappingFilter, MatchScratch, Meter, Overrides, SubscriptionIndex,
 };
 use crate::tags::{Pattern, TagTable};
 
@@ -184,10 +185,10 @@ struct Chan<T> {
 }
 
 impl<T> Chan<T> {
-    fn mapped(&self, event: &EventRef<'_>) -> Overrides {
+    fn mapped<'x>(&'x self, event: &EventRef<'x>, fields: &EventFields<'x>) -> Overrides {
         self.mapping
             .as_ref()
-            .map_or_else(Overrides::default, |(_, m)| m.apply(event))
+            .map_or_else(Overrides::default, |(_, m)| m.apply_in(event, fields))
     }
 }
 
@@ -314,6 +315,37 @@ pub struct RouteStats {
     pub indexed: usize,
 }
 
+/// What the per-event filter budget ([`FilterLimits::max_event_work`]) did,
+/// counted since the routes were made.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BudgetStats {
+    /// Work units spent evaluating filters, over all events routed.
+    pub work: u64,
+    /// Events whose filter evaluations ran over the budget.
+    pub over_budget: u64,
+    /// Filtered channels that did not get an event because the budget ran
+    /// out before or during their evaluation (an indexed channel whose
+    /// filter the budget stopped is not known by name and not counted).
+    pub skipped: u64,
+    /// How many times an event's fields were decoded for evaluation: at
+    /// most once per event, however many channels read them.
+    pub field_decodes: u64,
+    /// The latest event that ran over the budget.
+    pub last: Option<OverBudget>,
+}
+
+/// An event whose filter evaluations ran over the budget.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OverBudget {
+    /// Its tag.
+    pub tag: String,
+    /// The first channel (found by tag) that the budget stopped, if the
+    /// budget ran out there rather than in the index.
+    pub channel: Option<ChannelId>,
+    /// The work units the event's evaluations spent.
+    pub work: u64,
+}
+
 /// The routing table: channels by pattern, their filters and sessions.
 ///
 /// Bounded by its caller: the daemon limits the channels and
@@ -333,6 +365,7 @@ pub struct Routes<T> {
     sessions: HashMap<SessionId, Session>,
     next_entry: u64,
     pending: Pending<T>,
+    budget: BudgetStats,
 }
 
 impl<T: Clone> Default for Routes<T> {
@@ -361,8 +394,16 @@ impl<T: Clone> Routes<T> {
             sessions: HashMap::new(),
             next_entry: 0,
             pending: Pending::default(),
+            budget: BudgetStats::default(),
             limits,
         }
+    }
+
+    /// What the per-event filter budget did so far (see
+    /// [`FilterLimits::max_event_work`]); a caller logs `last` when
+    /// `over_budget` grows.
+    pub fn budget_stats(&self) -> &BudgetStats {
+        &self.budget
     }
 
     /// The limits filter lists are bounded by.
@@ -1047,6 +1088,15 @@ impl<T: Clone> Routes<T> {
     pub fn route(&mut self, event: &EventRef<'_>, mut deliver: impl FnMut(&T, Overrides)) {
         let tag = event.tag;
         let unsettled = self.pending.affects_routing();
+        // One field table and one work budget for all of the event's
+        // evaluations (issue 24 item 9), made when the first filter is
+        // about to be evaluated: an event with nothing to evaluate pays
+        // nothing for them.
+        let max_work = self.limits.max_event_work;
+        let lazy = OnceCell::new();
+        let fields = || lazy.get_or_init(|| EventFields::metered(*event, Meter::new(max_work)));
+        let mut stopped: Option<ChannelId> = None;
+        let mut skipped = 0u64;
         for e in self.by_tag.matches(tag).iter() {
             if unsettled && self.pending.is_gone(e.id, e.session) {
                 continue;
@@ -1063,38 +1113,83 @@ impl<T: Clone> Routes<T> {
             let Some(s) = self.sessions.get(&ch.session) else {
                 continue;
             };
-            if levels_pass(s.op, &s.admin, &ch.proxy, event) {
-                deliver(&e.value, ch.mapped(event));
+            let fields = fields();
+            if fields.meter.is_over() {
+                skipped += 1;
+                continue;
+            }
+            let passes = levels_pass_in(s.op, &s.admin, &ch.proxy, event, fields);
+            let overrides = if passes {
+                ch.mapped(event, fields)
+            } else {
+                Overrides::default()
+            };
+            if fields.meter.is_over() {
+                // The budget ran out in this channel's evaluation: a pass
+                // decided before that stands, a mapping cut short does not.
+                if !passes || ch.mapping.is_some() {
+                    stopped.get_or_insert(e.id);
+                    skipped += 1;
+                    continue;
+                }
+            }
+            if passes {
+                deliver(&e.value, overrides);
             }
         }
-        if self.index.is_empty() || self.indexed_tags.matches(tag).is_empty() {
+        if !self.index.is_empty() && !self.indexed_tags.matches(tag).is_empty() {
+            let fields = fields();
+            self.hits.clear();
+            self.index
+                .matching_in(event, &mut self.scratch, &fields.meter, &mut self.hits);
+            if self.hits.len() > 1 {
+                // A channel with several matching filters is delivered once.
+                self.hits.sort_unstable_by_key(|h| h.channel);
+                self.hits.dedup_by_key(|h| h.channel);
+            }
+            self.patterns.next_event();
+            for h in &self.hits {
+                if unsettled && self.pending.is_gone(h.channel, h.session) {
+                    continue;
+                }
+                // Indexed channels' sessions use AND or have no filters.
+                let Some(s) = self.sessions.get(&h.session) else {
+                    continue;
+                };
+                if !s.admin.passes_in(event, fields) || !self.patterns.matches(h.pattern, tag) {
+                    if fields.meter.is_over() && !s.admin.is_empty() {
+                        skipped += 1;
+                    }
+                    continue;
+                }
+                if !h.mapped {
+                    deliver(&h.value, Overrides::default());
+                } else if let Some(ch) = self.channels.get(&h.channel) {
+                    let overrides = ch.mapped(event, fields);
+                    if fields.meter.is_over() {
+                        skipped += 1;
+                        continue;
+                    }
+                    deliver(&h.value, overrides);
+                }
+            }
+        }
+        let Some(fields) = lazy.get() else {
             return;
-        }
-        self.hits.clear();
-        self.index
-            .matching(event, &mut self.scratch, &mut self.hits);
-        if self.hits.len() > 1 {
-            // A channel with several matching filters is delivered once.
-            self.hits.sort_unstable_by_key(|h| h.channel);
-            self.hits.dedup_by_key(|h| h.channel);
-        }
-        self.patterns.next_event();
-        for h in &self.hits {
-            if unsettled && self.pending.is_gone(h.channel, h.session) {
-                continue;
-            }
-            // Indexed channels' sessions use AND or have no filters.
-            let session_passes = self
-                .sessions
-                .get(&h.session)
-                .is_some_and(|s| s.admin.passes(event));
-            if !session_passes || !self.patterns.matches(h.pattern, tag) {
-                continue;
-            }
-            if !h.mapped {
-                deliver(&h.value, Overrides::default());
-            } else if let Some(ch) = self.channels.get(&h.channel) {
-                deliver(&h.value, ch.mapped(event));
+        };
+        let work = fields.meter.used();
+        if work > 0 || fields.decodes() > 0 || fields.meter.is_over() {
+            let b = &mut self.budget;
+            b.work = b.work.saturating_add(work);
+            b.field_decodes = b.field_decodes.saturating_add(fields.decodes().into());
+            if fields.meter.is_over() {
+                b.over_budget += 1;
+                b.skipped = b.skipped.saturating_add(skipped);
+                b.last = Some(OverBudget {
+                    tag: tag.to_owned(),
+                    channel: stopped,
+                    work,
+                });
             }
         }
     }

@@ -31,7 +31,10 @@ mod reader;
 
 pub use admin::{AdminError, AdminOp, AdminReply, AdminRequest};
 pub use error::{DecodeError, EncodeError, ErrorCode};
-pub use event::{Event, EventRef, Expiry, FieldIter, Header, NamedError, ShmRef, Value, ValueRef};
+pub use event::{
+    Event, EventRef, Expiry, FieldIter, Header, NamedError, RawFieldIter, RawValueRef, ShmRef,
+    Value, ValueRef,
+};
 pub use excerpt::{excerpt, truncate, Excerpt, EXCERPT_CHARS};
 pub use frame::{
     deliver_prefix, encode_publish, frame_name, kind, validate_max_frame, EndpointKind, Frame,

@@ -358,6 +358,25 @@ proptest! {
         prop_assert_eq!(encode_event(&decoded), bytes);
     }
 
+    /// `raw_fields` (no second UTF-8 check, issue 24 item 9) yields the
+    /// same names and values as `fields`, in the same order.
+    #[test]
+    fn raw_fields_agree_with_fields(e in event()) {
+        let bytes = encode_event(&e);
+        let view = EventRef::parse(&bytes).expect("parses");
+        let raw: Vec<_> = view.raw_fields().collect();
+        let checked: Vec<_> = view.fields().collect();
+        prop_assert_eq!(raw.len(), checked.len());
+        for ((rn, rv), (n, v)) in raw.into_iter().zip(checked) {
+            prop_assert_eq!(rn, n.as_bytes());
+            let rv = rv.checked().expect("a parsed event's strings are UTF-8");
+            prop_assert!(
+                same_value(&rv.to_owned(), &v.to_owned()),
+                "field {:?}: {:?} != {:?}", n, rv, v
+            );
+        }
+    }
+
     #[test]
     fn parse_named_agrees_with_parse_on_mutated_events(
         e in event(),

@@ -403,6 +403,12 @@ pub struct Limits {
     /// undeclared endpoint, bad tags, ...) one connection may cause; at the
     /// bound it gets a last `Error` saying so and is closed.
     pub max_protocol_errors: u32,
+    /// Most work, in work units, that evaluating filters may cost for one
+    /// routed event, summed over all its filtered subscriptions (issue 24
+    /// item 9; `FilterLimits::max_event_work`, docs/filters.md "Budget per
+    /// event"). Past it the event's remaining filtered subscriptions do not
+    /// get it, and the router logs (rate-limited) the tag and subscription.
+    pub max_filter_work_per_event: u64,
 }
 
 /// `Duration` as (fractional) seconds in TOML, within 1 ms ..= 1 day.
@@ -459,6 +465,7 @@ impl Default for Limits {
             handshake_timeout: Duration::from_secs(5),
             idle_timeout: Duration::from_secs(60),
             max_protocol_errors: 64,
+            max_filter_work_per_event: tagwire_core::filter::DEFAULT_MAX_EVENT_WORK,
             shm_max_packet: 1024 * 1024 + 4096,
             shm_slots: 16,
             shm_consumers: 8,
@@ -655,6 +662,22 @@ mod tests {
         let e =
             RouterConfig::from_toml("[limits]\nmax_frame = 1", Path::new("x.toml")).unwrap_err();
         assert!(e.to_string().contains("max_frame"), "{e}");
+    }
+
+    /// The per-event filter budget (issue 24 item 9) is a `[limits]` key,
+    /// defaulting to the core's.
+    #[test]
+    fn max_filter_work_per_event_is_read_from_limits() {
+        let c = RouterConfig::from_toml(
+            "[limits]\nmax_filter_work_per_event = 1234\n",
+            Path::new("x.toml"),
+        )
+        .expect("valid config");
+        assert_eq!(c.limits.max_filter_work_per_event, 1234);
+        assert_eq!(
+            Limits::default().max_filter_work_per_event,
+            tagwire_core::filter::DEFAULT_MAX_EVENT_WORK
+        );
     }
 
     #[test]

@@ -157,9 +157,42 @@ fn deliver_with(
         transformed: Vec::new(),
         expired_by_mapping: 0,
     };
+    let over = st.node.routes().budget_stats().over_budget;
     let links = st.node.route(ev, origin, route.hops, route.from, &mut sink);
     st.node.count_expired(sink.expired_by_mapping);
+    if st.node.routes().budget_stats().over_budget != over {
+        log_over_budget(st);
+    }
     links
+}
+
+/// An event's filters ran over `limits.max_filter_work_per_event`: says
+/// which tag and subscription, within the router-wide log rate limit.
+#[cold]
+fn log_over_budget(st: &State) {
+    let b = st.node.routes().budget_stats();
+    let Some(last) = &b.last else {
+        return;
+    };
+    if !st.admission.log.allow(std::time::Instant::now()) {
+        return;
+    }
+    let at = match last
+        .channel
+        .and_then(|c| st.channels.get(c).map(|ch| (c, ch)))
+    {
+        Some((c, ch)) => format!("subscription {c} of {} and those after it", ch.endpoint),
+        None => "indexed subscriptions".to_owned(),
+    };
+    tracing::warn!(
+        "evaluating the filters of an event on {} needed more than \
+         limits.max_filter_work_per_event = {} work units: {at} did not get it \
+         ({} events over the limit, {} deliveries skipped so far)",
+        last.tag,
+        st.config.limits.max_filter_work_per_event,
+        b.over_budget,
+        b.skipped,
+    );
 }
 
 /// Carries out the node's routing of one event: offers it to each local

@@ -35,11 +35,15 @@ use tagwire_proto::{Event, EventRef, Expiry};
 pub(crate) struct Sources {
     lists: HashMap<Arc<str>, FilterList>,
     filters: usize,
+    /// Work budget of one event's publisher filters
+    /// (`limits.max_filter_work_per_event`; 0 until a publisher is declared).
+    max_work: u64,
 }
 
 impl Sources {
     /// Publisher `name` was declared: it gets an empty list.
     pub fn declare(&mut self, name: &str, limits: &FilterLimits) {
+        self.max_work = limits.max_event_work;
         let old = self.lists.insert(Arc::from(name), FilterList::new(limits));
         self.filters -= old.map_or(0, |l| l.len());
     }
@@ -78,8 +82,10 @@ impl Sources {
     }
 
     /// Whether the publisher that `name` looks up (`None`: not known here)
-    /// lets `event` pass: it has no filters, or one of them matches. Looks
-    /// it up only while some publisher has filters.
+    /// lets `event` pass: it has no filters, or one of them matches within
+    /// the per-event work budget (an event whose publisher filters would
+    /// cost more does not pass, issue 24 item 9). Looks it up only while
+    /// some publisher has filters.
     pub fn accepts<'n>(
         &self,
         name: impl FnOnce() -> Option<&'n str>,
@@ -88,7 +94,7 @@ impl Sources {
         self.filters == 0
             || name()
                 .and_then(|n| self.lists.get(n))
-                .is_none_or(|f| f.is_empty() || f.any_matches(event))
+                .is_none_or(|f| f.passes_within(event, self.max_work))
     }
 }
 

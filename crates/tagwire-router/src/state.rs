@@ -228,7 +228,8 @@ pub(crate) struct State {
 impl State {
     pub fn new(config: RouterConfig, auth: Authenticator) -> Self {
         let endpoints = Endpoints::new(config.limits.max_endpoints);
-        let filters = FilterBook::default();
+        let mut filters = FilterBook::default();
+        filters.limits.max_event_work = config.limits.max_filter_work_per_event;
         let memory = Arc::new(MemoryBudget::new(config.limits.max_buffered_bytes));
         let history = history::RouterHistory::new();
         let placement = Default::default();

@@ -732,6 +732,106 @@ fn regex(o: &Opts) -> Res<()> {
     Ok(())
 }
 
+/// Issue 24 item 9: subscriptions whose filters are as costly as the
+/// default limits allow — `--subs` with 16 filters × 4 distinct
+/// cache-hostile regexes (`[ab]*a[ab]{11}XY`-style, 131 KB DFAs) and one
+/// with 16 filters × 128 `$.s ~ $.t` — then events whose 1 KiB fields none
+/// matches, at a steady rate. Before the per-event budget an event cost
+/// ~60 ms per regex subscription (plus ~30 ms for the `~` one); now the
+/// daemon stops at `limits.max_filter_work_per_event` and logs it.
+fn filter_cost(o: &Opts) -> Res<()> {
+    let secs = o.num("secs", 3);
+    let rate = o.num("rate", 50).max(1);
+    let subs = o.num("subs", 4) as usize;
+    let start = Instant::now();
+    let mut watch = Watch::start(o)?;
+    let tag = format!("/abuse/filtercost{}", unique());
+    let session = owner_session(&o.server)?;
+    std::thread::sleep(Duration::from_millis(1500).saturating_sub(start.elapsed()));
+    watch.phase("wait");
+    let letters: Vec<char> = ('A'..='Z').chain('c'..='z').collect();
+    let t = Instant::now();
+    // Raw: compiling 64 such regexes can take longer than the library's
+    // request timeout.
+    let mut conns = Vec::new();
+    for c in 0..subs {
+        let filters: Vec<String> = (0..16usize)
+            .map(|f| {
+                (0..4usize)
+                    .map(|r| {
+                        let k = (c * 16 + f) * 4 + r;
+                        format!(
+                            "$.s =~ '[ab]*a[ab]{{11}}{}{}'",
+                            letters[k % letters.len()],
+                            letters[(k / letters.len()) % letters.len()]
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join(" or ")
+            })
+            .collect();
+        let mut sub = Raw::hello(&o.server, &format!("abuse-filtercost-{c}"))?;
+        sub.declare(1, EndpointKind::Subscriber, &format!("{tag}/sub{c}"))?;
+        sub.request(&subscribe_frame(1, 1, &format!("{tag}/x"), &filters))?;
+        conns.push(sub);
+    }
+    let needles = vec![vec!["$.s ~ $.t"; 128].join(" or "); 16];
+    let mut sub = Raw::hello(&o.server, "abuse-filtercost-needles")?;
+    sub.declare(1, EndpointKind::Subscriber, &format!("{tag}/needles"))?;
+    sub.request(&subscribe_frame(1, 1, &format!("{tag}/x"), &needles))?;
+    conns.push(sub);
+    let subscribing = t.elapsed();
+    watch.phase("subscribe");
+    // `a`/`b` with no `X`..`z` suffix: no regex matches; `t` is `s` with its
+    // last byte changed: `~` reads all of both and does not match.
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let s: String = (0..1024)
+        .map(|_| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            if seed & 1 == 0 {
+                'a'
+            } else {
+                'b'
+            }
+        })
+        .collect();
+    let mut t_field = s.clone();
+    t_field.pop();
+    t_field.push('Z');
+    let publisher = session.declare_publisher(&format!("{tag}/pub"))?;
+    let interval = Duration::from_secs(1) / rate as u32;
+    let until = Instant::now() + Duration::from_secs(secs);
+    let mut rtts = Vec::new();
+    let mut next = Instant::now();
+    while Instant::now() < until {
+        let at = Instant::now();
+        publisher
+            .event(&format!("{tag}/x"), Vec::new())
+            .field("s", s.as_str())
+            .field("t", t_field.as_str())
+            .send()?;
+        // The router answers the ping after it routed the event.
+        session.ping()?;
+        rtts.push(at.elapsed().as_secs_f64() * 1e6);
+        next += interval;
+        std::thread::sleep(next.saturating_duration_since(Instant::now()));
+    }
+    let events = rtts.len();
+    watch.phase("events");
+    drop(conns);
+    print!("{}", watch.finish()?);
+    let (p50, p99, max) = percentiles(rtts);
+    println!(
+        "filter-cost: {subs} subscriptions of 16 filters × 4 cache-hostile regexes and one of 16 × 128 `$.s ~ $.t` \
+         (subscribing took {:.0} ms); {events} events with two 1 KiB fields at {rate}/s: \
+         publish+ping round trip p50 {p50:.0} p99 {p99:.0} max {max:.0} µs",
+        ms(subscribing),
+    );
+    Ok(())
+}
+
 /// Admin work at scale: 65,536 filtered subscriptions on one connection,
 /// listed page by page, then removed three ways.
 fn admin_scale(o: &Opts) -> Res<()> {
@@ -1225,6 +1325,7 @@ fn main() {
         "idle" => idle(&o),
         "malformed" => malformed(&o),
         "regex" => regex(&o),
+        "filter-cost" => filter_cost(&o),
         "admin-scale" => admin_scale(&o),
         "endpoint-fill" => endpoint_fill(&o),
         "trespass" => trespass(&o),

@@ -2,31 +2,35 @@
 //! three-valued logic (true, false, unknown). Recursion follows the filter's
 //! tree, whose depth the compiler bounded; nothing recurses on event data.
 
-use std::cell::OnceCell;
+use std::cell::{Cell, OnceCell};
 use std::cmp::Ordering;
 
-use tagwire_proto::{EventRef, Expiry, ValueRef};
+use tagwire_proto::{EventRef, Expiry, RawValueRef};
 
 use super::ast::{ArithOp, CmpOp, HeaderField, Lit, Node};
+use super::budget::{self, Meter};
 
 /// A run-time value: literals, header fields and body fields all become one.
+/// A string is held as its bytes: valid UTF-8 (a literal, a header field or
+/// a body field that `EventRef::parse` checked), compared byte by byte,
+/// which orders it as `str` does, and never checked again.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Val<'x> {
     Int(i128),
     Float(f64),
     Bool(bool),
-    Str(&'x str),
+    Str(&'x [u8]),
     Bytes(&'x [u8]),
 }
 
-impl<'x> From<ValueRef<'x>> for Val<'x> {
-    fn from(v: ValueRef<'x>) -> Self {
+impl<'x> From<RawValueRef<'x>> for Val<'x> {
+    fn from(v: RawValueRef<'x>) -> Self {
         match v {
-            ValueRef::Int(i) => Val::Int(i.into()),
-            ValueRef::Float(f) => Val::Float(f),
-            ValueRef::Bool(b) => Val::Bool(b),
-            ValueRef::Str(s) => Val::Str(s),
-            ValueRef::Bytes(b) => Val::Bytes(b),
+            RawValueRef::Int(i) => Val::Int(i.into()),
+            RawValueRef::Float(f) => Val::Float(f),
+            RawValueRef::Bool(b) => Val::Bool(b),
+            RawValueRef::Str(s) => Val::Str(s),
+            RawValueRef::Bytes(b) => Val::Bytes(b),
         }
     }
 }
@@ -37,7 +41,7 @@ impl<'x> From<&'x Lit> for Val<'x> {
             Lit::Int(i) => Val::Int(*i),
             Lit::Float(f) => Val::Float(*f),
             Lit::Bool(b) => Val::Bool(*b),
-            Lit::Str(s) => Val::Str(s),
+            Lit::Str(s) => Val::Str(s.as_bytes()),
             Lit::Bytes(b) => Val::Bytes(b),
         }
     }
@@ -46,14 +50,14 @@ impl<'x> From<&'x Lit> for Val<'x> {
 /// Where body fields come from: a stand-alone filter scans the event; the
 /// subscription index reads a per-event table filled once.
 pub(crate) trait FieldSource<'x> {
-    fn get(&self, name: &str, slot: u32) -> Option<ValueRef<'x>>;
+    fn get(&self, name: &str, slot: u32) -> Option<Val<'x>>;
 }
 
 /// Events with at most this many fields keep them in an inline array (no
 /// allocation); larger ones in a table sorted by name.
 const FEW_FIELDS: usize = 8;
 
-type FieldEntry<'x> = (&'x str, ValueRef<'x>);
+type FieldEntry<'x> = (&'x [u8], RawValueRef<'x>);
 
 /// An event's fields, decoded once.
 // The inline variant is the point (no allocation for small events); one
@@ -66,28 +70,51 @@ enum Table<'x> {
     Many(Vec<FieldEntry<'x>>),
 }
 
-/// Body fields of one event for stand-alone filters and filter levels,
-/// decoded (and string values checked as UTF-8) on the first read only, so
-/// a filter of `max_nodes` field reads on an event of 256 fields, or of one
-/// large string, costs one decode and `max_nodes` lookups (issue 12 item 4:
-/// re-decoding per read cost 41 ms for one subscription at the limits).
+/// One event's evaluation context for stand-alone filters, filter levels
+/// and mapping filters: its body fields, decoded on the first read only, so
+/// a filter of `max_nodes` field reads on an event of 256 fields costs one
+/// decode and `max_nodes` lookups (issue 12 item 4: re-decoding per read
+/// cost 41 ms for one subscription at the limits), and the work [`Meter`]
+/// of the event. [`Routes::route`](crate::route::Routes::route) shares one
+/// across all of an event's subscriptions, so the fields are decoded once
+/// per event; the decode reads no string's contents (the event's parse
+/// checked its UTF-8), so an unread 15 MiB field costs nothing (issue 24
+/// item 9: it was checked again per filtered subscription, 37.6 ms each).
 pub(crate) struct EventFields<'x> {
     ev: EventRef<'x>,
     table: OnceCell<Table<'x>>,
+    pub(crate) meter: Meter,
+    /// How many times the fields were decoded (tests count it).
+    decodes: Cell<u32>,
 }
 
 impl<'x> EventFields<'x> {
+    /// Fields of `ev`, with a meter that never runs out (stand-alone
+    /// filters: the per-event budget is [`Routes`](crate::route::Routes)'s).
     pub(crate) fn new(ev: EventRef<'x>) -> Self {
+        Self::metered(ev, Meter::new(budget::UNLIMITED))
+    }
+
+    /// Fields of `ev`, its evaluations drawing on `meter`.
+    pub(crate) fn metered(ev: EventRef<'x>, meter: Meter) -> Self {
         EventFields {
             ev,
             table: OnceCell::new(),
+            meter,
+            decodes: Cell::new(0),
         }
+    }
+
+    /// How many times the fields were decoded (0 or 1).
+    pub(crate) fn decodes(&self) -> u32 {
+        self.decodes.get()
     }
 
     fn table(&self) -> &Table<'x> {
         self.table.get_or_init(|| {
+            self.decodes.set(self.decodes.get() + 1);
             let mut few = [None; FEW_FIELDS];
-            let mut it = self.ev.fields();
+            let mut it = self.ev.raw_fields();
             for slot in few.iter_mut() {
                 match it.next() {
                     Some(f) => *slot = Some(f),
@@ -98,7 +125,7 @@ impl<'x> EventFields<'x> {
                 return Table::Few(few);
             }
             // Names are unique (`EventRef::parse` refuses duplicates).
-            let mut t: Vec<_> = self.ev.fields().collect();
+            let mut t: Vec<_> = self.ev.raw_fields().collect();
             t.sort_unstable_by(|a, b| a.0.cmp(b.0));
             Table::Many(t)
         })
@@ -106,17 +133,18 @@ impl<'x> EventFields<'x> {
 }
 
 impl<'x> FieldSource<'x> for EventFields<'x> {
-    fn get(&self, name: &str, _slot: u32) -> Option<ValueRef<'x>> {
+    fn get(&self, name: &str, _slot: u32) -> Option<Val<'x>> {
+        let name = name.as_bytes();
         match self.table() {
             Table::Few(few) => few
                 .iter()
                 .map_while(|f| *f)
                 .find(|(n, _)| *n == name)
-                .map(|(_, v)| v),
+                .map(|(_, v)| v.into()),
             Table::Many(t) => t
                 .binary_search_by(|(n, _)| (*n).cmp(name))
                 .ok()
-                .map(|i| t[i].1),
+                .map(|i| t[i].1.into()),
         }
     }
 }
@@ -125,8 +153,8 @@ impl<'x> FieldSource<'x> for EventFields<'x> {
 pub(crate) fn header_value<'x>(ev: &EventRef<'x>, h: HeaderField) -> Option<Val<'x>> {
     let int = |v: u64| Some(Val::Int(v.into()));
     match h {
-        HeaderField::Tag => Some(Val::Str(ev.tag)),
-        HeaderField::Publisher => Some(Val::Str(ev.publisher)),
+        HeaderField::Tag => Some(Val::Str(ev.tag.as_bytes())),
+        HeaderField::Publisher => Some(Val::Str(ev.publisher.as_bytes())),
         HeaderField::Seq => int(ev.seq),
         HeaderField::SourceTime => int(ev.source_time_ns),
         HeaderField::VirtualTime => ev.virtual_time.and_then(int),
@@ -140,8 +168,8 @@ pub(crate) fn header_value<'x>(ev: &EventRef<'x>, h: HeaderField) -> Option<Val<
             _ => None,
         },
         HeaderField::StartTime => ev.start_time_ns.and_then(int),
-        HeaderField::TypeName => ev.type_name.map(Val::Str),
-        HeaderField::EventName => ev.event_name.map(Val::Str),
+        HeaderField::TypeName => ev.type_name.map(|s| Val::Str(s.as_bytes())),
+        HeaderField::EventName => ev.event_name.map(|s| Val::Str(s.as_bytes())),
         HeaderField::Flags => int(ev.flags.into()),
         HeaderField::PayloadSize => int(ev.payload.len() as u64),
     }
@@ -285,11 +313,42 @@ pub(crate) struct Ctx<'e, 'x, F> {
     /// [`FilterLimits::max_match_input`](super::FilterLimits::max_match_input)
     /// of the filter being evaluated.
     pub max_input: usize,
+    /// The event's work budget: every node visited and every byte a
+    /// matcher reads is taken from it first; once it is spent, every node
+    /// is unknown (see [`Ctx::decide`]).
+    pub meter: &'e Meter,
+}
+
+/// Work units of a comparison or prefix test of two strings (or byte
+/// strings) that reads `n` bytes of each.
+fn compare_units(a: Val<'_>, b: Val<'_>) -> u64 {
+    match (a, b) {
+        (Val::Str(x), Val::Str(y)) | (Val::Bytes(x), Val::Bytes(y)) => {
+            budget::compare_units(x.len().min(y.len()))
+        }
+        _ => 0,
+    }
 }
 
 impl<'x, F: FieldSource<'x>> Ctx<'_, 'x, F> {
+    /// The filter's answer: [`Ctx::truth`] of its root, but unknown if the
+    /// event's budget ran out on the way (a node the budget did not cover
+    /// answered unknown, which `not` or `exist` could otherwise turn into a
+    /// match).
+    pub(crate) fn decide(&self, root: &'x Node) -> Option<bool> {
+        let t = self.truth(root);
+        if self.meter.is_over() {
+            None
+        } else {
+            t
+        }
+    }
+
     /// Truth value of a boolean node: `Some(true)`, `Some(false)` or unknown.
     pub(crate) fn truth(&self, n: &'x Node) -> Option<bool> {
+        if !self.meter.take(budget::NODE_UNITS) {
+            return None;
+        }
         match n {
             Node::And(v) => {
                 let mut all = Some(true);
@@ -314,13 +373,23 @@ impl<'x, F: FieldSource<'x>> Ctx<'_, 'x, F> {
                 any
             }
             Node::Not(a) => self.truth(a).map(|b| !b),
-            Node::Cmp(op, a, b) => cmp_op(*op, self.value(a)?, self.value(b)?, self.max_input),
+            Node::Cmp(op, a, b) => {
+                let (a, b) = (self.value(a)?, self.value(b)?);
+                if !self.meter.take(compare_units(a, b)) {
+                    return None;
+                }
+                cmp_op(*op, a, b, self.max_input)
+            }
             Node::Exist(a) => Some(self.value(a).is_some()),
             Node::In(a, list) => {
                 let v = self.value(a)?;
                 let mut any = Some(false);
                 for l in list {
-                    match equals(v, l.into(), self.max_input) {
+                    let l = l.into();
+                    if !self.meter.take(compare_units(v, l)) {
+                        return None;
+                    }
+                    match equals(v, l, self.max_input) {
                         Some(true) => return Some(true),
                         None => any = None,
                         Some(false) => {}
@@ -331,7 +400,12 @@ impl<'x, F: FieldSource<'x>> Ctx<'_, 'x, F> {
             // `=~` and `~` read all of their subject: at most `max_input`
             // bytes, else unknown.
             Node::Regex(a, re) => match self.value(a)? {
-                Val::Str(s) if s.len() <= self.max_input => re.is_match(s),
+                Val::Str(s) if s.len() <= self.max_input => {
+                    if !self.meter.take(re.units(s.len())) {
+                        return None;
+                    }
+                    re.is_match(s)
+                }
                 _ => None,
             },
             Node::Contains(a, b) => match (self.value(a)?, self.value(b)?) {
@@ -339,7 +413,10 @@ impl<'x, F: FieldSource<'x>> Ctx<'_, 'x, F> {
                 // Checked first so a long needle costs nothing to prepare.
                 (Val::Str(s), Val::Str(t)) if t.len() > s.len() => Some(false),
                 (Val::Str(s), Val::Str(t)) => {
-                    Some(memchr::memmem::find(s.as_bytes(), t.as_bytes()).is_some())
+                    if !self.meter.take(budget::find_units(s.len(), t.len())) {
+                        return None;
+                    }
+                    Some(memchr::memmem::find(s, t).is_some())
                 }
                 _ => None,
             },
@@ -350,7 +427,12 @@ impl<'x, F: FieldSource<'x>> Ctx<'_, 'x, F> {
                 {
                     None
                 }
-                (Val::Str(s), Val::Str(t)) => Some(s.starts_with(t)),
+                (Val::Str(s), Val::Str(t)) => {
+                    if !self.meter.take(budget::compare_units(s.len().min(t.len()))) {
+                        return None;
+                    }
+                    Some(s.starts_with(t))
+                }
                 _ => None,
             },
             other => match self.value(other)? {
@@ -364,10 +446,13 @@ impl<'x, F: FieldSource<'x>> Ctx<'_, 'x, F> {
     /// integer overflow, division by zero, or a float result that is
     /// infinite or NaN).
     pub(crate) fn value(&self, n: &'x Node) -> Option<Val<'x>> {
+        if !self.meter.take(budget::NODE_UNITS) {
+            return None;
+        }
         match n {
             Node::Lit(l) => Some(l.into()),
             Node::Header(h) => header_value(self.ev, *h),
-            Node::Field { name, slot } => self.fields.get(name, *slot).map(Val::from),
+            Node::Field { name, slot } => self.fields.get(name, *slot),
             Node::Neg(a) => match self.value(a)? {
                 Val::Int(i) => i.checked_neg().map(Val::Int),
                 Val::Float(f) => f.is_finite().then_some(Val::Float(-f)),

@@ -22,9 +22,10 @@ use std::hash::{Hash, Hasher};
 use hashbrown::{Equivalent, HashMap};
 use regex_syntax::hir::literal::{ExtractKind, Extractor};
 use smallvec::SmallVec;
-use tagwire_proto::{EventRef, Value, ValueRef};
+use tagwire_proto::{EventRef, Value};
 
 use super::ast::{CmpOp, HeaderField, Lit, Node, HEADER_FIELDS};
+use super::budget::{self, Meter};
 use super::eval::{header_value, Ctx, FieldSource, Val};
 use super::parser::compile_regex;
 use super::{Filter, FilterError, FilterLimits};
@@ -202,7 +203,8 @@ enum Key {
     Int(i128),
     Float(u64),
     Bool(bool),
-    Str(Box<str>),
+    /// A string's bytes.
+    Str(Box<[u8]>),
     Bytes(Box<[u8]>),
 }
 
@@ -211,7 +213,8 @@ enum KeyRef<'a> {
     Int(i128),
     Float(u64),
     Bool(bool),
-    Str(&'a str),
+    /// A string's bytes.
+    Str(&'a [u8]),
     Bytes(&'a [u8]),
 }
 
@@ -261,7 +264,7 @@ impl<'a> KeyRef<'a> {
             }
             KeyRef::Str(s) => {
                 h.write_u8(3);
-                h.write(s.as_bytes());
+                h.write(s);
                 h.write_usize(s.len());
             }
             KeyRef::Bytes(b) => {
@@ -436,7 +439,7 @@ pub struct MatchScratch {
     slot_map: Vec<(u32, u32)>,
     /// Per entry: epoch when last made a candidate (dedup of gram hits).
     stamps: Vec<u32>,
-    vals: Vec<ValueRef<'static>>,
+    vals: Vec<Val<'static>>,
     filled: Vec<u32>,
     cands: Vec<u32>,
 }
@@ -444,7 +447,7 @@ pub struct MatchScratch {
 /// Reuses a vector's allocation for another lifetime (it is emptied first;
 /// the in-place `collect` keeps the buffer).
 #[allow(clippy::unnecessary_filter_map)] // `filter` cannot change the lifetime.
-fn recycle<'b>(mut v: Vec<ValueRef<'_>>) -> Vec<ValueRef<'b>> {
+fn recycle<'b>(mut v: Vec<Val<'_>>) -> Vec<Val<'b>> {
     v.clear();
     v.into_iter().filter_map(|_| None).collect()
 }
@@ -476,11 +479,11 @@ impl MatchScratch {
 struct SlotFields<'s, 'x> {
     map: &'s [(u32, u32)],
     epoch: u32,
-    vals: &'s [ValueRef<'x>],
+    vals: &'s [Val<'x>],
 }
 
 impl<'x> FieldSource<'x> for SlotFields<'_, 'x> {
-    fn get(&self, _name: &str, slot: u32) -> Option<ValueRef<'x>> {
+    fn get(&self, _name: &str, slot: u32) -> Option<Val<'x>> {
         match self.map.get(slot as usize) {
             Some(&(e, i)) if e == self.epoch => self.vals.get(i as usize).copied(),
             _ => None,
@@ -518,6 +521,13 @@ pub struct SubscriptionIndex<T> {
     all: EntryList,
     scan: EntryList,
     stats: IndexStats,
+    /// How far into an event string the literal (gram) index looks: the
+    /// largest `max_match_input` among the entries ever added. A `~` or
+    /// `=~` on a longer subject is unknown, and so is a `~^` whose literal
+    /// is longer too (a shorter literal lies within this reach), so a gram
+    /// further in can make no candidate (issue 24 item 9: a 15 MiB field
+    /// was scanned whole, ~300 ms per event).
+    gram_reach: usize,
 }
 
 impl<T: Clone> Default for SubscriptionIndex<T> {
@@ -689,6 +699,7 @@ impl<T: Clone> SubscriptionIndex<T> {
             all: EntryList::default(),
             scan: EntryList::default(),
             stats: IndexStats::default(),
+            gram_reach: 0,
         }
     }
 
@@ -776,6 +787,7 @@ impl<T: Clone> SubscriptionIndex<T> {
             });
         }
         let mut filter = spec.compile(&self.limits)?;
+        let reach = filter.max_match_input;
         let slots = self.bind(&mut filter);
         let access = self.choose_access(&filter.root);
         if indexed_only && matches!(access, Access::All | Access::Scan) {
@@ -832,6 +844,7 @@ impl<T: Clone> SubscriptionIndex<T> {
                 self.stats.equality_indexed += 1;
             }
             Access::Gram { op, grams } => {
+                self.gram_reach = self.gram_reach.max(reach);
                 if self.gram_ops.len() <= *op as usize {
                     self.gram_ops.resize(*op as usize + 1, [0; MAX_GRAM]);
                 }
@@ -1105,6 +1118,29 @@ impl<T: Clone> SubscriptionIndex<T> {
         &'s self,
         event: &EventRef<'_>,
         scratch: &mut MatchScratch,
+        f: impl FnMut(u64, &'s T),
+    ) {
+        self.for_each_match_in(event, scratch, &Meter::new(budget::UNLIMITED), f)
+    }
+
+    /// Pushes the handle of every subscription `event` matches onto `out`,
+    /// its evaluations drawing on `meter` (the event's budget): once it is
+    /// spent, the candidates left that need an evaluation do not match.
+    pub(crate) fn matching_in(
+        &self,
+        event: &EventRef<'_>,
+        scratch: &mut MatchScratch,
+        meter: &Meter,
+        out: &mut Vec<T>,
+    ) {
+        self.for_each_match_in(event, scratch, meter, |_, v| out.push(v.clone()));
+    }
+
+    fn for_each_match_in<'s>(
+        &'s self,
+        event: &EventRef<'_>,
+        scratch: &mut MatchScratch,
+        meter: &Meter,
         mut f: impl FnMut(u64, &'s T),
     ) {
         for &e in self.all.iter() {
@@ -1125,14 +1161,19 @@ impl<T: Clone> SubscriptionIndex<T> {
             cands,
         } = scratch;
         let epoch = *epoch;
-        let mut ev_vals: Vec<ValueRef<'_>> = recycle(std::mem::take(vals));
+        let mut ev_vals: Vec<Val<'_>> = recycle(std::mem::take(vals));
 
         // 1. Body fields the index knows, into their slots (one hash each).
+        // Values are not read (their UTF-8 was checked by the parse); names
+        // are at most 255 bytes each.
         if !self.names.is_empty() {
-            for (name, v) in event.fields() {
+            for (name, v) in event.raw_fields() {
+                let Ok(name) = std::str::from_utf8(name) else {
+                    continue;
+                };
                 if let Some(&(slot, _)) = self.names.get(name) {
                     slot_map[slot as usize] = (epoch, ev_vals.len() as u32);
-                    ev_vals.push(v);
+                    ev_vals.push(v.into());
                     filled.push(slot);
                 }
             }
@@ -1162,7 +1203,7 @@ impl<T: Clone> SubscriptionIndex<T> {
                     let v = ev_vals[slot_map[slot as usize].1 as usize];
                     if let Some(list) = self.eq.get(&EqProbe {
                         op,
-                        key: KeyRef::of(v.into()),
+                        key: KeyRef::of(v),
                     }) {
                         cands.extend_from_slice(list);
                     }
@@ -1175,9 +1216,7 @@ impl<T: Clone> SubscriptionIndex<T> {
                     header_value(event, HEADER_FIELDS[op as usize].1)
                 } else {
                     match slot_map.get((op - HDR) as usize) {
-                        Some(&(ep, i)) if ep == epoch => {
-                            ev_vals.get(i as usize).map(|v| Val::from(*v))
-                        }
+                        Some(&(ep, i)) if ep == epoch => ev_vals.get(i as usize).copied(),
                         _ => None,
                     }
                 }
@@ -1206,9 +1245,16 @@ impl<T: Clone> SubscriptionIndex<T> {
                 let Some(lens) = self.gram_ops.get(op as usize) else {
                     return;
                 };
+                let s = &s[..s.len().min(self.gram_reach)];
                 for g in 1..=MAX_GRAM {
                     if lens[g - 1] == 0 || s.len() < g {
                         continue;
+                    }
+                    // Each window is a hash probe: counted, and not begun
+                    // past the event's budget (the candidates not found
+                    // then do not match, and the event is counted).
+                    if !meter.take(budget::gram_units(s.len() + 1 - g)) {
+                        return;
                     }
                     for w in s.windows(g) {
                         if let Some(list) = self.grams.get(&gram_key(op, w)) {
@@ -1224,12 +1270,12 @@ impl<T: Clone> SubscriptionIndex<T> {
             };
             for (i, (_, h, _)) in HEADER_FIELDS.iter().enumerate() {
                 if let Some(Val::Str(s)) = header_value(event, *h) {
-                    scan_str(i as u32, s.as_bytes(), cands);
+                    scan_str(i as u32, s, cands);
                 }
             }
             for &slot in filled.iter() {
-                if let ValueRef::Str(s) = ev_vals[slot_map[slot as usize].1 as usize] {
-                    scan_str(HDR + slot, s.as_bytes(), cands);
+                if let Val::Str(s) = ev_vals[slot_map[slot as usize].1 as usize] {
+                    scan_str(HDR + slot, s, cands);
                 }
             }
         }
@@ -1253,8 +1299,9 @@ impl<T: Clone> SubscriptionIndex<T> {
                     ev: event,
                     fields: &src,
                     max_input: en.filter.max_match_input,
+                    meter,
                 };
-                if ctx.truth(&en.filter.root) == Some(true) {
+                if ctx.decide(&en.filter.root) == Some(true) {
                     f(h.id, &h.value);
                 }
             }

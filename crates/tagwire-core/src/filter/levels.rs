@@ -3,6 +3,7 @@
 
 use tagwire_proto::EventRef;
 
+use super::budget::Meter;
 use super::eval::EventFields;
 use super::{Filter, FilterError, FilterLimits};
 
@@ -88,7 +89,11 @@ impl FilterList {
         self.any_matches_in(event, &EventFields::new(*event))
     }
 
-    fn any_matches_in<'x>(&'x self, event: &EventRef<'x>, fields: &EventFields<'x>) -> bool {
+    pub(crate) fn any_matches_in<'x>(
+        &'x self,
+        event: &EventRef<'x>,
+        fields: &EventFields<'x>,
+    ) -> bool {
         self.filters
             .iter()
             .any(|(_, f)| f.truth_in(event, fields) == Some(true))
@@ -99,7 +104,17 @@ impl FilterList {
         self.is_empty() || self.any_matches(event)
     }
 
-    fn passes_in<'x>(&'x self, event: &EventRef<'x>, fields: &EventFields<'x>) -> bool {
+    /// [`FilterList::passes`] within a work budget of `max_work` units (see
+    /// [`FilterLimits::max_event_work`]): a filter the budget cuts short
+    /// does not match, so an event whose evaluation would cost more does
+    /// not pass (publisher filters: one list per event, outside
+    /// [`Routes`](crate::route::Routes)'s budget).
+    pub fn passes_within(&self, event: &EventRef<'_>, max_work: u64) -> bool {
+        self.is_empty()
+            || self.any_matches_in(event, &EventFields::metered(*event, Meter::new(max_work)))
+    }
+
+    pub(crate) fn passes_in<'x>(&'x self, event: &EventRef<'x>, fields: &EventFields<'x>) -> bool {
         self.is_empty() || self.any_matches_in(event, fields)
     }
 }
@@ -117,13 +132,24 @@ pub fn levels_pass(
     event: &EventRef<'_>,
 ) -> bool {
     // Both levels read the event's fields through one table.
-    let fields = EventFields::new(*event);
+    levels_pass_in(op, admin, proxy, event, &EventFields::new(*event))
+}
+
+/// [`levels_pass`] with the event's fields (and work budget) shared with
+/// the event's other evaluations.
+pub(crate) fn levels_pass_in<'x>(
+    op: InterFilterOp,
+    admin: &'x FilterList,
+    proxy: &'x FilterList,
+    event: &EventRef<'x>,
+    fields: &EventFields<'x>,
+) -> bool {
     match op {
-        InterFilterOp::And => admin.passes_in(event, &fields) && proxy.passes_in(event, &fields),
+        InterFilterOp::And => admin.passes_in(event, fields) && proxy.passes_in(event, fields),
         InterFilterOp::Or => {
             (admin.is_empty() && proxy.is_empty())
-                || admin.any_matches_in(event, &fields)
-                || proxy.any_matches_in(event, &fields)
+                || admin.any_matches_in(event, fields)
+                || proxy.any_matches_in(event, fields)
         }
     }
 }

@@ -165,11 +165,21 @@ impl MappingFilter {
     /// The overrides for `event`: per property, the first rule that sets it
     /// and whose condition is true (unknown counts as false).
     pub fn apply(&self, event: &EventRef<'_>) -> Overrides {
-        let fields = EventFields::new(*event);
+        self.apply_in(event, &EventFields::new(*event))
+    }
+
+    /// [`MappingFilter::apply`] with the event's fields (and work budget)
+    /// shared with the event's other evaluations.
+    pub(crate) fn apply_in<'x>(
+        &'x self,
+        event: &EventRef<'x>,
+        fields: &EventFields<'x>,
+    ) -> Overrides {
         let ctx = Ctx {
             ev: event,
-            fields: &fields,
+            fields,
             max_input: self.max_match_input,
+            meter: &fields.meter,
         };
         let mut out = Overrides::default();
         for r in &self.rules {
@@ -179,7 +189,7 @@ impl MappingFilter {
                 continue;
             }
             if let Some(c) = &r.when {
-                if ctx.truth(c) != Some(true) {
+                if ctx.decide(c) != Some(true) {
                     continue;
                 }
             }

@@ -31,6 +31,7 @@
 //! ```
 
 mod ast;
+mod budget;
 mod eval;
 mod index;
 mod levels;
@@ -44,7 +45,10 @@ use std::sync::Arc;
 
 use tagwire_proto::EventRef;
 
+pub(crate) use budget::Meter;
+pub(crate) use eval::EventFields;
 pub use index::{IndexStats, MatchScratch, RegexTarget, SubscriptionIndex, SubscriptionSpec};
+pub(crate) use levels::levels_pass_in;
 pub use levels::{levels_pass, FilterList, FilterSet, InterFilterOp};
 pub use mapping::{priority_by_name, MappingFilter, Overrides};
 
@@ -182,6 +186,9 @@ fn header_names() -> String {
 /// level there, far less in release), a quarter of a default thread stack.
 pub const MAX_DEPTH_CAP: usize = 64;
 
+/// Default [`FilterLimits::max_event_work`].
+pub const DEFAULT_MAX_EVENT_WORK: u64 = 4_000_000;
+
 /// Bounds on what a filter may cost (TAO §3.1). Every compile checks them;
 /// each violation is a [`FilterError::LimitExceeded`] naming the limit.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -213,6 +220,19 @@ pub struct FilterLimits {
     /// Most subscriptions of an index that no index can narrow down, so are
     /// evaluated for every event (default 10,000).
     pub max_unindexed: usize,
+    /// Most work, in work units, that evaluating filters may cost for one
+    /// event in [`Routes::route`](crate::route::Routes::route), summed over
+    /// all its filtered subscriptions (default 4,000,000, a few ms at
+    /// worst; see `docs/filters.md`, "Budget per event"). A node visited
+    /// costs 64 units; a regex 2 per subject byte plus 512 per cache miss it
+    /// may take (one per byte, at most one per 64 bytes of its DFA); `~` 8
+    /// per byte of subject and needle plus 64; a string comparison 1 per 8
+    /// bytes. When
+    /// an event's evaluations would exceed it, that evaluation and every
+    /// later one for the event answer unknown: the remaining filtered
+    /// subscriptions do not get the event, and `Routes::budget_stats`
+    /// counts it.
+    pub max_event_work: u64,
 }
 
 impl Default for FilterLimits {
@@ -227,6 +247,7 @@ impl Default for FilterLimits {
             max_filters_per_channel: 16,
             max_subscriptions: 1_000_000,
             max_unindexed: 10_000,
+            max_event_work: DEFAULT_MAX_EVENT_WORK,
         }
     }
 }
@@ -298,8 +319,9 @@ impl Filter {
             ev: event,
             fields,
             max_input: self.max_match_input,
+            meter: &fields.meter,
         }
-        .truth(&self.root)
+        .decide(&self.root)
     }
 
     /// The text the filter was compiled from.

@@ -27,6 +27,10 @@ const PATTERN_IN_ERROR: usize = 64;
 pub(crate) struct CompiledRegex {
     pattern: Box<str>,
     dfa: Arc<dense::DFA<Vec<u32>>>,
+    /// Cache lines the DFA's tables span: the most cache misses one search
+    /// can take, whatever the subject's length (the per-event budget counts
+    /// them).
+    lines: usize,
 }
 
 impl fmt::Debug for CompiledRegex {
@@ -95,6 +99,7 @@ impl CompiledRegex {
         match build(pattern, max) {
             Ok((_, dfa)) => Ok(CompiledRegex {
                 pattern: pattern.into(),
+                lines: dfa.memory_usage().div_ceil(64),
                 dfa: Arc::new(dfa),
             }),
             Err(Refusal::Invalid(reason)) => Err(FilterError::Regex {
@@ -128,14 +133,20 @@ impl CompiledRegex {
         &self.pattern
     }
 
-    /// Whether the pattern matches somewhere in `s`: one DFA transition per
-    /// byte at most, stopping at the first match. `None` (unknown) when a
+    /// Whether the pattern matches somewhere in `s` (UTF-8: a string's
+    /// bytes): one DFA transition per byte at most, stopping at the first
+    /// match. `None` (unknown) when a
     /// Unicode `\b` meets a non-ASCII byte, which the DFA cannot decide.
-    pub(crate) fn is_match(&self, s: &str) -> Option<bool> {
+    pub(crate) fn is_match(&self, s: &[u8]) -> Option<bool> {
         self.dfa
             .try_search_fwd(&Input::new(s).earliest(true))
             .ok()
             .map(|m| m.is_some())
+    }
+
+    /// Work units of one search of `len` bytes (see `filter::budget`).
+    pub(crate) fn units(&self, len: usize) -> u64 {
+        super::budget::regex_units(len, self.lines)
     }
 
     /// Heap bytes of the DFA's tables and the pattern text.

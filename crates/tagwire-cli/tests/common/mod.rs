@@ -1,6 +1,9 @@
 //! Helpers shared by the CLI's process-level tests: a free loopback port,
-//! a fresh scratch directory, and a bounded wait for a child's output.
+//! a fresh scratch directory, and a bounded wait for a child's output;
+//! [`netns`]: networks of real daemons on the netns testbed.
 #![allow(dead_code)]
+
+pub mod netns;
 
 use std::net::TcpListener;
 use std::path::PathBuf;

@@ -1177,3 +1177,82 @@ fn bench_honours_the_global_band_and_reports_band_and_transport() {
     );
     d.stop();
 }
+
+/// Issue 24 item 16: a log that goes to a file or a pipe (stderr not a
+/// terminal) carries no ANSI colour escape codes, from the daemon or the CLI.
+#[test]
+fn logs_written_to_a_pipe_carry_no_colour_escape_codes() {
+    let dir = temp_dir("cli", "ansi");
+    std::fs::create_dir_all(&dir).expect("runtime dir");
+    let port = free_port();
+    let child = Command::new(env!("CARGO_BIN_EXE_tagwired"))
+        .args(["--tcp", &format!("127.0.0.1:{port}")])
+        .env("XDG_RUNTIME_DIR", &dir)
+        .env("RUST_LOG", "info")
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn tagwired");
+    let mut daemon = Reap::new(child);
+    let deadline = Instant::now() + WAIT;
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "tagwired did not start listening"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The CLI logs too: with RUST_LOG=debug a publisher over TCP says why
+    // its payloads go over the socket.
+    let cli = Command::new(env!("CARGO_BIN_EXE_tagwire"))
+        .args([
+            "-s",
+            &format!("tcp://127.0.0.1:{port}"),
+            "pub",
+            "/ansi",
+            "hi",
+        ])
+        .env("XDG_RUNTIME_DIR", &dir)
+        .env("RUST_LOG", "debug")
+        .env_remove("TAGWIRE_SERVER")
+        .output()
+        .expect("run tagwire");
+    let _ = Command::new("kill")
+        .arg(daemon.child().id().to_string())
+        .status();
+    let log = String::from_utf8_lossy(&daemon.finish().stderr).into_owned();
+    assert!(log.contains("INFO"), "the daemon logged nothing: {log}");
+    assert!(
+        !log.contains('\x1b'),
+        "the daemon's log into a pipe has escape codes: {log:?}"
+    );
+    let cli_log = String::from_utf8_lossy(&cli.stderr);
+    assert!(cli.status.success(), "tagwire pub: {cli_log}");
+    assert!(
+        cli_log.contains("DEBUG"),
+        "the CLI logged nothing: {cli_log}"
+    );
+    assert!(
+        !cli_log.contains('\x1b'),
+        "the CLI's stderr into a pipe has escape codes: {cli_log:?}"
+    );
+}
+
+/// Issue 24 item 16: the workspace says `MIT OR Apache-2.0`, and the
+/// repository carries both licence texts.
+#[test]
+fn the_repository_carries_the_text_of_each_licence_the_workspace_names() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).expect("Cargo.toml");
+    assert!(
+        manifest.contains(r#"license = "MIT OR Apache-2.0""#),
+        "the workspace's licence changed: update this test and the LICENSE files"
+    );
+    for (file, says) in [
+        ("LICENSE-MIT", "Permission is hereby granted"),
+        ("LICENSE-APACHE", "Apache License"),
+    ] {
+        let text = std::fs::read_to_string(root.join(file))
+            .unwrap_or_else(|e| panic!("{file} is missing: {e}"));
+        assert!(text.contains(says), "{file} is not that licence's text");
+    }
+}

@@ -20,8 +20,8 @@
 # (p99 during ≤ 2 × idle p99; no stall over 10 ms): reported, not judged,
 # since a shared machine cannot judge them. The healthy client (the daemon's
 # owner) pings every 5 ms from 0.5 s into the attack until it ends.
-# admin-scale runs last: the heap its 65,536 subscriptions grow stays
-# resident (reused, not leaked) and would hide the others' RSS.
+# admin-scale and distinct run last: the heap their 65,536 subscriptions
+# grow stays resident (reused, not leaked) and would hide the others' RSS.
 #
 # tagwired allocates with jemalloc, which purges freed pages in the
 # background (about 1 s); TAGWIRED_ENV="VAR=value ..." passes environment
@@ -136,6 +136,7 @@ attack_endpoint_fill() {
 attack_trespass() { "$abuse" trespass --server "$addr" --token "$mallory"; }
 attack_shm_trespass() { "$abuse" shm-trespass --server "$addr" --unix "$unix" --token "$mallory" --events 3000; }
 # shm_max_regions (64) / 4: token:mallory's default region quota.
+attack_distinct() { "$abuse" distinct --server "$addr" --pid "$daemon" --token "$mallory" --subs 8000 --chunk 2000 --burst 65536; }
 attack_shm_hog() { "$abuse" shm-hog --server "$addr" --unix "$unix" --token "$mallory" --regions 64 --expect-regions 16; }
 
 status=0
@@ -198,7 +199,7 @@ run() {
 
 main() {
     local want=("$@")
-    [[ ${#want[@]} -gt 0 ]] || want=(stalled-killed small-queued big-frames idle malformed regex endpoint-fill trespass shm-trespass shm-hog admin-scale)
+    [[ ${#want[@]} -gt 0 ]] || want=(stalled-killed small-queued big-frames idle malformed regex endpoint-fill trespass shm-trespass shm-hog admin-scale distinct)
     echo "abuse: tagwired pid $daemon on $addr, $(nproc) CPUs, baseline RSS $(settled_rss) KiB"
     for a in "${want[@]}"; do
         case "$a" in
@@ -213,6 +214,7 @@ main() {
             shm-trespass) run shm-trespass "token:mallory subscribes to the owner's shared-memory publisher over the Unix socket (issue 24, item 1)" ;;
             shm-hog) run shm-hog "token:mallory declares 64 shared-memory publishers; the owner's must still get a region (issue 24, item 4)" ;;
             admin-scale) run admin-scale "65,536 filtered subscriptions on one connection: list paged, undeclare the endpoint; pipelined unsubscribes; close" ;;
+            distinct) run distinct "token:mallory: 8,000 subscriptions on distinct patterns in chunks of 2,000, a fresh handshake; 65,536 distinct, then 65,536 Unsubscribe frames in one burst (issue 24, item 11)" ;;
             *) echo "abuse: unknown attack $a" >&2; exit 2 ;;
         esac
     done

@@ -924,10 +924,10 @@ fn distinct(o: &Opts) -> Res<()> {
     print!("{}", watch.finish()?);
     println!(
         "distinct: token:mallory subscribed {n} distinct patterns in chunks of {chunk}, pipelined: {} ms per chunk; \
-         then a fresh client's handshake {:.1} ms and its ping {:.1} ms; {burst} Unsubscribe frames in one burst: answered in {:.0} ms",
+         then a fresh client's handshake {:.1} ms and its ping {:.0} µs; {burst} Unsubscribe frames in one burst: answered in {:.0} ms",
         chunks.join(", "),
         ms(handshake),
-        ms(fresh_ping),
+        fresh_ping.as_secs_f64() * 1e6,
         ms(unsubscribed.took),
     );
     Ok(())

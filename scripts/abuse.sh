@@ -20,8 +20,8 @@
 # (p99 during ≤ 2 × idle p99; no stall over 10 ms): reported, not judged,
 # since a shared machine cannot judge them. The healthy client (the daemon's
 # owner) pings every 5 ms from 0.5 s into the attack until it ends.
-# admin-scale runs last: the heap its 65,536 subscriptions grow stays
-# resident (reused, not leaked) and would hide the others' RSS.
+# admin-scale and distinct run last: the heap their 65,536 subscriptions
+# grow stays resident (reused, not leaked) and would hide the others' RSS.
 #
 # tagwired allocates with jemalloc, which purges freed pages in the
 # background (about 1 s); TAGWIRED_ENV="VAR=value ..." passes environment
@@ -138,6 +138,7 @@ attack_trespass() { "$abuse" trespass --server "$addr" --token "$mallory"; }
 attack_shm_trespass() { "$abuse" shm-trespass --server "$addr" --unix "$unix" --token "$mallory" --events 3000; }
 # shm_max_regions (64) / 4: token:mallory's default region quota.
 attack_dscp_clash() { "$abuse" dscp-clash --server "$addr" --token "$mallory"; }
+attack_distinct() { "$abuse" distinct --server "$addr" --pid "$daemon" --token "$mallory" --subs 8000 --chunk 2000 --burst 65536; }
 attack_shm_hog() { "$abuse" shm-hog --server "$addr" --unix "$unix" --token "$mallory" --regions 64 --expect-regions 16; }
 
 status=0
@@ -200,7 +201,7 @@ run() {
 
 main() {
     local want=("$@")
-    [[ ${#want[@]} -gt 0 ]] || want=(stalled-killed small-queued big-frames idle malformed regex filter-cost endpoint-fill trespass shm-trespass shm-hog dscp-clash admin-scale)
+    [[ ${#want[@]} -gt 0 ]] || want=(stalled-killed small-queued big-frames idle malformed regex filter-cost endpoint-fill trespass shm-trespass shm-hog dscp-clash admin-scale distinct)
     echo "abuse: tagwired pid $daemon on $addr, $(nproc) CPUs, baseline RSS $(settled_rss) KiB"
     for a in "${want[@]}"; do
         case "$a" in
@@ -217,6 +218,7 @@ main() {
             shm-hog) run shm-hog "token:mallory declares 64 shared-memory publishers; the owner's must still get a region (issue 24, item 4)" ;;
             dscp-clash) run dscp-clash "token:mallory asks for two DSCP markings on one connection and a daemon-wide one (issue 24, item 3)" ;;
             admin-scale) run admin-scale "65,536 filtered subscriptions on one connection: list paged, undeclare the endpoint; pipelined unsubscribes; close" ;;
+            distinct) run distinct "token:mallory: 8,000 subscriptions on distinct patterns in chunks of 2,000, a fresh handshake; 65,536 distinct, then 65,536 Unsubscribe frames in one burst (issue 24, item 11)" ;;
             *) echo "abuse: unknown attack $a" >&2; exit 2 ;;
         esac
     done

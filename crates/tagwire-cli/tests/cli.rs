@@ -10,7 +10,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-const WAIT: Duration = Duration::from_secs(10);
+/// The bound of every wait for a condition (a daemon listening, a client
+/// listed, a child's exit): a bound on a hang, not a timing, so generous —
+/// under load (every test at once beside busy loops on 2 CPUs) a debug
+/// client took over 10 s to be listed.
+const WAIT: Duration = Duration::from_secs(60);
 
 struct Daemon {
     child: Child,
@@ -18,30 +22,47 @@ struct Daemon {
 }
 
 impl Daemon {
-    /// Starts tagwired with its default Unix socket in `dir` and a free TCP port.
+    /// Starts tagwired with its default Unix socket in `dir` and a free TCP
+    /// port, its log appended to `dir/tagwired.log`; returns once it
+    /// listens on both and has written its token file (it binds its sockets
+    /// before it writes the token, so a client that only waits for the port
+    /// can find no token yet).
     fn start(dir: &Path, port: u16) -> Daemon {
         std::fs::create_dir_all(dir).expect("runtime dir");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join("tagwired.log"))
+            .expect("daemon log");
         let child = Command::new(env!("CARGO_BIN_EXE_tagwired"))
             .args(["--tcp", &format!("127.0.0.1:{port}")])
             .env("XDG_RUNTIME_DIR", dir)
-            .stderr(Stdio::null())
+            .stderr(log)
             .spawn()
             .expect("spawn tagwired");
         let d = Daemon {
             child,
             dir: dir.to_owned(),
         };
+        let runtime = d.dir.join("tagwire");
         let deadline = Instant::now() + WAIT;
-        while !d.dir.join("tagwire").join("tagwire.sock").exists()
+        while !runtime.join("tagwire.sock").exists()
+            || !runtime.join(format!("token-{port}")).exists()
             || std::net::TcpStream::connect(("127.0.0.1", port)).is_err()
         {
             assert!(
                 Instant::now() < deadline,
-                "tagwired did not start listening"
+                "tagwired did not start listening; its log:\n{}",
+                d.log()
             );
             std::thread::sleep(Duration::from_millis(20));
         }
         d
+    }
+
+    /// What the daemon (and any earlier one in this directory) logged.
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("tagwired.log")).unwrap_or_default()
     }
 
     fn tagwire(&self) -> Command {
@@ -114,7 +135,8 @@ fn wait_listed(d: &Daemon, what: &str) -> String {
         }
         assert!(
             Instant::now() < deadline,
-            "`tagwire list` never showed {what}:\n{text}"
+            "`tagwire list` never showed {what}:\n{text}\ndaemon log:\n{}",
+            d.log()
         );
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -517,8 +539,10 @@ fn daemon_on_socket(dir: &Path, uid: u32, config: &str) -> (Killed, PathBuf) {
         .spawn()
         .expect("spawn tagwired");
     let child = Killed(child);
+    // Accepting, not just bound: the file appears at bind(), a moment before
+    // listen(), and a connect in between is refused.
     let deadline = Instant::now() + WAIT;
-    while !sock.exists() {
+    while std::os::unix::net::UnixStream::connect(&sock).is_err() {
         assert!(Instant::now() < deadline, "tagwired did not start");
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -636,7 +660,7 @@ fn commands_whose_stdout_is_closed_exit_quietly_without_panicking() {
         "unix://{}",
         dir.join("tagwire").join("tagwire.sock").display()
     ))
-    .expect("connect");
+    .unwrap_or_else(|e| panic!("connect: {e}; daemon log:\n{}", d.log()));
     // ~1,000 subscriptions: a listing of well over 64 KiB.
     let subs: Vec<_> = (0..1000)
         .map(|i| {
@@ -1176,4 +1200,85 @@ fn bench_honours_the_global_band_and_reports_band_and_transport() {
         String::from_utf8_lossy(&unknown.stderr)
     );
     d.stop();
+}
+
+/// Issue 24 item 16: a log that goes to a file or a pipe (stderr not a
+/// terminal) carries no ANSI colour escape codes, from the daemon or the CLI.
+#[test]
+fn logs_written_to_a_pipe_carry_no_colour_escape_codes() {
+    let dir = temp_dir("cli", "ansi");
+    std::fs::create_dir_all(&dir).expect("runtime dir");
+    let port = free_port();
+    let child = Command::new(env!("CARGO_BIN_EXE_tagwired"))
+        .args(["--tcp", &format!("127.0.0.1:{port}")])
+        .env("XDG_RUNTIME_DIR", &dir)
+        .env("RUST_LOG", "info")
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn tagwired");
+    let mut daemon = Reap::new(child);
+    // Listening, and its token written (after it binds).
+    let token = dir.join("tagwire").join(format!("token-{port}"));
+    let deadline = Instant::now() + WAIT;
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() || !token.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "tagwired did not start listening"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The CLI logs too: with RUST_LOG=debug a publisher over TCP says why
+    // its payloads go over the socket.
+    let cli = Command::new(env!("CARGO_BIN_EXE_tagwire"))
+        .args([
+            "-s",
+            &format!("tcp://127.0.0.1:{port}"),
+            "pub",
+            "/ansi",
+            "hi",
+        ])
+        .env("XDG_RUNTIME_DIR", &dir)
+        .env("RUST_LOG", "debug")
+        .env_remove("TAGWIRE_SERVER")
+        .output()
+        .expect("run tagwire");
+    let _ = Command::new("kill")
+        .arg(daemon.child().id().to_string())
+        .status();
+    let log = String::from_utf8_lossy(&daemon.finish().stderr).into_owned();
+    assert!(log.contains("INFO"), "the daemon logged nothing: {log}");
+    assert!(
+        !log.contains('\x1b'),
+        "the daemon's log into a pipe has escape codes: {log:?}"
+    );
+    let cli_log = String::from_utf8_lossy(&cli.stderr);
+    assert!(cli.status.success(), "tagwire pub: {cli_log}");
+    assert!(
+        cli_log.contains("DEBUG"),
+        "the CLI logged nothing: {cli_log}"
+    );
+    assert!(
+        !cli_log.contains('\x1b'),
+        "the CLI's stderr into a pipe has escape codes: {cli_log:?}"
+    );
+}
+
+/// Issue 24 item 16: the workspace says `MIT OR Apache-2.0`, and the
+/// repository carries both licence texts.
+#[test]
+fn the_repository_carries_the_text_of_each_licence_the_workspace_names() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).expect("Cargo.toml");
+    assert!(
+        manifest.contains(r#"license = "MIT OR Apache-2.0""#),
+        "the workspace's licence changed: update this test and the LICENSE files"
+    );
+    for (file, says) in [
+        ("LICENSE-MIT", "Permission is hereby granted"),
+        ("LICENSE-APACHE", "Apache License"),
+    ] {
+        let text = std::fs::read_to_string(root.join(file))
+            .unwrap_or_else(|e| panic!("{file} is missing: {e}"));
+        assert!(text.contains(says), "{file} is not that licence's text");
+    }
 }

@@ -118,7 +118,9 @@ fn a_second_daemon_on_the_default_socket_names_unix_and_no_unix() {
     let first = free_port();
     let _a = daemon(&dir, first, None, true);
     let deadline = Instant::now() + WAIT;
-    while !dir.join("tagwire").join("tagwire.sock").exists() {
+    // Accepting, not just bound (the file appears a moment before listen()).
+    while std::os::unix::net::UnixStream::connect(dir.join("tagwire").join("tagwire.sock")).is_err()
+    {
         assert!(Instant::now() < deadline, "no default socket");
         std::thread::sleep(Duration::from_millis(20));
     }

@@ -8,177 +8,26 @@
 //! interest (from `tagwire list --links --json`), then counts deliveries:
 //! each event once at each subscriber, none lost, none duplicated.
 
+mod common;
+
 use std::collections::BTreeSet;
-use std::path::PathBuf;
 use std::process::Command;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use common::netns::{link_count, serial, testbed, DaemonDir, Daemons, Network, PORT, WAIT};
 use tagwire_testbed::{Host, NsChild, Shaping, Testbed, TestbedConfig, TestbedError};
 
 const TOKEN: &str = "federation-netns-test-token-0123456789";
-const PORT: u16 = 7700;
-const WAIT: Duration = Duration::from_secs(20);
 
-/// The testbeds share interface names; one test at a time.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn testbed(hosts: usize) -> Testbed {
-    Testbed::new(TestbedConfig {
-        hosts,
-        bottleneck: None,
-    })
-    .unwrap_or_else(|e| panic!("{e}"))
-}
-
-fn url(h: &Host) -> String {
-    format!("tcp://{}:{PORT}", h.addr())
-}
-
-/// A daemon's private runtime directory and config file.
-struct DaemonDir(tempfile::TempDir);
-
-impl DaemonDir {
-    fn new(peers: &[String]) -> DaemonDir {
-        let d = tempfile::tempdir().expect("tempdir");
-        let peers: Vec<String> = peers.iter().map(|p| format!("{p:?}")).collect();
-        let cfg = format!(
-            r#"
-[auth]
-local_token = false
-[[auth.tokens]]
-name = "fed"
-token = "{TOKEN}"
-[[acl]]
-identity = "token:fed"
-publish = ["/**"]
-subscribe = ["/**"]
-admin = true
-[limits]
-idle_timeout = 1
-[federation]
-token = "{TOKEN}"
-peers = [{}]
-"#,
-            peers.join(", ")
-        );
-        std::fs::write(d.path().join("tagwired.toml"), cfg).expect("write config");
-        DaemonDir(d)
-    }
-    fn path(&self) -> PathBuf {
-        self.0.path().to_owned()
-    }
-}
-
-fn tagwired(h: &Host, name: &str, dir: &DaemonDir) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_tagwired"));
-    c.args(["--tcp", &format!("{}:{PORT}", h.addr()), "--no-unix"])
-        .args(["--name", name])
-        .arg("--config")
-        .arg(dir.path().join("tagwired.toml"))
-        .env("XDG_RUNTIME_DIR", dir.path())
-        .env("RUST_LOG", "info");
-    c
-}
+/// Links by token; idle links are closed after 1 s (a cut link is noticed).
+const DAEMONS: Daemons = Daemons {
+    token: TOKEN,
+    extra_config: "[limits]\nidle_timeout = 1\n",
+    listen: None,
+};
 
 fn tagwire(h: &Host, args: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_tagwire"));
-    c.arg("-s")
-        .arg(url(h))
-        .args(args)
-        .env("TAGWIRE_TOKEN", TOKEN)
-        .env_remove("TAGWIRE_SERVER");
-    c
-}
-
-/// A network of daemons: host `i` runs daemon `d{i}` linked to `links[i]`.
-struct Network<'tb> {
-    tb: &'tb Testbed,
-    daemons: Vec<Option<NsChild<'tb>>>,
-    dirs: Vec<DaemonDir>,
-    peers: Vec<Vec<String>>,
-}
-
-impl<'tb> Network<'tb> {
-    /// Starts one daemon per host; `edges` (i, j): daemon i dials j.
-    fn start(tb: &'tb Testbed, edges: &[(usize, usize)]) -> Network<'tb> {
-        let n = tb.hosts().len();
-        let mut peers = vec![Vec::new(); n];
-        for &(i, j) in edges {
-            peers[i].push(url(tb.host(j)));
-        }
-        let dirs: Vec<DaemonDir> = peers.iter().map(|p| DaemonDir::new(p)).collect();
-        let mut net = Network {
-            tb,
-            daemons: (0..n).map(|_| None).collect(),
-            dirs,
-            peers,
-        };
-        for i in 0..n {
-            net.start_one(i);
-        }
-        net
-    }
-
-    fn start_one(&mut self, i: usize) {
-        let _ = &self.peers;
-        let h = self.tb.host(i);
-        let mut child = h
-            .spawn(&tagwired(h, &format!("d{i}"), &self.dirs[i]))
-            .unwrap_or_else(|e| panic!("{e}"));
-        child
-            .wait_for_stderr("band normal: listening", WAIT)
-            .unwrap_or_else(|e| panic!("daemon d{i} did not start: {e}"));
-        self.daemons[i] = Some(child);
-    }
-
-    /// kill -9 (dropping the child kills it).
-    fn kill(&mut self, i: usize) {
-        self.daemons[i] = None;
-    }
-
-    fn federation(&self, i: usize) -> serde_json::Value {
-        let h = self.tb.host(i);
-        let out = h
-            .output(&tagwire(h, &["list", "--links", "--json"]), WAIT)
-            .unwrap_or_else(|e| panic!("{e}"));
-        assert!(
-            out.status.success(),
-            "tagwire list on d{i}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null)
-    }
-
-    /// Waits until every daemon in `among` knows that each daemon in
-    /// `wanting` has interest.
-    fn wait_for_interest(&self, among: &[usize], wanting: &[usize]) {
-        let start = Instant::now();
-        loop {
-            let ready = among.iter().all(|&i| {
-                let f = self.federation(i);
-                wanting.iter().all(|w| {
-                    f["known"].as_array().into_iter().flatten().any(|d| {
-                        d["name"] == format!("d{w}") && d["interest"].as_u64().unwrap_or(0) > 0
-                    })
-                })
-            });
-            if ready {
-                return;
-            }
-            assert!(
-                start.elapsed() < WAIT,
-                "interest of {wanting:?} did not reach {among:?} within {WAIT:?}"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    fn links(&self, i: usize) -> usize {
-        self.federation(i)["links"]
-            .as_array()
-            .map_or(0, |l| l.len())
-    }
+    common::netns::tagwire(h, TOKEN, args)
 }
 
 /// Subscribes on host `i` for `count` events of `/t/**`.
@@ -225,38 +74,32 @@ fn each_once(tb: &Testbed, from: usize, subs: Vec<(usize, NsChild<'_>)>, n: usiz
 
 #[test]
 fn a_chain_of_three_routes_from_end_to_end() {
-    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _g = serial();
     let tb = testbed(3);
-    let net = Network::start(&tb, &[(0, 1), (1, 2)]);
+    let net = Network::start(&tb, DAEMONS, &[(0, 1), (1, 2)]);
     let sub = subscriber(&tb, 2, 5);
     net.wait_for_interest(&[0, 1], &[2]);
     each_once(&tb, 0, vec![(2, sub)], 5);
-    assert_eq!(net.links(1), 2, "the middle daemon links both ends");
-    let start = Instant::now();
-    loop {
-        let f = net.federation(1);
-        let measured = f["links"]
+    assert_eq!(
+        link_count(&net.federation(1)),
+        2,
+        "the middle daemon links both ends"
+    );
+    net.wait_until(&[1], WAIT, "link RTT and clock offset measured", |_, f| {
+        f["links"]
             .as_array()
             .into_iter()
             .flatten()
-            .all(|l| l["rtt_us"].as_u64().is_some() && l["clock_offset_us"].as_i64().is_some());
-        if measured {
-            break;
-        }
-        assert!(
-            start.elapsed() < WAIT,
-            "link RTT and clock offset never measured: {f}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+            .all(|l| l["rtt_us"].as_u64().is_some() && l["clock_offset_us"].as_i64().is_some())
+    });
 }
 
 #[test]
 fn a_ring_of_five_delivers_once_without_loops() {
-    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _g = serial();
     let tb = testbed(5);
     let ring: Vec<(usize, usize)> = (0..5).map(|i| (i, (i + 1) % 5)).collect();
-    let net = Network::start(&tb, &ring);
+    let net = Network::start(&tb, DAEMONS, &ring);
     let subs: Vec<(usize, NsChild<'_>)> = (1..5).map(|i| (i, subscriber(&tb, i, 10))).collect();
     net.wait_for_interest(&[0, 1, 2, 3, 4], &[1, 2, 3, 4]);
     each_once(&tb, 0, subs, 10);
@@ -267,12 +110,12 @@ fn a_ring_of_five_delivers_once_without_loops() {
 
 #[test]
 fn a_mesh_of_ten_delivers_once() {
-    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _g = serial();
     let tb = testbed(10);
     // A ring plus chords: every daemon has 3–4 links, many cycles.
     let mut edges: Vec<(usize, usize)> = (0..10).map(|i| (i, (i + 1) % 10)).collect();
     edges.extend((0..5).map(|i| (i, i + 5)));
-    let net = Network::start(&tb, &edges);
+    let net = Network::start(&tb, DAEMONS, &edges);
     let wanting = [2, 5, 7, 9];
     let subs: Vec<(usize, NsChild<'_>)> = wanting
         .iter()
@@ -285,13 +128,11 @@ fn a_mesh_of_ten_delivers_once() {
 
 #[test]
 fn a_cut_link_is_routed_around_and_comes_back_when_healed() {
-    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _g = serial();
     let tb = testbed(4);
     let ring: Vec<(usize, usize)> = (0..4).map(|i| (i, (i + 1) % 4)).collect();
-    let net = Network::start(&tb, &ring);
-    while net.links(0) < 2 {
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let net = Network::start(&tb, DAEMONS, &ring);
+    net.wait_until(&[0], WAIT, "d0 links d1 and d3", |_, f| link_count(f) == 2);
     // Cut 0–1 both ways (a blackhole route on each end).
     let route = |h: usize, other: usize, op: &str| {
         let mut c = Command::new("ip");
@@ -313,36 +154,42 @@ fn a_cut_link_is_routed_around_and_comes_back_when_healed() {
     };
     route(0, 1, "add");
     route(1, 0, "add");
-    let start = Instant::now();
-    while net.links(0) != 1 {
-        assert!(start.elapsed() < WAIT, "the cut link was never noticed");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    net.wait_until(&[0], WAIT, "the cut link is noticed", |_, f| {
+        link_count(f) == 1
+    });
     let sub = subscriber(&tb, 1, 3);
     net.wait_for_interest(&[0, 3, 2], &[1]);
     each_once(&tb, 0, vec![(1, sub)], 3); // 0 → 3 → 2 → 1
     route(0, 1, "del");
     route(1, 0, "del");
-    let healed = Instant::now();
-    while net.links(0) != 2 {
-        assert!(healed.elapsed() < WAIT, "the link did not come back");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    eprintln!("link back {:?} after the heal", healed.elapsed());
+    let back = net.wait_until(&[0], WAIT, "the link comes back", |_, f| link_count(f) == 2);
+    eprintln!("link back {back:?} after the heal");
 }
 
 #[test]
 fn a_killed_daemon_leaves_the_others_working_and_rejoins() {
-    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _g = serial();
     let tb = testbed(3);
-    let mut net = Network::start(&tb, &[(0, 1), (1, 2)]);
+    let mut net = Network::start(&tb, DAEMONS, &[(0, 1), (1, 2)]);
     let sub = subscriber(&tb, 2, 2);
     net.wait_for_interest(&[0, 1], &[2]);
     each_once(&tb, 0, vec![(2, sub)], 2);
     net.kill(1);
     // The ends still serve their own clients.
     let local = subscriber(&tb, 0, 1);
-    std::thread::sleep(Duration::from_millis(300));
+    let start = Instant::now();
+    while !net.listing(0)["subscriptions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|s| s["pattern"] == "/t/**")
+    {
+        assert!(
+            start.elapsed() < WAIT,
+            "the local subscriber never subscribed"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     each_once(&tb, 0, vec![(0, local)], 1);
     net.start_one(1);
     let sub = subscriber(&tb, 2, 2);
@@ -352,7 +199,7 @@ fn a_killed_daemon_leaves_the_others_working_and_rejoins() {
 
 #[test]
 fn a_link_losing_ten_percent_of_its_packets_keeps_delivering() {
-    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _g = serial();
     // 10 % loss toward host 1: TCP retransmits; nothing crashes and every
     // event still arrives, later. netem where the kernel has it, else an
     // nftables rule dropping a random 1 in 10 packets host 1 receives.
@@ -390,7 +237,7 @@ fn a_link_losing_ten_percent_of_its_packets_keeps_delivering() {
         }
         Err(e) => panic!("{e}"),
     };
-    let net = Network::start(&tb, &[(0, 1)]);
+    let net = Network::start(&tb, DAEMONS, &[(0, 1)]);
     let sub = subscriber(&tb, 1, 20);
     net.wait_for_interest(&[0], &[1]);
     each_once(&tb, 0, vec![(1, sub)], 20);
@@ -491,10 +338,10 @@ impl Drop for Segment {
 
 #[test]
 fn daemons_on_one_segment_discover_each_other_and_link() {
-    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _g = serial();
     tagwire_testbed::check_environment().unwrap_or_else(|e| panic!("{e}"));
     let seg = Segment::new();
-    let dirs = [DaemonDir::new(&[]), DaemonDir::new(&[])];
+    let dirs = [DaemonDir::new(&DAEMONS, &[]), DaemonDir::new(&DAEMONS, &[])];
     let mut children = Vec::new();
     for (i, dir) in dirs.iter().enumerate() {
         let addr = format!("10.201.0.{}:{PORT}", i + 1);
@@ -508,11 +355,13 @@ fn daemons_on_one_segment_discover_each_other_and_link() {
             &format!("s{i}"),
         ])
         .arg("--config")
-        .arg(dir.path().join("tagwired.toml"))
-        .env("XDG_RUNTIME_DIR", dir.path())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null());
-        children.push(seg.exec(i, &c).spawn().expect("spawn tagwired"));
+        .arg(dir.config())
+        .env("XDG_RUNTIME_DIR", dir.path());
+        // (`exec` copies the program, arguments and environment, not stdio.)
+        let mut c = seg.exec(i, &c);
+        c.stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        children.push(c.spawn().expect("spawn tagwired"));
     }
     let list = |i: usize| {
         let mut c = Command::new(env!("CARGO_BIN_EXE_tagwire"));
@@ -543,20 +392,11 @@ fn daemons_on_one_segment_discover_each_other_and_link() {
     }
 }
 
-/// `tagwire list --json` on daemon `i` (the whole listing).
-fn listing(tb: &Testbed, i: usize) -> serde_json::Value {
-    let h = tb.host(i);
-    let out = h
-        .output(&tagwire(h, &["list", "--json"]), WAIT)
-        .unwrap_or_else(|e| panic!("{e}"));
-    serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null)
-}
-
 #[test]
 fn auto_placement_moves_the_proxy_to_the_publishers_daemon_and_the_links_carry_the_scaled_stream() {
-    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _g = serial();
     let tb = testbed(3);
-    let net = Network::start(&tb, &[(0, 1), (1, 2)]);
+    let net = Network::start(&tb, DAEMONS, &[(0, 1), (1, 2)]);
     let h2 = tb.host(2);
     let _sub = h2
         .spawn(&tagwire(
@@ -575,7 +415,7 @@ fn auto_placement_moves_the_proxy_to_the_publishers_daemon_and_the_links_carry_t
         .unwrap_or_else(|e| panic!("{e}"));
     let start = Instant::now();
     let proxy = loop {
-        let l = listing(&tb, 2);
+        let l = net.listing(2);
         let proxy = l["subscriptions"]
             .as_array()
             .into_iter()
@@ -600,7 +440,7 @@ fn auto_placement_moves_the_proxy_to_the_publishers_daemon_and_the_links_carry_t
     // From now on d0 sends 1 of every 4 events toward d1.
     std::thread::sleep(Duration::from_millis(500));
     let sample = || {
-        let l = listing(&tb, 0);
+        let l = net.listing(0);
         let published = l["tags"]
             .as_array()
             .into_iter()

@@ -6,226 +6,36 @@
 //! leaves membership split. Needs root, iproute2 and nft; without them these
 //! tests FAIL with a message saying how to get them. `.ci/run` runs them.
 //!
-//! `SWIM_NETNS_BIN_DIR=DIR` runs the `tagwired` and `tagwire` found in DIR
-//! instead of this build's (to check that a test fails on an older build).
+//! `NETNS_BIN_DIR=DIR` (or `SWIM_NETNS_BIN_DIR`) runs the `tagwired` and
+//! `tagwire` found in DIR instead of this build's (to check that a test fails
+//! on an older build); the daemons and helpers are `common/netns.rs`.
 //!
 //! A host is cut with an nftables table in its namespace that drops
 //! everything but loopback (netem is not needed), and healed by deleting it.
 
+mod common;
+
 use std::process::Command;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use tagwire_testbed::{Host, NsChild, Testbed, TestbedConfig, TestbedError};
+use common::netns::{
+    knows_interest_of, link_count, link_to, others, printed, serial, testbed, Daemons, Network,
+    PORT, WAIT,
+};
+use tagwire_testbed::{Host, Testbed};
 
 const TOKEN: &str = "swim-netns-test-token-0123456789abcdef";
-const PORT: u16 = 7700;
-const WAIT: Duration = Duration::from_secs(20);
 
-/// The testbeds share interface names; one test at a time.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn testbed(hosts: usize) -> Testbed {
-    Testbed::new(TestbedConfig {
-        hosts,
-        bottleneck: None,
-    })
-    .unwrap_or_else(|e| panic!("{e}"))
-}
-
-fn url(h: &Host) -> String {
-    format!("tcp://{}:{PORT}", h.addr())
-}
-
-/// A daemon's private runtime directory and config file: links by token,
-/// the default idle timeout (so that only SWIM closes a cut link early).
-struct DaemonDir(tempfile::TempDir);
-
-impl DaemonDir {
-    fn new(peers: &[String]) -> DaemonDir {
-        let d = tempfile::tempdir().expect("tempdir");
-        let peers: Vec<String> = peers.iter().map(|p| format!("{p:?}")).collect();
-        let cfg = format!(
-            r#"
-[auth]
-local_token = false
-[[auth.tokens]]
-name = "fed"
-token = "{TOKEN}"
-[[acl]]
-identity = "token:fed"
-publish = ["/**"]
-subscribe = ["/**"]
-admin = true
-[federation]
-token = "{TOKEN}"
-peers = [{}]
-"#,
-            peers.join(", ")
-        );
-        std::fs::write(d.path().join("tagwired.toml"), cfg).expect("write config");
-        DaemonDir(d)
-    }
-}
-
-/// The binary `name`: this build's, or `SWIM_NETNS_BIN_DIR`'s.
-fn bin(name: &str, built: &str) -> std::path::PathBuf {
-    match std::env::var_os("SWIM_NETNS_BIN_DIR") {
-        Some(d) => std::path::PathBuf::from(d).join(name),
-        None => built.into(),
-    }
-}
+/// Links by token, the default idle timeout (so that only SWIM closes a cut
+/// link early).
+const DAEMONS: Daemons = Daemons {
+    token: TOKEN,
+    extra_config: "",
+    listen: None,
+};
 
 fn tagwire(h: &Host, args: &[&str]) -> Command {
-    let mut c = Command::new(bin("tagwire", env!("CARGO_BIN_EXE_tagwire")));
-    c.arg("-s")
-        .arg(url(h))
-        .args(args)
-        .env("TAGWIRE_TOKEN", TOKEN)
-        .env_remove("TAGWIRE_SERVER");
-    c
-}
-
-/// One daemon per host, host `i`'s daemon `d{i}` dialing the hosts
-/// `edges` give it.
-struct Network<'tb> {
-    tb: &'tb Testbed,
-    daemons: Vec<Option<NsChild<'tb>>>,
-    dirs: Vec<DaemonDir>,
-    /// The TCP listen address given (`None`: the host's own address).
-    listen: Option<String>,
-}
-
-impl<'tb> Network<'tb> {
-    /// Starts `d0`, `d1`, … in that order (each dialing the later ones
-    /// before they listen: the first announces are lost).
-    fn start(tb: &'tb Testbed, edges: &[(usize, usize)], listen: Option<&str>) -> Network<'tb> {
-        let n = tb.hosts().len();
-        Self::start_in_order(tb, edges, listen, (0..n).collect())
-    }
-
-    fn start_in_order(
-        tb: &'tb Testbed,
-        edges: &[(usize, usize)],
-        listen: Option<&str>,
-        order: Vec<usize>,
-    ) -> Network<'tb> {
-        let n = tb.hosts().len();
-        let mut peers = vec![Vec::new(); n];
-        for &(i, j) in edges {
-            peers[i].push(url(tb.host(j)));
-        }
-        let mut net = Network {
-            tb,
-            daemons: (0..n).map(|_| None).collect(),
-            dirs: peers.iter().map(|p| DaemonDir::new(p)).collect(),
-            listen: listen.map(str::to_owned),
-        };
-        for i in order {
-            net.start_one(i);
-        }
-        net
-    }
-
-    fn start_one(&mut self, i: usize) {
-        let h = self.tb.host(i);
-        let dir = self.dirs[i].0.path();
-        let listen = self
-            .listen
-            .clone()
-            .unwrap_or_else(|| format!("{}:{PORT}", h.addr()));
-        let mut c = Command::new(bin("tagwired", env!("CARGO_BIN_EXE_tagwired")));
-        c.args(["--tcp", &listen, "--no-unix"])
-            .args(["--name", &format!("d{i}")])
-            .arg("--config")
-            .arg(dir.join("tagwired.toml"))
-            .env("XDG_RUNTIME_DIR", dir)
-            .env("RUST_LOG", "info");
-        let mut child = h.spawn(&c).unwrap_or_else(|e| panic!("{e}"));
-        child
-            .wait_for_stderr("band normal: listening", WAIT)
-            .unwrap_or_else(|e| panic!("daemon d{i} did not start: {e}"));
-        self.daemons[i] = Some(child);
-    }
-
-    /// kill -9 (dropping the child kills it).
-    fn kill(&mut self, i: usize) {
-        self.daemons[i] = None;
-    }
-
-    fn federation(&self, i: usize) -> serde_json::Value {
-        let h = self.tb.host(i);
-        let out = h
-            .output(&tagwire(h, &["list", "--links", "--json"]), WAIT)
-            .unwrap_or_else(|e| panic!("{e}"));
-        assert!(
-            out.status.success(),
-            "tagwire list on d{i}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null)
-    }
-
-    /// Waits until `done(listing of d{i})` holds for every daemon in `who`,
-    /// at most `within`; on timeout panics with the listings.
-    fn wait_until(
-        &self,
-        who: &[usize],
-        within: Duration,
-        what: &str,
-        done: impl Fn(usize, &serde_json::Value) -> bool,
-    ) -> Duration {
-        let start = Instant::now();
-        loop {
-            let listings: Vec<serde_json::Value> =
-                who.iter().map(|&i| self.federation(i)).collect();
-            if who.iter().zip(&listings).all(|(&i, f)| done(i, f)) {
-                return start.elapsed();
-            }
-            if start.elapsed() > within {
-                let shown: Vec<String> = who
-                    .iter()
-                    .zip(&listings)
-                    .map(|(i, f)| {
-                        format!(
-                            "d{i}: members {} known {} links {}",
-                            f["members"],
-                            names(f),
-                            f["links"]
-                                .as_array()
-                                .into_iter()
-                                .flatten()
-                                .map(|l| format!("{}/{}", l["peer"], l["connection"]))
-                                .collect::<Vec<_>>()
-                                .join(",")
-                        )
-                    })
-                    .collect();
-                panic!("{what}: not within {within:?}:\n{}", shown.join("\n"));
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    }
-}
-
-impl Drop for Network<'_> {
-    /// On failure (or with `SWIM_NETNS_SHOW_LOGS` set), prints what each
-    /// daemon logged.
-    fn drop(&mut self) {
-        let show = std::thread::panicking() || std::env::var_os("SWIM_NETNS_SHOW_LOGS").is_some();
-        for (i, d) in self.daemons.iter_mut().enumerate() {
-            let Some(d) = d.take() else { continue };
-            if !show {
-                continue;
-            }
-            let log = match d.finish(Duration::ZERO) {
-                Ok(o) => String::from_utf8_lossy(&o.stderr).into_owned(),
-                Err(TestbedError::TimedOut { output, .. }) => output,
-                Err(e) => e.to_string(),
-            };
-            eprintln!("--- d{i} log ---\n{log}");
-        }
-    }
+    common::netns::tagwire(h, TOKEN, args)
 }
 
 fn strings(v: &serde_json::Value) -> Vec<String> {
@@ -236,32 +46,11 @@ fn strings(v: &serde_json::Value) -> Vec<String> {
         .collect()
 }
 
-/// "name@node" of every daemon whose advert `f` lists.
-fn names(f: &serde_json::Value) -> String {
-    f["known"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|d| format!("{}@{}", d["name"].as_str().unwrap_or("?"), d["node"]))
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
 /// The gossip addresses `f`'s members have.
 fn member_addrs(f: &serde_json::Value) -> Vec<String> {
     let mut v: Vec<String> = strings(&f["members"])
         .iter()
         .filter_map(|m| m.split_once(' ').map(|(_, a)| a.to_owned()))
-        .collect();
-    v.sort();
-    v
-}
-
-/// The gossip addresses of every host but `i`.
-fn others(tb: &Testbed, i: usize) -> Vec<String> {
-    let mut v: Vec<String> = (0..tb.hosts().len())
-        .filter(|&j| j != i)
-        .map(|j| format!("{}:{PORT}", tb.host(j).addr()))
         .collect();
     v.sort();
     v
@@ -312,20 +101,18 @@ fn nft(tb: &Testbed, i: usize, script: &str, what: &str) {
     );
 }
 
-/// What a subscriber printed, whether it got all it waited for or not.
-fn printed(sub: NsChild<'_>, within: Duration) -> String {
-    match sub.finish(within) {
-        Ok(o) => String::from_utf8_lossy(&o.stdout).into_owned(),
-        Err(TestbedError::TimedOut { output, .. }) => output,
-        Err(e) => panic!("{e}"),
-    }
-}
-
 #[test]
 fn daemons_listening_on_every_interface_gossip_a_routable_address_and_see_each_other() {
-    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _g = serial();
     let tb = testbed(3);
-    let net = Network::start(&tb, &[(0, 1), (1, 2), (2, 0)], Some("0.0.0.0:7700"));
+    let net = Network::start(
+        &tb,
+        Daemons {
+            listen: Some("0.0.0.0:7700"),
+            ..DAEMONS
+        },
+        &[(0, 1), (1, 2), (2, 0)],
+    );
     net.wait_until(
         &[0, 1, 2],
         WAIT,
@@ -351,10 +138,10 @@ fn adverts_named(f: &serde_json::Value, name: &str) -> Vec<serde_json::Value> {
 
 #[test]
 fn a_killed_daemons_advert_is_dropped_and_its_restart_replaces_it_everywhere() {
-    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _g = serial();
     let tb = testbed(3);
     // A triangle, started last to first (each dialing one already up).
-    let mut net = Network::start_in_order(&tb, &[(0, 1), (1, 2), (2, 0)], None, vec![2, 1, 0]);
+    let mut net = Network::start_in_order(&tb, DAEMONS, &[(0, 1), (1, 2), (2, 0)], vec![2, 1, 0]);
     net.wait_until(
         &[0, 1, 2],
         WAIT,
@@ -393,11 +180,11 @@ fn a_killed_daemons_advert_is_dropped_and_its_restart_replaces_it_everywhere() {
 
 #[test]
 fn daemons_started_one_after_another_form_one_membership() {
-    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _g = serial();
     let tb = testbed(3);
     // d0 announces to d1 and d1 to d2 before they listen; only d2's
     // announce to d0 arrives.
-    let net = Network::start(&tb, &[(0, 1), (1, 2), (2, 0)], None);
+    let net = Network::start(&tb, DAEMONS, &[(0, 1), (1, 2), (2, 0)]);
     let took = net.wait_until(
         &[0, 1, 2],
         WAIT,
@@ -405,31 +192,32 @@ fn daemons_started_one_after_another_form_one_membership() {
         |i, f| member_addrs(f) == others(&tb, i),
     );
     eprintln!("one membership {took:?} after the last daemon started");
+    // docs/federation.md: `list --links --json` has them under `members`,
+    // the whole listing (`list --json`) under `federation.members`.
+    for i in 0..3 {
+        let whole = net.listing(i);
+        assert_eq!(
+            member_addrs(&whole["federation"]),
+            others(&tb, i),
+            "d{i}'s `tagwire list --json` lists the members at federation.members: {whole}"
+        );
+    }
 }
 
 #[test]
 fn healing_a_cut_daemon_keeps_healthy_links_and_membership_heals() {
-    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _g = serial();
     let tb = testbed(3);
     // Started last to first, each dialing one already up, so that the
     // membership is whole before the cut.
-    let net = Network::start_in_order(&tb, &[(0, 1), (1, 2), (2, 0)], None, vec![2, 1, 0]);
+    let net = Network::start_in_order(&tb, DAEMONS, &[(0, 1), (1, 2), (2, 0)], vec![2, 1, 0]);
     net.wait_until(
         &[0, 1, 2],
         WAIT,
         "every daemon has two members and two links",
-        |_, f| {
-            strings(&f["members"]).len() == 2 && f["links"].as_array().map_or(0, |l| l.len()) == 2
-        },
+        |_, f| strings(&f["members"]).len() == 2 && link_count(f) == 2,
     );
-    let link_02 = |f: &serde_json::Value| {
-        f["links"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|l| l["peer"] == "d2")
-            .map(|l| l["connection"].clone())
-    };
+    let link_02 = |f: &serde_json::Value| link_to(f, "d2");
     let before = link_02(&net.federation(0));
     assert!(before.is_some(), "d0 links d2");
     // A control stream between the pair the cut never touches: d0 → d2,
@@ -443,11 +231,7 @@ fn healing_a_cut_daemon_keeps_healthy_links_and_membership_heals() {
         ))
         .unwrap_or_else(|e| panic!("{e}"));
     net.wait_until(&[0], WAIT, "d0 knows d2's interest", |_, f| {
-        f["known"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|d| d["name"] == "d2" && d["interest"].as_u64().unwrap_or(0) > 0)
+        knows_interest_of(f, "d2")
     });
     let h0 = tb.host(0);
     let publisher = h0
@@ -508,13 +292,13 @@ fn healing_a_cut_daemon_keeps_healthy_links_and_membership_heals() {
 
 #[test]
 fn a_partition_of_two_and_two_heals_into_one_membership() {
-    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _g = serial();
     let tb = testbed(4);
     // A ring 0→1→2→3→0, started last to first.
     let net = Network::start_in_order(
         &tb,
+        DAEMONS,
         &[(0, 1), (1, 2), (2, 3), (3, 0)],
-        None,
         vec![3, 2, 1, 0],
     );
     let all = [0, 1, 2, 3];
@@ -524,14 +308,7 @@ fn a_partition_of_two_and_two_heals_into_one_membership() {
         "every daemon has the three others as members",
         |i, f| member_addrs(f) == others(&tb, i),
     );
-    let peer_conn = |i: usize, peer: &str| {
-        net.federation(i)["links"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|l| l["peer"] == peer)
-            .map(|l| l["connection"].clone())
-    };
+    let peer_conn = |i: usize, peer: &str| link_to(&net.federation(i), peer);
     let before = (peer_conn(0, "d1"), peer_conn(2, "d3"));
     assert!(
         before.0.is_some() && before.1.is_some(),
@@ -564,7 +341,7 @@ fn a_partition_of_two_and_two_heals_into_one_membership() {
 
 #[test]
 fn a_daemon_whose_peers_never_answer_gossip_warns_naming_the_udp_port() {
-    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _g = serial();
     let tb = testbed(2);
     // Both hosts drop gossip (UDP 7700) but not links (TCP).
     for i in 0..2 {
@@ -575,7 +352,7 @@ fn a_daemon_whose_peers_never_answer_gossip_warns_naming_the_udp_port() {
             "drop-gossip",
         );
     }
-    let mut net = Network::start_in_order(&tb, &[(0, 1)], None, vec![1, 0]);
+    let mut net = Network::start_in_order(&tb, DAEMONS, &[(0, 1)], vec![1, 0]);
     let d0 = net.daemons[0].as_mut().expect("d0 runs");
     let line = d0
         .wait_for_stderr_line(

@@ -1,18 +1,44 @@
 //! Helpers shared by the CLI's process-level tests: a free loopback port,
-//! a fresh scratch directory, and a bounded wait for a child's output.
+//! a fresh scratch directory, and a bounded wait for a child's output;
+//! [`netns`]: networks of real daemons on the netns testbed.
 #![allow(dead_code)]
+
+pub mod netns;
 
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Output};
 use std::time::{Duration, Instant};
 
-/// A TCP port free on loopback right now.
+/// A TCP port free on loopback right now, with the three after it: a
+/// daemon given `--tcp 127.0.0.1:P` listens on P for band normal and on
+/// P+1..P+3 for its other bands. Picked at random below the kernel's
+/// ephemeral range, aligned to 4: a port the kernel handed out (bind to
+/// port 0, as a daemon does for a band whose port is taken, or a client's
+/// connect) can be taken again by the time the daemon binds it, and a test
+/// running beside another could be handed a port that the other's daemon
+/// was about to take for one of its bands ("Address already in use" under
+/// load); below the ephemeral range and in blocks of 4 neither happens.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
+    use std::hash::BuildHasher;
+    let ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    let (lo, hi) = (10_000u16, ephemeral.max(10_008) - 4);
+    let blocks = u64::from((hi - lo) / 4);
+    let random = std::collections::hash_map::RandomState::new();
+    for attempt in 0..1000u64 {
+        let base = lo + 4 * (random.hash_one(attempt) % blocks) as u16;
+        // Held together for the check, released together.
+        let held: Vec<TcpListener> = (base..=base + 3)
+            .filter_map(|q| TcpListener::bind(("127.0.0.1", q)).ok())
+            .collect();
+        if held.len() == 4 {
+            return base;
+        }
+    }
+    panic!("no block of 4 free loopback ports found in 1,000 tries")
 }
 
 /// An empty scratch directory `tagwire-SUITE-TAG-PID` under the system's

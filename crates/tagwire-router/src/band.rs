@@ -121,7 +121,11 @@ pub struct Band {
 /// high-band connection carry the band's mark, not TOS 0 until the router
 /// marks the accepted socket. A DSCP the kernel refuses is logged, not
 /// fatal (the accepted sockets are marked again).
-pub fn bind_tcp(addr: SocketAddr, dscp: u8) -> std::io::Result<std::net::TcpListener> {
+///
+/// The socket is bound, not yet listening ([`listen_tcp`]): its port is
+/// known (for the token file) while a client that connects is still
+/// refused, so no client can be let in before the token file exists.
+pub fn bind_tcp(addr: SocketAddr, dscp: u8) -> std::io::Result<socket2::Socket> {
     let socket = socket2::Socket::new(
         socket2::Domain::for_address(addr),
         socket2::Type::STREAM,
@@ -134,8 +138,20 @@ pub fn bind_tcp(addr: SocketAddr, dscp: u8) -> std::io::Result<std::net::TcpList
         tracing::warn!("cannot set DSCP {dscp} on the listener at {addr}: {e}");
     }
     socket.bind(&addr.into())?;
+    Ok(socket)
+}
+
+/// Starts listening on a socket [`bind_tcp`] bound (non-blocking, for the
+/// lane's event loop).
+pub fn listen_tcp(socket: socket2::Socket) -> std::io::Result<std::net::TcpListener> {
     socket.listen(1024)?;
+    socket.set_nonblocking(true)?;
     Ok(socket.into())
+}
+
+/// The address a bound socket has (its port, if bound to port 0).
+pub fn bound_addr(socket: &socket2::Socket) -> Option<SocketAddr> {
+    socket.local_addr().ok().and_then(|a| a.as_socket())
 }
 
 /// Parses a band's DSCP with core's [`Dscp`] (a class name, a band name or
@@ -258,13 +274,27 @@ mod listener_tests {
     use super::*;
 
     #[test]
+    fn a_bound_band_socket_refuses_clients_until_it_listens() {
+        // The router writes the port's token file between the two steps, so
+        // a client can never reach it before the file exists.
+        let s = bind_tcp("127.0.0.1:0".parse().expect("address"), 0).expect("bind");
+        let addr = bound_addr(&s).expect("a bound address");
+        assert_ne!(addr.port(), 0, "the port is known before listening");
+        let refused = std::net::TcpStream::connect(addr).expect_err("not listening yet");
+        assert_eq!(refused.kind(), std::io::ErrorKind::ConnectionRefused);
+        let l = listen_tcp(s).expect("listen");
+        let _client = std::net::TcpStream::connect(addr).expect("listening now");
+        drop(l);
+    }
+
+    #[test]
     fn a_band_listener_and_the_sockets_it_accepts_carry_its_dscp_before_any_handshake() {
         for (ip, dscp) in [
             ("127.0.0.1", crate::priority::DSCP_AF42),
             ("[::1]", crate::priority::DSCP_VA),
         ] {
             let addr: SocketAddr = format!("{ip}:0").parse().expect("address");
-            let l = match bind_tcp(addr, dscp) {
+            let l = match bind_tcp(addr, dscp).and_then(listen_tcp) {
                 Ok(l) => l,
                 // A host without IPv6 loopback: the IPv4 case still ran.
                 Err(e) if addr.is_ipv6() => {

@@ -170,12 +170,10 @@ impl Router {
                         );
                         bound = band::bind_tcp(any, b.dscp);
                     }
-                    let l = bound.map_err(|source| RouterError::Listen {
+                    Some(bound.map_err(|source| RouterError::Listen {
                         what: format!("tcp {addr} (band {})", b.name),
                         source,
-                    })?;
-                    l.set_nonblocking(true).map_err(RouterError::Lane)?;
-                    Some(l)
+                    })?)
                 }
                 None => None,
             };
@@ -199,7 +197,7 @@ impl Router {
             .map(|(b, (t, _))| {
                 (
                     b.name.clone(),
-                    t.as_ref().and_then(|l| l.local_addr().ok()),
+                    t.as_ref().and_then(band::bound_addr),
                     b.unix.clone(),
                 )
             })
@@ -245,6 +243,26 @@ impl Router {
             }
             None => (None, Vec::new()),
         };
+        // Listening only now that the token files exist: a client that
+        // connected earlier would have found none and been refused.
+        let listeners = listeners
+            .into_iter()
+            .zip(&addrs)
+            .map(|((tcp, unix), (name, addr, _))| {
+                let tcp = tcp
+                    .map(|s| {
+                        band::listen_tcp(s).map_err(|source| RouterError::Listen {
+                            what: format!(
+                                "tcp {} (band {name})",
+                                addr.map_or_else(|| "?".into(), |a| a.to_string())
+                            ),
+                            source,
+                        })
+                    })
+                    .transpose()?;
+                Ok((tcp, unix))
+            })
+            .collect::<Result<Vec<_>, RouterError>>()?;
         // The MQTT listener checks credentials as the router does (the same
         // tokens and ACL), then connects in-process with the same token.
         let mqtt_setup = match config.mqtt.listen {

@@ -831,16 +831,7 @@ impl Connection {
             }
             Frame::UndeclareEndpoint { req, id } => match self.endpoints.remove(&id) {
                 Some(endpoint) => {
-                    let mut subs: Vec<u32> = self
-                        .subs
-                        .iter()
-                        .filter(|(_, s)| s.endpoint == id)
-                        .map(|(sub, _)| *sub)
-                        .collect();
-                    subs.sort_unstable();
-                    for s in &subs {
-                        self.subs.remove(s);
-                    }
+                    let subs = self.forget_subscriptions_of(id);
                     self.pending = Pending::Ack(req);
                     Input::Undeclare {
                         req,
@@ -1357,6 +1348,22 @@ impl Connection {
 
     // ---- client side ----
 
+    /// Forgets the subscriptions of endpoint `id` (undeclared, or lost to
+    /// another session), returning their ids in order.
+    fn forget_subscriptions_of(&mut self, id: u32) -> Vec<u32> {
+        let mut subs: Vec<u32> = self
+            .subs
+            .iter()
+            .filter(|(_, s)| s.endpoint == id)
+            .map(|(sub, _)| *sub)
+            .collect();
+        subs.sort_unstable();
+        for s in &subs {
+            self.subs.remove(s);
+        }
+        subs
+    }
+
     fn client_frame(&mut self, k: u8, body: Bytes) -> Input {
         if k == kind::DELIVER && self.phase == Phase::Established {
             if body.len() < 4 {
@@ -1513,16 +1520,7 @@ impl Connection {
                         Some(e) => e.name,
                         None => return Input::Handled,
                     };
-                    let mut subs: Vec<u32> = self
-                        .subs
-                        .iter()
-                        .filter(|(_, s)| s.endpoint == id)
-                        .map(|(sub, _)| *sub)
-                        .collect();
-                    subs.sort_unstable();
-                    for s in &subs {
-                        self.subs.remove(s);
-                    }
+                    let subs = self.forget_subscriptions_of(id);
                     Input::EndpointLost {
                         endpoint: id,
                         name,

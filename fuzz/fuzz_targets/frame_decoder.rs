@@ -54,9 +54,16 @@ fn check_event(event: &Bytes) {
     let parsed = EventRef::parse(event);
     let utf8 = |b| std::str::from_utf8(b).map_err(|_| ());
     let named = EventRef::parse_named(event, |t, p| Ok::<_, ()>((utf8(t)?, utf8(p)?)));
-    assert_eq!(parsed.is_ok(), named.is_ok(), "parse and parse_named disagree");
+    assert_eq!(
+        parsed.is_ok(),
+        named.is_ok(),
+        "parse and parse_named disagree"
+    );
     if let (Ok(a), Ok(b)) = (&parsed, &named) {
-        assert_eq!((a.tag, a.publisher, a.payload), (b.tag, b.publisher, b.payload));
+        assert_eq!(
+            (a.tag, a.publisher, a.payload),
+            (b.tag, b.publisher, b.payload)
+        );
     }
     let decoded = Event::decode(event);
     assert_eq!(parsed.is_ok(), decoded.is_ok(), "parse and decode disagree");

@@ -10,7 +10,11 @@ use tagwire_core::store::StoreRecord;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(r) = StoreRecord::decode(data) {
-        assert_eq!(r.encode(), data, "an accepted record re-encodes differently");
+        assert_eq!(
+            r.encode(),
+            data,
+            "an accepted record re-encodes differently"
+        );
         tagwire_proto::EventRef::parse(&r.event).expect("a decoded record's event parses");
     }
 });

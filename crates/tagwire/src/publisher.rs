@@ -253,11 +253,8 @@ impl Publisher {
             let current = guard.as_ref().map(|s| (s.region, s.max, s.at_daemon_limit));
             let want = match current {
                 // Reconnected: ask again (once per reconnect).
-                None if self.shm_mode != crate::ShmMode::Off
-                    && self.shm_asked.swap(epoch, Ordering::Relaxed) != epoch =>
-                {
-                    Some(None)
-                }
+                // (`send_in_shm` never comes here with `Off`.)
+                None if self.shm_asked.swap(epoch, Ordering::Relaxed) != epoch => Some(None),
                 // A larger payload than the region holds: ask for a region
                 // sized for it (twice, for some room); the daemon caps it at
                 // its limit and replaces the old region if it grants one.

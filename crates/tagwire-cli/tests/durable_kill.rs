@@ -71,6 +71,25 @@ fn tagwire(dir: &Path, port: u16, args: &[&str]) -> std::process::Output {
 }
 
 /// The `seq` of each JSON line `tagwire sub --json` printed.
+/// `tagwire sub /durable/x --replay-from FROM --json -n N --timeout SECS`.
+fn replay(dir: &Path, port: u16, from: &str, n: &str, timeout: &str) -> std::process::Output {
+    tagwire(
+        dir,
+        port,
+        &[
+            "sub",
+            "/durable/x",
+            "--replay-from",
+            from,
+            "--json",
+            "-n",
+            n,
+            "--timeout",
+            timeout,
+        ],
+    )
+}
+
 fn seqs(stdout: &[u8]) -> Vec<u64> {
     String::from_utf8_lossy(stdout)
         .lines()
@@ -108,21 +127,7 @@ fn durable_events_survive_kill_9_and_replay_exactly_once_in_order() {
     // wait until a replay sees every event, bounded, before the kill.
     let deadline = Instant::now() + WAIT;
     loop {
-        let out = tagwire(
-            &dir,
-            port,
-            &[
-                "sub",
-                "/durable/x",
-                "--replay-from",
-                "start",
-                "--json",
-                "-n",
-                &n,
-                "--timeout",
-                "2",
-            ],
-        );
+        let out = replay(&dir, port, "start", &n, "2");
         let got = seqs(&out.stdout).len() as u64;
         if got == EVENTS {
             break;
@@ -138,21 +143,7 @@ fn durable_events_survive_kill_9_and_replay_exactly_once_in_order() {
     d.0.wait().expect("reap tagwired");
     drop(d);
     let _d = daemon(&dir, &state, port);
-    let out = tagwire(
-        &dir,
-        port,
-        &[
-            "sub",
-            "/durable/x",
-            "--replay-from",
-            "start",
-            "--json",
-            "-n",
-            &n,
-            "--timeout",
-            "10",
-        ],
-    );
+    let out = replay(&dir, port, "start", &n, "10");
     assert!(
         out.status.success(),
         "sub after restart: {}",
@@ -160,21 +151,7 @@ fn durable_events_survive_kill_9_and_replay_exactly_once_in_order() {
     );
     assert_eq!(seqs(&out.stdout), (1..=EVENTS).collect::<Vec<_>>());
     // A replay from sequence number 490 gets 490..=500.
-    let out = tagwire(
-        &dir,
-        port,
-        &[
-            "sub",
-            "/durable/x",
-            "--replay-from",
-            "490",
-            "--json",
-            "-n",
-            "11",
-            "--timeout",
-            "10",
-        ],
-    );
+    let out = replay(&dir, port, "490", "11", "10");
     assert_eq!(seqs(&out.stdout), (490..=EVENTS).collect::<Vec<_>>());
 }
 

@@ -79,22 +79,44 @@ impl Relay {
     }
 }
 
-#[test]
-fn a_subscriber_whose_name_was_taken_while_disconnected_gets_endpoint_lost() {
-    let dir = Dir::new("squat");
+/// A daemon on a Unix socket with no endpoint reservation (the name is
+/// free as soon as the connection drops: what a daemon restarted by
+/// `kill -9` has, its reservations never written), its direct URL, and a
+/// relay to it that a victim connects through.
+fn setup(name: &str) -> (Dir, tagwire::router::RouterHandle, String, Relay) {
+    let dir = Dir::new(name);
     let socket = dir.0.join("d.sock");
     let mut cfg = RouterConfig {
         tcp: None,
         unix: Some(socket.clone()),
         ..RouterConfig::default()
     };
-    // No reservation: the name is free as soon as the connection drops
-    // (what a daemon restarted by `kill -9` has: its reservations were
-    // never written).
     cfg.limits.endpoint_reservation_secs = 0;
-    let _h = Router::start(cfg).expect("router");
+    let h = Router::start(cfg).expect("router");
     let direct = format!("unix://{}", socket.display());
     let relay = Relay::start(dir.0.join("relay.sock"), socket);
+    (dir, h, direct, relay)
+}
+
+/// Another session takes `endpoint` once the daemon has seen the victim's
+/// connection drop (retried until [`WAIT`]).
+fn take_name(direct: &str, endpoint: &str) -> (Session, tagwire::Subscriber) {
+    let squatter = Session::connect(direct).expect("connect");
+    let deadline = Instant::now() + WAIT;
+    loop {
+        match squatter.subscribe("/v/**").endpoint(endpoint).receiver() {
+            Ok(s) => return (squatter, s),
+            Err(e) => {
+                assert!(Instant::now() < deadline, "the name never came free: {e}");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+}
+
+#[test]
+fn a_subscriber_whose_name_was_taken_while_disconnected_gets_endpoint_lost() {
+    let (_dir, _h, direct, relay) = setup("squat");
     let victim = Session::connect(&relay.addr).expect("connect via relay");
     let sub = victim
         .subscribe("/v/**")
@@ -102,18 +124,7 @@ fn a_subscriber_whose_name_was_taken_while_disconnected_gets_endpoint_lost() {
         .receiver()
         .expect("subscribe as /viewer");
     relay.cut();
-    // Another session takes the name once the daemon has seen the drop.
-    let squatter = Session::connect(&direct).expect("connect");
-    let deadline = Instant::now() + WAIT;
-    let _taken = loop {
-        match squatter.subscribe("/v/**").endpoint("/viewer").receiver() {
-            Ok(s) => break s,
-            Err(e) => {
-                assert!(Instant::now() < deadline, "the name never came free: {e}");
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        }
-    };
+    let (_squatter, _taken) = take_name(&direct, "/viewer");
     relay.reopen();
     // The victim reconnects, is refused its name, and learns it.
     match sub.recv_timeout(WAIT) {
@@ -127,17 +138,7 @@ fn a_subscriber_whose_name_was_taken_while_disconnected_gets_endpoint_lost() {
 
 #[test]
 fn a_callback_subscription_whose_name_was_taken_gets_on_error() {
-    let dir = Dir::new("squat-cb");
-    let socket = dir.0.join("d.sock");
-    let mut cfg = RouterConfig {
-        tcp: None,
-        unix: Some(socket.clone()),
-        ..RouterConfig::default()
-    };
-    cfg.limits.endpoint_reservation_secs = 0;
-    let _h = Router::start(cfg).expect("router");
-    let direct = format!("unix://{}", socket.display());
-    let relay = Relay::start(dir.0.join("relay.sock"), socket);
+    let (_dir, _h, direct, relay) = setup("squat");
     let victim = Session::connect(&relay.addr).expect("connect via relay");
     let (tx, rx) = std::sync::mpsc::channel();
     let tx = Mutex::new(tx);
@@ -150,21 +151,7 @@ fn a_callback_subscription_whose_name_was_taken_gets_on_error() {
         .callback(|_| {})
         .expect("subscribe as /viewer-cb");
     relay.cut();
-    let squatter = Session::connect(&direct).expect("connect");
-    let deadline = Instant::now() + WAIT;
-    let _taken = loop {
-        match squatter
-            .subscribe("/v/**")
-            .endpoint("/viewer-cb")
-            .receiver()
-        {
-            Ok(s) => break s,
-            Err(e) => {
-                assert!(Instant::now() < deadline, "the name never came free: {e}");
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        }
-    };
+    let (_squatter, _taken) = take_name(&direct, "/viewer-cb");
     relay.reopen();
     match rx.recv_timeout(WAIT) {
         Ok(Error::EndpointLost { name, .. }) => assert_eq!(name, "/viewer-cb"),

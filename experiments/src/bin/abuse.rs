@@ -641,6 +641,38 @@ impl Watch {
     }
 }
 
+/// Publishes one event with string fields `s` and `t` on `{tag}/x` at
+/// `rate` per second for `secs` seconds, each followed by a ping (answered
+/// after the router routed the event); returns each publish+ping round
+/// trip in µs.
+fn paced_field_pings(
+    session: &Session,
+    publisher: &tagwire::Publisher,
+    tag: &str,
+    s: &str,
+    t: &str,
+    rate: u64,
+    secs: u64,
+) -> Res<Vec<f64>> {
+    let interval = Duration::from_secs(1) / rate as u32;
+    let until = Instant::now() + Duration::from_secs(secs);
+    let mut rtts = Vec::new();
+    let mut next = Instant::now();
+    while Instant::now() < until {
+        let at = Instant::now();
+        publisher
+            .event(&format!("{tag}/x"), Vec::new())
+            .field("s", s)
+            .field("t", t)
+            .send()?;
+        session.ping()?;
+        rtts.push(at.elapsed().as_secs_f64() * 1e6);
+        next += interval;
+        std::thread::sleep(next.saturating_duration_since(Instant::now()));
+    }
+    Ok(rtts)
+}
+
 /// One subscription of 16 filters × 4 regexes `[a-z]{N}` (N as large as the
 /// daemon accepts), then events with long string fields at a steady rate.
 fn regex(o: &Opts) -> Res<()> {
@@ -718,23 +750,7 @@ fn regex(o: &Opts) -> Res<()> {
     };
     let publisher = session.declare_publisher(&format!("{tag}/pub"))?;
     let (s, t) = (subject(size), subject(1024));
-    let interval = Duration::from_secs(1) / rate as u32;
-    let until = Instant::now() + Duration::from_secs(secs);
-    let mut rtts = Vec::new();
-    let mut next = Instant::now();
-    while Instant::now() < until {
-        let at = Instant::now();
-        publisher
-            .event(&format!("{tag}/x"), Vec::new())
-            .field("s", s.as_str())
-            .field("t", t.as_str())
-            .send()?;
-        // The router answers the ping after it routed the event.
-        session.ping()?;
-        rtts.push(at.elapsed().as_secs_f64() * 1e6);
-        next += interval;
-        std::thread::sleep(next.saturating_duration_since(Instant::now()));
-    }
+    let rtts = paced_field_pings(&session, &publisher, &tag, &s, &t, rate, secs)?;
     let events = rtts.len();
     watch.phase("events");
     print!("{}", watch.finish()?);
@@ -819,23 +835,7 @@ fn filter_cost(o: &Opts) -> Res<()> {
     t_field.pop();
     t_field.push('Z');
     let publisher = session.declare_publisher(&format!("{tag}/pub"))?;
-    let interval = Duration::from_secs(1) / rate as u32;
-    let until = Instant::now() + Duration::from_secs(secs);
-    let mut rtts = Vec::new();
-    let mut next = Instant::now();
-    while Instant::now() < until {
-        let at = Instant::now();
-        publisher
-            .event(&format!("{tag}/x"), Vec::new())
-            .field("s", s.as_str())
-            .field("t", t_field.as_str())
-            .send()?;
-        // The router answers the ping after it routed the event.
-        session.ping()?;
-        rtts.push(at.elapsed().as_secs_f64() * 1e6);
-        next += interval;
-        std::thread::sleep(next.saturating_duration_since(Instant::now()));
-    }
+    let rtts = paced_field_pings(&session, &publisher, &tag, &s, &t_field, rate, secs)?;
     let events = rtts.len();
     watch.phase("events");
     drop(conns);

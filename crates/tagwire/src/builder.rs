@@ -19,6 +19,12 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Default [`SessionBuilder::reconnect_wait`].
 pub const DEFAULT_RECONNECT_WAIT: Duration = Duration::from_secs(5);
 
+/// Under `shm=auto`, the smallest payload carried in shared memory
+/// (default of [`SessionBuilder::shm_threshold`]): below it the copy into a
+/// region, its pins and the reference cost more than the bytes over the
+/// socket (BENCHMARKS.md, "Shared memory's size threshold").
+pub const DEFAULT_SHM_THRESHOLD: usize = 4096;
+
 /// Settings fixed when a session opens.
 #[derive(Clone)]
 pub(crate) struct Options {
@@ -43,6 +49,8 @@ pub(crate) struct Options {
     pub network_clock: bool,
     /// The default `shm` mode of this session's publishers and subscriptions.
     pub shm: crate::ShmMode,
+    /// Under `shm=auto`: payloads smaller than this go over the socket.
+    pub shm_threshold: usize,
 }
 
 /// A session on a priority band: its connection is marked with the band's
@@ -98,6 +106,7 @@ impl Default for SessionBuilder {
                 follow_priority: false,
                 network_clock: false,
                 shm: crate::ShmMode::Auto,
+                shm_threshold: DEFAULT_SHM_THRESHOLD,
             },
         }
     }
@@ -168,6 +177,18 @@ impl SessionBuilder {
     /// payloads on the socket.
     pub fn shm(mut self, mode: crate::ShmMode) -> Self {
         self.options.shm = mode;
+        self
+    }
+
+    /// Under `shm=auto`, the smallest payload a publisher puts in shared
+    /// memory (default [`DEFAULT_SHM_THRESHOLD`], 4 KiB); smaller ones go
+    /// over the socket, which is faster for them. A publisher asks for its
+    /// region at its first payload of this size, so one that only sends
+    /// small payloads never holds one. `0`: every payload, the region asked
+    /// for when the publisher is declared. `require` ignores it (every
+    /// payload in shared memory).
+    pub fn shm_threshold(mut self, bytes: usize) -> Self {
+        self.options.shm_threshold = bytes;
         self
     }
 

@@ -36,7 +36,9 @@ mod subscriber;
 mod tls;
 mod url;
 
-pub use builder::{SessionBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RECONNECT_WAIT};
+pub use builder::{
+    SessionBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RECONNECT_WAIT, DEFAULT_SHM_THRESHOLD,
+};
 pub use error::{Error, Result};
 pub use publisher::{EventBuilder, Publisher};
 pub use pull::{HistoryAt, Pull, PullError, PullOptions};

@@ -35,6 +35,9 @@ pub struct Publisher {
     /// `Off` too when the session cannot map the daemon's memory (a TCP or
     /// TLS daemon), so a publish skips the region path and its locks.
     shm_mode: crate::ShmMode,
+    /// The smallest payload put in shared memory (`auto`'s threshold,
+    /// `SessionBuilder::shm_threshold`; 0 under `require`).
+    shm_min: usize,
     shm_asked: AtomicU64,
     /// A region asked for and not answered yet (after a reconnect, or a
     /// larger one): never waited for, so a subscription callback may
@@ -62,9 +65,16 @@ impl Publisher {
         id: u32,
         name: String,
         shm: Option<crate::shm::ShmPublisher>,
-        shm_mode: crate::ShmMode,
+        (shm_mode, shm_min): (crate::ShmMode, usize),
     ) -> Self {
-        let shm_asked = AtomicU64::new(session.inner().epoch());
+        // A region was asked for when declared, unless a threshold defers
+        // it to the first payload that reaches it (no epoch is `u64::MAX`).
+        let asked = if shm_min == 0 {
+            session.inner().epoch()
+        } else {
+            u64::MAX
+        };
+        let shm_asked = AtomicU64::new(asked);
         // `require` over a remote transport was refused when declared.
         let shm_mode = if session.is_same_host() {
             shm_mode
@@ -83,6 +93,7 @@ impl Publisher {
             bands: Mutex::new(Vec::new()),
             shm: Mutex::new(shm),
             shm_mode,
+            shm_min,
             shm_asked,
             shm_ask: Mutex::new(None),
         }
@@ -227,6 +238,11 @@ impl Publisher {
             // Never a region (and none granted: `Off` is never asked).
             return None;
         }
+        let len = fill.as_ref().map_or(event.payload.len(), |(len, _)| *len);
+        if len < self.shm_min {
+            // Small: the socket is cheaper (`auto`'s threshold).
+            return None;
+        }
         self.send_in_shm_once(event, express, now, fill, true)
     }
 
@@ -252,9 +268,14 @@ impl Publisher {
         if ask.is_none() {
             let current = guard.as_ref().map(|s| (s.region, s.max, s.at_daemon_limit));
             let want = match current {
-                // Reconnected: ask again (once per reconnect).
+                // Reconnected, or the first payload over `auto`'s threshold:
+                // ask (once per connection); under a threshold for chunks
+                // of twice this payload (there is no region to replace:
+                // region ids start at 1).
                 // (`send_in_shm` never comes here with `Off`.)
-                None if self.shm_asked.swap(epoch, Ordering::Relaxed) != epoch => Some(None),
+                None if self.shm_asked.swap(epoch, Ordering::Relaxed) != epoch => {
+                    Some((self.shm_min > 0).then(|| ((len as u64).saturating_mul(2), 0)))
+                }
                 // A larger payload than the region holds: ask for a region
                 // sized for it (twice, for some room); the daemon caps it at
                 // its limit and replaces the old region if it grants one.

@@ -271,11 +271,21 @@ impl Session {
         let id = self
             .inner()
             .declare_endpoint(EndpointKind::Publisher, name)?;
-        let region = match self.open_shm(name, id, shm) {
-            Ok(r) => r,
-            Err(e) => {
-                self.inner().undeclare_endpoint(id);
-                return Err(e);
+        // Under `auto` with a threshold the region is asked for at the
+        // first payload that reaches it (`Publisher::send_in_shm`).
+        let threshold = match shm {
+            crate::ShmMode::Auto => self.inner().options.shm_threshold,
+            _ => 0,
+        };
+        let region = if threshold > 0 {
+            None
+        } else {
+            match self.open_shm(name, id, shm) {
+                Ok(r) => r,
+                Err(e) => {
+                    self.inner().undeclare_endpoint(id);
+                    return Err(e);
+                }
             }
         };
         Ok(Publisher::new(
@@ -283,7 +293,7 @@ impl Session {
             id,
             name.to_owned(),
             region,
-            shm,
+            (shm, threshold),
         ))
     }
 

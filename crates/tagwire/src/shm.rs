@@ -42,7 +42,8 @@ pub struct ShmStats {
     pub published: u64,
     /// Events published over the socket although this session's publisher had a region
     /// (payload larger than a chunk, the daemon not yet through the ring,
-    /// every chunk pinned by subscribers, or a reconnect).
+    /// every chunk pinned by subscribers, or a reconnect). Payloads under
+    /// `auto`'s size threshold are not counted: the socket is their path.
     pub published_socket: u64,
     /// Payloads received in place (no copy).
     pub in_place: u64,

@@ -44,10 +44,14 @@ fn router_with(limits: Limits) -> Both {
     }
 }
 
-/// A session that uses shared memory where it can (the default, said here
-/// so that these tests keep meaning it).
+/// A session that uses shared memory where it can, for every payload
+/// (`auto` without its size threshold, so that 64 B payloads test the
+/// region path too).
 fn shm_session(url: &str) -> tagwire::Result<Session> {
-    Session::builder().shm(ShmMode::Auto).connect(url)
+    Session::builder()
+        .shm(ShmMode::Auto)
+        .shm_threshold(0)
+        .connect(url)
 }
 
 fn payload(i: usize) -> Vec<u8> {
@@ -379,6 +383,7 @@ fn a_publisher_asks_for_a_region_again_after_its_daemon_restarts() {
     let first = start();
     let s = Session::builder()
         .shm(ShmMode::Auto)
+        .shm_threshold(0)
         .reconnect_wait(Duration::from_millis(50))
         .connect(&url)
         .expect("session");
@@ -437,6 +442,7 @@ fn events_published_while_the_daemon_restarts_reach_the_new_daemon_none_as_stale
     let first = start();
     let s = Session::builder()
         .shm(ShmMode::Auto)
+        .shm_threshold(0)
         .reconnect_wait(Duration::from_secs(20))
         .connect(&url)
         .expect("session");
@@ -1213,16 +1219,31 @@ fn embedded_sessions_exchange_payloads_in_place() {
         .receiver()
         .expect("subscribe");
     let p = s.declare_publisher("/shm/emb/pub").expect("declare");
-    assert!(p.uses_shm(), "an embedded publisher gets a region");
-    for (seed, len) in [(0u64, 64usize), (1, 1 << 20), (2, 64)] {
+    assert!(
+        !p.uses_shm(),
+        "under auto a region waits for a payload of the size threshold"
+    );
+    // Below `auto`'s threshold (4 KiB) the socket; from it on, in place.
+    let t = tagwire::DEFAULT_SHM_THRESHOLD;
+    for (seed, len, in_place) in [
+        (0u64, 64usize, false),
+        (1, t - 1, false),
+        (2, t, true),
+        (3, 64, false),
+        (4, 1 << 20, true),
+        (5, t + 1, true),
+    ] {
         let want = pattern(seed, len);
         p.publish("/shm/emb", want.clone()).expect("publish");
         let got = sub.recv_timeout(WAIT).expect("recv").expect("an event");
         assert!(got.payload() == want, "payload {seed} intact");
-        assert!(got.is_in_place(), "payload {seed} in place");
+        assert_eq!(got.is_in_place(), in_place, "payload {seed} ({len} B)");
+        assert_eq!(p.uses_shm(), seed >= 2, "region after payload {seed}");
     }
     let st = s.shm_stats();
     assert_eq!((st.published, st.published_socket, st.in_place), (3, 0, 3));
+    // The first region's chunks hold twice the first payload over the
+    // threshold; the 1 MiB payload replaced it with a larger one.
     let d = listing_shm(&s);
     assert_eq!((d.regions_created, d.regions_open), (2, 1), "{d:?}");
     // Two sessions of one embedded router.
@@ -1235,7 +1256,6 @@ fn embedded_sessions_exchange_payloads_in_place() {
         .receiver()
         .expect("subscribe");
     let p = a.declare_publisher("/shm/emb2/pub").expect("declare");
-    assert!(p.uses_shm());
     for seed in 0..20u64 {
         let want = pattern(seed, 4096);
         p.publish("/shm/emb2", want.clone()).expect("publish");

@@ -67,10 +67,12 @@ fn a_peer_scribbling_over_the_control_area_harms_no_one_else_and_never_the_daemo
 
     let publisher_session = Session::builder()
         .shm(ShmMode::Auto)
+        .shm_threshold(0)
         .connect(&unix)
         .expect("session");
     let reader = Session::builder()
         .shm(ShmMode::Auto)
+        .shm_threshold(0)
         .connect(&unix)
         .expect("session");
     let sub = reader
@@ -150,6 +152,7 @@ fn a_peer_scribbling_over_the_control_area_harms_no_one_else_and_never_the_daemo
         .expect("subscribe");
     let fresh_session = Session::builder()
         .shm(ShmMode::Auto)
+        .shm_threshold(0)
         .connect(&unix)
         .expect("session");
     let shm_sub = fresh_session

@@ -61,6 +61,7 @@ fn daemon(limits: Limits) -> Daemon {
 fn owner(url: &str) -> Session {
     Session::builder()
         .shm(ShmMode::Auto)
+        .shm_threshold(0)
         .connect(url)
         .expect("owner session")
 }
@@ -68,6 +69,7 @@ fn owner(url: &str) -> Session {
 fn bob(url: &str) -> Session {
     Session::builder()
         .shm(ShmMode::Auto)
+        .shm_threshold(0)
         .token(BOB)
         .connect(url)
         .expect("bob's session")

@@ -1296,7 +1296,7 @@ fn dscp_clash(o: &Opts) -> Res<()> {
 /// memory, as the owner (its uid) or with `token`.
 fn unix_session(o: &Opts, token: Option<&str>) -> Res<Session> {
     let path = o.text("unix").ok_or("this attack needs --unix PATH")?;
-    let mut b = Session::builder().shm(ShmMode::Auto);
+    let mut b = Session::builder().shm(ShmMode::Auto).shm_threshold(0);
     if let Some(t) = token {
         b = b.token(t);
     }

@@ -157,8 +157,9 @@ pub enum Input {
     /// Server: a client's `Hello` (version and frame size already checked).
     /// Answer with [`Connection::accept_hello`] or [`Connection::refuse`].
     Hello {
-        /// The client's `Hello`.
-        hello: ClientHello,
+        /// The client's `Hello` (boxed: it is 168 bytes, and every
+        /// `Input` of every frame would be moved at its size).
+        hello: Box<ClientHello>,
         /// The version it speaks.
         version: u16,
     },
@@ -993,13 +994,13 @@ impl Connection {
         let proof = proof.map(|p| *p);
         self.hello_proof = proof;
         Input::Hello {
-            hello: ClientHello {
+            hello: Box::new(ClientHello {
                 name,
                 token,
                 session,
                 nonce: proof.map_or([0; NONCE_LEN], |p| p.nonce),
                 proof,
-            },
+            }),
             version,
         }
     }

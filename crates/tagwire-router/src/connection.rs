@@ -638,7 +638,7 @@ impl Conn {
         match input {
             // The read loop routes publishes in batches (`PublishBatch`).
             Input::Publish(_) => debug_assert!(false, "a publish reached Conn::handle"),
-            Input::Hello { hello, .. } => self.handshake(hello),
+            Input::Hello { hello, .. } => self.handshake(*hello),
             Input::Declare { id, kind, name, .. } => self.declare(id, kind, name),
             Input::Subscribe {
                 sub,

@@ -609,7 +609,11 @@ fn a_released_batch_is_reused_by_the_lanes_next_writer_and_spares_are_bounded() 
     a.push(prefix, held.clone());
     let buffer = a.flat.as_ptr();
     a.release();
-    assert_eq!(a.events.capacity(), 0, "an idle writer holds no batch memory");
+    assert_eq!(
+        a.events.capacity(),
+        0,
+        "an idle writer holds no batch memory"
+    );
     assert_eq!(spares(), 1);
     assert!(held.is_unique(), "a spare holds no event");
     let mut b = Batch::default();

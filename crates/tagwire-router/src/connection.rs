@@ -310,6 +310,10 @@ async fn serve_with<R, W>(
         tagwire_proto::limits::MIN_MAX_FRAME as usize + FRAME_HEADER_LEN,
         memory.clone(),
     );
+    // One publish batch for the connection's life: its staging tables and
+    // strings are reused, so a read of one event (a ping-pong) allocates
+    // nothing for them. Every read ends it (`batch.end`).
+    let mut batch = PublishBatch::new(&state);
     'read: loop {
         if let Err(e) = rb.make_room(conn.engine.max_frame()) {
             conn.fail_connection(ErrorCode::LimitReached, e.to_string());
@@ -365,7 +369,6 @@ async fn serve_with<R, W>(
             }
         }
         let epoch = memory.next_epoch();
-        let mut batch = PublishBatch::new(&state);
         // Frames handled since the lane last yielded: a read holds up to
         // ~5,000 small requests, and others must not wait for all of them.
         let mut since_yield = 0usize;
@@ -452,6 +455,10 @@ async fn serve_with<R, W>(
             "{n} more errors on this connection were not logged (last: {last})"
         ));
     }
+    // A batch left open by a `break` holds the state lock: unlock it, as
+    // cleanup takes the lock (its staged deliveries are not queued: the
+    // connection is ending).
+    drop(batch);
     conn.cleanup();
     drop(rb);
     outbox.close();

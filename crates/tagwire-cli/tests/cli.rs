@@ -160,13 +160,17 @@ fn sub_receives_what_pub_sends_and_list_shows_both_endpoints() {
         .spawn()
         .expect("tagwire sub");
     wait_listed(&d, "/tour/viewer");
-    // A long-lived publisher so that `list` can see it.
+    // A long-lived publisher so that `list` can see it; 8 KiB payloads,
+    // over `shm=auto`'s 4 KiB threshold, so that they go through shared
+    // memory.
     let slow_pub = d
         .tagwire()
         .args([
             "pub",
             "/demo/x",
             "hi",
+            "--size",
+            "8192",
             "--count",
             "2",
             "--rate",
@@ -189,10 +193,8 @@ fn sub_receives_what_pub_sends_and_list_shows_both_endpoints() {
     );
     let out = wait_output(sub, WAIT);
     assert!(out.status.success());
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout),
-        "/demo/x hi\n/demo/x hi\n"
-    );
+    let line = format!("/demo/x {}\n", "hi".repeat(4096));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), line.repeat(2));
     // Both on the daemon's Unix socket: the payloads went through shared memory.
     let listing = wait_listed(&d, "shared memory");
     let by_ref = listing

@@ -277,7 +277,8 @@ impl Session {
             crate::ShmMode::Auto => self.inner().options.shm_threshold,
             _ => 0,
         };
-        let region = if threshold > 0 {
+        // (A remote daemon is still "asked": that says why at debug level.)
+        let region = if threshold > 0 && self.is_same_host() {
             None
         } else {
             match self.open_shm(name, id, shm) {

@@ -369,8 +369,17 @@ impl State {
                 );
             }
         }
-        let written = serde_json::to_string(&kept)
-            .map_err(std::io::Error::from)
+        // A daemon whose Unix socket and TCP token live elsewhere never
+        // made the runtime directory: make it (0700) rather than lose the
+        // reservations. An existing directory is used as it is.
+        let parent = path
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty() && !d.exists());
+        let written = parent
+            .map_or(Ok(()), |d| {
+                crate::local::prepare_private_dir(d).map_err(std::io::Error::other)
+            })
+            .and_then(|()| serde_json::to_string(&kept).map_err(std::io::Error::from))
             .and_then(|json| crate::local::write_private(path, json.as_bytes()));
         if let Err(e) = written {
             tracing::warn!(

@@ -299,6 +299,31 @@ fn a_missing_file_a_directory_or_garbage_in_its_place_never_stops_the_router() {
 }
 
 #[test]
+fn a_missing_runtime_directory_is_made_private_at_shutdown_not_a_reason_to_lose_reservations() {
+    // `tagwired --no-tcp --unix ELSEWHERE` never made its runtime directory.
+    let dir = private_dir();
+    let missing = dir.path().join("tagwire");
+    let config = RouterConfig {
+        name: "reservations-test".into(),
+        tcp: None,
+        unix: Some(dir.path().join("s")),
+        reservations_file: Some(missing.join("reservations.json")),
+        ..RouterConfig::default()
+    };
+    let h = Router::start(config).expect("router");
+    let mut r = hello(&h, SESSIONS[0]);
+    try_declare(&mut r, 1, "/kept").expect("declare");
+    h.shutdown();
+    let kept = saved(&missing.join("reservations.json"));
+    assert!(kept.contains_key("/kept"), "{kept:?}");
+    let mode = std::fs::metadata(&missing)
+        .expect("made")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o700, "the directory is private");
+}
+
+#[test]
 fn a_file_in_a_directory_others_can_read_is_ignored() {
     let dir = private_dir();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");

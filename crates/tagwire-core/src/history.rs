@@ -45,6 +45,10 @@
 //! assert_eq!((gone.status, gone.oldest), (PullStatus::Gone, 3));
 //! ```
 
+mod policy;
+
+pub use policy::{capacity_of, HistoryPolicy, POLICY_CACHE_TAGS};
+
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 

@@ -106,7 +106,7 @@ fn deliver_with(
 ) -> usize {
     match shm.as_deref_mut() {
         None => crate::history::record(st, event, ev),
-        Some(s) if st.history.enabled => {
+        Some(s) if st.history.enabled() => {
             if let Some(copy) = s.copied() {
                 crate::history::record(st, copy, ev);
             }

@@ -18,11 +18,12 @@
 //! `limits.max_history_bytes_per_tag`; tags by `limits.max_history_tags`;
 //! see [`tagwire_core::history`] for the behaviour at each bound.
 //!
-//! **Which `history` applies to a tag.** The most specific tag layer whose
-//! pattern matches the tag and sets `history` (the longest pattern text),
-//! else the daemon's `[qos]`, else 0 (none). A publish costs one flag test
-//! when no layer sets `history`; otherwise one lookup in a bounded cache of
-//! each tag's value, cleared whenever a QoS layer changes.
+//! **Which `history` applies to a tag** is core's decision
+//! ([`tagwire_core::history::HistoryPolicy`]): the most specific tag layer
+//! whose pattern matches the tag and sets `history` (the longest pattern
+//! text), else the daemon's `[qos]`, else 0 (none). A publish costs one flag
+//! test when no layer sets `history`; otherwise one lookup in a bounded
+//! cache of each tag's value, cleared whenever a QoS layer changes.
 //!
 //! **Modes.** A pull names where the history is kept: at the subscriber's
 //! daemon (served here, from what is delivered here: events of local
@@ -35,7 +36,7 @@
 
 use std::collections::HashMap;
 
-use tagwire_core::qos::{resolve, Property, QosLayer};
+use tagwire_core::history::capacity_of;
 use tagwire_core::tags::{validate_tag, Pattern};
 use tagwire_proto::{ErrorCode, EventRef, Pull};
 
@@ -43,42 +44,18 @@ use crate::auth::Rights;
 use crate::channel::Outgoing;
 use crate::state::State;
 
-/// Most tags whose `history` value is cached; at the bound the cache is
-/// cleared and refilled as events arrive.
-const CACHE_TAGS: usize = 65_536;
-
-/// The `history` a tag keeps under the current layers.
-fn capacity_of(st: &State, tag: &str) -> usize {
-    let layer = st
-        .qos_tags
-        .iter()
-        .filter(|t| t.layer.is_set(Property::History) && t.pattern.matches(tag))
-        .max_by_key(|t| t.text.len())
-        .map(|t| &t.layer)
-        .or_else(|| {
-            st.qos_daemon
-                .is_set(Property::History)
-                .then_some(&st.qos_daemon)
-        });
-    layer.map_or(0, |l| resolve(&[l]).values().history)
-}
-
 /// After a daemon or tag layer changed: whether history is on anywhere,
 /// and every held tag's new `history` (a tag at 0 loses its history).
 pub(crate) fn layers_changed(st: &mut State) {
-    let on = |l: &QosLayer| l.is_set(Property::History) && resolve(&[l]).values().history > 0;
-    let enabled = on(&st.qos_daemon) || st.qos_tags.iter().any(|t| on(&t.layer));
+    st.history.layers_changed(&st.qos_daemon, &st.qos_tags);
     let tags = st.node.history().tags(usize::MAX);
     let caps: HashMap<std::sync::Arc<str>, usize> = tags
         .into_iter()
         .map(|t| {
-            let c = capacity_of(st, &t);
+            let c = capacity_of(&st.qos_daemon, &st.qos_tags, &t);
             (t, c)
         })
         .collect();
-    let h = &mut st.history;
-    h.enabled = enabled;
-    h.cache.clear();
     st.node
         .history_mut()
         .recapacity(|t| caps.get(t).copied().unwrap_or(0));
@@ -86,21 +63,10 @@ pub(crate) fn layers_changed(st: &mut State) {
 
 /// Records a delivered event in its tag's history, if the tag keeps one.
 pub(crate) fn record(st: &mut State, event: &mut Outgoing, ev: &EventRef<'_>) {
-    if !st.history.enabled {
+    if !st.history.enabled() {
         return;
     }
-    let cap = match st.history.cache.get(ev.tag) {
-        Some(c) => *c,
-        None => {
-            let c = capacity_of(st, ev.tag);
-            let cache = &mut st.history.cache;
-            if cache.len() >= CACHE_TAGS {
-                cache.clear();
-            }
-            cache.insert(Box::from(ev.tag), c);
-            c
-        }
-    };
+    let cap = st.history.capacity(&st.qos_daemon, &st.qos_tags, ev.tag);
     if cap == 0 {
         return;
     }

@@ -213,7 +213,7 @@ pub(crate) struct State {
     /// Admin requests for the admin lane (the lowest band's).
     pub admin_jobs: Option<tokio::sync::mpsc::Sender<lanes::AdminJob>>,
     /// Pull buffers (the `history` QoS property).
-    pub history: history::RouterHistory,
+    pub history: tagwire_core::history::HistoryPolicy,
     /// The durable store (`reliability=durable`; crate::store).
     pub(crate) store: crate::store::RouterStore,
     /// Where `proxy=auto` subscriptions' proxies run.
@@ -231,7 +231,7 @@ impl State {
         let mut filters = FilterBook::default();
         filters.limits.max_event_work = config.limits.max_filter_work_per_event;
         let memory = Arc::new(MemoryBudget::new(config.limits.max_buffered_bytes));
-        let history = history::RouterHistory::new();
+        let history = tagwire_core::history::HistoryPolicy::default();
         let placement = Default::default();
         let fed = federation::Federation::new(&config.federation);
         let limits = NodeLimits {

@@ -40,6 +40,7 @@
 mod layer;
 mod property;
 mod resolve;
+mod tag;
 
 pub use layer::{EventQos, QosLayer};
 pub use property::{
@@ -48,6 +49,7 @@ pub use property::{
     MAX_CLIENTS, MAX_EVENTS_PER_CONSUMER, MAX_PACING_INTERVAL_NS,
 };
 pub use resolve::{change, resolve, EventEffective, Resolved, Source};
+pub use tag::TagQos;
 
 use crate::queue::DiscardPolicy;
 

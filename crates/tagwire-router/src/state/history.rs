@@ -3,29 +3,9 @@
 //! re-sizing are [`crate::history`]'s; the bounds they are configured with
 //! are checked in [`crate::config::history`].
 
-use std::collections::HashMap;
-
 use tagwire_core::history::HistoryLimits;
 
 use crate::config::RouterConfig;
-
-/// The router's pull buffers and what decides which tags keep one.
-#[derive(Debug)]
-pub(crate) struct RouterHistory {
-    /// Whether any daemon or tag layer sets `history` above 0.
-    pub(crate) enabled: bool,
-    /// Each tag's `history`, as last resolved.
-    pub(crate) cache: HashMap<Box<str>, usize>,
-}
-
-impl RouterHistory {
-    pub(crate) fn new() -> Self {
-        RouterHistory {
-            enabled: false,
-            cache: HashMap::new(),
-        }
-    }
-}
 
 /// The pull buffers' bounds, from `[limits]` (the node engine holds the
 /// buffers).

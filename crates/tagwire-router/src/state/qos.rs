@@ -7,18 +7,12 @@
 use std::sync::Arc;
 
 use tagwire_core::qos::{Property, QosLayer};
-use tagwire_core::tags::Pattern;
 
 /// Most tag layers a router keeps (`tagwire admin qos` on patterns).
 pub const MAX_TAG_LAYERS: usize = 1024;
 
-/// QoS set on a tag pattern.
-#[derive(Debug, Clone)]
-pub(crate) struct TagQos {
-    pub pattern: Pattern,
-    pub text: String,
-    pub layer: QosLayer,
-}
+/// QoS set on a tag pattern (core's: the node engine decides with it).
+pub(crate) use tagwire_core::qos::TagQos;
 
 /// Suppliers seen per `max_suppliers` scope: the tag pattern of the layer
 /// that sets it (`""`: the daemon's), and the publisher endpoints that have

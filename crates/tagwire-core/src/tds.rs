@@ -217,17 +217,18 @@ impl<T> TimeBuffer<T> {
 /// anchor transit + its source time + the playout delay, so consecutive
 /// events leave as far apart as their source times are. The anchor is the
 /// first event's transit; an event that would wait more than twice the
-/// delay (an earlier clock, a new publisher) re-anchors the stream, as do
-/// [`REANCHOR_AFTER_LATE`] late events in a row. So every event waits at
-/// most 2 × delay. At its bound (events or bytes) the earliest held event
+/// delay (the first event was slow, an earlier clock, a new publisher)
+/// re-anchors the stream and moves the held events as much earlier, and
+/// [`REANCHOR_AFTER_LATE`] late events in a row re-anchor it (a slower
+/// path). So every event waits at most 2 × delay. At its bound (events or bytes) the earliest held event
 /// is released at once (counted `forced`).
 #[derive(Debug)]
 pub struct Playout<T> {
     cfg: PlayoutConfig,
     max_events: usize,
     max_bytes: usize,
-    /// (release time, seq) → event.
-    held: BTreeMap<(u64, u64), Held<T>>,
+    /// (release time, source time, seq) → event.
+    held: BTreeMap<(u64, u64, u64), Held<T>>,
     bytes: usize,
     seq: u64,
     /// Transit (arrival − source time) of the anchor event, ns.
@@ -272,7 +273,7 @@ impl<T> Playout<T> {
 
     /// The earliest release time held.
     pub fn next_wake(&self) -> Option<u64> {
-        self.held.first_key_value().map(|(&(t, _), _)| t)
+        self.held.first_key_value().map(|(&(t, _, _), _)| t)
     }
 
     fn push(&mut self, h: Held<T>, now: u64, stats: &mut TimeStats) -> Placed<T> {
@@ -281,9 +282,17 @@ impl<T> Playout<T> {
         let base = *self.base.get_or_insert(transit);
         let mut offset = transit - base;
         if offset < -delay {
-            // It would wait over 2 × delay: a new anchor.
+            // It would wait over 2 × delay (the anchor event was slow, or
+            // the path became faster): a new anchor, and the held events
+            // move as much earlier, keeping their order and spacing (but
+            // not before now).
             self.base = Some(transit);
             stats.reanchored += 1;
+            let shift = offset.unsigned_abs().min(u64::MAX as u128) as u64;
+            self.held = std::mem::take(&mut self.held)
+                .into_iter()
+                .map(|((at, src, seq), h)| ((at.saturating_sub(shift).max(now), src, seq), h))
+                .collect();
             offset = 0;
         } else if offset > delay {
             self.late_run += 1;
@@ -307,13 +316,13 @@ impl<T> Playout<T> {
         let at = (now as i128 + delay - offset).clamp(0, u64::MAX as i128) as u64;
         self.seq += 1;
         self.bytes += h.bytes;
-        self.held.insert((at, self.seq), h);
+        self.held.insert((at, h.src, self.seq), h);
         Placed::Held
     }
 
     /// The earliest held event, if its time has come or `force`.
     fn pop(&mut self, now: u64, force: bool) -> Option<Held<T>> {
-        let (&(at, _), _) = self.held.first_key_value()?;
+        let (&(at, _, _), _) = self.held.first_key_value()?;
         if at > now && !force {
             return None;
         }

@@ -140,6 +140,40 @@ fn late_events_in_a_row_reanchor_the_stream() {
 }
 
 #[test]
+fn a_stalled_start_is_corrected_by_reanchoring_keeping_order_and_spacing() {
+    let mut svc = TimeService::new(
+        None,
+        Some(playout(30 * MS, LatePolicy::Deliver)),
+        64,
+        1 << 20,
+    );
+    // Source times 0, 5, 10, … ms; the first 13 are stuck until 65 ms (a
+    // slow first publish), the rest arrive 1 ms after their source time.
+    let events: Vec<_> = (0..30u32)
+        .map(|i| {
+            let src = i as u64 * 5 * MS;
+            (i, src, (src + MS).max(65 * MS), 10)
+        })
+        .collect();
+    let out = simulate(&mut svc, &events);
+    let ids: Vec<u32> = out.iter().map(|o| o.0).collect();
+    assert_eq!(ids, (0..30).collect::<Vec<_>>(), "source order");
+    assert!(svc.stats().reanchored >= 1);
+    assert_eq!(svc.stats().late, 0);
+    for (id, at) in &out {
+        let arrived = events[*id as usize].2;
+        assert!(
+            *at - arrived <= 60 * MS,
+            "event {id} waits at most 2 × delay"
+        );
+    }
+    // Past the stall, the original spacing.
+    for w in out[13..].windows(2) {
+        assert_eq!(w[1].1 - w[0].1, 5 * MS);
+    }
+}
+
+#[test]
 fn at_its_bound_the_playout_releases_its_earliest_event_early() {
     let mut svc = TimeService::new(None, Some(playout(MS, LatePolicy::Deliver)), 3, 1 << 20);
     let mut out = Vec::new();

@@ -480,6 +480,29 @@ impl Outbox {
                 batch.push(Prefix::of(&ch, &item), item.event);
                 taken += 1;
             }
+            // Then what its time services (buffer, playout) release now,
+            // under the same rules; `held`: when they next release.
+            let mut held = None;
+            let timed = ch.timed.get();
+            if timed {
+                let t = *now.get_or_insert_with(now_ns);
+                let room = taken < turn && batch.len() < BATCH_EVENTS && total(batch) < BATCH_BYTES;
+                held = ch.release_timed(t, q.is_empty(), room, |mut item| {
+                    if item.deadline != NEVER && t > item.deadline {
+                        expired += 1;
+                    } else if let Some(pin) = item.pin.take() {
+                        if let Some(bytes) = pin.written() {
+                            item.event = bytes;
+                            batch.push(Prefix::of(&ch, &item), item.event);
+                            taken += 1;
+                        }
+                    } else {
+                        batch.push(Prefix::of(&ch, &item), item.event);
+                        taken += 1;
+                    }
+                    taken < turn && batch.len() < BATCH_EVENTS && total(batch) < BATCH_BYTES
+                });
+            }
             ch.delivered.set(ch.delivered.get() + taken);
             ch.expired.set(ch.expired.get() + expired);
             ch.budget.release(before - q.bytes());
@@ -487,13 +510,22 @@ impl Outbox {
             // Under the queue's lock: an event offered (on any lane) after
             // this sees the channel unscheduled and schedules it again.
             let empty = q.is_empty();
-            if empty {
+            // A timed channel's `release_timed` decided this under its
+            // services' lock.
+            if empty && !timed {
                 ch.scheduled.set(false);
                 ch.unpin();
             }
             drop(q);
-            if !empty {
-                ready[ch.class()].push_back(weak);
+            match held {
+                _ if !empty => ready[ch.class()].push_back(weak),
+                // More released now than one turn takes.
+                Some(w) if w <= now.unwrap_or(0) => ready[ch.class()].push_back(weak),
+                Some(w) => {
+                    wake = Some(wake.map_or(w, |x| x.min(w)));
+                    waiting.push((ch.class(), weak));
+                }
+                _ => {}
             }
         }
         for (class, weak) in waiting {

@@ -127,6 +127,42 @@ impl Jitter {
     }
 }
 
+/// The spacing rule the time-differential service and replay share: a
+/// stream anchored at one event (its local arrival time and source time)
+/// releases every later event at `anchor arrival + (source time − anchor
+/// source time) + delay`, so events leave exactly as far apart as their
+/// source times are.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Spacer {
+    /// Local time minus source time at the anchor, ns.
+    base: Option<i128>,
+}
+
+impl Spacer {
+    /// Whether an anchor is set.
+    pub fn is_anchored(&self) -> bool {
+        self.base.is_some()
+    }
+
+    /// Anchors the stream at an event of source time `src` seen at `now`.
+    pub fn anchor(&mut self, now: u64, src: u64) {
+        self.base = Some(now as i128 - src as i128);
+    }
+
+    /// How far (ns) an event of source time `src` seen at `now` is behind
+    /// the anchor's schedule (negative: ahead of it); 0 before an anchor.
+    pub fn offset(&self, now: u64, src: u64) -> i128 {
+        self.base.map_or(0, |b| (now as i128 - src as i128) - b)
+    }
+
+    /// When to release an event of source time `src` with a playout delay
+    /// of `delay` ns (anchoring at `now` if there is no anchor yet).
+    pub fn release_at(&mut self, now: u64, src: u64, delay: u64) -> u64 {
+        let base = *self.base.get_or_insert(now as i128 - src as i128);
+        (src as i128 + base + delay as i128).clamp(0, u64::MAX as i128) as u64
+    }
+}
+
 /// One held event.
 #[derive(Debug)]
 struct Held<T> {
@@ -231,8 +267,8 @@ pub struct Playout<T> {
     held: BTreeMap<(u64, u64, u64), Held<T>>,
     bytes: usize,
     seq: u64,
-    /// Transit (arrival − source time) of the anchor event, ns.
-    base: Option<i128>,
+    /// The stream's anchor (see [`Spacer`]).
+    spacer: Spacer,
     late_run: u32,
 }
 
@@ -256,7 +292,7 @@ impl<T> Playout<T> {
             held: BTreeMap::new(),
             bytes: 0,
             seq: 0,
-            base: None,
+            spacer: Spacer::default(),
             late_run: 0,
         }
     }
@@ -278,22 +314,22 @@ impl<T> Playout<T> {
 
     fn push(&mut self, h: Held<T>, now: u64, stats: &mut TimeStats) -> Placed<T> {
         let delay = self.cfg.delay_ns as i128;
-        let transit = now as i128 - h.src as i128;
-        let base = *self.base.get_or_insert(transit);
-        let mut offset = transit - base;
+        if !self.spacer.is_anchored() {
+            self.spacer.anchor(now, h.src);
+        }
+        let offset = self.spacer.offset(now, h.src);
         if offset < -delay {
             // It would wait over 2 × delay (the anchor event was slow, or
             // the path became faster): a new anchor, and the held events
             // move as much earlier, keeping their order and spacing (but
             // not before now).
-            self.base = Some(transit);
+            self.spacer.anchor(now, h.src);
             stats.reanchored += 1;
             let shift = offset.unsigned_abs().min(u64::MAX as u128) as u64;
             self.held = std::mem::take(&mut self.held)
                 .into_iter()
                 .map(|((at, src, seq), h)| ((at.saturating_sub(shift).max(now), src, seq), h))
                 .collect();
-            offset = 0;
         } else if offset > delay {
             self.late_run += 1;
             if self.late_run < REANCHOR_AFTER_LATE {
@@ -308,12 +344,11 @@ impl<T> Playout<T> {
                     }
                 };
             }
-            self.base = Some(transit);
+            self.spacer.anchor(now, h.src);
             stats.reanchored += 1;
-            offset = 0;
         }
         self.late_run = 0;
-        let at = (now as i128 + delay - offset).clamp(0, u64::MAX as i128) as u64;
+        let at = self.spacer.release_at(now, h.src, self.cfg.delay_ns);
         self.seq += 1;
         self.bytes += h.bytes;
         self.held.insert((at, h.src, self.seq), h);

@@ -328,3 +328,16 @@ proptest! {
         prop_assert_eq!(s.released + s.late_dropped + s.overflowed, events.len() as u64);
     }
 }
+
+#[test]
+fn the_spacer_releases_at_the_anchor_plus_the_source_time_difference() {
+    let mut s = Spacer::default();
+    assert_eq!(s.offset(5, 1), 0, "no anchor yet");
+    assert_eq!(s.release_at(1000, 10, 0), 1000, "anchors on the first");
+    // Handed over late or early, the schedule stays that of source times.
+    assert_eq!(s.release_at(1001, 15, 0), 1005);
+    assert_eq!(s.release_at(2000, 20, 7), 1017);
+    assert_eq!(s.offset(2000, 20), 990);
+    s.anchor(5000, 100);
+    assert_eq!(s.release_at(5000, 150, 0), 5050);
+}

@@ -665,12 +665,14 @@ impl Channel {
                 self.budget.note_discard();
                 continue;
             }
-            stage.service.push(
-                (staged.item, staged.size),
-                staged.source_time,
-                staged.size,
-                now,
-            );
+            // An event without a source time (0) is timed by its arrival.
+            let src = match staged.source_time {
+                0 => now,
+                t => t,
+            };
+            stage
+                .service
+                .push((staged.item, staged.size), src, staged.size, now);
             outcome = Offer::Queued;
         }
         while let Some(d) = stage.service.poll(now) {

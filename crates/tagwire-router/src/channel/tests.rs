@@ -534,3 +534,26 @@ fn a_late_event_on_a_playout_channel_is_delivered_at_once() {
     assert_eq!(got, [b"late".to_vec()]);
     assert_eq!(ch.time_info().expect("timed").late, 1);
 }
+
+#[test]
+fn events_without_a_source_time_are_timed_by_their_arrival() {
+    let budget = Arc::new(MemoryBudget::new(1 << 30));
+    let (outbox, ch) = channel(&budget);
+    with_qos(&ch, &[("playout", "tds:60s")]);
+    // A stream anchored by an event stamped a second ago, then events with
+    // no source time (0): timed as if stamped on arrival, not as 56 years
+    // late.
+    let second_ago = now_ns() - 1_000_000_000;
+    let _ = ch.offer(
+        &mut Outgoing::owned(Bytes::from_static(b"a")),
+        &at(second_ago),
+    );
+    for _ in 0..20 {
+        let _ = ch.offer(&mut Outgoing::owned(Bytes::from_static(b"x")), &NO_META);
+    }
+    let (got, wake) = gathered_bodies(&outbox);
+    assert!(got.is_empty(), "held, not late");
+    assert!(wake.is_some());
+    let info = ch.time_info().expect("timed");
+    assert_eq!((info.held, info.late, info.reanchored), (21, 0, 0));
+}

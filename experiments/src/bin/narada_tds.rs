@@ -162,6 +162,11 @@ fn run(
     let mut second = subs.subscribe("/tds/**");
     if let Some(p) = playout {
         second = second.qos("playout", p);
+        // `--sched fifo:N`: the lane that serves the TDS subscription's
+        // connection (the writer that releases) runs real-time.
+        if let Some(sched) = arg("--sched") {
+            second = second.qos("sched", &sched);
+        }
     }
     let second = second
         .receiver()

@@ -144,7 +144,9 @@ fn run(
         ..RouterConfig::default()
     })
     .unwrap_or_else(|e| panic!("router: {e}"));
-    let addr: SocketAddr = router.tcp_addr().unwrap_or_else(|| panic!("no tcp address"));
+    let addr: SocketAddr = router
+        .tcp_addr()
+        .unwrap_or_else(|| panic!("no tcp address"));
     let direct = format!("tcp://{addr}");
     let relay = link.map(|l| {
         DelayRelay::start("127.0.0.1:0".parse().expect("address"), addr, l)
@@ -208,12 +210,15 @@ fn run(
         .list()
         .ok()
         .and_then(|l| l.subscriptions.iter().find_map(|x| x.time))
-        .map(|t| (t.input_jitter_ns as f64 / 1e3, t.output_jitter_ns as f64 / 1e3, t.late));
+        .map(|t| {
+            (
+                t.input_jitter_ns as f64 / 1e3,
+                t.output_jitter_ns as f64 / 1e3,
+                t.late,
+            )
+        });
     stop.store(true, Ordering::Relaxed);
-    let (a, b) = (
-        a.join().unwrap_or_default(),
-        b.join().unwrap_or_default(),
-    );
+    let (a, b) = (a.join().unwrap_or_default(), b.join().unwrap_or_default());
     drop(relay);
     (measure(&a, warmup), measure(&b, warmup), cpu, wall, daemon)
 }
@@ -263,7 +268,9 @@ fn wake_mechanism(slice: Option<Duration>, spacing: Duration, seconds: f64) -> (
 }
 
 fn main() {
-    let seconds: f64 = arg("--seconds").and_then(|s| s.parse().ok()).unwrap_or(20.0);
+    let seconds: f64 = arg("--seconds")
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(20.0);
     let warmup: usize = arg("--warmup").and_then(|s| s.parse().ok()).unwrap_or(100);
     let only = arg("--fig").unwrap_or_else(|| "all".into());
     // The paper's video (tagwire bench av --kind video): 15 frames/s,
@@ -281,10 +288,16 @@ fn main() {
     let row = |fig: &str, link: Option<WanLink>, stream: Stream, name: &str, playout: &str| {
         let (i, o, cpu, wall, daemon) = run(stream, link, Some(playout), seconds, warmup);
         let (_, _, cpu_plain, wall_plain, _) = run(stream, link, None, seconds, warmup);
-        let daemon = daemon.map_or("-".to_owned(), |(i, o, late)| format!("{i:.0} / {o:.0} ({late} late)"));
+        let daemon = daemon.map_or("-".to_owned(), |(i, o, late)| {
+            format!("{i:.0} / {o:.0} ({late} late)")
+        });
         let tds_cpu = (cpu as f64 / wall as f64 - cpu_plain as f64 / wall_plain as f64) * 100.0;
         let link_s = link.map_or("LAN (loopback)".to_owned(), |l| {
-            format!("relay {} ± {} ms", l.delay.as_millis(), l.jitter.as_millis())
+            format!(
+                "relay {} ± {} ms",
+                l.delay.as_millis(),
+                l.jitter.as_millis()
+            )
         });
         println!(
             "| {fig} | {link_s} | {name} | {playout} | {:.0} | {:.0} | {:.3} | {daemon} | {:.0} / {:.0} / {:.0} | {} of {} | {:.2} |",
@@ -300,7 +313,13 @@ fn main() {
         );
     };
     if only == "all" || only == "16" {
-        row("16–17", Some(wan), video, "video 15 fps × 4 × 740 B", "tds:100ms");
+        row(
+            "16–17",
+            Some(wan),
+            video,
+            "video 15 fps × 4 × 740 B",
+            "tds:100ms",
+        );
     }
     if only == "all" || only == "19" {
         row("19", None, video, "video 15 fps × 4 × 740 B", "tds:20ms");
@@ -314,7 +333,10 @@ fn main() {
         row("20", None, fine, "64 B every 500 µs", "tds:20ms");
         row(
             "20 (WAN)",
-            Some(WanLink::new(Duration::from_millis(10), Duration::from_millis(2))),
+            Some(WanLink::new(
+                Duration::from_millis(10),
+                Duration::from_millis(2),
+            )),
             fine,
             "64 B every 500 µs",
             "tds:30ms",
@@ -326,10 +348,14 @@ fn main() {
         for (name, slice) in [
             ("slices of 1 ms (paper)", Some(Duration::from_millis(1))),
             ("slices of 100 µs (paper)", Some(Duration::from_micros(100))),
-            ("slices of 10 µs (paper's 20–25 % CPU point)", Some(Duration::from_micros(10))),
+            (
+                "slices of 10 µs (paper's 20–25 % CPU point)",
+                Some(Duration::from_micros(10)),
+            ),
             ("sleep until each release (our writer's timerfd)", None),
         ] {
-            let (p50, p99, cpu) = wake_mechanism(slice, Duration::from_micros(500), seconds.min(10.0));
+            let (p50, p99, cpu) =
+                wake_mechanism(slice, Duration::from_micros(500), seconds.min(10.0));
             println!("| {name} | {p50:.0} | {p99:.0} | {cpu:.1} |");
         }
     }

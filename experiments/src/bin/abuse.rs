@@ -1412,7 +1412,7 @@ fn time_skew(o: &Opts) -> Res<()> {
     let held: Vec<usize> = times.iter().map(|t| t.held).collect();
     let ok = times.len() == 2 && held.iter().all(|h| *h <= 1024);
     println!(
-        "time-skew: {events} events with lying source times; the two timed subscriptions hold {held:?}          (bounds 1024, 1000), forced {:?}, late {:?}, re-anchored {:?}: {}",
+        "time-skew: {events} events with lying source times; the two timed subscriptions hold {held:?} (bounds 1024, 1000), forced {:?}, late {:?}, re-anchored {:?}: {}",
         times.iter().map(|t| t.forced).collect::<Vec<_>>(),
         times.iter().map(|t| t.late).collect::<Vec<_>>(),
         times.iter().map(|t| t.reanchored).collect::<Vec<_>>(),

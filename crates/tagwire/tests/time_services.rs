@@ -33,12 +33,7 @@ fn a_playout_subscription_gets_events_in_source_order_with_their_spacing() {
     let s = er.session().expect("session");
     let sub = s
         .subscribe("/media/**")
-        .qos(
-            "playout",
-            std::env::var("TDS_TEST_PLAYOUT")
-                .as_deref()
-                .unwrap_or("tds:30ms"),
-        )
+        .qos("playout", "tds:30ms")
         .receiver()
         .expect("subscribe with playout");
     let p = s.declare_publisher("/media/cam").expect("publisher");
@@ -132,4 +127,38 @@ fn bad_time_service_values_are_refused_by_name() {
             other => panic!("{k}={v} should be refused, got {:?}", other.map(|_| ())),
         }
     }
+}
+
+#[test]
+fn an_admin_qos_change_turns_a_live_subscriptions_playout_on_and_off() {
+    let er = tagwire::EmbeddedRouter::start().expect("embedded");
+    let s = er.session().expect("session");
+    let sub = s
+        .subscribe("/live/**")
+        .endpoint("/viewer")
+        .receiver()
+        .expect("subscribe");
+    let timed = |s: &tagwire::Session| s.list().expect("list").subscriptions[0].time;
+    assert!(timed(&s).is_none(), "no time services by default");
+    s.set_qos(&["/viewer"], &[("playout", "tds:60s")], &[])
+        .expect("admin qos playout");
+    let p = s.declare_publisher("/live/p").expect("publisher");
+    p.publish("/live/x", "held").expect("publish");
+    let start = Instant::now();
+    while timed(&s).is_none_or(|t| t.held == 0) {
+        assert!(start.elapsed() < Duration::from_secs(5), "never held");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(
+        sub.recv_timeout(Duration::from_millis(200))
+            .expect("receive")
+            .is_none(),
+        "held for the playout delay"
+    );
+    // Off: the held event is handed over at once.
+    s.set_qos(&["/viewer"], &[("playout", "none")], &[])
+        .expect("admin qos none");
+    let got = receive(&sub, 1);
+    assert_eq!(got.len(), 1);
+    assert!(timed(&s).is_none());
 }

@@ -531,10 +531,12 @@ impl Outbox {
             // Under the queue's lock: an event offered (on any lane) after
             // this sees the channel unscheduled and schedules it again.
             let empty = q.is_empty();
-            // A timed channel's `release_timed` decided this under its
-            // services' lock.
-            if empty && !timed {
-                ch.scheduled.set(false);
+            // A timed channel's `release_timed` decided whether it stays
+            // scheduled, under its services' lock.
+            if empty {
+                if !timed {
+                    ch.scheduled.set(false);
+                }
                 ch.unpin();
             }
             drop(q);

@@ -139,6 +139,7 @@ attack_shm_trespass() { "$abuse" shm-trespass --server "$addr" --unix "$unix" --
 # shm_max_regions (64) / 4: token:mallory's default region quota.
 attack_dscp_clash() { "$abuse" dscp-clash --server "$addr" --token "$mallory"; }
 attack_distinct() { "$abuse" distinct --server "$addr" --pid "$daemon" --token "$mallory" --subs 8000 --chunk 2000 --burst 65536; }
+attack_time_skew() { "$abuse" time-skew --server "$addr" --events 100000 --hold 2; }
 attack_shm_hog() { "$abuse" shm-hog --server "$addr" --unix "$unix" --token "$mallory" --regions 64 --expect-regions 16; }
 
 status=0
@@ -201,7 +202,7 @@ run() {
 
 main() {
     local want=("$@")
-    [[ ${#want[@]} -gt 0 ]] || want=(stalled-killed small-queued big-frames idle malformed regex filter-cost endpoint-fill trespass shm-trespass shm-hog dscp-clash admin-scale distinct)
+    [[ ${#want[@]} -gt 0 ]] || want=(stalled-killed small-queued big-frames idle malformed regex filter-cost endpoint-fill trespass shm-trespass shm-hog dscp-clash admin-scale distinct time-skew)
     echo "abuse: tagwired pid $daemon on $addr, $(nproc) CPUs, baseline RSS $(settled_rss) KiB"
     for a in "${want[@]}"; do
         case "$a" in
@@ -215,6 +216,7 @@ main() {
             endpoint-fill) run endpoint-fill "token:mallory opens connections and declares endpoints until LimitReached; the owner must still be served" ;;
             trespass) run trespass "token:mallory tries filter_add false / filter_remove / filter_op on the owner's subscriber" ;;
             shm-trespass) run shm-trespass "token:mallory subscribes to the owner's shared-memory publisher over the Unix socket (issue 24, item 1)" ;;
+            time-skew) run time-skew "a publisher floods a playout and a buffered subscription with lying source times; their time services stay within their bounds (issue 26)" ;;
             shm-hog) run shm-hog "token:mallory declares 64 shared-memory publishers; the owner's must still get a region (issue 24, item 4)" ;;
             dscp-clash) run dscp-clash "token:mallory asks for two DSCP markings on one connection and a daemon-wide one (issue 24, item 3)" ;;
             admin-scale) run admin-scale "65,536 filtered subscriptions on one connection: list paged, undeclare the endpoint; pipelined unsubscribes; close" ;;

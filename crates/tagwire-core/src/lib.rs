@@ -20,6 +20,8 @@
 //!   admission (sum ≤ capacity, bounded count) and traffic-class ids.
 //! - [`store`]: the durable store's record format, retention rule and
 //!   replay start (`reliability=durable`).
+//! - [`tds`]: time services — the buffering service (time-ordering by
+//!   source time) and the time-differential playout that keeps spacing.
 //!
 //! ```
 //! use tagwire_core::tags::{Pattern, TagTable};
@@ -42,3 +44,4 @@ pub mod queue;
 pub mod route;
 pub mod store;
 pub mod tags;
+pub mod tds;

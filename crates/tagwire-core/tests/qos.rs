@@ -94,6 +94,26 @@ fn value(p: Property) -> BoxedStrategy<String> {
         .boxed(),
         Property::Shm => pick(&["off", "auto", "require"]),
         Property::Reliability => pick(&["best_effort", "reliable", "exactly_once", "durable"]),
+        Property::Buffer => prop_oneof![
+            pick(&["none", "on"]),
+            (
+                1usize..=1 << 20,
+                1usize..=1 << 30,
+                1u64..=60_000,
+                500u16..=1000
+            )
+                .prop_map(|(c, b, d, r)| format!(
+                    "count:{c},bytes:{b},max_delay:{d}ms,release:{}",
+                    r as f64 / 1000.0
+                )),
+        ]
+        .boxed(),
+        Property::Playout => prop_oneof![
+            Just("none".to_owned()),
+            (1u64..=60_000, pick(&["", ":drop", ":deliver"]))
+                .prop_map(|(d, l)| format!("tds:{d}ms{l}")),
+        ]
+        .boxed(),
         _ => unreachable!("the test knows every property"),
     }
 }

@@ -514,6 +514,34 @@ pub struct ChannelShow {
     pub over_consumer: u64,
     /// Events written to the subscriber.
     pub delivered: u64,
+    /// Its time services (`buffer`, `playout`), if it has any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time: Option<TimeServiceInfo>,
+}
+
+/// A channel's time services (`buffer`, `playout`; docs/time.md): what
+/// they hold and did, and the RFC 3550 jitter of the events at their input
+/// and output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct TimeServiceInfo {
+    /// Events held (buffer, playout, due).
+    pub held: usize,
+    /// Events released.
+    pub released: u64,
+    /// Late events delivered at once, out of spacing.
+    pub late: u64,
+    /// Late events dropped (`playout=tds:D:drop`).
+    pub late_dropped: u64,
+    /// Events released early because the services were at their bound.
+    pub forced: u64,
+    /// Times the playout re-anchored its stream.
+    pub reanchored: u64,
+    /// Events refused because the daemon's memory budget was full.
+    pub refused: u64,
+    /// RFC 3550 interarrival jitter at the input (arrival vs source time), ns.
+    pub input_jitter_ns: u64,
+    /// RFC 3550 jitter at the output (release vs source time), ns.
+    pub output_jitter_ns: u64,
 }
 
 /// One effective QoS property of a channel.
@@ -808,6 +836,9 @@ pub struct SubscriptionInfo {
     /// Where its scaling proxy runs, when it scales or names a place.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proxy: Option<ProxyInfo>,
+    /// Its time services (`buffer`, `playout`), if it has any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time: Option<TimeServiceInfo>,
 }
 
 /// Where a subscription's scaling proxy runs, and why there.

@@ -462,6 +462,7 @@ pub(crate) fn list_page(
                         transform_errors: ch.transform_errors.get(),
                         route: route.as_str().to_owned(),
                         proxy: proxy_info(st, *id, ch),
+                        time: ch.time_info(),
                     };
                     drop(q);
                     if !fill.take(json_len(&item), 20) {

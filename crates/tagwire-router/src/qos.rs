@@ -694,6 +694,7 @@ pub(crate) fn admin_show(
                 too_large: ch.too_large.get(),
                 over_consumer: ch.over_consumer.get(),
                 delivered: ch.delivered.get(),
+                time: ch.time_info(),
             }
         })
         .collect();

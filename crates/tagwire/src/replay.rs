@@ -42,9 +42,11 @@ pub enum Spacing {
     /// As fast as they arrive (the default).
     #[default]
     Fast,
-    /// With the publisher's spacing: each replayed event waits for the
-    /// difference of its source time and the previous one's (at most
-    /// [`MAX_GAP`]).
+    /// With the publisher's spacing: each replayed event is handed over at
+    /// the first one's hand-over time plus the difference of their source
+    /// times (the time-differential service's rule, `tagwire_core::tds::Spacer`,
+    /// with no playout delay), so the spacing does not drift; a gap over
+    /// [`MAX_GAP`] is shortened to it.
     Original,
 }
 
@@ -194,6 +196,7 @@ fn replay(
     };
     let mut from_pos = 0u64;
     let mut last: HashMap<String, u64> = HashMap::new();
+    let mut spacer = tagwire_core::tds::Spacer::default();
     let mut previous_time: Option<u64> = None;
     for _ in 0..MAX_REPLIES {
         let query = PullQuery::Stored {
@@ -217,10 +220,14 @@ fn replay(
             let l = last.entry(ev.publisher.to_owned()).or_insert(seq);
             *l = (*l).max(seq);
             if spacing == Spacing::Original {
-                if let Some(p) = previous_time {
-                    let gap = Duration::from_nanos(time.saturating_sub(p)).min(MAX_GAP);
-                    std::thread::sleep(gap);
+                let now = crate::publisher::now_ns();
+                if previous_time.is_some_and(|p| time.saturating_sub(p) > MAX_GAP.as_nanos() as u64)
+                {
+                    // A long gap: shortened to MAX_GAP by a new anchor.
+                    spacer.anchor(now + MAX_GAP.as_nanos() as u64, time);
                 }
+                let at = spacer.release_at(now, time, 0);
+                std::thread::sleep(Duration::from_nanos(at.saturating_sub(now)));
                 previous_time = Some(time);
             }
             seam.inner.deliver_sample(s);

@@ -52,6 +52,12 @@
 //!                   client's handshake and ping; then fills its connection
 //!                   to `burst` distinct subscriptions and sends that many
 //!                   Unsubscribe frames in one burst (issue 24, item 11)
+//!   time-skew       --events 100000 --hold 2     a publisher floods a tag
+//!                   that a playout (tds:60s) and a buffered (count:1000,
+//!                   max_delay:60s) subscriber take, with source times that
+//!                   lie (0, 1, u64::MAX − 1, an hour back, an hour ahead,
+//!                   now); their time services must stay within their bounds
+//!                   (issue 26)
 //!   ping            --count 200 --interval-ms 10 [--until FILE]  a healthy
 //!                   client: round trips (at least `count`, and on until FILE
 //!                   exists), prints `p50_us p99_us max_us` (nothing else)
@@ -1370,6 +1376,52 @@ fn shm_hog(o: &Opts) -> Res<()> {
     Ok(())
 }
 
+/// Source times that lie, against a subscriber's time services (issue 26):
+/// they must hold no more than their bounds and count what they forced.
+fn time_skew(o: &Opts) -> Res<()> {
+    let events = o.num("events", 100_000);
+    let hold = Duration::from_secs(o.num("hold", 2));
+    let s = owner_session(&o.server)?;
+    let tds = s
+        .subscribe("/abuse/time/**")
+        .qos("playout", "tds:60s")
+        .receiver()?;
+    let buffered = s
+        .subscribe("/abuse/time/**")
+        .qos("buffer", "count:1000,max_delay:60s")
+        .receiver()?;
+    let p = s.declare_publisher("/abuse/time/p")?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let hour = 3_600_000_000_000u64;
+    let stamps = [0, 1, u64::MAX - 1, now - hour, now + hour, now];
+    for i in 0..events {
+        let mut e = tagwire::Event::new("/abuse/time/x", vec![0u8; 64]);
+        e.header.source_time_ns = stamps[(i % 6) as usize].wrapping_add(i);
+        p.send(e)?;
+    }
+    std::thread::sleep(hold);
+    let listing = s.list()?;
+    let times: Vec<_> = listing
+        .subscriptions
+        .iter()
+        .filter(|x| x.pattern == "/abuse/time/**")
+        .filter_map(|x| x.time)
+        .collect();
+    let held: Vec<usize> = times.iter().map(|t| t.held).collect();
+    let ok = times.len() == 2 && held.iter().all(|h| *h <= 1024);
+    println!(
+        "time-skew: {events} events with lying source times; the two timed subscriptions hold {held:?} (bounds 1024, 1000), forced {:?}, late {:?}, re-anchored {:?}: {}",
+        times.iter().map(|t| t.forced).collect::<Vec<_>>(),
+        times.iter().map(|t| t.late).collect::<Vec<_>>(),
+        times.iter().map(|t| t.reanchored).collect::<Vec<_>>(),
+        verdict(ok)
+    );
+    drop((tds, buffered));
+    Ok(())
+}
+
 /// A healthy client's round trips: prints `p50_us p99_us max_us`.
 fn ping(o: &Opts) -> Res<()> {
     let count = o.num("count", 200).max(1);
@@ -1420,6 +1472,7 @@ fn main() {
         "shm-hog" => shm_hog(&o),
         "dscp-clash" => dscp_clash(&o),
         "distinct" => distinct(&o),
+        "time-skew" => time_skew(&o),
         "ping" => ping(&o),
         other => {
             eprintln!("abuse: unknown attack {other:?} (see the comment at the top of abuse.rs)");

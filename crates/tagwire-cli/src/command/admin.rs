@@ -240,6 +240,20 @@ fn show(session: &Session, target: &str, as_json: bool) -> CmdResult {
                     ch.expired,
                     ch.too_large
                 );
+                if let Some(t) = &ch.time {
+                    outln!(
+                        "    time services: held {}, released {}, late {} (dropped {}), forced {}, re-anchored {}, refused {}; jitter in {:.1} µs, out {:.1} µs (RFC 3550)",
+                        t.held,
+                        t.released,
+                        t.late,
+                        t.late_dropped,
+                        t.forced,
+                        t.reanchored,
+                        t.refused,
+                        t.input_jitter_ns as f64 / 1e3,
+                        t.output_jitter_ns as f64 / 1e3
+                    );
+                }
                 for p in &ch.qos {
                     outln!("    {:<24} {:<16} ({})", p.property, p.value, p.from);
                 }

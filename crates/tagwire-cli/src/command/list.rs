@@ -132,6 +132,16 @@ pub fn run(session: &Session, a: ListArgs) -> CmdResult {
             s.expired,
             s.route
         );
+        if let Some(t) = &s.time {
+            outln!(
+                "    time services: held {}, released {}, late {}, jitter in {:.1} µs, out {:.1} µs",
+                t.held,
+                t.released,
+                t.late + t.late_dropped,
+                t.input_jitter_ns as f64 / 1e3,
+                t.output_jitter_ns as f64 / 1e3
+            );
+        }
         if let Some(p) = &s.proxy {
             outln!(
                 "    proxy={} runs at {}: {} ({} events scaled out here)",

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use crate::filter::priority_by_name;
 use crate::history::MAX_HISTORY;
 use crate::queue::{DiscardPolicy, OrderPolicy};
+use crate::tds::{BufferConfig, LatePolicy, PlayoutConfig, MAX_BYTES, MAX_EVENTS, MAX_HOLD_NS};
 
 use super::{QosError, DEFAULT_QUEUE_LENGTH, MAX_QUEUE_LENGTH};
 
@@ -136,13 +137,22 @@ pub enum Property {
     /// exactly_once, durable; see docs/reliability.md for what each one
     /// guarantees today).
     Reliability,
+    /// `buffer`: the buffering service (Narada §3.3): time-orders a
+    /// channel's events by source time and releases them by count, bytes,
+    /// time in buffer and release factor (`count:N,bytes:B,max_delay:D,release:F`;
+    /// none: off).
+    Buffer,
+    /// `playout`: the time-differential service (Narada §3.4): releases a
+    /// channel's events keeping their original spacing after a playout
+    /// delay (`tds:DELAY`, `tds:DELAY:drop`; none: off).
+    Playout,
 }
 
 const UP_TO_CHANNEL: &[Level] = &[Level::Daemon, Level::Tag, Level::Session, Level::Channel];
 
 impl Property {
     /// Number of properties.
-    pub const COUNT: usize = 23;
+    pub const COUNT: usize = 25;
 
     /// Every property, in the order `tagwire admin show` lists them.
     pub const ALL: [Property; Property::COUNT] = [
@@ -169,6 +179,8 @@ impl Property {
         Property::MaxDelay,
         Property::Shm,
         Property::Reliability,
+        Property::Buffer,
+        Property::Playout,
     ];
 
     /// The name users type (`priority`, `max_queue_length`, …).
@@ -197,6 +209,8 @@ impl Property {
             Property::MaxDelay => "max_delay",
             Property::Shm => "shm",
             Property::Reliability => "reliability",
+            Property::Buffer => "buffer",
+            Property::Playout => "playout",
         }
     }
 
@@ -687,6 +701,147 @@ fn show_duration(ns: u64, f: &mut fmt::Formatter<'_>) -> fmt::Result {
     write!(f, "{}{unit}", ns / scale)
 }
 
+/// Parses a byte count: a whole number, optionally with `KiB`, `MiB` or
+/// `GiB`.
+fn parse_bytes(s: &str) -> Option<usize> {
+    let digits = s.bytes().take_while(u8::is_ascii_digit).count();
+    let (n, unit) = s.split_at(digits);
+    let n: usize = n.parse().ok()?;
+    let scale = match unit {
+        "" | "B" => 1,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        _ => return None,
+    };
+    n.checked_mul(scale)
+}
+
+/// A byte count as shown: in the largest binary unit that divides it.
+fn show_bytes(n: usize, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    for (unit, scale) in [("GiB", 1usize << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)] {
+        if n >= scale && n.is_multiple_of(scale) {
+            return write!(f, "{}{unit}", n / scale);
+        }
+    }
+    write!(f, "{n}")
+}
+
+const BUFFER_SYNTAX: &str = "expected none, on, or one or more of count:N (1..=1048576), bytes:B (1..=1GiB; KiB, MiB, GiB), max_delay:D (1ns..=60s, with a unit), release:F (0.5..=1.0) separated by commas, e.g. count:64,max_delay:50ms,release:0.5";
+
+/// Parses `buffer`: `none`, `on` (the defaults), or `key:value` pairs
+/// separated by commas (each key at most once; the others keep their
+/// defaults, [`BufferConfig::default`]).
+fn parse_buffer(s: &str) -> Result<Option<BufferConfig>, QosError> {
+    let bad = |why: &str| invalid(Property::Buffer, s, why);
+    match s {
+        "none" => return Ok(None),
+        "on" => return Ok(Some(BufferConfig::default())),
+        "" => return Err(bad(BUFFER_SYNTAX)),
+        _ => {}
+    }
+    let mut b = BufferConfig::default();
+    let mut seen = [false; 4];
+    for part in s.split(',') {
+        let Some((key, v)) = part.split_once(':') else {
+            return Err(bad(&format!("{part:?} is not key:value; {BUFFER_SYNTAX}")));
+        };
+        let at = match key {
+            "count" => 0,
+            "bytes" => 1,
+            "max_delay" => 2,
+            "release" => 3,
+            _ => return Err(bad(&format!("unknown key {key:?}; {BUFFER_SYNTAX}"))),
+        };
+        if std::mem::replace(&mut seen[at], true) {
+            return Err(bad(&format!("{key} is given twice")));
+        }
+        match at {
+            0 => match v.parse::<usize>() {
+                Ok(n) if (1..=MAX_EVENTS).contains(&n) => b.max_events = n,
+                _ => return Err(bad(&format!("count must be 1..={MAX_EVENTS} events"))),
+            },
+            1 => {
+                match parse_bytes(v) {
+                    Some(n) if (1..=MAX_BYTES).contains(&n) => b.max_bytes = n,
+                    _ => return Err(bad(
+                        "bytes must be 1..=1GiB: a whole number, optionally with KiB, MiB or GiB",
+                    )),
+                }
+            }
+            2 => match parse_duration(v) {
+                Some(ns) if (1..=MAX_HOLD_NS).contains(&ns) => b.max_delay_ns = ns,
+                _ => return Err(bad(
+                    "max_delay must be a duration 1ns..=60s with a unit (ns, us, ms, s), e.g. 50ms",
+                )),
+            },
+            _ => {
+                b.release_permille = parse_factor(v).ok_or_else(|| {
+                    bad("release must be a factor 0.5..=1.0 with at most three decimals, e.g. 0.75")
+                })?
+            }
+        }
+    }
+    Ok(Some(b))
+}
+
+/// Parses a release factor `0.5`..=`1.0` (at most three decimals) into
+/// thousandths.
+fn parse_factor(s: &str) -> Option<u16> {
+    let (whole, frac) = s.split_once('.').unwrap_or((s, ""));
+    if whole.is_empty()
+        || frac.len() > 3
+        || !whole.bytes().all(|b| b.is_ascii_digit())
+        || !frac.bytes().all(|b| b.is_ascii_digit())
+        || whole.len() > 1
+    {
+        return None;
+    }
+    let mut permille: u32 = whole.parse::<u32>().ok()? * 1000;
+    for (i, d) in frac.bytes().enumerate() {
+        permille += u32::from(d - b'0') * [100, 10, 1][i];
+    }
+    (500..=1000).contains(&permille).then_some(permille as u16)
+}
+
+fn show_buffer(b: &BufferConfig, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    write!(f, "count:{},bytes:", b.max_events)?;
+    show_bytes(b.max_bytes, f)?;
+    f.write_str(",max_delay:")?;
+    show_duration(b.max_delay_ns, f)?;
+    let p = b.release_permille;
+    if p == 1000 {
+        f.write_str(",release:1.0")
+    } else {
+        let frac = format!("{p:03}");
+        write!(f, ",release:0.{}", frac.trim_end_matches('0'))
+    }
+}
+
+const PLAYOUT_SYNTAX: &str = "expected none, tds:DELAY or tds:DELAY:drop (DELAY 1ns..=60s with a unit, e.g. tds:100ms; :drop drops late events, :deliver, the default, delivers them at once)";
+
+/// Parses `playout`: `none`, `tds:DELAY`, `tds:DELAY:deliver` or
+/// `tds:DELAY:drop`.
+fn parse_playout(s: &str) -> Result<Option<PlayoutConfig>, QosError> {
+    if s == "none" {
+        return Ok(None);
+    }
+    let bad = || invalid(Property::Playout, s, PLAYOUT_SYNTAX);
+    let rest = s.strip_prefix("tds:").ok_or_else(bad)?;
+    let (delay, late) = match rest.split_once(':') {
+        None => (rest, LatePolicy::Deliver),
+        Some((d, "deliver")) => (d, LatePolicy::Deliver),
+        Some((d, "drop")) => (d, LatePolicy::Drop),
+        Some(_) => return Err(bad()),
+    };
+    match parse_duration(delay) {
+        Some(ns) if (1..=MAX_HOLD_NS).contains(&ns) => {
+            Ok(Some(PlayoutConfig { delay_ns: ns, late }))
+        }
+        _ => Err(bad()),
+    }
+}
+
 pub(super) fn invalid(p: Property, value: &str, reason: &str) -> QosError {
     QosError::InvalidValue {
         name: p.name().to_owned(),
@@ -749,6 +904,11 @@ pub struct QosSet {
     pub shm: ShmMode,
     /// What delivery promises; default best_effort.
     pub reliability: Reliability,
+    /// The buffering service (time-ordering); `None`: off (the default).
+    pub buffer: Option<BufferConfig>,
+    /// The time-differential service (spacing-preserving playout); `None`:
+    /// off (the default).
+    pub playout: Option<PlayoutConfig>,
 }
 
 impl Default for QosSet {
@@ -777,6 +937,8 @@ impl Default for QosSet {
             max_delay: None,
             shm: ShmMode::Auto,
             reliability: Reliability::BestEffort,
+            buffer: None,
+            playout: None,
         }
     }
 }
@@ -894,6 +1056,8 @@ impl QosSet {
             Property::Proxy => self.proxy = s.parse()?,
             Property::Shm => self.shm = s.parse()?,
             Property::Reliability => self.reliability = s.parse()?,
+            Property::Buffer => self.buffer = parse_buffer(s)?,
+            Property::Playout => self.playout = parse_playout(s)?,
             Property::MaxDelay => {
                 self.max_delay = match s {
                     "none" => None,
@@ -979,6 +1143,8 @@ impl QosSet {
             Property::MaxDelay => self.max_delay = other.max_delay,
             Property::Shm => self.shm = other.shm,
             Property::Reliability => self.reliability = other.reliability,
+            Property::Buffer => self.buffer = other.buffer,
+            Property::Playout => self.playout = other.playout,
             Property::MinInterval => self.min_interval = other.min_interval,
         }
     }
@@ -1057,6 +1223,21 @@ impl fmt::Display for ShowValue<'_> {
             Property::MinInterval => show_duration(q.min_interval, f),
             Property::Shm => q.shm.fmt(f),
             Property::Reliability => q.reliability.fmt(f),
+            Property::Buffer => match &q.buffer {
+                Some(b) => show_buffer(b, f),
+                None => f.write_str("none"),
+            },
+            Property::Playout => match &q.playout {
+                Some(p) => {
+                    f.write_str("tds:")?;
+                    show_duration(p.delay_ns, f)?;
+                    match p.late {
+                        LatePolicy::Deliver => Ok(()),
+                        LatePolicy::Drop => f.write_str(":drop"),
+                    }
+                }
+                None => f.write_str("none"),
+            },
         }
     }
 }
@@ -1108,6 +1289,86 @@ mod tests {
             Property::from_name("reliability"),
             Some(Property::Reliability)
         );
+    }
+
+    #[test]
+    fn buffer_takes_its_four_criteria_and_names_each_mistake() {
+        assert_eq!(ok(Property::Buffer, "none"), "none");
+        assert_eq!(
+            ok(Property::Buffer, "on"),
+            "count:1024,bytes:8MiB,max_delay:100ms,release:1.0"
+        );
+        assert_eq!(
+            ok(
+                Property::Buffer,
+                "count:64,bytes:1048576,max_delay:50ms,release:0.5"
+            ),
+            "count:64,bytes:1MiB,max_delay:50ms,release:0.5"
+        );
+        assert_eq!(
+            ok(Property::Buffer, "release:0.75"),
+            "count:1024,bytes:8MiB,max_delay:100ms,release:0.75"
+        );
+        assert_eq!(
+            ok(Property::Buffer, "bytes:1000,release:1"),
+            "count:1024,bytes:1000,max_delay:100ms,release:1.0"
+        );
+        assert_eq!(QosSet::default().buffer, None);
+        bad(Property::Buffer, "count:0", "count must be 1..=1048576");
+        bad(
+            Property::Buffer,
+            "count:1048577",
+            "count must be 1..=1048576",
+        );
+        bad(Property::Buffer, "bytes:2GiB", "bytes must be 1..=1GiB");
+        bad(Property::Buffer, "bytes:1kb", "bytes must be 1..=1GiB");
+        bad(Property::Buffer, "max_delay:50", "max_delay must be");
+        bad(Property::Buffer, "max_delay:61s", "max_delay must be");
+        bad(
+            Property::Buffer,
+            "release:0.4",
+            "release must be a factor 0.5..=1.0",
+        );
+        bad(Property::Buffer, "release:1.01", "release must be a factor");
+        bad(
+            Property::Buffer,
+            "release:0.5555",
+            "release must be a factor",
+        );
+        bad(Property::Buffer, "release:-1", "release must be a factor");
+        bad(Property::Buffer, "count:4,count:5", "count is given twice");
+        bad(Property::Buffer, "size:4", "unknown key \"size\"");
+        bad(Property::Buffer, "count", "is not key:value");
+        bad(Property::Buffer, "", "expected none, on, or one or more");
+        assert!(Property::Buffer.settable_at(Level::Channel));
+        assert!(!Property::Buffer.settable_at(Level::Event));
+    }
+
+    #[test]
+    fn playout_takes_tds_with_a_delay_and_a_late_policy() {
+        assert_eq!(ok(Property::Playout, "none"), "none");
+        assert_eq!(ok(Property::Playout, "tds:100ms"), "tds:100ms");
+        assert_eq!(ok(Property::Playout, "tds:1000ms:deliver"), "tds:1s");
+        assert_eq!(ok(Property::Playout, "tds:500us:drop"), "tds:500us:drop");
+        assert_eq!(QosSet::default().playout, None);
+        for v in [
+            "tds",
+            "tds:",
+            "tds:0",
+            "tds:100",
+            "tds:61s",
+            "tds:1ms:keep",
+            "rtp:1ms",
+            "",
+        ] {
+            bad(
+                Property::Playout,
+                v,
+                "expected none, tds:DELAY or tds:DELAY:drop",
+            );
+        }
+        assert!(Property::Playout.settable_at(Level::Session));
+        assert!(!Property::Playout.settable_at(Level::Event));
     }
 
     #[test]

@@ -440,6 +440,9 @@ impl Outbox {
     /// Writes queued frames to `w` until [`close`](Self::close) and empty.
     pub(crate) async fn run_writer<W: AsyncWrite + Unpin>(&self, mut w: W) -> std::io::Result<()> {
         let mut batch = Batch::default();
+        // Made at the first timed wait; `Err`: none could be made (tokio's
+        // timer instead, to the millisecond).
+        let mut timer: Option<Result<WakeTimer, ()>> = None;
         loop {
             let mut control = self.control.borrow_mut().split().freeze();
             let fds = std::mem::take(&mut *self.fds.borrow());
@@ -457,8 +460,26 @@ impl Outbox {
                 match wake {
                     // A channel waits for its start time or pacing interval.
                     Some(at) => {
-                        let wait = std::time::Duration::from_nanos(at.saturating_sub(now_ns()));
-                        let _ = tokio::time::timeout(wait, self.notify.notified()).await;
+                        let t = timer.get_or_insert_with(|| {
+                            WakeTimer::new().map_err(|e| {
+                                tracing::warn!(
+                                    "no timerfd ({e}): timed channels wake to the millisecond"
+                                );
+                            })
+                        });
+                        match t {
+                            Ok(t) => {
+                                tokio::select! {
+                                    r = t.sleep_until(at) => r?,
+                                    _ = self.notify.notified() => {}
+                                }
+                            }
+                            Err(()) => {
+                                let wait =
+                                    std::time::Duration::from_nanos(at.saturating_sub(now_ns()));
+                                let _ = tokio::time::timeout(wait, self.notify.notified()).await;
+                            }
+                        }
                     }
                     None => self.notify.notified().await,
                 }
@@ -522,6 +543,29 @@ impl Outbox {
                 batch.push(Prefix::of(&ch, &item), item.event);
                 taken += 1;
             }
+            // Then what its time services (buffer, playout) release now,
+            // under the same rules; `held`: when they next release.
+            let mut held = None;
+            let timed = ch.timed.get();
+            if timed {
+                let t = *now.get_or_insert_with(now_ns);
+                let room = taken < turn && batch.len() < BATCH_EVENTS && total(batch) < BATCH_BYTES;
+                held = ch.release_timed(t, q.is_empty(), room, |mut item| {
+                    if item.deadline != NEVER && t > item.deadline {
+                        expired += 1;
+                    } else if let Some(pin) = item.pin.take() {
+                        if let Some(bytes) = pin.written() {
+                            item.event = bytes;
+                            batch.push(Prefix::of(&ch, &item), item.event);
+                            taken += 1;
+                        }
+                    } else {
+                        batch.push(Prefix::of(&ch, &item), item.event);
+                        taken += 1;
+                    }
+                    taken < turn && batch.len() < BATCH_EVENTS && total(batch) < BATCH_BYTES
+                });
+            }
             ch.delivered.set(ch.delivered.get() + taken);
             ch.expired.set(ch.expired.get() + expired);
             ch.budget.release(before - q.bytes());
@@ -529,19 +573,81 @@ impl Outbox {
             // Under the queue's lock: an event offered (on any lane) after
             // this sees the channel unscheduled and schedules it again.
             let empty = q.is_empty();
+            // A timed channel's `release_timed` decided whether it stays
+            // scheduled, under its services' lock.
             if empty {
-                ch.scheduled.set(false);
+                if !timed {
+                    ch.scheduled.set(false);
+                }
                 ch.unpin();
             }
             drop(q);
-            if !empty {
-                ready[ch.class()].push_back(weak);
+            match held {
+                _ if !empty => ready[ch.class()].push_back(weak),
+                // More released now than one turn takes.
+                Some(w) if w <= now.unwrap_or(0) => ready[ch.class()].push_back(weak),
+                Some(w) => {
+                    wake = Some(wake.map_or(w, |x| x.min(w)));
+                    waiting.push((ch.class(), weak));
+                }
+                _ => {}
             }
         }
         for (class, weak) in waiting {
             ready[class].push_back(weak);
         }
         wake
+    }
+}
+
+/// The writer's timer for timed waits (start time, pacing, the time
+/// services' next release): a timerfd armed at an absolute `CLOCK_REALTIME`
+/// time (the clock of [`now_ns`]), woken through the lane's event loop. It
+/// fires within the kernel's high-resolution timer slack (~50 µs), where
+/// tokio's timer wheel rounds to the millisecond — too coarse for a playout
+/// of events 500 µs apart (NaradaBrokering Fig. 20).
+struct WakeTimer(tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>);
+
+impl WakeTimer {
+    fn new() -> std::io::Result<Self> {
+        use rustix::time::{timerfd_create, TimerfdClockId, TimerfdFlags};
+        let fd = timerfd_create(
+            TimerfdClockId::Realtime,
+            TimerfdFlags::NONBLOCK | TimerfdFlags::CLOEXEC,
+        )?;
+        // `AsyncFd::new` is deprecated as unsound for types whose raw fd may
+        // change or close while registered; an `OwnedFd` moved into the
+        // `AsyncFd` stays open and the same until it is dropped, which is
+        // what `AsyncFd::register` asks (and this crate allows no `unsafe`).
+        #[allow(deprecated)]
+        let fd = tokio::io::unix::AsyncFd::new(fd)?;
+        Ok(WakeTimer(fd))
+    }
+
+    /// Resolves at `at` (ns since the Unix epoch; at once if past).
+    async fn sleep_until(&self, at: u64) -> std::io::Result<()> {
+        use rustix::time::{timerfd_settime, Itimerspec, TimerfdTimerFlags, Timespec};
+        let at = at.max(1); // 0 would disarm the timer
+        let spec = Itimerspec {
+            it_interval: Timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            },
+            it_value: Timespec {
+                tv_sec: (at / 1_000_000_000) as i64,
+                tv_nsec: (at % 1_000_000_000) as i64,
+            },
+        };
+        timerfd_settime(self.0.get_ref(), TimerfdTimerFlags::ABSTIME, &spec)?;
+        loop {
+            let mut ready = self.0.readable().await?;
+            let mut expirations = [0u8; 8];
+            match rustix::io::read(ready.get_inner(), &mut expirations) {
+                Ok(_) => return Ok(()),
+                Err(rustix::io::Errno::AGAIN) => ready.clear_ready(),
+                Err(e) => return Err(e.into()),
+            }
+        }
     }
 }
 

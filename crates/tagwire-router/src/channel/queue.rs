@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use tagwire_core::qos::{QosLayer, Resolved};
 use tagwire_core::queue::{BoundedQueue, ItemKeys, Pushed};
+use tagwire_core::tds::{BufferConfig, PlayoutConfig, TimeService};
 use tagwire_proto::Frame;
 
 use super::event::{EventMeta, Outgoing, Queued, READ_CHUNK};
@@ -122,6 +123,21 @@ pub(crate) struct Channel {
     /// The read epoch whose chunk this queue's small slices come from; while
     /// set, the channel holds [`READ_CHUNK`] of the budget for that chunk.
     pinned: Count,
+    /// Its time services (`buffer`, `playout`; docs/time.md), ahead of its
+    /// queue: events wait here until released, then go to the writer.
+    time: Locked<Option<TimeStage>>,
+    /// Whether `time` is set (checked without its lock).
+    pub(super) timed: Flag,
+    /// Events the memory budget had no room for in the time services.
+    pub time_refused: Count,
+}
+
+/// A channel's time services and the settings they were made with. Each
+/// held event keeps its size, reserved in the memory budget while held.
+#[derive(Debug)]
+pub(crate) struct TimeStage {
+    settings: (Option<BufferConfig>, Option<PlayoutConfig>, usize),
+    service: TimeService<(Queued, usize)>,
 }
 
 /// What [`Channel::offer`] did with an event.
@@ -149,6 +165,8 @@ pub(crate) struct Staged {
     /// The read whose chunk it is a small slice of, if it is one: queued
     /// as a slice only if the channel holds that chunk's budget by then.
     epoch: Option<u64>,
+    /// Its source time (for the time services).
+    source_time: u64,
 }
 
 impl Channel {
@@ -202,6 +220,9 @@ impl Channel {
             outbox,
             budget,
             pinned: Count::new(0),
+            time: Locked::new(None),
+            timed: Flag::new(false),
+            time_refused: Count::new(0),
         }
     }
 
@@ -299,6 +320,7 @@ impl Channel {
         self.placing
             .set(v.scale > 1 && v.proxy == tagwire_core::qos::ProxyMode::Auto);
         self.max_delay.set(v.max_delay.unwrap_or(u64::MAX));
+        self.set_time_services(v.buffer, v.playout, v.max_queue_length);
         let mut q = self.queue.borrow_mut();
         let dropped =
             if (q.bound(), q.order(), q.policy()) != (v.max_queue_length, v.order, v.discard) {
@@ -418,7 +440,8 @@ impl Channel {
         let pinned = self.pinned.get();
         let epoch = event
             .small_slice_epoch()
-            .filter(|e| pinned == 0 || pinned == *e);
+            // Held by the time services: a copy, not a pin on a read buffer.
+            .filter(|e| (pinned == 0 || pinned == *e) && !self.timed.get());
         let (bytes, size) = event.for_queue(epoch.is_some());
         Some(Staged {
             item: Queued {
@@ -435,6 +458,7 @@ impl Channel {
             },
             size,
             epoch,
+            source_time: meta.source_time,
         })
     }
 
@@ -445,6 +469,14 @@ impl Channel {
     /// happened to the last item, except that a `reject` refusal to report
     /// wins (`Rejected { report: true }`).
     pub(crate) fn push_staged(self: &Arc<Self>, items: impl Iterator<Item = Staged>) -> Offer {
+        if self.timed.get() {
+            return self.push_timed(items);
+        }
+        self.push_queue(items)
+    }
+
+    /// [`push_staged`](Self::push_staged) into the queue itself.
+    fn push_queue(self: &Arc<Self>, items: impl Iterator<Item = Staged>) -> Offer {
         let max = self.consumer_max.get();
         let mut outcome = Offer::Dropped;
         let mut report = false;
@@ -460,6 +492,7 @@ impl Channel {
                 mut item,
                 size,
                 epoch,
+                ..
             } = staged;
             if let Some(e) = epoch {
                 if !self.may_pin(&q, e) {
@@ -545,6 +578,198 @@ impl Channel {
     }
 }
 
+impl Channel {
+    /// Puts the `buffer` and `playout` properties in force: makes, remakes
+    /// or removes the time services. Events held by services that go away
+    /// move to the queue at once (their spacing is lost, nothing else).
+    fn set_time_services(
+        &self,
+        buffer: Option<BufferConfig>,
+        playout: Option<PlayoutConfig>,
+        queue_length: usize,
+    ) {
+        let settings = (buffer, playout, queue_length);
+        let mut t = self.time.borrow_mut();
+        if t.as_ref().map(|s| s.settings) == Some(settings)
+            || (t.is_none() && buffer.is_none() && playout.is_none())
+        {
+            return;
+        }
+        let held = t
+            .take()
+            .map(|mut s| s.service.drain_all())
+            .unwrap_or_default();
+        if buffer.is_some() || playout.is_some() {
+            // Bounded by the buffer's own criteria, else by the queue's.
+            let (events, bytes) = buffer
+                .map_or((queue_length, tagwire_core::tds::DEFAULT_MAX_BYTES), |b| {
+                    (b.max_events, b.max_bytes)
+                });
+            *t = Some(TimeStage {
+                settings,
+                service: TimeService::new(buffer, playout, events, bytes),
+            });
+        }
+        self.timed.set(t.is_some());
+        drop(t);
+        if !held.is_empty() {
+            self.requeue(held);
+        }
+    }
+
+    /// Moves events released by the time services (or held by services that
+    /// went away) into the queue, in order; the queue's bound and discard
+    /// policy apply. The channel is scheduled already (it held them).
+    fn requeue(&self, items: Vec<(Queued, usize)>) {
+        let mut q = self.queue.borrow_mut();
+        let (before, len) = (q.bytes(), q.len());
+        for (item, size) in items {
+            // Held in the budget while in the services: the queue charges
+            // it again below.
+            self.budget.release(size);
+            let room = self
+                .budget
+                .room()
+                .saturating_add(before)
+                .saturating_sub(q.bytes());
+            let _ = q.push_within(item, size, room);
+        }
+        let after = q.bytes();
+        self.track(len, q.len());
+        drop(q);
+        if after >= before {
+            self.budget.charge(after - before);
+        } else {
+            self.budget.release(before - after);
+        }
+        self.not_before.set(0);
+        self.outbox.notify.notify_one();
+    }
+
+    /// [`push_staged`](Self::push_staged) into the time services: each event
+    /// waits there until released (by the buffer's criteria, at its playout
+    /// time); what they release at once (late events, their bound) goes to
+    /// the queue. The writer is woken at the services' next release.
+    fn push_timed(self: &Arc<Self>, items: impl Iterator<Item = Staged>) -> Offer {
+        let now = now_ns();
+        let mut outcome = Offer::Dropped;
+        let mut due = Vec::new();
+        let mut t = self.time.borrow_mut();
+        let Some(stage) = t.as_mut() else {
+            drop(t);
+            return self.push_queue(items);
+        };
+        for staged in items {
+            if !self.budget.try_reserve(staged.size) {
+                self.time_refused.add(1);
+                self.budget.note_discard();
+                continue;
+            }
+            // An event without a source time (0) is timed by its arrival.
+            let src = match staged.source_time {
+                0 => now,
+                t => t,
+            };
+            stage
+                .service
+                .push((staged.item, staged.size), src, staged.size, now);
+            outcome = Offer::Queued;
+        }
+        while let Some(d) = stage.service.poll(now) {
+            due.push(d);
+        }
+        let wake = stage.service.next_wake();
+        // Under the services' lock, as the writer decides whether the
+        // channel still waits (see `Outbox::gather`).
+        if let Some(w) = wake {
+            if !self.scheduled.get() && !self.scheduled.replace(true) {
+                self.not_before.set(w.max(1));
+                self.outbox.ready.borrow_mut()[self.class()].push_back(Arc::downgrade(self));
+                self.outbox.notify.notify_one();
+            } else {
+                let nb = self.not_before.get();
+                if nb != 0 && w < nb {
+                    self.not_before.set(w.max(1));
+                    self.outbox.notify.notify_one();
+                }
+            }
+        }
+        drop(t);
+        if !due.is_empty() {
+            let staged = due.into_iter().map(|(item, size)| {
+                self.budget.release(size);
+                Staged {
+                    item,
+                    size,
+                    epoch: None,
+                    source_time: 0,
+                }
+            });
+            let _ = self.push_queue(staged);
+            self.not_before.set(0);
+            self.outbox.notify.notify_one();
+        }
+        outcome
+    }
+
+    /// Takes the events the time services release at `now` into `take`
+    /// (if `room`, and while `take` says there is room for more), and
+    /// returns when they next release (`Some(0)` or a time ≤ `now`: more
+    /// are due now); `None` when they hold nothing. With nothing held and
+    /// the queue empty (`queue_empty`, under the queue's lock) the channel
+    /// is unscheduled here, under the services' lock, so that
+    /// [`push_timed`](Self::push_timed) schedules it again; else
+    /// `not_before` is set to the next release.
+    pub(super) fn release_timed(
+        &self,
+        now: u64,
+        queue_empty: bool,
+        room: bool,
+        mut take: impl FnMut(Queued) -> bool,
+    ) -> Option<u64> {
+        let mut t = self.time.borrow_mut();
+        let wake = match t.as_mut() {
+            Some(stage) => {
+                if room {
+                    while let Some((item, size)) = stage.service.poll(now) {
+                        self.budget.release(size);
+                        if !take(item) {
+                            break;
+                        }
+                    }
+                }
+                stage.service.next_wake()
+            }
+            None => None,
+        };
+        match wake {
+            None if queue_empty => self.scheduled.set(false),
+            Some(w) if w > now && queue_empty => self.not_before.set(w),
+            _ => {}
+        }
+        wake
+    }
+
+    /// Its time services' state, for `tagwire admin show` and `tagwire
+    /// list`, if it has any.
+    pub(crate) fn time_info(&self) -> Option<tagwire_proto::admin::TimeServiceInfo> {
+        let t = self.time.borrow();
+        let s = &t.as_ref()?.service;
+        let stats = s.stats();
+        Some(tagwire_proto::admin::TimeServiceInfo {
+            held: s.len(),
+            released: stats.released,
+            late: stats.late,
+            late_dropped: stats.late_dropped,
+            forced: stats.forced + stats.overflowed,
+            reanchored: stats.reanchored,
+            refused: self.time_refused.get(),
+            input_jitter_ns: s.input_jitter_ns(),
+            output_jitter_ns: s.output_jitter_ns(),
+        })
+    }
+}
+
 impl Drop for Channel {
     /// Gives the queued events' bytes (and a pinned chunk's) back to the
     /// memory budget; the events themselves are freed with the queue.
@@ -554,5 +779,9 @@ impl Drop for Channel {
         self.budget.release(bytes);
         self.track(len, 0);
         self.unpin();
+        if let Some(stage) = self.time.get_mut() {
+            let held: usize = stage.service.drain_all().iter().map(|(_, size)| size).sum();
+            self.budget.release(held);
+        }
     }
 }

@@ -456,3 +456,104 @@ fn a_staged_batch_to_a_full_reject_queue_is_reported_once_by_the_flush() {
         "reported once until the queue accepts again"
     );
 }
+
+/// The bodies `outbox` writes now, and when it asks to be woken.
+fn gathered_bodies(outbox: &Outbox) -> (Vec<Vec<u8>>, Option<u64>) {
+    let mut batch = Batch::default();
+    let wake = outbox.gather(&mut batch, 0);
+    (batch.iter().map(|(_, b)| b.to_vec()).collect(), wake)
+}
+
+fn at(source_time: u64) -> EventMeta {
+    EventMeta {
+        source_time,
+        ..NO_META
+    }
+}
+
+#[test]
+fn a_playout_channel_holds_its_events_until_their_playout_time() {
+    let budget = Arc::new(MemoryBudget::new(1 << 30));
+    let (outbox, ch) = channel(&budget);
+    with_qos(&ch, &[("playout", "tds:60s")]);
+    let t = now_ns();
+    let before = budget.used();
+    for (body, src) in [(&b"a"[..], t), (b"b", t + 1000)] {
+        let _ = ch.offer(&mut Outgoing::owned(Bytes::from_static(body)), &at(src));
+    }
+    assert!(budget.used() > before, "held events count in the budget");
+    let (got, wake) = gathered_bodies(&outbox);
+    assert!(got.is_empty(), "held for the playout delay");
+    let wake = wake.expect("the writer wakes at the first playout time");
+    assert!(wake >= t + 60_000_000_000, "{wake} vs {t}");
+    let info = ch.time_info().expect("a channel with a playout");
+    assert_eq!(info.held, 2);
+    // Turning the playout off hands the held events over at once, in order.
+    with_qos(&ch, &[("playout", "none")]);
+    let (got, _) = gathered_bodies(&outbox);
+    assert_eq!(got, [b"a".to_vec(), b"b".to_vec()]);
+    assert!(ch.time_info().is_none());
+    assert_eq!(budget.used(), before, "nothing left charged");
+}
+
+#[test]
+fn a_buffer_channel_releases_by_count_in_source_time_order() {
+    let budget = Arc::new(MemoryBudget::new(1 << 30));
+    let (outbox, ch) = channel(&budget);
+    with_qos(&ch, &[("buffer", "count:3,max_delay:60s")]);
+    let t = now_ns();
+    for (body, src) in [(&b"c"[..], t + 30), (b"a", t + 10)] {
+        let _ = ch.offer(&mut Outgoing::owned(Bytes::from_static(body)), &at(src));
+    }
+    let (got, wake) = gathered_bodies(&outbox);
+    assert!(got.is_empty(), "two of three");
+    assert!(wake.expect("max_delay wake") >= t + 60_000_000_000);
+    let _ = ch.offer(&mut Outgoing::owned(Bytes::from_static(b"b")), &at(t + 20));
+    let (got, _) = gathered_bodies(&outbox);
+    assert_eq!(got, [b"a".to_vec(), b"b".to_vec(), b"c".to_vec()]);
+    assert_eq!(ch.time_info().expect("buffered").released, 3);
+    // Idle again: unscheduled, and the next event schedules it again.
+    let _ = ch.offer(&mut Outgoing::owned(Bytes::from_static(b"d")), &at(t + 40));
+    let _ = ch.offer(&mut Outgoing::owned(Bytes::from_static(b"e")), &at(t + 50));
+    let _ = ch.offer(&mut Outgoing::owned(Bytes::from_static(b"f")), &at(t + 60));
+    let (got, _) = gathered_bodies(&outbox);
+    assert_eq!(got.len(), 3);
+}
+
+#[test]
+fn a_late_event_on_a_playout_channel_is_delivered_at_once() {
+    let budget = Arc::new(MemoryBudget::new(1 << 30));
+    let (outbox, ch) = channel(&budget);
+    with_qos(&ch, &[("playout", "tds:60s")]);
+    let t = now_ns();
+    let _ = ch.offer(&mut Outgoing::owned(Bytes::from_static(b"anchor")), &at(t));
+    // Two minutes more transit than the anchor's: late by far.
+    let late = t - 120_000_000_000;
+    let _ = ch.offer(&mut Outgoing::owned(Bytes::from_static(b"late")), &at(late));
+    let (got, _) = gathered_bodies(&outbox);
+    assert_eq!(got, [b"late".to_vec()]);
+    assert_eq!(ch.time_info().expect("timed").late, 1);
+}
+
+#[test]
+fn events_without_a_source_time_are_timed_by_their_arrival() {
+    let budget = Arc::new(MemoryBudget::new(1 << 30));
+    let (outbox, ch) = channel(&budget);
+    with_qos(&ch, &[("playout", "tds:60s")]);
+    // A stream anchored by an event stamped a second ago, then events with
+    // no source time (0): timed as if stamped on arrival, not as 56 years
+    // late.
+    let second_ago = now_ns() - 1_000_000_000;
+    let _ = ch.offer(
+        &mut Outgoing::owned(Bytes::from_static(b"a")),
+        &at(second_ago),
+    );
+    for _ in 0..20 {
+        let _ = ch.offer(&mut Outgoing::owned(Bytes::from_static(b"x")), &NO_META);
+    }
+    let (got, wake) = gathered_bodies(&outbox);
+    assert!(got.is_empty(), "held, not late");
+    assert!(wake.is_some());
+    let info = ch.time_info().expect("timed");
+    assert_eq!((info.held, info.late, info.reanchored), (21, 0, 0));
+}

@@ -1,0 +1,164 @@
+//! Time services on a subscription (issue 26; docs/time.md): `playout=tds:D`
+//! delivers in source-time order, keeping the publisher's spacing, and
+//! shows its counters and RFC 3550 jitter in `list` and `admin show`;
+//! `buffer=…` time-orders; bad values are refused by name. Timing is
+//! measured and printed here, never asserted (the order is; the spacing is
+//! asserted in simulated time in tagwire-core's tds tests).
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use tagwire::{Error, Event, Subscriber};
+
+fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// (payload, arrival ns) of up to `n` events, each within 2 s.
+fn receive(sub: &Subscriber, n: usize) -> Vec<(String, u64)> {
+    let mut out = Vec::new();
+    while out.len() < n {
+        match sub.recv_timeout(Duration::from_secs(2)).expect("receive") {
+            Some(s) => out.push((String::from_utf8_lossy(&s.payload()).into_owned(), now_ns())),
+            None => break,
+        }
+    }
+    out
+}
+
+#[test]
+fn a_playout_subscription_gets_events_in_source_order_with_their_spacing() {
+    let er = tagwire::EmbeddedRouter::start().expect("embedded");
+    let s = er.session().expect("session");
+    let sub = s
+        .subscribe("/media/**")
+        .qos("playout", "tds:30ms")
+        .receiver()
+        .expect("subscribe with playout");
+    let p = s.declare_publisher("/media/cam").expect("publisher");
+    // 20 events 5 ms apart in source time, published in bursts of two
+    // with each pair swapped: arrival order 1, 0, 3, 2, …
+    let base = now_ns();
+    let started = Instant::now();
+    let got = std::thread::scope(|scope| {
+        // Arrival times are taken as events arrive, on their own thread.
+        let rx = scope.spawn(|| receive(&sub, 20));
+        for pair in 0..10u64 {
+            let due = Duration::from_millis(pair * 10 + 5);
+            if let Some(wait) = due.checked_sub(started.elapsed()) {
+                std::thread::sleep(wait);
+            }
+            for i in [2 * pair + 1, 2 * pair] {
+                let mut e = Event::new("/media/x", format!("{i}"));
+                e.header.source_time_ns = base + i * 5_000_000;
+                p.send(e).expect("send");
+            }
+        }
+        rx.join().expect("the receiving thread")
+    });
+    let order: Vec<String> = got.iter().map(|g| g.0.clone()).collect();
+    let want: Vec<String> = (0..20).map(|i| i.to_string()).collect();
+    eprintln!(
+        "arrivals after the first source time, ms: {:?}",
+        got.iter()
+            .map(|g| (g.1 - base) / 1_000_000)
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(order, want, "source-time order");
+    let errors: Vec<i64> = got
+        .windows(2)
+        .map(|w| (w[1].1 as i64 - w[0].1 as i64) - 5_000_000)
+        .collect();
+    eprintln!("spacing error at the subscriber, ns (measured, not asserted): {errors:?}");
+    let listing = s.list().expect("list");
+    let t = listing.subscriptions[0]
+        .time
+        .expect("the subscription lists its time services");
+    assert_eq!(t.released, 20);
+    assert_eq!(t.held, 0);
+    eprintln!(
+        "jitter in {} ns, out {} ns (RFC 3550, measured, not asserted)",
+        t.input_jitter_ns, t.output_jitter_ns
+    );
+}
+
+#[test]
+fn a_buffer_subscription_time_orders_by_count() {
+    let er = tagwire::EmbeddedRouter::start().expect("embedded");
+    let s = er.session().expect("session");
+    let sub = s
+        .subscribe("/b/**")
+        .qos("buffer", "count:4,max_delay:10s")
+        .receiver()
+        .expect("subscribe with a buffer");
+    let p = s.declare_publisher("/b/p").expect("publisher");
+    let base = now_ns();
+    for i in [3u64, 1, 2, 0] {
+        let mut e = Event::new("/b/x", format!("{i}"));
+        e.header.source_time_ns = base + i;
+        p.send(e).expect("send");
+    }
+    let got: Vec<String> = receive(&sub, 4).into_iter().map(|g| g.0).collect();
+    assert_eq!(got, ["0", "1", "2", "3"]);
+}
+
+#[test]
+fn bad_time_service_values_are_refused_by_name() {
+    let er = tagwire::EmbeddedRouter::start().expect("embedded");
+    let s = er.session().expect("session");
+    for (k, v, needle) in [
+        ("playout", "tds:0", "tds:DELAY"),
+        ("playout", "jitter:5ms", "tds:DELAY"),
+        ("buffer", "count:0", "count must be 1..=1048576"),
+        (
+            "buffer",
+            "release:0.2",
+            "release must be a factor 0.5..=1.0",
+        ),
+    ] {
+        match s.subscribe("/x").qos(k, v).receiver() {
+            Err(Error::Refused { message, .. }) => {
+                assert!(
+                    message.contains(k) && message.contains(needle),
+                    "{k}={v}: {message}"
+                )
+            }
+            other => panic!("{k}={v} should be refused, got {:?}", other.map(|_| ())),
+        }
+    }
+}
+
+#[test]
+fn an_admin_qos_change_turns_a_live_subscriptions_playout_on_and_off() {
+    let er = tagwire::EmbeddedRouter::start().expect("embedded");
+    let s = er.session().expect("session");
+    let sub = s
+        .subscribe("/live/**")
+        .endpoint("/viewer")
+        .receiver()
+        .expect("subscribe");
+    let timed = |s: &tagwire::Session| s.list().expect("list").subscriptions[0].time;
+    assert!(timed(&s).is_none(), "no time services by default");
+    s.set_qos(&["/viewer"], &[("playout", "tds:60s")], &[])
+        .expect("admin qos playout");
+    let p = s.declare_publisher("/live/p").expect("publisher");
+    p.publish("/live/x", "held").expect("publish");
+    let start = Instant::now();
+    while timed(&s).is_none_or(|t| t.held == 0) {
+        assert!(start.elapsed() < Duration::from_secs(5), "never held");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(
+        sub.recv_timeout(Duration::from_millis(200))
+            .expect("receive")
+            .is_none(),
+        "held for the playout delay"
+    );
+    // Off: the held event is handed over at once.
+    s.set_qos(&["/viewer"], &[("playout", "none")], &[])
+        .expect("admin qos none");
+    let got = receive(&sub, 1);
+    assert_eq!(got.len(), 1);
+    assert!(timed(&s).is_none());
+}

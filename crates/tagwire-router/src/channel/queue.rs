@@ -125,7 +125,9 @@ pub(crate) struct Channel {
     pinned: Count,
     /// Its time services (`buffer`, `playout`; docs/time.md), ahead of its
     /// queue: events wait here until released, then go to the writer.
-    time: Locked<Option<TimeStage>>,
+    /// Boxed: hundreds of bytes that most channels never have, which
+    /// would spread the hot fields over more cache lines.
+    time: Locked<Option<Box<TimeStage>>>,
     /// Whether `time` is set (checked without its lock).
     pub(super) timed: Flag,
     /// Events the memory budget had no room for in the time services.
@@ -605,10 +607,10 @@ impl Channel {
                 .map_or((queue_length, tagwire_core::tds::DEFAULT_MAX_BYTES), |b| {
                     (b.max_events, b.max_bytes)
                 });
-            *t = Some(TimeStage {
+            *t = Some(Box::new(TimeStage {
                 settings,
                 service: TimeService::new(buffer, playout, events, bytes),
-            });
+            }));
         }
         self.timed.set(t.is_some());
         drop(t);

@@ -59,6 +59,9 @@ pub fn solve_mip_within(
     let cands = problem.candidates();
     let rows = problem.capacity_rows();
     let values = problem.objective_values(objective)?;
+    if let Some(e) = problem.infeasibility() {
+        return Err(e);
+    }
     // Sum of every unit's cheapest candidate: a lower bound on any placement.
     let trivial_bound: f64 = values
         .iter()

@@ -42,7 +42,7 @@ pub mod problem;
 pub mod report;
 mod tiebreak;
 
-pub use deadline::Deadline;
+pub use deadline::{Deadline, TestClock};
 pub use error::PlaceError;
 pub use exhaustive::{solve_exhaustive, Assignment, ExhaustiveOptions};
 pub use lagrangian::{solve_branch_and_bound, BranchAndBoundOptions};
@@ -140,7 +140,7 @@ fn branch_and_bound_until(
     options: &PlaceOptions,
     deadline: Deadline,
 ) -> Result<Assignment, PlaceError> {
-    let started = std::time::Instant::now();
+    let mut elapsed = deadline.stopwatch();
     let time_limit = deadline
         .remaining()
         .unwrap_or(options.branch_and_bound.time_limit);
@@ -151,7 +151,7 @@ fn branch_and_bound_until(
             time_limit,
             ..options.branch_and_bound
         },
-        &mut || started.elapsed(),
+        &mut elapsed,
     )
     .map_err(|e| match e {
         // Name the whole budget, not the share.

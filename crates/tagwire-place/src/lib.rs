@@ -93,10 +93,12 @@ pub const AUTO_BRANCH_AND_BOUND_SHARE: f64 = 0.3;
 pub const AUTO_BRANCH_AND_BOUND_SHARE_ALONE: f64 = 0.7;
 
 /// Largest model (binaries = candidates) on which the default `microlp`
-/// backend is expected to beat the branch and bound's gap: it solved the
-/// binding 50-node instance (1,466 binaries) in 15 ms, but needed 39–45 s
-/// from 100 nodes (3,363 binaries) up. With HiGHS there is no such cap.
-pub const AUTO_MICROLP_MAX_BINARIES: usize = 2_000;
+/// backend is expected to beat the branch and bound's gap. Measured on the
+/// pruned models (capacity pruning, `docs/placement.md`): it proved the
+/// binding 1,000-node instances optimal at 1,114–2,023 binaries in
+/// 0.1–0.8 s, where the branch and bound kept a 1.5–5 % gap; unpruned it
+/// needed 39–45 s from 3,363 binaries up. With HiGHS there is no such cap.
+pub const AUTO_MICROLP_MAX_BINARIES: usize = 3_000;
 
 /// Options of [`place`].
 #[derive(Debug, Clone, Copy, PartialEq, Default)]

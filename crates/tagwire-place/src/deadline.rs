@@ -8,7 +8,6 @@
 //! reads, without asserting wall time.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// A clock for tests: every read advances it by `step`, so time is the
@@ -46,38 +45,44 @@ impl TestClock {
     }
 }
 
-/// Which clock a deadline reads.
-#[derive(Debug, Clone, Copy, Default)]
-enum Clock {
-    /// The system's monotonic clock.
-    #[default]
-    System,
-    /// A [`TestClock`].
-    Test(&'static TestClock),
+/// When a deadline expires, on the clock it reads.
+#[derive(Debug, Clone, Copy)]
+enum End {
+    /// On the system's monotonic clock.
+    System(Instant),
+    /// On a [`TestClock`], at this reading.
+    Test(&'static TestClock, Duration),
 }
 
-impl PartialEq for Clock {
+impl PartialEq for End {
     fn eq(&self, other: &Self) -> bool {
         match (self, other) {
-            (Clock::System, Clock::System) => true,
-            (Clock::Test(a), Clock::Test(b)) => std::ptr::eq(*a, *b),
+            (End::System(a), End::System(b)) => a == b,
+            (End::Test(c, a), End::Test(d, b)) => std::ptr::eq(*c, *d) && a == b,
             _ => false,
         }
     }
 }
 
-impl Eq for Clock {}
+impl Eq for End {}
 
-impl Clock {
-    /// Time since the clock's origin (for the system clock, the first read
-    /// in this process).
-    fn now(&self) -> Duration {
+impl End {
+    /// Time left (zero once expired); reads the clock.
+    fn remaining(&self) -> Duration {
         match self {
-            Clock::System => {
-                static ORIGIN: OnceLock<Instant> = OnceLock::new();
-                ORIGIN.get_or_init(Instant::now).elapsed()
+            End::System(at) => at.saturating_duration_since(Instant::now()),
+            End::Test(c, at) => at.saturating_sub(c.read()),
+        }
+    }
+
+    /// The point `after` from now on the same clock.
+    fn later_by(&self, after: Duration) -> Self {
+        match self {
+            End::System(_) => {
+                let now = Instant::now();
+                End::System(now.checked_add(after).unwrap_or(now))
             }
-            Clock::Test(c) => c.read(),
+            End::Test(c, _) => End::Test(c, c.read().saturating_add(after)),
         }
     }
 }
@@ -86,9 +91,7 @@ impl Clock {
 /// what it has (or says it has nothing). `Deadline::none()` never expires.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Deadline {
-    /// When it expires, on `clock`.
-    at: Option<Duration>,
-    clock: Clock,
+    end: Option<End>,
     /// The whole budget, for messages ("within the time limit of 1 s").
     limit: Option<Duration>,
 }
@@ -101,42 +104,33 @@ impl Deadline {
 
     /// `limit` from `start` (on the system clock).
     pub fn from(start: Instant, limit: Duration) -> Self {
-        let clock = Clock::System;
-        let now = clock.now();
-        let since_start = start.elapsed();
         Deadline {
-            at: Some(now.saturating_sub(since_start).saturating_add(limit)),
-            clock,
+            end: start.checked_add(limit).map(End::System),
             limit: Some(limit),
         }
     }
 
     /// `limit` from now.
     pub fn after(limit: Duration) -> Self {
-        Deadline::after_on(Clock::System, limit)
+        Deadline::from(Instant::now(), limit)
     }
 
     /// `limit` from now on a [`TestClock`] (which this reads once).
     pub fn after_on_test_clock(clock: &'static TestClock, limit: Duration) -> Self {
-        Deadline::after_on(Clock::Test(clock), limit)
-    }
-
-    fn after_on(clock: Clock, limit: Duration) -> Self {
         Deadline {
-            at: Some(clock.now().saturating_add(limit)),
-            clock,
+            end: Some(End::Test(clock, clock.read().saturating_add(limit))),
             limit: Some(limit),
         }
     }
 
     /// Whether the deadline has passed.
     pub fn expired(&self) -> bool {
-        self.at.is_some_and(|at| self.clock.now() >= at)
+        self.end.is_some_and(|e| e.remaining().is_zero())
     }
 
     /// Time left (`None`: unlimited; zero once expired).
     pub fn remaining(&self) -> Option<Duration> {
-        self.at.map(|at| at.saturating_sub(self.clock.now()))
+        self.end.map(|e| e.remaining())
     }
 
     /// The whole budget in seconds (for messages); infinite without one.
@@ -147,14 +141,13 @@ impl Deadline {
     /// A deadline that ends after `share` (0–1) of the time left, or at
     /// this one's end, whichever is first. Unlimited stays unlimited.
     pub fn share(&self, share: f64) -> Self {
-        match self.at {
+        match self.end {
             None => *self,
-            Some(at) => {
-                let now = self.clock.now();
-                let left = at.saturating_sub(now);
+            Some(e) => {
+                let left = e.remaining();
                 Deadline {
-                    at: Some(now.saturating_add(left.mul_f64(share.clamp(0.0, 1.0)))),
-                    ..*self
+                    end: Some(e.later_by(left.mul_f64(share.clamp(0.0, 1.0)))),
+                    limit: self.limit,
                 }
             }
         }
@@ -163,10 +156,17 @@ impl Deadline {
     /// A stopwatch on this deadline's clock: `elapsed()` since now (the
     /// system clock for a deadline without one). The branch and bound
     /// measures its budget with it, so a test clock drives it too.
-    pub fn stopwatch(&self) -> impl FnMut() -> Duration {
-        let clock = self.clock;
-        let start = clock.now();
-        move || clock.now().saturating_sub(start)
+    pub fn stopwatch(&self) -> Box<dyn FnMut() -> Duration> {
+        match self.end {
+            Some(End::Test(c, _)) => {
+                let start = c.read();
+                Box::new(move || c.read().saturating_sub(start))
+            }
+            _ => {
+                let start = Instant::now();
+                Box::new(move || start.elapsed())
+            }
+        }
     }
 }
 
@@ -193,7 +193,7 @@ impl Ticker {
     /// Whether the deadline has passed (read from the clock every
     /// `every` calls; once expired, always true).
     pub(crate) fn expired(&mut self) -> bool {
-        if !self.expired && self.deadline.at.is_some() {
+        if !self.expired && self.deadline.end.is_some() {
             self.count += 1;
             if self.count >= self.every {
                 self.count = 0;

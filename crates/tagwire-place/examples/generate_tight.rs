@@ -13,8 +13,7 @@
 //! Arguments: NODES SUBSCRIBERS SEED [FACTOR FRACTION CAPPED_LINKS CAPPED_NODES]
 //! (defaults 100 100 1 1.0 1.0 1.0 1.0).
 
-use tagwire_place::generate::{random_instance, InstanceParams};
-use tagwire_place::{Objective, PlacementProblem};
+use tagwire_place::generate::{tight_instance, TightParams};
 
 fn main() -> std::process::ExitCode {
     match run() {
@@ -42,51 +41,15 @@ fn run() -> Result<String, String> {
                 .ok_or_else(|| format!("argument {} must be a number >= 0, got {s:?}", i + 1))?;
         }
     }
-    let mut spec = random_instance(InstanceParams {
+    let (spec, _) = tight_instance(TightParams {
         nodes: (a[0] as usize).clamp(2, 100_000),
         subscribers: (a[1] as usize).clamp(1, 100_000),
         seed: a[2] as u64,
+        factor: a[3],
+        fraction: a[4],
         capped_links: a[5],
         capped_nodes: a[6],
-        binding: false,
-        ..InstanceParams::default()
-    });
-    let (factor, fraction) = (a[3], a[4].clamp(0.0, 1.0));
-    for n in &mut spec.nodes {
-        n.cpu = n.cpu.map(|_| f64::MAX / 4.0);
-    }
-    for l in &mut spec.links {
-        l.bandwidth = l.bandwidth.map(|_| f64::MAX / 4.0);
-    }
-    let topo = spec.validate().map_err(|e| e.to_string())?;
-    let problem = PlacementProblem::new(&topo).map_err(|e| e.to_string())?;
-    let values = problem
-        .objective_values(Objective::Bandwidth)
-        .map_err(|e| e.to_string())?;
-    let mut state = (a[2] as u64).wrapping_mul(7919).wrapping_add(1);
-    let random: Vec<usize> = values
-        .iter()
-        .map(|vs| {
-            let mut idx: Vec<usize> = (0..vs.len()).collect();
-            idx.sort_by(|&x, &y| vs[x].total_cmp(&vs[y]).then(x.cmp(&y)));
-            state = state
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1_442_695_040_888_963_407);
-            let among = ((idx.len() as f64 * fraction).ceil() as usize).max(1);
-            idx[((state >> 33) as usize) % among]
-        })
-        .collect();
-    let (links, nodes) = problem.total_loads(&random);
-    drop(problem);
-    for (n, load) in spec.nodes.iter_mut().zip(nodes) {
-        if n.cpu.is_some() {
-            n.cpu = Some((factor * load).ceil().max(1.0));
-        }
-    }
-    for (l, load) in spec.links.iter_mut().zip(links) {
-        if l.bandwidth.is_some() {
-            l.bandwidth = Some((factor * load).ceil().max(1.0));
-        }
-    }
+    })
+    .map_err(|e| e.to_string())?;
     toml::to_string(&spec).map_err(|e| e.to_string())
 }

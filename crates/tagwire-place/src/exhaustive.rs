@@ -76,6 +76,9 @@ pub fn solve_exhaustive(
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<Assignment, PlaceError> {
     let values = problem.objective_values(objective)?;
+    if let Some(e) = problem.infeasibility() {
+        return Err(e);
+    }
     let units = values.len();
     let rows = problem.capacity_rows();
 

@@ -9,8 +9,9 @@
 //! Same parameters, same instance (own SplitMix64 generator, no external
 //! randomness).
 
+use crate::error::PlaceError;
 use crate::model::{LinkSpec, NodeSpec, ProxySharing, SubscriberSpec, TagSpec, TopologySpec};
-use crate::problem::{Objective, PlacementProblem};
+use crate::problem::{BuildOptions, Objective, PlacementProblem};
 
 /// Parameters of a random instance.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -196,6 +197,101 @@ pub fn random_instance(p: InstanceParams) -> TopologySpec {
         make_binding(&mut spec, &mut rng);
     }
     spec
+}
+
+/// Parameters of a **tight** instance ([`tight_instance`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TightParams {
+    /// Nodes.
+    pub nodes: usize,
+    /// Subscribers in all (tags of 10, as [`random_instance`]).
+    pub subscribers: usize,
+    /// Seed.
+    pub seed: u64,
+    /// Each capacity is `factor` × the resource's load under the random
+    /// placement (1: that placement fits exactly).
+    pub factor: f64,
+    /// The random placement picks each unit's candidate among its cheapest
+    /// `fraction` (1: among all).
+    pub fraction: f64,
+    /// Fraction of links with a bandwidth capacity.
+    pub capped_links: f64,
+    /// Fraction of nodes with a CPU capacity.
+    pub capped_nodes: f64,
+}
+
+impl Default for TightParams {
+    fn default() -> Self {
+        TightParams {
+            nodes: 100,
+            subscribers: 100,
+            seed: 1,
+            factor: 1.0,
+            fraction: 1.0,
+            capped_links: 1.0,
+            capped_nodes: 1.0,
+        }
+    }
+}
+
+/// A seeded instance with **tight** capacities (BENCHMARKS.md's `tight`
+/// instances, `examples/generate_tight.rs`): every capped link and node
+/// gets `factor` × its load under one random placement (rounded up, at
+/// least 1), so with `factor` = 1 that placement fits exactly and few
+/// others do. Returns the spec and the random placement (a candidate index
+/// per unit of the problem built without capacities and without pruning).
+pub fn tight_instance(p: TightParams) -> Result<(TopologySpec, Vec<usize>), PlaceError> {
+    let mut spec = random_instance(InstanceParams {
+        nodes: p.nodes.clamp(2, 100_000),
+        subscribers: p.subscribers.clamp(1, 100_000),
+        seed: p.seed,
+        capped_links: p.capped_links,
+        capped_nodes: p.capped_nodes,
+        binding: false,
+        ..InstanceParams::default()
+    });
+    let fraction = p.fraction.clamp(0.0, 1.0);
+    for n in &mut spec.nodes {
+        n.cpu = n.cpu.map(|_| f64::MAX / 4.0);
+    }
+    for l in &mut spec.links {
+        l.bandwidth = l.bandwidth.map(|_| f64::MAX / 4.0);
+    }
+    let topo = spec.validate()?;
+    let problem = PlacementProblem::build(
+        &topo,
+        BuildOptions {
+            prune: false,
+            ..BuildOptions::default()
+        },
+    )?;
+    let values = problem.objective_values(Objective::Bandwidth)?;
+    let mut state = p.seed.wrapping_mul(7919).wrapping_add(1);
+    let random: Vec<usize> = values
+        .iter()
+        .map(|vs| {
+            let mut idx: Vec<usize> = (0..vs.len()).collect();
+            idx.sort_by(|&x, &y| vs[x].total_cmp(&vs[y]).then(x.cmp(&y)));
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            let among = ((idx.len() as f64 * fraction).ceil() as usize).max(1);
+            idx[((state >> 33) as usize) % among]
+        })
+        .collect();
+    let (links, nodes) = problem.total_loads(&random);
+    drop(problem);
+    for (n, load) in spec.nodes.iter_mut().zip(nodes) {
+        if n.cpu.is_some() {
+            n.cpu = Some((p.factor * load).ceil().max(1.0));
+        }
+    }
+    for (l, load) in spec.links.iter_mut().zip(links) {
+        if l.bandwidth.is_some() {
+            l.bandwidth = Some((p.factor * load).ceil().max(1.0));
+        }
+    }
+    Ok((spec, random))
 }
 
 /// Sets every capacity to max(load of a random near-optimal placement,

@@ -385,6 +385,9 @@ pub fn solve_branch_and_bound(
     elapsed: &mut dyn FnMut() -> Duration,
 ) -> Result<Assignment, PlaceError> {
     let values = problem.objective_values(objective)?;
+    if let Some(e) = problem.infeasibility() {
+        return Err(e);
+    }
     let units = values.len();
     let rows = problem.capacity_rows();
     let limit = options.time_limit;

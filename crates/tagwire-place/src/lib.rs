@@ -42,7 +42,7 @@ pub mod problem;
 pub mod report;
 mod tiebreak;
 
-pub use deadline::Deadline;
+pub use deadline::{Deadline, TestClock};
 pub use error::PlaceError;
 pub use exhaustive::{solve_exhaustive, Assignment, ExhaustiveOptions};
 pub use lagrangian::{solve_branch_and_bound, BranchAndBoundOptions};
@@ -93,10 +93,12 @@ pub const AUTO_BRANCH_AND_BOUND_SHARE: f64 = 0.3;
 pub const AUTO_BRANCH_AND_BOUND_SHARE_ALONE: f64 = 0.7;
 
 /// Largest model (binaries = candidates) on which the default `microlp`
-/// backend is expected to beat the branch and bound's gap: it solved the
-/// binding 50-node instance (1,466 binaries) in 15 ms, but needed 39–45 s
-/// from 100 nodes (3,363 binaries) up. With HiGHS there is no such cap.
-pub const AUTO_MICROLP_MAX_BINARIES: usize = 2_000;
+/// backend is expected to beat the branch and bound's gap. Measured on the
+/// pruned models (capacity pruning, `docs/placement.md`): it proved the
+/// binding 1,000-node instances optimal at 1,114–2,023 binaries in
+/// 0.1–0.8 s, where the branch and bound kept a 1.5–5 % gap; unpruned it
+/// needed 39–45 s from 3,363 binaries up. With HiGHS there is no such cap.
+pub const AUTO_MICROLP_MAX_BINARIES: usize = 3_000;
 
 /// Options of [`place`].
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -140,7 +142,7 @@ fn branch_and_bound_until(
     options: &PlaceOptions,
     deadline: Deadline,
 ) -> Result<Assignment, PlaceError> {
-    let started = std::time::Instant::now();
+    let mut elapsed = deadline.stopwatch();
     let time_limit = deadline
         .remaining()
         .unwrap_or(options.branch_and_bound.time_limit);
@@ -151,7 +153,7 @@ fn branch_and_bound_until(
             time_limit,
             ..options.branch_and_bound
         },
-        &mut || started.elapsed(),
+        &mut elapsed,
     )
     .map_err(|e| match e {
         // Name the whole budget, not the share.

@@ -59,6 +59,9 @@ pub fn solve_mip_within(
     let cands = problem.candidates();
     let rows = problem.capacity_rows();
     let values = problem.objective_values(objective)?;
+    if let Some(e) = problem.infeasibility() {
+        return Err(e);
+    }
     // Sum of every unit's cheapest candidate: a lower bound on any placement.
     let trivial_bound: f64 = values
         .iter()
@@ -75,15 +78,24 @@ pub fn solve_mip_within(
         .iter()
         .map(|cs| vars.add_vector(variable().binary(), cs.len()))
         .collect();
+    // Building the model is interruptible: the clock is read every
+    // MODEL_TICK candidates (a 2·10⁶-candidate model takes seconds).
+    let mut ticker = Ticker::new(deadline, MODEL_TICK);
     let mut obj = Expression::with_capacity(cands.iter().map(Vec::len).sum());
     for (vs, xs) in values.iter().zip(&x) {
         for (&v, &var) in vs.iter().zip(xs) {
+            if ticker.expired() {
+                return Err(out_of_time(MODEL_STAGE));
+            }
             obj.add_mul(v, var);
         }
     }
     let mut row_exprs: Vec<Expression> = rows.iter().map(|_| Expression::default()).collect();
     for (u, xs) in x.iter().enumerate() {
         for (k, &var) in xs.iter().enumerate() {
+            if ticker.expired() {
+                return Err(out_of_time(MODEL_STAGE));
+            }
             for &(r, load) in problem.candidate_loads(u, k) {
                 // Rows scaled to capacity 1: loads of 10⁵–10⁸ B/s next to
                 // the one-hot rows' 1s left microlp with singular bases
@@ -121,12 +133,17 @@ pub fn solve_mip_within(
     let mut model = vars.minimise(obj).using(good_lp::solvers::microlp::microlp);
 
     for xs in &x {
+        if ticker.expired() {
+            return Err(out_of_time(MODEL_STAGE));
+        }
         let one: Expression = xs.iter().copied().sum();
         model.add_constraint(one.eq(1.0));
     }
     // The same relative slack as every other algorithm.
-    for (expr, row) in row_exprs.into_iter().zip(rows) {
-        let _ = row;
+    for expr in row_exprs {
+        if ticker.expired() {
+            return Err(out_of_time(MODEL_STAGE));
+        }
         model.add_constraint(expr.leq(1.0 + crate::problem::CAPACITY_TOLERANCE));
     }
     if let Some(choice) = start.filter(|c| c.len() == x.len() && problem.fits(c)) {
@@ -145,7 +162,7 @@ pub fn solve_mip_within(
     // The branch and bound settles what the backend cannot, by the same
     // deadline (never a time budget of its own).
     let settle = || {
-        let started = std::time::Instant::now();
+        let mut elapsed = deadline.stopwatch();
         let limit = deadline
             .remaining()
             .unwrap_or(crate::lagrangian::BranchAndBoundOptions::default().time_limit);
@@ -156,7 +173,7 @@ pub fn solve_mip_within(
                 time_limit: limit,
                 ..crate::lagrangian::BranchAndBoundOptions::default()
             },
-            &mut || started.elapsed(),
+            &mut elapsed,
         )
         .map(|a| Assignment { visited: 0, ..a })
         .map_err(|e| match e {
@@ -315,6 +332,14 @@ fn run_backend(
     use good_lp::SolverModel;
     Some(read_solution(model.solve(), &x))
 }
+
+/// The MIP model build reads the clock every this many candidates.
+#[cfg(any(feature = "highs", feature = "microlp"))]
+const MODEL_TICK: u32 = 256;
+
+/// The stage named when the deadline passes while the model is built.
+#[cfg(any(feature = "highs", feature = "microlp"))]
+const MODEL_STAGE: &str = "building the MIP model";
 
 /// Share of the time left that the backend is told it has: microlp reads
 /// its clock only between simplex phases and overruns its limit, and an

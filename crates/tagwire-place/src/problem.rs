@@ -31,6 +31,10 @@ pub const CAPACITY_TOLERANCE: f64 = 1e-9;
 /// deterministic tie-break of [`crate::tiebreak`].
 pub const VALUE_TOLERANCE: f64 = 1e-9;
 
+/// Most rounds of [`PlacementProblem`]'s capacity pruning (each removes
+/// at least one candidate or ends it).
+pub const PRUNE_ROUNDS: usize = 64;
+
 /// Relative slack of delay-bound checks (δ ≤ δʳ·(1 + 1e-12)).
 pub const DELAY_TOLERANCE: f64 = 1e-12;
 
@@ -241,6 +245,12 @@ pub struct PlacementProblem<'t> {
     truncated: usize,
     /// The route-combination cap this problem was built with.
     max_route_combos: usize,
+    /// Candidates removed because no placement that fits the capacities
+    /// can contain them (see [`PlacementProblem::prune_capacity_infeasible`]).
+    pruned: usize,
+    /// Set when the pruning proved that no placement fits: the capacity
+    /// row (resource name) that showed it.
+    proven_infeasible: Option<String>,
 }
 
 /// How [`PlacementProblem::build`] builds a problem.
@@ -255,6 +265,10 @@ pub struct BuildOptions {
     pub max_candidates: usize,
     /// Stop building at this deadline with [`PlaceError::TimeLimit`].
     pub deadline: Deadline,
+    /// Remove candidates that no placement fitting the capacities can
+    /// contain (exact; see [`PlacementProblem::pruned_candidates`]). On by
+    /// default; off only to check that it changes no answer.
+    pub prune: bool,
 }
 
 impl Default for BuildOptions {
@@ -263,6 +277,7 @@ impl Default for BuildOptions {
             max_route_combos: limits::MAX_ROUTE_COMBOS,
             max_candidates: limits::MAX_CANDIDATES,
             deadline: Deadline::none(),
+            prune: true,
         }
     }
 }
@@ -368,6 +383,8 @@ impl<'t> PlacementProblem<'t> {
             generated: 0,
             truncated: 0,
             max_route_combos: options.max_route_combos.max(1),
+            pruned: 0,
+            proven_infeasible: None,
         };
 
         let nl = topo.links.len();
@@ -409,6 +426,9 @@ impl<'t> PlacementProblem<'t> {
         }
         problem.generated = columns.iter().map(Vec::len).sum();
         problem.find_binding_rows(columns);
+        if options.prune {
+            problem.prune_capacity_infeasible(options.deadline);
+        }
         Ok(problem)
     }
 
@@ -945,6 +965,198 @@ impl<'t> PlacementProblem<'t> {
             self.routes.push(routes);
             self.cand_loads.push(loads);
         }
+    }
+
+    /// Removes candidates that no placement fitting the capacities can
+    /// contain, by bound propagation (exact: the optimum and the set of
+    /// feasible placements do not change). For each capacity row r, every
+    /// unit must add at least its least load on r (`min_u(r)`), so unit u
+    /// can take candidate k only if `load_uk(r) − min_u(r)` fits in the
+    /// row's slack `capacity(r) − Σ_v min_v(r)`. Removing a candidate can
+    /// raise a unit's least load, so this repeats until nothing changes (at
+    /// most [`PRUNE_ROUNDS`] rounds, and never past `deadline`: stopping
+    /// early only leaves candidates in). Rows that can no longer bind are
+    /// dropped afterwards. On tight capacities (every resource near its
+    /// load under one placement) this removes most candidates, which is
+    /// what lets the searches find a placement at all (issue 24 item 10).
+    ///
+    /// If a row's slack is negative, or a unit would lose its last
+    /// candidate, no placement fits: that is recorded
+    /// ([`PlacementProblem::proven_infeasible`]) and the candidates are
+    /// left as they are, so every algorithm still runs and agrees.
+    fn prune_capacity_infeasible(&mut self, deadline: Deadline) {
+        let nrows = self.rows.len();
+        if nrows == 0 {
+            return;
+        }
+        // Slack in the same relative tolerance as every capacity check,
+        // plus as much again for rounding in the sums below.
+        let caps: Vec<f64> = self
+            .rows
+            .iter()
+            .map(|r| r.capacity * (1.0 + CAPACITY_TOLERANCE))
+            .collect();
+        let margin: Vec<f64> = self
+            .rows
+            .iter()
+            .map(|r| r.capacity * CAPACITY_TOLERANCE)
+            .collect();
+        let mut count = vec![0usize; nrows];
+        let mut least = vec![f64::INFINITY; nrows];
+        let mut touched: Vec<usize> = Vec::new();
+        // Per unit: (row, least load) for rows every candidate loads.
+        let unit_least = |loads: &[Vec<(u32, f64)>],
+                          count: &mut [usize],
+                          least: &mut [f64],
+                          touched: &mut Vec<usize>|
+         -> Vec<(u32, f64)> {
+            for ls in loads {
+                for &(r, x) in ls {
+                    let r = r as usize;
+                    if count[r] == 0 {
+                        touched.push(r);
+                    }
+                    count[r] += 1;
+                    least[r] = least[r].min(x);
+                }
+            }
+            let mut out: Vec<(u32, f64)> = touched
+                .iter()
+                .filter(|&&r| count[r] == loads.len())
+                .map(|&r| (r as u32, least[r]))
+                .collect();
+            out.sort_unstable_by_key(|&(r, _)| r);
+            for &r in touched.iter() {
+                count[r] = 0;
+                least[r] = f64::INFINITY;
+            }
+            touched.clear();
+            out
+        };
+        for _ in 0..PRUNE_ROUNDS {
+            if deadline.expired() {
+                return;
+            }
+            let mins: Vec<Vec<(u32, f64)>> = self
+                .cand_loads
+                .iter()
+                .map(|ls| unit_least(ls, &mut count, &mut least, &mut touched))
+                .collect();
+            let mut slack = caps.clone();
+            for m in &mins {
+                for &(r, x) in m {
+                    slack[r as usize] -= x;
+                }
+            }
+            if let Some(r) = (0..nrows).find(|&r| slack[r] < -margin[r]) {
+                self.proven_infeasible = Some(self.resource_name(self.rows[r].resource));
+                return;
+            }
+            let mut removed_any = false;
+            for (u, m) in mins.iter().enumerate() {
+                let least_on = |r: u32| {
+                    m.binary_search_by_key(&r, |&(rr, _)| rr)
+                        .map_or(0.0, |i| m[i].1)
+                };
+                let keep: Vec<Option<usize>> = self.cand_loads[u]
+                    .iter()
+                    .map(|ls| {
+                        ls.iter().position(|&(r, x)| {
+                            x - least_on(r) > slack[r as usize] + margin[r as usize]
+                        })
+                    })
+                    .collect();
+                if keep.iter().all(Option::is_none) {
+                    continue;
+                }
+                if keep.iter().all(Option::is_some) {
+                    // Nothing of this unit fits: name the row that ruled
+                    // out its first candidate.
+                    let (r, _) = self.cand_loads[u][0][keep[0].unwrap_or(0)];
+                    self.proven_infeasible =
+                        Some(self.resource_name(self.rows[r as usize].resource));
+                    return;
+                }
+                let before = self.candidates[u].len();
+                let mut it = keep.iter();
+                self.candidates[u].retain(|_| it.next().is_some_and(Option::is_none));
+                let mut it = keep.iter();
+                self.routes[u].retain(|_| it.next().is_some_and(Option::is_none));
+                let mut it = keep.iter();
+                self.cand_loads[u].retain(|_| it.next().is_some_and(Option::is_none));
+                self.pruned += before - self.candidates[u].len();
+                removed_any = true;
+            }
+            if !removed_any {
+                break;
+            }
+        }
+        self.drop_rows_that_cannot_bind();
+    }
+
+    /// Drops capacity rows that even the most loading candidate of every
+    /// unit fits (after pruning), renumbering the rest.
+    fn drop_rows_that_cannot_bind(&mut self) {
+        let mut worst = vec![0.0f64; self.rows.len()];
+        for loads in &self.cand_loads {
+            let mut unit_worst: Vec<(u32, f64)> = Vec::new();
+            for ls in loads {
+                for &(r, x) in ls {
+                    match unit_worst.iter_mut().find(|(rr, _)| *rr == r) {
+                        Some(e) => e.1 = e.1.max(x),
+                        None => unit_worst.push((r, x)),
+                    }
+                }
+            }
+            for (r, x) in unit_worst {
+                worst[r as usize] += x;
+            }
+        }
+        let mut row_of = vec![u32::MAX; self.rows.len()];
+        let mut rows = Vec::new();
+        for (r, row) in self.rows.iter().enumerate() {
+            if !fits_capacity(worst[r], row.capacity) {
+                row_of[r] = rows.len() as u32;
+                rows.push(*row);
+            }
+        }
+        if rows.len() == self.rows.len() {
+            return;
+        }
+        for loads in &mut self.cand_loads {
+            for ls in loads {
+                ls.retain(|&(r, _)| row_of[r as usize] != u32::MAX);
+                for e in ls.iter_mut() {
+                    e.0 = row_of[e.0 as usize];
+                }
+            }
+        }
+        self.rows = rows;
+    }
+
+    /// [`PlaceError::CapacityInfeasible`] when building proved that no
+    /// placement fits (see [`PlacementProblem::proven_infeasible`]); every
+    /// algorithm answers it before searching.
+    pub fn infeasibility(&self) -> Option<PlaceError> {
+        self.proven_infeasible
+            .as_ref()
+            .map(|first| PlaceError::CapacityInfeasible {
+                binding_rows: self.rows.len(),
+                first: first.clone(),
+            })
+    }
+
+    /// Candidates removed by capacity pruning: no placement that fits the
+    /// capacities can contain them.
+    pub fn pruned_candidates(&self) -> usize {
+        self.pruned
+    }
+
+    /// `Some(resource)` when building proved that no placement fits the
+    /// capacities (the capacity that shows it, e.g. `link "a-b"`). Every
+    /// algorithm then answers [`PlaceError::CapacityInfeasible`].
+    pub fn proven_infeasible(&self) -> Option<&str> {
+        self.proven_infeasible.as_deref()
     }
 
     /// Total link and node loads of a full assignment (`choice[u]` is a

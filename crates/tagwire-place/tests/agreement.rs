@@ -187,9 +187,15 @@ fn outcomes(
 }
 
 /// Checks every algorithm against the naive oracle, and that all return
-/// the same placement.
-fn agree(problem: &PlacementProblem<'_>, objective: Objective) -> Result<(), TestCaseError> {
-    let oracle = naive(problem, objective);
+/// the same placement. The oracle enumerates `unpruned` (the same problem
+/// built without capacity pruning), so a pruning that removed a candidate
+/// of a feasible placement would show as a different optimum.
+fn agree(
+    problem: &PlacementProblem<'_>,
+    unpruned: &PlacementProblem<'_>,
+    objective: Objective,
+) -> Result<(), TestCaseError> {
+    let oracle = naive(unpruned, objective);
     let all = outcomes(problem, objective);
     for (name, r) in &all {
         match (&oracle, r) {
@@ -221,7 +227,15 @@ fn agree(problem: &PlacementProblem<'_>, objective: Objective) -> Result<(), Tes
 }
 
 fn build(topo: &tagwire_place::Topology) -> Option<PlacementProblem<'_>> {
-    match PlacementProblem::new(topo) {
+    build_with(topo, true)
+}
+
+fn build_with(topo: &tagwire_place::Topology, prune: bool) -> Option<PlacementProblem<'_>> {
+    let options = tagwire_place::BuildOptions {
+        prune,
+        ..tagwire_place::BuildOptions::default()
+    };
+    match PlacementProblem::build(topo, options) {
         Ok(p) => Some(p),
         // Delay-infeasible instances have no optimum to compare.
         Err(PlaceError::DelayBoundUnsatisfiable { .. } | PlaceError::NoCommonProxyNode { .. }) => {
@@ -240,8 +254,8 @@ proptest! {
         objective in objective(),
     ) {
         let topo = spec.validate().expect("generated topologies are valid");
-        if let Some(problem) = build(&topo) {
-            agree(&problem, objective)?;
+        if let (Some(problem), Some(unpruned)) = (build(&topo), build_with(&topo, false)) {
+            agree(&problem, &unpruned, objective)?;
         }
     }
 
@@ -276,8 +290,8 @@ proptest! {
             }
         }
         let topo = tight.validate().expect("still valid");
-        if let Some(problem) = build(&topo) {
-            agree(&problem, objective)?;
+        if let (Some(problem), Some(unpruned)) = (build(&topo), build_with(&topo, false)) {
+            agree(&problem, &unpruned, objective)?;
         }
     }
 }

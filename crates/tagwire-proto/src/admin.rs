@@ -704,6 +704,10 @@ pub struct Listing {
     /// Use of the router-wide memory budget.
     #[serde(default)]
     pub memory: MemoryInfo,
+    /// What the per-event filter work budget
+    /// (`limits.max_filter_work_per_event`) did.
+    #[serde(default)]
+    pub filter_budget: FilterBudgetInfo,
     /// Links to other daemons (on the first page; absent when alone).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub federation: Option<FederationInfo>,
@@ -721,6 +725,25 @@ pub struct Listing {
     /// `after` to get that page. Absent on the last page.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next: Option<String>,
+}
+
+/// What the per-event filter work budget (`limits.max_filter_work_per_event`)
+/// did since the daemon started: how often it cut an event's filter
+/// evaluations short, and what that cost subscribers.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FilterBudgetInfo {
+    /// The budget: work units of all filter evaluations of one event.
+    pub max_work_per_event: u64,
+    /// Work units spent evaluating filters, over all events routed.
+    pub work: u64,
+    /// Events whose filter evaluations ran over the budget.
+    pub events_over_budget: u64,
+    /// Filtered subscriptions (channels) that did not get an event because
+    /// the budget ran out (indexed ones stopped in the index not counted).
+    pub skipped_deliveries: u64,
+    /// The tag of the latest event over the budget.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_tag: Option<String>,
 }
 
 /// Use of the memory budget (`limits.max_buffered_bytes`).

@@ -341,6 +341,16 @@ pub(crate) fn list_page(
         history: crate::history::totals(st),
         store: crate::store::totals(st),
         shm: st.shm.listing(),
+        filter_budget: {
+            let b = st.node.routes().budget_stats();
+            tagwire_proto::admin::FilterBudgetInfo {
+                max_work_per_event: st.config.limits.max_filter_work_per_event,
+                work: b.work,
+                events_over_budget: b.over_budget,
+                skipped_deliveries: b.skipped,
+                last_tag: b.last.as_ref().map(|l| l.tag.clone()),
+            }
+        },
         memory: MemoryInfo {
             buffered_bytes: st.memory.used() as u64,
             max_buffered_bytes: st.memory.max() as u64,

@@ -170,10 +170,11 @@ pub(crate) fn encode(s: &Snapshot) -> Result<String, String> {
         l.subscriptions.iter().map(f).sum()
     };
     let fed = l.federation.as_ref();
-    let drops: [(&str, u64); 10] = [
+    let drops: [(&str, u64); 11] = [
         ("expired_on_arrival", l.expired),
         ("filtered_at_source", l.filtered_at_source),
         ("memory_budget", l.memory.discarded_events),
+        ("filter_budget", l.filter_budget.skipped_deliveries),
         ("queue_full", sum(|c| c.dropped)),
         ("expired_in_queue", sum(|c| c.expired)),
         ("too_large", sum(|c| c.too_large)),
@@ -192,6 +193,18 @@ pub(crate) fn encode(s: &Snapshot) -> Result<String, String> {
         drops
             .iter()
             .map(|(r, n)| (vec![("reason", (*r).to_owned())], *n)),
+    );
+    out.counter(
+        "filter_budget_events",
+        "Events whose filter evaluations ran over limits.max_filter_work_per_event",
+        None,
+        one(l.filter_budget.events_over_budget),
+    );
+    out.counter(
+        "filter_work",
+        "Work units spent evaluating filters (filters.md, \"Budget per event\")",
+        None,
+        one(l.filter_budget.work),
     );
     out.gauge(
         "deferred_events",

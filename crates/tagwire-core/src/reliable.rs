@@ -60,13 +60,14 @@ impl Default for WindowLimits {
 /// What [`SendWindow::push`] did.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Push<T> {
-    /// Held under sequence number `seq`; `evicted` is the oldest event a
-    /// full `DropOldest` window pushed out to make room.
+    /// Held under sequence number `seq`; `evicted` are the oldest events a
+    /// full `DropOldest` window pushed out to make room (usually none or
+    /// one; more for a large event).
     Held {
         /// Its per-connection sequence number.
         seq: u64,
-        /// The event it pushed out, if any.
-        evicted: Option<T>,
+        /// The events it pushed out, oldest first.
+        evicted: Vec<T>,
     },
     /// Full, policy `Block`: nothing taken, here is the event back.
     WouldBlock(T),
@@ -209,7 +210,7 @@ impl<T> SendWindow<T> {
     /// the window is full, does what its policy says. An event larger than
     /// `max_bytes` is taken into an empty window (it would never fit).
     pub fn push(&mut self, item: T, bytes: usize) -> Push<T> {
-        let mut evicted = None;
+        let mut evicted = Vec::new();
         if self.full_for(bytes) {
             match self.policy {
                 WindowFull::Block => {
@@ -229,11 +230,7 @@ impl<T> SendWindow<T> {
                         };
                         self.bytes -= h.bytes;
                         self.stats.evicted += 1;
-                        // Only the first is handed back; the caller counts
-                        // the rest through `stats`.
-                        if evicted.is_none() {
-                            evicted = Some(h.item);
-                        }
+                        evicted.push(h.item);
                     }
                 }
             }
@@ -510,6 +507,20 @@ impl<T> RecvWindow<T> {
     fn slot(&mut self, seq: u64) -> Option<&mut Slot> {
         let i = seq.checked_sub(self.base)?;
         self.slots.get_mut(usize::try_from(i).ok()?)
+    }
+
+    /// Event `seq`, pending, waits for `more` acknowledgements downstream
+    /// besides those it waits for (it was routed again).
+    pub fn add_obligations(&mut self, seq: u64, more: u32) -> Result<(), RecvError> {
+        let slot = self.slot(seq).ok_or(RecvError::NotAwaiting { seq })?;
+        let Slot::Pending { n, failed } = *slot else {
+            return Err(RecvError::NotAwaiting { seq });
+        };
+        *slot = Slot::Pending {
+            n: n.saturating_add(more),
+            failed,
+        };
+        Ok(())
     }
 
     /// Says how many acknowledgements downstream event `seq` waits for

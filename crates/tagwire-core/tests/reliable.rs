@@ -78,7 +78,7 @@ impl Model {
     fn pump(&mut self) {
         while self.next_event < self.events {
             match self.send.push(self.next_event, 8) {
-                Push::Held { evicted: None, .. } => self.next_event += 1,
+                Push::Held { ref evicted, .. } if evicted.is_empty() => self.next_event += 1,
                 Push::WouldBlock(_) => break,
                 other => panic!("a Block window answered {other:?}"),
             }
@@ -296,7 +296,7 @@ fn a_full_window_blocks_drops_the_oldest_or_rejects_as_its_policy_says() {
         w.push('c', 1),
         Push::Held {
             seq: 3,
-            evicted: Some('a')
+            evicted: vec!['a']
         }
     );
     assert_eq!(w.stats().evicted, 1);
@@ -304,18 +304,18 @@ fn a_full_window_blocks_drops_the_oldest_or_rejects_as_its_policy_says() {
     assert!(matches!(
         w.push('d', 99),
         Push::Held {
-            evicted: Some('b'),
+            ref evicted,
             ..
-        }
+        } if evicted == &['b']
     ));
     assert_eq!((w.len(), w.bytes(), w.stats().evicted), (2, 100, 2));
     // One larger than the rest of the bound pushes out everything else.
     assert!(matches!(
         w.push('e', 100),
         Push::Held {
-            evicted: Some('c'),
+            ref evicted,
             ..
-        }
+        } if evicted == &['c', 'd']
     ));
     assert_eq!((w.len(), w.bytes(), w.stats().evicted), (1, 100, 4));
 }

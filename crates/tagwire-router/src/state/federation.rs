@@ -41,6 +41,9 @@ pub(crate) struct Federation {
     /// handles next: (connection, origin, version, what compiling gave);
     /// see [`crate::link::precompile_advert`].
     pub(crate) compiled_advert: Option<CompiledFor>,
+    /// Hop-by-hop acknowledgement: windows per link connection, the dedupe
+    /// window, counters (see [`crate::reliable`]).
+    pub(crate) reliable: crate::reliable::Reliable,
 }
 
 /// An advert's compiled interest and the advert it is for: (connection,
@@ -144,6 +147,7 @@ impl Federation {
             tls: None,
             refusals: HashMap::new(),
             compiled_advert: None,
+            reliable: crate::reliable::Reliable::new(config),
         }
     }
 

@@ -452,6 +452,42 @@ pub(crate) fn conn_closed(st: &mut State, conn: u64) {
     }
 }
 
+/// After the topology changed: a connection whose link the topology no
+/// longer confirms (the peer's advert dropped it, while this end has not
+/// noticed the connection is dead yet) gives back what its window holds,
+/// routed again now — before anything newer takes the new route, so that
+/// the subscriber gets them in order. Late acknowledgements of them on the
+/// old connection are ignored; late copies are dropped by the dedupe.
+pub(crate) fn topology_changed(st: &mut State) {
+    if st.fed.reliable.conns.is_empty() {
+        return;
+    }
+    let me = st.node.me();
+    let topo = st.node.topology();
+    let stale: Vec<(u64, NodeId)> = st
+        .fed
+        .reliable
+        .conns
+        .iter()
+        .filter(|(_, cr)| !cr.send.is_empty() && !topo.linked(me, cr.peer))
+        .map(|(c, cr)| (*c, cr.peer))
+        .collect();
+    for (conn, peer) in stale {
+        let held = match st.fed.reliable.conns.get_mut(&conn) {
+            Some(cr) => cr.send.drain(),
+            None => continue,
+        };
+        tracing::info!(
+            "the route no longer takes the link to {peer:#x}: routing its {} unacknowledged \
+             reliable events again",
+            held.len()
+        );
+        for h in held {
+            reroute(st, h, Some(peer));
+        }
+    }
+}
+
 /// Routes `held` again with the current topology, never to `exclude` (the
 /// neighbour that could not pass it on). Its upstream obligation moves to
 /// the links it now takes; with none, it is failed upstream (the daemon

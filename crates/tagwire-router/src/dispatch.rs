@@ -304,6 +304,7 @@ impl Sink<Arc<Channel>> for Execute<'_, '_, '_> {
                     hops: self.meta.hops,
                     from: self.from,
                     upstream: self.upstream,
+                    tries: 0,
                 };
                 crate::reliable::offer(self.rel, conn, held, self.max_control);
             }

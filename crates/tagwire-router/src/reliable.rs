@@ -66,7 +66,14 @@ pub(crate) struct Held {
     /// The neighbour it came from (not sent back there when routed again).
     pub from: Option<NodeId>,
     pub upstream: Option<Upstream>,
+    /// Times it was routed again (see [`MAX_REROUTES`]).
+    pub tries: u8,
 }
+
+/// Most times one event is routed again: past it, it is given up (counted
+/// `unroutable`), so that daemons whose views of the topology disagree for
+/// a while cannot pass it back and forth for ever.
+const MAX_REROUTES: u8 = 8;
 
 /// One link connection's windows (link version 3 only).
 #[derive(Debug)]
@@ -396,10 +403,24 @@ pub(crate) fn on_reliable(
         upstream: Some(Upstream { conn, seq }),
     };
     st.fed.reliable.obligations = 0;
+    let unwanted = st.node.counters().unwanted;
     let mut stage = crate::channel::Staging::default();
     crate::dispatch::deliver_routed(st, &mut stage, &mut out, &ev, deadline, route);
     let _ = stage.flush();
     let n = std::mem::take(&mut st.fed.reliable.obligations);
+    if n == 0 && st.node.counters().unwanted != unwanted {
+        // It went nowhere here (no subscriber, no link): this daemon's view
+        // of the routes disagrees with the sender's. Failed, so the sender
+        // routes it again (elsewhere) instead of taking it as delivered.
+        let r = &mut st.fed.reliable;
+        if let Some(cr) = r.conns.get_mut(&conn) {
+            let _ = cr.recv.settle(seq, 1);
+            let _ = cr.recv.complete(seq, true);
+        }
+        complete_pending(r, max);
+        ack_if_due(r, conn, false, max);
+        return Ok(());
+    }
     settle(st, n);
     Ok(())
 }
@@ -495,6 +516,22 @@ pub(crate) fn topology_changed(st: &mut State) {
 fn reroute(st: &mut State, held: Held, exclude: Option<NodeId>) {
     let max = st.config.limits.max_control_bytes;
     st.fed.reliable.counters.rerouted += 1;
+    if held.tries >= MAX_REROUTES {
+        let r = &mut st.fed.reliable;
+        r.counters.unroutable += 1;
+        if let Some(u) = held.upstream {
+            r.completions.push((u, false));
+        }
+        if r.warn_allowed() {
+            tracing::warn!(
+                "a reliable event was routed again {MAX_REROUTES} times and found no daemon to \
+                 take it: given up ({} so far)",
+                r.counters.unroutable
+            );
+        }
+        complete_pending(r, max);
+        return;
+    }
     let Ok(ev) = EventRef::parse(&held.event) else {
         // It parsed when it came; cannot happen. Give it up upstream.
         if let Some(u) = held.upstream {
@@ -570,6 +607,7 @@ impl Sink<Arc<crate::channel::Channel>> for Reroute<'_> {
             hops,
             from: self.held.from,
             upstream: self.held.upstream,
+            tries: self.held.tries.saturating_add(1),
         };
         if offer(self.rel, l.conn, held, self.max) {
             self.taken += 1;

@@ -280,3 +280,94 @@ fn a_reliable_tags_events_are_held_until_acknowledged_and_go_over_the_next_route
     }
     assert_eq!(again, vec![(1, 2), (2, 3)]);
 }
+
+#[test]
+fn a_link_the_peer_stops_advertising_gives_back_its_held_events_over_the_next_route_at_once() {
+    let h = router(&[("reliability", "reliable")]);
+    let (mut a, _, me) = linked(&h, 3, 71);
+    let (mut b, _, _) = linked(&h, 3, 72);
+    a.send_bytes(&link_frame(&LinkFrame::Advert {
+        origin: 71,
+        version: 1,
+        name: "raw71".into(),
+        neighbors: vec![me, 72],
+        interest: vec![Interest::pattern("/r/**")],
+    }));
+    b.send_bytes(&link_frame(&LinkFrame::Advert {
+        origin: 72,
+        version: 1,
+        name: "raw72".into(),
+        neighbors: vec![me, 71],
+        interest: vec![],
+    }));
+    link_ping(&mut a, 1);
+    link_ping(&mut b, 1);
+    let mut publisher = Raw::hello(&h).publisher("/pub");
+    for n in 1..=2 {
+        publisher.send_bytes(&publish_frame(1, &numbered("/pub", "/r/x", n)));
+    }
+    publisher.ping(2);
+    for want in 1..=2 {
+        let got = next_matching(&mut a, |f| match f {
+            LinkFrame::Reliable { seq, .. } => Some(seq),
+            _ => None,
+        });
+        assert_eq!(got, want);
+    }
+    // 71 says (through 72, as a flood would) that it lost its link to the
+    // router, while the router's connection to it still looks alive.
+    b.send_bytes(&link_frame(&LinkFrame::Advert {
+        origin: 71,
+        version: 2,
+        name: "raw71".into(),
+        neighbors: vec![72],
+        interest: vec![Interest::pattern("/r/**")],
+    }));
+    let mut again = Vec::new();
+    while again.len() < 2 {
+        let ev = next_matching(&mut b, |f| match f {
+            LinkFrame::Reliable { event, .. } => Some(event),
+            _ => None,
+        });
+        again.push(Event::decode(&ev).expect("event").header.seq);
+    }
+    assert_eq!(again, vec![1, 2], "the held events, in order, over 72");
+    // A third event takes the new route after them.
+    publisher.send_bytes(&publish_frame(1, &numbered("/pub", "/r/x", 3)));
+    publisher.ping(3);
+    let ev = next_matching(&mut b, |f| match f {
+        LinkFrame::Reliable { event, .. } => Some(event),
+        _ => None,
+    });
+    assert_eq!(Event::decode(&ev).expect("event").header.seq, 3);
+}
+
+#[test]
+fn a_reliable_event_that_goes_nowhere_here_is_acknowledged_as_failed() {
+    // No subscriber and no other link: the sender's view of the routes
+    // disagrees with this daemon's, so it must route the event again
+    // rather than take it as delivered.
+    let h = router(&[]);
+    let (mut raw, _, _) = linked(&h, 3, 81);
+    raw.send_bytes(&link_frame(&LinkFrame::Reliable {
+        seq: 1,
+        origin: 81,
+        hops: 0,
+        event: encoded(&numbered("/p", "/nobody/x", 1)),
+    }));
+    let ack = next_matching(&mut raw, |f| match f {
+        LinkFrame::Ack(a) => Some(a),
+        _ => None,
+    });
+    assert_eq!(
+        ack,
+        Ack {
+            done: 1,
+            ranges: vec![tagwire_proto::AckRange {
+                first: 1,
+                last: 1,
+                failed: true
+            }],
+        }
+    );
+}

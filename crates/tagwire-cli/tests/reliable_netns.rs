@@ -54,6 +54,17 @@ struct Seen {
     /// arrival (the delivery gaps of the faults; output is flushed when no
     /// event waits, so to about a millisecond).
     longest_gaps: Vec<(Duration, u64)>,
+    /// The longest wait between two arrivals in the 10 s after the cut
+    /// began, and in the 10 s after the kill: each fault's delivery gap.
+    gap_after_cut: Duration,
+    gap_after_kill: Duration,
+}
+
+/// Now, ns since the epoch (the clock perl stamps arrivals with).
+fn wall_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
 }
 
 /// Adds or deletes blackhole routes between hosts `a` and `b` (both ways).
@@ -166,6 +177,7 @@ fn faults(setup: Daemons) -> Seen {
     // Fault 1: the link from d0 to the daemon carrying the stream, cut 3 s.
     let m = carrying(&net);
     eprintln!("cutting d0–d{m} for {CUT:?}");
+    let cut_at = wall_ns();
     cut(&tb, 0, m, "add");
     let mut healed = Healed(&tb, 0, m, true);
     std::thread::sleep(CUT);
@@ -181,6 +193,7 @@ fn faults(setup: Daemons) -> Seen {
     // stays).
     let m = carrying(&net);
     eprintln!("killing d{m}");
+    let kill_at = wall_ns();
     net.kill(m);
     let start = Instant::now();
     let out = publisher
@@ -193,6 +206,9 @@ fn faults(setup: Daemons) -> Seen {
     );
     eprintln!("publisher done {:?} after the kill", start.elapsed());
     let printed = printed(sub, Duration::from_secs(15));
+    for i in [0, 2] {
+        eprintln!("d{i} reliable counters: {}", net.federation(i)["reliable"]);
+    }
     let mut seqs = Vec::new();
     let mut times = Vec::new();
     for line in printed.lines() {
@@ -207,12 +223,20 @@ fn faults(setup: Daemons) -> Seen {
             times.push((at * 1e9) as u64);
         }
     }
-    summarise(&seqs, &times)
+    summarise(&seqs, &times, cut_at, kill_at)
 }
 
 /// Counts loss, duplicates and order of publisher sequence numbers 1..=N
 /// (`tagwire pub` numbers from 1), and the longest gap between arrivals.
-fn summarise(seqs: &[u64], times: &[u64]) -> Seen {
+fn summarise(seqs: &[u64], times: &[u64], cut_at: u64, kill_at: u64) -> Seen {
+    let gap_after = |t: u64| {
+        times
+            .windows(2)
+            .filter(|w| w[1] >= t && w[0] < t + 10_000_000_000)
+            .map(|w| Duration::from_nanos(w[1].saturating_sub(w[0].max(t))))
+            .max()
+            .unwrap_or(Duration::ZERO)
+    };
     let mut seen = std::collections::HashSet::new();
     let mut duplicated = 0;
     let mut out_of_order = 0;
@@ -244,6 +268,8 @@ fn summarise(seqs: &[u64], times: &[u64]) -> Seen {
         duplicated,
         out_of_order,
         longest_gaps: gaps,
+        gap_after_cut: gap_after(cut_at),
+        gap_after_kill: gap_after(kill_at),
     }
 }
 

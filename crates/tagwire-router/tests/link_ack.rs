@@ -186,6 +186,9 @@ fn reliable_frames_are_delivered_once_and_acknowledged() {
         }
     }
     assert_eq!(more, 0, "the duplicate was not delivered");
+    let f = Raw::hello(&h).list().federation.unwrap_or_default();
+    assert_eq!(f.reliable.duplicates, 1, "{:?}", f.reliable);
+    assert!(f.links.iter().all(|l| l.acknowledged), "{:?}", f.links);
 }
 
 #[test]
@@ -262,6 +265,13 @@ fn a_reliable_tags_events_are_held_until_acknowledged_and_go_over_the_next_route
         seqs.push((seq, Event::decode(&ev).expect("event").header.seq));
     }
     assert_eq!(seqs, vec![(1, 1), (2, 2), (3, 3)]);
+    let f = Raw::hello(&h).list().federation.unwrap_or_default();
+    let to_a = f
+        .links
+        .iter()
+        .find(|l| l.peer == "raw61")
+        .expect("link to 61");
+    assert_eq!(to_a.unacked, 3, "held until acknowledged: {to_a:?}");
     // 61 acknowledges the first, then its link is lost.
     a.send_bytes(&link_frame(&LinkFrame::Ack(Ack {
         done: 1,

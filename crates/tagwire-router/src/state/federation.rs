@@ -257,6 +257,12 @@ impl Federation {
                     dropped,
                     bands,
                     events_out_by_band: by_band,
+                    unacked: std::iter::once(l.conn)
+                        .chain(l.bands.values().map(|b| b.conn))
+                        .filter_map(|c| self.reliable.conns.get(&c))
+                        .map(|cr| cr.send.len() as u64)
+                        .sum(),
+                    acknowledged: self.reliable.conns.contains_key(&l.conn),
                 }
             })
             .collect();
@@ -281,6 +287,18 @@ impl Federation {
                 .collect(),
             members: Vec::new(),
             bad_datagrams: 0,
+            reliable: {
+                let c = self.reliable.counters;
+                tagwire_proto::admin::ReliableInfo {
+                    held: c.held,
+                    window_dropped: c.window_dropped,
+                    rejected: c.rejected,
+                    rerouted: c.rerouted,
+                    unroutable: c.unroutable,
+                    duplicates: c.duplicates,
+                    acks_sent: c.acks_sent,
+                }
+            },
         }
     }
 }

@@ -306,7 +306,14 @@ impl Sink<Arc<Channel>> for Execute<'_, '_, '_> {
                     upstream: self.upstream,
                     tries: 0,
                 };
-                crate::reliable::offer(self.rel, conn, held, self.max_control);
+                let offered = crate::reliable::offer(self.rel, conn, held, self.max_control);
+                if let crate::reliable::Offered::Rejected { report: true } = offered {
+                    // The publisher (here) learns it with the batch's refusals.
+                    self.stage.also_rejected(format!(
+                        "link:{} (its reliable window is full: federation.reliable_window_events/_bytes)",
+                        l.name
+                    ));
+                }
             }
             return;
         }

@@ -233,13 +233,23 @@ pub(crate) fn is_reliable(st: &mut State, tag: &str) -> bool {
     r
 }
 
+/// What [`offer`] did with an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Offered {
+    /// `conn` has no window (a version-2 link: the caller sends best effort).
+    NoWindow,
+    /// In the window (and written if the control buffer had room).
+    Held,
+    /// A full `reject` window refused it; `report`: tell the publisher now
+    /// (at most once a second).
+    Rejected { report: bool },
+}
+
 /// Puts `held` in the window of link connection `conn` and sends what the
-/// connection's control buffer takes. False: `conn` has no window (a
-/// version-2 link: the caller sends best effort) — else true, whether the
-/// window took it or (full, `reject`) refused it.
-pub(crate) fn offer(rel: &mut Reliable, conn: u64, held: Held, max_control: usize) -> bool {
+/// connection's control buffer takes.
+pub(crate) fn offer(rel: &mut Reliable, conn: u64, held: Held, max_control: usize) -> Offered {
     let Some(cr) = rel.conns.get_mut(&conn) else {
-        return false;
+        return Offered::NoWindow;
     };
     let bytes = held.event.len();
     let upstream = held.upstream;
@@ -270,7 +280,8 @@ pub(crate) fn offer(rel: &mut Reliable, conn: u64, held: Held, max_control: usiz
         }
         Push::Rejected(_) | Push::WouldBlock(_) => {
             rel.counters.rejected += 1;
-            if rel.warn_allowed() {
+            let report = rel.warn_allowed();
+            if report {
                 tracing::warn!(
                     "reliable window of the link to {peer:#x} is full \
                      (federation.reliable_window_events/_bytes, reliable_window_full = \"reject\"): \
@@ -278,9 +289,10 @@ pub(crate) fn offer(rel: &mut Reliable, conn: u64, held: Held, max_control: usiz
                     rel.counters.rejected
                 );
             }
+            return Offered::Rejected { report };
         }
     }
-    true
+    Offered::Held
 }
 
 /// Writes the window's unsent events to the connection's control buffer,
@@ -609,7 +621,7 @@ impl Sink<Arc<crate::channel::Channel>> for Reroute<'_> {
             upstream: self.held.upstream,
             tries: self.held.tries.saturating_add(1),
         };
-        if offer(self.rel, l.conn, held, self.max) {
+        if offer(self.rel, l.conn, held, self.max) == Offered::Held {
             self.taken += 1;
         }
     }

@@ -381,3 +381,97 @@ fn a_reliable_event_that_goes_nowhere_here_is_acknowledged_as_failed() {
         }
     );
 }
+
+fn router_with(f: FederationConfig) -> RouterHandle {
+    Router::start(RouterConfig {
+        federation: f,
+        qos: [("reliability".to_string(), "reliable".to_string())]
+            .into_iter()
+            .collect(),
+        ..tcp_config()
+    })
+    .expect("start")
+}
+
+/// A raw peer wanting `/r/**` that never acknowledges, and a publisher of
+/// `n` events; returns the peer, the publisher and the router.
+fn unacknowledging(f: FederationConfig, n: u64) -> (Raw, Raw, RouterHandle) {
+    let h = router_with(f);
+    let (mut a, _, me) = linked(&h, 3, 91);
+    a.send_bytes(&link_frame(&LinkFrame::Advert {
+        origin: 91,
+        version: 1,
+        name: "raw91".into(),
+        neighbors: vec![me],
+        interest: vec![Interest::pattern("/r/**")],
+    }));
+    link_ping(&mut a, 1);
+    let mut publisher = Raw::hello(&h).publisher("/pub");
+    for k in 1..=n {
+        publisher.send_bytes(&publish_frame(1, &numbered("/pub", "/r/x", k)));
+    }
+    (a, publisher, h)
+}
+
+#[test]
+fn a_full_window_gives_up_the_oldest_or_refuses_the_new_counted_and_the_publisher_told() {
+    use tagwire_router::config::ReliableWindowFull;
+    // drop_oldest: every event is sent; the oldest two are given up.
+    let (mut a, mut publisher, h) = unacknowledging(
+        FederationConfig {
+            reliable_window_events: 2,
+            ..FederationConfig::default()
+        },
+        4,
+    );
+    publisher.ping(2);
+    for want in 1..=4 {
+        let seq = next_matching(&mut a, |f| match f {
+            LinkFrame::Reliable { seq, .. } => Some(seq),
+            _ => None,
+        });
+        assert_eq!(seq, want);
+    }
+    let f = Raw::hello(&h).list().federation.unwrap_or_default();
+    assert_eq!((f.reliable.window_dropped, f.links[0].unacked), (2, 2));
+
+    // reject: two are held and sent, two refused, and the publisher hears it.
+    let (mut a, mut publisher, h) = unacknowledging(
+        FederationConfig {
+            reliable_window_events: 2,
+            reliable_window_full: ReliableWindowFull::Reject,
+            ..FederationConfig::default()
+        },
+        4,
+    );
+    publisher.expect_error(
+        tagwire_proto::ErrorCode::QueueFull,
+        "reliable window is full",
+    );
+    for want in 1..=2 {
+        let seq = next_matching(&mut a, |f| match f {
+            LinkFrame::Reliable { seq, .. } => Some(seq),
+            _ => None,
+        });
+        assert_eq!(seq, want);
+    }
+    let f = Raw::hello(&h).list().federation.unwrap_or_default();
+    assert_eq!((f.reliable.rejected, f.links[0].unacked), (2, 2));
+}
+
+#[test]
+fn a_window_over_the_protocols_or_an_unknown_full_policy_is_refused_by_name() {
+    let e = FederationConfig {
+        reliable_window_events: tagwire_proto::MAX_RELIABLE_WINDOW + 1,
+        ..FederationConfig::default()
+    }
+    .validate()
+    .unwrap_err();
+    assert!(e.to_string().contains("reliable_window_events"), "{e}");
+    let e = toml::from_str::<RouterConfig>("[federation]\nreliable_window_full = \"block\"\n")
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("drop_oldest") && e.to_string().contains("reject"),
+        "{e}"
+    );
+}

@@ -103,6 +103,6 @@ if [[ $FAULTS -gt 0 ]]; then
     for _ in $(seq "$FAULTS"); do
         CARGO_PROFILE_DEV_DEBUG=line-tables-only cargo test --quiet -p tagwire-cli \
             --manifest-path "$root/Cargo.toml" --test reliable_netns -- --nocapture --test-threads 1 2>&1 |
-            grep -E '^(cutting|killing|reliable:|best_effort:|missing)'
+            grep -E "^(cutting|killing|reliable|best_effort|missing|d[02] reliable)"
     done
 fi

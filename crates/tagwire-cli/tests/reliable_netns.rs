@@ -259,7 +259,7 @@ fn summarise(seqs: &[u64], times: &[u64], cut_at: u64, kill_at: u64) -> Seen {
         .zip(seqs.iter().skip(1))
         .map(|(w, s)| (Duration::from_nanos(w[1].saturating_sub(w[0])), *s))
         .collect();
-    gaps.sort_by(|a, b| b.0.cmp(&a.0));
+    gaps.sort_by_key(|g| std::cmp::Reverse(g.0));
     gaps.truncate(3);
     gaps.sort_by_key(|g| seqs.iter().position(|s| *s == g.1));
     Seen {
@@ -277,6 +277,10 @@ fn summarise(seqs: &[u64], times: &[u64], cut_at: u64, kill_at: u64) -> Seen {
 fn reliable_loses_nothing_duplicates_nothing_and_keeps_order_through_a_cut_and_a_kill() {
     let seen = faults(RELIABLE);
     eprintln!("reliable: {seen:?}");
+    eprintln!(
+        "reliable delivery gaps: cut {:?}, kill {:?} (longest three {:?})",
+        seen.gap_after_cut, seen.gap_after_kill, seen.longest_gaps
+    );
     assert_eq!(
         (seen.lost, seen.duplicated, seen.out_of_order),
         (0, 0, 0),
@@ -289,6 +293,10 @@ fn reliable_loses_nothing_duplicates_nothing_and_keeps_order_through_a_cut_and_a
 fn best_effort_loses_events_through_the_same_cut_and_kill() {
     let seen = faults(BEST_EFFORT);
     eprintln!("best_effort: {seen:?}");
+    eprintln!(
+        "best_effort delivery gaps: cut {:?}, kill {:?} (longest three {:?})",
+        seen.gap_after_cut, seen.gap_after_kill, seen.longest_gaps
+    );
     assert!(
         seen.lost > 0,
         "best effort lost nothing through a 6 s cut and a kill -9: {seen:?}"

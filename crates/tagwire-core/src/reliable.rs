@@ -364,6 +364,10 @@ impl<T> SendWindow<T> {
     }
 }
 
+/// Slots an acknowledgement looks at above its cumulative point for
+/// selective ranges.
+const SACK_SCAN: usize = 4096;
+
 /// A frame the receiver cannot take.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -605,10 +609,12 @@ impl<T> RecvWindow<T> {
                 failed: true,
             })
             .collect();
-        // Settled runs above the cumulative point.
-        let mut seq = self.base;
+        // Settled runs above the cumulative point, among the first
+        // SACK_SCAN slots (so an acknowledgement costs at most that much
+        // however deep the window; later runs are reported once the
+        // cumulative point moves).
         let mut run: Option<AckRange> = None;
-        for s in &self.slots {
+        for (seq, s) in (self.base..).zip(self.slots.iter().take(SACK_SCAN)) {
             let kind = match s {
                 Slot::Done => Some(false),
                 Slot::Failed => Some(true),
@@ -638,7 +644,6 @@ impl<T> RecvWindow<T> {
             if ranges.len() >= MAX_ACK_RANGES {
                 break;
             }
-            seq += 1;
         }
         if let Some(r) = run {
             if ranges.len() < MAX_ACK_RANGES {

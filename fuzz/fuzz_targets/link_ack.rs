@@ -55,7 +55,8 @@ fuzz_target!(|data: &[u8]| {
                 for (seq, event) in ready {
                     let first = event.first().copied().unwrap_or(0);
                     let n = u32::from(first % 3);
-                    recv.settle(seq, n).expect("a delivered frame awaits settlement");
+                    recv.settle(seq, n)
+                        .expect("a delivered frame awaits settlement");
                     for k in 0..n {
                         pending.push((seq, first & (1 << k) != 0));
                     }

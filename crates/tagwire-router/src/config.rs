@@ -187,7 +187,7 @@ impl Default for FederationConfig {
                 .parse()
                 .expect("the default beacon group parses"),
             reliable_window_events: 65_536,
-            reliable_window_bytes: 64 << 20,
+            reliable_window_bytes: 16 << 20,
             reliable_window_full: ReliableWindowFull::DropOldest,
             reliable_dedupe_keys: 65_536,
         }

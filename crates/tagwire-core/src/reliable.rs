@@ -685,6 +685,8 @@ pub struct DedupeStats {
     pub too_old: u64,
     /// Keys forgotten to stay within `max_keys`.
     pub forgotten: u64,
+    /// Keys started over by a publisher that started again.
+    pub restarts: u64,
 }
 
 /// Bits of history kept below each key's highest sequence number.
@@ -694,6 +696,8 @@ const WORDS: usize = (DEDUPE_WINDOW / 64) as usize;
 #[derive(Debug, Clone)]
 struct Entry {
     highest: u64,
+    /// The source time of the event numbered `highest`.
+    highest_time: u64,
     /// Bit `i` set: `highest - 1 - i` was seen.
     below: [u64; WORDS],
     used: u64,
@@ -703,6 +707,14 @@ struct Entry {
 /// sequence number seen and which of the [`DEDUPE_WINDOW`] below it were.
 /// At `max_keys` the least recently used half is forgotten (counted); an
 /// event of a forgotten key is taken as new.
+///
+/// **A publisher that starts again** under the same name numbers from 1
+/// again: an event numbered at or below the highest seen but with a source
+/// time *later* than that highest event's is the new incarnation's (a copy
+/// carries its original's source time, which is not later), and starts the
+/// key over. So source times are taken to grow per publisher: one whose
+/// clock steps back and who restarts meanwhile can see its first events
+/// taken for copies.
 #[derive(Debug)]
 pub struct Dedupe {
     keys: HashMap<(u64, u64), Entry>,
@@ -737,9 +749,9 @@ impl Dedupe {
         self.keys.is_empty()
     }
 
-    /// Whether event `seq` of `publisher` published at `origin` is new, and
-    /// notes it.
-    pub fn check(&mut self, origin: u64, publisher: u64, seq: u64) -> Seen {
+    /// Whether event `seq` (source time `time`) of `publisher` published at
+    /// `origin` is new, and notes it.
+    pub fn check(&mut self, origin: u64, publisher: u64, seq: u64, time: u64) -> Seen {
         self.clock += 1;
         let clock = self.clock;
         let key = (origin, publisher);
@@ -751,6 +763,7 @@ impl Dedupe {
                 key,
                 Entry {
                     highest: seq,
+                    highest_time: time,
                     below: [0; WORDS],
                     used: clock,
                 },
@@ -758,6 +771,17 @@ impl Dedupe {
             return Seen::New;
         };
         e.used = clock;
+        if seq <= e.highest && time > e.highest_time {
+            // The publisher started again (see the type's doc).
+            self.stats.restarts += 1;
+            *e = Entry {
+                highest: seq,
+                highest_time: time,
+                below: [0; WORDS],
+                used: clock,
+            };
+            return Seen::New;
+        }
         if seq > e.highest {
             shift(&mut e.below, seq - e.highest);
             // The old highest is now `seq - 1 - (shift - 1)` below: bit
@@ -767,6 +791,7 @@ impl Dedupe {
                 set(&mut e.below, d);
             }
             e.highest = seq;
+            e.highest_time = time;
             return Seen::New;
         }
         if seq == e.highest {

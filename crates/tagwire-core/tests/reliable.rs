@@ -249,7 +249,7 @@ proptest! {
         let mut seen = std::collections::HashSet::new();
         let mut highest = std::collections::HashMap::new();
         for (key, seq) in events {
-            let got = d.check(7, key, seq);
+            let got = d.check(7, key, seq, seq);
             let h: Option<&u64> = highest.get(&key);
             let want = if h == Some(&seq) {
                 Seen::Duplicate
@@ -365,11 +365,27 @@ fn a_frame_beyond_the_window_is_refused_and_a_lost_connection_drains_in_order() 
 fn dedupe_forgets_the_least_recently_used_keys_at_its_bound() {
     let mut d = Dedupe::new(4);
     for k in 0..4 {
-        assert_eq!(d.check(1, k, 10), Seen::New);
+        assert_eq!(d.check(1, k, 10, 10), Seen::New);
     }
-    assert_eq!(d.check(1, 3, 10), Seen::Duplicate);
-    assert_eq!(d.check(1, 9, 10), Seen::New);
+    assert_eq!(d.check(1, 3, 10, 10), Seen::Duplicate);
+    assert_eq!(d.check(1, 9, 10, 10), Seen::New);
     assert!(d.len() <= 4 && d.stats().forgotten >= 2);
     // Key 3 was used last before the bound: still remembered.
-    assert_eq!(d.check(1, 3, 10), Seen::Duplicate);
+    assert_eq!(d.check(1, 3, 10, 10), Seen::Duplicate);
+}
+
+#[test]
+fn a_publisher_that_starts_again_under_its_name_is_not_taken_for_copies() {
+    let mut d = Dedupe::new(16);
+    for seq in 1..=100 {
+        assert_eq!(d.check(1, 7, seq, 1_000 + seq), Seen::New);
+    }
+    // A copy of 50 (its original source time) is one.
+    assert_eq!(d.check(1, 7, 50, 1_050), Seen::Duplicate);
+    // The publisher starts again: numbers from 1, later source times.
+    for seq in 1..=100 {
+        assert_eq!(d.check(1, 7, seq, 5_000 + seq), Seen::New, "seq {seq}");
+    }
+    assert_eq!(d.check(1, 7, 60, 5_060), Seen::Duplicate);
+    assert_eq!(d.stats().restarts, 1);
 }

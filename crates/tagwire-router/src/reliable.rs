@@ -387,7 +387,12 @@ pub(crate) fn on_reliable(
         complete_pending(r, max);
         ack_if_due(r, conn, false, max);
     };
-    match st.fed.reliable.dedupe.check(origin, publisher, ev.seq) {
+    match st
+        .fed
+        .reliable
+        .dedupe
+        .check(origin, publisher, ev.seq, ev.source_time_ns)
+    {
         Seen::New => {}
         Seen::Duplicate | Seen::TooOld => {
             st.fed.reliable.counters.duplicates += 1;

@@ -143,13 +143,17 @@ fn faults(setup: Daemons) -> Seen {
         link_count(f) == 2
     });
     // The subscriber's lines stamped with their arrival time (perl), for
-    // the delivery gap; `timeout` bounds it when events are lost.
+    // the delivery gap; `timeout` bounds it when events are lost. Its
+    // queues hold every event: the burst that ends a fault must not be
+    // dropped between d2 and the subscriber (client connections are not
+    // acknowledged; docs/reliability.md).
     let h2 = tb.host(2);
     let tagwire = common::netns::bin("tagwire", env!("CARGO_BIN_EXE_tagwire"));
     let mut c = Command::new("sh");
     c.arg("-c")
         .arg(format!(
-            "timeout 120 {} -s {} sub '/t/**' --json -n {EVENTS} | \
+            "timeout 120 {} -s {} sub '/t/**' --json -n {EVENTS} --max-queue {EVENTS} \
+             --local-queue {EVENTS} | \
              perl -MTime::HiRes=time -ne 'BEGIN {{ $| = 1 }} printf(\"%.6f %s\", time, $_)'",
             tagwire.display(),
             common::netns::url(h2),

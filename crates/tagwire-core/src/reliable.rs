@@ -288,6 +288,11 @@ impl<T> SendWindow<T> {
         out
     }
 
+    /// The oldest held event.
+    pub fn oldest(&self) -> Option<(u64, &T)> {
+        self.held.first_key_value().map(|(s, h)| (*s, &h.item))
+    }
+
     /// The held event `seq`.
     pub fn get(&self, seq: u64) -> Option<&T> {
         self.held.get(&seq).map(|h| &h.item)

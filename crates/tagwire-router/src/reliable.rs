@@ -490,26 +490,50 @@ pub(crate) fn conn_closed(st: &mut State, conn: u64) {
     }
 }
 
-/// After the topology changed: a connection whose link the topology no
-/// longer confirms (the peer's advert dropped it, while this end has not
-/// noticed the connection is dead yet) gives back what its window holds,
-/// routed again now — before anything newer takes the new route, so that
-/// the subscriber gets them in order. Late acknowledgements of them on the
-/// old connection are ignored; late copies are dropped by the dedupe.
+/// After the topology changed: a connection whose held events the route
+/// no longer takes — its link is not confirmed any more (the peer's advert
+/// dropped it, while this end has not noticed the connection is dead), or
+/// the route of its oldest held event now goes another way (a link came
+/// back and the shortest path moved) — gives back what its window holds,
+/// routed again now, before anything newer takes the new route, so that the
+/// subscriber gets them in order. Late acknowledgements of them on the old
+/// connection are ignored; late copies are dropped by the dedupe.
 pub(crate) fn topology_changed(st: &mut State) {
     if st.fed.reliable.conns.is_empty() {
         return;
     }
     let me = st.node.me();
-    let topo = st.node.topology();
-    let stale: Vec<(u64, NodeId)> = st
+    let candidates: Vec<(u64, NodeId)> = st
         .fed
         .reliable
         .conns
         .iter()
-        .filter(|(_, cr)| !cr.send.is_empty() && !topo.linked(me, cr.peer))
+        .filter(|(_, cr)| !cr.send.is_empty())
         .map(|(c, cr)| (*c, cr.peer))
         .collect();
+    let mut stale = Vec::new();
+    for (conn, peer) in candidates {
+        let moved = !st.node.topology().linked(me, peer) || {
+            let Some(cr) = st.fed.reliable.conns.get(&conn) else {
+                continue;
+            };
+            let Some((_, h)) = cr.send.oldest() else {
+                continue;
+            };
+            let (event, origin, hops, from) = (h.event.clone(), h.origin, h.hops, h.from);
+            match EventRef::parse(&event) {
+                Ok(ev) => {
+                    let mut next = NextHops(Vec::new());
+                    st.node.route(&ev, origin, hops, from, &mut next);
+                    !next.0.contains(&peer)
+                }
+                Err(_) => false,
+            }
+        };
+        if moved {
+            stale.push((conn, peer));
+        }
+    }
     for (conn, peer) in stale {
         let held = match st.fed.reliable.conns.get_mut(&conn) {
             Some(cr) => cr.send.drain(),
@@ -520,8 +544,10 @@ pub(crate) fn topology_changed(st: &mut State) {
              reliable events again",
             held.len()
         );
+        // Not excluded: an event whose route still takes this link goes on
+        // it again (a copy, dropped by the dedupe where it arrives twice).
         for h in held {
-            reroute(st, h, Some(peer));
+            reroute(st, h, None);
         }
     }
 }
@@ -596,6 +622,16 @@ fn reroute(st: &mut State, held: Held, exclude: Option<NodeId>) {
         None => {}
     }
     complete_pending(r, max);
+}
+
+/// The links a routing picks (local channels ignored).
+struct NextHops(Vec<NodeId>);
+
+impl Sink<Arc<crate::channel::Channel>> for NextHops {
+    fn channel(&mut self, _: &Arc<crate::channel::Channel>, _: Overrides) {}
+    fn link(&mut self, to: NodeId, _origin: NodeId, _hops: u8) {
+        self.0.push(to);
+    }
 }
 
 /// Routes a held event again: links only (local channels already had it).

@@ -9,8 +9,10 @@
 #    a subscriber on b. For `reliable`, a's daemon layer says
 #    `reliability = "reliable"` (every event crosses as `Reliable` and is
 #    acknowledged); for `best_effort` nothing is set. Each round runs both,
-#    on fresh daemons. Prints events received (of EVENTS) and the rate
-#    between the first and the last arrival. Not a timing assertion: a
+#    on fresh daemons. The subscriber's queues hold every event (the
+#    client connection is not what is measured). Prints events received (of
+#    EVENTS), the rate between the first and the last arrival, and a's link
+#    drops (best effort: the link queue's) and window drops (reliable). Not a timing assertion: a
 #    shared machine moves these numbers; compare within a run.
 # 2. With --faults N (root, network namespaces): runs the fault experiment
 #    crates/tagwire-cli/tests/reliable_netns.rs N times (four daemons in a
@@ -69,7 +71,8 @@ run() { # $1: reliable|best_effort
     pids+=($!)
     wait_port "$pa" || return 1
     # The subscriber on b, its arrivals counted and timed.
-    "$bin/tagwire" -s "tcp://127.0.0.1:$pb" sub '/bench/**' -n "$EVENTS" --timeout 5 2>/dev/null |
+    "$bin/tagwire" -s "tcp://127.0.0.1:$pb" sub '/bench/**' -n "$EVENTS" --timeout 5 \
+        --max-queue "$EVENTS" --local-queue "$EVENTS" 2>/dev/null |
         perl -MTime::HiRes=time -ne '$n++; $f //= time; $l = time;
             END { printf "%d %.0f\n", $n, ($n > 1 && $l > $f) ? ($n - 1) / ($l - $f) : 0 }' \
         >"$tmp/sub.out" &
@@ -85,7 +88,10 @@ run() { # $1: reliable|best_effort
     wait "$sub"
     local got rate
     read -r got rate <"$tmp/sub.out"
-    printf '%-12s received %8s of %s   %8s events/s\n' "$1" "$got" "$EVENTS" "$rate"
+    local counters
+    counters=$("$bin/tagwire" -s "tcp://127.0.0.1:$pa" list --links --json 2>/dev/null |
+        python3 -c 'import json,sys; f=json.load(sys.stdin); r=f.get("reliable",{}); l=(f.get("links") or [{}])[0]; print("link dropped", l.get("dropped"), "window_dropped", r.get("window_dropped"), "held", r.get("held"))')
+    printf '%-12s received %8s of %s   %8s events/s   (a: %s)\n' "$1" "$got" "$EVENTS" "$rate" "$counters"
     for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
     wait 2>/dev/null
     pids=()

@@ -547,7 +547,7 @@ impl Topology {
     }
 
     /// Whether `a` and `b` both list each other (a link both ends confirm).
-    fn linked(&self, a: NodeId, b: NodeId) -> bool {
+    pub fn linked(&self, a: NodeId, b: NodeId) -> bool {
         let lists = |x: NodeId, y: NodeId| {
             self.nodes
                 .get(&x)

@@ -18,6 +18,9 @@
 //!   in one table, used by the router for every publish.
 //! - [`bandwidth`]: bandwidth reservations (`reserve=RATE`): rate parsing,
 //!   admission (sum ≤ capacity, bounded count) and traffic-class ids.
+//! - [`reliable`]: hop-by-hop acknowledgement windows over links (sender
+//!   retransmit buffer, receiver reorder and custody acknowledgements) and
+//!   the dedupe window of `reliability=reliable`.
 //! - [`store`]: the durable store's record format, retention rule and
 //!   replay start (`reliability=durable`).
 //! - [`tds`]: time services — the buffering service (time-ordering by
@@ -41,6 +44,7 @@ pub mod node;
 pub mod proxy;
 pub mod qos;
 pub mod queue;
+pub mod reliable;
 pub mod route;
 pub mod store;
 pub mod tags;

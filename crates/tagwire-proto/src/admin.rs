@@ -995,6 +995,13 @@ pub struct LinkInfo {
     /// default band's name).
     #[serde(default)]
     pub events_out_by_band: BTreeMap<String, u64>,
+    /// Reliable events sent on the link and not yet acknowledged (held in
+    /// its windows; docs/reliability.md).
+    #[serde(default)]
+    pub unacked: u64,
+    /// Whether the link acknowledges reliable events (link version 3).
+    #[serde(default)]
+    pub acknowledged: bool,
 }
 
 /// The federation, as the first page of `tagwire list` shows it.
@@ -1023,6 +1030,31 @@ pub struct FederationInfo {
     /// Gossip datagrams and beacons refused as malformed.
     #[serde(default)]
     pub bad_datagrams: u64,
+    /// Hop-by-hop acknowledgement of reliable tags: what this daemon held,
+    /// gave up, routed again and dropped as copies.
+    #[serde(default)]
+    pub reliable: ReliableInfo,
+}
+
+/// Counters of reliable links (docs/reliability.md), in `tagwire list
+/// --links --json` as `reliable`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReliableInfo {
+    /// Reliable events put in a link's window.
+    pub held: u64,
+    /// Given up by a full window (`reliable_window_full = "drop_oldest"`).
+    pub window_dropped: u64,
+    /// Refused by a full window (`"reject"`).
+    pub rejected: u64,
+    /// Routed again (a lost link, a route that moved, a failed
+    /// acknowledgement).
+    pub rerouted: u64,
+    /// Routed again and taken by no route: lost.
+    pub unroutable: u64,
+    /// Copies dropped by the dedupe window.
+    pub duplicates: u64,
+    /// Acknowledgements sent.
+    pub acks_sent: u64,
 }
 
 /// A daemon as its advert describes it.

@@ -16,8 +16,20 @@ use crate::frame::{patch_len, put_short_str as put_short, put_str16, FRAME_HEADE
 use crate::limits::MAX_TEXT_LEN;
 use crate::reader::Reader;
 
-/// The link protocol version this crate speaks (carried in `Peer`).
-pub const LINK_VERSION: u16 = 2;
+/// The newest link protocol version this crate speaks (carried in `Peer`).
+/// Version 3 adds [`LinkFrame::Reliable`] and [`LinkFrame::Ack`].
+pub const LINK_VERSION: u16 = 3;
+/// The oldest link protocol version this crate still links with (without
+/// acknowledgements: reliable events cross such a link best effort).
+pub const MIN_LINK_VERSION: u16 = 2;
+/// The first link version with hop-by-hop acknowledgement.
+pub const RELIABLE_LINK_VERSION: u16 = 3;
+/// Most ranges one [`Ack`] carries.
+pub const MAX_ACK_RANGES: usize = 16;
+/// Most unacknowledged reliable events one link connection may have in
+/// flight: a receiver refuses a sequence number further ahead.
+pub const MAX_RELIABLE_WINDOW: usize = 262_144;
+
 /// Most neighbours one `Advert` may list.
 pub const MAX_ADVERT_NEIGHBORS: usize = 1024;
 /// Most bands one `Peer` may list.
@@ -43,6 +55,35 @@ pub mod link_kind {
     pub const PULL_REQUEST: u8 = 0x25;
     /// Either way: the answer to a `PullRequest`, routed back hop by hop.
     pub const PULL_ANSWER: u8 = 0x26;
+    /// Either way (link version 3): an event routed with a per-connection
+    /// sequence number, held by the sender until acknowledged.
+    pub const RELIABLE: u8 = 0x27;
+    /// Either way (link version 3): which `Reliable` frames are settled.
+    pub const ACK: u8 = 0x28;
+}
+
+/// A range of per-connection sequence numbers in an [`Ack`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AckRange {
+    /// The first sequence number.
+    pub first: u64,
+    /// The last (inclusive; `first <= last`).
+    pub last: u64,
+    /// Failed: the receiver could not pass these on (the sender routes them
+    /// again); else done.
+    pub failed: bool,
+}
+
+/// An acknowledgement of `Reliable` frames on one connection: every
+/// sequence number up to `done` is settled (done, unless a failed range
+/// names it), and so are the ranges (selective, above `done`, or failed
+/// below it).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Ack {
+    /// Cumulative: everything up to here is settled (0: nothing yet).
+    pub done: u64,
+    /// At most [`MAX_ACK_RANGES`] ranges.
+    pub ranges: Vec<AckRange>,
 }
 
 /// Whether `kind` is a link frame type.
@@ -192,6 +233,21 @@ pub enum LinkFrame {
         /// The reply or the refusal.
         outcome: PullOutcome,
     },
+    /// A reliable event being routed (link version 3): like `Forward`,
+    /// with the connection's next sequence number; the sender holds it until
+    /// an [`LinkFrame::Ack`] settles it.
+    Reliable {
+        /// Per-connection sequence number, from 1, consecutive.
+        seq: u64,
+        /// The daemon where it was published.
+        origin: u64,
+        /// Links it has crossed before this one.
+        hops: u8,
+        /// The encoded event (see [`crate::EventRef::parse`]).
+        event: Bytes,
+    },
+    /// Settles `Reliable` frames of this connection (link version 3).
+    Ack(Ack),
 }
 
 impl LinkFrame {
@@ -205,6 +261,8 @@ impl LinkFrame {
             LinkFrame::TimeReply { .. } => link_kind::TIME_REPLY,
             LinkFrame::PullRequest { .. } => link_kind::PULL_REQUEST,
             LinkFrame::PullAnswer { .. } => link_kind::PULL_ANSWER,
+            LinkFrame::Reliable { .. } => link_kind::RELIABLE,
+            LinkFrame::Ack(_) => link_kind::ACK,
         }
     }
 
@@ -337,6 +395,39 @@ impl LinkFrame {
                             crate::excerpt::truncate(message, MAX_TEXT_LEN),
                         )?;
                     }
+                }
+            }
+            LinkFrame::Reliable {
+                seq,
+                origin,
+                hops,
+                event,
+            } => {
+                out.put_u64_le(*seq);
+                out.put_u64_le(*origin);
+                out.put_u8(*hops);
+                out.put_slice(event);
+            }
+            LinkFrame::Ack(ack) => {
+                if ack.ranges.len() > MAX_ACK_RANGES {
+                    return Err(EncodeError::TooLong {
+                        what: "ack ranges",
+                        len: ack.ranges.len(),
+                        max: MAX_ACK_RANGES,
+                    });
+                }
+                out.put_u64_le(ack.done);
+                out.put_u8(ack.ranges.len() as u8);
+                for r in &ack.ranges {
+                    if r.first > r.last {
+                        return Err(EncodeError::BadValue {
+                            what: "ack range (first after last)",
+                            value: r.first,
+                        });
+                    }
+                    out.put_u64_le(r.first);
+                    out.put_u64_le(r.last);
+                    out.put_u8(u8::from(r.failed));
                 }
             }
         }
@@ -473,6 +564,61 @@ impl LinkFrame {
                 };
                 LinkFrame::PullAnswer { id, outcome }
             }
+            link_kind::RELIABLE => {
+                let seq = r.u64("reliable sequence number")?;
+                if seq == 0 {
+                    return Err(DecodeError::BadValue {
+                        what: "reliable sequence number",
+                        value: 0,
+                    });
+                }
+                let origin = r.u64("forward origin")?;
+                let hops = r.u8("hop count")?;
+                return Ok(LinkFrame::Reliable {
+                    seq,
+                    origin,
+                    hops,
+                    event: body.slice(17..),
+                });
+            }
+            link_kind::ACK => {
+                let done = r.u64("ack cumulative")?;
+                let n = r.u8("ack range count")? as usize;
+                if n > MAX_ACK_RANGES {
+                    return Err(DecodeError::TooLong {
+                        what: "ack ranges",
+                        len: n,
+                        max: MAX_ACK_RANGES,
+                    });
+                }
+                let mut ranges = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let first = r.u64("ack range first")?;
+                    let last = r.u64("ack range last")?;
+                    if first > last {
+                        return Err(DecodeError::BadValue {
+                            what: "ack range (first after last)",
+                            value: first,
+                        });
+                    }
+                    let failed = match r.u8("ack range kind")? {
+                        0 => false,
+                        1 => true,
+                        v => {
+                            return Err(DecodeError::BadValue {
+                                what: "ack range kind",
+                                value: v as u64,
+                            })
+                        }
+                    };
+                    ranges.push(AckRange {
+                        first,
+                        last,
+                        failed,
+                    });
+                }
+                LinkFrame::Ack(Ack { done, ranges })
+            }
             other => return Err(DecodeError::UnknownFrameType(other)),
         };
         r.finish(link_frame_name(kind))?;
@@ -490,6 +636,8 @@ pub fn link_frame_name(kind: u8) -> &'static str {
         link_kind::TIME_REPLY => "TimeReply",
         link_kind::PULL_REQUEST => "PullRequest",
         link_kind::PULL_ANSWER => "PullAnswer",
+        link_kind::RELIABLE => "Reliable",
+        link_kind::ACK => "Ack",
         _ => "unknown link frame",
     }
 }
@@ -684,6 +832,36 @@ mod tests {
                         events: events.into_iter().map(Bytes::from).collect(),
                     }),
                 }),
+            (
+                1u64..,
+                any::<u64>(),
+                any::<u8>(),
+                prop::collection::vec(any::<u8>(), 0..64)
+            )
+                .prop_map(|(seq, origin, hops, e)| LinkFrame::Reliable {
+                    seq,
+                    origin,
+                    hops,
+                    event: Bytes::from(e)
+                }),
+            (
+                any::<u64>(),
+                prop::collection::vec(
+                    (any::<u64>(), 0u64..1000, any::<bool>()),
+                    0..=MAX_ACK_RANGES
+                )
+            )
+                .prop_map(|(done, ranges)| LinkFrame::Ack(Ack {
+                    done,
+                    ranges: ranges
+                        .into_iter()
+                        .map(|(first, len, failed)| AckRange {
+                            first,
+                            last: first.saturating_add(len),
+                            failed
+                        })
+                        .collect()
+                })),
             (any::<u32>(), any::<u16>(), "[a-z ]{0,20}").prop_map(|(id, code, message)| {
                 LinkFrame::PullAnswer {
                     id,

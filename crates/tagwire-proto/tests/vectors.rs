@@ -496,6 +496,33 @@ fn link_vectors() -> Vec<(&'static str, LinkFrame)> {
                 },
             },
         ),
+        (
+            "link_reliable",
+            LinkFrame::Reliable {
+                seq: 5,
+                origin: 0x0102_0304_0506_0708,
+                hops: 1,
+                event: Bytes::from_static(&[0xde, 0xad]),
+            },
+        ),
+        (
+            "link_ack",
+            LinkFrame::Ack(tagwire_proto::Ack {
+                done: 7,
+                ranges: vec![
+                    tagwire_proto::AckRange {
+                        first: 9,
+                        last: 10,
+                        failed: false,
+                    },
+                    tagwire_proto::AckRange {
+                        first: 12,
+                        last: 12,
+                        failed: true,
+                    },
+                ],
+            }),
+        ),
     ]
 }
 

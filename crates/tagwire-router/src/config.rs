@@ -137,6 +137,31 @@ pub struct FederationConfig {
     pub discovery: bool,
     /// The beacons' multicast group and port.
     pub beacon_group: std::net::SocketAddrV4,
+    /// Reliable events (`reliability=reliable`, `exactly_once`, `durable`)
+    /// held per link connection until the peer acknowledges them (at most
+    /// 262,144, the protocol's window); see docs/reliability.md.
+    pub reliable_window_events: usize,
+    /// And their bytes.
+    pub reliable_window_bytes: usize,
+    /// What a full window does with one more reliable event.
+    pub reliable_window_full: ReliableWindowFull,
+    /// (origin daemon, publisher) pairs the dedupe window remembers; at the
+    /// bound the least recently used half is forgotten.
+    pub reliable_dedupe_keys: usize,
+}
+
+/// What a link connection's full reliability window does with one more
+/// reliable event (`[federation] reliable_window_full`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum ReliableWindowFull {
+    /// The oldest unacknowledged event is given up for that link (counted,
+    /// logged) to take the new one.
+    #[default]
+    DropOldest,
+    /// The new event does not cross that link (counted, logged; the
+    /// publisher's daemon tells the publisher).
+    Reject,
 }
 
 impl Default for FederationConfig {
@@ -161,6 +186,10 @@ impl Default for FederationConfig {
             beacon_group: DEFAULT_BEACON_GROUP
                 .parse()
                 .expect("the default beacon group parses"),
+            reliable_window_events: 65_536,
+            reliable_window_bytes: 16 << 20,
+            reliable_window_full: ReliableWindowFull::DropOldest,
+            reliable_dedupe_keys: 65_536,
         }
     }
 }
@@ -200,12 +229,22 @@ impl FederationConfig {
             ("max_interest", self.max_interest),
             ("max_links", self.max_links),
             ("link_queue_length", self.link_queue_length),
+            ("reliable_window_events", self.reliable_window_events),
+            ("reliable_window_bytes", self.reliable_window_bytes),
+            ("reliable_dedupe_keys", self.reliable_dedupe_keys),
         ] {
             if v == 0 {
                 return Err(ConfigError::Invalid(format!(
                     "federation.{name} = 0: it must be at least 1"
                 )));
             }
+        }
+        if self.reliable_window_events > tagwire_proto::MAX_RELIABLE_WINDOW {
+            return Err(ConfigError::Invalid(format!(
+                "federation.reliable_window_events = {} is over the protocol's {}",
+                self.reliable_window_events,
+                tagwire_proto::MAX_RELIABLE_WINDOW
+            )));
         }
         if self.max_interest > tagwire_proto::MAX_ADVERT_INTEREST {
             return Err(ConfigError::Invalid(format!(

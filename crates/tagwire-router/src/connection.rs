@@ -588,6 +588,17 @@ impl Conn {
                     let message = c.reason.clone();
                     self.note_error(ErrorCode::from_code(c.code), &message);
                 }
+                if c.by_peer && self.dialed && c.code == ErrorCode::UnsupportedVersion.code() {
+                    // A daemon of an older link version closed our `Peer`:
+                    // the next dial says its version (docs/protocol.md).
+                    let message = c.reason.clone();
+                    crate::link::log_peer_error(
+                        &self.state,
+                        self.id,
+                        ErrorCode::UnsupportedVersion,
+                        &message,
+                    );
+                }
                 false
             }
         }

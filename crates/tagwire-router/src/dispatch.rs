@@ -20,6 +20,12 @@ use crate::channel::Channel;
 /// Where an event comes from, for the links it may go on.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Route<'a> {
+    /// It crosses links reliably (it came as `Reliable`, or its tag is
+    /// reliable here); see [`crate::reliable`].
+    pub reliable: bool,
+    /// Where it came from on a reliable connection: the obligation its
+    /// forwards take on.
+    pub upstream: Option<crate::reliable::Upstream>,
     /// The daemon it was published at (0: this one).
     pub origin: u64,
     /// Links it has crossed.
@@ -145,7 +151,14 @@ fn deliver_with(
         0 => st.node.me(),
         o => o,
     };
+    // One flag test unless a tag is reliable and a link speaks version 3.
+    let reliable = !band.is_empty() && (route.reliable || crate::reliable::is_reliable(st, ev.tag));
     let mut sink = Execute {
+        reliable,
+        upstream: route.upstream,
+        from: route.from,
+        rel: &mut st.fed.reliable,
+        max_control: st.config.limits.max_control_bytes,
         stage,
         event,
         shm,
@@ -205,6 +218,13 @@ struct Execute<'a, 'e, 'b> {
     shm: Option<&'e mut crate::shm::ShmEvent>,
     shm_table: &'a mut crate::shm::ShmTable,
     links: &'a mut std::collections::HashMap<u64, crate::state::federation::Link>,
+    /// Whether the event crosses links reliably, its upstream obligation,
+    /// the neighbour it came from, and the windows.
+    reliable: bool,
+    upstream: Option<crate::reliable::Upstream>,
+    from: Option<NodeId>,
+    rel: &'a mut crate::reliable::Reliable,
+    max_control: usize,
     limits: &'a crate::config::Limits,
     meta: EventMeta,
     band: &'a str,
@@ -270,6 +290,33 @@ impl Sink<Arc<Channel>> for Execute<'_, '_, '_> {
             ..self.meta
         };
         let queue = l.bands.get(self.band).map_or(&l.queue, |b| &b.queue);
+        if self.reliable && self.rel.conns.contains_key(&queue.conn) {
+            let conn = queue.conn;
+            let event = match self.shm.as_deref_mut() {
+                None => Some(self.event.for_history().0),
+                Some(s) => s.copied().map(|c| c.for_history().0),
+            };
+            if let Some(event) = event {
+                l.bytes_out += event.len() as u64;
+                let held = crate::reliable::Held {
+                    event,
+                    origin,
+                    hops: self.meta.hops,
+                    from: self.from,
+                    upstream: self.upstream,
+                    tries: 0,
+                };
+                let offered = crate::reliable::offer(self.rel, conn, held, self.max_control);
+                if let crate::reliable::Offered::Rejected { report: true } = offered {
+                    // The publisher (here) learns it with the batch's refusals.
+                    self.stage.also_rejected(format!(
+                        "link:{} (its reliable window is full: federation.reliable_window_events/_bytes)",
+                        l.name
+                    ));
+                }
+            }
+            return;
+        }
         let mut offer = |event: &mut Outgoing<'_>| {
             self.stage.offer(queue, event, &m);
             l.bytes_out += event.bytes().len() as u64;

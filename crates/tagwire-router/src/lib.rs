@@ -51,6 +51,7 @@ mod placement;
 pub mod priority;
 mod qos;
 mod read_buffer;
+mod reliable;
 mod shm;
 mod state;
 mod store;
@@ -307,6 +308,7 @@ impl Router {
             st.refresh_supplier_limit();
             history::layers_changed(&mut st);
             store::layers_changed(&mut st);
+            reliable::layers_changed(&mut st);
             st.band_names = band_names;
         }
         if let Some(f) = &reservations_file {

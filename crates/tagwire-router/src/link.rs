@@ -19,7 +19,10 @@ use std::time::Duration;
 use tagwire_core::federation::NodeId;
 use tagwire_core::qos::ProxyMode;
 use tagwire_core::queue::{BoundedQueue, DiscardPolicy, OrderPolicy};
-use tagwire_proto::{ErrorCode, EventRef, Interest, LinkFrame, ProxyAt, LINK_VERSION};
+use tagwire_proto::{
+    ErrorCode, EventRef, Interest, LinkFrame, ProxyAt, LINK_VERSION, MIN_LINK_VERSION,
+    RELIABLE_LINK_VERSION,
+};
 
 use crate::channel::{Channel, Outbox, Outgoing};
 use crate::state::State;
@@ -56,15 +59,27 @@ pub(crate) struct LinkConn<'a> {
 }
 
 /// Says who we are: the dialer's first link frame, after `Welcome`.
+/// It says link version 3 unless the peer at that address refused it
+/// before (a daemon of version 2), then 2.
 pub(crate) fn say_peer(state: &Locked<State>, conn: u64, outbox: &Outbox, max: usize) {
     let st = state.borrow();
-    let _ = outbox.send_link(&peer_frame(&st, conn), max);
+    let downgraded = st
+        .connections
+        .get(&conn)
+        .is_some_and(|c| st.fed.reliable.downgraded.contains(&c.peer));
+    let version = if downgraded {
+        MIN_LINK_VERSION
+    } else {
+        LINK_VERSION
+    };
+    let _ = outbox.send_link(&peer_frame(&st, conn, version), max);
 }
 
-/// Our `Peer` for connection `conn`: its band, and our bands' ports.
-fn peer_frame(st: &State, conn: u64) -> LinkFrame {
+/// Our `Peer` for connection `conn`: the link version, its band, and our
+/// bands' ports.
+fn peer_frame(st: &State, conn: u64, version: u16) -> LinkFrame {
     LinkFrame::Peer {
-        version: LINK_VERSION,
+        version,
         node: st.node.me(),
         name: st.config.name.clone(),
         cluster: st.config.federation.cluster.clone(),
@@ -110,7 +125,10 @@ pub(crate) fn on_frame(
         return on_peer(c, version, node, name, cluster, band, bands);
     };
     let mut st = c.state.borrow_mut();
-    if !matches!(frame, LinkFrame::Forward { .. }) {
+    if !matches!(
+        frame,
+        LinkFrame::Forward { .. } | LinkFrame::Reliable { .. }
+    ) {
         // Control frames (a clock probe each way every second) prove the
         // peer alive; events are left out to keep the clock off their path.
         if let Some(l) = st.fed.links.get_mut(&peer) {
@@ -143,6 +161,8 @@ pub(crate) fn on_frame(
                 hops: hops.saturating_add(1),
                 from: Some(peer),
                 band: Some(&arrived_on),
+                reliable: false,
+                upstream: None,
             };
             let mut stage = crate::channel::Staging::default();
             crate::dispatch::deliver_routed(&mut st, &mut stage, &mut out, &ev, deadline, route);
@@ -150,6 +170,26 @@ pub(crate) fn on_frame(
             let _ = stage.flush();
             Ok(())
         }
+        LinkFrame::Reliable {
+            seq,
+            origin,
+            hops,
+            event,
+        } => {
+            let arrived_on = band_of(&st, c.conn);
+            crate::reliable::on_reliable(
+                &mut st,
+                c.conn,
+                peer,
+                seq,
+                origin,
+                hops,
+                &event,
+                chunk,
+                &arrived_on,
+            )
+        }
+        LinkFrame::Ack(ack) => crate::reliable::on_ack(&mut st, c.conn, &ack),
         frame @ (LinkFrame::Advert { .. }
         | LinkFrame::PullRequest { .. }
         | LinkFrame::PullAnswer { .. }) => {
@@ -292,12 +332,15 @@ fn on_peer(
     band: String,
     bands: Vec<(String, u16)>,
 ) -> Result<(), (ErrorCode, String)> {
-    if version != LINK_VERSION {
+    if !(MIN_LINK_VERSION..=LINK_VERSION).contains(&version) {
         return Err((
             ErrorCode::UnsupportedVersion,
-            format!("link protocol version {version}; this daemon speaks {LINK_VERSION}"),
+            format!("link protocol version {version}; this daemon speaks {MIN_LINK_VERSION} to {LINK_VERSION}"),
         ));
     }
+    // The lower of the two: the acceptor answers with it, and a dialer
+    // that said 3 hears 2 from a daemon that speaks only 2.
+    let version = version.min(LINK_VERSION);
     if !c.may_link {
         return Err((
             ErrorCode::PermissionDenied,
@@ -329,7 +372,7 @@ fn on_peer(
         ));
     }
     if band != st.config.default_band {
-        return attach_band(c, &mut st, node, &name, band);
+        return attach_band(c, &mut st, node, &name, band, version);
     }
     if let Some(l) = st.fed.links.get(&node) {
         return Err((
@@ -351,7 +394,16 @@ fn on_peer(
     }
     let max = c.max_control;
     if !c.dialed {
-        let _ = c.outbox.send_link(&peer_frame(&st, c.conn), max);
+        let _ = c.outbox.send_link(&peer_frame(&st, c.conn, version), max);
+    }
+    if version >= RELIABLE_LINK_VERSION {
+        st.fed.reliable.conn_up(c.conn, node, c.outbox.clone());
+    } else {
+        tracing::warn!(
+            peer = %c.peer,
+            "daemon {name} speaks link version {version} (no acknowledgements): events of \
+             reliable tags cross this link best effort"
+        );
     }
     // The first clock probe at once: RTT and offset are known from the start.
     let t1 = st.fed.clock();
@@ -421,9 +473,10 @@ fn attach_band(
     node: NodeId,
     name: &str,
     band: String,
+    version: u16,
 ) -> Result<(), (ErrorCode, String)> {
     let queue = link_queue(st, name, c.outbox, c.conn);
-    let me_frame = (!c.dialed).then(|| peer_frame(st, c.conn));
+    let me_frame = (!c.dialed).then(|| peer_frame(st, c.conn, version));
     let Some(link) = st.fed.links.get_mut(&node) else {
         return Err((
             ErrorCode::BadRequest,
@@ -440,6 +493,9 @@ fn attach_band(
     }
     if let Some(f) = me_frame {
         let _ = c.outbox.send_link(&f, c.max_control);
+    }
+    if version >= RELIABLE_LINK_VERSION {
+        st.fed.reliable.conn_up(c.conn, node, c.outbox.clone());
     }
     tracing::info!(peer = %c.peer, "band {band} connection of the link to daemon {name}");
     link.bands.insert(
@@ -471,6 +527,8 @@ pub(crate) fn closed(state: &Locked<State>, node: NodeId, conn: u64) {
         st.node.link_down(node);
         crate::node_io::execute(&mut st);
     }
+    // After the route changed: what it held goes over the next route.
+    crate::reliable::conn_closed(&mut st, conn);
 }
 
 /// Channels whose interest is read per hold of the table lock.
@@ -592,6 +650,7 @@ pub(crate) async fn run(state: Arc<Locked<State>>, lane: crate::state::lanes::La
         if st.node.pulls_in_flight() > 0 {
             crate::node_io::handle_timeout(&mut st, now_ns());
         }
+        crate::reliable::tick(&mut st);
         let now = now_ns();
         if now >= next_probe {
             next_probe = now + PROBE_EVERY_NS;
@@ -842,6 +901,18 @@ pub(crate) fn log_peer_error(state: &Locked<State>, conn: u64, code: ErrorCode, 
             .get(&conn)
             .map(|c| c.peer.clone())
             .unwrap_or_default();
+        if code == ErrorCode::UnsupportedVersion && !addr.is_empty() {
+            // A daemon of link version 2 refused our 3: the next dial says 2.
+            st.fed.reliable.downgrade(&addr);
+            drop(st);
+            tracing::warn!(
+                conn,
+                "peer daemon {addr} refused link version {LINK_VERSION} ({message}); dialing it \
+                 again with version {MIN_LINK_VERSION}: events of reliable tags cross that link \
+                 best effort"
+            );
+            return;
+        }
         if !matches!(
             code,
             ErrorCode::Unauthenticated | ErrorCode::PermissionDenied

@@ -57,6 +57,8 @@ pub(crate) fn execute(st: &mut State) {
             }
         }
     }
+    // A link the topology no longer confirms gives back its reliable events.
+    crate::reliable::topology_changed(st);
 }
 
 /// Time passed: the node answers the pulls that waited too long, and the

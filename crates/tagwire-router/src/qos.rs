@@ -549,6 +549,7 @@ pub(crate) fn admin_qos(
     }
     if set.contains_key("reliability") || unset.iter().any(|u| u == "reliability") {
         crate::store::layers_changed(st);
+        crate::reliable::layers_changed(st);
     }
     let mut dropped = 0;
     let changed = plans.len();

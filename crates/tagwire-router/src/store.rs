@@ -202,7 +202,7 @@ fn durable_by_layers(st: &State, tag: &str) -> bool {
 }
 
 /// Whether `tag`'s events are stored.
-fn is_durable(st: &State, tag: &str) -> bool {
+pub(crate) fn is_durable(st: &State, tag: &str) -> bool {
     st.store.patterns.iter().any(|p| p.matches(tag)) || durable_by_layers(st, tag)
 }
 

@@ -58,7 +58,10 @@ pub fn run(session: &Session, a: PubArgs) -> CmdResult {
                 session.stored(&a.tag)?;
             }
             tagwire::Reliability::Reliable | tagwire::Reliability::ExactlyOnce => eprintln!(
-                "tagwire: reliability={wanted} is delivered as best_effort today (docs/reliability.md)"
+                "tagwire: reliability={wanted}: events cross daemon links acknowledged hop by hop \
+                 when the tag or daemon layer of this daemon says so (`tagwire admin qos TAG \
+                 reliability={wanted}`); this connection to the daemon is not acknowledged \
+                 (docs/reliability.md)"
             ),
             _ => {}
         }

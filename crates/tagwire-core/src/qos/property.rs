@@ -348,20 +348,22 @@ impl std::str::FromStr for ShmMode {
 }
 
 /// What a channel's delivery promises (issue 25; docs/reliability.md).
-/// Today a single daemon keeps `durable` tags' events in its store and
-/// replays them; the other values are accepted and shown, and promise no
-/// more than `best_effort` until hop-by-hop acknowledgement lands.
+/// On a tag or the daemon layer, `reliable`, `exactly_once` and `durable`
+/// make the tag's events cross daemon links with hop-by-hop
+/// acknowledgement (link version 3); a single daemon keeps `durable` tags'
+/// events in its store and replays them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash, PartialOrd, Ord)]
 pub enum Reliability {
     /// Delivered at most once, dropped by a full queue or a lost link (the
     /// default).
     #[default]
     BestEffort,
-    /// No gap and no duplicate while both ends and a path live (not yet
-    /// enforced over links: best effort today).
+    /// No gap and no duplicate across daemon links while both ends and a
+    /// path live (acknowledged hop by hop, routed again when a link or a
+    /// daemon is lost); the client connections are not acknowledged yet.
     Reliable,
-    /// Also deduplicated across a publisher's retry (not yet enforced:
-    /// best effort today).
+    /// As `reliable` across links (not yet deduplicated across a
+    /// publisher's retry after it reconnects).
     ExactlyOnce,
     /// Kept in the daemon's durable store (set on a tag or the daemon), so
     /// a late or recovering subscriber can replay it, across a restart or

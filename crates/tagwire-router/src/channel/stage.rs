@@ -29,6 +29,9 @@ pub(crate) struct Staging {
     len: usize,
     /// Emptied event lists, reused.
     spare: Vec<Vec<Staged>>,
+    /// Refusals outside the channels' queues to report with the batch's
+    /// (a full reliable window of a link, see `crate::reliable`).
+    also_rejected: Vec<String>,
 }
 
 /// Deliveries a batch may stage before it must be flushed.
@@ -63,6 +66,13 @@ impl Staging {
         self.len += 1;
     }
 
+    /// Reports `who` to the publisher with this batch's refusals.
+    pub(crate) fn also_rejected(&mut self, who: String) {
+        if self.also_rejected.len() < 16 {
+            self.also_rejected.push(who);
+        }
+    }
+
     /// Deliveries staged and not yet queued.
     pub(crate) fn len(&self) -> usize {
         self.len
@@ -72,7 +82,8 @@ impl Staging {
     /// subscribers whose full `reject` queue refused one and should be
     /// reported to the publisher ("endpoint (pattern)").
     pub(crate) fn flush(&mut self) -> Option<Vec<String>> {
-        let mut reject: Option<Vec<String>> = None;
+        let mut reject: Option<Vec<String>> =
+            (!self.also_rejected.is_empty()).then(|| std::mem::take(&mut self.also_rejected));
         for (ch, mut list) in self.channels.drain(..) {
             if let Offer::Rejected { report: true } = ch.push_staged(list.drain(..)) {
                 reject

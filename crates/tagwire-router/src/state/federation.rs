@@ -41,6 +41,9 @@ pub(crate) struct Federation {
     /// handles next: (connection, origin, version, what compiling gave);
     /// see [`crate::link::precompile_advert`].
     pub(crate) compiled_advert: Option<CompiledFor>,
+    /// Hop-by-hop acknowledgement: windows per link connection, the dedupe
+    /// window, counters (see [`crate::reliable`]).
+    pub(crate) reliable: crate::reliable::Reliable,
 }
 
 /// An advert's compiled interest and the advert it is for: (connection,
@@ -144,6 +147,7 @@ impl Federation {
             tls: None,
             refusals: HashMap::new(),
             compiled_advert: None,
+            reliable: crate::reliable::Reliable::new(config),
         }
     }
 
@@ -253,6 +257,12 @@ impl Federation {
                     dropped,
                     bands,
                     events_out_by_band: by_band,
+                    unacked: std::iter::once(l.conn)
+                        .chain(l.bands.values().map(|b| b.conn))
+                        .filter_map(|c| self.reliable.conns.get(&c))
+                        .map(|cr| cr.send.len() as u64)
+                        .sum(),
+                    acknowledged: self.reliable.conns.contains_key(&l.conn),
                 }
             })
             .collect();
@@ -277,6 +287,18 @@ impl Federation {
                 .collect(),
             members: Vec::new(),
             bad_datagrams: 0,
+            reliable: {
+                let c = self.reliable.counters;
+                tagwire_proto::admin::ReliableInfo {
+                    held: c.held,
+                    window_dropped: c.window_dropped,
+                    rejected: c.rejected,
+                    rerouted: c.rerouted,
+                    unroutable: c.unroutable,
+                    duplicates: c.duplicates,
+                    acks_sent: c.acks_sent,
+                }
+            },
         }
     }
 }

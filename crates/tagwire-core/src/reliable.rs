@@ -1,0 +1,855 @@
+//! Reliability windows for hop-by-hop acknowledgement over links
+//! (`reliability=reliable`, issue 25), sans-I/O: time is an argument.
+//!
+//! - [`SendWindow`]: one connection's sender side. Each reliable event gets
+//!   the next per-connection sequence number and is held (bounded by count
+//!   and bytes) until the peer acknowledges it as *done* (delivered there
+//!   and, where it went on, acknowledged by the next hop in turn: custody)
+//!   or *failed* (the peer could not pass it on: the sender routes it
+//!   again). A full window does what its [`WindowFull`] policy says, and
+//!   says so in the value it returns — never silently.
+//! - [`RecvWindow`]: the receiver side. It puts frames back in order (a
+//!   bounded reorder buffer), drops duplicates, and builds cumulative
+//!   acknowledgements with selective ranges ([`Ack`]) once each event's
+//!   obligations downstream are settled.
+//! - [`Dedupe`]: a bounded window keyed by (origin daemon, publisher) that
+//!   drops the copies a retransmission over another route delivers twice.
+//!
+//! Which to use when: a link over TCP needs the windows only to survive the
+//! loss of the connection (the router never retransmits on a live one, so
+//! it passes no `rto`); the reorder buffer and [`SendWindow::poll_retransmit`]
+//! make the same windows correct over a lossy, reordering transport, which
+//! the property tests (`tests/reliable.rs`) check against a model.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+pub use tagwire_proto::{Ack, AckRange, MAX_ACK_RANGES, MAX_RELIABLE_WINDOW};
+
+/// What a full [`SendWindow`] does with one more event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WindowFull {
+    /// Takes nothing; the caller keeps the event and offers it again after
+    /// an acknowledgement (backpressure).
+    Block,
+    /// Pushes out the oldest unacknowledged event (lost for this hop,
+    /// counted) to take the new one.
+    #[default]
+    DropOldest,
+    /// Refuses the new event (counted); the caller reports it.
+    Reject,
+}
+
+/// A window's bounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowLimits {
+    /// Most events held (at most [`MAX_RELIABLE_WINDOW`]).
+    pub max_events: usize,
+    /// Most bytes held (the caller's measure of an event's size).
+    pub max_bytes: usize,
+}
+
+impl Default for WindowLimits {
+    fn default() -> Self {
+        WindowLimits {
+            max_events: 65_536,
+            max_bytes: 64 << 20,
+        }
+    }
+}
+
+/// What [`SendWindow::push`] did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Push<T> {
+    /// Held under sequence number `seq`; `evicted` are the oldest events a
+    /// full `DropOldest` window pushed out to make room (usually none or
+    /// one; more for a large event).
+    Held {
+        /// Its per-connection sequence number.
+        seq: u64,
+        /// The events it pushed out, oldest first.
+        evicted: Vec<T>,
+    },
+    /// Full, policy `Block`: nothing taken, here is the event back.
+    WouldBlock(T),
+    /// Full, policy `Reject`: refused, here is the event back.
+    Rejected(T),
+}
+
+/// Counters of a [`SendWindow`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SendStats {
+    /// Events taken into the window.
+    pub held: u64,
+    /// Released as done by an acknowledgement.
+    pub done: u64,
+    /// Released as failed (to be routed again).
+    pub failed: u64,
+    /// Pushed out by a full `DropOldest` window.
+    pub evicted: u64,
+    /// Refused by a full `Reject` window.
+    pub rejected: u64,
+    /// Offered to a full `Block` window.
+    pub blocked: u64,
+    /// Sent again after `rto` without an acknowledgement.
+    pub retransmitted: u64,
+}
+
+/// An acknowledgement that cannot be right.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AckError {
+    /// It acknowledges a sequence number never sent.
+    #[error("acknowledgement of sequence number {seq}, but only up to {sent} were sent")]
+    Unsent {
+        /// The sequence number acknowledged.
+        seq: u64,
+        /// The highest sent.
+        sent: u64,
+    },
+    /// A range whose first is after its last, or above the cumulative
+    /// acknowledgement while marked failed-below.
+    #[error("acknowledgement range {first}..={last} is backwards")]
+    BadRange {
+        /// Its first sequence number.
+        first: u64,
+        /// Its last.
+        last: u64,
+    },
+}
+
+/// What an acknowledgement released from a [`SendWindow`].
+#[derive(Debug, PartialEq, Eq)]
+pub struct Released<T> {
+    /// Done: delivered and passed on by the peer.
+    pub done: Vec<T>,
+    /// Failed: the peer could not pass them on; route them again.
+    pub failed: Vec<T>,
+}
+
+impl<T> Default for Released<T> {
+    fn default() -> Self {
+        Released {
+            done: Vec::new(),
+            failed: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Held<T> {
+    item: T,
+    bytes: usize,
+    /// When it was last handed to the transport (`None`: not yet).
+    sent_at: Option<u64>,
+}
+
+/// One connection's sender side: a bounded retransmit buffer keyed by
+/// per-connection sequence numbers (1, 2, …).
+#[derive(Debug)]
+pub struct SendWindow<T> {
+    next: u64,
+    held: BTreeMap<u64, Held<T>>,
+    bytes: usize,
+    /// Every held sequence number below it has been sent at least once.
+    unsent_from: u64,
+    limits: WindowLimits,
+    policy: WindowFull,
+    stats: SendStats,
+}
+
+impl<T> SendWindow<T> {
+    /// An empty window (`max_events` is capped at [`MAX_RELIABLE_WINDOW`]).
+    pub fn new(limits: WindowLimits, policy: WindowFull) -> Self {
+        let limits = WindowLimits {
+            max_events: limits.max_events.clamp(1, MAX_RELIABLE_WINDOW),
+            max_bytes: limits.max_bytes.max(1),
+        };
+        SendWindow {
+            next: 1,
+            held: BTreeMap::new(),
+            bytes: 0,
+            unsent_from: 1,
+            limits,
+            policy,
+            stats: SendStats::default(),
+        }
+    }
+
+    /// Events held (unacknowledged).
+    pub fn len(&self) -> usize {
+        self.held.len()
+    }
+
+    /// Whether nothing is held.
+    pub fn is_empty(&self) -> bool {
+        self.held.is_empty()
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Its counters.
+    pub fn stats(&self) -> SendStats {
+        self.stats
+    }
+
+    /// The highest sequence number given out (0: none).
+    pub fn last_seq(&self) -> u64 {
+        self.next - 1
+    }
+
+    fn full_for(&self, bytes: usize) -> bool {
+        !self.held.is_empty()
+            && (self.held.len() >= self.limits.max_events
+                || self.bytes + bytes > self.limits.max_bytes)
+    }
+
+    /// Holds `item` (`bytes` long) under the next sequence number, or, if
+    /// the window is full, does what its policy says. An event larger than
+    /// `max_bytes` is taken into an empty window (it would never fit).
+    pub fn push(&mut self, item: T, bytes: usize) -> Push<T> {
+        let mut evicted = Vec::new();
+        if self.full_for(bytes) {
+            match self.policy {
+                WindowFull::Block => {
+                    self.stats.blocked += 1;
+                    return Push::WouldBlock(item);
+                }
+                WindowFull::Reject => {
+                    self.stats.rejected += 1;
+                    return Push::Rejected(item);
+                }
+                WindowFull::DropOldest => {
+                    // Out with the oldest until it fits (one, unless the
+                    // new event is large).
+                    while self.full_for(bytes) {
+                        let Some((_, h)) = self.held.pop_first() else {
+                            break;
+                        };
+                        self.bytes -= h.bytes;
+                        self.stats.evicted += 1;
+                        evicted.push(h.item);
+                    }
+                }
+            }
+        }
+        let seq = self.next;
+        self.next += 1;
+        self.bytes += bytes;
+        self.stats.held += 1;
+        self.held.insert(
+            seq,
+            Held {
+                item,
+                bytes,
+                sent_at: None,
+            },
+        );
+        Push::Held { seq, evicted }
+    }
+
+    /// The next held event not yet sent, if any; mark it sent with
+    /// [`mark_sent`](Self::mark_sent) once the transport took it.
+    pub fn peek_unsent(&self) -> Option<(u64, &T)> {
+        self.held
+            .range(self.unsent_from..)
+            .next()
+            .map(|(s, h)| (*s, &h.item))
+    }
+
+    /// Notes that `seq` (from [`peek_unsent`](Self::peek_unsent)) was handed
+    /// to the transport at `now`.
+    pub fn mark_sent(&mut self, seq: u64, now: u64) {
+        if let Some(h) = self.held.get_mut(&seq) {
+            h.sent_at = Some(now);
+        }
+        self.unsent_from = self.unsent_from.max(seq + 1);
+    }
+
+    /// Sequence numbers sent at least `rto` ago and still unacknowledged,
+    /// oldest first (at most `max`); they count as sent again at `now`.
+    /// For transports that lose frames; a TCP link never calls it.
+    pub fn poll_retransmit(&mut self, now: u64, rto: u64, max: usize) -> Vec<u64> {
+        let mut out = Vec::new();
+        for (seq, h) in self.held.range_mut(..self.unsent_from) {
+            if out.len() >= max {
+                break;
+            }
+            if let Some(at) = h.sent_at {
+                if now.saturating_sub(at) >= rto {
+                    h.sent_at = Some(now);
+                    out.push(*seq);
+                }
+            }
+        }
+        self.stats.retransmitted += out.len() as u64;
+        out
+    }
+
+    /// The oldest held event.
+    pub fn oldest(&self) -> Option<(u64, &T)> {
+        self.held.first_key_value().map(|(s, h)| (*s, &h.item))
+    }
+
+    /// The held event `seq`.
+    pub fn get(&self, seq: u64) -> Option<&T> {
+        self.held.get(&seq).map(|h| &h.item)
+    }
+
+    /// Releases what `ack` acknowledges: everything up to `ack.done` (except
+    /// what a failed range below it names) and the ranges above it. Ranges
+    /// over events already released are ignored (acknowledgements may come
+    /// twice). An acknowledgement of a number never sent is an error, and
+    /// releases nothing.
+    pub fn on_ack(&mut self, ack: &Ack) -> Result<Released<T>, AckError> {
+        let sent = self.unsent_from - 1;
+        if ack.done > sent {
+            return Err(AckError::Unsent {
+                seq: ack.done,
+                sent,
+            });
+        }
+        for r in &ack.ranges {
+            if r.first > r.last {
+                return Err(AckError::BadRange {
+                    first: r.first,
+                    last: r.last,
+                });
+            }
+            if r.last > sent {
+                return Err(AckError::Unsent { seq: r.last, sent });
+            }
+        }
+        let mut out = Released::default();
+        // Failed ranges first (they may lie below `done`).
+        for r in ack.ranges.iter().filter(|r| r.failed) {
+            let seqs: Vec<u64> = self.held.range(r.first..=r.last).map(|(s, _)| *s).collect();
+            for s in seqs {
+                if let Some(h) = self.held.remove(&s) {
+                    self.bytes -= h.bytes;
+                    self.stats.failed += 1;
+                    out.failed.push(h.item);
+                }
+            }
+        }
+        while let Some(entry) = self.held.first_entry() {
+            if *entry.key() > ack.done {
+                break;
+            }
+            let h = entry.remove();
+            self.bytes -= h.bytes;
+            self.stats.done += 1;
+            out.done.push(h.item);
+        }
+        for r in ack.ranges.iter().filter(|r| !r.failed) {
+            let seqs: Vec<u64> = self.held.range(r.first..=r.last).map(|(s, _)| *s).collect();
+            for s in seqs {
+                if let Some(h) = self.held.remove(&s) {
+                    self.bytes -= h.bytes;
+                    self.stats.done += 1;
+                    out.done.push(h.item);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Takes every held event, oldest first: the connection is gone and
+    /// they are to be routed again. Sequence numbers go on from where they
+    /// were (a new connection gets a new window).
+    pub fn drain(&mut self) -> Vec<T> {
+        self.bytes = 0;
+        self.unsent_from = self.next;
+        std::mem::take(&mut self.held)
+            .into_values()
+            .map(|h| h.item)
+            .collect()
+    }
+}
+
+/// Slots an acknowledgement looks at above its cumulative point for
+/// selective ranges.
+const SACK_SCAN: usize = 4096;
+
+/// A frame the receiver cannot take.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RecvError {
+    /// Further ahead of the next expected number than the window holds.
+    #[error("sequence number {seq} is beyond the window (expecting {expected}, window {window})")]
+    BeyondWindow {
+        /// The sequence number received.
+        seq: u64,
+        /// The next one expected.
+        expected: u64,
+        /// The window's size.
+        window: usize,
+    },
+    /// Settled or completed a sequence number not awaiting it.
+    #[error("sequence number {seq} is not awaiting settlement")]
+    NotAwaiting {
+        /// The sequence number.
+        seq: u64,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Slot {
+    /// Delivered to the caller, obligations not yet known.
+    Routing,
+    /// Waiting for `n` acknowledgements downstream; `failed` if one failed.
+    Pending {
+        n: u32,
+        failed: bool,
+    },
+    Done,
+    Failed,
+}
+
+/// Counters of a [`RecvWindow`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RecvStats {
+    /// Frames delivered in order.
+    pub delivered: u64,
+    /// Frames received twice (dropped).
+    pub duplicates: u64,
+    /// Frames that arrived ahead of a gap and waited for it.
+    pub reordered: u64,
+    /// Acknowledgements built.
+    pub acks: u64,
+}
+
+/// One connection's receiver side.
+#[derive(Debug)]
+pub struct RecvWindow<T> {
+    /// The next sequence number to deliver.
+    expected: u64,
+    /// Frames ahead of `expected`, waiting for the gap to fill.
+    reorder: BTreeMap<u64, T>,
+    /// Sequence number of `slots[0]`; everything below was acknowledged
+    /// cumulatively (or is about to be, in `failed_below`).
+    base: u64,
+    /// Delivered events `base..expected` and their settlement.
+    slots: VecDeque<Slot>,
+    /// Failed ranges below `base` not yet reported.
+    failed_below: Vec<(u64, u64)>,
+    /// Whether anything changed since the last [`ack`](Self::ack).
+    dirty: bool,
+    /// Events settled since the last acknowledgement.
+    settled_since_ack: usize,
+    window: usize,
+    stats: RecvStats,
+}
+
+impl<T> RecvWindow<T> {
+    /// An empty receiver holding at most `window` events (capped at
+    /// [`MAX_RELIABLE_WINDOW`]) ahead of the last acknowledgement.
+    pub fn new(window: usize) -> Self {
+        RecvWindow {
+            expected: 1,
+            reorder: BTreeMap::new(),
+            base: 1,
+            slots: VecDeque::new(),
+            failed_below: Vec::new(),
+            dirty: false,
+            settled_since_ack: 0,
+            window: window.clamp(1, MAX_RELIABLE_WINDOW),
+            stats: RecvStats::default(),
+        }
+    }
+
+    /// Its counters.
+    pub fn stats(&self) -> RecvStats {
+        self.stats
+    }
+
+    /// The next sequence number it expects.
+    pub fn expected(&self) -> u64 {
+        self.expected
+    }
+
+    /// Events settled since the last acknowledgement was built (for the
+    /// caller's "acknowledge every n" rule).
+    pub fn settled_since_ack(&self) -> usize {
+        self.settled_since_ack
+    }
+
+    /// Takes frame `seq`: returns the frames now deliverable in order (this
+    /// one and any it unblocked), each of which the caller routes and then
+    /// settles with [`settle`](Self::settle). A duplicate returns nothing
+    /// (and makes the next acknowledgement due again, since the sender may
+    /// have lost the last one).
+    pub fn on_frame(&mut self, seq: u64, item: T) -> Result<Vec<(u64, T)>, RecvError> {
+        if seq < self.expected || self.reorder.contains_key(&seq) {
+            self.stats.duplicates += 1;
+            self.dirty = true;
+            return Ok(Vec::new());
+        }
+        let held_from = self.base;
+        if seq - held_from >= self.window as u64 {
+            return Err(RecvError::BeyondWindow {
+                seq,
+                expected: self.expected,
+                window: self.window,
+            });
+        }
+        if seq != self.expected {
+            self.stats.reordered += 1;
+            self.reorder.insert(seq, item);
+            return Ok(Vec::new());
+        }
+        let mut out = vec![(seq, item)];
+        self.expected += 1;
+        while let Some(item) = self.reorder.remove(&self.expected) {
+            out.push((self.expected, item));
+            self.expected += 1;
+        }
+        for _ in &out {
+            self.slots.push_back(Slot::Routing);
+        }
+        self.stats.delivered += out.len() as u64;
+        Ok(out)
+    }
+
+    fn slot(&mut self, seq: u64) -> Option<&mut Slot> {
+        let i = seq.checked_sub(self.base)?;
+        self.slots.get_mut(usize::try_from(i).ok()?)
+    }
+
+    /// Event `seq`, pending, waits for `more` acknowledgements downstream
+    /// besides those it waits for (it was routed again).
+    pub fn add_obligations(&mut self, seq: u64, more: u32) -> Result<(), RecvError> {
+        let slot = self.slot(seq).ok_or(RecvError::NotAwaiting { seq })?;
+        let Slot::Pending { n, failed } = *slot else {
+            return Err(RecvError::NotAwaiting { seq });
+        };
+        *slot = Slot::Pending {
+            n: n.saturating_add(more),
+            failed,
+        };
+        Ok(())
+    }
+
+    /// Says how many acknowledgements downstream event `seq` waits for
+    /// (0: done now, it went to no reliable link).
+    pub fn settle(&mut self, seq: u64, obligations: u32) -> Result<(), RecvError> {
+        let slot = self.slot(seq).ok_or(RecvError::NotAwaiting { seq })?;
+        if *slot != Slot::Routing {
+            return Err(RecvError::NotAwaiting { seq });
+        }
+        *slot = if obligations == 0 {
+            Slot::Done
+        } else {
+            Slot::Pending {
+                n: obligations,
+                failed: false,
+            }
+        };
+        if obligations == 0 {
+            self.settled_since_ack += 1;
+            self.dirty = true;
+        }
+        Ok(())
+    }
+
+    /// One of event `seq`'s obligations downstream is over: acknowledged
+    /// (`failed` false) or not passed on (`failed`: the event is reported
+    /// failed once all are over, so the sender routes it again).
+    pub fn complete(&mut self, seq: u64, failed: bool) -> Result<(), RecvError> {
+        let slot = self.slot(seq).ok_or(RecvError::NotAwaiting { seq })?;
+        let Slot::Pending { n, failed: f } = *slot else {
+            return Err(RecvError::NotAwaiting { seq });
+        };
+        let f = f || failed;
+        *slot = match n {
+            1 if f => Slot::Failed,
+            1 => Slot::Done,
+            n => Slot::Pending {
+                n: n - 1,
+                failed: f,
+            },
+        };
+        if n == 1 {
+            self.settled_since_ack += 1;
+            self.dirty = true;
+        }
+        Ok(())
+    }
+
+    /// The acknowledgement to send now, if anything changed since the last:
+    /// cumulative up to the first unsettled event, failed ranges below it,
+    /// and up to [`MAX_ACK_RANGES`] ranges in all.
+    pub fn ack(&mut self) -> Option<Ack> {
+        if !self.dirty {
+            return None;
+        }
+        // Move the cumulative point over settled events; failed runs are
+        // remembered as ranges (at most MAX_ACK_RANGES - 1, so a range above
+        // still fits: the point stops short when there are more).
+        while let Some(front) = self.slots.front().copied() {
+            match front {
+                Slot::Done => {}
+                Slot::Failed => {
+                    let seq = self.base;
+                    let ranges = self.failed_below.len();
+                    match self.failed_below.last_mut() {
+                        Some((_, last)) if *last + 1 == seq => *last = seq,
+                        _ if ranges + 1 >= MAX_ACK_RANGES => break,
+                        _ => self.failed_below.push((seq, seq)),
+                    }
+                }
+                Slot::Routing | Slot::Pending { .. } => break,
+            }
+            self.slots.pop_front();
+            self.base += 1;
+        }
+        let mut ranges: Vec<AckRange> = self
+            .failed_below
+            .drain(..)
+            .map(|(first, last)| AckRange {
+                first,
+                last,
+                failed: true,
+            })
+            .collect();
+        // Settled runs above the cumulative point, among the first
+        // SACK_SCAN slots (so an acknowledgement costs at most that much
+        // however deep the window; later runs are reported once the
+        // cumulative point moves).
+        let mut run: Option<AckRange> = None;
+        for (seq, s) in (self.base..).zip(self.slots.iter().take(SACK_SCAN)) {
+            let kind = match s {
+                Slot::Done => Some(false),
+                Slot::Failed => Some(true),
+                _ => None,
+            };
+            match (kind, run.as_mut()) {
+                (Some(f), Some(r)) if r.failed == f && r.last + 1 == seq => r.last = seq,
+                (Some(f), _) => {
+                    if let Some(r) = run.take() {
+                        ranges.push(r);
+                    }
+                    if ranges.len() >= MAX_ACK_RANGES {
+                        break;
+                    }
+                    run = Some(AckRange {
+                        first: seq,
+                        last: seq,
+                        failed: f,
+                    });
+                }
+                (None, _) => {
+                    if let Some(r) = run.take() {
+                        ranges.push(r);
+                    }
+                }
+            }
+            if ranges.len() >= MAX_ACK_RANGES {
+                break;
+            }
+        }
+        if let Some(r) = run {
+            if ranges.len() < MAX_ACK_RANGES {
+                ranges.push(r);
+            }
+        }
+        // More to say than one ack carries: the next is due at once.
+        let truncated = ranges.len() >= MAX_ACK_RANGES;
+        self.dirty = truncated
+            || matches!(self.slots.front(), Some(Slot::Done | Slot::Failed))
+            || !self.failed_below.is_empty();
+        self.settled_since_ack = 0;
+        self.stats.acks += 1;
+        Some(Ack {
+            done: self.base - 1,
+            ranges,
+        })
+    }
+}
+
+/// What [`Dedupe::check`] says of an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Seen {
+    /// Not seen before: deliver it.
+    New,
+    /// Seen before: drop it.
+    Duplicate,
+    /// Older than the window remembers: dropped as a duplicate (counted
+    /// apart, since it may not be one).
+    TooOld,
+}
+
+/// Counters of a [`Dedupe`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DedupeStats {
+    /// Duplicates dropped.
+    pub duplicates: u64,
+    /// Events older than the window, dropped.
+    pub too_old: u64,
+    /// Keys forgotten to stay within `max_keys`.
+    pub forgotten: u64,
+    /// Keys started over by a publisher that started again.
+    pub restarts: u64,
+}
+
+/// Bits of history kept below each key's highest sequence number.
+pub const DEDUPE_WINDOW: u64 = 1024;
+const WORDS: usize = (DEDUPE_WINDOW / 64) as usize;
+
+#[derive(Debug, Clone)]
+struct Entry {
+    highest: u64,
+    /// The source time of the event numbered `highest`.
+    highest_time: u64,
+    /// Bit `i` set: `highest - 1 - i` was seen.
+    below: [u64; WORDS],
+    used: u64,
+}
+
+/// A bounded dedupe window: per (origin daemon, publisher) key, the highest
+/// sequence number seen and which of the [`DEDUPE_WINDOW`] below it were.
+/// At `max_keys` the least recently used half is forgotten (counted); an
+/// event of a forgotten key is taken as new.
+///
+/// **A publisher that starts again** under the same name numbers from 1
+/// again: an event numbered at or below the highest seen but with a source
+/// time *later* than that highest event's is the new incarnation's (a copy
+/// carries its original's source time, which is not later), and starts the
+/// key over. So source times are taken to grow per publisher: one whose
+/// clock steps back and who restarts meanwhile can see its first events
+/// taken for copies.
+#[derive(Debug)]
+pub struct Dedupe {
+    keys: HashMap<(u64, u64), Entry>,
+    max_keys: usize,
+    clock: u64,
+    stats: DedupeStats,
+}
+
+impl Dedupe {
+    /// An empty window for at most `max_keys` (≥ 2) keys.
+    pub fn new(max_keys: usize) -> Self {
+        Dedupe {
+            keys: HashMap::new(),
+            max_keys: max_keys.max(2),
+            clock: 0,
+            stats: DedupeStats::default(),
+        }
+    }
+
+    /// Its counters.
+    pub fn stats(&self) -> DedupeStats {
+        self.stats
+    }
+
+    /// Keys held.
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// Whether no key is held.
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    /// Whether event `seq` (source time `time`) of `publisher` published at
+    /// `origin` is new, and notes it.
+    pub fn check(&mut self, origin: u64, publisher: u64, seq: u64, time: u64) -> Seen {
+        self.clock += 1;
+        let clock = self.clock;
+        let key = (origin, publisher);
+        let Some(e) = self.keys.get_mut(&key) else {
+            if self.keys.len() >= self.max_keys {
+                self.forget_half();
+            }
+            self.keys.insert(
+                key,
+                Entry {
+                    highest: seq,
+                    highest_time: time,
+                    below: [0; WORDS],
+                    used: clock,
+                },
+            );
+            return Seen::New;
+        };
+        e.used = clock;
+        if seq <= e.highest && time > e.highest_time {
+            // The publisher started again (see the type's doc).
+            self.stats.restarts += 1;
+            *e = Entry {
+                highest: seq,
+                highest_time: time,
+                below: [0; WORDS],
+                used: clock,
+            };
+            return Seen::New;
+        }
+        if seq > e.highest {
+            shift(&mut e.below, seq - e.highest);
+            // The old highest is now `seq - 1 - (shift - 1)` below: bit
+            // `shift - 1`.
+            let d = seq - e.highest - 1;
+            if d < DEDUPE_WINDOW {
+                set(&mut e.below, d);
+            }
+            e.highest = seq;
+            e.highest_time = time;
+            return Seen::New;
+        }
+        if seq == e.highest {
+            self.stats.duplicates += 1;
+            return Seen::Duplicate;
+        }
+        let d = e.highest - 1 - seq;
+        if d >= DEDUPE_WINDOW {
+            self.stats.too_old += 1;
+            return Seen::TooOld;
+        }
+        if get(&e.below, d) {
+            self.stats.duplicates += 1;
+            return Seen::Duplicate;
+        }
+        set(&mut e.below, d);
+        Seen::New
+    }
+
+    fn forget_half(&mut self) {
+        let mut used: Vec<u64> = self.keys.values().map(|e| e.used).collect();
+        used.sort_unstable();
+        let cut = used[used.len() / 2];
+        let before = self.keys.len();
+        self.keys.retain(|_, e| e.used > cut);
+        self.stats.forgotten += (before - self.keys.len()) as u64;
+    }
+}
+
+fn get(bits: &[u64; WORDS], d: u64) -> bool {
+    bits[(d / 64) as usize] & (1 << (d % 64)) != 0
+}
+
+fn set(bits: &mut [u64; WORDS], d: u64) {
+    bits[(d / 64) as usize] |= 1 << (d % 64);
+}
+
+/// Shifts the history by `n` (the highest moved up by `n`): bit `i` moves
+/// to bit `i + n`; bits past the window fall off.
+fn shift(bits: &mut [u64; WORDS], n: u64) {
+    if n >= DEDUPE_WINDOW {
+        *bits = [0; WORDS];
+        return;
+    }
+    let words = (n / 64) as usize;
+    let rest = n % 64;
+    for i in (0..WORDS).rev() {
+        let lo = i.checked_sub(words).map_or(0, |j| bits[j]);
+        let lower = i.checked_sub(words + 1).map_or(0, |j| bits[j]);
+        bits[i] = if rest == 0 {
+            lo
+        } else {
+            (lo << rest) | (lower >> (64 - rest))
+        };
+    }
+}

@@ -1,0 +1,683 @@
+//! Hop-by-hop acknowledgement over links for reliable tags
+//! (`reliability=reliable`, `exactly_once` or `durable` on a tag or the
+//! daemon layer; docs/reliability.md). The windows are core's
+//! ([`tagwire_core::reliable`]); this module keeps one pair per link
+//! connection of link version 3, frames events as `Reliable`, answers with
+//! `Ack`s and routes again what a lost connection or a failed
+//! acknowledgement gives back.
+//!
+//! **Custody.** A daemon acknowledges a `Reliable` event once it delivered
+//! it to its own subscribers and every link it forwarded it on acknowledged
+//! it in turn (its *obligations*). So the publisher's daemon holds an event
+//! until the whole path behind the next hop has it, and a `kill -9` of a
+//! daemon in the middle loses nothing: its upstream neighbour still holds
+//! the event and routes it again over the next route when the link drops.
+//! Copies that arrive twice this way are dropped by the dedupe window
+//! (origin daemon, publisher, sequence number).
+//!
+//! **Cost.** With no reliable tag, or no version-3 link, an event costs one
+//! flag test. For a reliable event: a cached lookup of its tag, one copy of
+//! its bytes into the window per link (the frame goes on the connection's
+//! control buffer, ahead of best-effort events) and, on the receiving
+//! daemon, one dedupe lookup.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use tagwire_core::federation::NodeId;
+use tagwire_core::filter::Overrides;
+use tagwire_core::node::Sink;
+use tagwire_core::qos::{resolve, Property, Reliability};
+use tagwire_core::reliable::{
+    Dedupe, Push, RecvWindow, Seen, SendWindow, WindowFull, WindowLimits,
+};
+use tagwire_proto::{Ack, ErrorCode, EventRef, LinkFrame};
+
+use crate::channel::{Outbox, Outgoing};
+use crate::config::ReliableWindowFull;
+use crate::state::State;
+
+/// Settled events after which an acknowledgement goes at once (else on the
+/// federation task's next tick, every 50 ms).
+pub(crate) const ACK_EVERY: usize = 32;
+/// Most tags whose reliability is cached; at the bound the cache is cleared.
+const CACHE_TAGS: usize = 4096;
+/// Most peer addresses remembered as speaking link version 2.
+const MAX_DOWNGRADED: usize = 1024;
+
+/// Where an event came from on a reliable connection: its obligation there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Upstream {
+    /// The connection it arrived on.
+    pub conn: u64,
+    /// Its sequence number there.
+    pub seq: u64,
+}
+
+/// A reliable event held in a connection's window.
+#[derive(Debug)]
+pub(crate) struct Held {
+    pub event: Bytes,
+    pub origin: NodeId,
+    /// The hops to write in its frame (links crossed before this one).
+    pub hops: u8,
+    /// The neighbour it came from (not sent back there when routed again).
+    pub from: Option<NodeId>,
+    pub upstream: Option<Upstream>,
+    /// Times it was routed again (see [`MAX_REROUTES`]).
+    pub tries: u8,
+}
+
+/// Most times one event is routed again: past it, it is given up (counted
+/// `unroutable`), so that daemons whose views of the topology disagree for
+/// a while cannot pass it back and forth for ever.
+const MAX_REROUTES: u8 = 8;
+
+/// One link connection's windows (link version 3 only).
+#[derive(Debug)]
+pub(crate) struct ConnRel {
+    /// The peer.
+    pub peer: NodeId,
+    pub outbox: Arc<Outbox>,
+    pub send: SendWindow<Held>,
+    pub recv: RecvWindow<()>,
+}
+
+/// Counters shown with the links (`tagwire list --links --json`,
+/// `federation.reliable`).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Counters {
+    /// Reliable events put in a window.
+    pub held: u64,
+    /// Given up by a full window (`drop_oldest`).
+    pub window_dropped: u64,
+    /// Refused by a full window (`reject`).
+    pub rejected: u64,
+    /// Routed again after a lost connection or a failed acknowledgement.
+    pub rerouted: u64,
+    /// Routed again and no route had them: lost (no path was up).
+    pub unroutable: u64,
+    /// Copies dropped by the dedupe window.
+    pub duplicates: u64,
+    /// Acknowledgements sent.
+    pub acks_sent: u64,
+}
+
+/// The daemon's reliability state (in [`crate::state::federation::Federation`]).
+#[derive(Debug)]
+pub(crate) struct Reliable {
+    /// Whether any tag can be reliable (a daemon or tag layer says so).
+    pub enabled: bool,
+    cache: HashMap<Box<str>, bool>,
+    /// Windows per link connection of version 3.
+    pub conns: HashMap<u64, ConnRel>,
+    pub dedupe: Dedupe,
+    limits: WindowLimits,
+    full: WindowFull,
+    pub counters: Counters,
+    /// Dialed addresses that refused link version 3.
+    pub downgraded: HashSet<String>,
+    /// Obligations the event being routed took on (dispatch's sink adds).
+    pub obligations: u32,
+    /// Upstream obligations to settle once the current event is routed.
+    pub completions: Vec<(Upstream, bool)>,
+    last_warning: Option<Instant>,
+}
+
+impl Reliable {
+    /// Empty, with `[federation]`'s window bounds.
+    pub(crate) fn new(config: &crate::config::FederationConfig) -> Self {
+        Reliable {
+            enabled: false,
+            cache: HashMap::new(),
+            conns: HashMap::new(),
+            dedupe: Dedupe::new(config.reliable_dedupe_keys),
+            limits: WindowLimits {
+                max_events: config.reliable_window_events,
+                max_bytes: config.reliable_window_bytes,
+            },
+            full: match config.reliable_window_full {
+                ReliableWindowFull::DropOldest => WindowFull::DropOldest,
+                ReliableWindowFull::Reject => WindowFull::Reject,
+            },
+            counters: Counters::default(),
+            downgraded: HashSet::new(),
+            obligations: 0,
+            completions: Vec::new(),
+            last_warning: None,
+        }
+    }
+
+    /// A link connection of version 3 came up: its windows.
+    pub(crate) fn conn_up(&mut self, conn: u64, peer: NodeId, outbox: Arc<Outbox>) {
+        self.conns.insert(
+            conn,
+            ConnRel {
+                peer,
+                outbox,
+                send: SendWindow::new(self.limits, self.full),
+                recv: RecvWindow::new(tagwire_proto::MAX_RELIABLE_WINDOW),
+            },
+        );
+    }
+
+    /// Remembers that the peer dialed at `addr` speaks link version 2.
+    pub(crate) fn downgrade(&mut self, addr: &str) {
+        if self.downgraded.len() >= MAX_DOWNGRADED {
+            self.downgraded.clear();
+        }
+        self.downgraded.insert(addr.to_owned());
+    }
+
+    /// At most one warning a second.
+    fn warn_allowed(&mut self) -> bool {
+        let now = Instant::now();
+        if self
+            .last_warning
+            .is_some_and(|t| now.duration_since(t).as_secs() < 1)
+        {
+            return false;
+        }
+        self.last_warning = Some(now);
+        true
+    }
+}
+
+/// Whether the tag/daemon layers make `tag` reliable (`reliable`,
+/// `exactly_once` or `durable`).
+fn reliable_by_layers(st: &State, tag: &str) -> bool {
+    let layer = st
+        .qos_tags
+        .iter()
+        .filter(|t| t.layer.is_set(Property::Reliability) && t.pattern.matches(tag))
+        .max_by_key(|t| t.text.len())
+        .map(|t| &t.layer)
+        .or_else(|| {
+            st.qos_daemon
+                .is_set(Property::Reliability)
+                .then_some(&st.qos_daemon)
+        });
+    layer.is_some_and(|l| resolve(&[l]).values().reliability != Reliability::BestEffort)
+        || crate::store::is_durable(st, tag)
+}
+
+/// After a daemon or tag layer changed: whether any tag can be reliable.
+pub(crate) fn layers_changed(st: &mut State) {
+    let on = |l: &tagwire_core::qos::QosLayer| {
+        l.is_set(Property::Reliability)
+            && resolve(&[l]).values().reliability != Reliability::BestEffort
+    };
+    let layered = on(&st.qos_daemon) || st.qos_tags.iter().any(|t| on(&t.layer));
+    let r = &mut st.fed.reliable;
+    r.enabled = layered || st.store.enabled;
+    r.cache.clear();
+}
+
+/// Whether an event of `tag` published here crosses links reliably: a
+/// flag test when no tag is reliable or no link speaks version 3.
+pub(crate) fn is_reliable(st: &mut State, tag: &str) -> bool {
+    if !st.fed.reliable.enabled || st.fed.reliable.conns.is_empty() {
+        return false;
+    }
+    if let Some(r) = st.fed.reliable.cache.get(tag) {
+        return *r;
+    }
+    let r = reliable_by_layers(st, tag);
+    let cache = &mut st.fed.reliable.cache;
+    if cache.len() >= CACHE_TAGS {
+        cache.clear();
+    }
+    cache.insert(Box::from(tag), r);
+    r
+}
+
+/// What [`offer`] did with an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Offered {
+    /// `conn` has no window (a version-2 link: the caller sends best effort).
+    NoWindow,
+    /// In the window (and written if the control buffer had room).
+    Held,
+    /// A full `reject` window refused it; `report`: tell the publisher now
+    /// (at most once a second).
+    Rejected { report: bool },
+}
+
+/// Puts `held` in the window of link connection `conn` and sends what the
+/// connection's control buffer takes.
+pub(crate) fn offer(rel: &mut Reliable, conn: u64, held: Held, max_control: usize) -> Offered {
+    let Some(cr) = rel.conns.get_mut(&conn) else {
+        return Offered::NoWindow;
+    };
+    let bytes = held.event.len();
+    let upstream = held.upstream;
+    let peer = cr.peer;
+    match cr.send.push(held, bytes) {
+        Push::Held { evicted, .. } => {
+            transmit(cr, max_control);
+            rel.counters.held += 1;
+            if upstream.is_some() {
+                rel.obligations += 1;
+            }
+            if !evicted.is_empty() {
+                rel.counters.window_dropped += evicted.len() as u64;
+                for e in &evicted {
+                    if let Some(u) = e.upstream {
+                        rel.completions.push((u, false));
+                    }
+                }
+                if rel.warn_allowed() {
+                    tracing::warn!(
+                        "reliable window of the link to {peer:#x} is full \
+                         (federation.reliable_window_events/_bytes): the oldest unacknowledged \
+                         event is given up on that link ({} so far)",
+                        rel.counters.window_dropped
+                    );
+                }
+            }
+        }
+        Push::Rejected(_) | Push::WouldBlock(_) => {
+            rel.counters.rejected += 1;
+            let report = rel.warn_allowed();
+            if report {
+                tracing::warn!(
+                    "reliable window of the link to {peer:#x} is full \
+                     (federation.reliable_window_events/_bytes, reliable_window_full = \"reject\"): \
+                     an event does not cross that link ({} so far)",
+                    rel.counters.rejected
+                );
+            }
+            return Offered::Rejected { report };
+        }
+    }
+    Offered::Held
+}
+
+/// Writes the window's unsent events to the connection's control buffer,
+/// as many as it takes (the rest go on the next tick or acknowledgement).
+fn transmit(cr: &mut ConnRel, max_control: usize) {
+    while let Some((seq, h)) = cr.send.peek_unsent() {
+        let frame = LinkFrame::Reliable {
+            seq,
+            origin: h.origin,
+            hops: h.hops,
+            event: h.event.clone(),
+        };
+        if !cr.outbox.send_link(&frame, max_control) {
+            break;
+        }
+        // A TCP connection never loses a frame, so no retransmission timer
+        // is kept: the time stamp is not read.
+        cr.send.mark_sent(seq, 0);
+    }
+}
+
+/// Sends connection `conn`'s acknowledgement if one is due (`now`: any
+/// change; else only after [`ACK_EVERY`] settled events).
+fn ack_if_due(rel: &mut Reliable, conn: u64, now: bool, max_control: usize) {
+    let Some(cr) = rel.conns.get_mut(&conn) else {
+        return;
+    };
+    if !now && cr.recv.settled_since_ack() < ACK_EVERY {
+        return;
+    }
+    if let Some(ack) = cr.recv.ack() {
+        if cr.outbox.send_link(&LinkFrame::Ack(ack), max_control) {
+            rel.counters.acks_sent += 1;
+        }
+    }
+}
+
+/// Settles the upstream obligations the last routing gave back.
+fn complete_pending(rel: &mut Reliable, max_control: usize) {
+    while let Some((up, failed)) = rel.completions.pop() {
+        if let Some(cr) = rel.conns.get_mut(&up.conn) {
+            let _ = cr.recv.complete(up.seq, failed);
+        }
+        ack_if_due(rel, up.conn, false, max_control);
+    }
+}
+
+/// A `Reliable` frame arrived on link connection `conn` from `peer`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn on_reliable(
+    st: &mut State,
+    conn: u64,
+    peer: NodeId,
+    seq: u64,
+    origin: NodeId,
+    hops: u8,
+    event: &Bytes,
+    chunk: Option<u64>,
+    band: &str,
+) -> Result<(), (ErrorCode, String)> {
+    let max = st.config.limits.max_control_bytes;
+    let Some(cr) = st.fed.reliable.conns.get_mut(&conn) else {
+        return Err((
+            ErrorCode::Malformed,
+            "a Reliable frame on a link of version 2 (no acknowledgements)".into(),
+        ));
+    };
+    if seq != cr.recv.expected() {
+        return Err((
+            ErrorCode::Malformed,
+            format!(
+                "Reliable frame with sequence number {seq}, expected {} (a gap on one connection)",
+                cr.recv.expected()
+            ),
+        ));
+    }
+    cr.recv
+        .on_frame(seq, ())
+        .map_err(|e| (ErrorCode::Malformed, format!("Reliable frame: {e}")))?;
+    let ev = EventRef::parse(event)
+        .map_err(|e| (ErrorCode::Malformed, format!("bad event in Reliable: {e}")))?;
+    if let Some(l) = st.fed.links.get_mut(&peer) {
+        l.events_in += 1;
+        l.bytes_in += event.len() as u64;
+    }
+    let publisher = tagwire_core::proxy::publisher_key(ev.publisher);
+    let settle = |st: &mut State, n: u32| {
+        let r = &mut st.fed.reliable;
+        if let Some(cr) = r.conns.get_mut(&conn) {
+            let _ = cr.recv.settle(seq, n);
+        }
+        complete_pending(r, max);
+        ack_if_due(r, conn, false, max);
+    };
+    match st
+        .fed
+        .reliable
+        .dedupe
+        .check(origin, publisher, ev.seq, ev.source_time_ns)
+    {
+        Seen::New => {}
+        Seen::Duplicate | Seen::TooOld => {
+            st.fed.reliable.counters.duplicates += 1;
+            settle(st, 0);
+            return Ok(());
+        }
+    }
+    let Ok(deadline) = st
+        .node
+        .admit_forward(origin, hops, &ev, crate::timing::now_ns)
+    else {
+        settle(st, 0);
+        return Ok(());
+    };
+    let mut out = match chunk {
+        Some(epoch) => Outgoing::in_chunk(event, epoch),
+        None => Outgoing::own_buffer(event),
+    };
+    let route = crate::dispatch::Route {
+        origin,
+        hops: hops.saturating_add(1),
+        from: Some(peer),
+        band: Some(band),
+        reliable: true,
+        upstream: Some(Upstream { conn, seq }),
+    };
+    st.fed.reliable.obligations = 0;
+    let unwanted = st.node.counters().unwanted;
+    let mut stage = crate::channel::Staging::default();
+    crate::dispatch::deliver_routed(st, &mut stage, &mut out, &ev, deadline, route);
+    let _ = stage.flush();
+    let n = std::mem::take(&mut st.fed.reliable.obligations);
+    if n == 0 && st.node.counters().unwanted != unwanted {
+        // It went nowhere here (no subscriber, no link): this daemon's view
+        // of the routes disagrees with the sender's. Failed, so the sender
+        // routes it again (elsewhere) instead of taking it as delivered.
+        let r = &mut st.fed.reliable;
+        if let Some(cr) = r.conns.get_mut(&conn) {
+            let _ = cr.recv.settle(seq, 1);
+            let _ = cr.recv.complete(seq, true);
+        }
+        complete_pending(r, max);
+        ack_if_due(r, conn, false, max);
+        return Ok(());
+    }
+    settle(st, n);
+    Ok(())
+}
+
+/// An `Ack` arrived on link connection `conn`.
+pub(crate) fn on_ack(st: &mut State, conn: u64, ack: &Ack) -> Result<(), (ErrorCode, String)> {
+    let max = st.config.limits.max_control_bytes;
+    let Some(cr) = st.fed.reliable.conns.get_mut(&conn) else {
+        return Err((
+            ErrorCode::Malformed,
+            "an Ack on a link of version 2 (no acknowledgements)".into(),
+        ));
+    };
+    let peer = cr.peer;
+    let released = cr
+        .send
+        .on_ack(ack)
+        .map_err(|e| (ErrorCode::Malformed, format!("Ack: {e}")))?;
+    transmit(cr, max);
+    let r = &mut st.fed.reliable;
+    for h in released.done {
+        if let Some(u) = h.upstream {
+            r.completions.push((u, false));
+        }
+    }
+    complete_pending(r, max);
+    for h in released.failed {
+        reroute(st, h, Some(peer));
+    }
+    Ok(())
+}
+
+/// Link connection `conn` closed: what its window held is routed again
+/// (after the node engine took the link down, so over the next route).
+pub(crate) fn conn_closed(st: &mut State, conn: u64) {
+    let Some(mut cr) = st.fed.reliable.conns.remove(&conn) else {
+        return;
+    };
+    let held = cr.send.drain();
+    if !held.is_empty() {
+        tracing::info!(
+            "link connection {conn} to {:#x} closed with {} reliable events unacknowledged: \
+             routing them again",
+            cr.peer,
+            held.len()
+        );
+    }
+    for h in held {
+        reroute(st, h, None);
+    }
+}
+
+/// After the topology changed: a connection whose held events the route
+/// no longer takes — its link is not confirmed any more (the peer's advert
+/// dropped it, while this end has not noticed the connection is dead), or
+/// the route of its oldest held event now goes another way (a link came
+/// back and the shortest path moved) — gives back what its window holds,
+/// routed again now, before anything newer takes the new route, so that the
+/// subscriber gets them in order. Late acknowledgements of them on the old
+/// connection are ignored; late copies are dropped by the dedupe.
+pub(crate) fn topology_changed(st: &mut State) {
+    if st.fed.reliable.conns.is_empty() {
+        return;
+    }
+    let me = st.node.me();
+    let candidates: Vec<(u64, NodeId)> = st
+        .fed
+        .reliable
+        .conns
+        .iter()
+        .filter(|(_, cr)| !cr.send.is_empty())
+        .map(|(c, cr)| (*c, cr.peer))
+        .collect();
+    let mut stale = Vec::new();
+    for (conn, peer) in candidates {
+        let moved = !st.node.topology().linked(me, peer) || {
+            let Some(cr) = st.fed.reliable.conns.get(&conn) else {
+                continue;
+            };
+            let Some((_, h)) = cr.send.oldest() else {
+                continue;
+            };
+            let (event, origin, hops, from) = (h.event.clone(), h.origin, h.hops, h.from);
+            match EventRef::parse(&event) {
+                Ok(ev) => {
+                    let mut next = NextHops(Vec::new());
+                    st.node.route(&ev, origin, hops, from, &mut next);
+                    !next.0.contains(&peer)
+                }
+                Err(_) => false,
+            }
+        };
+        if moved {
+            stale.push((conn, peer));
+        }
+    }
+    for (conn, peer) in stale {
+        let held = match st.fed.reliable.conns.get_mut(&conn) {
+            Some(cr) => cr.send.drain(),
+            None => continue,
+        };
+        tracing::info!(
+            "the route no longer takes the link to {peer:#x}: routing its {} unacknowledged \
+             reliable events again",
+            held.len()
+        );
+        // Not excluded: an event whose route still takes this link goes on
+        // it again (a copy, dropped by the dedupe where it arrives twice).
+        for h in held {
+            reroute(st, h, None);
+        }
+    }
+}
+
+/// Routes `held` again with the current topology, never to `exclude` (the
+/// neighbour that could not pass it on). Its upstream obligation moves to
+/// the links it now takes; with none, it is failed upstream (the daemon
+/// before this one routes it again) or, here at its origin, lost (counted).
+fn reroute(st: &mut State, held: Held, exclude: Option<NodeId>) {
+    let max = st.config.limits.max_control_bytes;
+    st.fed.reliable.counters.rerouted += 1;
+    if held.tries >= MAX_REROUTES {
+        let r = &mut st.fed.reliable;
+        r.counters.unroutable += 1;
+        if let Some(u) = held.upstream {
+            r.completions.push((u, false));
+        }
+        if r.warn_allowed() {
+            tracing::warn!(
+                "a reliable event was routed again {MAX_REROUTES} times and found no daemon to \
+                 take it: given up ({} so far)",
+                r.counters.unroutable
+            );
+        }
+        complete_pending(r, max);
+        return;
+    }
+    let Ok(ev) = EventRef::parse(&held.event) else {
+        // It parsed when it came; cannot happen. Give it up upstream.
+        if let Some(u) = held.upstream {
+            st.fed.reliable.completions.push((u, true));
+        }
+        complete_pending(&mut st.fed.reliable, max);
+        return;
+    };
+    st.fed.reliable.obligations = 0;
+    let mut sink = Reroute {
+        links: &st.fed.links,
+        rel: &mut st.fed.reliable,
+        held: &held,
+        exclude,
+        max,
+        taken: 0,
+    };
+    st.node
+        .route(&ev, held.origin, held.hops, held.from, &mut sink);
+    let taken = sink.taken;
+    let r = &mut st.fed.reliable;
+    let added = std::mem::take(&mut r.obligations);
+    match held.upstream {
+        Some(u) => {
+            if added > 0 {
+                if let Some(cr) = r.conns.get_mut(&u.conn) {
+                    let _ = cr.recv.add_obligations(u.seq, added);
+                }
+                r.completions.push((u, false));
+            } else {
+                r.completions.push((u, true));
+            }
+        }
+        None if taken == 0 => {
+            r.counters.unroutable += 1;
+            if r.warn_allowed() {
+                tracing::warn!(
+                    "a reliable event of {} could not be routed again after its link was lost: \
+                     no route to the daemons that want it ({} so far)",
+                    ev.tag,
+                    r.counters.unroutable
+                );
+            }
+        }
+        None => {}
+    }
+    complete_pending(r, max);
+}
+
+/// The links a routing picks (local channels ignored).
+struct NextHops(Vec<NodeId>);
+
+impl Sink<Arc<crate::channel::Channel>> for NextHops {
+    fn channel(&mut self, _: &Arc<crate::channel::Channel>, _: Overrides) {}
+    fn link(&mut self, to: NodeId, _origin: NodeId, _hops: u8) {
+        self.0.push(to);
+    }
+}
+
+/// Routes a held event again: links only (local channels already had it).
+struct Reroute<'a> {
+    links: &'a HashMap<NodeId, crate::state::federation::Link>,
+    rel: &'a mut Reliable,
+    held: &'a Held,
+    exclude: Option<NodeId>,
+    max: usize,
+    taken: usize,
+}
+
+impl Sink<Arc<crate::channel::Channel>> for Reroute<'_> {
+    fn channel(&mut self, _: &Arc<crate::channel::Channel>, _: Overrides) {}
+
+    fn link(&mut self, to: NodeId, origin: NodeId, hops: u8) {
+        if Some(to) == self.exclude {
+            return;
+        }
+        let Some(l) = self.links.get(&to) else {
+            return;
+        };
+        let held = Held {
+            event: self.held.event.clone(),
+            origin,
+            hops,
+            from: self.held.from,
+            upstream: self.held.upstream,
+            tries: self.held.tries.saturating_add(1),
+        };
+        if offer(self.rel, l.conn, held, self.max) == Offered::Held {
+            self.taken += 1;
+        }
+    }
+}
+
+/// The federation task's tick: unsent events to the control buffers, and
+/// the acknowledgements due.
+pub(crate) fn tick(st: &mut State) {
+    let max = st.config.limits.max_control_bytes;
+    let r = &mut st.fed.reliable;
+    let conns: Vec<u64> = r.conns.keys().copied().collect();
+    for conn in conns {
+        if let Some(cr) = r.conns.get_mut(&conn) {
+            transmit(cr, max);
+        }
+        ack_if_due(r, conn, true, max);
+    }
+}

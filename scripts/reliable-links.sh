@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# scripts/reliable-links.sh [--rounds N] [--events N] [--size B] [--faults N]
+#
+# Reliable links (issue 25, BENCHMARKS.md "Reliable links"):
+#
+# 1. Throughput of a `reliability=reliable` tag against a best-effort one
+#    over one link: two release tagwired on loopback (a dials b), a
+#    publisher on a (`tagwire pub -n EVENTS --size B`, as fast as it goes),
+#    a subscriber on b. For `reliable`, a's daemon layer says
+#    `reliability = "reliable"` (every event crosses as `Reliable` and is
+#    acknowledged); for `best_effort` nothing is set. Each round runs both,
+#    on fresh daemons. The subscriber's queues hold every event (the
+#    client connection is not what is measured). Prints events received (of
+#    EVENTS), the rate between the first and the last arrival, and a's link
+#    drops (best effort: the link queue's) and window drops (reliable). Not a timing assertion: a
+#    shared machine moves these numbers; compare within a run.
+# 2. With --faults N (root, network namespaces): runs the fault experiment
+#    crates/tagwire-cli/tests/reliable_netns.rs N times (four daemons in a
+#    ring, 20,000 events at 1,000/s, a 6 s cut of the link carrying the
+#    stream, then kill -9 of the daemon carrying it; reliable and
+#    best_effort) and prints what the subscriber saw, with each fault's
+#    delivery gap.
+set -uo pipefail
+ROUNDS=3
+EVENTS=200000
+SIZE=64
+FAULTS=0
+while [[ $# -gt 0 ]]; do
+    case "$1" in
+        --rounds) ROUNDS=${2:?}; shift ;;
+        --events) EVENTS=${2:?}; shift ;;
+        --size) SIZE=${2:?}; shift ;;
+        --faults) FAULTS=${2:?}; shift ;;
+        -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+        *) echo "reliable-links.sh: unknown argument $1 (try --help)" >&2; exit 2 ;;
+    esac
+    shift
+done
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cargo build --release --quiet --bin tagwired --bin tagwire -p tagwire-cli --manifest-path "$root/Cargo.toml" || exit 1
+bin="${CARGO_TARGET_DIR:-$root/target}/release"
+tmp="$(mktemp -d)"
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+    wait 2>/dev/null
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+pa=7811
+pb=7821
+wait_port() {
+    for _ in $(seq 100); do
+        (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+        sleep 0.05
+    done
+    echo "reliable-links.sh: nothing listens on $1" >&2
+    return 1
+}
+run() { # $1: reliable|best_effort
+    rm -rf "$tmp/rt"
+    mkdir -p "$tmp/rt"
+    : >"$tmp/a.toml"
+    [[ $1 == reliable ]] && printf '[qos]\nreliability = "reliable"\n' >"$tmp/a.toml"
+    export XDG_RUNTIME_DIR="$tmp/rt"
+    "$bin/tagwired" --name b --tcp "127.0.0.1:$pb" --no-unix --log warn &
+    pids+=($!)
+    wait_port "$pb" || return 1
+    "$bin/tagwired" --name a --tcp "127.0.0.1:$pa" --no-unix --config "$tmp/a.toml" \
+        --peer "tcp://127.0.0.1:$pb" --log warn &
+    pids+=($!)
+    wait_port "$pa" || return 1
+    # The subscriber on b, its arrivals counted and timed.
+    "$bin/tagwire" -s "tcp://127.0.0.1:$pb" sub '/bench/**' -n "$EVENTS" --timeout 5 \
+        --max-queue "$EVENTS" --local-queue "$EVENTS" 2>/dev/null |
+        perl -MTime::HiRes=time -ne '$n++; $f //= time; $l = time;
+            END { printf "%d %.0f\n", $n, ($n > 1 && $l > $f) ? ($n - 1) / ($l - $f) : 0 }' \
+        >"$tmp/sub.out" &
+    local sub=$!
+    # Until a knows b's interest (its link and b's advert).
+    for _ in $(seq 100); do
+        "$bin/tagwire" -s "tcp://127.0.0.1:$pa" list --links --json 2>/dev/null |
+            python3 -c 'import json,sys; f=json.load(sys.stdin); sys.exit(0 if any(d.get("interest",0)>0 for d in f.get("known",[])) else 1)' &&
+            break
+        sleep 0.1
+    done
+    "$bin/tagwire" -s "tcp://127.0.0.1:$pa" pub /bench/x x -n "$EVENTS" --size "$SIZE" >/dev/null
+    wait "$sub"
+    local got rate
+    read -r got rate <"$tmp/sub.out"
+    local counters
+    counters=$("$bin/tagwire" -s "tcp://127.0.0.1:$pa" list --links --json 2>/dev/null |
+        python3 -c 'import json,sys; f=json.load(sys.stdin); r=f.get("reliable",{}); l=(f.get("links") or [{}])[0]; print("link dropped", l.get("dropped"), "window_dropped", r.get("window_dropped"), "held", r.get("held"))')
+    printf '%-12s received %8s of %s   %8s events/s   (a: %s)\n' "$1" "$got" "$EVENTS" "$rate" "$counters"
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+    wait 2>/dev/null
+    pids=()
+}
+echo "nproc $(nproc), $EVENTS events of $SIZE B over one loopback link, $ROUNDS rounds"
+for _ in $(seq "$ROUNDS"); do
+    run best_effort
+    run reliable
+done
+if [[ $FAULTS -gt 0 ]]; then
+    if [[ $(id -u) -ne 0 ]]; then
+        echo "reliable-links.sh: --faults needs root (network namespaces)" >&2
+        exit 1
+    fi
+    for _ in $(seq "$FAULTS"); do
+        CARGO_PROFILE_DEV_DEBUG=line-tables-only cargo test --quiet -p tagwire-cli \
+            --manifest-path "$root/Cargo.toml" --test reliable_netns -- --nocapture --test-threads 1 2>&1 |
+            grep -E "^(cutting|killing|reliable|best_effort|missing|d[02] reliable)"
+    done
+fi

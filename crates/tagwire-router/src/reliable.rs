@@ -188,18 +188,8 @@ impl Reliable {
 /// Whether the tag/daemon layers make `tag` reliable (`reliable`,
 /// `exactly_once` or `durable`).
 fn reliable_by_layers(st: &State, tag: &str) -> bool {
-    let layer = st
-        .qos_tags
-        .iter()
-        .filter(|t| t.layer.is_set(Property::Reliability) && t.pattern.matches(tag))
-        .max_by_key(|t| t.text.len())
-        .map(|t| &t.layer)
-        .or_else(|| {
-            st.qos_daemon
-                .is_set(Property::Reliability)
-                .then_some(&st.qos_daemon)
-        });
-    layer.is_some_and(|l| resolve(&[l]).values().reliability != Reliability::BestEffort)
+    tagwire_core::qos::layer_for(&st.qos_daemon, &st.qos_tags, tag, Property::Reliability)
+        .is_some_and(|l| resolve(&[l]).values().reliability != Reliability::BestEffort)
         || crate::store::is_durable(st, tag)
 }
 

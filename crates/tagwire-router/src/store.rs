@@ -187,18 +187,8 @@ impl RouterStore {
 
 /// The `reliability` a tag has under the current daemon and tag layers.
 fn durable_by_layers(st: &State, tag: &str) -> bool {
-    let layer = st
-        .qos_tags
-        .iter()
-        .filter(|t| t.layer.is_set(Property::Reliability) && t.pattern.matches(tag))
-        .max_by_key(|t| t.text.len())
-        .map(|t| &t.layer)
-        .or_else(|| {
-            st.qos_daemon
-                .is_set(Property::Reliability)
-                .then_some(&st.qos_daemon)
-        });
-    layer.is_some_and(|l| resolve(&[l]).values().reliability == Reliability::Durable)
+    tagwire_core::qos::layer_for(&st.qos_daemon, &st.qos_tags, tag, Property::Reliability)
+        .is_some_and(|l| resolve(&[l]).values().reliability == Reliability::Durable)
 }
 
 /// Whether `tag`'s events are stored.

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use crate::qos::{resolve, Property, QosLayer, TagQos};
+use crate::qos::{layer_for, resolve, Property, QosLayer, TagQos};
 
 /// Most tags whose `history` value [`HistoryPolicy`] caches; at the bound
 /// the cache is cleared and refilled as events arrive.
@@ -13,13 +13,7 @@ pub const POLICY_CACHE_TAGS: usize = 65_536;
 /// tag layer whose pattern matches the tag and sets `history` (the longest
 /// pattern text), else the daemon layer if it sets it, else 0 (none).
 pub fn capacity_of(daemon: &QosLayer, tags: &[TagQos], tag: &str) -> usize {
-    let layer = tags
-        .iter()
-        .filter(|t| t.layer.is_set(Property::History) && t.pattern.matches(tag))
-        .max_by_key(|t| t.text.len())
-        .map(|t| &t.layer)
-        .or_else(|| daemon.is_set(Property::History).then_some(daemon));
-    layer.map_or(0, |l| resolve(&[l]).values().history)
+    layer_for(daemon, tags, tag, Property::History).map_or(0, |l| resolve(&[l]).values().history)
 }
 
 /// [`capacity_of`] per published tag, cheaply: a publish costs one flag

@@ -15,3 +15,19 @@ pub struct TagQos {
     /// The properties it sets.
     pub layer: QosLayer,
 }
+
+/// The layer that gives `tag` property `p`: the most specific tag layer
+/// (longest pattern text) whose pattern matches the tag and sets `p`, else
+/// `daemon` if it sets `p`; `None`: neither does (the property's default).
+pub fn layer_for<'a>(
+    daemon: &'a QosLayer,
+    tags: &'a [TagQos],
+    tag: &str,
+    p: super::Property,
+) -> Option<&'a QosLayer> {
+    tags.iter()
+        .filter(|t| t.layer.is_set(p) && t.pattern.matches(tag))
+        .max_by_key(|t| t.text.len())
+        .map(|t| &t.layer)
+        .or_else(|| daemon.is_set(p).then_some(daemon))
+}

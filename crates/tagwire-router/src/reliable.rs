@@ -86,24 +86,8 @@ pub(crate) struct ConnRel {
 }
 
 /// Counters shown with the links (`tagwire list --links --json`,
-/// `federation.reliable`).
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct Counters {
-    /// Reliable events put in a window.
-    pub held: u64,
-    /// Given up by a full window (`drop_oldest`).
-    pub window_dropped: u64,
-    /// Refused by a full window (`reject`).
-    pub rejected: u64,
-    /// Routed again after a lost connection or a failed acknowledgement.
-    pub rerouted: u64,
-    /// Routed again and no route had them: lost (no path was up).
-    pub unroutable: u64,
-    /// Copies dropped by the dedupe window.
-    pub duplicates: u64,
-    /// Acknowledgements sent.
-    pub acks_sent: u64,
-}
+/// `federation.reliable`): kept in the listing's own type.
+pub(crate) type Counters = tagwire_proto::admin::ReliableInfo;
 
 /// The daemon's reliability state (in [`crate::state::federation::Federation`]).
 #[derive(Debug)]

@@ -287,18 +287,7 @@ impl Federation {
                 .collect(),
             members: Vec::new(),
             bad_datagrams: 0,
-            reliable: {
-                let c = self.reliable.counters;
-                tagwire_proto::admin::ReliableInfo {
-                    held: c.held,
-                    window_dropped: c.window_dropped,
-                    rejected: c.rejected,
-                    rerouted: c.rerouted,
-                    unroutable: c.unroutable,
-                    duplicates: c.duplicates,
-                    acks_sent: c.acks_sent,
-                }
-            },
+            reliable: self.reliable.counters.clone(),
         }
     }
 }

@@ -523,25 +523,17 @@ impl Outbox {
             let (before, len) = (q.bytes(), q.len());
             let (mut taken, mut expired) = (0u64, 0u64);
             let turn = ch.batch.get();
-            while taken < turn && batch.len() < BATCH_EVENTS && total(batch) < BATCH_BYTES {
+            let room = |taken: u64, batch: &Batch| {
+                taken < turn && batch.len() < BATCH_EVENTS && total(batch) < BATCH_BYTES
+            };
+            while room(taken, batch) {
                 let Some(item) = q.pop() else {
                     break;
                 };
-                if item.deadline != NEVER && *now.get_or_insert_with(now_ns) > item.deadline {
-                    expired += 1;
-                    continue;
+                if let Some(item) = writable(item, &mut now, &mut expired) {
+                    batch.push(Prefix::of(&ch, &item), item.event);
+                    taken += 1;
                 }
-                let mut item = item;
-                if let Some(q) = item.pin.take() {
-                    // Written below: by reference if the subscriber's pin
-                    // row has room (it gives the pin back), else a copy.
-                    match q.written() {
-                        Some(bytes) => item.event = bytes,
-                        None => continue,
-                    }
-                }
-                batch.push(Prefix::of(&ch, &item), item.event);
-                taken += 1;
             }
             // Then what its time services (buffer, playout) release now,
             // under the same rules; `held`: when they next release.
@@ -549,21 +541,12 @@ impl Outbox {
             let timed = ch.timed.get();
             if timed {
                 let t = *now.get_or_insert_with(now_ns);
-                let room = taken < turn && batch.len() < BATCH_EVENTS && total(batch) < BATCH_BYTES;
-                held = ch.release_timed(t, q.is_empty(), room, |mut item| {
-                    if item.deadline != NEVER && t > item.deadline {
-                        expired += 1;
-                    } else if let Some(pin) = item.pin.take() {
-                        if let Some(bytes) = pin.written() {
-                            item.event = bytes;
-                            batch.push(Prefix::of(&ch, &item), item.event);
-                            taken += 1;
-                        }
-                    } else {
+                held = ch.release_timed(t, q.is_empty(), room(taken, batch), |item| {
+                    if let Some(item) = writable(item, &mut Some(t), &mut expired) {
                         batch.push(Prefix::of(&ch, &item), item.event);
                         taken += 1;
                     }
-                    taken < turn && batch.len() < BATCH_EVENTS && total(batch) < BATCH_BYTES
+                    room(taken, batch)
                 });
             }
             ch.delivered.set(ch.delivered.get() + taken);
@@ -598,6 +581,23 @@ impl Outbox {
         }
         wake
     }
+}
+
+/// An item leaving its channel's queue (or its time services) for the
+/// batch: `None` if it expired while it waited (counted in `expired`; the
+/// clock is read only for an item that can expire, at most once per batch)
+/// or its shared-memory payload can be neither referenced nor copied; else
+/// the item, its pin turned into what is written — by reference if the
+/// subscriber's pin row has room (it gives the pin back), else a copy.
+fn writable(mut item: Queued, now: &mut Option<u64>, expired: &mut u64) -> Option<Queued> {
+    if item.deadline != NEVER && *now.get_or_insert_with(now_ns) > item.deadline {
+        *expired += 1;
+        return None;
+    }
+    if let Some(pin) = item.pin.take() {
+        item.event = pin.written()?;
+    }
+    Some(item)
 }
 
 /// The writer's timer for timed waits (start time, pacing, the time

@@ -780,24 +780,17 @@ pub(crate) fn check_suppliers(
     if !st.suppliers.limited {
         return Ok(());
     }
-    // The most specific layer that sets it and matches the tag.
-    let scope = st
-        .qos_tags
-        .iter()
-        .filter(|t| t.layer.is_set(Property::MaxSuppliers) && t.pattern.matches(tag))
-        .max_by_key(|t| t.text.len())
-        .map(|t| (t.text.clone(), resolve(&[&t.layer]).values().max_suppliers))
-        .or_else(|| {
-            st.qos_daemon.is_set(Property::MaxSuppliers).then(|| {
-                (
-                    String::new(),
-                    resolve(&[&st.qos_daemon]).values().max_suppliers,
-                )
-            })
-        });
-    let Some((scope, Some(max))) = scope else {
+    // The most specific layer that sets it: its pattern is the scope
+    // counted ("" for the daemon's).
+    let Some((from, layer)) =
+        tagwire_core::qos::source_for(&st.qos_daemon, &st.qos_tags, tag, Property::MaxSuppliers)
+    else {
         return Ok(());
     };
+    let Some(max) = resolve(&[layer]).values().max_suppliers else {
+        return Ok(());
+    };
+    let scope = from.map_or_else(String::new, |t| t.text.clone());
     let set = st.suppliers.scopes.entry(scope.clone()).or_default();
     if set.contains(publisher) {
         return Ok(());

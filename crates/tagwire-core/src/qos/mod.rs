@@ -49,7 +49,7 @@ pub use property::{
     MAX_CLIENTS, MAX_EVENTS_PER_CONSUMER, MAX_PACING_INTERVAL_NS,
 };
 pub use resolve::{change, resolve, EventEffective, Resolved, Source};
-pub use tag::{layer_for, TagQos};
+pub use tag::{layer_for, source_for, TagQos};
 
 use crate::queue::DiscardPolicy;
 

@@ -25,9 +25,21 @@ pub fn layer_for<'a>(
     tag: &str,
     p: super::Property,
 ) -> Option<&'a QosLayer> {
+    source_for(daemon, tags, tag, p).map(|(_, layer)| layer)
+}
+
+/// As [`layer_for`], with where the layer comes from: `Some(t)` the tag
+/// layer `t` (its pattern names the scope, e.g. of `max_suppliers`),
+/// `None` the daemon layer.
+pub fn source_for<'a>(
+    daemon: &'a QosLayer,
+    tags: &'a [TagQos],
+    tag: &str,
+    p: super::Property,
+) -> Option<(Option<&'a TagQos>, &'a QosLayer)> {
     tags.iter()
         .filter(|t| t.layer.is_set(p) && t.pattern.matches(tag))
         .max_by_key(|t| t.text.len())
-        .map(|t| &t.layer)
-        .or_else(|| daemon.is_set(p).then_some(daemon))
+        .map(|t| (Some(t), &t.layer))
+        .or_else(|| daemon.is_set(p).then_some((None, daemon)))
 }

@@ -143,12 +143,124 @@ struct Held<T> {
     sent_at: Option<u64>,
 }
 
+/// A [`SendWindow`]'s held events: slot `i` is sequence number `base + i`,
+/// `None` where a selective acknowledgement released it early. Numbers are
+/// given out in order, so pushing, finding the next unsent and releasing
+/// the oldest are O(1) (a `BTreeMap` cost a fifth of a reliable link's CPU).
+#[derive(Debug)]
+struct HeldRing<T> {
+    base: u64,
+    slots: VecDeque<Option<Held<T>>>,
+    len: usize,
+}
+
+impl<T> HeldRing<T> {
+    fn new(base: u64) -> Self {
+        HeldRing {
+            base,
+            slots: VecDeque::new(),
+            len: 0,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Holds `h` as number `base + slots`.
+    fn push_back(&mut self, h: Held<T>) {
+        self.slots.push_back(Some(h));
+        self.len += 1;
+    }
+
+    /// Drops released slots at the front, so the front is held (or none is).
+    fn trim(&mut self) {
+        while let Some(None) = self.slots.front() {
+            self.slots.pop_front();
+            self.base += 1;
+        }
+    }
+
+    fn index(&self, seq: u64) -> Option<usize> {
+        let i = usize::try_from(seq.checked_sub(self.base)?).ok()?;
+        (i < self.slots.len()).then_some(i)
+    }
+
+    fn get(&self, seq: u64) -> Option<&Held<T>> {
+        self.slots.get(self.index(seq)?)?.as_ref()
+    }
+
+    fn get_mut(&mut self, seq: u64) -> Option<&mut Held<T>> {
+        let i = self.index(seq)?;
+        self.slots.get_mut(i)?.as_mut()
+    }
+
+    /// The oldest held at or above `from`.
+    fn first_from(&self, from: u64) -> Option<(u64, &Held<T>)> {
+        let start = usize::try_from(from.saturating_sub(self.base)).ok()?;
+        self.slots
+            .range(start.min(self.slots.len())..)
+            .enumerate()
+            .find_map(|(k, h)| h.as_ref().map(|h| (self.base + (start + k) as u64, h)))
+    }
+
+    fn pop_first(&mut self) -> Option<(u64, Held<T>)> {
+        self.trim();
+        let h = self.slots.pop_front()??;
+        let seq = self.base;
+        self.base += 1;
+        self.len -= 1;
+        self.trim();
+        Some((seq, h))
+    }
+
+    /// Held numbers below `end`, oldest first.
+    fn iter_mut_below(&mut self, end: u64) -> impl Iterator<Item = (u64, &mut Held<T>)> {
+        let base = self.base;
+        let n = usize::try_from(end.saturating_sub(base)).unwrap_or(usize::MAX);
+        self.slots
+            .iter_mut()
+            .take(n)
+            .enumerate()
+            .filter_map(move |(k, h)| h.as_mut().map(|h| (base + k as u64, h)))
+    }
+
+    /// Releases the held numbers in `first..=last`, oldest first.
+    fn remove_range(&mut self, first: u64, last: u64) -> Vec<Held<T>> {
+        let mut out = Vec::new();
+        let from = usize::try_from(first.saturating_sub(self.base)).unwrap_or(usize::MAX);
+        let Some(to) = last.checked_sub(self.base) else {
+            return out;
+        };
+        let to = usize::try_from(to).unwrap_or(usize::MAX);
+        for slot in self.slots.iter_mut().take(to.saturating_add(1)).skip(from) {
+            if let Some(h) = slot.take() {
+                self.len -= 1;
+                out.push(h);
+            }
+        }
+        self.trim();
+        out
+    }
+
+    /// Takes every held event, oldest first; numbering goes on at `next`.
+    fn take_all(&mut self, next: u64) -> impl Iterator<Item = Held<T>> {
+        self.len = 0;
+        self.base = next;
+        std::mem::take(&mut self.slots).into_iter().flatten()
+    }
+}
+
 /// One connection's sender side: a bounded retransmit buffer keyed by
 /// per-connection sequence numbers (1, 2, …).
 #[derive(Debug)]
 pub struct SendWindow<T> {
     next: u64,
-    held: BTreeMap<u64, Held<T>>,
+    held: HeldRing<T>,
     bytes: usize,
     /// Every held sequence number below it has been sent at least once.
     unsent_from: u64,
@@ -166,7 +278,7 @@ impl<T> SendWindow<T> {
         };
         SendWindow {
             next: 1,
-            held: BTreeMap::new(),
+            held: HeldRing::new(1),
             bytes: 0,
             unsent_from: 1,
             limits,
@@ -239,30 +351,24 @@ impl<T> SendWindow<T> {
         self.next += 1;
         self.bytes += bytes;
         self.stats.held += 1;
-        self.held.insert(
-            seq,
-            Held {
-                item,
-                bytes,
-                sent_at: None,
-            },
-        );
+        self.held.push_back(Held {
+            item,
+            bytes,
+            sent_at: None,
+        });
         Push::Held { seq, evicted }
     }
 
     /// The next held event not yet sent, if any; mark it sent with
     /// [`mark_sent`](Self::mark_sent) once the transport took it.
     pub fn peek_unsent(&self) -> Option<(u64, &T)> {
-        self.held
-            .range(self.unsent_from..)
-            .next()
-            .map(|(s, h)| (*s, &h.item))
+        self.held.first_from(self.unsent_from).map(|(s, h)| (s, &h.item))
     }
 
     /// Notes that `seq` (from [`peek_unsent`](Self::peek_unsent)) was handed
     /// to the transport at `now`.
     pub fn mark_sent(&mut self, seq: u64, now: u64) {
-        if let Some(h) = self.held.get_mut(&seq) {
+        if let Some(h) = self.held.get_mut(seq) {
             h.sent_at = Some(now);
         }
         self.unsent_from = self.unsent_from.max(seq + 1);
@@ -273,14 +379,14 @@ impl<T> SendWindow<T> {
     /// For transports that lose frames; a TCP link never calls it.
     pub fn poll_retransmit(&mut self, now: u64, rto: u64, max: usize) -> Vec<u64> {
         let mut out = Vec::new();
-        for (seq, h) in self.held.range_mut(..self.unsent_from) {
+        for (seq, h) in self.held.iter_mut_below(self.unsent_from) {
             if out.len() >= max {
                 break;
             }
             if let Some(at) = h.sent_at {
                 if now.saturating_sub(at) >= rto {
                     h.sent_at = Some(now);
-                    out.push(*seq);
+                    out.push(seq);
                 }
             }
         }
@@ -290,12 +396,12 @@ impl<T> SendWindow<T> {
 
     /// The oldest held event.
     pub fn oldest(&self) -> Option<(u64, &T)> {
-        self.held.first_key_value().map(|(s, h)| (*s, &h.item))
+        self.held.first_from(0).map(|(s, h)| (s, &h.item))
     }
 
     /// The held event `seq`.
     pub fn get(&self, seq: u64) -> Option<&T> {
-        self.held.get(&seq).map(|h| &h.item)
+        self.held.get(seq).map(|h| &h.item)
     }
 
     /// Releases what `ack` acknowledges: everything up to `ack.done` (except
@@ -325,32 +431,25 @@ impl<T> SendWindow<T> {
         let mut out = Released::default();
         // Failed ranges first (they may lie below `done`).
         for r in ack.ranges.iter().filter(|r| r.failed) {
-            let seqs: Vec<u64> = self.held.range(r.first..=r.last).map(|(s, _)| *s).collect();
-            for s in seqs {
-                if let Some(h) = self.held.remove(&s) {
-                    self.bytes -= h.bytes;
-                    self.stats.failed += 1;
-                    out.failed.push(h.item);
-                }
+            for h in self.held.remove_range(r.first, r.last) {
+                self.bytes -= h.bytes;
+                self.stats.failed += 1;
+                out.failed.push(h.item);
             }
         }
-        while let Some(entry) = self.held.first_entry() {
-            if *entry.key() > ack.done {
+        while self.held.first_from(0).is_some_and(|(s, _)| s <= ack.done) {
+            let Some((_, h)) = self.held.pop_first() else {
                 break;
-            }
-            let h = entry.remove();
+            };
             self.bytes -= h.bytes;
             self.stats.done += 1;
             out.done.push(h.item);
         }
         for r in ack.ranges.iter().filter(|r| !r.failed) {
-            let seqs: Vec<u64> = self.held.range(r.first..=r.last).map(|(s, _)| *s).collect();
-            for s in seqs {
-                if let Some(h) = self.held.remove(&s) {
-                    self.bytes -= h.bytes;
-                    self.stats.done += 1;
-                    out.done.push(h.item);
-                }
+            for h in self.held.remove_range(r.first, r.last) {
+                self.bytes -= h.bytes;
+                self.stats.done += 1;
+                out.done.push(h.item);
             }
         }
         Ok(out)
@@ -362,10 +461,7 @@ impl<T> SendWindow<T> {
     pub fn drain(&mut self) -> Vec<T> {
         self.bytes = 0;
         self.unsent_from = self.next;
-        std::mem::take(&mut self.held)
-            .into_values()
-            .map(|h| h.item)
-            .collect()
+        self.held.take_all(self.next).map(|h| h.item).collect()
     }
 }
 
@@ -722,7 +818,9 @@ struct Entry {
 /// taken for copies.
 #[derive(Debug)]
 pub struct Dedupe {
-    keys: HashMap<(u64, u64), Entry>,
+    /// foldhash, seeded per process: a lookup per reliable event (SipHash
+    /// was a few per cent of a receiving daemon's CPU).
+    keys: HashMap<(u64, u64), Entry, foldhash::fast::RandomState>,
     max_keys: usize,
     clock: u64,
     stats: DedupeStats,
@@ -732,7 +830,7 @@ impl Dedupe {
     /// An empty window for at most `max_keys` (≥ 2) keys.
     pub fn new(max_keys: usize) -> Self {
         Dedupe {
-            keys: HashMap::new(),
+            keys: HashMap::default(),
             max_keys: max_keys.max(2),
             clock: 0,
             stats: DedupeStats::default(),

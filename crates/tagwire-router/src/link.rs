@@ -83,7 +83,7 @@ fn peer_frame(st: &State, conn: u64, version: u16) -> LinkFrame {
         node: st.node.me(),
         name: st.config.name.clone(),
         cluster: st.config.federation.cluster.clone(),
-        band: band_of(st, conn),
+        band: band_of(st, conn).to_string(),
         bands: st
             .lanes
             .iter()
@@ -94,10 +94,10 @@ fn peer_frame(st: &State, conn: u64, version: u16) -> LinkFrame {
 
 /// The band of connection `conn` (the listener it came in on, or the lane
 /// that dialed it).
-fn band_of(st: &State, conn: u64) -> String {
+fn band_of(st: &State, conn: u64) -> Arc<str> {
     st.connections
         .get(&conn)
-        .map_or_else(|| st.config.default_band.clone(), |c| c.band.to_string())
+        .map_or_else(|| Arc::from(st.config.default_band.as_str()), |c| c.band.clone())
 }
 
 /// Handles a link frame. An error closes the connection (the caller sends
@@ -365,7 +365,7 @@ fn on_peer(
         ));
     }
     let here = band_of(&st, c.conn);
-    if band != here {
+    if *band != *here {
         return Err((
             ErrorCode::BadRequest,
             format!("daemon {name} says this connection is for band {band:?}, but it came to band {here}'s listener"),

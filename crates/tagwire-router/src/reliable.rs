@@ -85,6 +85,8 @@ pub(crate) struct ConnRel {
     pub recv: RecvWindow<()>,
 }
 
+type Fast = foldhash::fast::RandomState;
+
 /// Counters shown with the links (`tagwire list --links --json`,
 /// `federation.reliable`): kept in the listing's own type.
 pub(crate) type Counters = tagwire_proto::admin::ReliableInfo;
@@ -94,9 +96,11 @@ pub(crate) type Counters = tagwire_proto::admin::ReliableInfo;
 pub(crate) struct Reliable {
     /// Whether any tag can be reliable (a daemon or tag layer says so).
     pub enabled: bool,
-    cache: HashMap<Box<str>, bool>,
+    /// Per tag (foldhash, seeded per process, like the windows: both are
+    /// looked up per reliable event).
+    cache: HashMap<Box<str>, bool, Fast>,
     /// Windows per link connection of version 3.
-    pub conns: HashMap<u64, ConnRel>,
+    pub conns: HashMap<u64, ConnRel, Fast>,
     pub dedupe: Dedupe,
     limits: WindowLimits,
     full: WindowFull,
@@ -115,8 +119,8 @@ impl Reliable {
     pub(crate) fn new(config: &crate::config::FederationConfig) -> Self {
         Reliable {
             enabled: false,
-            cache: HashMap::new(),
-            conns: HashMap::new(),
+            cache: HashMap::default(),
+            conns: HashMap::default(),
             dedupe: Dedupe::new(config.reliable_dedupe_keys),
             limits: WindowLimits {
                 max_events: config.reliable_window_events,

@@ -164,7 +164,8 @@ pub(crate) struct State {
     /// Every channel by its router-wide subscription id.
     pub channels: ChannelTable,
     pub endpoints: Endpoints,
-    pub connections: HashMap<u64, ConnEntry>,
+    /// foldhash (seeded per process): looked up per event a link receives.
+    pub connections: HashMap<u64, ConnEntry, foldhash::fast::RandomState>,
     /// Updated once per published event, so a fast (seeded) hasher.
     pub tags: hashbrown::HashMap<Box<str>, TagStats>,
     pub untracked_publishes: u64,
@@ -251,7 +252,7 @@ impl State {
             node,
             channels: ChannelTable::default(),
             endpoints,
-            connections: HashMap::new(),
+            connections: HashMap::default(),
             tags: hashbrown::HashMap::new(),
             untracked_publishes: 0,
             filters,

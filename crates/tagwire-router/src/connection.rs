@@ -93,6 +93,9 @@ struct Conn {
     dialed: bool,
     /// The peer daemon's node id, once this connection is a link.
     link: Option<u64>,
+    /// The deliveries of the link event being routed, kept between events
+    /// so that routing one allocates nothing (see [`Staging`]).
+    link_stage: Staging,
     /// The band of the listener (or dialing lane) it belongs to.
     band: Arc<str>,
 }
@@ -298,6 +301,7 @@ async fn serve_with<R, W>(
         log: ConnLog::default(),
         dialed: dial.is_some(),
         link: None,
+        link_stage: Staging::default(),
         band: lane.band.clone(),
     };
     // A dialing engine's Hello is waiting.
@@ -747,13 +751,18 @@ impl Conn {
                     }
                     _ => 0,
                 };
-                let peer = self
-                    .state
-                    .borrow()
-                    .connections
-                    .get(&self.id)
-                    .map(|c| c.peer.clone())
-                    .unwrap_or_default();
+                // The peer's address is read only until `Peer` made this a
+                // link (its handshake logs and remembers it): not per event.
+                let peer = match self.link {
+                    Some(_) => String::new(),
+                    None => self
+                        .state
+                        .borrow()
+                        .connections
+                        .get(&self.id)
+                        .map(|c| c.peer.clone())
+                        .unwrap_or_default(),
+                };
                 let c = crate::link::LinkConn {
                     state: &self.state,
                     conn: self.id,
@@ -763,6 +772,7 @@ impl Conn {
                     may_link: self.rights.admin,
                     max_control: self.max_control,
                     link: &mut self.link,
+                    stage: &mut self.link_stage,
                 };
                 if let Err((code, message)) = crate::link::on_frame(c, frame, chunk(len)) {
                     self.note_error(code, &message);

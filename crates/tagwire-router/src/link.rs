@@ -48,6 +48,8 @@ pub(crate) struct LinkConn<'a> {
     pub state: &'a Arc<Locked<State>>,
     pub conn: u64,
     pub outbox: &'a Arc<Outbox>,
+    /// The peer's address; empty once `link` is known (only the handshake
+    /// reads it).
     pub peer: &'a str,
     /// Whether this daemon dialed (the engine's client side).
     pub dialed: bool,
@@ -56,6 +58,8 @@ pub(crate) struct LinkConn<'a> {
     pub max_control: usize,
     /// The peer's node, once `Peer` was exchanged.
     pub link: &'a mut Option<NodeId>,
+    /// Where an event's deliveries are staged (the connection's, reused).
+    pub stage: &'a mut crate::channel::Staging,
 }
 
 /// Says who we are: the dialer's first link frame, after `Welcome`.
@@ -164,10 +168,9 @@ pub(crate) fn on_frame(
                 reliable: false,
                 upstream: None,
             };
-            let mut stage = crate::channel::Staging::default();
-            crate::dispatch::deliver_routed(&mut st, &mut stage, &mut out, &ev, deadline, route);
+            crate::dispatch::deliver_routed(&mut st, c.stage, &mut out, &ev, deadline, route);
             // A link's queues drop or count what they refuse: nobody to tell.
-            let _ = stage.flush();
+            let _ = c.stage.flush();
             Ok(())
         }
         LinkFrame::Reliable {
@@ -179,6 +182,7 @@ pub(crate) fn on_frame(
             let arrived_on = band_of(&st, c.conn);
             crate::reliable::on_reliable(
                 &mut st,
+                c.stage,
                 c.conn,
                 peer,
                 seq,

@@ -322,6 +322,7 @@ fn complete_pending(rel: &mut Reliable, max_control: usize) {
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn on_reliable(
     st: &mut State,
+    stage: &mut crate::channel::Staging,
     conn: u64,
     peer: NodeId,
     seq: u64,
@@ -399,8 +400,7 @@ pub(crate) fn on_reliable(
     };
     st.fed.reliable.obligations = 0;
     let unwanted = st.node.counters().unwanted;
-    let mut stage = crate::channel::Staging::default();
-    crate::dispatch::deliver_routed(st, &mut stage, &mut out, &ev, deadline, route);
+    crate::dispatch::deliver_routed(st, stage, &mut out, &ev, deadline, route);
     let _ = stage.flush();
     let n = std::mem::take(&mut st.fed.reliable.obligations);
     if n == 0 && st.node.counters().unwanted != unwanted {

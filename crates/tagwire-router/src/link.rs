@@ -56,6 +56,9 @@ pub(crate) struct LinkConn<'a> {
     pub max_control: usize,
     /// The peer's node, once `Peer` was exchanged.
     pub link: &'a mut Option<NodeId>,
+    /// When the frame arrived (its read's time, ns since the Unix epoch),
+    /// for the channels' input jitter.
+    pub arrived: u64,
 }
 
 /// Says who we are: the dialer's first link frame, after `Welcome`.
@@ -165,6 +168,7 @@ pub(crate) fn on_frame(
                 upstream: None,
             };
             let mut stage = crate::channel::Staging::default();
+            stage.arrived = c.arrived;
             crate::dispatch::deliver_routed(&mut st, &mut stage, &mut out, &ev, deadline, route);
             // A link's queues drop or count what they refuse: nobody to tell.
             let _ = stage.flush();

@@ -162,3 +162,45 @@ fn an_admin_qos_change_turns_a_live_subscriptions_playout_on_and_off() {
     assert_eq!(got.len(), 1);
     assert!(timed(&s).is_none());
 }
+
+#[test]
+fn a_subscription_without_time_services_lists_the_jitter_of_its_input_and_output() {
+    let er = tagwire::EmbeddedRouter::start().expect("embedded");
+    let s = er.session().expect("session");
+    let sub = s
+        .subscribe("/plain/**")
+        .endpoint("/plain-viewer")
+        .receiver()
+        .expect("subscribe");
+    let p = s.declare_publisher("/plain/cam").expect("publisher");
+    // Source times 10 ms apart, sent at once, every other one stamped
+    // 20 ms earlier: the transit alternates by ~20 ms, so both sides'
+    // jitter is some ms. Each event may expire (in an hour), so the writer
+    // reads the clock for every batch and the output is measured too.
+    let base = now_ns();
+    for i in 0..40u64 {
+        let mut e = Event::new("/plain/x", format!("{i}"));
+        e.header.source_time_ns = base - (i % 2) * 20_000_000 + i * 10_000_000;
+        e.header.expiry = tagwire::Expiry::AfterNs(3_600_000_000_000);
+        p.send(e).expect("send");
+    }
+    assert_eq!(receive(&sub, 40).len(), 40);
+    let listing = s.list().expect("list");
+    let sub_info = &listing.subscriptions[0];
+    assert!(sub_info.time.is_none(), "no time services");
+    let j = sub_info
+        .jitter
+        .expect("every subscription lists its jitter once it saw source times");
+    let (input, output) = (
+        j.input_ns.expect("input measured"),
+        j.output_ns.expect("output measured"),
+    );
+    eprintln!("jitter in {input} ns, out {output} ns");
+    // ~20 ms swings of transit: far above any scheduling noise.
+    assert!(input > 1_000_000, "input jitter {input} ns");
+    assert!(output > 1_000_000, "output jitter {output} ns");
+    let Ok(tagwire::admin::Show::Endpoint(e)) = s.show("/plain-viewer") else {
+        panic!("show /plain-viewer is an endpoint");
+    };
+    assert_eq!(e.channels[0].jitter, Some(j), "admin show says the same");
+}

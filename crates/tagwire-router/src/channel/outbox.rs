@@ -15,8 +15,9 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::Notify;
 
 use super::event::Queued;
+use super::jitter::{source_time_of, OUTPUT_SAMPLE};
 use super::{Channel, Destination};
-use crate::sync::{Flag, Locked};
+use crate::sync::{Count, Flag, Locked};
 use crate::timing::{now_ns, NEVER};
 
 /// Priority classes of the writer's ready lists (low, normal, high,
@@ -290,6 +291,9 @@ pub(crate) struct Outbox {
     /// Fds to pass with the next write of the control frames (each named
     /// by a `ShmRegion` frame queued with it).
     fds: Locked<Vec<std::os::fd::OwnedFd>>,
+    /// Write batches gathered with events, for the output jitter's sample
+    /// (see [`super::jitter`]); only the writer touches it.
+    batches: Count,
 }
 
 impl Outbox {
@@ -504,12 +508,23 @@ impl Outbox {
         let mut now = None;
         let mut waiting: Vec<(usize, Weak<Channel>)> = Vec::new();
         let mut wake: Option<u64> = None;
+        // Whether this batch is the output jitter's sample (decided at its
+        // first channel: 1 in OUTPUT_SAMPLE batches reads the clock for it).
+        let mut first = true;
         while batch.len() < BATCH_EVENTS && total(batch) < BATCH_BYTES {
             let Some(weak) = ready.iter_mut().rev().find_map(|c| c.pop_front()) else {
                 break;
             };
             // A channel that was dropped meanwhile took its queue with it.
             let Some(ch) = weak.upgrade() else { continue };
+            if first {
+                first = false;
+                let n = self.batches.get().wrapping_add(1);
+                self.batches.set(n);
+                if n % OUTPUT_SAMPLE == 0 {
+                    now.get_or_insert_with(now_ns);
+                }
+            }
             let not_before = ch.not_before.get();
             if not_before != 0 {
                 if *now.get_or_insert_with(now_ns) < not_before {
@@ -523,6 +538,16 @@ impl Outbox {
             let (before, len) = (q.bytes(), q.len());
             let (mut taken, mut expired) = (0u64, 0u64);
             let turn = ch.batch.get();
+            // Its output jitter, under the queue's lock, for the events
+            // taken while this batch has a clock read (see `super::jitter`).
+            let mut jitter = None;
+            let mut observe = |now: Option<u64>, event: &[u8]| {
+                if let (Some(t), Some(src)) = (now, source_time_of(event).filter(|s| *s != 0)) {
+                    jitter
+                        .get_or_insert_with(|| ch.jitter_out.load())
+                        .observe(t, src);
+                }
+            };
             while taken < turn && batch.len() < BATCH_EVENTS && total(batch) < BATCH_BYTES {
                 let Some(item) = q.pop() else {
                     break;
@@ -540,6 +565,7 @@ impl Outbox {
                         None => continue,
                     }
                 }
+                observe(now, &item.event);
                 batch.push(Prefix::of(&ch, &item), item.event);
                 taken += 1;
             }
@@ -556,15 +582,20 @@ impl Outbox {
                     } else if let Some(pin) = item.pin.take() {
                         if let Some(bytes) = pin.written() {
                             item.event = bytes;
+                            observe(Some(t), &item.event);
                             batch.push(Prefix::of(&ch, &item), item.event);
                             taken += 1;
                         }
                     } else {
+                        observe(Some(t), &item.event);
                         batch.push(Prefix::of(&ch, &item), item.event);
                         taken += 1;
                     }
                     taken < turn && batch.len() < BATCH_EVENTS && total(batch) < BATCH_BYTES
                 });
+            }
+            if let Some(j) = &jitter {
+                ch.jitter_out.store(j);
             }
             ch.delivered.set(ch.delivered.get() + taken);
             ch.expired.set(ch.expired.get() + expired);

@@ -10,6 +10,7 @@ use tagwire_core::tds::{BufferConfig, PlayoutConfig, TimeService};
 use tagwire_proto::Frame;
 
 use super::event::{EventMeta, Outgoing, Queued, READ_CHUNK};
+use super::jitter::SharedJitter;
 use super::outbox::{Outbox, CLASSES};
 use super::transform::ChannelTransform;
 use crate::budget::MemoryBudget;
@@ -132,6 +133,10 @@ pub(crate) struct Channel {
     pub(super) timed: Flag,
     /// Events the memory budget had no room for in the time services.
     pub time_refused: Count,
+    /// RFC 3550 jitter of the events it takes (arrival vs source time) and
+    /// of those its writer takes (see [`super::jitter`]).
+    pub(super) jitter_in: SharedJitter,
+    pub(super) jitter_out: SharedJitter,
 }
 
 /// A channel's time services and the settings they were made with. Each
@@ -167,8 +172,11 @@ pub(crate) struct Staged {
     /// The read whose chunk it is a small slice of, if it is one: queued
     /// as a slice only if the channel holds that chunk's budget by then.
     epoch: Option<u64>,
-    /// Its source time (for the time services).
+    /// Its source time (for the time services and the input jitter).
     source_time: u64,
+    /// When it arrived (the time of the read that brought it; 0: not
+    /// known), for the input jitter.
+    pub(super) arrived: u64,
 }
 
 impl Channel {
@@ -225,6 +233,8 @@ impl Channel {
             time: Locked::new(None),
             timed: Flag::new(false),
             time_refused: Count::new(0),
+            jitter_in: SharedJitter::default(),
+            jitter_out: SharedJitter::default(),
         }
     }
 
@@ -461,6 +471,7 @@ impl Channel {
             size,
             epoch,
             source_time: meta.source_time,
+            arrived: 0,
         })
     }
 
@@ -489,13 +500,22 @@ impl Channel {
         // is charged below.
         let free = self.budget.room().saturating_add(before);
         let consumer = self.consumer.get();
+        // Its input jitter, updated under the queue's lock (no clock read:
+        // the arrival is the read's time).
+        let mut jitter = None;
         for staged in items {
             let Staged {
                 mut item,
                 size,
                 epoch,
-                ..
+                source_time,
+                arrived,
             } = staged;
+            if arrived != 0 && source_time != 0 {
+                jitter
+                    .get_or_insert_with(|| self.jitter_in.load())
+                    .observe(arrived, source_time);
+            }
             if let Some(e) = epoch {
                 if !self.may_pin(&q, e) {
                     item.event = bytes::Bytes::copy_from_slice(&item.event);
@@ -533,6 +553,9 @@ impl Channel {
                     o
                 }
             };
+        }
+        if let Some(j) = &jitter {
+            self.jitter_in.store(j);
         }
         let (after, empty) = (q.bytes(), q.is_empty());
         self.track(len, q.len());
@@ -670,7 +693,12 @@ impl Channel {
             // An event without a source time (0) is timed by its arrival.
             let src = match staged.source_time {
                 0 => now,
-                t => t,
+                t => {
+                    let mut j = self.jitter_in.load();
+                    j.observe(now, t);
+                    self.jitter_in.store(&j);
+                    t
+                }
             };
             stage
                 .service
@@ -705,6 +733,7 @@ impl Channel {
                     size,
                     epoch: None,
                     source_time: 0,
+                    arrived: 0,
                 }
             });
             let _ = self.push_queue(staged);
@@ -750,6 +779,17 @@ impl Channel {
             _ => {}
         }
         wake
+    }
+
+    /// The RFC 3550 jitter of its input and output, for `tagwire admin
+    /// show` and `tagwire list`, once it has seen an event with a source
+    /// time (see [`super::jitter`] for when each side is measured).
+    pub(crate) fn jitter_info(&self) -> Option<tagwire_proto::admin::JitterInfo> {
+        let (input, output) = (self.jitter_in.ns(), self.jitter_out.ns());
+        (input.is_some() || output.is_some()).then(|| tagwire_proto::admin::JitterInfo {
+            input_ns: input,
+            output_ns: output,
+        })
     }
 
     /// Its time services' state, for `tagwire admin show` and `tagwire

@@ -32,6 +32,10 @@ pub(crate) struct Staging {
     /// Refusals outside the channels' queues to report with the batch's
     /// (a full reliable window of a link, see `crate::reliable`).
     also_rejected: Vec<String>,
+    /// When the events staged now arrived: the time of the read that
+    /// brought them, ns since the Unix epoch (0: not known), for the
+    /// channels' input jitter. Set by the caller per read.
+    pub(crate) arrived: u64,
 }
 
 /// Deliveries a batch may stage before it must be flushed.
@@ -40,9 +44,10 @@ pub(crate) const MAX_STAGED: usize = 4096;
 impl Staging {
     /// Prepares `event` for `ch` (see [`Channel::prepare`]) and stages it.
     pub(crate) fn offer(&mut self, ch: &Arc<Channel>, event: &mut Outgoing, meta: &EventMeta) {
-        let Some(staged) = ch.prepare(event, meta) else {
+        let Some(mut staged) = ch.prepare(event, meta) else {
             return;
         };
+        staged.arrived = self.arrived;
         let key = Arc::as_ptr(ch) as usize;
         let at = match self.channels.get(self.next) {
             Some((c, _)) if Arc::as_ptr(c) as usize == key => self.next,

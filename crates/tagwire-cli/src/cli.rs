@@ -240,6 +240,13 @@ pub struct SubArgs {
     /// `original` (the publisher's spacing, from the events' source times).
     #[arg(long, value_name = "fast|original", requires = "replay_from")]
     pub spacing: Option<String>,
+    /// Play the events out in this process keeping the publisher's spacing
+    /// (their source times) after a playout delay: `tds:DELAY`,
+    /// `tds:DELAY:drop` (late events dropped) or `tds:DELAY:deliver` (the
+    /// default). The daemon-side service is `--qos playout=tds:DELAY`
+    /// (docs/time.md). Its counters and jitter go to stderr at exit.
+    #[arg(long, value_name = "tds:DELAY[:drop]", value_parser = parse_playout)]
+    pub playout: Option<tagwire::PlayoutConfig>,
 }
 
 /// `tagwire list`.
@@ -442,4 +449,10 @@ pub enum FilterCommand {
         #[arg(value_parser = ["and", "or"])]
         interfilter: String,
     },
+}
+
+/// `--playout`: checked before connecting.
+fn parse_playout(s: &str) -> Result<tagwire::PlayoutConfig, String> {
+    s.parse()
+        .map_err(|e: tagwire_core::qos::QosError| e.to_string())
 }

@@ -73,6 +73,20 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// On any bytes it never panics, and on an event the parser takes
+        /// it reads the parser's source time.
+        #[test]
+        fn the_source_time_is_the_parsers_on_any_bytes(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..96),
+        ) {
+            let ours = source_time_of(&bytes);
+            if let Ok(ev) = tagwire_proto::EventRef::parse(&bytes) {
+                proptest::prop_assert_eq!(ours, Some(ev.source_time_ns));
+            }
+        }
+    }
+
     #[test]
     fn a_shared_estimator_is_the_core_estimator() {
         let (shared, mut plain) = (SharedJitter::default(), Jitter::default());

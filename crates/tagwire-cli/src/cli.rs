@@ -352,6 +352,15 @@ pub struct BenchArgs {
     /// site, listeners at the others). Default: speakers spread over --daemons.
     #[arg(long, value_name = "URL")]
     pub speaker_daemon: Option<String>,
+    /// av: packets per listener left out at the start (warm-up: connection
+    /// set-up, the first fan-outs' allocations); they count as received but
+    /// not in latency, jitter or late. Narada left out the first 100.
+    #[arg(long, default_value_t = 100)]
+    pub warmup: u64,
+    /// av: runs per listener count; each is printed, then the spread
+    /// (min / median / max) of the runs' mean latency and late share.
+    #[arg(long, default_value_t = 1)]
+    pub runs: usize,
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,

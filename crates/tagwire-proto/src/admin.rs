@@ -528,8 +528,9 @@ pub struct ChannelShow {
 /// "Jitter of every channel"), with or without time services.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct JitterInfo {
-    /// At its input: the time of the daemon's read that brought each event
-    /// vs its source time, ns (`None`: no event with a source time yet).
+    /// At its input: the time of the daemon's read that brought an event vs
+    /// its source time (the first such event of each read), ns (`None`: no
+    /// event with a source time yet).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input_ns: Option<u64>,
     /// At its output: the writer's time taking each event for a write vs

@@ -3,8 +3,9 @@
 //! atomics updated under the queue lock the hot path already holds, and
 //! timed by clock reads the path already makes:
 //! - **input**: the time of the read that brought the event (the
-//!   connection reads its clock once per read, for its engine); every
-//!   event with a source time is observed;
+//!   connection reads its clock once per read, for its engine); per
+//!   channel, the first event with a source time of each read is observed
+//!   (the read's events share its arrival time);
 //! - **output**: the writer's clock read for a write batch: every batch
 //!   that reads the clock anyway (an event with a deadline, a timed or
 //!   paced channel), and 1 in [`OUTPUT_SAMPLE`] of the others, so that a

@@ -174,9 +174,6 @@ pub(crate) struct Staged {
     epoch: Option<u64>,
     /// Its source time (for the time services and the input jitter).
     source_time: u64,
-    /// When it arrived (the time of the read that brought it; 0: not
-    /// known), for the input jitter.
-    pub(super) arrived: u64,
 }
 
 impl Channel {
@@ -416,7 +413,7 @@ impl Channel {
     #[cfg(test)]
     pub(crate) fn offer(self: &Arc<Self>, event: &mut Outgoing, meta: &EventMeta) -> Offer {
         match self.prepare(event, meta) {
-            Some(s) => self.push_staged(std::iter::once(s)),
+            Some(s) => self.push_staged(std::iter::once(s), 0),
             None => Offer::Dropped,
         }
     }
@@ -471,7 +468,6 @@ impl Channel {
             size,
             epoch,
             source_time: meta.source_time,
-            arrived: 0,
         })
     }
 
@@ -480,16 +476,24 @@ impl Channel {
     /// once. The queue may use at most the budget's free room; beyond it
     /// the discard policy applies as at the queue's own bound. Returns what
     /// happened to the last item, except that a `reject` refusal to report
-    /// wins (`Rejected { report: true }`).
-    pub(crate) fn push_staged(self: &Arc<Self>, items: impl Iterator<Item = Staged>) -> Offer {
+    /// wins (`Rejected { report: true }`). `arrived`: when the read that
+    /// brought them arrived (0: not known), for the input jitter.
+    pub(crate) fn push_staged(
+        self: &Arc<Self>,
+        items: impl Iterator<Item = Staged>,
+        arrived: u64,
+    ) -> Offer {
         if self.timed.get() {
             return self.push_timed(items);
         }
-        self.push_queue(items)
+        self.push_queue(items, arrived)
     }
 
-    /// [`push_staged`](Self::push_staged) into the queue itself.
-    fn push_queue(self: &Arc<Self>, items: impl Iterator<Item = Staged>) -> Offer {
+    /// [`push_staged`](Self::push_staged) into the queue itself. The input
+    /// jitter takes the first event with a source time of the call (the
+    /// events of one read share its arrival time): a cost per channel per
+    /// read, not per event.
+    fn push_queue(self: &Arc<Self>, items: impl Iterator<Item = Staged>, arrived: u64) -> Offer {
         let max = self.consumer_max.get();
         let mut outcome = Offer::Dropped;
         let mut report = false;
@@ -501,20 +505,21 @@ impl Channel {
         let free = self.budget.room().saturating_add(before);
         let consumer = self.consumer.get();
         // Its input jitter, updated under the queue's lock (no clock read:
-        // the arrival is the read's time).
-        let mut jitter = None;
+        // the arrival is the read's time), from the call's first event with
+        // a source time.
+        let mut sampled = arrived == 0;
         for staged in items {
             let Staged {
                 mut item,
                 size,
                 epoch,
                 source_time,
-                arrived,
             } = staged;
-            if arrived != 0 && source_time != 0 {
-                jitter
-                    .get_or_insert_with(|| self.jitter_in.load())
-                    .observe(arrived, source_time);
+            if !sampled && source_time != 0 {
+                sampled = true;
+                let mut j = self.jitter_in.load();
+                j.observe(arrived, source_time);
+                self.jitter_in.store(&j);
             }
             if let Some(e) = epoch {
                 if !self.may_pin(&q, e) {
@@ -553,9 +558,6 @@ impl Channel {
                     o
                 }
             };
-        }
-        if let Some(j) = &jitter {
-            self.jitter_in.store(j);
         }
         let (after, empty) = (q.bytes(), q.is_empty());
         self.track(len, q.len());
@@ -682,7 +684,7 @@ impl Channel {
         let mut t = self.time.borrow_mut();
         let Some(stage) = t.as_mut() else {
             drop(t);
-            return self.push_queue(items);
+            return self.push_queue(items, 0);
         };
         for staged in items {
             if !self.budget.try_reserve(staged.size) {
@@ -733,10 +735,9 @@ impl Channel {
                     size,
                     epoch: None,
                     source_time: 0,
-                    arrived: 0,
                 }
             });
-            let _ = self.push_queue(staged);
+            let _ = self.push_queue(staged, 0);
             self.not_before.set(0);
             self.outbox.notify.notify_one();
         }

@@ -44,10 +44,9 @@ pub(crate) const MAX_STAGED: usize = 4096;
 impl Staging {
     /// Prepares `event` for `ch` (see [`Channel::prepare`]) and stages it.
     pub(crate) fn offer(&mut self, ch: &Arc<Channel>, event: &mut Outgoing, meta: &EventMeta) {
-        let Some(mut staged) = ch.prepare(event, meta) else {
+        let Some(staged) = ch.prepare(event, meta) else {
             return;
         };
-        staged.arrived = self.arrived;
         let key = Arc::as_ptr(ch) as usize;
         let at = match self.channels.get(self.next) {
             Some((c, _)) if Arc::as_ptr(c) as usize == key => self.next,
@@ -90,7 +89,7 @@ impl Staging {
         let mut reject: Option<Vec<String>> =
             (!self.also_rejected.is_empty()).then(|| std::mem::take(&mut self.also_rejected));
         for (ch, mut list) in self.channels.drain(..) {
-            if let Offer::Rejected { report: true } = ch.push_staged(list.drain(..)) {
+            if let Offer::Rejected { report: true } = ch.push_staged(list.drain(..), self.arrived) {
                 reject
                     .get_or_insert_with(Vec::new)
                     .push(format!("{} ({})", ch.endpoint, ch.pattern));

@@ -578,20 +578,25 @@ fn a_channel_without_time_services_measures_its_input_jitter_at_the_reads_time()
     let mut expected = tagwire_core::tds::Jitter::default();
     let mut stage = Staging::default();
     for read in 0..40u64 {
-        // One read of two events every ms; every other read 300 µs late.
+        // One read of an event with no source time (not observed) and two
+        // events every ms; every other read 300 µs late. The first event
+        // with a source time of each read is observed (the events of a
+        // read share its arrival time).
         stage.arrived = 5_000_000_000 + read * 1_000_000 + (read % 2) * 300_000;
+        let mut untimed = Outgoing::owned(encoded(0));
+        stage.offer(&ch, &mut untimed, &NO_META);
         for k in 0..2u64 {
             let src = 1_000_000_000 + read * 1_000_000 + k * 1000;
             let mut ev = Outgoing::owned(encoded(src));
             stage.offer(&ch, &mut ev, &at(src));
-            expected.observe(stage.arrived, src);
+            if k == 0 {
+                expected.observe(stage.arrived, src);
+            }
         }
-        // Events of a read without a known arrival (a deferred release)
-        // and events without a source time are not observed.
-        let mut untimed = Outgoing::owned(encoded(0));
-        stage.offer(&ch, &mut untimed, &NO_META);
         assert_eq!(stage.flush(), None);
     }
+    // Events of a read without a known arrival (a deferred release) are
+    // not observed.
     let mut other = Staging::default();
     other.offer(&ch, &mut Outgoing::owned(encoded(7)), &at(7));
     let _ = other.flush();

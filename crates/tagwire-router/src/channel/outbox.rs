@@ -521,7 +521,7 @@ impl Outbox {
                 first = false;
                 let n = self.batches.get().wrapping_add(1);
                 self.batches.set(n);
-                if n % OUTPUT_SAMPLE == 0 {
+                if n.is_multiple_of(OUTPUT_SAMPLE) {
                     now.get_or_insert_with(now_ns);
                 }
             }

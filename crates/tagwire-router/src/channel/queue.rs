@@ -787,7 +787,7 @@ impl Channel {
     /// time (see [`super::jitter`] for when each side is measured).
     pub(crate) fn jitter_info(&self) -> Option<tagwire_proto::admin::JitterInfo> {
         let (input, output) = (self.jitter_in.ns(), self.jitter_out.ns());
-        (input.is_some() || output.is_some()).then(|| tagwire_proto::admin::JitterInfo {
+        (input.is_some() || output.is_some()).then_some(tagwire_proto::admin::JitterInfo {
             input_ns: input,
             output_ns: output,
         })

@@ -28,8 +28,11 @@ if [[ ${CPUSETS:-0} == 1 ]]; then
   fi
 fi
 want() { [[ -z $ONLY || $ONLY == "$1" ]]; }
-cargo build --release -q -p tagwire-cli
-BIN=target/release
+# BIN=DIR: use the tagwire and tagwired in DIR instead of building them.
+if [[ -z ${BIN:-} ]]; then
+  cargo build --release -q -p tagwire-cli
+  BIN=target/release
+fi
 WORK=$(mktemp -d)
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$WORK"; }

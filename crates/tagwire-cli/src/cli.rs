@@ -240,6 +240,13 @@ pub struct SubArgs {
     /// `original` (the publisher's spacing, from the events' source times).
     #[arg(long, value_name = "fast|original", requires = "replay_from")]
     pub spacing: Option<String>,
+    /// Play the events out in this process keeping the publisher's spacing
+    /// (their source times) after a playout delay: `tds:DELAY`,
+    /// `tds:DELAY:drop` (late events dropped) or `tds:DELAY:deliver` (the
+    /// default). The daemon-side service is `--qos playout=tds:DELAY`
+    /// (docs/time.md). Its counters and jitter go to stderr at exit.
+    #[arg(long, value_name = "tds:DELAY[:drop]", value_parser = parse_playout)]
+    pub playout: Option<tagwire::PlayoutConfig>,
 }
 
 /// `tagwire list`.
@@ -345,6 +352,15 @@ pub struct BenchArgs {
     /// site, listeners at the others). Default: speakers spread over --daemons.
     #[arg(long, value_name = "URL")]
     pub speaker_daemon: Option<String>,
+    /// av: packets per listener left out at the start (warm-up: connection
+    /// set-up, the first fan-outs' allocations); they count as received but
+    /// not in latency, jitter or late. Narada left out the first 100.
+    #[arg(long, default_value_t = 100)]
+    pub warmup: u64,
+    /// av: runs per listener count; each is printed, then the spread
+    /// (min / median / max) of the runs' mean latency and late share.
+    #[arg(long, default_value_t = 1)]
+    pub runs: usize,
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
@@ -442,4 +458,10 @@ pub enum FilterCommand {
         #[arg(value_parser = ["and", "or"])]
         interfilter: String,
     },
+}
+
+/// `--playout`: checked before connecting.
+fn parse_playout(s: &str) -> Result<tagwire::PlayoutConfig, String> {
+    s.parse()
+        .map_err(|e: tagwire_core::qos::QosError| e.to_string())
 }

@@ -956,6 +956,10 @@ fn bench_av_reports_latency_jitter_and_counts_for_each_listener_count() {
             "3,6",
             "--duration",
             "0.5",
+            "--warmup",
+            "3",
+            "--runs",
+            "2",
             "--json",
         ])
         .output()
@@ -967,9 +971,19 @@ fn bench_av_reports_latency_jitter_and_counts_for_each_listener_count() {
     );
     let points: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     let points = points.as_array().expect("an array of points");
-    assert_eq!(points.len(), 2);
-    for (p, n) in points.iter().zip([3u64, 6]) {
+    assert_eq!(points.len(), 4, "two runs of each count");
+    for (p, (n, run)) in points.iter().zip([(3u64, 1u64), (3, 2), (6, 1), (6, 2)]) {
         assert_eq!(p["listeners"], n);
+        assert_eq!(p["run"], run);
+        // The first 3 packets of each listener are received, not measured.
+        assert_eq!(p["warmup_per_listener"], 3);
+        let (received, measured) = (
+            p["packets_received"].as_u64().expect("received"),
+            p["packets_measured"].as_u64().expect("measured"),
+        );
+        if received == p["packets_expected"].as_u64().expect("expected") {
+            assert_eq!(measured, received - 3 * n, "{p}");
+        }
         assert_eq!(p["kind"], "audio");
         let sent = p["packets_sent"].as_u64().expect("sent");
         assert!(sent >= 10, "a packet every 30 ms for 0.5 s: {p}");

@@ -125,6 +125,29 @@ impl Jitter {
     pub fn ns(&self) -> u64 {
         self.j16 >> 4
     }
+
+    /// Whether it has seen an event (the estimate means something).
+    pub fn has_seen(&self) -> bool {
+        self.last.is_some()
+    }
+
+    /// Its state as three words (last arrival, last source time, 16 × J;
+    /// an arrival of 0: nothing seen), so that a caller can keep it in
+    /// plain atomics beside a lock it already holds.
+    pub fn to_parts(&self) -> [u64; 3] {
+        match self.last {
+            Some((a, s)) => [a.max(1), s, self.j16],
+            None => [0, 0, self.j16],
+        }
+    }
+
+    /// The estimator [`to_parts`](Self::to_parts) described.
+    pub fn from_parts([at, src, j16]: [u64; 3]) -> Self {
+        Jitter {
+            last: (at != 0).then_some((at, src)),
+            j16,
+        }
+    }
 }
 
 /// The spacing rule the time-differential service and replay share: a

@@ -517,6 +517,27 @@ pub struct ChannelShow {
     /// Its time services (`buffer`, `playout`), if it has any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time: Option<TimeServiceInfo>,
+    /// The RFC 3550 jitter of its input and output (every channel, once it
+    /// has seen an event with a source time).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jitter: Option<JitterInfo>,
+}
+
+/// A channel's RFC 3550 interarrival jitter (J += (|D| − J)/16, D the
+/// change in transit time between consecutive events; docs/time.md,
+/// "Jitter of every channel"), with or without time services.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct JitterInfo {
+    /// At its input: the time of the daemon's read that brought an event vs
+    /// its source time (the first such event of each read), ns (`None`: no
+    /// event with a source time yet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_ns: Option<u64>,
+    /// At its output: the writer's time taking each event for a write vs
+    /// its source time, ns; sampled (every write batch that reads the
+    /// clock anyway, and 1 in 16 of the others).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_ns: Option<u64>,
 }
 
 /// A channel's time services (`buffer`, `playout`; docs/time.md): what
@@ -862,6 +883,10 @@ pub struct SubscriptionInfo {
     /// Its time services (`buffer`, `playout`), if it has any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time: Option<TimeServiceInfo>,
+    /// The RFC 3550 jitter of its input and output (every subscription,
+    /// once it has seen an event with a source time).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jitter: Option<JitterInfo>,
 }
 
 /// Where a subscription's scaling proxy runs, and why there.

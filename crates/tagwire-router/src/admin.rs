@@ -473,6 +473,7 @@ pub(crate) fn list_page(
                         route: route.as_str().to_owned(),
                         proxy: proxy_info(st, *id, ch),
                         time: ch.time_info(),
+                        jitter: ch.jitter_info(),
                     };
                     drop(q);
                     if !fill.take(json_len(&item), 20) {

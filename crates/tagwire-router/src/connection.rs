@@ -87,6 +87,12 @@ struct Conn {
     admin_lane: bool,
     /// The engine's clock origin (it takes monotonic ns from here).
     origin: Instant,
+    /// The wall clock at `origin`, ns since the Unix epoch.
+    origin_wall: u64,
+    /// The wall-clock time of the last read (`origin_wall` plus the
+    /// engine's clock read for it): when the events in it arrived, for the
+    /// channels' input jitter, with no clock read of its own.
+    read_at: u64,
     /// Rate limit on this connection's error log lines.
     log: ConnLog,
     /// Whether this daemon dialed (a link to a configured peer).
@@ -201,6 +207,7 @@ impl<'s> PublishBatch<'s> {
     /// Routes `p` within the batch (locking the state if the batch has not).
     fn publish(&mut self, conn: &mut Conn, p: &Publish, chunk: Option<u64>) {
         let st = self.held.get_or_insert_with(|| self.state.borrow_mut());
+        self.stage.arrived = conn.read_at;
         if let Err(refusal) = conn.publish(st, &mut self.stage, &mut self.note, p, chunk) {
             self.refusals.push(refusal);
         }
@@ -298,6 +305,8 @@ async fn serve_with<R, W>(
         counted: false,
         admin_lane: lane.admin_lane,
         origin,
+        origin_wall: now_ns(),
+        read_at: 0,
         log: ConnLog::default(),
         dialed: dial.is_some(),
         link: None,
@@ -358,7 +367,11 @@ async fn serve_with<R, W>(
                 conn.engine.transport_lost("end of stream");
                 break;
             }
-            Ok(Ok(_)) => conn.engine.received(conn.now()),
+            Ok(Ok(_)) => {
+                let now = conn.now();
+                conn.engine.received(now);
+                conn.read_at = conn.origin_wall.saturating_add(now);
+            }
             Ok(Err(e)) => {
                 tracing::debug!(conn = id, %peer, "read error: {e}");
                 conn.engine.transport_lost("read error");
@@ -773,6 +786,7 @@ impl Conn {
                     max_control: self.max_control,
                     link: &mut self.link,
                     stage: &mut self.link_stage,
+                    arrived: self.read_at,
                 };
                 if let Err((code, message)) = crate::link::on_frame(c, frame, chunk(len)) {
                     self.note_error(code, &message);

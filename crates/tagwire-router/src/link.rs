@@ -60,6 +60,9 @@ pub(crate) struct LinkConn<'a> {
     pub link: &'a mut Option<NodeId>,
     /// Where an event's deliveries are staged (the connection's, reused).
     pub stage: &'a mut crate::channel::Staging,
+    /// When the frame arrived (its read's time, ns since the Unix epoch),
+    /// for the channels' input jitter.
+    pub arrived: u64,
 }
 
 /// Says who we are: the dialer's first link frame, after `Welcome`.
@@ -168,6 +171,7 @@ pub(crate) fn on_frame(
                 reliable: false,
                 upstream: None,
             };
+            c.stage.arrived = c.arrived;
             crate::dispatch::deliver_routed(&mut st, c.stage, &mut out, &ev, deadline, route);
             // A link's queues drop or count what they refuse: nobody to tell.
             let _ = c.stage.flush();
@@ -180,6 +184,7 @@ pub(crate) fn on_frame(
             event,
         } => {
             let arrived_on = band_of(&st, c.conn);
+            c.stage.arrived = c.arrived;
             crate::reliable::on_reliable(
                 &mut st,
                 c.stage,

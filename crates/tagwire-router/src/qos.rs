@@ -696,6 +696,7 @@ pub(crate) fn admin_show(
                 over_consumer: ch.over_consumer.get(),
                 delivered: ch.delivered.get(),
                 time: ch.time_info(),
+                jitter: ch.jitter_info(),
             }
         })
         .collect();

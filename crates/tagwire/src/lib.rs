@@ -25,6 +25,7 @@
 mod builder;
 mod credentials;
 mod error;
+mod playout;
 mod publisher;
 mod pull;
 mod replay;
@@ -40,6 +41,7 @@ pub use builder::{
     SessionBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RECONNECT_WAIT, DEFAULT_SHM_THRESHOLD,
 };
 pub use error::{Error, Result};
+pub use playout::{LatePolicy, PlayoutConfig, PlayoutStats, TimeStats};
 pub use publisher::{EventBuilder, Publisher};
 pub use pull::{HistoryAt, Pull, PullError, PullOptions};
 pub use replay::{ReplayFrom, Spacing, Stored};

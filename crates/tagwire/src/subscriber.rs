@@ -19,6 +19,7 @@ use tagwire_core::queue::{BoundedQueue, DiscardPolicy, Pushed};
 use tagwire_proto::EndpointKind;
 
 use crate::error::{Error, Result};
+use crate::playout::{PlayoutProbe, PlayoutStats};
 use crate::sample::Sample;
 use crate::session::{lock, Session};
 
@@ -33,6 +34,7 @@ pub struct SubscriptionBuilder {
     local_queue_length: Option<usize>,
     discard: DiscardPolicy,
     replay: Option<(crate::ReplayFrom, crate::Spacing)>,
+    playout: Option<crate::PlayoutConfig>,
     on_error: Option<Box<dyn Fn(Error) + Send + Sync>>,
 }
 
@@ -49,6 +51,7 @@ impl SubscriptionBuilder {
             local_queue_length: None,
             discard: DiscardPolicy::default(),
             replay: None,
+            playout: None,
             on_error: None,
         }
     }
@@ -115,6 +118,20 @@ impl SubscriptionBuilder {
         self
     }
 
+    /// Plays the subscription's events out **in this process** keeping the
+    /// publisher's spacing (their source times) after `playout`'s delay:
+    /// the time-differential service of the daemon's `playout=tds:D`
+    /// (`qos("playout", …)`), run here instead, so that the jitter of the
+    /// whole path, the last hop included, is removed (docs/time.md, "In
+    /// the client library"). Parse one from text with
+    /// `"tds:100ms".parse::<PlayoutConfig>()`. It holds at most the local
+    /// queue's bound of events (and 8 MiB); a thread per subscription
+    /// hands them over. [`Subscriber::playout_stats`] shows what it did.
+    pub fn playout(mut self, playout: crate::PlayoutConfig) -> Self {
+        self.playout = Some(playout);
+        self
+    }
+
     /// For a callback subscription: `f` runs when the subscription ends
     /// for a reason other than its own drop or the session's close — its
     /// endpoint name lost across a reconnect ([`Error::EndpointLost`]), or
@@ -129,11 +146,12 @@ impl SubscriptionBuilder {
     pub fn receiver(self) -> Result<Subscriber> {
         let bound = self.local_queue_length.unwrap_or(self.max_queue_length);
         let queue = SubQueue::new(bound, self.discard);
-        let (session, sub) = self.create(Sink::Queue(queue.clone()))?;
+        let (session, sub, playout) = self.create(Sink::Queue(queue.clone()))?;
         Ok(Subscriber {
             session,
             sub,
             queue,
+            playout,
         })
     }
 
@@ -144,11 +162,15 @@ impl SubscriptionBuilder {
         f: impl Fn(Sample) + Send + Sync + 'static,
     ) -> Result<CallbackSubscription> {
         let on_error = self.on_error.take();
-        let (session, sub) = self.create(Sink::Callback(Box::new(f), on_error))?;
-        Ok(CallbackSubscription { session, sub })
+        let (session, sub, playout) = self.create(Sink::Callback(Box::new(f), on_error))?;
+        Ok(CallbackSubscription {
+            session,
+            sub,
+            playout,
+        })
     }
 
-    fn create(self, sink: Sink) -> Result<(Session, u32)> {
+    fn create(self, sink: Sink) -> Result<(Session, u32, Option<PlayoutProbe>)> {
         tagwire_core::tags::Pattern::parse(&self.pattern)?;
         if self.replay.is_some() {
             tagwire_core::tags::validate_tag(&self.pattern).map_err(|e| Error::Replay {
@@ -165,7 +187,21 @@ impl SubscriptionBuilder {
             )
         });
         let endpoint = inner.declare_endpoint(EndpointKind::Subscriber, &name)?;
-        let sink = Arc::new(sink);
+        let mut sink = Arc::new(sink);
+        let mut probe = None;
+        if let Some(cfg) = self.playout {
+            let bound = self.local_queue_length.unwrap_or(self.max_queue_length);
+            match crate::playout::Playout::start(cfg, bound, sink) {
+                Ok((p, pr)) => {
+                    sink = Arc::new(Sink::Playout(p));
+                    probe = Some(pr);
+                }
+                Err(e) => {
+                    inner.undeclare_endpoint(endpoint);
+                    return Err(e.into());
+                }
+            }
+        }
         let (sink, seam) = match self.replay {
             None => (sink, None),
             Some(_) => {
@@ -182,7 +218,7 @@ impl SubscriptionBuilder {
                         .name("tagwire-replay".into())
                         .spawn(move || crate::replay::run(session, tag, from, spacing, seam))?;
                 }
-                Ok((self.session, sub))
+                Ok((self.session, sub, probe))
             }
             Err(e) => {
                 inner.undeclare_endpoint(endpoint);
@@ -202,6 +238,8 @@ pub(crate) enum Sink {
     ),
     /// A subscription that replays first (crate::replay).
     Seam(Arc<crate::replay::Seam>),
+    /// A subscription played out in this process (crate::playout).
+    Playout(crate::playout::Playout),
 }
 
 impl Sink {
@@ -216,6 +254,7 @@ impl Sink {
                 }
             }
             Sink::Seam(s) => s.offer(sample),
+            Sink::Playout(p) => p.offer(sample),
         }
     }
 
@@ -223,6 +262,7 @@ impl Sink {
         match self {
             Sink::Queue(q) => q.close(),
             Sink::Seam(s) => s.inner.close(),
+            Sink::Playout(p) => p.close(),
             Sink::Callback(..) => {}
         }
     }
@@ -235,6 +275,7 @@ impl Sink {
             Sink::Callback(_, Some(f)) => f(error),
             Sink::Callback(_, None) => tracing::error!("subscription ended: {error}"),
             Sink::Seam(s) => s.inner.fail(error),
+            Sink::Playout(p) => p.fail(error),
         }
     }
 }
@@ -339,6 +380,8 @@ pub struct Subscriber {
     session: Session,
     sub: u32,
     queue: Arc<SubQueue>,
+    /// Its client-side playout, if it has one.
+    playout: Option<PlayoutProbe>,
 }
 
 impl std::fmt::Debug for Subscriber {
@@ -397,6 +440,12 @@ impl Subscriber {
         lock(&self.queue.state).q.dropped()
     }
 
+    /// What its client-side playout ([`SubscriptionBuilder::playout`]) did
+    /// so far; `None` without one.
+    pub fn playout_stats(&self) -> Option<PlayoutStats> {
+        self.playout.as_ref().and_then(|p| p.stats())
+    }
+
     /// The session this subscription belongs to.
     pub fn session(&self) -> &Session {
         &self.session
@@ -423,6 +472,9 @@ impl Subscriber {
 
 impl Drop for Subscriber {
     fn drop(&mut self) {
+        if let Some(p) = &self.playout {
+            p.stop();
+        }
         self.session.inner().remove_subscription(self.sub);
     }
 }
@@ -431,6 +483,8 @@ impl Drop for Subscriber {
 pub struct CallbackSubscription {
     session: Session,
     sub: u32,
+    /// Its client-side playout, if it has one.
+    playout: Option<PlayoutProbe>,
 }
 
 impl std::fmt::Debug for CallbackSubscription {
@@ -443,6 +497,9 @@ impl std::fmt::Debug for CallbackSubscription {
 
 impl Drop for CallbackSubscription {
     fn drop(&mut self) {
+        if let Some(p) = &self.playout {
+            p.stop();
+        }
         self.session.inner().remove_subscription(self.sub);
     }
 }

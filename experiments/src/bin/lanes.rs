@@ -226,9 +226,19 @@ enum Config {
     /// high → `critical` (`fifo:20`), medium → `normal` (`other`), low →
     /// `low` (`other:10`).
     Lanes,
+    /// The daemon's lanes as in `Lanes`, but every client thread `other`
+    /// (nice 0): what the lanes alone do, since under `Lanes` the
+    /// preferential fall-off also follows from the clients' own priorities
+    /// (the audit's point, issue 26).
+    LanesClientsOther,
 }
 
-const CONFIGS: [Config; 3] = [Config::SingleLane, Config::SingleLaneRt, Config::Lanes];
+const CONFIGS: [Config; 4] = [
+    Config::SingleLane,
+    Config::SingleLaneRt,
+    Config::Lanes,
+    Config::LanesClientsOther,
+];
 
 impl Config {
     fn label(self) -> &'static str {
@@ -236,6 +246,7 @@ impl Config {
             Config::SingleLane => "single lane",
             Config::SingleLaneRt => "single lane, RT",
             Config::Lanes => "lanes",
+            Config::LanesClientsOther => "lanes, clients other",
         }
     }
 
@@ -244,6 +255,7 @@ impl Config {
             Config::SingleLane => "single",
             Config::SingleLaneRt => "single-rt",
             Config::Lanes => "lanes",
+            Config::LanesClientsOther => "lanes-clients-other",
         }
     }
 
@@ -260,6 +272,9 @@ impl Config {
             (Config::Lanes, "high") => ("critical", SchedPolicy::Fifo(20)),
             (Config::Lanes, "medium") => ("normal", SchedPolicy::Other { nice: 0 }),
             (Config::Lanes, _) => ("low", SchedPolicy::Other { nice: 10 }),
+            (Config::LanesClientsOther, "high") => ("critical", SchedPolicy::Other { nice: 0 }),
+            (Config::LanesClientsOther, "medium") => ("normal", SchedPolicy::Other { nice: 0 }),
+            (Config::LanesClientsOther, _) => ("low", SchedPolicy::Other { nice: 0 }),
         };
         PathSpec {
             name,
@@ -669,6 +684,10 @@ struct Flood {
     pairs: Option<Vec<(&'static str, SchedPolicy)>>,
     /// Every band's lane policy, instead of the defaults.
     all_bands: Option<&'static str>,
+    /// With no router (`pairs: None`): the threads' policy, and whether a
+    /// relay thread copies the bytes between two socket pairs (TAO's
+    /// 3-Hops: supplier → a process that only forwards → consumer).
+    baseline: (SchedPolicy, bool),
 }
 
 fn floods() -> Vec<Flood> {
@@ -679,6 +698,14 @@ fn floods() -> Vec<Flood> {
         label,
         pairs,
         all_bands,
+        baseline: (other, false),
+    };
+    let baseline = |key, label, sched, relay| Flood {
+        key,
+        label,
+        pairs: None,
+        all_bands: None,
+        baseline: (sched, relay),
     };
     vec![
         flood(
@@ -686,6 +713,24 @@ fn floods() -> Vec<Flood> {
             "(a) direct: client → client over a socket pair, no router; threads `other`",
             None,
             None,
+        ),
+        baseline(
+            "direct-rt",
+            "(a-RT) direct, threads `fifo:20`",
+            SchedPolicy::Fifo(20),
+            false,
+        ),
+        baseline(
+            "relay",
+            "(a3) client → relay thread → client over two socket pairs (copies bytes, no routing); threads `other`",
+            other,
+            true,
+        ),
+        baseline(
+            "relay-rt",
+            "(a3-RT) the same, threads `fifo:20`",
+            SchedPolicy::Fifo(20),
+            true,
         ),
         flood(
             "single-1",
@@ -878,6 +923,39 @@ fn flood_read_frames(
     Ok(counted)
 }
 
+/// The 3-Hops baseline's middle: copies bytes from `input` to `output`
+/// until `stop` (no parsing, no routing: what the least a forwarding
+/// process costs). Returns 0 (it delivers nothing itself).
+fn flood_relay(
+    mut input: UnixStream,
+    mut output: UnixStream,
+    sched: SchedPolicy,
+    stop: &AtomicBool,
+) -> Res<u64> {
+    take_sched(sched);
+    input.set_read_timeout(Some(Duration::from_millis(20)))?;
+    output.set_write_timeout(Some(Duration::from_millis(20)))?;
+    let mut chunk = vec![0u8; 1 << 16];
+    while !stop.load(Ordering::Relaxed) {
+        let n = match input.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if timed_out(&e) => continue,
+            Err(e) => return Err(e.into()),
+        };
+        let mut rest = &chunk[..n];
+        while !rest.is_empty() && !stop.load(Ordering::Relaxed) {
+            match output.write(rest) {
+                Ok(0) => return Ok(0),
+                Ok(k) => rest = &rest[k..],
+                Err(e) if timed_out(&e) => continue,
+                Err(_) => return Ok(0),
+            }
+        }
+    }
+    Ok(0)
+}
+
 /// One run of `f`: total events/s delivered over the window.
 fn run_flood(f: &Flood, warmup: Duration, measure: Duration) -> Res<f64> {
     let start = now_ns() + 20_000_000;
@@ -894,14 +972,20 @@ fn run_flood(f: &Flood, warmup: Duration, measure: Duration) -> Res<f64> {
     let mut consumers = Vec::new();
     let router = match &f.pairs {
         None => {
-            let (a, b) = UnixStream::pair()?;
-            let other = SchedPolicy::Other { nice: 0 };
+            let (a, mut b) = UnixStream::pair()?;
+            let (sched, relay) = f.baseline;
             let (s1, s2) = (stop.clone(), stop.clone());
             pubs.push(std::thread::spawn(move || {
-                flood_write_frames(a, "/flood/0/pub", other, &s1)
+                flood_write_frames(a, "/flood/0/pub", sched, &s1)
             }));
+            if relay {
+                let (c, d) = UnixStream::pair()?;
+                let s3 = stop.clone();
+                pubs.push(std::thread::spawn(move || flood_relay(b, c, sched, &s3)));
+                b = d;
+            }
             subs.push(std::thread::spawn(move || {
-                flood_read_frames(b, other, w, &s2)
+                flood_read_frames(b, sched, w, &s2)
             }));
             None
         }
@@ -1949,6 +2033,9 @@ tables instead of one.\n\n",
         for f in &r.overhead {
             let counterpart = match f.flood.key {
                 "direct" => "2-Hops (supplier → consumer, no channel)",
+                "direct-rt" => "2-Hops-RT",
+                "relay" => "3-Hops (supplier → forwarder → consumer)",
+                "relay-rt" => "3-Hops-RT",
                 k if k.starts_with("single") => "CosNotify",
                 _ => "RT-Notify",
             };
@@ -2016,6 +2103,7 @@ mod plot {
             Config::SingleLane => RGBColor(30, 110, 200),
             Config::SingleLaneRt => RGBColor(140, 60, 170),
             Config::Lanes => RGBColor(200, 30, 30),
+            Config::LanesClientsOther => RGBColor(230, 140, 20),
         }
     }
 
@@ -2068,7 +2156,9 @@ mod plot {
         let panels = root.split_evenly((1, CONFIGS.len()));
         for (area, config) in panels.iter().zip(CONFIGS) {
             let title = match config {
-                Config::Lanes => "Fig. 10 (RT-Notification): lanes".to_owned(),
+                Config::Lanes | Config::LanesClientsOther => {
+                    format!("Fig. 10 (RT-Notification): {}", config.label())
+                }
                 c => format!("Fig. 9 (CosNotification): {}", c.label()),
             };
             throughput_panel(r, area, config, &title, max_load)?;
@@ -2143,7 +2233,10 @@ mod plot {
         for (area, config) in panels.iter().zip(CONFIGS) {
             let Some(point) = at(config) else { continue };
             let title = match config {
-                Config::Lanes => format!("Fig. 12 (RT-Notification): lanes, load {LATENCY_LOAD}"),
+                Config::Lanes | Config::LanesClientsOther => format!(
+                    "Fig. 12 (RT-Notification): {}, load {LATENCY_LOAD}",
+                    config.label()
+                ),
                 c => format!(
                     "Fig. 11 (CosNotification): {}, load {LATENCY_LOAD}",
                     c.label()

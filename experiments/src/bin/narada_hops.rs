@@ -4,7 +4,9 @@
 //! Transit delay: a pinger on the first daemon of a chain publishes a
 //! message, an echo client on the last daemon republishes it, and the
 //! one-way delay is half the round trip (both clients are in this process,
-//! so no clock offset enters). The baseline, measured in the same run, is a
+//! so no clock offset enters). Each ping carries a sequence number and is
+//! matched with its own pong (older pongs are skipped and counted `stale`);
+//! a ping with no pong within 2 s is counted `lost`, never a sample. The baseline, measured in the same run, is a
 //! chain of raw TCP relays (a thread per direction copying bytes): the
 //! least a hop can cost. Per-hop added delay = (p50(h) − p50(0)) / h.
 //!
@@ -60,9 +62,41 @@ fn chain(hops: usize) -> (Vec<RouterHandle>, Vec<String>) {
     (hs, urls)
 }
 
-/// One-way delays (RTT/2, µs) of `n` pings of `size` bytes from a client of
-/// `first` to an echo client of `last`.
-fn tagwire_delays(first: &str, last: &str, size: usize, n: usize) -> Vec<f64> {
+/// What a point's pings gave: one-way delays (RTT/2, µs) of the pings whose
+/// own pong came back, and the pings that got none within 2 s (lost:
+/// best-effort events may be dropped; counted, never a sample).
+struct Pings {
+    delays: Vec<f64>,
+    lost: usize,
+    /// Pongs of earlier pings (late or duplicated) that arrived while the
+    /// harness waited for another ping's: skipped, never a sample.
+    stale: usize,
+}
+
+/// The sequence number a ping carries in its first 8 bytes (the echo
+/// returns the payload as it is).
+fn seq_of(payload: &[u8]) -> Option<u64> {
+    Some(u64::from_le_bytes(payload.get(..8)?.try_into().ok()?))
+}
+
+/// Waits (up to `wait`) for the pong of ping `k`, skipping older pongs;
+/// true if it came.
+fn await_pong(pongs: &tagwire::Subscriber, k: u64, wait: Duration, stale: &mut usize) -> bool {
+    let until = Instant::now() + wait;
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        match pongs.recv_timeout(left).expect("recv") {
+            Some(s) if seq_of(&s.payload()) == Some(k) => return true,
+            Some(_) => *stale += 1,
+            None => return false,
+        }
+    }
+}
+
+/// `n` pings of `size` bytes (at least 8: the sequence number) from a
+/// client of `first` to an echo client of `last`, each matched with its own
+/// pong by sequence number.
+fn tagwire_delays(first: &str, last: &str, size: usize, n: usize) -> Pings {
     static RUN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let run = RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let echo = Session::connect(last).expect("echo session");
@@ -82,11 +116,16 @@ fn tagwire_delays(first: &str, last: &str, size: usize, n: usize) -> Vec<f64> {
         .expect("publisher");
     p.set_express(true);
     let pongs = pinger.subscribe("/fig2/pong").receiver().expect("pongs");
-    let payload = Bytes::from(vec![0x5a; size]);
+    let mut payload = vec![0x5a; size.max(8)];
+    let mut ping = |k: u64| {
+        payload[..8].copy_from_slice(&k.to_le_bytes());
+        p.publish("/fig2/ping", Bytes::copy_from_slice(&payload))
+            .expect("ping");
+    };
     // Until the echo's interest has crossed the chain.
     let start = Instant::now();
     loop {
-        p.publish("/fig2/ping", payload.clone()).expect("ping");
+        ping(u64::MAX);
         if pongs
             .recv_timeout(Duration::from_millis(100))
             .expect("recv")
@@ -101,14 +140,20 @@ fn tagwire_delays(first: &str, last: &str, size: usize, n: usize) -> Vec<f64> {
         .expect("recv")
         .is_some()
     {}
-    let mut out = Vec::with_capacity(n);
-    for k in 0..n + 50 {
+    let mut out = Pings {
+        delays: Vec::with_capacity(n),
+        lost: 0,
+        stale: 0,
+    };
+    for k in 0..(n + 50) as u64 {
         let t = Instant::now();
-        p.publish("/fig2/ping", payload.clone()).expect("ping");
-        match pongs.recv_timeout(Duration::from_secs(2)).expect("recv") {
-            Some(_) if k >= 50 => out.push(t.elapsed().as_secs_f64() * 1e6 / 2.0),
-            Some(_) => {}
-            None => {} // a lost ping (best effort): not a sample
+        ping(k);
+        let came = await_pong(&pongs, k, Duration::from_secs(2), &mut out.stale);
+        let elapsed = t.elapsed().as_secs_f64() * 1e6 / 2.0;
+        match (came, k >= 50) {
+            (true, true) => out.delays.push(elapsed),
+            (false, true) => out.lost += 1,
+            _ => {} // warm-up
         }
     }
     out
@@ -293,7 +338,7 @@ fn main() {
         .collect();
     println!("Narada Fig. 2: one-way transit delay (RTT/2), {n} pings per point, µs");
     println!(
-        "size     hops  tagwire p50  tagwire sd   raw p50   raw sd   tagwire/hop  raw/hop  ratio"
+        "size     hops  tagwire p50  tagwire sd   raw p50   raw sd   tagwire/hop  raw/hop  ratio  lost  stale"
     );
     let chains: Vec<(Vec<RouterHandle>, Vec<String>)> = (0..=max_hops).map(chain).collect();
     for &size in &sizes {
@@ -301,14 +346,15 @@ fn main() {
         for (h, (_, urls)) in chains.iter().enumerate() {
             let mut t = tagwire_delays(&urls[0], &urls[h], size, n);
             let mut r = raw_delays(h, size, n);
-            let ((tp, tsd), (rp, rsd)) = (stats(&mut t), stats(&mut r));
+            let ((tp, tsd), (rp, rsd)) = (stats(&mut t.delays), stats(&mut r));
+            let (lost, stale) = (t.lost, t.stale);
             if h == 0 {
                 base = (tp, rp);
-                println!("{size:<8} {h:>4}  {tp:>11.1}  {tsd:>10.1}  {rp:>8.1}  {rsd:>7.1}");
+                println!("{size:<8} {h:>4}  {tp:>11.1}  {tsd:>10.1}  {rp:>8.1}  {rsd:>7.1}  {:>11}  {:>7}  {:>5}  {lost:>4}  {stale:>5}", "", "", "");
             } else {
                 let (th, rh) = ((tp - base.0) / h as f64, (rp - base.1) / h as f64);
                 println!(
-                    "{size:<8} {h:>4}  {tp:>11.1}  {tsd:>10.1}  {rp:>8.1}  {rsd:>7.1}  {th:>11.1}  {rh:>7.1}  {:>5.2}",
+                    "{size:<8} {h:>4}  {tp:>11.1}  {tsd:>10.1}  {rp:>8.1}  {rsd:>7.1}  {th:>11.1}  {rh:>7.1}  {:>5.2}  {lost:>4}  {stale:>5}",
                     th / rh
                 );
             }

@@ -240,6 +240,9 @@ fn show(session: &Session, target: &str, as_json: bool) -> CmdResult {
                     ch.expired,
                     ch.too_large
                 );
+                if let Some(j) = &ch.jitter {
+                    outln!("    jitter (RFC 3550): {}", jitter_line(j));
+                }
                 if let Some(t) = &ch.time {
                     outln!(
                         "    time services: held {}, released {}, late {} (dropped {}), forced {}, re-anchored {}, refused {}; jitter in {:.1} µs, out {:.1} µs (RFC 3550)",
@@ -271,4 +274,10 @@ fn show(session: &Session, target: &str, as_json: bool) -> CmdResult {
 fn show_reservations(r: &Reservations) -> CmdResult {
     outln!("{}", serde_json::to_string_pretty(r)?);
     Ok(())
+}
+
+/// A channel's input and output jitter, in µs (`-` for a side not seen yet).
+pub(crate) fn jitter_line(j: &tagwire::admin::JitterInfo) -> String {
+    let us = |ns: Option<u64>| ns.map_or("-".to_owned(), |n| format!("{:.1} µs", n as f64 / 1e3));
+    format!("in {}, out {}", us(j.input_ns), us(j.output_ns))
 }

@@ -40,6 +40,11 @@ fn now_ns() -> u64 {
 /// One listener's counters.
 #[derive(Debug, Default, Clone, Copy)]
 struct Listener {
+    /// Packets left out at the start (`--warmup`), counted as received.
+    warm: u64,
+    /// How many to leave out.
+    warmup: u64,
+    /// Packets measured (after the warm-up).
     packets: u64,
     latency_sum_ns: u128,
     late: u64,
@@ -51,6 +56,10 @@ struct Listener {
 
 impl Listener {
     fn take(&mut self, sent: u64, received: u64) {
+        if self.warm < self.warmup {
+            self.warm += 1;
+            return;
+        }
         let transit = received as i128 - sent as i128;
         self.packets += 1;
         self.latency_sum_ns += transit.max(0) as u128;
@@ -79,9 +88,16 @@ struct Point {
     daemons: usize,
     kind: &'static str,
     seconds: f64,
+    /// The run's number (1..=`--runs`).
+    run: usize,
     packets_sent: u64,
     packets_expected: u64,
     packets_received: u64,
+    /// Packets per listener left out at the start (`--warmup`).
+    warmup_per_listener: u64,
+    /// Packets in the latency, jitter and late figures (received less the
+    /// warm-up).
+    packets_measured: u64,
     mean_latency_ms: f64,
     mean_jitter_ms: f64,
     late_percent: f64,
@@ -108,11 +124,12 @@ struct Site {
 
 /// Sums `listeners`' counters into one site (or the whole point).
 fn site(daemon: String, listeners: &[Listener], sent: u64) -> Site {
-    let received: u64 = listeners.iter().map(|l| l.packets).sum();
+    let measured: u64 = listeners.iter().map(|l| l.packets).sum();
+    let received: u64 = measured + listeners.iter().map(|l| l.warm).sum::<u64>();
     let latency: u128 = listeners.iter().map(|l| l.latency_sum_ns).sum();
     let sq: f64 = listeners.iter().map(|l| l.latency_sq_sum_ns).sum();
     let late: u64 = listeners.iter().map(|l| l.late).sum();
-    let n = received.max(1) as f64;
+    let n = measured.max(1) as f64;
     let mean = latency as f64 / n;
     let expected = sent * listeners.len() as u64;
     Site {
@@ -159,6 +176,9 @@ pub fn run(daemons: &[String], band: Option<&str>, a: &BenchArgs) -> CmdResult {
     if points.iter().any(|&n| n == 0 || n > MAX_LISTENERS) {
         return Err(format!("--listeners: each count must be 1..={MAX_LISTENERS}").into());
     }
+    if a.runs == 0 || a.runs > 100 {
+        return Err(format!("--runs {} must be 1..=100", a.runs).into());
+    }
     if a.meetings == 0 || a.meetings > 1000 {
         return Err(format!("--meetings {} must be 1..=1000", a.meetings).into());
     }
@@ -195,35 +215,66 @@ pub fn run(daemons: &[String], band: Option<&str>, a: &BenchArgs) -> CmdResult {
             Session::connect(&format!("tcp://{}", addrs[0]))?.band_in_use()?,
         ),
     };
+    let per_second = match a.kind {
+        AvKind::Audio => 1000.0 / 30.0,
+        AvKind::Video => 5610.0 / 120.0,
+    };
+    let nominal = (a.duration * per_second) as u64;
+    if nominal < a.warmup + 100 && !a.json {
+        eprintln!(
+            "tagwire: --duration {} s sends ~{nominal} packets per listener; after --warmup {} fewer than 100 are measured (raise --duration)",
+            a.duration, a.warmup
+        );
+    }
     let mut results = Vec::new();
     for &n in &points {
-        let p = point(&addrs, &listen_at, speaker, band, &band_used, n, a)?;
-        if !a.json {
-            outln!(
-                "{:>6} listeners {} meeting(s) on {} daemon(s), band {}, transport {}: mean {:.2} ms, jitter {:.2} ms, late {:.2} %, lost {:.2} % ({} of {} packets){}",
+        let mut runs = Vec::new();
+        for run in 1..=a.runs {
+            let mut p = point(&addrs, &listen_at, speaker, band, &band_used, n, a)?;
+            p.run = run;
+            if !a.json {
+                outln!(
+                "{:>6} listeners {} meeting(s) on {} daemon(s), band {}, transport {}{}: mean {:.2} ms, jitter {:.2} ms, late {:.2} %, lost {:.2} % ({} of {} packets, {} measured after {} per listener of warm-up){}",
                 p.listeners,
                 p.meetings,
                 p.daemons,
                 p.band,
                 p.transport,
+                if a.runs > 1 { format!(", run {run}/{}", a.runs) } else { String::new() },
                 p.mean_latency_ms,
                 p.mean_jitter_ms,
                 p.late_percent,
                 p.lost_percent,
                 p.packets_received,
                 p.packets_expected,
+                p.packets_measured,
+                p.warmup_per_listener,
                 if p.within_capacity { "" } else { "  ← over capacity (mean > 20 ms or late > 1 %)" }
             );
-            if speaker.is_some() {
-                for s in &p.by_daemon {
-                    outln!(
+                if speaker.is_some() {
+                    for s in &p.by_daemon {
+                        outln!(
                         "         at {}: {} listeners, mean {:.2} ms (sd {:.2}), jitter {:.2} ms, late {:.2} %, lost {:.2} %",
                         s.daemon, s.listeners, s.mean_latency_ms, s.sd_latency_ms, s.mean_jitter_ms, s.late_percent, s.lost_percent
                     );
+                    }
                 }
             }
+            runs.push((p.mean_latency_ms, p.late_percent));
+            results.push(p);
         }
-        results.push(p);
+        if a.runs > 1 && !a.json {
+            let spread = |mut v: Vec<f64>| {
+                v.sort_by(f64::total_cmp);
+                (v[0], v[v.len() / 2], v[v.len() - 1])
+            };
+            let (m0, m1, m2) = spread(runs.iter().map(|r| r.0).collect());
+            let (l0, l1, l2) = spread(runs.iter().map(|r| r.1).collect());
+            outln!(
+                "{n:>6} listeners, {} runs: mean latency min {m0:.2} / median {m1:.2} / max {m2:.2} ms; late min {l0:.2} / median {l1:.2} / max {l2:.2} %",
+                a.runs
+            );
+        }
     }
     if a.json {
         outln!("{}", serde_json::to_string(&results)?);
@@ -308,8 +359,16 @@ fn point(
 ) -> Result<Point, Box<dyn std::error::Error>> {
     let run_id = now_ns() % 1_000_000_007;
     let stop = Arc::new(AtomicBool::new(false));
-    let stats: Arc<Vec<Mutex<Listener>>> =
-        Arc::new((0..n).map(|_| Mutex::new(Listener::default())).collect());
+    let stats: Arc<Vec<Mutex<Listener>>> = Arc::new(
+        (0..n)
+            .map(|_| {
+                Mutex::new(Listener {
+                    warmup: a.warmup,
+                    ..Listener::default()
+                })
+            })
+            .collect(),
+    );
     let connected = Arc::new(AtomicU64::new(0));
     let failed = Arc::new(Mutex::new(None::<String>));
     // Listeners: two threads (one per core), each a current-thread runtime.
@@ -455,6 +514,7 @@ fn point(
         })
         .collect();
     let (received, expected) = (whole.packets_received, sent * n as u64);
+    let measured: u64 = all.iter().map(|l| l.packets).sum();
     let (mean_latency_ms, mean_jitter_ms) = (whole.mean_latency_ms, whole.mean_jitter_ms);
     let (late_percent, lost_percent) = (whole.late_percent, whole.lost_percent);
     Ok(Point {
@@ -465,9 +525,12 @@ fn point(
         daemons: addrs.len(),
         kind,
         seconds,
+        run: 1,
         packets_sent: sent,
         packets_expected: expected,
         packets_received: received,
+        warmup_per_listener: a.warmup,
+        packets_measured: measured,
         mean_latency_ms,
         mean_jitter_ms,
         late_percent,
@@ -566,6 +629,24 @@ mod tests {
         let total: u64 = (0..1800).map(video_packets).sum();
         assert_eq!(total, 5610);
         assert!((0..1800).all(|k| (3..=4).contains(&video_packets(k))));
+    }
+
+    #[test]
+    fn the_warm_up_packets_count_as_received_but_not_in_the_figures() {
+        let mut l = Listener {
+            warmup: 2,
+            ..Listener::default()
+        };
+        l.take(0, 500_000_000); // 500 ms: late, but warm-up
+        l.take(30_000_000, 330_000_000); // the same
+        l.take(60_000_000, 70_000_000); // 10 ms
+        l.take(90_000_000, 100_000_000); // 10 ms
+        assert_eq!((l.warm, l.packets, l.late), (2, 2, 0));
+        assert_eq!(l.latency_sum_ns, 20_000_000);
+        assert_eq!(l.jitter_ns, 0.0, "the jitter starts after the warm-up");
+        let s = site(String::new(), &[l], 4);
+        assert_eq!((s.packets_received, s.lost_percent), (4, 0.0));
+        assert!((s.mean_latency_ms - 10.0).abs() < 1e-9);
     }
 
     #[test]

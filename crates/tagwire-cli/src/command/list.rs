@@ -132,6 +132,9 @@ pub fn run(session: &Session, a: ListArgs) -> CmdResult {
             s.expired,
             s.route
         );
+        if let Some(j) = &s.jitter {
+            outln!("    jitter (RFC 3550): {}", super::admin::jitter_line(j));
+        }
         if let Some(t) = &s.time {
             outln!(
                 "    time services: held {}, released {}, late {}, jitter in {:.1} µs, out {:.1} µs",

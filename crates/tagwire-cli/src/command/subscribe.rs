@@ -65,11 +65,28 @@ pub fn run(session: &Session, a: SubArgs) -> CmdResult {
         };
         b = b.replay_from(from, spacing);
     }
+    if let Some(cfg) = a.playout {
+        b = b.playout(cfg);
+    }
     let sub = b.receiver()?;
     let stop = stop_on_signal();
     let mut out = BufWriter::new(std::io::stdout().lock());
     let mut drops = DropReport::default();
     let result = print_events(&sub, &a, &stop, &mut out, &mut drops);
+    if let Some(p) = sub.playout_stats() {
+        let c = p.counters;
+        eprintln!(
+            "tagwire: playout: released {}, held {}, late {} (dropped {}), forced {}, re-anchored {}; jitter in {:.1} µs, out {:.1} µs (RFC 3550)",
+            c.released,
+            p.held,
+            c.late,
+            c.late_dropped,
+            c.forced + c.overflowed,
+            c.reanchored,
+            p.input_jitter_ns as f64 / 1e3,
+            p.output_jitter_ns as f64 / 1e3
+        );
+    }
     // Report drops however the loop ended (count reached, signal, error).
     let dropped = sub.dropped();
     if dropped > 0 {

@@ -844,6 +844,17 @@ fn parse_playout(s: &str) -> Result<Option<PlayoutConfig>, QosError> {
     }
 }
 
+impl std::str::FromStr for PlayoutConfig {
+    type Err = QosError;
+
+    /// `tds:DELAY`, `tds:DELAY:deliver` or `tds:DELAY:drop`, as the
+    /// `playout` property takes them (`none` is refused: no playout is no
+    /// value here).
+    fn from_str(s: &str) -> Result<Self, QosError> {
+        parse_playout(s)?.ok_or_else(|| invalid(Property::Playout, s, PLAYOUT_SYNTAX))
+    }
+}
+
 pub(super) fn invalid(p: Property, value: &str, reason: &str) -> QosError {
     QosError::InvalidValue {
         name: p.name().to_owned(),

@@ -40,6 +40,7 @@
 //!   memory-accounting constants above;
 //! - `queue`: the [`Channel`] itself: its bounded queue, QoS, scaling and
 //!   what [`Channel::offer`] does with an event;
+//! - `jitter`: the RFC 3550 jitter of each channel's input and output;
 //! - `stage`: a publish batch's deliveries ([`Staging`]), queued per
 //!   channel under one lock;
 //! - `transform`: a channel's spatial scaling plug-in ([`ChannelTransform`]);
@@ -47,6 +48,7 @@
 //!   ready channels into vectored writes.
 
 pub(crate) mod event;
+mod jitter;
 mod outbox;
 mod queue;
 mod stage;

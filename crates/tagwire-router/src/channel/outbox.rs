@@ -15,8 +15,9 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::Notify;
 
 use super::event::Queued;
+use super::jitter::{source_time_of, OUTPUT_SAMPLE};
 use super::{Channel, Destination};
-use crate::sync::{Flag, Locked};
+use crate::sync::{Count, Flag, Locked};
 use crate::timing::{now_ns, NEVER};
 
 /// Priority classes of the writer's ready lists (low, normal, high,
@@ -290,6 +291,9 @@ pub(crate) struct Outbox {
     /// Fds to pass with the next write of the control frames (each named
     /// by a `ShmRegion` frame queued with it).
     fds: Locked<Vec<std::os::fd::OwnedFd>>,
+    /// Write batches gathered with events, for the output jitter's sample
+    /// (see [`super::jitter`]); only the writer touches it.
+    batches: Count,
 }
 
 impl Outbox {
@@ -504,12 +508,23 @@ impl Outbox {
         let mut now = None;
         let mut waiting: Vec<(usize, Weak<Channel>)> = Vec::new();
         let mut wake: Option<u64> = None;
+        // Whether this batch is the output jitter's sample (decided at its
+        // first channel: 1 in OUTPUT_SAMPLE batches reads the clock for it).
+        let mut first = true;
         while batch.len() < BATCH_EVENTS && total(batch) < BATCH_BYTES {
             let Some(weak) = ready.iter_mut().rev().find_map(|c| c.pop_front()) else {
                 break;
             };
             // A channel that was dropped meanwhile took its queue with it.
             let Some(ch) = weak.upgrade() else { continue };
+            if first {
+                first = false;
+                let n = self.batches.get().wrapping_add(1);
+                self.batches.set(n);
+                if n.is_multiple_of(OUTPUT_SAMPLE) {
+                    now.get_or_insert_with(now_ns);
+                }
+            }
             let not_before = ch.not_before.get();
             if not_before != 0 {
                 if *now.get_or_insert_with(now_ns) < not_before {
@@ -526,11 +541,22 @@ impl Outbox {
             let room = |taken: u64, batch: &Batch| {
                 taken < turn && batch.len() < BATCH_EVENTS && total(batch) < BATCH_BYTES
             };
+            // Its output jitter, under the queue's lock, for the events
+            // taken while this batch has a clock read (see `super::jitter`).
+            let mut jitter = None;
+            let mut observe = |now: Option<u64>, event: &[u8]| {
+                if let (Some(t), Some(src)) = (now, source_time_of(event).filter(|s| *s != 0)) {
+                    jitter
+                        .get_or_insert_with(|| ch.jitter_out.load())
+                        .observe(t, src);
+                }
+            };
             while room(taken, batch) {
                 let Some(item) = q.pop() else {
                     break;
                 };
                 if let Some(item) = writable(item, &mut now, &mut expired) {
+                    observe(now, &item.event);
                     batch.push(Prefix::of(&ch, &item), item.event);
                     taken += 1;
                 }
@@ -543,11 +569,15 @@ impl Outbox {
                 let t = *now.get_or_insert_with(now_ns);
                 held = ch.release_timed(t, q.is_empty(), room(taken, batch), |item| {
                     if let Some(item) = writable(item, &mut Some(t), &mut expired) {
+                        observe(Some(t), &item.event);
                         batch.push(Prefix::of(&ch, &item), item.event);
                         taken += 1;
                     }
                     room(taken, batch)
                 });
+            }
+            if let Some(j) = &jitter {
+                ch.jitter_out.store(j);
             }
             ch.delivered.set(ch.delivered.get() + taken);
             ch.expired.set(ch.expired.get() + expired);

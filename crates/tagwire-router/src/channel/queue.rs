@@ -10,6 +10,7 @@ use tagwire_core::tds::{BufferConfig, PlayoutConfig, TimeService};
 use tagwire_proto::Frame;
 
 use super::event::{EventMeta, Outgoing, Queued, READ_CHUNK};
+use super::jitter::SharedJitter;
 use super::outbox::{Outbox, CLASSES};
 use super::transform::ChannelTransform;
 use crate::budget::MemoryBudget;
@@ -132,6 +133,10 @@ pub(crate) struct Channel {
     pub(super) timed: Flag,
     /// Events the memory budget had no room for in the time services.
     pub time_refused: Count,
+    /// RFC 3550 jitter of the events it takes (arrival vs source time) and
+    /// of those its writer takes (see [`super::jitter`]).
+    pub(super) jitter_in: SharedJitter,
+    pub(super) jitter_out: SharedJitter,
 }
 
 /// A channel's time services and the settings they were made with. Each
@@ -167,7 +172,7 @@ pub(crate) struct Staged {
     /// The read whose chunk it is a small slice of, if it is one: queued
     /// as a slice only if the channel holds that chunk's budget by then.
     epoch: Option<u64>,
-    /// Its source time (for the time services).
+    /// Its source time (for the time services and the input jitter).
     source_time: u64,
 }
 
@@ -225,6 +230,8 @@ impl Channel {
             time: Locked::new(None),
             timed: Flag::new(false),
             time_refused: Count::new(0),
+            jitter_in: SharedJitter::default(),
+            jitter_out: SharedJitter::default(),
         }
     }
 
@@ -406,7 +413,7 @@ impl Channel {
     #[cfg(test)]
     pub(crate) fn offer(self: &Arc<Self>, event: &mut Outgoing, meta: &EventMeta) -> Offer {
         match self.prepare(event, meta) {
-            Some(s) => self.push_staged(std::iter::once(s)),
+            Some(s) => self.push_staged(std::iter::once(s), 0),
             None => Offer::Dropped,
         }
     }
@@ -469,16 +476,24 @@ impl Channel {
     /// once. The queue may use at most the budget's free room; beyond it
     /// the discard policy applies as at the queue's own bound. Returns what
     /// happened to the last item, except that a `reject` refusal to report
-    /// wins (`Rejected { report: true }`).
-    pub(crate) fn push_staged(self: &Arc<Self>, items: impl Iterator<Item = Staged>) -> Offer {
+    /// wins (`Rejected { report: true }`). `arrived`: when the read that
+    /// brought them arrived (0: not known), for the input jitter.
+    pub(crate) fn push_staged(
+        self: &Arc<Self>,
+        items: impl Iterator<Item = Staged>,
+        arrived: u64,
+    ) -> Offer {
         if self.timed.get() {
             return self.push_timed(items);
         }
-        self.push_queue(items)
+        self.push_queue(items, arrived)
     }
 
-    /// [`push_staged`](Self::push_staged) into the queue itself.
-    fn push_queue(self: &Arc<Self>, items: impl Iterator<Item = Staged>) -> Offer {
+    /// [`push_staged`](Self::push_staged) into the queue itself. The input
+    /// jitter takes the first event with a source time of the call (the
+    /// events of one read share its arrival time): a cost per channel per
+    /// read, not per event.
+    fn push_queue(self: &Arc<Self>, items: impl Iterator<Item = Staged>, arrived: u64) -> Offer {
         let max = self.consumer_max.get();
         let mut outcome = Offer::Dropped;
         let mut report = false;
@@ -489,13 +504,23 @@ impl Channel {
         // is charged below.
         let free = self.budget.room().saturating_add(before);
         let consumer = self.consumer.get();
+        // Its input jitter, updated under the queue's lock (no clock read:
+        // the arrival is the read's time), from the call's first event with
+        // a source time.
+        let mut sampled = arrived == 0;
         for staged in items {
             let Staged {
                 mut item,
                 size,
                 epoch,
-                ..
+                source_time,
             } = staged;
+            if !sampled && source_time != 0 {
+                sampled = true;
+                let mut j = self.jitter_in.load();
+                j.observe(arrived, source_time);
+                self.jitter_in.store(&j);
+            }
             if let Some(e) = epoch {
                 if !self.may_pin(&q, e) {
                     item.event = bytes::Bytes::copy_from_slice(&item.event);
@@ -659,7 +684,7 @@ impl Channel {
         let mut t = self.time.borrow_mut();
         let Some(stage) = t.as_mut() else {
             drop(t);
-            return self.push_queue(items);
+            return self.push_queue(items, 0);
         };
         for staged in items {
             if !self.budget.try_reserve(staged.size) {
@@ -670,7 +695,12 @@ impl Channel {
             // An event without a source time (0) is timed by its arrival.
             let src = match staged.source_time {
                 0 => now,
-                t => t,
+                t => {
+                    let mut j = self.jitter_in.load();
+                    j.observe(now, t);
+                    self.jitter_in.store(&j);
+                    t
+                }
             };
             stage
                 .service
@@ -707,7 +737,7 @@ impl Channel {
                     source_time: 0,
                 }
             });
-            let _ = self.push_queue(staged);
+            let _ = self.push_queue(staged, 0);
             self.not_before.set(0);
             self.outbox.notify.notify_one();
         }
@@ -750,6 +780,17 @@ impl Channel {
             _ => {}
         }
         wake
+    }
+
+    /// The RFC 3550 jitter of its input and output, for `tagwire admin
+    /// show` and `tagwire list`, once it has seen an event with a source
+    /// time (see [`super::jitter`] for when each side is measured).
+    pub(crate) fn jitter_info(&self) -> Option<tagwire_proto::admin::JitterInfo> {
+        let (input, output) = (self.jitter_in.ns(), self.jitter_out.ns());
+        (input.is_some() || output.is_some()).then_some(tagwire_proto::admin::JitterInfo {
+            input_ns: input,
+            output_ns: output,
+        })
     }
 
     /// Its time services' state, for `tagwire admin show` and `tagwire

@@ -32,6 +32,10 @@ pub(crate) struct Staging {
     /// Refusals outside the channels' queues to report with the batch's
     /// (a full reliable window of a link, see `crate::reliable`).
     also_rejected: Vec<String>,
+    /// When the events staged now arrived: the time of the read that
+    /// brought them, ns since the Unix epoch (0: not known), for the
+    /// channels' input jitter. Set by the caller per read.
+    pub(crate) arrived: u64,
 }
 
 /// Deliveries a batch may stage before it must be flushed.
@@ -85,7 +89,7 @@ impl Staging {
         let mut reject: Option<Vec<String>> =
             (!self.also_rejected.is_empty()).then(|| std::mem::take(&mut self.also_rejected));
         for (ch, mut list) in self.channels.drain(..) {
-            if let Offer::Rejected { report: true } = ch.push_staged(list.drain(..)) {
+            if let Offer::Rejected { report: true } = ch.push_staged(list.drain(..), self.arrived) {
                 reject
                     .get_or_insert_with(Vec::new)
                     .push(format!("{} ({})", ch.endpoint, ch.pattern));

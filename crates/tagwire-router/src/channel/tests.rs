@@ -557,3 +557,82 @@ fn events_without_a_source_time_are_timed_by_their_arrival() {
     let info = ch.time_info().expect("timed");
     assert_eq!((info.held, info.late, info.reanchored), (21, 0, 0));
 }
+
+/// An encoded event with source time `src` (the output jitter reads it from
+/// the bytes the writer takes).
+fn encoded(src: u64) -> Bytes {
+    let mut ev = tagwire_proto::Event::new("/t", Bytes::from_static(b"x"));
+    ev.header.publisher = "/p".into();
+    ev.header.source_time_ns = src;
+    let mut out = bytes::BytesMut::new();
+    ev.encode(&mut out).expect("a valid event");
+    out.freeze()
+}
+
+#[test]
+fn a_channel_without_time_services_measures_its_input_jitter_at_the_reads_time() {
+    use super::Staging;
+    let budget = Arc::new(MemoryBudget::new(1 << 30));
+    let (_outbox, ch) = channel(&budget);
+    assert_eq!(ch.jitter_info(), None, "no event seen");
+    let mut expected = tagwire_core::tds::Jitter::default();
+    let mut stage = Staging::default();
+    for read in 0..40u64 {
+        // One read of an event with no source time (not observed) and two
+        // events every ms; every other read 300 µs late. The first event
+        // with a source time of each read is observed (the events of a
+        // read share its arrival time).
+        stage.arrived = 5_000_000_000 + read * 1_000_000 + (read % 2) * 300_000;
+        let mut untimed = Outgoing::owned(encoded(0));
+        stage.offer(&ch, &mut untimed, &NO_META);
+        for k in 0..2u64 {
+            let src = 1_000_000_000 + read * 1_000_000 + k * 1000;
+            let mut ev = Outgoing::owned(encoded(src));
+            stage.offer(&ch, &mut ev, &at(src));
+            if k == 0 {
+                expected.observe(stage.arrived, src);
+            }
+        }
+        assert_eq!(stage.flush(), None);
+    }
+    // Events of a read without a known arrival (a deferred release) are
+    // not observed.
+    let mut other = Staging::default();
+    other.offer(&ch, &mut Outgoing::owned(encoded(7)), &at(7));
+    let _ = other.flush();
+    let info = ch.jitter_info().expect("events with source times seen");
+    assert_eq!(info.input_ns, Some(expected.ns()));
+    assert!(expected.ns() > 100_000, "{}", expected.ns());
+    assert_eq!(info.output_ns, None, "nothing written yet");
+}
+
+#[test]
+fn the_output_jitter_samples_one_write_batch_in_sixteen_unless_the_batch_reads_the_clock() {
+    let budget = Arc::new(MemoryBudget::new(1 << 30));
+    let (outbox, ch) = channel(&budget);
+    let t = now_ns();
+    // Best effort, no deadline: the writer reads no clock for 15 batches
+    // of one event, then one for the 16th.
+    for i in 0..super::jitter::OUTPUT_SAMPLE {
+        let _ = ch.offer(&mut Outgoing::owned(encoded(t + i)), &at(t + i));
+        assert_eq!(gathered_bodies(&outbox).0.len(), 1);
+        let seen = ch.jitter_info().and_then(|j| j.output_ns);
+        if i + 1 < super::jitter::OUTPUT_SAMPLE {
+            assert_eq!(seen, None, "batch {i} read no clock for it");
+        } else {
+            assert!(seen.is_some(), "the 16th batch is the sample");
+        }
+    }
+    // An event that can expire makes the batch read the clock anyway:
+    // observed in every batch.
+    let (_o, timed) = channel(&budget);
+    let meta = EventMeta {
+        deadline: t + 3_600_000_000_000,
+        ..at(t)
+    };
+    let _ = timed.offer(&mut Outgoing::owned(encoded(t)), &meta);
+    let mut batch = Batch::default();
+    let _ = _o.gather(&mut batch, 0);
+    assert_eq!(batch.len(), 1);
+    assert!(timed.jitter_info().and_then(|j| j.output_ns).is_some());
+}

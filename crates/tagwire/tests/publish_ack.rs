@@ -27,7 +27,9 @@ const DROP_DOWN: u8 = 1;
 /// Swallows what the publisher sends (events).
 const DROP_UP: u8 = 2;
 
-/// A TCP proxy that can swallow one direction and cut its connections.
+/// A TCP proxy that can swallow one direction and cut its connections;
+/// `v3_only`: it answers a version-4 `Hello` as a daemon of before
+/// acknowledged publishing does (`UnsupportedVersion`, then close).
 struct Proxy {
     addr: String,
     mode: Arc<AtomicU8>,
@@ -36,6 +38,10 @@ struct Proxy {
 
 impl Proxy {
     fn start(upstream: String) -> Proxy {
+        Proxy::start_as(upstream, false)
+    }
+
+    fn start_as(upstream: String, v3_only: bool) -> Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind proxy");
         let addr = listener.local_addr().expect("proxy addr").to_string();
         let mode = Arc::new(AtomicU8::new(PASS));
@@ -43,7 +49,10 @@ impl Proxy {
         let (m, c) = (mode.clone(), conns.clone());
         std::thread::spawn(move || {
             for client in listener.incoming() {
-                let Ok(client) = client else { return };
+                let Ok(mut client) = client else { return };
+                if v3_only && !passes_as_version_3(&mut client) {
+                    continue;
+                }
                 let Ok(server) = TcpStream::connect(&upstream) else {
                     continue;
                 };
@@ -83,6 +92,37 @@ impl Proxy {
             let _ = s.shutdown(Shutdown::Both);
         }
     }
+}
+
+/// Reads the client's `Hello`: version 4 gets `UnsupportedVersion` and
+/// the connection closes (false); another is passed on to a new upstream
+/// connection, which the caller opens next, with these bytes first.
+fn passes_as_version_3(client: &mut TcpStream) -> bool {
+    let mut hello = [0u8; 11];
+    if client.peek(&mut hello).map_or(true, |n| n < 11) {
+        // Wait for the whole prefix (a client writes its Hello at once).
+        std::thread::sleep(Duration::from_millis(50));
+        if client.peek(&mut hello).map_or(true, |n| n < 11) {
+            return false;
+        }
+    }
+    let version = u16::from_le_bytes([hello[9], hello[10]]);
+    if hello[4] == 0x01 && version > 3 {
+        let mut b = bytes::BytesMut::new();
+        tagwire_proto::Frame::Error {
+            req: 0,
+            code: tagwire::ErrorCode::UnsupportedVersion,
+            message: format!(
+                "protocol version {version} is not supported (this server speaks 1 to 3)"
+            ),
+        }
+        .encode(&mut b)
+        .expect("encode");
+        let _ = client.write_all(&b);
+        let _ = client.shutdown(Shutdown::Both);
+        return false;
+    }
+    true
 }
 
 fn pump(mut from: TcpStream, mut to: TcpStream, mode: Arc<AtomicU8>, swallow: u8) {
@@ -309,4 +349,34 @@ fn a_full_window_makes_the_publish_wait_then_fail_naming_the_bound() {
     s.wait_acknowledged(WAIT)
         .expect("acknowledged after the reconnect");
     p.publish("/w/x", "again").expect("room again");
+}
+
+/// A daemon from before acknowledged publishing (protocol version 3)
+/// refuses the version-4 `Hello`: the library connects again with version
+/// 3, and a reliable publisher's events go best effort (counted), not
+/// refused and not held for ever.
+#[test]
+fn a_daemon_of_version_3_gets_a_reliable_publishers_events_best_effort() {
+    let (_h, url) = router();
+    let proxy = Proxy::start_as(url.trim_start_matches("tcp://").to_owned(), true);
+    let (_sub, got) = collector(&url, "/v3/x");
+    let s = Session::builder()
+        .token(token(&url))
+        .connect(&proxy.url())
+        .expect("a version-3 daemon still takes the session");
+    let p = s.declare_publisher("/v3/pub").expect("publisher");
+    p.set_reliability(Reliability::ExactlyOnce);
+    for i in 1..=10u64 {
+        p.publish("/v3/x", i.to_string()).expect("publish");
+    }
+    s.wait_acknowledged(WAIT)
+        .expect("nothing is held for a daemon that cannot acknowledge");
+    wait_until("10 delivered", || got.lock().expect("got").len() >= 10);
+    assert_eq!(*got.lock().expect("got"), (1..=10).collect::<Vec<u64>>());
+    let stats = s.ack_stats();
+    assert_eq!(
+        (stats.best_effort, stats.acknowledged),
+        (10, 0),
+        "{stats:?}"
+    );
 }

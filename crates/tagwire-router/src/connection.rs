@@ -395,7 +395,12 @@ async fn serve_with<R, W>(
             // A batch ends before any other frame is polled: the engine may
             // answer that frame at once (a `Ping`'s `Pong`), and the batch's
             // refusals must go out before it, in order.
-            if batch.is_open() && FrameDecoder::next_kind(&rb.buf) != Some(kind::PUBLISH) {
+            if batch.is_open()
+                && !matches!(
+                    FrameDecoder::next_kind(&rb.buf),
+                    Some(kind::PUBLISH | kind::PUBLISH_RELIABLE)
+                )
+            {
                 batch.end(&mut conn);
             }
             let was_established = conn.engine.is_established();

@@ -55,10 +55,11 @@ while [[ $# -gt 0 ]]; do
     shift
 done
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-if [[ $ROUNDS -gt 0 || $ACKED -gt 0 ]]; then
+if [[ -z ${RELIABLE_LINKS_BIN_DIR:-} && ( $ROUNDS -gt 0 || $ACKED -gt 0 ) ]]; then
     cargo build --release --quiet --bin tagwired --bin tagwire -p tagwire-cli --manifest-path "$root/Cargo.toml" || exit 1
 fi
-bin="${CARGO_TARGET_DIR:-$root/target}/release"
+# RELIABLE_LINKS_BIN_DIR=DIR: the tagwired and tagwire in DIR instead of a release build.
+bin="${RELIABLE_LINKS_BIN_DIR:-${CARGO_TARGET_DIR:-$root/target}/release}"
 tmp="$(mktemp -d)"
 pids=()
 cleanup() {

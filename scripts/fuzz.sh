@@ -30,9 +30,12 @@
 #                  its topic/filter mapping (tagwire-router's mqtt module)
 #   store_record   a durable store record read back from the database
 #                  (tagwire-core's store module)
+#   publish_ack    a client's PublishReliable and a daemon's PublishAck
+#                  frames (protocol version 4) into the reliability windows
+#                  (seeds: frame_decoder's)
 #
 # Installs cargo-fuzz if it is missing, writes the target's seed corpus (for
-# frame_decoder: the test vectors of docs/protocol.md; for admin_request
+# frame_decoder and publish_ack: the test vectors of docs/protocol.md; for admin_request
 # the JSON test vectors of docs/admin.md; for the others the
 # files in fuzz/seeds/TARGET/, plus examples/*.toml for place_model and the
 # example file of docs/configuration.md for router_config), then fuzzes.
@@ -78,7 +81,7 @@ fi
 corpus="$root/fuzz/corpus/$target"
 mkdir -p "$corpus"
 case "$target" in
-    frame_decoder)
+    frame_decoder|publish_ack)
         TAGWIRE_FUZZ_CORPUS_DIR="$corpus" \
             cargo test --quiet --manifest-path "$root/Cargo.toml" -p tagwire-proto \
             --test fuzz_seed_corpus -- --ignored --nocapture

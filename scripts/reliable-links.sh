@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/reliable-links.sh [--rounds N] [--events N] [--size B] [--faults N]
+# scripts/reliable-links.sh [--rounds N] [--events N] [--size B] [--faults N] [--ring5 N] [--acked N]
 #
 # Reliable links (issue 25, BENCHMARKS.md "Reliable links"):
 #
@@ -20,25 +20,46 @@
 #    stream, then kill -9 of the daemon carrying it; reliable and
 #    best_effort) and prints what the subscriber saw, with each fault's
 #    delivery gap.
+# 3. With --ring5 N (root): runs issue 25's five-daemon experiment
+#    crates/tagwire-cli/tests/ring5_netns.rs N times (a ring of five,
+#    50,000 events at 1,000/s from d0 to d2 with the publisher's
+#    connection acknowledged; kill -9 of d1, a 10 s cut of d0-d1, a 10 s
+#    partition of d2; reliable, then best_effort once) and prints lost /
+#    duplicated / out of order / delivery gap per fault, with `uptime`.
+#    With --ring5 alone (--rounds 0) the loopback throughput part is skipped.
+# 4. With --acked N: the cost of acknowledged publishing (protocol version
+#    4) on one release tagwired on loopback: `tagwire pub -n EVENTS --size
+#    B` as fast as it goes, plain and with `--qos reliability=reliable`
+#    (each event held until the daemon acknowledges it), N rounds
+#    interleaved on fresh daemons; rate between the first and the last
+#    arrival at a subscriber on the same daemon, and the publisher's wall
+#    time (it waits for the last acknowledgement).
 set -uo pipefail
 ROUNDS=3
 EVENTS=200000
 SIZE=64
 FAULTS=0
+RING5=0
+ACKED=0
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --rounds) ROUNDS=${2:?}; shift ;;
         --events) EVENTS=${2:?}; shift ;;
         --size) SIZE=${2:?}; shift ;;
         --faults) FAULTS=${2:?}; shift ;;
-        -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+        --ring5) RING5=${2:?}; shift ;;
+        --acked) ACKED=${2:?}; shift ;;
+        -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
         *) echo "reliable-links.sh: unknown argument $1 (try --help)" >&2; exit 2 ;;
     esac
     shift
 done
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cargo build --release --quiet --bin tagwired --bin tagwire -p tagwire-cli --manifest-path "$root/Cargo.toml" || exit 1
-bin="${CARGO_TARGET_DIR:-$root/target}/release"
+if [[ -z ${RELIABLE_LINKS_BIN_DIR:-} && ( $ROUNDS -gt 0 || $ACKED -gt 0 ) ]]; then
+    cargo build --release --quiet --bin tagwired --bin tagwire -p tagwire-cli --manifest-path "$root/Cargo.toml" || exit 1
+fi
+# RELIABLE_LINKS_BIN_DIR=DIR: the tagwired and tagwire in DIR instead of a release build.
+bin="${RELIABLE_LINKS_BIN_DIR:-${CARGO_TARGET_DIR:-$root/target}/release}"
 tmp="$(mktemp -d)"
 pids=()
 cleanup() {
@@ -96,7 +117,7 @@ run() { # $1: reliable|best_effort
     wait 2>/dev/null
     pids=()
 }
-echo "nproc $(nproc), $EVENTS events of $SIZE B over one loopback link, $ROUNDS rounds"
+[[ $ROUNDS -gt 0 ]] && echo "nproc $(nproc), $EVENTS events of $SIZE B over one loopback link, $ROUNDS rounds"
 for _ in $(seq "$ROUNDS"); do
     run best_effort
     run reliable
@@ -111,4 +132,59 @@ if [[ $FAULTS -gt 0 ]]; then
             --manifest-path "$root/Cargo.toml" --test reliable_netns -- --nocapture --test-threads 1 2>&1 |
             grep -E "^(cutting|killing|reliable|best_effort|missing|d[02] reliable)"
     done
+fi
+if [[ $RING5 -gt 0 ]]; then
+    if [[ $(id -u) -ne 0 ]]; then
+        echo "reliable-links.sh: --ring5 needs root (network namespaces)" >&2
+        exit 1
+    fi
+    ring5() { # $1: test name filter
+        uptime
+        CARGO_PROFILE_DEV_DEBUG=line-tables-only cargo test --quiet -p tagwire-cli \
+            --manifest-path "$root/Cargo.toml" --test ring5_netns -- --nocapture --test-threads 1 "$1" 2>&1 |
+            grep -E "^(reliable|best_effort|d[02] reliable|publisher exit|test result)|panicked"
+    }
+    for _ in $(seq "$RING5"); do
+        ring5 ring_of_five_reliable
+    done
+    ring5 ring_of_five_best_effort
+    uptime
+fi
+run_acked() { # $1: best_effort|acked
+    rm -rf "$tmp/rt"
+    mkdir -p "$tmp/rt"
+    export XDG_RUNTIME_DIR="$tmp/rt"
+    local pc=7831
+    "$bin/tagwired" --name c --tcp "127.0.0.1:$pc" --no-unix --log warn &
+    pids+=($!)
+    wait_port "$pc" || return 1
+    "$bin/tagwire" -s "tcp://127.0.0.1:$pc" sub '/bench/**' -n "$EVENTS" --timeout 5 \
+        --max-queue "$EVENTS" --local-queue "$EVENTS" 2>/dev/null |
+        perl -MTime::HiRes=time -ne '$n++; $f //= time; $l = time;
+            END { printf "%d %.0f\n", $n, ($n > 1 && $l > $f) ? ($n - 1) / ($l - $f) : 0 }' \
+        >"$tmp/sub.out" &
+    local sub=$!
+    sleep 0.3
+    local qos=()
+    [[ $1 == acked ]] && qos=(--qos reliability=reliable)
+    local t0 t1
+    t0=$(date +%s.%N)
+    "$bin/tagwire" -s "tcp://127.0.0.1:$pc" pub /bench/x x -n "$EVENTS" --size "$SIZE" "${qos[@]}" >/dev/null 2>"$tmp/pub.err"
+    t1=$(date +%s.%N)
+    wait "$sub"
+    local got rate
+    read -r got rate <"$tmp/sub.out"
+    printf '%-12s received %8s of %s   %8s events/s at the subscriber   publisher %.2f s\n' \
+        "$1" "$got" "$EVENTS" "$rate" "$(echo "$t1 - $t0" | bc)"
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+    wait 2>/dev/null
+    pids=()
+}
+if [[ $ACKED -gt 0 ]]; then
+    echo "nproc $(nproc), $EVENTS events of $SIZE B to one daemon on loopback, $ACKED rounds; $(uptime)"
+    for _ in $(seq "$ACKED"); do
+        run_acked best_effort
+        run_acked acked
+    done
+    uptime
 fi

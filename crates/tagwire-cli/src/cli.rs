@@ -137,9 +137,11 @@ pub struct PubArgs {
     pub endpoint: Option<String>,
     /// QoS this publisher asks for, NAME=VALUE (repeatable). Today only
     /// `reliability` (best_effort, reliable, exactly_once, durable): with
-    /// `durable` the command checks first that the daemon keeps the tag in
-    /// its durable store and exits non-zero naming why if not
-    /// (docs/reliability.md).
+    /// any but best_effort each event is acknowledged by the daemon and
+    /// sent again after a reconnect, and the command waits for the last
+    /// acknowledgement; with `durable` it checks first that the daemon
+    /// keeps the tag in its durable store and exits non-zero naming why if
+    /// not (docs/reliability.md).
     #[arg(long = "qos", value_name = "NAME=VALUE")]
     pub qos: Vec<String>,
 }

@@ -258,6 +258,9 @@ pub enum Input {
         /// The outcome.
         reply: Reply,
     },
+    /// Client (version 4): the server settled `PublishReliable` frames of
+    /// this connection.
+    PublishAck(tagwire_proto::Ack),
     /// Client: an event for subscription `sub`.
     Deliver {
         /// Subscription id.
@@ -314,6 +317,9 @@ pub struct Publish {
     pub bytes: Bytes,
     /// The whole frame's length on the wire.
     pub frame_len: usize,
+    /// A `PublishReliable` (version 4): its acknowledgement sequence number
+    /// on this connection (`None`: a plain `Publish`).
+    pub reliable: Option<u64>,
 }
 
 /// The tag a connection's publisher last used, already validated: a
@@ -449,6 +455,9 @@ pub struct Connection {
     server_proved: bool,
     /// Server: the token tag of the `Hello` being decided.
     hello_proof: Option<TokenTag>,
+    /// Client: the protocol version its `Hello` offers (see
+    /// [`Connection::set_offered_version`]).
+    offered: u16,
 }
 
 impl Connection {
@@ -461,8 +470,21 @@ impl Connection {
     /// A client engine for a transport opened at `now`; its `Hello` is
     /// waiting in [`poll_transmit`](Self::poll_transmit).
     pub fn client(config: Config, hello: ClientHello, now: Nanos) -> Connection {
+        Connection::client_offering(config, hello, now, PROTOCOL_VERSION)
+    }
+
+    /// [`client`](Self::client) whose `Hello` offers protocol `version`
+    /// (see [`set_offered_version`](Self::set_offered_version)): a daemon's
+    /// link offers 3, which daemons from before version 4 accept.
+    pub fn client_offering(
+        config: Config,
+        hello: ClientHello,
+        now: Nanos,
+        version: u16,
+    ) -> Connection {
         let decoder = FrameDecoder::new(config.max_frame);
         let mut c = Connection::new(Side::Client, config, decoder, hello, now);
+        c.set_offered_version(version);
         c.say_hello();
         c
     }
@@ -496,6 +518,7 @@ impl Connection {
             proving: None,
             server_proved: false,
             hello_proof: None,
+            offered: PROTOCOL_VERSION,
         }
     }
 
@@ -506,7 +529,7 @@ impl Connection {
             .then(|| Box::new(TokenTag::new(&self.hello.token, self.hello.nonce)));
         self.server_proved = false;
         self.send(&Frame::Hello {
-            version: PROTOCOL_VERSION,
+            version: self.offered,
             max_frame: self.config.max_frame,
             name: self.hello.name.clone(),
             token: String::new(),
@@ -584,6 +607,25 @@ impl Connection {
     /// Client: the session id this engine presents in `Hello`.
     pub fn session_id(&self) -> [u8; SESSION_ID_LEN] {
         self.hello.session
+    }
+
+    /// Client: offers protocol `version` (clamped to 3 ..=
+    /// [`PROTOCOL_VERSION`]: this engine's client says only the version-3
+    /// layout) in the next `Hello`, the one [`reconnect`](Self::reconnect)
+    /// says, e.g. 3 to a daemon that refused version 4 as unsupported.
+    pub fn set_offered_version(&mut self, version: u16) {
+        self.offered = version.clamp(MIN_PROTOCOL_VERSION.max(3), PROTOCOL_VERSION);
+    }
+
+    /// Client: the protocol version the next `Hello` offers.
+    pub fn offered_version(&self) -> u16 {
+        self.offered
+    }
+
+    /// Whether this connection speaks acknowledged publishing
+    /// (`PublishReliable`/`PublishAck`, protocol version 4).
+    pub fn acknowledges(&self) -> bool {
+        self.version >= tagwire_proto::ACK_PROTOCOL_VERSION
     }
 
     /// The protocol version agreed (0 before the handshake).
@@ -764,7 +806,21 @@ impl Connection {
 
     fn server_frame(&mut self, k: u8, body: Bytes, frame_len: usize) -> Input {
         if k == kind::PUBLISH && self.phase == Phase::Established {
-            return self.publish(body, frame_len);
+            return self.publish(body, frame_len, false);
+        }
+        if k == kind::PUBLISH_RELIABLE && self.phase == Phase::Established {
+            if !self.acknowledges() {
+                return self.protocol_error(
+                    ErrorCode::Malformed,
+                    0,
+                    format!(
+                        "a PublishReliable frame on a connection of protocol version {} (it needs version {})",
+                        self.version,
+                        tagwire_proto::ACK_PROTOCOL_VERSION
+                    ),
+                );
+            }
+            return self.publish(body, frame_len, true);
         }
         if is_link_kind(k) && self.phase == Phase::Established {
             return match LinkFrame::decode(k, body) {
@@ -1107,23 +1163,38 @@ impl Connection {
         });
     }
 
-    fn publish(&mut self, mut body: Bytes, frame_len: usize) -> Input {
-        if body.len() < 4 {
+    fn publish(&mut self, mut body: Bytes, frame_len: usize, acked: bool) -> Input {
+        let prefix = if acked { 12 } else { 4 };
+        if body.len() < prefix {
+            let what = if acked {
+                "bad PublishReliable frame: truncated endpoint id or sequence number"
+            } else {
+                "bad Publish frame: truncated endpoint id"
+            };
+            return self.protocol_error(ErrorCode::Malformed, 0, what.into());
+        }
+        let id = u32::from_le_bytes([body[0], body[1], body[2], body[3]]);
+        let reliable = acked.then(|| {
+            let mut s = [0u8; 8];
+            s.copy_from_slice(&body[4..12]);
+            u64::from_le_bytes(s)
+        });
+        if reliable == Some(0) {
             return self.protocol_error(
                 ErrorCode::Malformed,
                 0,
-                "bad Publish frame: truncated endpoint id".into(),
+                "bad PublishReliable frame: sequence number 0 (they start at 1)".into(),
             );
         }
-        let id = u32::from_le_bytes([body[0], body[1], body[2], body[3]]);
         match self.endpoints.get(&id) {
             Some(e) if e.kind == EndpointKind::Publisher => {
                 // Advanced, not sliced: no reference count taken and given back.
-                bytes::Buf::advance(&mut body, 4);
+                bytes::Buf::advance(&mut body, prefix);
                 Input::Publish(Publish {
                     endpoint: id,
                     bytes: body,
                     frame_len,
+                    reliable,
                 })
             }
             _ => self.protocol_error(
@@ -1452,6 +1523,7 @@ impl Connection {
         }
         match frame {
             Frame::Ok { req } => self.reply(req, Reply::Ok),
+            Frame::PublishAck(ack) if self.acknowledges() => Input::PublishAck(ack),
             Frame::AdminReply { req, body } => self.reply(req, Reply::Admin(body)),
             Frame::PullReply(r) => self.reply(r.req, Reply::Pulled(r)),
             Frame::ShmRegion {

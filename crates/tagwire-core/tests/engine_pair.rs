@@ -836,7 +836,77 @@ fn a_server_that_knows_the_token_is_proven_and_proves_the_client_in_turn() {
     );
     p.run();
     assert!(p.client.is_established() && p.server.is_established());
-    assert_eq!(p.client.version(), 3);
+    assert_eq!(p.client.version(), tagwire_proto::PROTOCOL_VERSION);
+}
+
+/// Issue 25: acknowledged publishing is negotiated in the `Hello`: a
+/// version-4 client gets it; one that offers version 3 (to a daemon of
+/// before) does not, and a `PublishReliable` on its connection is refused
+/// naming the version, the connection staying open. On a version-4
+/// connection the frame's sequence number reaches the router, and the
+/// client takes the server's `PublishAck`.
+#[test]
+fn acknowledged_publishing_is_negotiated_in_the_hello_and_refused_below_version_4() {
+    for offered in [3u16, 4] {
+        let mut server = Connection::server(Config::default(), T0);
+        let mut client = Connection::client_offering(Config::default(), hello("app"), T0, offered);
+        let mut wire = BytesMut::from(&client.poll_transmit().expect("Hello")[..]);
+        match server.poll_input(&mut wire) {
+            Some(Input::Hello { version, .. }) => assert_eq!(version, offered),
+            other => panic!("expected the Hello, got {other:?}"),
+        }
+        server.accept_hello("router");
+        let mut wire = BytesMut::from(&server.poll_transmit().expect("Welcome")[..]);
+        assert!(matches!(
+            client.poll_input(&mut wire),
+            Some(Input::Welcome { .. })
+        ));
+        assert_eq!(client.acknowledges(), offered >= 4);
+        assert_eq!(server.acknowledges(), offered >= 4);
+        let (id, req) = client.declare(EndpointKind::Publisher, "/p");
+        let mut wire = BytesMut::from(&client.poll_transmit().expect("declare")[..]);
+        assert!(matches!(
+            server.poll_input(&mut wire),
+            Some(Input::Declare { .. })
+        ));
+        server.accept();
+        let mut wire = BytesMut::from(&server.poll_transmit().expect("Ok")[..]);
+        assert!(matches!(
+            client.poll_input(&mut wire),
+            Some(Input::Reply { req: r, reply: Reply::Ok }) if r == req
+        ));
+        let mut event = Event::new("/t", Bytes::from_static(b"x"));
+        event.header.publisher = "/p".into();
+        let mut body = BytesMut::new();
+        event.encode(&mut body).expect("event");
+        let mut frame = BytesMut::new();
+        tagwire_proto::encode_publish_reliable(id, 7, &body, &mut frame).expect("frame");
+        match (offered, server.poll_input(&mut frame)) {
+            (4, Some(Input::Publish(p))) => {
+                assert_eq!(p.reliable, Some(7));
+                assert_eq!(p.bytes, body.freeze());
+            }
+            (3, Some(Input::Refused { code, message, .. })) => {
+                assert_eq!(code, ErrorCode::Malformed);
+                assert!(message.contains("protocol version 3"), "{message}");
+                assert!(server.is_established(), "the connection stays open");
+            }
+            (v, other) => panic!("version {v}: unexpected {other:?}"),
+        }
+        let ack = tagwire_proto::Ack {
+            done: 7,
+            ranges: vec![],
+        };
+        let mut wire = BytesMut::new();
+        Frame::PublishAck(ack.clone())
+            .encode(&mut wire)
+            .expect("ack");
+        match (offered, client.poll_input(&mut wire)) {
+            (4, Some(Input::PublishAck(a))) => assert_eq!(a, ack),
+            (3, Some(Input::PeerError { code, .. })) => assert_eq!(code, ErrorCode::Malformed),
+            (v, other) => panic!("version {v}: unexpected {other:?}"),
+        }
+    }
 }
 
 #[test]

@@ -15,9 +15,13 @@ use crate::reader::Reader;
 
 /// The newest protocol version this crate speaks (version 2 adds the
 /// credentials to `Hello`; version 3 proves a token instead of sending it,
-/// the server first: `Challenge` and `Proof`; versions 1 and 2 are still
-/// understood).
-pub const PROTOCOL_VERSION: u16 = 3;
+/// the server first: `Challenge` and `Proof`; version 4 adds acknowledged
+/// publishing: `PublishReliable` and `PublishAck`, with a `Hello` laid out
+/// as version 3's; versions 1 to 3 are still understood).
+pub const PROTOCOL_VERSION: u16 = 4;
+/// The first protocol version with acknowledged publishing
+/// ([`Frame::PublishReliable`], [`Frame::PublishAck`]).
+pub const ACK_PROTOCOL_VERSION: u16 = 4;
 /// The oldest protocol version this crate still understands.
 pub const MIN_PROTOCOL_VERSION: u16 = 1;
 /// Bytes of the session id a version-2 `Hello` carries.
@@ -74,6 +78,12 @@ pub mod kind {
     /// Client → server (version 3): the client's proof that it knows the
     /// token, sent only after the server's proof checked out.
     pub const PROOF: u8 = 0x14;
+    /// Client → server (version 4): publish an event the server
+    /// acknowledges (`PublishAck`) once it has custody of it.
+    pub const PUBLISH_RELIABLE: u8 = 0x15;
+    /// Server → client (version 4): which `PublishReliable` frames are
+    /// settled.
+    pub const PUBLISH_ACK: u8 = 0x16;
 }
 
 /// What a declared endpoint does.
@@ -198,6 +208,20 @@ pub enum Frame {
         /// The encoded event (see [`crate::EventRef::parse`]).
         event: Bytes,
     },
+    /// Version 4: publishes an encoded event from endpoint `endpoint` under
+    /// the connection's acknowledgement sequence number `seq` (1, 2, … on
+    /// each connection); the server answers with [`Frame::PublishAck`].
+    PublishReliable {
+        /// The publisher endpoint's id.
+        endpoint: u32,
+        /// Its per-connection sequence number.
+        seq: u64,
+        /// The encoded event.
+        event: Bytes,
+    },
+    /// Version 4: settles `PublishReliable` frames of this connection
+    /// (cumulatively, with selective and failed ranges, as a link `Ack`).
+    PublishAck(crate::link::Ack),
     /// Delivers an encoded event to subscription `sub`.
     Deliver {
         /// Subscription id.
@@ -310,6 +334,8 @@ impl Frame {
             Frame::Subscribe { .. } => kind::SUBSCRIBE,
             Frame::Unsubscribe { .. } => kind::UNSUBSCRIBE,
             Frame::Publish { .. } => kind::PUBLISH,
+            Frame::PublishReliable { .. } => kind::PUBLISH_RELIABLE,
+            Frame::PublishAck(_) => kind::PUBLISH_ACK,
             Frame::Deliver { .. } => kind::DELIVER,
             Frame::Ok { .. } => kind::OK,
             Frame::Error { .. } => kind::ERROR,
@@ -356,7 +382,8 @@ impl Frame {
                         put_short_str(out, "token", token)?;
                         out.put_slice(session);
                     }
-                    3 => {
+                    // Version 4's Hello is laid out as version 3's.
+                    3 | 4 => {
                         if !token.is_empty() {
                             return Err(EncodeError::BearerToken { version: 3 });
                         }
@@ -432,6 +459,16 @@ impl Frame {
                 out.put_u32_le(*endpoint);
                 out.put_slice(event);
             }
+            Frame::PublishReliable {
+                endpoint,
+                seq,
+                event,
+            } => {
+                out.put_u32_le(*endpoint);
+                out.put_u64_le(*seq);
+                out.put_slice(event);
+            }
+            Frame::PublishAck(ack) => ack.encode_body(out)?,
             Frame::Deliver { sub, event } => {
                 out.put_u32_le(*sub);
                 out.put_slice(event);
@@ -487,7 +524,7 @@ impl Frame {
                         session.copy_from_slice(r.bytes(SESSION_ID_LEN, "session id")?);
                         (token, None)
                     }
-                    3 => {
+                    3 | 4 => {
                         let proof = match r.u8("credential kind")? {
                             CREDENTIAL_NONE => None,
                             CREDENTIAL_TOKEN => Some(Box::new(TokenTag {
@@ -575,6 +612,16 @@ impl Frame {
                     event: body.slice(4..),
                 });
             }
+            kind::PUBLISH_RELIABLE => {
+                let endpoint = r.u32("endpoint id")?;
+                let seq = r.u64("publish sequence number")?;
+                return Ok(Frame::PublishReliable {
+                    endpoint,
+                    seq,
+                    event: body.slice(12..),
+                });
+            }
+            kind::PUBLISH_ACK => Frame::PublishAck(crate::link::Ack::decode_body(&mut r)?),
             kind::DELIVER => {
                 let sub = r.u32("subscription id")?;
                 return Ok(Frame::Deliver {
@@ -647,6 +694,8 @@ pub fn frame_name(kind_code: u8) -> &'static str {
         kind::PULL => "Pull",
         kind::PULL_REPLY => "PullReply",
         kind::SHM_REGION => "ShmRegion",
+        kind::PUBLISH_RELIABLE => "PublishReliable",
+        kind::PUBLISH_ACK => "PublishAck",
         k if crate::link::is_link_kind(k) => crate::link::link_frame_name(k),
         _ => "unknown frame",
     }
@@ -724,6 +773,29 @@ pub fn encode_publish(endpoint: u32, event: &Event, out: &mut BytesMut) -> Resul
         return Err(e);
     }
     patch_len(out, start)
+}
+
+/// Appends a whole `PublishReliable` frame (version 4) for `event`, sent by
+/// publisher endpoint `endpoint` under acknowledgement sequence number
+/// `seq`, to `out` (left as it was on error).
+pub fn encode_publish_reliable(
+    endpoint: u32,
+    seq: u64,
+    event: &[u8],
+    out: &mut BytesMut,
+) -> Result<(), EncodeError> {
+    let start = out.len();
+    out.reserve(FRAME_HEADER_LEN + 12 + event.len());
+    out.put_u32_le(0);
+    out.put_u8(kind::PUBLISH_RELIABLE);
+    out.put_u32_le(endpoint);
+    out.put_u64_le(seq);
+    out.put_slice(event);
+    if let Err(e) = patch_len(out, start) {
+        out.truncate(start);
+        return Err(e);
+    }
+    Ok(())
 }
 
 /// The bytes that precede an encoded event of `event_len` bytes in a

@@ -86,6 +86,75 @@ pub struct Ack {
     pub ranges: Vec<AckRange>,
 }
 
+impl Ack {
+    /// Writes its body (`u64 done`, `u8 n`, `n` × (`u64 first`, `u64 last`,
+    /// `u8 failed`)): the same bytes in a link `Ack` and a client
+    /// `PublishAck` (docs/protocol.md).
+    pub fn encode_body(&self, out: &mut BytesMut) -> Result<(), EncodeError> {
+        if self.ranges.len() > MAX_ACK_RANGES {
+            return Err(EncodeError::TooLong {
+                what: "ack ranges",
+                len: self.ranges.len(),
+                max: MAX_ACK_RANGES,
+            });
+        }
+        out.put_u64_le(self.done);
+        out.put_u8(self.ranges.len() as u8);
+        for r in &self.ranges {
+            if r.first > r.last {
+                return Err(EncodeError::BadValue {
+                    what: "ack range (first after last)",
+                    value: r.first,
+                });
+            }
+            out.put_u64_le(r.first);
+            out.put_u64_le(r.last);
+            out.put_u8(u8::from(r.failed));
+        }
+        Ok(())
+    }
+
+    /// Reads a body written by [`encode_body`](Self::encode_body).
+    pub(crate) fn decode_body(r: &mut Reader<'_>) -> Result<Ack, DecodeError> {
+        let done = r.u64("ack cumulative")?;
+        let n = r.u8("ack range count")? as usize;
+        if n > MAX_ACK_RANGES {
+            return Err(DecodeError::TooLong {
+                what: "ack ranges",
+                len: n,
+                max: MAX_ACK_RANGES,
+            });
+        }
+        let mut ranges = Vec::with_capacity(n);
+        for _ in 0..n {
+            let first = r.u64("ack range first")?;
+            let last = r.u64("ack range last")?;
+            if first > last {
+                return Err(DecodeError::BadValue {
+                    what: "ack range (first after last)",
+                    value: first,
+                });
+            }
+            let failed = match r.u8("ack range kind")? {
+                0 => false,
+                1 => true,
+                v => {
+                    return Err(DecodeError::BadValue {
+                        what: "ack range kind",
+                        value: v as u64,
+                    })
+                }
+            };
+            ranges.push(AckRange {
+                first,
+                last,
+                failed,
+            });
+        }
+        Ok(Ack { done, ranges })
+    }
+}
+
 /// Whether `kind` is a link frame type.
 pub fn is_link_kind(kind: u8) -> bool {
     (0x20..=0x2f).contains(&kind)
@@ -408,28 +477,7 @@ impl LinkFrame {
                 out.put_u8(*hops);
                 out.put_slice(event);
             }
-            LinkFrame::Ack(ack) => {
-                if ack.ranges.len() > MAX_ACK_RANGES {
-                    return Err(EncodeError::TooLong {
-                        what: "ack ranges",
-                        len: ack.ranges.len(),
-                        max: MAX_ACK_RANGES,
-                    });
-                }
-                out.put_u64_le(ack.done);
-                out.put_u8(ack.ranges.len() as u8);
-                for r in &ack.ranges {
-                    if r.first > r.last {
-                        return Err(EncodeError::BadValue {
-                            what: "ack range (first after last)",
-                            value: r.first,
-                        });
-                    }
-                    out.put_u64_le(r.first);
-                    out.put_u64_le(r.last);
-                    out.put_u8(u8::from(r.failed));
-                }
-            }
+            LinkFrame::Ack(ack) => ack.encode_body(out)?,
         }
         patch_len(out, start)
     }
@@ -581,44 +629,7 @@ impl LinkFrame {
                     event: body.slice(17..),
                 });
             }
-            link_kind::ACK => {
-                let done = r.u64("ack cumulative")?;
-                let n = r.u8("ack range count")? as usize;
-                if n > MAX_ACK_RANGES {
-                    return Err(DecodeError::TooLong {
-                        what: "ack ranges",
-                        len: n,
-                        max: MAX_ACK_RANGES,
-                    });
-                }
-                let mut ranges = Vec::with_capacity(n);
-                for _ in 0..n {
-                    let first = r.u64("ack range first")?;
-                    let last = r.u64("ack range last")?;
-                    if first > last {
-                        return Err(DecodeError::BadValue {
-                            what: "ack range (first after last)",
-                            value: first,
-                        });
-                    }
-                    let failed = match r.u8("ack range kind")? {
-                        0 => false,
-                        1 => true,
-                        v => {
-                            return Err(DecodeError::BadValue {
-                                what: "ack range kind",
-                                value: v as u64,
-                            })
-                        }
-                    };
-                    ranges.push(AckRange {
-                        first,
-                        last,
-                        failed,
-                    });
-                }
-                LinkFrame::Ack(Ack { done, ranges })
-            }
+            link_kind::ACK => LinkFrame::Ack(Ack::decode_body(&mut r)?),
             other => return Err(DecodeError::UnknownFrameType(other)),
         };
         r.finish(link_frame_name(kind))?;

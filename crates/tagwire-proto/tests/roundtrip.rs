@@ -149,7 +149,8 @@ fn frame() -> impl Strategy<Value = Frame> {
             .prop_map(|(version, max_frame, name, token, session, tag)| {
                 // Version 2 carries a bearer token, version 3 a token tag;
                 // both a session id.
-                let (v2, v3) = (version == 2, version == 3);
+                // (version 4's Hello is version 3's.)
+                let (v2, v3) = (version == 2, version == 3 || version == 4);
                 Frame::Hello {
                     version,
                     max_frame,
@@ -199,6 +200,28 @@ fn frame() -> impl Strategy<Value = Frame> {
         (any::<u32>(), any::<u32>()).prop_map(|(req, sub)| Frame::Unsubscribe { req, sub }),
         (any::<u32>(), event_bytes())
             .prop_map(|(endpoint, event)| Frame::Publish { endpoint, event }),
+        (any::<u32>(), any::<u64>(), event_bytes()).prop_map(|(endpoint, seq, event)| {
+            Frame::PublishReliable {
+                endpoint,
+                seq,
+                event,
+            }
+        }),
+        (
+            any::<u64>(),
+            vec((any::<u64>(), 0u64..1000, any::<bool>()), 0..=16)
+        )
+            .prop_map(|(done, ranges)| Frame::PublishAck(tagwire_proto::Ack {
+                done,
+                ranges: ranges
+                    .into_iter()
+                    .map(|(first, len, failed)| tagwire_proto::AckRange {
+                        first,
+                        last: first.saturating_add(len),
+                        failed,
+                    })
+                    .collect(),
+            })),
         (any::<u32>(), event_bytes()).prop_map(|(sub, event)| Frame::Deliver { sub, event }),
         any::<u32>().prop_map(|req| Frame::Ok { req }),
         (any::<u32>(), any::<u16>(), text(100)).prop_map(|(req, code, message)| Frame::Error {

@@ -190,6 +190,8 @@ struct PublishBatch<'s> {
     note: PublishNote,
     refusals: Vec<(ErrorCode, String)>,
     count: usize,
+    /// A `PublishReliable` was in the batch: acknowledge at its end.
+    acked: bool,
 }
 
 impl<'s> PublishBatch<'s> {
@@ -201,6 +203,7 @@ impl<'s> PublishBatch<'s> {
             note: PublishNote::default(),
             refusals: Vec::new(),
             count: 0,
+            acked: false,
         }
     }
 
@@ -208,7 +211,14 @@ impl<'s> PublishBatch<'s> {
     fn publish(&mut self, conn: &mut Conn, p: &Publish, chunk: Option<u64>) {
         let st = self.held.get_or_insert_with(|| self.state.borrow_mut());
         self.stage.arrived = conn.read_at;
-        if let Err(refusal) = conn.publish(st, &mut self.stage, &mut self.note, p, chunk) {
+        let result = match p.reliable {
+            None => conn.publish(st, &mut self.stage, &mut self.note, p, chunk, None),
+            Some(seq) => {
+                self.acked = true;
+                conn.publish_acked(st, &mut self.stage, &mut self.note, p, chunk, seq)
+            }
+        };
+        if let Err(refusal) = result {
             self.refusals.push(refusal);
         }
         self.count += 1;
@@ -231,6 +241,9 @@ impl<'s> PublishBatch<'s> {
             return;
         };
         self.note.flush(&mut st);
+        if std::mem::take(&mut self.acked) {
+            crate::reliable::client_ack(&mut st, conn.id);
+        }
         drop(st);
         self.count = 0;
         if let Some(who) = self.stage.flush() {
@@ -290,7 +303,11 @@ async fn serve_with<R, W>(
         outbox: outbox.clone(),
         engine: match &dial {
             None => Connection::server(engine_config(&limits), 0),
-            Some(hello) => Connection::client(engine_config(&limits), hello.clone(), 0),
+            Some(hello) => {
+                // A link needs nothing newer than version 3, which daemons
+                // of before acknowledged publishing (version 4) accept.
+                Connection::client_offering(engine_config(&limits), hello.clone(), 0, 3)
+            }
         },
         max_control: limits.max_control_bytes,
         transport,
@@ -395,7 +412,12 @@ async fn serve_with<R, W>(
             // A batch ends before any other frame is polled: the engine may
             // answer that frame at once (a `Ping`'s `Pong`), and the batch's
             // refusals must go out before it, in order.
-            if batch.is_open() && FrameDecoder::next_kind(&rb.buf) != Some(kind::PUBLISH) {
+            if batch.is_open()
+                && !matches!(
+                    FrameDecoder::next_kind(&rb.buf),
+                    Some(kind::PUBLISH | kind::PUBLISH_RELIABLE)
+                )
+            {
                 batch.end(&mut conn);
             }
             let was_established = conn.engine.is_established();
@@ -1209,6 +1231,29 @@ impl Conn {
     /// (`st`, held across a [`PublishBatch`]); its deliveries wait in
     /// `stage` (see [`Staging`]). `chunk`: as for [`Conn::handle`]. A
     /// refusal is returned, to be sent once the state is unlocked.
+    /// A `PublishReliable` (protocol version 4): taken into the
+    /// connection's receive window, dropped if this daemon already routed
+    /// it (sent again after a reconnect), else routed reliably; settled
+    /// once routed (custody: delivered to the local queues and held by
+    /// every reliable link it went on, see [`crate::reliable`]), and
+    /// acknowledged at the batch's end. A refused event is settled too:
+    /// its refusal is the answer.
+    fn publish_acked(
+        &mut self,
+        st: &mut State,
+        stage: &mut Staging,
+        note: &mut PublishNote,
+        p: &Publish,
+        chunk: Option<u64>,
+        seq: u64,
+    ) -> Result<(), (ErrorCode, String)> {
+        crate::reliable::client_frame(st, self.id, &self.outbox, seq)?;
+        let upstream = crate::reliable::Upstream { conn: self.id, seq };
+        let result = self.publish(st, stage, note, p, chunk, Some(upstream));
+        crate::reliable::client_settle(st, self.id, seq);
+        result
+    }
+
     fn publish(
         &mut self,
         st: &mut State,
@@ -1216,6 +1261,7 @@ impl Conn {
         note: &mut PublishNote,
         p: &Publish,
         chunk: Option<u64>,
+        upstream: Option<crate::reliable::Upstream>,
     ) -> Result<(), (ErrorCode, String)> {
         let ev = self.engine.publish_event(p, &mut self.tag_cache)?;
         if !self.rights.may_publish(ev.tag) {
@@ -1226,6 +1272,10 @@ impl Conn {
                     self.identity, ev.tag
                 ),
             ));
+        }
+        if upstream.is_some() && crate::reliable::client_duplicate(st, &self.session, self.id, &ev)
+        {
+            return Ok(());
         }
         let mut shm = None;
         if crate::shm::is_shm(&ev) {
@@ -1284,7 +1334,27 @@ impl Conn {
                     None => Outgoing::own_buffer(&p.bytes),
                     Some(epoch) => Outgoing::in_chunk(&p.bytes, epoch),
                 };
-                deliver(st, stage, &mut outgoing, &ev, deadline, Some(&self.band));
+                match upstream {
+                    None => {
+                        deliver(st, stage, &mut outgoing, &ev, deadline, Some(&self.band));
+                    }
+                    Some(up) => {
+                        let route = crate::dispatch::Route {
+                            band: Some(&self.band),
+                            reliable: true,
+                            upstream: Some(up),
+                            ..crate::dispatch::Route::default()
+                        };
+                        crate::dispatch::deliver_routed(
+                            st,
+                            stage,
+                            &mut outgoing,
+                            &ev,
+                            deadline,
+                            route,
+                        );
+                    }
+                }
             }
         }
         Ok(())
@@ -1474,6 +1544,7 @@ impl Conn {
             crate::link::closed(&self.state, node, self.id);
         }
         let mut st = self.state.borrow_mut();
+        crate::reliable::client_closed(&mut st, self.id);
         st.shm.forget_connection(self.id);
         st.node.routes_mut().retire_session(self.id);
         st.housekeeping.notify_one();

@@ -75,11 +75,15 @@ pub(crate) struct Held {
 /// a while cannot pass it back and forth for ever.
 const MAX_REROUTES: u8 = 8;
 
-/// One link connection's windows (link version 3 only).
+/// One link connection's windows (link version 3 only), or a client
+/// connection's receive window (protocol version 4, `PublishReliable`).
 #[derive(Debug)]
 pub(crate) struct ConnRel {
-    /// The peer.
+    /// The peer (0 for a client connection).
     pub peer: NodeId,
+    /// A client connection: its acknowledgements go out as `PublishAck`,
+    /// and its send window stays empty.
+    pub client: bool,
     pub outbox: Arc<Outbox>,
     pub send: SendWindow<Held>,
     pub recv: RecvWindow<()>,
@@ -102,6 +106,9 @@ pub(crate) struct Reliable {
     /// Windows per link connection of version 3.
     pub conns: HashMap<u64, ConnRel, Fast>,
     pub dedupe: Dedupe,
+    /// Drops the events a client's library sends again after a reconnect
+    /// that this daemon already routed: keyed by (session, publisher).
+    pub publish_dedupe: Dedupe,
     limits: WindowLimits,
     full: WindowFull,
     pub counters: Counters,
@@ -122,6 +129,7 @@ impl Reliable {
             cache: HashMap::default(),
             conns: HashMap::default(),
             dedupe: Dedupe::new(config.reliable_dedupe_keys),
+            publish_dedupe: Dedupe::new(config.reliable_dedupe_keys),
             limits: WindowLimits {
                 max_events: config.reliable_window_events,
                 max_bytes: config.reliable_window_bytes,
@@ -144,6 +152,7 @@ impl Reliable {
             conn,
             ConnRel {
                 peer,
+                client: false,
                 outbox,
                 send: SendWindow::new(self.limits, self.full),
                 recv: RecvWindow::new(tagwire_proto::MAX_RELIABLE_WINDOW),
@@ -302,9 +311,118 @@ fn ack_if_due(rel: &mut Reliable, conn: u64, now: bool, max_control: usize) {
         return;
     }
     if let Some(ack) = cr.recv.ack() {
-        if cr.outbox.send_link(&LinkFrame::Ack(ack), max_control) {
+        let sent = if cr.client {
+            cr.outbox
+                .send(&tagwire_proto::Frame::PublishAck(ack), max_control)
+        } else {
+            cr.outbox.send_link(&LinkFrame::Ack(ack), max_control)
+        };
+        if sent {
             rel.counters.acks_sent += 1;
         }
+    }
+}
+
+/// A `PublishReliable` with sequence number `seq` arrived on client
+/// connection `conn` (protocol version 4): takes it into the connection's
+/// receive window (made on first use). The caller routes the event with
+/// `Upstream { conn, seq }` and then calls [`client_settle`]. A sequence
+/// number other than the next expected is refused (the connection keeps
+/// order; a new connection starts at 1).
+pub(crate) fn client_frame(
+    st: &mut State,
+    conn: u64,
+    outbox: &Arc<Outbox>,
+    seq: u64,
+) -> Result<(), (ErrorCode, String)> {
+    let rel = &mut st.fed.reliable;
+    let cr = rel.conns.entry(conn).or_insert_with(|| ConnRel {
+        peer: 0,
+        client: true,
+        outbox: outbox.clone(),
+        send: SendWindow::new(WindowLimits::default(), WindowFull::Reject),
+        recv: RecvWindow::new(tagwire_proto::MAX_RELIABLE_WINDOW),
+    });
+    if !cr.client || seq != cr.recv.expected() {
+        return Err((
+            ErrorCode::Malformed,
+            format!(
+                "PublishReliable with sequence number {seq}, expected {} (numbers start at 1 on                  each connection and grow by one)",
+                cr.recv.expected()
+            ),
+        ));
+    }
+    cr.recv
+        .on_frame(seq, ())
+        .map(|_| ())
+        .map_err(|e| (ErrorCode::Malformed, format!("PublishReliable: {e}")))?;
+    rel.obligations = 0;
+    Ok(())
+}
+
+/// Whether the event is one this daemon already routed for the same
+/// publisher of the same session (the library sent it again after a
+/// reconnect because the acknowledgement was lost with the connection):
+/// then it is dropped, and acknowledged as done.
+pub(crate) fn client_duplicate(
+    st: &mut State,
+    session: &[u8; tagwire_proto::SESSION_ID_LEN],
+    conn: u64,
+    ev: &EventRef<'_>,
+) -> bool {
+    let key = match session_key(session) {
+        0 => conn,
+        k => k,
+    };
+    let publisher = tagwire_core::proxy::publisher_key(ev.publisher);
+    match st
+        .fed
+        .reliable
+        .publish_dedupe
+        .check(key, publisher, ev.seq, ev.source_time_ns)
+    {
+        Seen::New => false,
+        Seen::Duplicate | Seen::TooOld => {
+            st.fed.reliable.counters.duplicates += 1;
+            true
+        }
+    }
+}
+
+/// A session id folded into a dedupe key (0: no session).
+fn session_key(session: &[u8; tagwire_proto::SESSION_ID_LEN]) -> u64 {
+    let mut lo = [0u8; 8];
+    let mut hi = [0u8; 8];
+    lo.copy_from_slice(&session[..8]);
+    hi.copy_from_slice(&session[8..]);
+    u64::from_le_bytes(lo) ^ u64::from_le_bytes(hi).rotate_left(17)
+}
+
+/// The event `seq` of client connection `conn` was routed (or refused, or
+/// dropped as a copy): it waits for the acknowledgements of the reliable
+/// links it went on (the obligations routing counted), then is settled.
+pub(crate) fn client_settle(st: &mut State, conn: u64, seq: u64) {
+    let max = st.config.limits.max_control_bytes;
+    let r = &mut st.fed.reliable;
+    let n = std::mem::take(&mut r.obligations);
+    if let Some(cr) = r.conns.get_mut(&conn) {
+        let _ = cr.recv.settle(seq, n);
+    }
+    complete_pending(r, max);
+}
+
+/// Sends client connection `conn` its acknowledgement now, if anything
+/// was settled since the last (at the end of each batch of publishes).
+pub(crate) fn client_ack(st: &mut State, conn: u64) {
+    let max = st.config.limits.max_control_bytes;
+    ack_if_due(&mut st.fed.reliable, conn, true, max);
+}
+
+/// Client connection `conn` closed: forgets its window (what it did not
+/// acknowledge, the library sends again on its next connection).
+pub(crate) fn client_closed(st: &mut State, conn: u64) {
+    if st.fed.reliable.conns.get(&conn).is_some_and(|c| c.client) {
+        st.fed.reliable.conns.remove(&conn);
     }
 }
 

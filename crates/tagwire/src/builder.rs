@@ -51,6 +51,10 @@ pub(crate) struct Options {
     pub shm: crate::ShmMode,
     /// Under `shm=auto`: payloads smaller than this go over the socket.
     pub shm_threshold: usize,
+    /// Acknowledged publishing: the window's bounds and the longest wait
+    /// for room in it (see [`SessionBuilder::ack_window`]).
+    pub ack_window: tagwire_core::reliable::WindowLimits,
+    pub ack_timeout: Duration,
 }
 
 /// A session on a priority band: its connection is marked with the band's
@@ -107,6 +111,11 @@ impl Default for SessionBuilder {
                 network_clock: false,
                 shm: crate::ShmMode::Auto,
                 shm_threshold: DEFAULT_SHM_THRESHOLD,
+                ack_window: tagwire_core::reliable::WindowLimits {
+                    max_events: crate::session::DEFAULT_ACK_WINDOW_EVENTS,
+                    max_bytes: crate::session::DEFAULT_ACK_WINDOW_BYTES,
+                },
+                ack_timeout: crate::session::DEFAULT_ACK_TIMEOUT,
             },
         }
     }
@@ -130,6 +139,31 @@ impl SessionBuilder {
     /// reconnect in the background.
     pub fn reconnect_wait(mut self, d: Duration) -> Self {
         self.options.reconnect_wait = d;
+        self
+    }
+
+    /// Bounds of the window of events a reliable publisher
+    /// ([`Publisher::set_reliability`](crate::Publisher::set_reliability))
+    /// holds until the daemon acknowledges them: at most `events` events
+    /// (capped at 262,144) and `bytes` bytes per connection (defaults
+    /// [`DEFAULT_ACK_WINDOW_EVENTS`](crate::DEFAULT_ACK_WINDOW_EVENTS),
+    /// [`DEFAULT_ACK_WINDOW_BYTES`](crate::DEFAULT_ACK_WINDOW_BYTES)). At
+    /// the bound a publish waits (see [`ack_timeout`](Self::ack_timeout)).
+    pub fn ack_window(mut self, events: usize, bytes: usize) -> Self {
+        self.options.ack_window = tagwire_core::reliable::WindowLimits {
+            max_events: events,
+            max_bytes: bytes,
+        };
+        self
+    }
+
+    /// How long a reliable publish waits for room in a full window (the
+    /// daemon's acknowledgements) before it fails with
+    /// [`Error::AckWindowFull`](crate::Error::AckWindowFull) (default
+    /// [`DEFAULT_ACK_TIMEOUT`](crate::DEFAULT_ACK_TIMEOUT)). A publish from
+    /// a subscription callback fails at once instead of waiting.
+    pub fn ack_timeout(mut self, d: Duration) -> Self {
+        self.options.ack_timeout = d;
         self
     }
 

@@ -53,6 +53,27 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// A reliable publish found the window of unacknowledged events full
+    /// and no acknowledgement made room within the wait (see
+    /// [`crate::SessionBuilder::ack_window`] and
+    /// [`crate::SessionBuilder::ack_timeout`]): the event was **not** sent.
+    #[error("the window of unacknowledged events is full ({held} held) and the daemon acknowledged none within {waited:?}: the event was not sent (is the daemon or a reliable link stuck? see SessionBuilder::ack_window)")]
+    AckWindowFull {
+        /// Events held, unacknowledged.
+        held: usize,
+        /// How long the publish waited.
+        waited: std::time::Duration,
+    },
+    /// [`crate::Session::wait_acknowledged`] ran out of time with events
+    /// still unacknowledged (they stay held and are sent again after a
+    /// reconnect).
+    #[error("{held} reliable events still unacknowledged after {waited:?}")]
+    Unacknowledged {
+        /// Events held, unacknowledged.
+        held: usize,
+        /// How long the call waited.
+        waited: std::time::Duration,
+    },
     /// The handshake failed.
     #[error("handshake with {url} failed: {reason}")]
     Handshake {

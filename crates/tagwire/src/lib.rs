@@ -46,7 +46,10 @@ pub use publisher::{EventBuilder, Publisher};
 pub use pull::{HistoryAt, Pull, PullError, PullOptions};
 pub use replay::{ReplayFrom, Spacing, Stored};
 pub use sample::Sample;
-pub use session::{EmbeddedRouter, Refusals, Session, HOT_INTERVAL};
+pub use session::{
+    AckStats, EmbeddedRouter, Refusals, Session, DEFAULT_ACK_TIMEOUT, DEFAULT_ACK_WINDOW_BYTES,
+    DEFAULT_ACK_WINDOW_EVENTS, HOT_INTERVAL,
+};
 pub use shm::{ShmMode, ShmStats};
 pub use subscriber::{CallbackSubscription, Subscriber, SubscriptionBuilder};
 pub use tagwire_core::qos::Reliability;

@@ -19,6 +19,9 @@ pub struct Publisher {
     name: String,
     seq: AtomicU64,
     express: AtomicBool,
+    /// Its events go acknowledged (`reliable`, `exactly_once`, `durable`;
+    /// see [`Publisher::set_reliability`]).
+    acked: AtomicBool,
     /// The event [`Publisher::publish`] reuses, so that a plain publish
     /// allocates nothing once its tag fits: header fields at their defaults,
     /// the publisher name set, the tag and payload replaced per call.
@@ -89,6 +92,7 @@ impl Publisher {
             name,
             seq: AtomicU64::new(0),
             express: AtomicBool::new(false),
+            acked: AtomicBool::new(false),
             plain: Mutex::new(plain),
             bands: Mutex::new(Vec::new()),
             shm: Mutex::new(shm),
@@ -105,6 +109,29 @@ impl Publisher {
     /// published less than [`crate::HOT_INTERVAL`] apart.
     pub fn set_express(&self, express: bool) {
         self.express.store(express, Ordering::Relaxed);
+    }
+
+    /// The publisher's end of the `reliability` property. With
+    /// `reliable`, `exactly_once` or `durable`, each event is held until
+    /// the daemon acknowledges it (it delivered the event to its local
+    /// queues and every reliable link it went on holds it), and sent again
+    /// after a reconnect; the daemon drops a copy it already routed (keyed
+    /// by this session, this publisher and the event's sequence number),
+    /// so a lost connection neither loses nor duplicates an event. Events
+    /// also cross daemon links reliably. These events never use shared
+    /// memory. At the window's bound a publish waits, then fails with
+    /// [`Error::AckWindowFull`](crate::Error::AckWindowFull) (see
+    /// [`crate::SessionBuilder::ack_window`]). `best_effort` (the default):
+    /// fire and forget. See docs/reliability.md.
+    pub fn set_reliability(&self, reliability: crate::Reliability) {
+        let acked = reliability != crate::Reliability::BestEffort;
+        self.acked.store(acked, Ordering::Relaxed);
+    }
+
+    /// Whether this publisher's events are acknowledged (see
+    /// [`set_reliability`](Self::set_reliability)).
+    pub fn is_acknowledged(&self) -> bool {
+        self.acked.load(Ordering::Relaxed)
     }
 
     /// The endpoint name.
@@ -200,7 +227,8 @@ impl Publisher {
         } else {
             None
         };
-        if band.is_none() {
+        let acked = self.acked.load(Ordering::Relaxed);
+        if band.is_none() && !acked {
             if let Some(sent) = self.send_in_shm(event, express, now, &mut fill) {
                 return sent;
             }
@@ -211,11 +239,18 @@ impl Publisher {
             f(&mut buf);
             event.payload = Bytes::from(buf);
         }
-        if let Some(band) = band {
-            let (session, id) = self.on_band(&band)?;
-            return session.inner().publish(id, event, express, now);
+        let on_band;
+        let (inner, id) = match band {
+            Some(band) => {
+                on_band = self.on_band(&band)?;
+                (on_band.0.inner(), on_band.1)
+            }
+            None => (self.session.inner(), self.id),
+        };
+        if acked {
+            return inner.publish_acked(id, event, express, now);
         }
-        self.session.inner().publish(self.id, event, express, now)
+        inner.publish(id, event, express, now)
     }
 
     /// Whether this publisher puts its payloads in shared memory (the

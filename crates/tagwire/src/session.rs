@@ -16,6 +16,7 @@
 //! throughput: one `write` carries many events; the flusher lingers up to
 //! 50 µs for a batch, so the last events of a burst wait at most that long).
 
+mod acked;
 mod bands;
 mod connect;
 mod embedded;
@@ -45,6 +46,9 @@ use crate::stream::Stream;
 use crate::subscriber::{Sink, SubscriptionBuilder};
 use crate::tls::TlsOptions;
 
+pub use acked::{
+    AckStats, DEFAULT_ACK_TIMEOUT, DEFAULT_ACK_WINDOW_BYTES, DEFAULT_ACK_WINDOW_EVENTS,
+};
 pub use embedded::EmbeddedRouter;
 pub(crate) use target::Target;
 pub use writer::HOT_INTERVAL;
@@ -79,6 +83,8 @@ pub(crate) struct Inner {
     /// then, each at most `HIGH_WATER` plus one event).
     replay: Mutex<BytesMut>,
     flush_cv: Condvar,
+    /// Notified (on `writer`) when the daemon acknowledges publishes.
+    acked_cv: Condvar,
     /// Notified when the connection comes back or the session closes.
     connected_cv: Condvar,
     /// The threads waiting for a reply, by request id.
@@ -207,17 +213,19 @@ impl Session {
             nonce: [0; tagwire_proto::handshake::NONCE_LEN],
             proof: None,
         };
+        let ack_window = options.ack_window;
         let inner = Arc::new(Inner {
             targets,
             current: AtomicUsize::new(0),
             name,
             options,
             origin: Instant::now(),
-            writer: Mutex::new(WriteState::new()),
+            writer: Mutex::new(WriteState::new(ack_window)),
             engine: Mutex::new(Connection::client(config, hello, 0)),
             socket: Mutex::new(None),
             replay: Mutex::new(BytesMut::new()),
             flush_cv: Condvar::new(),
+            acked_cv: Condvar::new(),
             connected_cv: Condvar::new(),
             waiters: Mutex::new(HashMap::new()),
             sinks: Mutex::new(HashMap::new()),
@@ -250,6 +258,20 @@ impl Session {
 
     pub(crate) fn inner(&self) -> &Arc<Inner> {
         &self.guard.0
+    }
+
+    /// Counters of acknowledged publishing (reliable publishers, see
+    /// [`Publisher::set_reliability`]) on this session's connection.
+    pub fn ack_stats(&self) -> AckStats {
+        self.inner().ack_stats()
+    }
+
+    /// Waits until the daemon acknowledged every event this session's
+    /// reliable publishers sent (or reported it failed), at most
+    /// `timeout`; else [`Error::Unacknowledged`]. Events published on other
+    /// bands' connections (`follow_priority`) are not waited for.
+    pub fn wait_acknowledged(&self, timeout: Duration) -> Result<()> {
+        self.inner().wait_acknowledged(timeout)
     }
 
     /// This session's client name (sent in the handshake).

@@ -42,6 +42,7 @@ pub fn run(session: &Session, a: PubArgs) -> CmdResult {
             .into());
         }
     }
+    let mut reliability = tagwire::Reliability::BestEffort;
     for kv in &a.qos {
         let (k, v) = kv.split_once('=').ok_or_else(|| {
             format!("--qos {kv:?}: expected NAME=VALUE, e.g. --qos reliability=durable")
@@ -53,24 +54,19 @@ pub fn run(session: &Session, a: PubArgs) -> CmdResult {
             .into());
         }
         let wanted: tagwire::Reliability = v.parse()?;
-        match wanted {
-            tagwire::Reliability::Durable => {
-                session.stored(&a.tag)?;
-            }
-            tagwire::Reliability::Reliable | tagwire::Reliability::ExactlyOnce => eprintln!(
-                "tagwire: reliability={wanted}: events cross daemon links acknowledged hop by hop \
-                 when the tag or daemon layer of this daemon says so (`tagwire admin qos TAG \
-                 reliability={wanted}`); this connection to the daemon is not acknowledged \
-                 (docs/reliability.md)"
-            ),
-            _ => {}
+        if wanted == tagwire::Reliability::Durable {
+            session.stored(&a.tag)?;
         }
+        reliability = wanted;
     }
     let name = a
         .endpoint
         .clone()
         .unwrap_or_else(|| format!("/cli/pub/{}", std::process::id()));
     let publisher = session.declare_publisher(&name)?;
+    // reliable, exactly_once, durable: each event is acknowledged by the
+    // daemon, sent again after a reconnect (docs/reliability.md).
+    publisher.set_reliability(reliability);
     let send = |payload: Vec<u8>| -> Result<(), tagwire::Error> {
         let mut ev = publisher.event(&a.tag, payload).priority(a.priority);
         for (k, v) in &fields {
@@ -117,10 +113,15 @@ pub fn run(session: &Session, a: PubArgs) -> CmdResult {
     Ok(())
 }
 
+/// How long `tagwire pub` waits at the end for the daemon to acknowledge
+/// a reliable publisher's events.
+const ACK_WAIT: Duration = Duration::from_secs(30);
+
 /// Waits until the router has handled every publish (a round trip), then
 /// fails naming what it refused: publishing is fire-and-forget, and a
 /// refused event (ACL, full queue, bad tag) must not exit 0 in silence.
 fn check_refusals(session: &Session, sent: u64) -> CmdResult {
+    session.wait_acknowledged(ACK_WAIT)?;
     session.ping()?;
     let r = session.take_refusals();
     let Some((code, message)) = r.first else {

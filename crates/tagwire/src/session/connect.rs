@@ -130,7 +130,25 @@ pub(super) fn connect(inner: &Inner) -> Result<(Stream, BytesMut)> {
         // A fresh nonce for every attempt: the server's token proof answers it.
         e.reconnect(started, tagwire_router::local::random_nonce());
     }
-    let leftover = handshake(inner, &mut s)?;
+    let leftover = match handshake(inner, &mut s) {
+        Err(Error::Refused {
+            code: tagwire_proto::ErrorCode::UnsupportedVersion,
+            message,
+        }) if lock(&inner.engine).offered_version() > 3 => {
+            // A daemon from before acknowledged publishing (version 4):
+            // speak version 3 to it from now on, reliable publishers best
+            // effort (each connection warns once when one publishes).
+            tracing::warn!(
+                "{} does not speak protocol version {} ({message}): using version 3, without \
+                 acknowledged publishing",
+                inner.target().describe(),
+                tagwire_proto::PROTOCOL_VERSION
+            );
+            lock(&inner.engine).set_offered_version(3);
+            return connect(inner);
+        }
+        r => r?,
+    };
     let write_half = s.try_clone()?;
     let mut w = lock(&inner.writer);
     if inner.closed.load(Ordering::Relaxed) {
@@ -141,7 +159,17 @@ pub(super) fn connect(inner: &Inner) -> Result<(Stream, BytesMut)> {
     // replayed: their callers already got `Disconnected`.
     let unsent = w.buf.split();
     inner.take_control(&mut w);
-    w.max_frame = lock(&inner.engine).max_frame();
+    let (max_frame, acked) = {
+        let e = lock(&inner.engine);
+        (e.max_frame(), e.acknowledges())
+    };
+    w.max_frame = max_frame;
+    // Reliable publishers' unacknowledged events go first (numbered anew);
+    // the replay below skips their frames of the lost connection.
+    let super::writer::WriteState { acks, buf, .. } = &mut *w;
+    let mut resent = BytesMut::new();
+    acks.reconnected(acked, &mut resent);
+    buf.extend_from_slice(&resent);
     let failed = std::mem::take(&mut *lock(&inner.replay));
     // Every region was granted by the daemon of an earlier connection: a
     // publish that refers to one goes out with its payload inline.

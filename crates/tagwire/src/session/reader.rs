@@ -255,6 +255,7 @@ fn read_loop(inner: &Inner, stream: &mut Stream, buf: &mut BytesMut) {
                         None => discard(inner, event),
                     }
                 }
+                Input::PublishAck(ack) => inner.on_publish_ack(&ack),
                 Input::ShmRegion {
                     region,
                     role,

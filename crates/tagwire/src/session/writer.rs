@@ -23,7 +23,7 @@ pub const HOT_INTERVAL: Duration = Duration::from_micros(20);
 const LINGER: Duration = Duration::from_micros(50);
 
 /// Buffered publish bytes that force an immediate write.
-const HIGH_WATER: usize = 64 * 1024;
+pub(super) const HIGH_WATER: usize = 64 * 1024;
 
 pub(super) struct WriteState {
     pub(super) buf: BytesMut,
@@ -36,11 +36,13 @@ pub(super) struct WriteState {
     /// The engine's frame limit, copied when the connection is
     /// established, so that a publish does not lock the engine.
     pub(super) max_frame: u32,
+    /// Reliable publishers' events not yet acknowledged (see `acked`).
+    pub(super) acks: super::acked::AckWindow,
 }
 
 impl WriteState {
     /// The state of a session not yet connected.
-    pub(super) fn new() -> WriteState {
+    pub(super) fn new(acks: tagwire_core::reliable::WindowLimits) -> WriteState {
         WriteState {
             buf: BytesMut::with_capacity(HIGH_WATER),
             last_publish_ns: 0,
@@ -48,6 +50,7 @@ impl WriteState {
             flusher_waiting: false,
             connected: false,
             max_frame: 0,
+            acks: super::acked::AckWindow::new(acks),
         }
     }
 }

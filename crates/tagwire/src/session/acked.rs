@@ -1,0 +1,290 @@
+//! Acknowledged publishing (protocol version 4, `reliability` of
+//! `reliable`, `exactly_once` or `durable` on a [`crate::Publisher`]): each
+//! event goes out as `PublishReliable` and is held in a bounded window
+//! (core's [`SendWindow`]) until the daemon's `PublishAck` says it has
+//! custody of it (delivered to its local queues and held by every reliable
+//! link it went on). After a reconnect, what the window still holds is sent
+//! again first, numbered anew on the new connection; the daemon drops the
+//! copies it already routed (keyed by this session's id, the publisher and
+//! the event's sequence number), so a resend is not delivered twice.
+//!
+//! At the window's bound a publish **waits** for acknowledgements, at most
+//! [`crate::SessionBuilder::ack_timeout`], then fails with
+//! [`Error::AckWindowFull`]: never silently dropped. A daemon of protocol
+//! version 3 (no acknowledgements) gets the events as plain `Publish`
+//! frames, best effort, with a warning once per connection.
+
+use std::sync::atomic::Ordering;
+use std::sync::MutexGuard;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use tagwire_core::reliable::{Push, SendWindow, WindowFull, WindowLimits};
+use tagwire_proto::{Ack, Event, Frame};
+
+use super::writer::{WriteState, HIGH_WATER, HOT_INTERVAL};
+use super::{lock, Inner};
+use crate::error::{Error, Result};
+
+/// Default bound of the window: events held unacknowledged.
+pub const DEFAULT_ACK_WINDOW_EVENTS: usize = 65_536;
+/// Default bound of the window: bytes of the events held.
+pub const DEFAULT_ACK_WINDOW_BYTES: usize = 64 << 20;
+/// Default longest wait of a publish for room in a full window.
+pub const DEFAULT_ACK_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// An event held until acknowledged: its endpoint id on this connection
+/// and its encoded bytes (sent again as they are after a reconnect).
+#[derive(Debug)]
+pub(super) struct HeldEvent {
+    endpoint: u32,
+    event: Bytes,
+}
+
+/// Counters of acknowledged publishing ([`crate::Session::ack_stats`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AckStats {
+    /// Events held now, not yet acknowledged.
+    pub unacknowledged: u64,
+    /// Events the daemon acknowledged.
+    pub acknowledged: u64,
+    /// Events the daemon reported failed: it had custody but could route
+    /// them nowhere (no path left to a daemon that wants them; lost,
+    /// logged).
+    pub failed: u64,
+    /// Events sent again after a reconnect (acknowledgement not received).
+    pub resent: u64,
+    /// Events sent best effort because the daemon speaks no
+    /// acknowledgements (protocol version 3).
+    pub best_effort: u64,
+    /// Publishes that found the window full and waited.
+    pub waited: u64,
+}
+
+/// The session connection's window of unacknowledged events (in the
+/// writer's state, so numbering and writing are one step).
+#[derive(Debug)]
+pub(super) struct AckWindow {
+    window: SendWindow<HeldEvent>,
+    limits: WindowLimits,
+    /// The connection speaks version 4.
+    pub(super) acked: bool,
+    warned: bool,
+    stats: AckStats,
+}
+
+impl AckWindow {
+    pub(super) fn new(limits: WindowLimits) -> AckWindow {
+        AckWindow {
+            window: SendWindow::new(limits, WindowFull::Block),
+            limits,
+            acked: false,
+            warned: false,
+            stats: AckStats::default(),
+        }
+    }
+
+    /// Takes the next held event into the window and writes its frame to
+    /// `buf`; `Err(item)`: the window is full.
+    fn push(&mut self, item: HeldEvent, buf: &mut BytesMut) -> std::result::Result<(), HeldEvent> {
+        let len = item.event.len();
+        let endpoint = item.endpoint;
+        let event = item.event.clone();
+        match self.window.push(item, len) {
+            Push::Held { seq, .. } => {
+                // Cannot fail: the event was encoded and checked to fit.
+                let _ = tagwire_proto::encode_publish_reliable(endpoint, seq, &event, buf);
+                self.window.mark_sent(seq, 0);
+                Ok(())
+            }
+            Push::WouldBlock(item) | Push::Rejected(item) => Err(item),
+        }
+    }
+
+    /// A new connection: what was held is written again, first, numbered
+    /// from 1 (or as plain publishes to a daemon without acknowledgements).
+    pub(super) fn reconnected(&mut self, acked: bool, buf: &mut BytesMut) {
+        let held = self.window.drain();
+        self.window = SendWindow::new(self.limits, WindowFull::Block);
+        self.acked = acked;
+        self.warned = false;
+        for h in held {
+            self.stats.resent += 1;
+            if acked {
+                // An empty window takes as many as it held before.
+                let _ = self.push(h, buf);
+            } else {
+                self.stats.best_effort += 1;
+                let _ = Frame::Publish {
+                    endpoint: h.endpoint,
+                    event: h.event,
+                }
+                .encode(buf);
+            }
+        }
+    }
+
+    /// The daemon's acknowledgement: releases what it settles.
+    pub(super) fn on_ack(&mut self, ack: &Ack) {
+        match self.window.on_ack(ack) {
+            Ok(released) => {
+                self.stats.acknowledged += released.done.len() as u64;
+                if !released.failed.is_empty() {
+                    self.stats.failed += released.failed.len() as u64;
+                    tracing::warn!(
+                        "the daemon could not route {} acknowledged events anywhere (no path to the \
+                         daemons that want them): lost ({} so far)",
+                        released.failed.len(),
+                        self.stats.failed
+                    );
+                }
+            }
+            Err(e) => tracing::warn!("a bad PublishAck from the daemon: {e}"),
+        }
+    }
+
+    pub(super) fn stats(&self) -> AckStats {
+        AckStats {
+            unacknowledged: self.window.len() as u64,
+            ..self.stats
+        }
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.window.is_empty()
+    }
+}
+
+impl Inner {
+    /// Publishes `event` acknowledged: held until the daemon acknowledges
+    /// it, sent again after a reconnect. Waits for room in a full window
+    /// up to `ack_timeout`.
+    pub(crate) fn publish_acked(
+        &self,
+        endpoint: u32,
+        event: &Event,
+        express: bool,
+        now_ns: u64,
+    ) -> Result<()> {
+        let mut encoded = BytesMut::with_capacity(event.encoded_len());
+        event.encode(&mut encoded)?;
+        let encoded = encoded.freeze();
+        let mut w = self.wait_connected(lock(&self.writer))?;
+        let len = 1 + 12 + encoded.len();
+        if len > w.max_frame as usize {
+            return Err(Error::Encode(tagwire_proto::EncodeError::FrameTooLarge {
+                len,
+                max: w.max_frame as usize,
+            }));
+        }
+        let mut item = HeldEvent {
+            endpoint,
+            event: encoded,
+        };
+        let mut deadline = None;
+        loop {
+            if !w.acks.acked {
+                if !w.acks.warned {
+                    w.acks.warned = true;
+                    tracing::warn!(
+                        "{} speaks no acknowledgements (protocol version 3): reliable publishers \
+                         publish best effort to it (upgrade the daemon)",
+                        self.target().describe()
+                    );
+                }
+                w.acks.stats.best_effort += 1;
+                Frame::Publish {
+                    endpoint: item.endpoint,
+                    event: item.event,
+                }
+                .encode(&mut w.buf)?;
+                break;
+            }
+            let WriteState { acks, buf, .. } = &mut *w;
+            match acks.push(item, buf) {
+                Ok(()) => break,
+                Err(back) => item = back,
+            }
+            // Full: wait for acknowledgements (the reader thread cannot
+            // wait for itself: a callback gets the error at once).
+            let now = Instant::now();
+            let deadline = *deadline.get_or_insert_with(|| {
+                w.acks.stats.waited += 1;
+                now + self.options.ack_timeout
+            });
+            if now >= deadline || self.on_reader_thread() {
+                return Err(Error::AckWindowFull {
+                    held: w.acks.window.len(),
+                    waited: self.options.ack_timeout,
+                });
+            }
+            // Write what is buffered, so the daemon can acknowledge it.
+            w = self.flush_and_relock(w)?;
+            w = self
+                .acked_cv
+                .wait_timeout(w, deadline - now)
+                .map_or_else(|e| e.into_inner().0, |(g, _)| g);
+            w = self.wait_connected(w)?;
+        }
+        let hot = now_ns.wrapping_sub(w.last_publish_ns) < HOT_INTERVAL.as_nanos() as u64;
+        w.last_publish_ns = now_ns;
+        if express || !hot || w.buf.len() >= HIGH_WATER {
+            return self.flush_locked(w);
+        }
+        if !w.flush_requested {
+            w.flush_requested = true;
+            if w.flusher_waiting {
+                self.flush_cv.notify_one();
+            }
+        }
+        Ok(())
+    }
+
+    fn flush_and_relock<'a>(
+        &'a self,
+        w: MutexGuard<'a, WriteState>,
+    ) -> Result<MutexGuard<'a, WriteState>> {
+        self.flush_locked(w)?;
+        Ok(lock(&self.writer))
+    }
+
+    /// The reader thread's `PublishAck`: releases what it settles and wakes
+    /// publishers waiting for room.
+    pub(super) fn on_publish_ack(&self, ack: &Ack) {
+        lock(&self.writer).acks.on_ack(ack);
+        self.acked_cv.notify_all();
+    }
+
+    /// Counters of acknowledged publishing.
+    pub(crate) fn ack_stats(&self) -> AckStats {
+        lock(&self.writer).acks.stats()
+    }
+
+    /// Waits until every acknowledged publish so far was acknowledged (or
+    /// reported failed), at most `timeout`.
+    pub(crate) fn wait_acknowledged(&self, timeout: Duration) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        let mut w = lock(&self.writer);
+        loop {
+            if w.acks.is_empty() {
+                return Ok(());
+            }
+            if self.closed.load(Ordering::Relaxed) {
+                return Err(Error::Closed);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(Error::Unacknowledged {
+                    held: w.acks.window.len(),
+                    waited: timeout,
+                });
+            }
+            w = self.flush_and_relock(w)?;
+            w = self
+                .acked_cv
+                .wait_timeout(w, (deadline - now).min(Duration::from_millis(100)))
+                .map_or_else(|e| e.into_inner().0, |(g, _)| g);
+        }
+    }
+}

@@ -30,6 +30,9 @@
 #                  its topic/filter mapping (tagwire-router's mqtt module)
 #   store_record   a durable store record read back from the database
 #                  (tagwire-core's store module)
+#   link_fragment  a peer daemon's Fragment/FragmentResume frames into the
+#                  bounded reassembler and a sender's resume point
+#                  (tagwire-core's fragment module)
 #
 # Installs cargo-fuzz if it is missing, writes the target's seed corpus (for
 # frame_decoder: the test vectors of docs/protocol.md; for admin_request

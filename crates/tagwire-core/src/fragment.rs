@@ -397,6 +397,13 @@ impl<K: Hash + Eq + Clone> Reassembler<K> {
             .map(Partial::have)
     }
 
+    /// Forgets that the blob under `key` completed, so that pieces of it
+    /// that come again start a new reassembly (the caller could not pass
+    /// the whole on and will need it again).
+    pub fn forget_completed(&mut self, key: &K) {
+        self.completed.retain(|(k, _)| k != key);
+    }
+
     /// Forgets the reassembly under `key` (its sender gave it up).
     pub fn forget(&mut self, key: &K) -> Option<BlobId> {
         let p = self.partials.remove(key)?;
@@ -617,6 +624,27 @@ mod tests {
         assert_eq!(out.as_deref(), Some(&data[..]));
         assert_eq!(r.held_bytes(), 0);
         assert!(r.is_empty());
+    }
+
+    #[test]
+    fn a_late_piece_of_a_completed_blob_is_ignored_until_its_completion_is_forgotten() {
+        let data = blob(3000);
+        let mut o = Outgoing::new(4, data.clone(), 1000).unwrap();
+        let ps = pieces(&mut o);
+        let mut r = Reassembler::new(limits());
+        for p in &ps {
+            r.on_piece(0u8, p).unwrap();
+        }
+        assert_eq!(
+            r.on_piece(0u8, &ps[0]).unwrap().progress,
+            Progress::AlreadyComplete
+        );
+        assert_eq!(r.held_bytes(), 0);
+        r.forget_completed(&0u8);
+        assert!(matches!(
+            r.on_piece(0u8, &ps[0]).unwrap().progress,
+            Progress::Partial { have: 1000, .. }
+        ));
     }
 
     #[test]

@@ -126,7 +126,10 @@ pub(crate) fn send_pieces(outbox: &Outbox, s: &mut Sending, max_control: usize) 
             },
             data: p.data,
         };
-        if !outbox.send_link(&frame, max_control) {
+        // Half the control buffer at most: the rest stays free for the
+        // connection's own frames (a Pong, an Ack), which close it as a
+        // peer that does not read when they find the buffer full.
+        if !outbox.send_link(&frame, max_control / 2) {
             return (false, n);
         }
         n += 1;

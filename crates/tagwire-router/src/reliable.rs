@@ -458,8 +458,13 @@ pub(crate) fn on_reliable(
     if n == 0 && st.node.counters().unwanted != unwanted {
         // It went nowhere here (no subscriber, no link): this daemon's view
         // of the routes disagrees with the sender's. Failed, so the sender
-        // routes it again (elsewhere) instead of taking it as delivered.
+        // routes it again (elsewhere) instead of taking it as delivered;
+        // and not remembered, so that if it comes here again (the routes
+        // moved back) it is passed on, not dropped as a copy.
         let r = &mut st.fed.reliable;
+        r.dedupe.forget(origin, publisher, ev.seq);
+        let blob_key = (origin, crate::fragment::event_id(&ev));
+        r.fragments.reasm.forget_completed(&blob_key);
         if let Some(cr) = r.conns.get_mut(&conn) {
             let _ = cr.recv.settle(seq, 1);
             let _ = cr.recv.complete(seq, true);

@@ -138,6 +138,36 @@ pub(crate) fn send_pieces(outbox: &Outbox, s: &mut Sending, max_control: usize) 
     (true, n)
 }
 
+/// How often pieces are written while an event is being sent in pieces
+/// (the control buffer drains between two turns), and while none is.
+const PUMP_BUSY: std::time::Duration = std::time::Duration::from_millis(2);
+const PUMP_IDLE: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// Keeps pieces flowing: every [`PUMP_BUSY`] while a link connection sends
+/// an event in pieces, writes what its control buffer takes (the
+/// federation tick, every 50 ms, would cap a link at half the control
+/// buffer per tick: 40 MiB/s with the defaults).
+pub(crate) async fn pump(state: std::sync::Arc<crate::sync::Locked<State>>) {
+    loop {
+        let busy = {
+            let mut st = state.borrow_mut();
+            let max = st.config.limits.max_control_bytes;
+            let r = &mut st.fed.reliable;
+            let sending: Vec<u64> = r
+                .conns
+                .iter()
+                .filter(|(_, c)| c.sending.is_some())
+                .map(|(k, _)| *k)
+                .collect();
+            for conn in &sending {
+                crate::reliable::transmit_conn(r, *conn, max);
+            }
+            !sending.is_empty()
+        };
+        tokio::time::sleep(if busy { PUMP_BUSY } else { PUMP_IDLE }).await;
+    }
+}
+
 /// A `FragmentResume` arrived on link connection `conn`: if it names the
 /// event being sent there, continue at the peer's point.
 pub(crate) fn on_resume(st: &mut State, conn: u64, blob: BlobId, have: u64) {

@@ -660,6 +660,7 @@ pub(crate) async fn run(state: Arc<Locked<State>>, lane: crate::state::lanes::La
         tokio::task::spawn_local(dial(state.clone(), p, lane.clone(), dscp, false));
     }
     tokio::task::spawn_local(crate::membership::run(state.clone()));
+    tokio::task::spawn_local(crate::fragment::pump(state.clone()));
     let mut next_probe = 0u64;
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -430,3 +430,48 @@ fn a_blob_cut_by_core_and_sent_by_hand_reaches_the_subscriber() {
     };
     assert_eq!(Event::decode(&got).expect("event"), ev);
 }
+
+fn bounded_router(max_events: usize, max_bytes: usize) -> RouterHandle {
+    Router::start(RouterConfig {
+        federation: FederationConfig {
+            fragment_size: PIECE,
+            fragment_max_events: max_events,
+            fragment_max_bytes: max_bytes,
+            ..FederationConfig::default()
+        },
+        ..tcp_config()
+    })
+    .expect("start")
+}
+
+#[test]
+fn at_the_reassembly_bound_the_oldest_incomplete_event_is_dropped_and_counted() {
+    let h = bounded_router(1, 1 << 30);
+    let (mut a, _, _) = linked(&h, 4, 101);
+    let (mut b, _, _) = linked(&h, 4, 102);
+    let x = encoded(&big_event("/far", 1, 20_000));
+    let y = encoded(&big_event("/other", 1, 20_000));
+    a.send_bytes(&link_frame(&fragment(&x, 1, 1, 101, 0, 5_000)));
+    link_ping(&mut a, 1);
+    b.send_bytes(&link_frame(&fragment(&y, 2, 1, 102, 0, 5_000)));
+    link_ping(&mut b, 1);
+    let f = Raw::hello(&h).list().federation.unwrap_or_default();
+    assert_eq!(f.reliable.reassembly_dropped, 1, "{:?}", f.reliable);
+    // The newer one is still put together.
+    b.send_bytes(&link_frame(&fragment(&y, 2, 1, 102, 5_000, y.len() as u64)));
+    let done = next_matching(&mut b, |f| match f {
+        LinkFrame::Ack(Ack { done, .. }) => Some(done),
+        _ => None,
+    });
+    assert_eq!(done, 1);
+}
+
+#[test]
+fn an_event_over_the_reassembly_memory_closes_the_link_naming_the_bound() {
+    let h = bounded_router(16, 10_000);
+    let (mut a, _, _) = linked(&h, 4, 103);
+    let x = encoded(&big_event("/far", 1, 20_000));
+    a.send_bytes(&link_frame(&fragment(&x, 1, 1, 103, 0, 5_000)));
+    let m = closing_message(&mut a);
+    assert!(m.contains("reassembly memory of 10000 bytes"), "{m}");
+}

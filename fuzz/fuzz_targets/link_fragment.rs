@@ -37,7 +37,9 @@ fuzz_target!(|data: &[u8]| {
             continue;
         };
         let mut enc = BytesMut::new();
-        frame.encode(&mut enc).expect("a decoded link frame encodes");
+        frame
+            .encode(&mut enc)
+            .expect("a decoded link frame encodes");
         assert_eq!(&enc[..], raw, "re-encoding {frame:?}");
         match frame {
             LinkFrame::Fragment {

@@ -33,6 +33,9 @@
 #   publish_ack    a client's PublishReliable and a daemon's PublishAck
 #                  frames (protocol version 4) into the reliability windows
 #                  (seeds: frame_decoder's)
+#   link_fragment  a peer daemon's Fragment/FragmentResume frames into the
+#                  bounded reassembler and a sender's resume point
+#                  (tagwire-core's fragment module)
 #
 # Installs cargo-fuzz if it is missing, writes the target's seed corpus (for
 # frame_decoder and publish_ack: the test vectors of docs/protocol.md; for admin_request

@@ -44,6 +44,11 @@ pub struct Cli {
     /// Default: the server's default band.
     #[arg(long, global = true, env = "TAGWIRE_BAND", value_name = "BAND")]
     pub band: Option<String>,
+    /// The largest frame this client offers the daemon, in bytes (4096 to
+    /// 268435456; default 16777216): events larger than 16 MiB need it, and
+    /// the daemon's `limits.max_frame`, raised. `pub --file` raises it to fit.
+    #[arg(long, global = true, value_name = "BYTES")]
+    pub max_frame: Option<u32>,
     /// TLS settings for a tls:// server.
     #[command(flatten)]
     pub tls: TlsArgs,
@@ -126,6 +131,11 @@ pub struct PubArgs {
     /// Payload size in bytes (the payload is DATA repeated, or zeros).
     #[arg(long)]
     pub size: Option<usize>,
+    /// Publish the contents of FILE as the payload (up to 256 MiB less the
+    /// header: one frame on the client connection; links carry it in
+    /// pieces, docs/reliability.md "Large payloads").
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["data", "size"])]
+    pub file: Option<std::path::PathBuf>,
     /// A filterable field NAME=VALUE (integer, float, true/false, else string); repeatable.
     #[arg(long = "field", short = 'f', value_name = "NAME=VALUE")]
     pub fields: Vec<String>,
@@ -227,6 +237,10 @@ pub struct SubArgs {
     /// Mapping filter, e.g. 'map priority=high when $.severity > 3'.
     #[arg(long = "map", value_name = "MAPPING")]
     pub mapping: Option<String>,
+    /// Write each event's payload to FILE (replacing what it held) and
+    /// print `TAG: N bytes saved to FILE` instead of the payload.
+    #[arg(long, value_name = "FILE")]
+    pub save: Option<std::path::PathBuf>,
     /// Exit with an error if no event arrives within this many seconds.
     #[arg(long)]
     pub timeout: Option<f64>,

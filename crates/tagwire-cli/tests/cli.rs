@@ -1298,3 +1298,66 @@ fn the_repository_carries_the_text_of_each_licence_the_workspace_names() {
         assert!(text.contains(says), "{file} is not that licence's text");
     }
 }
+
+/// `tagwire pub --file` publishes a file as one event and `tagwire sub
+/// --save` writes it back byte for byte (issue 25 item 5); a file larger
+/// than one client frame can carry is refused naming the file and the bound,
+/// before connecting.
+#[test]
+fn pub_file_and_sub_save_carry_a_file_byte_for_byte_and_a_too_large_file_is_refused_by_name() {
+    let dir = temp_dir("cli", "file");
+    let d = Daemon::start(&dir, free_port());
+    let sent = dir.join("sent.bin");
+    let got = dir.join("got.bin");
+    let bytes: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    std::fs::write(&sent, &bytes).expect("write the file");
+    let sub = d
+        .tagwire()
+        .args(["sub", "/files/x", "--count", "1", "--endpoint", "/file/sub"])
+        .arg("--save")
+        .arg(&got)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("tagwire sub");
+    wait_listed(&d, "/file/sub");
+    let out = d
+        .tagwire()
+        .args(["pub", "/files/x", "--file"])
+        .arg(&sent)
+        .output()
+        .expect("tagwire pub");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let printed = wait_output(sub, WAIT);
+    assert!(printed.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&printed.stdout),
+        format!("/files/x: 3000000 bytes saved to {}\n", got.display())
+    );
+    assert!(
+        std::fs::read(&got).expect("saved") == bytes,
+        "the saved payload is the file"
+    );
+    // 300 MiB (sparse): over what one client frame carries.
+    let big = dir.join("big.bin");
+    std::fs::File::create(&big)
+        .and_then(|f| f.set_len(300 << 20))
+        .expect("sparse file");
+    let out = d
+        .tagwire()
+        .args(["pub", "/files/x", "--file"])
+        .arg(&big)
+        .output()
+        .expect("tagwire pub");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--file") && err.contains("314572800 bytes") && err.contains("over"),
+        "{err}"
+    );
+    d.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}

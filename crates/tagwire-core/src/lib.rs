@@ -21,6 +21,8 @@
 //! - [`reliable`]: hop-by-hop acknowledgement windows over links (sender
 //!   retransmit buffer, receiver reorder and custody acknowledgements) and
 //!   the dedupe window of `reliability=reliable`.
+//! - [`fragment`]: fragmentation and resumable, bounded reassembly of
+//!   payloads larger than a frame.
 //! - [`store`]: the durable store's record format, retention rule and
 //!   replay start (`reliability=durable`).
 //! - [`tds`]: time services — the buffering service (time-ordering by
@@ -39,6 +41,7 @@ pub mod defer;
 pub mod endpoint;
 pub mod federation;
 pub mod filter;
+pub mod fragment;
 pub mod history;
 pub mod node;
 pub mod proxy;

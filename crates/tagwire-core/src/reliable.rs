@@ -802,6 +802,8 @@ struct Entry {
     /// Bit `i` set: `highest - 1 - i` was seen.
     below: [u64; WORDS],
     used: u64,
+    /// `highest` itself was forgotten ([`Dedupe::forget`]).
+    highest_unseen: bool,
 }
 
 /// A bounded dedupe window: per (origin daemon, publisher) key, the highest
@@ -869,6 +871,7 @@ impl Dedupe {
                     highest_time: time,
                     below: [0; WORDS],
                     used: clock,
+                    highest_unseen: false,
                 },
             );
             return Seen::New;
@@ -882,6 +885,7 @@ impl Dedupe {
                 highest_time: time,
                 below: [0; WORDS],
                 used: clock,
+                highest_unseen: false,
             };
             return Seen::New;
         }
@@ -893,8 +897,16 @@ impl Dedupe {
             if d < DEDUPE_WINDOW {
                 set(&mut e.below, d);
             }
+            if e.highest_unseen && d < DEDUPE_WINDOW {
+                clear(&mut e.below, d);
+            }
             e.highest = seq;
             e.highest_time = time;
+            e.highest_unseen = false;
+            return Seen::New;
+        }
+        if seq == e.highest && e.highest_unseen {
+            e.highest_unseen = false;
             return Seen::New;
         }
         if seq == e.highest {
@@ -914,6 +926,24 @@ impl Dedupe {
         Seen::New
     }
 
+    /// Takes back the note [`check`](Self::check) made of event `seq`: a
+    /// daemon that could not pass the event on (its route went elsewhere)
+    /// must take it when it comes again, not drop it as a copy. For the
+    /// highest number seen, the next check of that number is new once.
+    pub fn forget(&mut self, origin: u64, publisher: u64, seq: u64) {
+        let Some(e) = self.keys.get_mut(&(origin, publisher)) else {
+            return;
+        };
+        if seq == e.highest {
+            e.highest_unseen = true;
+        } else if seq < e.highest {
+            let d = e.highest - 1 - seq;
+            if d < DEDUPE_WINDOW {
+                clear(&mut e.below, d);
+            }
+        }
+    }
+
     fn forget_half(&mut self) {
         let mut used: Vec<u64> = self.keys.values().map(|e| e.used).collect();
         used.sort_unstable();
@@ -922,6 +952,10 @@ impl Dedupe {
         self.keys.retain(|_, e| e.used > cut);
         self.stats.forgotten += (before - self.keys.len()) as u64;
     }
+}
+
+fn clear(bits: &mut [u64; WORDS], d: u64) {
+    bits[(d / 64) as usize] &= !(1 << (d % 64));
 }
 
 fn get(bits: &[u64; WORDS], d: u64) -> bool {
@@ -949,5 +983,31 @@ fn shift(bits: &mut [u64; WORDS], n: u64) {
         } else {
             (lo << rest) | (lower >> (64 - rest))
         };
+    }
+}
+
+#[cfg(test)]
+mod forget_tests {
+    use super::*;
+
+    #[test]
+    fn a_forgotten_event_is_new_again_once_and_others_stay_copies() {
+        let mut d = Dedupe::new(16);
+        for seq in 1..=5 {
+            assert_eq!(d.check(1, 2, seq, seq), Seen::New);
+        }
+        // 3 (below the highest) and 5 (the highest) could not be passed on.
+        d.forget(1, 2, 3);
+        d.forget(1, 2, 5);
+        assert_eq!(d.check(1, 2, 3, 3), Seen::New);
+        assert_eq!(d.check(1, 2, 3, 3), Seen::Duplicate);
+        assert_eq!(d.check(1, 2, 5, 5), Seen::New);
+        assert_eq!(d.check(1, 2, 5, 5), Seen::Duplicate);
+        assert_eq!(d.check(1, 2, 4, 4), Seen::Duplicate);
+        // A forgotten highest overtaken by a newer event stays forgotten.
+        d.forget(1, 2, 5);
+        assert_eq!(d.check(1, 2, 6, 6), Seen::New);
+        assert_eq!(d.check(1, 2, 5, 5), Seen::New);
+        assert_eq!(d.check(1, 2, 5, 5), Seen::Duplicate);
     }
 }

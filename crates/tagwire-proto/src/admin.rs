@@ -1080,6 +1080,26 @@ pub struct ReliableInfo {
     pub duplicates: u64,
     /// Acknowledgements sent.
     pub acks_sent: u64,
+    /// `Fragment`s written (pieces of events larger than
+    /// `federation.fragment_size`, link version 4).
+    #[serde(default)]
+    pub pieces_sent: u64,
+    /// Events put together from pieces here.
+    #[serde(default)]
+    pub reassembled: u64,
+    /// Incomplete reassemblies dropped at `fragment_max_events`/`_bytes`.
+    #[serde(default)]
+    pub reassembly_dropped: u64,
+    /// Resume points this daemon sent (an event arriving again that it held
+    /// part of).
+    #[serde(default)]
+    pub resumes_sent: u64,
+    /// Resume points that moved this daemon's sending on.
+    #[serde(default)]
+    pub resumes_taken: u64,
+    /// Bytes not sent again thanks to those.
+    #[serde(default)]
+    pub bytes_skipped: u64,
 }
 
 /// A daemon as its advert describes it.

@@ -17,8 +17,16 @@ use crate::limits::MAX_TEXT_LEN;
 use crate::reader::Reader;
 
 /// The newest link protocol version this crate speaks (carried in `Peer`).
-/// Version 3 adds [`LinkFrame::Reliable`] and [`LinkFrame::Ack`].
-pub const LINK_VERSION: u16 = 3;
+/// Version 3 adds [`LinkFrame::Reliable`] and [`LinkFrame::Ack`]; version 4
+/// adds [`LinkFrame::Fragment`] and [`LinkFrame::FragmentResume`].
+pub const LINK_VERSION: u16 = 4;
+/// The first link version that carries events larger than a frame in
+/// pieces ([`LinkFrame::Fragment`]).
+pub const FRAGMENT_LINK_VERSION: u16 = 4;
+/// Largest event a `Fragment` may describe: 4 GiB.
+pub const MAX_FRAGMENTED_EVENT: u64 = 1 << 32;
+/// Bytes of a `Fragment` frame before its data: header and fixed fields.
+pub const FRAGMENT_PREFIX_LEN: usize = FRAME_HEADER_LEN + 46;
 /// The oldest link protocol version this crate still links with (without
 /// acknowledgements: reliable events cross such a link best effort).
 pub const MIN_LINK_VERSION: u16 = 2;
@@ -60,6 +68,33 @@ pub mod link_kind {
     pub const RELIABLE: u8 = 0x27;
     /// Either way (link version 3): which `Reliable` frames are settled.
     pub const ACK: u8 = 0x28;
+    /// Either way (link version 4): one piece of a `Forward` or `Reliable`
+    /// whose event is larger than the negotiated frame.
+    pub const FRAGMENT: u8 = 0x29;
+    /// Either way (link version 4): the receiver of `Fragment`s says how
+    /// much of an event it holds, so the sender resumes there.
+    pub const FRAGMENT_RESUME: u8 = 0x2a;
+}
+
+/// What a `Fragment`'s event becomes once whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FragmentOf {
+    /// A [`LinkFrame::Forward`].
+    Forward {
+        /// The daemon where it was published.
+        origin: u64,
+        /// Links it crossed before this one.
+        hops: u8,
+    },
+    /// A [`LinkFrame::Reliable`] (its `seq` on this connection).
+    Reliable {
+        /// Per-connection sequence number (≥ 1).
+        seq: u64,
+        /// The daemon where it was published.
+        origin: u64,
+        /// Links it crossed before this one.
+        hops: u8,
+    },
 }
 
 /// A range of per-connection sequence numbers in an [`Ack`].
@@ -317,6 +352,37 @@ pub enum LinkFrame {
     },
     /// Settles `Reliable` frames of this connection (link version 3).
     Ack(Ack),
+    /// One piece of an event larger than the frame (link version 4): the
+    /// receiver puts the pieces of (`id`, `total`, `checksum`) together and
+    /// handles the whole as `of` says.
+    Fragment {
+        /// The sender's id for the event, the same when it sends the event
+        /// again (after a reconnect).
+        id: u64,
+        /// The event's length (≤ [`MAX_FRAGMENTED_EVENT`]).
+        total: u64,
+        /// CRC-32 (IEEE) of the whole event.
+        checksum: u32,
+        /// Where `data` starts in the event (`offset + data.len() ≤ total`).
+        offset: u64,
+        /// The frame the event belongs to.
+        of: FragmentOf,
+        /// The piece.
+        data: Bytes,
+    },
+    /// The receiver holds the first `have` bytes of event (`id`, `total`,
+    /// `checksum`) (link version 4): the sender continues from there
+    /// (`have` = `total`: it has all of it; 0: start again).
+    FragmentResume {
+        /// The event's id.
+        id: u64,
+        /// Its length.
+        total: u64,
+        /// Its checksum.
+        checksum: u32,
+        /// Bytes held from the start.
+        have: u64,
+    },
 }
 
 impl LinkFrame {
@@ -332,6 +398,8 @@ impl LinkFrame {
             LinkFrame::PullAnswer { .. } => link_kind::PULL_ANSWER,
             LinkFrame::Reliable { .. } => link_kind::RELIABLE,
             LinkFrame::Ack(_) => link_kind::ACK,
+            LinkFrame::Fragment { .. } => link_kind::FRAGMENT,
+            LinkFrame::FragmentResume { .. } => link_kind::FRAGMENT_RESUME,
         }
     }
 
@@ -478,6 +546,53 @@ impl LinkFrame {
                 out.put_slice(event);
             }
             LinkFrame::Ack(ack) => ack.encode_body(out)?,
+            LinkFrame::Fragment {
+                id,
+                total,
+                checksum,
+                offset,
+                of,
+                data,
+            } => {
+                check_fragment(*total, *offset, data.len() as u64)?;
+                out.put_u64_le(*id);
+                out.put_u64_le(*total);
+                out.put_u32_le(*checksum);
+                out.put_u64_le(*offset);
+                match *of {
+                    FragmentOf::Forward { origin, hops } => {
+                        out.put_u8(link_kind::FORWARD);
+                        out.put_u64_le(0);
+                        out.put_u64_le(origin);
+                        out.put_u8(hops);
+                    }
+                    FragmentOf::Reliable { seq, origin, hops } => {
+                        if seq == 0 {
+                            return Err(EncodeError::BadValue {
+                                what: "reliable sequence number",
+                                value: 0,
+                            });
+                        }
+                        out.put_u8(link_kind::RELIABLE);
+                        out.put_u64_le(seq);
+                        out.put_u64_le(origin);
+                        out.put_u8(hops);
+                    }
+                }
+                out.put_slice(data);
+            }
+            LinkFrame::FragmentResume {
+                id,
+                total,
+                checksum,
+                have,
+            } => {
+                check_fragment(*total, *have, 0)?;
+                out.put_u64_le(*id);
+                out.put_u64_le(*total);
+                out.put_u32_le(*checksum);
+                out.put_u64_le(*have);
+            }
         }
         patch_len(out, start)
     }
@@ -630,6 +745,73 @@ impl LinkFrame {
                 });
             }
             link_kind::ACK => LinkFrame::Ack(Ack::decode_body(&mut r)?),
+            link_kind::FRAGMENT => {
+                let id = r.u64("fragment id")?;
+                let total = r.u64("fragment total length")?;
+                let checksum = r.u32("fragment checksum")?;
+                let offset = r.u64("fragment offset")?;
+                let kind = r.u8("fragment frame kind")?;
+                let seq = r.u64("reliable sequence number")?;
+                let origin = r.u64("forward origin")?;
+                let hops = r.u8("hop count")?;
+                let of = match (kind, seq) {
+                    (link_kind::FORWARD, 0) => FragmentOf::Forward { origin, hops },
+                    (link_kind::FORWARD, s) => {
+                        return Err(DecodeError::BadValue {
+                            what: "sequence number of a Forward fragment (must be 0)",
+                            value: s,
+                        })
+                    }
+                    (link_kind::RELIABLE, 0) => {
+                        return Err(DecodeError::BadValue {
+                            what: "reliable sequence number",
+                            value: 0,
+                        })
+                    }
+                    (link_kind::RELIABLE, seq) => FragmentOf::Reliable { seq, origin, hops },
+                    (k, _) => {
+                        return Err(DecodeError::BadValue {
+                            what: "fragment frame kind (0x22 Forward or 0x27 Reliable)",
+                            value: k as u64,
+                        })
+                    }
+                };
+                let data = body.slice(46..);
+                check_fragment(total, offset, data.len() as u64).map_err(|e| match e {
+                    EncodeError::BadValue { what, value } => DecodeError::BadValue { what, value },
+                    _ => DecodeError::BadValue {
+                        what: "fragment",
+                        value: offset,
+                    },
+                })?;
+                return Ok(LinkFrame::Fragment {
+                    id,
+                    total,
+                    checksum,
+                    offset,
+                    of,
+                    data,
+                });
+            }
+            link_kind::FRAGMENT_RESUME => {
+                let id = r.u64("fragment id")?;
+                let total = r.u64("fragment total length")?;
+                let checksum = r.u32("fragment checksum")?;
+                let have = r.u64("fragment resume point")?;
+                check_fragment(total, have, 0).map_err(|e| match e {
+                    EncodeError::BadValue { what, value } => DecodeError::BadValue { what, value },
+                    _ => DecodeError::BadValue {
+                        what: "fragment resume point",
+                        value: have,
+                    },
+                })?;
+                LinkFrame::FragmentResume {
+                    id,
+                    total,
+                    checksum,
+                    have,
+                }
+            }
             other => return Err(DecodeError::UnknownFrameType(other)),
         };
         r.finish(link_frame_name(kind))?;
@@ -649,6 +831,8 @@ pub fn link_frame_name(kind: u8) -> &'static str {
         link_kind::PULL_ANSWER => "PullAnswer",
         link_kind::RELIABLE => "Reliable",
         link_kind::ACK => "Ack",
+        link_kind::FRAGMENT => "Fragment",
+        link_kind::FRAGMENT_RESUME => "FragmentResume",
         _ => "unknown link frame",
     }
 }
@@ -664,6 +848,24 @@ pub fn forward_prefix(origin: u64, hops: u8, event_len: usize) -> [u8; FORWARD_P
     p[5..13].copy_from_slice(&origin.to_le_bytes());
     p[13] = hops;
     p
+}
+
+/// A fragment's (or resume point's) bounds: `total` ≤ 4 GiB and
+/// `offset + len ≤ total`.
+fn check_fragment(total: u64, offset: u64, len: u64) -> Result<(), EncodeError> {
+    if total > MAX_FRAGMENTED_EVENT {
+        return Err(EncodeError::BadValue {
+            what: "fragmented event length (over 4 GiB)",
+            value: total,
+        });
+    }
+    if offset > total || len > total - offset {
+        return Err(EncodeError::BadValue {
+            what: "fragment offset (the piece reaches past the event's end)",
+            value: offset,
+        });
+    }
+    Ok(())
 }
 
 fn put_count(
@@ -701,6 +903,84 @@ mod tests {
             .expect("framed")
             .expect("whole");
         LinkFrame::decode(k, body).expect("decodes")
+    }
+
+    fn fragment_body(total: u64, offset: u64, kind: u8, seq: u64, data: &[u8]) -> Bytes {
+        let mut b = BytesMut::new();
+        b.put_u64_le(7);
+        b.put_u64_le(total);
+        b.put_u32_le(0xdead_beef);
+        b.put_u64_le(offset);
+        b.put_u8(kind);
+        b.put_u64_le(seq);
+        b.put_u64_le(1);
+        b.put_u8(0);
+        b.put_slice(data);
+        b.freeze()
+    }
+
+    #[test]
+    fn the_fragment_prefix_is_the_bytes_before_its_data() {
+        let f = LinkFrame::Fragment {
+            id: 1,
+            total: 3,
+            checksum: 2,
+            offset: 0,
+            of: FragmentOf::Reliable {
+                seq: 1,
+                origin: 2,
+                hops: 0,
+            },
+            data: Bytes::from_static(b"abc"),
+        };
+        let mut buf = BytesMut::new();
+        f.encode(&mut buf).unwrap();
+        assert_eq!(buf.len(), FRAGMENT_PREFIX_LEN + 3);
+    }
+
+    #[test]
+    fn a_fragment_out_of_its_bounds_is_refused_naming_the_field() {
+        let d = |b| {
+            LinkFrame::decode(link_kind::FRAGMENT, b)
+                .unwrap_err()
+                .to_string()
+        };
+        // Past the end of its event.
+        let e = d(fragment_body(4, 2, link_kind::RELIABLE, 1, b"xyz"));
+        assert!(e.contains("fragment offset"), "{e}");
+        // Over 4 GiB.
+        let e = d(fragment_body(
+            MAX_FRAGMENTED_EVENT + 1,
+            0,
+            link_kind::FORWARD,
+            0,
+            b"x",
+        ));
+        assert!(e.contains("over 4 GiB"), "{e}");
+        // A kind that is neither Forward nor Reliable.
+        let e = d(fragment_body(4, 0, 0x06, 0, b"x"));
+        assert!(e.contains("fragment frame kind"), "{e}");
+        // A Reliable piece with sequence number 0, a Forward piece with one.
+        let e = d(fragment_body(4, 0, link_kind::RELIABLE, 0, b"x"));
+        assert!(e.contains("reliable sequence number"), "{e}");
+        let e = d(fragment_body(4, 0, link_kind::FORWARD, 5, b"x"));
+        assert!(e.contains("must be 0"), "{e}");
+        // Truncated before its data.
+        let e = d(fragment_body(4, 0, link_kind::FORWARD, 0, b"").slice(..30));
+        assert!(
+            e.contains("truncated") || e.contains("Truncated") || e.contains("bytes"),
+            "{e}"
+        );
+        // A resume point past the end.
+        let mut b = BytesMut::new();
+        b.put_u64_le(7);
+        b.put_u64_le(10);
+        b.put_u32_le(0);
+        b.put_u64_le(11);
+        let e = LinkFrame::decode(link_kind::FRAGMENT_RESUME, b.freeze())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("fragment"), "{e}");
     }
 
     #[test]
@@ -889,6 +1169,27 @@ mod tests {
         #[test]
         fn decode_of_encode_is_the_frame(f in frames()) {
             prop_assert_eq!(roundtrip(&f), f);
+        }
+
+        /// Every valid fragment and resume frame decodes to itself.
+        #[test]
+        fn fragments_roundtrip(
+            id in any::<u64>(),
+            total in 0u64..=MAX_FRAGMENTED_EVENT,
+            checksum in any::<u32>(),
+            at in any::<u64>(),
+            data in prop::collection::vec(any::<u8>(), 0..64),
+            seq in any::<u64>(),
+            origin in any::<u64>(),
+            hops in any::<u8>(),
+        ) {
+            let len = (data.len() as u64).min(total);
+            let offset = at % (total - len + 1);
+            let of = if seq == 0 { FragmentOf::Forward { origin, hops } } else { FragmentOf::Reliable { seq, origin, hops } };
+            let f = LinkFrame::Fragment { id, total, checksum, offset, of, data: Bytes::from(data[..len as usize].to_vec()) };
+            prop_assert_eq!(roundtrip(&f), f);
+            let r = LinkFrame::FragmentResume { id, total, checksum, have: offset };
+            prop_assert_eq!(roundtrip(&r), r);
         }
 
         #[test]

@@ -542,6 +542,30 @@ fn link_vectors() -> Vec<(&'static str, LinkFrame)> {
             },
         ),
         (
+            "link_fragment",
+            LinkFrame::Fragment {
+                id: 0x11,
+                total: 5,
+                checksum: 0x3610_a686,
+                offset: 3,
+                of: tagwire_proto::FragmentOf::Reliable {
+                    seq: 5,
+                    origin: 0x0102_0304_0506_0708,
+                    hops: 1,
+                },
+                data: Bytes::from_static(b"lo"),
+            },
+        ),
+        (
+            "link_fragment_resume",
+            LinkFrame::FragmentResume {
+                id: 0x11,
+                total: 5,
+                checksum: 0x3610_a686,
+                have: 3,
+            },
+        ),
+        (
             "link_ack",
             LinkFrame::Ack(tagwire_proto::Ack {
                 done: 7,
@@ -998,7 +1022,7 @@ fn the_frame_type_tables_list_exactly_the_frames_the_decoder_knows() {
     }
     // The text under the table names the unlisted ranges.
     assert!(
-        common::PROTOCOL_MD.contains("(`0x00`, `0x17`–`0x1f`, `0x29`–`0xff`)"),
+        common::PROTOCOL_MD.contains("(`0x00`, `0x17`–`0x1f`, `0x2b`–`0xff`)"),
         "the unknown ranges are named"
     );
 }

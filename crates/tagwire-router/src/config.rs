@@ -148,6 +148,18 @@ pub struct FederationConfig {
     /// (origin daemon, publisher) pairs the dedupe window remembers; at the
     /// bound the least recently used half is forgotten.
     pub reliable_dedupe_keys: usize,
+    /// On a link of version 4, a reliable event larger than this crosses in
+    /// pieces of this many bytes (`Fragment`), resumable after a reconnect
+    /// (docs/reliability.md, "Large payloads"); 4,096 ..= 16 MiB.
+    pub fragment_size: usize,
+    /// Most events this daemon reassembles from pieces at once; at the
+    /// bound the oldest incomplete one is dropped (counted, logged).
+    pub fragment_max_events: usize,
+    /// Most bytes those reassemblies hold together (each is charged its
+    /// whole length when its first piece comes; outside
+    /// `limits.max_buffered_bytes`, like the reliable windows); an event
+    /// larger than this is refused (the link closes naming it).
+    pub fragment_max_bytes: usize,
 }
 
 /// What a link connection's full reliability window does with one more
@@ -190,6 +202,9 @@ impl Default for FederationConfig {
             reliable_window_bytes: 16 << 20,
             reliable_window_full: ReliableWindowFull::DropOldest,
             reliable_dedupe_keys: 65_536,
+            fragment_size: 1 << 20,
+            fragment_max_events: 16,
+            fragment_max_bytes: 1 << 30,
         }
     }
 }
@@ -232,12 +247,20 @@ impl FederationConfig {
             ("reliable_window_events", self.reliable_window_events),
             ("reliable_window_bytes", self.reliable_window_bytes),
             ("reliable_dedupe_keys", self.reliable_dedupe_keys),
+            ("fragment_max_events", self.fragment_max_events),
+            ("fragment_max_bytes", self.fragment_max_bytes),
         ] {
             if v == 0 {
                 return Err(ConfigError::Invalid(format!(
                     "federation.{name} = 0: it must be at least 1"
                 )));
             }
+        }
+        if !(4096..=16 << 20).contains(&self.fragment_size) {
+            return Err(ConfigError::Invalid(format!(
+                "federation.fragment_size = {} is outside 4096..=16777216",
+                self.fragment_size
+            )));
         }
         if self.reliable_window_events > tagwire_proto::MAX_RELIABLE_WINDOW {
             return Err(ConfigError::Invalid(format!(

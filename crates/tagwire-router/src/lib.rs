@@ -39,6 +39,7 @@ mod connection;
 mod dispatch;
 mod error;
 mod filters;
+mod fragment;
 mod history;
 mod lane;
 mod link;

@@ -66,19 +66,15 @@ pub(crate) struct LinkConn<'a> {
 }
 
 /// Says who we are: the dialer's first link frame, after `Welcome`.
-/// It says link version 3 unless the peer at that address refused it
-/// before (a daemon of version 2), then 2.
+/// It says link version 4 unless the peer at that address refused a
+/// version before: then one less each time (4, 3, 2).
 pub(crate) fn say_peer(state: &Locked<State>, conn: u64, outbox: &Outbox, max: usize) {
     let st = state.borrow();
-    let downgraded = st
+    let version = st
         .connections
         .get(&conn)
-        .is_some_and(|c| st.fed.reliable.downgraded.contains(&c.peer));
-    let version = if downgraded {
-        MIN_LINK_VERSION
-    } else {
-        LINK_VERSION
-    };
+        .and_then(|c| st.fed.reliable.downgraded.get(&c.peer).copied())
+        .unwrap_or(LINK_VERSION);
     let _ = outbox.send_link(&peer_frame(&st, conn, version), max);
 }
 
@@ -149,32 +145,49 @@ pub(crate) fn on_frame(
             hops,
             event,
         } => {
-            let ev = EventRef::parse(&event)
-                .map_err(|e| (ErrorCode::Malformed, format!("bad event in Forward: {e}")))?;
-            if let Some(l) = st.fed.links.get_mut(&peer) {
-                l.events_in += 1;
-                l.bytes_in += event.len() as u64;
-            }
-            let Ok(deadline) = st.node.admit_forward(origin, hops, &ev, now_ns) else {
-                return Ok(());
-            };
-            let mut out = match chunk {
-                Some(epoch) => Outgoing::in_chunk(&event, epoch),
-                None => Outgoing::own_buffer(&event),
-            };
+            c.stage.arrived = c.arrived;
+            on_forward(&mut st, c.stage, c.conn, peer, origin, hops, &event, chunk)
+        }
+        LinkFrame::Fragment {
+            id,
+            total,
+            checksum,
+            offset,
+            of,
+            data,
+        } => {
             let arrived_on = band_of(&st, c.conn);
-            let route = crate::dispatch::Route {
-                origin,
-                hops: hops.saturating_add(1),
-                from: Some(peer),
-                band: Some(&arrived_on),
-                reliable: false,
-                upstream: None,
+            let blob = tagwire_core::fragment::BlobId {
+                id,
+                total,
+                checksum,
             };
             c.stage.arrived = c.arrived;
-            crate::dispatch::deliver_routed(&mut st, c.stage, &mut out, &ev, deadline, route);
-            // A link's queues drop or count what they refuse: nobody to tell.
-            let _ = c.stage.flush();
+            crate::fragment::on_fragment(
+                &mut st,
+                c.stage,
+                c.outbox,
+                c.conn,
+                peer,
+                blob,
+                offset,
+                of,
+                data,
+                &arrived_on,
+            )
+        }
+        LinkFrame::FragmentResume {
+            id,
+            total,
+            checksum,
+            have,
+        } => {
+            let blob = tagwire_core::fragment::BlobId {
+                id,
+                total,
+                checksum,
+            };
+            crate::fragment::on_resume(&mut st, c.conn, blob, have);
             Ok(())
         }
         LinkFrame::Reliable {
@@ -256,6 +269,48 @@ pub(crate) fn on_frame(
             Ok(())
         }
     }
+}
+
+/// A `Forward` (or a forwarded event put together from `Fragment`s)
+/// arrived on link connection `conn` from `peer`: delivered here and routed
+/// on.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn on_forward(
+    st: &mut State,
+    stage: &mut crate::channel::Staging,
+    conn: u64,
+    peer: NodeId,
+    origin: NodeId,
+    hops: u8,
+    event: &bytes::Bytes,
+    chunk: Option<u64>,
+) -> Result<(), (ErrorCode, String)> {
+    let ev = EventRef::parse(event)
+        .map_err(|e| (ErrorCode::Malformed, format!("bad event in Forward: {e}")))?;
+    if let Some(l) = st.fed.links.get_mut(&peer) {
+        l.events_in += 1;
+        l.bytes_in += event.len() as u64;
+    }
+    let Ok(deadline) = st.node.admit_forward(origin, hops, &ev, now_ns) else {
+        return Ok(());
+    };
+    let mut out = match chunk {
+        Some(epoch) => Outgoing::in_chunk(event, epoch),
+        None => Outgoing::own_buffer(event),
+    };
+    let arrived_on = band_of(st, conn);
+    let route = crate::dispatch::Route {
+        origin,
+        hops: hops.saturating_add(1),
+        from: Some(peer),
+        band: Some(&arrived_on),
+        reliable: false,
+        upstream: None,
+    };
+    crate::dispatch::deliver_routed(st, stage, &mut out, &ev, deadline, route);
+    // A link's queues drop or count what they refuse: nobody to tell.
+    let _ = stage.flush();
+    Ok(())
 }
 
 /// Interest entries of a peer's advert compiled per slice off the lane:
@@ -406,7 +461,9 @@ fn on_peer(
         let _ = c.outbox.send_link(&peer_frame(&st, c.conn, version), max);
     }
     if version >= RELIABLE_LINK_VERSION {
-        st.fed.reliable.conn_up(c.conn, node, c.outbox.clone());
+        st.fed
+            .reliable
+            .conn_up(c.conn, node, c.outbox.clone(), version);
     } else {
         tracing::warn!(
             peer = %c.peer,
@@ -504,7 +561,9 @@ fn attach_band(
         let _ = c.outbox.send_link(&f, c.max_control);
     }
     if version >= RELIABLE_LINK_VERSION {
-        st.fed.reliable.conn_up(c.conn, node, c.outbox.clone());
+        st.fed
+            .reliable
+            .conn_up(c.conn, node, c.outbox.clone(), version);
     }
     tracing::info!(peer = %c.peer, "band {band} connection of the link to daemon {name}");
     link.bands.insert(
@@ -616,6 +675,7 @@ pub(crate) async fn run(state: Arc<Locked<State>>, lane: crate::state::lanes::La
         tokio::task::spawn_local(dial(state.clone(), p, lane.clone(), dscp, false));
     }
     tokio::task::spawn_local(crate::membership::run(state.clone()));
+    tokio::task::spawn_local(crate::fragment::pump(state.clone()));
     let mut next_probe = 0u64;
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -911,14 +971,18 @@ pub(crate) fn log_peer_error(state: &Locked<State>, conn: u64, code: ErrorCode, 
             .map(|c| c.peer.clone())
             .unwrap_or_default();
         if code == ErrorCode::UnsupportedVersion && !addr.is_empty() {
-            // A daemon of link version 2 refused our 3: the next dial says 2.
-            st.fed.reliable.downgrade(&addr);
+            // An older daemon refused our version: the next dial says one less.
+            let (said, next) = st.fed.reliable.downgrade(&addr);
             drop(st);
+            let what = if next >= RELIABLE_LINK_VERSION {
+                "events larger than a piece cannot cross that link in pieces (resumable)"
+            } else {
+                "events of reliable tags cross that link best effort"
+            };
             tracing::warn!(
                 conn,
-                "peer daemon {addr} refused link version {LINK_VERSION} ({message}); dialing it \
-                 again with version {MIN_LINK_VERSION}: events of reliable tags cross that link \
-                 best effort"
+                "peer daemon {addr} refused link version {said} ({message}); dialing it \
+                 again with version {next}: {what}"
             );
             return;
         }

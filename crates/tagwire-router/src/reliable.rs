@@ -21,7 +21,7 @@
 //! control buffer, ahead of best-effort events) and, on the receiving
 //! daemon, one dedupe lookup.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -87,6 +87,11 @@ pub(crate) struct ConnRel {
     pub outbox: Arc<Outbox>,
     pub send: SendWindow<Held>,
     pub recv: RecvWindow<()>,
+    /// Piece size for events larger than it (link version 4), else 0: the
+    /// connection does not carry `Fragment`s.
+    pub piece: usize,
+    /// The held event being sent in pieces (the next unsent one).
+    pub sending: Option<crate::fragment::Sending>,
 }
 
 type Fast = foldhash::fast::RandomState;
@@ -112,12 +117,15 @@ pub(crate) struct Reliable {
     limits: WindowLimits,
     full: WindowFull,
     pub counters: Counters,
-    /// Dialed addresses that refused link version 3.
-    pub downgraded: HashSet<String>,
+    /// Dialed addresses that refused a link version: the version to say
+    /// to each next time.
+    pub downgraded: HashMap<String, u16>,
     /// Obligations the event being routed took on (dispatch's sink adds).
     pub obligations: u32,
     /// Upstream obligations to settle once the current event is routed.
     pub completions: Vec<(Upstream, bool)>,
+    /// Large events in pieces: reassemblies and counters.
+    pub fragments: crate::fragment::Fragments,
     last_warning: Option<Instant>,
 }
 
@@ -139,15 +147,22 @@ impl Reliable {
                 ReliableWindowFull::Reject => WindowFull::Reject,
             },
             counters: Counters::default(),
-            downgraded: HashSet::new(),
+            downgraded: HashMap::new(),
             obligations: 0,
             completions: Vec::new(),
+            fragments: crate::fragment::Fragments::new(config),
             last_warning: None,
         }
     }
 
-    /// A link connection of version 3 came up: its windows.
-    pub(crate) fn conn_up(&mut self, conn: u64, peer: NodeId, outbox: Arc<Outbox>) {
+    /// A link connection of version 3 or later came up: its windows (and,
+    /// from version 4, pieces for large events).
+    pub(crate) fn conn_up(&mut self, conn: u64, peer: NodeId, outbox: Arc<Outbox>, version: u16) {
+        let piece = if version >= tagwire_proto::FRAGMENT_LINK_VERSION {
+            self.fragments.piece
+        } else {
+            0
+        };
         self.conns.insert(
             conn,
             ConnRel {
@@ -156,16 +171,27 @@ impl Reliable {
                 outbox,
                 send: SendWindow::new(self.limits, self.full),
                 recv: RecvWindow::new(tagwire_proto::MAX_RELIABLE_WINDOW),
+                piece,
+                sending: None,
             },
         );
     }
 
-    /// Remembers that the peer dialed at `addr` speaks link version 2.
-    pub(crate) fn downgrade(&mut self, addr: &str) {
-        if self.downgraded.len() >= MAX_DOWNGRADED {
+    /// Remembers that the peer dialed at `addr` refused the version said
+    /// to it: the next dial says one less (not below the oldest spoken).
+    /// Returns (the refused version, the next).
+    pub(crate) fn downgrade(&mut self, addr: &str) -> (u16, u16) {
+        if self.downgraded.len() >= MAX_DOWNGRADED && !self.downgraded.contains_key(addr) {
             self.downgraded.clear();
         }
-        self.downgraded.insert(addr.to_owned());
+        let said = self
+            .downgraded
+            .get(addr)
+            .copied()
+            .unwrap_or(tagwire_proto::LINK_VERSION);
+        let next = said.saturating_sub(1).max(tagwire_proto::MIN_LINK_VERSION);
+        self.downgraded.insert(addr.to_owned(), next);
+        (said, next)
     }
 
     /// At most one warning a second.
@@ -243,7 +269,7 @@ pub(crate) fn offer(rel: &mut Reliable, conn: u64, held: Held, max_control: usiz
     let peer = cr.peer;
     match cr.send.push(held, bytes) {
         Push::Held { evicted, .. } => {
-            transmit(cr, max_control);
+            rel.counters.pieces_sent += transmit(cr, max_control);
             rel.counters.held += 1;
             if upstream.is_some() {
                 rel.obligations += 1;
@@ -282,10 +308,40 @@ pub(crate) fn offer(rel: &mut Reliable, conn: u64, held: Held, max_control: usiz
     Offered::Held
 }
 
+/// [`transmit`] on connection `conn`, counting the pieces.
+pub(crate) fn transmit_conn(rel: &mut Reliable, conn: u64, max_control: usize) {
+    if let Some(cr) = rel.conns.get_mut(&conn) {
+        rel.counters.pieces_sent += transmit(cr, max_control);
+    }
+}
+
 /// Writes the window's unsent events to the connection's control buffer,
 /// as many as it takes (the rest go on the next tick or acknowledgement).
-fn transmit(cr: &mut ConnRel, max_control: usize) {
-    while let Some((seq, h)) = cr.send.peek_unsent() {
+/// An event larger than the connection's piece size goes in pieces
+/// ([`crate::fragment`]), marked sent once its last piece is written.
+/// Returns the pieces written.
+fn transmit(cr: &mut ConnRel, max_control: usize) -> u64 {
+    let mut pieces = 0;
+    loop {
+        if let Some(s) = cr.sending.as_mut() {
+            let (done, n) = crate::fragment::send_pieces(&cr.outbox, s, max_control);
+            pieces += n;
+            if !done {
+                return pieces;
+            }
+            let seq = s.seq;
+            cr.sending = None;
+            cr.send.mark_sent(seq, 0);
+        }
+        let Some((seq, h)) = cr.send.peek_unsent() else {
+            return pieces;
+        };
+        if cr.piece > 0 && h.event.len() > cr.piece {
+            if let Some(s) = crate::fragment::start(seq, h.origin, h.hops, &h.event, cr.piece) {
+                cr.sending = Some(s);
+                continue;
+            }
+        }
         let frame = LinkFrame::Reliable {
             seq,
             origin: h.origin,
@@ -293,7 +349,7 @@ fn transmit(cr: &mut ConnRel, max_control: usize) {
             event: h.event.clone(),
         };
         if !cr.outbox.send_link(&frame, max_control) {
-            break;
+            return pieces;
         }
         // A TCP connection never loses a frame, so no retransmission timer
         // is kept: the time stamp is not read.
@@ -342,12 +398,15 @@ pub(crate) fn client_frame(
         outbox: outbox.clone(),
         send: SendWindow::new(WindowLimits::default(), WindowFull::Reject),
         recv: RecvWindow::new(tagwire_proto::MAX_RELIABLE_WINDOW),
+        // A client connection does not carry pieces (links only).
+        piece: 0,
+        sending: None,
     });
     if !cr.client || seq != cr.recv.expected() {
         return Err((
             ErrorCode::Malformed,
             format!(
-                "PublishReliable with sequence number {seq}, expected {} (numbers start at 1 on                  each connection and grow by one)",
+                "PublishReliable with sequence number {seq}, expected {} (numbers start at 1 on each connection and grow by one)",
                 cr.recv.expected()
             ),
         ));
@@ -524,8 +583,13 @@ pub(crate) fn on_reliable(
     if n == 0 && st.node.counters().unwanted != unwanted {
         // It went nowhere here (no subscriber, no link): this daemon's view
         // of the routes disagrees with the sender's. Failed, so the sender
-        // routes it again (elsewhere) instead of taking it as delivered.
+        // routes it again (elsewhere) instead of taking it as delivered;
+        // and not remembered, so that if it comes here again (the routes
+        // moved back) it is passed on, not dropped as a copy.
         let r = &mut st.fed.reliable;
+        r.dedupe.forget(origin, publisher, ev.seq);
+        let blob_key = (origin, crate::fragment::event_id(&ev));
+        r.fragments.reasm.forget_completed(&blob_key);
         if let Some(cr) = r.conns.get_mut(&conn) {
             let _ = cr.recv.settle(seq, 1);
             let _ = cr.recv.complete(seq, true);
@@ -535,6 +599,25 @@ pub(crate) fn on_reliable(
         return Ok(());
     }
     settle(st, n);
+    Ok(())
+}
+
+/// A reliable event that arrived in pieces and that this daemon received
+/// whole a moment ago (on a connection since lost): its sequence number
+/// `seq` on `conn` is settled as a copy (counted in `duplicates`).
+pub(crate) fn settle_copy(st: &mut State, conn: u64, seq: u64) -> Result<(), (ErrorCode, String)> {
+    let max = st.config.limits.max_control_bytes;
+    let r = &mut st.fed.reliable;
+    let Some(cr) = r.conns.get_mut(&conn) else {
+        return Ok(());
+    };
+    cr.recv
+        .on_frame(seq, ())
+        .map_err(|e| (ErrorCode::Malformed, format!("Fragment: {e}")))?;
+    let _ = cr.recv.settle(seq, 0);
+    r.counters.duplicates += 1;
+    complete_pending(r, max);
+    ack_if_due(r, conn, false, max);
     Ok(())
 }
 
@@ -552,8 +635,9 @@ pub(crate) fn on_ack(st: &mut State, conn: u64, ack: &Ack) -> Result<(), (ErrorC
         .send
         .on_ack(ack)
         .map_err(|e| (ErrorCode::Malformed, format!("Ack: {e}")))?;
-    transmit(cr, max);
+    let pieces = transmit(cr, max);
     let r = &mut st.fed.reliable;
+    r.counters.pieces_sent += pieces;
     for h in released.done {
         if let Some(u) = h.upstream {
             r.completions.push((u, false));
@@ -771,9 +855,7 @@ pub(crate) fn tick(st: &mut State) {
     let r = &mut st.fed.reliable;
     let conns: Vec<u64> = r.conns.keys().copied().collect();
     for conn in conns {
-        if let Some(cr) = r.conns.get_mut(&conn) {
-            transmit(cr, max);
-        }
+        transmit_conn(r, conn, max);
         ack_if_due(r, conn, true, max);
     }
 }

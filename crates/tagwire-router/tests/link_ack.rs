@@ -133,8 +133,9 @@ fn numbered(publisher: &str, tag: &str, seq: u64) -> Event {
 #[test]
 fn a_version_3_peer_gets_version_3_and_a_version_2_peer_gets_version_2() {
     let h = router(&[]);
-    let (_new, v, _) = linked(&h, 3, 31);
+    let (_newest, v, _) = linked(&h, LINK_VERSION, 33);
     assert_eq!(v, LINK_VERSION);
+    let (_new, v, _) = linked(&h, 3, 31);
     assert_eq!(v, 3);
     // An older daemon still links, on its version.
     let (_old, v, _) = linked(&h, 2, 32);

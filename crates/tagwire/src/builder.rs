@@ -55,6 +55,9 @@ pub(crate) struct Options {
     /// for room in it (see [`SessionBuilder::ack_window`]).
     pub ack_window: tagwire_core::reliable::WindowLimits,
     pub ack_timeout: Duration,
+    /// The largest frame this session offers the daemon (see
+    /// [`SessionBuilder::max_frame`]).
+    pub max_frame: u32,
 }
 
 /// A session on a priority band: its connection is marked with the band's
@@ -116,6 +119,7 @@ impl Default for SessionBuilder {
                     max_bytes: crate::session::DEFAULT_ACK_WINDOW_BYTES,
                 },
                 ack_timeout: crate::session::DEFAULT_ACK_TIMEOUT,
+                max_frame: tagwire_proto::limits::DEFAULT_MAX_FRAME,
             },
         }
     }
@@ -223,6 +227,19 @@ impl SessionBuilder {
     /// payload in shared memory).
     pub fn shm_threshold(mut self, bytes: usize) -> Self {
         self.options.shm_threshold = bytes;
+        self
+    }
+
+    /// The largest frame (`type + body`) this session offers the daemon
+    /// in its `Hello` (default 16 MiB): the connection carries frames up to
+    /// the smaller of this and the daemon's `limits.max_frame`, so an event
+    /// larger than 16 MiB needs both raised. Clamped to the protocol's
+    /// 4 KiB ..= 256 MiB (`MIN_MAX_FRAME ..= HARD_MAX_FRAME`).
+    pub fn max_frame(mut self, bytes: u32) -> Self {
+        self.options.max_frame = bytes.clamp(
+            tagwire_proto::limits::MIN_MAX_FRAME,
+            tagwire_proto::limits::HARD_MAX_FRAME,
+        );
         self
     }
 

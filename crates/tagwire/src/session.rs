@@ -200,6 +200,7 @@ impl Session {
             // The router probes an idle client and the engine answers; the
             // reader thread blocks in `read` and keeps no timer of its own.
             idle_timeout: 0,
+            max_frame: options.max_frame,
             ..Config::default()
         };
         let hello = ClientHello {

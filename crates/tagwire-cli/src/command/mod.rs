@@ -73,9 +73,21 @@ fn run_command(cli: Cli) -> CmdResult {
     let server = cli.server;
     let tls = cli.tls.options();
     let band = cli.band.clone();
+    // `pub --file`: a frame the file fits in (with room for the header).
+    let max_frame = match &cli.command {
+        Command::Pub(a) => match &a.file {
+            Some(f) => Some(publish::frame_for_file(f, cli.max_frame)?),
+            None => cli.max_frame,
+        },
+        _ => cli.max_frame,
+    };
     let connect = || -> Result<Session, Box<dyn std::error::Error>> {
         let auto = band.as_deref() == Some("auto");
-        let builder = Session::builder()
+        let mut builder = Session::builder();
+        if let Some(m) = max_frame {
+            builder = builder.max_frame(m);
+        }
+        let builder = builder
             .follow_priority(auto)
             .connect_timeout(seconds("--connect-timeout", cli.connect_timeout)?)
             .reconnect_wait(seconds("--reconnect-wait", cli.reconnect_wait)?)

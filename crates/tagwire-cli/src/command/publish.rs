@@ -28,6 +28,32 @@ pub fn parse_field(s: &str) -> Result<(String, Value), String> {
     Ok((name.to_owned(), v))
 }
 
+/// Room left in a frame for the header of an event published from a file
+/// (tag, publisher name, fields).
+const FILE_HEADER_ROOM: u64 = 64 * 1024;
+
+/// The frame size `pub --file FILE` offers: the file's size plus room for
+/// the header (at least `asked`), or an error naming the file and the bound.
+pub fn frame_for_file(
+    file: &std::path::Path,
+    asked: Option<u32>,
+) -> Result<u32, Box<dyn std::error::Error>> {
+    let len = std::fs::metadata(file)
+        .map_err(|e| format!("--file {}: {e}", file.display()))?
+        .len();
+    let hard = u64::from(tagwire_proto::limits::HARD_MAX_FRAME);
+    let need = len + FILE_HEADER_ROOM;
+    if need > hard {
+        return Err(format!(
+            "--file {}: {len} bytes, over the {} bytes one event may have on a client connection              (256 MiB less {FILE_HEADER_ROOM} for its header; larger events are to come,              docs/reliability.md \"Large payloads\")",
+            file.display(),
+            hard - FILE_HEADER_ROOM
+        )
+        .into());
+    }
+    Ok((need as u32).max(asked.unwrap_or(0)))
+}
+
 pub fn run(session: &Session, a: PubArgs) -> CmdResult {
     let fields = a
         .fields
@@ -84,10 +110,9 @@ pub fn run(session: &Session, a: PubArgs) -> CmdResult {
         return check_refusals(session, sent);
     }
     let base = a.data.clone().unwrap_or_default().into_bytes();
-    let payload = match a.size {
-        Some(n) if base.is_empty() => vec![0u8; n],
-        Some(n) => base.iter().copied().cycle().take(n).collect(),
-        None => base,
+    let payload = match (&a.file, a.size) {
+        (Some(f), _) => std::fs::read(f).map_err(|e| format!("--file {}: {e}", f.display()))?,
+        (None, size) => sized(base, size),
     };
     let period = a.rate.map(|r| Duration::from_secs_f64(1.0 / r));
     let start = Instant::now();
@@ -102,7 +127,7 @@ pub fn run(session: &Session, a: PubArgs) -> CmdResult {
     }
     session.flush()?;
     check_refusals(session, a.count)?;
-    if a.count > 1 {
+    if a.count > 1 || a.file.is_some() {
         eprintln!(
             "published {} events on {} in {:.3} s",
             a.count,
@@ -116,6 +141,14 @@ pub fn run(session: &Session, a: PubArgs) -> CmdResult {
 /// How long `tagwire pub` waits at the end for the daemon to acknowledge
 /// a reliable publisher's events.
 const ACK_WAIT: Duration = Duration::from_secs(30);
+/// DATA repeated (or zeros) to `size` bytes.
+fn sized(base: Vec<u8>, size: Option<usize>) -> Vec<u8> {
+    match size {
+        Some(n) if base.is_empty() => vec![0u8; n],
+        Some(n) => base.iter().copied().cycle().take(n).collect(),
+        None => base,
+    }
+}
 
 /// Waits until the router has handled every publish (a round trip), then
 /// fails naming what it refused: publishing is fire-and-forget, and a

@@ -178,7 +178,18 @@ fn print_events(
             }
         };
         last_event = Instant::now();
-        if a.json {
+        if let Some(path) = &a.save {
+            let payload = sample.payload();
+            std::fs::write(path, &payload[..])
+                .map_err(|e| format!("--save {}: {e}", path.display()))?;
+            writeln!(
+                out,
+                "{}: {} bytes saved to {}",
+                sample.tag(),
+                payload.len(),
+                path.display()
+            )?;
+        } else if a.json {
             writeln!(out, "{}", to_json(&sample))?;
         } else {
             writeln!(

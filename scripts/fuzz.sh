@@ -30,6 +30,8 @@
 #                  its topic/filter mapping (tagwire-router's mqtt module)
 #   store_record   a durable store record read back from the database
 #                  (tagwire-core's store module)
+#   datagram       a UDP datagram (header, frames, padding, cookie,
+#                  report) and the sequence window (tagwire-proto, core)
 #
 # Installs cargo-fuzz if it is missing, writes the target's seed corpus (for
 # frame_decoder: the test vectors of docs/protocol.md; for admin_request

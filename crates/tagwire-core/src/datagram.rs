@@ -105,6 +105,10 @@ pub struct Packer {
     session: u64,
     next_seq: u32,
     max_datagram: usize,
+    /// The largest datagram for one control frame (not `Publish` or
+    /// `Deliver`) that does not fit in `max_datagram`: it goes alone, and
+    /// IP fragments it.
+    control_max: usize,
     /// Frames dropped because no datagram could hold them.
     too_large: u64,
     /// The largest frame dropped (for the log line that names it).
@@ -119,9 +123,19 @@ impl Packer {
             session,
             next_seq: 1,
             max_datagram: max_datagram.max(HEADER_LEN + 5),
+            control_max: max_datagram.max(HEADER_LEN + 5),
             too_large: 0,
             largest_dropped: 0,
         }
+    }
+
+    /// Lets a control frame (anything but `Publish` and `Deliver`) that
+    /// does not fit in `max_datagram` go alone in a datagram of up to
+    /// `control_max` bytes (an admin reply, a long error message): events
+    /// keep to `max_datagram`, rare control frames may be IP-fragmented.
+    pub fn with_control_max(mut self, control_max: usize) -> Packer {
+        self.control_max = control_max.max(self.max_datagram);
+        self
     }
 
     /// The largest frame (length field included) one datagram holds.
@@ -161,8 +175,30 @@ impl Packer {
                 break;
             }
             if whole > room {
-                self.too_large += 1;
-                self.largest_dropped = self.largest_dropped.max(whole);
+                let event = matches!(
+                    stream.get(4).copied(),
+                    Some(tagwire_proto::kind::PUBLISH | tagwire_proto::kind::DELIVER)
+                );
+                if event || HEADER_LEN + whole > self.control_max {
+                    self.too_large += 1;
+                    self.largest_dropped = self.largest_dropped.max(whole);
+                } else {
+                    // A control frame alone in an oversized datagram.
+                    if cur.is_some() {
+                        out.push(self.finish(cur.take(), pad_to));
+                        made += 1;
+                    }
+                    let mut d = BytesMut::with_capacity(HEADER_LEN + whole);
+                    Header {
+                        kind: DatagramKind::Data,
+                        session: self.session,
+                        seq: 0,
+                    }
+                    .encode(&mut d);
+                    d.extend_from_slice(&stream[..whole]);
+                    out.push(self.finish(Some(d), pad_to));
+                    made += 1;
+                }
                 stream.advance(whole);
                 continue;
             }
@@ -271,5 +307,36 @@ mod tests {
             }
         }
         assert_eq!(nonces, (0..=100).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_large_control_frame_goes_alone_but_a_large_event_is_dropped() {
+        let mut stream = BytesMut::new();
+        Frame::Ping { nonce: 1 }
+            .encode(&mut stream)
+            .expect("encode");
+        Frame::Close {
+            code: 0,
+            reason: "x".repeat(2000),
+        }
+        .encode(&mut stream)
+        .expect("encode");
+        let ev = tagwire_proto::Event::new("/a", vec![0u8; 2000]);
+        tagwire_proto::encode_publish(1, &ev, &mut stream).expect("encode");
+        Frame::Ping { nonce: 2 }
+            .encode(&mut stream)
+            .expect("encode");
+        let mut p = Packer::new(9, 600).with_control_max(4096);
+        let mut out = Vec::new();
+        p.pack(&mut stream, 0, &mut out);
+        let kinds: Vec<Vec<u8>> = out
+            .iter()
+            .map(|d| {
+                let d = Datagram::parse(d).expect("valid");
+                d.frames().expect("frames").map(|(k, _)| k).collect()
+            })
+            .collect();
+        assert_eq!(kinds, vec![vec![0x0a], vec![0x0c], vec![0x0a]]);
+        assert_eq!(p.too_large(), 1, "the 2000-byte publish");
     }
 }

@@ -45,6 +45,10 @@ pub const DEFAULT_MAX_DATAGRAM: usize = 1400;
 pub const MIN_MAX_DATAGRAM: usize = 512;
 /// The largest `max_datagram`: a UDP payload over IPv4.
 pub const HARD_MAX_DATAGRAM: usize = 65_507;
+/// The largest datagram that carries one control frame (anything but
+/// `Publish` and `Deliver`) too large for `max_datagram`: it goes alone,
+/// and IP fragments it (events never do).
+pub const CONTROL_MAX_DATAGRAM: usize = 16 * 1024;
 /// Bytes of a `Report` body: five `u64` counters.
 pub const REPORT_LEN: usize = 40;
 

@@ -18,6 +18,7 @@ pub(crate) mod metrics;
 pub(crate) mod mqtt;
 pub(crate) mod qos;
 pub(crate) mod store;
+pub(crate) mod udp;
 
 pub use auth::{AclRule, AuthConfig, TokenConfig};
 pub use bandwidth::BandwidthConfig;
@@ -25,6 +26,7 @@ pub use cluster::ClusterConfig;
 pub use error::ConfigError;
 pub use metrics::MetricsConfig;
 pub use store::{Fsync, StoreConfig};
+pub use udp::UdpConfig;
 
 /// Default TCP listen address.
 pub const DEFAULT_TCP: &str = "127.0.0.1:7700";
@@ -79,6 +81,9 @@ pub struct RouterConfig {
     /// The durable store of `reliability=durable` tags (`[store]`;
     /// docs/reliability.md).
     pub store: StoreConfig,
+    /// The UDP listener (`[udp]`; docs/transports.md). Off unless `listen`
+    /// is set.
+    pub udp: UdpConfig,
 }
 
 /// The `[federation]` section: which daemons to link with and the bounds of
@@ -553,6 +558,7 @@ impl Default for RouterConfig {
             cluster: ClusterConfig::default(),
             mqtt: mqtt::MqttConfig::default(),
             store: StoreConfig::default(),
+            udp: UdpConfig::default(),
         }
     }
 }
@@ -665,6 +671,7 @@ impl RouterConfig {
         }
         self.metrics.validate(self.auth.enabled)?;
         self.mqtt.validate(&self.auth)?;
+        self.udp.validate(self.auth.enabled)?;
         crate::band::plan(self)?;
         let bands: Vec<String> = self.bands.iter().map(|b| b.name.clone()).collect();
         let daemon = qos::daemon_layer(&self.qos, &bands).map_err(ConfigError::Invalid)?;

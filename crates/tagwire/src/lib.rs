@@ -34,6 +34,7 @@ mod shm;
 mod stream;
 mod subscriber;
 mod tls;
+mod udp;
 mod url;
 
 pub use builder::{
@@ -49,6 +50,7 @@ pub use shm::{ShmMode, ShmStats};
 pub use subscriber::{CallbackSubscription, Subscriber, SubscriptionBuilder};
 pub use tagwire_core::qos::Reliability;
 pub use tls::TlsOptions;
+pub use udp::UdpCounters;
 pub use url::ServerUrl;
 
 pub use bytes::Bytes;

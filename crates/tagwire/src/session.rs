@@ -108,6 +108,8 @@ pub(crate) struct Inner {
     router_bands: Mutex<Option<Arc<RouterBands>>>,
     /// Shared-memory regions and counters (`crate::shm`).
     pub(crate) shm: crate::shm::ClientShm,
+    /// Over UDP: the current connection's datagram counters.
+    udp: Mutex<Option<Arc<crate::udp::UdpStatus>>>,
 }
 
 /// Closes the session when the last handle (session, publisher or
@@ -216,6 +218,7 @@ impl Session {
             writer: Mutex::new(WriteState::new()),
             engine: Mutex::new(Connection::client(config, hello, 0)),
             socket: Mutex::new(None),
+            udp: Mutex::new(None),
             replay: Mutex::new(BytesMut::new()),
             flush_cv: Condvar::new(),
             connected_cv: Condvar::new(),
@@ -586,6 +589,13 @@ impl Session {
     pub fn flush(&self) -> Result<()> {
         let inner = self.inner();
         inner.flush_locked(lock(&inner.writer))
+    }
+
+    /// Over `udp://`: the connection's datagram counters (the daemon's
+    /// datagrams received, lost, reordered, …; what could not be sent);
+    /// `None` over stream transports.
+    pub fn udp_counters(&self) -> Option<crate::UdpCounters> {
+        lock(&self.inner().udp).as_ref().map(|s| s.counters())
     }
 
     /// How many times the session reconnected after losing its connection.

@@ -105,6 +105,11 @@ struct Args {
     /// see docs/mqtt.md.
     #[arg(long, value_name = "ADDR")]
     mqtt: Option<std::net::SocketAddr>,
+    /// Serve `udp://` clients on ADDR (e.g. 0.0.0.0:7710): datagrams of at
+    /// most `[udp] max_datagram` bytes, best effort, loss counted. Overrides
+    /// `[udp] listen`; see docs/transports.md.
+    #[arg(long, value_name = "ADDR")]
+    udp: Option<std::net::SocketAddr>,
     /// Directory of the daemon's durable state: the store of
     /// `reliability=durable` tags (`store.redb`; docs/reliability.md).
     /// Without it (or `[store] path`) the daemon has no store, and making a
@@ -135,6 +140,9 @@ fn config(args: &Args) -> Result<RouterConfig, ConfigError> {
     }
     if let Some(a) = args.mqtt {
         cfg.mqtt.listen = Some(a);
+    }
+    if let Some(a) = args.udp {
+        cfg.udp.listen = Some(a);
     }
     if let Some(n) = &args.name {
         cfg.name = n.clone();

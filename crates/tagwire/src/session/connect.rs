@@ -122,6 +122,11 @@ pub(super) fn connect(inner: &Inner) -> Result<(Stream, BytesMut)> {
                 tracing::debug!("cannot set DSCP {} on band {}: {e}", b.dscp, b.name);
             }
         }
+        if let Stream::Udp(_, status) = &s {
+            if let Err(e) = status.set_dscp(b.dscp) {
+                tracing::debug!("cannot set DSCP {} on band {}: {e}", b.dscp, b.name);
+            }
+        }
     }
     {
         let mut e = lock(&inner.engine);
@@ -142,6 +147,15 @@ pub(super) fn connect(inner: &Inner) -> Result<(Stream, BytesMut)> {
     let unsent = w.buf.split();
     inner.take_control(&mut w);
     w.max_frame = lock(&inner.engine).max_frame();
+    // Over UDP an event travels in one datagram (no fragmentation).
+    w.datagram_max = match &s {
+        Stream::Udp(..) => Some(crate::udp::max_event_frame()),
+        _ => None,
+    };
+    *lock(&inner.udp) = match &s {
+        Stream::Udp(_, status) => Some(status.clone()),
+        _ => None,
+    };
     let failed = std::mem::take(&mut *lock(&inner.replay));
     // Every region was granted by the daemon of an earlier connection: a
     // publish that refers to one goes out with its payload inline.

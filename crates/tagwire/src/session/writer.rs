@@ -36,6 +36,9 @@ pub(super) struct WriteState {
     /// The engine's frame limit, copied when the connection is
     /// established, so that a publish does not lock the engine.
     pub(super) max_frame: u32,
+    /// Over UDP: the largest frame (length field included) one datagram
+    /// carries; a larger publish is refused (`EventTooLarge`).
+    pub(super) datagram_max: Option<usize>,
 }
 
 impl WriteState {
@@ -48,6 +51,7 @@ impl WriteState {
             flusher_waiting: false,
             connected: false,
             max_frame: 0,
+            datagram_max: None,
         }
     }
 }
@@ -126,6 +130,15 @@ impl Inner {
             return Ok(false);
         }
         let len = 1 + 4 + event.encoded_len();
+        if let Some(max) = w.datagram_max {
+            if 4 + len > max {
+                return Err(Error::EventTooLarge {
+                    size: 4 + len,
+                    max,
+                    transport: "udp",
+                });
+            }
+        }
         if len > w.max_frame as usize {
             return Err(Error::Encode(tagwire_proto::EncodeError::FrameTooLarge {
                 len,

@@ -209,7 +209,7 @@ impl FederationConfig {
             });
             if !ok {
                 return Err(ConfigError::Invalid(format!(
-                    "federation.peers: {p:?} is not tcp://HOST:PORT or tls://HOST:PORT"
+                    "federation.peers: {p:?} is not tcp://HOST:PORT, tls://HOST:PORT or udp://HOST:PORT"
                 )));
             }
             if tls && self.tls.is_none() {
@@ -279,13 +279,25 @@ impl FederationConfig {
     }
 }
 
-/// `tls://HOST:PORT` → `(true, "HOST:PORT")`; `tcp://HOST:PORT` and
-/// `HOST:PORT` → `(false, "HOST:PORT")`.
+/// `tls://HOST:PORT` → `(true, "HOST:PORT")`; `tcp://HOST:PORT`,
+/// `udp://HOST:PORT` and `HOST:PORT` → `(false, "HOST:PORT")` (see
+/// [`is_udp_peer`]).
 pub fn peer_address(peer: &str) -> (bool, &str) {
     match peer.strip_prefix("tls://") {
         Some(a) => (true, a),
-        None => (false, peer.strip_prefix("tcp://").unwrap_or(peer)),
+        None => (
+            false,
+            peer.strip_prefix("tcp://")
+                .or_else(|| peer.strip_prefix("udp://"))
+                .unwrap_or(peer),
+        ),
     }
+}
+
+/// Whether a peer is dialed over UDP (`udp://HOST:PORT`: a best-effort
+/// link in datagrams, docs/transports.md).
+pub fn is_udp_peer(peer: &str) -> bool {
+    peer.starts_with("udp://")
 }
 
 /// The `[federation.tls]` section: how this daemon's links to `tls://`

@@ -568,3 +568,237 @@ impl Drop for UdpWriter {
         self.listener.sessions.borrow_mut().remove(&id);
     }
 }
+
+/// How long a dialing daemon waits for an answer before it sends again
+/// (its `Open`s, and its last datagram until the `Welcome`).
+const DIAL_RETRY: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// This daemon's side of a link it dials over UDP (`--peer udp://…`).
+struct Dialed {
+    socket: tokio::net::UdpSocket,
+    session: u64,
+    welcomed: Cell<bool>,
+    last: RefCell<Option<Bytes>>,
+    stats: Arc<UdpStats>,
+}
+
+/// Opens a UDP session with the daemon at `target` (the cookie exchange)
+/// within `timeout`, then serves the link over it until it ends. `Err`:
+/// no session (named).
+pub(crate) async fn dial_link(
+    state: Arc<Locked<State>>,
+    addr: String,
+    target: &str,
+    lane: LaneOf,
+    dscp: u8,
+    timeout: std::time::Duration,
+) -> Result<(), String> {
+    let peer: SocketAddr = tokio::net::lookup_host(target)
+        .await
+        .map_err(|e| format!("cannot resolve {target}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("{target} resolves to no address"))?;
+    let local: SocketAddr = if peer.is_ipv4() {
+        ([0, 0, 0, 0], 0).into()
+    } else {
+        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+    };
+    let socket = tokio::net::UdpSocket::bind(local)
+        .await
+        .map_err(|e| format!("udp bind: {e}"))?;
+    socket
+        .connect(peer)
+        .await
+        .map_err(|e| format!("udp connect: {e}"))?;
+    if let Err(e) = crate::priority::set_dscp(&socket, dscp) {
+        tracing::debug!(%addr, "cannot set DSCP {dscp}: {e}");
+    }
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut cookie = None;
+    let mut buf = vec![0u8; CONTROL_MAX_DATAGRAM + 1];
+    let session = 'open: loop {
+        if tokio::time::Instant::now() >= deadline {
+            return Err(format!(
+                "no answer to the UDP Open within {timeout:?} (no [udp] listener at {target}?)"
+            ));
+        }
+        let mut d = BytesMut::new();
+        tagwire_proto::datagram::encode_open(cookie.as_ref(), &mut d);
+        let _ = socket.send(&d).await;
+        let until = tokio::time::Instant::now() + DIAL_RETRY;
+        while let Ok(r) = tokio::time::timeout_at(until, socket.recv(&mut buf)).await {
+            let Ok(n) = r else { break };
+            let Ok(p) = Datagram::parse(&buf[..n]) else {
+                continue;
+            };
+            match p.header.kind {
+                DatagramKind::Cookie => {
+                    let mut c = [0u8; tagwire_proto::datagram::COOKIE_LEN];
+                    c.copy_from_slice(p.body);
+                    cookie = Some(c);
+                    continue 'open;
+                }
+                DatagramKind::Accept if cookie.is_some() => break 'open p.header.session,
+                _ => {}
+            }
+        }
+    };
+    let stats = Arc::new(UdpStats::default());
+    stats.session.store(session, Ordering::Relaxed);
+    let d = Rc::new(Dialed {
+        socket,
+        session,
+        welcomed: Cell::new(false),
+        last: RefCell::new(None),
+        stats,
+    });
+    let (tx, rx) = mpsc::channel(256);
+    let queued = Rc::new(Cell::new(0));
+    let reader = ChanReader {
+        rx,
+        cur: Bytes::new(),
+        queued: queued.clone(),
+    };
+    let writer = DialWriter {
+        dialed: d.clone(),
+        packer: RefCell::new(
+            Packer::new(session, DEFAULT_DIAL_DATAGRAM).with_control_max(CONTROL_MAX_DATAGRAM),
+        ),
+        stream: RefCell::new(BytesMut::new()),
+    };
+    let receiving = tokio::task::spawn_local(dial_receive(d.clone(), tx, queued));
+    crate::connection::dial_serve(state, addr, lane, None, reader, writer).await;
+    receiving.abort();
+    Ok(())
+}
+
+/// The largest datagram a dialing daemon sends (the default of `[udp]
+/// max_datagram`; the peer's own limit is not known to it).
+const DEFAULT_DIAL_DATAGRAM: usize = tagwire_proto::datagram::DEFAULT_MAX_DATAGRAM;
+
+/// Receives the peer's datagrams for a dialed link: checks them, hands
+/// their frames on, and until the `Welcome` sends our last datagram again
+/// after [`DIAL_RETRY`] of silence. Ends (and so ends the link) on `Reset`.
+async fn dial_receive(d: Rc<Dialed>, tx: mpsc::Sender<Bytes>, queued: Rc<Cell<usize>>) {
+    let mut window = SeqWindow::default();
+    let mut buf = vec![0u8; CONTROL_MAX_DATAGRAM + 1];
+    loop {
+        let got = tokio::time::timeout(DIAL_RETRY, d.socket.recv(&mut buf)).await;
+        let n = match got {
+            Err(_) => {
+                if !d.welcomed.get() {
+                    let last = d.last.borrow().clone();
+                    if let Some(last) = last {
+                        let _ = d.socket.send(&last).await;
+                    }
+                }
+                continue;
+            }
+            Ok(Err(_)) => return,
+            Ok(Ok(n)) => n,
+        };
+        let Ok(p) = Datagram::parse(&buf[..n]) else {
+            window.note_bad();
+            d.stats.set_window(&window.report());
+            continue;
+        };
+        if p.header.session != d.session {
+            window.note_bad();
+            d.stats.set_window(&window.report());
+            continue;
+        }
+        match p.header.kind {
+            DatagramKind::Data => {}
+            DatagramKind::Reset => return,
+            _ => continue,
+        }
+        let verdict = window.on_seq(p.header.seq);
+        d.stats.set_window(&window.report());
+        if verdict != Verdict::Accept {
+            continue;
+        }
+        let frames = p.frame_bytes();
+        if frames.is_empty() {
+            continue;
+        }
+        if p.frames()
+            .is_ok_and(|mut f| f.any(|(k, _)| k == tagwire_proto::kind::WELCOME))
+        {
+            d.welcomed.set(true);
+            d.last.borrow_mut().take();
+        }
+        if queued.get() + frames.len() > 256 * DEFAULT_DIAL_DATAGRAM
+            || tx.try_send(Bytes::copy_from_slice(frames)).is_err()
+        {
+            UdpStats::bump(&d.stats.overrun);
+        } else {
+            queued.set(queued.get() + frames.len());
+        }
+    }
+}
+
+/// The dialed link's write side: whole frames out in datagrams at once.
+struct DialWriter {
+    dialed: Rc<Dialed>,
+    packer: RefCell<Packer>,
+    stream: RefCell<BytesMut>,
+}
+
+impl DialWriter {
+    fn put(&self, bytes: &[&[u8]]) {
+        let mut stream = self.stream.borrow_mut();
+        for b in bytes {
+            stream.extend_from_slice(b);
+        }
+        let mut out = Vec::new();
+        let mut packer = self.packer.borrow_mut();
+        packer.pack(&mut stream, 0, &mut out);
+        let d = &self.dialed;
+        d.stats
+            .too_large
+            .store(packer.too_large(), Ordering::Relaxed);
+        for dg in out {
+            if !d.welcomed.get() {
+                *d.last.borrow_mut() = Some(Bytes::copy_from_slice(&dg));
+            }
+            if d.socket.try_send(&dg).is_ok() {
+                UdpStats::bump(&d.stats.sent);
+            } else {
+                UdpStats::bump(&d.stats.send_dropped);
+            }
+        }
+    }
+}
+
+impl AsyncWrite for DialWriter {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        self.put(&[buf]);
+        Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let slices: Vec<&[u8]> = bufs.iter().map(|b| &**b).collect();
+        self.put(&slices);
+        Poll::Ready(Ok(slices.iter().map(|b| b.len()).sum()))
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}

@@ -377,3 +377,60 @@ fn over_a_lossy_path_the_handshake_retries_and_loss_is_counted_on_both_sides() {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+#[test]
+fn a_daemon_links_to_another_over_udp_and_events_cross_it() {
+    use tagwire::router::FederationConfig;
+    let a = router();
+    let b = Router::start(RouterConfig {
+        name: "udp-b".into(),
+        tcp: "127.0.0.1:0".parse().ok(),
+        unix: None,
+        auth: AuthConfig {
+            local_token: false,
+            tokens: vec![TokenConfig {
+                name: "rig".into(),
+                token: Some(TOKEN.into()),
+                file: None,
+            }],
+            ..AuthConfig::default()
+        },
+        acl: vec![AclRule {
+            identity: "token:rig".into(),
+            publish: vec!["/**".into()],
+            subscribe: vec!["/**".into()],
+            admin: true,
+        }],
+        federation: FederationConfig {
+            peers: vec![udp_url(&a)],
+            token: TOKEN.into(),
+            ..FederationConfig::default()
+        },
+        ..RouterConfig::default()
+    })
+    .expect("start b");
+    let tcp = |h: &RouterHandle| {
+        Session::builder()
+            .token(TOKEN)
+            .connect(&format!("tcp://{}", h.tcp_addr().expect("tcp")))
+            .expect("tcp session")
+    };
+    let (sa, sb) = (tcp(&a), tcp(&b));
+    let sub = sb.subscribe("/link/**").receiver().expect("subscribe on b");
+    let p = sa.declare_publisher("/link/pub").expect("publisher on a");
+    let start = Instant::now();
+    loop {
+        p.publish("/link/x", b"over udp".to_vec()).expect("publish");
+        if let Some(s) = sub
+            .recv_timeout(Duration::from_millis(100))
+            .expect("receive")
+        {
+            assert_eq!(&s.payload()[..], b"over udp");
+            break;
+        }
+        assert!(start.elapsed() < WAIT * 2, "nothing crossed the UDP link");
+    }
+    let link = connection(&sa, "link:udp-b");
+    assert_eq!(link.transport, "udp", "{link:?}");
+    assert!(link.udp.is_some_and(|u| u.received > 0));
+}

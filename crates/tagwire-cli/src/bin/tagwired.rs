@@ -54,7 +54,8 @@ struct Args {
     #[arg(long)]
     name: Option<String>,
     /// Keep a link with the daemon at tcp://HOST:PORT, or tls://HOST:PORT
-    /// for one that serves TLS (needs --peer-tls-ca) (repeatable; added to
+    /// for one that serves TLS (needs --peer-tls-ca), or udp://HOST:PORT for
+    /// a best-effort link in datagrams to its --udp listener (repeatable; added to
     /// `[federation] peers`). Events cross links only toward daemons whose
     /// subscribers want them.
     #[arg(long, value_name = "URL")]

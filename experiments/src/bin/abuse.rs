@@ -1450,7 +1450,9 @@ fn ping(o: &Opts) -> Res<()> {
 fn udp_flood(o: &Opts) -> Res<()> {
     use std::net::UdpSocket;
     use tagwire_proto::datagram::{encode_open, Datagram, DatagramKind, COOKIE_LEN, MIN_OPEN_LEN};
-    let udp = o.text("udp").ok_or("--udp ADDR: the daemon's [udp] listen")?;
+    let udp = o
+        .text("udp")
+        .ok_or("--udp ADDR: the daemon's [udp] listen")?;
     let garbage = o.num("datagrams", 200_000);
     let sessions = o.num("sessions", 2048);
     let max_sessions = o.num("max-sessions", 1024);
@@ -1509,7 +1511,9 @@ fn udp_flood(o: &Opts) -> Res<()> {
         c.set_read_timeout(Some(Duration::from_millis(200)))?;
         c.send(&open)?;
         let Ok(n) = c.recv(&mut buf) else { continue };
-        let Ok(d) = Datagram::parse(&buf[..n]) else { continue };
+        let Ok(d) = Datagram::parse(&buf[..n]) else {
+            continue;
+        };
         if d.header.kind != DatagramKind::Cookie {
             continue;
         }

@@ -87,6 +87,11 @@ impl SeqWindow {
         Verdict::Accept
     }
 
+    /// The highest sequence number accepted (0: none yet).
+    pub fn highest(&self) -> u32 {
+        self.highest
+    }
+
     /// Counts a datagram dropped as unusable.
     pub fn note_bad(&mut self) {
         self.report.bad += 1;

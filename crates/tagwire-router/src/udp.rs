@@ -123,9 +123,13 @@ struct Session {
     welcomed: bool,
     /// Before the `Welcome`: bytes the client sent minus bytes sent to it.
     credit: usize,
-    /// Before the `Welcome`: the last datagram sent, sent again when the
-    /// client repeats one (its answer was lost).
+    /// Until the client sends something new after the `Welcome`: the last
+    /// datagram sent (the `Welcome`'s, at the end), sent again when the
+    /// client repeats one (our answer was lost).
     last_sent: Option<Bytes>,
+    /// The client's highest sequence number when the `Welcome` went out: a
+    /// later one means it heard it.
+    welcome_after: u32,
     /// Frames to the connection.
     tx: mpsc::Sender<Bytes>,
     /// Bytes in `tx` not yet read by the connection (bounded by
@@ -371,6 +375,7 @@ impl Listener {
             welcomed: false,
             credit: got.saturating_sub(accept.len()),
             last_sent: None,
+            welcome_after: 0,
             tx,
             queued: queued.clone(),
             stats: stats.clone(),
@@ -412,6 +417,10 @@ impl Listener {
         s.stats.set_window(&s.window.report());
         match verdict {
             Verdict::Accept => {
+                if s.welcomed && d.header.seq > s.welcome_after {
+                    // Past the handshake: the client heard our Welcome.
+                    s.last_sent = None;
+                }
                 let frames = d.frame_bytes();
                 let room = self.config.queue * self.config.max_datagram;
                 if frames.is_empty() {
@@ -423,18 +432,20 @@ impl Listener {
                     s.queued.set(s.queued.get() + frames.len());
                 }
             }
-            Verdict::Duplicate if !s.welcomed => {
+            Verdict::Duplicate => {
                 // The client did not hear our answer: send it again.
                 if let Some(last) = s.last_sent.clone() {
-                    if last.len() <= s.credit {
-                        s.credit -= last.len();
+                    if s.welcomed || last.len() <= s.credit {
+                        if !s.welcomed {
+                            s.credit -= last.len();
+                        }
                         if self.send(&last, s.addr) {
                             UdpStats::bump(&s.stats.sent);
                         }
                     }
                 }
             }
-            Verdict::Duplicate | Verdict::TooOld => {}
+            Verdict::TooOld => {}
         }
     }
 
@@ -466,10 +477,9 @@ impl Listener {
                     .is_some_and(|mut f| f.any(|(k, _)| k == tagwire_proto::kind::WELCOME))
                 {
                     s.welcomed = true;
-                    s.last_sent = None;
-                } else {
-                    s.last_sent = Some(Bytes::copy_from_slice(&d));
+                    s.welcome_after = s.window.highest();
                 }
+                s.last_sent = Some(Bytes::copy_from_slice(&d));
             }
             if self.send(&d, s.addr) {
                 UdpStats::bump(&s.stats.sent);

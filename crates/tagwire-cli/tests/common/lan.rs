@@ -3,7 +3,9 @@
 //! `10.203.0.(i+1)/24`, multicast on (the route for 224.0.0.0/4 on the
 //! segment). What UDP and multicast tests need: the routed testbed has one
 //! subnet per host. Needs root and iproute2; removed on drop (processes
-//! still running in its namespaces are killed first), also after a panic.
+//! still running in its namespaces are killed first), also after a panic;
+//! names start `twtb-` so that `scripts/netns.sh down --all` removes
+//! what a killed test left.
 
 use std::process::Command;
 
@@ -31,8 +33,8 @@ impl Lan {
     pub fn new(n: usize) -> Lan {
         let tag = std::process::id();
         let lan = Lan {
-            bridge: format!("twlan{tag}-br"),
-            hosts: (0..n).map(|i| format!("twlan{tag}-h{i}")).collect(),
+            bridge: format!("twtb-lan{tag}-br"),
+            hosts: (0..n).map(|i| format!("twtb-lan{tag}-h{i}")).collect(),
         };
         ip(&["netns", "add", &lan.bridge]);
         ip(&["-n", &lan.bridge, "link", "add", "br0", "type", "bridge"]);

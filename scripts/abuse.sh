@@ -34,6 +34,8 @@ set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 addr="${ABUSE_ADDR:-127.0.0.1:7782}"
+# The UDP listener (udp-flood); UDP ports are their own space.
+udp="${ABUSE_UDP_ADDR:-127.0.0.1:7782}"
 cd "$root"
 cargo build --release --quiet --bin tagwired --bin tagwire -p tagwire-cli
 cargo build --release --quiet --manifest-path experiments/Cargo.toml --bin abuse
@@ -56,6 +58,9 @@ trap cleanup EXIT
 
 cat >"$tmp/tagwired.toml" <<TOML
 tcp = "$addr"
+[udp]
+listen = "$udp"
+max_sessions = 1024
 [limits]
 max_buffered_bytes = 268435456
 handshake_timeout = 5
@@ -126,6 +131,7 @@ attack_stalled_killed() { "$abuse" stalled-killed --server "$addr" --rounds 10 -
 attack_small_queued() { "$abuse" small-queued --server "$addr" --events 16384 --hold 3; }
 attack_big_frames() { "$abuse" big-frames --server "$addr" --conns 64 --hold 3; }
 attack_idle() { "$abuse" idle --server "$addr" --conns 4096 --hold 7; }
+attack_udp_flood() { "$abuse" udp-flood --server "$addr" --udp "$udp" --datagrams 200000 --sessions 2048 --max-sessions 1024; }
 attack_malformed() { "$abuse" malformed --server "$addr" --frames 1000000; }
 attack_regex() { "$abuse" regex --server "$addr" --pid "$daemon" --secs 3 --rate 200 --size 44000; }
 attack_filter_cost() { "$abuse" filter-cost --server "$addr" --pid "$daemon" --secs 3 --rate 50 --subs 4; }
@@ -202,7 +208,7 @@ run() {
 
 main() {
     local want=("$@")
-    [[ ${#want[@]} -gt 0 ]] || want=(stalled-killed small-queued big-frames idle malformed regex filter-cost endpoint-fill trespass shm-trespass shm-hog dscp-clash admin-scale distinct time-skew)
+    [[ ${#want[@]} -gt 0 ]] || want=(stalled-killed small-queued big-frames idle malformed regex filter-cost endpoint-fill trespass shm-trespass shm-hog dscp-clash admin-scale distinct time-skew udp-flood)
     echo "abuse: tagwired pid $daemon on $addr, $(nproc) CPUs, baseline RSS $(settled_rss) KiB"
     for a in "${want[@]}"; do
         case "$a" in
@@ -211,6 +217,7 @@ main() {
             big-frames) run big-frames "64 connections announce 16 MiB frames and send all but the last byte" ;;
             idle) run idle "4,096 sockets that never say Hello" ;;
             malformed) run malformed "one connection sends 1M frames of an unknown type" ;;
+            udp-flood) run udp-flood "200,000 garbage datagrams, 30,000 short/full/forged-cookie Opens, then 2,048 cookie-proven sessions against max_sessions 1024 (issue 27)" ;;
             regex) run regex "one subscription of 16 filters × 4 regexes [a-z]{N}, N as large as accepted; events with a 44 KB and a 1 KiB string field, 200/s for 3 s" ;;
             filter-cost) run filter-cost "4 subscriptions of 16 filters × 4 cache-hostile regexes and one of 16 × 128 \$.s ~ \$.t; events with two 1 KiB fields, 50/s for 3 s (issue 24, item 9)" ;;
             endpoint-fill) run endpoint-fill "token:mallory opens connections and declares endpoints until LimitReached; the owner must still be served" ;;

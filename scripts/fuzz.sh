@@ -36,6 +36,8 @@
 #   link_fragment  a peer daemon's Fragment/FragmentResume frames into the
 #                  bounded reassembler and a sender's resume point
 #                  (tagwire-core's fragment module)
+#   datagram       a UDP datagram (header, frames, padding, cookie,
+#                  report) and the sequence window (tagwire-proto, core)
 #
 # Installs cargo-fuzz if it is missing, writes the target's seed corpus (for
 # frame_decoder and publish_ack: the test vectors of docs/protocol.md; for admin_request

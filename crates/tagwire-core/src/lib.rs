@@ -1,6 +1,8 @@
 //! `tagwire-core` — the pure logic of tagwire: no sockets, no threads, no
 //! clocks (time, where needed, is an argument).
 //!
+//! - [`datagram`]: the UDP transport's sequence window (loss, reordering)
+//!   and the packer that cuts frames into datagrams.
 //! - [`tags`]: tag and pattern syntax, and the [`TagTable`](tags::TagTable)
 //!   trie that finds the subscriptions matching a tag.
 //! - [`queue`]: bounded per-subscriber queues with order, discard and
@@ -37,6 +39,7 @@
 
 pub mod bandwidth;
 pub mod connection;
+pub mod datagram;
 pub mod defer;
 pub mod endpoint;
 pub mod federation;

@@ -800,6 +800,53 @@ pub struct ConnectionInfo {
     /// (no IP packets).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dscp: Option<u8>,
+    /// How it reached the daemon: `tcp`, `tls`, `unix`, `in-process` or
+    /// `udp` (empty from a daemon that predates the field).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub transport: String,
+    /// A UDP session's loss counters (absent for stream transports, where
+    /// the kernel retransmits).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub udp: Option<UdpInfo>,
+}
+
+/// A UDP session's counters (`docs/protocol.md`, "Datagrams"): what the
+/// daemon saw of the client's datagrams, what the client reported of the
+/// daemon's, and what the daemon could not send.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct UdpInfo {
+    /// The session id.
+    pub session: u64,
+    /// Datagrams received from the client (accepted).
+    pub received: u64,
+    /// The client's sequence numbers never received.
+    pub lost: u64,
+    /// The client's datagrams that arrived after a later one.
+    pub reordered: u64,
+    /// The client's datagrams received twice (dropped).
+    pub duplicate: u64,
+    /// Datagrams dropped as unusable: bad framing, too large, too old, from
+    /// another address with this session's id.
+    pub bad: u64,
+    /// Datagrams dropped because the connection had not read the ones
+    /// before (`[udp] queue`).
+    pub overrun: u64,
+    /// Datagrams sent to the client.
+    pub sent: u64,
+    /// Frames not sent: larger than one datagram (`[udp] max_datagram`).
+    pub too_large: u64,
+    /// Datagrams the socket would not take (send buffer full) or the
+    /// anti-amplification budget did not allow.
+    pub send_dropped: u64,
+    /// What the client last reported of the daemon's datagrams: received.
+    pub peer_received: u64,
+    /// ...lost (the daemon's datagrams the client never got).
+    pub peer_lost: u64,
+    /// ...reordered.
+    pub peer_reordered: u64,
+    /// ...duplicate, plus bad.
+    pub peer_dropped: u64,
 }
 
 /// One lane: a band's thread, its scheduling and its sockets' DSCP.
@@ -827,6 +874,9 @@ pub struct LaneEntry {
     /// Its Unix socket.
     #[serde(default)]
     pub unix: Option<String>,
+    /// Its UDP socket (`[udp] listen`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub udp: Option<String>,
 }
 
 /// One endpoint.

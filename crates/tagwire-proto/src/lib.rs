@@ -19,6 +19,7 @@
 //! ```
 
 pub mod admin;
+pub mod datagram;
 mod error;
 mod event;
 mod excerpt;

@@ -391,7 +391,12 @@ pub(crate) fn list_page(
                         peer: c.peer.clone(),
                         identity: c.identity.to_string(),
                         band: c.band.to_string(),
-                        dscp: c.socket.as_ref().map(|_| {
+                        transport: match c.transport {
+                            "tcp" if st.config.tls.is_some() => "tls".into(),
+                            t => t.into(),
+                        },
+                        udp: c.udp.as_ref().map(|u| u.info()),
+                        dscp: (c.socket.is_some() || c.udp.is_some()).then(|| {
                             c.dscp.unwrap_or_else(|| {
                                 st.lanes
                                     .iter()
@@ -772,6 +777,7 @@ pub(crate) fn lane_entries(st: &State) -> Vec<LaneEntry> {
             cpus: l.cpus.clone(),
             tcp: l.tcp.map(|a| a.to_string()),
             unix: l.unix.as_ref().map(|p| p.display().to_string()),
+            udp: l.udp.map(|a| a.to_string()),
         })
         .collect();
     let order: Vec<&str> = st.config.bands.iter().map(|b| b.name.as_str()).collect();

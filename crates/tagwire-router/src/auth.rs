@@ -93,6 +93,25 @@ pub enum Transport {
     },
     /// An in-process client of an embedded router (the application itself).
     InProcess,
+    /// A UDP session (`udp://`): identifies nobody, like plain TCP; the
+    /// session's loss counters ride along for `tagwire list`.
+    Udp {
+        /// The session's counters.
+        stats: crate::udp::StatsRef,
+    },
+}
+
+impl Transport {
+    /// Its name in `tagwire list` (`tcp`, `unix`, `in-process`, `udp`;
+    /// the router says `tls` for TCP when its listener serves TLS).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Transport::Unix { .. } => "unix",
+            Transport::Tcp { .. } => "tcp",
+            Transport::InProcess => "in-process",
+            Transport::Udp { .. } => "udp",
+        }
+    }
 }
 
 struct CompiledRule {
@@ -244,6 +263,13 @@ impl Authenticator {
                         ))
                     }
                     Transport::Tcp { cert: Some(c) } => Arc::from(c.as_str()),
+                    Transport::Udp { .. } => return Err((
+                        ErrorCode::Unauthenticated,
+                        "no credentials: over UDP a client presents a token (TAGWIRE_TOKEN, or \
+                         the daemon's token file in its owner's runtime directory); see \
+                         docs/security.md"
+                            .into(),
+                    )),
                     Transport::Tcp { cert: None } => return Err((
                         ErrorCode::Unauthenticated,
                         "no credentials: over TCP a client presents a token (TAGWIRE_TOKEN, or \

@@ -18,6 +18,7 @@ pub(crate) mod metrics;
 pub(crate) mod mqtt;
 pub(crate) mod qos;
 pub(crate) mod store;
+pub(crate) mod udp;
 
 pub use auth::{AclRule, AuthConfig, TokenConfig};
 pub use bandwidth::BandwidthConfig;
@@ -25,6 +26,7 @@ pub use cluster::ClusterConfig;
 pub use error::ConfigError;
 pub use metrics::MetricsConfig;
 pub use store::{Fsync, StoreConfig};
+pub use udp::UdpConfig;
 
 /// Default TCP listen address.
 pub const DEFAULT_TCP: &str = "127.0.0.1:7700";
@@ -79,6 +81,9 @@ pub struct RouterConfig {
     /// The durable store of `reliability=durable` tags (`[store]`;
     /// docs/reliability.md).
     pub store: StoreConfig,
+    /// The UDP listener (`[udp]`; docs/transports.md). Off unless `listen`
+    /// is set.
+    pub udp: UdpConfig,
 }
 
 /// The `[federation]` section: which daemons to link with and the bounds of
@@ -219,7 +224,7 @@ impl FederationConfig {
             });
             if !ok {
                 return Err(ConfigError::Invalid(format!(
-                    "federation.peers: {p:?} is not tcp://HOST:PORT or tls://HOST:PORT"
+                    "federation.peers: {p:?} is not tcp://HOST:PORT, tls://HOST:PORT or udp://HOST:PORT"
                 )));
             }
             if tls && self.tls.is_none() {
@@ -297,13 +302,25 @@ impl FederationConfig {
     }
 }
 
-/// `tls://HOST:PORT` → `(true, "HOST:PORT")`; `tcp://HOST:PORT` and
-/// `HOST:PORT` → `(false, "HOST:PORT")`.
+/// `tls://HOST:PORT` → `(true, "HOST:PORT")`; `tcp://HOST:PORT`,
+/// `udp://HOST:PORT` and `HOST:PORT` → `(false, "HOST:PORT")` (see
+/// [`is_udp_peer`]).
 pub fn peer_address(peer: &str) -> (bool, &str) {
     match peer.strip_prefix("tls://") {
         Some(a) => (true, a),
-        None => (false, peer.strip_prefix("tcp://").unwrap_or(peer)),
+        None => (
+            false,
+            peer.strip_prefix("tcp://")
+                .or_else(|| peer.strip_prefix("udp://"))
+                .unwrap_or(peer),
+        ),
     }
+}
+
+/// Whether a peer is dialed over UDP (`udp://HOST:PORT`: a best-effort
+/// link in datagrams, docs/transports.md).
+pub fn is_udp_peer(peer: &str) -> bool {
+    peer.starts_with("udp://")
 }
 
 /// The `[federation.tls]` section: how this daemon's links to `tls://`
@@ -576,6 +593,7 @@ impl Default for RouterConfig {
             cluster: ClusterConfig::default(),
             mqtt: mqtt::MqttConfig::default(),
             store: StoreConfig::default(),
+            udp: UdpConfig::default(),
         }
     }
 }
@@ -688,6 +706,7 @@ impl RouterConfig {
         }
         self.metrics.validate(self.auth.enabled)?;
         self.mqtt.validate(&self.auth)?;
+        self.udp.validate(self.auth.enabled)?;
         crate::band::plan(self)?;
         let bands: Vec<String> = self.bands.iter().map(|b| b.name.clone()).collect();
         let daemon = qos::daemon_layer(&self.qos, &bands).map_err(ConfigError::Invalid)?;

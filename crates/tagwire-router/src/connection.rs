@@ -284,6 +284,12 @@ async fn serve_with<R, W>(
         }
     }
     let (id, limits, evict) = register(&state, &peer, &outbox, &lane, socket);
+    if let Some(c) = state.borrow_mut().connections.get_mut(&id) {
+        c.transport = transport.name();
+        if let Transport::Udp { stats } = &transport {
+            c.udp = Some(stats.0.clone());
+        }
+    }
     let slot = Slot {
         id,
         state: state.clone(),
@@ -595,6 +601,8 @@ fn register(
             socket,
             dscp: None,
             qos: tagwire_core::qos::QosLayer::new(tagwire_core::qos::Level::Session),
+            transport: "",
+            udp: None,
         },
     );
     crate::bandwidth::mark_connection(&st, id);

@@ -118,6 +118,8 @@ pub(crate) struct LaneSetup {
     pub tcp: Option<std::net::TcpListener>,
     pub tls: Option<Arc<rustls::ServerConfig>>,
     pub unix: Option<std::os::unix::net::UnixListener>,
+    /// The band's UDP socket (`[udp] listen`), bound, with its settings.
+    pub udp: Option<(std::net::UdpSocket, crate::config::UdpConfig)>,
     pub commands: mpsc::Receiver<LaneCommand>,
     /// Set on the admin lane.
     pub admin_jobs: Option<mpsc::Receiver<AdminJob>>,
@@ -174,6 +176,7 @@ fn take_priority(band: &Band, state: &Locked<State>) {
             cpus,
             tcp: None,
             unix: band.unix.clone(),
+            udp: None,
             tid: Some(rustix::thread::gettid().as_raw_nonzero().get()),
         }),
     }
@@ -248,6 +251,35 @@ pub(crate) async fn run(mut setup: LaneSetup) {
                 admin_lane,
             ))),
             Err(e) => tracing::error!("unix listener: {e}"),
+        }
+    }
+    if let Some((socket, config)) = setup.udp.take() {
+        let addr = socket.local_addr().ok();
+        if let Err(e) = crate::priority::set_dscp(&socket, dscp) {
+            tracing::debug!("cannot set DSCP {dscp} on the udp socket: {e}");
+        }
+        if let Some(info) = state
+            .borrow_mut()
+            .lanes
+            .iter_mut()
+            .find(|i| i.band == setup.band.name)
+        {
+            info.udp = addr;
+        }
+        match socket
+            .set_nonblocking(true)
+            .and_then(|()| tokio::net::UdpSocket::from_std(socket))
+        {
+            Ok(s) => accepts.push(tokio::task::spawn_local(crate::udp::serve(
+                state.clone(),
+                s,
+                LaneOf {
+                    band: band.clone(),
+                    admin_lane,
+                },
+                config,
+            ))),
+            Err(e) => tracing::error!("udp socket: {e}"),
         }
     }
     let _ = setup.ready.send(());

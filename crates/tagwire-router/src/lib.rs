@@ -60,6 +60,7 @@ mod sync;
 mod timing;
 pub mod tls;
 pub mod transform;
+pub mod udp;
 
 use std::net::SocketAddr;
 use std::os::unix::net::UnixStream as StdUnixStream;
@@ -103,6 +104,8 @@ pub struct RouterHandle {
     bands: Vec<(String, Option<SocketAddr>, Option<PathBuf>)>,
     tcp: Option<SocketAddr>,
     unix: Option<PathBuf>,
+    /// The default band's UDP socket (`[udp] listen`).
+    udp: Option<SocketAddr>,
     /// The owner's token files (one per TCP band port), removed at shutdown.
     token_files: Vec<PathBuf>,
     state: Arc<Locked<State>>,
@@ -265,6 +268,48 @@ impl Router {
                 Ok((tcp, unix))
             })
             .collect::<Result<Vec<_>, RouterError>>()?;
+        // UDP (`[udp] listen`): the default band on the configured address,
+        // the others on the same IP with a port the OS picks.
+        let udp_config = config.udp.clone();
+        let mut udp_sockets = Vec::new();
+        for b in &bands {
+            let socket = match udp_config.listen {
+                None => None,
+                Some(listen) => {
+                    let addr = if b.name == config.default_band {
+                        listen
+                    } else {
+                        SocketAddr::new(listen.ip(), 0)
+                    };
+                    let s =
+                        std::net::UdpSocket::bind(addr).map_err(|source| RouterError::Listen {
+                            what: format!("udp {addr} (band {})", b.name),
+                            source,
+                        })?;
+                    Some((s, udp_config.clone()))
+                }
+            };
+            udp_sockets.push(socket);
+        }
+        let mut token_files = token_files;
+        if let Some(t) = &token {
+            for (s, _) in udp_sockets.iter().flatten() {
+                let Ok(a) = s.local_addr() else { continue };
+                let path = local::udp_token_path(a.port());
+                local::write_private(&path, t.as_bytes()).map_err(|source| {
+                    local::LocalError::Io {
+                        what: "cannot write token file",
+                        path: path.clone(),
+                        source,
+                    }
+                })?;
+                token_files.push(path);
+            }
+        }
+        let udp_addrs: Vec<Option<SocketAddr>> = udp_sockets
+            .iter()
+            .map(|s| s.as_ref().and_then(|(s, _)| s.local_addr().ok()))
+            .collect();
         // The MQTT listener checks credentials as the router does (the same
         // tokens and ACL), then connects in-process with the same token.
         let mqtt_setup = match config.mqtt.listen {
@@ -320,7 +365,7 @@ impl Router {
         let mut jobs_rx = Some(jobs_rx);
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let mut lanes = Vec::new();
-        for (b, (tcp, unix)) in bands.iter().zip(listeners) {
+        for ((b, (tcp, unix)), udp) in bands.iter().zip(listeners).zip(udp_sockets) {
             let (tx, rx) = mpsc::channel(lane::MAX_LANE_COMMANDS);
             let admin = b.rank == 0;
             let setup = lane::LaneSetup {
@@ -329,6 +374,7 @@ impl Router {
                 tcp,
                 tls: tls.clone(),
                 unix,
+                udp,
                 commands: rx,
                 admin_jobs: if admin { jobs_rx.take() } else { None },
                 unix_paths: if admin {
@@ -362,10 +408,11 @@ impl Router {
             None => None,
         };
         if !embedded {
-            for (name, t, u) in &addrs {
+            for ((name, t, u), d) in addrs.iter().zip(&udp_addrs) {
                 let listeners: Vec<String> = [
                     t.map(|a| format!("{scheme}://{a}")),
                     u.as_ref().map(|p| format!("unix://{}", p.display())),
+                    d.map(|a| format!("udp://{a}")),
                 ]
                 .into_iter()
                 .flatten()
@@ -395,6 +442,7 @@ impl Router {
             default_band: bands[default].name.clone(),
             bands: addrs,
             tcp: tcp_addr,
+            udp: udp_addrs.get(default).copied().flatten(),
             unix: unix_path,
             token_files,
             state: state.clone(),
@@ -416,6 +464,12 @@ impl std::fmt::Debug for RouterHandle {
 
 impl RouterHandle {
     /// The bound TCP address, if TCP is enabled.
+    pub fn udp_addr(&self) -> Option<SocketAddr> {
+        self.udp
+    }
+
+    /// The TCP address the default band listens on (with the real port if
+    /// the configuration asked for port 0).
     pub fn tcp_addr(&self) -> Option<SocketAddr> {
         self.tcp
     }

@@ -775,6 +775,10 @@ pub(crate) async fn run_band(
                 else {
                     continue;
                 };
+                if crate::config::is_udp_peer(&l.addr) {
+                    // A UDP link serves the default band only.
+                    continue;
+                }
                 let (tls, host) = crate::config::peer_address(&l.addr);
                 let Some((host, _)) = host.rsplit_once(':') else {
                     continue;
@@ -842,6 +846,33 @@ async fn dial(
             }
         }
         let target = crate::config::peer_address(&addr).1.to_owned();
+        if crate::config::is_udp_peer(&addr) {
+            let started = std::time::Instant::now();
+            match crate::udp::dial_link(
+                state.clone(),
+                addr.clone(),
+                &target,
+                lane.clone(),
+                dscp,
+                Duration::from_secs(3),
+            )
+            .await
+            {
+                Ok(()) => failures = 0,
+                Err(e) => {
+                    failures += 1;
+                    if failures == 1 || failures.is_power_of_two() {
+                        tracing::warn!("peer {addr}: {e}; retrying (attempt {failures})");
+                    }
+                }
+            }
+            if started.elapsed() > Duration::from_secs(10) {
+                backoff = BACKOFF_MIN;
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(BACKOFF_MAX);
+            continue;
+        }
         let connected = tokio::time::timeout(
             Duration::from_secs(3),
             tokio::net::TcpStream::connect(target.as_str()),

@@ -62,6 +62,12 @@ pub fn token_path(port: u16) -> PathBuf {
     runtime_dir().join(format!("token-{port}"))
 }
 
+/// Where the owner's token is written for a UDP port (`[udp] listen`): a
+/// name of its own, since UDP and TCP port numbers are separate spaces.
+pub fn udp_token_path(port: u16) -> PathBuf {
+    runtime_dir().join(format!("token-udp-{port}"))
+}
+
 /// Creates `dir` (mode 0700) if it does not exist, then checks it.
 pub fn prepare_private_dir(dir: &Path) -> Result<(), LocalError> {
     match std::fs::DirBuilder::new().mode(0o700).create(dir) {

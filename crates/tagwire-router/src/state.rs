@@ -54,6 +54,10 @@ pub(crate) struct ConnEntry {
     pub dscp: Option<u8>,
     /// Its session-level QoS layer.
     pub qos: tagwire_core::qos::QosLayer,
+    /// How it reached us (`tcp`, `unix`, `udp`, …; see `Transport::name`).
+    pub transport: &'static str,
+    /// A UDP session's counters.
+    pub udp: Option<Arc<crate::udp::UdpStats>>,
 }
 
 /// A lane as it runs: its band and the scheduling it got.
@@ -75,6 +79,8 @@ pub(crate) struct LaneInfo {
     pub tcp: Option<std::net::SocketAddr>,
     /// Its Unix listener.
     pub unix: Option<std::path::PathBuf>,
+    /// Its UDP socket.
+    pub udp: Option<std::net::SocketAddr>,
     /// Its thread's kernel id (for its CPU time in `/metrics`).
     pub tid: Option<i32>,
 }

@@ -23,6 +23,16 @@ use crate::url::ServerUrl;
 /// The token to present to a daemon at `HOST:PORT` over TCP or TLS
 /// (empty: none).
 pub(crate) fn token_for(addr: &str) -> String {
+    token_from(addr, local::token_path)
+}
+
+/// As [`token_for`], for a daemon's UDP port (`udp://`): its token file is
+/// `token-udp-PORT`.
+pub(crate) fn token_for_udp(addr: &str) -> String {
+    token_from(addr, local::udp_token_path)
+}
+
+fn token_from(addr: &str, path: fn(u16) -> std::path::PathBuf) -> String {
     if let Ok(t) = std::env::var("TAGWIRE_TOKEN") {
         return t.trim().to_owned();
     }
@@ -35,7 +45,7 @@ pub(crate) fn token_for(addr: &str) -> String {
             .parse::<std::net::IpAddr>()
             .is_ok_and(|ip| ip.is_loopback());
     match port.parse::<u16>() {
-        Ok(port) if loopback => match local::read_token(&local::token_path(port)) {
+        Ok(port) if loopback => match local::read_token(&path(port)) {
             Ok(t) => t,
             Err(e) => {
                 tracing::debug!("no local token for port {port}: {e}");

@@ -74,6 +74,18 @@ pub enum Error {
         /// How long the call waited.
         waited: std::time::Duration,
     },
+    /// An event too large for the transport's unit: over UDP one event
+    /// travels in one datagram (`[udp] max_datagram`); fragmentation is not
+    /// done, so a larger publish is refused, not sent in pieces.
+    #[error("event frame of {size} bytes does not fit in one {transport} datagram (at most {max} bytes of frame; max_datagram 1400 less the 16-byte header); publish it over tcp:// or unix://, or make it smaller")]
+    EventTooLarge {
+        /// Bytes of its frame (length field included).
+        size: usize,
+        /// The most one datagram carries.
+        max: usize,
+        /// The transport (`udp`).
+        transport: &'static str,
+    },
     /// The handshake failed.
     #[error("handshake with {url} failed: {reason}")]
     Handshake {

@@ -35,6 +35,7 @@ mod shm;
 mod stream;
 mod subscriber;
 mod tls;
+mod udp;
 mod url;
 
 pub use builder::{
@@ -54,6 +55,7 @@ pub use shm::{ShmMode, ShmStats};
 pub use subscriber::{CallbackSubscription, Subscriber, SubscriptionBuilder};
 pub use tagwire_core::qos::Reliability;
 pub use tls::TlsOptions;
+pub use udp::UdpCounters;
 pub use url::ServerUrl;
 
 pub use bytes::Bytes;

@@ -114,6 +114,8 @@ pub(crate) struct Inner {
     router_bands: Mutex<Option<Arc<RouterBands>>>,
     /// Shared-memory regions and counters (`crate::shm`).
     pub(crate) shm: crate::shm::ClientShm,
+    /// Over UDP: the current connection's datagram counters.
+    udp: Mutex<Option<Arc<crate::udp::UdpStatus>>>,
 }
 
 /// Closes the session when the last handle (session, publisher or
@@ -224,6 +226,7 @@ impl Session {
             writer: Mutex::new(WriteState::new(ack_window)),
             engine: Mutex::new(Connection::client(config, hello, 0)),
             socket: Mutex::new(None),
+            udp: Mutex::new(None),
             replay: Mutex::new(BytesMut::new()),
             flush_cv: Condvar::new(),
             acked_cv: Condvar::new(),
@@ -609,6 +612,13 @@ impl Session {
     pub fn flush(&self) -> Result<()> {
         let inner = self.inner();
         inner.flush_locked(lock(&inner.writer))
+    }
+
+    /// Over `udp://`: the connection's datagram counters (the daemon's
+    /// datagrams received, lost, reordered, …; what could not be sent);
+    /// `None` over stream transports.
+    pub fn udp_counters(&self) -> Option<crate::UdpCounters> {
+        lock(&self.inner().udp).as_ref().map(|s| s.counters())
     }
 
     /// How many times the session reconnected after losing its connection.

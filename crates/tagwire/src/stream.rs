@@ -22,6 +22,9 @@ pub(crate) enum Stream {
     /// TLS: the session's end of a pair served by a pump thread, and what
     /// the pump met (reported when the stream ends on an error).
     Tls(UnixStream, Arc<PumpStatus>),
+    /// UDP: the session's end of a pair served by the datagram pumps
+    /// (see `udp.rs`), and what they saw.
+    Udp(UnixStream, Arc<crate::udp::UdpStatus>),
 }
 
 impl Stream {
@@ -61,6 +64,10 @@ impl Stream {
                 crate::credentials::check_daemon(&s, url)?;
                 Ok(Stream::Unix(s))
             }
+            ServerUrl::Udp(addr) => {
+                let (s, status) = crate::udp::connect(addr, timeout)?;
+                Ok(Stream::Udp(s, status))
+            }
             ServerUrl::Tls(_) => Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
                 "tls:// URLs connect with Stream::connect_tls",
@@ -84,13 +91,14 @@ impl Stream {
             Stream::Tcp(s) => Stream::Tcp(s.try_clone()?),
             Stream::Unix(s) => Stream::Unix(s.try_clone()?),
             Stream::Tls(s, status) => Stream::Tls(s.try_clone()?, status.clone()),
+            Stream::Udp(s, status) => Stream::Udp(s.try_clone()?, status.clone()),
         })
     }
 
     pub(crate) fn set_read_timeout(&self, d: Option<Duration>) -> std::io::Result<()> {
         match self {
             Stream::Tcp(s) => s.set_read_timeout(d),
-            Stream::Unix(s) | Stream::Tls(s, _) => s.set_read_timeout(d),
+            Stream::Unix(s) | Stream::Tls(s, _) | Stream::Udp(s, _) => s.set_read_timeout(d),
         }
     }
 
@@ -99,7 +107,9 @@ impl Stream {
     pub(crate) fn shutdown_write(&self) {
         let _ = match self {
             Stream::Tcp(s) => s.shutdown(std::net::Shutdown::Write),
-            Stream::Unix(s) | Stream::Tls(s, _) => s.shutdown(std::net::Shutdown::Write),
+            Stream::Unix(s) | Stream::Tls(s, _) | Stream::Udp(s, _) => {
+                s.shutdown(std::net::Shutdown::Write)
+            }
         };
     }
 
@@ -107,7 +117,9 @@ impl Stream {
     pub(crate) fn shutdown(&self) {
         let _ = match self {
             Stream::Tcp(s) => s.shutdown(std::net::Shutdown::Both),
-            Stream::Unix(s) | Stream::Tls(s, _) => s.shutdown(std::net::Shutdown::Both),
+            Stream::Unix(s) | Stream::Tls(s, _) | Stream::Udp(s, _) => {
+                s.shutdown(std::net::Shutdown::Both)
+            }
         };
     }
 }
@@ -157,6 +169,15 @@ impl Read for Stream {
                     _ => r,
                 }
             }
+            Stream::Udp(s, status) => {
+                let r = s.read(buf);
+                match (&r, status.error()) {
+                    (Ok(0) | Err(_), Some(e)) if !buf.is_empty() => {
+                        Err(std::io::Error::other(format!("UDP: {e}")))
+                    }
+                    _ => r,
+                }
+            }
         }
     }
 }
@@ -168,6 +189,10 @@ impl Write for Stream {
             Stream::Unix(s) => s.write(buf),
             Stream::Tls(s, status) => s.write(buf).map_err(|e| match status.error() {
                 Some(tls) => std::io::Error::other(format!("TLS: {tls}")),
+                None => e,
+            }),
+            Stream::Udp(s, status) => s.write(buf).map_err(|e| match status.error() {
+                Some(u) => std::io::Error::other(format!("UDP: {u}")),
                 None => e,
             }),
         }

@@ -1,5 +1,6 @@
 //! Server addresses: `tcp://HOST:PORT`, `tls://HOST:PORT` (TCP with TLS;
-//! settings in [`crate::TlsOptions`]) and `unix:///PATH`.
+//! settings in [`crate::TlsOptions`]), `udp://HOST:PORT` (datagrams, best
+//! effort; docs/transports.md) and `unix:///PATH`.
 
 use std::path::PathBuf;
 
@@ -14,6 +15,9 @@ pub enum ServerUrl {
     Tls(String),
     /// A Unix socket path, `unix:///PATH`.
     Unix(PathBuf),
+    /// A daemon's UDP listener, `udp://HOST:PORT` (`tagwired --udp`):
+    /// datagrams, best effort, loss counted.
+    Udp(String),
 }
 
 impl ServerUrl {
@@ -39,6 +43,8 @@ impl ServerUrl {
             Ok(ServerUrl::Tcp(host_port("tcp", rest)?))
         } else if let Some(rest) = url.strip_prefix("tls://") {
             Ok(ServerUrl::Tls(host_port("tls", rest)?))
+        } else if let Some(rest) = url.strip_prefix("udp://") {
+            Ok(ServerUrl::Udp(host_port("udp", rest)?))
         } else if let Some(rest) = url
             .strip_prefix("unix://")
             .or_else(|| url.strip_prefix("unix:"))
@@ -49,7 +55,7 @@ impl ServerUrl {
             Ok(ServerUrl::Unix(PathBuf::from(rest)))
         } else {
             Err(bad(
-                "expected tcp://HOST:PORT, tls://HOST:PORT or unix:///PATH",
+                "expected tcp://HOST:PORT, tls://HOST:PORT, udp://HOST:PORT or unix:///PATH",
             ))
         }
     }
@@ -74,6 +80,7 @@ impl std::fmt::Display for ServerUrl {
         match self {
             ServerUrl::Tcp(a) => write!(f, "tcp://{a}"),
             ServerUrl::Tls(a) => write!(f, "tls://{a}"),
+            ServerUrl::Udp(a) => write!(f, "udp://{a}"),
             ServerUrl::Unix(p) => write!(f, "unix://{}", p.display()),
         }
     }
@@ -94,6 +101,10 @@ mod tests {
             Some(ServerUrl::Tls("broker.lan:7701".into()))
         );
         assert_eq!(
+            ServerUrl::parse("udp://10.0.0.1:7710").ok(),
+            Some(ServerUrl::Udp("10.0.0.1:7710".into()))
+        );
+        assert_eq!(
             ServerUrl::parse("unix:///run/t.sock").ok(),
             Some(ServerUrl::Unix("/run/t.sock".into()))
         );
@@ -103,6 +114,8 @@ mod tests {
             ("tcp://x:99999", "port"),
             ("tls://x", "tls://HOST:PORT"),
             ("tls://:7701", "host"),
+            ("udp://x", "udp://HOST:PORT"),
+            ("udp://x:port", "port"),
             ("unix://", "path"),
         ] {
             let e = ServerUrl::parse(bad).unwrap_err().to_string();

@@ -1440,6 +1440,105 @@ fn ping(o: &Opts) -> Res<()> {
     Ok(())
 }
 
+/// UDP (issue 27): garbage datagrams, short and full `Open`s, forged
+/// cookies, then more sessions than `[udp] max_sessions` from as many
+/// source ports. PASS if nothing but cookies answered the unproven
+/// datagrams and the answers were never more bytes than what came (no
+/// amplification). Sessions that never say Hello are bounded by
+/// `limits.max_pending_handshakes` (the oldest is closed for a new one) and
+/// `[udp] max_sessions`; the script's RSS lines show the cost.
+fn udp_flood(o: &Opts) -> Res<()> {
+    use std::net::UdpSocket;
+    use tagwire_proto::datagram::{encode_open, Datagram, DatagramKind, COOKIE_LEN, MIN_OPEN_LEN};
+    let udp = o
+        .text("udp")
+        .ok_or("--udp ADDR: the daemon's [udp] listen")?;
+    let garbage = o.num("datagrams", 200_000);
+    let sessions = o.num("sessions", 2048);
+    let max_sessions = o.num("max-sessions", 1024);
+    let s = UdpSocket::bind("127.0.0.1:0")?;
+    s.connect(udp)?;
+    s.set_nonblocking(true)?;
+    let (mut sent, mut answered, mut answers, mut non_cookie) = (0u64, 0u64, 0u64, 0u64);
+    let mut buf = vec![0u8; 65536];
+    let mut drain = |s: &UdpSocket, answered: &mut u64, answers: &mut u64, non_cookie: &mut u64| {
+        while let Ok(n) = s.recv(&mut buf) {
+            *answered += n as u64;
+            *answers += 1;
+            if Datagram::parse(&buf[..n]).map(|d| d.header.kind) != Ok(DatagramKind::Cookie) {
+                *non_cookie += 1;
+            }
+        }
+    };
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    for i in 0..garbage {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let len = 1 + (x % 1400) as usize;
+        let mut d: Vec<u8> = (0..len).map(|k| (x >> (k % 56)) as u8).collect();
+        if i % 2 == 0 && len >= 16 {
+            // Half look like datagrams: magic, version, a random kind and id.
+            d[..3].copy_from_slice(b"TD\x01");
+        }
+        if s.send(&d).is_ok() {
+            sent += len as u64;
+        }
+        if i % 1024 == 0 {
+            drain(&s, &mut answered, &mut answers, &mut non_cookie);
+        }
+    }
+    let mut open = BytesMut::new();
+    encode_open(None, &mut open);
+    let mut forged = BytesMut::new();
+    encode_open(Some(&[7u8; COOKIE_LEN]), &mut forged);
+    for _ in 0..10_000 {
+        for d in [&open[..MIN_OPEN_LEN - 1], &open[..], &forged[..]] {
+            if s.send(d).is_ok() {
+                sent += d.len() as u64;
+            }
+        }
+        drain(&s, &mut answered, &mut answers, &mut non_cookie);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    drain(&s, &mut answered, &mut answers, &mut non_cookie);
+    // Sessions: a cookie each, then an Open with it, from `sessions` ports.
+    let mut accepted = 0u64;
+    let mut socks = Vec::new();
+    for _ in 0..sessions {
+        let c = UdpSocket::bind("127.0.0.1:0")?;
+        c.connect(udp)?;
+        c.set_read_timeout(Some(Duration::from_millis(200)))?;
+        c.send(&open)?;
+        let Ok(n) = c.recv(&mut buf) else { continue };
+        let Ok(d) = Datagram::parse(&buf[..n]) else {
+            continue;
+        };
+        if d.header.kind != DatagramKind::Cookie {
+            continue;
+        }
+        let mut cookie = [0u8; COOKIE_LEN];
+        cookie.copy_from_slice(d.body);
+        let mut with = BytesMut::new();
+        encode_open(Some(&cookie), &mut with);
+        c.send(&with)?;
+        if let Ok(n) = c.recv(&mut buf) {
+            if Datagram::parse(&buf[..n]).is_ok_and(|d| d.header.kind == DatagramKind::Accept) {
+                accepted += 1;
+            }
+        }
+        socks.push(c);
+    }
+    let ok = non_cookie == 0 && answered <= sent;
+    println!(
+        "udp-flood: {garbage} garbage datagrams and 30,000 Opens ({sent} bytes) got {answers} answers ({answered} bytes, all cookies: {}); {sessions} cookie-proven Opens from as many ports got {accepted} sessions (at most max_sessions {max_sessions} at once, pending handshakes evicted oldest first): {}",
+        non_cookie == 0,
+        verdict(ok)
+    );
+    drop(socks);
+    Ok(())
+}
+
 fn main() {
     let mut args = std::env::args().skip(1);
     let attack = args.next().unwrap_or_default();
@@ -1474,6 +1573,7 @@ fn main() {
         "distinct" => distinct(&o),
         "time-skew" => time_skew(&o),
         "ping" => ping(&o),
+        "udp-flood" => udp_flood(&o),
         other => {
             eprintln!("abuse: unknown attack {other:?} (see the comment at the top of abuse.rs)");
             std::process::exit(2);

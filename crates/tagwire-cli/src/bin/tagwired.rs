@@ -54,7 +54,8 @@ struct Args {
     #[arg(long)]
     name: Option<String>,
     /// Keep a link with the daemon at tcp://HOST:PORT, or tls://HOST:PORT
-    /// for one that serves TLS (needs --peer-tls-ca) (repeatable; added to
+    /// for one that serves TLS (needs --peer-tls-ca), or udp://HOST:PORT for
+    /// a best-effort link in datagrams to its --udp listener (repeatable; added to
     /// `[federation] peers`). Events cross links only toward daemons whose
     /// subscribers want them.
     #[arg(long, value_name = "URL")]
@@ -105,6 +106,11 @@ struct Args {
     /// see docs/mqtt.md.
     #[arg(long, value_name = "ADDR")]
     mqtt: Option<std::net::SocketAddr>,
+    /// Serve `udp://` clients on ADDR (e.g. 0.0.0.0:7710): datagrams of at
+    /// most `[udp] max_datagram` bytes, best effort, loss counted. Overrides
+    /// `[udp] listen`; see docs/transports.md.
+    #[arg(long, value_name = "ADDR")]
+    udp: Option<std::net::SocketAddr>,
     /// Directory of the daemon's durable state: the store of
     /// `reliability=durable` tags (`store.redb`; docs/reliability.md).
     /// Without it (or `[store] path`) the daemon has no store, and making a
@@ -135,6 +141,9 @@ fn config(args: &Args) -> Result<RouterConfig, ConfigError> {
     }
     if let Some(a) = args.mqtt {
         cfg.mqtt.listen = Some(a);
+    }
+    if let Some(a) = args.udp {
+        cfg.udp.listen = Some(a);
     }
     if let Some(n) = &args.name {
         cfg.name = n.clone();

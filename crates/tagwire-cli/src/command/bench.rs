@@ -115,6 +115,8 @@ pub fn run(server: Option<&str>, band: Option<&str>, tls: &TlsOptions, a: BenchA
             "tagwire-unix"
         } else if url.starts_with("tls:") {
             "tagwire-tls"
+        } else if url.starts_with("udp:") {
+            "tagwire-udp"
         } else {
             "tagwire-tcp"
         };
@@ -136,7 +138,7 @@ pub fn run(server: Option<&str>, band: Option<&str>, tls: &TlsOptions, a: BenchA
         band: band.map(str::to_owned),
     };
     // What the run measures: the band and the transport (the system's
-    // suffix: unix, tcp, tls, shm or embedded).
+    // suffix: unix, tcp, tls, udp, shm or embedded).
     let band_used = target.band_used()?;
     let transport = system.trim_start_matches("tagwire-").to_owned();
     let duration = Duration::from_secs_f64(a.duration);

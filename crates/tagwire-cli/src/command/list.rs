@@ -62,6 +62,7 @@ pub fn run(session: &Session, a: ListArgs) -> CmdResult {
             let listeners: Vec<String> = [
                 lane.tcp.as_ref().map(|a| format!("tcp://{a}")),
                 lane.unix.as_ref().map(|p| format!("unix://{p}")),
+                lane.udp.as_ref().map(|a| format!("udp://{a}")),
             ]
             .into_iter()
             .flatten()
@@ -86,21 +87,46 @@ pub fn run(session: &Session, a: ListArgs) -> CmdResult {
     }
     outln!("\nCONNECTIONS");
     outln!(
-        "  {:>5} {:<24} {:<22} {:<9} PEER",
+        "  {:>5} {:<24} {:<22} {:<9} {:<10} PEER",
         "ID",
         "NAME",
         "IDENTITY",
-        "BAND"
+        "BAND",
+        "TRANSPORT"
     );
     for c in &l.connections {
         outln!(
-            "  {:>5} {:<24} {:<22} {:<9} {}",
+            "  {:>5} {:<24} {:<22} {:<9} {:<10} {}",
             c.id,
             c.name,
             c.identity,
             c.band,
+            if c.transport.is_empty() {
+                "?"
+            } else {
+                &c.transport
+            },
             c.peer
         );
+        if let Some(u) = &c.udp {
+            // Loss over UDP is counted, never silent: both directions.
+            outln!(
+                "        udp in: received {} lost {} reordered {} duplicate {} bad {} overrun {}; out: sent {} too_large {} send_dropped {}; client saw: received {} lost {} reordered {} dropped {}",
+                u.received,
+                u.lost,
+                u.reordered,
+                u.duplicate,
+                u.bad,
+                u.overrun,
+                u.sent,
+                u.too_large,
+                u.send_dropped,
+                u.peer_received,
+                u.peer_lost,
+                u.peer_reordered,
+                u.peer_dropped
+            );
+        }
     }
     outln!("\nENDPOINTS");
     outln!("  {:<32} {:<11} {:>5}", "NAME", "KIND", "CONN");

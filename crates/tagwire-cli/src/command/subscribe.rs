@@ -104,6 +104,16 @@ pub fn run(session: &Session, a: SubArgs) -> CmdResult {
             let _ = writeln!(out, "{summary}").and_then(|()| out.flush());
         }
     }
+    // Over udp:// loss is counted, never silent: say what the network lost.
+    if let Some(c) = session.udp_counters() {
+        let r = c.received;
+        if r.lost > 0 || r.reordered > 0 || r.bad > 0 {
+            eprintln!(
+                "tagwire: over udp the daemon's datagrams were lost {} reordered {} duplicate {} bad {} (received {}); the events they carried are gone",
+                r.lost, r.reordered, r.duplicate, r.bad, r.received
+            );
+        }
+    }
     result
 }
 

@@ -3,6 +3,7 @@
 //! [`netns`]: networks of real daemons on the netns testbed.
 #![allow(dead_code)]
 
+pub mod lan;
 pub mod netns;
 
 use std::net::TcpListener;

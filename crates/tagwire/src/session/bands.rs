@@ -65,7 +65,17 @@ impl Session {
             Some((host, _)) => format!("{host}:{port}"),
             None => format!("{hostport}:{port}"),
         };
+        let udp_port = || -> Result<u16> {
+            lane.udp
+                .as_deref()
+                .and_then(|a| a.rsplit_once(':'))
+                .and_then(|(_, p)| p.parse().ok())
+                .ok_or_else(no_listener)
+        };
         let target = match inner.target() {
+            Target::Url(ServerUrl::Udp(a)) => {
+                Target::Url(ServerUrl::Udp(with_port(a, udp_port()?)))
+            }
             Target::Url(ServerUrl::Tcp(a)) => Target::Url(ServerUrl::Tcp(with_port(a, port()?))),
             Target::Url(ServerUrl::Tls(a)) => Target::Url(ServerUrl::Tls(with_port(a, port()?))),
             Target::Url(ServerUrl::Unix(_)) => Target::Url(ServerUrl::Unix(

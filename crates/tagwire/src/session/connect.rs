@@ -122,6 +122,11 @@ pub(super) fn connect(inner: &Inner) -> Result<(Stream, BytesMut)> {
                 tracing::debug!("cannot set DSCP {} on band {}: {e}", b.dscp, b.name);
             }
         }
+        if let Stream::Udp(_, status) = &s {
+            if let Err(e) = status.set_dscp(b.dscp) {
+                tracing::debug!("cannot set DSCP {} on band {}: {e}", b.dscp, b.name);
+            }
+        }
     }
     {
         let mut e = lock(&inner.engine);
@@ -164,6 +169,15 @@ pub(super) fn connect(inner: &Inner) -> Result<(Stream, BytesMut)> {
         (e.max_frame(), e.acknowledges())
     };
     w.max_frame = max_frame;
+    // Over UDP an event travels in one datagram (no fragmentation).
+    w.datagram_max = match &s {
+        Stream::Udp(..) => Some(crate::udp::max_event_frame()),
+        _ => None,
+    };
+    *lock(&inner.udp) = match &s {
+        Stream::Udp(_, status) => Some(status.clone()),
+        _ => None,
+    };
     // Reliable publishers' unacknowledged events go first (numbered anew);
     // the replay below skips their frames of the lost connection.
     let super::writer::WriteState { acks, buf, .. } = &mut *w;

@@ -73,6 +73,7 @@ impl Target {
             Target::Url(ServerUrl::Tcp(addr)) | Target::Tls(addr, _) => {
                 crate::credentials::token_for(addr)
             }
+            Target::Url(ServerUrl::Udp(addr)) => crate::credentials::token_for_udp(addr),
             Target::Url(_) | Target::Embedded(_) => String::new(),
         }
     }

@@ -38,6 +38,9 @@ pub(super) struct WriteState {
     pub(super) max_frame: u32,
     /// Reliable publishers' events not yet acknowledged (see `acked`).
     pub(super) acks: super::acked::AckWindow,
+    /// Over UDP: the largest frame (length field included) one datagram
+    /// carries; a larger publish is refused (`EventTooLarge`).
+    pub(super) datagram_max: Option<usize>,
 }
 
 impl WriteState {
@@ -51,6 +54,7 @@ impl WriteState {
             connected: false,
             max_frame: 0,
             acks: super::acked::AckWindow::new(acks),
+            datagram_max: None,
         }
     }
 }
@@ -129,6 +133,15 @@ impl Inner {
             return Ok(false);
         }
         let len = 1 + 4 + event.encoded_len();
+        if let Some(max) = w.datagram_max {
+            if 4 + len > max {
+                return Err(Error::EventTooLarge {
+                    size: 4 + len,
+                    max,
+                    transport: "udp",
+                });
+            }
+        }
         if len > w.max_frame as usize {
             return Err(Error::Encode(tagwire_proto::EncodeError::FrameTooLarge {
                 len,

@@ -1,0 +1,122 @@
+//! Property tests of the UDP datagram format and the sequence window:
+//! frames packed into datagrams come out whole and in order; any byte
+//! string either parses or is refused (never a panic); a sequence number
+//! is accepted at most once, and what was never accepted is counted lost.
+
+use bytes::{Bytes, BytesMut};
+use proptest::prelude::*;
+use tagwire_core::datagram::{Packer, SeqWindow, Verdict, REORDER_WINDOW};
+use tagwire_proto::datagram::{Datagram, DatagramKind, HEADER_LEN};
+use tagwire_proto::Frame;
+
+proptest! {
+    #[test]
+    fn packed_frames_come_out_whole_in_order(
+        nonces in proptest::collection::vec(any::<u64>(), 0..200),
+        reasons in proptest::collection::vec(0usize..900, 0..5),
+        max in 64usize..1500,
+        pad in 0usize..1300,
+    ) {
+        let mut stream = BytesMut::new();
+        let mut want = Vec::new();
+        for (i, n) in nonces.iter().enumerate() {
+            let f = if i < reasons.len() {
+                Frame::Close { code: 0, reason: "r".repeat(reasons[i]) }
+            } else {
+                Frame::Ping { nonce: *n }
+            };
+            let before = stream.len();
+            f.encode(&mut stream).expect("encode");
+            if stream.len() - before + HEADER_LEN <= max.max(HEADER_LEN + 5) {
+                want.push(f);
+            }
+        }
+        let mut p = Packer::new(42, max);
+        let mut out = Vec::new();
+        p.pack(&mut stream, pad, &mut out);
+        prop_assert!(stream.is_empty());
+        let mut got = Vec::new();
+        for (i, d) in out.iter().enumerate() {
+            prop_assert!(d.len() <= max.max(HEADER_LEN + 5));
+            let parsed = Datagram::parse(d).expect("a packed datagram parses");
+            prop_assert_eq!(parsed.header.kind, DatagramKind::Data);
+            prop_assert_eq!(parsed.header.session, 42);
+            prop_assert_eq!(parsed.header.seq as usize, i + 1);
+            for (k, b) in parsed.frames().expect("frames") {
+                got.push(Frame::decode(k, Bytes::copy_from_slice(b)).expect("decodes"));
+            }
+        }
+        prop_assert_eq!(got.len() as u64 + p.too_large(), nonces.len() as u64);
+        prop_assert_eq!(got, want);
+    }
+
+    #[test]
+    fn any_bytes_parse_or_are_refused(bytes in proptest::collection::vec(any::<u8>(), 0..1400)) {
+        if let Ok(d) = Datagram::parse(&bytes) {
+            // What parses splits into frames that cover the frame bytes.
+            let total: usize = d.frames().expect("frames").map(|(_, b)| 5 + b.len()).sum();
+            prop_assert_eq!(total, d.frame_bytes().len());
+        }
+    }
+
+    #[test]
+    fn each_sequence_number_is_accepted_once_and_the_rest_counted_lost(
+        seqs in proptest::collection::vec(1u32..300, 0..400),
+    ) {
+        let mut w = SeqWindow::default();
+        let mut accepted = std::collections::BTreeSet::new();
+        for s in &seqs {
+            match w.on_seq(*s) {
+                Verdict::Accept => prop_assert!(accepted.insert(*s), "{} accepted twice", s),
+                Verdict::Duplicate => prop_assert!(accepted.contains(s)),
+                Verdict::TooOld => {
+                    let highest = accepted.iter().next_back().copied().unwrap_or(0);
+                    prop_assert!(highest - s > REORDER_WINDOW);
+                }
+            }
+        }
+        let highest = accepted.iter().next_back().copied().unwrap_or(0) as u64;
+        let r = w.report();
+        prop_assert_eq!(r.received, accepted.len() as u64);
+        prop_assert_eq!(r.lost, highest - accepted.len() as u64);
+    }
+}
+
+/// The vectors of docs/protocol.md, "Datagram vectors": good ones parse
+/// (and a Report decodes to the counters it spells), `bad_` ones are refused.
+#[test]
+fn protocol_md_datagram_vectors() {
+    let doc = include_str!("../../../docs/protocol.md");
+    let block = doc
+        .split("```datagram-vectors\n")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .expect("docs/protocol.md has a datagram-vectors block");
+    let mut n = 0;
+    for line in block.lines().filter(|l| !l.trim().is_empty()) {
+        let (name, hex) = line.split_once(':').expect("name: hex");
+        let hex: String = hex.split_whitespace().collect();
+        let bytes: Vec<u8> = (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("hex"))
+            .collect();
+        let parsed = Datagram::parse(&bytes);
+        if name.starts_with("bad_") {
+            assert!(parsed.is_err(), "{name} must be refused");
+        } else {
+            let d = parsed.unwrap_or_else(|e| panic!("{name}: {e}"));
+            if name == "report" {
+                let r = tagwire_proto::datagram::Report::decode(d.body).expect("report");
+                assert_eq!(
+                    (r.received, r.lost, r.reordered, r.duplicate, r.bad),
+                    (100, 2, 1, 0, 3)
+                );
+            }
+            if name.starts_with("data_ping") {
+                assert_eq!(d.frames().expect("frames").count(), 1);
+            }
+        }
+        n += 1;
+    }
+    assert_eq!(n, 15);
+}

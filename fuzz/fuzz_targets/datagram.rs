@@ -1,0 +1,40 @@
+//! Fuzz target: arbitrary bytes as a UDP datagram (`docs/protocol.md`,
+//! "Datagrams"), handled as the daemon does: parsed and checked, a `Data`
+//! datagram's sequence number judged by a window and its frames decoded,
+//! an `Open`'s cookie checked, a `Report` decoded. Errors are expected; a
+//! panic, or frames that do not cover the frame bytes, is a bug.
+#![no_main]
+
+use bytes::Bytes;
+use libfuzzer_sys::fuzz_target;
+use tagwire_core::datagram::SeqWindow;
+use tagwire_proto::datagram::{check_cookie, Datagram, DatagramKind, Report};
+use tagwire_proto::Frame;
+
+fuzz_target!(|data: &[u8]| {
+    let mut window = SeqWindow::default();
+    let Ok(d) = Datagram::parse(data) else {
+        window.note_bad();
+        return;
+    };
+    match d.header.kind {
+        DatagramKind::Data => {
+            window.on_seq(d.header.seq);
+            let mut covered = 0;
+            for (kind, body) in d.frames().expect("a parsed Data datagram splits") {
+                covered += 5 + body.len();
+                let _ = Frame::decode(kind, Bytes::copy_from_slice(body));
+            }
+            assert_eq!(covered, d.frame_bytes().len());
+        }
+        DatagramKind::Open => {
+            if let Some(c) = d.open_cookie() {
+                let _ = check_cookie(&[7; 32], b"127.0.0.1:1", 5, &c);
+            }
+        }
+        DatagramKind::Report => {
+            Report::decode(d.body).expect("a parsed Report decodes");
+        }
+        _ => {}
+    }
+});

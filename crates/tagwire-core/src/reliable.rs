@@ -362,7 +362,9 @@ impl<T> SendWindow<T> {
     /// The next held event not yet sent, if any; mark it sent with
     /// [`mark_sent`](Self::mark_sent) once the transport took it.
     pub fn peek_unsent(&self) -> Option<(u64, &T)> {
-        self.held.first_from(self.unsent_from).map(|(s, h)| (s, &h.item))
+        self.held
+            .first_from(self.unsent_from)
+            .map(|(s, h)| (s, &h.item))
     }
 
     /// Notes that `seq` (from [`peek_unsent`](Self::peek_unsent)) was handed

@@ -299,11 +299,9 @@ pub(crate) fn on_fragment(
             Ok(())
         }
         Progress::Complete(event) => match of {
-            FragmentOf::Reliable { seq, origin, hops } => {
-                crate::reliable::on_reliable(
-                    st, stage, conn, peer, seq, origin, hops, &event, None, band,
-                )
-            }
+            FragmentOf::Reliable { seq, origin, hops } => crate::reliable::on_reliable(
+                st, stage, conn, peer, seq, origin, hops, &event, None, band,
+            ),
             FragmentOf::Forward { origin, hops } => {
                 crate::link::on_forward(st, stage, conn, peer, origin, hops, &event, None)
             }

@@ -98,9 +98,10 @@ fn peer_frame(st: &State, conn: u64, version: u16) -> LinkFrame {
 /// The band of connection `conn` (the listener it came in on, or the lane
 /// that dialed it).
 fn band_of(st: &State, conn: u64) -> Arc<str> {
-    st.connections
-        .get(&conn)
-        .map_or_else(|| Arc::from(st.config.default_band.as_str()), |c| c.band.clone())
+    st.connections.get(&conn).map_or_else(
+        || Arc::from(st.config.default_band.as_str()),
+        |c| c.band.clone(),
+    )
 }
 
 /// Handles a link frame. An error closes the connection (the caller sends

@@ -9,7 +9,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use common::{event, publish_frame, tcp_config, Raw, WAIT};
+use common::{event, link_frame, publish_frame, recv_link, tcp_config, Raw, WAIT};
 use tagwire_proto::{ErrorCode, Frame, Interest, LinkFrame, LINK_VERSION};
 use tagwire_router::{FederationConfig, Router, RouterConfig, RouterHandle};
 
@@ -19,12 +19,6 @@ fn router(f: FederationConfig) -> RouterHandle {
         ..tcp_config()
     })
     .expect("start")
-}
-
-fn link_frame(f: &LinkFrame) -> BytesMut {
-    let mut b = BytesMut::new();
-    f.encode(&mut b).expect("encodable");
-    b
 }
 
 /// A `Peer` for a connection of band `band`.
@@ -57,25 +51,6 @@ fn peer(node: u64, name: &str) -> LinkFrame {
         cluster: "tagwire".into(),
         band: "normal".into(),
         bands: vec![],
-    }
-}
-
-/// The next link frame from the router (skipping control frames), or the
-/// control frame that came instead.
-fn recv_link(raw: &mut Raw) -> Result<LinkFrame, Option<Frame>> {
-    loop {
-        let Some((k, body)) = raw.recv_raw() else {
-            return Err(None);
-        };
-        if tagwire_proto::is_link_kind(k) {
-            return Ok(LinkFrame::decode(k, body).expect("router link frames decode"));
-        }
-        let f = Frame::decode(k, body).expect("router frames decode");
-        if let Frame::Ping { nonce } = f {
-            raw.send(&Frame::Pong { nonce });
-            continue;
-        }
-        return Err(Some(f));
     }
 }
 

@@ -8,7 +8,7 @@
 mod common;
 
 use bytes::{Bytes, BytesMut};
-use common::{event, publish_frame, tcp_config, Raw};
+use common::{event, link_frame, link_peer as peer, publish_frame, recv_link, tcp_config, Raw};
 use tagwire_proto::{Ack, Event, Frame, Interest, LinkFrame, LINK_VERSION};
 use tagwire_router::{FederationConfig, Router, RouterConfig, RouterHandle};
 
@@ -22,42 +22,6 @@ fn router(qos: &[(&str, &str)]) -> RouterHandle {
         ..tcp_config()
     })
     .expect("start")
-}
-
-fn link_frame(f: &LinkFrame) -> BytesMut {
-    let mut b = BytesMut::new();
-    f.encode(&mut b).expect("encodable");
-    b
-}
-
-fn peer(version: u16, node: u64) -> LinkFrame {
-    LinkFrame::Peer {
-        version,
-        node,
-        name: format!("raw{node}"),
-        cluster: "tagwire".into(),
-        band: "normal".into(),
-        bands: vec![],
-    }
-}
-
-/// The next link frame from the router (answering pings), or the control
-/// frame that came instead.
-fn recv_link(raw: &mut Raw) -> Result<LinkFrame, Option<Frame>> {
-    loop {
-        let Some((k, body)) = raw.recv_raw() else {
-            return Err(None);
-        };
-        if tagwire_proto::is_link_kind(k) {
-            return Ok(LinkFrame::decode(k, body).expect("router link frames decode"));
-        }
-        let f = Frame::decode(k, body).expect("router frames decode");
-        if let Frame::Ping { nonce } = f {
-            raw.send(&Frame::Pong { nonce });
-            continue;
-        }
-        return Err(Some(f));
-    }
 }
 
 /// Links a raw peer as daemon `node` saying `version`; returns it, the

@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use serde_json::{json, Value};
-use tagwire_proto::{EndpointKind, ErrorCode, Event, Frame, FrameDecoder, PROTOCOL_VERSION};
+use tagwire_proto::{
+    EndpointKind, ErrorCode, Event, Frame, FrameDecoder, LinkFrame, PROTOCOL_VERSION,
+};
 use tagwire_router::config::{AclRule, AuthConfig, TokenConfig};
 use tagwire_router::{Limits, Listing, Router, RouterConfig, RouterHandle};
 
@@ -635,5 +637,44 @@ pub fn alice_and_bob() -> RouterConfig {
             },
         ],
         ..tcp_config()
+    }
+}
+
+/// A link frame, encoded (for tests that play a peer daemon).
+pub fn link_frame(f: &LinkFrame) -> BytesMut {
+    let mut b = BytesMut::new();
+    f.encode(&mut b).expect("encodable");
+    b
+}
+
+/// A peer daemon's `Peer` frame: link `version`, node id `node`, name
+/// `rawNODE`, the default cluster and band.
+pub fn link_peer(version: u16, node: u64) -> LinkFrame {
+    LinkFrame::Peer {
+        version,
+        node,
+        name: format!("raw{node}"),
+        cluster: "tagwire".into(),
+        band: "normal".into(),
+        bands: vec![],
+    }
+}
+
+/// The next link frame from the router (answering pings), or the control
+/// frame that came instead.
+pub fn recv_link(raw: &mut Raw) -> Result<LinkFrame, Option<Frame>> {
+    loop {
+        let Some((k, body)) = raw.recv_raw() else {
+            return Err(None);
+        };
+        if tagwire_proto::is_link_kind(k) {
+            return Ok(LinkFrame::decode(k, body).expect("router link frames decode"));
+        }
+        let f = Frame::decode(k, body).expect("router frames decode");
+        if let Frame::Ping { nonce } = f {
+            raw.send(&Frame::Pong { nonce });
+            continue;
+        }
+        return Err(Some(f));
     }
 }

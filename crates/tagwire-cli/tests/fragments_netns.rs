@@ -19,7 +19,7 @@ mod common;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::netns::{link_count, serial, testbed, Daemons, Network, WAIT};
+use common::netns::{link_count, serial, testbed, Cuts, Daemons, Network, WAIT};
 use tagwire_testbed::Testbed;
 
 const TOKEN: &str = "fragments-netns-test-token-0123456789";
@@ -50,48 +50,18 @@ fn run_on(tb: &Testbed, h: usize, prog: &str, args: &[&str]) {
     );
 }
 
-/// Adds or deletes blackhole routes between hosts `a` and `b` (both ways).
-fn cut(tb: &Testbed, a: usize, b: usize, op: &str) {
-    for (h, other) in [(a, b), (b, a)] {
-        let addr = format!("{}/32", tb.host(other).addr());
-        run_on(tb, h, "ip", &["route", op, "blackhole", &addr]);
-    }
-}
-
-/// Removes the blackhole routes of [`cut`] even when the test fails.
-struct Healed<'a>(&'a Testbed, usize, usize, bool);
-
-impl Drop for Healed<'_> {
-    fn drop(&mut self) {
-        if self.3 {
-            for (h, other) in [(self.1, self.2), (self.2, self.1)] {
-                let mut c = Command::new("ip");
-                c.args([
-                    "route",
-                    "del",
-                    "blackhole",
-                    &format!("{}/32", self.0.host(other).addr()),
-                ]);
-                let _ = self.0.host(h).output(&c, WAIT);
-            }
-        }
-    }
-}
-
 /// Cuts d0–d1 until d0 has dropped the link, then heals it and waits until
 /// the link is back.
 fn cut_until_dropped(net: &Network<'_>, tb: &Testbed, round: u32) {
     eprintln!("cut {round}: d0–d1");
-    cut(tb, 0, 1, "add");
-    let mut healed = Healed(tb, 0, 1, true);
+    let mut cuts = Cuts::new(tb);
+    cuts.add(0, 1);
     let dropped = net.wait_until(&[0], WAIT, "d0 drops the cut link", |_, f| {
         link_count(f) == 1
     });
     eprintln!("cut {round}: d0 dropped the link after {dropped:?}");
     std::thread::sleep(Duration::from_secs(2));
-    cut(tb, 0, 1, "del");
-    healed.3 = false;
-    drop(healed);
+    cuts.heal();
     let back = net.wait_until(&[0, 1], WAIT, "the cut link comes back", |_, f| {
         link_count(f) == 2
     });

@@ -17,8 +17,7 @@ mod common;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::netns::{link_count, printed, serial, testbed, Daemons, Network, WAIT};
-use tagwire_testbed::Testbed;
+use common::netns::{link_count, printed, serial, testbed, Cuts, Daemons, Network, WAIT};
 
 const TOKEN: &str = "reliable-netns-test-token-0123456789ab";
 /// Events published (at 1,000/s: 20 s).
@@ -65,48 +64,6 @@ fn wall_ns() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64)
-}
-
-/// Adds or deletes blackhole routes between hosts `a` and `b` (both ways).
-fn cut(tb: &Testbed, a: usize, b: usize, op: &str) {
-    for (h, other) in [(a, b), (b, a)] {
-        let mut c = Command::new("ip");
-        c.args([
-            "route",
-            op,
-            "blackhole",
-            &format!("{}/32", tb.host(other).addr()),
-        ]);
-        let out = tb
-            .host(h)
-            .output(&c, WAIT)
-            .unwrap_or_else(|e| panic!("{e}"));
-        assert!(
-            out.status.success(),
-            "ip route {op} blackhole on d{h}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-}
-
-/// Removes the blackhole routes of [`cut`] even when the test fails.
-struct Healed<'a>(&'a Testbed, usize, usize, bool);
-
-impl Drop for Healed<'_> {
-    fn drop(&mut self) {
-        if self.3 {
-            for (h, other) in [(self.1, self.2), (self.2, self.1)] {
-                let mut c = Command::new("ip");
-                c.args([
-                    "route",
-                    "del",
-                    "blackhole",
-                    &format!("{}/32", self.0.host(other).addr()),
-                ]);
-                let _ = self.0.host(h).output(&c, WAIT);
-            }
-        }
-    }
 }
 
 /// Which of d1 and d3 d0 sends the stream to: the link whose bytes out
@@ -182,12 +139,10 @@ fn faults(setup: Daemons) -> Seen {
     let m = carrying(&net);
     eprintln!("cutting d0–d{m} for {CUT:?}");
     let cut_at = wall_ns();
-    cut(&tb, 0, m, "add");
-    let mut healed = Healed(&tb, 0, m, true);
+    let mut cuts = Cuts::new(&tb);
+    cuts.add(0, m);
     std::thread::sleep(CUT);
-    cut(&tb, 0, m, "del");
-    healed.3 = false;
-    drop(healed);
+    cuts.heal();
     let back = net.wait_until(&[0], WAIT, "the cut link comes back", |_, f| {
         link_count(f) == 2
     });

@@ -25,8 +25,7 @@ mod common;
 use std::process::Command;
 use std::time::Duration;
 
-use common::netns::{link_count, printed, serial, testbed, Daemons, Network, WAIT};
-use tagwire_testbed::Testbed;
+use common::netns::{link_count, printed, serial, testbed, Cuts, Daemons, Network, WAIT};
 
 const TOKEN: &str = "ring5-netns-test-token-0123456789abcdef";
 /// Events published (at 1,000/s: 50 s).
@@ -78,51 +77,6 @@ fn wall_ns() -> u64 {
         .map_or(0, |d| d.as_nanos() as u64)
 }
 
-/// Adds or deletes blackhole routes between hosts `a` and `b` (both ways).
-fn route(tb: &Testbed, a: usize, b: usize, op: &str) {
-    for (h, other) in [(a, b), (b, a)] {
-        let mut c = Command::new("ip");
-        c.args([
-            "route",
-            op,
-            "blackhole",
-            &format!("{}/32", tb.host(other).addr()),
-        ]);
-        let out = tb
-            .host(h)
-            .output(&c, WAIT)
-            .unwrap_or_else(|e| panic!("{e}"));
-        if op == "add" {
-            assert!(
-                out.status.success(),
-                "ip route add blackhole on d{h}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-    }
-}
-
-/// Removes the blackhole routes still in place, even when the test fails.
-struct Cuts<'a>(&'a Testbed, Vec<(usize, usize)>);
-
-impl Cuts<'_> {
-    fn add(&mut self, a: usize, b: usize) {
-        route(self.0, a, b, "add");
-        self.1.push((a, b));
-    }
-    fn heal(&mut self) {
-        for (a, b) in self.1.drain(..) {
-            route(self.0, a, b, "del");
-        }
-    }
-}
-
-impl Drop for Cuts<'_> {
-    fn drop(&mut self) {
-        self.heal();
-    }
-}
-
 fn sleep_until(start: u64, secs: u64) {
     let due = start + secs * 1_000_000_000;
     let now = wall_ns();
@@ -167,7 +121,7 @@ fn faults(setup: Daemons, publisher_qos: Option<&str>) -> Seen {
         .host(0)
         .spawn(&net.tagwire(0, &args))
         .unwrap_or_else(|e| panic!("{e}"));
-    let mut cuts = Cuts(&tb, Vec::new());
+    let mut cuts = Cuts::new(&tb);
 
     sleep_until(start, KILL_AT);
     eprintln!("fault 1: kill -9 d1");

@@ -358,3 +358,60 @@ pub fn names(f: &serde_json::Value) -> String {
         .collect::<Vec<_>>()
         .join(" ")
 }
+
+/// Blackhole routes between pairs of hosts (both ways): a link cut that the
+/// daemons see only as silence. Heals what is still cut when dropped, so a
+/// failing test leaves no route behind.
+pub struct Cuts<'a>(&'a Testbed, Vec<(usize, usize)>);
+
+impl<'a> Cuts<'a> {
+    /// No cut yet.
+    pub fn new(tb: &'a Testbed) -> Self {
+        Cuts(tb, Vec::new())
+    }
+
+    /// Cuts hosts `a` and `b` apart (fails the test if a route cannot be
+    /// added).
+    pub fn add(&mut self, a: usize, b: usize) {
+        blackhole(self.0, a, b, "add");
+        self.1.push((a, b));
+    }
+
+    /// Heals every cut.
+    pub fn heal(&mut self) {
+        for (a, b) in std::mem::take(&mut self.1) {
+            blackhole(self.0, a, b, "del");
+        }
+    }
+}
+
+impl Drop for Cuts<'_> {
+    fn drop(&mut self) {
+        self.heal();
+    }
+}
+
+/// Adds or deletes blackhole routes between hosts `a` and `b` (both ways);
+/// a failed add fails the test, a failed delete is left (the route is gone).
+fn blackhole(tb: &Testbed, a: usize, b: usize, op: &str) {
+    for (h, other) in [(a, b), (b, a)] {
+        let mut c = Command::new("ip");
+        c.args([
+            "route",
+            op,
+            "blackhole",
+            &format!("{}/32", tb.host(other).addr()),
+        ]);
+        let out = tb
+            .host(h)
+            .output(&c, WAIT)
+            .unwrap_or_else(|e| panic!("{e}"));
+        if op == "add" {
+            assert!(
+                out.status.success(),
+                "ip route add blackhole on host {h}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+}

@@ -25,7 +25,9 @@ mod common;
 use std::process::Command;
 use std::time::Duration;
 
-use common::netns::{link_count, printed, serial, testbed, Cuts, Daemons, Network, WAIT};
+use common::netns::{
+    link_count, printed, serial, stamped_arrivals, testbed, Cuts, Daemons, Network, WAIT,
+};
 
 const TOKEN: &str = "ring5-netns-test-token-0123456789abcdef";
 /// Events published (at 1,000/s: 50 s).
@@ -164,20 +166,7 @@ fn faults(setup: Daemons, publisher_qos: Option<&str>) -> Seen {
     for i in [0, 2] {
         eprintln!("d{i} reliable counters: {}", net.federation(i)["reliable"]);
     }
-    let mut seqs = Vec::new();
-    let mut times = Vec::new();
-    for line in printed.lines() {
-        let Some((at, json)) = line.split_once(' ') else {
-            continue;
-        };
-        let Ok(v) = serde_json::from_str::<serde_json::Value>(json) else {
-            continue;
-        };
-        if let (Some(s), Ok(at)) = (v["seq"].as_u64(), at.parse::<f64>()) {
-            seqs.push(s);
-            times.push((at * 1e9) as u64);
-        }
-    }
+    let (seqs, times) = stamped_arrivals(&printed);
     let windows = [
         (kill_at, cut_at),
         (cut_at, partition_at),

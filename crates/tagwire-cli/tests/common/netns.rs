@@ -415,3 +415,24 @@ fn blackhole(tb: &Testbed, a: usize, b: usize, op: &str) {
         }
     }
 }
+
+/// The events of a subscriber's output stamped per line as `SECONDS JSON`
+/// (`tagwire sub --json` through perl): their sequence numbers and arrival
+/// times (ns since the epoch), in arrival order; other lines are skipped.
+pub fn stamped_arrivals(printed: &str) -> (Vec<u64>, Vec<u64>) {
+    let mut seqs = Vec::new();
+    let mut times = Vec::new();
+    for line in printed.lines() {
+        let Some((at, json)) = line.split_once(' ') else {
+            continue;
+        };
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(json) else {
+            continue;
+        };
+        if let (Some(s), Ok(at)) = (v["seq"].as_u64(), at.parse::<f64>()) {
+            seqs.push(s);
+            times.push((at * 1e9) as u64);
+        }
+    }
+    (seqs, times)
+}

@@ -41,6 +41,41 @@ struct ParetoPoint {
     link: u32,
 }
 
+/// A partial path in the equal-hop search's heap.
+#[derive(PartialEq)]
+struct Entry {
+    f: f64,
+    /// Hops still to go: among equal f, the deepest first, so that
+    /// ties complete a path instead of widening the search.
+    to_go: u32,
+    seq: u64,
+    at: u32,
+    g: f64,
+    path: u32, // index into `paths`
+}
+impl Eq for Entry {}
+impl Ord for Entry {
+    fn cmp(&self, o: &Self) -> Ordering {
+        o.f.total_cmp(&self.f)
+            .then(o.to_go.cmp(&self.to_go))
+            .then(o.seq.cmp(&self.seq))
+    }
+}
+impl PartialOrd for Entry {
+    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+        Some(self.cmp(o))
+    }
+}
+
+/// Buffers of the equal-hop search, reused across [`RouteTree::routes`]
+/// calls (a placement build makes one per (tree, node) pair).
+#[derive(Default)]
+pub(crate) struct RouteScratch {
+    /// Partial paths as (link, parent path) chains.
+    paths: Vec<(u32, u32)>,
+    heap: BinaryHeap<Entry>,
+}
+
 /// Routes from one root to every node (see the module doc).
 #[derive(Debug, Clone)]
 pub(crate) struct RouteTree {
@@ -227,6 +262,7 @@ impl RouteTree {
         node: usize,
         alternatives: bool,
         max: usize,
+        scratch: &mut RouteScratch,
     ) -> Vec<Route> {
         let mut out = vec![self.default_route(node)];
         // Least-latency Pareto points first (the last ones found).
@@ -241,7 +277,7 @@ impl RouteTree {
             out.push(self.pareto_route(node, k));
         }
         if alternatives && out.len() < max && self.dist[node] > 1 {
-            self.equal_hop_alternatives(topo, node, max, &mut out);
+            self.equal_hop_alternatives(topo, node, max, scratch, &mut out);
         }
         out
     }
@@ -254,35 +290,13 @@ impl RouteTree {
         topo: &Topology,
         node: usize,
         max: usize,
+        scratch: &mut RouteScratch,
         out: &mut Vec<Route>,
     ) {
-        #[derive(PartialEq)]
-        struct Entry {
-            f: f64,
-            /// Hops still to go: among equal f, the deepest first, so that
-            /// ties complete a path instead of widening the search.
-            to_go: u32,
-            seq: u64,
-            at: u32,
-            g: f64,
-            path: u32, // index into `paths`
-        }
-        impl Eq for Entry {}
-        impl Ord for Entry {
-            fn cmp(&self, o: &Self) -> Ordering {
-                o.f.total_cmp(&self.f)
-                    .then(o.to_go.cmp(&self.to_go))
-                    .then(o.seq.cmp(&self.seq))
-            }
-        }
-        impl PartialOrd for Entry {
-            fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
-                Some(self.cmp(o))
-            }
-        }
         // Partial paths as (link, parent path) chains.
-        let mut paths: Vec<(u32, u32)> = Vec::new();
-        let mut heap = BinaryHeap::new();
+        let RouteScratch { paths, heap } = scratch;
+        paths.clear();
+        heap.clear();
         let mut seq = 0u64;
         heap.push(Entry {
             f: self.latency_ms[node],
@@ -383,7 +397,7 @@ mod tests {
         let tree = RouteTree::new(&topo, 0);
         assert_eq!(tree.hops(3), 2);
         assert_eq!(tree.latency_ms(3), 0.0);
-        let routes = tree.routes(&topo, 3, true, 4);
+        let routes = tree.routes(&topo, 3, true, 4, &mut RouteScratch::default());
         assert_eq!(names(&topo, &routes[0]), vec!["bs", "pb"]);
         // The other equal-hop path is the alternative, with its latency.
         assert_eq!(routes.len(), 2);
@@ -413,7 +427,7 @@ mod tests {
         spec.links[0].latency_ms = None;
         let topo = spec.validate().expect("valid");
         let tree = RouteTree::new(&topo, 0);
-        let routes = tree.routes(&topo, 3, false, 4);
+        let routes = tree.routes(&topo, 3, false, 4, &mut RouteScratch::default());
         assert_eq!(routes.len(), 1);
         assert_eq!(names(&topo, &routes[0]), vec!["as", "pa"]);
     }
@@ -440,7 +454,7 @@ mod tests {
         .and_then(|s| s.validate())
         .expect("valid");
         let tree = RouteTree::new(&topo, 0);
-        let routes = tree.routes(&topo, 3, false, 4);
+        let routes = tree.routes(&topo, 3, false, 4, &mut RouteScratch::default());
         assert_eq!(routes.len(), 2);
         assert_eq!((routes[0].hops, routes[0].latency_ms), (1, 50.0));
         assert_eq!((routes[1].hops, routes[1].latency_ms), (3, 3.0));

@@ -19,7 +19,7 @@ use crate::deadline::{Deadline, Ticker};
 use crate::error::PlaceError;
 use crate::limits;
 use crate::model::{ProxySharing, Topology};
-use crate::paths::{Route, RouteTree};
+use crate::paths::{Route, RouteScratch, RouteTree};
 
 /// Relative slack of every capacity check, shared by all algorithms: a
 /// load fits a capacity C when it is at most C·(1 + 1e-9). Relative only:
@@ -179,6 +179,22 @@ pub struct CapacityRow {
 struct LoadScratch {
     load: Vec<f64>,
     touched: Vec<usize>,
+}
+
+/// What the build's node-major loop reuses at each node: each route tree's
+/// routes to the node (computed on first use, shared by the units that use
+/// the tree), the route search's buffers and the load accumulator.
+struct NodeScratch {
+    routes: Vec<Option<Vec<Route>>>,
+    search: RouteScratch,
+    loads: LoadScratch,
+}
+
+impl NodeScratch {
+    /// Forgets the previous node's routes.
+    fn clear(&mut self) {
+        self.routes.iter_mut().for_each(|r| *r = None);
+    }
 }
 
 impl LoadScratch {
@@ -396,33 +412,40 @@ impl<'t> PlacementProblem<'t> {
             }
         };
         let any_capacity = (0..nl + topo.nodes.len()).any(capped);
-        let mut scratch = LoadScratch::new(nl + topo.nodes.len());
         // Appendix A's loop, over routes too: every node j for every unit.
-        let mut columns: Vec<Vec<Column>> = Vec::with_capacity(problem.units.len());
+        // Node-major, so that each route tree's routes to j are computed
+        // once for all the units that share the tree (a tag's publisher,
+        // a subscriber in several units), not once per unit.
+        let mut columns: Vec<Vec<Column>> = problem.units.iter().map(|_| Vec::new()).collect();
+        let mut scratch = NodeScratch {
+            routes: vec![None; problem.trees.len()],
+            search: RouteScratch::default(),
+            loads: LoadScratch::new(nl + topo.nodes.len()),
+        };
         let mut ticker = Ticker::new(options.deadline, 16);
         let mut total = 0usize;
-        for u in 0..problem.units.len() {
-            let mut cols = Vec::new();
-            for j in 0..topo.nodes.len() {
+        for j in 0..topo.nodes.len() {
+            scratch.clear();
+            for (u, cols) in columns.iter_mut().enumerate() {
                 if ticker.expired() {
                     return Err(out_of_time("evaluating candidate proxy nodes"));
                 }
+                let before = cols.len();
                 let truncated =
-                    problem.columns_at(u, j, any_capacity, &capped, &mut scratch, &mut cols)?;
+                    problem.columns_at(u, j, any_capacity, &capped, &mut scratch, cols)?;
                 problem.truncated += usize::from(truncated);
-                if total + cols.len() > options.max_candidates {
+                total += cols.len() - before;
+                if total > options.max_candidates {
                     return Err(PlaceError::LimitExceeded {
                         what: "candidates (proxy node and routes per unit)",
-                        value: (total + cols.len()) as u64,
+                        value: total as u64,
                         max: options.max_candidates as u64,
                     });
                 }
             }
-            if cols.is_empty() {
-                return Err(problem.delay_infeasibility(u));
-            }
-            total += cols.len();
-            columns.push(cols);
+        }
+        if let Some(u) = columns.iter().position(Vec::is_empty) {
+            return Err(problem.delay_infeasibility(u));
         }
         problem.generated = columns.iter().map(Vec::len).sum();
         problem.find_binding_rows(columns);
@@ -446,14 +469,15 @@ impl<'t> PlacementProblem<'t> {
     }
 
     /// Appends unit `u`'s candidates with the proxy on node `j`; true when
-    /// not every route combination was enumerated.
+    /// not every route combination was enumerated. `scratch` caches each
+    /// route tree's routes to `j` (filled here on first use).
     fn columns_at(
         &self,
         u: usize,
         j: usize,
         any_capacity: bool,
         capped: &dyn Fn(usize) -> bool,
-        scratch: &mut LoadScratch,
+        scratch: &mut NodeScratch,
         out: &mut Vec<Column>,
     ) -> Result<bool, PlaceError> {
         let topo = self.topo;
@@ -462,18 +486,24 @@ impl<'t> PlacementProblem<'t> {
         let max = limits::MAX_ROUTES_PER_LEG;
         let pt = self.pub_tree[unit.tag];
         let alt = |t: usize| any_capacity && self.crosses_capacity(t, j, capped);
-        let pub_routes = self.trees[pt].routes(topo, j, alt(pt), max);
-        let sub_routes: Vec<Vec<Route>> = unit
-            .subscribers
-            .iter()
-            .map(|&s| {
-                let st = self.sub_tree[unit.tag][s];
-                self.trees[st].routes(topo, j, alt(st), max)
-            })
-            .collect();
+        let sub_trees = unit.subscribers.iter().map(|&s| self.sub_tree[unit.tag][s]);
+        for t in std::iter::once(pt).chain(sub_trees.clone()) {
+            if scratch.routes[t].is_none() {
+                let found = self.trees[t].routes(topo, j, alt(t), max, &mut scratch.search);
+                scratch.routes[t] = Some(found);
+            }
+        }
+        let NodeScratch {
+            routes: cached,
+            loads: acc,
+            ..
+        } = scratch;
+        let routes = |t: usize| cached[t].as_deref().unwrap_or(&[]);
+        let pub_routes = routes(pt);
+        let sub_routes: Vec<&[Route]> = sub_trees.map(routes).collect();
         let mut budget = self.max_route_combos;
         let mut truncated = false;
-        for p in &pub_routes {
+        for p in pub_routes {
             if budget == 0 {
                 // Publisher routes left untried.
                 truncated = true;
@@ -561,8 +591,8 @@ impl<'t> PlacementProblem<'t> {
                         requirement: "a finite number of ms (periods or latencies too large)",
                     });
                 }
-                self.accumulate(u, j, &legs, scratch);
-                let loads = scratch.take(capped);
+                self.accumulate(u, j, &legs, acc);
+                let loads = acc.take(capped);
                 out.push(Column {
                     cand: Candidate {
                         node: j,
@@ -788,7 +818,7 @@ impl<'t> PlacementProblem<'t> {
         let max = limits::MAX_ROUTES_PER_LEG;
         let best_leg = |t: usize, j: usize, period: f64| {
             self.trees[t]
-                .routes(self.topo, j, false, max)
+                .routes(self.topo, j, false, max, &mut RouteScratch::default())
                 .iter()
                 .map(|r| f64::from(r.hops) * period + r.latency_ms)
                 .fold(f64::INFINITY, f64::min)

@@ -2,7 +2,9 @@
 # Narada Fig. 4–5 (one daemon) and 7–9 (4 linked daemons, listeners spread
 # evenly) with `tagwire bench av`: audio (252 B / 30 ms) and video (15
 # frames/s, ~740 B packets) to N listeners; prints one line per point
-# (mean latency, RTP jitter, late > 100 ms, lost) for BENCHMARKS.md.
+# (mean latency, RTP jitter, late > 100 ms, lost) and then, per section, the
+# markdown table for BENCHMARKS.md (scripts/av-table.py: one row per point
+# with the spread of its runs; paste it unedited).
 # Everything runs on this machine: the listeners' load generator competes
 # with the daemons for the same cores. Each point leaves out each
 # listener's first 100 packets (Narada's warm-up, `--warmup`) and runs
@@ -55,7 +57,12 @@ start() { # NAME PORT [PEER]
   for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/"$2") 2>/dev/null && return; sleep 0.05; done
   echo "tagwired $1 did not start" >&2; exit 1
 }
-av() { XDG_RUNTIME_DIR="$WORK" "${PIN_G[@]}" "$BIN/tagwire" bench av --duration "$SECS" --runs "$RUNS" --warmup 100 "$@"; }
+av() {
+  XDG_RUNTIME_DIR="$WORK" "${PIN_G[@]}" "$BIN/tagwire" bench av --duration "$SECS" --runs "$RUNS" --warmup 100 --json "$@" > "$WORK/av.json"
+  echo
+  scripts/av-table.py < "$WORK/av.json"
+  echo
+}
 start d0 7960
 if want 4-5a; then
 echo "== Fig. 4-5: one daemon, audio"

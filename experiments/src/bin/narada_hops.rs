@@ -336,10 +336,11 @@ fn main() {
         .split(',')
         .filter_map(|s| s.parse().ok())
         .collect();
-    println!("Narada Fig. 2: one-way transit delay (RTT/2), {n} pings per point, µs");
+    println!("Narada Fig. 2: one-way transit delay (RTT/2), {n} pings per point, µs\n");
     println!(
-        "size     hops  tagwire p50  tagwire sd   raw p50   raw sd   tagwire/hop  raw/hop  ratio  lost  stale"
+        "| size, B | hops | tagwire p50 | tagwire sd | raw p50 | raw sd | tagwire per hop | raw per hop | ratio | lost | stale |"
     );
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let chains: Vec<(Vec<RouterHandle>, Vec<String>)> = (0..=max_hops).map(chain).collect();
     for &size in &sizes {
         let mut base = (0.0, 0.0);
@@ -350,11 +351,11 @@ fn main() {
             let (lost, stale) = (t.lost, t.stale);
             if h == 0 {
                 base = (tp, rp);
-                println!("{size:<8} {h:>4}  {tp:>11.1}  {tsd:>10.1}  {rp:>8.1}  {rsd:>7.1}  {:>11}  {:>7}  {:>5}  {lost:>4}  {stale:>5}", "", "", "");
+                println!("| {size} | {h} | {tp:.1} | {tsd:.1} | {rp:.1} | {rsd:.1} | | | | {lost} | {stale} |");
             } else {
                 let (th, rh) = ((tp - base.0) / h as f64, (rp - base.1) / h as f64);
                 println!(
-                    "{size:<8} {h:>4}  {tp:>11.1}  {tsd:>10.1}  {rp:>8.1}  {rsd:>7.1}  {th:>11.1}  {rh:>7.1}  {:>5.2}  {lost:>4}  {stale:>5}",
+                    "| {size} | {h} | {tp:.1} | {tsd:.1} | {rp:.1} | {rsd:.1} | {th:.1} | {rh:.1} | {:.2} | {lost} | {stale} |",
                     th / rh
                 );
             }

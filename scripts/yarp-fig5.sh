@@ -25,7 +25,8 @@
 #                  on a third host of its own, 1,024 B measured events, every
 #                  transport combination; section yarp-fig5b
 #                  The presets use 1,200 B load events (a UDP event must fit
-#                  one datagram) and 4 s per point in 2 segments.
+#                  one datagram) published 7 at a time (about one 8 KiB event
+#                  of the TCP run's queue), and 4 s per point in 2 segments.
 #
 # Needs root (network namespaces, tc, SCHED_FIFO) and iproute2 with the
 # kernel's htb qdisc (`scripts/netns.sh check htb`). The run is bounded
@@ -57,7 +58,7 @@ cargo build --release --manifest-path experiments/Cargo.toml --bin yarp_fig5
 
 command="scripts/yarp-fig5.sh $*"
 all_transports=tcp/tcp,tcp/udp,udp/tcp,udp/udp
-preset=(--transports "$all_transports" --load-size 1200 --secs 4 --rounds 2)
+preset=(--transports "$all_transports" --load-size 1200 --load-burst 7 --secs 4 --rounds 2)
 case ${1:-} in
     udp-sender) shift; set -- "${preset[@]}" --places sender --section yarp-fig5-udp-sender "$@" ;;
     udp-router) shift; set -- "${preset[@]}" --places router --section yarp-fig5-udp-router "$@" ;;

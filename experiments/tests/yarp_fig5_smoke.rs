@@ -73,6 +73,10 @@ fn under_load_qos_pings_use_band_high_and_the_high_class_normal_pings_neither() 
                     Transport::Tcp => 8192,
                     Transport::Udp => 1200,
                 },
+                load_burst: match transport {
+                    Transport::Tcp => 1,
+                    Transport::Udp => 7,
+                },
                 ping_hz: 100.0,
                 ping_size: 64,
                 measured: transport,

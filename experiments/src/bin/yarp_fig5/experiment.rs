@@ -242,6 +242,11 @@ pub struct Spec {
     pub link_kbit: u32,
     /// Payload bytes of each load event.
     pub load_size: usize,
+    /// Load events published back to back at each tick (the tick's period
+    /// grows with it, so the average rate is the same): a burst of 7
+    /// events of 1,200 B puts about what one 8 KiB event puts into the
+    /// queue at once.
+    pub load_burst: u32,
     /// Pings per second (the interval is jittered ±50 %).
     pub ping_hz: f64,
     /// Payload bytes of each ping (and pong).
@@ -454,7 +459,8 @@ pub fn run(tb: &Testbed, token: &str, spec: &Spec) -> Result<Outcome, String> {
         let len = FRAME_OVERHEAD + ev.encoded_len() as u64;
         let wire_bits = spec.load_transport.wire_bits(len);
         let bps = f64::from(spec.link_kbit) * 1000.0 * f64::from(spec.load_percent) / 100.0;
-        let interval = Duration::from_secs_f64(wire_bits as f64 / bps);
+        let burst = spec.load_burst.max(1);
+        let interval = Duration::from_secs_f64(wire_bits as f64 * f64::from(burst) / bps);
         let stop_source = stop.clone();
         let source_thread = std::thread::spawn(move || -> Result<(), String> {
             let mut next = start;
@@ -465,9 +471,11 @@ pub fn run(tb: &Testbed, token: &str, spec: &Spec) -> Result<Outcome, String> {
                 } else if now - next > 10 * interval {
                     next = now; // far behind (a stall): do not burst to catch up
                 }
-                source_pub
-                    .publish(&load_tag, payload.clone())
-                    .map_err(|e| format!("load publisher: {e}"))?;
+                for _ in 0..burst {
+                    source_pub
+                        .publish(&load_tag, payload.clone())
+                        .map_err(|e| format!("load publisher: {e}"))?;
+                }
                 next += interval;
             }
             Ok(())

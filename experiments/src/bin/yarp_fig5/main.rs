@@ -53,6 +53,10 @@ struct Args {
     /// Payload bytes of each load event.
     #[arg(long, default_value_t = 8192)]
     load_size: usize,
+    /// Load events published back to back per tick (the average rate
+    /// stays the load's share of the link).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    load_burst: u32,
     /// Payload bytes of each ping.
     #[arg(long, default_value_t = 64)]
     ping_size: usize,
@@ -191,6 +195,7 @@ fn run(args: &Args) -> Result<(), String> {
         command: args.command.clone(),
         rate_kbit: args.rate_kbit,
         load_size: args.load_size,
+        load_burst: args.load_burst,
         ping_size: args.ping_size,
         ping_hz: args.ping_hz,
         warmup: args.warmup,
@@ -307,6 +312,7 @@ fn measure_place(
                         load_percent: load,
                         link_kbit: args.rate_kbit,
                         load_size: args.load_size,
+                        load_burst: args.load_burst,
                         ping_hz: args.ping_hz,
                         ping_size: args.ping_size,
                         measured,

@@ -27,6 +27,7 @@ pub struct Settings {
     pub command: String,
     pub rate_kbit: u32,
     pub load_size: usize,
+    pub load_burst: u32,
     pub ping_size: usize,
     pub ping_hz: f64,
     pub warmup: f64,
@@ -814,14 +815,21 @@ pub fn markdown_transports(name: &str, rows: &[Row], s: &Settings, m: &Machine) 
          pinger, RTT from publish to delivery, both sessions over the *measured* transport; \
          {} s per transport combination, load and channel, in {} segments (each after {} s \
          of warm-up, not counted) in which normal and qos alternate. Load channel: {} B \
-         events over the *load* transport (UDP: one event per datagram; the daemon's \
+         events, {} back to back per tick, over the *load* transport (UDP: one event per datagram; the daemon's \
          `[udp] listen`, default 1,400-byte datagrams), band normal (CS0), paced to the given \
          share of the link with its TCP/IP or UDP/IP headers (\"link\" is what tc counted). \
          **normal**: band `normal`. **qos**: band `high` (`Session::on_band`): AF42 on the \
          sockets both ways, the daemon's high lane and the clients' threads `fifo:10`. A \
          ping or pong lost (UDP is best effort) shows as pongs < pings; its RTT is not \
          counted.\n",
-        s.rate_kbit, s.ping_size, s.ping_hz, s.secs, s.rounds, s.warmup, s.load_size,
+        s.rate_kbit,
+        s.ping_size,
+        s.ping_hz,
+        s.secs,
+        s.rounds,
+        s.warmup,
+        s.load_size,
+        s.load_burst,
     );
     for place in places(rows) {
         let _ = writeln!(o, "### {}\n", fig(place));

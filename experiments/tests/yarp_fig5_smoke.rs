@@ -82,6 +82,7 @@ fn under_load_qos_pings_use_band_high_and_the_high_class_normal_pings_neither() 
                 measured: transport,
                 load_transport: transport,
                 load_host: SENDER,
+                pumps_fifo: false,
                 warmup: Duration::from_millis(200),
                 duration: Duration::from_secs(1),
             };

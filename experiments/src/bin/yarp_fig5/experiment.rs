@@ -260,6 +260,12 @@ pub struct Spec {
     /// Pub.1 and Pub.2 on separate machines). The daemon is always on the
     /// testbed's last host.
     pub load_host: usize,
+    /// With `qos` over UDP: also run the client library's UDP pump threads
+    /// of the measured channel's sessions (`tagwire-udp-up`/`-down`, which
+    /// the library leaves at SCHED_OTHER) at `QOS_SCHED`, set from outside
+    /// with `chrt`: an experiment of what those threads cost, not a
+    /// library setting.
+    pub pumps_fifo: bool,
     /// Before measuring: the load runs, pings are sent and not counted.
     pub warmup: Duration,
     /// The measured window.
@@ -359,6 +365,21 @@ impl Jitter {
     }
 }
 
+/// The ids of this process's threads named like the client library's UDP
+/// pumps (`tagwire-udp-up`, `tagwire-udp-down`).
+fn udp_pump_threads() -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok())
+        .filter(|e| {
+            std::fs::read_to_string(e.path().join("comm"))
+                .is_ok_and(|c| c.trim_start().starts_with("tagwire-udp-"))
+        })
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect()
+}
+
 /// Locks a mutex, whether or not a callback panicked holding it.
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -388,6 +409,7 @@ pub fn run(tb: &Testbed, token: &str, spec: &Spec) -> Result<Outcome, String> {
     let failed: Arc<Mutex<Option<String>>> = Arc::new(Mutex::new(None));
 
     // The echo on host A: pings in, pongs out, on the measured band.
+    let pumps_before = udp_pump_threads();
     let echo = session(a, daemon, band, token, spec.measured)?;
     let echo_pub = echo
         .declare_publisher(&format!("fig5-echo-{run}"))
@@ -414,6 +436,25 @@ pub fn run(tb: &Testbed, token: &str, spec: &Spec) -> Result<Outcome, String> {
         .declare_publisher(&format!("fig5-pinger-{run}"))
         .map_err(|e| format!("pinger: {e}"))?;
     ping_pub.set_express(true);
+    let mut pumps = String::new();
+    if spec.pumps_fifo && spec.mode == Mode::Qos && spec.measured == Transport::Udp {
+        let new: Vec<u32> = udp_pump_threads()
+            .into_iter()
+            .filter(|t| !pumps_before.contains(t))
+            .collect();
+        for tid in &new {
+            // QOS_SCHED's priority.
+            let ok = std::process::Command::new("chrt")
+                .args(["-f", "-p", "10", &tid.to_string()])
+                .status()
+                .map_err(|e| format!("chrt: {e}"))?
+                .success();
+            if !ok {
+                return Err(format!("chrt -f -p 10 {tid} failed"));
+            }
+        }
+        pumps = format!(", {} UDP pump threads fifo:10", new.len());
+    }
     // The load channel: band normal, CS0, on both ends.
     let load_bytes = Arc::new(AtomicU64::new(0));
     let load = if spec.load_percent > 0 {
@@ -599,7 +640,7 @@ pub fn run(tb: &Testbed, token: &str, spec: &Spec) -> Result<Outcome, String> {
         writer_sched
     } else {
         format!("pinger {writer_sched}/{reader_sched}, echo {echo_sched}")
-    };
+    } + &pumps;
     Ok(Outcome {
         rtts_us,
         pings: pings_sent.load(Ordering::Acquire),

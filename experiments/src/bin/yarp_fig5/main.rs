@@ -57,6 +57,11 @@ struct Args {
     /// stays the load's share of the link).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
     load_burst: u32,
+    /// With qos over UDP, also run the client library's UDP pump threads of
+    /// the measured channel at fifo:10 (set with `chrt` from outside: the
+    /// library leaves them SCHED_OTHER); shows what they cost.
+    #[arg(long)]
+    udp_pumps_fifo: bool,
     /// Payload bytes of each ping.
     #[arg(long, default_value_t = 64)]
     ping_size: usize,
@@ -318,6 +323,7 @@ fn measure_place(
                         measured,
                         load_transport,
                         load_host,
+                        pumps_fifo: args.udp_pumps_fifo,
                         warmup: Duration::from_secs_f64(args.warmup),
                         duration: Duration::from_secs_f64(args.secs / f64::from(args.rounds)),
                     };

@@ -355,10 +355,9 @@ pub fn markdown(rows: &[Row], s: &Settings, m: &Machine, svg: Option<&Path>) -> 
          is what tc counted). **normal**: the measured channel's connections on band \
          `normal` (main port, CS0, lanes and client threads SCHED_OTHER). **qos**: on \
          band `high` (port + 2): the daemon marks its sockets AF42 and its high lane runs \
-         `{}`; the clients are raw-protocol clients (they do what `Session::on_band` \
-         does) that mark their own sockets AF42 with \
-         `tagwire_router::priority::set_dscp` before connecting and run their threads \
-         with `apply_sched` (`{}`).\n",
+         `{}`; the clients open their sessions on band `high` with `Session::on_band`, \
+         which marks their sockets AF42, and run their threads with `apply_sched` \
+         (`{}`).\n",
         s.rate_kbit,
         s.ping_size,
         s.ping_hz,
@@ -452,7 +451,8 @@ pub fn markdown(rows: &[Row], s: &Settings, m: &Machine, svg: Option<&Path>) -> 
          column quotes what its text says of each case. Its testbed: three PREEMPT-RT \
          Linux hosts, Gigabit Ethernet, a Cisco Catalyst 2960 (QoS on), communication \
          threads SCHED_FIFO 30, packets AF42, loads of 20 % and 70 % of the bandwidth, \
-         TCP and UDP (here: TCP only, one switch port emulated by htb, two hosts, a 2-CPU \
+         TCP and UDP (here: TCP in this section, UDP in every combination and Fig. 5b's \
+         third host in the sections after it; one switch port emulated by htb, a 2-CPU \
          VM, a stock kernel).\n"
     );
     let _ = writeln!(

@@ -58,7 +58,10 @@ cargo build --release --manifest-path experiments/Cargo.toml --bin yarp_fig5
 
 command="scripts/yarp-fig5.sh $*"
 all_transports=tcp/tcp,tcp/udp,udp/tcp,udp/udp
-preset=(--transports "$all_transports" --load-size 1200 --load-burst 7 --secs 4 --rounds 2)
+preset=(--load-size 1200 --load-burst 7 --secs 4 --rounds 2)
+# Later single values override earlier ones; a list would be appended to, so
+# the preset's transports go only where the caller gave none.
+[[ " $* " == *" --transports "* ]] || preset+=(--transports "$all_transports")
 case ${1:-} in
     udp-sender) shift; set -- "${preset[@]}" --places sender --section yarp-fig5-udp-sender "$@" ;;
     udp-router) shift; set -- "${preset[@]}" --places router --section yarp-fig5-udp-router "$@" ;;

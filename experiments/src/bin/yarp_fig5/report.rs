@@ -329,11 +329,12 @@ pub fn markdown(rows: &[Row], s: &Settings, m: &Machine, svg: Option<&Path>) -> 
     );
     let _ = writeln!(
         o,
-        "Run {}, revision {}, `nproc` = {}, kernel {}, load average {} before → {} after \
+        "Run {}, revision {}, `nproc` = {}, CPU {}, kernel {}, load average {} before → {} after \
          (the machine is shared with other builds), {:.0} s of runs.\n",
         m.date,
         m.revision,
         m.nproc,
+        m.cpu,
         m.kernel,
         m.load_before,
         m.load_after,

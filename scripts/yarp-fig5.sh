@@ -13,6 +13,20 @@
 #                                     ARGS go to the benchmark program, e.g.
 #                                     --places router --loads 70 --secs 2
 #                                     (experiments/target/release/yarp_fig5 --help)
+#   scripts/yarp-fig5.sh [--no-write] PRESET
+#                                     a preset run, each under 5 minutes, that
+#                                     rewrites its own section of BENCHMARKS.md:
+#     udp-sender   every combination of TCP and UDP for the measured and the
+#                  load channel (issue 27), congested at the sender (Fig. 5a);
+#                  section yarp-fig5-udp-sender
+#     udp-router   the same, congested at the router (Fig. 5b's place);
+#                  section yarp-fig5-udp-router
+#     fig5b        Fig. 5b as the paper ran it (issue 26): the load publisher
+#                  on a third host of its own, 1,024 B measured events, every
+#                  transport combination; section yarp-fig5b
+#                  The presets use 1,200 B load events (a UDP event must fit
+#                  one datagram) published 7 at a time (about one 8 KiB event
+#                  of the TCP run's queue), and 4 s per point in 2 segments.
 #
 # Needs root (network namespaces, tc, SCHED_FIFO) and iproute2 with the
 # kernel's htb qdisc (`scripts/netns.sh check htb`). The run is bounded
@@ -42,7 +56,19 @@ fi
 cargo build --release -p tagwire-cli --bin tagwired
 cargo build --release --manifest-path experiments/Cargo.toml --bin yarp_fig5
 
-args=(--tagwired target/release/tagwired --command "scripts/yarp-fig5.sh")
+command="scripts/yarp-fig5.sh $*"
+all_transports=tcp/tcp,tcp/udp,udp/tcp,udp/udp
+preset=(--load-size 1200 --load-burst 7 --secs 4 --rounds 2)
+# Later single values override earlier ones; a list would be appended to, so
+# the preset's transports go only where the caller gave none.
+[[ " $* " == *" --transports "* ]] || preset+=(--transports "$all_transports")
+case ${1:-} in
+    udp-sender) shift; set -- "${preset[@]}" --places sender --section yarp-fig5-udp-sender "$@" ;;
+    udp-router) shift; set -- "${preset[@]}" --places router --section yarp-fig5-udp-router "$@" ;;
+    fig5b) shift; set -- "${preset[@]}" --places router --load-host separate --ping-size 1024 --section yarp-fig5b "$@" ;;
+esac
+
+args=(--tagwired target/release/tagwired --command "$command")
 if (( write )); then
     args+=(--markdown BENCHMARKS.md --svg docs/yarp-fig5.svg)
 fi

@@ -6,6 +6,8 @@
 //!
 //! - [`raw_relay`]: a minimal TCP relay process — the best a daemon hop can do;
 //! - [`nats_client`]: a real `nats-server` driven by the `async-nats` client;
+//!   [`nats_jetstream`]: the same with a file-backed JetStream stream, the
+//!   baseline of `durable` (`scripts/durable-jetstream.sh`);
 //! - [`zenoh_client`]: a Zenoh router process and client-mode sessions.
 //!
 //! Same-host transports (issue 16) have their own two-process ping-pong,
@@ -22,6 +24,7 @@ pub mod error;
 pub mod iceoryx2_pingpong;
 pub mod measure;
 pub mod nats_client;
+pub mod nats_jetstream;
 pub mod raw_relay;
 pub mod shm_pingpong;
 pub mod tagwire_shm_pingpong;

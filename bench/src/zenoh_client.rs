@@ -103,11 +103,14 @@ fn config(
     Ok(c)
 }
 
-/// Runs a Zenoh router listening on `tcp/127.0.0.1:port` until the process
-/// is killed.
-pub fn serve_router(port: u16) -> Result<(), BenchError> {
-    let endpoint = format!("tcp/127.0.0.1:{port}");
-    let mut cfg = config("router", "listen/endpoints", std::slice::from_ref(&endpoint))?;
+/// Runs a Zenoh router listening on `tcp/127.0.0.1:port` (and with `udp`
+/// on `udp/127.0.0.1:port` too) until the process is killed.
+pub fn serve_router(port: u16, udp: bool) -> Result<(), BenchError> {
+    let mut endpoints = vec![format!("tcp/127.0.0.1:{port}")];
+    if udp {
+        endpoints.push(format!("udp/127.0.0.1:{port}"));
+    }
+    let mut cfg = config("router", "listen/endpoints", &endpoints)?;
     // Another router to connect to (a router pair for the hop comparison).
     if let Ok(peer) = std::env::var("BASELINE_ZENOH_CONNECT") {
         cfg.insert_json5("connect/endpoints", &format!("[\"{peer}\"]"))
@@ -119,7 +122,7 @@ pub fn serve_router(port: u16) -> Result<(), BenchError> {
     let _session = zenoh::open(cfg)
         .wait()
         .map_err(BenchError::zenoh("opening the router"))?;
-    eprintln!("zenoh router listening on {endpoint}");
+    eprintln!("zenoh router listening on {}", endpoints.join(", "));
     loop {
         std::thread::sleep(Duration::from_secs(3600));
     }
@@ -142,7 +145,12 @@ pub fn run(meet: &Meet, mode: Mode, params: RunParams) -> Result<serde_json::Val
         }
         Mode::Throughput | Mode::Fanout => {
             let subs = stream(meet, params)?;
-            Ok(measure::stream_report(meet.name(), mode, params.size, &subs))
+            Ok(measure::stream_report(
+                meet.name(),
+                mode,
+                params.size,
+                &subs,
+            ))
         }
     }
 }

@@ -15,7 +15,8 @@ use clap::{Args, Parser, Subcommand};
 use tagwire_bench::measure::{Mode, RunParams};
 use tagwire_bench::shm_pingpong::{self, PingPongParams, PingPongSystem, WaitMode};
 use tagwire_bench::{
-    iceoryx2_pingpong, nats_client, raw_relay, tagwire_shm_pingpong, zenoh_client, BenchError,
+    iceoryx2_pingpong, nats_client, nats_jetstream, raw_relay, tagwire_shm_pingpong, zenoh_client,
+    BenchError,
 };
 
 #[derive(Parser)]
@@ -52,11 +53,24 @@ enum Command {
         #[arg(long, default_value = "nats://127.0.0.1:4222")]
         server: String,
     },
+    /// Measure a running JetStream-enabled nats-server (`nats-server -js`):
+    /// throughput of acknowledged publishes to a fresh file-backed stream.
+    NatsJs {
+        #[command(flatten)]
+        run: RunArgs,
+        /// nats-server URL.
+        #[arg(long, default_value = "nats://127.0.0.1:4222")]
+        server: String,
+    },
     /// Run a Zenoh router on tcp/127.0.0.1:PORT until killed.
     ZenohRouter {
         /// TCP port on 127.0.0.1.
         #[arg(long, default_value_t = 7447)]
         port: u16,
+        /// Also listen on udp/127.0.0.1:PORT (the same number), for client
+        /// sessions that connect over UDP.
+        #[arg(long)]
+        udp: bool,
     },
     /// Measure Zenoh: client sessions through a running router, or (with
     /// --peer-base-port) peer sessions connected to each other directly.
@@ -182,7 +196,7 @@ fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::RawRelayServer { port } => raw_relay::serve(port).map(|()| None),
-        Command::ZenohRouter { port } => zenoh_client::serve_router(port).map(|()| None),
+        Command::ZenohRouter { port, udp } => zenoh_client::serve_router(port, udp).map(|()| None),
         Command::Raw { run, server } => run
             .params()
             .and_then(|p| raw_relay::run(&server, run.mode, p))
@@ -190,6 +204,10 @@ fn main() {
         Command::Nats { run, server } => run
             .params()
             .and_then(|p| nats_client::run(&server, run.mode, p))
+            .map(Some),
+        Command::NatsJs { run, server } => run
+            .params()
+            .and_then(|p| nats_jetstream::run(&server, run.mode, p))
             .map(Some),
         Command::Zenoh {
             run,

@@ -49,6 +49,9 @@ pub const SENDER: usize = 0;
 pub const DAEMON: usize = 1;
 /// The daemon's main TCP port (band `normal`); `high` is on `PORT + 2`.
 pub const PORT: u16 = 7700;
+/// The daemon's UDP listener (band `normal`; the other bands' UDP sockets
+/// are on ports the OS picks, which the daemon lists).
+pub const UDP_PORT: u16 = 7710;
 /// The bands' ports, lowest band first: low, normal, high, critical.
 pub const BAND_PORTS: [u16; 4] = [PORT + 1, PORT, PORT + 2, PORT + 3];
 /// The name of the token the clients present (identity `token:fig5`).
@@ -65,6 +68,46 @@ const DRAIN: Duration = Duration::from_secs(2);
 const SEGMENT_OVERHEAD: u64 = 66;
 /// TCP payload per segment on a 1500-byte MTU with timestamps.
 const MSS: u64 = 1448;
+/// Bytes on the wire per datagram besides its frames: Ethernet (14), IPv4
+/// (20), UDP (8) and tagwire's datagram header (16, docs/protocol.md).
+const DATAGRAM_OVERHEAD: u64 = 58;
+
+/// The transport of a channel's two client sessions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// `tcp://`: one TCP connection per session and band.
+    Tcp,
+    /// `udp://`: datagrams (`tagwired --udp`), best effort, one event per
+    /// datagram at most.
+    Udp,
+}
+
+impl Transport {
+    /// Short name for tables and the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Transport::Tcp => "tcp",
+            Transport::Udp => "udp",
+        }
+    }
+
+    /// Parses `tcp` or `udp`.
+    pub fn parse(s: &str) -> Result<Transport, String> {
+        match s {
+            "tcp" => Ok(Transport::Tcp),
+            "udp" => Ok(Transport::Udp),
+            other => Err(format!("unknown transport {other:?}: tcp or udp")),
+        }
+    }
+
+    /// Bits on the wire to carry one frame of `len` bytes.
+    fn wire_bits(self, len: u64) -> u64 {
+        match self {
+            Transport::Tcp => 8 * (len + len.div_ceil(MSS) * SEGMENT_OVERHEAD),
+            Transport::Udp => 8 * (len + DATAGRAM_OVERHEAD),
+        }
+    }
+}
 
 /// Where the link is congested (the paper's Fig. 4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,7 +158,7 @@ impl Mode {
 }
 
 /// The daemon's configuration: TCP on host A's address (bands on the next
-/// ports), no Unix socket, one named token with every right, files in
+/// ports), UDP on `UDP_PORT` (bands on ports the OS picks), no Unix socket, one named token with every right, files in
 /// `dir`. The same text serves `tagwired --config` and the smoke test's
 /// in-process router.
 pub fn daemon_config(addr: Ipv4Addr, token: &str, dir: &Path) -> String {
@@ -123,6 +166,9 @@ pub fn daemon_config(addr: Ipv4Addr, token: &str, dir: &Path) -> String {
         r#"name = "fig5"
 tcp = "{addr}:{PORT}"
 reservations_file = "{dir}/reservations.json"
+
+[udp]
+listen = "{addr}:{UDP_PORT}"
 
 [auth]
 enabled = true
@@ -176,7 +222,7 @@ pub fn wait_for_daemon(host: &Host, timeout: Duration) -> Result<(), String> {
 
 /// What the daemon lists about itself (first page), asked as `token`.
 pub fn daemon_listing(host: &Host, token: &str) -> Result<Listing, String> {
-    session(host, host.addr(), None, token)?
+    session(host, host.addr(), None, token, Transport::Tcp)?
         .list()
         .map_err(|e| format!("listing: {e}"))
 }
@@ -196,10 +242,30 @@ pub struct Spec {
     pub link_kbit: u32,
     /// Payload bytes of each load event.
     pub load_size: usize,
+    /// Load events published back to back at each tick (the tick's period
+    /// grows with it, so the average rate is the same): a burst of 7
+    /// events of 1,200 B puts about what one 8 KiB event puts into the
+    /// queue at once.
+    pub load_burst: u32,
     /// Pings per second (the interval is jittered ±50 %).
     pub ping_hz: f64,
     /// Payload bytes of each ping (and pong).
     pub ping_size: usize,
+    /// Transport of the measured channel (pinger and echo).
+    pub measured: Transport,
+    /// Transport of the load channel (publisher and subscriber).
+    pub load_transport: Transport,
+    /// The host of the load publisher: `SENDER` (Fig. 5a, and the
+    /// existing 5b runs) or a host of its own (Fig. 5b as the paper ran it:
+    /// Pub.1 and Pub.2 on separate machines). The daemon is always on the
+    /// testbed's last host.
+    pub load_host: usize,
+    /// With `qos` over UDP: also run the client library's UDP pump threads
+    /// of the measured channel's sessions (`tagwire-udp-up`/`-down`, which
+    /// the library leaves at SCHED_OTHER) at `QOS_SCHED`, set from outside
+    /// with `chrt`: an experiment of what those threads cost, not a
+    /// library setting.
+    pub pumps_fifo: bool,
     /// Before measuring: the load runs, pings are sent and not counted.
     pub warmup: Duration,
     /// The measured window.
@@ -246,8 +312,12 @@ fn session(
     addr: Ipv4Addr,
     band: Option<&str>,
     token: &str,
+    transport: Transport,
 ) -> Result<Session, String> {
-    let url = format!("tcp://{addr}:{PORT}");
+    let url = match transport {
+        Transport::Tcp => format!("tcp://{addr}:{PORT}"),
+        Transport::Udp => format!("udp://{addr}:{UDP_PORT}"),
+    };
     host.run_in(|| -> tagwire::Result<Session> {
         let s = Session::builder().token(token).connect(&url)?;
         match band {
@@ -295,6 +365,21 @@ impl Jitter {
     }
 }
 
+/// The ids of this process's threads named like the client library's UDP
+/// pumps (`tagwire-udp-up`, `tagwire-udp-down`).
+fn udp_pump_threads() -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok())
+        .filter(|e| {
+            std::fs::read_to_string(e.path().join("comm"))
+                .is_ok_and(|c| c.trim_start().starts_with("tagwire-udp-"))
+        })
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect()
+}
+
 /// Locks a mutex, whether or not a callback panicked holding it.
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -309,7 +394,9 @@ fn join<T>(h: JoinHandle<Result<T, String>>, what: &str) -> Result<T, String> {
 /// load channel, lets them run for `warmup + duration`, and reads the
 /// congested link's counters around the measured window.
 pub fn run(tb: &Testbed, token: &str, spec: &Spec) -> Result<Outcome, String> {
-    let (b, a) = (tb.host(SENDER), tb.host(DAEMON));
+    let daemon_host = tb.hosts().len() - 1;
+    let (b, a) = (tb.host(SENDER), tb.host(daemon_host));
+    let loader = tb.host(spec.load_host);
     let daemon = a.addr();
     let run = spec.run;
     let (ping_tag, pong_tag, load_tag) = (
@@ -322,7 +409,8 @@ pub fn run(tb: &Testbed, token: &str, spec: &Spec) -> Result<Outcome, String> {
     let failed: Arc<Mutex<Option<String>>> = Arc::new(Mutex::new(None));
 
     // The echo on host A: pings in, pongs out, on the measured band.
-    let echo = session(a, daemon, band, token)?;
+    let pumps_before = udp_pump_threads();
+    let echo = session(a, daemon, band, token, spec.measured)?;
     let echo_pub = echo
         .declare_publisher(&format!("fig5-echo-{run}"))
         .map_err(|e| format!("echo: {e}"))?;
@@ -343,15 +431,34 @@ pub fn run(tb: &Testbed, token: &str, spec: &Spec) -> Result<Outcome, String> {
         })
         .map_err(|e| format!("echo: {e}"))?;
     // The pinger on host B.
-    let pinger = session(b, daemon, band, token)?;
+    let pinger = session(b, daemon, band, token, spec.measured)?;
     let ping_pub = pinger
         .declare_publisher(&format!("fig5-pinger-{run}"))
         .map_err(|e| format!("pinger: {e}"))?;
     ping_pub.set_express(true);
+    let mut pumps = String::new();
+    if spec.pumps_fifo && spec.mode == Mode::Qos && spec.measured == Transport::Udp {
+        let new: Vec<u32> = udp_pump_threads()
+            .into_iter()
+            .filter(|t| !pumps_before.contains(t))
+            .collect();
+        for tid in &new {
+            // QOS_SCHED's priority.
+            let ok = std::process::Command::new("chrt")
+                .args(["-f", "-p", "10", &tid.to_string()])
+                .status()
+                .map_err(|e| format!("chrt: {e}"))?
+                .success();
+            if !ok {
+                return Err(format!("chrt -f -p 10 {tid} failed"));
+            }
+        }
+        pumps = format!(", {} UDP pump threads fifo:10", new.len());
+    }
     // The load channel: band normal, CS0, on both ends.
     let load_bytes = Arc::new(AtomicU64::new(0));
     let load = if spec.load_percent > 0 {
-        let sink = session(a, daemon, None, token)?;
+        let sink = session(a, daemon, None, token, spec.load_transport)?;
         let counted = load_bytes.clone();
         let sink_sub = sink
             .subscribe(&load_tag)
@@ -360,7 +467,7 @@ pub fn run(tb: &Testbed, token: &str, spec: &Spec) -> Result<Outcome, String> {
                 counted.fetch_add(s.raw().len() as u64 + FRAME_OVERHEAD, Ordering::Relaxed);
             })
             .map_err(|e| format!("load subscriber: {e}"))?;
-        let source = session(b, daemon, None, token)?;
+        let source = session(loader, daemon, None, token, spec.load_transport)?;
         let source_pub = source
             .declare_publisher(&format!("fig5-load-{run}"))
             .map_err(|e| format!("load publisher: {e}"))?;
@@ -391,9 +498,10 @@ pub fn run(tb: &Testbed, token: &str, spec: &Spec) -> Result<Outcome, String> {
         let mut ev = Event::new(load_tag.as_str(), payload.clone());
         ev.header.publisher = source_pub.name().to_owned();
         let len = FRAME_OVERHEAD + ev.encoded_len() as u64;
-        let wire_bits = 8 * (len + len.div_ceil(MSS) * SEGMENT_OVERHEAD);
+        let wire_bits = spec.load_transport.wire_bits(len);
         let bps = f64::from(spec.link_kbit) * 1000.0 * f64::from(spec.load_percent) / 100.0;
-        let interval = Duration::from_secs_f64(wire_bits as f64 / bps);
+        let burst = spec.load_burst.max(1);
+        let interval = Duration::from_secs_f64(wire_bits as f64 * f64::from(burst) / bps);
         let stop_source = stop.clone();
         let source_thread = std::thread::spawn(move || -> Result<(), String> {
             let mut next = start;
@@ -404,9 +512,11 @@ pub fn run(tb: &Testbed, token: &str, spec: &Spec) -> Result<Outcome, String> {
                 } else if now - next > 10 * interval {
                     next = now; // far behind (a stall): do not burst to catch up
                 }
-                source_pub
-                    .publish(&load_tag, payload.clone())
-                    .map_err(|e| format!("load publisher: {e}"))?;
+                for _ in 0..burst {
+                    source_pub
+                        .publish(&load_tag, payload.clone())
+                        .map_err(|e| format!("load publisher: {e}"))?;
+                }
                 next += interval;
             }
             Ok(())
@@ -530,7 +640,7 @@ pub fn run(tb: &Testbed, token: &str, spec: &Spec) -> Result<Outcome, String> {
         writer_sched
     } else {
         format!("pinger {writer_sched}/{reader_sched}, echo {echo_sched}")
-    };
+    } + &pumps;
     Ok(Outcome {
         rtts_us,
         pings: pings_sent.load(Ordering::Acquire),

@@ -29,12 +29,12 @@ use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
 use tagwire_testbed::{Shaping, Testbed, TestbedConfig};
 
-use experiment::{Mode, Place, Spec, DAEMON};
+use experiment::{Mode, Place, Spec, Transport, SENDER};
 use report::{Machine, Row};
 
 /// Reproduces YARP Fig. 5 on a netns testbed (needs root).
 #[derive(Debug, Parser)]
-#[command(name = "yarp_fig5")]
+#[command(name = "yarp_fig5", args_override_self = true)]
 struct Args {
     /// The daemon to measure [default: the product workspace's
     /// target/release/tagwired].
@@ -53,6 +53,15 @@ struct Args {
     /// Payload bytes of each load event.
     #[arg(long, default_value_t = 8192)]
     load_size: usize,
+    /// Load events published back to back per tick (the average rate
+    /// stays the load's share of the link).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    load_burst: u32,
+    /// With qos over UDP, also run the client library's UDP pump threads of
+    /// the measured channel at fifo:10 (set with `chrt` from outside: the
+    /// library leaves them SCHED_OTHER); shows what they cost.
+    #[arg(long)]
+    udp_pumps_fifo: bool,
     /// Payload bytes of each ping.
     #[arg(long, default_value_t = 64)]
     ping_size: usize,
@@ -69,7 +78,25 @@ struct Args {
     /// Segments per place, load and channel; normal and qos alternate.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=100))]
     rounds: u32,
-    /// Rewrite the `yarp-fig5` section of this markdown file.
+    /// Transports of the measured and the load channel, `MEASURED/LOAD`
+    /// each `tcp` or `udp` (YARP measured every combination). Over UDP an
+    /// event must fit one datagram (1,384 bytes of frame by default), so
+    /// `--load-size` and `--ping-size` must stay below about 1,300.
+    #[arg(long, value_delimiter = ',', default_values_t = ["tcp/tcp".to_owned()])]
+    transports: Vec<String>,
+    /// Where the load publisher runs: `same` (the pinger's host, Fig. 4a)
+    /// or `separate` (a third host of its own, as the paper's Fig. 4b/5b;
+    /// only with `--places router`, since a separate host does not load the
+    /// sender's interface).
+    #[arg(long, default_value = "same")]
+    load_host: String,
+    /// The name of the section of `--markdown` to rewrite
+    /// (`<!-- BEGIN NAME -->` … `<!-- END NAME -->`). `yarp-fig5` with the
+    /// default transports and load host writes the original section; any
+    /// other run writes the transports table.
+    #[arg(long, default_value = "yarp-fig5")]
+    section: String,
+    /// Rewrite the section `--section` of this markdown file.
     #[arg(long, value_name = "FILE")]
     markdown: Option<PathBuf>,
     /// Write the bar chart here (SVG).
@@ -115,10 +142,40 @@ fn run(args: &Args) -> Result<(), String> {
             other => Err(format!("unknown place {other:?}: sender or router")),
         })
         .collect::<Result<Vec<_>, _>>()?;
+    let transports = args
+        .transports
+        .iter()
+        .map(|t| {
+            let (m, l) = t
+                .split_once('/')
+                .ok_or_else(|| format!("transports {t:?}: MEASURED/LOAD, e.g. udp/tcp"))?;
+            Ok((Transport::parse(m)?, Transport::parse(l)?))
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    let separate = match args.load_host.as_str() {
+        "same" => false,
+        "separate" => true,
+        other => return Err(format!("unknown load host {other:?}: same or separate")),
+    };
+    if separate && places.contains(&Place::Sender) {
+        return Err(
+            "--load-host separate needs --places router: a load publisher on another host \
+             does not congest the sender's interface"
+                .into(),
+        );
+    }
+    let classic = transports == [(Transport::Tcp, Transport::Tcp)] && !separate;
+    if !classic && args.section == "yarp-fig5" {
+        return Err(
+            "UDP or a separate load host: give --section NAME (the yarp-fig5 section holds \
+             the TCP/TCP run)"
+                .into(),
+        );
+    }
     let mut loads = vec![0];
     loads.extend(args.loads.iter().copied().filter(|l| (1..=100).contains(l)));
     let machine_before = Machine::now();
-    let runs = places.len() * loads.len() * 2 * args.rounds as usize;
+    let runs = places.len() * transports.len() * loads.len() * 2 * args.rounds as usize;
     let progress = ProgressBar::new(runs as u64);
     progress.set_style(
         ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")
@@ -127,7 +184,15 @@ fn run(args: &Args) -> Result<(), String> {
     let started = Instant::now();
     let mut rows = Vec::new();
     for place in places {
-        rows.extend(measure_place(args, &tagwired, place, &loads, &progress)?);
+        rows.extend(measure_place(
+            args,
+            &tagwired,
+            place,
+            &transports,
+            separate,
+            &loads,
+            &progress,
+        )?);
     }
     progress.finish_and_clear();
     let machine = Machine::finish(machine_before, started.elapsed());
@@ -135,19 +200,25 @@ fn run(args: &Args) -> Result<(), String> {
         command: args.command.clone(),
         rate_kbit: args.rate_kbit,
         load_size: args.load_size,
+        load_burst: args.load_burst,
         ping_size: args.ping_size,
         ping_hz: args.ping_hz,
         warmup: args.warmup,
         secs: args.secs,
         rounds: args.rounds,
+        separate_load_host: separate,
     };
     println!("{}", report::text_table(&rows));
     if let Some(path) = &args.markdown {
-        let section = report::markdown(&rows, &settings, &machine, args.svg.as_deref());
-        report::replace_section(path, &section)?;
-        eprintln!("wrote the yarp-fig5 section of {}", path.display());
+        let section = if classic {
+            report::markdown(&rows, &settings, &machine, args.svg.as_deref())
+        } else {
+            report::markdown_transports(&args.section, &rows, &settings, &machine)
+        };
+        report::replace_section(path, &args.section, &section)?;
+        eprintln!("wrote the {} section of {}", args.section, path.display());
     }
-    if let Some(path) = &args.svg {
+    if let Some(path) = args.svg.as_ref().filter(|_| classic) {
         std::fs::write(path, report::svg(&rows, &settings))
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
         eprintln!("wrote {}", path.display());
@@ -160,6 +231,8 @@ fn measure_place(
     args: &Args,
     tagwired: &std::path::Path,
     place: Place,
+    transports: &[(Transport, Transport)],
+    separate: bool,
     loads: &[u32],
     progress: &ProgressBar,
 ) -> Result<Vec<Row>, String> {
@@ -168,8 +241,13 @@ fn measure_place(
         dscp_priority: true,
         ..Shaping::default()
     };
+    // Host 0: the pinger (and the load publisher unless it has its own
+    // host); the last host: the daemon, the echo and the load subscriber.
+    let hosts = if separate { 3 } else { 2 };
+    let daemon_host = hosts - 1;
+    let load_host = if separate { 1 } else { SENDER };
     let tb = Testbed::new(TestbedConfig {
-        hosts: 2,
+        hosts,
         bottleneck: (place == Place::Router).then_some(shaping),
     })
     .map_err(|e| e.to_string())?;
@@ -184,7 +262,7 @@ fn measure_place(
     let dir = tempfile::tempdir().map_err(|e| format!("temporary directory: {e}"))?;
     let token = experiment::random_token().map_err(|e| format!("token: {e}"))?;
     let config = dir.path().join("tagwired.toml");
-    let a = tb.host(DAEMON);
+    let a = tb.host(daemon_host);
     std::fs::write(
         &config,
         experiment::daemon_config(a.addr(), &token, dir.path()),
@@ -212,50 +290,66 @@ fn measure_place(
     // load of this shared machine.
     let mut rows = Vec::new();
     let mut run = 0;
-    for &load in loads {
-        let mut segments: Vec<(Spec, experiment::Outcome)> = Vec::new();
-        for round in 0..args.rounds {
-            let order = if round % 2 == 0 {
-                [Mode::Normal, Mode::Qos]
-            } else {
-                [Mode::Qos, Mode::Normal]
-            };
-            for mode in order {
-                run += 1;
-                progress.set_message(format!(
-                    "{}: {load} % load, {}, round {}/{}",
-                    place.name(),
-                    mode.label(),
-                    round + 1,
-                    args.rounds
-                ));
-                let spec = Spec {
-                    run,
-                    place,
-                    mode,
-                    load_percent: load,
-                    link_kbit: args.rate_kbit,
-                    load_size: args.load_size,
-                    ping_hz: args.ping_hz,
-                    ping_size: args.ping_size,
-                    warmup: Duration::from_secs_f64(args.warmup),
-                    duration: Duration::from_secs_f64(args.secs / f64::from(args.rounds)),
+    for &(measured, load_transport) in transports {
+        for &load in loads {
+            let mut segments: Vec<(Spec, experiment::Outcome)> = Vec::new();
+            for round in 0..args.rounds {
+                let order = if round % 2 == 0 {
+                    [Mode::Normal, Mode::Qos]
+                } else {
+                    [Mode::Qos, Mode::Normal]
                 };
-                let outcome = experiment::run(&tb, &token, &spec)
-                    .map_err(|e| format!("{} {load} % {}: {e}", place.name(), mode.label()))?;
-                progress.inc(1);
-                segments.push((spec, outcome));
+                for mode in order {
+                    run += 1;
+                    progress.set_message(format!(
+                        "{} {}/{}: {load} % load, {}, round {}/{}",
+                        place.name(),
+                        measured.name(),
+                        load_transport.name(),
+                        mode.label(),
+                        round + 1,
+                        args.rounds
+                    ));
+                    let spec = Spec {
+                        run,
+                        place,
+                        mode,
+                        load_percent: load,
+                        link_kbit: args.rate_kbit,
+                        load_size: args.load_size,
+                        load_burst: args.load_burst,
+                        ping_hz: args.ping_hz,
+                        ping_size: args.ping_size,
+                        measured,
+                        load_transport,
+                        load_host,
+                        pumps_fifo: args.udp_pumps_fifo,
+                        warmup: Duration::from_secs_f64(args.warmup),
+                        duration: Duration::from_secs_f64(args.secs / f64::from(args.rounds)),
+                    };
+                    let outcome = experiment::run(&tb, &token, &spec).map_err(|e| {
+                        format!(
+                            "{} {}/{} {load} % {}: {e}",
+                            place.name(),
+                            measured.name(),
+                            load_transport.name(),
+                            mode.label()
+                        )
+                    })?;
+                    progress.inc(1);
+                    segments.push((spec, outcome));
+                }
             }
-        }
-        for mode in [Mode::Normal, Mode::Qos] {
-            let mine: Vec<_> = segments.iter().filter(|(s, _)| s.mode == mode).collect();
-            let row = Row::new(&mine, &high_lane);
-            if progress.is_hidden() {
-                eprintln!("{}", row.line());
-            } else {
-                progress.println(row.line());
+            for mode in [Mode::Normal, Mode::Qos] {
+                let mine: Vec<_> = segments.iter().filter(|(s, _)| s.mode == mode).collect();
+                let row = Row::new(&mine, &high_lane);
+                if progress.is_hidden() {
+                    eprintln!("{}", row.line());
+                } else {
+                    progress.println(row.line());
+                }
+                rows.push(row);
             }
-            rows.push(row);
         }
     }
     if let Ok(Some(status)) = daemon.try_wait() {

@@ -5,11 +5,19 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use crate::experiment::{Mode, Outcome, Place, Spec};
+use crate::experiment::{Mode, Outcome, Place, Spec, Transport};
 
 /// The markers around the section this program owns in BENCHMARKS.md.
 const BEGIN: &str = "<!-- BEGIN yarp-fig5 -->";
 const END: &str = "<!-- END yarp-fig5 -->";
+
+fn begin(section: &str) -> String {
+    format!("<!-- BEGIN {section} -->")
+}
+
+fn end(section: &str) -> String {
+    format!("<!-- END {section} -->")
+}
 
 /// The issue's targets at the highest load.
 const MEAN_TARGET: f64 = 1.3;
@@ -19,11 +27,14 @@ pub struct Settings {
     pub command: String,
     pub rate_kbit: u32,
     pub load_size: usize,
+    pub load_burst: u32,
     pub ping_size: usize,
     pub ping_hz: f64,
     pub warmup: f64,
     pub secs: f64,
     pub rounds: u32,
+    /// The load publisher on a host of its own (Fig. 5b as the paper ran it).
+    pub separate_load_host: bool,
 }
 
 /// The machine and the moment.
@@ -31,6 +42,7 @@ pub struct Machine {
     date: String,
     revision: String,
     nproc: usize,
+    cpu: String,
     kernel: String,
     load_before: String,
     load_after: String,
@@ -66,6 +78,15 @@ impl Machine {
             date: command_output("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
             revision,
             nproc: std::thread::available_parallelism().map_or(0, |n| n.get()),
+            cpu: std::fs::read_to_string("/proc/cpuinfo")
+                .ok()
+                .and_then(|c| {
+                    c.lines()
+                        .find(|l| l.starts_with("model name"))
+                        .and_then(|l| l.split_once(':'))
+                        .map(|(_, m)| m.trim().to_owned())
+                })
+                .unwrap_or_else(|| "?".into()),
             kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
                 .map(|k| k.trim().to_owned())
                 .unwrap_or_else(|_| "?".into()),
@@ -86,6 +107,8 @@ impl Machine {
 /// One run, summarised.
 pub struct Row {
     pub place: Place,
+    pub measured: Transport,
+    pub load_transport: Transport,
     pub load: u32,
     pub mode: Mode,
     pub samples: usize,
@@ -141,6 +164,8 @@ impl Row {
         scheds.dedup();
         Row {
             place: spec.place,
+            measured: spec.measured,
+            load_transport: spec.load_transport,
             load: spec.load_percent,
             mode: spec.mode,
             samples: v.len(),
@@ -167,8 +192,10 @@ impl Row {
     /// One progress line.
     pub fn line(&self) -> String {
         format!(
-            "{:<6} load {:>2} % {:<6}  RTT mean {:>8.0} µs  std {:>8.0} µs  p99 {:>8.0} µs  n {:>4}  link {:>5.1} %  bands {}/{}  sched {}",
+            "{:<6} {}/{} load {:>2} % {:<6}  RTT mean {:>8.0} µs  std {:>8.0} µs  p99 {:>8.0} µs  n {:>4}  link {:>5.1} %  bands {}/{}  sched {}",
             self.place.name(),
+            self.measured.name(),
+            self.load_transport.name(),
             self.load,
             self.mode.label(),
             self.mean,
@@ -219,13 +246,14 @@ fn loads(rows: &[Row]) -> Vec<u32> {
 /// The plain-text table printed at the end.
 pub fn text_table(rows: &[Row]) -> String {
     let mut s = String::from(
-        "place  load  channel   mean µs    std µs    p50 µs    p99 µs  samples  link %\n",
+        "place  meas/load  load  channel   mean µs    std µs    p50 µs    p99 µs  samples  link %\n",
     );
     for r in rows {
         let _ = writeln!(
             s,
-            "{:<6} {:>3} %  {:<7} {:>9.0} {:>9.0} {:>9.0} {:>9.0} {:>8} {:>7.1}",
+            "{:<6} {:<10} {:>3} %  {:<7} {:>9.0} {:>9.0} {:>9.0} {:>9.0} {:>8} {:>7.1}",
             r.place.name(),
+            format!("{}/{}", r.measured.name(), r.load_transport.name()),
             r.load,
             r.mode.label(),
             r.mean,
@@ -301,11 +329,12 @@ pub fn markdown(rows: &[Row], s: &Settings, m: &Machine, svg: Option<&Path>) -> 
     );
     let _ = writeln!(
         o,
-        "Run {}, revision {}, `nproc` = {}, kernel {}, load average {} before → {} after \
+        "Run {}, revision {}, `nproc` = {}, CPU {}, kernel {}, load average {} before → {} after \
          (the machine is shared with other builds), {:.0} s of runs.\n",
         m.date,
         m.revision,
         m.nproc,
+        m.cpu,
         m.kernel,
         m.load_before,
         m.load_after,
@@ -327,10 +356,9 @@ pub fn markdown(rows: &[Row], s: &Settings, m: &Machine, svg: Option<&Path>) -> 
          is what tc counted). **normal**: the measured channel's connections on band \
          `normal` (main port, CS0, lanes and client threads SCHED_OTHER). **qos**: on \
          band `high` (port + 2): the daemon marks its sockets AF42 and its high lane runs \
-         `{}`; the clients are raw-protocol clients (they do what `Session::on_band` \
-         does) that mark their own sockets AF42 with \
-         `tagwire_router::priority::set_dscp` before connecting and run their threads \
-         with `apply_sched` (`{}`).\n",
+         `{}`; the clients open their sessions on band `high` with `Session::on_band`, \
+         which marks their sockets AF42, and run their threads with `apply_sched` \
+         (`{}`).\n",
         s.rate_kbit,
         s.ping_size,
         s.ping_hz,
@@ -424,7 +452,8 @@ pub fn markdown(rows: &[Row], s: &Settings, m: &Machine, svg: Option<&Path>) -> 
          column quotes what its text says of each case. Its testbed: three PREEMPT-RT \
          Linux hosts, Gigabit Ethernet, a Cisco Catalyst 2960 (QoS on), communication \
          threads SCHED_FIFO 30, packets AF42, loads of 20 % and 70 % of the bandwidth, \
-         TCP and UDP (here: TCP only, one switch port emulated by htb, two hosts, a 2-CPU \
+         TCP and UDP (here: TCP in this section, UDP in every combination and Fig. 5b's \
+         third host in the sections after it; one switch port emulated by htb, a 2-CPU \
          VM, a stock kernel).\n"
     );
     let _ = writeln!(
@@ -488,13 +517,15 @@ pub fn markdown(rows: &[Row], s: &Settings, m: &Machine, svg: Option<&Path>) -> 
     o
 }
 
-/// Replaces the section between the markers in `path`, or appends it.
-pub fn replace_section(path: &Path, section: &str) -> Result<(), String> {
+/// Replaces the section `name` between its markers in `path`, or appends it.
+pub fn replace_section(path: &Path, name: &str, section: &str) -> Result<(), String> {
+    let (begin_marker, end_marker) = (begin(name), end(name));
+    let (begin_marker, end_marker) = (begin_marker.as_str(), end_marker.as_str());
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let new = match (text.find(BEGIN), text.find(END)) {
+    let new = match (text.find(begin_marker), text.find(end_marker)) {
         (Some(b), Some(e)) if b < e => {
-            let after = &text[e + END.len()..];
+            let after = &text[e + end_marker.len()..];
             let after = after.strip_prefix('\n').unwrap_or(after);
             format!("{}{section}{after}", &text[..b])
         }
@@ -504,7 +535,7 @@ pub fn replace_section(path: &Path, section: &str) -> Result<(), String> {
         ),
         _ => {
             return Err(format!(
-                "{}: the markers {BEGIN} and {END} are not in order",
+                "{}: the markers {begin_marker} and {end_marker} are not in order",
                 path.display()
             ))
         }
@@ -709,4 +740,196 @@ fn format_ms(v: f64) -> String {
     } else {
         format!("{v:.2}")
     }
+}
+
+fn find_combo(
+    rows: &[Row],
+    place: Place,
+    combo: (Transport, Transport),
+    load: u32,
+    mode: Mode,
+) -> Option<&Row> {
+    rows.iter().find(|r| {
+        r.place == place
+            && (r.measured, r.load_transport) == combo
+            && r.load == load
+            && r.mode == mode
+    })
+}
+
+fn combos(rows: &[Row]) -> Vec<(Transport, Transport)> {
+    let mut out = Vec::new();
+    for r in rows {
+        if !out.contains(&(r.measured, r.load_transport)) {
+            out.push((r.measured, r.load_transport));
+        }
+    }
+    out
+}
+
+/// The section of a run with UDP channels or a separate load host: one
+/// table per place with every transport combination, and qos against
+/// normal per combination.
+pub fn markdown_transports(name: &str, rows: &[Row], s: &Settings, m: &Machine) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "{}", begin(name));
+    let title = if s.separate_load_host {
+        "Channel prioritization, Fig. 5b as the paper ran it: the load publisher on its own host, larger measured packets, TCP and UDP (issues 26 and 27)"
+    } else {
+        "Channel prioritization over TCP and UDP: YARP Fig. 5, every transport combination (issue 27)"
+    };
+    let _ = writeln!(
+        o,
+        "## {title}\n\n\
+         Written by the command below (`experiments/src/bin/yarp_fig5`); regenerate it, do not \
+         edit it. The TCP/TCP run with the paper's chart is the `yarp-fig5` section above; \
+         method: [docs/benchmarks.md](docs/benchmarks.md#channel-prioritization-yarp-fig-5).\n"
+    );
+    let _ = writeln!(o, "```sh\n{}\n```\n", s.command);
+    let _ = writeln!(
+        o,
+        "Run {}, revision {}, `nproc` = {}, CPU {}, kernel {}, load average {} before → {} after, \
+         {:.0} s of runs.\n",
+        m.date,
+        m.revision,
+        m.nproc,
+        m.cpu,
+        m.kernel,
+        m.load_before,
+        m.load_after,
+        m.took.as_secs_f64()
+    );
+    let hosts = if s.separate_load_host {
+        "three host namespaces joined by a router namespace: the pinger on host B, the load \
+         publisher on host C, `tagwired`, the echo and the load subscriber on host A; both \
+         channels meet only in the router's port toward host A"
+    } else {
+        "two host namespaces joined by a router namespace: the pinger and the load publisher \
+         on host B, `tagwired`, the echo and the load subscriber on host A"
+    };
+    let _ = writeln!(
+        o,
+        "Setup: {hosts} (`tagwire-testbed`); the congested link is an htb of {} kbit/s with \
+         the DSCP classes of the paper's Table 1 (AF42 → the high class), on host B's egress \
+         for (a) and on the router's port toward host A for (b). Measured channel: a {} B \
+         event, {} per second (intervals jittered ±50 %), pinger → daemon → echo → daemon → \
+         pinger, RTT from publish to delivery, both sessions over the *measured* transport; \
+         {} s per transport combination, load and channel, in {} segments (each after {} s \
+         of warm-up, not counted) in which normal and qos alternate. Load channel: {} B \
+         events, {} back to back per tick, over the *load* transport (UDP: one event per datagram; the daemon's \
+         `[udp] listen`, default 1,400-byte datagrams), band normal (CS0), paced to the given \
+         share of the link with its TCP/IP or UDP/IP headers (\"link\" is what tc counted). \
+         **normal**: band `normal`. **qos**: band `high` (`Session::on_band`): AF42 on the \
+         sockets both ways, the daemon's high lane and the clients' threads `fifo:10`. A \
+         ping or pong lost (UDP is best effort) shows as pongs < pings; its RTT is not \
+         counted.\n",
+        s.rate_kbit,
+        s.ping_size,
+        s.ping_hz,
+        s.secs,
+        s.rounds,
+        s.warmup,
+        s.load_size,
+        s.load_burst,
+    );
+    for place in places(rows) {
+        let _ = writeln!(o, "### {}\n", fig(place));
+        let _ = writeln!(
+            o,
+            "| measured / load | load | channel | RTT mean µs | std dev µs | p50 µs | p99 µs | max µs | mean / unloaded | link (tc) | pongs / pings | high-class packets |\n\
+             |---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        );
+        for combo in combos(rows) {
+            let base = [Mode::Normal, Mode::Qos]
+                .into_iter()
+                .filter_map(|md| find_combo(rows, place, combo, 0, md))
+                .map(|r| r.mean)
+                .fold(f64::NAN, f64::min);
+            for r in rows
+                .iter()
+                .filter(|r| r.place == place && (r.measured, r.load_transport) == combo)
+            {
+                let load = if r.load == 0 {
+                    "unloaded".to_owned()
+                } else {
+                    format!("{} %", r.load)
+                };
+                let _ = writeln!(
+                    o,
+                    "| {} / {} | {load} | {} | {} | {} | {} | {} | {} | {:.2} | {:.1} % | {} / {} | {} |",
+                    r.measured.name(),
+                    r.load_transport.name(),
+                    r.mode.label(),
+                    us(r.mean),
+                    us(r.std),
+                    us(r.p50),
+                    us(r.p99),
+                    us(r.max),
+                    r.mean / base,
+                    r.utilization,
+                    r.pongs,
+                    r.pings,
+                    r.high_packets
+                );
+            }
+        }
+        let _ = writeln!(o);
+        let _ = writeln!(
+            o,
+            "qos against normal, per combination (negative: qos lower):\n\n\
+             | measured / load | load | mean normal → qos µs | change | std dev normal → qos µs | change |\n\
+             |---|---:|---|---:|---|---:|"
+        );
+        for combo in combos(rows) {
+            for load in loads(rows).into_iter().filter(|l| *l > 0) {
+                let (Some(n), Some(q)) = (
+                    find_combo(rows, place, combo, load, Mode::Normal),
+                    find_combo(rows, place, combo, load, Mode::Qos),
+                ) else {
+                    continue;
+                };
+                let _ = writeln!(
+                    o,
+                    "| {} / {} | {load} % | {} → {} | {:+.0} % | {} → {} | {:+.0} % |",
+                    combo.0.name(),
+                    combo.1.name(),
+                    us(n.mean),
+                    us(q.mean),
+                    100.0 * (q.mean / n.mean - 1.0),
+                    us(n.std),
+                    us(q.std),
+                    100.0 * (q.std / n.std - 1.0)
+                );
+            }
+        }
+        let _ = writeln!(o);
+    }
+    let _ = writeln!(
+        o,
+        "Checks (so that \"qos\" is what it says): the bands of the measured channel's \
+         connections as the daemon lists them, and the clients' threads; the daemon's high \
+         lane runs `{}`.\n",
+        rows.first().map_or("?", |r| r.high_lane.as_str())
+    );
+    let _ = writeln!(
+        o,
+        "| place | measured / load | load | channel | pinger / echo band | client threads | load bytes received |\n|---|---|---:|---|---|---|---:|"
+    );
+    for r in rows {
+        let _ = writeln!(
+            o,
+            "| {} | {} / {} | {} % | {} | {} / {} | {} | {} |",
+            r.place.name(),
+            r.measured.name(),
+            r.load_transport.name(),
+            r.load,
+            r.mode.label(),
+            r.bands.0,
+            r.bands.1,
+            r.client_sched,
+            r.load_bytes
+        );
+    }
+    let _ = writeln!(o, "{}", end(name));
+    o
 }

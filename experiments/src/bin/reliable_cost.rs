@@ -1,0 +1,335 @@
+//! The cost of `reliability=reliable` on the publisher (acknowledged
+//! publishing, docs/reliability.md) against `best_effort`, on one running
+//! daemon (issue 25, "Cost"): throughput (one publisher floods, one
+//! subscriber counts) and round trip time (ping → echo → pong, one in
+//! flight), for each payload size, interleaved in rounds (the order of the
+//! two alternates) so that both see the same background load.
+//!
+//! Run it with `scripts/reliable-cost.sh`, which starts a release `tagwired`
+//! on loopback and calls
+//!
+//! ```sh
+//! experiments/target/release/reliable_cost --server tcp://127.0.0.1:7795 \
+//!     --sizes 64,65536 --rounds 3 --duration 3
+//! ```
+//!
+//! It measures exactly what `tagwire bench throughput|latency` measures
+//! (rate between the first and the last arrival at the subscriber; the
+//! first 1,000 round trips are warm-up), but through a publisher whose
+//! reliability it sets with `Publisher::set_reliability` (`tagwire bench`
+//! has no such switch): with `reliable` every event is held by the client
+//! library until the daemon acknowledges it, and the run ends with
+//! `Session::wait_acknowledged`. It prints a markdown table (one row per
+//! round, size and measure, with the ratio) and the spread of the ratios.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use tagwire::{Bytes, Reliability, Session};
+
+/// Round trips left out at the start of each latency run.
+const WARMUP_ROUND_TRIPS: usize = 1_000;
+
+/// Acknowledged publishing against best effort, on a running daemon.
+#[derive(Debug, Parser)]
+#[command(name = "reliable_cost")]
+struct Args {
+    /// The daemon (tcp://, unix://, udp://).
+    #[arg(long)]
+    server: String,
+    /// Payload sizes, bytes.
+    #[arg(long, value_delimiter = ',', default_values_t = [64usize, 65536])]
+    sizes: Vec<usize>,
+    /// Rounds; best_effort and reliable alternate which goes first.
+    #[arg(long, default_value_t = 3)]
+    rounds: u32,
+    /// Seconds per throughput or latency run.
+    #[arg(long, default_value_t = 3.0)]
+    duration: f64,
+}
+
+fn main() -> std::process::ExitCode {
+    let args = Args::parse();
+    match run(&args) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("reliable_cost: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+/// One throughput run.
+struct Stream {
+    sent: u64,
+    received: u64,
+    rate: f64,
+}
+
+/// One latency run: p50 and p99 in µs, round trips measured.
+struct Rtt {
+    p50: f64,
+    p99: f64,
+    n: usize,
+}
+
+fn name(r: Reliability) -> &'static str {
+    match r {
+        Reliability::BestEffort => "best_effort",
+        _ => "reliable",
+    }
+}
+
+fn run(args: &Args) -> Res<()> {
+    let duration = Duration::from_secs_f64(args.duration);
+    let mut stream_rows = Vec::new();
+    let mut rtt_rows = Vec::new();
+    let mut run_id = 0u32;
+    for round in 1..=args.rounds {
+        let order = if round % 2 == 1 {
+            [Reliability::BestEffort, Reliability::Reliable]
+        } else {
+            [Reliability::Reliable, Reliability::BestEffort]
+        };
+        for &size in &args.sizes {
+            let mut s = Vec::new();
+            for r in order {
+                run_id += 1;
+                let out = throughput(&args.server, r, size, duration, run_id)?;
+                eprintln!(
+                    "round {round} {size} B {}: {:.0} msgs/s, {} of {} received",
+                    name(r),
+                    out.rate,
+                    out.received,
+                    out.sent
+                );
+                s.push((r, out));
+            }
+            s.sort_by_key(|(r, _)| *r != Reliability::BestEffort);
+            stream_rows.push((round, size, s));
+            let mut l = Vec::new();
+            for r in order {
+                run_id += 1;
+                let out = latency(&args.server, r, size, duration, run_id)?;
+                eprintln!(
+                    "round {round} {size} B {}: RTT p50 {:.0} µs p99 {:.0} µs ({} round trips)",
+                    name(r),
+                    out.p50,
+                    out.p99,
+                    out.n
+                );
+                l.push((r, out));
+            }
+            l.sort_by_key(|(r, _)| *r != Reliability::BestEffort);
+            rtt_rows.push((round, size, l));
+        }
+    }
+
+    println!(
+        "Throughput, 1 publisher → 1 subscriber (rate between the first and the last arrival):\n"
+    );
+    println!("| round | size | best_effort msgs/s | reliable msgs/s | reliable ÷ best_effort | received best_effort | received reliable |");
+    println!("|---:|---:|---:|---:|---:|---|---|");
+    for (round, size, s) in &stream_rows {
+        let (b, r) = (&s[0].1, &s[1].1);
+        println!(
+            "| {round} | {size} B | {:.0} | {:.0} | {:.2} | {} of {} | {} of {} |",
+            b.rate,
+            r.rate,
+            r.rate / b.rate,
+            b.received,
+            b.sent,
+            r.received,
+            r.sent
+        );
+    }
+    println!("\nRound trip, ping → echo → pong, one in flight (both publishers of the given reliability):\n");
+    println!("| round | size | best_effort p50 µs | reliable p50 µs | p50 ratio | best_effort p99 µs | reliable p99 µs | round trips (b / r) |");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---|");
+    for (round, size, l) in &rtt_rows {
+        let (b, r) = (&l[0].1, &l[1].1);
+        println!(
+            "| {round} | {size} B | {:.0} | {:.0} | {:.2} | {:.0} | {:.0} | {} / {} |",
+            b.p50,
+            r.p50,
+            r.p50 / b.p50,
+            b.p99,
+            r.p99,
+            b.n,
+            r.n
+        );
+    }
+    println!("\nSpread over the rounds (min / median / max):\n");
+    println!("| size | throughput: reliable ÷ best_effort | RTT p50: reliable ÷ best_effort |");
+    println!("|---:|---|---|");
+    for &size in &args.sizes {
+        let t: Vec<f64> = stream_rows
+            .iter()
+            .filter(|(_, s, _)| *s == size)
+            .map(|(_, _, s)| s[1].1.rate / s[0].1.rate)
+            .collect();
+        let l: Vec<f64> = rtt_rows
+            .iter()
+            .filter(|(_, s, _)| *s == size)
+            .map(|(_, _, l)| l[1].1.p50 / l[0].1.p50)
+            .collect();
+        println!("| {size} B | {} | {} |", spread(t), spread(l));
+    }
+    Ok(())
+}
+
+fn spread(mut v: Vec<f64>) -> String {
+    if v.is_empty() {
+        return "—".into();
+    }
+    v.sort_by(f64::total_cmp);
+    format!(
+        "{:.2} / {:.2} / {:.2}",
+        v[0],
+        v[v.len() / 2],
+        v[v.len() - 1]
+    )
+}
+
+/// Counts arrivals and the first and last arrival time.
+struct Counter {
+    base: Instant,
+    count: AtomicU64,
+    first_ns: AtomicU64,
+    last_ns: AtomicU64,
+}
+
+impl Counter {
+    fn hit(&self) {
+        let t = self.base.elapsed().as_nanos() as u64;
+        if self.count.fetch_add(1, Ordering::Relaxed) == 0 {
+            self.first_ns.store(t, Ordering::Relaxed);
+        }
+        self.last_ns.store(t, Ordering::Relaxed);
+    }
+
+    fn rate(&self) -> f64 {
+        let n = self.count.load(Ordering::Relaxed);
+        let span = self
+            .last_ns
+            .load(Ordering::Relaxed)
+            .saturating_sub(self.first_ns.load(Ordering::Relaxed));
+        if n < 2 || span == 0 {
+            return 0.0;
+        }
+        (n - 1) as f64 / (span as f64 / 1e9)
+    }
+}
+
+fn throughput(
+    server: &str,
+    reliability: Reliability,
+    size: usize,
+    duration: Duration,
+    id: u32,
+) -> Res<Stream> {
+    let tag = format!("/bench/rc{}/{id}/data", std::process::id());
+    let counter = Arc::new(Counter {
+        base: Instant::now(),
+        count: AtomicU64::new(0),
+        first_ns: AtomicU64::new(0),
+        last_ns: AtomicU64::new(0),
+    });
+    let sub_session = Session::connect(server)?;
+    let c = counter.clone();
+    let _sub = sub_session
+        .subscribe(&tag)
+        .max_queue_length(65_536)
+        .callback(move |_| c.hit())?;
+    let pub_session = Session::connect(server)?;
+    let publisher = pub_session.declare_publisher(&format!("/bench/rc/{id}/pub"))?;
+    publisher.set_reliability(reliability);
+    let payload = Bytes::from(vec![0xabu8; size]);
+    let start = Instant::now();
+    let mut sent = 0u64;
+    loop {
+        if sent.is_multiple_of(256) && start.elapsed() >= duration {
+            break;
+        }
+        publisher.publish(&tag, payload.clone())?;
+        sent += 1;
+    }
+    pub_session.flush()?;
+    if reliability != Reliability::BestEffort {
+        pub_session.wait_acknowledged(Duration::from_secs(30))?;
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut last = counter.count.load(Ordering::Relaxed);
+    let mut idle = 0;
+    while Instant::now() < deadline && last < sent && idle < 5 {
+        std::thread::sleep(Duration::from_millis(100));
+        let now = counter.count.load(Ordering::Relaxed);
+        idle = if now == last { idle + 1 } else { 0 };
+        last = now;
+    }
+    Ok(Stream {
+        sent,
+        received: counter.count.load(Ordering::Relaxed),
+        rate: counter.rate(),
+    })
+}
+
+fn latency(
+    server: &str,
+    reliability: Reliability,
+    size: usize,
+    duration: Duration,
+    id: u32,
+) -> Res<Rtt> {
+    let base = format!("/bench/rc{}/{id}", std::process::id());
+    let (ping_tag, pong_tag) = (format!("{base}/ping"), format!("{base}/pong"));
+    let echo_session = Session::connect(server)?;
+    let echo_pub = echo_session.declare_publisher(&format!("/bench/rc/{id}/echo"))?;
+    echo_pub.set_express(true);
+    echo_pub.set_reliability(reliability);
+    let pong = pong_tag.clone();
+    let _echo = echo_session.subscribe(&ping_tag).callback(move |s| {
+        let _ = echo_pub.publish(&pong, s.payload());
+    })?;
+    let ping_session = Session::connect(server)?;
+    let pinger = ping_session.declare_publisher(&format!("/bench/rc/{id}/pinger"))?;
+    pinger.set_express(true);
+    pinger.set_reliability(reliability);
+    let (tx, rx) = mpsc::channel::<()>();
+    let _pong_sub = ping_session.subscribe(&pong_tag).callback(move |_| {
+        let _ = tx.send(());
+    })?;
+    let payload = Bytes::from(vec![0x5au8; size]);
+    let mut rtts = Vec::new();
+    let start = Instant::now();
+    let mut lost = 0;
+    while start.elapsed() < duration {
+        let t = Instant::now();
+        pinger.publish(&ping_tag, payload.clone())?;
+        match rx.recv_timeout(Duration::from_millis(500)) {
+            Ok(()) => rtts.push(t.elapsed().as_nanos() as f64 / 1000.0),
+            // The echo's subscription was not in place yet: send another.
+            Err(mpsc::RecvTimeoutError::Timeout) => lost += 1,
+            Err(e) => return Err(e.into()),
+        }
+        if lost > 10 {
+            return Err("10 pings got no pong".into());
+        }
+    }
+    let mut v: Vec<f64> = rtts.into_iter().skip(WARMUP_ROUND_TRIPS).collect();
+    if v.is_empty() {
+        return Err("no round trip after the warm-up: try a longer --duration".into());
+    }
+    v.sort_by(f64::total_cmp);
+    let q = |p: f64| v[((p * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1];
+    Ok(Rtt {
+        p50: q(0.5),
+        p99: q(0.99),
+        n: v.len(),
+    })
+}

@@ -335,6 +335,12 @@ impl Group {
         }
     }
 
+    /// Counts a datagram dropped as unusable after its MAC was checked (its
+    /// event does not decode).
+    pub fn note_bad(&mut self) {
+        self.counters.bad += 1;
+    }
+
     /// Whether this is the first copy of the event (`origin`, publisher
     /// key, publisher `seq`) this daemon delivers for the group, from the
     /// group or a link; a second copy is counted `duplicate`.

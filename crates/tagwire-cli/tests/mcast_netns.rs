@@ -8,7 +8,8 @@
 //! reaching host 2 is dropped (nftables) and `d2` counts it `lost` and
 //! never delivers twice; datagrams forged on host 3 without the key (an
 //! event and a membership claim) are dropped and counted `bad`, never
-//! delivered, and the forged member is not listed. Needs root, iproute2
+//! delivered, and the forged member is not listed; a reliable tag's events
+//! keep to the (acknowledged) links, never the group. Needs root, iproute2
 //! and nft; without them it FAILS saying so. `.ci/run` runs it.
 
 mod common;
@@ -170,6 +171,17 @@ fn a_group_delivers_each_event_once_counts_loss_and_drops_forgeries() {
             .expect("spawn tagwire sub"),
         );
     }
+    // And one on d1 for the reliable tag, published last.
+    let reliable_sub = lan
+        .exec(
+            1,
+            &tagwire(1, &["sub", "/m/r", "-n", "20", "--timeout", "15"]),
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn tagwire sub");
+    let mut reliable_sub = Children(vec![reliable_sub]);
     wait("d0 lists d1 and d2 as live members of the group", || {
         group(&lan, 0)["members"].as_array().map_or(0, Vec::len) == 2
     });
@@ -180,7 +192,7 @@ fn a_group_delivers_each_event_once_counts_loss_and_drops_forgeries() {
         wait(&format!("d{i}'s subscriber is subscribed"), || {
             json(&lan, i, false)["subscriptions"]
                 .as_array()
-                .is_some_and(|s| !s.is_empty())
+                .is_some_and(|s| s.len() >= if i == 1 { 2 } else { 1 })
         });
     }
     // Forgeries from host 3, which has no key: an event and a member claim.
@@ -323,6 +335,46 @@ fn a_group_delivers_each_event_once_counts_loss_and_drops_forgeries() {
         !g0["members"].to_string().contains("666"),
         "the forged member is not a member: {report}"
     );
+    // A reliable tag keeps to its links: nothing more goes to the group,
+    // and member d1 gets the events over its acknowledged link.
+    let out = lan
+        .exec(
+            0,
+            &tagwire(0, &["admin", "qos", "/m/r", "reliability=reliable"]),
+        )
+        .output()
+        .expect("tagwire qos");
+    assert!(
+        out.status.success(),
+        "tagwire qos: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = lan
+        .exec(
+            0,
+            &tagwire(0, &["pub", "/m/r", "r", "-n", "20", "--rate", "100"]),
+        )
+        .output()
+        .expect("tagwire pub");
+    assert!(
+        out.status.success(),
+        "tagwire pub reliable: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let o = reliable_sub
+        .0
+        .remove(0)
+        .wait_with_output()
+        .expect("sub output");
+    let got = String::from_utf8_lossy(&o.stdout).lines().count();
+    assert_eq!(
+        got,
+        20,
+        "d1 gets the reliable events: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let sent = count(&group(&lan, 0), "sent");
+    assert_eq!(sent, N as u64, "no reliable event went to the group");
     drop(daemons);
     let text = logs(dir.path());
     assert!(!text.contains("panicked"), "a daemon panicked: {text}");

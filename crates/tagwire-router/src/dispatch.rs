@@ -174,8 +174,9 @@ fn deliver_with(
         expired_by_mapping: 0,
     };
     // Multicast (one test when there is none): the group the event goes to
-    // or came from; links to its live members are skipped.
-    let group = if st.mcast.groups.is_empty() {
+    // or came from; links to its live members are skipped. A reliable event
+    // keeps to its links (a group has no acknowledgement).
+    let group = if st.mcast.groups.is_empty() || (reliable && route.group.is_none()) {
         None
     } else {
         let bytes = match sink.shm.as_deref_mut() {

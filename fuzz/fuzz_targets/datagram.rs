@@ -1,17 +1,31 @@
 //! Fuzz target: arbitrary bytes as a UDP datagram (`docs/protocol.md`,
 //! "Datagrams"), handled as the daemon does: parsed and checked, a `Data`
 //! datagram's sequence number judged by a window and its frames decoded,
-//! an `Open`'s cookie checked, a `Report` decoded. Errors are expected; a
-//! panic, or frames that do not cover the frame bytes, is a bug.
+//! an `Open`'s cookie checked, a `Report` decoded; and as a multicast
+//! group's receiver does ("Multicast datagrams"): MAC checked, sender's
+//! window, membership. Errors are expected; a panic, frames that do not
+//! cover the frame bytes, or an event accepted without the key's MAC, is a
+//! bug.
 #![no_main]
 
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
 use tagwire_core::datagram::SeqWindow;
+use tagwire_core::multicast::{Group, Received};
 use tagwire_proto::datagram::{check_cookie, Datagram, DatagramKind, Report};
 use tagwire_proto::Frame;
 
 fuzz_target!(|data: &[u8]| {
+    let key = tagwire_proto::datagram::group_key(b"token", "239.1.2.3:7800");
+    let mut group = Group::new(Vec::new(), key, 1, 1, 1400);
+    match group.on_datagram(data, 0, 0) {
+        Received::Event { event, .. } => {
+            // Only with the key's MAC (the fuzzer cannot forge one).
+            let d = Datagram::parse(data).expect("an accepted event parses");
+            assert_eq!(d.group_event(&key, data), Ok(event));
+        }
+        Received::Member { .. } | Received::Own | Received::Dropped => {}
+    }
     let mut window = SeqWindow::default();
     let Ok(d) = Datagram::parse(data) else {
         window.note_bad();

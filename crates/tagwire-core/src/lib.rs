@@ -46,6 +46,7 @@ pub mod federation;
 pub mod filter;
 pub mod fragment;
 pub mod history;
+pub mod multicast;
 pub mod node;
 pub mod proxy;
 pub mod qos;

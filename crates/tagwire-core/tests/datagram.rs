@@ -101,7 +101,15 @@ fn protocol_md_datagram_vectors() {
             .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("hex"))
             .collect();
         let parsed = Datagram::parse(&bytes);
-        if name.starts_with("bad_") {
+        let key = tagwire_proto::datagram::group_key(b"token", "239.1.2.3:7800");
+        if name.starts_with("bad_mac_") {
+            let d = parsed.unwrap_or_else(|e| panic!("{name} parses: {e}"));
+            assert_eq!(
+                d.group_event(&key, &bytes),
+                Err(tagwire_proto::datagram::DatagramError::BadMac),
+                "{name}"
+            );
+        } else if name.starts_with("bad_") {
             assert!(parsed.is_err(), "{name} must be refused");
         } else {
             let d = parsed.unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -112,11 +120,29 @@ fn protocol_md_datagram_vectors() {
                     (100, 2, 1, 0, 3)
                 );
             }
+            if name == "group_event" {
+                let g = d.group_event(&key, &bytes).expect("group MAC");
+                assert_eq!(
+                    (
+                        d.header.session,
+                        d.header.seq,
+                        g.epoch,
+                        g.origin,
+                        g.hops,
+                        g.event
+                    ),
+                    (42, 7, 1000, 99, 2, &b"EVENT"[..])
+                );
+            }
+            if name == "member" {
+                let m = d.member_claim(&key, &bytes).expect("member MAC");
+                assert_eq!((m.epoch, m.sent_ms), (1000, 5555));
+            }
             if name.starts_with("data_ping") {
                 assert_eq!(d.frames().expect("frames").count(), 1);
             }
         }
         n += 1;
     }
-    assert_eq!(n, 15);
+    assert_eq!(n, 20);
 }

@@ -742,6 +742,10 @@ pub struct Listing {
     /// has none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub store: Option<StoreTotals>,
+    /// The multicast groups (`[[multicast]]`, docs/transports.md; on the
+    /// first page; absent when none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub multicast: Vec<MulticastInfo>,
     /// Set when the listing goes on in another page: send it back as
     /// `after` to get that page. Absent on the last page.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -847,6 +851,44 @@ pub struct UdpInfo {
     pub peer_reordered: u64,
     /// ...duplicate, plus bad.
     pub peer_dropped: u64,
+}
+
+/// One multicast group as a daemon takes part in it (docs/transports.md,
+/// "Multicast"): its settings, live members and counters.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct MulticastInfo {
+    /// The group, `IP:PORT`.
+    pub group: String,
+    /// The band whose lane serves it (and whose DSCP it carries).
+    pub band: String,
+    /// The interface's address, if one was configured.
+    pub interface: Option<String>,
+    /// The datagrams' IP TTL.
+    pub ttl: u32,
+    /// The tag patterns whose events go to it.
+    pub tags: Vec<String>,
+    /// Live members (node ids, hex): links to them are skipped.
+    pub members: Vec<String>,
+    /// Event datagrams sent to the group.
+    pub sent: u64,
+    /// Events too large for one datagram (they took the links).
+    pub too_large: u64,
+    /// Datagrams the socket would not take.
+    pub send_dropped: u64,
+    /// Event datagrams accepted from other senders.
+    pub received: u64,
+    /// Other senders' sequence numbers never received.
+    pub lost: u64,
+    /// Datagrams that arrived after a later one.
+    pub reordered: u64,
+    /// Datagrams received twice, and events already delivered (by a link).
+    pub duplicate: u64,
+    /// Datagrams dropped as unusable: do not parse, wrong MAC (no key),
+    /// too old, stale epoch, a `Member` outside the clock window.
+    pub bad: u64,
+    /// Members or senders not recorded (the group's table was full).
+    pub refused: u64,
 }
 
 /// One lane: a band's thread, its scheduling and its sockets' DSCP.

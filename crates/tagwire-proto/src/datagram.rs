@@ -70,6 +70,11 @@ pub enum DatagramKind {
     /// Either way: the sender's receive counters for the session (so that
     /// each side's `tagwire list` shows the loss the other side saw).
     Report,
+    /// Daemon → multicast group: one event, MAC'd (`session` is the
+    /// sender's node id, `seq` its per-group sequence number).
+    Group,
+    /// Daemon → multicast group: "node `session` is a member", MAC'd.
+    Member,
 }
 
 impl DatagramKind {
@@ -82,6 +87,8 @@ impl DatagramKind {
             DatagramKind::Accept => 3,
             DatagramKind::Reset => 4,
             DatagramKind::Report => 5,
+            DatagramKind::Group => 6,
+            DatagramKind::Member => 7,
         }
     }
 
@@ -94,6 +101,8 @@ impl DatagramKind {
             3 => DatagramKind::Accept,
             4 => DatagramKind::Reset,
             5 => DatagramKind::Report,
+            6 => DatagramKind::Group,
+            7 => DatagramKind::Member,
             _ => return None,
         })
     }
@@ -167,6 +176,10 @@ pub enum DatagramError {
         /// Its length.
         len: usize,
     },
+    /// A multicast datagram whose MAC is not the group key's (a host
+    /// without the key, or a changed byte).
+    #[error("multicast datagram MAC does not match the group key")]
+    BadMac,
     /// A body of the wrong size or layout for its kind.
     #[error("{kind:?} datagram body is malformed ({reason})")]
     BadBody {
@@ -326,8 +339,27 @@ impl<'a> Datagram<'a> {
                 }
                 Report::decode(body)?;
             }
+            DatagramKind::Group => {
+                if session == 0 {
+                    return zero("session");
+                }
+                if seq == 0 {
+                    return zero("seq");
+                }
+                if body.len() < GROUP_OVERHEAD - HEADER_LEN + 1 {
+                    return bad("a Group body is epoch, origin, hops, an event and a 16-byte MAC");
+                }
+            }
+            DatagramKind::Member => {
+                if session == 0 {
+                    return zero("session");
+                }
+                if body.len() != MEMBER_BODY_LEN {
+                    return bad("a Member body is exactly 32 bytes");
+                }
+            }
         }
-        if kind != DatagramKind::Data && seq != 0 {
+        if !matches!(kind, DatagramKind::Data | DatagramKind::Group) && seq != 0 {
             return bad("only Data datagrams carry a sequence number");
         }
         Ok(Datagram { header, body })
@@ -508,6 +540,176 @@ pub fn check_cookie(
         == 0
 }
 
+/// Bytes of the MAC that ends every multicast datagram.
+pub const GROUP_MAC_LEN: usize = 16;
+/// Bytes a `Group` datagram adds to its event: header, epoch, origin,
+/// hops and MAC.
+pub const GROUP_OVERHEAD: usize = HEADER_LEN + 8 + 8 + 1 + GROUP_MAC_LEN;
+/// Bytes of a `Member` body: epoch, the sender's wall clock (ms) and MAC.
+pub const MEMBER_BODY_LEN: usize = 8 + 8 + GROUP_MAC_LEN;
+
+const GROUP_KEY_LABEL: &[u8] = b"tagwire-multicast key v1";
+
+/// The 32-byte key of multicast group `group` (`"IP:PORT"`) from a shared
+/// `secret` (`[federation] token` or the group's own `key`): a key good
+/// for one group only.
+pub fn group_key(secret: &[u8], group: &str) -> [u8; 32] {
+    use hmac::{Hmac, Mac};
+    let mut m = <Hmac<sha2::Sha256> as Mac>::new_from_slice(secret)
+        .expect("invariant: HMAC accepts keys of every length");
+    m.update(GROUP_KEY_LABEL);
+    m.update(group.as_bytes());
+    m.finalize().into_bytes().into()
+}
+
+fn group_mac(key: &[u8; 32], signed: &[u8]) -> [u8; GROUP_MAC_LEN] {
+    use hmac::{Hmac, Mac};
+    let mut m = <Hmac<sha2::Sha256> as Mac>::new_from_slice(key)
+        .expect("invariant: HMAC accepts keys of every length");
+    m.update(signed);
+    let full = m.finalize().into_bytes();
+    let mut out = [0u8; GROUP_MAC_LEN];
+    out.copy_from_slice(&full[..GROUP_MAC_LEN]);
+    out
+}
+
+/// Appends a `Group` datagram: sender `node`, its per-group `seq`, its
+/// `epoch` (start time), the event's `origin` daemon and `hops`, the
+/// encoded `event`, and the MAC under `key`.
+#[allow(clippy::too_many_arguments)]
+pub fn encode_group(
+    key: &[u8; 32],
+    node: u64,
+    seq: u32,
+    epoch: u64,
+    origin: u64,
+    hops: u8,
+    event: &[u8],
+    out: &mut bytes::BytesMut,
+) {
+    let start = out.len();
+    Header {
+        kind: DatagramKind::Group,
+        session: node,
+        seq,
+    }
+    .encode(out);
+    out.put_u64_le(epoch);
+    out.put_u64_le(origin);
+    out.put_u8(hops);
+    out.put_slice(event);
+    let mac = group_mac(key, &out[start..]);
+    out.put_slice(&mac);
+}
+
+/// Appends a `Member` datagram: node `node` (started at `epoch`) is a
+/// member, said at wall-clock `now_ms`, MAC'd under `key`.
+pub fn encode_member(
+    key: &[u8; 32],
+    node: u64,
+    epoch: u64,
+    now_ms: u64,
+    out: &mut bytes::BytesMut,
+) {
+    let start = out.len();
+    Header {
+        kind: DatagramKind::Member,
+        session: node,
+        seq: 0,
+    }
+    .encode(out);
+    out.put_u64_le(epoch);
+    out.put_u64_le(now_ms);
+    let mac = group_mac(key, &out[start..]);
+    out.put_slice(&mac);
+}
+
+/// A `Group` datagram's body, after its MAC was checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupEvent<'a> {
+    /// The sender's start time (a newer epoch restarts its sequence).
+    pub epoch: u64,
+    /// The daemon the event was published at.
+    pub origin: u64,
+    /// Links it crossed before the group.
+    pub hops: u8,
+    /// The event, encoded as in `Forward`.
+    pub event: &'a [u8],
+}
+
+/// A `Member` datagram's body, after its MAC was checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemberClaim {
+    /// The member's start time.
+    pub epoch: u64,
+    /// The member's wall clock when it sent it, ms since the Unix epoch.
+    pub sent_ms: u64,
+}
+
+/// Checks the MAC that ends `bytes` (a whole datagram) in constant time.
+fn check_group_mac(key: &[u8; 32], bytes: &[u8]) -> Result<(), DatagramError> {
+    let split = bytes
+        .len()
+        .checked_sub(GROUP_MAC_LEN)
+        .ok_or(DatagramError::Truncated { len: bytes.len() })?;
+    let (signed, mac) = bytes.split_at(split);
+    let want = group_mac(key, signed);
+    if want.iter().zip(mac).fold(0u8, |acc, (a, b)| acc | (a ^ b)) != 0 {
+        return Err(DatagramError::BadMac);
+    }
+    Ok(())
+}
+
+impl<'a> Datagram<'a> {
+    /// The event of a `Group` datagram (`bytes` is the whole datagram
+    /// `self` was parsed from) if its MAC is right under `key`.
+    pub fn group_event(
+        &self,
+        key: &[u8; 32],
+        bytes: &'a [u8],
+    ) -> Result<GroupEvent<'a>, DatagramError> {
+        if self.header.kind != DatagramKind::Group {
+            return Err(DatagramError::BadBody {
+                kind: self.header.kind,
+                reason: "not a Group datagram",
+            });
+        }
+        check_group_mac(key, bytes)?;
+        let b = &self.body[..self.body.len() - GROUP_MAC_LEN];
+        let u = |i: usize| {
+            let mut x = [0u8; 8];
+            x.copy_from_slice(&b[i..i + 8]);
+            u64::from_le_bytes(x)
+        };
+        Ok(GroupEvent {
+            epoch: u(0),
+            origin: u(8),
+            hops: b[16],
+            event: &b[17..],
+        })
+    }
+
+    /// The claim of a `Member` datagram if its MAC is right under `key`.
+    pub fn member_claim(&self, key: &[u8; 32], bytes: &[u8]) -> Result<MemberClaim, DatagramError> {
+        if self.header.kind != DatagramKind::Member {
+            return Err(DatagramError::BadBody {
+                kind: self.header.kind,
+                reason: "not a Member datagram",
+            });
+        }
+        check_group_mac(key, bytes)?;
+        let u = |i: usize| {
+            let mut x = [0u8; 8];
+            x.copy_from_slice(&self.body[i..i + 8]);
+            u64::from_le_bytes(x)
+        };
+        Ok(MemberClaim {
+            epoch: u(0),
+            sent_ms: u(8),
+        })
+    }
+}
+
 /// Checks a configured largest datagram.
 pub fn validate_max_datagram(n: usize) -> Result<(), String> {
     if (MIN_MAX_DATAGRAM..=HARD_MAX_DATAGRAM).contains(&n) {
@@ -602,6 +804,58 @@ mod tests {
         assert_eq!(d.len(), MIN_OPEN_LEN);
         let p = Datagram::parse(&d).expect("valid");
         assert_eq!(p.open_cookie(), Some([7; COOKIE_LEN]));
+    }
+
+    #[test]
+    fn group_and_member_datagrams_carry_their_fields_under_the_right_key_only() {
+        let key = group_key(b"token", "239.1.2.3:7800");
+        assert_ne!(
+            key,
+            group_key(b"token", "239.1.2.3:7801"),
+            "one key per group"
+        );
+        let mut d = BytesMut::new();
+        encode_group(&key, 42, 7, 1000, 99, 2, b"EVENT", &mut d);
+        assert_eq!(d.len(), GROUP_OVERHEAD + 5);
+        let p = Datagram::parse(&d).expect("valid");
+        assert_eq!(
+            (p.header.kind, p.header.session, p.header.seq),
+            (DatagramKind::Group, 42, 7)
+        );
+        let g = p.group_event(&key, &d).expect("right key");
+        assert_eq!(
+            (g.epoch, g.origin, g.hops, g.event),
+            (1000, 99, 2, &b"EVENT"[..])
+        );
+        assert_eq!(
+            p.group_event(&group_key(b"other", "239.1.2.3:7800"), &d),
+            Err(DatagramError::BadMac)
+        );
+        let mut flipped = d.to_vec();
+        flipped[HEADER_LEN + 17] ^= 1;
+        let p2 = Datagram::parse(&flipped).expect("still parses");
+        assert_eq!(p2.group_event(&key, &flipped), Err(DatagramError::BadMac));
+
+        let mut m = BytesMut::new();
+        encode_member(&key, 42, 1000, 5555, &mut m);
+        let p = Datagram::parse(&m).expect("valid");
+        assert_eq!(
+            p.member_claim(&key, &m),
+            Ok(MemberClaim {
+                epoch: 1000,
+                sent_ms: 5555
+            })
+        );
+        assert_eq!(
+            p.member_claim(&group_key(b"x", "239.1.2.3:7800"), &m),
+            Err(DatagramError::BadMac)
+        );
+        let mut short = m.to_vec();
+        short.pop();
+        assert!(
+            Datagram::parse(&short).is_err(),
+            "a Member body is 32 bytes"
+        );
     }
 
     #[test]

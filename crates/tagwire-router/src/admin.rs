@@ -341,6 +341,11 @@ pub(crate) fn list_page(
         history: crate::history::totals(st),
         store: crate::store::totals(st),
         shm: st.shm.listing(),
+        multicast: if after.is_none() {
+            crate::multicast::infos(st)
+        } else {
+            Vec::new()
+        },
         filter_budget: {
             let b = st.node.routes().budget_stats();
             tagwire_proto::admin::FilterBudgetInfo {

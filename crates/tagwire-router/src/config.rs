@@ -16,6 +16,7 @@ pub(crate) mod error;
 pub(crate) mod history;
 pub(crate) mod metrics;
 pub(crate) mod mqtt;
+pub(crate) mod multicast;
 pub(crate) mod qos;
 pub(crate) mod store;
 pub(crate) mod udp;
@@ -25,6 +26,7 @@ pub use bandwidth::BandwidthConfig;
 pub use cluster::ClusterConfig;
 pub use error::ConfigError;
 pub use metrics::MetricsConfig;
+pub use multicast::MulticastConfig;
 pub use store::{Fsync, StoreConfig};
 pub use udp::UdpConfig;
 
@@ -84,6 +86,9 @@ pub struct RouterConfig {
     /// The UDP listener (`[udp]`; docs/transports.md). Off unless `listen`
     /// is set.
     pub udp: UdpConfig,
+    /// IP multicast groups tags' events go to on the LAN segment
+    /// (`[[multicast]]`; docs/transports.md, "Multicast"). None by default.
+    pub multicast: Vec<MulticastConfig>,
 }
 
 /// The `[federation]` section: which daemons to link with and the bounds of
@@ -594,6 +599,7 @@ impl Default for RouterConfig {
             mqtt: mqtt::MqttConfig::default(),
             store: StoreConfig::default(),
             udp: UdpConfig::default(),
+            multicast: Vec::new(),
         }
     }
 }
@@ -709,6 +715,7 @@ impl RouterConfig {
         self.udp.validate(self.auth.enabled)?;
         crate::band::plan(self)?;
         let bands: Vec<String> = self.bands.iter().map(|b| b.name.clone()).collect();
+        multicast::validate(&self.multicast, &self.federation.token, &bands)?;
         let daemon = qos::daemon_layer(&self.qos, &bands).map_err(ConfigError::Invalid)?;
         history::validate_config(self, &daemon).map_err(ConfigError::Invalid)?;
         store::check_layer(self, &daemon)

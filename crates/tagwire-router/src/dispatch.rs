@@ -36,6 +36,9 @@ pub(crate) struct Route<'a> {
     /// band's connection, so a publisher's band holds end to end (`None`:
     /// the band its priority falls in).
     pub band: Option<&'a str>,
+    /// It came from this multicast group (crate::multicast): it goes to no
+    /// group and skips links to that group's live members.
+    pub group: Option<usize>,
 }
 
 /// Offers an event published here to local channels and to the links that
@@ -170,8 +173,35 @@ fn deliver_with(
         transformed: Vec::new(),
         expired_by_mapping: 0,
     };
+    // Multicast (one test when there is none): the group the event goes to
+    // or came from; links to its live members are skipped. A reliable event
+    // keeps to its links (a group has no acknowledgement).
+    let group = if st.mcast.groups.is_empty() || (reliable && route.group.is_none()) {
+        None
+    } else {
+        let bytes = match sink.shm.as_deref_mut() {
+            None => Some(sink.event.bytes().clone()),
+            Some(s) => s.copied().map(|c| c.bytes().clone()),
+        };
+        bytes.and_then(|b| {
+            crate::multicast::send_event(&mut st.mcast, route.group, origin, route.hops, ev.tag, &b)
+        })
+    };
+    let now = if group.is_some() {
+        crate::timing::now_ns()
+    } else {
+        0
+    };
+    let groups = &st.mcast.groups;
+    let skip = |to| {
+        group
+            .and_then(|i| groups.get(i))
+            .is_some_and(|g| g.is_live_member(to, now))
+    };
     let over = st.node.routes().budget_stats().over_budget;
-    let links = st.node.route(ev, origin, route.hops, route.from, &mut sink);
+    let links = st
+        .node
+        .route_skipping(ev, origin, route.hops, route.from, skip, &mut sink);
     st.node.count_expired(sink.expired_by_mapping);
     if st.node.routes().budget_stats().over_budget != over {
         log_over_budget(st);

@@ -120,6 +120,8 @@ pub(crate) struct LaneSetup {
     pub unix: Option<std::os::unix::net::UnixListener>,
     /// The band's UDP socket (`[udp] listen`), bound, with its settings.
     pub udp: Option<(std::net::UdpSocket, crate::config::UdpConfig)>,
+    /// The multicast groups this band serves: (group index, socket).
+    pub mcast: Vec<(usize, std::net::UdpSocket)>,
     pub commands: mpsc::Receiver<LaneCommand>,
     /// Set on the admin lane.
     pub admin_jobs: Option<mpsc::Receiver<AdminJob>>,
@@ -280,6 +282,17 @@ pub(crate) async fn run(mut setup: LaneSetup) {
                 config,
             ))),
             Err(e) => tracing::error!("udp socket: {e}"),
+        }
+    }
+    for (idx, socket) in std::mem::take(&mut setup.mcast) {
+        match tokio::net::UdpSocket::from_std(socket) {
+            Ok(s) => accepts.push(tokio::task::spawn_local(crate::multicast::serve(
+                state.clone(),
+                idx,
+                s,
+                band.clone(),
+            ))),
+            Err(e) => tracing::error!("multicast socket: {e}"),
         }
     }
     let _ = setup.ready.send(());

@@ -47,6 +47,7 @@ pub mod local;
 mod membership;
 pub mod metrics;
 pub mod mqtt;
+pub(crate) mod multicast;
 mod node_io;
 mod placement;
 pub mod priority;
@@ -363,12 +364,24 @@ impl Router {
         let (jobs_tx, jobs_rx) = mpsc::channel(lane::MAX_ADMIN_JOBS);
         state.borrow_mut().admin_jobs = Some(jobs_tx);
         let mut jobs_rx = Some(jobs_rx);
+        // Multicast groups (`[[multicast]]`): joined now, served by their
+        // band's lane.
+        let mut mcast_sockets = {
+            let dscp_of = |name: &str| bands.iter().find(|b| b.name == name).map_or(0, |b| b.dscp);
+            multicast::open(&mut state.borrow_mut(), dscp_of)
+                .map_err(|m| RouterError::Config(config::ConfigError::Invalid(m)))?
+        };
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let mut lanes = Vec::new();
         for ((b, (tcp, unix)), udp) in bands.iter().zip(listeners).zip(udp_sockets) {
             let (tx, rx) = mpsc::channel(lane::MAX_LANE_COMMANDS);
             let admin = b.rank == 0;
+            let (mcast, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut mcast_sockets)
+                .into_iter()
+                .partition(|(band, _, _)| *band == b.name);
+            mcast_sockets = rest;
             let setup = lane::LaneSetup {
+                mcast: mcast.into_iter().map(|(_, i, s)| (i, s)).collect(),
                 band: b.clone(),
                 state: state.clone(),
                 tcp,

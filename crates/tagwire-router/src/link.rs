@@ -292,6 +292,10 @@ pub(crate) fn on_forward(
         l.events_in += 1;
         l.bytes_in += event.len() as u64;
     }
+    if !st.mcast.groups.is_empty() && !crate::multicast::first_copy(st, origin, &ev) {
+        // A multicast group brought it already (counted there).
+        return Ok(());
+    }
     let Ok(deadline) = st.node.admit_forward(origin, hops, &ev, now_ns) else {
         return Ok(());
     };
@@ -307,6 +311,7 @@ pub(crate) fn on_forward(
         band: Some(&arrived_on),
         reliable: false,
         upstream: None,
+        group: None,
     };
     crate::dispatch::deliver_routed(st, stage, &mut out, &ev, deadline, route);
     // A link's queues drop or count what they refuse: nobody to tell.

@@ -574,6 +574,7 @@ pub(crate) fn on_reliable(
         band: Some(band),
         reliable: true,
         upstream: Some(Upstream { conn, seq }),
+        group: None,
     };
     st.fed.reliable.obligations = 0;
     let unwanted = st.node.counters().unwanted;

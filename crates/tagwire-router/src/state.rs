@@ -229,6 +229,8 @@ pub(crate) struct State {
     pub(crate) bandwidth: bandwidth::Bandwidth,
     /// Shared-memory regions of same-host publishers.
     pub shm: crate::shm::ShmTable,
+    /// Multicast groups (`[[multicast]]`; crate::multicast).
+    pub(crate) mcast: crate::multicast::Multicast,
     next_conn: u64,
 }
 
@@ -286,6 +288,7 @@ impl State {
             placement,
             bandwidth: Default::default(),
             shm: Default::default(),
+            mcast: Default::default(),
             next_conn: 1,
         }
     }

@@ -247,6 +247,9 @@ pub(crate) async fn serve(
             DatagramKind::Cookie | DatagramKind::Accept | DatagramKind::Reset => {
                 l.drop_garbage(from, "a client sent a daemon's datagram kind");
             }
+            DatagramKind::Group | DatagramKind::Member => {
+                l.drop_garbage(from, "a multicast datagram sent to the UDP listener");
+            }
         }
     }
 }

@@ -356,6 +356,7 @@ impl Session {
                         endpoints: acc.endpoints,
                         subscriptions: acc.subscriptions,
                         tags: acc.tags,
+                        multicast: acc.multicast,
                         ..page
                     }
                 }

@@ -85,6 +85,26 @@ pub fn run(session: &Session, a: ListArgs) -> CmdResult {
     if l.federation.is_some() {
         print_links(l.federation.as_ref())?;
     }
+    if !l.multicast.is_empty() {
+        outln!("\nMULTICAST");
+        for g in &l.multicast {
+            outln!(
+                "  {} band {} ttl {}{} tags {} members [{}]",
+                g.group,
+                g.band,
+                g.ttl,
+                g.interface
+                    .as_ref()
+                    .map_or_else(String::new, |i| format!(" on {i}")),
+                g.tags.join(","),
+                g.members.join(" ")
+            );
+            outln!(
+                "    sent {} too_large {} send_dropped {} | received {} lost {} reordered {} duplicate {} bad {} refused {}",
+                g.sent, g.too_large, g.send_dropped, g.received, g.lost, g.reordered, g.duplicate, g.bad, g.refused
+            );
+        }
+    }
     outln!("\nCONNECTIONS");
     outln!(
         "  {:>5} {:<24} {:<22} {:<9} {:<10} PEER",

@@ -478,6 +478,22 @@ impl<C: Clone> Node<C> {
         from: Option<NodeId>,
         sink: &mut impl Sink<C>,
     ) -> usize {
+        self.route_skipping(ev, origin, hops, from, |_| false, sink)
+    }
+
+    /// [`route`](Self::route), except that no link goes to a neighbour for
+    /// which `skip` says yes: the live members of the multicast group the
+    /// event goes to, which get it from the group
+    /// ([`crate::multicast`], docs/transports.md "Multicast").
+    pub fn route_skipping(
+        &mut self,
+        ev: &EventRef<'_>,
+        origin: NodeId,
+        hops: u8,
+        from: Option<NodeId>,
+        skip: impl Fn(NodeId) -> bool,
+        sink: &mut impl Sink<C>,
+    ) -> usize {
         let mut local = 0usize;
         self.routes.route(ev, |ch, overrides| {
             local += 1;
@@ -486,7 +502,7 @@ impl<C: Clone> Node<C> {
         let mut n = 0;
         if !self.links.is_empty() {
             for to in self.topo.next_hops(origin, ev) {
-                if Some(to) != from && self.links.contains(&to) {
+                if Some(to) != from && self.links.contains(&to) && !skip(to) {
                     sink.link(to, origin, hops);
                     n += 1;
                 }

@@ -36,6 +36,9 @@
 #   link_fragment  a peer daemon's Fragment/FragmentResume frames into the
 #                  bounded reassembler and a sender's resume point
 #                  (tagwire-core's fragment module)
+#   link_compressed  a peer daemon's ForwardCompressed/ReliableCompressed
+#                  frames into the bounded decompressor (lz4, zstd;
+#                  tagwire-core's compress module)
 #   datagram       a UDP datagram (header, frames, padding, cookie,
 #                  report) and the sequence window (tagwire-proto, core)
 #

@@ -23,6 +23,8 @@
 //! - [`reliable`]: hop-by-hop acknowledgement windows over links (sender
 //!   retransmit buffer, receiver reorder and custody acknowledgements) and
 //!   the dedupe window of `reliability=reliable`.
+//! - [`compress`]: per-tag compression of events on links (lz4, zstd) and
+//!   the bounded decompressor.
 //! - [`fragment`]: fragmentation and resumable, bounded reassembly of
 //!   payloads larger than a frame.
 //! - [`store`]: the durable store's record format, retention rule and
@@ -38,6 +40,7 @@
 //! ```
 
 pub mod bandwidth;
+pub mod compress;
 pub mod connection;
 pub mod datagram;
 pub mod defer;

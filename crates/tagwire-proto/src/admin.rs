@@ -1151,6 +1151,29 @@ pub struct FederationInfo {
     /// gave up, routed again and dropped as copies.
     #[serde(default)]
     pub reliable: ReliableInfo,
+    /// Compression of events on links (`compression=lz4|zstd`): what this
+    /// daemon compressed and decompressed.
+    #[serde(default)]
+    pub compression: CompressionInfo,
+}
+
+/// Counters of compressed link events (docs/reliability.md, "Compression on
+/// links"), in `tagwire list --links --json` as `compression`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompressionInfo {
+    /// Events sent compressed (`ForwardCompressed`, `ReliableCompressed`).
+    pub compressed: u64,
+    /// Their encoded bytes before compression.
+    pub raw_bytes: u64,
+    /// Their compressed bytes.
+    pub wire_bytes: u64,
+    /// Events of a compressed tag sent as they were: they did not shrink.
+    pub not_smaller: u64,
+    /// Compressed events received and decompressed here.
+    pub decompressed: u64,
+    /// Compressed events refused here (over the frame limit, or a bad
+    /// stream): each closed its link connection.
+    pub failed: u64,
 }
 
 /// Counters of reliable links (docs/reliability.md), in `tagwire list

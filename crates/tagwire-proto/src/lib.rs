@@ -45,10 +45,10 @@ pub use frame::{
 };
 pub use handshake::TokenTag;
 pub use link::{
-    forward_prefix, is_link_kind, link_frame_name, link_kind, Ack, AckRange, FragmentOf, Interest,
-    LinkFrame, ProxyAt, PullOutcome, FORWARD_PREFIX_LEN, FRAGMENT_LINK_VERSION,
-    FRAGMENT_PREFIX_LEN, LINK_VERSION, MAX_ACK_RANGES, MAX_ADVERT_INTEREST, MAX_ADVERT_NEIGHBORS,
-    MAX_FRAGMENTED_EVENT, MAX_PEER_BANDS, MAX_RELIABLE_WINDOW, MIN_LINK_VERSION,
-    RELIABLE_LINK_VERSION,
+    forward_prefix, is_link_kind, link_frame_name, link_kind, Ack, AckRange, Codec, FragmentOf,
+    Interest, LinkFrame, ProxyAt, PullOutcome, COMPRESSED_HEADER_LEN, COMPRESS_LINK_VERSION,
+    FORWARD_PREFIX_LEN, FRAGMENT_LINK_VERSION, FRAGMENT_PREFIX_LEN, LINK_VERSION, MAX_ACK_RANGES,
+    MAX_ADVERT_INTEREST, MAX_ADVERT_NEIGHBORS, MAX_FRAGMENTED_EVENT, MAX_PEER_BANDS,
+    MAX_RELIABLE_WINDOW, MIN_LINK_VERSION, RELIABLE_LINK_VERSION,
 };
 pub use pull::{Pull, PullQuery, PullReply, PullStatus, MAX_PULL_REPLY_EVENTS};

@@ -18,8 +18,15 @@ use crate::reader::Reader;
 
 /// The newest link protocol version this crate speaks (carried in `Peer`).
 /// Version 3 adds [`LinkFrame::Reliable`] and [`LinkFrame::Ack`]; version 4
-/// adds [`LinkFrame::Fragment`] and [`LinkFrame::FragmentResume`].
-pub const LINK_VERSION: u16 = 4;
+/// adds [`LinkFrame::Fragment`] and [`LinkFrame::FragmentResume`]; version 5
+/// adds [`LinkFrame::Compressed`].
+pub const LINK_VERSION: u16 = 5;
+/// The first link version that carries compressed events
+/// ([`LinkFrame::Compressed`]); an older peer gets them uncompressed.
+pub const COMPRESS_LINK_VERSION: u16 = 5;
+/// Bytes before the compressed data in a [`LinkFrame::Compressed`]'s body
+/// after its `Forward`/`Reliable` fields: `u8 codec`, `u32 raw_len`.
+pub const COMPRESSED_HEADER_LEN: usize = 5;
 /// The first link version that carries events larger than a frame in
 /// pieces ([`LinkFrame::Fragment`]).
 pub const FRAGMENT_LINK_VERSION: u16 = 4;
@@ -74,6 +81,46 @@ pub mod link_kind {
     /// Either way (link version 4): the receiver of `Fragment`s says how
     /// much of an event it holds, so the sender resumes there.
     pub const FRAGMENT_RESUME: u8 = 0x2a;
+    /// Either way (link version 5): a `Forward` whose event is compressed.
+    pub const FORWARD_COMPRESSED: u8 = 0x2b;
+    /// Either way (link version 5): a `Reliable` whose event is compressed.
+    pub const RELIABLE_COMPRESSED: u8 = 0x2c;
+}
+
+/// How a [`LinkFrame::Compressed`] event is compressed (its `codec` byte).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Codec {
+    /// LZ4 block format, no frame header (code 1).
+    Lz4,
+    /// A Zstandard frame (code 2).
+    Zstd,
+}
+
+impl Codec {
+    /// The byte on the wire.
+    pub fn code(self) -> u8 {
+        match self {
+            Codec::Lz4 => 1,
+            Codec::Zstd => 2,
+        }
+    }
+
+    /// The codec with this byte, if any.
+    pub fn from_code(code: u8) -> Option<Codec> {
+        match code {
+            1 => Some(Codec::Lz4),
+            2 => Some(Codec::Zstd),
+            _ => None,
+        }
+    }
+
+    /// The name users type (`lz4`, `zstd`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Codec::Lz4 => "lz4",
+            Codec::Zstd => "zstd",
+        }
+    }
 }
 
 /// What a `Fragment`'s event becomes once whole.
@@ -370,6 +417,21 @@ pub enum LinkFrame {
         /// The piece.
         data: Bytes,
     },
+    /// A `Forward` or `Reliable` (as `of` says) whose encoded event is
+    /// compressed (link version 5): the receiver decompresses `data` into
+    /// exactly `raw_len` bytes, refusing a `raw_len` over its frame limit
+    /// before it allocates, and handles the event as `of` says.
+    Compressed {
+        /// The frame the event belongs to (type `0x2b` for `Forward`,
+        /// `0x2c` for `Reliable`).
+        of: FragmentOf,
+        /// How `data` is compressed.
+        codec: Codec,
+        /// The encoded event's length once decompressed.
+        raw_len: u32,
+        /// The compressed event.
+        data: Bytes,
+    },
     /// The receiver holds the first `have` bytes of event (`id`, `total`,
     /// `checksum`) (link version 4): the sender continues from there
     /// (`have` = `total`: it has all of it; 0: start again).
@@ -400,6 +462,14 @@ impl LinkFrame {
             LinkFrame::Ack(_) => link_kind::ACK,
             LinkFrame::Fragment { .. } => link_kind::FRAGMENT,
             LinkFrame::FragmentResume { .. } => link_kind::FRAGMENT_RESUME,
+            LinkFrame::Compressed {
+                of: FragmentOf::Forward { .. },
+                ..
+            } => link_kind::FORWARD_COMPRESSED,
+            LinkFrame::Compressed {
+                of: FragmentOf::Reliable { .. },
+                ..
+            } => link_kind::RELIABLE_COMPRESSED,
         }
     }
 
@@ -593,6 +663,33 @@ impl LinkFrame {
                 out.put_u32_le(*checksum);
                 out.put_u64_le(*have);
             }
+            LinkFrame::Compressed {
+                of,
+                codec,
+                raw_len,
+                data,
+            } => {
+                match *of {
+                    FragmentOf::Forward { origin, hops } => {
+                        out.put_u64_le(origin);
+                        out.put_u8(hops);
+                    }
+                    FragmentOf::Reliable { seq, origin, hops } => {
+                        if seq == 0 {
+                            return Err(EncodeError::BadValue {
+                                what: "reliable sequence number",
+                                value: 0,
+                            });
+                        }
+                        out.put_u64_le(seq);
+                        out.put_u64_le(origin);
+                        out.put_u8(hops);
+                    }
+                }
+                out.put_u8(codec.code());
+                out.put_u32_le(*raw_len);
+                out.put_slice(data);
+            }
         }
         patch_len(out, start)
     }
@@ -745,6 +842,40 @@ impl LinkFrame {
                 });
             }
             link_kind::ACK => LinkFrame::Ack(Ack::decode_body(&mut r)?),
+            link_kind::FORWARD_COMPRESSED | link_kind::RELIABLE_COMPRESSED => {
+                let of = if kind == link_kind::FORWARD_COMPRESSED {
+                    FragmentOf::Forward {
+                        origin: r.u64("forward origin")?,
+                        hops: r.u8("hop count")?,
+                    }
+                } else {
+                    let seq = r.u64("reliable sequence number")?;
+                    if seq == 0 {
+                        return Err(DecodeError::BadValue {
+                            what: "reliable sequence number",
+                            value: 0,
+                        });
+                    }
+                    FragmentOf::Reliable {
+                        seq,
+                        origin: r.u64("forward origin")?,
+                        hops: r.u8("hop count")?,
+                    }
+                };
+                let code = r.u8("compression codec")?;
+                let codec = Codec::from_code(code).ok_or(DecodeError::BadValue {
+                    what: "compression codec (1 lz4, 2 zstd)",
+                    value: code as u64,
+                })?;
+                let raw_len = r.u32("decompressed length")?;
+                let used = r.pos();
+                return Ok(LinkFrame::Compressed {
+                    of,
+                    codec,
+                    raw_len,
+                    data: body.slice(used..),
+                });
+            }
             link_kind::FRAGMENT => {
                 let id = r.u64("fragment id")?;
                 let total = r.u64("fragment total length")?;
@@ -833,6 +964,8 @@ pub fn link_frame_name(kind: u8) -> &'static str {
         link_kind::ACK => "Ack",
         link_kind::FRAGMENT => "Fragment",
         link_kind::FRAGMENT_RESUME => "FragmentResume",
+        link_kind::FORWARD_COMPRESSED => "ForwardCompressed",
+        link_kind::RELIABLE_COMPRESSED => "ReliableCompressed",
         _ => "unknown link frame",
     }
 }

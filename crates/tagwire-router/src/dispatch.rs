@@ -156,6 +156,12 @@ fn deliver_with(
     };
     // One flag test unless a tag is reliable and a link speaks version 3.
     let reliable = !band.is_empty() && (route.reliable || crate::reliable::is_reliable(st, ev.tag));
+    // One flag test unless a tag compresses and a link speaks version 5.
+    let compression = if band.is_empty() || reliable {
+        tagwire_core::compress::Compression::default()
+    } else {
+        crate::compress::for_tag(st, ev.tag)
+    };
     let mut sink = Execute {
         reliable,
         upstream: route.upstream,
@@ -167,6 +173,9 @@ fn deliver_with(
         shm,
         shm_table: &mut st.shm,
         links: &mut st.fed.links,
+        comp: &mut st.fed.compress,
+        compression,
+        packed: None,
         limits: &st.config.limits,
         meta,
         band: &band,
@@ -248,6 +257,12 @@ struct Execute<'a, 'e, 'b> {
     shm: Option<&'e mut crate::shm::ShmEvent>,
     shm_table: &'a mut crate::shm::ShmTable,
     links: &'a mut std::collections::HashMap<u64, crate::state::federation::Link>,
+    /// The tag's compression on links, which links take it, and the event
+    /// compressed (once, for the first link that takes it; `Some(None)`: it
+    /// does not shrink).
+    comp: &'a mut crate::compress::LinkCompression,
+    compression: tagwire_core::compress::Compression,
+    packed: Option<Option<Bytes>>,
     /// Whether the event crosses links reliably, its upstream obligation,
     /// the neighbour it came from, and the windows.
     reliable: bool,
@@ -312,6 +327,14 @@ impl Sink<Arc<Channel>> for Execute<'_, '_, '_> {
     }
 
     fn link(&mut self, to: NodeId, origin: NodeId, _hops: u8) {
+        let packed = match self.compression.codec {
+            Some(_) => self
+                .links
+                .get(&to)
+                .map(|l| l.bands.get(self.band).map_or(&l.queue, |b| &b.queue).conn)
+                .and_then(|conn| self.packed_for(conn)),
+            None => None,
+        };
         let Some(l) = self.links.get_mut(&to) else {
             return;
         };
@@ -351,6 +374,9 @@ impl Sink<Arc<Channel>> for Execute<'_, '_, '_> {
             self.stage.offer(queue, event, &m);
             l.bytes_out += event.bytes().len() as u64;
         };
+        if let Some(blob) = packed {
+            return offer(&mut Outgoing::compressed(blob));
+        }
         // Links get a shared-memory payload copied out (once).
         match self.shm.as_deref_mut() {
             None => offer(self.event),
@@ -360,6 +386,31 @@ impl Sink<Arc<Channel>> for Execute<'_, '_, '_> {
                 }
             }
         }
+    }
+}
+
+impl Execute<'_, '_, '_> {
+    /// The event compressed for link connection `conn`, if it speaks link
+    /// version 5 and the event is long enough and shrinks (compressed once
+    /// per event, shared by every link that takes it).
+    fn packed_for(&mut self, conn: u64) -> Option<Bytes> {
+        if !self.comp.conns.contains(&conn) {
+            return None;
+        }
+        if self.packed.is_none() {
+            let event = match self.shm.as_deref_mut() {
+                None => Some(self.event.bytes().clone()),
+                Some(s) => s.copied().map(|c| c.bytes().clone()),
+            };
+            let codec = event
+                .as_ref()
+                .and_then(|e| self.compression.codec_for(e.len()));
+            self.packed = Some(match (codec, event) {
+                (Some(codec), Some(e)) => crate::compress::blob(&mut self.comp.counters, codec, &e),
+                _ => None,
+            });
+        }
+        self.packed.clone().flatten()
     }
 }
 

@@ -34,6 +34,7 @@ mod bandwidth;
 mod budget;
 mod channel;
 pub mod cluster;
+mod compress;
 pub mod config;
 mod connection;
 mod dispatch;
@@ -356,6 +357,7 @@ impl Router {
             history::layers_changed(&mut st);
             store::layers_changed(&mut st);
             reliable::layers_changed(&mut st);
+            compress::layers_changed(&mut st);
             st.band_names = band_names;
         }
         if let Some(f) = &reservations_file {

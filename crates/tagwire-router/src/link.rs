@@ -20,8 +20,8 @@ use tagwire_core::federation::NodeId;
 use tagwire_core::qos::ProxyMode;
 use tagwire_core::queue::{BoundedQueue, DiscardPolicy, OrderPolicy};
 use tagwire_proto::{
-    ErrorCode, EventRef, Interest, LinkFrame, ProxyAt, LINK_VERSION, MIN_LINK_VERSION,
-    RELIABLE_LINK_VERSION,
+    ErrorCode, EventRef, FragmentOf, Interest, LinkFrame, ProxyAt, COMPRESS_LINK_VERSION,
+    LINK_VERSION, MIN_LINK_VERSION, RELIABLE_LINK_VERSION,
 };
 
 use crate::channel::{Channel, Outbox, Outgoing};
@@ -131,7 +131,7 @@ pub(crate) fn on_frame(
     let mut st = c.state.borrow_mut();
     if !matches!(
         frame,
-        LinkFrame::Forward { .. } | LinkFrame::Reliable { .. }
+        LinkFrame::Forward { .. } | LinkFrame::Reliable { .. } | LinkFrame::Compressed { .. }
     ) {
         // Control frames (a clock probe each way every second) prove the
         // peer alive; events are left out to keep the clock off their path.
@@ -211,6 +211,38 @@ pub(crate) fn on_frame(
                 chunk,
                 &arrived_on,
             )
+        }
+        LinkFrame::Compressed {
+            of,
+            codec,
+            raw_len,
+            data,
+        } => {
+            // Handled as the `Forward` or `Reliable` it was (see
+            // [`crate::compress`]); `chunk` is `None`: the event is a buffer
+            // of its own.
+            let event = crate::compress::decompress(&mut st, codec, raw_len, &data)?;
+            c.stage.arrived = c.arrived;
+            match of {
+                FragmentOf::Forward { origin, hops } => {
+                    on_forward(&mut st, c.stage, c.conn, peer, origin, hops, &event, None)
+                }
+                FragmentOf::Reliable { seq, origin, hops } => {
+                    let arrived_on = band_of(&st, c.conn);
+                    crate::reliable::on_reliable(
+                        &mut st,
+                        c.stage,
+                        c.conn,
+                        peer,
+                        seq,
+                        origin,
+                        hops,
+                        &event,
+                        None,
+                        &arrived_on,
+                    )
+                }
+            }
         }
         LinkFrame::Ack(ack) => crate::reliable::on_ack(&mut st, c.conn, &ack),
         frame @ (LinkFrame::Advert { .. }
@@ -466,6 +498,9 @@ fn on_peer(
     if !c.dialed {
         let _ = c.outbox.send_link(&peer_frame(&st, c.conn, version), max);
     }
+    if version >= COMPRESS_LINK_VERSION {
+        st.fed.compress.conns.insert(c.conn);
+    }
     if version >= RELIABLE_LINK_VERSION {
         st.fed
             .reliable
@@ -566,6 +601,9 @@ fn attach_band(
     if let Some(f) = me_frame {
         let _ = c.outbox.send_link(&f, c.max_control);
     }
+    if version >= COMPRESS_LINK_VERSION {
+        st.fed.compress.conns.insert(c.conn);
+    }
     if version >= RELIABLE_LINK_VERSION {
         st.fed
             .reliable
@@ -603,6 +641,7 @@ pub(crate) fn closed(state: &Locked<State>, node: NodeId, conn: u64) {
     }
     // After the route changed: what it held goes over the next route.
     crate::reliable::conn_closed(&mut st, conn);
+    crate::compress::conn_closed(&mut st, conn);
 }
 
 /// Channels whose interest is read per hold of the table lock.

@@ -551,6 +551,9 @@ pub(crate) fn admin_qos(
         crate::store::layers_changed(st);
         crate::reliable::layers_changed(st);
     }
+    if set.contains_key("compression") || unset.iter().any(|u| u == "compression") {
+        crate::compress::layers_changed(st);
+    }
     let mut dropped = 0;
     let changed = plans.len();
     for (ch, own, resolved) in plans {

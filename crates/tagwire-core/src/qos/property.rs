@@ -146,13 +146,17 @@ pub enum Property {
     /// channel's events keeping their original spacing after a playout
     /// delay (`tds:DELAY`, `tds:DELAY:drop`; none: off).
     Playout,
+    /// `compression`: how a tag's events cross daemon links (`none`, `lz4`,
+    /// `zstd`, with an optional smallest size, `zstd:4KiB`); set on a tag or
+    /// the daemon (docs/reliability.md, "Compression on links").
+    Compression,
 }
 
 const UP_TO_CHANNEL: &[Level] = &[Level::Daemon, Level::Tag, Level::Session, Level::Channel];
 
 impl Property {
     /// Number of properties.
-    pub const COUNT: usize = 25;
+    pub const COUNT: usize = 26;
 
     /// Every property, in the order `tagwire admin show` lists them.
     pub const ALL: [Property; Property::COUNT] = [
@@ -181,6 +185,7 @@ impl Property {
         Property::Reliability,
         Property::Buffer,
         Property::Playout,
+        Property::Compression,
     ];
 
     /// The name users type (`priority`, `max_queue_length`, …).
@@ -211,6 +216,7 @@ impl Property {
             Property::Reliability => "reliability",
             Property::Buffer => "buffer",
             Property::Playout => "playout",
+            Property::Compression => "compression",
         }
     }
 
@@ -234,9 +240,10 @@ impl Property {
             Property::StopTime | Property::StartTime => {
                 &[Level::Tag, Level::Session, Level::Channel, Level::Event]
             }
-            Property::MaxConsumers | Property::MaxSuppliers | Property::History => {
-                &[Level::Daemon, Level::Tag]
-            }
+            Property::MaxConsumers
+            | Property::MaxSuppliers
+            | Property::History
+            | Property::Compression => &[Level::Daemon, Level::Tag],
             _ => UP_TO_CHANNEL,
         }
     }
@@ -922,6 +929,8 @@ pub struct QosSet {
     /// The time-differential service (spacing-preserving playout); `None`:
     /// off (the default).
     pub playout: Option<PlayoutConfig>,
+    /// How the tag's events cross links; default none.
+    pub compression: crate::compress::Compression,
 }
 
 impl Default for QosSet {
@@ -952,6 +961,7 @@ impl Default for QosSet {
             reliability: Reliability::BestEffort,
             buffer: None,
             playout: None,
+            compression: crate::compress::Compression::default(),
         }
     }
 }
@@ -1071,6 +1081,13 @@ impl QosSet {
             Property::Reliability => self.reliability = s.parse()?,
             Property::Buffer => self.buffer = parse_buffer(s)?,
             Property::Playout => self.playout = parse_playout(s)?,
+            Property::Compression => {
+                self.compression = s
+                    .parse()
+                    .map_err(|e: crate::compress::CompressionSyntax| {
+                        invalid(Property::Compression, s, &e.to_string())
+                    })?
+            }
             Property::MaxDelay => {
                 self.max_delay = match s {
                     "none" => None,
@@ -1158,6 +1175,7 @@ impl QosSet {
             Property::Reliability => self.reliability = other.reliability,
             Property::Buffer => self.buffer = other.buffer,
             Property::Playout => self.playout = other.playout,
+            Property::Compression => self.compression = other.compression,
             Property::MinInterval => self.min_interval = other.min_interval,
         }
     }
@@ -1236,6 +1254,7 @@ impl fmt::Display for ShowValue<'_> {
             Property::MinInterval => show_duration(q.min_interval, f),
             Property::Shm => q.shm.fmt(f),
             Property::Reliability => q.reliability.fmt(f),
+            Property::Compression => q.compression.fmt(f),
             Property::Buffer => match &q.buffer {
                 Some(b) => show_buffer(b, f),
                 None => f.write_str("none"),
@@ -1280,6 +1299,25 @@ mod tests {
         assert!(text.contains(p.name()), "{text}");
         assert!(text.contains(&format!("\"{value}\"")), "{text}");
         assert!(text.contains(reason), "{p}={value}: {text}");
+    }
+
+    #[test]
+    fn compression_takes_a_codec_and_a_minimum_on_a_tag_or_the_daemon() {
+        for v in ["none", "lz4", "zstd", "zstd:4KiB", "lz4:0"] {
+            assert_eq!(ok(Property::Compression, v), v);
+        }
+        assert_eq!(QosSet::default().compression.codec, None);
+        bad(Property::Compression, "gzip", "expected none, lz4, zstd");
+        bad(Property::Compression, "lz4:4k", "MIN a byte count");
+        assert!(Property::Compression.settable_at(Level::Daemon));
+        assert!(Property::Compression.settable_at(Level::Tag));
+        for l in [Level::Session, Level::Channel, Level::Event] {
+            assert!(!Property::Compression.settable_at(l), "{l}");
+        }
+        assert_eq!(
+            Property::from_name("compression"),
+            Some(Property::Compression)
+        );
     }
 
     #[test]

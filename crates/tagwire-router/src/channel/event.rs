@@ -33,6 +33,9 @@ pub(crate) struct Outgoing<'b> {
     /// Boxed: most events have none, and every queued item would carry
     /// its size.
     pub(super) pin: Option<Box<crate::shm::ShmQueued>>,
+    /// On a link: the bytes are a compressed event's (`u8 codec`, `u32
+    /// raw_len`, data), written as a `ForwardCompressed`.
+    pub(super) compressed: bool,
 }
 
 /// The encoded event of an [`Outgoing`]: the caller's, or a buffer of its
@@ -51,6 +54,7 @@ impl<'b> Outgoing<'b> {
             bytes: EventBytes::Borrowed(bytes),
             chunk: Some(epoch),
             pin: None,
+            compressed: false,
         }
     }
 
@@ -61,6 +65,17 @@ impl<'b> Outgoing<'b> {
             bytes: EventBytes::Owned(bytes),
             chunk: None,
             pin: None,
+            compressed: false,
+        }
+    }
+
+    /// A compressed event for a link's queue (see [`crate::compress::blob`]).
+    pub(crate) fn compressed(blob: Bytes) -> Self {
+        Outgoing {
+            bytes: EventBytes::Owned(blob),
+            chunk: None,
+            pin: None,
+            compressed: true,
         }
     }
 
@@ -70,6 +85,7 @@ impl<'b> Outgoing<'b> {
             bytes: EventBytes::Borrowed(bytes),
             chunk: None,
             pin: None,
+            compressed: false,
         }
     }
 
@@ -80,6 +96,7 @@ impl<'b> Outgoing<'b> {
             bytes: EventBytes::Owned(bytes),
             chunk: None,
             pin: Some(Box::new(pin)),
+            compressed: false,
         }
     }
 
@@ -144,6 +161,8 @@ pub(crate) struct Queued {
     pub hops: u8,
     /// A shared-memory reference's pin, until it is written.
     pub pin: Option<Box<crate::shm::ShmQueued>>,
+    /// On a link: `event` is compressed (written as `ForwardCompressed`).
+    pub compressed: bool,
 }
 
 impl QueueItem for Queued {

@@ -216,8 +216,13 @@ impl Prefix {
             }
             Destination::Link => {
                 let frame_len = (1 + 8 + 1 + q.event.len()) as u32;
+                let kind = if q.compressed {
+                    link_kind::FORWARD_COMPRESSED
+                } else {
+                    link_kind::FORWARD
+                };
                 let v = u128::from(frame_len)
-                    | u128::from(link_kind::FORWARD) << 32
+                    | u128::from(kind) << 32
                     | u128::from(q.origin) << 40
                     | u128::from(q.hops) << 104;
                 (v, FORWARD_PREFIX_LEN)
@@ -260,6 +265,7 @@ fn prefixes_are_the_protocols_deliver_and_forward_prefixes() {
         origin: 0x0102_0304_0506_0708,
         hops: 0xEE,
         pin: None,
+        compressed: false,
     };
     assert_eq!(
         Prefix::of(&sub, &item).as_slice(),
@@ -270,6 +276,14 @@ fn prefixes_are_the_protocols_deliver_and_forward_prefixes() {
         Prefix::of(&link, &item).as_slice(),
         forward_prefix(0x0102_0304_0506_0708, 0xEE, 300)
     );
+    // A compressed event: the same bytes but the type, `ForwardCompressed`.
+    let packed = Queued {
+        compressed: true,
+        ..item
+    };
+    let mut want = forward_prefix(0x0102_0304_0506_0708, 0xEE, 300);
+    want[4] = link_kind::FORWARD_COMPRESSED;
+    assert_eq!(Prefix::of(&link, &packed).as_slice(), want);
 }
 
 /// A connection's outgoing side: control frames plus channels with events.

@@ -464,6 +464,7 @@ impl Channel {
                 origin: meta.origin,
                 hops: meta.hops,
                 pin: event.pin.take(),
+                compressed: event.compressed,
             },
             size,
             epoch,

@@ -44,6 +44,9 @@ pub(crate) struct Federation {
     /// Hop-by-hop acknowledgement: windows per link connection, the dedupe
     /// window, counters (see [`crate::reliable`]).
     pub(crate) reliable: crate::reliable::Reliable,
+    /// Compression of events on links: which connections take it, the
+    /// tags' codecs, counters (see [`crate::compress`]).
+    pub(crate) compress: crate::compress::LinkCompression,
 }
 
 /// An advert's compiled interest and the advert it is for: (connection,
@@ -148,6 +151,7 @@ impl Federation {
             refusals: HashMap::new(),
             compiled_advert: None,
             reliable: crate::reliable::Reliable::new(config),
+            compress: Default::default(),
         }
     }
 
@@ -288,6 +292,7 @@ impl Federation {
             members: Vec::new(),
             bad_datagrams: 0,
             reliable: self.reliable.counters.clone(),
+            compression: self.compress.counters.clone(),
         }
     }
 }

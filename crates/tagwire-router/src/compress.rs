@@ -1,0 +1,120 @@
+//! Compression of events on links (`compression=lz4|zstd[:MIN]` on a tag or
+//! the daemon; link version 5; docs/reliability.md, "Compression on links").
+//!
+//! The publisher's daemon decides, by the tag and daemon layers of its QoS:
+//! an event of a compressed tag at least `MIN` bytes long is compressed once
+//! when it is routed and queued on each link connection that speaks version
+//! 5 as a `ForwardCompressed` (the same queue, bound and discard policy as a
+//! `Forward`); older peers get the `Forward`. A receiving daemon
+//! decompresses it (bounded by `limits.max_frame`, see
+//! [`tagwire_core::compress::decompress`]) and handles it as the `Forward`
+//! it was: later links get it compressed again only if their daemon's own
+//! layers say so. Shared memory, Unix sockets and client connections never
+//! see compressed events.
+
+use std::collections::{HashMap, HashSet};
+
+use bytes::{BufMut, Bytes, BytesMut};
+use tagwire_core::compress::Compression;
+use tagwire_core::qos::{resolve, Property};
+use tagwire_proto::admin::CompressionInfo;
+use tagwire_proto::{Codec, ErrorCode, COMPRESSED_HEADER_LEN};
+
+use crate::state::State;
+
+/// Tags whose compression is remembered; past it the cache starts over.
+const CACHE_TAGS: usize = 4096;
+
+/// What the daemon knows of compression on its links.
+#[derive(Debug, Default)]
+pub(crate) struct LinkCompression {
+    /// Whether any tag or the daemon sets a codec (else one flag test per
+    /// routed event).
+    enabled: bool,
+    /// Each tag's compression, as the layers give it.
+    cache: HashMap<Box<str>, Compression>,
+    /// Link connections whose peer speaks link version 5.
+    pub conns: HashSet<u64>,
+    /// What was compressed and decompressed.
+    pub counters: CompressionInfo,
+}
+
+/// After a daemon or tag layer changed: whether any tag compresses.
+pub(crate) fn layers_changed(st: &mut State) {
+    let on = |l: &tagwire_core::qos::QosLayer| {
+        l.is_set(Property::Compression) && resolve(&[l]).values().compression.codec.is_some()
+    };
+    let enabled = on(&st.qos_daemon) || st.qos_tags.iter().any(|t| on(&t.layer));
+    let c = &mut st.fed.compress;
+    c.enabled = enabled;
+    c.cache.clear();
+}
+
+/// The compression of events of `tag` published or routed here: a flag
+/// test when no tag compresses or no link speaks version 5.
+pub(crate) fn for_tag(st: &mut State, tag: &str) -> Compression {
+    let c = &st.fed.compress;
+    if !c.enabled || c.conns.is_empty() {
+        return Compression::default();
+    }
+    if let Some(r) = c.cache.get(tag) {
+        return *r;
+    }
+    let r = tagwire_core::qos::layer_for(&st.qos_daemon, &st.qos_tags, tag, Property::Compression)
+        .map(|l| resolve(&[l]).values().compression)
+        .unwrap_or_default();
+    let cache = &mut st.fed.compress.cache;
+    if cache.len() >= CACHE_TAGS {
+        cache.clear();
+    }
+    cache.insert(Box::from(tag), r);
+    r
+}
+
+/// Link connection `conn` closed.
+pub(crate) fn conn_closed(st: &mut State, conn: u64) {
+    st.fed.compress.conns.remove(&conn);
+}
+
+/// The body of a `ForwardCompressed` after its origin and hops (`u8 codec`,
+/// `u32 raw_len`, the compressed event), or `None` if `event` does not
+/// shrink (it goes as a `Forward`). Counted either way.
+pub(crate) fn blob(counters: &mut CompressionInfo, codec: Codec, event: &[u8]) -> Option<Bytes> {
+    let Some(data) = tagwire_core::compress::compress(codec, event) else {
+        counters.not_smaller += 1;
+        return None;
+    };
+    let mut b = BytesMut::with_capacity(COMPRESSED_HEADER_LEN + data.len());
+    b.put_u8(codec.code());
+    b.put_u32_le(event.len() as u32);
+    b.put_slice(&data);
+    counters.compressed += 1;
+    counters.raw_bytes += event.len() as u64;
+    counters.wire_bytes += b.len() as u64;
+    Some(b.freeze())
+}
+
+/// Decompresses an arriving compressed event, bounded by `limits.max_frame`;
+/// a bad one is counted and closes the link connection (as a bad `Forward`
+/// does), naming why.
+pub(crate) fn decompress(
+    st: &mut State,
+    codec: Codec,
+    raw_len: u32,
+    data: &[u8],
+) -> Result<Bytes, (ErrorCode, String)> {
+    let max = st.config.limits.max_frame as usize;
+    match tagwire_core::compress::decompress(codec, raw_len, data, max) {
+        Ok(event) => {
+            st.fed.compress.counters.decompressed += 1;
+            Ok(Bytes::from(event))
+        }
+        Err(e) => {
+            st.fed.compress.counters.failed += 1;
+            Err((
+                ErrorCode::Malformed,
+                format!("bad compressed event on a link: {e}"),
+            ))
+        }
+    }
+}

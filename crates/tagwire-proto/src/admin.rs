@@ -521,6 +521,10 @@ pub struct ChannelShow {
     /// has seen an event with a source time).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub jitter: Option<JitterInfo>,
+    /// Over `udp://`: its events the network lost or reordered (absent for
+    /// stream transports).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub net: Option<NetLossInfo>,
 }
 
 /// A channel's RFC 3550 interarrival jitter (J += (|D| − J)/16, D the
@@ -847,6 +851,23 @@ pub struct UdpInfo {
     pub peer_reordered: u64,
     /// ...duplicate, plus bad.
     pub peer_dropped: u64,
+    /// The daemon's datagrams the client reported as given up or late
+    /// (`Gaps`) that were too old to say what they carried (not counted
+    /// per channel).
+    pub unattributed: u64,
+}
+
+/// What the network did to one channel's events on their way from the
+/// daemon to a `udp://` subscriber, as the subscriber's library reported
+/// it (`Gaps` datagrams; docs/transports.md, "Loss per channel").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct NetLossInfo {
+    /// Events of the channel in datagrams the subscriber never got.
+    pub lost: u64,
+    /// Events of the channel in datagrams that arrived after a later one
+    /// (delivered, out of order).
+    pub reordered: u64,
 }
 
 /// One lane: a band's thread, its scheduling and its sockets' DSCP.
@@ -937,6 +958,10 @@ pub struct SubscriptionInfo {
     /// once it has seen an event with a source time).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub jitter: Option<JitterInfo>,
+    /// Over `udp://`: its events the network lost or reordered (absent for
+    /// stream transports, where nothing is lost on the way).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub net: Option<NetLossInfo>,
 }
 
 /// Where a subscription's scaling proxy runs, and why there.

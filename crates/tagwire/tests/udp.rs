@@ -260,9 +260,12 @@ fn garbage_and_spoofed_datagrams_are_counted_and_dropped_and_never_amplified() {
 /// A UDP relay between a client and the daemon that drops datagrams by
 /// rule: `drop_up(i)` / `drop_down(i)` for the i-th datagram (from 1) of
 /// each direction while `lossy` is set or always for the handshake rules.
+/// While `reorder` is set, every 7th datagram down (not dropped) is held
+/// and sent after the next one.
 struct Relay {
     addr: std::net::SocketAddr,
     lossy: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    reorder: std::sync::Arc<std::sync::atomic::AtomicBool>,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
@@ -284,9 +287,11 @@ impl Relay {
             .expect("timeout");
         let addr = front.local_addr().expect("addr");
         let lossy = Arc::new(AtomicBool::new(false));
+        let reorder = Arc::new(AtomicBool::new(false));
         let stop = Arc::new(AtomicBool::new(false));
-        let (l, st) = (lossy.clone(), stop.clone());
+        let (l, r, st) = (lossy.clone(), reorder.clone(), stop.clone());
         std::thread::spawn(move || {
+            let mut held: Option<Vec<u8>> = None;
             let mut client = None;
             let (mut up, mut down) = (0u64, 0u64);
             let mut buf = vec![0u8; 65536];
@@ -302,13 +307,24 @@ impl Relay {
                     down += 1;
                     let lose = drop_down_handshake.contains(&down)
                         || (l.load(Ordering::Relaxed) && down % 4 == 0);
-                    if !lose {
+                    if lose {
+                    } else if r.load(Ordering::Relaxed) && down % 7 == 0 && held.is_none() {
+                        held = Some(buf[..n].to_vec());
+                    } else {
                         let _ = front.send_to(&buf[..n], c);
+                        if let Some(h) = held.take() {
+                            let _ = front.send_to(&h, c);
+                        }
                     }
                 }
             }
         });
-        Relay { addr, lossy, stop }
+        Relay {
+            addr,
+            lossy,
+            reorder,
+            stop,
+        }
     }
 }
 
@@ -434,4 +450,109 @@ fn a_daemon_links_to_another_over_udp_and_events_cross_it() {
     let link = connection(&sa, "link:udp-b");
     assert_eq!(link.transport, "udp", "{link:?}");
     assert!(link.udp.is_some_and(|u| u.received > 0));
+}
+
+/// The subscription of the listing whose pattern is `pattern`, once its
+/// network counters satisfy `done` (the client reports each second).
+fn subscription_net(
+    s: &Session,
+    pattern: &str,
+    done: impl Fn(&tagwire::admin::NetLossInfo) -> bool,
+) -> tagwire::admin::NetLossInfo {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let l = s.list().expect("list");
+        let sub = l
+            .subscriptions
+            .into_iter()
+            .find(|x| x.pattern == pattern)
+            .expect("subscription listed");
+        let net = sub.net.expect("a udp subscription has network counters");
+        if done(&net) || Instant::now() >= deadline {
+            return net;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn loss_and_reordering_are_counted_per_channel_in_list_and_show() {
+    let h = router();
+    let relay = Relay::start(h.udp_addr().expect("udp"), &[], &[]);
+    let s = Session::builder()
+        .token(TOKEN)
+        .connect(&format!("udp://{}", relay.addr))
+        .expect("udp session");
+    let sub_a = s
+        .subscribe("/pc/a/**")
+        .endpoint("/viewer/a")
+        .receiver()
+        .expect("subscribe a");
+    let sub_b = s
+        .subscribe("/pc/b/**")
+        .endpoint("/viewer/b")
+        .receiver()
+        .expect("subscribe b");
+    let tcp = Session::builder()
+        .token(TOKEN)
+        .connect(&format!("tcp://{}", h.tcp_addr().expect("tcp")))
+        .expect("tcp session");
+    let p = tcp.declare_publisher("/pc/pub").expect("publisher");
+    use std::sync::atomic::Ordering::Relaxed;
+    relay.lossy.store(true, Relaxed);
+    relay.reorder.store(true, Relaxed);
+    // Only channel a's events cross the lossy, reordering path.
+    const N: u32 = 300;
+    for i in 0..N {
+        p.publish("/pc/a/x", i.to_le_bytes().to_vec())
+            .expect("publish");
+        std::thread::sleep(Duration::from_micros(500));
+    }
+    tcp.flush().expect("flush");
+    let mut got_a = 0u64;
+    while let Ok(Some(_)) = sub_a.recv_timeout(Duration::from_millis(500)) {
+        got_a += 1;
+    }
+    relay.lossy.store(false, Relaxed);
+    relay.reorder.store(false, Relaxed);
+    // Then channel b's, cleanly: they move the client's window on, so it
+    // gives up a's last gaps and reports them.
+    for i in 0..200u32 {
+        p.publish("/pc/b/x", i.to_le_bytes().to_vec())
+            .expect("publish");
+        std::thread::sleep(Duration::from_micros(500));
+    }
+    tcp.flush().expect("flush");
+    let mut got_b = 0u64;
+    while let Ok(Some(_)) = sub_b.recv_timeout(Duration::from_millis(500)) {
+        got_b += 1;
+    }
+    assert_eq!(got_b, 200, "b's path was clean");
+    let lost_a = u64::from(N) - got_a;
+    assert!(lost_a > 0, "the relay dropped some of a's datagrams");
+    let a = subscription_net(&tcp, "/pc/a/**", |n| n.lost >= lost_a && n.reordered > 0);
+    assert_eq!(a.lost, lost_a, "every event of a the client missed, on a");
+    assert!(
+        a.reordered > 0,
+        "the relay's held datagrams count on a: {a:?}"
+    );
+    let b = subscription_net(&tcp, "/pc/b/**", |_| true);
+    assert_eq!(b, tagwire::admin::NetLossInfo::default(), "nothing on b");
+    // `admin show` of the endpoint shows the same.
+    match tcp.show("/viewer/a").expect("show") {
+        tagwire::admin::Show::Endpoint(e) => {
+            let net = e.channels[0].net.expect("udp channel");
+            assert_eq!(net.lost, lost_a, "{net:?}");
+        }
+        other => panic!("not an endpoint: {other:?}"),
+    }
+    // A TCP subscriber's channel has no network counters.
+    let _t = tcp.subscribe("/pc/tcp/**").receiver().expect("subscribe");
+    let l = tcp.list().expect("list");
+    let t = l
+        .subscriptions
+        .iter()
+        .find(|x| x.pattern == "/pc/tcp/**")
+        .expect("listed");
+    assert!(t.net.is_none(), "{t:?}");
 }

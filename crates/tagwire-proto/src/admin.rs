@@ -1175,6 +1175,10 @@ pub struct ReliableInfo {
     /// Bytes not sent again thanks to those.
     #[serde(default)]
     pub bytes_skipped: u64,
+    /// Reliable events sent again on a UDP link because no acknowledgement
+    /// came within 250 ms (the frame or its acknowledgement was lost).
+    #[serde(default)]
+    pub retransmitted: u64,
 }
 
 /// A daemon as its advert describes it.

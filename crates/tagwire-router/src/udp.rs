@@ -140,6 +140,11 @@ pub(crate) fn channel_net_loss(st: &State, conn: u64, sub: u32) -> Option<NetLos
     Some(udp.channel_loss(sub))
 }
 
+/// Whether connection `conn` runs over UDP (frames can be lost).
+pub(crate) fn is_udp(st: &State, conn: u64) -> bool {
+    st.connections.get(&conn).is_some_and(|c| c.udp.is_some())
+}
+
 /// A handle on a session's counters that compares by identity (so that
 /// [`Transport`] stays `Eq`).
 #[derive(Debug, Clone)]
@@ -787,7 +792,10 @@ pub(crate) async fn dial_link(
         stream: RefCell::new(BytesMut::new()),
     };
     let receiving = tokio::task::spawn_local(dial_receive(d.clone(), tx, queued));
-    crate::connection::dial_serve(state, addr, lane, None, reader, writer).await;
+    let transport = Transport::Udp {
+        stats: StatsRef(d.stats.clone()),
+    };
+    crate::connection::dial_serve_over(state, addr, lane, None, transport, reader, writer).await;
     receiving.abort();
     Ok(())
 }

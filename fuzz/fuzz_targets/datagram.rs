@@ -1,7 +1,8 @@
 //! Fuzz target: arbitrary bytes as a UDP datagram (`docs/protocol.md`,
 //! "Datagrams"), handled as the daemon does: parsed and checked, a `Data`
 //! datagram's sequence number judged by a window and its frames decoded,
-//! an `Open`'s cookie checked, a `Report` decoded; and as a multicast
+//! an `Open`'s cookie checked, a `Report` or `Gaps` decoded (and a
+//! decoded `Gaps` encodes back to the same bytes); and as a multicast
 //! group's receiver does ("Multicast datagrams"): MAC checked, sender's
 //! window, membership. Errors are expected; a panic, frames that do not
 //! cover the frame bytes, or an event accepted without the key's MAC, is a
@@ -12,7 +13,7 @@ use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
 use tagwire_core::datagram::SeqWindow;
 use tagwire_core::multicast::{Group, Received};
-use tagwire_proto::datagram::{check_cookie, Datagram, DatagramKind, Report};
+use tagwire_proto::datagram::{check_cookie, Datagram, DatagramKind, Gaps, Report};
 use tagwire_proto::Frame;
 
 fuzz_target!(|data: &[u8]| {
@@ -48,6 +49,12 @@ fuzz_target!(|data: &[u8]| {
         }
         DatagramKind::Report => {
             Report::decode(d.body).expect("a parsed Report decodes");
+        }
+        DatagramKind::Gaps => {
+            let g = Gaps::decode(d.body).expect("a parsed Gaps decodes");
+            let mut again = Vec::new();
+            g.encode(&mut again);
+            assert_eq!(again, d.body, "Gaps encode(decode(b)) == b");
         }
         _ => {}
     }

@@ -17,7 +17,9 @@
 //! ```
 
 use bytes::{Buf, BufMut, BytesMut};
-use tagwire_proto::datagram::{DatagramKind, Header, Report, HEADER_LEN};
+use tagwire_proto::datagram::{
+    DatagramKind, Gaps, Header, Report, SeqRange, HEADER_LEN, MAX_GAP_RANGES,
+};
 
 /// How many sequence numbers behind the highest one a late datagram may
 /// be and still be accepted (one bit each).
@@ -34,20 +36,114 @@ pub enum Verdict {
     TooOld,
 }
 
+/// Ranges of each kind a [`SeqWindow`] keeps for its next [`Gaps`]
+/// reports; past it, further ones are counted in
+/// [`SeqWindow::gaps_unreported`] only.
+pub const MAX_PENDING_GAP_RANGES: usize = 4 * MAX_GAP_RANGES;
+
 /// The receive side of one session's sequence numbers: the highest seen
 /// and a bitmap of the [`REORDER_WINDOW`] before it, plus the counters.
+/// Made with [`SeqWindow::tracking_gaps`], it also notes *which* sequence
+/// numbers it gave up as lost and which came late, for [`Gaps`] reports
+/// to the sender (who knows what each datagram carried, and so counts the
+/// loss per channel).
 #[derive(Debug, Clone, Default)]
 pub struct SeqWindow {
     highest: u32,
     /// Bit `i` set: `highest - 1 - i` arrived.
     seen: u64,
     report: Report,
+    track: bool,
+    lost: Vec<SeqRange>,
+    late: Vec<SeqRange>,
+    unreported: u64,
+}
+
+/// Appends `first..=last` to `list`, merged into its last range when they
+/// touch; `false` if the list is at its bound.
+fn push_range(list: &mut Vec<SeqRange>, first: u32, last: u32) -> bool {
+    if let Some(p) = list.last_mut() {
+        if p.last.checked_add(1) == Some(first) {
+            p.last = last;
+            return true;
+        }
+    }
+    if list.len() >= MAX_PENDING_GAP_RANGES {
+        return false;
+    }
+    list.push(SeqRange { first, last });
+    true
 }
 
 impl SeqWindow {
+    /// A window that also notes which sequence numbers it gave up and which
+    /// came late ([`take_gaps`](Self::take_gaps)).
+    pub fn tracking_gaps() -> SeqWindow {
+        SeqWindow {
+            track: true,
+            ..SeqWindow::default()
+        }
+    }
+
+    fn note_lost(&mut self, first: u32, last: u32) {
+        if !push_range(&mut self.lost, first, last) {
+            self.unreported += u64::from(last - first) + 1;
+        }
+    }
+
+    /// Notes, before the window moves up to `seq`, the sequence numbers it
+    /// gives up: those that fall below `seq - REORDER_WINDOW` unseen.
+    fn give_up_below(&mut self, seq: u32) {
+        let new_low = seq.saturating_sub(REORDER_WINDOW);
+        // The old window's unseen numbers, oldest first.
+        let lo = self.highest.saturating_sub(REORDER_WINDOW).max(1);
+        for s in lo..self.highest.min(new_low) {
+            let bit = self.highest - 1 - s;
+            if self.seen & (1u64 << bit) == 0 {
+                self.note_lost(s, s);
+            }
+        }
+        // The numbers skipped that are already out of the new window.
+        let first = self.highest + 1;
+        if new_low > first {
+            self.note_lost(first, new_low - 1);
+        }
+    }
+
+    /// The sequence numbers given up and come late since the last call,
+    /// at most [`MAX_GAP_RANGES`] ranges (the rest wait for the next call);
+    /// `None` when there is nothing to report.
+    pub fn take_gaps(&mut self) -> Option<Gaps> {
+        if self.lost.is_empty() && self.late.is_empty() {
+            return None;
+        }
+        let n = self.lost.len().min(MAX_GAP_RANGES);
+        let lost: Vec<SeqRange> = self.lost.drain(..n).collect();
+        self.late.sort_unstable_by_key(|r| r.first);
+        let mut merged: Vec<SeqRange> = Vec::new();
+        for r in self.late.drain(..) {
+            match merged.last_mut() {
+                Some(p) if p.last.saturating_add(1) >= r.first => p.last = p.last.max(r.last),
+                _ => merged.push(r),
+            }
+        }
+        let m = merged.len().min(MAX_GAP_RANGES - lost.len());
+        self.late = merged.split_off(m);
+        Some(Gaps { lost, late: merged })
+    }
+
+    /// Sequence numbers given up or come late that no [`Gaps`] report will
+    /// name (the pending lists were at [`MAX_PENDING_GAP_RANGES`]).
+    pub fn gaps_unreported(&self) -> u64 {
+        self.unreported
+    }
+
     /// Judges sequence number `seq` (from 1) and counts it.
     pub fn on_seq(&mut self, seq: u32) -> Verdict {
         if seq > self.highest {
+            if self.track {
+                self.give_up_below(seq);
+            }
             let gap = seq - self.highest;
             // Sequence numbers skipped are lost until they turn up.
             self.report.lost += u64::from(gap - 1);
@@ -81,6 +177,9 @@ impl SeqWindow {
             return Verdict::Duplicate;
         }
         self.seen |= bit;
+        if self.track && !push_range(&mut self.late, seq, seq) {
+            self.unreported += 1;
+        }
         self.report.reordered += 1;
         self.report.lost = self.report.lost.saturating_sub(1);
         self.report.received += 1;
@@ -271,6 +370,49 @@ mod tests {
             (r.received, r.lost, r.reordered, r.duplicate, r.bad),
             (5, 1 + 194, 1, 2, 1)
         );
+    }
+
+    fn r(first: u32, last: u32) -> SeqRange {
+        SeqRange { first, last }
+    }
+
+    #[test]
+    fn gaps_name_the_numbers_given_up_and_those_that_came_late() {
+        let mut w = SeqWindow::tracking_gaps();
+        for s in [1, 2, 5, 4] {
+            w.on_seq(s);
+        }
+        // 3 is missing but still within the window: not given up yet.
+        assert_eq!(
+            w.take_gaps(),
+            Some(Gaps {
+                lost: vec![],
+                late: vec![r(4, 4)]
+            })
+        );
+        assert_eq!(w.take_gaps(), None);
+        // 200 pushes 3 out, and 6..=135 with it; 136..=199 may still come.
+        w.on_seq(200);
+        w.on_seq(150);
+        let g = w.take_gaps().expect("gaps");
+        assert_eq!(g.lost, vec![r(3, 3), r(6, 135)]);
+        assert_eq!(g.late, vec![r(150, 150)]);
+        // Late arrivals out of order are reported sorted and merged.
+        for s in [160, 158, 159] {
+            w.on_seq(s);
+        }
+        w.on_seq(300);
+        let g = w.take_gaps().expect("gaps");
+        assert_eq!(g.late, vec![r(158, 160)]);
+        let lost: u64 = g.lost.iter().map(|x| u64::from(x.last - x.first) + 1).sum();
+        // Given up so far equals the window's lost count, less what is
+        // still inside the window (236..=299 all missing).
+        assert_eq!(lost + 1 + 130 + 64, w.report().lost);
+        assert_eq!(w.gaps_unreported(), 0);
+        // A window made without tracking notes nothing.
+        let mut plain = SeqWindow::default();
+        plain.on_seq(500);
+        assert_eq!(plain.take_gaps(), None);
     }
 
     #[test]

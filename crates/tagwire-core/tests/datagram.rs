@@ -1,12 +1,14 @@
 //! Property tests of the UDP datagram format and the sequence window:
 //! frames packed into datagrams come out whole and in order; any byte
 //! string either parses or is refused (never a panic); a sequence number
-//! is accepted at most once, and what was never accepted is counted lost.
+//! is accepted at most once, and what was never accepted is counted lost;
+//! the `Gaps` a window reports name each number given up exactly once,
+//! never one that arrived, and decode to what was encoded.
 
 use bytes::{Bytes, BytesMut};
 use proptest::prelude::*;
 use tagwire_core::datagram::{Packer, SeqWindow, Verdict, REORDER_WINDOW};
-use tagwire_proto::datagram::{Datagram, DatagramKind, HEADER_LEN};
+use tagwire_proto::datagram::{Datagram, DatagramKind, Gaps, SeqRange, HEADER_LEN};
 use tagwire_proto::Frame;
 
 proptest! {
@@ -82,6 +84,57 @@ proptest! {
     }
 }
 
+proptest! {
+    #[test]
+    fn gaps_name_exactly_the_numbers_given_up_and_those_that_came_late(
+        seqs in proptest::collection::vec(1u32..400, 0..500),
+    ) {
+        let mut w = SeqWindow::tracking_gaps();
+        let mut accepted = std::collections::BTreeSet::new();
+        let mut late_want = std::collections::BTreeSet::new();
+        let (mut lost_got, mut late_got) = (Vec::new(), Vec::new());
+        for s in &seqs {
+            let highest = accepted.iter().next_back().copied().unwrap_or(0);
+            if w.on_seq(*s) == Verdict::Accept {
+                accepted.insert(*s);
+                if *s < highest {
+                    late_want.insert(*s);
+                }
+            }
+            // Each report decodes to what was encoded.
+            while let Some(g) = w.take_gaps() {
+                let mut b = Vec::new();
+                g.encode(&mut b);
+                let back = Gaps::decode(&b).expect("a window's Gaps decode");
+                prop_assert_eq!(&back, &g);
+                let each = |rs: &[SeqRange]| {
+                    rs.iter().flat_map(|r| r.first..=r.last).collect::<Vec<_>>()
+                };
+                lost_got.extend(each(&g.lost));
+                late_got.extend(each(&g.late));
+            }
+        }
+        let highest = accepted.iter().next_back().copied().unwrap_or(0);
+        let floor = highest.saturating_sub(REORDER_WINDOW);
+        // Given up: every number below the window that never arrived, once.
+        let lost_want: Vec<u32> = (1..floor).filter(|s| !accepted.contains(s)).collect();
+        lost_got.sort_unstable();
+        prop_assert_eq!(lost_got, lost_want);
+        late_got.sort_unstable();
+        prop_assert_eq!(late_got, late_want.into_iter().collect::<Vec<_>>());
+        prop_assert_eq!(w.gaps_unreported(), 0);
+    }
+
+    #[test]
+    fn gaps_bodies_roundtrip_or_are_refused(bytes in proptest::collection::vec(any::<u8>(), 0..600)) {
+        if let Ok(g) = Gaps::decode(&bytes) {
+            let mut b = Vec::new();
+            g.encode(&mut b);
+            prop_assert_eq!(b, bytes);
+        }
+    }
+}
+
 /// The vectors of docs/protocol.md, "Datagram vectors": good ones parse
 /// (and a Report decodes to the counters it spells), `bad_` ones are refused.
 #[test]
@@ -138,11 +191,17 @@ fn protocol_md_datagram_vectors() {
                 let m = d.member_claim(&key, &bytes).expect("member MAC");
                 assert_eq!((m.epoch, m.sent_ms), (1000, 5555));
             }
+            if name == "gaps" {
+                let g = tagwire_proto::datagram::Gaps::decode(d.body).expect("gaps");
+                let r = |first, last| tagwire_proto::datagram::SeqRange { first, last };
+                assert_eq!(g.lost, vec![r(3, 3), r(6, 135)]);
+                assert_eq!(g.late, vec![r(150, 150)]);
+            }
             if name.starts_with("data_ping") {
                 assert_eq!(d.frames().expect("frames").count(), 1);
             }
         }
         n += 1;
     }
-    assert_eq!(n, 20);
+    assert_eq!(n, 24);
 }

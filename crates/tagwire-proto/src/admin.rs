@@ -521,6 +521,10 @@ pub struct ChannelShow {
     /// has seen an event with a source time).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub jitter: Option<JitterInfo>,
+    /// Over `udp://`: its events the network lost or reordered (absent for
+    /// stream transports).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub net: Option<NetLossInfo>,
 }
 
 /// A channel's RFC 3550 interarrival jitter (J += (|D| − J)/16, D the
@@ -851,6 +855,23 @@ pub struct UdpInfo {
     pub peer_reordered: u64,
     /// ...duplicate, plus bad.
     pub peer_dropped: u64,
+    /// The daemon's datagrams the client reported as given up or late
+    /// (`Gaps`) that were too old to say what they carried (not counted
+    /// per channel).
+    pub unattributed: u64,
+}
+
+/// What the network did to one channel's events on their way from the
+/// daemon to a `udp://` subscriber, as the subscriber's library reported
+/// it (`Gaps` datagrams; docs/transports.md, "Loss per channel").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct NetLossInfo {
+    /// Events of the channel in datagrams the subscriber never got.
+    pub lost: u64,
+    /// Events of the channel in datagrams that arrived after a later one
+    /// (delivered, out of order).
+    pub reordered: u64,
 }
 
 /// One multicast group as a daemon takes part in it (docs/transports.md,
@@ -979,6 +1000,10 @@ pub struct SubscriptionInfo {
     /// once it has seen an event with a source time).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub jitter: Option<JitterInfo>,
+    /// Over `udp://`: its events the network lost or reordered (absent for
+    /// stream transports, where nothing is lost on the way).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub net: Option<NetLossInfo>,
 }
 
 /// Where a subscription's scaling proxy runs, and why there.
@@ -1215,6 +1240,10 @@ pub struct ReliableInfo {
     /// Bytes not sent again thanks to those.
     #[serde(default)]
     pub bytes_skipped: u64,
+    /// Reliable events sent again on a UDP link because no acknowledgement
+    /// came within 250 ms (the frame or its acknowledgement was lost).
+    #[serde(default)]
+    pub retransmitted: u64,
 }
 
 /// A daemon as its advert describes it.

@@ -75,6 +75,10 @@ pub enum DatagramKind {
     Group,
     /// Daemon → multicast group: "node `session` is a member", MAC'd.
     Member,
+    /// Either way: which of the peer's `Data` sequence numbers the sender
+    /// gave up as lost and which arrived late ([`Gaps`]), so that the peer,
+    /// which knows what each datagram carried, counts the loss per channel.
+    Gaps,
 }
 
 impl DatagramKind {
@@ -89,6 +93,7 @@ impl DatagramKind {
             DatagramKind::Report => 5,
             DatagramKind::Group => 6,
             DatagramKind::Member => 7,
+            DatagramKind::Gaps => 8,
         }
     }
 
@@ -103,6 +108,7 @@ impl DatagramKind {
             5 => DatagramKind::Report,
             6 => DatagramKind::Group,
             7 => DatagramKind::Member,
+            8 => DatagramKind::Gaps,
             _ => return None,
         })
     }
@@ -276,6 +282,91 @@ impl Report {
     }
 }
 
+/// Most ranges one `Gaps` datagram carries (lost and late together): with
+/// the header and the counts, 500 bytes, under [`MIN_MAX_DATAGRAM`].
+pub const MAX_GAP_RANGES: usize = 60;
+
+/// An inclusive range of `Data` sequence numbers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SeqRange {
+    /// The first (at least 1).
+    pub first: u32,
+    /// The last (at least `first`).
+    pub last: u32,
+}
+
+/// A `Gaps` body: `u16 lost_n | u16 late_n | lost_n × (u32 first, u32
+/// last) | late_n × (u32 first, u32 last)`, little-endian. `lost` are the
+/// peer's sequence numbers given up (they fell more than the reorder window
+/// behind the highest without arriving); `late` those that arrived after a
+/// later one. Each list ascends without overlap; at most
+/// [`MAX_GAP_RANGES`] ranges in all.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Gaps {
+    /// Sequence numbers given up as lost.
+    pub lost: Vec<SeqRange>,
+    /// Sequence numbers that arrived late (reordered).
+    pub late: Vec<SeqRange>,
+}
+
+impl Gaps {
+    /// Appends the body (the caller keeps to [`MAX_GAP_RANGES`]; more are
+    /// cut off there).
+    pub fn encode(&self, out: &mut impl BufMut) {
+        let lost = self.lost.len().min(MAX_GAP_RANGES);
+        let late = self.late.len().min(MAX_GAP_RANGES - lost);
+        out.put_u16_le(lost as u16);
+        out.put_u16_le(late as u16);
+        for r in self.lost[..lost].iter().chain(&self.late[..late]) {
+            out.put_u32_le(r.first);
+            out.put_u32_le(r.last);
+        }
+    }
+
+    /// Reads and checks a `Gaps` body.
+    pub fn decode(body: &[u8]) -> Result<Gaps, DatagramError> {
+        let bad = |reason| DatagramError::BadBody {
+            kind: DatagramKind::Gaps,
+            reason,
+        };
+        if body.len() < 4 {
+            return Err(bad("a Gaps body starts with two u16 counts"));
+        }
+        let lost_n = usize::from(u16::from_le_bytes([body[0], body[1]]));
+        let late_n = usize::from(u16::from_le_bytes([body[2], body[3]]));
+        if lost_n + late_n > MAX_GAP_RANGES {
+            return Err(bad("a Gaps body carries at most 60 ranges"));
+        }
+        if body.len() != 4 + 8 * (lost_n + late_n) {
+            return Err(bad("a Gaps body's length does not match its counts"));
+        }
+        let u =
+            |at: usize| u32::from_le_bytes([body[at], body[at + 1], body[at + 2], body[at + 3]]);
+        let list = |from: usize, n: usize| -> Result<Vec<SeqRange>, DatagramError> {
+            let mut out: Vec<SeqRange> = Vec::with_capacity(n);
+            for i in 0..n {
+                let at = from + 8 * i;
+                let r = SeqRange {
+                    first: u(at),
+                    last: u(at + 4),
+                };
+                if r.first == 0 || r.first > r.last {
+                    return Err(bad("a Gaps range is empty or starts at 0"));
+                }
+                if out.last().is_some_and(|p| p.last >= r.first) {
+                    return Err(bad("Gaps ranges must ascend without overlap"));
+                }
+                out.push(r);
+            }
+            Ok(out)
+        };
+        Ok(Gaps {
+            lost: list(4, lost_n)?,
+            late: list(4 + 8 * lost_n, late_n)?,
+        })
+    }
+}
+
 impl<'a> Datagram<'a> {
     /// Parses and checks `bytes`: the header, and the body's layout for its
     /// kind (a `Data` body must split into whole frames followed by zero
@@ -357,6 +448,12 @@ impl<'a> Datagram<'a> {
                 if body.len() != MEMBER_BODY_LEN {
                     return bad("a Member body is exactly 32 bytes");
                 }
+            }
+            DatagramKind::Gaps => {
+                if session == 0 {
+                    return zero("session");
+                }
+                Gaps::decode(body)?;
             }
         }
         if !matches!(kind, DatagramKind::Data | DatagramKind::Group) && seq != 0 {

@@ -484,6 +484,7 @@ pub(crate) fn list_page(
                         proxy: proxy_info(st, *id, ch),
                         time: ch.time_info(),
                         jitter: ch.jitter_info(),
+                        net: crate::udp::channel_net_loss(st, ch.conn, ch.sub),
                     };
                     drop(q);
                     if !fill.take(json_len(&item), 20) {

@@ -146,6 +146,24 @@ pub(crate) async fn dial_serve<R, W>(
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin + 'static,
 {
+    let transport = Transport::Tcp { cert: None };
+    dial_serve_over(state, addr, lane, socket, transport, reader, writer).await
+}
+
+/// [`dial_serve`] over `transport` (a UDP link names its session's
+/// counters, and its reliable windows expect loss).
+pub(crate) async fn dial_serve_over<R, W>(
+    state: Arc<Locked<State>>,
+    addr: String,
+    lane: LaneOf,
+    socket: Option<std::os::fd::OwnedFd>,
+    transport: Transport,
+    reader: R,
+    writer: W,
+) where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin + 'static,
+{
     let hello = engine::ClientHello {
         name: format!("link:{}", state.borrow().config.name),
         token: crate::link::token_for(&state.borrow().config.federation.token, &addr),
@@ -154,7 +172,6 @@ pub(crate) async fn dial_serve<R, W>(
         nonce: crate::local::random_nonce(),
         proof: None,
     };
-    let transport = Transport::Tcp { cert: None };
     serve_with(
         state,
         addr,

@@ -502,9 +502,10 @@ fn on_peer(
         st.fed.compress.conns.insert(c.conn);
     }
     if version >= RELIABLE_LINK_VERSION {
+        let lossy = crate::udp::is_udp(&st, c.conn);
         st.fed
             .reliable
-            .conn_up(c.conn, node, c.outbox.clone(), version);
+            .conn_up(c.conn, node, c.outbox.clone(), version, lossy);
     } else {
         tracing::warn!(
             peer = %c.peer,
@@ -584,6 +585,7 @@ fn attach_band(
 ) -> Result<(), (ErrorCode, String)> {
     let queue = link_queue(st, name, c.outbox, c.conn);
     let me_frame = (!c.dialed).then(|| peer_frame(st, c.conn, version));
+    let lossy = crate::udp::is_udp(st, c.conn);
     let Some(link) = st.fed.links.get_mut(&node) else {
         return Err((
             ErrorCode::BadRequest,
@@ -607,7 +609,7 @@ fn attach_band(
     if version >= RELIABLE_LINK_VERSION {
         st.fed
             .reliable
-            .conn_up(c.conn, node, c.outbox.clone(), version);
+            .conn_up(c.conn, node, c.outbox.clone(), version, lossy);
     }
     tracing::info!(peer = %c.peer, "band {band} connection of the link to daemon {name}");
     link.bands.insert(

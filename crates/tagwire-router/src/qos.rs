@@ -700,6 +700,7 @@ pub(crate) fn admin_show(
                 delivered: ch.delivered.get(),
                 time: ch.time_info(),
                 jitter: ch.jitter_info(),
+                net: crate::udp::channel_net_loss(st, ch.conn, ch.sub),
             }
         })
         .collect();

@@ -86,13 +86,35 @@ pub(crate) struct ConnRel {
     pub client: bool,
     pub outbox: Arc<Outbox>,
     pub send: SendWindow<Held>,
-    pub recv: RecvWindow<()>,
+    /// Frames ahead of a gap wait here with their event (lossy transports
+    /// only; over TCP a gap closes the link, and nothing waits).
+    pub recv: RecvWindow<Option<Parked>>,
+    /// Over a transport that loses frames (a UDP link): frames ahead of a
+    /// gap wait for it, and what is not acknowledged within [`LOSSY_RTO_NS`]
+    /// is sent again.
+    pub lossy: bool,
     /// Piece size for events larger than it (link version 4), else 0: the
     /// connection does not carry `Fragment`s.
     pub piece: usize,
     /// The held event being sent in pieces (the next unsent one).
     pub sending: Option<crate::fragment::Sending>,
 }
+
+/// A `Reliable` frame that arrived ahead of a gap on a lossy connection.
+#[derive(Debug)]
+pub(crate) struct Parked {
+    origin: NodeId,
+    hops: u8,
+    event: Bytes,
+}
+
+/// Over a lossy link connection (UDP): a reliable event not acknowledged
+/// within this long is sent again (acknowledgements go every 32 events or
+/// 50 ms, so this is a lost frame or a lost acknowledgement, not a slow
+/// one, on a LAN).
+pub(crate) const LOSSY_RTO_NS: u64 = 250_000_000;
+/// Most events one lossy connection sends again per tick (50 ms).
+const LOSSY_RESEND_PER_TICK: usize = 256;
 
 type Fast = foldhash::fast::RandomState;
 
@@ -157,8 +179,19 @@ impl Reliable {
 
     /// A link connection of version 3 or later came up: its windows (and,
     /// from version 4, pieces for large events).
-    pub(crate) fn conn_up(&mut self, conn: u64, peer: NodeId, outbox: Arc<Outbox>, version: u16) {
-        let piece = if version >= tagwire_proto::FRAGMENT_LINK_VERSION {
+    /// `lossy`: the connection loses frames (a UDP link): gaps wait and
+    /// unacknowledged events are sent again.
+    pub(crate) fn conn_up(
+        &mut self,
+        conn: u64,
+        peer: NodeId,
+        outbox: Arc<Outbox>,
+        version: u16,
+        lossy: bool,
+    ) {
+        // Pieces are for stream links: over UDP an event must fit one
+        // datagram anyway.
+        let piece = if version >= tagwire_proto::FRAGMENT_LINK_VERSION && !lossy {
             self.fragments.piece
         } else {
             0
@@ -171,6 +204,7 @@ impl Reliable {
                 outbox,
                 send: SendWindow::new(self.limits, self.full),
                 recv: RecvWindow::new(tagwire_proto::MAX_RELIABLE_WINDOW),
+                lossy,
                 piece,
                 sending: None,
             },
@@ -352,9 +386,37 @@ fn transmit(cr: &mut ConnRel, max_control: usize) -> u64 {
             return pieces;
         }
         // A TCP connection never loses a frame, so no retransmission timer
-        // is kept: the time stamp is not read.
-        cr.send.mark_sent(seq, 0);
+        // is kept there: the clock is read for lossy connections only.
+        let now = if cr.lossy { crate::timing::now_ns() } else { 0 };
+        cr.send.mark_sent(seq, now);
     }
+}
+
+/// A lossy connection's events sent [`LOSSY_RTO_NS`] ago and not
+/// acknowledged, sent again (at most [`LOSSY_RESEND_PER_TICK`]; what the
+/// control buffer does not take waits for the next timeout). Returns how
+/// many went.
+fn retransmit(cr: &mut ConnRel, now: u64, max_control: usize) -> u64 {
+    let due = cr
+        .send
+        .poll_retransmit(now, LOSSY_RTO_NS, LOSSY_RESEND_PER_TICK);
+    let mut sent = 0;
+    for seq in due {
+        let Some(h) = cr.send.get(seq) else {
+            continue;
+        };
+        let frame = LinkFrame::Reliable {
+            seq,
+            origin: h.origin,
+            hops: h.hops,
+            event: h.event.clone(),
+        };
+        if !cr.outbox.send_link(&frame, max_control) {
+            break;
+        }
+        sent += 1;
+    }
+    sent
 }
 
 /// Sends connection `conn`'s acknowledgement if one is due (`now`: any
@@ -398,6 +460,7 @@ pub(crate) fn client_frame(
         outbox: outbox.clone(),
         send: SendWindow::new(WindowLimits::default(), WindowFull::Reject),
         recv: RecvWindow::new(tagwire_proto::MAX_RELIABLE_WINDOW),
+        lossy: false,
         // A client connection does not carry pieces (links only).
         piece: 0,
         sending: None,
@@ -412,7 +475,7 @@ pub(crate) fn client_frame(
         ));
     }
     cr.recv
-        .on_frame(seq, ())
+        .on_frame(seq, None)
         .map(|_| ())
         .map_err(|e| (ErrorCode::Malformed, format!("PublishReliable: {e}")))?;
     rel.obligations = 0;
@@ -509,25 +572,64 @@ pub(crate) fn on_reliable(
     chunk: Option<u64>,
     band: &str,
 ) -> Result<(), (ErrorCode, String)> {
-    let max = st.config.limits.max_control_bytes;
     let Some(cr) = st.fed.reliable.conns.get_mut(&conn) else {
         return Err((
             ErrorCode::Malformed,
             "a Reliable frame on a link of version 2 (no acknowledgements)".into(),
         ));
     };
-    if seq != cr.recv.expected() {
-        return Err((
-            ErrorCode::Malformed,
-            format!(
-                "Reliable frame with sequence number {seq}, expected {} (a gap on one connection)",
-                cr.recv.expected()
-            ),
-        ));
+    if !cr.lossy {
+        if seq != cr.recv.expected() {
+            return Err((
+                ErrorCode::Malformed,
+                format!(
+                    "Reliable frame with sequence number {seq}, expected {} (a gap on one connection)",
+                    cr.recv.expected()
+                ),
+            ));
+        }
+        cr.recv
+            .on_frame(seq, None)
+            .map_err(|e| (ErrorCode::Malformed, format!("Reliable frame: {e}")))?;
+        return route_reliable(st, stage, conn, peer, seq, origin, hops, event, chunk, band);
     }
-    cr.recv
-        .on_frame(seq, ())
+    // A lossy connection (UDP): a frame ahead of a gap waits for it (the
+    // sender sends the missing one again), a copy is dropped (and makes the
+    // next acknowledgement due: ours may have been lost).
+    let parked = Parked {
+        origin,
+        hops,
+        event: event.clone(),
+    };
+    let ready = cr
+        .recv
+        .on_frame(seq, Some(parked))
         .map_err(|e| (ErrorCode::Malformed, format!("Reliable frame: {e}")))?;
+    for (s, p) in ready {
+        let Some(p) = p else { continue };
+        route_reliable(
+            st, stage, conn, peer, s, p.origin, p.hops, &p.event, None, band,
+        )?;
+    }
+    Ok(())
+}
+
+/// Routes the reliable event `seq` of link connection `conn`, in order:
+/// dedupe, delivery, links, then settles it.
+#[allow(clippy::too_many_arguments)]
+fn route_reliable(
+    st: &mut State,
+    stage: &mut crate::channel::Staging,
+    conn: u64,
+    peer: NodeId,
+    seq: u64,
+    origin: NodeId,
+    hops: u8,
+    event: &Bytes,
+    chunk: Option<u64>,
+    band: &str,
+) -> Result<(), (ErrorCode, String)> {
+    let max = st.config.limits.max_control_bytes;
     let ev = EventRef::parse(event)
         .map_err(|e| (ErrorCode::Malformed, format!("bad event in Reliable: {e}")))?;
     if let Some(l) = st.fed.links.get_mut(&peer) {
@@ -613,7 +715,7 @@ pub(crate) fn settle_copy(st: &mut State, conn: u64, seq: u64) -> Result<(), (Er
         return Ok(());
     };
     cr.recv
-        .on_frame(seq, ())
+        .on_frame(seq, None)
         .map_err(|e| (ErrorCode::Malformed, format!("Fragment: {e}")))?;
     let _ = cr.recv.settle(seq, 0);
     r.counters.duplicates += 1;
@@ -855,8 +957,13 @@ pub(crate) fn tick(st: &mut State) {
     let max = st.config.limits.max_control_bytes;
     let r = &mut st.fed.reliable;
     let conns: Vec<u64> = r.conns.keys().copied().collect();
+    let mut now = None;
     for conn in conns {
         transmit_conn(r, conn, max);
+        if let Some(cr) = r.conns.get_mut(&conn).filter(|c| c.lossy) {
+            let now = *now.get_or_insert_with(crate::timing::now_ns);
+            r.counters.retransmitted += retransmit(cr, now, max);
+        }
         ack_if_due(r, conn, true, max);
     }
 }

@@ -14,7 +14,7 @@
 //! bounded (`max_sessions`); whatever does not fit is counted and dropped.
 
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::rc::Rc;
@@ -24,9 +24,9 @@ use std::task::{Context, Poll};
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use tagwire_core::datagram::{Packer, SeqWindow, Verdict};
-use tagwire_proto::admin::UdpInfo;
+use tagwire_proto::admin::{NetLossInfo, UdpInfo};
 use tagwire_proto::datagram::{
-    check_cookie, make_cookie, Datagram, DatagramKind, Header, Report, CONTROL_MAX_DATAGRAM,
+    check_cookie, make_cookie, Datagram, DatagramKind, Gaps, Header, Report, CONTROL_MAX_DATAGRAM,
     COOKIE_WINDOW_SECS,
 };
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -53,7 +53,19 @@ pub struct UdpStats {
     too_large: AtomicU64,
     send_dropped: AtomicU64,
     peer: [AtomicU64; 4],
+    unattributed: AtomicU64,
+    /// Per subscription id: its events the client reported lost or late
+    /// (at most [`MAX_CHANNELS_COUNTED`] subscriptions).
+    channels: std::sync::Mutex<HashMap<u32, NetLossInfo>>,
 }
+
+/// Subscriptions of one UDP session whose loss is counted; past it, the
+/// loss of further ones counts in `unattributed`.
+const MAX_CHANNELS_COUNTED: usize = 4096;
+/// `(datagram seq, subscription, events)` entries a session remembers of
+/// the datagrams it sent, to put a client's `Gaps` report on channels;
+/// the oldest go first (then their loss counts in `unattributed`).
+const CARRIED_ENTRIES: usize = 8192;
 
 impl UdpStats {
     /// The counters as `tagwire list` shows them.
@@ -74,6 +86,30 @@ impl UdpStats {
             peer_lost: g(&self.peer[1]),
             peer_reordered: g(&self.peer[2]),
             peer_dropped: g(&self.peer[3]),
+            unattributed: g(&self.unattributed),
+        }
+    }
+
+    /// Subscription `sub`'s events lost and reordered on the way to the
+    /// client (zero until the client reports any).
+    pub fn channel_loss(&self, sub: u32) -> NetLossInfo {
+        let m = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+        m.get(&sub).copied().unwrap_or_default()
+    }
+
+    /// Counts `n` events of `sub` lost (`late` false) or late.
+    fn count_channel(&self, sub: u32, n: u64, late: bool) {
+        let mut m = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+        if m.len() >= MAX_CHANNELS_COUNTED && !m.contains_key(&sub) {
+            drop(m);
+            self.unattributed.fetch_add(n, Ordering::Relaxed);
+            return;
+        }
+        let c = m.entry(sub).or_default();
+        if late {
+            c.reordered += n;
+        } else {
+            c.lost += n;
         }
     }
 
@@ -95,6 +131,18 @@ impl UdpStats {
         self.peer[2].store(r.reordered, Ordering::Relaxed);
         self.peer[3].store(r.duplicate + r.bad, Ordering::Relaxed);
     }
+}
+
+/// What the network did to the events of subscription `sub` of connection
+/// `conn` on their way to a `udp://` client (`None`: not a UDP session).
+pub(crate) fn channel_net_loss(st: &State, conn: u64, sub: u32) -> Option<NetLossInfo> {
+    let udp = st.connections.get(&conn)?.udp.as_ref()?;
+    Some(udp.channel_loss(sub))
+}
+
+/// Whether connection `conn` runs over UDP (frames can be lost).
+pub(crate) fn is_udp(st: &State, conn: u64) -> bool {
+    st.connections.get(&conn).is_some_and(|c| c.udp.is_some())
 }
 
 /// A handle on a session's counters that compares by identity (so that
@@ -138,6 +186,64 @@ struct Session {
     stats: Arc<UdpStats>,
     /// The largest frame dropped so far as too large (logged when it grows).
     logged_too_large: usize,
+    /// What the last datagrams sent carried: `(seq, subscription, Deliver
+    /// frames)`, ascending by seq, at most [`CARRIED_ENTRIES`].
+    carried: VecDeque<(u32, u32, u32)>,
+}
+
+impl Session {
+    /// Notes the `Deliver` frames of datagram `d` (just numbered) by
+    /// subscription.
+    fn note_carried(&mut self, d: &[u8]) {
+        let Ok(p) = Datagram::parse(d) else { return };
+        let Ok(frames) = p.frames() else { return };
+        let seq = p.header.seq;
+        let from = self.carried.len();
+        for (k, body) in frames {
+            if k != tagwire_proto::kind::DELIVER {
+                continue;
+            }
+            let Some(sub) = body
+                .get(..4)
+                .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            else {
+                continue;
+            };
+            // Frames of one subscription are usually together: merge with
+            // this datagram's entries.
+            match self.carried.range_mut(from..).find(|(_, s, _)| *s == sub) {
+                Some(e) => e.2 += 1,
+                None => {
+                    if self.carried.len() >= CARRIED_ENTRIES {
+                        self.carried.pop_front();
+                    }
+                    self.carried.push_back((seq, sub, 1));
+                }
+            }
+        }
+    }
+
+    /// Puts a client's `Gaps` report on the channels whose events the
+    /// named datagrams carried.
+    fn on_gaps(&mut self, g: &Gaps) {
+        for (ranges, late) in [(&g.lost, false), (&g.late, true)] {
+            for r in ranges {
+                let oldest = self.carried.front().map_or(u32::MAX, |e| e.0);
+                if r.first < oldest {
+                    // Too old to know what they carried.
+                    let n = u64::from(r.last.min(oldest.saturating_sub(1)) - r.first) + 1;
+                    self.stats.unattributed.fetch_add(n, Ordering::Relaxed);
+                }
+                let at = self.carried.partition_point(|e| e.0 < r.first);
+                for &(seq, sub, n) in self.carried.range(at..) {
+                    if seq > r.last {
+                        break;
+                    }
+                    self.stats.count_channel(sub, u64::from(n), late);
+                }
+            }
+        }
+    }
 }
 
 /// One band's UDP socket and its sessions.
@@ -241,6 +347,13 @@ pub(crate) async fn serve(
                 if let Some(s) = l.session_from(from, d.header.session, n) {
                     if let Ok(r) = Report::decode(d.body) {
                         s.borrow().stats.set_peer(&r);
+                    }
+                }
+            }
+            DatagramKind::Gaps => {
+                if let Some(s) = l.session_from(from, d.header.session, n) {
+                    if let Ok(g) = Gaps::decode(d.body) {
+                        s.borrow_mut().on_gaps(&g);
                     }
                 }
             }
@@ -383,6 +496,7 @@ impl Listener {
             queued: queued.clone(),
             stats: stats.clone(),
             logged_too_large: 0,
+            carried: VecDeque::new(),
         }));
         self.sessions.borrow_mut().insert(id, session.clone());
         self.send(&accept, from);
@@ -484,6 +598,7 @@ impl Listener {
                 }
                 s.last_sent = Some(Bytes::copy_from_slice(&d));
             }
+            s.note_carried(&d);
             if self.send(&d, s.addr) {
                 UdpStats::bump(&s.stats.sent);
             } else {
@@ -680,7 +795,10 @@ pub(crate) async fn dial_link(
         stream: RefCell::new(BytesMut::new()),
     };
     let receiving = tokio::task::spawn_local(dial_receive(d.clone(), tx, queued));
-    crate::connection::dial_serve(state, addr, lane, None, reader, writer).await;
+    let transport = Transport::Udp {
+        stats: StatsRef(d.stats.clone()),
+    };
+    crate::connection::dial_serve_over(state, addr, lane, None, transport, reader, writer).await;
     receiving.abort();
     Ok(())
 }

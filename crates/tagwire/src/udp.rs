@@ -130,7 +130,9 @@ pub(crate) fn connect(
         session,
         shared,
         status: status.clone(),
-        window: SeqWindow::default(),
+        // Notes which of the daemon's datagrams it gave up or got late,
+        // so the daemon can count the loss per channel (`Gaps`).
+        window: SeqWindow::tracking_gaps(),
     };
     std::thread::Builder::new()
         .name("tagwire-udp-up".into())
@@ -322,6 +324,19 @@ impl Down {
                 let _ = self.socket.send(&d);
                 reported = r;
                 last_report = now;
+                // Which datagrams: at most MAX_PENDING_GAP_RANGES / 60 (4)
+                // Gaps datagrams a second.
+                while let Some(g) = self.window.take_gaps() {
+                    let mut d = BytesMut::with_capacity(512);
+                    Header {
+                        kind: DatagramKind::Gaps,
+                        session: self.session,
+                        seq: 0,
+                    }
+                    .encode(&mut d);
+                    g.encode(&mut d);
+                    let _ = self.socket.send(&d);
+                }
             }
         }
     }

@@ -19,6 +19,11 @@ const TOKEN: &str = "udp-test-token-0123456789";
 const WAIT: Duration = Duration::from_secs(5);
 
 fn router() -> RouterHandle {
+    router_with(RouterConfig::default())
+}
+
+/// The test daemon with `base`'s name and daemon-level QoS.
+fn router_with(base: RouterConfig) -> RouterHandle {
     Router::start(RouterConfig {
         tcp: "127.0.0.1:0".parse().ok(),
         unix: None,
@@ -41,7 +46,7 @@ fn router() -> RouterHandle {
             listen: "127.0.0.1:0".parse().ok(),
             ..UdpConfig::default()
         },
-        ..RouterConfig::default()
+        ..base
     })
     .expect("start router")
 }
@@ -260,9 +265,14 @@ fn garbage_and_spoofed_datagrams_are_counted_and_dropped_and_never_amplified() {
 /// A UDP relay between a client and the daemon that drops datagrams by
 /// rule: `drop_up(i)` / `drop_down(i)` for the i-th datagram (from 1) of
 /// each direction while `lossy` is set or always for the handshake rules.
+/// While `reorder` is set, every 7th datagram down (not dropped) is held
+/// and sent after the next one; while `lossy_up` is set, every 5th
+/// datagram up is dropped.
 struct Relay {
     addr: std::net::SocketAddr,
     lossy: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    lossy_up: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    reorder: std::sync::Arc<std::sync::atomic::AtomicBool>,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
@@ -277,16 +287,25 @@ impl Relay {
         let front = UdpSocket::bind("127.0.0.1:0").expect("bind");
         let back = UdpSocket::bind("127.0.0.1:0").expect("bind");
         back.connect(daemon).expect("connect");
+        // Short waits: a burst one way is not held up by silence the other.
         front
-            .set_read_timeout(Some(Duration::from_millis(20)))
+            .set_read_timeout(Some(Duration::from_millis(1)))
             .expect("timeout");
-        back.set_read_timeout(Some(Duration::from_millis(20)))
+        back.set_read_timeout(Some(Duration::from_millis(1)))
             .expect("timeout");
         let addr = front.local_addr().expect("addr");
         let lossy = Arc::new(AtomicBool::new(false));
+        let reorder = Arc::new(AtomicBool::new(false));
+        let lossy_up = Arc::new(AtomicBool::new(false));
         let stop = Arc::new(AtomicBool::new(false));
-        let (l, st) = (lossy.clone(), stop.clone());
+        let (l, r, lu, st) = (
+            lossy.clone(),
+            reorder.clone(),
+            lossy_up.clone(),
+            stop.clone(),
+        );
         std::thread::spawn(move || {
+            let mut held: Option<Vec<u8>> = None;
             let mut client = None;
             let (mut up, mut down) = (0u64, 0u64);
             let mut buf = vec![0u8; 65536];
@@ -294,7 +313,9 @@ impl Relay {
                 if let Ok((n, from)) = front.recv_from(&mut buf) {
                     client = Some(from);
                     up += 1;
-                    if !drop_up_handshake.contains(&up) {
+                    let lose = drop_up_handshake.contains(&up)
+                        || (lu.load(Ordering::Relaxed) && up % 5 == 0);
+                    if !lose {
                         let _ = back.send(&buf[..n]);
                     }
                 }
@@ -302,13 +323,25 @@ impl Relay {
                     down += 1;
                     let lose = drop_down_handshake.contains(&down)
                         || (l.load(Ordering::Relaxed) && down % 4 == 0);
-                    if !lose {
+                    if lose {
+                    } else if r.load(Ordering::Relaxed) && down % 7 == 0 && held.is_none() {
+                        held = Some(buf[..n].to_vec());
+                    } else {
                         let _ = front.send_to(&buf[..n], c);
+                        if let Some(h) = held.take() {
+                            let _ = front.send_to(&h, c);
+                        }
                     }
                 }
             }
         });
-        Relay { addr, lossy, stop }
+        Relay {
+            addr,
+            lossy,
+            lossy_up,
+            reorder,
+            stop,
+        }
     }
 }
 
@@ -434,4 +467,214 @@ fn a_daemon_links_to_another_over_udp_and_events_cross_it() {
     let link = connection(&sa, "link:udp-b");
     assert_eq!(link.transport, "udp", "{link:?}");
     assert!(link.udp.is_some_and(|u| u.received > 0));
+}
+
+/// The subscription of the listing whose pattern is `pattern`, once its
+/// network counters satisfy `done` (the client reports each second).
+fn subscription_net(
+    s: &Session,
+    pattern: &str,
+    done: impl Fn(&tagwire::admin::NetLossInfo) -> bool,
+) -> tagwire::admin::NetLossInfo {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let l = s.list().expect("list");
+        let sub = l
+            .subscriptions
+            .into_iter()
+            .find(|x| x.pattern == pattern)
+            .expect("subscription listed");
+        let net = sub.net.expect("a udp subscription has network counters");
+        if done(&net) || Instant::now() >= deadline {
+            return net;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn loss_and_reordering_are_counted_per_channel_in_list_and_show() {
+    let h = router();
+    let relay = Relay::start(h.udp_addr().expect("udp"), &[], &[]);
+    let s = Session::builder()
+        .token(TOKEN)
+        .connect(&format!("udp://{}", relay.addr))
+        .expect("udp session");
+    let sub_a = s
+        .subscribe("/pc/a/**")
+        .endpoint("/viewer/a")
+        .receiver()
+        .expect("subscribe a");
+    let sub_b = s
+        .subscribe("/pc/b/**")
+        .endpoint("/viewer/b")
+        .receiver()
+        .expect("subscribe b");
+    let tcp = Session::builder()
+        .token(TOKEN)
+        .connect(&format!("tcp://{}", h.tcp_addr().expect("tcp")))
+        .expect("tcp session");
+    let p = tcp.declare_publisher("/pc/pub").expect("publisher");
+    use std::sync::atomic::Ordering::Relaxed;
+    relay.lossy.store(true, Relaxed);
+    relay.reorder.store(true, Relaxed);
+    // Only channel a's events cross the lossy, reordering path.
+    const N: u32 = 300;
+    for i in 0..N {
+        p.publish("/pc/a/x", i.to_le_bytes().to_vec())
+            .expect("publish");
+        std::thread::sleep(Duration::from_micros(500));
+    }
+    tcp.flush().expect("flush");
+    let mut got_a = 0u64;
+    while let Ok(Some(_)) = sub_a.recv_timeout(Duration::from_millis(500)) {
+        got_a += 1;
+    }
+    relay.lossy.store(false, Relaxed);
+    relay.reorder.store(false, Relaxed);
+    // Then channel b's, cleanly: they move the client's window on, so it
+    // gives up a's last gaps and reports them.
+    for i in 0..200u32 {
+        p.publish("/pc/b/x", i.to_le_bytes().to_vec())
+            .expect("publish");
+        std::thread::sleep(Duration::from_micros(500));
+    }
+    tcp.flush().expect("flush");
+    let mut got_b = 0u64;
+    while let Ok(Some(_)) = sub_b.recv_timeout(Duration::from_millis(500)) {
+        got_b += 1;
+    }
+    assert_eq!(got_b, 200, "b's path was clean");
+    let lost_a = u64::from(N) - got_a;
+    assert!(lost_a > 0, "the relay dropped some of a's datagrams");
+    let a = subscription_net(&tcp, "/pc/a/**", |n| n.lost >= lost_a && n.reordered > 0);
+    assert_eq!(a.lost, lost_a, "every event of a the client missed, on a");
+    assert!(
+        a.reordered > 0,
+        "the relay's held datagrams count on a: {a:?}"
+    );
+    let b = subscription_net(&tcp, "/pc/b/**", |_| true);
+    assert_eq!(b, tagwire::admin::NetLossInfo::default(), "nothing on b");
+    // `admin show` of the endpoint shows the same.
+    match tcp.show("/viewer/a").expect("show") {
+        tagwire::admin::Show::Endpoint(e) => {
+            let net = e.channels[0].net.expect("udp channel");
+            assert_eq!(net.lost, lost_a, "{net:?}");
+        }
+        other => panic!("not an endpoint: {other:?}"),
+    }
+    // A TCP subscriber's channel has no network counters.
+    let _t = tcp.subscribe("/pc/tcp/**").receiver().expect("subscribe");
+    let l = tcp.list().expect("list");
+    let t = l
+        .subscriptions
+        .iter()
+        .find(|x| x.pattern == "/pc/tcp/**")
+        .expect("listed");
+    assert!(t.net.is_none(), "{t:?}");
+}
+
+/// Daemon b links to daemon a over UDP through a relay that drops every
+/// 4th datagram from a to b and every 5th from b to a (acknowledgements)
+/// while lossy; a publishes 300 events of
+/// `/rel/x` with a's daemon-level `reliability` set to `reliability`.
+/// Returns the sequence numbers b's subscriber got, in arrival order, and
+/// a's `retransmitted` counter.
+fn link_run(reliability: &str) -> (Vec<u32>, u64) {
+    if std::env::var_os("UDP_TEST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter("tagwire_router=debug")
+            .try_init();
+    }
+    use std::sync::atomic::Ordering::Relaxed;
+    use tagwire::router::FederationConfig;
+    let a = router_with(RouterConfig {
+        name: "rel-a".into(),
+        qos: [("reliability".to_string(), reliability.to_string())]
+            .into_iter()
+            .collect(),
+        ..RouterConfig::default()
+    });
+    let relay = Relay::start(a.udp_addr().expect("udp"), &[], &[]);
+    let b = router_with(RouterConfig {
+        name: "rel-b".into(),
+        federation: FederationConfig {
+            peers: vec![format!("udp://{}", relay.addr)],
+            token: TOKEN.into(),
+            ..FederationConfig::default()
+        },
+        ..RouterConfig::default()
+    });
+    let tcp = |h: &RouterHandle| {
+        Session::builder()
+            .token(TOKEN)
+            .connect(&format!("tcp://{}", h.tcp_addr().expect("tcp")))
+            .expect("tcp session")
+    };
+    let (sa, sb) = (tcp(&a), tcp(&b));
+    let sub = sb.subscribe("/rel/**").receiver().expect("subscribe on b");
+    let p = sa.declare_publisher("/rel/pub").expect("publisher on a");
+    // The link is up and b's interest known at a once a probe crosses.
+    let start = Instant::now();
+    loop {
+        p.publish("/rel/probe", b"probe".to_vec()).expect("publish");
+        if sub
+            .recv_timeout(Duration::from_millis(100))
+            .expect("receive")
+            .is_some()
+        {
+            break;
+        }
+        assert!(start.elapsed() < WAIT * 2, "nothing crossed the UDP link");
+    }
+    while let Ok(Some(_)) = sub.recv_timeout(Duration::from_millis(300)) {}
+    relay.lossy.store(true, Relaxed);
+    relay.lossy_up.store(true, Relaxed);
+    const N: u32 = 300;
+    for i in 0..N {
+        p.publish("/rel/x", i.to_le_bytes().to_vec())
+            .expect("publish");
+        std::thread::sleep(Duration::from_micros(500));
+    }
+    sa.flush().expect("flush");
+    let mut got = Vec::new();
+    let until = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < until && got.len() < N as usize {
+        if let Ok(Some(s)) = sub.recv_timeout(Duration::from_millis(200)) {
+            if s.payload().len() == 4 {
+                got.push(u32::from_le_bytes(
+                    s.payload()[..4].try_into().expect("4 bytes"),
+                ));
+            }
+        }
+    }
+    relay.lossy.store(false, Relaxed);
+    relay.lossy_up.store(false, Relaxed);
+    // Anything still coming (nothing should, beyond N).
+    while let Ok(Some(s)) = sub.recv_timeout(Duration::from_millis(300)) {
+        if s.payload().len() == 4 {
+            got.push(u32::from_le_bytes(
+                s.payload()[..4].try_into().expect("4 bytes"),
+            ));
+        }
+    }
+    let fed = sa.list().expect("list").federation.unwrap_or_default();
+    (got, fed.reliable.retransmitted)
+}
+
+#[test]
+fn a_reliable_tag_over_a_lossy_udp_link_loses_nothing_and_best_effort_does() {
+    let (best, _) = link_run("best_effort");
+    assert!(
+        !best.is_empty() && best.len() < 300,
+        "best effort over the lossy link loses some: {} of 300",
+        best.len()
+    );
+    let (rel, retransmitted) = link_run("reliable");
+    assert_eq!(
+        rel,
+        (0..300).collect::<Vec<_>>(),
+        "reliable: every event once, in order"
+    );
+    assert!(retransmitted > 0, "the lost ones were sent again");
 }

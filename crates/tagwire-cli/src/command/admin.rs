@@ -243,6 +243,13 @@ fn show(session: &Session, target: &str, as_json: bool) -> CmdResult {
                 if let Some(j) = &ch.jitter {
                     outln!("    jitter (RFC 3550): {}", jitter_line(j));
                 }
+                if let Some(n) = &ch.net {
+                    outln!(
+                        "    udp: lost {} reordered {} (this channel's events, as the client reported)",
+                        n.lost,
+                        n.reordered
+                    );
+                }
                 if let Some(t) = &ch.time {
                     outln!(
                         "    time services: held {}, released {}, late {} (dropped {}), forced {}, re-anchored {}, refused {}; jitter in {:.1} µs, out {:.1} µs (RFC 3550)",

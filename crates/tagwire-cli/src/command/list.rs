@@ -181,6 +181,13 @@ pub fn run(session: &Session, a: ListArgs) -> CmdResult {
         if let Some(j) = &s.jitter {
             outln!("    jitter (RFC 3550): {}", super::admin::jitter_line(j));
         }
+        if let Some(n) = &s.net {
+            outln!(
+                "    udp: lost {} reordered {} (this channel's events, as the client reported)",
+                n.lost,
+                n.reordered
+            );
+        }
         if let Some(t) = &s.time {
             outln!(
                 "    time services: held {}, released {}, late {}, jitter in {:.1} µs, out {:.1} µs",

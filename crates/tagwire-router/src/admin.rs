@@ -479,6 +479,7 @@ pub(crate) fn list_page(
                         proxy: proxy_info(st, *id, ch),
                         time: ch.time_info(),
                         jitter: ch.jitter_info(),
+                        acked: ch.acked_info(),
                     };
                     drop(q);
                     if !fill.take(json_len(&item), 20) {

@@ -637,9 +637,10 @@ impl Outbox {
                 ch.unpin();
             }
             drop(q);
-            if full && !empty {
+            if full {
                 // Left out until an acknowledgement puts it back
-                // (`Channel::on_deliver_ack`); it stays scheduled.
+                // (`Channel::on_deliver_ack`): with events queued it stays
+                // scheduled; a timed channel's services keep theirs.
                 if let Some(a) = &ch.acked {
                     a.window_full.add(1);
                     a.blocked.set(true);

@@ -33,6 +33,9 @@
 #   publish_ack    a client's PublishReliable and a daemon's PublishAck
 #                  frames (protocol version 4) into the reliability windows
 #                  (seeds: frame_decoder's)
+#   deliver_ack    a daemon's DeliverReliable and a subscriber's DeliverAck
+#                  frames (protocol version 4) into the delivery windows
+#                  (seeds: frame_decoder's)
 #   link_fragment  a peer daemon's Fragment/FragmentResume frames into the
 #                  bounded reassembler and a sender's resume point
 #                  (tagwire-core's fragment module)
@@ -89,7 +92,7 @@ fi
 corpus="$root/fuzz/corpus/$target"
 mkdir -p "$corpus"
 case "$target" in
-    frame_decoder|publish_ack)
+    frame_decoder|publish_ack|deliver_ack)
         TAGWIRE_FUZZ_CORPUS_DIR="$corpus" \
             cargo test --quiet --manifest-path "$root/Cargo.toml" -p tagwire-proto \
             --test fuzz_seed_corpus -- --ignored --nocapture

@@ -261,6 +261,25 @@ pub enum Input {
     /// Client (version 4): the server settled `PublishReliable` frames of
     /// this connection.
     PublishAck(tagwire_proto::Ack),
+    /// Client (version 4): an event for subscription `sub`, which has
+    /// acknowledged delivery, under its delivery sequence number `seq`;
+    /// settle it with a `DeliverAck` (see [`tagwire_proto::Frame::DeliverAck`]).
+    DeliverReliable {
+        /// Subscription id.
+        sub: u32,
+        /// Its delivery sequence number on this connection.
+        seq: u64,
+        /// The encoded event.
+        event: Bytes,
+    },
+    /// Server (version 4): the client settled `DeliverReliable` frames of
+    /// subscription `sub`.
+    DeliverAck {
+        /// Subscription id.
+        sub: u32,
+        /// What it settles.
+        ack: tagwire_proto::Ack,
+    },
     /// Client: an event for subscription `sub`.
     Deliver {
         /// Subscription id.
@@ -992,6 +1011,16 @@ impl Connection {
                 Input::Closed
             }
             Frame::Error { req, code, message } => Input::PeerError { req, code, message },
+            Frame::DeliverAck { sub, ack } if self.acknowledges() => Input::DeliverAck { sub, ack },
+            Frame::DeliverAck { .. } => self.protocol_error(
+                ErrorCode::Malformed,
+                0,
+                format!(
+                    "a DeliverAck frame on a connection of protocol version {} (it needs version {})",
+                    self.version,
+                    tagwire_proto::ACK_PROTOCOL_VERSION
+                ),
+            ),
             Frame::Hello { .. } => {
                 self.protocol_error(ErrorCode::Malformed, 0, "Hello after the handshake".into())
             }
@@ -1524,6 +1553,9 @@ impl Connection {
         match frame {
             Frame::Ok { req } => self.reply(req, Reply::Ok),
             Frame::PublishAck(ack) if self.acknowledges() => Input::PublishAck(ack),
+            Frame::DeliverReliable { sub, seq, event } if self.acknowledges() => {
+                Input::DeliverReliable { sub, seq, event }
+            }
             Frame::AdminReply { req, body } => self.reply(req, Reply::Admin(body)),
             Frame::PullReply(r) => self.reply(r.req, Reply::Pulled(r)),
             Frame::ShmRegion {

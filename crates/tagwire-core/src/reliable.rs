@@ -318,6 +318,31 @@ impl<T> SendWindow<T> {
                 || self.bytes + bytes > self.limits.max_bytes)
     }
 
+    /// Whether the window is at its bound (events or bytes), for a caller
+    /// that checks before it takes the next event and then
+    /// [`hold`](Self::hold)s it (so a window overshoots its byte bound by
+    /// at most one event).
+    pub fn is_full(&self) -> bool {
+        !self.held.is_empty()
+            && (self.held.len() >= self.limits.max_events || self.bytes >= self.limits.max_bytes)
+    }
+
+    /// Holds `item` (`bytes` long) under the next sequence number whatever
+    /// the bound (see [`is_full`](Self::is_full)), marked sent at `now`.
+    pub fn hold(&mut self, item: T, bytes: usize, now: u64) -> u64 {
+        let seq = self.next;
+        self.next += 1;
+        self.bytes += bytes;
+        self.stats.held += 1;
+        self.held.push_back(Held {
+            item,
+            bytes,
+            sent_at: Some(now),
+        });
+        self.unsent_from = self.unsent_from.max(seq + 1);
+        seq
+    }
+
     /// Holds `item` (`bytes` long) under the next sequence number, or, if
     /// the window is full, does what its policy says. An event larger than
     /// `max_bytes` is taken into an empty window (it would never fit).
@@ -1011,5 +1036,151 @@ mod forget_tests {
         assert_eq!(d.check(1, 2, 6, 6), Seen::New);
         assert_eq!(d.check(1, 2, 5, 5), Seen::New);
         assert_eq!(d.check(1, 2, 5, 5), Seen::Duplicate);
+    }
+}
+
+/// When a [`DeliveryAcks`] acknowledges: after `every` events, or `after`
+/// ns past the first unacknowledged one — never one acknowledgement per
+/// event under load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AckBatching {
+    /// Acknowledge once this many events wait (at least 1).
+    pub every: u64,
+    /// Acknowledge once the oldest unacknowledged event waited this long (ns).
+    pub after: u64,
+}
+
+impl Default for AckBatching {
+    fn default() -> Self {
+        AckBatching {
+            every: 64,
+            after: 20_000_000,
+        }
+    }
+}
+
+/// A `DeliverReliable` that cannot be right on a connection that keeps
+/// order (a TCP or Unix stream).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DeliveryError {
+    /// Not the next delivery sequence number of its subscription.
+    #[error("delivery sequence number {seq}, expected {expected} (they start at 1 on each connection and grow by one)")]
+    OutOfOrder {
+        /// The number received.
+        seq: u64,
+        /// The next expected.
+        expected: u64,
+    },
+}
+
+/// A subscriber's side of acknowledged delivery for one subscription on
+/// one connection (the daemon's side is a [`SendWindow`]): checks that the
+/// delivery sequence numbers come in order and batches cumulative
+/// acknowledgements ([`AckBatching`]). A new connection starts a new one
+/// (numbers start at 1 again); what the daemon sends again after a
+/// reconnect is recognised by a [`Dedupe`] kept across connections.
+#[derive(Debug)]
+pub struct DeliveryAcks {
+    expected: u64,
+    acked: u64,
+    /// When the oldest unacknowledged event was taken (ns).
+    since: Option<u64>,
+    batching: AckBatching,
+}
+
+impl DeliveryAcks {
+    /// A receiver expecting sequence number 1.
+    pub fn new(batching: AckBatching) -> Self {
+        DeliveryAcks {
+            expected: 1,
+            acked: 0,
+            since: None,
+            batching: AckBatching {
+                every: batching.every.max(1),
+                after: batching.after,
+            },
+        }
+    }
+
+    /// Takes delivery `seq` at `now`: it must be the next one.
+    pub fn on_frame(&mut self, seq: u64, now: u64) -> Result<(), DeliveryError> {
+        if seq != self.expected {
+            return Err(DeliveryError::OutOfOrder {
+                seq,
+                expected: self.expected,
+            });
+        }
+        self.expected += 1;
+        self.since.get_or_insert(now);
+        Ok(())
+    }
+
+    /// Events taken and not yet acknowledged.
+    pub fn unacked(&self) -> u64 {
+        self.expected - 1 - self.acked
+    }
+
+    /// The acknowledgement due at `now` by the batching rule, if any.
+    pub fn poll_ack(&mut self, now: u64) -> Option<Ack> {
+        let due = self.unacked() >= self.batching.every
+            || self
+                .since
+                .is_some_and(|t| now.saturating_sub(t) >= self.batching.after);
+        if due {
+            self.flush()
+        } else {
+            None
+        }
+    }
+
+    /// When an acknowledgement falls due by time (ns), if one waits.
+    pub fn poll_timeout(&self) -> Option<u64> {
+        self.since.map(|t| t.saturating_add(self.batching.after))
+    }
+
+    /// Acknowledges everything taken, now (e.g. before closing), if
+    /// anything waits.
+    pub fn flush(&mut self) -> Option<Ack> {
+        if self.unacked() == 0 {
+            return None;
+        }
+        self.acked = self.expected - 1;
+        self.since = None;
+        Some(Ack {
+            done: self.acked,
+            ranges: Vec::new(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod delivery_tests {
+    use super::*;
+
+    #[test]
+    fn acknowledgements_are_batched_by_count_and_by_time() {
+        let mut d = DeliveryAcks::new(AckBatching {
+            every: 3,
+            after: 100,
+        });
+        d.on_frame(1, 0).unwrap();
+        d.on_frame(2, 10).unwrap();
+        assert_eq!(d.poll_ack(20), None);
+        assert_eq!(d.poll_timeout(), Some(100));
+        d.on_frame(3, 30).unwrap();
+        assert_eq!(d.poll_ack(30).map(|a| a.done), Some(3));
+        assert_eq!(d.poll_timeout(), None);
+        d.on_frame(4, 200).unwrap();
+        assert_eq!(d.poll_ack(299), None);
+        assert_eq!(d.poll_ack(300).map(|a| a.done), Some(4));
+        assert_eq!(d.flush(), None);
+        assert_eq!(
+            d.on_frame(6, 400),
+            Err(DeliveryError::OutOfOrder {
+                seq: 6,
+                expected: 5
+            })
+        );
     }
 }

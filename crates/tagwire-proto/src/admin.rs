@@ -1004,6 +1004,29 @@ pub struct SubscriptionInfo {
     /// stream transports, where nothing is lost on the way).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub net: Option<NetLossInfo>,
+    /// Its acknowledged delivery (a version-4 subscriber whose reliability
+    /// is `reliable` or more; docs/reliability.md), if it has it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acked: Option<AckedInfo>,
+}
+
+/// A subscription's acknowledged delivery (`DeliverReliable`/`DeliverAck`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AckedInfo {
+    /// Events written and not yet acknowledged by the subscriber.
+    pub unacked: usize,
+    /// Their bytes, as the window counts them.
+    pub unacked_bytes: usize,
+    /// Its window's bounds (events, bytes): its queue's.
+    pub window_events: usize,
+    /// Its window's byte bound.
+    pub window_bytes: usize,
+    /// Times the writer found the window full and left the subscription
+    /// out until an acknowledgement (its queue then fills; its `discard`
+    /// policy applies there, counted in `dropped`).
+    pub window_full: u64,
+    /// Events sent again after the subscriber's reconnect.
+    pub resent: u64,
 }
 
 /// Where a subscription's scaling proxy runs, and why there.

@@ -32,6 +32,9 @@ pub const MAGIC: [u8; 4] = *b"TAGW";
 pub const FRAME_HEADER_LEN: usize = 5;
 /// Bytes of a `Deliver` frame before its event: header plus subscription id.
 pub const DELIVER_PREFIX_LEN: usize = FRAME_HEADER_LEN + 4;
+/// Bytes of a `DeliverReliable` frame before its event: header,
+/// subscription id and delivery sequence number.
+pub const DELIVER_RELIABLE_PREFIX_LEN: usize = FRAME_HEADER_LEN + 12;
 
 /// Frame type codes.
 pub mod kind {
@@ -84,6 +87,13 @@ pub mod kind {
     /// Server → client (version 4): which `PublishReliable` frames are
     /// settled.
     pub const PUBLISH_ACK: u8 = 0x16;
+    /// Server → client (version 4): an event for a subscription with
+    /// acknowledged delivery, under the subscription's delivery sequence
+    /// number; the client settles it with `DeliverAck`.
+    pub const DELIVER_RELIABLE: u8 = 0x17;
+    /// Client → server (version 4): which `DeliverReliable` frames of a
+    /// subscription the client has taken.
+    pub const DELIVER_ACK: u8 = 0x18;
 }
 
 /// What a declared endpoint does.
@@ -222,6 +232,27 @@ pub enum Frame {
     /// Version 4: settles `PublishReliable` frames of this connection
     /// (cumulatively, with selective and failed ranges, as a link `Ack`).
     PublishAck(crate::link::Ack),
+    /// Version 4: delivers an encoded event to subscription `sub` (one
+    /// with acknowledged delivery) under its delivery sequence number
+    /// `seq` (1, 2, … per subscription on each connection); the client
+    /// answers with [`Frame::DeliverAck`].
+    DeliverReliable {
+        /// Subscription id.
+        sub: u32,
+        /// Its per-subscription delivery sequence number.
+        seq: u64,
+        /// The encoded event.
+        event: Bytes,
+    },
+    /// Version 4: settles `DeliverReliable` frames of subscription `sub`
+    /// (cumulatively, with selective ranges, as a link `Ack`; the client
+    /// sends no failed range, and the server takes one as done).
+    DeliverAck {
+        /// Subscription id.
+        sub: u32,
+        /// What it settles.
+        ack: crate::link::Ack,
+    },
     /// Delivers an encoded event to subscription `sub`.
     Deliver {
         /// Subscription id.
@@ -336,6 +367,8 @@ impl Frame {
             Frame::Publish { .. } => kind::PUBLISH,
             Frame::PublishReliable { .. } => kind::PUBLISH_RELIABLE,
             Frame::PublishAck(_) => kind::PUBLISH_ACK,
+            Frame::DeliverReliable { .. } => kind::DELIVER_RELIABLE,
+            Frame::DeliverAck { .. } => kind::DELIVER_ACK,
             Frame::Deliver { .. } => kind::DELIVER,
             Frame::Ok { .. } => kind::OK,
             Frame::Error { .. } => kind::ERROR,
@@ -469,6 +502,15 @@ impl Frame {
                 out.put_slice(event);
             }
             Frame::PublishAck(ack) => ack.encode_body(out)?,
+            Frame::DeliverReliable { sub, seq, event } => {
+                out.put_u32_le(*sub);
+                out.put_u64_le(*seq);
+                out.put_slice(event);
+            }
+            Frame::DeliverAck { sub, ack } => {
+                out.put_u32_le(*sub);
+                ack.encode_body(out)?;
+            }
             Frame::Deliver { sub, event } => {
                 out.put_u32_le(*sub);
                 out.put_slice(event);
@@ -622,6 +664,19 @@ impl Frame {
                 });
             }
             kind::PUBLISH_ACK => Frame::PublishAck(crate::link::Ack::decode_body(&mut r)?),
+            kind::DELIVER_RELIABLE => {
+                let sub = r.u32("subscription id")?;
+                let seq = r.u64("delivery sequence number")?;
+                return Ok(Frame::DeliverReliable {
+                    sub,
+                    seq,
+                    event: body.slice(12..),
+                });
+            }
+            kind::DELIVER_ACK => Frame::DeliverAck {
+                sub: r.u32("subscription id")?,
+                ack: crate::link::Ack::decode_body(&mut r)?,
+            },
             kind::DELIVER => {
                 let sub = r.u32("subscription id")?;
                 return Ok(Frame::Deliver {
@@ -696,6 +751,8 @@ pub fn frame_name(kind_code: u8) -> &'static str {
         kind::SHM_REGION => "ShmRegion",
         kind::PUBLISH_RELIABLE => "PublishReliable",
         kind::PUBLISH_ACK => "PublishAck",
+        kind::DELIVER_RELIABLE => "DeliverReliable",
+        kind::DELIVER_ACK => "DeliverAck",
         k if crate::link::is_link_kind(k) => crate::link::link_frame_name(k),
         _ => "unknown frame",
     }
@@ -807,6 +864,23 @@ pub fn deliver_prefix(sub: u32, event_len: usize) -> [u8; DELIVER_PREFIX_LEN] {
     p[..4].copy_from_slice(&len.to_le_bytes());
     p[4] = kind::DELIVER;
     p[5..9].copy_from_slice(&sub.to_le_bytes());
+    p
+}
+
+/// The bytes that precede an encoded event of `event_len` bytes in a
+/// `DeliverReliable` frame (version 4) for subscription `sub` under
+/// delivery sequence number `seq`, written like [`deliver_prefix`].
+pub fn deliver_reliable_prefix(
+    sub: u32,
+    seq: u64,
+    event_len: usize,
+) -> [u8; DELIVER_RELIABLE_PREFIX_LEN] {
+    let mut p = [0u8; DELIVER_RELIABLE_PREFIX_LEN];
+    let len = (1 + 12 + event_len) as u32;
+    p[..4].copy_from_slice(&len.to_le_bytes());
+    p[4] = kind::DELIVER_RELIABLE;
+    p[5..9].copy_from_slice(&sub.to_le_bytes());
+    p[9..17].copy_from_slice(&seq.to_le_bytes());
     p
 }
 

@@ -223,6 +223,27 @@ fn frame() -> impl Strategy<Value = Frame> {
                     .collect(),
             })),
         (any::<u32>(), event_bytes()).prop_map(|(sub, event)| Frame::Deliver { sub, event }),
+        (any::<u32>(), any::<u64>(), event_bytes())
+            .prop_map(|(sub, seq, event)| Frame::DeliverReliable { sub, seq, event }),
+        (
+            any::<u32>(),
+            any::<u64>(),
+            vec((any::<u64>(), 0u64..1000, any::<bool>()), 0..=16)
+        )
+            .prop_map(|(sub, done, ranges)| Frame::DeliverAck {
+                sub,
+                ack: tagwire_proto::Ack {
+                    done,
+                    ranges: ranges
+                        .into_iter()
+                        .map(|(first, len, failed)| tagwire_proto::AckRange {
+                            first,
+                            last: first.saturating_add(len),
+                            failed,
+                        })
+                        .collect(),
+                },
+            }),
         any::<u32>().prop_map(|req| Frame::Ok { req }),
         (any::<u32>(), any::<u16>(), text(100)).prop_map(|(req, code, message)| Frame::Error {
             req,

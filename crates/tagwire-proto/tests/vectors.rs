@@ -312,6 +312,26 @@ fn valid_vectors() -> Vec<(&'static str, Frame, Option<Event>)> {
             }),
             None,
         ),
+        (
+            "deliver_reliable",
+            Frame::DeliverReliable {
+                sub: 1,
+                seq: 3,
+                event: encoded(&minimal_event()),
+            },
+            Some(minimal_event()),
+        ),
+        (
+            "deliver_ack",
+            Frame::DeliverAck {
+                sub: 1,
+                ack: tagwire_proto::Ack {
+                    done: 2,
+                    ranges: vec![],
+                },
+            },
+            None,
+        ),
         ("ok", Frame::Ok { req: 3 }, None),
         (
             "error",
@@ -818,7 +838,8 @@ fn event_vectors_decode_to_the_documented_event() {
         let event = match Frame::decode(kind, body).expect("vector decodes") {
             Frame::Publish { event, .. }
             | Frame::Deliver { event, .. }
-            | Frame::PublishReliable { event, .. } => event,
+            | Frame::PublishReliable { event, .. }
+            | Frame::DeliverReliable { event, .. } => event,
             other => panic!("{name}: not an event frame: {other:?}"),
         };
         let decoded = Event::decode(&event).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -836,8 +857,8 @@ fn event_vectors_decode_to_the_documented_event() {
         checked += 1;
     }
     assert_eq!(
-        checked, 7,
-        "publish_minimal, publish_full_event, publish_expiry_at, publish_app_flag, publish_shm_ref, deliver, publish_reliable"
+        checked, 8,
+        "publish_minimal, publish_full_event, publish_expiry_at, publish_app_flag, publish_shm_ref, deliver, publish_reliable, deliver_reliable"
     );
 }
 
@@ -1047,7 +1068,7 @@ fn the_frame_type_tables_list_exactly_the_frames_the_decoder_knows() {
     }
     // The text under the table names the unlisted ranges.
     assert!(
-        common::PROTOCOL_MD.contains("(`0x00`, `0x17`–`0x1f`, `0x2d`–`0xff`)"),
+        common::PROTOCOL_MD.contains("(`0x00`, `0x19`–`0x1f`, `0x2d`–`0xff`)"),
         "the unknown ranges are named"
     );
 }

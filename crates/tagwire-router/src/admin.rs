@@ -485,6 +485,7 @@ pub(crate) fn list_page(
                         time: ch.time_info(),
                         jitter: ch.jitter_info(),
                         net: crate::udp::channel_net_loss(st, ch.conn, ch.sub),
+                        acked: ch.acked_info(),
                     };
                     drop(q);
                     if !fill.take(json_len(&item), 20) {

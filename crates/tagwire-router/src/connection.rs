@@ -49,6 +49,10 @@ const CLOSE_GRACE: Duration = Duration::from_secs(1);
 /// The first protocol version whose clients get deliveries by shared-memory
 /// reference (presence bit `SHM_REF`, `ShmRegion`; docs/protocol.md).
 const SHM_MIN_VERSION: u16 = 3;
+/// Bytes a `DeliverReliable` prefix has beyond a `Deliver`'s (the delivery
+/// sequence number).
+const DELIVER_RELIABLE_EXTRA: usize =
+    tagwire_proto::DELIVER_RELIABLE_PREFIX_LEN - tagwire_proto::DELIVER_PREFIX_LEN;
 
 /// The engine's bounds from the router's limits.
 fn engine_config(limits: &Limits) -> engine::Config {
@@ -738,6 +742,7 @@ impl Conn {
                 self.engine.accept();
             }
             Input::Admin { body, .. } => self.admin(&body),
+            Input::DeliverAck { sub, ack } => self.deliver_ack(sub, &ack),
             Input::Pull(pull) if matches!(pull.query, tagwire_proto::PullQuery::Stored { .. }) => {
                 // A replay from the durable store: answered by the store thread.
                 let pull = *pull;
@@ -1164,8 +1169,14 @@ impl Conn {
                 return self.refuse(ErrorCode::BadRequest, msg);
             }
         }
-        let reads_shm =
-            same_host && shm_mode != tagwire_core::qos::ShmMode::Off && version >= SHM_MIN_VERSION;
+        // Acknowledged delivery (docs/reliability.md): its events are not
+        // shared-memory references (a reference cannot be sent again after
+        // a reconnect).
+        let acked = crate::acked_delivery::wants_acks(version, v.reliability);
+        let reads_shm = !acked
+            && same_host
+            && shm_mode != tagwire_core::qos::ShmMode::Off
+            && version >= SHM_MIN_VERSION;
         if reads_shm {
             st.shm.note_reader(self.id, &self.identity);
         }
@@ -1190,8 +1201,22 @@ impl Conn {
         if let Some(t) = transform {
             channel = channel.with_transform(t);
         }
+        if acked {
+            let limits = crate::acked_delivery::window_limits(
+                v.max_queue_length,
+                st.config.limits.max_queue_bytes,
+            );
+            channel = channel.with_acked(limits).with_max_event(
+                self.engine
+                    .max_delivered_event()
+                    .saturating_sub(DELIVER_RELIABLE_EXTRA),
+            );
+        }
         let channel = Arc::new(channel);
         crate::qos::put_in_force(&mut st, &channel, layer, resolved);
+        if acked && self.session != [0; SESSION_ID_LEN] {
+            crate::acked_delivery::resume(&mut st, self.session, &channel, now_ns());
+        }
         let global = self.global(sub);
         let mut filters = Vec::new();
         let mut mapping = None;
@@ -1522,6 +1547,32 @@ impl Conn {
         }
     }
 
+    /// A subscriber's `DeliverAck` (version 4): releases what it settles
+    /// from the subscription's window. One that cannot be right (an
+    /// unknown subscription, a number never sent) is answered with an
+    /// `Error` naming it; the connection stays open.
+    fn deliver_ack(&mut self, sub: u32, ack: &tagwire_proto::Ack) {
+        let channel = self.state.borrow().channels.get(self.global(sub)).cloned();
+        let result = match channel {
+            Some(ch) if ch.acked.is_some() => ch.on_deliver_ack(ack).map_err(|e| e.to_string()),
+            Some(_) => Err("it is not a subscription with acknowledged delivery".into()),
+            // Unsubscribed meanwhile: nothing to release.
+            None => Ok(0),
+        };
+        if let Err(why) = result {
+            let message = format!("bad DeliverAck for subscription {sub}: {why}");
+            self.note_error(ErrorCode::Malformed, &message);
+            self.outbox.send(
+                &Frame::Error {
+                    req: 0,
+                    code: ErrorCode::Malformed,
+                    message,
+                },
+                self.max_control,
+            );
+        }
+    }
+
     fn drop_channel(&self, global: u64) {
         let mut st = self.state.borrow_mut();
         let u = st.usage(&self.identity);
@@ -1593,6 +1644,21 @@ impl Conn {
             }
         }
         let endpoints = owned.len();
+        if reserve {
+            // What acknowledged subscriptions had not got, for the session's
+            // reconnect (they receive nothing more: retired above).
+            let acked: Vec<Arc<Channel>> = self
+                .engine
+                .subscriptions()
+                .keys()
+                .filter_map(|sub| st.channels.get(self.global(*sub)))
+                .filter(|ch| ch.acked.is_some())
+                .cloned()
+                .collect();
+            if !acked.is_empty() {
+                crate::acked_delivery::park(&mut st, self.session, &acked, now, until_ns);
+            }
+        }
         let (identity, session) = (self.identity.to_string(), hex(&self.session));
         for e in owned {
             st.endpoints.remove(&e.name);

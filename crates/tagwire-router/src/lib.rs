@@ -26,6 +26,7 @@
 //! that can attach in-process clients ([`RouterHandle::connect_in_process`])
 //! and shut it down.
 
+mod acked_delivery;
 mod admin;
 mod admission;
 pub mod auth;

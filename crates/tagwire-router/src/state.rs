@@ -189,6 +189,9 @@ pub(crate) struct State {
     pub usage: HashMap<Arc<str>, Usage>,
     /// Endpoint names reserved for the sessions that held them.
     pub reservations: Reservations,
+    /// Acknowledged subscriptions' undelivered events, kept for their
+    /// session's reconnect (see [`crate::acked_delivery`]).
+    pub parked_deliveries: crate::acked_delivery::ParkedDeliveries,
     /// The router-wide memory budget (`limits.max_buffered_bytes`).
     pub memory: Arc<MemoryBudget>,
     /// Connections before and after the handshake, and the log rate limit.
@@ -270,6 +273,7 @@ impl State {
             auth,
             usage: HashMap::new(),
             reservations: Reservations::default(),
+            parked_deliveries: Default::default(),
             memory,
             admission: Admission::default(),
             housekeeping: Arc::default(),

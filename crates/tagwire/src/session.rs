@@ -96,6 +96,9 @@ pub(crate) struct Inner {
     closed: AtomicBool,
     reader_thread: Mutex<Option<ThreadId>>,
     reconnects: AtomicU64,
+    /// Events of acknowledged subscriptions the daemon sent again after a
+    /// reconnect and this session had already taken (dropped).
+    delivery_duplicates: AtomicU64,
     /// Connections established so far, bumped under `writer` before a new
     /// connection takes publishes: a shared-memory reference is written
     /// only on the connection whose daemon granted its region
@@ -237,6 +240,7 @@ impl Session {
             closed: AtomicBool::new(false),
             reader_thread: Mutex::new(None),
             reconnects: AtomicU64::new(0),
+            delivery_duplicates: AtomicU64::new(0),
             epoch: AtomicU64::new(0),
             refusals: Mutex::new(Refusals::default()),
             net_offset: std::sync::atomic::AtomicI64::new(0),
@@ -625,6 +629,13 @@ impl Session {
     /// How many times the session reconnected after losing its connection.
     pub fn reconnects(&self) -> u64 {
         self.inner().reconnects.load(Ordering::Relaxed)
+    }
+
+    /// Events of subscriptions with acknowledged delivery (reliability
+    /// `reliable` or more) that the daemon sent again after a reconnect and
+    /// this session had already delivered: dropped, not delivered twice.
+    pub fn delivery_duplicates(&self) -> u64 {
+        self.inner().delivery_duplicates.load(Ordering::Relaxed)
     }
 
     /// Whether the session currently has a connection.

@@ -367,7 +367,9 @@ pub enum Reliability {
     BestEffort,
     /// No gap and no duplicate across daemon links while both ends and a
     /// path live (acknowledged hop by hop, routed again when a link or a
-    /// daemon is lost); the client connections are not acknowledged yet.
+    /// daemon is lost); on a subscription of a version-4 client, also the
+    /// daemon → subscriber connection (acknowledged, resumed after the
+    /// subscriber's reconnect; docs/reliability.md).
     Reliable,
     /// As `reliable` across links (not yet deduplicated across a
     /// publisher's retry after it reconnects).

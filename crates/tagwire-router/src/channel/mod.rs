@@ -47,6 +47,7 @@
 //! - `outbox`: a connection's [`Outbox`] and its writer, which drains the
 //!   ready channels into vectored writes.
 
+mod acked;
 pub(crate) mod event;
 mod jitter;
 mod outbox;

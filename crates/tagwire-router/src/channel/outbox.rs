@@ -10,7 +10,10 @@ use std::sync::Weak;
 use bytes::{Bytes, BytesMut};
 #[cfg(test)]
 use tagwire_proto::{deliver_prefix, forward_prefix};
-use tagwire_proto::{kind, link_kind, Frame, LinkFrame, DELIVER_PREFIX_LEN, FORWARD_PREFIX_LEN};
+use tagwire_proto::{
+    deliver_reliable_prefix, kind, link_kind, Frame, LinkFrame, DELIVER_PREFIX_LEN,
+    DELIVER_RELIABLE_PREFIX_LEN, FORWARD_PREFIX_LEN,
+};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::Notify;
 
@@ -47,7 +50,10 @@ pub const COPY_AT_MOST: usize = 512;
 /// The most a batch's buffer of copied events holds: a batch stops below
 /// [`BATCH_BYTES`] and its last event adds at most a prefix and
 /// [`COPY_AT_MOST`] bytes.
-const FLAT_MAX: usize = BATCH_BYTES + 16 + COPY_AT_MOST;
+const FLAT_MAX: usize = BATCH_BYTES + PREFIX_MAX + COPY_AT_MOST;
+
+/// The longest prefix: a `DeliverReliable`'s (17 bytes), rounded up.
+const PREFIX_MAX: usize = 24;
 
 /// The most released batches a lane (thread) keeps for its writers: about
 /// 320 KiB per lane at most.
@@ -102,8 +108,8 @@ impl Batch {
         }
         self.bytes += prefix.len as usize + event.len();
         let body = if event.len() <= COPY_AT_MOST {
-            // All 16 bytes, then back to the prefix's end: a copy of known
-            // size is two stores, a prefix-sized one a call to memmove.
+            // All PREFIX_MAX bytes, then back to the prefix's end: a copy of
+            // known size is a few stores, a prefix-sized one a call to memmove.
             self.flat.extend_from_slice(&prefix.bytes);
             self.flat
                 .truncate(self.flat.len() - (prefix.bytes.len() - prefix.len as usize));
@@ -194,10 +200,11 @@ impl Batch {
     }
 }
 
-/// The bytes written before an event: a `Deliver` or `Forward` prefix.
+/// The bytes written before an event: a `Deliver`, `DeliverReliable` or
+/// `Forward` prefix.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Prefix {
-    bytes: [u8; 16],
+    bytes: [u8; PREFIX_MAX],
     len: u8,
 }
 
@@ -228,9 +235,26 @@ impl Prefix {
                 (v, FORWARD_PREFIX_LEN)
             }
         };
+        let mut bytes = [0u8; PREFIX_MAX];
+        bytes[..16].copy_from_slice(&value.to_le_bytes());
         Prefix {
-            bytes: value.to_le_bytes(),
+            bytes,
             len: len as u8,
+        }
+    }
+
+    /// A `DeliverReliable` prefix: delivery sequence number `seq` of an
+    /// acknowledged subscription.
+    fn reliable(ch: &Channel, q: &Queued, seq: u64) -> Self {
+        let mut bytes = [0u8; PREFIX_MAX];
+        bytes[..DELIVER_RELIABLE_PREFIX_LEN].copy_from_slice(&deliver_reliable_prefix(
+            ch.sub,
+            seq,
+            q.event.len(),
+        ));
+        Prefix {
+            bytes,
+            len: DELIVER_RELIABLE_PREFIX_LEN as u8,
         }
     }
 
@@ -565,13 +589,30 @@ impl Outbox {
                         .observe(t, src);
                 }
             };
-            while room(taken, batch) {
+            // Acknowledged delivery: each event written is held in the
+            // window until the subscriber acknowledges it; a full window
+            // leaves this channel out until then (see `super::acked`).
+            let mut window = ch.acked.as_ref().map(|a| a.window.borrow_mut());
+            let mut full = window.as_ref().is_some_and(|w| w.is_full());
+            let mut put = |item: Queued, batch: &mut Batch, full: &mut bool| {
+                let prefix = match window.as_mut() {
+                    None => Prefix::of(&ch, &item),
+                    Some(w) => {
+                        let (kept, size) = super::acked::for_window(&item.event);
+                        let seq = w.hold(kept, size, 0);
+                        *full = w.is_full();
+                        Prefix::reliable(&ch, &item, seq)
+                    }
+                };
+                batch.push(prefix, item.event);
+            };
+            while !full && room(taken, batch) {
                 let Some(item) = q.pop() else {
                     break;
                 };
                 if let Some(item) = writable(item, &mut now, &mut expired) {
                     observe(now, &item.event);
-                    batch.push(Prefix::of(&ch, &item), item.event);
+                    put(item, batch, &mut full);
                     taken += 1;
                 }
             }
@@ -579,17 +620,18 @@ impl Outbox {
             // under the same rules; `held`: when they next release.
             let mut held = None;
             let timed = ch.timed.get();
-            if timed {
+            if timed && !full {
                 let t = *now.get_or_insert_with(now_ns);
                 held = ch.release_timed(t, q.is_empty(), room(taken, batch), |item| {
                     if let Some(item) = writable(item, &mut Some(t), &mut expired) {
                         observe(Some(t), &item.event);
-                        batch.push(Prefix::of(&ch, &item), item.event);
+                        put(item, batch, &mut full);
                         taken += 1;
                     }
-                    room(taken, batch)
+                    !full && room(taken, batch)
                 });
             }
+            drop(window);
             if let Some(j) = &jitter {
                 ch.jitter_out.store(j);
             }
@@ -609,6 +651,16 @@ impl Outbox {
                 ch.unpin();
             }
             drop(q);
+            if full {
+                // Left out until an acknowledgement puts it back
+                // (`Channel::on_deliver_ack`): with events queued it stays
+                // scheduled; a timed channel's services keep theirs.
+                if let Some(a) = &ch.acked {
+                    a.window_full.add(1);
+                    a.blocked.set(true);
+                }
+                continue;
+            }
             match held {
                 _ if !empty => ready[ch.class()].push_back(weak),
                 // More released now than one turn takes.
@@ -713,7 +765,7 @@ async fn write_all_vectored<W: AsyncWrite + Unpin>(
 #[test]
 fn a_batch_writes_its_events_in_order_with_runs_of_small_ones_in_one_iovec() {
     let prefix = |n: u8| Prefix {
-        bytes: [n; 16],
+        bytes: [n; PREFIX_MAX],
         len: 9,
     };
     let big = Bytes::from(vec![0xB0u8; COPY_AT_MOST + 1]);
@@ -749,7 +801,7 @@ fn a_batch_writes_its_events_in_order_with_runs_of_small_ones_in_one_iovec() {
 #[test]
 fn a_released_batch_is_reused_by_the_lanes_next_writer_and_spares_are_bounded() {
     let prefix = Prefix {
-        bytes: [7; 16],
+        bytes: [7; PREFIX_MAX],
         len: 9,
     };
     let spares = || SPARE.with(|s| s.borrow().len());

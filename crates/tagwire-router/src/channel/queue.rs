@@ -137,6 +137,9 @@ pub(crate) struct Channel {
     /// of those its writer takes (see [`super::jitter`]).
     pub(super) jitter_in: SharedJitter,
     pub(super) jitter_out: SharedJitter,
+    /// Acknowledged delivery (a version-4 subscriber whose reliability is
+    /// `reliable` or more): `DeliverReliable` frames, held until acknowledged.
+    pub acked: Option<super::acked::AckedDelivery>,
 }
 
 /// A channel's time services and the settings they were made with. Each
@@ -232,7 +235,15 @@ impl Channel {
             time_refused: Count::new(0),
             jitter_in: SharedJitter::default(),
             jitter_out: SharedJitter::default(),
+            acked: None,
         }
+    }
+
+    /// Makes its deliveries acknowledged (`DeliverReliable`), held in a
+    /// window of `limits` until the subscriber acknowledges them.
+    pub(crate) fn with_acked(mut self, limits: tagwire_core::reliable::WindowLimits) -> Self {
+        self.acked = Some(super::acked::AckedDelivery::new(limits));
+        self
     }
 
     /// Runs `t` on each event's payload before queueing (spatial scaling).

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use tagwire_core::connection::Input;
+use tagwire_core::reliable::{AckBatching, Dedupe, DeliveryAcks, Seen};
 
 use super::connect::connect;
 use super::{lock, Inner, Target};
@@ -170,8 +171,11 @@ pub(super) fn reader_main(inner: Arc<Inner>, mut stream: Stream, mut leftover: B
         }
     }
     let mut backoff = BACKOFF_MIN;
+    // Per acknowledged subscription, what it was delivered, across
+    // reconnects: the daemon sends again what was not acknowledged.
+    let mut seen: HashMap<u32, Dedupe> = HashMap::new();
     loop {
-        read_loop(&inner, &mut stream, &mut leftover);
+        read_loop(&inner, &mut stream, &mut leftover, &mut seen);
         // The connection is gone: stop writers and fail waiting requests.
         lock(&inner.writer).connected = false;
         if let Some(s) = lock(&inner.socket).take() {
@@ -216,8 +220,17 @@ pub(super) fn reader_main(inner: Arc<Inner>, mut stream: Stream, mut leftover: B
 /// with the engine unlocked: deliveries to the sinks (from a copy of the
 /// sink map, taken again only when it changes), replies to their waiters.
 /// Returns when the connection ends.
-fn read_loop(inner: &Inner, stream: &mut Stream, buf: &mut BytesMut) {
+fn read_loop(
+    inner: &Inner,
+    stream: &mut Stream,
+    buf: &mut BytesMut,
+    seen: &mut HashMap<u32, Dedupe>,
+) {
     let mut sinks: HashMap<u32, Arc<Sink>> = HashMap::new();
+    // Acknowledged subscriptions on this connection (numbers start at 1
+    // on each), and whether a read timeout is set for their next ack.
+    let mut acks: HashMap<u32, DeliveryAcks> = HashMap::new();
+    let mut timed = false;
     // The last delivery's subscription and sink: a stream of deliveries
     // to one subscription looks its sink up once, not per event.
     let mut last: Option<(u32, Arc<Sink>)> = None;
@@ -236,71 +249,45 @@ fn read_loop(inner: &Inner, stream: &mut Stream, buf: &mut BytesMut) {
             (e.transmit_len() > 0, e.closed().is_some())
         };
         for input in inputs.drain(..) {
-            match input {
-                Input::Deliver { sub, event } => {
-                    let g = inner.subs_generation.load(Ordering::Acquire);
-                    if g != generation {
-                        generation = g;
-                        sinks = lock(&inner.sinks).clone();
-                        last = None;
+            let (sub, event) = match input {
+                Input::DeliverReliable { sub, seq, event } => {
+                    let now = inner.now();
+                    let a = acks
+                        .entry(sub)
+                        .or_insert_with(|| DeliveryAcks::new(AckBatching::default()));
+                    if let Err(e) = a.on_frame(seq, now) {
+                        tracing::warn!("subscription {sub}: {e}");
                     }
-                    if last.as_ref().is_none_or(|(s, _)| *s != sub) {
-                        last = sinks.get(&sub).map(|sink| (sub, sink.clone()));
+                    if !is_new(seen, sub, &event) {
+                        inner.delivery_duplicates.fetch_add(1, Ordering::Relaxed);
+                        continue;
                     }
-                    match &last {
-                        Some((_, sink)) => deliver(inner, sink, event),
-                        // Unsubscribed while it was on its way: a payload
-                        // in shared memory was pinned for this connection
-                        // and handed over; give the pin back.
-                        None => discard(inner, event),
-                    }
+                    (sub, event)
                 }
-                Input::PublishAck(ack) => inner.on_publish_ack(&ack),
-                Input::ShmRegion {
-                    region,
-                    role,
-                    endpoint,
-                } => inner.shm.named(region, role, endpoint),
-                Input::Reply { req, reply } => {
-                    if let Some(tx) = lock(&inner.waiters).remove(&req) {
-                        let _ = tx.send(reply);
-                    }
+                Input::Deliver { sub, event } => (sub, event),
+                other => {
+                    handle_other(inner, other);
+                    continue;
                 }
-                Input::EndpointLost {
-                    name,
-                    subs,
-                    code,
-                    message,
-                    ..
-                } => {
-                    tracing::error!(
-                        "endpoint {name} was refused after the reconnect: {message} (code {code:?}); its subscriptions end"
-                    );
-                    let gone: Vec<_> = {
-                        let mut sinks = lock(&inner.sinks);
-                        subs.iter().filter_map(|s| sinks.remove(s)).collect()
-                    };
-                    for sink in gone {
-                        sink.fail(crate::Error::EndpointLost {
-                            name: name.to_string(),
-                            reason: message.clone(),
-                        });
-                    }
-                }
-                Input::PeerError { req, code, message } => {
-                    tracing::warn!("server reported: {message} (code {code:?})");
-                    if req == 0 {
-                        lock(&inner.refusals).note(code, &message);
-                    }
-                }
-                Input::Closed => {
-                    if let Some(c) = lock(&inner.engine).closed() {
-                        tracing::info!("connection closed: {} (code {})", c.reason, c.code);
-                    }
-                }
-                _ => {}
+            };
+            let g = inner.subs_generation.load(Ordering::Acquire);
+            if g != generation {
+                generation = g;
+                sinks = lock(&inner.sinks).clone();
+                last = None;
+            }
+            if last.as_ref().is_none_or(|(s, _)| *s != sub) {
+                last = sinks.get(&sub).map(|sink| (sub, sink.clone()));
+            }
+            match &last {
+                Some((_, sink)) => deliver(inner, sink, event),
+                // Unsubscribed while it was on its way: a payload
+                // in shared memory was pinned for this connection
+                // and handed over; give the pin back.
+                None => discard(inner, event),
             }
         }
+        send_acks(inner, &mut acks, false);
         if control {
             // A `Pong`, or the engine's last `Close`.
             let mut w = lock(&inner.writer);
@@ -315,9 +302,22 @@ fn read_loop(inner: &Inner, stream: &mut Stream, buf: &mut BytesMut) {
             }
             return;
         }
+        // An acknowledgement due by time wakes the read (AckBatching).
+        let due = acks.values().filter_map(DeliveryAcks::poll_timeout).min();
+        let wait = due.map(|t| Duration::from_nanos(t.saturating_sub(inner.now())));
+        if wait.is_some() || timed {
+            timed = wait.is_some();
+            let _ = stream.set_read_timeout(wait.map(|w| w.max(Duration::from_millis(1))));
+        }
         match read_some_fds(stream, buf, &inner.shm) {
             Ok(true) => heard = Some(inner.now()),
             Ok(false) => return,
+            Err(e)
+                if timed
+                    && matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) => {}
             Err(e) => {
                 if !inner.closed.load(Ordering::Relaxed) {
                     tracing::debug!("read failed: {e}");
@@ -325,5 +325,100 @@ fn read_loop(inner: &Inner, stream: &mut Stream, buf: &mut BytesMut) {
                 return;
             }
         }
+    }
+}
+
+/// Most publishers remembered per acknowledged subscription for dedupe.
+const DEDUPE_PUBLISHERS: usize = 4096;
+
+/// Whether `event`, delivered to acknowledged subscription `sub`, is new
+/// to it (not one the daemon sent again after a reconnect that this
+/// session had already taken): keyed by publisher, its sequence number and
+/// source time (see [`Dedupe`]). An event that does not parse is passed on
+/// (the delivery reports it).
+fn is_new(seen: &mut HashMap<u32, Dedupe>, sub: u32, event: &Bytes) -> bool {
+    let Ok(ev) = tagwire_proto::EventRef::parse(event) else {
+        return true;
+    };
+    let key = tagwire_core::proxy::publisher_key(ev.publisher);
+    let d = seen
+        .entry(sub)
+        .or_insert_with(|| Dedupe::new(DEDUPE_PUBLISHERS));
+    d.check(key, 0, ev.seq, ev.source_time_ns) == Seen::New
+}
+
+/// Sends the `DeliverAck`s due now (all that wait, with `all`).
+fn send_acks(inner: &Inner, acks: &mut HashMap<u32, DeliveryAcks>, all: bool) {
+    if acks.is_empty() {
+        return;
+    }
+    let now = inner.now();
+    let mut frames = BytesMut::new();
+    for (sub, a) in acks.iter_mut() {
+        let ack = if all { a.flush() } else { a.poll_ack(now) };
+        if let Some(ack) = ack {
+            let frame = tagwire_proto::Frame::DeliverAck { sub: *sub, ack };
+            if let Err(e) = frame.encode(&mut frames) {
+                tracing::warn!("cannot encode a DeliverAck: {e}");
+            }
+        }
+    }
+    if frames.is_empty() {
+        return;
+    }
+    let mut w = lock(&inner.writer);
+    if w.connected {
+        w.buf.extend_from_slice(&frames);
+        let _ = inner.flush_locked(w);
+    }
+}
+
+/// Acts on an input other than a delivery.
+fn handle_other(inner: &Inner, input: Input) {
+    match input {
+        Input::PublishAck(ack) => inner.on_publish_ack(&ack),
+        Input::ShmRegion {
+            region,
+            role,
+            endpoint,
+        } => inner.shm.named(region, role, endpoint),
+        Input::Reply { req, reply } => {
+            if let Some(tx) = lock(&inner.waiters).remove(&req) {
+                let _ = tx.send(reply);
+            }
+        }
+        Input::EndpointLost {
+            name,
+            subs,
+            code,
+            message,
+            ..
+        } => {
+            tracing::error!(
+                "endpoint {name} was refused after the reconnect: {message} (code {code:?}); its subscriptions end"
+            );
+            let gone: Vec<_> = {
+                let mut sinks = lock(&inner.sinks);
+                subs.iter().filter_map(|s| sinks.remove(s)).collect()
+            };
+            for sink in gone {
+                sink.fail(crate::Error::EndpointLost {
+                    name: name.to_string(),
+                    reason: message.clone(),
+                });
+            }
+        }
+        Input::PeerError { req, code, message } => {
+            tracing::warn!("server reported: {message} (code {code:?})");
+            if req == 0 {
+                lock(&inner.refusals).note(code, &message);
+            }
+        }
+        Input::Closed => {
+            if let Some(c) = lock(&inner.engine).closed() {
+                tracing::info!("connection closed: {} (code {})", c.reason, c.code);
+            }
+        }
+        _ => {}
     }
 }

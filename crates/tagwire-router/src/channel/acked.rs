@@ -1,0 +1,169 @@
+//! Acknowledged delivery to a subscriber (protocol version 4,
+//! `DeliverReliable`/`DeliverAck`; docs/reliability.md, "Between a daemon
+//! and its subscribers"): the channel's writer numbers what it writes
+//! (1, 2, … per subscription on each connection) and keeps each event in
+//! a bounded window (core's [`SendWindow`]) until the subscriber
+//! acknowledges it. A full window stops the writer taking from this
+//! channel (its queue fills and its `discard` policy applies there,
+//! counted) — never the connection's other channels. When the connection
+//! drops, the window and the queue are parked for the subscriber's session
+//! ([`crate::reliable::park_deliveries`]) and sent again, first, to the
+//! subscription made again after its reconnect.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use tagwire_core::queue::Pushed;
+use tagwire_core::reliable::{Ack, AckError, SendWindow, WindowFull, WindowLimits};
+use tagwire_proto::EventRef;
+
+use super::event::{Queued, COPY_BELOW, QUEUED_OVERHEAD, READ_CHUNK};
+use super::Channel;
+use crate::sync::{Count, Flag, Locked};
+
+/// A channel's acknowledged delivery: what it wrote and the subscriber has
+/// not acknowledged yet.
+#[derive(Debug)]
+pub(crate) struct AckedDelivery {
+    pub(super) window: Locked<SendWindow<Bytes>>,
+    /// The writer found the window full and left the channel out of its
+    /// ready list: the next acknowledgement puts it back.
+    pub(super) blocked: Flag,
+    /// Times the writer found the window full.
+    pub window_full: Count,
+    /// Events sent again after a reconnect (from a parked window or queue).
+    pub resent: Count,
+    limits: WindowLimits,
+}
+
+impl AckedDelivery {
+    /// An empty window of `limits`.
+    pub(crate) fn new(limits: WindowLimits) -> Self {
+        AckedDelivery {
+            window: Locked::new(SendWindow::new(limits, WindowFull::Block)),
+            blocked: Flag::new(false),
+            window_full: Count::new(0),
+            resent: Count::new(0),
+            limits,
+        }
+    }
+
+    /// Its counters and bounds, for listings.
+    pub(crate) fn info(&self) -> tagwire_proto::admin::AckedInfo {
+        let w = self.window.borrow_mut();
+        tagwire_proto::admin::AckedInfo {
+            unacked: w.len(),
+            unacked_bytes: w.bytes(),
+            window_events: self.limits.max_events,
+            window_bytes: self.limits.max_bytes,
+            window_full: self.window_full.get(),
+            resent: self.resent.get(),
+        }
+    }
+}
+
+/// What the window keeps of an event the writer wrote, and what it counts
+/// for: a small event is copied (a slice would keep its whole read buffer
+/// alive for as long as it waits for the acknowledgement); a large one is
+/// shared and counted at the buffer it can keep alive.
+pub(super) fn for_window(event: &Bytes) -> (Bytes, usize) {
+    if event.len() < COPY_BELOW {
+        (Bytes::copy_from_slice(event), event.len() + QUEUED_OVERHEAD)
+    } else {
+        (event.clone(), event.len().max(READ_CHUNK) + QUEUED_OVERHEAD)
+    }
+}
+
+impl Channel {
+    /// Its acknowledged delivery's counters, if it has it.
+    pub(crate) fn acked_info(&self) -> Option<tagwire_proto::admin::AckedInfo> {
+        self.acked.as_ref().map(AckedDelivery::info)
+    }
+
+    /// Takes the subscriber's `DeliverAck`: releases what it settles and,
+    /// if the writer had left this channel out for a full window, puts it
+    /// back in the ready list. Returns how many events it released.
+    pub(crate) fn on_deliver_ack(self: &Arc<Self>, ack: &Ack) -> Result<usize, AckError> {
+        let Some(a) = &self.acked else {
+            return Ok(0);
+        };
+        let released = a.window.borrow_mut().on_ack(ack)?;
+        let n = released.done.len() + released.failed.len();
+        drop(released);
+        if n > 0 && a.blocked.replace(false) {
+            self.outbox.ready.borrow_mut()[self.class()].push_back(Arc::downgrade(self));
+            self.outbox.notify.notify_one();
+        }
+        Ok(n)
+    }
+
+    /// The connection is gone: takes what the subscriber has not
+    /// acknowledged (the window, in order) and what was queued for it
+    /// (after), emptying both.
+    pub(crate) fn park(&self) -> Vec<Bytes> {
+        let Some(a) = &self.acked else {
+            return Vec::new();
+        };
+        let mut out = a.window.borrow_mut().drain();
+        let mut q = self.queue.borrow_mut();
+        let (before, len) = (q.bytes(), q.len());
+        while let Some(item) = q.pop() {
+            out.push(item.event);
+        }
+        self.budget.release(before - q.bytes());
+        self.track(len, q.len());
+        drop(q);
+        self.unpin();
+        out
+    }
+
+    /// Queues `events` (parked when this subscription's previous connection
+    /// dropped) ahead of anything else, in order; the queue's bound and
+    /// discard policy apply. Called under the router's state lock before
+    /// the channel is in the routes, so no live event comes first.
+    pub(crate) fn preload(self: &Arc<Self>, events: Vec<Bytes>) -> usize {
+        let mut q = self.queue.borrow_mut();
+        let (before, len) = (q.bytes(), q.len());
+        let mut queued = 0;
+        for event in events {
+            let Ok(ev) = EventRef::parse(&event) else {
+                continue;
+            };
+            let deadline = tagwire_core::defer::deadline(&ev);
+            let priority = ev.priority;
+            let size = event.len() + QUEUED_OVERHEAD;
+            let room = self
+                .budget
+                .room()
+                .saturating_add(before)
+                .saturating_sub(q.bytes());
+            let item = Queued {
+                event,
+                deadline,
+                priority,
+                origin: 0,
+                hops: 0,
+                pin: None,
+            };
+            if let Pushed::Queued { .. } = q.push_within(item, size, room) {
+                queued += 1;
+            }
+        }
+        let (after, empty) = (q.bytes(), q.is_empty());
+        self.track(len, q.len());
+        drop(q);
+        if after >= before {
+            self.budget.charge(after - before);
+        } else {
+            self.budget.release(before - after);
+        }
+        if let Some(a) = &self.acked {
+            a.resent.add(queued as u64);
+        }
+        if !empty && !self.scheduled.replace(true) {
+            self.outbox.ready.borrow_mut()[self.class()].push_back(Arc::downgrade(self));
+            self.outbox.notify.notify_one();
+        }
+        queued
+    }
+}

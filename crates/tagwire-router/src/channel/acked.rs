@@ -144,6 +144,8 @@ impl Channel {
                 origin: 0,
                 hops: 0,
                 pin: None,
+                // A subscriber's queue: never a link's compressed blob.
+                compressed: false,
             };
             if let Pushed::Queued { .. } = q.push_within(item, size, room) {
                 queued += 1;

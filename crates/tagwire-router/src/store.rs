@@ -399,6 +399,7 @@ pub(crate) fn totals(st: &State) -> Option<tagwire_proto::admin::StoreTotals> {
         evicted: get(&c.evicted),
         corrupt: get(&c.corrupt),
         commits: get(&c.commits),
+        refused: get(&c.refused),
     })
 }
 

@@ -337,6 +337,11 @@ pub struct BenchArgs {
     /// Subscribers for fanout.
     #[arg(long, default_value_t = 10)]
     pub subscribers: usize,
+    /// throughput/fanout: the publisher's `reliability` (best_effort,
+    /// reliable, exactly_once, durable). Acknowledged ones are paced by the
+    /// daemon's acknowledgements; the run ends when all are answered.
+    #[arg(long, default_value = "best_effort")]
+    pub reliability: String,
     /// Run against an in-process router instead of a daemon.
     #[arg(long)]
     pub embedded: bool,

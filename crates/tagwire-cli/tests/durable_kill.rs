@@ -180,3 +180,51 @@ fn a_replay_of_a_tag_that_is_not_durable_exits_non_zero_naming_why() {
         "{err}"
     );
 }
+
+/// Store custody: a `durable` publisher's `wait_acknowledged` returns only
+/// once the store committed (synced, `fsync = "batch"`) every event, so a
+/// `kill -9` of the daemon right after it loses none of them.
+#[test]
+fn every_acknowledged_durable_event_survives_a_kill_9_right_after_wait_acknowledged() {
+    const N: u64 = 3000;
+    let dir = temp_dir("durable", "ack-kill9");
+    let state = dir.join("state");
+    let port = free_port();
+    let mut d = daemon(&dir, &state, port);
+    let token =
+        tagwire::router::local::read_token(&dir.join("tagwire").join(format!("token-{port}")))
+            .expect("the daemon's token");
+    let s = tagwire::Session::builder()
+        .token(token)
+        .connect(&format!("tcp://127.0.0.1:{port}"))
+        .expect("connect");
+    let p = s.declare_publisher("/durable/pub").expect("publisher");
+    p.set_reliability(tagwire::Reliability::Durable);
+    for i in 1..=N {
+        p.publish("/durable/x", i.to_string()).expect("publish");
+    }
+    s.wait_acknowledged(WAIT).expect("every event answered");
+    // SIGKILL at once: no shutdown path, no late commit.
+    d.0.kill().expect("kill -9 tagwired");
+    d.0.wait().expect("reap tagwired");
+    let acks = s.ack_stats();
+    drop(s);
+    drop(d);
+    // The default queue (65,536 events) takes them all: none refused.
+    assert_eq!((acks.acknowledged, acks.failed), (N, 0), "{acks:?}");
+    let _d = daemon(&dir, &state, port);
+    let n = acks.acknowledged.to_string();
+    let out = replay(&dir, port, "start", &n, "10");
+    let got = seqs(&out.stdout);
+    assert_eq!(
+        got.len() as u64,
+        acks.acknowledged,
+        "a replay after the kill has {} of the {} acknowledged events ({acks:?}): {}",
+        got.len(),
+        acks.acknowledged,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut unique = got.clone();
+    unique.dedup();
+    assert_eq!(unique.len(), got.len(), "an event stored twice");
+}

@@ -1083,6 +1083,10 @@ pub struct StoreTotals {
     pub corrupt: u64,
     /// Transactions committed.
     pub commits: u64,
+    /// Acknowledged events refused because the store's queue was full (not
+    /// delivered, acknowledged failed); absent from older daemons' JSON.
+    #[serde(default)]
+    pub refused: u64,
 }
 
 /// Counters of the daemon's shared-memory negotiation (shown by `tagwire list`'s JSON).

@@ -1299,7 +1299,16 @@ impl Conn {
     ) -> Result<(), (ErrorCode, String)> {
         crate::reliable::client_frame(st, self.id, &self.outbox, seq)?;
         let upstream = crate::reliable::Upstream { conn: self.id, seq };
-        let result = self.publish(st, stage, note, p, chunk, Some(upstream));
+        st.store.refused = None;
+        let mut result = self.publish(st, stage, note, p, chunk, Some(upstream));
+        if let Some(why) = st.store.refused.take() {
+            // The durable store could not take custody: not delivered, and
+            // failed in the acknowledgement (settled below).
+            result = Err((
+                ErrorCode::QueueFull,
+                format!("event refused: the durable store cannot take it now: {why}"),
+            ));
+        }
         crate::reliable::client_settle(st, self.id, seq);
         result
     }

@@ -113,6 +113,20 @@ fn deliver_with(
     deadline: u64,
     route: Route<'_>,
 ) -> usize {
+    if st.store.enabled {
+        // First: an acknowledged event the store cannot take is refused
+        // whole (not delivered), see [`crate::store::record`].
+        let stored = match shm.as_deref_mut() {
+            None => crate::store::record(st, event, ev, route.upstream),
+            Some(s) => match s.copied() {
+                Some(copy) => crate::store::record(st, copy, ev, route.upstream),
+                None => Ok(()),
+            },
+        };
+        if stored.is_err() {
+            return 0;
+        }
+    }
     match shm.as_deref_mut() {
         None => crate::history::record(st, event, ev),
         Some(s) if st.history.enabled() => {
@@ -121,16 +135,6 @@ fn deliver_with(
             }
         }
         Some(_) => {}
-    }
-    if st.store.enabled {
-        match shm.as_deref_mut() {
-            None => crate::store::record(st, event, ev),
-            Some(s) => {
-                if let Some(copy) = s.copied() {
-                    crate::store::record(st, copy, ev);
-                }
-            }
-        }
     }
     let meta = EventMeta {
         deadline,

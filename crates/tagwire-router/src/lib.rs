@@ -346,10 +346,14 @@ impl Router {
         let band_names: Vec<String> = bands.iter().map(|b| b.name.clone()).collect();
         let daemon_qos = config::qos::daemon_layer(&config.qos, &band_names)
             .map_err(|m| RouterError::Config(config::ConfigError::Invalid(m)))?;
-        let store = store::RouterStore::open(&config.store, timing::now_ns())
+        // The store thread wakes the timers task when it settled
+        // obligations (custody of acknowledged durable events).
+        let timers_wake = Arc::new(tokio::sync::Notify::new());
+        let store = store::RouterStore::open(&config.store, timing::now_ns(), timers_wake.clone())
             .map_err(RouterError::Store)?;
         let state = Arc::new(Locked::new(State::new(config, auth)));
         state.borrow_mut().store = store;
+        state.borrow_mut().deferred_wake = timers_wake;
         state.borrow_mut().fed.tls = link_tls;
         {
             let mut st = state.borrow_mut();

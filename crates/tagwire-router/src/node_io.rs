@@ -118,12 +118,20 @@ fn reply_to_client(st: &State, conn: u64, req: u32, max_reply: u32, outcome: Pul
 
 /// The lane task that acts on the node's timers: it releases held events
 /// when their start time comes and answers pulls that waited too long
-/// ([`handle_timeout`]). It sleeps until the node is next
-/// due or until a new event is held.
+/// ([`handle_timeout`]), and settles the obligations the durable store
+/// committed ([`crate::reliable::store_settled`]). It sleeps until the node
+/// is next due or until a new event is held or the store wakes it.
 pub(crate) async fn timers(state: Arc<Locked<State>>) {
     let wake = state.borrow().deferred_wake.clone();
     loop {
-        let next = handle_timeout(&mut state.borrow_mut(), now_ns());
+        let next = {
+            let mut st = state.borrow_mut();
+            let settled = st.store.settled.take();
+            if !settled.is_empty() {
+                crate::reliable::store_settled(&mut st, settled);
+            }
+            handle_timeout(&mut st, now_ns())
+        };
         match next {
             Some(due) => {
                 let wait = Duration::from_nanos(due.saturating_sub(now_ns()));

@@ -548,6 +548,27 @@ pub(crate) fn client_closed(st: &mut State, conn: u64) {
     }
 }
 
+/// The durable store committed (or failed to store) events that had
+/// upstream obligations: completes them and acknowledges at once on each
+/// connection concerned (the store's commit is what the publisher waits
+/// for).
+pub(crate) fn store_settled(st: &mut State, settled: Vec<(Upstream, bool)>) {
+    let max = st.config.limits.max_control_bytes;
+    let r = &mut st.fed.reliable;
+    let mut conns: Vec<u64> = Vec::new();
+    for (up, failed) in settled {
+        if let Some(cr) = r.conns.get_mut(&up.conn) {
+            let _ = cr.recv.complete(up.seq, failed);
+            if !conns.contains(&up.conn) {
+                conns.push(up.conn);
+            }
+        }
+    }
+    for conn in conns {
+        ack_if_due(r, conn, true, max);
+    }
+}
+
 /// Settles the upstream obligations the last routing gave back.
 fn complete_pending(rel: &mut Reliable, max_control: usize) {
     while let Some((up, failed)) = rel.completions.pop() {

@@ -14,6 +14,17 @@
 //! stored, counted in `not_stored`, and a warning is logged at most once a
 //! second.
 //!
+//! **Custody** (acknowledged publishing, docs/reliability.md): an event
+//! that arrives with an upstream obligation (a client's `PublishReliable`,
+//! a `Reliable` over a link) takes one more obligation when it is queued
+//! here; the store thread settles it after the commit that holds it (with
+//! `fsync = "batch"` a synced commit) by putting `(connection, sequence)`
+//! on [`Settled`] and waking the router's timers task, which completes it
+//! under the state lock (the store thread never takes that lock, and
+//! nothing is locked across the fsync). When the queue is full such an
+//! event is refused instead: not delivered, failed in the acknowledgement
+//! (the publisher learns it; a link's sender routes it again).
+//!
 //! **Replay reads** (`Pull` query 6, `Stored`) go through the same queue,
 //! so a read sees every event queued before it: a subscriber that
 //! subscribes and then replays misses nothing between what the store holds
@@ -29,7 +40,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -41,6 +52,7 @@ use tagwire_proto::{ErrorCode, EventRef, Frame, Pull, PullQuery, PullReply, Pull
 
 use crate::channel::{Outbox, Outgoing};
 use crate::config::{Fsync, StoreConfig};
+use crate::reliable::Upstream;
 use crate::state::State;
 
 /// Most events written in one transaction.
@@ -86,6 +98,40 @@ pub(crate) struct StoreCounters {
     pub commits: AtomicU64,
     /// Bytes queued for the store thread now.
     pub queued_bytes: AtomicU64,
+    /// Acknowledged events refused because the queue was full (not
+    /// delivered; failed in the publisher's acknowledgement).
+    pub refused: AtomicU64,
+}
+
+/// Obligations the store thread settled (after the commit that holds
+/// their events), waiting for the router's timers task: `(upstream,
+/// failed)`. Bounded by the queue: one entry per queued write at most.
+#[derive(Debug, Default)]
+pub(crate) struct Settled {
+    done: Mutex<Vec<(Upstream, bool)>>,
+    /// Wakes the timers task ([`crate::node_io::timers`]).
+    wake: Arc<tokio::sync::Notify>,
+}
+
+impl Settled {
+    fn push(&self, items: impl IntoIterator<Item = (Upstream, bool)>) {
+        let mut any = false;
+        {
+            let mut d = self.done.lock().unwrap_or_else(|e| e.into_inner());
+            for i in items {
+                d.push(i);
+                any = true;
+            }
+        }
+        if any {
+            self.wake.notify_one();
+        }
+    }
+
+    /// What was settled since the last call.
+    pub(crate) fn take(&self) -> Vec<(Upstream, bool)> {
+        std::mem::take(&mut *self.done.lock().unwrap_or_else(|e| e.into_inner()))
+    }
 }
 
 enum Job {
@@ -93,6 +139,8 @@ enum Job {
         tag: Box<str>,
         event: Bytes,
         at_ns: u64,
+        /// The obligation the store settles once the event is committed.
+        upstream: Option<Upstream>,
     },
     Read {
         pull: Pull,
@@ -120,12 +168,22 @@ pub(crate) struct RouterStore {
     queue_bytes: u64,
     last_warning: Option<Instant>,
     thread: Option<std::thread::JoinHandle<()>>,
+    /// Obligations settled by the store thread (drained by the timers task).
+    pub settled: Arc<Settled>,
+    /// Why the last event with an upstream obligation was refused (the
+    /// queue was full): taken by the publishing connection to answer.
+    pub refused: Option<&'static str>,
 }
 
 impl RouterStore {
     /// Opens the database of `config` (if it names one) and starts the
     /// store thread.
-    pub(crate) fn open(config: &StoreConfig, now_ns: u64) -> Result<RouterStore, StoreError> {
+    /// `wake` is the router's timers task's (it drains [`Settled`]).
+    pub(crate) fn open(
+        config: &StoreConfig,
+        now_ns: u64,
+        wake: Arc<tokio::sync::Notify>,
+    ) -> Result<RouterStore, StoreError> {
         let patterns = config
             .tags
             .iter()
@@ -134,6 +192,10 @@ impl RouterStore {
         let mut store = RouterStore {
             patterns,
             queue_bytes: config.queue_bytes,
+            settled: Arc::new(Settled {
+                done: Mutex::default(),
+                wake,
+            }),
             ..RouterStore::default()
         };
         let Some(path) = &config.path else {
@@ -142,7 +204,8 @@ impl RouterStore {
             }
             return Ok(store);
         };
-        let writer = Writer::open(path, config, store.counters.clone(), now_ns)?;
+        let mut writer = Writer::open(path, config, store.counters.clone(), now_ns)?;
+        writer.settled = store.settled.clone();
         let (tx, rx) = std::sync::mpsc::sync_channel(config.queue_length);
         let thread = std::thread::Builder::new()
             .name("tagwire-store".into())
@@ -209,10 +272,18 @@ pub(crate) fn layers_changed(st: &mut State) {
 }
 
 /// Queues a delivered event of a durable tag for the store (a flag test
-/// when no tag is durable).
-pub(crate) fn record(st: &mut State, event: &mut Outgoing, ev: &EventRef<'_>) {
+/// when no tag is durable). With an `upstream` obligation the event takes
+/// one more, which the store thread settles after its commit; `Err`: the
+/// queue is full and such an event must not be delivered (its obligation
+/// is failed here, and [`RouterStore::refused`] says why).
+pub(crate) fn record(
+    st: &mut State,
+    event: &mut Outgoing,
+    ev: &EventRef<'_>,
+    upstream: Option<Upstream>,
+) -> Result<(), &'static str> {
     if !st.store.enabled {
-        return;
+        return Ok(());
     }
     let durable = match st.store.cache.get(ev.tag) {
         Some(d) => *d,
@@ -227,7 +298,7 @@ pub(crate) fn record(st: &mut State, event: &mut Outgoing, ev: &EventRef<'_>) {
         }
     };
     if !durable {
-        return;
+        return Ok(());
     }
     let (bytes, _) = event.for_history();
     let len = bytes.len() as u64;
@@ -235,8 +306,35 @@ pub(crate) fn record(st: &mut State, event: &mut Outgoing, ev: &EventRef<'_>) {
         tag: Box::from(ev.tag),
         event: bytes,
         at_ns: crate::timing::now_ns(),
+        upstream,
     };
-    if let Err(why) = st.store.submit(job, len) {
+    let submitted = st.store.submit(job, len);
+    if upstream.is_some() && submitted.is_ok() {
+        st.fed.reliable.obligations += 1;
+    }
+    if let (Some(up), Err(why)) = (upstream, submitted) {
+        // Custody cannot be taken: refused back to the publisher (failed in
+        // its acknowledgement) rather than delivered unstored.
+        let r = &mut st.fed.reliable;
+        r.obligations += 1;
+        r.completions.push((up, true));
+        st.store.refused = Some(why);
+        st.store.counters.refused.fetch_add(1, Ordering::Relaxed);
+        let now = Instant::now();
+        let s = &mut st.store;
+        if s.last_warning
+            .is_none_or(|t| now.duration_since(t) >= Duration::from_secs(1))
+        {
+            s.last_warning = Some(now);
+            tracing::warn!(
+                "an acknowledged event of durable tag {} is refused: {why} ({} refused so far)",
+                tagwire_proto::excerpt(ev.tag),
+                s.counters.refused.load(Ordering::Relaxed)
+            );
+        }
+        return Err(why);
+    }
+    if let Err(why) = submitted {
         st.store.counters.not_stored.fetch_add(1, Ordering::Relaxed);
         let now = Instant::now();
         let s = &mut st.store;
@@ -251,6 +349,7 @@ pub(crate) fn record(st: &mut State, event: &mut Outgoing, ev: &EventRef<'_>) {
             );
         }
     }
+    Ok(())
 }
 
 /// Hands a `Stored` pull (a replay) to the store thread, which answers on
@@ -300,8 +399,12 @@ pub(crate) fn totals(st: &State) -> Option<tagwire_proto::admin::StoreTotals> {
         evicted: get(&c.evicted),
         corrupt: get(&c.corrupt),
         commits: get(&c.commits),
+        refused: get(&c.refused),
     })
 }
+
+/// An event to write: its tag, bytes, time and obligation.
+type Write = (Box<str>, Bytes, u64, Option<Upstream>);
 
 /// The store thread's state: the database and each tag's records as the
 /// retention rule sees them.
@@ -317,6 +420,7 @@ struct Writer {
     unsynced: bool,
     counters: Arc<StoreCounters>,
     last_error_log: Option<Instant>,
+    settled: Arc<Settled>,
 }
 
 impl Writer {
@@ -350,6 +454,7 @@ impl Writer {
             unsynced: false,
             counters,
             last_error_log: None,
+            settled: Arc::default(),
         };
         w.load(now_ns).map_err(fail)?;
         tracing::info!(
@@ -468,14 +573,19 @@ impl Writer {
     /// Writes the batch's events (a read first commits what precedes it),
     /// then commits.
     fn handle(&mut self, batch: Vec<Job>, age_due: bool) -> Result<(), redb::Error> {
-        let mut writes: Vec<(Box<str>, Bytes, u64)> = Vec::new();
+        let mut writes: Vec<Write> = Vec::new();
         for job in batch {
             match job {
-                Job::Write { tag, event, at_ns } => {
+                Job::Write {
+                    tag,
+                    event,
+                    at_ns,
+                    upstream,
+                } => {
                     self.counters
                         .queued_bytes
                         .fetch_sub(event.len() as u64, Ordering::Relaxed);
-                    writes.push((tag, event, at_ns));
+                    writes.push((tag, event, at_ns, upstream));
                 }
                 Job::Read {
                     pull,
@@ -520,9 +630,30 @@ impl Writer {
         self.write(Vec::new(), false)
     }
 
+    /// One transaction ([`Writer::commit`]), then the obligations of its
+    /// events are settled: done once committed (synced with `fsync =
+    /// "batch"`), failed when not stored (`max_tags`, a write error).
+    fn write(&mut self, writes: Vec<Write>, age: bool) -> Result<(), redb::Error> {
+        let mut settle: Vec<(Upstream, bool)> = Vec::new();
+        let result = self.commit(writes, age, &mut settle);
+        if result.is_err() {
+            for s in &mut settle {
+                s.1 = true;
+            }
+        }
+        self.settled.push(settle);
+        result
+    }
+
     /// One transaction: the events, the retention rule, a commit synced
-    /// as `fsync` says.
-    fn write(&mut self, writes: Vec<(Box<str>, Bytes, u64)>, age: bool) -> Result<(), redb::Error> {
+    /// as `fsync` says. `settle` gets each event's obligation (failed if
+    /// it was not written).
+    fn commit(
+        &mut self,
+        writes: Vec<Write>,
+        age: bool,
+        settle: &mut Vec<(Upstream, bool)>,
+    ) -> Result<(), redb::Error> {
         // The age check commits only when a record is past its age: an
         // idle store does not sync every second.
         let now_ns = crate::timing::now_ns();
@@ -534,6 +665,7 @@ impl Writer {
         if writes.is_empty() && !age && !self.unsynced {
             return Ok(());
         }
+        settle.extend(writes.iter().filter_map(|w| w.3.map(|u| (u, false))));
         let mut txn = self.db.begin_write()?;
         let sync = match self.fsync {
             Fsync::Batch => true,
@@ -548,9 +680,14 @@ impl Writer {
         {
             let mut table = txn.open_table(EVENTS)?;
             let mut touched: Vec<Box<str>> = Vec::new();
-            for (tag, event, at_ns) in writes {
+            for (tag, event, at_ns, upstream) in writes {
                 if !self.tags.contains_key(&tag) && self.tags.len() >= self.max_tags {
                     self.counters.not_stored.fetch_add(1, Ordering::Relaxed);
+                    if let Some(u) = upstream {
+                        if let Some(s) = settle.iter_mut().find(|s| s.0 == u) {
+                            s.1 = true;
+                        }
+                    }
                     continue;
                 }
                 let pos = self.next_pos;

@@ -172,3 +172,74 @@ fn the_store_keeps_the_newest_events_of_a_tag_at_its_count_bound_with_fsync_inte
     let store = s.list().expect("list").store.expect("a store");
     assert_eq!((store.stored, store.evicted), (30, 20), "{store:?}");
 }
+
+/// Issue 25, store custody: a `durable` publisher floods a store whose
+/// queue holds 2 events. Each event is acknowledged only once the store
+/// committed it; what the full queue cannot take is refused (failed in the
+/// acknowledgement), never acknowledged unstored. So the store holds
+/// exactly the acknowledged events, each once.
+#[test]
+fn every_acknowledged_durable_event_is_in_the_store_when_its_queue_overflows() {
+    let dir = Dir::new("custody");
+    let mut cfg = RouterConfig {
+        tcp: "127.0.0.1:0".parse().ok(),
+        unix: None,
+        ..RouterConfig::default()
+    };
+    cfg.store.path = Some(dir.0.join("store.redb"));
+    cfg.store.tags = vec!["/c/**".into()];
+    cfg.store.queue_length = 2;
+    let h = Router::start(cfg).expect("router");
+    let s = Session::connect(&format!("tcp://{}", h.tcp_addr().expect("addr"))).expect("connect");
+    let p = s.declare_publisher("/c/pub").expect("publisher");
+    p.set_reliability(tagwire::Reliability::Durable);
+    const N: u64 = 3000;
+    for i in 1..=N {
+        p.publish("/c/x", i.to_string()).expect("publish");
+    }
+    s.wait_acknowledged(WAIT).expect("every event answered");
+    let acks = s.ack_stats();
+    assert_eq!(
+        acks.acknowledged + acks.failed,
+        N,
+        "each event is acknowledged or failed: {acks:?}"
+    );
+    let sub = s
+        .subscribe("/c/x")
+        .local_queue_length(100_000)
+        .replay_from(ReplayFrom::Start, Spacing::Fast)
+        .receiver()
+        .expect("subscribe with replay");
+    let mut got = Vec::new();
+    while (got.len() as u64) < acks.acknowledged {
+        match sub.recv_timeout(WAIT).expect("recv") {
+            Some(sample) => got.push(
+                std::str::from_utf8(&sample.payload())
+                    .ok()
+                    .and_then(|t| t.parse::<u64>().ok())
+                    .expect("a number"),
+            ),
+            None => panic!(
+                "only {} of the {} acknowledged events are in the store ({acks:?})",
+                got.len(),
+                acks.acknowledged
+            ),
+        }
+    }
+    // Nothing more: none stored that was not acknowledged.
+    assert!(sub
+        .recv_timeout(Duration::from_millis(300))
+        .expect("recv")
+        .is_none());
+    let mut unique = got.clone();
+    unique.sort_unstable();
+    unique.dedup();
+    assert_eq!(unique.len(), got.len(), "an event stored twice");
+    assert!(got.windows(2).all(|w| w[0] < w[1]), "stored out of order");
+    let store = s.list().expect("list").store.expect("a store");
+    assert_eq!(
+        (store.stored, store.refused),
+        (acks.acknowledged, acks.failed),
+        "{store:?} {acks:?}"
+    );
+}

@@ -141,20 +141,28 @@ pub fn run(server: Option<&str>, band: Option<&str>, tls: &TlsOptions, a: BenchA
     // suffix: unix, tcp, tls, udp, shm or embedded).
     let band_used = target.band_used()?;
     let transport = system.trim_start_matches("tagwire-").to_owned();
+    let reliability: tagwire::Reliability = a.reliability.parse().map_err(|e| {
+        format!(
+            "--reliability {:?}: {e} (best_effort, reliable, exactly_once, durable)",
+            a.reliability
+        )
+    })?;
     let duration = Duration::from_secs_f64(a.duration);
     let result = match a.mode {
         BenchMode::Av => unreachable!("handled above"),
         BenchMode::Throughput => {
-            let r = fan_out(&target, a.size, duration, 1)?;
+            let r = fan_out(&target, a.size, duration, 1, reliability)?;
             let rate = r.per_sub[0];
             serde_json::json!({
                 "system": system, "band": band_used, "transport": transport, "mode": "throughput", "size": a.size,
                 "msgs_per_sec": rate, "mb_per_sec": rate * a.size as f64 / 1e6,
                 "received": r.received[0], "sent": r.sent,
+                "reliability": a.reliability, "acknowledged": r.acks.acknowledged, "failed": r.acks.failed,
+                "acked_per_sec": r.acks.acknowledged as f64 / r.acked_secs.max(1e-9),
             })
         }
         BenchMode::Fanout => {
-            let r = fan_out(&target, a.size, duration, a.subscribers)?;
+            let r = fan_out(&target, a.size, duration, a.subscribers, reliability)?;
             let per_sub = r.per_sub.iter().sum::<f64>() / r.per_sub.len() as f64;
             serde_json::json!({
                 "system": system, "band": band_used, "transport": transport, "mode": "fanout", "size": a.size, "subscribers": a.subscribers,
@@ -272,6 +280,10 @@ impl Counter {
 
 struct FanResult {
     sent: u64,
+    /// The publisher's acknowledgements (acknowledged publishing).
+    acks: tagwire::AckStats,
+    /// From the first publish until every event was answered.
+    acked_secs: f64,
     received: Vec<u64>,
     per_sub: Vec<f64>,
 }
@@ -281,6 +293,7 @@ fn fan_out(
     size: usize,
     duration: Duration,
     subscribers: usize,
+    reliability: tagwire::Reliability,
 ) -> Result<FanResult, tagwire::Error> {
     let tag = format!("/bench/{}/data", std::process::id());
     let base = Instant::now();
@@ -304,6 +317,7 @@ fn fan_out(
     }
     let ps = target.session()?;
     let publisher = ps.declare_publisher(&format!("/bench/{}/pub", std::process::id()))?;
+    publisher.set_reliability(reliability);
     let payload = tagwire::Bytes::from(vec![0xabu8; size]);
     let start = Instant::now();
     let mut sent = 0u64;
@@ -315,6 +329,11 @@ fn fan_out(
         sent += 1;
     }
     ps.flush()?;
+    if reliability != tagwire::Reliability::BestEffort {
+        ps.wait_acknowledged(Duration::from_secs(60))?;
+    }
+    let acked_secs = start.elapsed().as_secs_f64();
+    let acks = ps.ack_stats();
     // Wait for the tail: until everything arrived or counts stop moving.
     let total = |cs: &[Arc<Counter>]| {
         cs.iter()
@@ -332,6 +351,8 @@ fn fan_out(
     }
     Ok(FanResult {
         sent,
+        acks,
+        acked_secs,
         received: counters
             .iter()
             .map(|c| c.count.load(Ordering::Relaxed))

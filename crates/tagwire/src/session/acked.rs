@@ -51,7 +51,9 @@ pub struct AckStats {
     pub acknowledged: u64,
     /// Events the daemon reported failed: it had custody but could route
     /// them nowhere (no path left to a daemon that wants them; lost,
-    /// logged).
+    /// logged), or its durable store's queue was full (refused: not
+    /// delivered, not stored; the session also gets a `QueueFull` refusal
+    /// naming the store).
     pub failed: u64,
     /// Events sent again after a reconnect (acknowledgement not received).
     pub resent: u64,
@@ -133,8 +135,8 @@ impl AckWindow {
                 if !released.failed.is_empty() {
                     self.stats.failed += released.failed.len() as u64;
                     tracing::warn!(
-                        "the daemon could not route {} acknowledged events anywhere (no path to the \
-                         daemons that want them): lost ({} so far)",
+                        "the daemon could not route or store {} acknowledged events (no path to the \
+                         daemons that want them, or its durable store's queue was full): lost ({} so far)",
                         released.failed.len(),
                         self.stats.failed
                     );

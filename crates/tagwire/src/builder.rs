@@ -72,6 +72,39 @@ pub(crate) struct ClientBand {
     pub cpus: Option<tagwire_router::priority::CpuList>,
 }
 
+impl ClientBand {
+    /// Runs the calling thread at the band's scheduling and on its CPUs, as
+    /// the router's lane does (TAO §4.2): the reader thread, and the UDP
+    /// pump threads that carry the band's datagrams. `what` names the
+    /// thread in the warning when the policy cannot be had.
+    pub(crate) fn apply_to_current_thread(&self, what: &str) {
+        use tagwire_router::priority::{apply_affinity, apply_sched, Applied};
+        match apply_sched(self.sched) {
+            Ok(Applied::FellBack { reason, got, .. }) => tracing::warn!(
+                "band {}: the {what} cannot run {} ({reason}); running {got}",
+                self.name,
+                self.sched
+            ),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(
+                "band {}: scheduling {} not applied: {e}",
+                self.name,
+                self.sched
+            ),
+        }
+        // On the band's CPUs too, so a real-time band's client work stays
+        // off the CPUs that carry bulk traffic.
+        if let Some(cpus) = &self.cpus {
+            if let Err(e) = apply_affinity(cpus) {
+                tracing::warn!(
+                    "band {}: the {what} cannot be pinned to CPUs {cpus} ({e})",
+                    self.name
+                );
+            }
+        }
+    }
+}
+
 impl std::fmt::Debug for Options {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Options")

@@ -30,7 +30,11 @@ pub(crate) enum Stream {
 impl Stream {
     /// Connects within `timeout`; a connect that runs out of time fails
     /// with `TimedOut` or `WouldBlock` (see `builder::is_timeout`).
-    pub(crate) fn connect(url: &ServerUrl, timeout: Duration) -> std::io::Result<Stream> {
+    pub(crate) fn connect(
+        url: &ServerUrl,
+        timeout: Duration,
+        band: Option<&crate::builder::ClientBand>,
+    ) -> std::io::Result<Stream> {
         let deadline = Instant::now() + timeout;
         match url {
             ServerUrl::Tcp(addr) => {
@@ -65,7 +69,7 @@ impl Stream {
                 Ok(Stream::Unix(s))
             }
             ServerUrl::Udp(addr) => {
-                let (s, status) = crate::udp::connect(addr, timeout)?;
+                let (s, status) = crate::udp::connect(addr, timeout, band.cloned())?;
                 Ok(Stream::Udp(s, status))
             }
             ServerUrl::Tls(_) => Err(std::io::Error::new(

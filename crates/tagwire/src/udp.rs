@@ -88,10 +88,12 @@ pub(crate) fn max_event_frame() -> usize {
 }
 
 /// Opens a session with the daemon at `addr` within `timeout`: the cookie
-/// exchange, then the pump threads. Returns the session's end of the pair.
+/// exchange, then the pump threads, which run at `band`'s scheduling (they
+/// carry its datagrams both ways). Returns the session's end of the pair.
 pub(crate) fn connect(
     addr: &str,
     timeout: Duration,
+    band: Option<crate::builder::ClientBand>,
 ) -> std::io::Result<(UnixStream, Arc<UdpStatus>)> {
     let deadline = Instant::now() + timeout;
     let target: SocketAddr = addr.to_socket_addrs()?.next().ok_or_else(|| {
@@ -134,12 +136,23 @@ pub(crate) fn connect(
         // so the daemon can count the loss per channel (`Gaps`).
         window: SeqWindow::tracking_gaps(),
     };
+    let band_up = band.clone();
     std::thread::Builder::new()
         .name("tagwire-udp-up".into())
-        .spawn(move || up.run())?;
+        .spawn(move || {
+            if let Some(b) = band_up {
+                b.apply_to_current_thread("UDP sending thread");
+            }
+            up.run()
+        })?;
     std::thread::Builder::new()
         .name("tagwire-udp-down".into())
-        .spawn(move || down.run())?;
+        .spawn(move || {
+            if let Some(b) = band {
+                b.apply_to_current_thread("UDP receiving thread");
+            }
+            down.run()
+        })?;
     Ok((ours, status))
 }
 

@@ -678,3 +678,58 @@ fn a_reliable_tag_over_a_lossy_udp_link_loses_nothing_and_best_effort_does() {
     );
     assert!(retransmitted > 0, "the lost ones were sent again");
 }
+
+/// (scheduling policy, real-time priority) of this process's threads named
+/// `name`, from `/proc/self/task/*/stat` (fields 41 and 40).
+fn threads_sched(name: &str) -> Vec<(u32, u32)> {
+    // The kernel keeps 15 bytes of a thread's name.
+    let name = &name[..name.len().min(15)];
+    let mut out = Vec::new();
+    for task in std::fs::read_dir("/proc/self/task").expect("/proc/self/task") {
+        let dir = task.expect("task").path();
+        let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        if comm.trim_end() != name {
+            continue;
+        }
+        let Ok(stat) = std::fs::read_to_string(dir.join("stat")) else {
+            continue; // the thread ended meanwhile
+        };
+        // Fields after the command's closing parenthesis start at field 3.
+        let rest: Vec<&str> = stat[stat.rfind(')').expect("stat") + 2..]
+            .split(' ')
+            .collect();
+        let field = |n: usize| rest[n - 3].parse::<u32>().expect("a number");
+        out.push((field(41), field(40)));
+    }
+    out
+}
+
+#[test]
+fn a_band_sessions_udp_pump_threads_run_at_the_bands_scheduling() {
+    let h = router();
+    let session = session(&udp_url(&h));
+    let critical = session.on_band("critical").expect("critical band over udp");
+    // The band session is connected: publish through it so it is in use.
+    critical
+        .declare_publisher("/udp/sched")
+        .expect("publisher")
+        .publish("/udp/sched", "x")
+        .expect("publish");
+    critical.flush().expect("flush");
+    for name in ["tagwire-udp-up", "tagwire-udp-down"] {
+        let threads = threads_sched(name);
+        // One pair for the default band's session, one for critical's.
+        assert!(threads.len() >= 2, "{name}: {threads:?}");
+        let fifo20 = threads.iter().filter(|&&t| t == (1, 20)).count();
+        if rustix::process::geteuid().is_root() {
+            assert_eq!(
+                fifo20, 1,
+                "{name}: critical's pump runs fifo:20: {threads:?}"
+            );
+        } else {
+            // Without the right to a real-time policy: never one (the
+            // documented fallback is a favoured nice).
+            assert_eq!(fifo20, 0, "{name}: {threads:?}");
+        }
+    }
+}

@@ -20,7 +20,7 @@ impl Inner {
     /// Connects to the daemon in use, else to the others in turn; the
     /// first that answers becomes the one in use. The error is the last
     /// daemon's.
-    fn connect_any(&self, band: Option<&str>) -> Result<Stream> {
+    fn connect_any(&self, band: Option<&crate::builder::ClientBand>) -> Result<Stream> {
         let n = self.targets.len();
         let first = self.current.load(Ordering::Relaxed) % n;
         let mut last = None;
@@ -113,7 +113,7 @@ pub(super) fn connect(inner: &Inner) -> Result<(Stream, BytesMut)> {
     // The handshake deadline counts from before the socket's connect.
     let started = inner.now();
     let band = inner.options.band.as_ref();
-    let mut s = inner.connect_any(band.map(|b| b.name.as_str()))?;
+    let mut s = inner.connect_any(band)?;
     if let Some(b) = band {
         // The router marks its side; we mark ours (TCP only: a Unix socket
         // has no IP header, and TLS runs over its own socket in the pump).

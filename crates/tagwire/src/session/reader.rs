@@ -150,25 +150,7 @@ pub(super) fn reader_main(inner: Arc<Inner>, mut stream: Stream, mut leftover: B
     if let Some(b) = &inner.options.band {
         // Deliveries of this band (and its subscribers' callbacks) run at
         // the band's priority, as in the router's lane (TAO §4.2).
-        match tagwire_router::priority::apply_sched(b.sched) {
-            Ok(tagwire_router::priority::Applied::FellBack { reason, got, .. }) => tracing::warn!(
-                "band {}: the reader thread cannot run {} ({reason}); running {got}",
-                b.name,
-                b.sched
-            ),
-            Ok(_) => {}
-            Err(e) => tracing::warn!("band {}: scheduling {} not applied: {e}", b.name, b.sched),
-        }
-        // On the band's CPUs too, so a real-time band's client work stays
-        // off the CPUs that carry bulk traffic.
-        if let Some(cpus) = &b.cpus {
-            if let Err(e) = tagwire_router::priority::apply_affinity(cpus) {
-                tracing::warn!(
-                    "band {}: the reader thread cannot be pinned to CPUs {cpus} ({e})",
-                    b.name
-                );
-            }
-        }
+        b.apply_to_current_thread("reader thread");
     }
     let mut backoff = BACKOFF_MIN;
     // Per acknowledged subscription, what it was delivered, across

@@ -33,9 +33,13 @@ impl Target {
         })
     }
 
-    pub(super) fn connect(&self, timeout: Duration, band: Option<&str>) -> Result<Stream> {
+    pub(super) fn connect(
+        &self,
+        timeout: Duration,
+        band: Option<&crate::builder::ClientBand>,
+    ) -> Result<Stream> {
         match self {
-            Target::Url(url) => Stream::connect(url, timeout).map_err(|source| {
+            Target::Url(url) => Stream::connect(url, timeout, band).map_err(|source| {
                 if is_timeout(&source) {
                     Error::ConnectTimeout {
                         url: url.to_string(),
@@ -49,7 +53,7 @@ impl Target {
                 }
             }),
             Target::Embedded(r) => Ok(Stream::Unix(match band {
-                Some(b) => r.connect_in_process_on(b)?,
+                Some(b) => r.connect_in_process_on(&b.name)?,
                 None => r.connect_in_process()?,
             })),
             Target::Tls(addr, connector) => {

@@ -9,90 +9,18 @@
 //! be sent again). A best-effort publisher through the same faults shows
 //! the loss.
 
-use std::io::{Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicU8, Ordering};
+#[path = "common/proxy.rs"]
+mod proxy;
+
+use std::io::Write;
+use std::net::{Shutdown, TcpStream};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tagwire::router::{Router, RouterConfig, RouterHandle};
+use proxy::{router, token, Proxy, DROP_DOWN, DROP_UP};
 use tagwire::{Error, Reliability, Session};
 
 const WAIT: Duration = Duration::from_secs(20);
-
-/// What the proxy does with the bytes of its current connections.
-const PASS: u8 = 0;
-/// Swallows what the daemon sends (acknowledgements).
-const DROP_DOWN: u8 = 1;
-/// Swallows what the publisher sends (events).
-const DROP_UP: u8 = 2;
-
-/// A TCP proxy that can swallow one direction and cut its connections;
-/// `v3_only`: it answers a version-4 `Hello` as a daemon of before
-/// acknowledged publishing does (`UnsupportedVersion`, then close).
-struct Proxy {
-    addr: String,
-    mode: Arc<AtomicU8>,
-    conns: Arc<Mutex<Vec<(TcpStream, TcpStream)>>>,
-}
-
-impl Proxy {
-    fn start(upstream: String) -> Proxy {
-        Proxy::start_as(upstream, false)
-    }
-
-    fn start_as(upstream: String, v3_only: bool) -> Proxy {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind proxy");
-        let addr = listener.local_addr().expect("proxy addr").to_string();
-        let mode = Arc::new(AtomicU8::new(PASS));
-        let conns: Arc<Mutex<Vec<(TcpStream, TcpStream)>>> = Arc::default();
-        let (m, c) = (mode.clone(), conns.clone());
-        std::thread::spawn(move || {
-            for client in listener.incoming() {
-                let Ok(mut client) = client else { return };
-                if v3_only && !passes_as_version_3(&mut client) {
-                    continue;
-                }
-                let Ok(server) = TcpStream::connect(&upstream) else {
-                    continue;
-                };
-                let _ = client.set_nodelay(true);
-                let _ = server.set_nodelay(true);
-                let (c1, s1) = (
-                    client.try_clone().expect("clone"),
-                    server.try_clone().expect("clone"),
-                );
-                c.lock().expect("conns").push((c1, s1));
-                let (c2, s2) = (
-                    client.try_clone().expect("clone"),
-                    server.try_clone().expect("clone"),
-                );
-                let (mu, md) = (m.clone(), m.clone());
-                std::thread::spawn(move || pump(client, server, mu, DROP_UP));
-                std::thread::spawn(move || pump(s2, c2, md, DROP_DOWN));
-            }
-        });
-        Proxy { addr, mode, conns }
-    }
-
-    fn url(&self) -> String {
-        format!("tcp://{}", self.addr)
-    }
-
-    fn set(&self, mode: u8) {
-        self.mode.store(mode, Ordering::SeqCst);
-    }
-
-    /// Cuts every connection now; new ones pass everything.
-    fn cut(&self) {
-        let mut conns = self.conns.lock().expect("conns");
-        self.set(PASS);
-        for (c, s) in conns.drain(..) {
-            let _ = c.shutdown(Shutdown::Both);
-            let _ = s.shutdown(Shutdown::Both);
-        }
-    }
-}
 
 /// Reads the client's `Hello`: version 4 gets `UnsupportedVersion` and
 /// the connection closes (false); another is passed on to a new upstream
@@ -123,44 +51,6 @@ fn passes_as_version_3(client: &mut TcpStream) -> bool {
         return false;
     }
     true
-}
-
-fn pump(mut from: TcpStream, mut to: TcpStream, mode: Arc<AtomicU8>, swallow: u8) {
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        let n = match from.read(&mut buf) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
-        };
-        if mode.load(Ordering::SeqCst) == swallow {
-            continue;
-        }
-        if to.write_all(&buf[..n]).is_err() {
-            break;
-        }
-    }
-    let _ = to.shutdown(Shutdown::Write);
-}
-
-/// The daemon's local token (the proxy's port has none of its own).
-fn token(url: &str) -> String {
-    let port: u16 = url
-        .rsplit_once(':')
-        .and_then(|(_, p)| p.parse().ok())
-        .expect("port in the router's url");
-    tagwire::router::local::read_token(&tagwire::router::local::token_path(port))
-        .expect("the router's local token")
-}
-
-fn router() -> (RouterHandle, String) {
-    let cfg = RouterConfig {
-        tcp: "127.0.0.1:0".parse().ok(),
-        unix: None,
-        ..RouterConfig::default()
-    };
-    let h = Router::start(cfg).expect("start router");
-    let url = format!("tcp://{}", h.tcp_addr().expect("tcp addr"));
-    (h, url)
 }
 
 /// Collects the payloads (as numbers) a subscription on `tag` gets.
@@ -358,7 +248,10 @@ fn a_full_window_makes_the_publish_wait_then_fail_naming_the_bound() {
 #[test]
 fn a_daemon_of_version_3_gets_a_reliable_publishers_events_best_effort() {
     let (_h, url) = router();
-    let proxy = Proxy::start_as(url.trim_start_matches("tcp://").to_owned(), true);
+    let proxy = Proxy::start_gated(
+        url.trim_start_matches("tcp://").to_owned(),
+        passes_as_version_3,
+    );
     let (_sub, got) = collector(&url, "/v3/x");
     let s = Session::builder()
         .token(token(&url))

@@ -9,115 +9,16 @@
 //! library drops what it had already taken); a `best_effort` one through
 //! the same faults loses the 1,000 swallowed events.
 
-use std::io::{Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+#[path = "common/proxy.rs"]
+mod proxy;
+
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tagwire::router::{Router, RouterConfig, RouterHandle};
+use proxy::{router, token, Proxy, DROP_DOWN};
 use tagwire::Session;
 
 const WAIT: Duration = Duration::from_secs(20);
-
-/// A TCP proxy that can swallow what the daemon sends and cut its
-/// connections.
-struct Proxy {
-    addr: String,
-    swallow_down: Arc<AtomicBool>,
-    conns: Arc<Mutex<Vec<(TcpStream, TcpStream)>>>,
-}
-
-impl Proxy {
-    fn start(upstream: String) -> Proxy {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind proxy");
-        let addr = listener.local_addr().expect("proxy addr").to_string();
-        let swallow_down = Arc::new(AtomicBool::new(false));
-        let conns: Arc<Mutex<Vec<(TcpStream, TcpStream)>>> = Arc::default();
-        let (m, c) = (swallow_down.clone(), conns.clone());
-        std::thread::spawn(move || {
-            for client in listener.incoming() {
-                let Ok(client) = client else { return };
-                let Ok(server) = TcpStream::connect(&upstream) else {
-                    continue;
-                };
-                let _ = client.set_nodelay(true);
-                let _ = server.set_nodelay(true);
-                let clone = |s: &TcpStream| s.try_clone().expect("clone");
-                c.lock()
-                    .expect("conns")
-                    .push((clone(&client), clone(&server)));
-                let (c2, s2) = (clone(&client), clone(&server));
-                let never = Arc::new(AtomicBool::new(false));
-                let down = m.clone();
-                std::thread::spawn(move || pump(client, server, never));
-                std::thread::spawn(move || pump(s2, c2, down));
-            }
-        });
-        Proxy {
-            addr,
-            swallow_down,
-            conns,
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("tcp://{}", self.addr)
-    }
-
-    /// Swallows what the daemon sends from now until the next cut.
-    fn swallow_down(&self) {
-        self.swallow_down.store(true, Ordering::SeqCst);
-    }
-
-    /// Cuts every connection now; new ones pass everything.
-    fn cut(&self) {
-        let mut conns = self.conns.lock().expect("conns");
-        for (c, s) in conns.drain(..) {
-            let _ = c.shutdown(Shutdown::Both);
-            let _ = s.shutdown(Shutdown::Both);
-        }
-        self.swallow_down.store(false, Ordering::SeqCst);
-    }
-}
-
-fn pump(mut from: TcpStream, mut to: TcpStream, swallow: Arc<AtomicBool>) {
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        let n = match from.read(&mut buf) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
-        };
-        if swallow.load(Ordering::SeqCst) {
-            continue;
-        }
-        if to.write_all(&buf[..n]).is_err() {
-            break;
-        }
-    }
-    let _ = to.shutdown(Shutdown::Write);
-}
-
-/// The daemon's local token (the proxy's port has none of its own).
-fn token(url: &str) -> String {
-    let port: u16 = url
-        .rsplit_once(':')
-        .and_then(|(_, p)| p.parse().ok())
-        .expect("port in the router's url");
-    tagwire::router::local::read_token(&tagwire::router::local::token_path(port))
-        .expect("the router's local token")
-}
-
-fn router() -> (RouterHandle, String) {
-    let cfg = RouterConfig {
-        tcp: "127.0.0.1:0".parse().ok(),
-        unix: None,
-        ..RouterConfig::default()
-    };
-    let h = Router::start(cfg).expect("start router");
-    let url = format!("tcp://{}", h.tcp_addr().expect("tcp addr"));
-    (h, url)
-}
 
 fn wait_until(what: &str, f: impl Fn() -> bool) {
     let deadline = Instant::now() + WAIT;
@@ -185,7 +86,7 @@ fn run_faults(reliability: &str) -> (Vec<u64>, Session) {
     for (round, range) in [(1, 501..=1000), (2, 1001..=1500)] {
         let (written, _) = listed(&publisher).expect("listed");
         // The daemon writes these; the subscriber never reads them.
-        proxy.swallow_down();
+        proxy.set(DROP_DOWN);
         publish(range);
         wait_until("the daemon to write the swallowed events", || {
             listed(&publisher).is_some_and(|(d, _)| d >= written + 500)

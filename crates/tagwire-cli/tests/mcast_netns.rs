@@ -231,20 +231,7 @@ fn a_group_delivers_each_event_once_counts_loss_and_drops_forgeries() {
         count(&group(&lan, 1), "bad") >= 4
     });
     // Now 1 in 10 of the group's datagrams host 2 receives is dropped.
-    for rule in [
-        "add table inet mloss",
-        "add chain inet mloss in { type filter hook input priority 0 ; }",
-        "add rule inet mloss in udp dport 7800 numgen random mod 10 0 counter drop",
-    ] {
-        let mut c = Command::new(&nft);
-        c.args(rule.split(' '));
-        let out = lan.exec(2, &c).output().expect("nft");
-        assert!(
-            out.status.success(),
-            "nft {rule}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    lan.drop_one_in_ten(2, &nft, "mloss", "udp dport 7800");
     let out = lan
         .exec(
             0,

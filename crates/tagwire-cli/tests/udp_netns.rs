@@ -135,20 +135,7 @@ admin = true
         std::thread::sleep(Duration::from_millis(100));
     }
     // Now 1 in 10 UDP datagrams host 1 receives is dropped.
-    for rule in [
-        "add table inet loss",
-        "add chain inet loss in { type filter hook input priority 0 ; }",
-        "add rule inet loss in meta l4proto udp numgen random mod 10 0 counter drop",
-    ] {
-        let mut c = Command::new(&nft);
-        c.args(rule.split(' '));
-        let out = lan.exec(1, &c).output().expect("nft");
-        assert!(
-            out.status.success(),
-            "nft {rule}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    lan.drop_one_in_ten(1, &nft, "loss", "meta l4proto udp");
     // The publisher on host 3, over UDP, 400 events at 200/s.
     let out = lan
         .exec(

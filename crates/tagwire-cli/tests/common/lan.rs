@@ -7,6 +7,7 @@
 //! names start `twtb-` so that `scripts/netns.sh down --all` removes
 //! what a killed test left.
 
+use std::path::Path;
 use std::process::Command;
 
 /// The segment and its host namespaces.
@@ -93,6 +94,27 @@ impl Lan {
             };
         }
         c
+    }
+
+    /// Drops 1 in 10 of the packets host `i` receives that `matching`
+    /// selects (an nft match, e.g. `meta l4proto udp`), with the `nft` at
+    /// `nft`; the rules live in table `table` of the host's namespace (gone
+    /// with it).
+    pub fn drop_one_in_ten(&self, i: usize, nft: &Path, table: &str, matching: &str) {
+        for rule in [
+            format!("add table inet {table}"),
+            format!("add chain inet {table} in {{ type filter hook input priority 0 ; }}"),
+            format!("add rule inet {table} in {matching} numgen random mod 10 0 counter drop"),
+        ] {
+            let mut c = Command::new(nft);
+            c.args(rule.split(' '));
+            let out = self.exec(i, &c).output().expect("nft");
+            assert!(
+                out.status.success(),
+                "nft {rule}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
     }
 }
 

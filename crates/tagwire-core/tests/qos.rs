@@ -114,6 +114,20 @@ fn value(p: Property) -> BoxedStrategy<String> {
                 .prop_map(|(d, l)| format!("tds:{d}ms{l}")),
         ]
         .boxed(),
+        Property::Compression => prop_oneof![
+            Just("none".to_owned()),
+            (
+                pick(&["lz4", "zstd"]),
+                0u32..=1 << 20,
+                pick(&["", "B", "KiB"])
+            )
+                .prop_map(|(c, m, u)| match u.as_str() {
+                    "KiB" => format!("{c}:{}KiB", m >> 10),
+                    "" if m % 2 == 0 => c,
+                    _ => format!("{c}:{m}{u}"),
+                }),
+        ]
+        .boxed(),
         _ => unreachable!("the test knows every property"),
     }
 }

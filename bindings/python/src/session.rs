@@ -364,9 +364,12 @@ impl PySession {
     /// `callback` a `CallbackSubscription` that calls it with each sample.
     /// `qos` sets channel QoS properties by name, as users type them
     /// (`{"priority": "high", "max_queue_length": 100}`); a bad name or
-    /// value raises `BadRequest` naming it.
+    /// value raises `BadRequest` naming it. `playout` (`"tds:100ms"`,
+    /// `"tds:100ms:drop"`) runs the time-differential service in this
+    /// process: events are handed over in source-time order, keeping their
+    /// original spacing after the playout delay (docs/time.md).
     #[pyo3(signature = (pattern, callback=None, *, endpoint=None, max_queue_length=None,
-        local_queue_length=None, discard=None, filter=None, map=None, qos=None))]
+        local_queue_length=None, discard=None, filter=None, map=None, qos=None, playout=None))]
     #[allow(clippy::too_many_arguments)]
     fn subscribe(
         &self,
@@ -380,9 +383,16 @@ impl PySession {
         filter: Option<&str>,
         map: Option<&str>,
         qos: Option<&Bound<'_, PyDict>>,
+        playout: Option<&str>,
     ) -> PyResult<Py<PyAny>> {
         let s = self.get(py)?;
         let mut b = s.subscribe(pattern);
+        if let Some(p) = playout {
+            let cfg = p
+                .parse::<tagwire::PlayoutConfig>()
+                .map_err(|e| invalid(py, format!("playout: {e}")))?;
+            b = b.playout(cfg);
+        }
         if let Some(e) = endpoint {
             b = b.endpoint(e);
         }

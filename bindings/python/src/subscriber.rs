@@ -22,6 +22,7 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
 use pyo3::prelude::*;
+use pyo3::types::PyDict;
 
 use crate::error::to_py;
 use crate::sample::PySample;
@@ -181,6 +182,30 @@ impl PySubscriber {
     #[getter]
     fn dropped(&self) -> u64 {
         self.get().map_or(0, |s| s.dropped())
+    }
+
+    /// What this subscription's client-side playout did (`subscribe(...,
+    /// playout="tds:…")`): a dict of `held`, `released`, `late`,
+    /// `late_dropped`, `forced`, `overflowed`, `reanchored` and the RFC 3550
+    /// jitter at its input and output (`input_jitter_ns`,
+    /// `output_jitter_ns`); `None` without a playout.
+    #[getter]
+    fn playout_stats<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let Some(st) = self.get().and_then(|s| s.playout_stats()) else {
+            return Ok(None);
+        };
+        let d = PyDict::new(py);
+        let c = st.counters;
+        d.set_item("held", st.held)?;
+        d.set_item("released", c.released)?;
+        d.set_item("late", c.late)?;
+        d.set_item("late_dropped", c.late_dropped)?;
+        d.set_item("forced", c.forced)?;
+        d.set_item("overflowed", c.overflowed)?;
+        d.set_item("reanchored", c.reanchored)?;
+        d.set_item("input_jitter_ns", st.input_jitter_ns)?;
+        d.set_item("output_jitter_ns", st.output_jitter_ns)?;
+        Ok(Some(d))
     }
 
     /// Unsubscribes; a blocked `recv` or `async for` ends; once it returns,

@@ -7,12 +7,17 @@
 # and the TDS's CPU per stream. Prints the table for BENCHMARKS.md ("Time
 # services"). No root needed.
 #
-#   scripts/tds.sh [SECONDS] [FIG]   (default 20 s per run; FIG all|16|19|20)
+#   scripts/tds.sh [SECONDS] [FIG] [OPTIONS…]   (default 20 s per run; FIG all|16|19|20)
+#
+# OPTIONS go to narada_tds: --client-playout (the TDS in the subscribing
+# client instead of the daemon), --sched fifo:N (the TDS channel's lane
+# real-time), --warmup N (events left out, default 100).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS=${1:-20}
 FIG=${2:-all}
+shift $(($# < 2 ? $# : 2))
 cargo build --release -q --manifest-path experiments/Cargo.toml --bin narada_tds
-"${CARGO_TARGET_DIR:-experiments/target}/release/narada_tds" --seconds "$SECS" --fig "$FIG"
+"${CARGO_TARGET_DIR:-experiments/target}/release/narada_tds" --seconds "$SECS" --fig "$FIG" "$@"
 echo
-echo "command: scripts/tds.sh $SECS $FIG; $(nproc) CPUs; load $(cut -d' ' -f1-3 /proc/loadavg); $(date -u +%Y-%m-%dT%H:%MZ); git $(git rev-parse --short HEAD)"
+echo "command: scripts/tds.sh $SECS $FIG $*; $(nproc) CPUs; load $(cut -d' ' -f1-3 /proc/loadavg); $(date -u +%Y-%m-%dT%H:%MZ); git $(git rev-parse --short HEAD)"

@@ -13,7 +13,9 @@
 //! `--warmup` events left out (Narada left out the first few, the media
 //! player's start-up). CPU: this process's CPU time (utime + stime) during
 //! the run with the TDS subscriber, minus the same run with a plain second
-//! subscriber: the TDS's own cost per stream.
+//! subscriber: the TDS's own cost per stream. `--client-playout` runs the
+//! TDS in the subscribing client instead (the library's `.playout(cfg)`),
+//! so the last hop's jitter is removed too.
 //!
 //! ```text
 //! cargo run --release --manifest-path experiments/Cargo.toml --bin narada_tds -- --seconds 20
@@ -162,13 +164,18 @@ fn run(
         .receiver()
         .unwrap_or_else(|e| panic!("subscribe: {e}"));
     let mut second = subs.subscribe("/tds/**");
-    if let Some(p) = playout {
+    if let Some(p) = playout.filter(|_| std::env::args().any(|a| a == "--client-playout")) {
+        // `--client-playout`: the TDS runs in this client (the library's
+        // `.playout(cfg)`), after the last hop, instead of in the daemon.
+        let cfg: tagwire::PlayoutConfig = p.parse().unwrap_or_else(|e| panic!("{p}: {e}"));
+        second = second.playout(cfg);
+    } else if let Some(p) = playout {
         second = second.qos("playout", p);
-        // `--sched fifo:N`: the lane that serves the TDS subscription's
-        // connection (the writer that releases) runs real-time.
-        if let Some(sched) = arg("--sched") {
-            second = second.qos("sched", &sched);
-        }
+    }
+    // `--sched fifo:N`: the lane that serves the TDS subscription's
+    // connection (the writer that releases) runs real-time.
+    if let Some(sched) = arg("--sched").filter(|_| playout.is_some()) {
+        second = second.qos("sched", &sched);
     }
     let second = second
         .receiver()

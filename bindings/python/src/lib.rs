@@ -51,6 +51,18 @@ pub(crate) fn close_last<T: Send + Sync>(
 }
 
 /// The native module.
+/// A dict of named counters, as the stats getters return them.
+pub(crate) fn counters<'py>(
+    py: Python<'py>,
+    items: &[(&str, u64)],
+) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+    let d = pyo3::types::PyDict::new(py);
+    for (k, v) in items {
+        d.set_item(k, v)?;
+    }
+    Ok(d)
+}
+
 #[pymodule]
 fn _tagwire(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<session::PySession>()?;

@@ -587,14 +587,17 @@ impl PySession {
     /// What this session's shared-memory path did so far.
     fn shm_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let st = self.get(py)?.shm_stats();
-        let d = PyDict::new(py);
-        d.set_item("published", st.published)?;
-        d.set_item("published_socket", st.published_socket)?;
-        d.set_item("in_place", st.in_place)?;
-        d.set_item("expired", st.expired)?;
-        d.set_item("unreadable", st.unreadable)?;
-        d.set_item("unsent", st.unsent)?;
-        Ok(d)
+        crate::counters(
+            py,
+            &[
+                ("published", st.published),
+                ("published_socket", st.published_socket),
+                ("in_place", st.in_place),
+                ("expired", st.expired),
+                ("unreadable", st.unreadable),
+                ("unsent", st.unsent),
+            ],
+        )
     }
 
     /// Lets go of this handle; the connection closes once the publishers

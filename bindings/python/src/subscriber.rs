@@ -194,18 +194,22 @@ impl PySubscriber {
         let Some(st) = self.get().and_then(|s| s.playout_stats()) else {
             return Ok(None);
         };
-        let d = PyDict::new(py);
         let c = st.counters;
-        d.set_item("held", st.held)?;
-        d.set_item("released", c.released)?;
-        d.set_item("late", c.late)?;
-        d.set_item("late_dropped", c.late_dropped)?;
-        d.set_item("forced", c.forced)?;
-        d.set_item("overflowed", c.overflowed)?;
-        d.set_item("reanchored", c.reanchored)?;
-        d.set_item("input_jitter_ns", st.input_jitter_ns)?;
-        d.set_item("output_jitter_ns", st.output_jitter_ns)?;
-        Ok(Some(d))
+        crate::counters(
+            py,
+            &[
+                ("held", st.held as u64),
+                ("released", c.released),
+                ("late", c.late),
+                ("late_dropped", c.late_dropped),
+                ("forced", c.forced),
+                ("overflowed", c.overflowed),
+                ("reanchored", c.reanchored),
+                ("input_jitter_ns", st.input_jitter_ns),
+                ("output_jitter_ns", st.output_jitter_ns),
+            ],
+        )
+        .map(Some)
     }
 
     /// Unsubscribes; a blocked `recv` or `async for` ends; once it returns,

@@ -4,6 +4,7 @@
 #
 #   scripts/abuse.sh [ATTACK ...]     (default: all attacks, in order)
 #   ABUSE_ADDR=127.0.0.1:7790 scripts/abuse.sh   (another port; default 7782)
+#   ABUSE_PROFILE=debug scripts/abuse.sh udp-flood   (debug builds)
 #
 # Starts a release `tagwired` on $ABUSE_ADDR (TCP, and a Unix socket in a
 # temporary directory for the shared-memory attacks) with a temporary
@@ -37,10 +38,17 @@ addr="${ABUSE_ADDR:-127.0.0.1:7782}"
 # The UDP listener (udp-flood); UDP ports are their own space.
 udp="${ABUSE_UDP_ADDR:-127.0.0.1:7782}"
 cd "$root"
-cargo build --release --quiet --bin tagwired --bin tagwire -p tagwire-cli
-cargo build --release --quiet --manifest-path experiments/Cargo.toml --bin abuse
-bin="${CARGO_TARGET_DIR:-$root/target}/release"
-abuse="${CARGO_TARGET_DIR:-$root/experiments/target}/release/abuse"
+# ABUSE_PROFILE=debug: debug builds (quicker to build on a busy machine; a
+# slower daemon, so compare ratios, not absolute times, with release runs).
+if [[ ${ABUSE_PROFILE:-release} == debug ]]; then
+    profile_flag=() profile_dir=debug
+else
+    profile_flag=(--release) profile_dir=release
+fi
+cargo build "${profile_flag[@]}" --quiet --bin tagwired --bin tagwire -p tagwire-cli
+cargo build "${profile_flag[@]}" --quiet --manifest-path experiments/Cargo.toml --bin abuse
+bin="${CARGO_TARGET_DIR:-$root/target}/$profile_dir"
+abuse="${CARGO_TARGET_DIR:-$root/experiments/target}/$profile_dir/abuse"
 ulimit -n 16384 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 
 tmp="$(mktemp -d)"
@@ -153,8 +161,11 @@ run() {
     local name="$1" what="$2"
     local fn="attack_${name//-/_}"
     local base idle_lat during_lat peak after limit verdict log_before log_after
+    # The healthy client: over UDP beside the UDP flood, else over TCP.
+    local healthy=(--server "$addr")
+    [[ $name == udp-flood ]] && healthy+=(--udp "$udp")
     base="$(settled_rss)"
-    idle_lat="$("$abuse" ping --server "$addr" --count 200 --interval-ms 5)"
+    idle_lat="$("$abuse" ping "${healthy[@]}" --count 200 --interval-ms 5)"
     log_before="$(wc -c <"$tmp/daemon.log")"
     rm -f "$tmp/stop" "$tmp/peak" "$tmp/done"
     sample_peak &
@@ -167,7 +178,7 @@ run() {
     ) &
     local attacker=$!
     sleep 0.5
-    during_lat="$("$abuse" ping --server "$addr" --count 200 --interval-ms 5 --until "$tmp/done" || echo "- - -")"
+    during_lat="$("$abuse" ping "${healthy[@]}" --count 200 --interval-ms 5 --until "$tmp/done" || echo "- - -")"
     wait "$attacker" || { echo "abuse: $name: the attacker failed: $(cat "$tmp/attack.out")" >&2; status=1; }
     grep -q FAIL "$tmp/attack.out" && status=1
     touch "$tmp/stop"
@@ -217,7 +228,7 @@ main() {
             big-frames) run big-frames "64 connections announce 16 MiB frames and send all but the last byte" ;;
             idle) run idle "4,096 sockets that never say Hello" ;;
             malformed) run malformed "one connection sends 1M frames of an unknown type" ;;
-            udp-flood) run udp-flood "200,000 garbage datagrams, 30,000 short/full/forged-cookie Opens, then 2,048 cookie-proven sessions against max_sessions 1024 (issue 27)" ;;
+            udp-flood) run udp-flood "200,000 garbage datagrams at line rate (Resets to unknown sessions allowed), 30,000 short/full/forged-cookie Opens, then 2,048 cookie-proven sessions against max_sessions 1024; the healthy client pings over UDP (issue 27)" ;;
             regex) run regex "one subscription of 16 filters × 4 regexes [a-z]{N}, N as large as accepted; events with a 44 KB and a 1 KiB string field, 200/s for 3 s" ;;
             filter-cost) run filter-cost "4 subscriptions of 16 filters × 4 cache-hostile regexes and one of 16 × 128 \$.s ~ \$.t; events with two 1 KiB fields, 50/s for 3 s (issue 24, item 9)" ;;
             endpoint-fill) run endpoint-fill "token:mallory opens connections and declares endpoints until LimitReached; the owner must still be served" ;;

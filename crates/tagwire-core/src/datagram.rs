@@ -16,9 +16,12 @@
 //! assert_eq!((w.report().lost, w.report().reordered), (0, 1));
 //! ```
 
-use bytes::{Buf, BufMut, BytesMut};
+use std::collections::{BTreeMap, VecDeque};
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 use tagwire_proto::datagram::{
-    DatagramKind, Gaps, Header, Report, SeqRange, HEADER_LEN, MAX_GAP_RANGES,
+    DataAck, DatagramKind, Gaps, Header, Report, SeqRange, HEADER_LEN, MAX_ACK_RANGES,
+    MAX_GAP_RANGES,
 };
 
 /// How many sequence numbers behind the highest one a late datagram may
@@ -207,6 +210,7 @@ impl SeqWindow {
 #[derive(Debug, Clone)]
 pub struct Packer {
     session: u64,
+    kind: DatagramKind,
     next_seq: u32,
     max_datagram: usize,
     /// The largest datagram for one control frame (not `Publish` or
@@ -225,11 +229,22 @@ impl Packer {
     pub fn new(session: u64, max_datagram: usize) -> Packer {
         Packer {
             session,
+            kind: DatagramKind::Data,
             next_seq: 1,
             max_datagram: max_datagram.max(HEADER_LEN + 5),
             control_max: max_datagram.max(HEADER_LEN + 5),
             too_large: 0,
             largest_dropped: 0,
+        }
+    }
+
+    /// A packer of `AckedData` datagrams (their own sequence from 1), for
+    /// an [`AckedSender`]: no frame is dropped as too large below
+    /// `control_max` (an event that does not fit `max_datagram` goes alone).
+    pub fn acked(session: u64, max_datagram: usize) -> Packer {
+        Packer {
+            kind: DatagramKind::AckedData,
+            ..Packer::new(session, max_datagram)
         }
     }
 
@@ -283,6 +298,9 @@ impl Packer {
                     stream.get(4).copied(),
                     Some(tagwire_proto::kind::PUBLISH | tagwire_proto::kind::DELIVER)
                 );
+                // Acknowledged datagrams carry events that must arrive:
+                // alone, up to control_max, like a control frame.
+                let event = event && self.kind == DatagramKind::Data;
                 if event || HEADER_LEN + whole > self.control_max {
                     self.too_large += 1;
                     self.largest_dropped = self.largest_dropped.max(whole);
@@ -294,7 +312,7 @@ impl Packer {
                     }
                     let mut d = BytesMut::with_capacity(HEADER_LEN + whole);
                     Header {
-                        kind: DatagramKind::Data,
+                        kind: self.kind,
                         session: self.session,
                         seq: 0,
                     }
@@ -315,7 +333,7 @@ impl Packer {
             let d = cur.get_or_insert_with(|| {
                 let mut d = BytesMut::with_capacity(self.max_datagram);
                 Header {
-                    kind: DatagramKind::Data,
+                    kind: self.kind,
                     session: self.session,
                     seq: 0,
                 }
@@ -344,6 +362,404 @@ impl Packer {
             d.put_bytes(0, pad_to - d.len());
         }
         d
+    }
+}
+
+/// Whether a frame of type `kind` may be lost on a datagram session that
+/// acknowledges: only best-effort events (`Publish`, `Deliver`) go in
+/// plain `Data` datagrams; every other frame (requests, replies,
+/// acknowledged events and their acknowledgements, `Close`) goes in
+/// `AckedData`.
+pub fn best_effort_frame(kind: u8) -> bool {
+    matches!(
+        kind,
+        tagwire_proto::kind::PUBLISH | tagwire_proto::kind::DELIVER
+    )
+}
+
+/// Moves the whole frames at the front of `stream` (a cut-off last frame
+/// stays) to `best_effort` or `acked` by [`best_effort_frame`], each
+/// keeping its order.
+pub fn split_frames(stream: &mut BytesMut, best_effort: &mut BytesMut, acked: &mut BytesMut) {
+    while let Some(len) = stream
+        .get(..4)
+        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
+    {
+        let whole = 4 + len;
+        if stream.len() < whole || len == 0 {
+            break;
+        }
+        let to = if best_effort_frame(stream[4]) {
+            &mut *best_effort
+        } else {
+            &mut *acked
+        };
+        to.extend_from_slice(&stream[..whole]);
+        stream.advance(whole);
+    }
+}
+
+/// `AckedData` datagrams one side has in flight, unacknowledged, at most;
+/// more wait in the sender's backlog (and its producer is held back).
+pub const ACKED_WINDOW: usize = 256;
+/// The first retransmission timeout, before any round trip was measured.
+pub const ACKED_INITIAL_RTO_NS: u64 = 200_000_000;
+/// The shortest retransmission timeout.
+pub const ACKED_MIN_RTO_NS: u64 = 20_000_000;
+/// The longest retransmission timeout (backed off per try up to it).
+pub const ACKED_MAX_RTO_NS: u64 = 2_000_000_000;
+/// An `AckedData` datagram not acknowledged this long after it was first
+/// sent ends the session ([`AckedError::GaveUp`]).
+pub const ACKED_GIVE_UP_NS: u64 = 15_000_000_000;
+
+/// Why an acknowledged datagram stream cannot go on.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AckedError {
+    /// A datagram was not acknowledged within [`ACKED_GIVE_UP_NS`].
+    #[error("AckedData datagram {seq} was not acknowledged within {}s ({tries} tries)", ACKED_GIVE_UP_NS / 1_000_000_000)]
+    GaveUp {
+        /// Its sequence number.
+        seq: u32,
+        /// How often it was sent.
+        tries: u32,
+    },
+    /// The peer acknowledged a number never sent.
+    #[error("DataAck acknowledges {seq}, but only up to {sent} was sent")]
+    AckedUnsent {
+        /// The number acknowledged.
+        seq: u32,
+        /// The highest sent.
+        sent: u32,
+    },
+    /// The sequence numbers ran out (2^32 - 1 datagrams): a new session
+    /// starts them again.
+    #[error("the session's AckedData sequence numbers ran out")]
+    Exhausted,
+}
+
+/// Counters of one side's acknowledged datagrams.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AckedCounters {
+    /// `AckedData` datagrams sent the first time.
+    pub sent: u64,
+    /// Sent again (timeout or a gap named by a `DataAck`).
+    pub resent: u64,
+    /// Acknowledged.
+    pub acked: u64,
+    /// Received and handed on (in order, once).
+    pub received: u64,
+    /// Received again (dropped; our acknowledgement was lost or late).
+    pub duplicate: u64,
+    /// Received too far ahead of the next expected (dropped unacknowledged).
+    pub beyond_window: u64,
+}
+
+#[derive(Debug, Clone)]
+struct InFlight {
+    datagram: Bytes,
+    first_ns: u64,
+    last_ns: u64,
+    tries: u32,
+}
+
+/// The send side of a session's `AckedData`: numbers come from an
+/// [`Packer::acked`]; each datagram is held until a `DataAck` covers it,
+/// sent again after the retransmission timeout (measured round trip,
+/// backed off per try) or at once when a `DataAck` names it missing below
+/// one that arrived. At most [`ACKED_WINDOW`] in flight; the rest wait in
+/// a backlog the caller keeps short by not producing while it is not empty.
+#[derive(Debug, Clone)]
+pub struct AckedSender {
+    /// Sequence number of `flight[0]`.
+    base: u32,
+    /// `None`: acknowledged by a range, waiting for those below.
+    flight: VecDeque<Option<InFlight>>,
+    backlog: VecDeque<Bytes>,
+    srtt_ns: Option<u64>,
+    rttvar_ns: u64,
+    counters: AckedCounters,
+}
+
+impl Default for AckedSender {
+    fn default() -> Self {
+        AckedSender {
+            base: 1,
+            flight: VecDeque::new(),
+            backlog: VecDeque::new(),
+            srtt_ns: None,
+            rttvar_ns: 0,
+            counters: AckedCounters::default(),
+        }
+    }
+}
+
+impl AckedSender {
+    /// The retransmission timeout now (before the per-try back-off).
+    pub fn rto_ns(&self) -> u64 {
+        match self.srtt_ns {
+            None => ACKED_INITIAL_RTO_NS,
+            Some(s) => (s + 4 * self.rttvar_ns).clamp(ACKED_MIN_RTO_NS, ACKED_MAX_RTO_NS),
+        }
+    }
+
+    fn timeout_of(&self, f: &InFlight) -> u64 {
+        let back = self
+            .rto_ns()
+            .saturating_mul(1u64 << (f.tries.saturating_sub(1)).min(6));
+        f.last_ns.saturating_add(back.min(ACKED_MAX_RTO_NS))
+    }
+
+    /// Datagrams waiting for room in the window.
+    pub fn backlog(&self) -> usize {
+        self.backlog.len()
+    }
+
+    /// Datagrams sent and not yet acknowledged.
+    pub fn in_flight(&self) -> usize {
+        self.flight.iter().filter(|f| f.is_some()).count()
+    }
+
+    /// Whether nothing waits for an acknowledgement or for room.
+    pub fn is_idle(&self) -> bool {
+        self.flight.is_empty() && self.backlog.is_empty()
+    }
+
+    /// The counters so far.
+    pub fn counters(&self) -> AckedCounters {
+        self.counters
+    }
+
+    /// Takes `AckedData` datagrams (numbered in order by an acked
+    /// [`Packer`]) and returns those to send now: as many as the window
+    /// has room for; the rest wait in the backlog.
+    pub fn push(&mut self, datagrams: Vec<BytesMut>, now_ns: u64) -> Vec<Bytes> {
+        self.backlog
+            .extend(datagrams.into_iter().map(BytesMut::freeze));
+        self.admit(now_ns)
+    }
+
+    fn admit(&mut self, now_ns: u64) -> Vec<Bytes> {
+        let mut out = Vec::new();
+        while self.flight.len() < ACKED_WINDOW {
+            let Some(d) = self.backlog.pop_front() else {
+                break;
+            };
+            self.counters.sent += 1;
+            out.push(d.clone());
+            self.flight.push_back(Some(InFlight {
+                datagram: d,
+                first_ns: now_ns,
+                last_ns: now_ns,
+                tries: 1,
+            }));
+        }
+        out
+    }
+
+    /// The highest sequence number sent.
+    fn highest(&self) -> u32 {
+        self.base
+            .saturating_add(self.flight.len() as u32)
+            .saturating_sub(1)
+    }
+
+    fn sample_rtt(&mut self, f: &InFlight, now_ns: u64) {
+        // Karn: only datagrams sent once measure the round trip.
+        if f.tries != 1 {
+            return;
+        }
+        let r = now_ns.saturating_sub(f.first_ns);
+        match self.srtt_ns {
+            None => {
+                self.srtt_ns = Some(r);
+                self.rttvar_ns = r / 2;
+            }
+            Some(s) => {
+                self.rttvar_ns = (3 * self.rttvar_ns + s.abs_diff(r)) / 4;
+                self.srtt_ns = Some((7 * s + r) / 8);
+            }
+        }
+    }
+
+    /// The peer's acknowledgement: releases what it covers and returns
+    /// what to send now: the datagrams it names missing (below one that
+    /// arrived) that were last sent more than a round trip ago, then those
+    /// the freed window admits from the backlog.
+    pub fn on_ack(&mut self, ack: &DataAck, now_ns: u64) -> Result<Vec<Bytes>, AckedError> {
+        let top = ack.ranges.last().map_or(ack.upto, |r| r.last);
+        if top > self.highest() {
+            return Err(AckedError::AckedUnsent {
+                seq: top,
+                sent: self.highest(),
+            });
+        }
+        while self.base <= ack.upto {
+            match self.flight.pop_front() {
+                Some(Some(f)) => {
+                    self.counters.acked += 1;
+                    self.sample_rtt(&f, now_ns);
+                }
+                Some(None) => {}
+                None => break,
+            }
+            self.base = self.base.checked_add(1).ok_or(AckedError::Exhausted)?;
+        }
+        for r in &ack.ranges {
+            for seq in r.first.max(self.base)..=r.last {
+                let i = (seq - self.base) as usize;
+                if let Some(slot) = self.flight.get_mut(i) {
+                    if let Some(f) = slot.take() {
+                        self.counters.acked += 1;
+                        self.sample_rtt(&f, now_ns);
+                    }
+                }
+            }
+        }
+        while matches!(self.flight.front(), Some(None)) {
+            self.flight.pop_front();
+            self.base = self.base.checked_add(1).ok_or(AckedError::Exhausted)?;
+        }
+        let mut out = Vec::new();
+        if let Some(last_got) = ack.ranges.last().map(|r| r.last) {
+            // Missing below one that arrived: lost (or reordered, if it
+            // was sent within the last round trip: then wait).
+            let fresh = self.srtt_ns.unwrap_or(ACKED_INITIAL_RTO_NS);
+            let n = last_got.saturating_sub(self.base) as usize;
+            for f in self.flight.iter_mut().take(n).flatten() {
+                if now_ns.saturating_sub(f.last_ns) > fresh {
+                    f.last_ns = now_ns;
+                    f.tries += 1;
+                    self.counters.resent += 1;
+                    out.push(f.datagram.clone());
+                }
+            }
+        }
+        out.extend(self.admit(now_ns));
+        Ok(out)
+    }
+
+    /// When the next retransmission is due (`None`: nothing in flight).
+    pub fn next_timeout(&self) -> Option<u64> {
+        self.flight
+            .iter()
+            .flatten()
+            .map(|f| self.timeout_of(f))
+            .min()
+    }
+
+    /// The datagrams whose timeout passed, to send again now (at most
+    /// `max`); `Err` when one waited [`ACKED_GIVE_UP_NS`] in vain.
+    pub fn poll_timeout(&mut self, now_ns: u64, max: usize) -> Result<Vec<Bytes>, AckedError> {
+        let rto = self.rto_ns();
+        let mut out = Vec::new();
+        let base = self.base;
+        for (i, f) in self.flight.iter_mut().enumerate() {
+            let Some(f) = f else { continue };
+            if now_ns.saturating_sub(f.first_ns) >= ACKED_GIVE_UP_NS {
+                return Err(AckedError::GaveUp {
+                    seq: base.wrapping_add(i as u32),
+                    tries: f.tries,
+                });
+            }
+            let back = rto
+                .saturating_mul(1u64 << f.tries.saturating_sub(1).min(6))
+                .min(ACKED_MAX_RTO_NS);
+            if out.len() < max && now_ns >= f.last_ns.saturating_add(back) {
+                f.last_ns = now_ns;
+                f.tries += 1;
+                out.push(f.datagram.clone());
+            }
+        }
+        self.counters.resent += out.len() as u64;
+        Ok(out)
+    }
+}
+
+/// The receive side of a session's `AckedData`: hands frames on in
+/// sequence order, once; parks up to [`ACKED_WINDOW`] datagrams ahead of a
+/// gap; says what arrived in a [`DataAck`] after each datagram.
+#[derive(Debug, Clone)]
+pub struct AckedReceiver {
+    next: u32,
+    parked: BTreeMap<u32, Bytes>,
+    ack_due: bool,
+    counters: AckedCounters,
+}
+
+impl Default for AckedReceiver {
+    fn default() -> Self {
+        AckedReceiver {
+            next: 1,
+            parked: BTreeMap::new(),
+            ack_due: false,
+            counters: AckedCounters::default(),
+        }
+    }
+}
+
+impl AckedReceiver {
+    /// Takes datagram `seq`'s frame bytes; returns the frames now in order
+    /// (this datagram's and those parked behind it), concatenated, or
+    /// nothing (a copy, parked ahead of a gap, or beyond the window).
+    pub fn on_datagram(&mut self, seq: u32, frames: &[u8]) -> Option<BytesMut> {
+        if seq < self.next || self.parked.contains_key(&seq) {
+            self.counters.duplicate += 1;
+            self.ack_due = true;
+            return None;
+        }
+        if seq - self.next >= ACKED_WINDOW as u32 {
+            self.counters.beyond_window += 1;
+            return None;
+        }
+        self.ack_due = true;
+        if seq != self.next {
+            self.parked.insert(seq, Bytes::copy_from_slice(frames));
+            return None;
+        }
+        let mut out = BytesMut::from(frames);
+        self.counters.received += 1;
+        self.next = self.next.wrapping_add(1);
+        while let Some(b) = self.parked.remove(&self.next) {
+            out.extend_from_slice(&b);
+            self.counters.received += 1;
+            self.next = self.next.wrapping_add(1);
+        }
+        Some(out)
+    }
+
+    /// The acknowledgement to send, if anything arrived since the last.
+    pub fn take_ack(&mut self) -> Option<DataAck> {
+        if !self.ack_due {
+            return None;
+        }
+        self.ack_due = false;
+        let mut ranges: Vec<SeqRange> = Vec::new();
+        for &s in self.parked.keys() {
+            match ranges.last_mut() {
+                Some(r) if r.last.checked_add(1) == Some(s) => r.last = s,
+                _ => {
+                    if ranges.len() == MAX_ACK_RANGES {
+                        break;
+                    }
+                    ranges.push(SeqRange { first: s, last: s });
+                }
+            }
+        }
+        Some(DataAck {
+            upto: self.next.saturating_sub(1),
+            ranges,
+        })
+    }
+
+    /// The counters so far.
+    pub fn counters(&self) -> AckedCounters {
+        self.counters
+    }
+
+    /// Bytes parked ahead of a gap.
+    pub fn parked_bytes(&self) -> usize {
+        self.parked.values().map(Bytes::len).sum()
     }
 }
 

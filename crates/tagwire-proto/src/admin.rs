@@ -859,6 +859,14 @@ pub struct UdpInfo {
     /// (`Gaps`) that were too old to say what they carried (not counted
     /// per channel).
     pub unattributed: u64,
+    /// Whether the session acknowledges datagrams (`AckedData`): every
+    /// frame but best-effort events arrives, in order.
+    #[serde(default)]
+    pub acknowledged: bool,
+    /// `AckedData` datagrams sent again to the client (lost, or their
+    /// acknowledgement was).
+    #[serde(default)]
+    pub resent: u64,
 }
 
 /// What the network did to one channel's events on their way from the

@@ -52,6 +52,13 @@ pub const CONTROL_MAX_DATAGRAM: usize = 16 * 1024;
 /// Bytes of a `Report` body: five `u64` counters.
 pub const REPORT_LEN: usize = 40;
 
+/// Feature bit: acknowledged datagrams (`AckedData`, `DataAck`). A client
+/// offers features in its `Open`'s `session` field (old daemons ignore
+/// it); the daemon answers with those it takes in its `Accept`'s `seq`
+/// field (0 to a client that offered none, so old clients see what they
+/// expect).
+pub const FEATURE_ACKED: u32 = 1;
+
 /// What a datagram carries (byte 3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DatagramKind {
@@ -79,6 +86,15 @@ pub enum DatagramKind {
     /// gave up as lost and which arrived late ([`Gaps`]), so that the peer,
     /// which knows what each datagram carried, counts the loss per channel.
     Gaps,
+    /// Either way, in a session that agreed on [`FEATURE_ACKED`]: whole
+    /// frames that must arrive (everything but best-effort `Publish` and
+    /// `Deliver`), numbered in their own sequence (`seq` from 1),
+    /// acknowledged by `DataAck`, sent again until acknowledged and handed
+    /// on in order, once.
+    AckedData,
+    /// Either way: which `AckedData` sequence numbers arrived ([`DataAck`]:
+    /// all up to one, and ranges above it).
+    DataAck,
 }
 
 impl DatagramKind {
@@ -94,6 +110,8 @@ impl DatagramKind {
             DatagramKind::Group => 6,
             DatagramKind::Member => 7,
             DatagramKind::Gaps => 8,
+            DatagramKind::AckedData => 9,
+            DatagramKind::DataAck => 10,
         }
     }
 
@@ -109,6 +127,8 @@ impl DatagramKind {
             6 => DatagramKind::Group,
             7 => DatagramKind::Member,
             8 => DatagramKind::Gaps,
+            9 => DatagramKind::AckedData,
+            10 => DatagramKind::DataAck,
             _ => return None,
         })
     }
@@ -367,6 +387,81 @@ impl Gaps {
     }
 }
 
+/// Most ranges above `upto` one `DataAck` carries.
+pub const MAX_ACK_RANGES: usize = 60;
+
+/// A `DataAck` body: `u32 upto | u16 n | n × (u32 first, u32 last)`,
+/// little-endian: every `AckedData` sequence number up to `upto` arrived
+/// (0: none yet), and so did those in the ranges, which lie above
+/// `upto + 1`, ascend without touching, at most [`MAX_ACK_RANGES`]. The
+/// numbers between are missing: the sender sends them again at once (a
+/// negative acknowledgement), or after its timeout.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DataAck {
+    /// All sequence numbers up to this one arrived.
+    pub upto: u32,
+    /// Ranges above `upto + 1` that arrived too.
+    pub ranges: Vec<SeqRange>,
+}
+
+impl DataAck {
+    /// Appends the body (at most [`MAX_ACK_RANGES`] ranges; more are cut
+    /// off there).
+    pub fn encode(&self, out: &mut impl BufMut) {
+        let n = self.ranges.len().min(MAX_ACK_RANGES);
+        out.put_u32_le(self.upto);
+        out.put_u16_le(n as u16);
+        for r in &self.ranges[..n] {
+            out.put_u32_le(r.first);
+            out.put_u32_le(r.last);
+        }
+    }
+
+    /// Reads and checks a `DataAck` body.
+    pub fn decode(body: &[u8]) -> Result<DataAck, DatagramError> {
+        let bad = |reason| DatagramError::BadBody {
+            kind: DatagramKind::DataAck,
+            reason,
+        };
+        if body.len() < 6 {
+            return Err(bad("a DataAck body starts with a u32 and a u16 count"));
+        }
+        let u =
+            |at: usize| u32::from_le_bytes([body[at], body[at + 1], body[at + 2], body[at + 3]]);
+        let upto = u(0);
+        let n = usize::from(u16::from_le_bytes([body[4], body[5]]));
+        if n > MAX_ACK_RANGES {
+            return Err(bad("a DataAck body carries at most 60 ranges"));
+        }
+        if body.len() != 6 + 8 * n {
+            return Err(bad("a DataAck body's length does not match its count"));
+        }
+        let mut ranges: Vec<SeqRange> = Vec::with_capacity(n);
+        let mut floor = upto.checked_add(1).ok_or(bad("upto is the last number"))?;
+        for i in 0..n {
+            let at = 6 + 8 * i;
+            let r = SeqRange {
+                first: u(at),
+                last: u(at + 4),
+            };
+            if r.first > r.last {
+                return Err(bad("a DataAck range is empty"));
+            }
+            if r.first <= floor {
+                return Err(bad(
+                    "DataAck ranges must lie above upto + 1 and ascend with gaps between",
+                ));
+            }
+            floor = r
+                .last
+                .checked_add(1)
+                .ok_or(bad("a range ends at the last number"))?;
+            ranges.push(r);
+        }
+        Ok(DataAck { upto, ranges })
+    }
+}
+
 impl<'a> Datagram<'a> {
     /// Parses and checks `bytes`: the header, and the body's layout for its
     /// kind (a `Data` body must split into whole frames followed by zero
@@ -396,7 +491,7 @@ impl<'a> Datagram<'a> {
         let zero = |what| Err(DatagramError::Zero { kind, what });
         let bad = |reason| Err(DatagramError::BadBody { kind, reason });
         match kind {
-            DatagramKind::Data => {
+            DatagramKind::Data | DatagramKind::AckedData => {
                 if session == 0 {
                     return zero("session");
                 }
@@ -455,17 +550,34 @@ impl<'a> Datagram<'a> {
                 }
                 Gaps::decode(body)?;
             }
+            DatagramKind::DataAck => {
+                if session == 0 {
+                    return zero("session");
+                }
+                DataAck::decode(body)?;
+            }
         }
-        if !matches!(kind, DatagramKind::Data | DatagramKind::Group) && seq != 0 {
-            return bad("only Data datagrams carry a sequence number");
+        // An Accept's seq carries the features the daemon took.
+        if !matches!(
+            kind,
+            DatagramKind::Data
+                | DatagramKind::AckedData
+                | DatagramKind::Group
+                | DatagramKind::Accept
+        ) && seq != 0
+        {
+            return bad("only Data, AckedData, Group and Accept datagrams carry a sequence number");
         }
         Ok(Datagram { header, body })
     }
 
-    /// The frames of a `Data` datagram, each as `(type, body)` (none for
-    /// other kinds). The layout was checked by [`Datagram::parse`].
+    /// The frames of a `Data` or `AckedData` datagram, each as `(type,
+    /// body)` (none for other kinds). The layout was checked by [`Datagram::parse`].
     pub fn frames(&self) -> Result<Frames<'a>, DatagramError> {
-        if self.header.kind != DatagramKind::Data {
+        if !matches!(
+            self.header.kind,
+            DatagramKind::Data | DatagramKind::AckedData
+        ) {
             return Ok(Frames { rest: &[] });
         }
         let end = check_frames(self.body)?;
@@ -474,11 +586,12 @@ impl<'a> Datagram<'a> {
         })
     }
 
-    /// The bytes of a `Data` datagram's frames, without the padding: what
+    /// The bytes of a `Data` or `AckedData` datagram's frames, without the
+    /// padding: what
     /// goes into the connection engine as stream bytes.
     pub fn frame_bytes(&self) -> &'a [u8] {
         match self.header.kind {
-            DatagramKind::Data => match check_frames(self.body) {
+            DatagramKind::Data | DatagramKind::AckedData => match check_frames(self.body) {
                 Ok(end) => &self.body[..end],
                 Err(_) => &[],
             },
@@ -519,12 +632,22 @@ fn open_cookie(body: &[u8]) -> Result<Option<[u8; COOKIE_LEN]>, DatagramError> {
 }
 
 /// Appends an `Open` datagram (asking for a cookie, or repeating one),
-/// padded to `MIN_OPEN_LEN`.
+/// padded to `MIN_OPEN_LEN`, offering no features.
 pub fn encode_open(cookie: Option<&[u8; COOKIE_LEN]>, out: &mut bytes::BytesMut) {
+    encode_open_with(cookie, 0, out)
+}
+
+/// Appends an `Open` datagram offering `features` ([`FEATURE_ACKED`]) in
+/// its header's `session` field.
+pub fn encode_open_with(
+    cookie: Option<&[u8; COOKIE_LEN]>,
+    features: u32,
+    out: &mut bytes::BytesMut,
+) {
     let start = out.len();
     Header {
         kind: DatagramKind::Open,
-        session: 0,
+        session: u64::from(features),
         seq: 0,
     }
     .encode(out);

@@ -12,6 +12,14 @@
 //! is answered with at most the bytes it sent; a session's datagrams are
 //! taken only from its address with its 64-bit random id; sessions are
 //! bounded (`max_sessions`); whatever does not fit is counted and dropped.
+//!
+//! A client that offers acknowledged datagrams in its `Open` gets every
+//! frame but best-effort events (`Deliver`, `Publish`) in `AckedData`
+//! datagrams: acknowledged, sent again until acknowledged (a timer wakes
+//! the listener while any is in flight), handed to the connection in
+//! order, once. At most
+//! [`ACKED_WINDOW`](tagwire_core::datagram::ACKED_WINDOW) are in flight per session; past
+//! it the connection's writes wait (its outbox fills, as over TCP).
 
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
@@ -20,14 +28,16 @@ use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use tagwire_core::datagram::{Packer, SeqWindow, Verdict};
+use tagwire_core::datagram::{
+    split_frames, AckedReceiver, AckedSender, Packer, SeqWindow, Verdict,
+};
 use tagwire_proto::admin::{NetLossInfo, UdpInfo};
 use tagwire_proto::datagram::{
-    check_cookie, make_cookie, Datagram, DatagramKind, Gaps, Header, Report, CONTROL_MAX_DATAGRAM,
-    COOKIE_WINDOW_SECS,
+    check_cookie, make_cookie, DataAck, Datagram, DatagramKind, Gaps, Header, Report,
+    CONTROL_MAX_DATAGRAM, COOKIE_WINDOW_SECS, FEATURE_ACKED, HEADER_LEN,
 };
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::mpsc;
@@ -54,6 +64,8 @@ pub struct UdpStats {
     send_dropped: AtomicU64,
     peer: [AtomicU64; 4],
     unattributed: AtomicU64,
+    acknowledged: std::sync::atomic::AtomicBool,
+    resent: AtomicU64,
     /// Per subscription id: its events the client reported lost or late
     /// (at most [`MAX_CHANNELS_COUNTED`] subscriptions).
     channels: std::sync::Mutex<HashMap<u32, NetLossInfo>>,
@@ -87,6 +99,8 @@ impl UdpStats {
             peer_reordered: g(&self.peer[2]),
             peer_dropped: g(&self.peer[3]),
             unattributed: g(&self.unattributed),
+            acknowledged: self.acknowledged.load(Ordering::Relaxed),
+            resent: g(&self.resent),
         }
     }
 
@@ -189,6 +203,23 @@ struct Session {
     /// What the last datagrams sent carried: `(seq, subscription, Deliver
     /// frames)`, ascending by seq, at most [`CARRIED_ENTRIES`].
     carried: VecDeque<(u32, u32, u32)>,
+    /// The features the `Accept` named ([`FEATURE_ACKED`]).
+    features: u32,
+    /// The acknowledged datagrams, if the client offered them.
+    acked: Option<SessionAcked>,
+}
+
+/// A session's acknowledged datagrams, both ways.
+struct SessionAcked {
+    packer: Packer,
+    sender: AckedSender,
+    receiver: AckedReceiver,
+    /// Whole frames written by the connection, sorted: best-effort events
+    /// and the rest.
+    best: BytesMut,
+    sure: BytesMut,
+    /// The connection's writer, waiting for room in the window.
+    waker: Option<Waker>,
 }
 
 impl Session {
@@ -258,7 +289,18 @@ struct Listener {
     refused: Cell<u64>,
     /// When the listener last logged (one line a second at most).
     last_log: Cell<Option<std::time::Instant>>,
+    /// Zero of the acknowledged datagrams' clock.
+    epoch: std::time::Instant,
+    /// Some session has acknowledged datagrams in flight: the listener
+    /// wakes every [`ACKED_TICK`] to send again what timed out.
+    timers: Cell<bool>,
+    /// Wakes the listener when a session's first datagram goes in flight.
+    wake: tokio::sync::Notify,
 }
+
+/// How often the listener looks for acknowledged datagrams to send again
+/// while any is in flight.
+const ACKED_TICK: std::time::Duration = std::time::Duration::from_millis(10);
 
 fn addr_bytes(a: &SocketAddr) -> Vec<u8> {
     a.to_string().into_bytes()
@@ -276,6 +318,18 @@ fn header(kind: DatagramKind, session: u64) -> BytesMut {
         kind,
         session,
         seq: 0,
+    }
+    .encode(&mut d);
+    d
+}
+
+/// An `Accept` for session `id` naming the `features` taken (in `seq`).
+fn accept_with(id: u64, features: u32) -> BytesMut {
+    let mut d = BytesMut::with_capacity(HEADER_LEN);
+    Header {
+        kind: DatagramKind::Accept,
+        session: id,
+        seq: features,
     }
     .encode(&mut d);
     d
@@ -306,11 +360,26 @@ pub(crate) async fn serve(
         garbage: Cell::new(0),
         refused: Cell::new(0),
         last_log: Cell::new(None),
+        epoch: std::time::Instant::now(),
+        timers: Cell::new(false),
+        wake: tokio::sync::Notify::new(),
     });
     // One byte more than the largest datagram: a longer one is seen as such.
     let mut buf = vec![0u8; CONTROL_MAX_DATAGRAM.max(l.config.max_datagram) + 1];
+    let mut next_tick = tokio::time::Instant::now() + ACKED_TICK;
     loop {
-        let (n, from) = match l.socket.recv_from(&mut buf).await {
+        let got = tokio::select! {
+            r = l.socket.recv_from(&mut buf) => Some(r),
+            _ = tokio::time::sleep_until(next_tick), if l.timers.get() => None,
+            _ = l.wake.notified() => None,
+        };
+        let now = tokio::time::Instant::now();
+        if now >= next_tick {
+            l.tick();
+            next_tick = now + ACKED_TICK;
+        }
+        let Some(got) = got else { continue };
+        let (n, from) = match got {
             Ok(x) => x,
             Err(e) => {
                 tracing::debug!("udp recv: {e}");
@@ -343,6 +412,15 @@ pub(crate) async fn serve(
         match d.header.kind {
             DatagramKind::Open => l.on_open(&state, &lane, from, &d, n),
             DatagramKind::Data => l.on_data(from, &d, n),
+            DatagramKind::AckedData => l.on_acked_data(from, &d, n),
+            DatagramKind::DataAck => {
+                if let Some(s) = l.session_from(from, d.header.session, n) {
+                    match DataAck::decode(d.body) {
+                        Ok(a) => l.on_data_ack(&mut s.borrow_mut(), &a),
+                        Err(e) => l.drop_garbage(from, &e.to_string()),
+                    }
+                }
+            }
             DatagramKind::Report => {
                 if let Some(s) = l.session_from(from, d.header.session, n) {
                     if let Ok(r) = Report::decode(d.body) {
@@ -461,7 +539,12 @@ impl Listener {
             })
             .map(|s| s.borrow().id);
         if let Some(id) = again {
-            self.send(&header(DatagramKind::Accept, id), from);
+            let features = self
+                .sessions
+                .borrow()
+                .get(&id)
+                .map_or(0, |s| s.borrow().features);
+            self.send(&accept_with(id, features), from);
             return;
         }
         if self.sessions.borrow().len() >= self.config.max_sessions {
@@ -479,7 +562,12 @@ impl Listener {
         let queued = Rc::new(Cell::new(0));
         let stats = Arc::new(UdpStats::default());
         stats.session.store(id, Ordering::Relaxed);
-        let accept = header(DatagramKind::Accept, id);
+        // Features: the client offers them in the Open's session field.
+        let features = (d.header.session & u64::from(FEATURE_ACKED)) as u32;
+        let accept = accept_with(id, features);
+        stats
+            .acknowledged
+            .store(features & FEATURE_ACKED != 0, Ordering::Relaxed);
         let session = Rc::new(RefCell::new(Session {
             id,
             addr: from,
@@ -497,6 +585,16 @@ impl Listener {
             stats: stats.clone(),
             logged_too_large: 0,
             carried: VecDeque::new(),
+            features,
+            acked: (features & FEATURE_ACKED != 0).then(|| SessionAcked {
+                packer: Packer::acked(id, self.config.max_datagram)
+                    .with_control_max(CONTROL_MAX_DATAGRAM),
+                sender: AckedSender::default(),
+                receiver: AckedReceiver::default(),
+                best: BytesMut::new(),
+                sure: BytesMut::new(),
+                waker: None,
+            }),
         }));
         self.sessions.borrow_mut().insert(id, session.clone());
         self.send(&accept, from);
@@ -566,12 +664,34 @@ impl Listener {
         }
     }
 
-    /// Sends what the connection wrote, as datagrams.
+    /// Sends what the connection wrote, as datagrams (best-effort events
+    /// in `Data`, the rest in `AckedData` if the session acknowledges).
     fn flush(&self, s: &mut Session) {
         let mut out = Vec::new();
-        let Session { packer, stream, .. } = s;
-        packer.pack(stream, 0, &mut out);
-        let too_large = s.packer.too_large();
+        let now = self.now_ns();
+        let Session {
+            packer,
+            stream,
+            acked,
+            ..
+        } = s;
+        match acked {
+            Some(a) => {
+                split_frames(stream, &mut a.best, &mut a.sure);
+                packer.pack(&mut a.best, 0, &mut out);
+                let mut made = Vec::new();
+                a.packer.pack(&mut a.sure, 0, &mut made);
+                out.extend(a.sender.push(made, now).into_iter().map(BytesMut::from));
+                if !a.sender.is_idle() && !self.timers.get() {
+                    self.timers.set(true);
+                    self.wake.notify_one();
+                }
+            }
+            None => {
+                packer.pack(stream, 0, &mut out);
+            }
+        }
+        let too_large = s.packer.too_large() + s.acked.as_ref().map_or(0, |a| a.packer.too_large());
         s.stats.too_large.store(too_large, Ordering::Relaxed);
         if s.packer.largest_dropped() > s.logged_too_large {
             s.logged_too_large = s.packer.largest_dropped();
@@ -582,30 +702,148 @@ impl Listener {
             );
         }
         for d in out {
-            if !s.welcomed {
-                if d.len() > s.credit {
-                    UdpStats::bump(&s.stats.send_dropped);
-                    continue;
-                }
-                s.credit -= d.len();
-                let parsed = Datagram::parse(&d).ok();
-                if parsed
-                    .and_then(|p| p.frames().ok())
-                    .is_some_and(|mut f| f.any(|(k, _)| k == tagwire_proto::kind::WELCOME))
-                {
-                    s.welcomed = true;
-                    s.welcome_after = s.window.highest();
-                }
-                s.last_sent = Some(Bytes::copy_from_slice(&d));
-            }
-            s.note_carried(&d);
-            if self.send(&d, s.addr) {
-                UdpStats::bump(&s.stats.sent);
-            } else {
+            self.send_to_session(s, &d);
+        }
+    }
+
+    /// Sends datagram `d` of session `s`: within the anti-amplification
+    /// budget until the `Welcome` went out.
+    fn send_to_session(&self, s: &mut Session, d: &[u8]) {
+        if !s.welcomed {
+            if d.len() > s.credit {
                 UdpStats::bump(&s.stats.send_dropped);
+                return;
+            }
+            s.credit -= d.len();
+            let parsed = Datagram::parse(d).ok();
+            if parsed
+                .and_then(|p| p.frames().ok())
+                .is_some_and(|mut f| f.any(|(k, _)| k == tagwire_proto::kind::WELCOME))
+            {
+                s.welcomed = true;
+                s.welcome_after = s.window.highest();
+            }
+            if s.acked.is_none() {
+                s.last_sent = Some(Bytes::copy_from_slice(d));
+            }
+        }
+        s.note_carried(d);
+        if self.send(d, s.addr) {
+            UdpStats::bump(&s.stats.sent);
+        } else {
+            UdpStats::bump(&s.stats.send_dropped);
+        }
+    }
+
+    fn now_ns(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+
+    /// A client's `AckedData`: its frames (and those parked behind it) to
+    /// the connection in order, and our `DataAck`. One the connection has
+    /// no room for is dropped unacknowledged (the client sends it again).
+    fn on_acked_data(&self, from: SocketAddr, d: &Datagram<'_>, got: usize) {
+        let Some(s) = self.session_from(from, d.header.session, got) else {
+            return;
+        };
+        let mut s = s.borrow_mut();
+        if !s.welcomed {
+            s.credit += got;
+        }
+        let room = self.config.queue * self.config.max_datagram;
+        let frames = d.frame_bytes();
+        if s.queued.get() + frames.len() > room || s.tx.capacity() == 0 {
+            UdpStats::bump(&s.stats.overrun);
+            return;
+        }
+        let Some(a) = s.acked.as_mut() else {
+            drop(s);
+            self.drop_garbage(from, "AckedData in a session that did not agree on it");
+            return;
+        };
+        let ready = a.receiver.on_datagram(d.header.seq, frames);
+        let ack = a.receiver.take_ack();
+        if let Some(ack) = ack {
+            let mut out = header(DatagramKind::DataAck, s.id);
+            ack.encode(&mut out);
+            self.send_to_session(&mut s, &out);
+        }
+        if let Some(ready) = ready.filter(|r| !r.is_empty()) {
+            let len = ready.len();
+            if s.tx.try_send(ready.freeze()).is_ok() {
+                s.queued.set(s.queued.get() + len);
+            } else {
+                UdpStats::bump(&s.stats.overrun);
             }
         }
     }
+
+    /// A client's `DataAck`: frees the window, sends what it names missing
+    /// and what now fits, wakes the connection's writer.
+    fn on_data_ack(&self, s: &mut Session, ack: &DataAck) {
+        let now = self.now_ns();
+        let Some(a) = s.acked.as_mut() else {
+            self.drop_garbage(s.addr, "DataAck in a session that did not agree on it");
+            return;
+        };
+        match a.sender.on_ack(ack, now) {
+            Ok(send) => {
+                if let Some(w) = a.waker.take() {
+                    w.wake();
+                }
+                s.stats
+                    .resent
+                    .store(a.sender.counters().resent, Ordering::Relaxed);
+                for d in send {
+                    self.send_to_session(s, &d);
+                }
+            }
+            Err(e) => {
+                tracing::warn!(session = s.id, peer = %s.addr, "udp: {e}: ending the session");
+                end_session(s);
+            }
+        }
+    }
+
+    /// Every [`ACKED_TICK`] while some session has acknowledged datagrams
+    /// in flight: sends again those whose timeout passed; ends a session
+    /// whose client acknowledged nothing for too long.
+    fn tick(&self) {
+        if !self.timers.get() {
+            return;
+        }
+        let now = self.now_ns();
+        let mut busy = false;
+        let sessions: Vec<_> = self.sessions.borrow().values().cloned().collect();
+        for s in sessions {
+            let mut s = s.borrow_mut();
+            let Some(a) = s.acked.as_mut() else { continue };
+            match a.sender.poll_timeout(now, 64) {
+                Ok(due) => {
+                    busy |= !a.sender.is_idle();
+                    let resent = a.sender.counters().resent;
+                    s.stats.resent.store(resent, Ordering::Relaxed);
+                    for d in due {
+                        self.send_to_session(&mut s, &d);
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(session = s.id, peer = %s.addr, "udp: {e}: ending the session");
+                    end_session(&mut s);
+                }
+            }
+        }
+        self.timers.set(busy);
+    }
+}
+
+/// Ends session `s`: its connection reads the end of the stream (and its
+/// writer, dropped, takes the session out of the table); nothing more is
+/// sent again.
+fn end_session(s: &mut Session) {
+    let (closed, _) = mpsc::channel(1);
+    s.tx = closed;
+    s.acked = None;
 }
 
 /// The connection's read side: the frames of the session's accepted
@@ -653,10 +891,13 @@ struct UdpWriter {
 impl AsyncWrite for UdpWriter {
     fn poll_write(
         self: Pin<&mut Self>,
-        _cx: &mut Context<'_>,
+        cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
         let mut s = self.session.borrow_mut();
+        if window_full(&mut s, cx) {
+            return Poll::Pending;
+        }
         s.stream.extend_from_slice(buf);
         self.listener.flush(&mut s);
         Poll::Ready(Ok(buf.len()))
@@ -664,10 +905,13 @@ impl AsyncWrite for UdpWriter {
 
     fn poll_write_vectored(
         self: Pin<&mut Self>,
-        _cx: &mut Context<'_>,
+        cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
         let mut s = self.session.borrow_mut();
+        if window_full(&mut s, cx) {
+            return Poll::Pending;
+        }
         let mut n = 0;
         for b in bufs {
             s.stream.extend_from_slice(b);
@@ -687,6 +931,18 @@ impl AsyncWrite for UdpWriter {
 
     fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Poll::Ready(Ok(()))
+    }
+}
+
+/// Whether session `s`'s acknowledged datagrams fill the window with more
+/// waiting: then the writer waits (woken by the next `DataAck`).
+fn window_full(s: &mut Session, cx: &mut Context<'_>) -> bool {
+    match s.acked.as_mut() {
+        Some(a) if a.sender.backlog() > 0 => {
+            a.waker = Some(cx.waker().clone());
+            true
+        }
+        _ => false,
     }
 }
 

@@ -4,23 +4,29 @@
 //! cuts the session's frames into datagrams, the other checks the
 //! daemon's datagrams (address, session id, sequence) and writes their
 //! frames to the session. Opening proves our address with the daemon's
-//! cookie first. Delivery is best effort: loss and reordering are counted
-//! ([`UdpCounters`]), never hidden, and a late datagram within 64 of the
-//! newest is still delivered.
+//! cookie first. Best-effort events (`Publish`, `Deliver`) may be lost:
+//! loss and reordering are counted ([`UdpCounters`]), never hidden, and a
+//! late datagram within 64 of the newest is still delivered. Every other
+//! frame (requests and replies, reliable events and their
+//! acknowledgements) goes in `AckedData` datagrams when the daemon speaks
+//! them: acknowledged, sent again until acknowledged, handed on in order
+//! once (core's [`AckedSender`]/[`AckedReceiver`]).
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, ToSocketAddrs, UdpSocket};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use tagwire_core::datagram::{Packer, SeqWindow, Verdict};
+use tagwire_core::datagram::{
+    split_frames, AckedReceiver, AckedSender, Packer, SeqWindow, Verdict,
+};
 use tagwire_proto::datagram::{
-    encode_open, Datagram, DatagramKind, Header, Report, CONTROL_MAX_DATAGRAM,
-    DEFAULT_MAX_DATAGRAM, HEADER_LEN,
+    encode_open_with, DataAck, Datagram, DatagramKind, Header, Report, CONTROL_MAX_DATAGRAM,
+    DEFAULT_MAX_DATAGRAM, FEATURE_ACKED, HEADER_LEN,
 };
 
 /// How long the pump waits for an answer before it sends again (the
@@ -41,6 +47,14 @@ pub struct UdpCounters {
     pub sent: u64,
     /// Frames not sent: a control frame larger than a datagram may carry.
     pub too_large: u64,
+    /// Whether the daemon acknowledges datagrams (`AckedData`): every frame
+    /// but best-effort events arrives, in order.
+    pub acknowledged: bool,
+    /// `AckedData` datagrams sent again (lost, or their acknowledgement
+    /// was).
+    pub resent: u64,
+    /// `AckedData` datagrams received twice (dropped).
+    pub acked_duplicate: u64,
 }
 
 /// Shared by the pump threads and the session.
@@ -51,6 +65,8 @@ pub(crate) struct UdpStatus {
     /// The socket, to change its DSCP.
     socket: Mutex<Option<OwnedFd>>,
     stop: AtomicBool,
+    /// Wakes the sending thread when acknowledgements free the window.
+    room: Condvar,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -110,15 +126,27 @@ pub(crate) fn connect(
     let socket = UdpSocket::bind(local)?;
     // Connected: the kernel drops datagrams from any other address.
     socket.connect(target)?;
-    let session = open(&socket, deadline)?;
+    let (session, features) = open(&socket, deadline)?;
+    let acked = features & FEATURE_ACKED != 0;
     let (ours, theirs) = UnixStream::pair()?;
     let status = Arc::new(UdpStatus::default());
     *lock(&status.socket) = socket.try_clone().ok().map(OwnedFd::from);
-    lock(&status.counters).session = session;
+    {
+        let mut c = lock(&status.counters);
+        c.session = session;
+        c.acknowledged = acked;
+    }
     let shared = Arc::new(Mutex::new(Shared {
         welcomed: false,
         last: None,
         packer: Packer::new(session, DEFAULT_MAX_DATAGRAM).with_control_max(CONTROL_MAX_DATAGRAM),
+        acked: acked.then(|| Acked {
+            packer: Packer::acked(session, DEFAULT_MAX_DATAGRAM)
+                .with_control_max(CONTROL_MAX_DATAGRAM),
+            sender: AckedSender::default(),
+            receiver: AckedReceiver::default(),
+        }),
+        epoch: Instant::now(),
     }));
     let up = Up {
         socket: socket.try_clone()?,
@@ -157,7 +185,9 @@ pub(crate) fn connect(
 }
 
 /// The cookie exchange: `Open`, `Cookie`, `Open` with it, `Accept`.
-fn open(socket: &UdpSocket, deadline: Instant) -> std::io::Result<u64> {
+/// Offers acknowledged datagrams; returns the session id and the features
+/// the daemon took (0 from a daemon that predates them).
+fn open(socket: &UdpSocket, deadline: Instant) -> std::io::Result<(u64, u32)> {
     let mut cookie = None;
     let mut buf = vec![0u8; 2048];
     loop {
@@ -169,7 +199,7 @@ fn open(socket: &UdpSocket, deadline: Instant) -> std::io::Result<u64> {
             ));
         }
         let mut d = BytesMut::new();
-        encode_open(cookie.as_ref(), &mut d);
+        encode_open_with(cookie.as_ref(), FEATURE_ACKED, &mut d);
         socket.send(&d)?;
         socket.set_read_timeout(Some(RETRY.min(left).max(Duration::from_millis(1))))?;
         let until = Instant::now() + RETRY.min(left);
@@ -202,7 +232,7 @@ fn open(socket: &UdpSocket, deadline: Instant) -> std::io::Result<u64> {
                 }
                 DatagramKind::Accept if cookie.is_some() => {
                     socket.set_read_timeout(None)?;
-                    return Ok(p.header.session);
+                    return Ok((p.header.session, p.header.seq & FEATURE_ACKED));
                 }
                 _ => {}
             }
@@ -213,9 +243,27 @@ fn open(socket: &UdpSocket, deadline: Instant) -> std::io::Result<u64> {
 /// What both pump threads need.
 struct Shared {
     welcomed: bool,
-    /// Until the `Welcome`: our last datagram, sent again on silence.
+    /// Until the `Welcome`: our last datagram, sent again on silence
+    /// (sessions without acknowledged datagrams only).
     last: Option<Vec<u8>>,
     packer: Packer,
+    /// The acknowledged datagrams, if the daemon speaks them.
+    acked: Option<Acked>,
+    /// Zero of the acknowledged datagrams' clock.
+    epoch: Instant,
+}
+
+impl Shared {
+    fn now_ns(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+}
+
+/// A session's acknowledged datagrams, both ways.
+struct Acked {
+    packer: Packer,
+    sender: AckedSender,
+    receiver: AckedReceiver,
 }
 
 /// Session → daemon.
@@ -229,6 +277,8 @@ struct Up {
 impl Up {
     fn run(mut self) {
         let mut stream = BytesMut::new();
+        let mut best = BytesMut::new();
+        let mut sure = BytesMut::new();
         let mut chunk = vec![0u8; 64 * 1024];
         loop {
             let n = match self.local.read(&mut chunk) {
@@ -238,10 +288,24 @@ impl Up {
             stream.extend_from_slice(&chunk[..n]);
             let mut out = Vec::new();
             let mut sh = lock(&self.shared);
-            sh.packer.pack(&mut stream, 0, &mut out);
-            let too_large = sh.packer.too_large();
+            let now = sh.now_ns();
+            let Shared { packer, acked, .. } = &mut *sh;
+            match acked {
+                Some(a) => {
+                    split_frames(&mut stream, &mut best, &mut sure);
+                    packer.pack(&mut best, 0, &mut out);
+                    let mut made = Vec::new();
+                    a.packer.pack(&mut sure, 0, &mut made);
+                    out.extend(a.sender.push(made, now).into_iter().map(BytesMut::from));
+                }
+                None => {
+                    packer.pack(&mut stream, 0, &mut out);
+                }
+            }
+            let too_large =
+                sh.packer.too_large() + sh.acked.as_ref().map_or(0, |a| a.packer.too_large());
             let welcomed = sh.welcomed;
-            if !welcomed {
+            if !welcomed && sh.acked.is_none() {
                 if let Some(d) = out.last() {
                     sh.last = Some(d.to_vec());
                 }
@@ -249,14 +313,29 @@ impl Up {
             drop(sh);
             let mut sent = 0;
             for d in &out {
-                // A full send buffer loses the datagram, as the network may.
+                // A full send buffer loses the datagram, as the network may
+                // (an acknowledged one is sent again).
                 if self.socket.send(d).is_ok() {
                     sent += 1;
                 }
             }
-            let mut c = lock(&self.status.counters);
-            c.sent += sent;
-            c.too_large = too_large;
+            {
+                let mut c = lock(&self.status.counters);
+                c.sent += sent;
+                c.too_large = too_large;
+            }
+            // The window is full: read no more until acknowledgements
+            // make room (the session's writes wait, as over TCP).
+            let mut sh = lock(&self.shared);
+            while sh.acked.as_ref().is_some_and(|a| a.sender.backlog() > 0)
+                && !self.status.stop.load(Ordering::Relaxed)
+            {
+                sh = self
+                    .status
+                    .room
+                    .wait_timeout(sh, RETRY)
+                    .map_or_else(|e| e.into_inner().0, |(g, _)| g);
+            }
         }
         self.status.stop.store(true, Ordering::Relaxed);
     }
@@ -292,9 +371,28 @@ impl Down {
         if let Err(e) = self.socket.set_read_timeout(Some(RETRY)) {
             return Some(format!("udp socket: {e}"));
         }
+        let mut timeout = RETRY;
         loop {
             if self.status.stop.load(Ordering::Relaxed) {
                 return None;
+            }
+            // Wake for the next retransmission of an acknowledged datagram.
+            let want = {
+                let sh = lock(&self.shared);
+                let now = sh.now_ns();
+                sh.acked
+                    .as_ref()
+                    .and_then(|a| a.sender.next_timeout())
+                    .map_or(RETRY, |t| {
+                        Duration::from_nanos(t.saturating_sub(now))
+                            .clamp(Duration::from_millis(1), RETRY)
+                    })
+            };
+            if want != timeout {
+                timeout = want;
+                if let Err(e) = self.socket.set_read_timeout(Some(timeout)) {
+                    return Some(format!("udp socket: {e}"));
+                }
             }
             match self.socket.recv(&mut buf) {
                 Ok(n) => {
@@ -313,9 +411,12 @@ impl Down {
                 }
                 Err(e) => return Some(format!("udp receive: {e}")),
             }
+            if let Some(end) = self.resend_due() {
+                return Some(end);
+            }
             let now = Instant::now();
             let sh = lock(&self.shared);
-            if !sh.welcomed && now.duration_since(last_heard) >= RETRY {
+            if !sh.welcomed && sh.acked.is_none() && now.duration_since(last_heard) >= RETRY {
                 // Nothing back: our last handshake datagram or its answer
                 // was lost. The same datagram again (same seq).
                 if let Some(d) = &sh.last {
@@ -354,6 +455,87 @@ impl Down {
         }
     }
 
+    /// Sends again the acknowledged datagrams whose timeout passed;
+    /// `Some(why)` ends the session (the daemon acknowledged nothing for
+    /// too long).
+    fn resend_due(&mut self) -> Option<String> {
+        let mut sh = lock(&self.shared);
+        let now = sh.now_ns();
+        let a = sh.acked.as_mut()?;
+        let due = match a.sender.poll_timeout(now, 64) {
+            Ok(d) => d,
+            Err(e) => return Some(format!("udp: {e}")),
+        };
+        let resent = a.sender.counters().resent;
+        drop(sh);
+        for d in &due {
+            let _ = self.socket.send(d);
+        }
+        lock(&self.status.counters).resent = resent;
+        None
+    }
+
+    /// The daemon's `DataAck`: frees the window, sends what it names
+    /// missing and what now fits.
+    fn on_data_ack(&mut self, body: &[u8]) -> Option<String> {
+        let Ok(ack) = DataAck::decode(body) else {
+            self.bad();
+            return None;
+        };
+        let mut sh = lock(&self.shared);
+        let now = sh.now_ns();
+        let Some(a) = sh.acked.as_mut() else {
+            drop(sh);
+            self.bad();
+            return None;
+        };
+        let send = match a.sender.on_ack(&ack, now) {
+            Ok(s) => s,
+            Err(e) => return Some(format!("udp: {e}")),
+        };
+        let resent = a.sender.counters().resent;
+        drop(sh);
+        self.status.room.notify_all();
+        for d in &send {
+            let _ = self.socket.send(d);
+        }
+        lock(&self.status.counters).resent = resent;
+        None
+    }
+
+    /// An `AckedData` datagram: its frames (and those parked behind it) to
+    /// the session in order, and our acknowledgement.
+    fn on_acked_data(&mut self, d: &Datagram<'_>) -> Option<String> {
+        let mut sh = lock(&self.shared);
+        let Some(a) = sh.acked.as_mut() else {
+            drop(sh);
+            self.bad();
+            return None;
+        };
+        let ready = a.receiver.on_datagram(d.header.seq, d.frame_bytes());
+        let ack = a.receiver.take_ack();
+        let dup = a.receiver.counters().duplicate;
+        drop(sh);
+        if let Some(ack) = ack {
+            let mut out = BytesMut::with_capacity(64);
+            Header {
+                kind: DatagramKind::DataAck,
+                session: self.session,
+                seq: 0,
+            }
+            .encode(&mut out);
+            ack.encode(&mut out);
+            let _ = self.socket.send(&out);
+        }
+        lock(&self.status.counters).acked_duplicate = dup;
+        if let Some(frames) = ready {
+            if let Err(e) = self.local.write_all(&frames) {
+                return Some(format!("session socket: {e}"));
+            }
+        }
+        None
+    }
+
     /// Handles one datagram; `Some(why)` ends the session.
     fn on_datagram(&mut self, bytes: &[u8]) -> Option<String> {
         let Ok(d) = Datagram::parse(bytes) else {
@@ -374,6 +556,8 @@ impl Down {
             }
             // A repeated Accept (our second Open crossed it): nothing to do.
             DatagramKind::Accept => return None,
+            DatagramKind::AckedData => return self.on_acked_data(&d),
+            DatagramKind::DataAck => return self.on_data_ack(d.body),
             _ => {
                 self.bad();
                 return None;

@@ -191,10 +191,10 @@ fn deliver_with(
     // keeps to its links (a group has no acknowledgement). An event goes to
     // a group only when a live member next on its tree wants it (after
     // filters and an upstream proxy's scaling), as it would go to a link.
-    let group = if st.mcast.groups.is_empty() || (reliable && route.group.is_none()) {
-        None
-    } else if route.group.is_none()
-        && !wanted_by_member(&mut st.node, &st.mcast.groups, ev, origin, route.from)
+    let group = if st.mcast.groups.is_empty()
+        || (reliable && route.group.is_none())
+        || (route.group.is_none()
+            && !wanted_by_member(&mut st.node, &st.mcast.groups, ev, origin, route.from))
     {
         None
     } else {

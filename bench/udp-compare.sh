@@ -15,57 +15,126 @@
 #     (ddsperf prints half the round trip: doubled here); fan-out: one
 #     `ddsperf pub size 64` as fast as it goes, ten `ddsperf sub`
 #     processes, the median of each subscriber's per-second rates.
-# Loopback only: this 2-CPU machine cannot give each process its own
-# host, and a namespace LAN adds veth hops to both alike. Prints markdown
-# for BENCHMARKS.md; run it under `flock /work/bench.lock` (quiet:
-# /work/bisect/quiet5.sh). Every process it starts is killed on exit.
+# Loopback by default. With --lan (root): network namespaces on one
+# bridge (10.206.0.0/24, `twtb-uc*`, removed on exit): the brokers
+# (tagwired, the Zenoh router) on host 0, the measuring process (`tagwire
+# bench`, `baseline zenoh`: one process holds the pinger, the echo and the
+# ten subscribers, so they share host 1) on host 1; every event crosses the
+# bridge to the broker and back. Cyclone DDS is brokerless: ping on host 1,
+# pong on host 2; fan-out: the publisher on host 1 and each of the ten
+# subscribers on a host of its own (2..11), once with multicast (Cyclone's
+# default: SPDP and data to the group) and once unicast only (peers list).
+# All hosts still share this machine's 2 CPUs. --systems LIST (default
+# zenoh,tagwire,cyclonedds) runs only those (no Zenoh: no bench build).
+# Prints markdown for BENCHMARKS.md; run it under `flock /work/bench.lock`
+# (quiet: /work/bisect/quiet5.sh). Every process it starts is killed on exit.
 set -uo pipefail
 DURATION=3
 ROUNDS=1
+LAN=0
+SYSTEMS=zenoh,tagwire,cyclonedds
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --duration) DURATION=${2:?}; shift ;;
         --rounds) ROUNDS=${2:?}; shift ;;
-        -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+        --lan) LAN=1 ;;
+        --systems) SYSTEMS=${2:?}; shift ;;
+        -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
         *) echo "udp-compare.sh: unknown argument $1 (try --help)" >&2; exit 2 ;;
     esac
     shift
 done
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-cargo build --release --quiet -p tagwire-cli --bin tagwired --bin tagwire || exit 1
-(cd bench && CARGO_TARGET_DIR="${BENCH_TARGET_DIR:-$root/bench/target}" cargo build --release --quiet --bin baseline) || exit 1
-bin="${CARGO_TARGET_DIR:-$root/target}/release"
+# UDP_COMPARE_BIN=DIR: tagwired and tagwire from DIR, no build.
+if [[ -z ${UDP_COMPARE_BIN:-} ]]; then
+    cargo build --release --quiet -p tagwire-cli --bin tagwired --bin tagwire || exit 1
+fi
+want() { [[ ",$SYSTEMS," == *",$1,"* ]]; }
+if want zenoh; then
+    (cd bench && CARGO_TARGET_DIR="${BENCH_TARGET_DIR:-$root/bench/target}" cargo build --release --quiet --bin baseline) || exit 1
+fi
+bin="${UDP_COMPARE_BIN:-${CARGO_TARGET_DIR:-$root/target}/release}"
 baseline="${BENCH_TARGET_DIR:-$root/bench/target}/release/baseline"
 tmp="$(mktemp -d)"
 pids=()
+LANHOSTS=12
+NS=twtb-uc$$
 cleanup() {
     for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
     wait 2>/dev/null
+    if (( LAN )); then
+        for n in "$NS-br" $(seq -f "$NS-h%g" 0 $((LANHOSTS - 1))); do
+            for p in $(ip netns pids "$n" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
+            ip netns del "$n" 2>/dev/null
+        done
+    fi
     rm -rf "$tmp"
 }
 trap cleanup EXIT
 ZPORT=17823; TPORT=17824; UPORT=17825
+# BROKER: the brokers' address; on H0 / H1 / H2 / H[i]: prefixes running a
+# command on that host (empty on loopback).
+BROKER=127.0.0.1
+H0=(); H1=(); H2=()
+host() { (( LAN )) && echo ip netns exec "$NS-h$1"; }
+if (( LAN )); then
+    [[ $(id -u) == 0 ]] || { echo "udp-compare.sh --lan: needs root (network namespaces)" >&2; exit 1; }
+    ip netns add "$NS-br" || exit 1
+    ip -n "$NS-br" link add br0 type bridge && ip -n "$NS-br" link set br0 up || exit 1
+    for i in $(seq 0 $((LANHOSTS - 1))); do
+        h="$NS-h$i"
+        ip netns add "$h" &&
+            ip link add eth0 netns "$h" type veth peer name "p$i" netns "$NS-br" &&
+            ip -n "$NS-br" link set "p$i" master br0 && ip -n "$NS-br" link set "p$i" up &&
+            ip -n "$h" addr add "10.206.0.$((i + 1))/24" dev eth0 &&
+            ip -n "$h" link set eth0 up multicast on && ip -n "$h" link set lo up &&
+            ip -n "$h" route add 224.0.0.0/4 dev eth0 || exit 1
+    done
+    BROKER=10.206.0.1
+    read -ra H0 <<<"$(host 0)"; read -ra H1 <<<"$(host 1)"; read -ra H2 <<<"$(host 2)"
+fi
 wait_port() {
     for _ in $(seq 200); do
-        (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+        "${H1[@]}" bash -c "exec 3<>/dev/tcp/$BROKER/$1" 2>/dev/null && return 0
         sleep 0.05
     done
-    echo "udp-compare.sh: nothing listens on 127.0.0.1:$1" >&2
+    echo "udp-compare.sh: nothing listens on $BROKER:$1" >&2
     exit 1
 }
 mkdir -p "$tmp/rt"
-"$baseline" zenoh-router --port "$ZPORT" --udp 2>"$tmp/zenoh.log" & pids+=($!)
-XDG_RUNTIME_DIR="$tmp/rt" "$bin/tagwired" --tcp "127.0.0.1:$TPORT" --udp "127.0.0.1:$UPORT" --no-unix --log warn 2>"$tmp/tagwired.log" & pids+=($!)
-wait_port "$ZPORT"; wait_port "$TPORT"
+# Off loopback the daemon's local token does not apply: a token of its own.
+twcfg=()
+if (( LAN )); then
+    export TAGWIRE_TOKEN=udp-compare-lan-token-0123456789
+    cat >"$tmp/tagwired.toml" <<TOML
+[auth]
+local_token = false
+[[auth.tokens]]
+name = "bench"
+token = "$TAGWIRE_TOKEN"
+[[acl]]
+identity = "token:bench"
+publish = ["/**"]
+subscribe = ["/**"]
+admin = true
+TOML
+    twcfg=(--config "$tmp/tagwired.toml")
+fi
+if want zenoh; then
+    "${H0[@]}" "$baseline" zenoh-router --host "$BROKER" --port "$ZPORT" --udp 2>"$tmp/zenoh.log" & pids+=($!)
+    wait_port "$ZPORT"
+fi
+XDG_RUNTIME_DIR="$tmp/rt" "${H0[@]}" "$bin/tagwired" "${twcfg[@]}" --tcp "$BROKER:$TPORT" --udp "$BROKER:$UPORT" --no-unix --log warn 2>"$tmp/tagwired.log" & pids+=($!)
+wait_port "$TPORT"
 sleep 0.5
 run() { # system transport mode -> JSON line
     local out
     case "$1/$2" in
-        zenoh/tcp) out=$(timeout 60 "$baseline" zenoh "$3" --size 64 --duration "$DURATION" --subscribers 10 --server "tcp/127.0.0.1:$ZPORT" 2>>"$tmp/err") ;;
-        zenoh/udp) out=$(timeout 60 "$baseline" zenoh "$3" --size 64 --duration "$DURATION" --subscribers 10 --server "udp/127.0.0.1:$ZPORT" 2>>"$tmp/err") ;;
-        tagwire/tcp) out=$(XDG_RUNTIME_DIR="$tmp/rt" timeout 60 "$bin/tagwire" -s "tcp://127.0.0.1:$TPORT" bench "$3" --size 64 --duration "$DURATION" --subscribers 10 --json 2>>"$tmp/err") ;;
-        tagwire/udp) out=$(XDG_RUNTIME_DIR="$tmp/rt" timeout 60 "$bin/tagwire" -s "udp://127.0.0.1:$UPORT" bench "$3" --size 64 --duration "$DURATION" --subscribers 10 --json 2>>"$tmp/err") ;;
+        zenoh/tcp) out=$(timeout 60 "${H1[@]}" "$baseline" zenoh "$3" --size 64 --duration "$DURATION" --subscribers 10 --server "tcp/$BROKER:$ZPORT" 2>>"$tmp/err") ;;
+        zenoh/udp) out=$(timeout 60 "${H1[@]}" "$baseline" zenoh "$3" --size 64 --duration "$DURATION" --subscribers 10 --server "udp/$BROKER:$ZPORT" 2>>"$tmp/err") ;;
+        tagwire/tcp) out=$(XDG_RUNTIME_DIR="$tmp/rt" timeout 60 "${H1[@]}" "$bin/tagwire" -s "tcp://$BROKER:$TPORT" bench "$3" --size 64 --duration "$DURATION" --subscribers 10 --json 2>>"$tmp/err") ;;
+        tagwire/udp) out=$(XDG_RUNTIME_DIR="$tmp/rt" timeout 60 "${H1[@]}" "$bin/tagwire" -s "udp://$BROKER:$UPORT" bench "$3" --size 64 --duration "$DURATION" --subscribers 10 --json 2>>"$tmp/err") ;;
     esac
     out=$(printf '%s\n' "$out" | grep '^{' | tail -1)
     [[ -n $out ]] || out='{"error": "'"$(tail -1 "$tmp/err" | tr -d '"' | cut -c1-120)"'"}'
@@ -73,14 +142,14 @@ run() { # system transport mode -> JSON line
 }
 # Cyclone DDS, with ddsperf: prints "p50 p99" of the RTT in µs, or
 # "per_sub total received" of the fan-out.
-cdds() { # latency|fanout
-    export CYCLONEDDS_URI="file://$tmp/cyclonedds.xml"
+cdds() { # latency|fanout [mcast|ucast]
+    export CYCLONEDDS_URI="file://$tmp/cyclonedds-${2:-ucast}.xml"
     local pong p i
     case $1 in
         latency)
-            ddsperf -u -D $((DURATION + 3)) pong >"$tmp/pong.log" 2>&1 & pong=$!
+            "${H2[@]}" ddsperf -u -D $((DURATION + 3)) pong >"$tmp/pong.log" 2>&1 & pong=$!
             sleep 0.5
-            ddsperf -u -D "$DURATION" ping size 64 >"$tmp/ping.log" 2>&1
+            "${H1[@]}" ddsperf -u -D "$DURATION" ping size 64 >"$tmp/ping.log" 2>&1
             kill "$pong" 2>/dev/null; wait "$pong" 2>/dev/null
             python3 - "$tmp/ping.log" <<'PY'
 import re, sys
@@ -100,10 +169,12 @@ PY
         fanout)
             local subs=()
             for i in $(seq 10); do
-                ddsperf -u -D $((DURATION + 3)) sub >"$tmp/sub$i.log" 2>&1 & subs+=($!)
+                local on=()
+                (( LAN )) && read -ra on <<<"$(host $((i + 1)))"
+                "${on[@]}" ddsperf -u -D $((DURATION + 3)) sub >"$tmp/sub$i.log" 2>&1 & subs+=($!)
             done
             sleep 1
-            ddsperf -u -D "$DURATION" pub size 64 >"$tmp/pub.log" 2>&1
+            "${H1[@]}" ddsperf -u -D "$DURATION" pub size 64 >"$tmp/pub.log" 2>&1
             sleep 1
             for p in "${subs[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
             python3 - "$tmp" <<'PY'
@@ -121,11 +192,23 @@ PY
     esac
 }
 have_dds=0
-if command -v ddsperf >/dev/null; then
+if ! want cyclonedds; then
+    :
+elif command -v ddsperf >/dev/null; then
     have_dds=1
-    cat >"$tmp/cyclonedds.xml" <<'XML'
+    if (( LAN )); then
+        peers=$(for i in $(seq 1 $((LANHOSTS - 1))); do printf '<Peer address="10.206.0.%d"/>' $((i + 1)); done)
+        cat >"$tmp/cyclonedds-ucast.xml" <<XML
+<CycloneDDS><Domain id="any"><General><Interfaces><NetworkInterface name="eth0"/></Interfaces><AllowMulticast>false</AllowMulticast></General><Discovery><ParticipantIndex>auto</ParticipantIndex><MaxAutoParticipantIndex>40</MaxAutoParticipantIndex><Peers>$peers</Peers></Discovery></Domain></CycloneDDS>
+XML
+        cat >"$tmp/cyclonedds-mcast.xml" <<'XML'
+<CycloneDDS><Domain id="any"><General><Interfaces><NetworkInterface name="eth0"/></Interfaces><AllowMulticast>true</AllowMulticast></General></Domain></CycloneDDS>
+XML
+    else
+        cat >"$tmp/cyclonedds-ucast.xml" <<'XML'
 <CycloneDDS><Domain id="any"><General><Interfaces><NetworkInterface name="lo"/></Interfaces><AllowMulticast>false</AllowMulticast></General><Discovery><ParticipantIndex>auto</ParticipantIndex><MaxAutoParticipantIndex>40</MaxAutoParticipantIndex><Peers><Peer address="127.0.0.1"/></Peers></Discovery></Domain></CycloneDDS>
 XML
+    fi
 else
     echo "udp-compare.sh: ddsperf not found (apt-get install -y cyclonedds-tools): no Cyclone DDS rows" >&2
 fi
@@ -133,6 +216,7 @@ load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 rows=()
 for r in $(seq "$ROUNDS"); do
     for sys in zenoh tagwire; do
+        want "$sys" || continue
         for tr in udp tcp; do
             lat=$(run "$sys" "$tr" latency)
             fan=$(run "$sys" "$tr" fanout)
@@ -154,15 +238,21 @@ PY
         done
     done
     if (( have_dds )); then
-        read -r d50 d99 <<<"$(cdds latency)"
-        read -r dper dtot dmin dmax <<<"$(cdds fanout)"
-        echo "round $r cyclonedds/udp: RTT $d50 $d99; fan-out $dper $dtot $dmin $dmax" >&2
-        rows+=("$(python3 -c 'import sys; r,a,b,c,d,e,f=sys.argv[1:]; fm=lambda x: f"{float(x):,.0f}" if x not in ("—","") else "—"; print(f"| {r} | cyclonedds (ddsperf, peers) | udp | {fm(a)} | {fm(b)} | {fm(c)} | {fm(d)} | {int(e):,}–{int(f):,} received |")' "$r" "$d50" "$d99" "$dper" "$dtot" "$dmin" "$dmax")")
+        casts=(ucast)
+        (( LAN )) && casts=(ucast mcast)
+        for cast in "${casts[@]}"; do
+            read -r d50 d99 <<<"$(cdds latency "$cast")"
+            read -r dper dtot dmin dmax <<<"$(cdds fanout "$cast")"
+            label="cyclonedds (ddsperf, peers)"
+            [[ $cast == mcast ]] && label="cyclonedds (ddsperf, multicast)"
+            echo "round $r cyclonedds/udp $cast: RTT $d50 $d99; fan-out $dper $dtot $dmin $dmax" >&2
+            rows+=("$(python3 -c 'import sys; r,l,a,b,c,d,e,f=sys.argv[1:]; fm=lambda x: f"{float(x):,.0f}" if x not in ("—","") else "—"; print(f"| {r} | {l} | udp | {fm(a)} | {fm(b)} | {fm(c)} | {fm(d)} | {int(e):,}–{int(f):,} received |")' "$r" "$label" "$d50" "$d99" "$dper" "$dtot" "$dmin" "$dmax")")
+        done
     fi
 done
-echo "\`bench/udp-compare.sh --duration $DURATION --rounds $ROUNDS\`: $(date -u '+%Y-%m-%d %H:%M UTC'), revision $(git rev-parse --short HEAD)," \
+echo "\`bench/udp-compare.sh --duration $DURATION --rounds $ROUNDS$( (( LAN )) && echo " --lan")\`: $(date -u '+%Y-%m-%d %H:%M UTC'), revision $(git rev-parse --short HEAD)," \
     "\`nproc\` = $(nproc), CPU $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), load average $load_before before → $(cut -d' ' -f1-3 /proc/loadavg) after;" \
-    "zenoh $(grep -m1 -A1 'name = "zenoh"' bench/Cargo.lock | sed -n 's/version = "\(.*\)"/\1/p'); loopback; 64 B payloads, ${DURATION} s per run."
+    "zenoh $(grep -m1 -A1 'name = "zenoh"' bench/Cargo.lock | sed -n 's/version = "\(.*\)"/\1/p'); $( (( LAN )) && echo "namespace LAN (brokers on host 0, the measuring process on host 1, Cyclone's processes one per host)" || echo loopback); 64 B payloads, ${DURATION} s per run."
 echo
 echo "| round | system | transport | RTT p50 µs | RTT p99 µs | fan-out 1→10: msgs/s per subscriber | total msgs/s | received per subscriber of sent |"
 echo "|---:|---|---|---:|---:|---:|---:|---|"

@@ -103,12 +103,12 @@ fn config(
     Ok(c)
 }
 
-/// Runs a Zenoh router listening on `tcp/127.0.0.1:port` (and with `udp`
-/// on `udp/127.0.0.1:port` too) until the process is killed.
-pub fn serve_router(port: u16, udp: bool) -> Result<(), BenchError> {
-    let mut endpoints = vec![format!("tcp/127.0.0.1:{port}")];
+/// Runs a Zenoh router listening on `tcp/HOST:port` (and with `udp`
+/// on `udp/HOST:port` too) until the process is killed.
+pub fn serve_router(host: &str, port: u16, udp: bool) -> Result<(), BenchError> {
+    let mut endpoints = vec![format!("tcp/{host}:{port}")];
     if udp {
-        endpoints.push(format!("udp/127.0.0.1:{port}"));
+        endpoints.push(format!("udp/{host}:{port}"));
     }
     let mut cfg = config("router", "listen/endpoints", &endpoints)?;
     // Another router to connect to (a router pair for the hop comparison).

@@ -62,12 +62,16 @@ enum Command {
         #[arg(long, default_value = "nats://127.0.0.1:4222")]
         server: String,
     },
-    /// Run a Zenoh router on tcp/127.0.0.1:PORT until killed.
+    /// Run a Zenoh router on tcp/HOST:PORT (default 127.0.0.1) until killed.
     ZenohRouter {
-        /// TCP port on 127.0.0.1.
+        /// TCP port on HOST.
         #[arg(long, default_value_t = 7447)]
         port: u16,
-        /// Also listen on udp/127.0.0.1:PORT (the same number), for client
+        /// The address to listen on (a namespace host's, for
+        /// `udp-compare.sh --lan`).
+        #[arg(long, default_value = "127.0.0.1")]
+        host: String,
+        /// Also listen on udp/HOST:PORT (the same number), for client
         /// sessions that connect over UDP.
         #[arg(long)]
         udp: bool,
@@ -196,7 +200,9 @@ fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::RawRelayServer { port } => raw_relay::serve(port).map(|()| None),
-        Command::ZenohRouter { port, udp } => zenoh_client::serve_router(port, udp).map(|()| None),
+        Command::ZenohRouter { port, host, udp } => {
+            zenoh_client::serve_router(&host, port, udp).map(|()| None)
+        }
         Command::Raw { run, server } => run
             .params()
             .and_then(|p| raw_relay::run(&server, run.mode, p))

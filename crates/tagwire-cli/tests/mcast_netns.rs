@@ -9,7 +9,9 @@
 //! never delivers twice; datagrams forged on host 3 without the key (an
 //! event and a membership claim) are dropped and counted `bad`, never
 //! delivered, and the forged member is not listed; a reliable tag's events
-//! keep to the (acknowledged) links, never the group. Needs root, iproute2
+//! keep to the (acknowledged) links, never the group; an event no member
+//! wants, or that a `proxy=at_publisher` scaled away, does not go to the
+//! group. Needs root, iproute2
 //! and nft; without them it FAILS saying so. `.ci/run` runs it.
 
 mod common;
@@ -362,6 +364,72 @@ fn a_group_delivers_each_event_once_counts_loss_and_drops_forgeries() {
     );
     let sent = count(&group(&lan, 0), "sent");
     assert_eq!(sent, N as u64, "no reliable event went to the group");
+    // An event no member's subscriber wants does not go to the group (the
+    // subscribers above are gone): the push-pull Table 2 run on a LAN
+    // found every event of a covered tag on the group, wanted or not.
+    wait("d0 knows no interest any more", || {
+        let l = json(&lan, 0, true);
+        !(1..4).any(|i| common::netns::knows_interest_of(&l, &format!("d{i}")))
+    });
+    let out = lan
+        .exec(
+            0,
+            &tagwire(0, &["pub", "/m/nobody", "n", "-n", "30", "--rate", "300"]),
+        )
+        .output()
+        .expect("tagwire pub");
+    assert!(out.status.success(), "tagwire pub /m/nobody");
+    // And with `proxy=at_publisher` only the scaled stream leaves d0, on
+    // the group as on a link (docs/configuration.md, `proxy`).
+    let scaled = lan
+        .exec(
+            1,
+            &tagwire(
+                1,
+                &[
+                    "sub",
+                    "/m/s",
+                    "--scale",
+                    "4",
+                    "--qos",
+                    "proxy=at_publisher",
+                    "-n",
+                    "10",
+                    "--timeout",
+                    "15",
+                ],
+            ),
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn tagwire sub");
+    let mut scaled = Children(vec![scaled]);
+    wait("d0 knows d1's scaled interest", || {
+        common::netns::knows_interest_of(&json(&lan, 0, true), "d1")
+    });
+    let out = lan
+        .exec(
+            0,
+            &tagwire(0, &["pub", "/m/s", "s", "-n", "40", "--rate", "300"]),
+        )
+        .output()
+        .expect("tagwire pub");
+    assert!(out.status.success(), "tagwire pub /m/s");
+    let o = scaled.0.remove(0).wait_with_output().expect("sub output");
+    let got = String::from_utf8_lossy(&o.stdout).lines().count();
+    let g0 = group(&lan, 0);
+    assert_eq!(
+        got,
+        10,
+        "d1's scaled subscriber gets 1 in 4: {} {g0}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(
+        count(&g0, "sent"),
+        N as u64 + 10,
+        "nothing unwanted and only the scaled stream went to the group: {g0}"
+    );
     drop(daemons);
     let text = logs(dir.path());
     assert!(!text.contains("panicked"), "a daemon panicked: {text}");

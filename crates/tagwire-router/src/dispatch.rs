@@ -188,8 +188,14 @@ fn deliver_with(
     };
     // Multicast (one test when there is none): the group the event goes to
     // or came from; links to its live members are skipped. A reliable event
-    // keeps to its links (a group has no acknowledgement).
-    let group = if st.mcast.groups.is_empty() || (reliable && route.group.is_none()) {
+    // keeps to its links (a group has no acknowledgement). An event goes to
+    // a group only when a live member next on its tree wants it (after
+    // filters and an upstream proxy's scaling), as it would go to a link.
+    let group = if st.mcast.groups.is_empty()
+        || (reliable && route.group.is_none())
+        || (route.group.is_none()
+            && !wanted_by_member(&mut st.node, &st.mcast.groups, ev, origin, route.from))
+    {
         None
     } else {
         let bytes = match sink.shm.as_deref_mut() {
@@ -220,6 +226,24 @@ fn deliver_with(
         log_over_budget(st);
     }
     links
+}
+
+/// Whether a live member of the multicast group covering `ev`'s tag is a
+/// next hop that wants it (no group covers it: no).
+fn wanted_by_member(
+    node: &mut tagwire_core::node::Node<Arc<Channel>>,
+    groups: &tagwire_core::multicast::Groups,
+    ev: &EventRef<'_>,
+    origin: NodeId,
+    from: Option<NodeId>,
+) -> bool {
+    let Some(i) = groups.group_for(ev.tag) else {
+        return false;
+    };
+    let now = crate::timing::now_ns();
+    node.routes_to_any(ev, origin, from, |to| {
+        groups.get(i).is_some_and(|g| g.is_live_member(to, now))
+    })
 }
 
 /// An event's filters ran over `limits.max_filter_work_per_event`: says

@@ -293,9 +293,9 @@ fn role_ping(
     println!("{}", serde_json::to_string(&out).expect("json"));
 }
 
-/// `--role source`: publishes `size`-byte events on `/pp/stream/x` at
-/// `rate` per second for `seconds`; prints how many.
-fn role_source(server: &str, size: usize, rate: f64, seconds: f64) {
+/// `--role source`: publishes `size`-byte events on `tag` (default
+/// `/pp/stream/x`) at `rate` per second for `seconds`; prints how many.
+fn role_source(server: &str, tag: &str, size: usize, rate: f64, seconds: f64) {
     let s = connect(server);
     let p = s
         .declare_publisher(&format!("/pp/source{}", std::process::id()))
@@ -309,38 +309,54 @@ fn role_source(server: &str, size: usize, rate: f64, seconds: f64) {
         if let Some(wait) = due.checked_duration_since(Instant::now()) {
             std::thread::sleep(wait);
         }
-        p.publish("/pp/stream/x", payload.clone()).expect("publish");
+        p.publish(tag, payload.clone()).expect("publish");
     }
     s.flush().expect("flush");
     println!("{}", serde_json::json!({ "sent": n }));
 }
 
-/// `--role sink`: one subscription to `/pp/stream/*` per `--sub-qos`
-/// (`k=v,k=v`); counts events for `seconds`, prints the counts.
-fn role_sink(server: &str, subs: &[Vec<(String, String)>], seconds: f64) {
+/// `--role sink`: one subscription to `pattern` (default `/pp/stream/*`)
+/// per `--sub-qos` (`k=v,k=v`); counts events for `seconds` and takes each
+/// one's one-way delay (its source stamp → this callback: CLOCK_REALTIME is
+/// one clock for every namespace of the machine); prints the counts and the
+/// delays' p50 and p99 in µs, per subscription.
+fn role_sink(server: &str, pattern: &str, subs: &[Vec<(String, String)>], seconds: f64) {
     let s = connect(server);
-    let counters: Vec<Arc<std::sync::atomic::AtomicU64>> = subs
+    let delays: Vec<Arc<std::sync::Mutex<Vec<f64>>>> = subs
         .iter()
-        .map(|_| Arc::new(std::sync::atomic::AtomicU64::new(0)))
+        .map(|_| Arc::new(std::sync::Mutex::new(Vec::with_capacity(65_536))))
         .collect();
     let mut keep = Vec::new();
-    for (qos, c) in subs.iter().zip(&counters) {
-        let mut b = s.subscribe("/pp/stream/*").max_queue_length(65_536);
+    for (qos, d) in subs.iter().zip(&delays) {
+        let mut b = s.subscribe(pattern).max_queue_length(65_536);
         for (k, v) in qos {
             b = b.qos(k, v);
         }
-        let c = c.clone();
+        let d = d.clone();
         keep.push(
-            b.callback(move |_| {
-                c.fetch_add(1, Ordering::Relaxed);
+            b.callback(move |sample| {
+                let us = now_rt().saturating_sub(sample.event().source_time_ns) as f64 / 1e3;
+                if let Ok(mut d) = d.lock() {
+                    d.push(us);
+                }
             })
             .unwrap_or_else(|e| panic!("sink subscription {qos:?}: {e}")),
         );
     }
     eprintln!("sink ready");
     std::thread::sleep(Duration::from_secs_f64(seconds));
-    let got: Vec<u64> = counters.iter().map(|c| c.load(Ordering::Relaxed)).collect();
-    println!("{}", serde_json::json!({ "received": got }));
+    drop(keep);
+    let taken: Vec<Vec<f64>> = delays
+        .iter()
+        .map(|d| d.lock().map(|d| d.clone()).unwrap_or_default())
+        .collect();
+    let got: Vec<usize> = taken.iter().map(Vec::len).collect();
+    let p50: Vec<f64> = taken.iter().map(|d| q(d).p50).collect();
+    let p99: Vec<f64> = taken.iter().map(|d| q(d).p99).collect();
+    println!(
+        "{}",
+        serde_json::json!({ "received": got, "delay_p50_us": p50, "delay_p99_us": p99 })
+    );
 }
 
 /// `--role reserve`: a subscription on `band` with `reserve=RATE` (the
@@ -1513,12 +1529,14 @@ fn main() {
         Some("source") => {
             let rate = arg("--rate").and_then(|s| s.parse().ok()).unwrap_or(2000.0);
             let secs = arg("--seconds").and_then(|s| s.parse().ok()).unwrap_or(3.0);
-            return role_source(&server, size, rate, secs);
+            let tag = arg("--tag").unwrap_or_else(|| "/pp/stream/x".into());
+            return role_source(&server, &tag, size, rate, secs);
         }
         Some("sink") => {
             let subs: Vec<_> = args_all("--sub-qos").iter().map(|s| parse_qos(s)).collect();
             let secs = arg("--seconds").and_then(|s| s.parse().ok()).unwrap_or(5.0);
-            return role_sink(&server, &subs, secs);
+            let pattern = arg("--pattern").unwrap_or_else(|| "/pp/stream/*".into());
+            return role_sink(&server, &pattern, &subs, secs);
         }
         Some("reserve") => {
             return role_reserve(
@@ -1537,6 +1555,25 @@ fn main() {
             "{} is missing: build with `cargo build --release -p tagwire-cli`",
             bin.join(b).display()
         );
+    }
+    // `--only lan`: Tables 1 and 2 on a LAN segment, unicast links against
+    // `[[multicast]]` (its own namespaces, not the routed testbed).
+    if arg("--only").as_deref() == Some("lan") {
+        let rate: f64 = arg("--rate").and_then(|s| s.parse().ok()).unwrap_or(4000.0);
+        let secs: f64 = arg("--seconds").and_then(|s| s.parse().ok()).unwrap_or(3.0);
+        let size: usize = arg("--size").and_then(|s| s.parse().ok()).unwrap_or(1024);
+        let rounds: usize = arg("--rounds").and_then(|s| s.parse().ok()).unwrap_or(3);
+        let started = Instant::now();
+        let rows = lan_tables(&bin, rate, secs, size, rounds);
+        lan_report(&rows, rate, secs, size);
+        println!(
+            "\nload average {}; {:.0} s in all",
+            std::fs::read_to_string("/proc/loadavg")
+                .unwrap_or_default()
+                .trim(),
+            started.elapsed().as_secs_f64()
+        );
+        return;
     }
     let sizes: Vec<usize> = arg("--sizes")
         .unwrap_or_else(|| "64,256,1024,4096,16384,65536".into())
@@ -1614,5 +1651,580 @@ mod tests {
     #[test]
     fn every_proxy_place_round_trips_through_a_chain_of_three_daemons() {
         super::smoke();
+    }
+}
+
+// ------------------------------------------- Table 2 under multicast, on a LAN
+
+/// One Ethernet segment of network namespaces for `--only lan`: a bridge in
+/// its own namespace and hosts joined to it by veth pairs (`eth0`, address
+/// `10.205.0.(i+1)/24`, multicast on). The routed testbed has one subnet
+/// per host, and IP multicast needs a segment. Names start `twtb-` so that
+/// `scripts/netns.sh down --all` removes what a killed run left; removed on
+/// drop (processes still in its namespaces are killed first).
+struct Lan {
+    bridge: String,
+    hosts: Vec<String>,
+}
+
+fn ip(args: &[&str]) {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("run ip (apt-get install -y iproute2): {e}"));
+    assert!(
+        out.status.success(),
+        "ip {}: {} (needs root)",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+impl Lan {
+    fn new(n: usize) -> Lan {
+        let tag = std::process::id();
+        let lan = Lan {
+            bridge: format!("twtb-pp{tag}-br"),
+            hosts: (0..n).map(|i| format!("twtb-pp{tag}-h{i}")).collect(),
+        };
+        ip(&["netns", "add", &lan.bridge]);
+        ip(&["-n", &lan.bridge, "link", "add", "br0", "type", "bridge"]);
+        ip(&["-n", &lan.bridge, "link", "set", "br0", "up"]);
+        for (i, h) in lan.hosts.iter().enumerate() {
+            ip(&["netns", "add", h]);
+            let port = format!("p{i}");
+            ip(&[
+                "link",
+                "add",
+                "eth0",
+                "netns",
+                h,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                &port,
+                "netns",
+                &lan.bridge,
+            ]);
+            ip(&["-n", &lan.bridge, "link", "set", &port, "master", "br0"]);
+            ip(&["-n", &lan.bridge, "link", "set", &port, "up"]);
+            let a = format!("{}/24", Lan::addr(i));
+            ip(&["-n", h, "addr", "add", &a, "dev", "eth0"]);
+            ip(&["-n", h, "link", "set", "eth0", "up", "multicast", "on"]);
+            ip(&["-n", h, "link", "set", "lo", "up"]);
+            ip(&["-n", h, "route", "add", "224.0.0.0/4", "dev", "eth0"]);
+        }
+        lan
+    }
+
+    fn addr(i: usize) -> String {
+        format!("10.205.0.{}", i + 1)
+    }
+
+    fn url(i: usize) -> String {
+        format!("tcp://{}:{PORT}", Lan::addr(i))
+    }
+
+    /// `cmd` (program, arguments, environment) to run in host `i`.
+    fn cmd(&self, i: usize, cmd: &Command) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.hosts[i]])
+            .arg(cmd.get_program())
+            .args(cmd.get_args());
+        for (k, v) in cmd.get_envs() {
+            match v {
+                Some(v) => c.env(k, v),
+                None => c.env_remove(k),
+            };
+        }
+        c
+    }
+
+    /// Host `i`'s `eth0` counters: bytes received and sent.
+    fn link(&self, i: usize) -> LinkCount {
+        let out = Command::new("ip")
+            .args([
+                "-n",
+                &self.hosts[i],
+                "-s",
+                "-j",
+                "link",
+                "show",
+                "dev",
+                "eth0",
+            ])
+            .output()
+            .expect("ip -s link");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        let s = &v[0]["stats64"];
+        let n = |d: &str, k: &str| s[d][k].as_u64().unwrap_or(0);
+        LinkCount {
+            rx_bytes: n("rx", "bytes"),
+            tx_bytes: n("tx", "bytes"),
+        }
+    }
+}
+
+impl Drop for Lan {
+    fn drop(&mut self) {
+        for n in self.hosts.iter().chain(std::iter::once(&self.bridge)) {
+            if let Ok(out) = Command::new("ip").args(["netns", "pids", n]).output() {
+                for pid in String::from_utf8_lossy(&out.stdout).split_whitespace() {
+                    let _ = Command::new("kill").args(["-9", pid]).output();
+                }
+            }
+            let _ = Command::new("ip").args(["netns", "del", n]).output();
+        }
+    }
+}
+
+/// A host link's counters (`ip -s link`, the veth's own: what crossed the
+/// host's wire to the switch, every protocol included).
+#[derive(Debug, Clone, Copy, Default)]
+struct LinkCount {
+    rx_bytes: u64,
+    tx_bytes: u64,
+}
+
+impl LinkCount {
+    fn since(self, b: LinkCount) -> LinkCount {
+        LinkCount {
+            rx_bytes: self.rx_bytes - b.rx_bytes,
+            tx_bytes: self.tx_bytes - b.tx_bytes,
+        }
+    }
+}
+
+/// A child process killed (and reaped) on drop; stdout and stderr go to
+/// files.
+struct Kid {
+    child: std::process::Child,
+    out: PathBuf,
+    err: PathBuf,
+}
+
+impl Kid {
+    fn spawn(lan: &Lan, host: usize, cmd: &Command, dir: &Path, name: &str) -> Kid {
+        let out = dir.join(format!("{name}.out"));
+        let err = dir.join(format!("{name}.err"));
+        let child = lan
+            .cmd(host, cmd)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::fs::File::create(&out).expect("stdout file"))
+            .stderr(std::fs::File::create(&err).expect("stderr file"))
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {name}: {e}"));
+        Kid { child, out, err }
+    }
+
+    fn id(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn wait_stderr(&self, needle: &str, what: &str) {
+        let start = Instant::now();
+        loop {
+            let t = std::fs::read_to_string(&self.err).unwrap_or_default();
+            if t.contains(needle) {
+                return;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "{what} not ready: {t}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Waits for the exit (at most `limit`), returns stdout as JSON.
+    fn finish(mut self, limit: Duration) -> serde_json::Value {
+        let start = Instant::now();
+        while self.child.try_wait().ok().flatten().is_none() {
+            assert!(start.elapsed() < limit, "child did not exit in {limit:?}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let text = std::fs::read_to_string(&self.out).unwrap_or_default();
+        text.lines()
+            .rev()
+            .find_map(|l| serde_json::from_str(l).ok())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Kid {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The LAN's daemons: host 0 the publisher's `d0`, host 2 the intermediate
+/// `r2` (dials d0), hosts 1 and 3 the subscribers' `d1`, `d3` (dial r2).
+const LAN_DAEMONS: [(usize, &str, Option<usize>); 4] = [
+    (0, "d0", None),
+    (2, "r2", Some(0)),
+    (1, "d1", Some(2)),
+    (3, "d3", Some(2)),
+];
+/// The group of `--only lan`'s multicast runs.
+const LAN_GROUP: &str = "239.78.0.1:7800";
+
+fn lan_list(lan: &Lan, bin: &Path, host: usize, links: bool) -> serde_json::Value {
+    let args: &[&str] = if links {
+        &["list", "--links", "--json"]
+    } else {
+        &["list", "--json"]
+    };
+    let mut c = lan.cmd(host, &tagwire_cli(bin, &Lan::url(host), args));
+    match c.output() {
+        Ok(out) => serde_json::from_slice(&out.stdout).unwrap_or_default(),
+        Err(_) => serde_json::Value::Null,
+    }
+}
+
+/// Starts the four daemons (with `[[multicast]]` for `/pp/stream/**` when
+/// `mcast`), waits until each knows all four and its links are up, and,
+/// with multicast, until each lists the other three as live members.
+fn lan_start(lan: &Lan, bin: &Path, dir: &Path, mcast: bool) -> Vec<Kid> {
+    let mut out = Vec::new();
+    for (h, name, peer) in LAN_DAEMONS {
+        let extra = if mcast {
+            format!(
+                "[[multicast]]\ngroup = \"{LAN_GROUP}\"\ntags = [\"/pp/stream/**\"]\ninterface = \"{}\"\n",
+                Lan::addr(h)
+            )
+        } else {
+            String::new()
+        };
+        let cfg = write_config(dir, name, peer.map(Lan::url), &extra);
+        let mut c = Command::new(bin.join("tagwired"));
+        c.args(["--tcp", &format!("{}:{PORT}", Lan::addr(h)), "--no-unix"])
+            .args(["--name", name])
+            .arg("--config")
+            .arg(&cfg)
+            .env("XDG_RUNTIME_DIR", dir)
+            .env("RUST_LOG", "warn,tagwire_router=info");
+        let kid = Kid::spawn(lan, h, &c, dir, name);
+        kid.wait_stderr("band normal: listening", name);
+        out.push(kid);
+    }
+    let start = Instant::now();
+    for (h, name, _) in LAN_DAEMONS {
+        let want_links = if h == 2 { 3 } else { 1 };
+        loop {
+            let v = lan_list(lan, bin, h, true);
+            let known = v["daemons"].as_u64().unwrap_or(0);
+            let links = v["links"].as_array().map_or(0, Vec::len);
+            let members = if mcast {
+                lan_list(lan, bin, h, false)["multicast"][0]["members"]
+                    .as_array()
+                    .map_or(0, Vec::len)
+            } else {
+                3
+            };
+            if known >= 4 && links >= want_links && members >= 3 {
+                break;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(40),
+                "{name} not ready (daemons {known}, links {links}, members {members}): {v}"
+            );
+            std::thread::sleep(Duration::from_millis(150));
+        }
+    }
+    out
+}
+
+/// One measured case of `--only lan`.
+#[derive(Debug, Clone)]
+struct LanRow {
+    mcast: bool,
+    place: &'static str,
+    round: usize,
+    sent: u64,
+    /// Received, delay p50, delay p99 (µs) at d1's and d3's subscriber.
+    sub: [(u64, f64, f64); 2],
+    /// eth0 of hosts 0..4 (d0, d1, r2, d3).
+    links: [LinkCount; 4],
+    /// CPU seconds: d0, r2, d1, d3, source, the two sinks together.
+    cpu: [f64; 6],
+    /// Group datagrams: d0 sent; lost at r2, d1, d3.
+    group_sent: u64,
+    group_lost: u64,
+    seconds: f64,
+}
+
+/// The proxy places of `--only lan`: d1's subscriber scales by 2 and d3's
+/// by 3 (the paper's Table 2: subscribers with different factors), or both
+/// take every event.
+const LAN_PLACES: [(&str, &str, &str); 4] = [
+    ("no proxy (every event)", "", ""),
+    ("at subscriber", "scale=2", "scale=3"),
+    (
+        "at publisher",
+        "scale=2,proxy=at_publisher",
+        "scale=3,proxy=at_publisher",
+    ),
+    (
+        "on intermediate node r2",
+        "scale=2,proxy=node:r2",
+        "scale=3,proxy=node:r2",
+    ),
+];
+
+fn group_count(v: &serde_json::Value, what: &str) -> u64 {
+    v["multicast"][0][what].as_u64().unwrap_or(0)
+}
+
+/// Tables 1 and 2 on a LAN: every proxy place over unicast links and with
+/// `[[multicast]]` on all four daemons, `rounds` times (transports
+/// interleaved per round); a stream of `rate` events/s of `size` bytes for
+/// `seconds` from host 0.
+fn lan_tables(bin: &Path, rate: f64, seconds: f64, size: usize, rounds: usize) -> Vec<LanRow> {
+    let lan = Lan::new(4);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let dir = dir.path();
+    let mut rows = Vec::new();
+    let mut case = 0usize;
+    for round in 1..=rounds {
+        for mcast in [false, true] {
+            eprintln!(
+                "== round {round}: {}",
+                if mcast { "multicast" } else { "unicast" }
+            );
+            let daemons = lan_start(&lan, bin, dir, mcast);
+            let pids: Vec<u32> = daemons.iter().map(Kid::id).collect();
+            for (place, q1, q3) in LAN_PLACES {
+                case += 1;
+                let tag = format!("/pp/stream/c{case}");
+                let sink = |host: usize, qos: &str| {
+                    let mut c = role_cmd("sink");
+                    c.args(["--server", &Lan::url(host)])
+                        .args(["--pattern", &format!("{tag}/*")])
+                        .args(["--seconds", &(seconds + 4.0).to_string()])
+                        .args(["--sub-qos", qos]);
+                    let k = Kid::spawn(&lan, host, &c, dir, &format!("sink{case}-{host}"));
+                    k.wait_stderr("sink ready", "sink");
+                    k
+                };
+                let s1 = sink(1, q1);
+                let s3 = sink(3, q3);
+                // The interest crosses two links (a LAN: milliseconds).
+                std::thread::sleep(Duration::from_millis(800));
+                let g0 = [0, 2, 1, 3].map(|h| lan_list(&lan, bin, h, false));
+                let l0 = [0, 1, 2, 3].map(|h| lan.link(h));
+                let c0: Vec<f64> = pids.iter().map(|&p| cpu_secs(p)).collect();
+                let k0 = cpu_secs(s1.id()) + cpu_secs(s3.id());
+                let mut c = role_cmd("source");
+                c.args(["--server", &Lan::url(0)])
+                    .args(["--tag", &format!("{tag}/x")])
+                    .args(["--size", &size.to_string()])
+                    .args(["--rate", &rate.to_string()])
+                    .args(["--seconds", &seconds.to_string()]);
+                let t0 = Instant::now();
+                let mut src = Kid::spawn(&lan, 0, &c, dir, &format!("source{case}"));
+                let mut src_cpu = 0.0;
+                while src.child.try_wait().ok().flatten().is_none() {
+                    let c = cpu_secs(src.id());
+                    if c.is_finite() {
+                        src_cpu = c;
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                    assert!(t0.elapsed() < Duration::from_secs(120), "source hung");
+                }
+                let elapsed = t0.elapsed().as_secs_f64();
+                std::thread::sleep(Duration::from_millis(300));
+                let l1 = [0, 1, 2, 3].map(|h| lan.link(h));
+                let c1: Vec<f64> = pids.iter().map(|&p| cpu_secs(p)).collect();
+                let k1 = cpu_secs(s1.id()) + cpu_secs(s3.id());
+                let g1 = [0, 2, 1, 3].map(|h| lan_list(&lan, bin, h, false));
+                let sent = src.finish(Duration::from_secs(5))["sent"]
+                    .as_u64()
+                    .unwrap_or(0);
+                let r = |k: Kid| {
+                    let v = k.finish(Duration::from_secs(30));
+                    (
+                        v["received"][0].as_u64().unwrap_or(0),
+                        v["delay_p50_us"][0].as_f64().unwrap_or(f64::NAN),
+                        v["delay_p99_us"][0].as_f64().unwrap_or(f64::NAN),
+                    )
+                };
+                let sub = [r(s1), r(s3)];
+                let lost: u64 = (1..4)
+                    .map(|i| group_count(&g1[i], "lost") - group_count(&g0[i], "lost"))
+                    .sum();
+                let row = LanRow {
+                    mcast,
+                    place,
+                    round,
+                    sent,
+                    sub,
+                    links: [0, 1, 2, 3].map(|h| l1[h].since(l0[h])),
+                    cpu: [
+                        c1[0] - c0[0],
+                        c1[1] - c0[1],
+                        c1[2] - c0[2],
+                        c1[3] - c0[3],
+                        src_cpu,
+                        k1 - k0,
+                    ],
+                    group_sent: group_count(&g1[0], "sent") - group_count(&g0[0], "sent"),
+                    group_lost: lost,
+                    seconds: elapsed,
+                };
+                eprintln!("   {row:?}");
+                rows.push(row);
+            }
+            drop(daemons);
+        }
+    }
+    rows
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// "median (min–max)" of `f` over the rows of one transport and place.
+fn spread(rows: &[&LanRow], f: impl Fn(&LanRow) -> f64, digits: usize) -> String {
+    let v: Vec<f64> = rows.iter().map(|r| f(r)).collect();
+    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    if v.len() < 2 {
+        return format!("{:.*}", digits, median(v));
+    }
+    format!(
+        "{:.*} ({:.*}–{:.*})",
+        digits,
+        median(v),
+        digits,
+        lo,
+        digits,
+        hi
+    )
+}
+
+/// The paper's Table 1 (unicast) and Table 2 (multicast) entries, CPU load
+/// / network bandwidth, for (node, place).
+fn paper_entry(node: usize, place: &str, mcast: bool) -> &'static str {
+    match (node, place, mcast) {
+        (_, p, _) if p.starts_with("no proxy") => "—",
+        (0, "on intermediate node r2", false) => "High / High",
+        (0, "on intermediate node r2", true) => "Low / Low",
+        (0, "at publisher", false) => "Low / Low",
+        (0, "at publisher", true) => "High / High",
+        (0, "at subscriber", false) => "High / High",
+        (0, "at subscriber", true) => "Low / Low",
+        (1, "on intermediate node r2", _) => "Low / Low (delay Medium)",
+        (1, "at publisher", _) => "Low / Low (delay High)",
+        (1, "at subscriber", _) => "High / High (delay Low)",
+        (2, "on intermediate node r2", _) => "High / Medium",
+        _ => "—",
+    }
+}
+
+fn lan_report(rows: &[LanRow], rate: f64, seconds: f64, size: usize) {
+    println!(
+        "\n### Tables 1 and 2 on a LAN: unicast links against `[[multicast]]`, per proxy place\n"
+    );
+    println!(
+        "{} events/s of {size} B for {seconds} s from host 0; d1's subscriber `scale=2`, d3's `scale=3` \
+         (both every event without a proxy). Bytes: the host's `eth0` (`ip -s link`), received + sent, MB. \
+         CPU: % of one CPU over the stream. Delay: source stamp → subscriber callback, µs. \
+         Each cell: median (min–max) over {} rounds.\n",
+        rate,
+        rows.iter().map(|r| r.round).max().unwrap_or(0)
+    );
+    println!("| transport | proxy place | host 0 (d0, pub) tx / rx MB | host 2 (r2) rx / tx MB | host 1 (d1) rx MB | host 3 (d3) rx MB | CPU d0 | CPU r2 | CPU d1 | CPU d3 | CPU publisher | CPU 2 subscribers | received d1 / d3 of sent | delay p50 d1 / d3 | delay p99 d1 / d3 | group datagrams sent / lost |");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|---|");
+    for mcast in [false, true] {
+        for (place, _, _) in LAN_PLACES {
+            let rs: Vec<&LanRow> = rows
+                .iter()
+                .filter(|r| r.mcast == mcast && r.place == place)
+                .collect();
+            if rs.is_empty() {
+                continue;
+            }
+            let mb = |b: u64| b as f64 / 1e6;
+            let pct = |i: usize| move |r: &LanRow| r.cpu[i] / r.seconds * 100.0;
+            let recv: Vec<String> = rs
+                .iter()
+                .map(|r| format!("{} / {} of {}", r.sub[0].0, r.sub[1].0, r.sent))
+                .collect();
+            println!(
+                "| {} | {} | {} / {} | {} / {} | {} | {} | {} % | {} % | {} % | {} % | {} % | {} % | {} | {} / {} | {} / {} | {} / {} |",
+                if mcast { "multicast" } else { "unicast" },
+                place,
+                spread(&rs, |r| mb(r.links[0].tx_bytes), 1),
+                spread(&rs, |r| mb(r.links[0].rx_bytes), 1),
+                spread(&rs, |r| mb(r.links[2].rx_bytes), 1),
+                spread(&rs, |r| mb(r.links[2].tx_bytes), 1),
+                spread(&rs, |r| mb(r.links[1].rx_bytes), 1),
+                spread(&rs, |r| mb(r.links[3].rx_bytes), 1),
+                spread(&rs, pct(0), 1),
+                spread(&rs, pct(1), 1),
+                spread(&rs, pct(2), 1),
+                spread(&rs, pct(3), 1),
+                spread(&rs, pct(4), 1),
+                spread(&rs, pct(5), 1),
+                recv.join("; "),
+                spread(&rs, |r| r.sub[0].1, 0),
+                spread(&rs, |r| r.sub[1].1, 0),
+                spread(&rs, |r| r.sub[0].2, 0),
+                spread(&rs, |r| r.sub[1].2, 0),
+                spread(&rs, |r| r.group_sent as f64, 0),
+                spread(&rs, |r| r.group_lost as f64, 0),
+            );
+        }
+    }
+    println!("\n### Beside the paper's Tables 1 and 2 (CPU load / network bandwidth)\n");
+    println!("Ours: the node's daemon's CPU (% of one CPU) / the bytes on the node's link (received + sent, MB); medians.\n");
+    println!("| node | proxy place | paper, unicast (Table 1) | ours, unicast | paper, multicast (Table 2) | ours, multicast |");
+    println!("|---|---|---|---:|---|---:|");
+    // node index in the paper's rows → (daemon's cpu index, link index)
+    let nodes = [
+        ("publisher node (d0)", 0usize, 0usize),
+        ("subscriber node (d1, scale 2)", 2, 1),
+        ("proxy node (r2)", 1, 2),
+    ];
+    for (ni, (node, cpu_i, link_i)) in nodes.iter().enumerate() {
+        for (place, _, _) in LAN_PLACES.iter().skip(1) {
+            let cell = |mcast: bool| {
+                let rs: Vec<&LanRow> = rows
+                    .iter()
+                    .filter(|r| r.mcast == mcast && r.place == *place)
+                    .collect();
+                if rs.is_empty() {
+                    return "—".to_owned();
+                }
+                let cpu = median(
+                    rs.iter()
+                        .map(|r| r.cpu[*cpu_i] / r.seconds * 100.0)
+                        .collect(),
+                );
+                let mb = median(
+                    rs.iter()
+                        .map(|r| {
+                            (r.links[*link_i].rx_bytes + r.links[*link_i].tx_bytes) as f64 / 1e6
+                        })
+                        .collect(),
+                );
+                format!("{cpu:.1} % / {mb:.1} MB")
+            };
+            println!(
+                "| {node} | {place} | {} | {} | {} | {} |",
+                paper_entry(ni, place, false),
+                cell(false),
+                paper_entry(ni, place, true),
+                cell(true)
+            );
+        }
     }
 }

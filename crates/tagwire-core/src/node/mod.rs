@@ -481,6 +481,29 @@ impl<C: Clone> Node<C> {
         self.route_skipping(ev, origin, hops, from, |_| false, sink)
     }
 
+    /// Whether [`route`](Self::route) would send `ev` (from `origin`, come
+    /// from `from`) over a link to a neighbour for which `member` says yes:
+    /// its tree there wants it, after the filters and the scaling proxies
+    /// placed on the way. The router sends an event to a multicast group
+    /// only then, so a group carries no event that no member's subscribers
+    /// want, nor what a `proxy=at_publisher` scaled away
+    /// (docs/transports.md "Multicast").
+    pub fn routes_to_any(
+        &mut self,
+        ev: &EventRef<'_>,
+        origin: NodeId,
+        from: Option<NodeId>,
+        member: impl Fn(NodeId) -> bool,
+    ) -> bool {
+        if self.links.is_empty() {
+            return false;
+        }
+        self.topo
+            .next_hops(origin, ev)
+            .into_iter()
+            .any(|to| Some(to) != from && self.links.contains(&to) && member(to))
+    }
+
     /// [`route`](Self::route), except that no link goes to a neighbour for
     /// which `skip` says yes: the live members of the multicast group the
     /// event goes to, which get it from the group

@@ -971,6 +971,30 @@ impl Dedupe {
         }
     }
 
+    /// Its logical clock: one tick per [`check`](Self::check). Mark it,
+    /// and later [`forget_unused_since`](Self::forget_unused_since) the mark
+    /// forgets the keys idle since (a caller's idle age, in its own time).
+    pub fn clock(&self) -> u64 {
+        self.clock
+    }
+
+    /// Forgets every key not checked after clock value `mark` (counted in
+    /// `forgotten`); returns how many it forgot. An event of a forgotten
+    /// key is taken as new.
+    pub fn forget_unused_since(&mut self, mark: u64) -> usize {
+        let before = self.keys.len();
+        self.keys.retain(|_, e| e.used > mark);
+        let n = before - self.keys.len();
+        self.stats.forgotten += n as u64;
+        n
+    }
+
+    /// Bytes its keys take (entries and table slots, an estimate).
+    pub fn memory(&self) -> usize {
+        self.keys.capacity()
+            * (std::mem::size_of::<(u64, u64)>() + std::mem::size_of::<Entry>() + 1)
+    }
+
     fn forget_half(&mut self) {
         let mut used: Vec<u64> = self.keys.values().map(|e| e.used).collect();
         used.sort_unstable();
@@ -1016,6 +1040,25 @@ fn shift(bits: &mut [u64; WORDS], n: u64) {
 #[cfg(test)]
 mod forget_tests {
     use super::*;
+
+    #[test]
+    fn dedupe_forgets_keys_unused_since_a_mark_and_keeps_the_others() {
+        let mut d = Dedupe::new(64);
+        for p in 0..10 {
+            assert_eq!(d.check(0, p, 1, 1), Seen::New);
+        }
+        let mark = d.clock();
+        // Publishers 0..3 are heard from again after the mark.
+        for p in 0..3 {
+            assert_eq!(d.check(0, p, 2, 2), Seen::New);
+        }
+        assert_eq!(d.forget_unused_since(mark), 7);
+        assert_eq!(d.len(), 3);
+        assert_eq!(d.stats().forgotten, 7);
+        // Kept: a copy is still recognised; forgotten: taken as new.
+        assert_eq!(d.check(0, 1, 2, 2), Seen::Duplicate);
+        assert_eq!(d.check(0, 5, 1, 1), Seen::New);
+    }
 
     #[test]
     fn a_forgotten_event_is_new_again_once_and_others_stay_copies() {

@@ -750,6 +750,11 @@ pub struct Listing {
     /// first page; absent when none).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub multicast: Vec<MulticastInfo>,
+    /// Acknowledged subscriptions parked while their subscriber reconnects
+    /// (docs/reliability.md); absent from older daemons' JSON and when
+    /// nothing was ever parked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parked: Option<ParkedInfo>,
     /// Set when the listing goes on in another page: send it back as
     /// `after` to get that page. Absent on the last page.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -1035,6 +1040,37 @@ pub struct AckedInfo {
     pub window_full: u64,
     /// Events sent again after the subscriber's reconnect.
     pub resent: u64,
+}
+
+/// Acknowledged subscriptions whose connection dropped, parked for their
+/// session's reconnect (docs/reliability.md, "Between a daemon and its
+/// subscribers"): what is held now and what happened so far.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ParkedInfo {
+    /// Subscriptions parked now.
+    pub subscriptions: u64,
+    /// Events held for them now: unacknowledged when their connection
+    /// dropped, and published since.
+    pub events: u64,
+    /// Their bytes, as charged to `limits.max_buffered_bytes`.
+    pub bytes: u64,
+    /// Subscriptions parked since the daemon started.
+    pub parked: u64,
+    /// Subscriptions given their events after a reconnect.
+    pub resumed: u64,
+    /// Events sent after a reconnect.
+    pub resent: u64,
+    /// Events given up: no room in the memory budget, too many parked
+    /// subscriptions, their time ran out, or their queue's bound on the
+    /// resume.
+    pub dropped: u64,
+    /// Events published while their subscriber was away and held for it
+    /// (subscriptions resumed so far).
+    pub held_total: u64,
+    /// Events published while their subscriber was away that its queue's
+    /// `discard` policy dropped at its bound (`max_queue_length`,
+    /// `limits.max_queue_bytes`, the memory budget).
+    pub held_dropped: u64,
 }
 
 /// Where a subscription's scaling proxy runs, and why there.

@@ -10,10 +10,17 @@
 //! reserved) — so that the same subscription, made again by the same
 //! session after its reconnect, gets it first.
 //!
+//! While parked, the subscription **stays in the routes**: events of its
+//! tag published meanwhile go on into its queue (its `max_queue_length`,
+//! `limits.max_queue_bytes` and `discard` policy, charged to
+//! `limits.max_buffered_bytes`; what its policy drops there is counted in
+//! `held_dropped`), and come after the parked ones on the resume.
+//!
 //! Bounds: parked bytes are charged to the router's memory budget
 //! (`limits.max_buffered_bytes`); what does not fit is dropped, counted
 //! and logged. At most `limits.max_reservations` subscriptions are parked;
-//! past it (and past their time) the oldest go, counted.
+//! past it (and past their time, checked every second) the oldest go,
+//! counted.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -31,15 +38,34 @@ type Key = ([u8; SESSION_ID_LEN], Arc<str>, u32, String);
 
 #[derive(Debug)]
 struct Parked {
+    /// What it had not had acknowledged and what was queued for it when
+    /// its connection dropped, in order.
     events: Vec<Bytes>,
     /// Bytes charged to the memory budget.
     bytes: usize,
     until_ns: u64,
+    /// The subscription, left in the routes (router-wide id `global`):
+    /// its queue holds what is published while it is away.
+    channel: Arc<Channel>,
+    global: u64,
+    /// Its queue's `dropped` when it was parked.
+    dropped_before: u64,
+}
+
+impl Parked {
+    /// Events its queue's discard policy dropped while it was parked.
+    fn held_dropped(&self) -> u64 {
+        self.channel
+            .queue
+            .borrow()
+            .dropped()
+            .saturating_sub(self.dropped_before)
+    }
 }
 
 /// Counters of acknowledged delivery's parking (`tagwire list --json`,
-/// `delivery_acks`).
-#[derive(Debug, Default, Clone, Copy, serde::Serialize)]
+/// `parked`).
+#[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct ParkStats {
     /// Subscriptions parked when their connection dropped.
     pub parked: u64,
@@ -52,6 +78,11 @@ pub(crate) struct ParkStats {
     /// Parked events dropped: no room in the memory budget, the bound on
     /// parked subscriptions, or their time ran out.
     pub dropped: u64,
+    /// Events published while their subscriber was away, held for it.
+    pub held: u64,
+    /// Of those, what its queue's discard policy dropped at its bound
+    /// (subscriptions no longer parked).
+    pub held_dropped: u64,
 }
 
 /// The parked subscriptions.
@@ -70,24 +101,94 @@ impl ParkedDeliveries {
     }
 
     /// Forgets what expired at `now` and, at `max`, the closest to expiry,
-    /// giving its bytes back to `budget`.
-    fn expire(&mut self, now: u64, max: usize, budget: &crate::budget::MemoryBudget) {
+    /// giving its bytes back to `budget`; returns the subscriptions to
+    /// take out of the routes.
+    fn expire(
+        &mut self,
+        now: u64,
+        max: usize,
+        budget: &crate::budget::MemoryBudget,
+    ) -> Vec<Parked> {
+        let mut gone = Vec::new();
         while let Some((until, key)) = self.by_expiry.first().cloned() {
             if until > now && self.by_key.len() < max {
                 break;
             }
             if let Some(p) = self.remove(&key) {
                 budget.release(p.bytes);
-                self.stats.dropped += p.events.len() as u64;
+                let held = p.channel.queue.borrow().len();
+                self.stats.dropped += (p.events.len() + held) as u64;
+                self.stats.held_dropped += p.held_dropped();
                 tracing::warn!(
-                    "{} unacknowledged events parked for subscriber {} (subscription {}) were dropped: it did not come back within limits.endpoint_reservation_secs (or limits.max_reservations subscriptions were parked)",
+                    "{} unacknowledged events parked (and {held} published since) for subscriber {} (subscription {}) were dropped: it did not come back within limits.endpoint_reservation_secs (or limits.max_reservations subscriptions were parked)",
                     p.events.len(),
                     key.1,
                     key.2
                 );
+                gone.push(p);
             }
         }
+        gone
     }
+
+    /// Counters and what is parked now, for `tagwire list`.
+    pub(crate) fn info(&self) -> tagwire_proto::admin::ParkedInfo {
+        let s = &self.stats;
+        let mut info = tagwire_proto::admin::ParkedInfo {
+            subscriptions: self.by_key.len() as u64,
+            parked: s.parked,
+            resumed: s.resumed,
+            resent: s.resent,
+            dropped: s.dropped,
+            held_total: s.held,
+            held_dropped: s.held_dropped,
+            ..Default::default()
+        };
+        for p in self.by_key.values() {
+            let q = p.channel.queue.borrow();
+            info.events += (p.events.len() + q.len()) as u64;
+            info.bytes += (p.bytes + q.bytes()) as u64;
+            info.held_dropped += q.dropped().saturating_sub(p.dropped_before);
+        }
+        info
+    }
+}
+
+/// Takes parked subscriptions that are gone out of the routes: each stops
+/// receiving at once; the routes' entry of its old connection goes with
+/// the last of them.
+fn unroute(st: &mut State, gone: Vec<Parked>) {
+    if gone.is_empty() {
+        return;
+    }
+    for p in gone {
+        let conn = p.global >> 32;
+        st.node.routes_mut().retire_channel(p.global);
+        let more = st
+            .parked_deliveries
+            .by_key
+            .values()
+            .any(|q| q.global >> 32 == conn);
+        if !more {
+            st.node.routes_mut().retire_session(conn);
+        }
+    }
+    st.housekeeping.notify_one();
+}
+
+/// Forgets the parked subscriptions whose time ran out (the daemon's
+/// one-second tick).
+pub(crate) fn expire_due(st: &mut State, now: u64) {
+    let Some((first, _)) = st.parked_deliveries.by_expiry.first() else {
+        return;
+    };
+    if *first > now {
+        return;
+    }
+    let max = st.config.limits.max_reservations;
+    let budget = st.memory.clone();
+    let gone = st.parked_deliveries.expire(now, max.max(1), &budget);
+    unroute(st, gone);
 }
 
 /// Whether a subscription gets acknowledged delivery: its client speaks
@@ -109,28 +210,30 @@ pub(crate) fn window_limits(queue_events: usize, queue_bytes: usize) -> WindowLi
 
 /// Parks what `channels` (a connection's acknowledged subscriptions, its
 /// session `session`; the connection dropped without `Close`) hold, until
-/// `until_ns`.
+/// `until_ns`. Returns the router-wide ids of those parked: the caller
+/// leaves them in the routes (they hold what is published meanwhile) and
+/// retires the rest.
 pub(crate) fn park(
     st: &mut State,
     session: [u8; SESSION_ID_LEN],
-    channels: &[Arc<Channel>],
+    channels: &[(u64, Arc<Channel>)],
     now: u64,
     until_ns: u64,
-) {
+) -> Vec<u64> {
     let max = st.config.limits.max_reservations;
     let budget = st.memory.clone();
-    for ch in channels {
-        let events = ch.park();
-        if events.is_empty() {
-            continue;
-        }
+    let mut kept = Vec::new();
+    let mut gone = Vec::new();
+    for (global, ch) in channels {
+        let events = ch.park(None);
         let key: Key = (session, ch.endpoint.clone(), ch.sub, ch.pattern.clone());
         let parked = &mut st.parked_deliveries;
         if let Some(old) = parked.remove(&key) {
             budget.release(old.bytes);
             parked.stats.dropped += old.events.len() as u64;
+            gone.push(old);
         }
-        parked.expire(now, max.saturating_sub(1), &budget);
+        gone.extend(parked.expire(now, max.saturating_sub(1), &budget));
         let bytes: usize = events.iter().map(|e| e.len() + 64).sum();
         if max == 0 || !budget.try_reserve(bytes) {
             parked.stats.dropped += events.len() as u64;
@@ -142,43 +245,68 @@ pub(crate) fn park(
             );
             continue;
         }
+        if let Some(a) = &ch.acked {
+            a.parked.set(true);
+        }
         parked.stats.parked += 1;
         parked.stats.parked_events += events.len() as u64;
         parked.by_expiry.insert((until_ns, key.clone()));
+        let dropped_before = ch.queue.borrow().dropped();
         parked.by_key.insert(
             key,
             Parked {
                 events,
                 bytes,
                 until_ns,
+                channel: ch.clone(),
+                global: *global,
+                dropped_before,
             },
         );
+        kept.push(*global);
     }
+    // Parked subscriptions of other connections pushed out (their own
+    // connection's entries are retired by the caller).
+    gone.retain(|p| !channels.iter().any(|(g, _)| *g == p.global));
+    unroute(st, gone);
+    kept
 }
 
 /// Gives `ch` (just made by session `session`, not yet in the routes) the
-/// events parked for it, queued ahead of anything live.
+/// events parked for it, queued ahead of anything live: those it had not
+/// had acknowledged, then those published while it was away. Its parked
+/// subscription leaves the routes; what was staged for it still goes to
+/// `ch`.
 pub(crate) fn resume(st: &mut State, session: [u8; SESSION_ID_LEN], ch: &Arc<Channel>, now: u64) {
     if st.parked_deliveries.by_key.is_empty() {
         return;
     }
     let max = st.config.limits.max_reservations;
     let budget = st.memory.clone();
-    st.parked_deliveries.expire(now, max, &budget);
+    let gone = st.parked_deliveries.expire(now, max, &budget);
+    unroute(st, gone);
     let key: Key = (session, ch.endpoint.clone(), ch.sub, ch.pattern.clone());
-    let Some(p) = st.parked_deliveries.remove(&key) else {
+    let Some(mut p) = st.parked_deliveries.remove(&key) else {
         return;
     };
     budget.release(p.bytes);
-    let n = p.events.len();
-    let queued = ch.preload(p.events);
+    let held_dropped = p.held_dropped();
+    let mut events = std::mem::take(&mut p.events);
+    let parked = events.len();
+    events.extend(p.channel.park(Some(ch)));
+    let held = events.len() - parked;
+    let n = events.len();
+    let queued = ch.preload(events);
     let s = &mut st.parked_deliveries.stats;
     s.resumed += 1;
     s.resent += queued as u64;
     s.dropped += (n - queued) as u64;
+    s.held += held as u64;
+    s.held_dropped += held_dropped;
     tracing::debug!(
-        "subscriber {} (subscription {}) came back: {queued} of {n} unacknowledged events sent again",
+        "subscriber {} (subscription {}) came back: {queued} of {n} events sent ({parked} unacknowledged, {held} published while it was away; {held_dropped} of those dropped by its queue's bound)",
         ch.endpoint,
         ch.sub
     );
+    unroute(st, vec![p]);
 }

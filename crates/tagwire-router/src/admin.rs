@@ -340,6 +340,7 @@ pub(crate) fn list_page(
         deferred: st.node.held().0,
         history: crate::history::totals(st),
         store: crate::store::totals(st),
+        parked: (st.parked_deliveries.stats.parked > 0).then(|| st.parked_deliveries.info()),
         shm: st.shm.listing(),
         multicast: if after.is_none() {
             crate::multicast::infos(st)
@@ -462,7 +463,9 @@ pub(crate) fn list_page(
                         .routes()
                         .kind(*id)
                         .filter(|_| who.may_touch(st, *id >> 32));
-                    let Some(route) = route else {
+                    // Parked (its connection dropped; counted under
+                    // `parked`): not a live subscription.
+                    let Some(route) = route.filter(|_| !ch.is_parked()) else {
                         last = id.to_string();
                         continue;
                     };

@@ -1631,10 +1631,6 @@ impl Conn {
         let mut st = self.state.borrow_mut();
         crate::reliable::client_closed(&mut st, self.id);
         st.shm.forget_connection(self.id);
-        st.node.routes_mut().retire_session(self.id);
-        st.housekeeping.notify_one();
-        let subs = self.engine.subscriptions().len();
-        st.filters.forget_connection(self.id);
         let closed_cleanly = self.engine.closed().is_some_and(|c| c.by_peer);
         let reserve = !closed_cleanly && self.session != [0; SESSION_ID_LEN];
         let now = now_ns();
@@ -1644,6 +1640,40 @@ impl Conn {
                 .endpoint_reservation_secs
                 .saturating_mul(1_000_000_000),
         );
+        // Acknowledged subscriptions are parked for the session's
+        // reconnect: they stay in the routes and hold what is published
+        // meanwhile (see `crate::acked_delivery`); the rest stop receiving.
+        let mut parked = Vec::new();
+        if reserve {
+            let acked: Vec<(u64, Arc<Channel>)> = self
+                .engine
+                .subscriptions()
+                .keys()
+                .filter_map(|sub| {
+                    let g = self.global(*sub);
+                    st.channels.get(g).map(|ch| (g, ch.clone()))
+                })
+                .filter(|(_, ch)| ch.acked.is_some())
+                .collect();
+            if !acked.is_empty() {
+                parked = crate::acked_delivery::park(&mut st, self.session, &acked, now, until_ns);
+            }
+        }
+        if parked.is_empty() {
+            st.node.routes_mut().retire_session(self.id);
+        } else {
+            let rest: Vec<u64> = self
+                .engine
+                .subscriptions()
+                .keys()
+                .map(|sub| self.global(*sub))
+                .filter(|g| !parked.contains(g))
+                .collect();
+            st.node.routes_mut().retire_channels(rest);
+        }
+        st.housekeeping.notify_one();
+        let subs = self.engine.subscriptions().len();
+        st.filters.forget_connection(self.id);
         let mut owned: Vec<&engine::Endpoint> = Vec::new();
         for e in self.engine.endpoints().values() {
             if !Self::owns(&st, &e.name, self.id) {
@@ -1653,21 +1683,6 @@ impl Conn {
             }
         }
         let endpoints = owned.len();
-        if reserve {
-            // What acknowledged subscriptions had not got, for the session's
-            // reconnect (they receive nothing more: retired above).
-            let acked: Vec<Arc<Channel>> = self
-                .engine
-                .subscriptions()
-                .keys()
-                .filter_map(|sub| st.channels.get(self.global(*sub)))
-                .filter(|ch| ch.acked.is_some())
-                .cloned()
-                .collect();
-            if !acked.is_empty() {
-                crate::acked_delivery::park(&mut st, self.session, &acked, now, until_ns);
-            }
-        }
         let (identity, session) = (self.identity.to_string(), hex(&self.session));
         for e in owned {
             st.endpoints.remove(&e.name);

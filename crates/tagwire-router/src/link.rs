@@ -770,6 +770,7 @@ pub(crate) async fn run(state: Arc<Locked<State>>, lane: crate::state::lanes::La
         let now = now_ns();
         if now >= next_probe {
             next_probe = now + PROBE_EVERY_NS;
+            crate::acked_delivery::expire_due(&mut st, now);
             // Adverts unreachable for a while (a killed daemon) go.
             let expired = st.node.expire_unreachable(now);
             if expired > 0 {

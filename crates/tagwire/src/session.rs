@@ -19,6 +19,7 @@
 mod acked;
 mod bands;
 mod connect;
+mod dedupe;
 mod embedded;
 mod reader;
 mod shm_region;

@@ -156,3 +156,129 @@ fn best_effort_subscriber_loses_what_its_cut_connection_swallowed() {
         "no duplicate, in order"
     );
 }
+
+/// A reliable subscriber that is **away** (its connection cut and its
+/// reconnects refused) while `away` events are published, with a queue of
+/// `queue` events: returns what it got once back and quiet, and the
+/// daemon's parking counters while it was away and after.
+fn run_away(
+    queue: usize,
+    away: u64,
+) -> (
+    Vec<u64>,
+    tagwire::admin::ParkedInfo,
+    tagwire::admin::ParkedInfo,
+) {
+    let (_h, url) = router();
+    let proxy = Proxy::start(url.trim_start_matches("tcp://").to_owned());
+    let s = Session::builder()
+        .token(token(&url))
+        .reconnect_wait(WAIT)
+        .connect(&proxy.url())
+        .expect("subscriber session through the proxy");
+    let got: Arc<Mutex<Vec<u64>>> = Arc::default();
+    let g = got.clone();
+    let _sub = s
+        .subscribe("/r/x")
+        .max_queue_length(queue)
+        .qos("reliability", "reliable")
+        .callback(move |sample| {
+            let n = std::str::from_utf8(&sample.payload())
+                .ok()
+                .and_then(|t| t.parse().ok())
+                .unwrap_or(0);
+            g.lock().expect("got").push(n);
+        })
+        .expect("subscribe");
+    let count = || got.lock().expect("got").len();
+    let publisher = Session::connect(&url).expect("publisher session");
+    let p = publisher.declare_publisher("/r/pub").expect("publisher");
+    wait_until("the subscription", || listed(&publisher).is_some());
+    for i in 1..=100u64 {
+        p.publish("/r/x", i.to_string()).expect("publish");
+    }
+    wait_until("the first 100 delivered", || count() >= 100);
+    // Away: cut, and every reconnect refused until the events are in.
+    proxy.refuse(true);
+    let before = s.reconnects();
+    proxy.cut();
+    wait_until("the subscription parked", || {
+        listed(&publisher).is_none()
+            && publisher
+                .list()
+                .expect("list")
+                .parked
+                .is_some_and(|p| p.subscriptions == 1)
+    });
+    for i in 101..=100 + away {
+        p.publish("/r/x", i.to_string()).expect("publish");
+    }
+    // Published (the publisher's connection is in order): what the daemon
+    // holds for the subscriber that is away.
+    publisher.ping().expect("ping");
+    let while_away = publisher
+        .list()
+        .expect("list")
+        .parked
+        .expect("parked counters");
+    proxy.refuse(false);
+    wait_until("the subscriber's reconnect", || s.reconnects() > before);
+    let mut last = (usize::MAX, Instant::now());
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let n = count();
+        if n != last.0 {
+            last = (n, Instant::now());
+        } else if last.1.elapsed() > Duration::from_millis(500) && n > 100 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "back, the subscriber got nothing of what was published while it was away (it has {n} events)"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let after = publisher
+        .list()
+        .expect("list")
+        .parked
+        .expect("parked counters");
+    let out = got.lock().expect("got").clone();
+    (out, while_away, after)
+}
+
+#[test]
+fn reliable_subscriber_away_gets_what_was_published_meanwhile_once_in_order() {
+    let (got, away, after) = run_away(10_000, 500);
+    let expected: Vec<u64> = (1..=600).collect();
+    if got != expected {
+        let mut seen = std::collections::HashSet::new();
+        let dups = got.iter().filter(|n| !seen.insert(**n)).count();
+        let lost = expected.iter().filter(|n| !seen.contains(n)).count();
+        panic!(
+            "got {} events: {lost} lost, {dups} duplicated, in order: {}",
+            got.len(),
+            got.windows(2).all(|w| w[0] < w[1])
+        );
+    }
+    assert_eq!(away.subscriptions, 1, "{away:?}");
+    assert_eq!(away.events, 500, "held while away: {away:?}");
+    assert!(away.bytes > 0, "{away:?}");
+    assert_eq!(after.subscriptions, 0, "{after:?}");
+    assert_eq!(after.resumed, 1, "{after:?}");
+    assert_eq!(after.held_total, 500, "{after:?}");
+    assert_eq!(after.held_dropped, 0, "{after:?}");
+}
+
+#[test]
+fn events_held_for_a_subscriber_away_are_bounded_by_its_queue_and_the_drops_counted() {
+    // A queue of 100 (discard fifo: the oldest go): 500 published while
+    // away, the newest 100 held, 400 dropped and counted.
+    let (got, away, after) = run_away(100, 500);
+    let expected: Vec<u64> = (1..=100).chain(501..=600).collect();
+    assert_eq!(got, expected, "the first 100, then the newest 100 held");
+    assert_eq!(away.events, 100, "held while away: {away:?}");
+    assert_eq!(away.held_dropped, 400, "dropped at the bound: {away:?}");
+    assert_eq!(after.held_total, 100, "{after:?}");
+    assert_eq!(after.held_dropped, 400, "{after:?}");
+}

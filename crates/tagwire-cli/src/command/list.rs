@@ -252,6 +252,20 @@ durable store: {} stored, {} not stored (queue full or a bound), {} evicted, {} 
             st.commits
         );
     }
+    if let Some(p) = &l.parked {
+        outln!(
+            "\nparked (acknowledged subscribers away): {} subscription(s), {} events ({} bytes) held now; {} parked, {} resumed, {} events sent again, {} dropped; published while away: {} held, {} dropped at the queue's bound",
+            p.subscriptions,
+            p.events,
+            p.bytes,
+            p.parked,
+            p.resumed,
+            p.resent,
+            p.dropped,
+            p.held_total,
+            p.held_dropped
+        );
+    }
     Ok(())
 }
 

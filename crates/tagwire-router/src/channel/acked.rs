@@ -33,6 +33,14 @@ pub(crate) struct AckedDelivery {
     pub window_full: Count,
     /// Events sent again after a reconnect (from a parked window or queue).
     pub resent: Count,
+    /// Its connection dropped and it is parked: it stays in the routes and
+    /// its queue holds the events published meanwhile (not listed as a
+    /// live subscription).
+    pub parked: Flag,
+    /// The subscription made again after the reconnect, once this parked
+    /// one handed its events over (set under this channel's queue lock):
+    /// deliveries staged for this channel before that go there.
+    successor: Locked<Option<std::sync::Weak<Channel>>>,
     limits: WindowLimits,
 }
 
@@ -44,6 +52,8 @@ impl AckedDelivery {
             blocked: Flag::new(false),
             window_full: Count::new(0),
             resent: Count::new(0),
+            parked: Flag::new(false),
+            successor: Locked::new(None),
             limits,
         }
     }
@@ -99,22 +109,44 @@ impl Channel {
 
     /// The connection is gone: takes what the subscriber has not
     /// acknowledged (the window, in order) and what was queued for it
-    /// (after), emptying both.
-    pub(crate) fn park(&self) -> Vec<Bytes> {
+    /// (after), emptying both; with `successor`, what is staged for this
+    /// channel from now on goes there instead. The queue is locked first
+    /// and across both (the writer's order), so no event moves from the
+    /// queue to the window unseen.
+    pub(crate) fn park(&self, successor: Option<&Arc<Channel>>) -> Vec<Bytes> {
         let Some(a) = &self.acked else {
             return Vec::new();
         };
-        let mut out = a.window.borrow_mut().drain();
         let mut q = self.queue.borrow_mut();
+        let mut out = a.window.borrow_mut().drain();
         let (before, len) = (q.bytes(), q.len());
         while let Some(item) = q.pop() {
             out.push(item.event);
+        }
+        if let Some(next) = successor {
+            *a.successor.borrow_mut() = Some(Arc::downgrade(next));
         }
         self.budget.release(before - q.bytes());
         self.track(len, q.len());
         drop(q);
         self.unpin();
         out
+    }
+
+    /// The subscription this parked one handed its events to, if it did
+    /// (checked with the queue locked, see [`Channel::park`]).
+    pub(super) fn successor(&self) -> Option<Arc<Channel>> {
+        let a = self.acked.as_ref()?;
+        a.successor
+            .borrow()
+            .as_ref()
+            .and_then(std::sync::Weak::upgrade)
+    }
+
+    /// Whether it is parked (its connection dropped; see
+    /// [`crate::acked_delivery`]).
+    pub(crate) fn is_parked(&self) -> bool {
+        self.acked.as_ref().is_some_and(|a| a.parked.get())
     }
 
     /// Queues `events` (parked when this subscription's previous connection

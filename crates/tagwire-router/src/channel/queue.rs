@@ -511,6 +511,16 @@ impl Channel {
         let mut report = false;
         let mut queued = false;
         let mut q = self.queue.borrow_mut();
+        // A parked subscription that handed its events to the one made
+        // again after its reconnect: what was staged for it goes there.
+        if self.acked.is_some() {
+            if let Some(next) = self.successor() {
+                drop(q);
+                // Collected: one concrete type, whatever called this.
+                let items: Vec<Staged> = items.collect();
+                return next.push_staged(items.into_iter(), arrived);
+            }
+        }
         let (before, len) = (q.bytes(), q.len());
         // The budget's room as the queue stood; what the queue grew since
         // is charged below.

@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use tagwire_core::connection::Input;
-use tagwire_core::reliable::{AckBatching, Dedupe, DeliveryAcks, Seen};
+use tagwire_core::reliable::{AckBatching, DeliveryAcks};
+
+use super::dedupe::Delivered;
 
 use super::connect::connect;
 use super::{lock, Inner, Target};
@@ -155,7 +157,7 @@ pub(super) fn reader_main(inner: Arc<Inner>, mut stream: Stream, mut leftover: B
     let mut backoff = BACKOFF_MIN;
     // Per acknowledged subscription, what it was delivered, across
     // reconnects: the daemon sends again what was not acknowledged.
-    let mut seen: HashMap<u32, Dedupe> = HashMap::new();
+    let mut seen = Delivered::new(inner.now());
     loop {
         read_loop(&inner, &mut stream, &mut leftover, &mut seen);
         // The connection is gone: stop writers and fail waiting requests.
@@ -186,6 +188,7 @@ pub(super) fn reader_main(inner: Arc<Inner>, mut stream: Stream, mut leftover: B
                     leftover = lo;
                     backoff = BACKOFF_MIN;
                     inner.reconnects.fetch_add(1, Ordering::Relaxed);
+                    seen.reconnected(inner.now());
                     tracing::info!("reconnected to {}", inner.target().describe());
                     break;
                 }
@@ -202,12 +205,7 @@ pub(super) fn reader_main(inner: Arc<Inner>, mut stream: Stream, mut leftover: B
 /// with the engine unlocked: deliveries to the sinks (from a copy of the
 /// sink map, taken again only when it changes), replies to their waiters.
 /// Returns when the connection ends.
-fn read_loop(
-    inner: &Inner,
-    stream: &mut Stream,
-    buf: &mut BytesMut,
-    seen: &mut HashMap<u32, Dedupe>,
-) {
+fn read_loop(inner: &Inner, stream: &mut Stream, buf: &mut BytesMut, seen: &mut Delivered) {
     let mut sinks: HashMap<u32, Arc<Sink>> = HashMap::new();
     // Acknowledged subscriptions on this connection (numbers start at 1
     // on each), and whether a read timeout is set for their next ack.
@@ -240,7 +238,7 @@ fn read_loop(
                     if let Err(e) = a.on_frame(seq, now) {
                         tracing::warn!("subscription {sub}: {e}");
                     }
-                    if !is_new(seen, sub, &event) {
+                    if !seen.is_new(sub, &event, now, |s| lock(&inner.sinks).contains_key(&s)) {
                         inner.delivery_duplicates.fetch_add(1, Ordering::Relaxed);
                         continue;
                     }
@@ -308,25 +306,6 @@ fn read_loop(
             }
         }
     }
-}
-
-/// Most publishers remembered per acknowledged subscription for dedupe.
-const DEDUPE_PUBLISHERS: usize = 4096;
-
-/// Whether `event`, delivered to acknowledged subscription `sub`, is new
-/// to it (not one the daemon sent again after a reconnect that this
-/// session had already taken): keyed by publisher, its sequence number and
-/// source time (see [`Dedupe`]). An event that does not parse is passed on
-/// (the delivery reports it).
-fn is_new(seen: &mut HashMap<u32, Dedupe>, sub: u32, event: &Bytes) -> bool {
-    let Ok(ev) = tagwire_proto::EventRef::parse(event) else {
-        return true;
-    };
-    let key = tagwire_core::proxy::publisher_key(ev.publisher);
-    let d = seen
-        .entry(sub)
-        .or_insert_with(|| Dedupe::new(DEDUPE_PUBLISHERS));
-    d.check(key, 0, ev.seq, ev.source_time_ns) == Seen::New
 }
 
 /// Sends the `DeliverAck`s due now (all that wait, with `all`).

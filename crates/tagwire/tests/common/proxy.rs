@@ -7,7 +7,7 @@
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tagwire::router::{Router, RouterConfig, RouterHandle};
@@ -24,6 +24,7 @@ pub struct Proxy {
     addr: String,
     mode: Arc<AtomicU8>,
     conns: Arc<Mutex<Vec<(TcpStream, TcpStream)>>>,
+    refusing: Arc<AtomicBool>,
 }
 
 impl Proxy {
@@ -39,10 +40,15 @@ impl Proxy {
         let addr = listener.local_addr().expect("proxy addr").to_string();
         let mode = Arc::new(AtomicU8::new(PASS));
         let conns: Arc<Mutex<Vec<(TcpStream, TcpStream)>>> = Arc::default();
-        let (m, c) = (mode.clone(), conns.clone());
+        let refusing: Arc<AtomicBool> = Arc::default();
+        let (m, c, r) = (mode.clone(), conns.clone(), refusing.clone());
         std::thread::spawn(move || {
             for client in listener.incoming() {
                 let Ok(mut client) = client else { return };
+                if r.load(Ordering::SeqCst) {
+                    // Closed at once: the client is kept away.
+                    continue;
+                }
                 if !gate(&mut client) {
                     continue;
                 }
@@ -61,7 +67,18 @@ impl Proxy {
                 std::thread::spawn(move || pump(s2, c2, md, DROP_DOWN));
             }
         });
-        Proxy { addr, mode, conns }
+        Proxy {
+            addr,
+            mode,
+            conns,
+            refusing,
+        }
+    }
+
+    /// While `on`, new client connections are closed at once (the client
+    /// stays away and keeps trying to reconnect).
+    pub fn refuse(&self, on: bool) {
+        self.refusing.store(on, Ordering::SeqCst);
     }
 
     /// The URL clients connect to.

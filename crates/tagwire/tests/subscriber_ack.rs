@@ -214,8 +214,16 @@ fn run_away(
         p.publish("/r/x", i.to_string()).expect("publish");
     }
     // Published (the publisher's connection is in order): what the daemon
-    // holds for the subscriber that is away.
+    // holds for the subscriber that is away, once its lane has queued them
+    // (a listing can overtake the last batch's queueing under load).
     publisher.ping().expect("ping");
+    wait_until("the events held (or dropped at the bound) while away", || {
+        publisher
+            .list()
+            .expect("list")
+            .parked
+            .is_some_and(|p| p.events + p.held_dropped >= away)
+    });
     let while_away = publisher
         .list()
         .expect("list")

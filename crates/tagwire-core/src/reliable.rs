@@ -510,6 +510,15 @@ pub enum RecvError {
         /// The window's size.
         window: usize,
     },
+    /// Not the next expected number on a connection that keeps order
+    /// ([`RecvWindow::on_next`]).
+    #[error("sequence number {seq} out of order (expecting {expected})")]
+    OutOfOrder {
+        /// The sequence number received.
+        seq: u64,
+        /// The next one expected.
+        expected: u64,
+    },
     /// Settled or completed a sequence number not awaiting it.
     #[error("sequence number {seq} is not awaiting settlement")]
     NotAwaiting {
@@ -634,6 +643,32 @@ impl<T> RecvWindow<T> {
         }
         self.stats.delivered += out.len() as u64;
         Ok(out)
+    }
+
+    /// [`on_frame`](Self::on_frame) for a connection that never reorders
+    /// (TCP, a client's `PublishReliable`): frame `seq` must be the next
+    /// expected one (else [`RecvError::OutOfOrder`]); it is taken for
+    /// routing, then settled with [`settle`](Self::settle). Unlike
+    /// `on_frame` it allocates nothing: it runs once per event on the
+    /// acknowledged publishing path.
+    pub fn on_next(&mut self, seq: u64) -> Result<(), RecvError> {
+        if seq != self.expected || !self.reorder.is_empty() {
+            return Err(RecvError::OutOfOrder {
+                seq,
+                expected: self.expected,
+            });
+        }
+        if seq - self.base >= self.window as u64 {
+            return Err(RecvError::BeyondWindow {
+                seq,
+                expected: self.expected,
+                window: self.window,
+            });
+        }
+        self.expected += 1;
+        self.slots.push_back(Slot::Routing);
+        self.stats.delivered += 1;
+        Ok(())
     }
 
     fn slot(&mut self, seq: u64) -> Option<&mut Slot> {

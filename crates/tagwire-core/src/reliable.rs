@@ -1035,6 +1035,20 @@ fn shift(bits: &mut [u64; WORDS], n: u64) {
         *bits = [0; WORDS];
         return;
     }
+    if n == 1 {
+        // The common case (the next event of a publisher), once per
+        // reliable event: a plain carry from word to word.
+        for i in (1..WORDS).rev() {
+            bits[i] = (bits[i] << 1) | (bits[i - 1] >> 63);
+        }
+        bits[0] <<= 1;
+        return;
+    }
+    shift_words(bits, n);
+}
+
+/// [`shift`] for any `n` below the window.
+fn shift_words(bits: &mut [u64; WORDS], n: u64) {
     let words = (n / 64) as usize;
     let rest = n % 64;
     for i in (0..WORDS).rev() {
@@ -1051,6 +1065,24 @@ fn shift(bits: &mut [u64; WORDS], n: u64) {
 #[cfg(test)]
 mod forget_tests {
     use super::*;
+
+    #[test]
+    fn shifting_by_one_is_the_general_shift_by_one() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..64 {
+            let mut a = [0u64; WORDS];
+            for w in &mut a {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                *w = x;
+            }
+            let mut b = a;
+            shift(&mut a, 1);
+            shift_words(&mut b, 1);
+            assert_eq!(a, b);
+        }
+    }
 
     #[test]
     fn a_forgotten_event_is_new_again_once_and_others_stay_copies() {

@@ -307,13 +307,7 @@ impl Counter {
     }
 }
 
-fn throughput(
-    server: &str,
-    ends: Ends,
-    size: usize,
-    duration: Duration,
-    id: u32,
-) -> Res<Stream> {
+fn throughput(server: &str, ends: Ends, size: usize, duration: Duration, id: u32) -> Res<Stream> {
     let tag = format!("/bench/rc{}/{id}/data", std::process::id());
     let counter = Arc::new(Counter {
         base: Instant::now(),
@@ -362,13 +356,7 @@ fn throughput(
     })
 }
 
-fn latency(
-    server: &str,
-    ends: Ends,
-    size: usize,
-    duration: Duration,
-    id: u32,
-) -> Res<Rtt> {
+fn latency(server: &str, ends: Ends, size: usize, duration: Duration, id: u32) -> Res<Rtt> {
     let base = format!("/bench/rc{}/{id}", std::process::id());
     let (ping_tag, pong_tag) = (format!("{base}/ping"), format!("{base}/pong"));
     let echo_session = Session::connect(server)?;
@@ -380,8 +368,8 @@ fn latency(
         .subscribe(&ping_tag)
         .qos("reliability", ends.subscription())
         .callback(move |s| {
-        let _ = echo_pub.publish(&pong, s.payload());
-    })?;
+            let _ = echo_pub.publish(&pong, s.payload());
+        })?;
     let ping_session = Session::connect(server)?;
     let pinger = ping_session.declare_publisher(&format!("/bench/rc/{id}/pinger"))?;
     pinger.set_express(true);

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# scripts/reliable-cost.sh [ARGS...] — the cost of acknowledged publishing
-# (`reliability=reliable` on the publisher) against best effort on one
-# release tagwired over loopback TCP (issue 25, "Cost"; BENCHMARKS.md
+# scripts/reliable-cost.sh [ARGS...] — the cost of `reliability=reliable`
+# (acknowledged publishing and acknowledged delivery: both hops) against
+# best effort on one release tagwired over loopback TCP (issue 25, "Cost";
+# the one source of that number; `tagwire bench --reliability` acknowledges
+# only the publisher's hop; BENCHMARKS.md
 # "Reliable publishing: cost against best effort"): throughput (1 → 1) and
 # round trip, 64 B and 64 KiB, interleaved rounds. ARGS go to
 # experiments/src/bin/reliable_cost (default: --sizes 64,65536 --rounds 3
-# --duration 3; about 1.5 min). Prints markdown for BENCHMARKS.md. Not a
+# --duration 3 --ends both; about 1.5 min; --ends publisher,subscriber,both
+# measures each hop alone too). Prints markdown for BENCHMARKS.md. Not a
 # timing assertion: run it under `flock /work/bench.lock` on a shared
 # machine, and compare within a run.
 set -euo pipefail
@@ -33,7 +36,7 @@ for _ in $(seq 100); do
     sleep 0.05
 done
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
-[[ $# -eq 0 ]] && set -- --sizes 64,65536 --rounds 3 --duration 3
+[[ $# -eq 0 ]] && set -- --sizes 64,65536 --rounds 3 --duration 3 --ends both
 out=$(XDG_RUNTIME_DIR="$tmp/rt" "$exp/reliable_cost" --server "tcp://127.0.0.1:$port" "$@")
 echo "\`scripts/reliable-cost.sh $*\`: $(date -u '+%Y-%m-%d %H:%M UTC'), revision $(git rev-parse --short HEAD)," \
     "\`nproc\` = $(nproc), CPU $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')," \

@@ -339,7 +339,9 @@ pub struct BenchArgs {
     pub subscribers: usize,
     /// throughput/fanout: the publisher's `reliability` (best_effort,
     /// reliable, exactly_once, durable). Acknowledged ones are paced by the
-    /// daemon's acknowledgements; the run ends when all are answered.
+    /// daemon's acknowledgements; the run ends when all are answered. Only
+    /// the publisher → daemon hop: the subscriptions stay best effort
+    /// (`scripts/reliable-cost.sh` measures both hops, issue 25's "Cost").
     #[arg(long, default_value = "best_effort")]
     pub reliability: String,
     /// Run against an in-process router instead of a daemon.

@@ -389,3 +389,39 @@ fn a_publisher_that_starts_again_under_its_name_is_not_taken_for_copies() {
     assert_eq!(d.check(1, 7, 60, 5_060), Seen::Duplicate);
     assert_eq!(d.stats().restarts, 1);
 }
+
+proptest! {
+    /// `on_next` (the in-order path that allocates nothing) acknowledges
+    /// exactly as `on_frame` does for frames that come in order, and
+    /// refuses a frame out of order naming both numbers.
+    #[test]
+    fn on_next_acknowledges_as_on_frame_does_in_order(
+        settles in prop::collection::vec((0u32..2, any::<bool>()), 1..60),
+        window in 1usize..80,
+    ) {
+        let mut a = RecvWindow::<()>::new(window);
+        let mut b = RecvWindow::<()>::new(window);
+        for (i, (obligations, ack_now)) in settles.into_iter().enumerate() {
+            let seq = i as u64 + 1;
+            let fa = a.on_frame(seq, ());
+            let fb = b.on_next(seq);
+            prop_assert_eq!(fa.is_ok(), fb.is_ok(), "seq {}", seq);
+            if fa.is_err() {
+                break;
+            }
+            a.settle(seq, obligations).unwrap();
+            b.settle(seq, obligations).unwrap();
+            if obligations > 0 {
+                a.complete(seq, false).unwrap();
+                b.complete(seq, false).unwrap();
+            }
+            if ack_now {
+                prop_assert_eq!(a.ack(), b.ack());
+            }
+        }
+        prop_assert_eq!(a.ack(), b.ack());
+        let next = b.expected();
+        let err = b.on_next(next + 1).unwrap_err().to_string();
+        prop_assert!(err.contains(&format!("{}", next + 1)) && err.contains(&format!("{next}")), "{}", err);
+    }
+}

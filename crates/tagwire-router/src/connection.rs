@@ -211,7 +211,9 @@ struct PublishBatch<'s> {
     note: PublishNote,
     refusals: Vec<(ErrorCode, String)>,
     count: usize,
-    /// A `PublishReliable` was in the batch: acknowledge at its end.
+    /// A `PublishReliable` was routed since the connection's last
+    /// acknowledgement: acknowledge at the end of the read (or of the
+    /// lane's turn), see [`PublishBatch::end_read`].
     acked: bool,
 }
 
@@ -258,11 +260,30 @@ impl<'s> PublishBatch<'s> {
     /// Unlocks the state, queues the staged deliveries and sends the
     /// refusals (to go out with the connection's next flush).
     fn end(&mut self, conn: &mut Conn) {
+        self.finish(conn, false);
+    }
+
+    /// [`end`](Self::end) at the end of a read (or of the lane's turn):
+    /// also acknowledges the `PublishReliable`s settled since the last
+    /// acknowledgement. One `PublishAck` per read, not one per batch of
+    /// [`PUBLISH_BATCH`]: a read of small events holds hundreds, and each
+    /// acknowledgement costs the daemon a frame and the publisher's library
+    /// a wake-up of its reader thread and a turn of its writer lock.
+    fn end_read(&mut self, conn: &mut Conn) {
+        self.finish(conn, true);
+    }
+
+    fn finish(&mut self, conn: &mut Conn, read_done: bool) {
+        let ack = read_done && self.acked;
+        if ack && self.held.is_none() {
+            self.held = Some(self.state.borrow_mut());
+        }
         let Some(mut st) = self.held.take() else {
             return;
         };
         self.note.flush(&mut st);
-        if std::mem::take(&mut self.acked) {
+        if ack {
+            self.acked = false;
             crate::reliable::client_ack(&mut st, conn.id);
         }
         drop(st);
@@ -369,7 +390,7 @@ async fn serve_with<R, W>(
     );
     // One publish batch for the connection's life: its staging tables and
     // strings are reused, so a read of one event (a ping-pong) allocates
-    // nothing for them. Every read ends it (`batch.end`).
+    // nothing for them. Every read ends it (`batch.end_read`).
     let mut batch = PublishBatch::new(&state);
     'read: loop {
         if let Err(e) = rb.make_room(conn.engine.max_frame()) {
@@ -462,7 +483,9 @@ async fn serve_with<R, W>(
                     batch.end(&mut conn);
                 }
             } else {
-                batch.end(&mut conn);
+                // Acknowledged first: the frame may wait (an admin request
+                // on the admin lane).
+                batch.end_read(&mut conn);
                 let precompiled = matches!(input, Input::Subscribe { .. } | Input::Admin { .. });
                 if precompiled {
                     precompile_filters(&state, &input).await;
@@ -497,7 +520,7 @@ async fn serve_with<R, W>(
             }
             since_yield += 1;
             if since_yield >= FRAMES_PER_TURN {
-                batch.end(&mut conn);
+                batch.end_read(&mut conn);
                 if !conn.flush() {
                     break 'read;
                 }
@@ -505,7 +528,7 @@ async fn serve_with<R, W>(
                 tokio::task::yield_now().await;
             }
         }
-        batch.end(&mut conn);
+        batch.end_read(&mut conn);
         if !conn.flush() {
             break;
         }

@@ -475,8 +475,7 @@ pub(crate) fn client_frame(
         ));
     }
     cr.recv
-        .on_frame(seq, None)
-        .map(|_| ())
+        .on_next(seq)
         .map_err(|e| (ErrorCode::Malformed, format!("PublishReliable: {e}")))?;
     rel.obligations = 0;
     Ok(())
@@ -610,7 +609,7 @@ pub(crate) fn on_reliable(
             ));
         }
         cr.recv
-            .on_frame(seq, None)
+            .on_next(seq)
             .map_err(|e| (ErrorCode::Malformed, format!("Reliable frame: {e}")))?;
         return route_reliable(st, stage, conn, peer, seq, origin, hops, event, chunk, band);
     }

@@ -1,9 +1,24 @@
-//! The cost of `reliability=reliable` on the publisher (acknowledged
-//! publishing, docs/reliability.md) against `best_effort`, on one running
+//! The cost of `reliability=reliable` against `best_effort` on one running
 //! daemon (issue 25, "Cost"): throughput (one publisher floods, one
 //! subscriber counts) and round trip time (ping → echo → pong, one in
 //! flight), for each payload size, interleaved in rounds (the order of the
-//! two alternates) so that both see the same background load.
+//! variants rotates) so that all see the same background load.
+//!
+//! On one daemon, `reliable` is acknowledged on two hops, and `--ends`
+//! picks which ones a run acknowledges (docs/reliability.md):
+//!
+//! - `publisher`: acknowledged publishing (`Publisher::set_reliability`,
+//!   `PublishReliable`/`PublishAck`); the subscription stays best effort.
+//!   This is what `tagwire bench throughput --reliability reliable`
+//!   measures, and what this program measured alone in session 36
+//!   (0.59–0.62x at 64 B).
+//! - `subscriber`: acknowledged delivery (the subscription's
+//!   `reliability=reliable`, `DeliverReliable`/`DeliverAck`); the publisher
+//!   stays best effort. What a tag made `reliable` by `tagwire admin qos`
+//!   gives a subscriber (subacks measured 0.78x this way in session 36).
+//! - `both`: the two together — the promise `reliable` makes end to end
+//!   (no gap and no duplicate while both ends live), and the number issue
+//!   25's goal (≥ 0.8x best effort) is about.
 //!
 //! Run it with `scripts/reliable-cost.sh`, which starts a release `tagwired`
 //! on loopback and calls
@@ -49,6 +64,62 @@ struct Args {
     /// Seconds per throughput or latency run.
     #[arg(long, default_value_t = 3.0)]
     duration: f64,
+    /// Which hops the reliable runs acknowledge (publisher, subscriber,
+    /// both; see the module doc), each against the same round's best effort.
+    #[arg(long, value_delimiter = ',', default_values_t = [Ends::Both])]
+    ends: Vec<Ends>,
+}
+
+/// What a run acknowledges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Ends {
+    /// Nothing: best effort.
+    #[value(skip)]
+    None,
+    /// The publisher → daemon hop (acknowledged publishing).
+    Publisher,
+    /// The daemon → subscriber hop (acknowledged delivery).
+    Subscriber,
+    /// Both hops.
+    Both,
+}
+
+impl Ends {
+    fn name(self) -> &'static str {
+        match self {
+            Ends::None => "best_effort",
+            Ends::Publisher => "reliable (publisher)",
+            Ends::Subscriber => "reliable (subscriber)",
+            Ends::Both => "reliable (both)",
+        }
+    }
+
+    /// The publishers' reliability.
+    fn publisher(self) -> Reliability {
+        match self {
+            Ends::Publisher | Ends::Both => Reliability::Reliable,
+            Ends::None | Ends::Subscriber => Reliability::BestEffort,
+        }
+    }
+
+    /// The subscriptions' `reliability` QoS.
+    fn subscription(self) -> &'static str {
+        match self {
+            Ends::Subscriber | Ends::Both => "reliable",
+            Ends::None | Ends::Publisher => "best_effort",
+        }
+    }
+}
+
+impl std::fmt::Display for Ends {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Ends::None => "none",
+            Ends::Publisher => "publisher",
+            Ends::Subscriber => "subscriber",
+            Ends::Both => "both",
+        })
+    }
 }
 
 fn main() -> std::process::ExitCode {
@@ -78,54 +149,52 @@ struct Rtt {
     n: usize,
 }
 
-fn name(r: Reliability) -> &'static str {
-    match r {
-        Reliability::BestEffort => "best_effort",
-        _ => "reliable",
-    }
-}
-
 fn run(args: &Args) -> Res<()> {
     let duration = Duration::from_secs_f64(args.duration);
+    let mut variants = vec![Ends::None];
+    for &e in &args.ends {
+        if !variants.contains(&e) {
+            variants.push(e);
+        }
+    }
+    // (round, size, [(variant, result)] with best effort first)
     let mut stream_rows = Vec::new();
     let mut rtt_rows = Vec::new();
     let mut run_id = 0u32;
     for round in 1..=args.rounds {
-        let order = if round % 2 == 1 {
-            [Reliability::BestEffort, Reliability::Reliable]
-        } else {
-            [Reliability::Reliable, Reliability::BestEffort]
-        };
+        // Rotate the order, so no variant always runs first.
+        let mut order = variants.clone();
+        order.rotate_left((round as usize - 1) % variants.len());
         for &size in &args.sizes {
             let mut s = Vec::new();
-            for r in order {
+            for &e in &order {
                 run_id += 1;
-                let out = throughput(&args.server, r, size, duration, run_id)?;
+                let out = throughput(&args.server, e, size, duration, run_id)?;
                 eprintln!(
                     "round {round} {size} B {}: {:.0} msgs/s, {} of {} received",
-                    name(r),
+                    e.name(),
                     out.rate,
                     out.received,
                     out.sent
                 );
-                s.push((r, out));
+                s.push((e, out));
             }
-            s.sort_by_key(|(r, _)| *r != Reliability::BestEffort);
+            s.sort_by_key(|(e, _)| variants.iter().position(|v| v == e));
             stream_rows.push((round, size, s));
             let mut l = Vec::new();
-            for r in order {
+            for &e in &order {
                 run_id += 1;
-                let out = latency(&args.server, r, size, duration, run_id)?;
+                let out = latency(&args.server, e, size, duration, run_id)?;
                 eprintln!(
                     "round {round} {size} B {}: RTT p50 {:.0} µs p99 {:.0} µs ({} round trips)",
-                    name(r),
+                    e.name(),
                     out.p50,
                     out.p99,
                     out.n
                 );
-                l.push((r, out));
+                l.push((e, out));
             }
-            l.sort_by_key(|(r, _)| *r != Reliability::BestEffort);
+            l.sort_by_key(|(e, _)| variants.iter().position(|v| v == e));
             rtt_rows.push((round, size, l));
         }
     }
@@ -133,52 +202,64 @@ fn run(args: &Args) -> Res<()> {
     println!(
         "Throughput, 1 publisher → 1 subscriber (rate between the first and the last arrival):\n"
     );
-    println!("| round | size | best_effort msgs/s | reliable msgs/s | reliable ÷ best_effort | received best_effort | received reliable |");
-    println!("|---:|---:|---:|---:|---:|---|---|");
+    println!("| round | size | acknowledged | best_effort msgs/s | reliable msgs/s | reliable ÷ best_effort | received best_effort | received reliable |");
+    println!("|---:|---:|---|---:|---:|---:|---|---|");
     for (round, size, s) in &stream_rows {
-        let (b, r) = (&s[0].1, &s[1].1);
-        println!(
-            "| {round} | {size} B | {:.0} | {:.0} | {:.2} | {} of {} | {} of {} |",
-            b.rate,
-            r.rate,
-            r.rate / b.rate,
-            b.received,
-            b.sent,
-            r.received,
-            r.sent
-        );
+        let b = &s[0].1;
+        for (e, r) in &s[1..] {
+            println!(
+                "| {round} | {size} B | {e} | {:.0} | {:.0} | {:.2} | {} of {} | {} of {} |",
+                b.rate,
+                r.rate,
+                r.rate / b.rate,
+                b.received,
+                b.sent,
+                r.received,
+                r.sent
+            );
+        }
     }
-    println!("\nRound trip, ping → echo → pong, one in flight (both publishers of the given reliability):\n");
-    println!("| round | size | best_effort p50 µs | reliable p50 µs | p50 ratio | best_effort p99 µs | reliable p99 µs | round trips (b / r) |");
-    println!("|---:|---:|---:|---:|---:|---:|---:|---|");
+    println!("\nRound trip, ping → echo → pong, one in flight (both publishers and both subscriptions acknowledged as the row says):\n");
+    println!("| round | size | acknowledged | best_effort p50 µs | reliable p50 µs | p50 ratio | best_effort p99 µs | reliable p99 µs | round trips (b / r) |");
+    println!("|---:|---:|---|---:|---:|---:|---:|---:|---|");
     for (round, size, l) in &rtt_rows {
-        let (b, r) = (&l[0].1, &l[1].1);
-        println!(
-            "| {round} | {size} B | {:.0} | {:.0} | {:.2} | {:.0} | {:.0} | {} / {} |",
-            b.p50,
-            r.p50,
-            r.p50 / b.p50,
-            b.p99,
-            r.p99,
-            b.n,
-            r.n
-        );
+        let b = &l[0].1;
+        for (e, r) in &l[1..] {
+            println!(
+                "| {round} | {size} B | {e} | {:.0} | {:.0} | {:.2} | {:.0} | {:.0} | {} / {} |",
+                b.p50,
+                r.p50,
+                r.p50 / b.p50,
+                b.p99,
+                r.p99,
+                b.n,
+                r.n
+            );
+        }
     }
     println!("\nSpread over the rounds (min / median / max):\n");
-    println!("| size | throughput: reliable ÷ best_effort | RTT p50: reliable ÷ best_effort |");
-    println!("|---:|---|---|");
+    println!("| size | acknowledged | throughput: reliable ÷ best_effort | RTT p50: reliable ÷ best_effort |");
+    println!("|---:|---|---|---|");
     for &size in &args.sizes {
-        let t: Vec<f64> = stream_rows
-            .iter()
-            .filter(|(_, s, _)| *s == size)
-            .map(|(_, _, s)| s[1].1.rate / s[0].1.rate)
-            .collect();
-        let l: Vec<f64> = rtt_rows
-            .iter()
-            .filter(|(_, s, _)| *s == size)
-            .map(|(_, _, l)| l[1].1.p50 / l[0].1.p50)
-            .collect();
-        println!("| {size} B | {} | {} |", spread(t), spread(l));
+        for &e in &variants[1..] {
+            let t: Vec<f64> = stream_rows
+                .iter()
+                .filter(|(_, s, _)| *s == size)
+                .filter_map(|(_, _, s)| {
+                    let r = s.iter().find(|(v, _)| *v == e)?;
+                    Some(r.1.rate / s[0].1.rate)
+                })
+                .collect();
+            let l: Vec<f64> = rtt_rows
+                .iter()
+                .filter(|(_, s, _)| *s == size)
+                .filter_map(|(_, _, l)| {
+                    let r = l.iter().find(|(v, _)| *v == e)?;
+                    Some(r.1.p50 / l[0].1.p50)
+                })
+                .collect();
+            println!("| {size} B | {e} | {} | {} |", spread(t), spread(l));
+        }
     }
     Ok(())
 }
@@ -226,13 +307,7 @@ impl Counter {
     }
 }
 
-fn throughput(
-    server: &str,
-    reliability: Reliability,
-    size: usize,
-    duration: Duration,
-    id: u32,
-) -> Res<Stream> {
+fn throughput(server: &str, ends: Ends, size: usize, duration: Duration, id: u32) -> Res<Stream> {
     let tag = format!("/bench/rc{}/{id}/data", std::process::id());
     let counter = Arc::new(Counter {
         base: Instant::now(),
@@ -245,9 +320,11 @@ fn throughput(
     let _sub = sub_session
         .subscribe(&tag)
         .max_queue_length(65_536)
+        .qos("reliability", ends.subscription())
         .callback(move |_| c.hit())?;
     let pub_session = Session::connect(server)?;
     let publisher = pub_session.declare_publisher(&format!("/bench/rc/{id}/pub"))?;
+    let reliability = ends.publisher();
     publisher.set_reliability(reliability);
     let payload = Bytes::from(vec![0xabu8; size]);
     let start = Instant::now();
@@ -279,31 +356,31 @@ fn throughput(
     })
 }
 
-fn latency(
-    server: &str,
-    reliability: Reliability,
-    size: usize,
-    duration: Duration,
-    id: u32,
-) -> Res<Rtt> {
+fn latency(server: &str, ends: Ends, size: usize, duration: Duration, id: u32) -> Res<Rtt> {
     let base = format!("/bench/rc{}/{id}", std::process::id());
     let (ping_tag, pong_tag) = (format!("{base}/ping"), format!("{base}/pong"));
     let echo_session = Session::connect(server)?;
     let echo_pub = echo_session.declare_publisher(&format!("/bench/rc/{id}/echo"))?;
     echo_pub.set_express(true);
-    echo_pub.set_reliability(reliability);
+    echo_pub.set_reliability(ends.publisher());
     let pong = pong_tag.clone();
-    let _echo = echo_session.subscribe(&ping_tag).callback(move |s| {
-        let _ = echo_pub.publish(&pong, s.payload());
-    })?;
+    let _echo = echo_session
+        .subscribe(&ping_tag)
+        .qos("reliability", ends.subscription())
+        .callback(move |s| {
+            let _ = echo_pub.publish(&pong, s.payload());
+        })?;
     let ping_session = Session::connect(server)?;
     let pinger = ping_session.declare_publisher(&format!("/bench/rc/{id}/pinger"))?;
     pinger.set_express(true);
-    pinger.set_reliability(reliability);
+    pinger.set_reliability(ends.publisher());
     let (tx, rx) = mpsc::channel::<()>();
-    let _pong_sub = ping_session.subscribe(&pong_tag).callback(move |_| {
-        let _ = tx.send(());
-    })?;
+    let _pong_sub = ping_session
+        .subscribe(&pong_tag)
+        .qos("reliability", ends.subscription())
+        .callback(move |_| {
+            let _ = tx.send(());
+        })?;
     let payload = Bytes::from(vec![0x5au8; size]);
     let mut rtts = Vec::new();
     let start = Instant::now();

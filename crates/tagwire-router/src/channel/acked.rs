@@ -12,7 +12,7 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use tagwire_core::queue::Pushed;
 use tagwire_core::reliable::{Ack, AckError, SendWindow, WindowFull, WindowLimits};
 use tagwire_proto::EventRef;
@@ -26,6 +26,9 @@ use crate::sync::{Count, Flag, Locked};
 #[derive(Debug)]
 pub(crate) struct AckedDelivery {
     pub(super) window: Locked<SendWindow<Bytes>>,
+    /// The block small events are copied into for the window (see
+    /// [`for_window`]); locked with the window, by the writer only.
+    pub(super) arena: Locked<BytesMut>,
     /// The writer found the window full and left the channel out of its
     /// ready list: the next acknowledgement puts it back.
     pub(super) blocked: Flag,
@@ -49,6 +52,7 @@ impl AckedDelivery {
     pub(crate) fn new(limits: WindowLimits) -> Self {
         AckedDelivery {
             window: Locked::new(SendWindow::new(limits, WindowFull::Block)),
+            arena: Locked::new(BytesMut::new()),
             blocked: Flag::new(false),
             window_full: Count::new(0),
             resent: Count::new(0),
@@ -72,12 +76,27 @@ impl AckedDelivery {
     }
 }
 
+/// Small events are copied for the window into shared blocks of this size
+/// (one allocation for a hundred events or more, instead of one each).
+/// Events are acknowledged in order, so a block is freed soon after its
+/// last event is: at most about two blocks per subscription beyond what
+/// the window counts.
+const ARENA_BLOCK: usize = 16 * 1024;
+
 /// What the window keeps of an event the writer wrote, and what it counts
 /// for: a small event is copied (a slice would keep its whole read buffer
-/// alive for as long as it waits for the acknowledgement); a large one is
+/// alive for as long as it waits for the acknowledgement), into `arena`'s
+/// block when it is under a quarter of [`ARENA_BLOCK`]; a large one is
 /// shared and counted at the buffer it can keep alive.
-pub(super) fn for_window(event: &Bytes) -> (Bytes, usize) {
-    if event.len() < COPY_BELOW {
+pub(super) fn for_window(event: &Bytes, arena: &mut BytesMut) -> (Bytes, usize) {
+    let len = event.len();
+    if len < ARENA_BLOCK / 4 {
+        if arena.capacity() - arena.len() < len {
+            *arena = BytesMut::with_capacity(ARENA_BLOCK);
+        }
+        arena.extend_from_slice(event);
+        (arena.split().freeze(), len + QUEUED_OVERHEAD)
+    } else if len < COPY_BELOW {
         (Bytes::copy_from_slice(event), event.len() + QUEUED_OVERHEAD)
     } else {
         (event.clone(), event.len().max(READ_CHUNK) + QUEUED_OVERHEAD)

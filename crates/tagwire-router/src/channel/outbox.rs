@@ -592,13 +592,16 @@ impl Outbox {
             // Acknowledged delivery: each event written is held in the
             // window until the subscriber acknowledges it; a full window
             // leaves this channel out until then (see `super::acked`).
-            let mut window = ch.acked.as_ref().map(|a| a.window.borrow_mut());
-            let mut full = window.as_ref().is_some_and(|w| w.is_full());
+            let mut window = ch
+                .acked
+                .as_ref()
+                .map(|a| (a.window.borrow_mut(), a.arena.borrow_mut()));
+            let mut full = window.as_ref().is_some_and(|(w, _)| w.is_full());
             let mut put = |item: Queued, batch: &mut Batch, full: &mut bool| {
                 let prefix = match window.as_mut() {
                     None => Prefix::of(&ch, &item),
-                    Some(w) => {
-                        let (kept, size) = super::acked::for_window(&item.event);
+                    Some((w, arena)) => {
+                        let (kept, size) = super::acked::for_window(&item.event, arena);
                         let seq = w.hold(kept, size, 0);
                         *full = w.is_full();
                         Prefix::reliable(&ch, &item, seq)

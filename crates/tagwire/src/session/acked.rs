@@ -19,7 +19,7 @@ use std::sync::MutexGuard;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use tagwire_core::reliable::{Push, SendWindow, WindowFull, WindowLimits};
+use tagwire_core::reliable::{Push, Released, SendWindow, WindowFull, WindowLimits};
 use tagwire_proto::{Ack, Event, Frame};
 
 use super::writer::{WriteState, HIGH_WATER, HOT_INTERVAL};
@@ -32,6 +32,11 @@ pub const DEFAULT_ACK_WINDOW_EVENTS: usize = 65_536;
 pub const DEFAULT_ACK_WINDOW_BYTES: usize = 64 << 20;
 /// Default longest wait of a publish for room in a full window.
 pub const DEFAULT_ACK_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Held events smaller than a quarter of this are encoded into a shared
+/// block of this size (one allocation for hundreds of small events, freed
+/// once the last of them is acknowledged) instead of a buffer each.
+const ARENA_BLOCK: usize = 64 * 1024;
 
 /// An event held until acknowledged: its endpoint id on this connection
 /// and its encoded bytes (sent again as they are after a reconnect).
@@ -74,6 +79,12 @@ pub(super) struct AckWindow {
     pub(super) acked: bool,
     warned: bool,
     stats: AckStats,
+    /// The block small held events are encoded into (see [`ARENA_BLOCK`]).
+    arena: BytesMut,
+    /// Threads waiting on `acked_cv` (a full window, `wait_acknowledged`):
+    /// an acknowledgement wakes them only if there are any (a notify is a
+    /// syscall, and acknowledgements come hundreds of times a second).
+    waiters: usize,
 }
 
 impl AckWindow {
@@ -84,7 +95,26 @@ impl AckWindow {
             acked: false,
             warned: false,
             stats: AckStats::default(),
+            arena: BytesMut::new(),
+            waiters: 0,
         }
+    }
+
+    /// Encodes `event` to be held: a small one into the arena block (a new
+    /// block when the current one has no room left), a large one into a
+    /// buffer of its own.
+    fn encode(&mut self, event: &Event) -> Result<Bytes> {
+        let len = event.encoded_len();
+        if len >= ARENA_BLOCK / 4 {
+            let mut own = BytesMut::with_capacity(len);
+            event.encode(&mut own)?;
+            return Ok(own.freeze());
+        }
+        if self.arena.capacity() - self.arena.len() < len {
+            self.arena = BytesMut::with_capacity(ARENA_BLOCK);
+        }
+        event.encode(&mut self.arena)?;
+        Ok(self.arena.split().freeze())
     }
 
     /// Takes the next held event into the window and writes its frame to
@@ -127,8 +157,9 @@ impl AckWindow {
         }
     }
 
-    /// The daemon's acknowledgement: releases what it settles.
-    pub(super) fn on_ack(&mut self, ack: &Ack) {
+    /// The daemon's acknowledgement: releases what it settles (returned, to
+    /// be dropped once the writer lock is released).
+    pub(super) fn on_ack(&mut self, ack: &Ack) -> Option<Released<HeldEvent>> {
         match self.window.on_ack(ack) {
             Ok(released) => {
                 self.stats.acknowledged += released.done.len() as u64;
@@ -141,8 +172,12 @@ impl AckWindow {
                         self.stats.failed
                     );
                 }
+                Some(released)
             }
-            Err(e) => tracing::warn!("a bad PublishAck from the daemon: {e}"),
+            Err(e) => {
+                tracing::warn!("a bad PublishAck from the daemon: {e}");
+                None
+            }
         }
     }
 
@@ -169,17 +204,15 @@ impl Inner {
         express: bool,
         now_ns: u64,
     ) -> Result<()> {
-        let mut encoded = BytesMut::with_capacity(event.encoded_len());
-        event.encode(&mut encoded)?;
-        let encoded = encoded.freeze();
         let mut w = self.wait_connected(lock(&self.writer))?;
-        let len = 1 + 12 + encoded.len();
+        let len = 1 + 12 + event.encoded_len();
         if len > w.max_frame as usize {
             return Err(Error::Encode(tagwire_proto::EncodeError::FrameTooLarge {
                 len,
                 max: w.max_frame as usize,
             }));
         }
+        let encoded = w.acks.encode(event)?;
         let mut item = HeldEvent {
             endpoint,
             event: encoded,
@@ -223,10 +256,7 @@ impl Inner {
             }
             // Write what is buffered, so the daemon can acknowledge it.
             w = self.flush_and_relock(w)?;
-            w = self
-                .acked_cv
-                .wait_timeout(w, deadline - now)
-                .map_or_else(|e| e.into_inner().0, |(g, _)| g);
+            w = self.wait_for_ack(w, deadline - now);
             w = self.wait_connected(w)?;
         }
         let hot = now_ns.wrapping_sub(w.last_publish_ns) < HOT_INTERVAL.as_nanos() as u64;
@@ -251,11 +281,34 @@ impl Inner {
         Ok(lock(&self.writer))
     }
 
+    /// Waits on `acked_cv` for at most `timeout`, counted in `waiters`.
+    fn wait_for_ack<'a>(
+        &'a self,
+        mut w: MutexGuard<'a, WriteState>,
+        timeout: Duration,
+    ) -> MutexGuard<'a, WriteState> {
+        w.acks.waiters += 1;
+        let mut w = self
+            .acked_cv
+            .wait_timeout(w, timeout)
+            .map_or_else(|e| e.into_inner().0, |(g, _)| g);
+        w.acks.waiters -= 1;
+        w
+    }
+
     /// The reader thread's `PublishAck`: releases what it settles and wakes
-    /// publishers waiting for room.
+    /// publishers waiting for room (if any wait). The released events are
+    /// dropped after the writer lock is released, so a publisher does not
+    /// wait for their buffers to be freed.
     pub(super) fn on_publish_ack(&self, ack: &Ack) {
-        lock(&self.writer).acks.on_ack(ack);
-        self.acked_cv.notify_all();
+        let mut w = lock(&self.writer);
+        let released = w.acks.on_ack(ack);
+        let wake = w.acks.waiters > 0;
+        drop(w);
+        if wake {
+            self.acked_cv.notify_all();
+        }
+        drop(released);
     }
 
     /// Counters of acknowledged publishing.
@@ -283,10 +336,7 @@ impl Inner {
                 });
             }
             w = self.flush_and_relock(w)?;
-            w = self
-                .acked_cv
-                .wait_timeout(w, (deadline - now).min(Duration::from_millis(100)))
-                .map_or_else(|e| e.into_inner().0, |(g, _)| g);
+            w = self.wait_for_ack(w, (deadline - now).min(Duration::from_millis(100)));
         }
     }
 }

@@ -228,10 +228,12 @@ fn read_loop(inner: &Inner, stream: &mut Stream, buf: &mut BytesMut, seen: &mut 
             }
             (e.transmit_len() > 0, e.closed().is_some())
         };
+        // One clock read per read, not per acknowledged delivery.
+        let mut read_now = None;
         for input in inputs.drain(..) {
             let (sub, event) = match input {
                 Input::DeliverReliable { sub, seq, event } => {
-                    let now = inner.now();
+                    let now = *read_now.get_or_insert_with(|| inner.now());
                     let a = acks
                         .entry(sub)
                         .or_insert_with(|| DeliveryAcks::new(AckBatching::default()));

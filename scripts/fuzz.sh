@@ -36,6 +36,9 @@
 #   deliver_ack    a daemon's DeliverReliable and a subscriber's DeliverAck
 #                  frames (protocol version 4) into the delivery windows
 #                  (seeds: frame_decoder's)
+#   client_piece   a client's PublishPiece and a daemon's DeliverPiece and
+#                  PieceResume frames (protocol version 5) into the bounded
+#                  reassembler (seeds: frame_decoder's)
 #   link_fragment  a peer daemon's Fragment/FragmentResume frames into the
 #                  bounded reassembler and a sender's resume point
 #                  (tagwire-core's fragment module)
@@ -92,7 +95,7 @@ fi
 corpus="$root/fuzz/corpus/$target"
 mkdir -p "$corpus"
 case "$target" in
-    frame_decoder|publish_ack|deliver_ack)
+    frame_decoder|publish_ack|deliver_ack|client_piece)
         TAGWIRE_FUZZ_CORPUS_DIR="$corpus" \
             cargo test --quiet --manifest-path "$root/Cargo.toml" -p tagwire-proto \
             --test fuzz_seed_corpus -- --ignored --nocapture

@@ -280,6 +280,39 @@ pub enum Input {
         /// What it settles.
         ack: tagwire_proto::Ack,
     },
+    /// Server (version 5): one piece of an event larger than the frame,
+    /// from publisher endpoint `endpoint` (declared on this connection as a
+    /// publisher). The router puts the pieces together (bounded) and routes
+    /// the whole as a `Publish` (`seq` 0) or `PublishReliable` (`seq`).
+    PublishPiece {
+        /// The publisher endpoint's id.
+        endpoint: u32,
+        /// 0, or the acknowledgement sequence number of the whole event.
+        seq: u64,
+        /// Which event, and where the piece goes.
+        of: tagwire_proto::PieceOf,
+        /// The piece's bytes.
+        data: Bytes,
+    },
+    /// Client (version 5): one piece of an event for subscription `sub`.
+    DeliverPiece {
+        /// Subscription id.
+        sub: u32,
+        /// Which event, and where the piece goes.
+        of: tagwire_proto::PieceOf,
+        /// The piece's bytes.
+        data: Bytes,
+    },
+    /// Client (version 5): the server holds the first `have` bytes of
+    /// event `id` of publisher endpoint `endpoint`: continue there.
+    PieceResume {
+        /// The publisher endpoint's id.
+        endpoint: u32,
+        /// The event's id.
+        id: u64,
+        /// Bytes held from the start.
+        have: u64,
+    },
     /// Client: an event for subscription `sub`.
     Deliver {
         /// Subscription id.
@@ -647,6 +680,12 @@ impl Connection {
         self.version >= tagwire_proto::ACK_PROTOCOL_VERSION
     }
 
+    /// Whether this connection carries events larger than its frame in
+    /// pieces (`PublishPiece`/`DeliverPiece`, protocol version 5).
+    pub fn pieces(&self) -> bool {
+        self.version >= tagwire_proto::PIECES_PROTOCOL_VERSION
+    }
+
     /// The protocol version agreed (0 before the handshake).
     pub fn version(&self) -> u16 {
         self.version
@@ -1012,6 +1051,33 @@ impl Connection {
             }
             Frame::Error { req, code, message } => Input::PeerError { req, code, message },
             Frame::DeliverAck { sub, ack } if self.acknowledges() => Input::DeliverAck { sub, ack },
+            Frame::PublishPiece {
+                endpoint,
+                seq,
+                of,
+                data,
+            } if self.pieces() => match self.endpoints.get(&endpoint) {
+                Some(e) if e.kind == EndpointKind::Publisher => Input::PublishPiece {
+                    endpoint,
+                    seq,
+                    of,
+                    data,
+                },
+                _ => self.protocol_error(
+                    ErrorCode::UnknownEndpoint,
+                    0,
+                    format!("a piece published on endpoint id {endpoint}, which this connection has not declared as a publisher"),
+                ),
+            },
+            Frame::PublishPiece { .. } => self.protocol_error(
+                ErrorCode::Malformed,
+                0,
+                format!(
+                    "a PublishPiece frame on a connection of protocol version {} (it needs version {})",
+                    self.version,
+                    tagwire_proto::PIECES_PROTOCOL_VERSION
+                ),
+            ),
             Frame::DeliverAck { .. } => self.protocol_error(
                 ErrorCode::Malformed,
                 0,
@@ -1555,6 +1621,12 @@ impl Connection {
             Frame::PublishAck(ack) if self.acknowledges() => Input::PublishAck(ack),
             Frame::DeliverReliable { sub, seq, event } if self.acknowledges() => {
                 Input::DeliverReliable { sub, seq, event }
+            }
+            Frame::DeliverPiece { sub, of, data } if self.pieces() => {
+                Input::DeliverPiece { sub, of, data }
+            }
+            Frame::PieceResume { endpoint, id, have } if self.pieces() => {
+                Input::PieceResume { endpoint, id, have }
             }
             Frame::AdminReply { req, body } => self.reply(req, Reply::Admin(body)),
             Frame::PullReply(r) => self.reply(r.req, Reply::Pulled(r)),

@@ -17,8 +17,22 @@ use crate::reader::Reader;
 /// credentials to `Hello`; version 3 proves a token instead of sending it,
 /// the server first: `Challenge` and `Proof`; version 4 adds acknowledged
 /// publishing: `PublishReliable` and `PublishAck`, with a `Hello` laid out
-/// as version 3's; versions 1 to 3 are still understood).
-pub const PROTOCOL_VERSION: u16 = 4;
+/// as version 3's; version 5 adds pieces: `PublishPiece`, `DeliverPiece`
+/// and `PieceResume`, for events larger than the frame; versions 1 to 4 are
+/// still understood).
+pub const PROTOCOL_VERSION: u16 = 5;
+/// The first protocol version with events in pieces
+/// ([`Frame::PublishPiece`], [`Frame::DeliverPiece`], [`Frame::PieceResume`]).
+pub const PIECES_PROTOCOL_VERSION: u16 = 5;
+/// The largest event a client connection carries in pieces: 4 GiB (the
+/// offsets are `u64`; the bound is the protocol's).
+pub const MAX_PIECED_EVENT: u64 = 1 << 32;
+/// Bytes of a `PublishPiece` frame before its data: header, endpoint id,
+/// sequence number, event id, total, checksum and offset.
+pub const PUBLISH_PIECE_PREFIX_LEN: usize = FRAME_HEADER_LEN + 40;
+/// Bytes of a `DeliverPiece` frame before its data: header, subscription
+/// id, event id, total, checksum and offset.
+pub const DELIVER_PIECE_PREFIX_LEN: usize = FRAME_HEADER_LEN + 32;
 /// The first protocol version with acknowledged publishing
 /// ([`Frame::PublishReliable`], [`Frame::PublishAck`]).
 pub const ACK_PROTOCOL_VERSION: u16 = 4;
@@ -94,6 +108,69 @@ pub mod kind {
     /// Client → server (version 4): which `DeliverReliable` frames of a
     /// subscription the client has taken.
     pub const DELIVER_ACK: u8 = 0x18;
+    /// Client → server (version 5): one piece of an event larger than the
+    /// connection's frame.
+    pub const PUBLISH_PIECE: u8 = 0x19;
+    /// Server → client (version 5): one piece of an event for a
+    /// subscription, larger than the connection's frame.
+    pub const DELIVER_PIECE: u8 = 0x1a;
+    /// Server → client (version 5): the bytes the server already holds of
+    /// an event the client sends again in pieces (continue there).
+    pub const PIECE_RESUME: u8 = 0x1b;
+}
+
+/// What every piece of one event says about it (versions 5's
+/// `PublishPiece` and `DeliverPiece`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PieceOf {
+    /// The sender's id of the event (the same when it sends it again).
+    pub id: u64,
+    /// The event's encoded length (1 ..= [`MAX_PIECED_EVENT`]).
+    pub total: u64,
+    /// CRC-32 (IEEE) of the whole encoded event.
+    pub checksum: u32,
+    /// Where this piece's data starts in the event.
+    pub offset: u64,
+}
+
+impl PieceOf {
+    fn encode(&self, out: &mut BytesMut) {
+        out.put_u64_le(self.id);
+        out.put_u64_le(self.total);
+        out.put_u32_le(self.checksum);
+        out.put_u64_le(self.offset);
+    }
+
+    /// Reads the fields and checks them against the piece's `data_len`:
+    /// a total of 0 or over [`MAX_PIECED_EVENT`], an empty piece, or one
+    /// reaching past the total is a decode error.
+    fn decode(r: &mut Reader<'_>, data_len: usize) -> Result<PieceOf, DecodeError> {
+        let p = PieceOf {
+            id: r.u64("piece event id")?,
+            total: r.u64("piece total")?,
+            checksum: r.u32("piece checksum")?,
+            offset: r.u64("piece offset")?,
+        };
+        if p.total == 0 || p.total > MAX_PIECED_EVENT {
+            return Err(DecodeError::BadValue {
+                what: "piece total (1 to 4 GiB)",
+                value: p.total,
+            });
+        }
+        if data_len == 0 {
+            return Err(DecodeError::BadValue {
+                what: "piece length (an empty piece)",
+                value: 0,
+            });
+        }
+        if p.offset > p.total || data_len as u64 > p.total - p.offset {
+            return Err(DecodeError::BadValue {
+                what: "piece offset (its data reaches past the total)",
+                value: p.offset,
+            });
+        }
+        Ok(p)
+    }
 }
 
 /// What a declared endpoint does.
@@ -253,6 +330,41 @@ pub enum Frame {
         /// What it settles.
         ack: crate::link::Ack,
     },
+    /// Version 5: one piece of an event larger than the connection's frame,
+    /// published by endpoint `endpoint`. `seq` 0: the event is a plain
+    /// `Publish`; else it is the `PublishReliable` of that sequence number
+    /// (checked when the event is whole).
+    PublishPiece {
+        /// The publisher endpoint's id.
+        endpoint: u32,
+        /// 0, or the acknowledgement sequence number of the whole event.
+        seq: u64,
+        /// Which event, and where this piece goes in it.
+        of: PieceOf,
+        /// The piece's bytes.
+        data: Bytes,
+    },
+    /// Version 5: one piece of an event for subscription `sub`, larger
+    /// than the connection's frame.
+    DeliverPiece {
+        /// Subscription id.
+        sub: u32,
+        /// Which event, and where this piece goes in it.
+        of: PieceOf,
+        /// The piece's bytes.
+        data: Bytes,
+    },
+    /// Version 5: the server holds the first `have` bytes of event `id` of
+    /// publisher endpoint `endpoint` (a resend after a reconnect): the
+    /// client continues its pieces there.
+    PieceResume {
+        /// The publisher endpoint's id.
+        endpoint: u32,
+        /// The event's id (its pieces' `id`).
+        id: u64,
+        /// Bytes held from the start.
+        have: u64,
+    },
     /// Delivers an encoded event to subscription `sub`.
     Deliver {
         /// Subscription id.
@@ -370,6 +482,9 @@ impl Frame {
             Frame::DeliverReliable { .. } => kind::DELIVER_RELIABLE,
             Frame::DeliverAck { .. } => kind::DELIVER_ACK,
             Frame::Deliver { .. } => kind::DELIVER,
+            Frame::PublishPiece { .. } => kind::PUBLISH_PIECE,
+            Frame::DeliverPiece { .. } => kind::DELIVER_PIECE,
+            Frame::PieceResume { .. } => kind::PIECE_RESUME,
             Frame::Ok { .. } => kind::OK,
             Frame::Error { .. } => kind::ERROR,
             Frame::Ping { .. } => kind::PING,
@@ -415,8 +530,8 @@ impl Frame {
                         put_short_str(out, "token", token)?;
                         out.put_slice(session);
                     }
-                    // Version 4's Hello is laid out as version 3's.
-                    3 | 4 => {
+                    // Versions 4 and 5 lay their Hello out as version 3's.
+                    3..=5 => {
                         if !token.is_empty() {
                             return Err(EncodeError::BearerToken { version: 3 });
                         }
@@ -515,6 +630,27 @@ impl Frame {
                 out.put_u32_le(*sub);
                 out.put_slice(event);
             }
+            Frame::PublishPiece {
+                endpoint,
+                seq,
+                of,
+                data,
+            } => {
+                out.put_u32_le(*endpoint);
+                out.put_u64_le(*seq);
+                of.encode(out);
+                out.put_slice(data);
+            }
+            Frame::DeliverPiece { sub, of, data } => {
+                out.put_u32_le(*sub);
+                of.encode(out);
+                out.put_slice(data);
+            }
+            Frame::PieceResume { endpoint, id, have } => {
+                out.put_u32_le(*endpoint);
+                out.put_u64_le(*id);
+                out.put_u64_le(*have);
+            }
             Frame::Ok { req } => out.put_u32_le(*req),
             Frame::Error { req, code, message } => {
                 out.put_u32_le(*req);
@@ -566,7 +702,7 @@ impl Frame {
                         session.copy_from_slice(r.bytes(SESSION_ID_LEN, "session id")?);
                         (token, None)
                     }
-                    3 | 4 => {
+                    3..=5 => {
                         let proof = match r.u8("credential kind")? {
                             CREDENTIAL_NONE => None,
                             CREDENTIAL_TOKEN => Some(Box::new(TokenTag {
@@ -684,6 +820,37 @@ impl Frame {
                     event: body.slice(4..),
                 });
             }
+            kind::PUBLISH_PIECE => {
+                let endpoint = r.u32("endpoint id")?;
+                let seq = r.u64("publish sequence number")?;
+                let data_len = body
+                    .len()
+                    .saturating_sub(PUBLISH_PIECE_PREFIX_LEN - FRAME_HEADER_LEN);
+                let of = PieceOf::decode(&mut r, data_len)?;
+                return Ok(Frame::PublishPiece {
+                    endpoint,
+                    seq,
+                    of,
+                    data: body.slice(PUBLISH_PIECE_PREFIX_LEN - FRAME_HEADER_LEN..),
+                });
+            }
+            kind::DELIVER_PIECE => {
+                let sub = r.u32("subscription id")?;
+                let data_len = body
+                    .len()
+                    .saturating_sub(DELIVER_PIECE_PREFIX_LEN - FRAME_HEADER_LEN);
+                let of = PieceOf::decode(&mut r, data_len)?;
+                return Ok(Frame::DeliverPiece {
+                    sub,
+                    of,
+                    data: body.slice(DELIVER_PIECE_PREFIX_LEN - FRAME_HEADER_LEN..),
+                });
+            }
+            kind::PIECE_RESUME => Frame::PieceResume {
+                endpoint: r.u32("endpoint id")?,
+                id: r.u64("piece event id")?,
+                have: r.u64("bytes held")?,
+            },
             kind::OK => Frame::Ok {
                 req: r.u32("request id")?,
             },
@@ -753,6 +920,9 @@ pub fn frame_name(kind_code: u8) -> &'static str {
         kind::PUBLISH_ACK => "PublishAck",
         kind::DELIVER_RELIABLE => "DeliverReliable",
         kind::DELIVER_ACK => "DeliverAck",
+        kind::PUBLISH_PIECE => "PublishPiece",
+        kind::DELIVER_PIECE => "DeliverPiece",
+        kind::PIECE_RESUME => "PieceResume",
         k if crate::link::is_link_kind(k) => crate::link::link_frame_name(k),
         _ => "unknown frame",
     }
@@ -864,6 +1034,26 @@ pub fn deliver_prefix(sub: u32, event_len: usize) -> [u8; DELIVER_PREFIX_LEN] {
     p[..4].copy_from_slice(&len.to_le_bytes());
     p[4] = kind::DELIVER;
     p[5..9].copy_from_slice(&sub.to_le_bytes());
+    p
+}
+
+/// The bytes that precede piece `of` (of `data_len` bytes) in a
+/// `DeliverPiece` frame (version 5) for subscription `sub`, written like
+/// [`deliver_prefix`] before a slice of the shared event.
+pub fn deliver_piece_prefix(
+    sub: u32,
+    of: &PieceOf,
+    data_len: usize,
+) -> [u8; DELIVER_PIECE_PREFIX_LEN] {
+    let mut p = [0u8; DELIVER_PIECE_PREFIX_LEN];
+    let len = (DELIVER_PIECE_PREFIX_LEN - 4 + data_len) as u32;
+    p[..4].copy_from_slice(&len.to_le_bytes());
+    p[4] = kind::DELIVER_PIECE;
+    p[5..9].copy_from_slice(&sub.to_le_bytes());
+    p[9..17].copy_from_slice(&of.id.to_le_bytes());
+    p[17..25].copy_from_slice(&of.total.to_le_bytes());
+    p[25..29].copy_from_slice(&of.checksum.to_le_bytes());
+    p[29..37].copy_from_slice(&of.offset.to_le_bytes());
     p
 }
 

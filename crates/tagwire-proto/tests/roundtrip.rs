@@ -244,6 +244,17 @@ fn frame() -> impl Strategy<Value = Frame> {
                         .collect(),
                 },
             }),
+        (any::<u32>(), any::<u64>(), piece()).prop_map(|(endpoint, seq, (of, data))| {
+            Frame::PublishPiece {
+                endpoint,
+                seq,
+                of,
+                data,
+            }
+        }),
+        (any::<u32>(), piece()).prop_map(|(sub, (of, data))| Frame::DeliverPiece { sub, of, data }),
+        (any::<u32>(), any::<u64>(), any::<u64>())
+            .prop_map(|(endpoint, id, have)| Frame::PieceResume { endpoint, id, have }),
         any::<u32>().prop_map(|req| Frame::Ok { req }),
         (any::<u32>(), any::<u16>(), text(100)).prop_map(|(req, code, message)| Frame::Error {
             req,
@@ -286,6 +297,47 @@ fn frame() -> impl Strategy<Value = Frame> {
                 })
             }),
     ]
+}
+
+/// A valid piece (version 5): its data within its event's 1 ..= 4 GiB.
+fn piece() -> impl Strategy<Value = (tagwire_proto::PieceOf, Bytes)> {
+    (
+        any::<u64>(),
+        1u64..=tagwire_proto::MAX_PIECED_EVENT,
+        any::<u32>(),
+        vec(any::<u8>(), 1..64),
+        any::<u64>(),
+    )
+        .prop_map(|(id, total, checksum, data, at)| {
+            let total = total.max(data.len() as u64);
+            let offset = at % (total - data.len() as u64 + 1);
+            let of = tagwire_proto::PieceOf {
+                id,
+                total,
+                checksum,
+                offset,
+            };
+            (of, Bytes::from(data))
+        })
+}
+
+proptest! {
+    /// A piece's fields are checked against its data: a total of 0 or over
+    /// 4 GiB, or data reaching past the total, never decodes.
+    #[test]
+    fn a_piece_that_decodes_lies_within_its_event(body in vec(any::<u8>(), 0..96)) {
+        for k in [tagwire_proto::kind::PUBLISH_PIECE, tagwire_proto::kind::DELIVER_PIECE] {
+            if let Ok(f) = Frame::decode(k, Bytes::from(body.clone())) {
+                let (of, data) = match f {
+                    Frame::PublishPiece { of, data, .. } | Frame::DeliverPiece { of, data, .. } => (of, data),
+                    other => panic!("decoded as {other:?}"),
+                };
+                prop_assert!(of.total >= 1 && of.total <= tagwire_proto::MAX_PIECED_EVENT);
+                prop_assert!(!data.is_empty());
+                prop_assert!(of.offset + data.len() as u64 <= of.total);
+            }
+        }
+    }
 }
 
 fn pull_query() -> impl Strategy<Value = PullQuery> {

@@ -104,7 +104,25 @@ pub(crate) fn decompress(
     data: &[u8],
 ) -> Result<Bytes, (ErrorCode, String)> {
     let max = st.config.limits.max_frame as usize;
-    match tagwire_core::compress::decompress(codec, raw_len, data, max) {
+    // The buffer it decompresses into is charged to the memory budget for
+    // the call (the event, once queued, is charged by its queues).
+    let charge = (raw_len as usize).min(max);
+    if !st.memory.try_reserve(charge) {
+        st.fed.compress.counters.failed += 1;
+        st.memory.note_refusal();
+        return Err((
+            ErrorCode::LimitReached,
+            format!(
+                "a compressed event on a link declares {raw_len} bytes; the memory budget has {} \
+                 free (limits.max_buffered_bytes = {})",
+                st.memory.room(),
+                st.memory.max()
+            ),
+        ));
+    }
+    let result = tagwire_core::compress::decompress(codec, raw_len, data, max);
+    st.memory.release(charge);
+    match result {
         Ok(event) => {
             st.fed.compress.counters.decompressed += 1;
             Ok(Bytes::from(event))
@@ -116,5 +134,32 @@ pub(crate) fn decompress(
                 format!("bad compressed event on a link: {e}"),
             ))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::auth::Authenticator;
+    use crate::config::RouterConfig;
+
+    #[test]
+    fn decompressing_is_charged_to_the_memory_budget_and_refused_past_it() {
+        let mut config = RouterConfig::default();
+        config.limits.max_frame = 1 << 20;
+        config.limits.max_buffered_bytes = 1 << 20;
+        let mut st = State::new(config, Authenticator::disabled(0));
+        let raw = vec![b'a'; 64 << 10];
+        let data = tagwire_core::compress::compress(Codec::Lz4, &raw).expect("it shrinks");
+        // The budget has room: decompressed, and the charge given back.
+        let e = decompress(&mut st, Codec::Lz4, raw.len() as u32, &data).expect("room");
+        assert_eq!(e.len(), raw.len());
+        assert_eq!(st.memory.used(), 0);
+        // Queues hold all but 1 KiB of it: refused naming the budget.
+        assert!(st.memory.try_reserve((1 << 20) - 1024));
+        let err = decompress(&mut st, Codec::Lz4, raw.len() as u32, &data).expect_err("no room");
+        assert_eq!(err.0, ErrorCode::LimitReached);
+        assert!(err.1.contains("max_buffered_bytes"), "{}", err.1);
+        assert_eq!(st.fed.compress.counters.failed, 1);
     }
 }

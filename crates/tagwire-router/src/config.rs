@@ -493,6 +493,18 @@ pub struct Limits {
     /// event"). Past it the event's remaining filtered subscriptions do not
     /// get it, and the router logs (rate-limited) the tag and subscription.
     pub max_filter_work_per_event: u64,
+    /// The largest event a client (protocol version 5) may publish in
+    /// pieces, bytes (at most 4 GiB; docs/reliability.md, "Pieces on
+    /// client connections"). A larger one closes that connection.
+    pub max_pieced_event: u64,
+    /// Events one session (or session-less connection) may have in pieces
+    /// at once; past it the oldest incomplete one is dropped.
+    pub max_pieced_per_connection: usize,
+    /// How long an incomplete event in pieces is kept without a new piece
+    /// (it outlives its connection for this long, for the session's
+    /// resume). TOML: seconds, fractions allowed.
+    #[serde(with = "seconds")]
+    pub piece_timeout: Duration,
 }
 
 /// `Duration` as (fractional) seconds in TOML, within 1 ms ..= 1 day.
@@ -550,6 +562,9 @@ impl Default for Limits {
             idle_timeout: Duration::from_secs(60),
             max_protocol_errors: 64,
             max_filter_work_per_event: tagwire_core::filter::DEFAULT_MAX_EVENT_WORK,
+            max_pieced_event: tagwire_proto::MAX_PIECED_EVENT,
+            max_pieced_per_connection: 4,
+            piece_timeout: Duration::from_secs(60),
             shm_max_packet: 1024 * 1024 + 4096,
             shm_slots: 16,
             shm_consumers: 8,

@@ -69,6 +69,10 @@ fn engine_config(limits: &Limits) -> engine::Config {
 
 /// The router's side of one connection: the engine plus what the router
 /// knows about the peer.
+/// The most data one `DeliverPiece` carries (less if the connection's
+/// frame is smaller): 1 MiB, as a link's `Fragment`.
+const PIECE_DATA_MAX: usize = 1 << 20;
+
 struct Conn {
     id: u64,
     /// The tag this connection last published on, validated.
@@ -494,6 +498,19 @@ async fn serve_with<R, W>(
                     crate::link::precompile_advert(&state, conn.id, frame).await;
                 }
                 match input {
+                    Input::PublishPiece {
+                        endpoint,
+                        seq,
+                        of,
+                        data,
+                    } => {
+                        // A whole event is routed as the publish it stands
+                        // for, in a batch of its own.
+                        if let Some(p) = conn.publish_piece(endpoint, seq, of, data) {
+                            batch.publish(&mut conn, &p, None);
+                            batch.end(&mut conn);
+                        }
+                    }
                     Input::Admin { body, .. } if crate::shm::is_open_request(&body) => {
                         // On this lane: the region's fd goes out on this connection.
                         conn.shm_open(&body);
@@ -872,6 +889,92 @@ impl Conn {
         }
     }
 
+    /// A `PublishPiece` (protocol version 5): put together with the
+    /// session's other pieces of its event (see [`crate::pieces`]); the
+    /// whole event, once there, is returned to be routed as the `Publish`
+    /// (`seq` 0) or `PublishReliable` it stands for. A bad piece closes the
+    /// connection; one over the memory budget is refused (the connection
+    /// lives); a resend of an event partly held is answered `PieceResume`.
+    fn publish_piece(
+        &mut self,
+        endpoint: u32,
+        seq: u64,
+        of: tagwire_proto::PieceOf,
+        data: bytes::Bytes,
+    ) -> Option<Publish> {
+        let name = self.engine.endpoint_name(endpoint)?.clone();
+        let owner = if self.session == [0; SESSION_ID_LEN] {
+            crate::pieces::Owner::Conn(self.id)
+        } else {
+            crate::pieces::Owner::Session(self.session)
+        };
+        let mut st = self.state.borrow_mut();
+        let limits = crate::pieces::PieceLimits::of(&st.config.limits);
+        let memory = st.memory.clone();
+        let outcome = st
+            .client_pieces
+            .on_piece(&memory, limits, owner, name, of, data, now_ns());
+        // A reliable event that will not be routed is settled at once (its
+        // refusal, or its earlier routing, is the answer).
+        let settle = |st: &mut State, conn: &Conn| {
+            if seq != 0 && crate::reliable::client_frame(st, conn.id, &conn.outbox, seq).is_ok() {
+                crate::reliable::client_settle(st, conn.id, seq);
+                crate::reliable::client_ack(st, conn.id);
+            }
+        };
+        match outcome {
+            Err((code, message)) => {
+                drop(st);
+                self.note_error(code, &message);
+                self.engine.close(code.code(), &message);
+                None
+            }
+            Ok(crate::pieces::Outcome::Partial | crate::pieces::Outcome::Ignored) => None,
+            Ok(crate::pieces::Outcome::Resume { have }) => {
+                drop(st);
+                tracing::info!(
+                    conn = self.id,
+                    "event {:#x} of {} bytes in pieces arrives again: this daemon holds {have} bytes, asking the publisher to resume there",
+                    of.id,
+                    of.total
+                );
+                let resume = Frame::PieceResume {
+                    endpoint,
+                    id: of.id,
+                    have,
+                };
+                self.outbox.send(&resume, self.max_control);
+                None
+            }
+            Ok(crate::pieces::Outcome::AlreadyComplete) => {
+                if of.offset == 0 {
+                    settle(&mut st, self);
+                    drop(st);
+                    let resume = Frame::PieceResume {
+                        endpoint,
+                        id: of.id,
+                        have: of.total,
+                    };
+                    self.outbox.send(&resume, self.max_control);
+                }
+                None
+            }
+            Ok(crate::pieces::Outcome::OverBudget(message)) => {
+                settle(&mut st, self);
+                drop(st);
+                self.note_error(ErrorCode::LimitReached, &message);
+                self.engine.refuse_publish(ErrorCode::LimitReached, message);
+                None
+            }
+            Ok(crate::pieces::Outcome::Complete(bytes)) => Some(Publish {
+                endpoint,
+                frame_len: bytes.len() + FRAME_HEADER_LEN + 4,
+                bytes,
+                reliable: (seq != 0).then_some(seq),
+            }),
+        }
+    }
+
     /// Whether `name` is already this session's publisher on another of its
     /// connections (same identity, same non-zero session id): RT-CORBA's
     /// banded connections of one client share its endpoints.
@@ -1223,6 +1326,16 @@ impl Conn {
         );
         if let Some(t) = transform {
             channel = channel.with_transform(t);
+        }
+        if !acked && self.engine.pieces() {
+            // Protocol version 5: larger events go in pieces, up to the
+            // daemon's `limits.max_pieced_event`.
+            let frame = self.engine.max_frame() as usize;
+            let piece = frame
+                .saturating_sub(tagwire_proto::DELIVER_PIECE_PREFIX_LEN - 4)
+                .min(PIECE_DATA_MAX);
+            let max = usize::try_from(st.config.limits.max_pieced_event).unwrap_or(usize::MAX);
+            channel = channel.with_pieces(self.engine.max_delivered_event(), piece, max);
         }
         if acked {
             let limits = crate::acked_delivery::window_limits(
@@ -1653,6 +1766,8 @@ impl Conn {
         }
         let mut st = self.state.borrow_mut();
         crate::reliable::client_closed(&mut st, self.id);
+        let memory = st.memory.clone();
+        st.client_pieces.connection_closed(&memory, self.id);
         st.shm.forget_connection(self.id);
         let closed_cleanly = self.engine.closed().is_some_and(|c| c.by_peer);
         let reserve = !closed_cleanly && self.session != [0; SESSION_ID_LEN];

@@ -160,8 +160,10 @@ fn deliver_with(
     };
     // One flag test unless a tag is reliable and a link speaks version 3.
     let reliable = !band.is_empty() && (route.reliable || crate::reliable::is_reliable(st, ev.tag));
-    // One flag test unless a tag compresses and a link speaks version 5.
-    let compression = if band.is_empty() || reliable {
+    // One flag test unless a tag compresses and a link speaks version 5
+    // (reliable events go as `ReliableCompressed`, forwards as
+    // `ForwardCompressed`).
+    let compression = if band.is_empty() {
         tagwire_core::compress::Compression::default()
     } else {
         crate::compress::for_tag(st, ev.tag)
@@ -378,7 +380,7 @@ impl Sink<Arc<Channel>> for Execute<'_, '_, '_> {
                 Some(s) => s.copied().map(|c| c.for_history().0),
             };
             if let Some(event) = event {
-                l.bytes_out += event.len() as u64;
+                l.bytes_out += packed.as_ref().map_or(event.len(), Bytes::len) as u64;
                 let held = crate::reliable::Held {
                     event,
                     origin,
@@ -386,6 +388,7 @@ impl Sink<Arc<Channel>> for Execute<'_, '_, '_> {
                     from: self.from,
                     upstream: self.upstream,
                     tries: 0,
+                    packed: packed.clone(),
                 };
                 let offered = crate::reliable::offer(self.rel, conn, held, self.max_control);
                 if let crate::reliable::Offered::Rejected { report: true } = offered {

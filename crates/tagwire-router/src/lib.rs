@@ -51,6 +51,7 @@ pub mod metrics;
 pub mod mqtt;
 pub(crate) mod multicast;
 mod node_io;
+mod pieces;
 mod placement;
 pub mod priority;
 mod qos;

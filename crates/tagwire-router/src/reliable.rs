@@ -68,6 +68,29 @@ pub(crate) struct Held {
     pub upstream: Option<Upstream>,
     /// Times it was routed again (see [`MAX_REROUTES`]).
     pub tries: u8,
+    /// The event compressed for this link connection (a `ForwardCompressed`
+    /// body after origin and hops: codec, raw length, data), when its tag
+    /// says `compression` and the peer speaks link version 5: it goes as
+    /// `ReliableCompressed` (not when it goes in pieces).
+    pub packed: Option<Bytes>,
+}
+
+/// The `ReliableCompressed` frame of held event `h` under `seq`, if it has
+/// a compressed form.
+fn compressed_frame(seq: u64, h: &Held) -> Option<LinkFrame> {
+    let p = h.packed.as_ref()?;
+    let codec = tagwire_proto::Codec::from_code(*p.first()?)?;
+    let raw_len = u32::from_le_bytes(p.get(1..5)?.try_into().ok()?);
+    Some(LinkFrame::Compressed {
+        of: tagwire_proto::FragmentOf::Reliable {
+            seq,
+            origin: h.origin,
+            hops: h.hops,
+        },
+        codec,
+        raw_len,
+        data: p.slice(tagwire_proto::COMPRESSED_HEADER_LEN..),
+    })
 }
 
 /// Most times one event is routed again: past it, it is given up (counted
@@ -376,12 +399,12 @@ fn transmit(cr: &mut ConnRel, max_control: usize) -> u64 {
                 continue;
             }
         }
-        let frame = LinkFrame::Reliable {
+        let frame = compressed_frame(seq, h).unwrap_or_else(|| LinkFrame::Reliable {
             seq,
             origin: h.origin,
             hops: h.hops,
             event: h.event.clone(),
-        };
+        });
         if !cr.outbox.send_link(&frame, max_control) {
             return pieces;
         }
@@ -405,12 +428,12 @@ fn retransmit(cr: &mut ConnRel, now: u64, max_control: usize) -> u64 {
         let Some(h) = cr.send.get(seq) else {
             continue;
         };
-        let frame = LinkFrame::Reliable {
+        let frame = compressed_frame(seq, h).unwrap_or_else(|| LinkFrame::Reliable {
             seq,
             origin: h.origin,
             hops: h.hops,
             event: h.event.clone(),
-        };
+        });
         if !cr.outbox.send_link(&frame, max_control) {
             break;
         }
@@ -964,6 +987,9 @@ impl Sink<Arc<crate::channel::Channel>> for Reroute<'_> {
             from: self.held.from,
             upstream: self.held.upstream,
             tries: self.held.tries.saturating_add(1),
+            // Routed again: whole (this connection's peer may not speak
+            // link version 5).
+            packed: None,
         };
         if offer(self.rel, l.conn, held, self.max) == Offered::Held {
             self.taken += 1;

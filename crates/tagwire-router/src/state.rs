@@ -194,6 +194,8 @@ pub(crate) struct State {
     pub parked_deliveries: crate::acked_delivery::ParkedDeliveries,
     /// The router-wide memory budget (`limits.max_buffered_bytes`).
     pub memory: Arc<MemoryBudget>,
+    /// Client events being put together from pieces (protocol version 5).
+    pub(crate) client_pieces: crate::pieces::ClientPieces,
     /// Connections before and after the handshake, and the log rate limit.
     pub admission: Admission,
     /// Wakes the [`housekeeping`] task when the routes have work left.
@@ -274,6 +276,7 @@ impl State {
             usage: HashMap::new(),
             reservations: Reservations::default(),
             parked_deliveries: Default::default(),
+            client_pieces: Default::default(),
             memory,
             admission: Admission::default(),
             housekeeping: Arc::default(),

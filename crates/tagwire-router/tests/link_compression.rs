@@ -308,3 +308,97 @@ fn a_compressed_event_declaring_more_than_the_frame_limit_closes_the_link_naming
     let f = Raw::hello(&h).list().federation.unwrap_or_default();
     assert_eq!(f.compression.failed, 2, "{:?}", f.compression);
 }
+
+/// A router whose daemon layer says `compression` and `reliability`.
+fn reliable_router(compression: &str) -> RouterHandle {
+    Router::start(RouterConfig {
+        limits: Limits {
+            max_frame: MAX_FRAME,
+            ..Limits::default()
+        },
+        qos: [
+            ("compression".to_string(), compression.to_string()),
+            ("reliability".to_string(), "reliable".to_string()),
+        ]
+        .into_iter()
+        .collect(),
+        ..tcp_config()
+    })
+    .expect("start")
+}
+
+#[test]
+fn a_reliable_event_of_a_compressed_tag_crosses_a_version_5_link_as_reliable_compressed() {
+    for (setting, want) in [("lz4", Codec::Lz4), ("zstd", Codec::Zstd)] {
+        let h = reliable_router(setting);
+        let mut a = interested_peer(&h, 5, 93);
+        let mut publisher = Raw::hello(&h).publisher("/pub");
+        let mut e = event("/pub", "/c/x", telemetry(64 << 10));
+        e.header.seq = 1;
+        publisher.send_bytes(&publish_frame(1, &e));
+        publisher.ping(2);
+        let frame = loop {
+            match recv_link(&mut a) {
+                Ok(
+                    f @ (LinkFrame::Forward { .. }
+                    | LinkFrame::Reliable { .. }
+                    | LinkFrame::Compressed { .. }),
+                ) => break f,
+                Ok(_) | Err(Some(_)) => {}
+                Err(None) => panic!("the link closed"),
+            }
+        };
+        let LinkFrame::Compressed {
+            of: FragmentOf::Reliable {
+                seq: 1, hops: 0, ..
+            },
+            codec,
+            raw_len,
+            data,
+        } = &frame
+        else {
+            panic!(
+                "{setting}: not a ReliableCompressed: {}",
+                tagwire_proto::link_frame_name(frame.kind())
+            );
+        };
+        assert_eq!(*codec, want);
+        let whole = decompress(*codec, *raw_len, data, MAX_FRAME as usize).expect("decompresses");
+        assert_eq!(Bytes::from(whole), encoded(&e), "{setting}: byte for byte");
+        assert!(data.len() * 3 < *raw_len as usize, "{setting}: it shrinks");
+    }
+}
+
+#[test]
+fn a_reliable_compressed_event_from_a_peer_is_delivered_whole_and_acknowledged() {
+    let h = reliable_router("none");
+    let mut sub = Raw::hello(&h).subscriber("/sub", "/c/**", &[]);
+    let mut a = interested_peer(&h, 5, 94);
+    let e = event("/far", "/c/x", telemetry(8 << 10));
+    let raw = encoded(&e);
+    let data = compress(Codec::Zstd, &raw).expect("telemetry shrinks");
+    a.send_bytes(&link_frame(&LinkFrame::Compressed {
+        of: FragmentOf::Reliable {
+            seq: 1,
+            origin: 94,
+            hops: 0,
+        },
+        codec: Codec::Zstd,
+        raw_len: raw.len() as u32,
+        data: Bytes::from(data),
+    }));
+    match sub.recv() {
+        Some(Frame::Deliver { event, .. } | Frame::DeliverReliable { event, .. }) => {
+            assert!(event == raw, "delivered as it was")
+        }
+        _ => panic!("expected the event"),
+    }
+    let ack = loop {
+        match recv_link(&mut a) {
+            Ok(LinkFrame::Ack(ack)) => break ack,
+            Ok(_) | Err(Some(_)) => {}
+            Err(None) => panic!("the link closed"),
+        }
+    };
+    assert_eq!(ack.done, 1, "{ack:?}");
+}

@@ -21,6 +21,7 @@ mod bands;
 mod connect;
 mod dedupe;
 mod embedded;
+mod pieces;
 mod reader;
 mod shm_region;
 mod target;
@@ -120,6 +121,11 @@ pub(crate) struct Inner {
     pub(crate) shm: crate::shm::ClientShm,
     /// Over UDP: the current connection's datagram counters.
     udp: Mutex<Option<Arc<crate::udp::UdpStatus>>>,
+    /// The daemon's resume points for events in pieces (`PieceResume`).
+    piece_resume: Mutex<pieces::ResumePoints>,
+    /// Pieces written, and bytes a resume saved sending again.
+    pieces_sent: AtomicU64,
+    pieces_skipped: AtomicU64,
 }
 
 /// Closes the session when the last handle (session, publisher or
@@ -242,6 +248,9 @@ impl Session {
             reader_thread: Mutex::new(None),
             reconnects: AtomicU64::new(0),
             delivery_duplicates: AtomicU64::new(0),
+            piece_resume: Mutex::new(Default::default()),
+            pieces_sent: AtomicU64::new(0),
+            pieces_skipped: AtomicU64::new(0),
             epoch: AtomicU64::new(0),
             refusals: Mutex::new(Refusals::default()),
             net_offset: std::sync::atomic::AtomicI64::new(0),

@@ -33,7 +33,9 @@ pub fn parse_field(s: &str) -> Result<(String, Value), String> {
 const FILE_HEADER_ROOM: u64 = 64 * 1024;
 
 /// The frame size `pub --file FILE` offers: the file's size plus room for
-/// the header (at least `asked`), or an error naming the file and the bound.
+/// the header (at least `asked`), at most the protocol's 256 MiB (a larger
+/// file goes in pieces, protocol version 5), or an error naming the file and
+/// the 4 GiB bound of an event in pieces.
 pub fn frame_for_file(
     file: &std::path::Path,
     asked: Option<u32>,
@@ -43,15 +45,16 @@ pub fn frame_for_file(
         .len();
     let hard = u64::from(tagwire_proto::limits::HARD_MAX_FRAME);
     let need = len + FILE_HEADER_ROOM;
-    if need > hard {
+    if need > tagwire_proto::MAX_PIECED_EVENT {
         return Err(format!(
-            "--file {}: {len} bytes, over the {} bytes one event may have on a client connection              (256 MiB less {FILE_HEADER_ROOM} for its header; larger events are to come,              docs/reliability.md \"Large payloads\")",
+            "--file {}: {len} bytes, over the {} bytes one event may have (4 GiB, in pieces, \
+             less {FILE_HEADER_ROOM} for its header; docs/reliability.md \"Pieces on client connections\")",
             file.display(),
-            hard - FILE_HEADER_ROOM
+            tagwire_proto::MAX_PIECED_EVENT - FILE_HEADER_ROOM
         )
         .into());
     }
-    Ok((need as u32).max(asked.unwrap_or(0)))
+    Ok((need.min(hard) as u32).max(asked.unwrap_or(0)))
 }
 
 pub fn run(session: &Session, a: PubArgs) -> CmdResult {

@@ -122,6 +122,36 @@ impl Batch {
         self.events.push(Gathered { prefix, body });
     }
 
+    /// Pushes `event` as `DeliverPiece` frames of subscription `sub` under
+    /// event id `id`, `piece` bytes of data each: each piece's prefix is
+    /// copied into the batch's buffer, its data written from the event's
+    /// own bytes (a slice each, no copy).
+    fn push_pieces(&mut self, sub: u32, id: u64, event: &Bytes, piece: usize) {
+        let total = event.len();
+        let mut of = tagwire_proto::PieceOf {
+            id,
+            total: total as u64,
+            checksum: tagwire_core::fragment::checksum(event),
+            offset: 0,
+        };
+        let mut at = 0;
+        while at < total {
+            let end = (at + piece).min(total);
+            of.offset = at as u64;
+            let prefix = tagwire_proto::deliver_piece_prefix(sub, &of, end - at);
+            self.flat.extend_from_slice(&prefix);
+            self.bytes += prefix.len() + (end - at);
+            self.events.push(Gathered {
+                prefix: Prefix {
+                    bytes: [0; PREFIX_MAX],
+                    len: 0,
+                },
+                body: Body::Shared(event.slice(at..end), self.flat.len()),
+            });
+            at = end;
+        }
+    }
+
     /// How many events it holds.
     pub(crate) fn len(&self) -> usize {
         self.events.len()
@@ -161,7 +191,9 @@ impl Batch {
                         out.push(IoSlice::new(&self.flat[run..end]));
                         run = end;
                     }
-                    out.push(IoSlice::new(g.prefix.as_slice()));
+                    if g.prefix.len > 0 {
+                        out.push(IoSlice::new(g.prefix.as_slice()));
+                    }
                     out.push(IoSlice::new(b));
                 }
             }
@@ -598,6 +630,12 @@ impl Outbox {
                 .map(|a| (a.window.borrow_mut(), a.arena.borrow_mut()));
             let mut full = window.as_ref().is_some_and(|(w, _)| w.is_full());
             let mut put = |item: Queued, batch: &mut Batch, full: &mut bool| {
+                if item.event.len() > ch.piece_at && window.is_none() {
+                    // Larger than a frame: in pieces (protocol version 5).
+                    let id = ch.pieced.add(1);
+                    batch.push_pieces(ch.sub, id, &item.event, ch.piece_size);
+                    return;
+                }
                 let prefix = match window.as_mut() {
                     None => Prefix::of(&ch, &item),
                     Some((w, arena)) => {

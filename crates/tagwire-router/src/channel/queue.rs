@@ -80,6 +80,12 @@ pub(crate) struct Channel {
     transform_reported: Flag,
     /// The longest encoded event a `Deliver` on this connection may carry.
     max_event: usize,
+    /// Events longer than this go as `DeliverPiece`s (protocol version 5;
+    /// `usize::MAX`: never), each of at most `piece_size` bytes of data.
+    pub(super) piece_at: usize,
+    pub(super) piece_size: usize,
+    /// Events delivered in pieces (their ids on this subscription).
+    pub pieced: Count,
     /// Whether a `QueueFull` was reported since the queue last accepted.
     pub reject_reported: Flag,
     /// Whether this channel is in its outbox's ready list.
@@ -208,6 +214,9 @@ impl Channel {
             transform_errors: Count::new(0),
             transform_reported: Flag::new(false),
             max_event: usize::MAX,
+            piece_at: usize::MAX,
+            piece_size: usize::MAX,
+            pieced: Count::new(0),
             reject_reported: Flag::new(false),
             scheduled: Flag::new(false),
             priority: Count::new(tagwire_core::qos::DEFAULT_PRIORITY as u64),
@@ -391,6 +400,16 @@ impl Channel {
     /// connection's negotiated frame limit less the `Deliver` prefix).
     pub(crate) fn with_max_event(mut self, max: usize) -> Self {
         self.max_event = max;
+        self
+    }
+
+    /// Delivers events longer than `frame_event` (what one `Deliver` on the
+    /// connection carries) up to `max` bytes in `DeliverPiece`s of at most
+    /// `piece` bytes of data each (a subscriber of protocol version 5).
+    pub(crate) fn with_pieces(mut self, frame_event: usize, piece: usize, max: usize) -> Self {
+        self.piece_at = frame_event;
+        self.piece_size = piece.max(1);
+        self.max_event = max.max(frame_event);
         self
     }
 

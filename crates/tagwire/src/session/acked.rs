@@ -134,16 +134,40 @@ impl AckWindow {
         }
     }
 
+    /// Takes `item` into the window without writing it (it goes in pieces,
+    /// written by the caller); `Err(item)`: the window is full.
+    fn push_unwritten(&mut self, item: HeldEvent) -> std::result::Result<u64, HeldEvent> {
+        let len = item.event.len();
+        match self.window.push(item, len) {
+            Push::Held { seq, .. } => {
+                self.window.mark_sent(seq, 0);
+                Ok(seq)
+            }
+            Push::WouldBlock(item) | Push::Rejected(item) => Err(item),
+        }
+    }
+
     /// A new connection: what was held is written again, first, numbered
     /// from 1 (or as plain publishes to a daemon without acknowledgements).
-    pub(super) fn reconnected(&mut self, acked: bool, buf: &mut BytesMut) {
+    /// Events whose frame is over `max_frame` are not written: they are
+    /// returned, to go in pieces from a thread of their own
+    /// ([`Inner::resend_pieces`]).
+    pub(super) fn reconnected(
+        &mut self,
+        acked: bool,
+        max_frame: u32,
+        buf: &mut BytesMut,
+    ) -> Vec<(u32, Bytes)> {
         let held = self.window.drain();
         self.window = SendWindow::new(self.limits, WindowFull::Block);
         self.acked = acked;
         self.warned = false;
+        let mut pieced = Vec::new();
         for h in held {
             self.stats.resent += 1;
-            if acked {
+            if 1 + 12 + h.event.len() > max_frame as usize {
+                pieced.push((h.endpoint, h.event));
+            } else if acked {
                 // An empty window takes as many as it held before.
                 let _ = self.push(h, buf);
             } else {
@@ -155,6 +179,7 @@ impl AckWindow {
                 .encode(buf);
             }
         }
+        pieced
     }
 
     /// The daemon's acknowledgement: releases what it settles (returned, to
@@ -204,19 +229,75 @@ impl Inner {
         express: bool,
         now_ns: u64,
     ) -> Result<()> {
-        let mut w = self.wait_connected(lock(&self.writer))?;
-        let len = 1 + 12 + event.encoded_len();
-        if len > w.max_frame as usize {
+        let w = self.wait_connected(lock(&self.writer))?;
+        if 1 + 12 + event.encoded_len() > w.max_frame as usize {
+            let mut encoded = BytesMut::with_capacity(event.encoded_len());
+            event.encode(&mut encoded)?;
+            return self.publish_acked_large(w, endpoint, encoded.freeze());
+        }
+        let mut w = w;
+        let encoded = w.acks.encode(event)?;
+        self.hold_and_write(
+            w,
+            HeldEvent {
+                endpoint,
+                event: encoded,
+            },
+            express,
+            now_ns,
+        )
+    }
+
+    /// [`publish_acked`](Self::publish_acked) of an event already encoded:
+    /// one larger than the frame goes in pieces (protocol version 5).
+    pub(crate) fn publish_acked_encoded(
+        &self,
+        endpoint: u32,
+        encoded: Bytes,
+        express: bool,
+    ) -> Result<()> {
+        let now_ns = crate::publisher::now_ns();
+        let w = self.wait_connected(lock(&self.writer))?;
+        if 1 + 12 + encoded.len() > w.max_frame as usize {
+            return self.publish_acked_large(w, endpoint, encoded);
+        }
+        self.hold_and_write(
+            w,
+            HeldEvent {
+                endpoint,
+                event: encoded,
+            },
+            express,
+            now_ns,
+        )
+    }
+
+    /// An event larger than the frame: in pieces if the daemon takes them
+    /// (version 5) and acknowledges, else refused naming the sizes.
+    fn publish_acked_large<'a>(
+        &'a self,
+        w: MutexGuard<'a, WriteState>,
+        endpoint: u32,
+        encoded: Bytes,
+    ) -> Result<()> {
+        if !w.pieces || !w.acks.acked {
             return Err(Error::Encode(tagwire_proto::EncodeError::FrameTooLarge {
-                len,
+                len: 1 + 12 + encoded.len(),
                 max: w.max_frame as usize,
             }));
         }
-        let encoded = w.acks.encode(event)?;
-        let mut item = HeldEvent {
-            endpoint,
-            event: encoded,
-        };
+        self.publish_acked_in_pieces(w, endpoint, encoded)
+    }
+
+    /// Holds `item` in the window (waiting up to `ack_timeout` for room)
+    /// and writes its frame, flushing as the publisher's pace asks.
+    fn hold_and_write<'a>(
+        &'a self,
+        mut w: MutexGuard<'a, WriteState>,
+        mut item: HeldEvent,
+        express: bool,
+        now_ns: u64,
+    ) -> Result<()> {
         let mut deadline = None;
         loop {
             if !w.acks.acked {
@@ -271,6 +352,50 @@ impl Inner {
             }
         }
         Ok(())
+    }
+
+    /// A reliable event larger than the frame: held in the window (waiting
+    /// for room as any other) and written in pieces. A connection lost on
+    /// the way is not an error: the event is sent again after the
+    /// reconnect, resumed where the daemon stands.
+    fn publish_acked_in_pieces<'a>(
+        &'a self,
+        mut w: MutexGuard<'a, WriteState>,
+        endpoint: u32,
+        event: Bytes,
+    ) -> Result<()> {
+        let mut item = HeldEvent {
+            endpoint,
+            event: event.clone(),
+        };
+        let mut deadline = None;
+        let seq = loop {
+            match w.acks.push_unwritten(item) {
+                Ok(seq) => break seq,
+                Err(back) => item = back,
+            }
+            let now = Instant::now();
+            let deadline = *deadline.get_or_insert_with(|| {
+                w.acks.stats.waited += 1;
+                now + self.options.ack_timeout
+            });
+            if now >= deadline || self.on_reader_thread() {
+                return Err(Error::AckWindowFull {
+                    held: w.acks.window.len(),
+                    waited: self.options.ack_timeout,
+                });
+            }
+            w = self.flush_and_relock(w)?;
+            w = self
+                .acked_cv
+                .wait_timeout(w, deadline - now)
+                .map_or_else(|e| e.into_inner().0, |(g, _)| g);
+            w = self.wait_connected(w)?;
+        };
+        match self.write_pieces(&mut w, endpoint, seq, &event) {
+            Ok(()) | Err(Error::Disconnected) => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 
     fn flush_and_relock<'a>(

@@ -140,16 +140,24 @@ pub(super) fn connect(inner: &Inner) -> Result<(Stream, BytesMut)> {
             code: tagwire_proto::ErrorCode::UnsupportedVersion,
             message,
         }) if lock(&inner.engine).offered_version() > 3 => {
-            // A daemon from before acknowledged publishing (version 4):
-            // speak version 3 to it from now on, reliable publishers best
-            // effort (each connection warns once when one publishes).
+            // A daemon from before pieces (version 5) or acknowledged
+            // publishing (version 4): speak one version less to it from
+            // now on (version 4: events over its frame are refused;
+            // version 3: reliable publishers best effort, each connection
+            // warns once when one publishes).
+            let offered = lock(&inner.engine).offered_version();
+            let lacks = if offered > 4 {
+                "events larger than its frame (pieces)"
+            } else {
+                "acknowledged publishing"
+            };
             tracing::warn!(
-                "{} does not speak protocol version {} ({message}): using version 3, without \
-                 acknowledged publishing",
+                "{} does not speak protocol version {offered} ({message}): using version {}, \
+                 without {lacks}",
                 inner.target().describe(),
-                tagwire_proto::PROTOCOL_VERSION
+                offered - 1
             );
-            lock(&inner.engine).set_offered_version(3);
+            lock(&inner.engine).set_offered_version(offered - 1);
             return connect(inner);
         }
         r => r?,
@@ -164,11 +172,12 @@ pub(super) fn connect(inner: &Inner) -> Result<(Stream, BytesMut)> {
     // replayed: their callers already got `Disconnected`.
     let unsent = w.buf.split();
     inner.take_control(&mut w);
-    let (max_frame, acked) = {
+    let (max_frame, acked, pieces) = {
         let e = lock(&inner.engine);
-        (e.max_frame(), e.acknowledges())
+        (e.max_frame(), e.acknowledges(), e.pieces())
     };
     w.max_frame = max_frame;
+    w.pieces = pieces;
     // Over UDP an event travels in one datagram (no fragmentation).
     w.datagram_max = match &s {
         Stream::Udp(..) => Some(crate::udp::max_event_frame()),
@@ -180,9 +189,14 @@ pub(super) fn connect(inner: &Inner) -> Result<(Stream, BytesMut)> {
     };
     // Reliable publishers' unacknowledged events go first (numbered anew);
     // the replay below skips their frames of the lost connection.
-    let super::writer::WriteState { acks, buf, .. } = &mut *w;
+    let super::writer::WriteState {
+        acks,
+        buf,
+        pieced_resend,
+        ..
+    } = &mut *w;
     let mut resent = BytesMut::new();
-    acks.reconnected(acked, &mut resent);
+    *pieced_resend = acks.reconnected(acked && pieces, max_frame, &mut resent);
     buf.extend_from_slice(&resent);
     let failed = std::mem::take(&mut *lock(&inner.replay));
     // Every region was granted by the daemon of an earlier connection: a

@@ -190,6 +190,8 @@ pub(super) fn reader_main(inner: Arc<Inner>, mut stream: Stream, mut leftover: B
                     inner.reconnects.fetch_add(1, Ordering::Relaxed);
                     seen.reconnected(inner.now());
                     tracing::info!("reconnected to {}", inner.target().describe());
+                    let pieced = std::mem::take(&mut lock(&inner.writer).pieced_resend);
+                    inner.resend_pieces(pieced);
                     break;
                 }
                 Err(e) => {
@@ -217,6 +219,8 @@ fn read_loop(inner: &Inner, stream: &mut Stream, buf: &mut BytesMut, seen: &mut 
     let mut generation = u64::MAX;
     let mut inputs = Vec::new();
     let mut heard = None;
+    // Deliveries in pieces (protocol version 5), put together here.
+    let mut pieces = super::pieces::delivery_reassembler();
     loop {
         let (control, over) = {
             let mut e = lock(&inner.engine);
@@ -247,6 +251,27 @@ fn read_loop(inner: &Inner, stream: &mut Stream, buf: &mut BytesMut, seen: &mut 
                     (sub, event)
                 }
                 Input::Deliver { sub, event } => (sub, event),
+                Input::DeliverPiece { sub, of, data } => {
+                    let piece = tagwire_core::fragment::Piece {
+                        blob: tagwire_core::fragment::BlobId {
+                            id: of.id,
+                            total: of.total,
+                            checksum: of.checksum,
+                        },
+                        offset: of.offset,
+                        data,
+                    };
+                    match pieces.on_piece((sub, of.id), &piece) {
+                        Ok(a) => match a.progress {
+                            tagwire_core::fragment::Progress::Complete(event) => (sub, event),
+                            _ => continue,
+                        },
+                        Err(e) => {
+                            tracing::warn!("subscription {sub}: a bad piece from the daemon: {e}");
+                            continue;
+                        }
+                    }
+                }
                 other => {
                     handle_other(inner, other);
                     continue;
@@ -340,6 +365,7 @@ fn send_acks(inner: &Inner, acks: &mut HashMap<u32, DeliveryAcks>, all: bool) {
 fn handle_other(inner: &Inner, input: Input) {
     match input {
         Input::PublishAck(ack) => inner.on_publish_ack(&ack),
+        Input::PieceResume { id, have, .. } => lock(&inner.piece_resume).set(id, have),
         Input::ShmRegion {
             region,
             role,

@@ -41,6 +41,12 @@ pub(super) struct WriteState {
     /// Over UDP: the largest frame (length field included) one datagram
     /// carries; a larger publish is refused (`EventTooLarge`).
     pub(super) datagram_max: Option<usize>,
+    /// The connection carries events larger than its frame in pieces
+    /// (protocol version 5).
+    pub(super) pieces: bool,
+    /// Reliable events in pieces a reconnect found unacknowledged, for
+    /// the reader thread to hand to [`Inner::resend_pieces`].
+    pub(super) pieced_resend: Vec<(u32, bytes::Bytes)>,
 }
 
 impl WriteState {
@@ -55,6 +61,8 @@ impl WriteState {
             max_frame: 0,
             acks: super::acked::AckWindow::new(acks),
             datagram_max: None,
+            pieces: false,
+            pieced_resend: Vec::new(),
         }
     }
 }
@@ -143,6 +151,16 @@ impl Inner {
             }
         }
         if len > w.max_frame as usize {
+            if w.pieces && w.datagram_max.is_none() {
+                // Protocol version 5: in pieces, written now.
+                let mut encoded = BytesMut::with_capacity(event.encoded_len());
+                event.encode(&mut encoded)?;
+                let encoded = encoded.freeze();
+                w.last_publish_ns = now_ns;
+                return self
+                    .write_pieces(&mut w, endpoint, 0, &encoded)
+                    .map(|()| true);
+            }
             return Err(Error::Encode(tagwire_proto::EncodeError::FrameTooLarge {
                 len,
                 max: w.max_frame as usize,

@@ -1,0 +1,196 @@
+//! Issue 25 item 5: events larger than a client connection's frame, in
+//! pieces (protocol version 5, `PublishPiece`/`DeliverPiece`/`PieceResume`;
+//! docs/reliability.md, "Pieces on client connections"). Raw clients with
+//! a small configured frame: a publisher sends an event in pieces, the
+//! daemon puts it together (bounded, charged to the memory budget) and
+//! delivers it in pieces; a session that reconnects resumes where the
+//! daemon stands; bad pieces close that connection alone.
+
+mod common;
+
+use bytes::{Bytes, BytesMut};
+use common::{event, owner_token, start_tcp, Raw};
+use tagwire_core::fragment::checksum;
+use tagwire_proto::{EndpointKind, ErrorCode, Frame, PieceOf};
+use tagwire_router::config::Limits;
+
+const FRAME: u32 = 16 * 1024;
+const PIECE: usize = 8 * 1024;
+
+fn limits() -> Limits {
+    Limits {
+        max_frame: FRAME,
+        ..Limits::default()
+    }
+}
+
+/// An encoded event of about `len` bytes from publisher `/big/pub`.
+fn big_event(len: usize) -> Bytes {
+    let payload: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
+    let ev = event("/big/pub", "/big/x", payload);
+    let mut b = BytesMut::new();
+    ev.encode(&mut b).expect("encode");
+    b.freeze()
+}
+
+fn piece_of(ev: &Bytes, at: usize) -> PieceOf {
+    PieceOf {
+        id: 0x51,
+        total: ev.len() as u64,
+        checksum: checksum(ev),
+        offset: at as u64,
+    }
+}
+
+/// Sends the pieces of `ev` covering `range` (in `PIECE`-byte steps).
+fn send_pieces(p: &mut Raw, ev: &Bytes, seq: u64, range: std::ops::Range<usize>) {
+    let mut at = range.start;
+    while at < range.end {
+        let end = (at + PIECE).min(range.end);
+        p.send(&Frame::PublishPiece {
+            endpoint: 1,
+            seq,
+            of: piece_of(ev, at),
+            data: ev.slice(at..end),
+        });
+        at = end;
+    }
+}
+
+/// Reads `DeliverPiece`s of subscription 1 until one event is whole.
+fn receive_in_pieces(s: &mut Raw) -> Bytes {
+    let mut buf: Option<Vec<u8>> = None;
+    let mut got = 0u64;
+    loop {
+        match s.recv() {
+            Some(Frame::DeliverPiece { sub, of, data }) => {
+                assert_eq!(sub, 1);
+                assert!(
+                    1 + 32 + data.len() <= FRAME as usize,
+                    "a piece fits the frame"
+                );
+                let b = buf.get_or_insert_with(|| vec![0; of.total as usize]);
+                b[of.offset as usize..of.offset as usize + data.len()].copy_from_slice(&data);
+                got += data.len() as u64;
+                if got == of.total {
+                    let whole = Bytes::from(buf.take().expect("buffer"));
+                    assert_eq!(checksum(&whole), of.checksum, "the pieces' checksum");
+                    return whole;
+                }
+            }
+            Some(Frame::Deliver { .. }) => panic!("a whole Deliver of an event over the frame"),
+            Some(_) => continue,
+            None => panic!("the subscriber's connection ended before the event was whole"),
+        }
+    }
+}
+
+#[test]
+fn an_event_larger_than_the_frame_is_published_and_delivered_in_pieces() {
+    let h = start_tcp(limits());
+    let mut sub = Raw::hello_tcp_with(&h, FRAME).subscriber("/big/sub", "/big/**", &[]);
+    let mut p = Raw::hello_tcp_with(&h, FRAME).publisher("/big/pub");
+    let ev = big_event(100 * 1024);
+    assert!(ev.len() > FRAME as usize);
+    send_pieces(&mut p, &ev, 0, 0..ev.len());
+    let got = receive_in_pieces(&mut sub);
+    assert_eq!(got, ev, "the subscriber gets the event as published");
+    p.expect_alive();
+}
+
+#[test]
+fn a_session_that_reconnects_resumes_its_reliable_event_where_the_daemon_stands() {
+    let h = start_tcp(limits());
+    let token = owner_token(&h);
+    let session = [7u8; 16];
+    let mut sub = Raw::hello_tcp_with(&h, FRAME).subscriber("/big/sub", "/big/**", &[]);
+    let ev = big_event(64 * 1024);
+    let half = 4 * PIECE;
+    let mut p = Raw::welcomed_as(&h, &token, session);
+    p.declare(1, EndpointKind::Publisher, "/big/pub");
+    send_pieces(&mut p, &ev, 1, 0..half);
+    p.expect_alive();
+    p.drop_without_close();
+
+    // The session's next connection sends the event again from its start.
+    let mut p = Raw::welcomed_as(&h, &token, session);
+    p.declare(1, EndpointKind::Publisher, "/big/pub");
+    send_pieces(&mut p, &ev, 1, 0..PIECE);
+    match p.recv_control() {
+        Some(Frame::PieceResume { endpoint, id, have }) => {
+            assert_eq!((endpoint, id), (1, 0x51));
+            assert_eq!(
+                have, half as u64,
+                "the daemon holds what the first connection sent"
+            );
+        }
+        other => panic!("expected PieceResume, got {other:?}"),
+    }
+    send_pieces(&mut p, &ev, 1, half..ev.len());
+    match p.recv_control() {
+        Some(Frame::PublishAck(ack)) => assert_eq!(ack.done, 1, "{ack:?}"),
+        other => panic!("expected the PublishAck of the event, got {other:?}"),
+    }
+    assert_eq!(receive_in_pieces(&mut sub), ev);
+}
+
+#[test]
+fn a_piece_whose_event_fails_its_checksum_closes_only_that_connection() {
+    let h = start_tcp(limits());
+    let mut other = Raw::hello_tcp_with(&h, FRAME).publisher("/big/other");
+    let mut p = Raw::hello_tcp_with(&h, FRAME).publisher("/big/pub");
+    let ev = big_event(40 * 1024);
+    let mut bad = ev.to_vec();
+    bad[1000] ^= 0xff;
+    let bad = Bytes::from(bad);
+    let mut at = 0;
+    while at < bad.len() {
+        let end = (at + PIECE).min(bad.len());
+        p.send(&Frame::PublishPiece {
+            endpoint: 1,
+            seq: 0,
+            of: piece_of(&ev, at),
+            data: bad.slice(at..end),
+        });
+        at = end;
+    }
+    match p.recv_control() {
+        Some(Frame::Close { code, reason }) => {
+            assert_eq!(code, ErrorCode::Malformed.code());
+            assert!(reason.contains("checksum"), "{reason}");
+        }
+        other => panic!("expected a Close naming the checksum, got {other:?}"),
+    }
+    p.expect_closed();
+    other.expect_alive();
+}
+
+#[test]
+fn an_event_over_the_pieced_limit_closes_the_connection_naming_it() {
+    let h = start_tcp(Limits {
+        max_pieced_event: 32 * 1024,
+        ..limits()
+    });
+    let mut p = Raw::hello_tcp_with(&h, FRAME).publisher("/big/pub");
+    let ev = big_event(40 * 1024);
+    send_pieces(&mut p, &ev, 0, 0..PIECE);
+    match p.recv_control() {
+        Some(Frame::Close { reason, .. }) => {
+            assert!(reason.contains("over the limit of 32768"), "{reason}")
+        }
+        other => panic!("expected a Close naming the limit, got {other:?}"),
+    }
+}
+
+#[test]
+fn an_event_in_pieces_over_the_memory_budget_is_refused_and_the_connection_lives() {
+    let h = start_tcp(Limits {
+        max_buffered_bytes: 64 * 1024,
+        ..limits()
+    });
+    let mut p = Raw::hello_tcp_with(&h, FRAME).publisher("/big/pub");
+    let ev = big_event(200 * 1024);
+    send_pieces(&mut p, &ev, 0, 0..ev.len());
+    p.expect_error(ErrorCode::LimitReached, "max_buffered_bytes");
+    p.expect_alive();
+}

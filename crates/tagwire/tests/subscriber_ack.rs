@@ -217,13 +217,16 @@ fn run_away(
     // holds for the subscriber that is away, once its lane has queued them
     // (a listing can overtake the last batch's queueing under load).
     publisher.ping().expect("ping");
-    wait_until("the events held (or dropped at the bound) while away", || {
-        publisher
-            .list()
-            .expect("list")
-            .parked
-            .is_some_and(|p| p.events + p.held_dropped >= away)
-    });
+    wait_until(
+        "the events held (or dropped at the bound) while away",
+        || {
+            publisher
+                .list()
+                .expect("list")
+                .parked
+                .is_some_and(|p| p.events + p.held_dropped >= away)
+        },
+    );
     let while_away = publisher
         .list()
         .expect("list")

@@ -3,8 +3,11 @@
 //! testbed: three `tagwired` in a triangle d0–d1–d2, `reliability =
 //! reliable` on their daemon layer, d0's egress shaped to 80 Mbit/s so the
 //! transfer takes seconds. `tagwire pub --file` publishes a 64 MiB file of
-//! random bytes at d0 (`FRAG_NETNS_MIB` sets another size, at most 255: one
-//! client frame); `tagwire sub --save` at d1 writes what arrives. While the
+//! random bytes at d0 (`FRAG_NETNS_MIB` sets another size, up to 4096: the
+//! client connections carry it in pieces too; `FRAG_NETNS_RATE` d0's rate,
+//! `FRAG_NETNS_TIMEOUT` the seconds each end may take, for the 2 GiB run of
+//! `scripts/big-transfer.sh`); `tagwire sub --save` at d1 writes what
+//! arrives, and both files' SHA-256 are compared. While the
 //! event crosses, the d0–d1 link is cut (blackhole routes) until d0 drops
 //! it (the event goes on through d2), healed, and cut again. The file must
 //! arrive byte for byte, and the daemons' counters show the resume points
@@ -33,6 +36,41 @@ const SETUP: Daemons = Daemons {
                    max_buffered_bytes = 2147483648\nmax_queue_bytes = 536870912\n",
     listen: None,
 };
+
+/// Above 255 MiB (the client frame): the daemons hold the whole event while
+/// they pass it on (docs/reliability.md), so every bound that counts it is
+/// raised above it.
+fn setup_for(mib: u64) -> Daemons {
+    if mib <= 255 {
+        return SETUP;
+    }
+    let b = (mib + 256) << 20;
+    let config = format!(
+        "reliable_window_bytes = {b}\nfragment_max_bytes = {b}\n\
+         [qos]\nreliability = \"reliable\"\n\
+         [limits]\nidle_timeout = 2\nmax_frame = 268435456\n\
+         max_buffered_bytes = {}\nmax_queue_bytes = {b}\n",
+        3 * b
+    );
+    Daemons {
+        extra_config: Box::leak(config.into_boxed_str()),
+        ..SETUP
+    }
+}
+
+/// A file's SHA-256, by `sha256sum` (streams: no 2 GiB in this process).
+fn sha256(p: &std::path::Path) -> String {
+    let out = Command::new("sha256sum")
+        .arg(p)
+        .output()
+        .unwrap_or_else(|e| panic!("sha256sum (coreutils) runs: {e}"));
+    assert!(out.status.success(), "sha256sum {}", p.display());
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_owned()
+}
 
 /// Runs `ip`/`tc` on host `h`, failing the test naming the command.
 fn run_on(tb: &Testbed, h: usize, prog: &str, args: &[&str]) {
@@ -76,21 +114,30 @@ fn a_large_reliable_event_arrives_intact_through_two_cuts_of_its_link_resuming_e
         .and_then(|s| s.parse().ok())
         .unwrap_or(64);
     assert!(
-        mib <= 255,
-        "FRAG_NETNS_MIB = {mib}: at most 255 (one client frame)"
+        (1..=4096).contains(&mib),
+        "FRAG_NETNS_MIB = {mib}: 1 to 4096 (an event is at most 4 GiB)"
     );
+    let rate = std::env::var("FRAG_NETNS_RATE").unwrap_or_else(|_| "80mbit".into());
+    let timeout: u64 = std::env::var("FRAG_NETNS_TIMEOUT")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(240);
     let dir = tempfile::tempdir().expect("tempdir");
     let sent = dir.path().join("sent.bin");
     let got = dir.path().join("got.bin");
-    let out = Command::new("head")
+    let made = Command::new("head")
         .args(["-c", &(mib << 20).to_string(), "/dev/urandom"])
-        .output()
+        .stdout(std::fs::File::create(&sent).expect("create the file"))
+        .status()
         .expect("head runs");
-    std::fs::write(&sent, &out.stdout).expect("write the file");
-    assert_eq!(out.stdout.len() as u64, mib << 20);
+    assert!(made.success(), "head -c … /dev/urandom");
+    assert_eq!(
+        std::fs::metadata(&sent).expect("sent file").len(),
+        mib << 20
+    );
 
     let tb = testbed(3);
-    let net = Network::start(&tb, SETUP, &[(0, 1), (1, 2), (0, 2)]);
+    let net = Network::start(&tb, setup_for(mib), &[(0, 1), (1, 2), (0, 2)]);
     net.wait_until(
         &[0, 1, 2],
         WAIT,
@@ -104,27 +151,33 @@ fn a_large_reliable_event_arrives_intact_through_two_cuts_of_its_link_resuming_e
         0,
         "tc",
         &[
-            "qdisc", "replace", "dev", iface, "root", "tbf", "rate", "80mbit", "burst", "256kb",
+            "qdisc", "replace", "dev", iface, "root", "tbf", "rate", &rate, "burst", "256kb",
             "latency", "500ms",
         ],
     );
+    let timeout_s = timeout.to_string();
+    let mut sub_args = vec![
+        "--max-frame",
+        "268435456",
+        "sub",
+        "/big/x",
+        "-n",
+        "1",
+        "--timeout",
+        &timeout_s,
+        "--save",
+        got.to_str().expect("utf-8 path"),
+    ];
+    if mib > 255 {
+        // An event above the client frame reaches a subscriber only in
+        // pieces, and acknowledged delivery does not carry pieces yet
+        // (docs/reliability.md, "Still to come"): the last hop (same host,
+        // never cut here) is best effort; the links stay reliable.
+        sub_args.extend(["--qos", "reliability=best_effort"]);
+    }
     let sub = tb
         .host(1)
-        .spawn(&net.tagwire(
-            1,
-            &[
-                "--max-frame",
-                "268435456",
-                "sub",
-                "/big/x",
-                "-n",
-                "1",
-                "--timeout",
-                "240",
-                "--save",
-                got.to_str().expect("utf-8 path"),
-            ],
-        ))
+        .spawn(&net.tagwire(1, &sub_args))
         .unwrap_or_else(|e| panic!("{e}"));
     net.wait_for_interest(&[0, 2], &[1]);
     let start = Instant::now();
@@ -146,7 +199,7 @@ fn a_large_reliable_event_arrives_intact_through_two_cuts_of_its_link_resuming_e
     std::thread::sleep(Duration::from_secs(2));
     cut_until_dropped(&net, &tb, 2);
     let out = publisher
-        .finish(Duration::from_secs(60))
+        .finish(Duration::from_secs(timeout))
         .unwrap_or_else(|e| panic!("the publisher: {e}"));
     assert!(
         out.status.success(),
@@ -154,7 +207,7 @@ fn a_large_reliable_event_arrives_intact_through_two_cuts_of_its_link_resuming_e
         String::from_utf8_lossy(&out.stderr)
     );
     let printed = sub
-        .finish(Duration::from_secs(240))
+        .finish(Duration::from_secs(timeout))
         .unwrap_or_else(|e| panic!("the subscriber: {e}"));
     let took = start.elapsed();
     let mut resumes = 0;
@@ -168,22 +221,17 @@ fn a_large_reliable_event_arrives_intact_through_two_cuts_of_its_link_resuming_e
         "tagwire sub: {}",
         String::from_utf8_lossy(&printed.stderr)
     );
-    let arrived = std::fs::read(&got).expect("the subscriber saved the payload");
-    assert_eq!(arrived.len() as u64, mib << 20, "the whole payload arrived");
-    assert!(
-        arrived == out_bytes(&sent),
-        "the payload arrived byte for byte"
-    );
+    let arrived = std::fs::metadata(&got).expect("the subscriber saved the payload");
+    assert_eq!(arrived.len(), mib << 20, "the whole payload arrived");
+    let (want, have) = (sha256(&sent), sha256(&got));
+    eprintln!("sha256 sent {want}, saved {have}");
+    assert_eq!(want, have, "the payload arrived byte for byte");
     eprintln!("{mib} MiB arrived intact {took:?} after publishing, through two cuts");
     assert!(
         resumes >= 1,
         "at least one daemon resumed the event where it held it (resumes_sent)"
     );
     let _ = run_on_quiet(&tb, iface);
-}
-
-fn out_bytes(p: &std::path::Path) -> Vec<u8> {
-    std::fs::read(p).expect("read the sent file")
 }
 
 /// Removes the shaping (the testbed goes away anyway).

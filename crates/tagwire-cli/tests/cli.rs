@@ -1341,10 +1341,11 @@ fn pub_file_and_sub_save_carry_a_file_byte_for_byte_and_a_too_large_file_is_refu
         std::fs::read(&got).expect("saved") == bytes,
         "the saved payload is the file"
     );
-    // 300 MiB (sparse): over what one client frame carries.
+    // 4 GiB + 1 (sparse): over what one event may have, even in pieces
+    // (refused from the file's size, before reading it).
     let big = dir.join("big.bin");
     std::fs::File::create(&big)
-        .and_then(|f| f.set_len(300 << 20))
+        .and_then(|f| f.set_len((4 << 30) + 1))
         .expect("sparse file");
     let out = d
         .tagwire()
@@ -1355,7 +1356,7 @@ fn pub_file_and_sub_save_carry_a_file_byte_for_byte_and_a_too_large_file_is_refu
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("--file") && err.contains("314572800 bytes") && err.contains("over"),
+        err.contains("--file") && err.contains("4294967297 bytes") && err.contains("over"),
         "{err}"
     );
     d.stop();

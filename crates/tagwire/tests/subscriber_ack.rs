@@ -198,6 +198,16 @@ fn run_away(
         p.publish("/r/x", i.to_string()).expect("publish");
     }
     wait_until("the first 100 delivered", || count() >= 100);
+    // … and acknowledged (the client acks every 64 events or 20 ms), so
+    // what is parked below is only what is published while away.
+    wait_until("the first 100 acknowledged", || {
+        publisher
+            .list()
+            .expect("list")
+            .subscriptions
+            .iter()
+            .any(|x| x.pattern == "/r/x" && x.acked.as_ref().is_some_and(|a| a.unacked == 0))
+    });
     // Away: cut, and every reconnect refused until the events are in.
     proxy.refuse(true);
     let before = s.reconnects();

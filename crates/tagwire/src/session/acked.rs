@@ -322,23 +322,7 @@ impl Inner {
                 Ok(()) => break,
                 Err(back) => item = back,
             }
-            // Full: wait for acknowledgements (the reader thread cannot
-            // wait for itself: a callback gets the error at once).
-            let now = Instant::now();
-            let deadline = *deadline.get_or_insert_with(|| {
-                w.acks.stats.waited += 1;
-                now + self.options.ack_timeout
-            });
-            if now >= deadline || self.on_reader_thread() {
-                return Err(Error::AckWindowFull {
-                    held: w.acks.window.len(),
-                    waited: self.options.ack_timeout,
-                });
-            }
-            // Write what is buffered, so the daemon can acknowledge it.
-            w = self.flush_and_relock(w)?;
-            w = self.wait_for_ack(w, deadline - now);
-            w = self.wait_connected(w)?;
+            w = self.wait_for_room(w, &mut deadline)?;
         }
         let hot = now_ns.wrapping_sub(w.last_publish_ns) < HOT_INTERVAL.as_nanos() as u64;
         w.last_publish_ns = now_ns;
@@ -374,23 +358,7 @@ impl Inner {
                 Ok(seq) => break seq,
                 Err(back) => item = back,
             }
-            let now = Instant::now();
-            let deadline = *deadline.get_or_insert_with(|| {
-                w.acks.stats.waited += 1;
-                now + self.options.ack_timeout
-            });
-            if now >= deadline || self.on_reader_thread() {
-                return Err(Error::AckWindowFull {
-                    held: w.acks.window.len(),
-                    waited: self.options.ack_timeout,
-                });
-            }
-            w = self.flush_and_relock(w)?;
-            w = self
-                .acked_cv
-                .wait_timeout(w, deadline - now)
-                .map_or_else(|e| e.into_inner().0, |(g, _)| g);
-            w = self.wait_connected(w)?;
+            w = self.wait_for_room(w, &mut deadline)?;
         };
         match self.write_pieces(&mut w, endpoint, seq, &event) {
             Ok(()) | Err(Error::Disconnected) => Ok(()),
@@ -404,6 +372,32 @@ impl Inner {
     ) -> Result<MutexGuard<'a, WriteState>> {
         self.flush_locked(w)?;
         Ok(lock(&self.writer))
+    }
+
+    /// The window is full: writes what is buffered (so the daemon can
+    /// acknowledge it) and waits for an acknowledgement, until `deadline`
+    /// (set on the first call: now + `ack_timeout`); past it, or on the
+    /// reader thread (which cannot wait for itself: a callback gets the
+    /// error at once), `AckWindowFull`.
+    fn wait_for_room<'a>(
+        &'a self,
+        mut w: MutexGuard<'a, WriteState>,
+        deadline: &mut Option<Instant>,
+    ) -> Result<MutexGuard<'a, WriteState>> {
+        let now = Instant::now();
+        let until = *deadline.get_or_insert_with(|| {
+            w.acks.stats.waited += 1;
+            now + self.options.ack_timeout
+        });
+        if now >= until || self.on_reader_thread() {
+            return Err(Error::AckWindowFull {
+                held: w.acks.window.len(),
+                waited: self.options.ack_timeout,
+            });
+        }
+        w = self.flush_and_relock(w)?;
+        w = self.wait_for_ack(w, until - now);
+        self.wait_connected(w)
     }
 
     /// Waits on `acked_cv` for at most `timeout`, counted in `waiters`.

@@ -176,6 +176,19 @@ pub(crate) struct RouterStore {
 }
 
 impl RouterStore {
+    /// Whether a warning about an event the store could not take may be
+    /// logged now: at most one a second (the counters count every one).
+    fn may_warn(&mut self) -> bool {
+        let now = Instant::now();
+        let due = self
+            .last_warning
+            .is_none_or(|t| now.duration_since(t) >= Duration::from_secs(1));
+        if due {
+            self.last_warning = Some(now);
+        }
+        due
+    }
+
     /// Opens the database of `config` (if it names one) and starts the
     /// store thread.
     /// `wake` is the router's timers task's (it drains [`Settled`]).
@@ -320,12 +333,8 @@ pub(crate) fn record(
         r.completions.push((up, true));
         st.store.refused = Some(why);
         st.store.counters.refused.fetch_add(1, Ordering::Relaxed);
-        let now = Instant::now();
         let s = &mut st.store;
-        if s.last_warning
-            .is_none_or(|t| now.duration_since(t) >= Duration::from_secs(1))
-        {
-            s.last_warning = Some(now);
+        if s.may_warn() {
             tracing::warn!(
                 "an acknowledged event of durable tag {} is refused: {why} ({} refused so far)",
                 tagwire_proto::excerpt(ev.tag),
@@ -336,12 +345,8 @@ pub(crate) fn record(
     }
     if let Err(why) = submitted {
         st.store.counters.not_stored.fetch_add(1, Ordering::Relaxed);
-        let now = Instant::now();
         let s = &mut st.store;
-        if s.last_warning
-            .is_none_or(|t| now.duration_since(t) >= Duration::from_secs(1))
-        {
-            s.last_warning = Some(now);
+        if s.may_warn() {
             tracing::warn!(
                 "an event of durable tag {} is delivered but not stored: {why} ({} not stored so far)",
                 tagwire_proto::excerpt(ev.tag),

@@ -38,6 +38,30 @@ fn listed(admin: &Session) -> Option<(u64, bool)> {
         .map(|s| (s.delivered, s.acked.is_some()))
 }
 
+/// Subscribes `s` to `/r/x` with a queue of `queue` and `reliability`;
+/// each event's payload is a number, collected in arrival order.
+fn numbered_subscriber(
+    s: &Session,
+    queue: usize,
+    reliability: &str,
+) -> (tagwire::CallbackSubscription, Arc<Mutex<Vec<u64>>>) {
+    let got: Arc<Mutex<Vec<u64>>> = Arc::default();
+    let g = got.clone();
+    let sub = s
+        .subscribe("/r/x")
+        .max_queue_length(queue)
+        .qos("reliability", reliability)
+        .callback(move |sample| {
+            let n = std::str::from_utf8(&sample.payload())
+                .ok()
+                .and_then(|t| t.parse().ok())
+                .unwrap_or(0);
+            g.lock().expect("got").push(n);
+        })
+        .expect("subscribe");
+    (sub, got)
+}
+
 /// Publishes 1..=2000 to a subscriber behind the proxy: twice, 500 events
 /// are written by the daemon and swallowed by the proxy, then the
 /// subscriber's connection is cut. Returns what the subscriber got once it
@@ -50,20 +74,7 @@ fn run_faults(reliability: &str) -> (Vec<u64>, Session) {
         .reconnect_wait(WAIT)
         .connect(&proxy.url())
         .expect("subscriber session through the proxy");
-    let got: Arc<Mutex<Vec<u64>>> = Arc::default();
-    let g = got.clone();
-    let sub = s
-        .subscribe("/r/x")
-        .max_queue_length(100_000)
-        .qos("reliability", reliability)
-        .callback(move |sample| {
-            let n = std::str::from_utf8(&sample.payload())
-                .ok()
-                .and_then(|t| t.parse().ok())
-                .unwrap_or(0);
-            g.lock().expect("got").push(n);
-        })
-        .expect("subscribe");
+    let (sub, got) = numbered_subscriber(&s, 100_000, reliability);
     let count = || got.lock().expect("got").len();
     let publisher = Session::connect(&url).expect("publisher session");
     let p = publisher.declare_publisher("/r/pub").expect("publisher");
@@ -176,20 +187,7 @@ fn run_away(
         .reconnect_wait(WAIT)
         .connect(&proxy.url())
         .expect("subscriber session through the proxy");
-    let got: Arc<Mutex<Vec<u64>>> = Arc::default();
-    let g = got.clone();
-    let _sub = s
-        .subscribe("/r/x")
-        .max_queue_length(queue)
-        .qos("reliability", "reliable")
-        .callback(move |sample| {
-            let n = std::str::from_utf8(&sample.payload())
-                .ok()
-                .and_then(|t| t.parse().ok())
-                .unwrap_or(0);
-            g.lock().expect("got").push(n);
-        })
-        .expect("subscribe");
+    let (_sub, got) = numbered_subscriber(&s, queue, "reliable");
     let count = || got.lock().expect("got").len();
     let publisher = Session::connect(&url).expect("publisher session");
     let p = publisher.declare_publisher("/r/pub").expect("publisher");

@@ -164,18 +164,20 @@ fn run(
         .receiver()
         .unwrap_or_else(|e| panic!("subscribe: {e}"));
     let mut second = subs.subscribe("/tds/**");
-    if let Some(p) = playout.filter(|_| std::env::args().any(|a| a == "--client-playout")) {
-        // `--client-playout`: the TDS runs in this client (the library's
-        // `.playout(cfg)`), after the last hop, instead of in the daemon.
-        let cfg: tagwire::PlayoutConfig = p.parse().unwrap_or_else(|e| panic!("{p}: {e}"));
-        second = second.playout(cfg);
-    } else if let Some(p) = playout {
-        second = second.qos("playout", p);
-    }
-    // `--sched fifo:N`: the lane that serves the TDS subscription's
-    // connection (the writer that releases) runs real-time.
-    if let Some(sched) = arg("--sched").filter(|_| playout.is_some()) {
-        second = second.qos("sched", &sched);
+    if let Some(p) = playout {
+        if std::env::args().any(|a| a == "--client-playout") {
+            // The TDS runs in this client (the library's `.playout(cfg)`),
+            // after the last hop, instead of in the daemon.
+            let cfg: tagwire::PlayoutConfig = p.parse().unwrap_or_else(|e| panic!("{p}: {e}"));
+            second = second.playout(cfg);
+        } else {
+            second = second.qos("playout", p);
+        }
+        // `--sched fifo:N`: the lane that serves the TDS subscription's
+        // connection (the writer that releases) runs real-time.
+        if let Some(sched) = arg("--sched") {
+            second = second.qos("sched", &sched);
+        }
     }
     let second = second
         .receiver()

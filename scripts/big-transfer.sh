@@ -5,7 +5,8 @@
 # daemons in a triangle, the publisher at d0, the subscriber at d1, the
 # d0-d1 link cut until d0 drops it, healed, cut again) at MIB MiB, d0's
 # egress shaped to RATE, release build; prints the daemons' resume lines,
-# their reliable counters and the peak RSS of every tagwired.
+# their reliable counters and the peak RSS of the test's tagwired and
+# tagwire processes.
 # As root (network namespaces, tc). Memory: each daemon on the path holds
 # the whole event while it passes it on, and the publishing/saving CLI about
 # 2-3x its size: ~12-16 GB at 2 GiB.
@@ -18,9 +19,12 @@ RATE=${2:-1gbit}
 TIMEOUT=${3:-900}
 [[ $(id -u) == 0 ]] || { echo "big-transfer.sh: needs root (network namespaces, tc)" >&2; exit 1; }
 log=$(mktemp)
+# Peak RSS (VmHWM) of the test's tagwired/tagwire processes: those in its
+# namespaces (twtb-*), not other daemons on the machine.
 ( while sleep 1; do
-    for p in $(pgrep -x tagwired); do
-      awk -v p="$p" '/VmHWM/ { print "rss", p, $2 }' "/proc/$p/status" 2>/dev/null
+    for p in $(pgrep -x 'tagwired|tagwire'); do
+      [[ $(ip netns identify "$p" 2>/dev/null) == twtb-* ]] || continue
+      awk -v p="$p" -v c="$(cat "/proc/$p/comm" 2>/dev/null)" '/VmHWM/ { print c, p, $2 }' "/proc/$p/status" 2>/dev/null
     done
   done ) > "$log.rss" & RSS=$!
 trap 'kill $RSS 2>/dev/null; rm -f "$log" "$log.rss"' EXIT
@@ -32,6 +36,7 @@ echo
 echo "resume points (the daemons' log lines):"
 grep -iE "resum" "$log" | sed -E 's/^.*(INFO|WARN|DEBUG) //' | head -40 || true
 echo
-echo "peak RSS per tagwired (KiB): $(sort -k2,2 -k3,3n "$log.rss" | awk '{m[$2]=$3} END { for (p in m) printf "%s ", m[p] }')"
+echo "peak RSS (KiB) per process:"
+awk '{ m[$1 " " $2] = $3 } END { for (k in m) print "  " k, m[k] }' "$log.rss"
 echo "command: scripts/big-transfer.sh $MIB $RATE $TIMEOUT; $(( $(date +%s) - t0 )) s; $(nproc) CPUs; load $(cut -d' ' -f1-3 /proc/loadavg); $(date -u +%Y-%m-%dT%H:%MZ); git $(git rev-parse --short HEAD)"
 grep -q "test result: ok" "$log"

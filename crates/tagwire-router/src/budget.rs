@@ -128,6 +128,17 @@ impl Reservation {
             bytes,
         })
     }
+
+    /// Charges `bytes` to `budget` whether or not they fit (bytes already
+    /// held elsewhere, kept in the budget while they move), given back when
+    /// dropped.
+    pub(crate) fn charged(budget: &Arc<MemoryBudget>, bytes: usize) -> Self {
+        budget.charge(bytes);
+        Reservation {
+            budget: budget.clone(),
+            bytes,
+        }
+    }
 }
 
 impl Drop for Reservation {

@@ -33,24 +33,27 @@ fn big_event(len: usize) -> Bytes {
     b.freeze()
 }
 
-fn piece_of(ev: &Bytes, at: usize) -> PieceOf {
+/// The piece at `at` of an event of `len` bytes whose checksum is `sum`
+/// (computed once per event: per piece, a 32 MiB event's test was quadratic).
+fn piece_of(len: usize, sum: u32, at: usize) -> PieceOf {
     PieceOf {
         id: 0x51,
-        total: ev.len() as u64,
-        checksum: checksum(ev),
+        total: len as u64,
+        checksum: sum,
         offset: at as u64,
     }
 }
 
 /// Sends the pieces of `ev` covering `range` (in `PIECE`-byte steps).
 fn send_pieces(p: &mut Raw, ev: &Bytes, seq: u64, range: std::ops::Range<usize>) {
+    let sum = checksum(ev);
     let mut at = range.start;
     while at < range.end {
         let end = (at + PIECE).min(range.end);
         p.send(&Frame::PublishPiece {
             endpoint: 1,
             seq,
-            of: piece_of(ev, at),
+            of: piece_of(ev.len(), sum, at),
             data: ev.slice(at..end),
         });
         at = end;
@@ -98,6 +101,62 @@ fn an_event_larger_than_the_frame_is_published_and_delivered_in_pieces() {
     p.expect_alive();
 }
 
+/// The 2 GiB run's dropped subscriber (BENCHMARKS.md, "2 GiB through two
+/// cuts"): the daemon wrote every piece of an event in one go, so its idle
+/// probe's `Ping` (or any control frame) waited for the whole event and the
+/// subscriber could not answer in time. A control frame now goes between
+/// pieces: a `Pong` reaches a subscriber that is part-way through a 32 MiB
+/// delivery before the event's last piece, and the event still arrives whole.
+#[test]
+fn a_pong_goes_between_the_pieces_of_a_large_delivery() {
+    let h = start_tcp(limits());
+    let mut sub = Raw::hello_tcp_with(&h, FRAME).subscriber("/big/sub", "/big/**", &[]);
+    let mut p = Raw::hello_tcp_with(&h, FRAME).publisher("/big/pub");
+    let ev = big_event(32 << 20);
+    send_pieces(&mut p, &ev, 0, 0..ev.len());
+    let mut whole = vec![0u8; ev.len()];
+    let mut got = 0usize;
+    let take = |whole: &mut Vec<u8>, got: &mut usize, of: PieceOf, data: Bytes| {
+        assert_eq!(of.total, whole.len() as u64);
+        whole[of.offset as usize..of.offset as usize + data.len()].copy_from_slice(&data);
+        *got += data.len();
+    };
+    // The delivery has begun, and the kernel's buffers are full of it.
+    match sub.recv() {
+        Some(Frame::DeliverPiece { of, data, .. }) => take(&mut whole, &mut got, of, data),
+        other => panic!("expected the first piece, got {other:?}"),
+    };
+    sub.send(&Frame::Ping { nonce: 7 });
+    let mut pong_at = None;
+    while got < ev.len() {
+        match sub.recv() {
+            Some(Frame::DeliverPiece { of, data, .. }) => take(&mut whole, &mut got, of, data),
+            Some(Frame::Pong { nonce }) => {
+                assert_eq!(nonce, 7);
+                pong_at = Some(got);
+            }
+            other => panic!("expected pieces and a Pong, got {other:?}"),
+        }
+    }
+    let pong_at = pong_at.unwrap_or_else(|| {
+        match sub.recv() {
+            Some(Frame::Pong { nonce: 7 }) => {}
+            other => panic!("expected the Pong, got {other:?}"),
+        }
+        ev.len()
+    });
+    assert!(
+        pong_at < ev.len(),
+        "the Pong came after all {} bytes of the event: control frames wait for a whole delivery",
+        ev.len()
+    );
+    assert_eq!(
+        Bytes::from(whole),
+        ev,
+        "the event arrives whole around the Pong"
+    );
+}
+
 #[test]
 fn a_session_that_reconnects_resumes_its_reliable_event_where_the_daemon_stands() {
     let h = start_tcp(limits());
@@ -143,13 +202,14 @@ fn a_piece_whose_event_fails_its_checksum_closes_only_that_connection() {
     let mut bad = ev.to_vec();
     bad[1000] ^= 0xff;
     let bad = Bytes::from(bad);
+    let sum = checksum(&ev);
     let mut at = 0;
     while at < bad.len() {
         let end = (at + PIECE).min(bad.len());
         p.send(&Frame::PublishPiece {
             endpoint: 1,
             seq: 0,
-            of: piece_of(&ev, at),
+            of: piece_of(ev.len(), sum, at),
             data: bad.slice(at..end),
         });
         at = end;

@@ -96,7 +96,9 @@ pub fn run(session: &Session, a: PubArgs) -> CmdResult {
     // reliable, exactly_once, durable: each event is acknowledged by the
     // daemon, sent again after a reconnect (docs/reliability.md).
     publisher.set_reliability(reliability);
-    let send = |payload: Vec<u8>| -> Result<(), tagwire::Error> {
+    // `Bytes`: each send shares the one payload (a 2 GiB `--file` is held
+    // once here, not copied per event).
+    let send = |payload: bytes::Bytes| -> Result<(), tagwire::Error> {
         let mut ev = publisher.event(&a.tag, payload).priority(a.priority);
         for (k, v) in &fields {
             ev = ev.field(k, v.clone());
@@ -106,17 +108,17 @@ pub fn run(session: &Session, a: PubArgs) -> CmdResult {
     if a.data.as_deref() == Some("-") {
         let mut sent = 0u64;
         for line in std::io::stdin().lock().lines() {
-            send(line?.into_bytes())?;
+            send(line?.into_bytes().into())?;
             sent += 1;
         }
         session.flush()?;
         return check_refusals(session, sent);
     }
     let base = a.data.clone().unwrap_or_default().into_bytes();
-    let payload = match (&a.file, a.size) {
+    let payload = bytes::Bytes::from(match (&a.file, a.size) {
         (Some(f), _) => std::fs::read(f).map_err(|e| format!("--file {}: {e}", f.display()))?,
         (None, size) => sized(base, size),
-    };
+    });
     let period = a.rate.map(|r| Duration::from_secs_f64(1.0 / r));
     let start = Instant::now();
     for i in 0..a.count {

@@ -90,6 +90,33 @@ enum Body {
     Shared(Bytes, usize),
 }
 
+/// An event larger than one `Deliver` on its way in pieces (see
+/// [`Channel`]'s `piecing`): its bytes stay in the memory budget until the
+/// last piece is gathered or the channel goes.
+#[derive(Debug)]
+pub(crate) struct Piecing {
+    id: u64,
+    event: Bytes,
+    checksum: u32,
+    /// Bytes of `event` gathered so far.
+    offset: usize,
+    _held: crate::budget::Reservation,
+}
+
+impl Piecing {
+    /// Starts delivering `event` in pieces under event id `id`, charging
+    /// its bytes to the channel's budget meanwhile (the queue let them go).
+    fn new(ch: &Channel, id: u64, event: Bytes) -> Self {
+        Piecing {
+            id,
+            checksum: tagwire_core::fragment::checksum(&event),
+            _held: crate::budget::Reservation::charged(&ch.budget, event.len()),
+            event,
+            offset: 0,
+        }
+    }
+}
+
 impl Batch {
     fn push(&mut self, prefix: Prefix, event: Bytes) {
         if self.events.capacity() == 0 {
@@ -122,21 +149,27 @@ impl Batch {
         self.events.push(Gathered { prefix, body });
     }
 
-    /// Pushes `event` as `DeliverPiece` frames of subscription `sub` under
-    /// event id `id`, `piece` bytes of data each: each piece's prefix is
+    /// Pushes the next pieces of `p` as `DeliverPiece` frames of
+    /// subscription `sub`, `piece` bytes of data each, while `room` says
+    /// the batch takes more (at least one piece): each piece's prefix is
     /// copied into the batch's buffer, its data written from the event's
-    /// own bytes (a slice each, no copy).
-    fn push_pieces(&mut self, sub: u32, id: u64, event: &Bytes, piece: usize) {
-        let total = event.len();
+    /// own bytes (a slice each, no copy). Returns whether the last piece went.
+    fn push_pieces(
+        &mut self,
+        sub: u32,
+        p: &mut Piecing,
+        piece: usize,
+        room: impl Fn(&Batch) -> bool,
+    ) -> bool {
+        let total = p.event.len();
         let mut of = tagwire_proto::PieceOf {
-            id,
+            id: p.id,
             total: total as u64,
-            checksum: tagwire_core::fragment::checksum(event),
+            checksum: p.checksum,
             offset: 0,
         };
-        let mut at = 0;
-        while at < total {
-            let end = (at + piece).min(total);
+        loop {
+            let (at, end) = (p.offset, (p.offset + piece).min(total));
             of.offset = at as u64;
             let prefix = tagwire_proto::deliver_piece_prefix(sub, &of, end - at);
             self.flat.extend_from_slice(&prefix);
@@ -146,9 +179,15 @@ impl Batch {
                     bytes: [0; PREFIX_MAX],
                     len: 0,
                 },
-                body: Body::Shared(event.slice(at..end), self.flat.len()),
+                body: Body::Shared(p.event.slice(at..end), self.flat.len()),
             });
-            at = end;
+            p.offset = end;
+            if end == total {
+                return true;
+            }
+            if !room(self) {
+                return false;
+            }
         }
     }
 
@@ -629,31 +668,47 @@ impl Outbox {
                 .as_ref()
                 .map(|a| (a.window.borrow_mut(), a.arena.borrow_mut()));
             let mut full = window.as_ref().is_some_and(|(w, _)| w.is_full());
-            let mut put = |item: Queued, batch: &mut Batch, full: &mut bool| {
-                if item.event.len() > ch.piece_at && window.is_none() {
-                    // Larger than a frame: in pieces (protocol version 5).
-                    let id = ch.pieced.add(1);
-                    batch.push_pieces(ch.sub, id, &item.event, ch.piece_size);
-                    return;
+            // An event in pieces goes on first, a batch's worth per turn;
+            // while pieces are left (`unfinished`) the channel takes nothing
+            // else, so its order holds.
+            let fits = |b: &Batch| b.len() < BATCH_EVENTS && total(b) < BATCH_BYTES;
+            let mut piecing = ch.piecing.borrow_mut();
+            let mut unfinished = false;
+            if let Some(p) = piecing.as_mut() {
+                unfinished = !batch.push_pieces(ch.sub, p, ch.piece_size, fits);
+                if !unfinished {
+                    *piecing = None;
                 }
-                let prefix = match window.as_mut() {
-                    None => Prefix::of(&ch, &item),
-                    Some((w, arena)) => {
-                        let (kept, size) = super::acked::for_window(&item.event, arena);
-                        let seq = w.hold(kept, size, 0);
-                        *full = w.is_full();
-                        Prefix::reliable(&ch, &item, seq)
+            }
+            let mut put =
+                |item: Queued, batch: &mut Batch, full: &mut bool, unfinished: &mut bool| {
+                    if item.event.len() > ch.piece_at && window.is_none() {
+                        // Larger than a frame: in pieces (protocol version 5).
+                        let mut p = Piecing::new(&ch, ch.pieced.add(1), item.event);
+                        if !batch.push_pieces(ch.sub, &mut p, ch.piece_size, fits) {
+                            *piecing = Some(p);
+                            *unfinished = true;
+                        }
+                        return;
                     }
+                    let prefix = match window.as_mut() {
+                        None => Prefix::of(&ch, &item),
+                        Some((w, arena)) => {
+                            let (kept, size) = super::acked::for_window(&item.event, arena);
+                            let seq = w.hold(kept, size, 0);
+                            *full = w.is_full();
+                            Prefix::reliable(&ch, &item, seq)
+                        }
+                    };
+                    batch.push(prefix, item.event);
                 };
-                batch.push(prefix, item.event);
-            };
-            while !full && room(taken, batch) {
+            while !full && !unfinished && room(taken, batch) {
                 let Some(item) = q.pop() else {
                     break;
                 };
                 if let Some(item) = writable(item, &mut now, &mut expired) {
                     observe(now, &item.event);
-                    put(item, batch, &mut full);
+                    put(item, batch, &mut full, &mut unfinished);
                     taken += 1;
                 }
             }
@@ -661,17 +716,19 @@ impl Outbox {
             // under the same rules; `held`: when they next release.
             let mut held = None;
             let timed = ch.timed.get();
-            if timed && !full {
+            if timed && !full && !unfinished {
                 let t = *now.get_or_insert_with(now_ns);
                 held = ch.release_timed(t, q.is_empty(), room(taken, batch), |item| {
                     if let Some(item) = writable(item, &mut Some(t), &mut expired) {
                         observe(Some(t), &item.event);
-                        put(item, batch, &mut full);
+                        put(item, batch, &mut full, &mut unfinished);
                         taken += 1;
                     }
-                    !full && room(taken, batch)
+                    !full && !unfinished && room(taken, batch)
                 });
             }
+            drop(put);
+            drop(piecing);
             drop(window);
             if let Some(j) = &jitter {
                 ch.jitter_out.store(j);
@@ -682,7 +739,7 @@ impl Outbox {
             ch.track(len, q.len());
             // Under the queue's lock: an event offered (on any lane) after
             // this sees the channel unscheduled and schedules it again.
-            let empty = q.is_empty();
+            let empty = q.is_empty() && !unfinished;
             // A timed channel's `release_timed` decided whether it stays
             // scheduled, under its services' lock.
             if empty {

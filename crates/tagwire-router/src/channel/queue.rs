@@ -86,6 +86,10 @@ pub(crate) struct Channel {
     pub(super) piece_size: usize,
     /// Events delivered in pieces (their ids on this subscription).
     pub pieced: Count,
+    /// The event being delivered in pieces and how far it got: the writer
+    /// takes a batch's worth of its pieces per turn, so that control frames
+    /// (an idle probe's `Ping`) and other channels go between them.
+    pub(super) piecing: Locked<Option<super::outbox::Piecing>>,
     /// Whether a `QueueFull` was reported since the queue last accepted.
     pub reject_reported: Flag,
     /// Whether this channel is in its outbox's ready list.
@@ -217,6 +221,7 @@ impl Channel {
             piece_at: usize::MAX,
             piece_size: usize::MAX,
             pieced: Count::new(0),
+            piecing: Locked::new(None),
             reject_reported: Flag::new(false),
             scheduled: Flag::new(false),
             priority: Count::new(tagwire_core::qos::DEFAULT_PRIORITY as u64),

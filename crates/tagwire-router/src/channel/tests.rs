@@ -636,3 +636,89 @@ fn the_output_jitter_samples_one_write_batch_in_sixteen_unless_the_batch_reads_t
     assert_eq!(batch.len(), 1);
     assert!(timed.jitter_info().and_then(|j| j.output_ns).is_some());
 }
+
+/// The 2 GiB run's dropped subscriber (BENCHMARKS.md, "2 GiB through two
+/// cuts"): an event in pieces was one write, so nothing else reached the
+/// connection (its idle probe's `Ping` included) until the whole event had
+/// gone. Now the writer takes a batch's worth of pieces per turn: another
+/// channel's event goes between them, the pieces still arrive in order and
+/// whole, and the event stays in the memory budget until its last piece.
+#[test]
+fn an_event_in_pieces_goes_a_batch_at_a_time_with_other_channels_between() {
+    let budget = Arc::new(MemoryBudget::new(1 << 30));
+    let outbox = Arc::new(Outbox::default());
+    let queue = || {
+        BoundedQueue::with_policies(
+            1 << 20,
+            1 << 30,
+            OrderPolicy::Fifo,
+            DiscardPolicy::DropOldest,
+        )
+    };
+    let piece = 40_000;
+    let big = Arc::new(
+        Channel::new(
+            1,
+            "/big".into(),
+            "/**".into(),
+            queue(),
+            outbox.clone(),
+            budget.clone(),
+        )
+        .with_pieces(1_000, piece, 1 << 30),
+    );
+    let small = Arc::new(Channel::new(
+        2,
+        "/small".into(),
+        "/**".into(),
+        queue(),
+        outbox.clone(),
+        budget.clone(),
+    ));
+    let event: Vec<u8> = (0..10 * piece).map(|i| (i % 251) as u8).collect();
+    let before = budget.used();
+    let _ = big.offer(&mut Outgoing::owned(Bytes::from(event.clone())), &NO_META);
+    let _ = small.offer(&mut Outgoing::owned(Bytes::from_static(b"x")), &NO_META);
+    let (mut pieces, mut batches, mut small_at) = (Vec::new(), 0, None);
+    loop {
+        let (got, _) = gathered_bodies(&outbox);
+        if got.is_empty() {
+            break;
+        }
+        batches += 1;
+        for body in got {
+            if body == b"x" {
+                small_at = Some(pieces.len());
+            } else {
+                pieces.push(body);
+            }
+        }
+        if pieces.len() < 10 {
+            assert!(
+                budget.used() >= before + event.len(),
+                "the event is held in the budget while pieces are left"
+            );
+        }
+    }
+    assert_eq!(pieces.len(), 10, "one body per piece");
+    assert_eq!(
+        pieces.concat(),
+        event,
+        "the pieces, in order, are the event"
+    );
+    assert!(
+        batches >= 5,
+        "{batches} batches: at most 64 KiB of pieces each"
+    );
+    let small_at = small_at.expect("the small event was gathered");
+    assert!(
+        small_at < 10,
+        "the other channel's event went before the last piece (after {small_at})"
+    );
+    assert_eq!(
+        budget.used(),
+        before,
+        "everything written, the budget is free"
+    );
+    assert_eq!(big.pieced.get(), 1);
+}

@@ -687,12 +687,15 @@ impl Outbox {
             // while pieces are left (`unfinished`) the channel takes nothing
             // else, so its order holds.
             let fits = |b: &Batch| b.len() < BATCH_EVENTS && total(b) < BATCH_BYTES;
-            let mut piecing = ch.piecing.borrow_mut();
             let mut unfinished = false;
-            if let Some(p) = piecing.as_mut() {
-                unfinished = !batch.push_pieces(ch.sub, p, ch.piece_size, fits);
+            if ch.in_pieces.get() {
+                let mut piecing = ch.piecing.borrow_mut();
+                if let Some(p) = piecing.as_mut() {
+                    unfinished = !batch.push_pieces(ch.sub, p, ch.piece_size, fits);
+                }
                 if !unfinished {
                     *piecing = None;
+                    ch.in_pieces.set(false);
                 }
             }
             let mut put =
@@ -709,7 +712,8 @@ impl Outbox {
                         });
                         let mut p = Piecing::new(&ch, ch.pieced.add(1), seq, item.event);
                         if !batch.push_pieces(ch.sub, &mut p, ch.piece_size, fits) {
-                            *piecing = Some(p);
+                            *ch.piecing.borrow_mut() = Some(p);
+                            ch.in_pieces.set(true);
                             *unfinished = true;
                         }
                         return;
@@ -750,7 +754,6 @@ impl Outbox {
                     !full && !unfinished && room(taken, batch)
                 });
             }
-            drop(piecing);
             drop(window);
             if let Some(j) = &jitter {
                 ch.jitter_out.store(j);

@@ -1,0 +1,243 @@
+//! Resuming a subscription of a durable tag after a reconnect, from the
+//! last event it handed to the application (issue 25, item 4;
+//! docs/reliability.md, "Resumed after a restart of the daemon").
+//!
+//! A daemon that restarted (or was killed with SIGKILL) has lost what it
+//! held for the subscription in memory — the events it had not had
+//! acknowledged, those parked while the connection was down — and nothing
+//! published between its restart and the library's new `Subscribe`
+//! reaches the subscription. Its durable store has them all. So after
+//! every reconnect the library replays the tag from the store, from a
+//! little before the last event it delivered, through the replay seam
+//! (`crate::replay`): the new subscription's live events are held while
+//! the replay runs, and what was already delivered is dropped by a dedupe
+//! of everything handed over (per publisher: sequence number and source
+//! time, core's [`Dedupe`]). Whether the daemon restarted or resumed the
+//! parked subscription does not matter: in both cases the store and the
+//! held events hold everything not yet delivered, and the dedupe drops
+//! the rest.
+//!
+//! Where the replay starts: the earliest, over the publishers remembered,
+//! of the source time of the last event delivered of each (every event not
+//! delivered yet of such a publisher is later: source times grow per
+//! publisher), less [`RESUME_MARGIN`]; when nothing was delivered yet,
+//! where the application's own replay started, or the time the
+//! subscription was made less the margin.
+
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use tagwire_core::reliable::{Dedupe, Seen};
+
+use crate::replay::{ReplayFrom, Seam, Spacing};
+use crate::sample::Sample;
+use crate::session::{lock, Guard, Session};
+use crate::subscriber::Sink;
+
+/// How far before the last delivered event's source time a resume replay
+/// starts (clock differences between publishers, events published in the
+/// same nanosecond).
+pub const RESUME_MARGIN: Duration = Duration::from_secs(1);
+
+/// Publishers a resumable subscription remembers (about 160 bytes each:
+/// ~650 KB at the bound; at the bound the least recently heard half is
+/// forgotten, and an event of a forgotten publisher replayed again is
+/// delivered again).
+pub(crate) const RESUME_PUBLISHERS: usize = 4096;
+
+struct State {
+    /// Everything handed to the application, per publisher.
+    delivered: Dedupe,
+    /// Bumped by each replay started: a replay thread of an older one
+    /// (its connection was lost) delivers nothing more.
+    generation: u64,
+    /// The seam of the replay under way (or the last one, live).
+    seam: Option<Arc<Seam>>,
+    /// Where the application's replay started (until something is delivered).
+    first: Option<ReplayFrom>,
+    /// Wall-clock ns when the subscription was made.
+    made_at: u64,
+}
+
+/// A resumable subscription's state; the reader thread's sink for it is
+/// [`Sink::Resume`].
+pub(crate) struct Resume {
+    tag: String,
+    /// Not a `Session`: the session's sinks hold this.
+    guard: Weak<Guard>,
+    /// The application's sink.
+    pub(crate) inner: Arc<Sink>,
+    state: Mutex<State>,
+    /// Itself, for the seams' sinks (a seam is held by this).
+    me: Weak<Resume>,
+}
+
+impl Resume {
+    pub(crate) fn new(session: &Session, tag: &str, inner: Arc<Sink>) -> Arc<Resume> {
+        Arc::new_cyclic(|me| Resume {
+            me: me.clone(),
+            tag: tag.to_owned(),
+            guard: Arc::downgrade(&session.guard),
+            inner,
+            state: Mutex::new(State {
+                delivered: Dedupe::new(RESUME_PUBLISHERS),
+                generation: 0,
+                seam: None,
+                first: None,
+                made_at: crate::publisher::now_ns(),
+            }),
+        })
+    }
+
+    /// A live event from the reader thread: held by the seam while a
+    /// replay runs, else handed over unless already delivered.
+    pub(crate) fn offer(&self, sample: Sample) {
+        let st = lock(&self.state);
+        match &st.seam {
+            Some(seam) => {
+                let seam = seam.clone();
+                drop(st);
+                seam.offer(sample);
+            }
+            None => {
+                let generation = st.generation;
+                drop(st);
+                self.pass(sample, generation);
+            }
+        }
+    }
+
+    /// Hands `sample` to the application unless it was delivered already
+    /// or it comes from a replay that a newer one replaced.
+    pub(crate) fn pass(&self, sample: Sample, generation: u64) {
+        let mut st = lock(&self.state);
+        if st.generation != generation {
+            return;
+        }
+        let ev = sample.event();
+        let key = tagwire_core::proxy::publisher_key(ev.publisher);
+        if st.delivered.check(0, key, ev.seq, ev.source_time_ns) != Seen::New {
+            return;
+        }
+        // Under the lock: two replay threads (or a replay and the reader)
+        // never interleave their hand-overs.
+        self.inner.deliver_sample(sample);
+    }
+
+    /// Holds live events from now on, for the application's replay
+    /// (`SubscriptionBuilder::replay_from`): before the subscription is
+    /// made. Then [`start`](Self::start) once it is.
+    pub(crate) fn prepare(&self, from: ReplayFrom) -> (Arc<Seam>, u64) {
+        lock(&self.state).first = Some(from);
+        self.install()
+    }
+
+    /// Runs the application's replay (after [`prepare`](Self::prepare) and
+    /// the subscription); its failure ends the subscription.
+    pub(crate) fn start(
+        self: &Arc<Self>,
+        (seam, generation): (Arc<Seam>, u64),
+        from: ReplayFrom,
+        spacing: Spacing,
+    ) -> std::io::Result<()> {
+        self.spawn(seam, generation, from, spacing, true)
+    }
+
+    /// The session reconnected (on the reader thread, before it reads the
+    /// new connection): replay from the last delivered event.
+    pub(crate) fn reconnected(self: &Arc<Self>) {
+        let from = {
+            let st = lock(&self.state);
+            let margin = RESUME_MARGIN.as_nanos() as u64;
+            match (st.delivered.oldest_highest_time(), st.first) {
+                (Some(t), _) => ReplayFrom::Time(t.saturating_sub(margin)),
+                (None, Some(first)) => first,
+                (None, None) => ReplayFrom::Time(st.made_at.saturating_sub(margin)),
+            }
+        };
+        tracing::info!(
+            "resuming {} after a reconnect: replay from {from:?}",
+            self.tag
+        );
+        if let Err(e) = self.replay(from, Spacing::Fast) {
+            tracing::warn!("cannot start the resume replay of {}: {e}", self.tag);
+            self.go_live();
+        }
+    }
+
+    /// A new seam: live events are held from now on; a replay of an
+    /// older one hands over nothing more.
+    fn install(&self) -> (Arc<Seam>, u64) {
+        let mut st = lock(&self.state);
+        st.generation += 1;
+        let out = Arc::new(Sink::Resumed(self.me.clone(), st.generation));
+        let seam = Seam::new(out);
+        st.seam = Some(seam.clone());
+        (seam, st.generation)
+    }
+
+    /// Installs a new seam and runs a replay into it.
+    fn replay(self: &Arc<Self>, from: ReplayFrom, spacing: Spacing) -> std::io::Result<()> {
+        let (seam, generation) = self.install();
+        self.spawn(seam, generation, from, spacing, false)
+    }
+
+    /// Runs a replay into `seam` on a thread of its own.
+    fn spawn(
+        self: &Arc<Self>,
+        seam: Arc<Seam>,
+        generation: u64,
+        from: ReplayFrom,
+        spacing: Spacing,
+        first: bool,
+    ) -> std::io::Result<()> {
+        let Some(guard) = self.guard.upgrade() else {
+            return Ok(()); // the session is closing
+        };
+        let session = Session { guard };
+        let me = self.clone();
+        std::thread::Builder::new()
+            .name("tagwire-resume".into())
+            .spawn(move || {
+                let result = crate::replay::replay(&session, &me.tag, from, spacing, &seam);
+                drop(session);
+                let current = lock(&me.state).generation == generation;
+                match result {
+                    Ok(()) => {}
+                    Err(_) if !current => {} // a newer replay took over
+                    Err(e) if first => {
+                        tracing::warn!("{e}");
+                        me.inner.fail(e);
+                    }
+                    Err(e) => {
+                        // Not the subscription's end: it goes on live (a
+                        // gap is possible; the warning says so).
+                        tracing::warn!(
+                            "the resume of {} after a reconnect failed, events published \
+                             meanwhile may be missing: {e}",
+                            me.tag
+                        );
+                        seam.force_live();
+                    }
+                }
+            })?;
+        Ok(())
+    }
+
+    fn go_live(&self) {
+        let seam = lock(&self.state).seam.clone();
+        if let Some(s) = seam {
+            s.force_live();
+        }
+    }
+}
+
+/// After a reconnect: every resumable subscription of the session replays
+/// from its last delivered event.
+pub(crate) fn reconnected(sinks: &std::collections::HashMap<u32, Arc<Sink>>) {
+    for sink in sinks.values() {
+        if let Sink::Resume(r) = &**sink {
+            r.reconnected();
+        }
+    }
+}

@@ -241,3 +241,80 @@ fn without_the_resume_the_same_run_loses_what_was_published_while_the_subscriber
         got.len()
     );
 }
+
+/// Runs `tagwire ARGS` to its end (at most `WAIT`); the `seq` of each JSON
+/// line it printed, and whether it succeeded.
+fn tagwire_seqs(dir: &Path, port: u16, name: &str, args: &[&str]) -> (Vec<u64>, bool) {
+    let mut p = tagwire(dir, port, name, args);
+    assert!(wait_exit(&mut p, WAIT), "tagwire {args:?} did not finish");
+    let ok = p.0.wait().expect("status").success();
+    let text = std::fs::read_to_string(dir.join(format!("{name}.out"))).unwrap_or_default();
+    let seqs = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|v| v["seq"].as_u64())
+        .collect();
+    (seqs, ok)
+}
+
+/// `tagwire sub --resume-file`: a subscriber that exits after 800 events
+/// and starts again with the same file prints 801..=2000, once, in order;
+/// a file that is not a resume point is refused naming it.
+#[test]
+fn a_resume_file_lets_a_restarted_subscriber_go_on_where_it_stopped() {
+    let dir = temp_dir("resume", "file");
+    let state = dir.join("state");
+    let port = free_port();
+    let _d = daemon(&dir, &state, port);
+    let file = dir.join("position");
+    let file_arg = file.to_str().expect("utf-8 path");
+    let (_, ok) = tagwire_seqs(
+        &dir,
+        port,
+        "pub",
+        &[
+            "pub",
+            "/durable/x",
+            "hello",
+            "-n",
+            "2000",
+            "--qos",
+            "reliability=durable",
+        ],
+    );
+    assert!(ok, "pub: {}", stderr(&dir, "pub"));
+    let sub = |name: &str, extra: &[&str], n: &str| {
+        let mut args = vec![
+            "sub",
+            "/durable/x",
+            "--resume-file",
+            file_arg,
+            "--json",
+            "-n",
+            n,
+            "--timeout",
+            "5",
+        ];
+        args.extend_from_slice(extra);
+        tagwire_seqs(&dir, port, name, &args)
+    };
+    let (first, ok) = sub("sub1", &["--replay-from", "start"], "800");
+    assert!(ok, "sub1: {}", stderr(&dir, "sub1"));
+    assert_eq!(first, (1..=800).collect::<Vec<_>>());
+    let saved = std::fs::read_to_string(&file).expect("the resume file");
+    assert!(
+        saved.starts_with("tagwire-resume 1\n800 "),
+        "the file says where it stopped: {saved:?}"
+    );
+    let (second, ok) = sub("sub2", &[], "1200");
+    assert!(ok, "sub2: {}", stderr(&dir, "sub2"));
+    assert_eq!(
+        second,
+        (801..=2000).collect::<Vec<_>>(),
+        "the second run goes on where the first stopped"
+    );
+    std::fs::write(&file, "not a position\n").expect("spoil the file");
+    let (_, ok) = sub("sub3", &[], "1");
+    let err = stderr(&dir, "sub3");
+    assert!(!ok && err.contains("--resume-file"), "{err}");
+}

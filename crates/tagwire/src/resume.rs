@@ -124,6 +124,23 @@ impl Resume {
         self.inner.deliver_sample(sample);
     }
 
+    /// Takes what `point` says the application took as delivered.
+    pub(crate) fn seed(&self, point: &ResumePoint) {
+        let mut st = lock(&self.state);
+        for (publisher, seq, time) in point.publishers() {
+            let key = tagwire_core::proxy::publisher_key(publisher);
+            st.delivered.seed(0, key, seq, time);
+        }
+    }
+
+    /// Where a replay that resumes from `point` starts.
+    pub(crate) fn start_of(point: &ResumePoint) -> Option<ReplayFrom> {
+        let margin = RESUME_MARGIN.as_nanos() as u64;
+        point
+            .oldest_time()
+            .map(|t| ReplayFrom::Time(t.saturating_sub(margin)))
+    }
+
     /// Holds live events from now on, for the application's replay
     /// (`SubscriptionBuilder::replay_from`): before the subscription is
     /// made. Then [`start`](Self::start) once it is.
@@ -239,5 +256,155 @@ pub(crate) fn reconnected(sinks: &std::collections::HashMap<u32, Arc<Sink>>) {
         if let Sink::Resume(r) = &**sink {
             r.reconnected();
         }
+    }
+}
+
+/// Where a subscription stopped: per publisher, the sequence number and
+/// source time of the last event the application took. Kept by a process
+/// across its own restart (`tagwire sub --resume-file`), and given back
+/// with [`SubscriptionBuilder::resume_from`](crate::SubscriptionBuilder::resume_from):
+/// the new subscription replays the store from a little before it and
+/// drops what the point says was taken.
+///
+/// Bounded: at most [`RESUME_PUBLISHERS`] publishers; at the bound the
+/// one whose last event is the oldest is forgotten (an event of it replayed
+/// again is then delivered again).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ResumePoint {
+    publishers: std::collections::HashMap<String, (u64, u64)>,
+}
+
+/// The first line of [`ResumePoint::encode`]'s text.
+const RESUME_HEADER: &str = "tagwire-resume 1";
+
+impl ResumePoint {
+    /// Nothing taken yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Notes that the application took `sample`.
+    pub fn note(&mut self, sample: &Sample) {
+        let ev = sample.event();
+        if let Some(p) = self.publishers.get_mut(ev.publisher) {
+            *p = (ev.seq, ev.source_time_ns);
+            return;
+        }
+        if self.publishers.len() >= RESUME_PUBLISHERS {
+            let oldest = self
+                .publishers
+                .iter()
+                .min_by_key(|(_, (_, t))| *t)
+                .map(|(k, _)| k.clone());
+            if let Some(k) = oldest {
+                self.publishers.remove(&k);
+            }
+        }
+        self.publishers
+            .insert(ev.publisher.to_owned(), (ev.seq, ev.source_time_ns));
+    }
+
+    /// Whether nothing was noted.
+    pub fn is_empty(&self) -> bool {
+        self.publishers.is_empty()
+    }
+
+    /// Publishers noted, with the sequence number and source time (ns) of
+    /// the last event taken of each.
+    pub fn publishers(&self) -> impl Iterator<Item = (&str, u64, u64)> {
+        self.publishers
+            .iter()
+            .map(|(k, (s, t))| (k.as_str(), *s, *t))
+    }
+
+    /// The earliest of the publishers' last source times.
+    fn oldest_time(&self) -> Option<u64> {
+        self.publishers.values().map(|(_, t)| *t).min()
+    }
+
+    /// As text: a header line, then a line `SEQ SOURCE_TIME_NS PUBLISHER`
+    /// per publisher.
+    pub fn encode(&self) -> String {
+        let mut out = format!("{RESUME_HEADER}\n");
+        let mut rows: Vec<_> = self.publishers().collect();
+        rows.sort_unstable();
+        for (p, s, t) in rows {
+            out.push_str(&format!("{s} {t} {p}\n"));
+        }
+        out
+    }
+
+    /// Reads [`encode`](Self::encode)'s text; the error names the line
+    /// that is wrong.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let mut lines = text.lines();
+        if lines.next() != Some(RESUME_HEADER) {
+            return Err(format!("the first line is not {RESUME_HEADER:?}"));
+        }
+        let mut point = ResumePoint::new();
+        for (i, line) in lines.enumerate() {
+            let bad = || {
+                format!(
+                    "line {}: expected SEQ SOURCE_TIME_NS PUBLISHER, got {line:?}",
+                    i + 2
+                )
+            };
+            let mut parts = line.splitn(3, ' ');
+            let seq = parts.next().and_then(|s| s.parse().ok()).ok_or_else(bad)?;
+            let time = parts.next().and_then(|s| s.parse().ok()).ok_or_else(bad)?;
+            let publisher = parts.next().filter(|p| !p.is_empty()).ok_or_else(bad)?;
+            if point.publishers.len() >= RESUME_PUBLISHERS {
+                return Err(format!("more than {RESUME_PUBLISHERS} publishers"));
+            }
+            point.publishers.insert(publisher.to_owned(), (seq, time));
+        }
+        Ok(point)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(publisher: &str, seq: u64, time: u64) -> Sample {
+        let mut e = tagwire_proto::Event::new("/t", "x");
+        e.header.publisher = publisher.into();
+        e.header.seq = seq;
+        e.header.source_time_ns = time;
+        let mut b = bytes::BytesMut::new();
+        e.encode(&mut b).expect("encode");
+        Sample::new(b.freeze()).expect("sample")
+    }
+
+    #[test]
+    fn a_resume_point_keeps_the_last_event_of_each_publisher_and_round_trips() {
+        let mut p = ResumePoint::new();
+        p.note(&sample("/a", 1, 10));
+        p.note(&sample("/a", 2, 20));
+        p.note(&sample("/b c", 7, 15));
+        let text = p.encode();
+        assert_eq!(text, "tagwire-resume 1\n2 20 /a\n7 15 /b c\n");
+        assert_eq!(ResumePoint::parse(&text), Ok(p.clone()));
+        assert_eq!(p.oldest_time(), Some(15));
+    }
+
+    #[test]
+    fn a_bad_resume_point_is_refused_naming_the_line() {
+        let e = ResumePoint::parse("nonsense\n").expect_err("no header");
+        assert!(e.contains("first line"), "{e}");
+        let e = ResumePoint::parse("tagwire-resume 1\n2 20 /a\n2 x /b\n").expect_err("bad time");
+        assert!(e.contains("line 3"), "{e}");
+        let e = ResumePoint::parse("tagwire-resume 1\n2 20\n").expect_err("no publisher");
+        assert!(e.contains("line 2"), "{e}");
+    }
+
+    #[test]
+    fn a_resume_point_is_bounded_and_forgets_the_oldest_publisher() {
+        let mut p = ResumePoint::new();
+        for i in 0..RESUME_PUBLISHERS as u64 + 10 {
+            p.note(&sample(&format!("/p{i}"), 1, 1000 + i));
+        }
+        assert_eq!(p.publishers().count(), RESUME_PUBLISHERS);
+        assert!(p.publishers().all(|(name, _, _)| name != "/p0"));
     }
 }

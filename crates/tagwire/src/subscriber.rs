@@ -36,6 +36,7 @@ pub struct SubscriptionBuilder {
     replay: Option<(crate::ReplayFrom, crate::Spacing)>,
     playout: Option<crate::PlayoutConfig>,
     resume: Option<bool>,
+    resume_point: Option<crate::ResumePoint>,
     on_error: Option<Box<dyn Fn(Error) + Send + Sync>>,
 }
 
@@ -54,6 +55,7 @@ impl SubscriptionBuilder {
             replay: None,
             playout: None,
             resume: None,
+            resume_point: None,
             on_error: None,
         }
     }
@@ -132,6 +134,17 @@ impl SubscriptionBuilder {
     /// subscription goes on live and the failure is logged.
     pub fn resume(mut self, on: bool) -> Self {
         self.resume = Some(on);
+        self
+    }
+
+    /// Resumes where a previous subscription (of an earlier run of this
+    /// process) stopped: replays the store from a little before `point`
+    /// and drops what it says was taken, then continues live and resumes
+    /// after reconnects as [`resume`](Self::resume) does. The pattern must
+    /// be one durable tag. With [`replay_from`](Self::replay_from) too, the
+    /// replay starts there instead. An empty point replays nothing.
+    pub fn resume_from(mut self, point: crate::ResumePoint) -> Self {
+        self.resume_point = Some(point);
         self
     }
 
@@ -224,20 +237,34 @@ impl SubscriptionBuilder {
             .qos
             .iter()
             .any(|(k, v)| k == "reliability" && v == "durable");
+        let wants = self.resume_point.is_some() || self.resume == Some(true);
         let resume = match self.resume {
-            Some(true) if !one_tag => {
+            _ if wants && !one_tag => {
                 inner.undeclare_endpoint(endpoint);
                 return Err(Error::Replay {
                     tag: self.pattern.clone(),
                     reason: "a resume replays one tag, not a pattern".into(),
                 });
             }
+            _ if self.resume_point.is_some() => true,
             Some(on) => on,
             None => self.replay.is_some() || (durable && one_tag),
         };
-        let (sink, seam, resumer) = match (self.replay, resume) {
+        // A saved point: replay from a little before it (unless the
+        // application asked for its own start).
+        let replay = self.replay.or_else(|| {
+            let point = self.resume_point.as_ref()?;
+            Some((
+                crate::resume::Resume::start_of(point)?,
+                crate::Spacing::Fast,
+            ))
+        });
+        let (sink, seam, resumer) = match (replay, resume) {
             (_, true) => {
                 let r = crate::resume::Resume::new(&self.session, &self.pattern, sink);
+                if let Some(point) = &self.resume_point {
+                    r.seed(point);
+                }
                 (Arc::new(Sink::Resume(r.clone())), None, Some(r))
             }
             (None, false) => (sink, None, None),
@@ -248,14 +275,13 @@ impl SubscriptionBuilder {
         };
         // The seam holds live events from before the subscription is made;
         // the replay reads the store after it is.
-        let prepared = match (&resumer, self.replay) {
+        let prepared = match (&resumer, replay) {
             (Some(r), Some((from, _))) => Some(r.prepare(from)),
             _ => None,
         };
         match inner.add_subscription(endpoint, &self.pattern, self.qos, sink) {
             Ok(sub) => {
-                if let (Some(r), Some(p), Some((from, spacing))) = (&resumer, prepared, self.replay)
-                {
+                if let (Some(r), Some(p), Some((from, spacing))) = (&resumer, prepared, replay) {
                     r.start(p, from, spacing)?;
                 }
                 if let (Some((from, spacing)), Some(seam)) = (self.replay, seam) {

@@ -352,7 +352,8 @@ impl ResumePoint {
             let mut parts = line.splitn(3, ' ');
             let seq = parts.next().and_then(|s| s.parse().ok()).ok_or_else(bad)?;
             let time = parts.next().and_then(|s| s.parse().ok()).ok_or_else(bad)?;
-            let publisher = parts.next().filter(|p| !p.is_empty()).ok_or_else(bad)?;
+            // (An empty name is one: `SEQ TIME ` with the space.)
+            let publisher = parts.next().ok_or_else(bad)?;
             if point.publishers.len() >= RESUME_PUBLISHERS {
                 return Err(format!("more than {RESUME_PUBLISHERS} publishers"));
             }
@@ -396,6 +397,23 @@ mod tests {
         assert!(e.contains("line 3"), "{e}");
         let e = ResumePoint::parse("tagwire-resume 1\n2 20\n").expect_err("no publisher");
         assert!(e.contains("line 2"), "{e}");
+    }
+
+    proptest::proptest! {
+        /// Any text is read or refused, never a panic; any point (names
+        /// without a line break) is read back as it was written.
+        #[test]
+        fn resume_points_round_trip_and_bad_text_is_refused(
+            text in ".{0,200}",
+            rows in proptest::collection::vec(("[^\n\r]{0,12}", proptest::num::u64::ANY, proptest::num::u64::ANY), 0..8),
+        ) {
+            let _ = ResumePoint::parse(&text);
+            let mut p = ResumePoint::new();
+            for (name, seq, time) in &rows {
+                p.note(&sample(name, *seq, *time));
+            }
+            proptest::prop_assert_eq!(ResumePoint::parse(&p.encode()), Ok(p));
+        }
     }
 
     #[test]

@@ -128,8 +128,11 @@ impl SubscriptionBuilder {
     /// and lost what it held for the subscription (docs/reliability.md,
     /// "Resumed after a restart of the daemon"). On by default for a
     /// subscription made with [`replay_from`](Self::replay_from) or with
-    /// `qos("reliability", "durable")` on one tag (no wildcard); `true` on
-    /// a pattern with a wildcard fails the subscription. The tag must be
+    /// `qos("reliability", "durable")` on one tag (no wildcard) and no
+    /// `filter`, `map`, `scale`, `min_interval`, `buffer` or `playout` of
+    /// its own (replayed events do not go through the daemon's channel
+    /// services); `true` on a pattern with a wildcard fails the
+    /// subscription. The tag must be
     /// durable at the daemon; if the resume replay fails, the
     /// subscription goes on live and the failure is logged.
     pub fn resume(mut self, on: bool) -> Self {
@@ -248,7 +251,18 @@ impl SubscriptionBuilder {
             }
             _ if self.resume_point.is_some() => true,
             Some(on) => on,
-            None => self.replay.is_some() || (durable && one_tag),
+            // Replayed events bypass the daemon's channel filters, scaling
+            // and time services: a subscription shaped by them is resumed
+            // only when it asks.
+            None => {
+                let shaped = self.qos.iter().any(|(k, _)| {
+                    matches!(
+                        k.as_str(),
+                        "filter" | "map" | "scale" | "min_interval" | "buffer" | "playout"
+                    )
+                });
+                self.replay.is_some() || (durable && one_tag && !shaped)
+            }
         };
         // A saved point: replay from a little before it (unless the
         // application asked for its own start).

@@ -255,8 +255,8 @@ pub struct SubArgs {
     /// Keep where this subscription stopped in FILE and resume from it on
     /// the next start: the events printed since are replayed from the
     /// daemon's durable store, what was printed before is not printed again
-    /// (one tag, durable at the daemon). FILE is written (a new file renamed
-    /// over it, not fsynced) after the events it covers are flushed to
+    /// (one tag, durable at the daemon). FILE is written (a new file, synced,
+    /// renamed over it) after the events it covers are flushed to
     /// stdout, at most every 100 ms and at exit; after a kill the events of
     /// the last 100 ms can be printed again, never skipped
     /// (docs/reliability.md).

@@ -290,8 +290,9 @@ impl ResumeFile {
         Ok(())
     }
 
-    /// Writes the point: a new file renamed over the old one, so a reader
-    /// (or the next start after a kill) sees the old point or the new one.
+    /// Writes the point: a new file, synced, renamed over the old one, so a
+    /// reader (or the next start after a kill) sees the old point or the
+    /// new one.
     fn save(&mut self) -> CmdResult {
         if !self.dirty {
             return Ok(());
@@ -299,7 +300,14 @@ impl ResumeFile {
         let mut tmp = self.path.clone().into_os_string();
         tmp.push(".new");
         let tmp = std::path::PathBuf::from(tmp);
-        std::fs::write(&tmp, self.point.encode())
+        // Synced before the rename: after a power loss the file holds the
+        // old point or the new one, not an empty file (at most 10 syncs a
+        // second).
+        std::fs::File::create(&tmp)
+            .and_then(|mut f| {
+                f.write_all(self.point.encode().as_bytes())?;
+                f.sync_data()
+            })
             .and_then(|()| std::fs::rename(&tmp, &self.path))
             .map_err(|e| format!("--resume-file {}: {e}", self.path.display()))?;
         self.dirty = false;

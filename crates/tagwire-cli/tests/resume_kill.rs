@@ -318,3 +318,95 @@ fn a_resume_file_lets_a_restarted_subscriber_go_on_where_it_stopped() {
     let err = stderr(&dir, "sub3");
     assert!(!ok && err.contains("--resume-file"), "{err}");
 }
+
+/// `--resume-file` after a `kill -9` of `tagwire sub` itself: the next
+/// start may print again what was printed since the file's last write
+/// (at most ~100 ms of events), never leaves a gap.
+#[test]
+fn a_subscriber_killed_with_its_resume_file_goes_on_with_no_gap() {
+    let dir = temp_dir("resume", "file-kill9");
+    let state = dir.join("state");
+    let port = free_port();
+    let _d = daemon(&dir, &state, port);
+    let file = dir.join("position");
+    let file_arg = file.to_str().expect("utf-8 path");
+    let seqs_of = |name: &str| -> Vec<u64> {
+        let text = std::fs::read_to_string(dir.join(format!("{name}.out"))).unwrap_or_default();
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter_map(|v| v["seq"].as_u64())
+            .collect()
+    };
+    let sub_args = |extra: &'static [&'static str]| {
+        let mut args = vec![
+            "sub",
+            "/durable/x",
+            "--resume-file",
+            file_arg,
+            "--json",
+            "--timeout",
+            "3",
+        ];
+        args.extend_from_slice(extra);
+        args
+    };
+    let mut sub1 = tagwire(&dir, port, "sub1", &sub_args(&["--replay-from", "start"]));
+    let mut publisher = tagwire(
+        &dir,
+        port,
+        "pub",
+        &[
+            "pub",
+            "/durable/x",
+            "hello",
+            "-n",
+            "2000",
+            "-r",
+            "500",
+            "--qos",
+            "reliability=durable",
+        ],
+    );
+    let deadline = Instant::now() + WAIT;
+    while seqs_of("sub1").len() < 600 {
+        assert!(
+            Instant::now() < deadline,
+            "sub1 printed {}: {}",
+            seqs_of("sub1").len(),
+            stderr(&dir, "sub1")
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    sub1.0.kill().expect("kill -9 tagwire sub");
+    sub1.0.wait().expect("reap");
+    let first = seqs_of("sub1");
+    let mut sub2 = tagwire(&dir, port, "sub2", &sub_args(&[]));
+    assert!(
+        wait_exit(&mut publisher, WAIT),
+        "the publisher did not finish"
+    );
+    // sub2 ends 3 s after the last event (--timeout).
+    assert!(wait_exit(&mut sub2, WAIT), "sub2 did not finish");
+    let second = seqs_of("sub2");
+    let (last_first, first_second) = (
+        first.last().copied().unwrap_or(0),
+        second.first().copied().unwrap_or(0),
+    );
+    let again = last_first.saturating_sub(first_second) + 1;
+    eprintln!(
+        "resume file after kill -9: first run printed {} (up to {last_first}), the second \
+         started at {first_second} ({again} printed again), printed {}",
+        first.len(),
+        second.len()
+    );
+    assert_eq!(first, (1..=last_first).collect::<Vec<_>>(), "the first run");
+    assert!(
+        first_second >= 1 && first_second <= last_first + 1,
+        "a gap between the runs: the first printed up to {last_first}, the second started at {first_second}"
+    );
+    assert_eq!(
+        second,
+        (first_second..=2000).collect::<Vec<_>>(),
+        "the second run: in order, once, to the end"
+    );
+}

@@ -10,8 +10,10 @@
 #   scripts/tds.sh [SECONDS] [FIG] [OPTIONS…]   (default 20 s per run; FIG all|16|19|20)
 #
 # OPTIONS go to narada_tds: --client-playout (the TDS in the subscribing
-# client instead of the daemon), --sched fifo:N (the TDS channel's lane
-# real-time), --warmup N (events left out, default 100).
+# client instead of the daemon), --spin US (with --client-playout: the
+# playout thread busy-waits the last US µs before each release and hands
+# events to a callback), --sched fifo:N (the TDS channel's lane real-time),
+# --warmup N (events left out, default 100).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS=${1:-20}

@@ -1,5 +1,6 @@
-//! Fuzz target: arbitrary bytes as the version-5 client frames
-//! `PublishPiece`, `DeliverPiece` and `PieceResume`, the pieces handed to a
+//! Fuzz target: arbitrary bytes as the version-5 and -6 client frames
+//! `PublishPiece`, `DeliverPiece`, `DeliverReliablePiece` and
+//! `PieceResume`, the pieces handed to a
 //! reassembler as the daemon and the library do (keyed by endpoint or
 //! subscription and id, small bounds). Every frame that decodes re-encodes
 //! to exactly its bytes; errors are expected; a panic, a piece reaching past
@@ -26,7 +27,14 @@ fuzz_target!(|data: &[u8]| {
         let end = data.len() - buf.len();
         let raw = &data[at..end];
         at = end;
-        if ![kind::PUBLISH_PIECE, kind::DELIVER_PIECE, kind::PIECE_RESUME].contains(&k) {
+        if ![
+            kind::PUBLISH_PIECE,
+            kind::DELIVER_PIECE,
+            kind::DELIVER_RELIABLE_PIECE,
+            kind::PIECE_RESUME,
+        ]
+        .contains(&k)
+        {
             continue;
         }
         let Ok(frame) = Frame::decode(k, body) else {
@@ -39,7 +47,8 @@ fuzz_target!(|data: &[u8]| {
             Frame::PublishPiece {
                 endpoint, of, data, ..
             } => (endpoint, of, data),
-            Frame::DeliverPiece { sub, of, data } => (sub, of, data),
+            Frame::DeliverPiece { sub, of, data }
+            | Frame::DeliverReliablePiece { sub, of, data, .. } => (sub, of, data),
             _ => continue,
         };
         assert!(of.offset + data.len() as u64 <= of.total);

@@ -156,7 +156,7 @@ fn a_large_reliable_event_arrives_intact_through_two_cuts_of_its_link_resuming_e
         ],
     );
     let timeout_s = timeout.to_string();
-    let mut sub_args = vec![
+    let sub_args = [
         "--max-frame",
         "268435456",
         "sub",
@@ -168,13 +168,6 @@ fn a_large_reliable_event_arrives_intact_through_two_cuts_of_its_link_resuming_e
         "--save",
         got.to_str().expect("utf-8 path"),
     ];
-    if mib > 255 {
-        // An event above the client frame reaches a subscriber only in
-        // pieces, and acknowledged delivery does not carry pieces yet
-        // (docs/reliability.md, "Still to come"): the last hop (same host,
-        // never cut here) is best effort; the links stay reliable.
-        sub_args.extend(["--qos", "reliability=best_effort"]);
-    }
     let sub = tb
         .host(1)
         .spawn(&net.tagwire(1, &sub_args))

@@ -59,7 +59,11 @@ fn a_tds_subscription_across_a_jittery_link_gets_every_event_in_order_with_less_
     // listing below still shows their subscriptions.
     let more = (EVENTS + 1).to_string();
     let sub = |qos: &[&'static str]| {
-        let mut args = vec!["sub", "/media/**", "--json", "-n", &more, "--timeout", "3"];
+        // `-n` one more than published: each ends 10 s after its last
+        // event (an extra one would be printed). 10 s, not 3: under a
+        // loaded CI the publisher once took over 3 s to start and both
+        // subscribers had given up before its first event.
+        let mut args = vec!["sub", "/media/**", "--json", "-n", &more, "--timeout", "10"];
         args.extend_from_slice(qos);
         tb.host(1)
             .spawn(&net.tagwire(1, &args))

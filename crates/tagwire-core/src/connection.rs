@@ -303,6 +303,18 @@ pub enum Input {
         /// The piece's bytes.
         data: Bytes,
     },
+    /// Client (version 6): one piece of acknowledged delivery `seq` of
+    /// subscription `sub` (settled with `DeliverAck` once whole).
+    DeliverReliablePiece {
+        /// Subscription id.
+        sub: u32,
+        /// The whole event's delivery sequence number.
+        seq: u64,
+        /// Which event, and where the piece goes.
+        of: tagwire_proto::PieceOf,
+        /// The piece's bytes.
+        data: Bytes,
+    },
     /// Client (version 5): the server holds the first `have` bytes of
     /// event `id` of publisher endpoint `endpoint`: continue there.
     PieceResume {
@@ -684,6 +696,12 @@ impl Connection {
     /// pieces (`PublishPiece`/`DeliverPiece`, protocol version 5).
     pub fn pieces(&self) -> bool {
         self.version >= tagwire_proto::PIECES_PROTOCOL_VERSION
+    }
+
+    /// Whether this connection's acknowledged subscriptions get events
+    /// larger than its frame in pieces (`DeliverReliablePiece`, version 6).
+    pub fn reliable_pieces(&self) -> bool {
+        self.version >= tagwire_proto::RELIABLE_PIECES_PROTOCOL_VERSION
     }
 
     /// The protocol version agreed (0 before the handshake).
@@ -1624,6 +1642,9 @@ impl Connection {
             }
             Frame::DeliverPiece { sub, of, data } if self.pieces() => {
                 Input::DeliverPiece { sub, of, data }
+            }
+            Frame::DeliverReliablePiece { sub, seq, of, data } if self.reliable_pieces() => {
+                Input::DeliverReliablePiece { sub, seq, of, data }
             }
             Frame::PieceResume { endpoint, id, have } if self.pieces() => {
                 Input::PieceResume { endpoint, id, have }

@@ -18,12 +18,16 @@ use crate::reader::Reader;
 /// the server first: `Challenge` and `Proof`; version 4 adds acknowledged
 /// publishing: `PublishReliable` and `PublishAck`, with a `Hello` laid out
 /// as version 3's; version 5 adds pieces: `PublishPiece`, `DeliverPiece`
-/// and `PieceResume`, for events larger than the frame; versions 1 to 4 are
-/// still understood).
-pub const PROTOCOL_VERSION: u16 = 5;
+/// and `PieceResume`, for events larger than the frame; version 6 adds
+/// `DeliverReliablePiece`, pieces for acknowledged subscriptions; versions
+/// 1 to 5 are still understood).
+pub const PROTOCOL_VERSION: u16 = 6;
 /// The first protocol version with events in pieces
 /// ([`Frame::PublishPiece`], [`Frame::DeliverPiece`], [`Frame::PieceResume`]).
 pub const PIECES_PROTOCOL_VERSION: u16 = 5;
+/// The first protocol version whose acknowledged subscriptions get events
+/// larger than the frame in pieces ([`Frame::DeliverReliablePiece`]).
+pub const RELIABLE_PIECES_PROTOCOL_VERSION: u16 = 6;
 /// The largest event a client connection carries in pieces: 4 GiB (the
 /// offsets are `u64`; the bound is the protocol's).
 pub const MAX_PIECED_EVENT: u64 = 1 << 32;
@@ -33,6 +37,10 @@ pub const PUBLISH_PIECE_PREFIX_LEN: usize = FRAME_HEADER_LEN + 40;
 /// Bytes of a `DeliverPiece` frame before its data: header, subscription
 /// id, event id, total, checksum and offset.
 pub const DELIVER_PIECE_PREFIX_LEN: usize = FRAME_HEADER_LEN + 32;
+/// Bytes of a `DeliverReliablePiece` frame before its data: header,
+/// subscription id, delivery sequence number, event id, total, checksum
+/// and offset.
+pub const DELIVER_RELIABLE_PIECE_PREFIX_LEN: usize = FRAME_HEADER_LEN + 40;
 /// The first protocol version with acknowledged publishing
 /// ([`Frame::PublishReliable`], [`Frame::PublishAck`]).
 pub const ACK_PROTOCOL_VERSION: u16 = 4;
@@ -117,10 +125,15 @@ pub mod kind {
     /// Server → client (version 5): the bytes the server already holds of
     /// an event the client sends again in pieces (continue there).
     pub const PIECE_RESUME: u8 = 0x1b;
+    /// Server → client (version 6): one piece of an event larger than the
+    /// connection's frame, for a subscription with acknowledged delivery;
+    /// the whole event is settled with `DeliverAck` under its sequence
+    /// number, like a `DeliverReliable`.
+    pub const DELIVER_RELIABLE_PIECE: u8 = 0x1c;
 }
 
 /// What every piece of one event says about it (versions 5's
-/// `PublishPiece` and `DeliverPiece`).
+/// `PublishPiece` and `DeliverPiece`, version 6's `DeliverReliablePiece`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct PieceOf {
     /// The sender's id of the event (the same when it sends it again).
@@ -354,6 +367,19 @@ pub enum Frame {
         /// The piece's bytes.
         data: Bytes,
     },
+    /// Version 6: one piece of an event for subscription `sub` (acknowledged
+    /// delivery), larger than the connection's frame; the whole event is
+    /// delivery `seq`, settled with `DeliverAck` like a `DeliverReliable`.
+    DeliverReliablePiece {
+        /// Subscription id.
+        sub: u32,
+        /// The whole event's delivery sequence number.
+        seq: u64,
+        /// Which event, and where this piece goes in it.
+        of: PieceOf,
+        /// The piece's bytes.
+        data: Bytes,
+    },
     /// Version 5: the server holds the first `have` bytes of event `id` of
     /// publisher endpoint `endpoint` (a resend after a reconnect): the
     /// client continues its pieces there.
@@ -484,6 +510,7 @@ impl Frame {
             Frame::Deliver { .. } => kind::DELIVER,
             Frame::PublishPiece { .. } => kind::PUBLISH_PIECE,
             Frame::DeliverPiece { .. } => kind::DELIVER_PIECE,
+            Frame::DeliverReliablePiece { .. } => kind::DELIVER_RELIABLE_PIECE,
             Frame::PieceResume { .. } => kind::PIECE_RESUME,
             Frame::Ok { .. } => kind::OK,
             Frame::Error { .. } => kind::ERROR,
@@ -530,8 +557,8 @@ impl Frame {
                         put_short_str(out, "token", token)?;
                         out.put_slice(session);
                     }
-                    // Versions 4 and 5 lay their Hello out as version 3's.
-                    3..=5 => {
+                    // Versions 4 to 6 lay their Hello out as version 3's.
+                    3..=6 => {
                         if !token.is_empty() {
                             return Err(EncodeError::BearerToken { version: 3 });
                         }
@@ -646,6 +673,12 @@ impl Frame {
                 of.encode(out);
                 out.put_slice(data);
             }
+            Frame::DeliverReliablePiece { sub, seq, of, data } => {
+                out.put_u32_le(*sub);
+                out.put_u64_le(*seq);
+                of.encode(out);
+                out.put_slice(data);
+            }
             Frame::PieceResume { endpoint, id, have } => {
                 out.put_u32_le(*endpoint);
                 out.put_u64_le(*id);
@@ -702,7 +735,7 @@ impl Frame {
                         session.copy_from_slice(r.bytes(SESSION_ID_LEN, "session id")?);
                         (token, None)
                     }
-                    3..=5 => {
+                    3..=6 => {
                         let proof = match r.u8("credential kind")? {
                             CREDENTIAL_NONE => None,
                             CREDENTIAL_TOKEN => Some(Box::new(TokenTag {
@@ -846,6 +879,20 @@ impl Frame {
                     data: body.slice(DELIVER_PIECE_PREFIX_LEN - FRAME_HEADER_LEN..),
                 });
             }
+            kind::DELIVER_RELIABLE_PIECE => {
+                let sub = r.u32("subscription id")?;
+                let seq = r.u64("delivery sequence number")?;
+                let data_len = body
+                    .len()
+                    .saturating_sub(DELIVER_RELIABLE_PIECE_PREFIX_LEN - FRAME_HEADER_LEN);
+                let of = PieceOf::decode(&mut r, data_len)?;
+                return Ok(Frame::DeliverReliablePiece {
+                    sub,
+                    seq,
+                    of,
+                    data: body.slice(DELIVER_RELIABLE_PIECE_PREFIX_LEN - FRAME_HEADER_LEN..),
+                });
+            }
             kind::PIECE_RESUME => Frame::PieceResume {
                 endpoint: r.u32("endpoint id")?,
                 id: r.u64("piece event id")?,
@@ -923,6 +970,7 @@ pub fn frame_name(kind_code: u8) -> &'static str {
         kind::PUBLISH_PIECE => "PublishPiece",
         kind::DELIVER_PIECE => "DeliverPiece",
         kind::PIECE_RESUME => "PieceResume",
+        kind::DELIVER_RELIABLE_PIECE => "DeliverReliablePiece",
         k if crate::link::is_link_kind(k) => crate::link::link_frame_name(k),
         _ => "unknown frame",
     }
@@ -1054,6 +1102,28 @@ pub fn deliver_piece_prefix(
     p[17..25].copy_from_slice(&of.total.to_le_bytes());
     p[25..29].copy_from_slice(&of.checksum.to_le_bytes());
     p[29..37].copy_from_slice(&of.offset.to_le_bytes());
+    p
+}
+
+/// The bytes that precede piece `of` (of `data_len` bytes) in a
+/// `DeliverReliablePiece` frame (version 6) for subscription `sub`, whole
+/// event delivery `seq`, written like [`deliver_piece_prefix`].
+pub fn deliver_reliable_piece_prefix(
+    sub: u32,
+    seq: u64,
+    of: &PieceOf,
+    data_len: usize,
+) -> [u8; DELIVER_RELIABLE_PIECE_PREFIX_LEN] {
+    let mut p = [0u8; DELIVER_RELIABLE_PIECE_PREFIX_LEN];
+    let len = (DELIVER_RELIABLE_PIECE_PREFIX_LEN - 4 + data_len) as u32;
+    p[..4].copy_from_slice(&len.to_le_bytes());
+    p[4] = kind::DELIVER_RELIABLE_PIECE;
+    p[5..9].copy_from_slice(&sub.to_le_bytes());
+    p[9..17].copy_from_slice(&seq.to_le_bytes());
+    p[17..25].copy_from_slice(&of.id.to_le_bytes());
+    p[25..33].copy_from_slice(&of.total.to_le_bytes());
+    p[33..37].copy_from_slice(&of.checksum.to_le_bytes());
+    p[37..45].copy_from_slice(&of.offset.to_le_bytes());
     p
 }
 

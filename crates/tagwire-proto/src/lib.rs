@@ -38,12 +38,13 @@ pub use event::{
 };
 pub use excerpt::{excerpt, truncate, Excerpt, EXCERPT_CHARS};
 pub use frame::{
-    deliver_piece_prefix, deliver_prefix, deliver_reliable_prefix, encode_publish,
-    encode_publish_reliable, frame_name, kind, validate_max_frame, EndpointKind, Frame,
-    FrameDecoder, PieceOf, ShmRole, StreamError, ACK_PROTOCOL_VERSION, DELIVER_PIECE_PREFIX_LEN,
-    DELIVER_PREFIX_LEN, DELIVER_RELIABLE_PREFIX_LEN, FRAME_HEADER_LEN, MAGIC, MAX_PIECED_EVENT,
-    MIN_PROTOCOL_VERSION, PIECES_PROTOCOL_VERSION, PROTOCOL_VERSION, PUBLISH_PIECE_PREFIX_LEN,
-    SESSION_ID_LEN,
+    deliver_piece_prefix, deliver_prefix, deliver_reliable_piece_prefix, deliver_reliable_prefix,
+    encode_publish, encode_publish_reliable, frame_name, kind, validate_max_frame, EndpointKind,
+    Frame, FrameDecoder, PieceOf, ShmRole, StreamError, ACK_PROTOCOL_VERSION,
+    DELIVER_PIECE_PREFIX_LEN, DELIVER_PREFIX_LEN, DELIVER_RELIABLE_PIECE_PREFIX_LEN,
+    DELIVER_RELIABLE_PREFIX_LEN, FRAME_HEADER_LEN, MAGIC, MAX_PIECED_EVENT, MIN_PROTOCOL_VERSION,
+    PIECES_PROTOCOL_VERSION, PROTOCOL_VERSION, PUBLISH_PIECE_PREFIX_LEN,
+    RELIABLE_PIECES_PROTOCOL_VERSION, SESSION_ID_LEN,
 };
 pub use handshake::TokenTag;
 pub use link::{

@@ -400,13 +400,14 @@ fn hello_of_another_version_with_appended_bytes_still_decodes() {
     // Regression: a future client's Hello must reach the version check so the
     // server can answer UnsupportedVersion (not Malformed).
     let mut body = MAGIC.to_vec();
-    body.extend_from_slice(&6u16.to_le_bytes());
+    let future = tagwire_proto::PROTOCOL_VERSION + 1;
+    body.extend_from_slice(&future.to_le_bytes());
     body.extend_from_slice(&(1u32 << 20).to_le_bytes());
     body.extend_from_slice(&[3, b'n', b'e', b'w', 0xaa, 0xbb]);
     assert_eq!(
         decode_one(&frame(kind::HELLO, &body)),
         Ok(Frame::Hello {
-            version: 6,
+            version: future,
             max_frame: 1 << 20,
             name: "new".into(),
             token: String::new(),

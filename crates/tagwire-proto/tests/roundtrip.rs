@@ -253,6 +253,8 @@ fn frame() -> impl Strategy<Value = Frame> {
             }
         }),
         (any::<u32>(), piece()).prop_map(|(sub, (of, data))| Frame::DeliverPiece { sub, of, data }),
+        (any::<u32>(), any::<u64>(), piece())
+            .prop_map(|(sub, seq, (of, data))| Frame::DeliverReliablePiece { sub, seq, of, data }),
         (any::<u32>(), any::<u64>(), any::<u64>())
             .prop_map(|(endpoint, id, have)| Frame::PieceResume { endpoint, id, have }),
         any::<u32>().prop_map(|req| Frame::Ok { req }),
@@ -329,7 +331,9 @@ proptest! {
         for k in [tagwire_proto::kind::PUBLISH_PIECE, tagwire_proto::kind::DELIVER_PIECE] {
             if let Ok(f) = Frame::decode(k, Bytes::from(body.clone())) {
                 let (of, data) = match f {
-                    Frame::PublishPiece { of, data, .. } | Frame::DeliverPiece { of, data, .. } => (of, data),
+                    Frame::PublishPiece { of, data, .. }
+                    | Frame::DeliverPiece { of, data, .. }
+                    | Frame::DeliverReliablePiece { of, data, .. } => (of, data),
                     other => panic!("decoded as {other:?}"),
                 };
                 prop_assert!(of.total >= 1 && of.total <= tagwire_proto::MAX_PIECED_EVENT);

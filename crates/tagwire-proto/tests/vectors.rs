@@ -362,6 +362,21 @@ fn valid_vectors() -> Vec<(&'static str, Frame, Option<Event>)> {
             None,
         ),
         (
+            "deliver_reliable_piece",
+            Frame::DeliverReliablePiece {
+                sub: 1,
+                seq: 2,
+                of: tagwire_proto::PieceOf {
+                    id: 2,
+                    total: 5,
+                    checksum: 0x3610_a686,
+                    offset: 3,
+                },
+                data: Bytes::from_static(b"lo"),
+            },
+            None,
+        ),
+        (
             "piece_resume",
             Frame::PieceResume {
                 endpoint: 1,
@@ -996,7 +1011,7 @@ fn seed_corpus_session_splits_into_every_valid_vector() {
 
 #[test]
 fn the_version_2_vectors_use_the_codes_and_layout_of_version_2() {
-    assert_eq!(tagwire_proto::PROTOCOL_VERSION, 5);
+    assert_eq!(tagwire_proto::PROTOCOL_VERSION, 6);
     assert_eq!(tagwire_proto::MIN_PROTOCOL_VERSION, 1);
     assert_eq!(ErrorCode::Unauthenticated.code(), 19);
     assert_eq!(ErrorCode::PermissionDenied.code(), 20);

@@ -1327,26 +1327,30 @@ impl Conn {
         if let Some(t) = transform {
             channel = channel.with_transform(t);
         }
-        if !acked && self.engine.pieces() {
-            // Protocol version 5: larger events go in pieces, up to the
-            // daemon's `limits.max_pieced_event`.
-            let frame = self.engine.max_frame() as usize;
-            let piece = frame
-                .saturating_sub(tagwire_proto::DELIVER_PIECE_PREFIX_LEN - 4)
-                .min(PIECE_DATA_MAX);
-            let max = usize::try_from(st.config.limits.max_pieced_event).unwrap_or(usize::MAX);
-            channel = channel.with_pieces(self.engine.max_delivered_event(), piece, max);
-        }
+        // The longest event one frame delivers to this subscription.
+        let mut frame_event = self.engine.max_delivered_event();
         if acked {
             let limits = crate::acked_delivery::window_limits(
                 v.max_queue_length,
                 st.config.limits.max_queue_bytes,
             );
-            channel = channel.with_acked(limits).with_max_event(
-                self.engine
-                    .max_delivered_event()
-                    .saturating_sub(DELIVER_RELIABLE_EXTRA),
-            );
+            frame_event = frame_event.saturating_sub(DELIVER_RELIABLE_EXTRA);
+            channel = channel.with_acked(limits).with_max_event(frame_event);
+        }
+        if self.engine.pieces() && (!acked || self.engine.reliable_pieces()) {
+            // Protocol version 5 (6 for acknowledged delivery): larger
+            // events go in pieces, up to the daemon's
+            // `limits.max_pieced_event`.
+            let prefix = if acked {
+                tagwire_proto::DELIVER_RELIABLE_PIECE_PREFIX_LEN
+            } else {
+                tagwire_proto::DELIVER_PIECE_PREFIX_LEN
+            };
+            let piece = (self.engine.max_frame() as usize)
+                .saturating_sub(prefix - 4)
+                .min(PIECE_DATA_MAX);
+            let max = usize::try_from(st.config.limits.max_pieced_event).unwrap_or(usize::MAX);
+            channel = channel.with_pieces(frame_event, piece, max);
         }
         let channel = Arc::new(channel);
         crate::qos::put_in_force(&mut st, &channel, layer, resolved);

@@ -102,6 +102,8 @@ enum Ending {
 
 struct Shared {
     state: Mutex<(PlayoutState, Ending)>,
+    /// How long before a release the thread stops sleeping and spins, ns.
+    spin_ns: u64,
     wake: Condvar,
     inner: Arc<Sink>,
 }
@@ -145,11 +147,13 @@ impl Playout {
     /// A playout in front of `inner`, with its thread.
     pub(crate) fn start(
         cfg: PlayoutConfig,
+        spin: Duration,
         max_events: usize,
         inner: Arc<Sink>,
     ) -> std::io::Result<(Playout, PlayoutProbe)> {
         let shared = Arc::new(Shared {
             state: Mutex::new((PlayoutState::new(cfg, max_events), Ending::No)),
+            spin_ns: spin.min(MAX_PLAYOUT_SPIN).as_nanos() as u64,
             wake: Condvar::new(),
             inner,
         });
@@ -195,6 +199,10 @@ impl Drop for Playout {
     }
 }
 
+/// The longest [`SubscriptionBuilder::playout_spin`](crate::SubscriptionBuilder::playout_spin):
+/// a thread that spins longer per release is a busy loop, not a timer.
+pub const MAX_PLAYOUT_SPIN: Duration = Duration::from_millis(1);
+
 /// Longest the thread sleeps without checking whether its subscription is
 /// gone.
 const CHECK_EVERY: Duration = Duration::from_millis(200);
@@ -222,10 +230,23 @@ fn run(weak: Weak<Shared>) {
             out.extend(st.0.service.drain_all());
         }
         if out.is_empty() && matches!(ending, Ending::No) {
-            let wait = next.map_or(CHECK_EVERY, |at| {
-                Duration::from_nanos(at.saturating_sub(now)).min(CHECK_EVERY)
-            });
-            drop(shared.wake.wait_timeout(st, wait));
+            let spin = shared.spin_ns;
+            match next {
+                // Due within the spin: busy-wait for it, unlocked (the
+                // reader thread goes on offering events meanwhile).
+                Some(at) if at.saturating_sub(now) <= spin => {
+                    drop(st);
+                    while now_ns() < at {
+                        std::hint::spin_loop();
+                    }
+                }
+                _ => {
+                    let wait = next.map_or(CHECK_EVERY, |at| {
+                        Duration::from_nanos(at.saturating_sub(now) - spin).min(CHECK_EVERY)
+                    });
+                    drop(shared.wake.wait_timeout(st, wait));
+                }
+            }
             continue;
         }
         drop(st);

@@ -107,3 +107,39 @@ fn a_reliable_event_in_pieces_lost_with_its_connection_is_sent_again() {
     assert_eq!(got.len(), 1, "delivered once");
     assert!(got[0] == big, "the payload arrives as published");
 }
+
+/// Protocol version 6: a `reliable` subscription gets an event larger than
+/// its frame in numbered pieces (`DeliverReliablePiece`), the library puts
+/// it together and acknowledges it; the small event after it is delivered
+/// too, and the daemon holds nothing unacknowledged.
+#[test]
+fn a_reliable_subscription_receives_and_acknowledges_an_event_larger_than_its_frame() {
+    let (_h, url) = router();
+    let s = Session::connect(&url).expect("subscriber session");
+    let got: Arc<Mutex<Vec<Bytes>>> = Arc::default();
+    let g = got.clone();
+    let _sub = s
+        .subscribe("/big/**")
+        .qos("reliability", "reliable")
+        .callback(move |sample| g.lock().expect("got").push(sample.payload()))
+        .expect("subscribe");
+    let p_session = Session::connect(&url).expect("publisher session");
+    let p = p_session.declare_publisher("/big/pub").expect("publisher");
+    let big = payload(1 << 20);
+    p.publish("/big/x", big.clone()).expect("a 1 MiB event");
+    p.publish("/big/x", Bytes::from_static(b"small"))
+        .expect("a small one");
+    wait_until("both events", || got.lock().expect("got").len() == 2);
+    {
+        let got = got.lock().expect("got");
+        assert!(got[0] == big, "the large payload arrives as published");
+        assert_eq!(&got[1][..], b"small");
+    }
+    wait_until("the acknowledgements", || {
+        let l = p_session.list().expect("list");
+        l.subscriptions
+            .iter()
+            .filter_map(|s| s.acked.as_ref())
+            .any(|a| a.unacked == 0)
+    });
+}

@@ -283,3 +283,44 @@ fn a_client_side_playout_delivers_in_source_order_without_the_daemons_service() 
         "the playout thread ended with its subscription"
     );
 }
+
+/// `playout_spin`: the playout thread busy-waits the last stretch before
+/// each release (here every release, 1 ms apart, is within the spin, cut
+/// to its 1 ms bound) and its callback gets every event, once, in source
+/// order. The precision it buys is measured in BENCHMARKS.md (Fig. 20),
+/// not asserted here.
+#[test]
+fn a_spinning_client_playout_hands_every_event_to_its_callback_in_source_order() {
+    let er = tagwire::EmbeddedRouter::start().expect("embedded");
+    let s = er.session().expect("session");
+    let cfg: tagwire::PlayoutConfig = "tds:20ms".parse().expect("a playout");
+    let got = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let g = got.clone();
+    let _sub = s
+        .subscribe("/spin/**")
+        .playout(cfg)
+        .playout_spin(Duration::from_secs(1))
+        .callback(move |sample| {
+            let text = String::from_utf8_lossy(&sample.payload()).into_owned();
+            g.lock().expect("got").push(text);
+        })
+        .expect("subscribe with a spinning client playout");
+    let p = s.declare_publisher("/spin/cam").expect("publisher");
+    let base = now_ns();
+    for i in 0..20u64 {
+        let mut e = Event::new("/spin/x", format!("{i}"));
+        e.header.source_time_ns = base + i * 1_000_000;
+        p.send(e).expect("send");
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while got.lock().expect("got").len() < 20 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    let want: Vec<String> = (0..20).map(|i| i.to_string()).collect();
+    assert_eq!(
+        *got.lock().expect("got"),
+        want,
+        "every event once, in source order"
+    );
+}

@@ -15,7 +15,10 @@
 //! the run with the TDS subscriber, minus the same run with a plain second
 //! subscriber: the TDS's own cost per stream. `--client-playout` runs the
 //! TDS in the subscribing client instead (the library's `.playout(cfg)`),
-//! so the last hop's jitter is removed too.
+//! so the last hop's jitter is removed too; `--spin US` (with
+//! `--client-playout`) makes its thread busy-wait the last US µs before
+//! each release (`playout_spin`) and takes the events in a callback on
+//! that thread, so that no wake-up comes after the release.
 //!
 //! ```text
 //! cargo run --release --manifest-path experiments/Cargo.toml --bin narada_tds -- --seconds 20
@@ -179,11 +182,42 @@ fn run(
             second = second.qos("sched", &sched);
         }
     }
-    let second = second
-        .receiver()
-        .unwrap_or_else(|e| panic!("subscribe {playout:?}: {e}"));
     let stop = Arc::new(AtomicBool::new(false));
-    let (a, b) = (collect(plain, stop.clone()), collect(second, stop.clone()));
+    let a = collect(plain, stop.clone());
+    // `--spin US`: a callback on the spinning playout thread records each
+    // event as it is handed over; else a thread receives from a queue.
+    let spin = arg("--spin").map(|us| {
+        Duration::from_micros(us.parse().unwrap_or_else(|e| panic!("--spin {us}: {e}")))
+    });
+    let b = match spin.filter(|_| playout.is_some()) {
+        Some(spin) => {
+            let seen: Arc<std::sync::Mutex<Seen>> = Arc::default();
+            let s2 = seen.clone();
+            let sub = second
+                .playout_spin(spin)
+                .callback(move |s| {
+                    let at = now_ns();
+                    let e = s.event();
+                    let mut v = s2.lock().unwrap_or_else(|p| p.into_inner());
+                    v.push((at, e.source_time_ns, e.seq));
+                })
+                .unwrap_or_else(|e| panic!("subscribe {playout:?}: {e}"));
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                drop(sub);
+                std::mem::take(&mut *seen.lock().unwrap_or_else(|p| p.into_inner()))
+            })
+        }
+        None => collect(
+            second
+                .receiver()
+                .unwrap_or_else(|e| panic!("subscribe {playout:?}: {e}")),
+            stop.clone(),
+        ),
+    };
     // Through the relay the client is not on the daemon's port: it
     // presents the owner's token for that port itself.
     let token = tagwire_router::local::read_token(&tagwire_router::local::token_path(addr.port()))

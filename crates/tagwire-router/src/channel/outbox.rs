@@ -96,6 +96,9 @@ enum Body {
 #[derive(Debug)]
 pub(crate) struct Piecing {
     id: u64,
+    /// Its delivery sequence number on an acknowledged subscription
+    /// (`DeliverReliablePiece`, protocol version 6); `None`: `DeliverPiece`.
+    seq: Option<u64>,
     event: Bytes,
     checksum: u32,
     /// Bytes of `event` gathered so far.
@@ -106,9 +109,10 @@ pub(crate) struct Piecing {
 impl Piecing {
     /// Starts delivering `event` in pieces under event id `id`, charging
     /// its bytes to the channel's budget meanwhile (the queue let them go).
-    fn new(ch: &Channel, id: u64, event: Bytes) -> Self {
+    fn new(ch: &Channel, id: u64, seq: Option<u64>, event: Bytes) -> Self {
         Piecing {
             id,
+            seq,
             checksum: tagwire_core::fragment::checksum(&event),
             _held: crate::budget::Reservation::charged(&ch.budget, event.len()),
             event,
@@ -171,9 +175,20 @@ impl Batch {
         loop {
             let (at, end) = (p.offset, (p.offset + piece).min(total));
             of.offset = at as u64;
-            let prefix = tagwire_proto::deliver_piece_prefix(sub, &of, end - at);
-            self.flat.extend_from_slice(&prefix);
-            self.bytes += prefix.len() + (end - at);
+            let prefix_len = match p.seq {
+                None => {
+                    let prefix = tagwire_proto::deliver_piece_prefix(sub, &of, end - at);
+                    self.flat.extend_from_slice(&prefix);
+                    prefix.len()
+                }
+                Some(seq) => {
+                    let prefix =
+                        tagwire_proto::deliver_reliable_piece_prefix(sub, seq, &of, end - at);
+                    self.flat.extend_from_slice(&prefix);
+                    prefix.len()
+                }
+            };
+            self.bytes += prefix_len + (end - at);
             self.events.push(Gathered {
                 prefix: Prefix {
                     bytes: [0; PREFIX_MAX],
@@ -672,21 +687,33 @@ impl Outbox {
             // while pieces are left (`unfinished`) the channel takes nothing
             // else, so its order holds.
             let fits = |b: &Batch| b.len() < BATCH_EVENTS && total(b) < BATCH_BYTES;
-            let mut piecing = ch.piecing.borrow_mut();
             let mut unfinished = false;
-            if let Some(p) = piecing.as_mut() {
-                unfinished = !batch.push_pieces(ch.sub, p, ch.piece_size, fits);
+            if ch.in_pieces.get() {
+                let mut piecing = ch.piecing.borrow_mut();
+                if let Some(p) = piecing.as_mut() {
+                    unfinished = !batch.push_pieces(ch.sub, p, ch.piece_size, fits);
+                }
                 if !unfinished {
                     *piecing = None;
+                    ch.in_pieces.set(false);
                 }
             }
             let mut put =
                 |item: Queued, batch: &mut Batch, full: &mut bool, unfinished: &mut bool| {
-                    if item.event.len() > ch.piece_at && window.is_none() {
-                        // Larger than a frame: in pieces (protocol version 5).
-                        let mut p = Piecing::new(&ch, ch.pieced.add(1), item.event);
+                    if item.event.len() > ch.piece_at {
+                        // Larger than a frame: in pieces (protocol version
+                        // 5), numbered and held in the window like any other
+                        // event on an acknowledged subscription (version 6).
+                        let seq = window.as_mut().map(|(w, arena)| {
+                            let (kept, size) = super::acked::for_window(&item.event, arena);
+                            let seq = w.hold(kept, size, 0);
+                            *full = w.is_full();
+                            seq
+                        });
+                        let mut p = Piecing::new(&ch, ch.pieced.add(1), seq, item.event);
                         if !batch.push_pieces(ch.sub, &mut p, ch.piece_size, fits) {
-                            *piecing = Some(p);
+                            *ch.piecing.borrow_mut() = Some(p);
+                            ch.in_pieces.set(true);
                             *unfinished = true;
                         }
                         return;
@@ -727,8 +754,6 @@ impl Outbox {
                     !full && !unfinished && room(taken, batch)
                 });
             }
-            drop(put);
-            drop(piecing);
             drop(window);
             if let Some(j) = &jitter {
                 ch.jitter_out.store(j);
@@ -749,7 +774,7 @@ impl Outbox {
                 ch.unpin();
             }
             drop(q);
-            if full {
+            if full && !unfinished {
                 // Left out until an acknowledgement puts it back
                 // (`Channel::on_deliver_ack`): with events queued it stays
                 // scheduled; a timed channel's services keep theirs.

@@ -90,6 +90,9 @@ pub(crate) struct Channel {
     /// takes a batch's worth of its pieces per turn, so that control frames
     /// (an idle probe's `Ping`) and other channels go between them.
     pub(super) piecing: Locked<Option<super::outbox::Piecing>>,
+    /// Whether `piecing` holds an event (read without its lock on every
+    /// turn of the writer; only the writer sets either).
+    pub(super) in_pieces: Flag,
     /// Whether a `QueueFull` was reported since the queue last accepted.
     pub reject_reported: Flag,
     /// Whether this channel is in its outbox's ready list.
@@ -222,6 +225,7 @@ impl Channel {
             piece_size: usize::MAX,
             pieced: Count::new(0),
             piecing: Locked::new(None),
+            in_pieces: Flag::new(false),
             reject_reported: Flag::new(false),
             scheduled: Flag::new(false),
             priority: Count::new(tagwire_core::qos::DEFAULT_PRIORITY as u64),

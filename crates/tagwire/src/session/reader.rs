@@ -242,38 +242,27 @@ fn read_loop(inner: &Inner, stream: &mut Stream, buf: &mut BytesMut, seen: &mut 
             let (sub, event) = match input {
                 Input::DeliverReliable { sub, seq, event } => {
                     let now = *read_now.get_or_insert_with(|| inner.now());
-                    let a = acks
-                        .entry(sub)
-                        .or_insert_with(|| DeliveryAcks::new(AckBatching::default()));
-                    if let Err(e) = a.on_frame(seq, now) {
-                        tracing::warn!("subscription {sub}: {e}");
+                    match settle(inner, &mut acks, seen, now, sub, seq, event) {
+                        Some(event) => (sub, event),
+                        None => continue,
                     }
-                    if !seen.is_new(sub, &event, now, |s| lock(&inner.sinks).contains_key(&s)) {
-                        inner.delivery_duplicates.fetch_add(1, Ordering::Relaxed);
-                        continue;
-                    }
-                    (sub, event)
                 }
                 Input::Deliver { sub, event } => (sub, event),
-                Input::DeliverPiece { sub, of, data } => {
-                    let piece = tagwire_core::fragment::Piece {
-                        blob: tagwire_core::fragment::BlobId {
-                            id: of.id,
-                            total: of.total,
-                            checksum: of.checksum,
-                        },
-                        offset: of.offset,
-                        data,
+                Input::DeliverPiece { sub, of, data } => match whole(&mut pieces, sub, of, data) {
+                    Some(event) => (sub, event),
+                    None => continue,
+                },
+                Input::DeliverReliablePiece { sub, seq, of, data } => {
+                    // Settled (acknowledged, deduplicated) once whole: the
+                    // daemon sends nothing else of this subscription
+                    // between an event's pieces, so numbers stay in order.
+                    let Some(event) = whole(&mut pieces, sub, of, data) else {
+                        continue;
                     };
-                    match pieces.on_piece((sub, of.id), &piece) {
-                        Ok(a) => match a.progress {
-                            tagwire_core::fragment::Progress::Complete(event) => (sub, event),
-                            _ => continue,
-                        },
-                        Err(e) => {
-                            tracing::warn!("subscription {sub}: a bad piece from the daemon: {e}");
-                            continue;
-                        }
+                    let now = *read_now.get_or_insert_with(|| inner.now());
+                    match settle(inner, &mut acks, seen, now, sub, seq, event) {
+                        Some(event) => (sub, event),
+                        None => continue,
                     }
                 }
                 other => {
@@ -340,6 +329,60 @@ fn read_loop(inner: &Inner, stream: &mut Stream, buf: &mut BytesMut, seen: &mut 
 }
 
 /// Sends the `DeliverAck`s due now (all that wait, with `all`).
+/// Takes acknowledged delivery `seq` of subscription `sub` (its
+/// acknowledgement is counted, sent by [`send_acks`]); the event, unless it
+/// is one the subscription already had (a resend after a reconnect).
+fn settle(
+    inner: &Inner,
+    acks: &mut HashMap<u32, DeliveryAcks>,
+    seen: &mut Delivered,
+    now: u64,
+    sub: u32,
+    seq: u64,
+    event: Bytes,
+) -> Option<Bytes> {
+    let a = acks
+        .entry(sub)
+        .or_insert_with(|| DeliveryAcks::new(AckBatching::default()));
+    if let Err(e) = a.on_frame(seq, now) {
+        tracing::warn!("subscription {sub}: {e}");
+    }
+    if !seen.is_new(sub, &event, now, |s| lock(&inner.sinks).contains_key(&s)) {
+        inner.delivery_duplicates.fetch_add(1, Ordering::Relaxed);
+        return None;
+    }
+    Some(event)
+}
+
+/// Adds a piece of an event of subscription `sub` to `pieces`: the event
+/// once it is whole (a bad piece is logged and dropped).
+fn whole(
+    pieces: &mut tagwire_core::fragment::Reassembler<(u32, u64)>,
+    sub: u32,
+    of: tagwire_proto::PieceOf,
+    data: Bytes,
+) -> Option<Bytes> {
+    let piece = tagwire_core::fragment::Piece {
+        blob: tagwire_core::fragment::BlobId {
+            id: of.id,
+            total: of.total,
+            checksum: of.checksum,
+        },
+        offset: of.offset,
+        data,
+    };
+    match pieces.on_piece((sub, of.id), &piece) {
+        Ok(a) => match a.progress {
+            tagwire_core::fragment::Progress::Complete(event) => Some(event),
+            _ => None,
+        },
+        Err(e) => {
+            tracing::warn!("subscription {sub}: a bad piece from the daemon: {e}");
+            None
+        }
+    }
+}
+
 fn send_acks(inner: &Inner, acks: &mut HashMap<u32, DeliveryAcks>, all: bool) {
     if acks.is_empty() {
         return;

@@ -252,6 +252,16 @@ pub struct SubArgs {
     /// (docs/reliability.md).
     #[arg(long, value_name = "SEQ|TIME|start")]
     pub replay_from: Option<String>,
+    /// Keep where this subscription stopped in FILE and resume from it on
+    /// the next start: the events printed since are replayed from the
+    /// daemon's durable store, what was printed before is not printed again
+    /// (one tag, durable at the daemon). FILE is written (a new file, synced,
+    /// renamed over it) after the events it covers are flushed to
+    /// stdout, at most every 100 ms and at exit; after a kill the events of
+    /// the last 100 ms can be printed again, never skipped
+    /// (docs/reliability.md).
+    #[arg(long, value_name = "FILE")]
+    pub resume_file: Option<std::path::PathBuf>,
     /// With --replay-from: `fast` (as fast as they come, the default) or
     /// `original` (the publisher's spacing, from the events' source times).
     #[arg(long, value_name = "fast|original", requires = "replay_from")]

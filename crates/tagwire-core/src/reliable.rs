@@ -1024,6 +1024,34 @@ impl Dedupe {
         n
     }
 
+    /// Notes that every event of the key numbered up to `seq` was seen,
+    /// `seq` itself with source time `time`: where a subscriber that
+    /// resumes from a saved position stopped. Replaces what the key held.
+    pub fn seed(&mut self, origin: u64, publisher: u64, seq: u64, time: u64) {
+        self.clock += 1;
+        let key = (origin, publisher);
+        if !self.keys.contains_key(&key) && self.keys.len() >= self.max_keys {
+            self.forget_half();
+        }
+        self.keys.insert(
+            key,
+            Entry {
+                highest: seq,
+                highest_time: time,
+                below: [u64::MAX; WORDS],
+                used: self.clock,
+                highest_unseen: false,
+            },
+        );
+    }
+
+    /// The earliest, over the keys held, of the source time of each key's
+    /// highest event: every event not seen yet of a key held has a later
+    /// source time (source times grow per publisher). `None` when empty.
+    pub fn oldest_highest_time(&self) -> Option<u64> {
+        self.keys.values().map(|e| e.highest_time).min()
+    }
+
     /// Bytes its keys take (entries and table slots, an estimate).
     pub fn memory(&self) -> usize {
         self.keys.capacity()
@@ -1107,6 +1135,33 @@ mod forget_tests {
         // Kept: a copy is still recognised; forgotten: taken as new.
         assert_eq!(d.check(0, 1, 2, 2), Seen::Duplicate);
         assert_eq!(d.check(0, 5, 1, 1), Seen::New);
+    }
+
+    #[test]
+    fn the_oldest_highest_time_is_the_earliest_of_each_keys_newest_event() {
+        let mut d = Dedupe::new(64);
+        assert_eq!(d.oldest_highest_time(), None);
+        assert_eq!(d.check(0, 1, 1, 100), Seen::New);
+        assert_eq!(d.check(0, 1, 2, 300), Seen::New);
+        assert_eq!(d.check(0, 2, 7, 200), Seen::New);
+        // Key 1's newest is at 300, key 2's at 200.
+        assert_eq!(d.oldest_highest_time(), Some(200));
+        // A copy does not move it; a newer event of key 2 does.
+        assert_eq!(d.check(0, 2, 7, 200), Seen::Duplicate);
+        assert_eq!(d.check(0, 2, 8, 400), Seen::New);
+        assert_eq!(d.oldest_highest_time(), Some(300));
+    }
+
+    #[test]
+    fn a_seeded_key_takes_every_event_up_to_the_seed_as_seen() {
+        let mut d = Dedupe::new(64);
+        d.seed(0, 1, 5000, 500);
+        for seq in [1, 3000, 4000, 4999, 5000] {
+            assert_ne!(d.check(0, 1, seq, seq / 10), Seen::New, "{seq}");
+        }
+        assert_eq!(d.check(0, 1, 5001, 501), Seen::New);
+        // A new run of the publisher (numbered from 1, later source times).
+        assert_eq!(d.check(0, 1, 1, 900), Seen::New);
     }
 
     #[test]

@@ -29,6 +29,7 @@ mod playout;
 mod publisher;
 mod pull;
 mod replay;
+mod resume;
 mod sample;
 mod session;
 mod shm;
@@ -46,6 +47,7 @@ pub use playout::{LatePolicy, PlayoutConfig, PlayoutStats, TimeStats};
 pub use publisher::{EventBuilder, Publisher};
 pub use pull::{HistoryAt, Pull, PullError, PullOptions};
 pub use replay::{ReplayFrom, Spacing, Stored};
+pub use resume::{ResumePoint, RESUME_MARGIN};
 pub use sample::Sample;
 pub use session::{
     AckStats, EmbeddedRouter, Refusals, Session, DEFAULT_ACK_TIMEOUT, DEFAULT_ACK_WINDOW_BYTES,

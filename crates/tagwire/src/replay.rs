@@ -108,6 +108,17 @@ impl Seam {
         st.live = true;
         true
     }
+
+    /// Ends the replay whatever it got: the held events go out (the
+    /// dedupe behind a resume drops what was delivered already).
+    pub(crate) fn force_live(&self) {
+        let mut st = lock(&self.state);
+        st.overflowed = false;
+        for s in st.held.drain(..) {
+            self.inner.deliver_sample(s);
+        }
+        st.live = true;
+    }
 }
 
 /// What the daemon's durable store holds of a tag
@@ -172,7 +183,7 @@ pub(crate) fn run(
     }
 }
 
-fn replay(
+pub(crate) fn replay(
     session: &Session,
     tag: &str,
     from: ReplayFrom,

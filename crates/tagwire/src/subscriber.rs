@@ -35,6 +35,8 @@ pub struct SubscriptionBuilder {
     discard: DiscardPolicy,
     replay: Option<(crate::ReplayFrom, crate::Spacing)>,
     playout: Option<crate::PlayoutConfig>,
+    resume: Option<bool>,
+    resume_point: Option<crate::ResumePoint>,
     playout_spin: std::time::Duration,
     on_error: Option<Box<dyn Fn(Error) + Send + Sync>>,
 }
@@ -53,6 +55,8 @@ impl SubscriptionBuilder {
             discard: DiscardPolicy::default(),
             replay: None,
             playout: None,
+            resume: None,
+            resume_point: None,
             playout_spin: std::time::Duration::ZERO,
             on_error: None,
         }
@@ -117,6 +121,35 @@ impl SubscriptionBuilder {
     /// subscription's [`on_error`](Self::on_error) gets it).
     pub fn replay_from(mut self, from: crate::ReplayFrom, spacing: crate::Spacing) -> Self {
         self.replay = Some((from, spacing));
+        self
+    }
+
+    /// Whether the subscription resumes from the daemon's durable store
+    /// after each reconnect, from the last event it handed over, with no
+    /// gap and no duplicate — also when the daemon restarted or was killed
+    /// and lost what it held for the subscription (docs/reliability.md,
+    /// "Resumed after a restart of the daemon"). On by default for a
+    /// subscription made with [`replay_from`](Self::replay_from) or with
+    /// `qos("reliability", "durable")` on one tag (no wildcard) and no
+    /// `filter`, `map`, `scale`, `min_interval`, `buffer` or `playout` of
+    /// its own (replayed events do not go through the daemon's channel
+    /// services); `true` on a pattern with a wildcard fails the
+    /// subscription. The tag must be
+    /// durable at the daemon; if the resume replay fails, the
+    /// subscription goes on live and the failure is logged.
+    pub fn resume(mut self, on: bool) -> Self {
+        self.resume = Some(on);
+        self
+    }
+
+    /// Resumes where a previous subscription (of an earlier run of this
+    /// process) stopped: replays the store from a little before `point`
+    /// and drops what it says was taken, then continues live and resumes
+    /// after reconnects as [`resume`](Self::resume) does. The pattern must
+    /// be one durable tag. With [`replay_from`](Self::replay_from) too, the
+    /// replay starts there instead. An empty point replays nothing.
+    pub fn resume_from(mut self, point: crate::ResumePoint) -> Self {
+        self.resume_point = Some(point);
         self
     }
 
@@ -218,15 +251,69 @@ impl SubscriptionBuilder {
                 }
             }
         }
-        let (sink, seam) = match self.replay {
-            None => (sink, None),
-            Some(_) => {
-                let seam = crate::replay::Seam::new(sink);
-                (Arc::new(Sink::Seam(seam.clone())), Some(seam))
+        let one_tag = tagwire_core::tags::validate_tag(&self.pattern).is_ok();
+        let durable = self
+            .qos
+            .iter()
+            .any(|(k, v)| k == "reliability" && v == "durable");
+        let wants = self.resume_point.is_some() || self.resume == Some(true);
+        let resume = match self.resume {
+            _ if wants && !one_tag => {
+                inner.undeclare_endpoint(endpoint);
+                return Err(Error::Replay {
+                    tag: self.pattern.clone(),
+                    reason: "a resume replays one tag, not a pattern".into(),
+                });
             }
+            _ if self.resume_point.is_some() => true,
+            Some(on) => on,
+            // Replayed events bypass the daemon's channel filters, scaling
+            // and time services: a subscription shaped by them is resumed
+            // only when it asks.
+            None => {
+                let shaped = self.qos.iter().any(|(k, _)| {
+                    matches!(
+                        k.as_str(),
+                        "filter" | "map" | "scale" | "min_interval" | "buffer" | "playout"
+                    )
+                });
+                self.replay.is_some() || (durable && one_tag && !shaped)
+            }
+        };
+        // A saved point: replay from a little before it (unless the
+        // application asked for its own start).
+        let replay = self.replay.or_else(|| {
+            let point = self.resume_point.as_ref()?;
+            Some((
+                crate::resume::Resume::start_of(point)?,
+                crate::Spacing::Fast,
+            ))
+        });
+        let (sink, seam, resumer) = match (replay, resume) {
+            (_, true) => {
+                let r = crate::resume::Resume::new(&self.session, &self.pattern, sink);
+                if let Some(point) = &self.resume_point {
+                    r.seed(point);
+                }
+                (Arc::new(Sink::Resume(r.clone())), None, Some(r))
+            }
+            (None, false) => (sink, None, None),
+            (Some(_), false) => {
+                let seam = crate::replay::Seam::new(sink);
+                (Arc::new(Sink::Seam(seam.clone())), Some(seam), None)
+            }
+        };
+        // The seam holds live events from before the subscription is made;
+        // the replay reads the store after it is.
+        let prepared = match (&resumer, replay) {
+            (Some(r), Some((from, _))) => Some(r.prepare(from)),
+            _ => None,
         };
         match inner.add_subscription(endpoint, &self.pattern, self.qos, sink) {
             Ok(sub) => {
+                if let (Some(r), Some(p), Some((from, spacing))) = (&resumer, prepared, replay) {
+                    r.start(p, from, spacing)?;
+                }
                 if let (Some((from, spacing)), Some(seam)) = (self.replay, seam) {
                     let session = self.session.clone();
                     let tag = self.pattern.clone();
@@ -256,6 +343,11 @@ pub(crate) enum Sink {
     Seam(Arc<crate::replay::Seam>),
     /// A subscription played out in this process (crate::playout).
     Playout(crate::playout::Playout),
+    /// A subscription resumed from the store after each reconnect
+    /// (crate::resume): what the reader thread delivers to.
+    Resume(Arc<crate::resume::Resume>),
+    /// What a resume's seam hands over, for replay number `.1`.
+    Resumed(std::sync::Weak<crate::resume::Resume>, u64),
 }
 
 impl Sink {
@@ -271,6 +363,12 @@ impl Sink {
             }
             Sink::Seam(s) => s.offer(sample),
             Sink::Playout(p) => p.offer(sample),
+            Sink::Resume(r) => r.offer(sample),
+            Sink::Resumed(r, generation) => {
+                if let Some(r) = r.upgrade() {
+                    r.pass(sample, *generation)
+                }
+            }
         }
     }
 
@@ -279,6 +377,12 @@ impl Sink {
             Sink::Queue(q) => q.close(),
             Sink::Seam(s) => s.inner.close(),
             Sink::Playout(p) => p.close(),
+            Sink::Resume(r) => r.inner.close(),
+            Sink::Resumed(r, _) => {
+                if let Some(r) = r.upgrade() {
+                    r.inner.close()
+                }
+            }
             Sink::Callback(..) => {}
         }
     }
@@ -292,6 +396,11 @@ impl Sink {
             Sink::Callback(_, None) => tracing::error!("subscription ended: {error}"),
             Sink::Seam(s) => s.inner.fail(error),
             Sink::Playout(p) => p.fail(error),
+            Sink::Resume(r) => r.inner.fail(error),
+            Sink::Resumed(r, _) => match r.upgrade() {
+                Some(r) => r.inner.fail(error),
+                None => tracing::error!("subscription ended: {error}"),
+            },
         }
     }
 }

@@ -68,11 +68,27 @@ pub fn run(session: &Session, a: SubArgs) -> CmdResult {
     if let Some(cfg) = a.playout {
         b = b.playout(cfg);
     }
+    let mut resume = match &a.resume_file {
+        Some(path) => {
+            let r = ResumeFile::open(path.clone())?;
+            b = b.resume_from(r.point.clone());
+            Some(r)
+        }
+        None => None,
+    };
     let sub = b.receiver()?;
     let stop = stop_on_signal();
     let mut out = BufWriter::new(std::io::stdout().lock());
     let mut drops = DropReport::default();
-    let result = print_events(&sub, &a, &stop, &mut out, &mut drops);
+    let mut result = print_events(&sub, &a, &stop, &mut out, &mut drops, &mut resume);
+    if let Some(r) = &mut resume {
+        // What was printed is flushed: the point covers it.
+        if out.flush().is_ok() {
+            if let Err(e) = r.save() {
+                result = result.and(Err(e));
+            }
+        }
+    }
     if let Some(p) = sub.playout_stats() {
         let c = p.counters;
         eprintln!(
@@ -156,6 +172,7 @@ fn print_events(
     stop: &AtomicBool,
     out: &mut impl Write,
     drops: &mut DropReport,
+    resume: &mut Option<ResumeFile>,
 ) -> CmdResult {
     let timeout = a.timeout.map(Duration::from_secs_f64);
     let mut last_event = Instant::now();
@@ -165,6 +182,9 @@ fn print_events(
             Some(s) => s,
             None => {
                 out.flush()?;
+                if let Some(r) = resume {
+                    r.flushed()?;
+                }
                 if stop.load(Ordering::Relaxed) {
                     break;
                 }
@@ -210,12 +230,90 @@ fn print_events(
             )?;
         }
         drops.received += 1;
+        if let Some(r) = resume {
+            r.point.note(&sample);
+            if r.due() {
+                // In a flood the queue is never empty: flush, then save.
+                out.flush()?;
+                r.flushed()?;
+            }
+        }
         if stop.load(Ordering::Relaxed) {
             break;
         }
     }
     out.flush()?;
     Ok(())
+}
+
+/// `--resume-file`: the point this subscription stopped at, and when it
+/// was last written.
+struct ResumeFile {
+    path: std::path::PathBuf,
+    point: tagwire::ResumePoint,
+    /// Events noted since the last write.
+    dirty: bool,
+    written: Instant,
+}
+
+/// At most one write of the resume file this often.
+const RESUME_EVERY: Duration = Duration::from_millis(100);
+
+impl ResumeFile {
+    /// Reads `path` if it exists (a missing file: start from now).
+    fn open(path: std::path::PathBuf) -> Result<ResumeFile, Box<dyn std::error::Error>> {
+        let point = match std::fs::read_to_string(&path) {
+            Ok(text) => tagwire::ResumePoint::parse(&text)
+                .map_err(|e| format!("--resume-file {}: {e}", path.display()))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => tagwire::ResumePoint::new(),
+            Err(e) => return Err(format!("--resume-file {}: {e}", path.display()).into()),
+        };
+        Ok(ResumeFile {
+            path,
+            point,
+            dirty: false,
+            written: Instant::now(),
+        })
+    }
+
+    /// Whether a write is due (events noted, the interval passed).
+    fn due(&mut self) -> bool {
+        self.dirty = true;
+        self.written.elapsed() >= RESUME_EVERY
+    }
+
+    /// Stdout was flushed: writes the point if due.
+    fn flushed(&mut self) -> CmdResult {
+        if self.dirty && self.written.elapsed() >= RESUME_EVERY {
+            self.save()?;
+        }
+        Ok(())
+    }
+
+    /// Writes the point: a new file, synced, renamed over the old one, so a
+    /// reader (or the next start after a kill) sees the old point or the
+    /// new one.
+    fn save(&mut self) -> CmdResult {
+        if !self.dirty {
+            return Ok(());
+        }
+        let mut tmp = self.path.clone().into_os_string();
+        tmp.push(".new");
+        let tmp = std::path::PathBuf::from(tmp);
+        // Synced before the rename: after a power loss the file holds the
+        // old point or the new one, not an empty file (at most 10 syncs a
+        // second).
+        std::fs::File::create(&tmp)
+            .and_then(|mut f| {
+                f.write_all(self.point.encode().as_bytes())?;
+                f.sync_data()
+            })
+            .and_then(|()| std::fs::rename(&tmp, &self.path))
+            .map_err(|e| format!("--resume-file {}: {e}", self.path.display()))?;
+        self.dirty = false;
+        self.written = Instant::now();
+        Ok(())
+    }
 }
 
 /// A flag set by SIGINT or SIGTERM, so that `tagwire sub` stopped by Ctrl-C

@@ -189,6 +189,10 @@ pub(super) fn reader_main(inner: Arc<Inner>, mut stream: Stream, mut leftover: B
                     backoff = BACKOFF_MIN;
                     inner.reconnects.fetch_add(1, Ordering::Relaxed);
                     seen.reconnected(inner.now());
+                    // Before the new connection is read: its deliveries
+                    // are held while the resume replays run.
+                    let sinks = lock(&inner.sinks).clone();
+                    crate::resume::reconnected(&sinks);
                     tracing::info!("reconnected to {}", inner.target().describe());
                     let pieced = std::mem::take(&mut lock(&inner.writer).pieced_resend);
                     inner.resend_pieces(pieced);

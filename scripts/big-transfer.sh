@@ -22,7 +22,7 @@ log=$(mktemp)
 # Peak RSS (VmHWM) of the test's tagwired/tagwire processes: those in its
 # namespaces (twtb-*), not other daemons on the machine.
 ( while sleep 1; do
-    for p in $(pgrep -x 'tagwired|tagwire'); do
+    for p in $(pgrep -x 'tagwire(d)?'); do
       [[ $(ip netns identify "$p" 2>/dev/null) == twtb-* ]] || continue
       awk -v p="$p" -v c="$(cat "/proc/$p/comm" 2>/dev/null)" '/VmHWM/ { print c, p, $2 }' "/proc/$p/status" 2>/dev/null
     done

@@ -60,32 +60,63 @@ fn send_pieces(p: &mut Raw, ev: &Bytes, seq: u64, range: std::ops::Range<usize>)
     }
 }
 
-/// Reads `DeliverPiece`s of subscription 1 until one event is whole.
-fn receive_in_pieces(s: &mut Raw) -> Bytes {
+/// Reads the pieces of one event of subscription 1 until it is whole:
+/// `DeliverPiece`s, or with `seq` the `DeliverReliablePiece`s of that
+/// delivery number; `None` after `first` pieces if that many are read first
+/// (the caller stops reading there).
+fn receive_pieces(s: &mut Raw, seq: Option<u64>, first: Option<usize>) -> Option<Bytes> {
     let mut buf: Option<Vec<u8>> = None;
-    let mut got = 0u64;
+    let (mut got, mut pieces) = (0u64, 0usize);
     loop {
-        match s.recv() {
-            Some(Frame::DeliverPiece { sub, of, data }) => {
-                assert_eq!(sub, 1);
-                assert!(
-                    1 + 32 + data.len() <= FRAME as usize,
-                    "a piece fits the frame"
-                );
-                let b = buf.get_or_insert_with(|| vec![0; of.total as usize]);
-                b[of.offset as usize..of.offset as usize + data.len()].copy_from_slice(&data);
-                got += data.len() as u64;
-                if got == of.total {
-                    let whole = Bytes::from(buf.take().expect("buffer"));
-                    assert_eq!(checksum(&whole), of.checksum, "the pieces' checksum");
-                    return whole;
-                }
+        if first.is_some_and(|n| pieces == n) {
+            return None;
+        }
+        let (sub, of, data, prefix) = match (s.recv(), seq) {
+            (Some(Frame::DeliverPiece { sub, of, data }), None) => (sub, of, data, 32),
+            (
+                Some(Frame::DeliverReliablePiece {
+                    sub,
+                    seq: n,
+                    of,
+                    data,
+                }),
+                Some(want),
+            ) => {
+                assert_eq!(n, want, "delivery {want}");
+                (sub, of, data, 40)
             }
-            Some(Frame::Deliver { .. }) => panic!("a whole Deliver of an event over the frame"),
-            Some(_) => continue,
-            None => panic!("the subscriber's connection ended before the event was whole"),
+            (Some(f @ (Frame::Deliver { .. } | Frame::DeliverReliable { .. })), _) => {
+                panic!(
+                    "a whole {} of an event over the frame",
+                    tagwire_proto::frame_name(f.kind())
+                )
+            }
+            (Some(Frame::DeliverPiece { .. } | Frame::DeliverReliablePiece { .. }), _) => {
+                panic!("pieces of the other kind (wanted delivery number {seq:?})")
+            }
+            (Some(_), _) => continue,
+            (None, _) => panic!("the subscriber's connection ended before the event was whole"),
+        };
+        assert_eq!(sub, 1);
+        assert!(
+            1 + prefix + data.len() <= FRAME as usize,
+            "a piece fits the frame"
+        );
+        let b = buf.get_or_insert_with(|| vec![0; of.total as usize]);
+        b[of.offset as usize..of.offset as usize + data.len()].copy_from_slice(&data);
+        got += data.len() as u64;
+        pieces += 1;
+        if got == of.total {
+            let whole = Bytes::from(buf.take().expect("buffer"));
+            assert_eq!(checksum(&whole), of.checksum, "the pieces' checksum");
+            return Some(whole);
         }
     }
+}
+
+/// Reads `DeliverPiece`s of subscription 1 until one event is whole.
+fn receive_in_pieces(s: &mut Raw) -> Bytes {
+    receive_pieces(s, None, None).expect("read to the end")
 }
 
 #[test]
@@ -259,43 +290,6 @@ fn reliable() -> Vec<(String, String)> {
     vec![("reliability".into(), "reliable".into())]
 }
 
-/// Reads the `DeliverReliablePiece`s of subscription 1 until one event is
-/// whole (`first` pieces at most, then `None`: the caller stops reading);
-/// all must carry delivery number `seq`.
-fn receive_numbered(s: &mut Raw, seq: u64, first: Option<usize>) -> Option<Bytes> {
-    let mut buf: Option<Vec<u8>> = None;
-    let (mut got, mut pieces) = (0u64, 0usize);
-    loop {
-        if first.is_some_and(|n| pieces == n) {
-            return None;
-        }
-        match s.recv() {
-            Some(Frame::DeliverReliablePiece {
-                sub,
-                seq: s,
-                of,
-                data,
-            }) => {
-                assert_eq!((sub, s), (1, seq), "subscription 1, delivery {seq}");
-                assert!(
-                    1 + 40 + data.len() <= FRAME as usize,
-                    "a piece fits the frame"
-                );
-                let b = buf.get_or_insert_with(|| vec![0; of.total as usize]);
-                b[of.offset as usize..of.offset as usize + data.len()].copy_from_slice(&data);
-                got += data.len() as u64;
-                pieces += 1;
-                if got == of.total {
-                    let whole = Bytes::from(buf.take().expect("buffer"));
-                    assert_eq!(checksum(&whole), of.checksum, "the pieces' checksum");
-                    return Some(whole);
-                }
-            }
-            other => panic!("expected DeliverReliablePiece {seq}, got {other:?}"),
-        }
-    }
-}
-
 fn unacked(p: &mut Raw, endpoint: &str) -> usize {
     p.list()
         .subscriptions
@@ -319,7 +313,7 @@ fn a_reliable_subscription_gets_a_large_event_in_numbered_pieces_held_until_ackn
     let ev = big_event(100 * 1024);
     send_pieces(&mut p, &ev, 0, 0..ev.len());
     p.publish_event(1, &event("/big/pub", "/big/x", "small"));
-    assert_eq!(receive_numbered(&mut sub, 1, None), Some(ev));
+    assert_eq!(receive_pieces(&mut sub, Some(1), None), Some(ev));
     match sub.recv() {
         Some(Frame::DeliverReliable { sub: 1, seq, .. }) => assert_eq!(seq, 2),
         other => panic!("expected DeliverReliable 2, got {other:?}"),
@@ -355,7 +349,7 @@ fn a_reliable_subscriber_cut_off_mid_pieces_gets_the_whole_event_after_its_recon
     let ev = big_event(512 * 1024);
     send_pieces(&mut p, &ev, 0, 0..ev.len());
     assert_eq!(
-        receive_numbered(&mut sub, 1, Some(3)),
+        receive_pieces(&mut sub, Some(1), Some(3)),
         None,
         "three pieces read"
     );
@@ -365,7 +359,7 @@ fn a_reliable_subscriber_cut_off_mid_pieces_gets_the_whole_event_after_its_recon
     sub.declare(1, EndpointKind::Subscriber, "/big/sub");
     sub.subscribe(1, 1, "/big/**", &reliable());
     assert_eq!(
-        receive_numbered(&mut sub, 1, None),
+        receive_pieces(&mut sub, Some(1), None),
         Some(ev),
         "the whole event, numbered anew on the new connection"
     );

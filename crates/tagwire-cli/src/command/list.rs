@@ -313,6 +313,12 @@ fn print_links(f: Option<&tagwire::router::FederationInfo>) -> CmdResult {
             l.queue_depth,
             l.dropped
         );
+        let bands = if l.bands.is_empty() {
+            "none (every band on the first)".to_string()
+        } else {
+            l.bands.join(", ")
+        };
+        outln!("    link version {}; band connections: {bands}", l.version);
     }
     Ok(())
 }

@@ -261,19 +261,29 @@ fn udp_port(lan: &Lan, i: usize, band: &str) -> u16 {
         .unwrap_or_else(|| panic!("band {band} has no UDP socket: {l}"))
 }
 
+/// A running `tagwire sub`, printing to a file (80 lines of 800-byte
+/// payloads would fill a pipe nobody reads until it exits).
+struct Sub {
+    child: Child,
+    out: tempfile::NamedTempFile,
+}
+
 /// `tagwire sub PATTERN -n COUNT` on host `i`, until 15 s without an event.
-fn subscriber(lan: &Lan, i: usize, pattern: &str, count: usize) -> Child {
-    lan.exec(
-        i,
-        &tagwire(
+fn subscriber(lan: &Lan, i: usize, pattern: &str, count: usize) -> Sub {
+    let out = tempfile::NamedTempFile::new().expect("temp file");
+    let child = lan
+        .exec(
             i,
-            &["sub", pattern, "-n", &count.to_string(), "--timeout", "15"],
-        ),
-    )
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .spawn()
-    .expect("spawn tagwire sub")
+            &tagwire(
+                i,
+                &["sub", pattern, "-n", &count.to_string(), "--timeout", "15"],
+            ),
+        )
+        .stdout(out.reopen().expect("reopen the temp file"))
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn tagwire sub");
+    Sub { child, out }
 }
 
 /// `tagwire --band BAND pub TAG -n N` on host `i`, 200 a second, 800
@@ -309,10 +319,12 @@ fn publish(lan: &Lan, i: usize, band: &str, tag: &str) {
     );
 }
 
-/// The lines a subscriber printed.
-fn received(child: Child) -> Vec<String> {
-    let out = common::wait_output(child, WAIT * 2);
-    String::from_utf8_lossy(&out.stdout)
+/// The lines a subscriber printed, once it exited (or was stopped after
+/// twice [`WAIT`]).
+fn received(sub: Sub) -> Vec<String> {
+    let _ = common::wait_output(sub.child, WAIT * 2);
+    std::fs::read_to_string(sub.out.path())
+        .unwrap_or_default()
         .lines()
         .map(str::to_owned)
         .collect()

@@ -318,7 +318,12 @@ fn print_links(f: Option<&tagwire::router::FederationInfo>) -> CmdResult {
         } else {
             l.bands.join(", ")
         };
-        outln!("    link version {}; band connections: {bands}", l.version);
+        // 0: a daemon too old to say.
+        let version = match l.version {
+            0 => "?".to_string(),
+            v => v.to_string(),
+        };
+        outln!("    link version {version}; band connections: {bands}");
     }
     Ok(())
 }

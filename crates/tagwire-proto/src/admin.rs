@@ -1215,6 +1215,9 @@ pub struct LinkInfo {
     /// Whether the link acknowledges reliable events (link version 3).
     #[serde(default)]
     pub acknowledged: bool,
+    /// The link protocol version spoken on it (0: a daemon too old to say).
+    #[serde(default)]
+    pub version: u16,
 }
 
 /// The federation, as the first page of `tagwire list` shows it.

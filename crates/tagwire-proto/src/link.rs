@@ -19,8 +19,13 @@ use crate::reader::Reader;
 /// The newest link protocol version this crate speaks (carried in `Peer`).
 /// Version 3 adds [`LinkFrame::Reliable`] and [`LinkFrame::Ack`]; version 4
 /// adds [`LinkFrame::Fragment`] and [`LinkFrame::FragmentResume`]; version 5
-/// adds [`LinkFrame::Compressed`].
-pub const LINK_VERSION: u16 = 5;
+/// adds [`LinkFrame::Compressed`]; version 6 adds the UDP ports of the
+/// bands to the acceptor's [`LinkFrame::Peer`] (`udp_bands`).
+pub const LINK_VERSION: u16 = 6;
+/// The first link version whose acceptor lists its bands' UDP ports in
+/// its `Peer` (`udp_bands`), so that a link dialed over UDP opens one
+/// session per band; an older peer's UDP link stays on the default band.
+pub const UDP_BANDS_LINK_VERSION: u16 = 6;
 /// The first link version that carries compressed events
 /// ([`LinkFrame::Compressed`]); an older peer gets them uncompressed.
 pub const COMPRESS_LINK_VERSION: u16 = 5;
@@ -319,6 +324,12 @@ pub enum LinkFrame {
         /// The sender's bands and their TCP ports, so the dialer can open
         /// one connection per band (at most 16).
         bands: Vec<(String, u16)>,
+        /// The sender's bands and their UDP ports (link version 6, at most
+        /// 16): a trailing list, absent when empty. Only an acceptor lists
+        /// them, answering a dialer that said version 6 or more (an older
+        /// daemon refuses bytes after `bands`), so that a dialer linked
+        /// over UDP opens one UDP session per band.
+        udp_bands: Vec<(String, u16)>,
     },
     /// One daemon's state, flooded to every daemon: a newer `version` from
     /// the same `origin` replaces the older.
@@ -495,23 +506,16 @@ impl LinkFrame {
                 cluster,
                 band,
                 bands,
+                udp_bands,
             } => {
                 out.put_u16_le(*version);
                 out.put_u64_le(*node);
                 put_short(out, "daemon name", name)?;
                 put_short(out, "cluster name", cluster)?;
                 put_short(out, "band name", band)?;
-                if bands.len() > MAX_PEER_BANDS {
-                    return Err(EncodeError::TooLong {
-                        what: "peer bands",
-                        len: bands.len(),
-                        max: MAX_PEER_BANDS,
-                    });
-                }
-                out.put_u8(bands.len() as u8);
-                for (b, port) in bands {
-                    put_short(out, "band name", b)?;
-                    out.put_u16_le(*port);
+                put_band_ports(out, "peer bands", bands)?;
+                if !udp_bands.is_empty() {
+                    put_band_ports(out, "peer UDP bands", udp_bands)?;
                 }
             }
             LinkFrame::Advert {
@@ -705,18 +709,13 @@ impl LinkFrame {
                 let name = r.short_str("daemon name")?.to_owned();
                 let cluster = r.short_str("cluster name")?.to_owned();
                 let band = r.short_str("band name")?.to_owned();
-                let n = r.u8("peer band count")? as usize;
-                if n > MAX_PEER_BANDS {
-                    return Err(DecodeError::TooLong {
-                        what: "peer bands",
-                        len: n,
-                        max: MAX_PEER_BANDS,
-                    });
-                }
-                let mut bands = Vec::with_capacity(n);
-                for _ in 0..n {
-                    bands.push((r.short_str("band name")?.to_owned(), r.u16("band port")?));
-                }
+                let bands = band_ports(&mut r, "peer bands")?;
+                // Link version 6: the UDP ports, if anything follows.
+                let udp_bands = if r.pos() < body.len() {
+                    band_ports(&mut r, "peer UDP bands")?
+                } else {
+                    Vec::new()
+                };
                 LinkFrame::Peer {
                     version,
                     node,
@@ -724,6 +723,7 @@ impl LinkFrame {
                     cluster,
                     band,
                     bands,
+                    udp_bands,
                 }
             }
             link_kind::ADVERT => {
@@ -1014,6 +1014,45 @@ fn put_count(
     Ok(())
 }
 
+/// A `Peer`'s list of (band, port): `u8 n` (at most [`MAX_PEER_BANDS`]) and
+/// n × (str8 band, u16 port).
+fn put_band_ports(
+    out: &mut BytesMut,
+    what: &'static str,
+    ports: &[(String, u16)],
+) -> Result<(), EncodeError> {
+    if ports.len() > MAX_PEER_BANDS {
+        return Err(EncodeError::TooLong {
+            what,
+            len: ports.len(),
+            max: MAX_PEER_BANDS,
+        });
+    }
+    out.put_u8(ports.len() as u8);
+    for (b, port) in ports {
+        put_short(out, "band name", b)?;
+        out.put_u16_le(*port);
+    }
+    Ok(())
+}
+
+/// Reads what [`put_band_ports`] wrote.
+fn band_ports(r: &mut Reader<'_>, what: &'static str) -> Result<Vec<(String, u16)>, DecodeError> {
+    let n = r.u8(what)? as usize;
+    if n > MAX_PEER_BANDS {
+        return Err(DecodeError::TooLong {
+            what,
+            len: n,
+            max: MAX_PEER_BANDS,
+        });
+    }
+    let mut ports = Vec::with_capacity(n);
+    for _ in 0..n {
+        ports.push((r.short_str("band name")?.to_owned(), r.u16("band port")?));
+    }
+    Ok(ports)
+}
+
 fn count(r: &mut Reader<'_>, what: &'static str, max: usize) -> Result<usize, DecodeError> {
     let n = r.u16(what)? as usize;
     if n > max {
@@ -1036,6 +1075,44 @@ mod tests {
             .expect("framed")
             .expect("whole");
         LinkFrame::decode(k, body).expect("decodes")
+    }
+
+    fn peer(udp_bands: Vec<(String, u16)>) -> LinkFrame {
+        LinkFrame::Peer {
+            version: LINK_VERSION,
+            node: 9,
+            name: "a".into(),
+            cluster: "tagwire".into(),
+            band: "normal".into(),
+            bands: vec![("high".into(), 7701)],
+            udp_bands,
+        }
+    }
+
+    #[test]
+    fn a_peer_without_udp_bands_ends_after_its_tcp_bands_as_version_5_did() {
+        let mut buf = BytesMut::new();
+        peer(vec![]).encode(&mut buf).expect("encodable");
+        // length, type, version, node, "a", "tagwire", "normal", 1 band.
+        let tcp_bands_end = 4 + 1 + 2 + 8 + 2 + 8 + 7 + 1 + 7;
+        assert_eq!(buf.len(), tcp_bands_end, "nothing after the TCP bands");
+        let with = peer(vec![("high".into(), 7711)]);
+        assert_eq!(roundtrip(&with), with);
+        assert_eq!(roundtrip(&peer(vec![])), peer(vec![]));
+    }
+
+    #[test]
+    fn a_peer_listing_more_than_16_udp_bands_is_refused_both_ways() {
+        let many: Vec<(String, u16)> = (0..17).map(|i| (format!("b{i}"), 1)).collect();
+        let mut buf = BytesMut::new();
+        let e = peer(many).encode(&mut buf).expect_err("too many");
+        assert!(e.to_string().contains("peer UDP bands"), "{e}");
+        let mut body = BytesMut::new();
+        peer(vec![]).encode(&mut body).expect("encodable");
+        let mut body = body.split_off(FRAME_HEADER_LEN);
+        body.put_u8(17);
+        let e = LinkFrame::decode(link_kind::PEER, body.freeze()).expect_err("too many");
+        assert!(e.to_string().contains("peer UDP bands"), "{e}");
     }
 
     fn fragment_body(total: u64, offset: u64, kind: u8, seq: u64, data: &[u8]) -> Bytes {
@@ -1176,9 +1253,10 @@ mod tests {
                 "[a-z]{0,10}",
                 "[a-z]{0,10}",
                 "[a-z]{0,10}",
+                prop::collection::vec(("[a-z]{1,8}", any::<u16>()), 0..4),
                 prop::collection::vec(("[a-z]{1,8}", any::<u16>()), 0..4)
             )
-                .prop_map(|(version, node, name, cluster, band, bands)| {
+                .prop_map(|(version, node, name, cluster, band, bands, udp_bands)| {
                     LinkFrame::Peer {
                         version,
                         node,
@@ -1186,6 +1264,7 @@ mod tests {
                         cluster,
                         band,
                         bands,
+                        udp_bands,
                     }
                 }),
             (

@@ -545,6 +545,19 @@ fn link_vectors() -> Vec<(&'static str, LinkFrame)> {
                 cluster: "tagwire".into(),
                 band: "normal".into(),
                 bands: vec![("high".into(), 7703)],
+                udp_bands: vec![],
+            },
+        ),
+        (
+            "link_peer_udp",
+            LinkFrame::Peer {
+                version: 6,
+                node: 0x0102_0304_0506_0708,
+                name: "b".into(),
+                cluster: "tagwire".into(),
+                band: "normal".into(),
+                bands: vec![("high".into(), 7703)],
+                udp_bands: vec![("normal".into(), 7710), ("high".into(), 40001)],
             },
         ),
         (

@@ -170,6 +170,11 @@ pub struct FederationConfig {
     /// `limits.max_buffered_bytes`, like the reliable windows); an event
     /// larger than this is refused (the link closes naming it).
     pub fragment_max_bytes: usize,
+    /// The newest link protocol version this daemon speaks, 2 ..= 6
+    /// (default 6, the newest): lower it to link as a daemon of that
+    /// version would during a rolling upgrade, or to test one (5: a
+    /// `udp://` link carries every band on the default band's session).
+    pub link_version: u16,
 }
 
 /// What a link connection's full reliability window does with one more
@@ -215,6 +220,7 @@ impl Default for FederationConfig {
             fragment_size: 1 << 20,
             fragment_max_events: 16,
             fragment_max_bytes: 1 << 30,
+            link_version: tagwire_proto::LINK_VERSION,
         }
     }
 }
@@ -265,6 +271,15 @@ impl FederationConfig {
                     "federation.{name} = 0: it must be at least 1"
                 )));
             }
+        }
+        let versions = tagwire_proto::MIN_LINK_VERSION..=tagwire_proto::LINK_VERSION;
+        if !versions.contains(&self.link_version) {
+            return Err(ConfigError::Invalid(format!(
+                "federation.link_version = {} is outside {}..={} (the link versions this daemon speaks)",
+                self.link_version,
+                versions.start(),
+                versions.end()
+            )));
         }
         if !(4096..=16 << 20).contains(&self.fragment_size) {
             return Err(ConfigError::Invalid(format!(

@@ -21,7 +21,7 @@ use tagwire_core::qos::ProxyMode;
 use tagwire_core::queue::{BoundedQueue, DiscardPolicy, OrderPolicy};
 use tagwire_proto::{
     ErrorCode, EventRef, FragmentOf, Interest, LinkFrame, ProxyAt, COMPRESS_LINK_VERSION,
-    LINK_VERSION, MIN_LINK_VERSION, RELIABLE_LINK_VERSION,
+    FRAGMENT_LINK_VERSION, MIN_LINK_VERSION, RELIABLE_LINK_VERSION, UDP_BANDS_LINK_VERSION,
 };
 
 use crate::channel::{Channel, Outbox, Outgoing};
@@ -66,21 +66,33 @@ pub(crate) struct LinkConn<'a> {
 }
 
 /// Says who we are: the dialer's first link frame, after `Welcome`.
-/// It says link version 4 unless the peer at that address refused a
-/// version before: then one less each time (4, 3, 2).
+/// It says this daemon's link version (`[federation] link_version`, 6 by
+/// default) unless the peer at that address refused a version before:
+/// then one less each time (6, 5, …, 2).
 pub(crate) fn say_peer(state: &Locked<State>, conn: u64, outbox: &Outbox, max: usize) {
     let st = state.borrow();
+    let ours = st.config.federation.link_version;
     let version = st
         .connections
         .get(&conn)
         .and_then(|c| st.fed.reliable.downgraded.get(&c.peer).copied())
-        .unwrap_or(LINK_VERSION);
-    let _ = outbox.send_link(&peer_frame(&st, conn, version), max);
+        .map_or(ours, |v| v.min(ours));
+    let _ = outbox.send_link(&peer_frame(&st, conn, version, false), max);
 }
 
 /// Our `Peer` for connection `conn`: the link version, its band, and our
-/// bands' ports.
-fn peer_frame(st: &State, conn: u64, version: u16) -> LinkFrame {
+/// bands' TCP ports; in an acceptor's `answer` on link version 6 or more,
+/// also our bands' UDP ports (never in a dialer's first `Peer`: a daemon
+/// older than version 6 refuses bytes after the TCP ports).
+fn peer_frame(st: &State, conn: u64, version: u16, answer: bool) -> LinkFrame {
+    let udp_bands = if answer && version >= UDP_BANDS_LINK_VERSION {
+        st.lanes
+            .iter()
+            .filter_map(|l| Some((l.band.clone(), l.udp?.port())))
+            .collect()
+    } else {
+        Vec::new()
+    };
     LinkFrame::Peer {
         version,
         node: st.node.me(),
@@ -92,6 +104,7 @@ fn peer_frame(st: &State, conn: u64, version: u16) -> LinkFrame {
             .iter()
             .filter_map(|l| Some((l.band.clone(), l.tcp?.port())))
             .collect(),
+        udp_bands,
     }
 }
 
@@ -119,6 +132,7 @@ pub(crate) fn on_frame(
             cluster,
             band,
             bands,
+            udp_bands,
         } = frame
         else {
             return Err((
@@ -126,7 +140,11 @@ pub(crate) fn on_frame(
                 "a link frame before Peer (only daemons send link frames, and Peer first)".into(),
             ));
         };
-        return on_peer(c, version, node, name, cluster, band, bands);
+        let ports = BandPorts {
+            tcp: bands,
+            udp: udp_bands,
+        };
+        return on_peer(c, version, node, name, cluster, band, ports);
     };
     let mut st = c.state.borrow_mut();
     if !matches!(
@@ -424,6 +442,12 @@ pub(crate) async fn precompile_advert(state: &Arc<Locked<State>>, conn: u64, fra
     state.borrow_mut().fed.compiled_advert = Some((conn, origin, *version, result));
 }
 
+/// The ports a peer listed for its bands in its `Peer`.
+struct BandPorts {
+    tcp: Vec<(String, u16)>,
+    udp: Vec<(String, u16)>,
+}
+
 #[allow(clippy::too_many_arguments)]
 fn on_peer(
     c: LinkConn<'_>,
@@ -432,17 +456,20 @@ fn on_peer(
     name: String,
     cluster: String,
     band: String,
-    bands: Vec<(String, u16)>,
+    ports: BandPorts,
 ) -> Result<(), (ErrorCode, String)> {
-    if !(MIN_LINK_VERSION..=LINK_VERSION).contains(&version) {
+    let ours = c.state.borrow().config.federation.link_version;
+    if !(MIN_LINK_VERSION..=ours).contains(&version) {
         return Err((
             ErrorCode::UnsupportedVersion,
-            format!("link protocol version {version}; this daemon speaks {MIN_LINK_VERSION} to {LINK_VERSION}"),
+            format!(
+                "link protocol version {version}; this daemon speaks {MIN_LINK_VERSION} to {ours}"
+            ),
         ));
     }
     // The lower of the two: the acceptor answers with it, and a dialer
     // that said 3 hears 2 from a daemon that speaks only 2.
-    let version = version.min(LINK_VERSION);
+    let version = version.min(ours);
     if !c.may_link {
         return Err((
             ErrorCode::PermissionDenied,
@@ -496,7 +523,9 @@ fn on_peer(
     }
     let max = c.max_control;
     if !c.dialed {
-        let _ = c.outbox.send_link(&peer_frame(&st, c.conn, version), max);
+        let _ = c
+            .outbox
+            .send_link(&peer_frame(&st, c.conn, version, true), max);
     }
     if version >= COMPRESS_LINK_VERSION {
         st.fed.compress.conns.insert(c.conn);
@@ -536,7 +565,9 @@ fn on_peer(
             offset_ns: None,
             probe: (1, t1),
             bands: HashMap::new(),
-            band_ports: bands,
+            band_ports: ports.tcp,
+            udp_band_ports: ports.udp,
+            version,
             sampled: (0, 0, now_ns()),
             rate: (0, 0),
             heard: now_ns(),
@@ -584,7 +615,7 @@ fn attach_band(
     version: u16,
 ) -> Result<(), (ErrorCode, String)> {
     let queue = link_queue(st, name, c.outbox, c.conn);
-    let me_frame = (!c.dialed).then(|| peer_frame(st, c.conn, version));
+    let me_frame = (!c.dialed).then(|| peer_frame(st, c.conn, version, true));
     let lossy = crate::udp::is_udp(st, c.conn);
     let Some(link) = st.fed.links.get_mut(&node) else {
         return Err((
@@ -797,7 +828,10 @@ pub(crate) async fn run(state: Arc<Locked<State>>, lane: crate::state::lanes::La
 
 /// A non-default band's lane task: for every link this daemon dialed, opens
 /// the link's connection for this band (to the port the peer listed for it)
-/// once the link is up, and again whenever it is lost.
+/// once the link is up, and again whenever it is lost. A link dialed over
+/// UDP opens a UDP session from a socket of this lane, marked with this
+/// band's DSCP, to the band's UDP port the peer listed (link version 6; an
+/// older peer lists none, and its UDP link stays on the default band).
 pub(crate) async fn run_band(
     state: Arc<Locked<State>>,
     lane: crate::state::lanes::LaneOf,
@@ -815,23 +849,24 @@ pub(crate) async fn run_band(
                 if !l.dialed || l.bands.contains_key(&band) {
                     continue;
                 }
-                let Some(port) = l
-                    .band_ports
-                    .iter()
-                    .find(|(b, _)| *b == band)
-                    .map(|(_, p)| *p)
-                else {
+                let udp = crate::config::is_udp_peer(&l.addr);
+                let ports = if udp {
+                    &l.udp_band_ports
+                } else {
+                    &l.band_ports
+                };
+                let Some(port) = ports.iter().find(|(b, _)| *b == band).map(|(_, p)| *p) else {
                     continue;
                 };
-                if crate::config::is_udp_peer(&l.addr) {
-                    // A UDP link serves the default band only.
-                    continue;
-                }
                 let (tls, host) = crate::config::peer_address(&l.addr);
                 let Some((host, _)) = host.rsplit_once(':') else {
                     continue;
                 };
-                let scheme = if tls { "tls" } else { "tcp" };
+                let scheme = match (udp, tls) {
+                    (true, _) => "udp",
+                    (false, true) => "tls",
+                    (false, false) => "tcp",
+                };
                 wanted.push((*id, format!("{scheme}://{host}:{port}")));
             }
             wanted.retain(|(id, _)| st.fed.band_dialing.insert((*id, band.clone())));
@@ -841,7 +876,23 @@ pub(crate) async fn run_band(
             let (state, lane, band) = (state.clone(), lane.clone(), band.clone());
             tokio::task::spawn_local(async move {
                 let target = crate::config::peer_address(&addr).1.to_owned();
-                if let Ok(Ok(s)) = tokio::time::timeout(
+                if crate::config::is_udp_peer(&addr) {
+                    // The same cookie and token proof as the link's first
+                    // session; served by this lane until it ends.
+                    let dialed = crate::udp::dial_link(
+                        state.clone(),
+                        addr.clone(),
+                        &target,
+                        lane,
+                        dscp,
+                        Duration::from_secs(3),
+                    )
+                    .await;
+                    if let Err(e) = dialed {
+                        tracing::warn!("peer {addr} (band {band}): {e}");
+                        tokio::time::sleep(BACKOFF_MAX).await;
+                    }
+                } else if let Ok(Ok(s)) = tokio::time::timeout(
                     Duration::from_secs(3),
                     tokio::net::TcpStream::connect(&target),
                 )
@@ -1038,6 +1089,21 @@ pub(crate) fn refused_by_peer(addr: &str, code: ErrorCode, message: &str) -> Str
     }
 }
 
+/// What a link of a version below `version` lacks, for the warning when a
+/// peer refused it.
+fn without_version(version: u16) -> &'static str {
+    match version {
+        v if v >= UDP_BANDS_LINK_VERSION => {
+            "a udp:// link to it carries every band on the default band's session"
+        }
+        v if v >= COMPRESS_LINK_VERSION => "events are not compressed on that link",
+        v if v >= FRAGMENT_LINK_VERSION => {
+            "events larger than a piece cannot cross that link in pieces (resumable)"
+        }
+        _ => "events of reliable tags cross that link best effort",
+    }
+}
+
 /// Logs an error the peer we dialed on connection `conn` sent, in daemon
 /// terms. A refusal comes once per connection attempt (once a second), so
 /// the 1st, 2nd, 4th, … refusal of each peer is logged.
@@ -1053,11 +1119,7 @@ pub(crate) fn log_peer_error(state: &Locked<State>, conn: u64, code: ErrorCode, 
             // An older daemon refused our version: the next dial says one less.
             let (said, next) = st.fed.reliable.downgrade(&addr);
             drop(st);
-            let what = if next >= RELIABLE_LINK_VERSION {
-                "events larger than a piece cannot cross that link in pieces (resumable)"
-            } else {
-                "events of reliable tags cross that link best effort"
-            };
+            let what = without_version(next + 1);
             tracing::warn!(
                 conn,
                 "peer daemon {addr} refused link version {said} ({message}); dialing it \
@@ -1111,7 +1173,13 @@ pub(crate) fn token_for(configured: &str, addr: &str) -> String {
     let loopback = a.starts_with("127.") || a.starts_with("localhost:") || a.starts_with("[::1]");
     match a.rsplit_once(':').and_then(|(_, p)| p.parse::<u16>().ok()) {
         Some(port) if loopback => {
-            crate::local::read_token(&crate::local::token_path(port)).unwrap_or_default()
+            // UDP ports have token files of their own (`token-udp-PORT`).
+            let path = if crate::config::is_udp_peer(addr) {
+                crate::local::udp_token_path(port)
+            } else {
+                crate::local::token_path(port)
+            };
+            crate::local::read_token(&path).unwrap_or_default()
         }
         _ => String::new(),
     }
@@ -1142,6 +1210,14 @@ mod tests {
             m.contains("admin = true") && m.contains("on 10.0.0.1"),
             "{m}"
         );
+    }
+
+    #[test]
+    fn a_refused_link_version_names_what_the_version_below_lacks() {
+        assert!(without_version(6).contains("udp://"));
+        assert!(without_version(5).contains("compressed"));
+        assert!(without_version(4).contains("pieces"));
+        assert!(without_version(3).contains("best effort"));
     }
 
     #[test]

@@ -518,6 +518,7 @@ fn raw_link(h: &tagwire_router::RouterHandle) -> Raw {
         cluster: "tagwire".into(),
         band: "normal".into(),
         bands: vec![],
+        udp_bands: vec![],
     }
     .encode(&mut peer)
     .expect("encodable");

@@ -38,6 +38,7 @@ fn peer_on(node: u64, name: &str, band: &str) -> LinkFrame {
             cluster,
             band: band.into(),
             bands,
+            udp_bands: vec![],
         },
         other => other,
     }
@@ -51,6 +52,7 @@ fn peer(node: u64, name: &str) -> LinkFrame {
         cluster: "tagwire".into(),
         band: "normal".into(),
         bands: vec![],
+        udp_bands: vec![],
     }
 }
 
@@ -108,6 +110,7 @@ fn a_peer_speaking_another_link_version_is_refused_by_name() {
         cluster: "tagwire".into(),
         band: "normal".into(),
         bands: vec![],
+        udp_bands: vec![],
     }));
     let m = closing_message(&mut raw);
     let theirs = format!("link protocol version {}", LINK_VERSION + 1);
@@ -115,6 +118,97 @@ fn a_peer_speaking_another_link_version_is_refused_by_name() {
         m.contains(&theirs) && m.contains(&LINK_VERSION.to_string()),
         "{m}"
     );
+}
+
+/// The router's answer to a raw peer's `Peer` of `version`.
+fn answer_to(h: &RouterHandle, version: u16, node: u64) -> LinkFrame {
+    let mut raw = Raw::hello(h);
+    let LinkFrame::Peer { name, .. } = peer(node, "raw") else {
+        unreachable!("peer() makes a Peer")
+    };
+    raw.send_bytes(&link_frame(&LinkFrame::Peer {
+        version,
+        node,
+        name,
+        cluster: "tagwire".into(),
+        band: "normal".into(),
+        bands: vec![],
+        udp_bands: vec![],
+    }));
+    recv_link(&mut raw).unwrap_or_else(|e| panic!("no Peer in answer: {e:?}"))
+}
+
+#[test]
+fn an_acceptor_lists_its_bands_udp_ports_to_a_version_6_dialer_only() {
+    let h = Router::start(RouterConfig {
+        udp: tagwire_router::config::UdpConfig {
+            listen: "127.0.0.1:0".parse().ok(),
+            ..Default::default()
+        },
+        ..tcp_config()
+    })
+    .expect("start");
+    let LinkFrame::Peer {
+        version, udp_bands, ..
+    } = answer_to(&h, 6, 61)
+    else {
+        panic!("not a Peer")
+    };
+    assert_eq!(version, 6);
+    let names: Vec<&str> = udp_bands.iter().map(|(b, _)| b.as_str()).collect();
+    assert_eq!(
+        names,
+        ["low", "normal", "high", "critical"],
+        "{udp_bands:?}"
+    );
+    let normal = udp_bands.iter().find(|(b, _)| b == "normal").map(|b| b.1);
+    assert_eq!(
+        normal,
+        h.udp_addr().map(|a| a.port()),
+        "the default band's port"
+    );
+    // A version-5 dialer would refuse bytes after the TCP ports.
+    let LinkFrame::Peer {
+        version, udp_bands, ..
+    } = answer_to(&h, 5, 62)
+    else {
+        panic!("not a Peer")
+    };
+    assert_eq!((version, udp_bands), (5, vec![]));
+}
+
+#[test]
+fn a_daemon_capped_at_link_version_5_refuses_6_naming_5() {
+    let h = router(FederationConfig {
+        link_version: 5,
+        ..FederationConfig::default()
+    });
+    let mut raw = Raw::hello(&h);
+    raw.send_bytes(&link_frame(&peer(63, "raw63")));
+    let m = closing_message(&mut raw);
+    assert!(
+        m.contains("link protocol version 6") && m.contains("speaks 2 to 5"),
+        "{m}"
+    );
+    let LinkFrame::Peer { version, .. } = answer_to(&h, 5, 64) else {
+        panic!("not a Peer")
+    };
+    assert_eq!(version, 5);
+}
+
+#[test]
+fn a_link_version_outside_what_the_daemon_speaks_is_refused_at_start() {
+    for v in [1, LINK_VERSION + 1] {
+        let e = Router::start(RouterConfig {
+            federation: FederationConfig {
+                link_version: v,
+                ..FederationConfig::default()
+            },
+            ..tcp_config()
+        })
+        .expect_err("refused");
+        assert!(e.to_string().contains("federation.link_version"), "{e}");
+    }
 }
 
 #[test]

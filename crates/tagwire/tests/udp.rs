@@ -489,6 +489,109 @@ fn a_daemon_links_to_another_over_udp_and_events_cross_it() {
     assert!(link.udp.is_some_and(|u| u.received > 0));
 }
 
+/// The links a session's daemon lists.
+fn links_of(s: &Session) -> Vec<tagwire::router::LinkInfo> {
+    s.list()
+        .expect("list")
+        .federation
+        .map(|f| f.links)
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_udp_link_opens_a_session_per_band_and_each_band_crosses_on_its_own() {
+    use tagwire::router::FederationConfig;
+    let a = router();
+    let b = router_with(RouterConfig {
+        name: "udp-b".into(),
+        federation: FederationConfig {
+            peers: vec![udp_url(&a)],
+            token: TOKEN.into(),
+            ..FederationConfig::default()
+        },
+        ..RouterConfig::default()
+    });
+    let tcp = |h: &RouterHandle| {
+        Session::builder()
+            .token(TOKEN)
+            .connect(&format!("tcp://{}", h.tcp_addr().expect("tcp")))
+            .expect("tcp session")
+    };
+    let (sa, sb) = (tcp(&a), tcp(&b));
+    // b dialed a band session for each of a's other bands (link version 6).
+    let deadline = Instant::now() + WAIT * 2;
+    loop {
+        let l = links_of(&sb);
+        if l.first()
+            .is_some_and(|l| l.bands == ["critical", "high", "low"] && l.version == 6)
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no band sessions: {l:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // At a they are UDP connections of the bands' lanes, with their DSCP.
+    let conns: Vec<_> = sa
+        .list()
+        .expect("list")
+        .connections
+        .into_iter()
+        .filter(|c| c.name == "link:udp-b")
+        .collect();
+    for (band, dscp) in [("normal", 0), ("low", 10), ("high", 36), ("critical", 44)] {
+        assert!(
+            conns
+                .iter()
+                .any(|c| c.band == band && c.transport == "udp" && c.dscp == Some(dscp)),
+            "band {band}: {conns:?}"
+        );
+    }
+    // A high-band and a low-band event from b cross on their bands.
+    let sub = sa
+        .subscribe("/bands/**")
+        .receiver()
+        .expect("subscribe on a");
+    let high = sb.on_band("high").expect("high band");
+    let low = sb.on_band("low").expect("low band");
+    let ph = high.declare_publisher("/bands/h").expect("publisher");
+    let pl = low.declare_publisher("/bands/l").expect("publisher");
+    let start = Instant::now();
+    loop {
+        ph.publish("/bands/h", b"probe".to_vec()).expect("publish");
+        if sub
+            .recv_timeout(Duration::from_millis(100))
+            .expect("receive")
+            .is_some()
+        {
+            break;
+        }
+        assert!(start.elapsed() < WAIT * 2, "nothing crossed the UDP link");
+    }
+    while let Ok(Some(_)) = sub.recv_timeout(Duration::from_millis(300)) {}
+    let before = links_of(&sb)[0].events_out_by_band.clone();
+    const N: u64 = 20;
+    for _ in 0..N {
+        ph.publish("/bands/h", b"h".to_vec()).expect("publish");
+        pl.publish("/bands/l", b"l".to_vec()).expect("publish");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let mut got = 0;
+    while got < 2 * N {
+        match sub.recv_timeout(WAIT).expect("receive") {
+            Some(_) => got += 1,
+            None => panic!("{got} of {} events crossed", 2 * N),
+        }
+    }
+    let after = links_of(&sb)[0].events_out_by_band.clone();
+    let n =
+        |band: &str| after.get(band).copied().unwrap_or(0) - before.get(band).copied().unwrap_or(0);
+    assert_eq!(
+        (n("high"), n("low"), n("normal")),
+        (N, N, 0),
+        "{before:?} → {after:?}"
+    );
+}
+
 /// The subscription of the listing whose pattern is `pattern`, once its
 /// network counters satisfy `done` (the client reports each second).
 fn subscription_net(

@@ -313,6 +313,17 @@ fn print_links(f: Option<&tagwire::router::FederationInfo>) -> CmdResult {
             l.queue_depth,
             l.dropped
         );
+        let bands = if l.bands.is_empty() {
+            "none (every band on the first)".to_string()
+        } else {
+            l.bands.join(", ")
+        };
+        // 0: a daemon too old to say.
+        let version = match l.version {
+            0 => "?".to_string(),
+            v => v.to_string(),
+        };
+        outln!("    link version {version}; band connections: {bands}");
     }
     Ok(())
 }

@@ -204,12 +204,14 @@ impl Channel {
         }
         let (after, empty) = (q.bytes(), q.is_empty());
         self.track(len, q.len());
-        drop(q);
+        // Under the lock, as in `push_staged`: a writer on another lane may
+        // pop them as soon as it is free.
         if after >= before {
             self.budget.charge(after - before);
         } else {
             self.budget.release(before - after);
         }
+        drop(q);
         if let Some(a) = &self.acked {
             a.resent.add(queued as u64);
         }

@@ -615,12 +615,14 @@ impl Channel {
             // Nothing queued after all: nothing pinned.
             self.unpin();
         }
-        drop(q);
+        // Charged under the queue's lock: a writer on another lane may pop
+        // these events (and give their bytes back) as soon as it is free.
         if after >= before {
             self.budget.charge(after - before);
         } else {
             self.budget.release(before - after);
         }
+        drop(q);
         // Read first: under a flood the channel is already scheduled, and a
         // swap is a locked instruction.
         if queued && !self.scheduled.get() && !self.scheduled.replace(true) {
@@ -713,12 +715,13 @@ impl Channel {
         }
         let after = q.bytes();
         self.track(len, q.len());
-        drop(q);
+        // Under the lock, as in `push_staged`.
         if after >= before {
             self.budget.charge(after - before);
         } else {
             self.budget.release(before - after);
         }
+        drop(q);
         self.not_before.set(0);
         self.outbox.notify.notify_one();
     }

@@ -722,3 +722,28 @@ fn an_event_in_pieces_goes_a_batch_at_a_time_with_other_channels_between() {
     );
     assert_eq!(big.pieced.get(), 1);
 }
+
+#[test]
+fn a_channel_offered_on_one_thread_and_written_on_another_keeps_the_budget_exact() {
+    // A channel of another lane's connection: one thread offers (the
+    // publisher's lane), another gathers (the subscriber's writer).
+    let budget = Arc::new(MemoryBudget::new(1 << 30));
+    let (outbox, ch) = channel(&budget);
+    const EVENTS: usize = 500_000;
+    let writer = {
+        let outbox = outbox.clone();
+        std::thread::spawn(move || {
+            let mut n = 0;
+            while n < EVENTS {
+                let mut batch = Batch::default();
+                let _ = outbox.gather(&mut batch, 0);
+                n += batch.len();
+            }
+        })
+    };
+    for _ in 0..EVENTS {
+        let _ = ch.offer(&mut Outgoing::owned(Bytes::from_static(b"e")), &NO_META);
+    }
+    writer.join().expect("the writer thread");
+    assert_eq!(budget.used(), 0, "everything written, nothing held");
+}

@@ -103,6 +103,12 @@ pub(crate) struct Link {
     pub bands: HashMap<String, BandConn>,
     /// The peer's bands and their TCP ports (from its `Peer`).
     pub band_ports: Vec<(String, u16)>,
+    /// The peer's bands and their UDP ports (from an acceptor's `Peer` on
+    /// link version 6; empty otherwise): where a link dialed over UDP opens
+    /// its band sessions.
+    pub udp_band_ports: Vec<(String, u16)>,
+    /// The link protocol version spoken on it.
+    pub version: u16,
     /// Bytes in and out at the last rate sample, and when it was taken.
     pub(crate) sampled: (u64, u64, u64),
     /// Throughput over the last second: bytes/s in and out.
@@ -267,6 +273,7 @@ impl Federation {
                         .map(|cr| cr.send.len() as u64)
                         .sum(),
                     acknowledged: self.reliable.conns.contains_key(&l.conn),
+                    version: l.version,
                 }
             })
             .collect();

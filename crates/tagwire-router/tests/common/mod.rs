@@ -657,6 +657,7 @@ pub fn link_peer(version: u16, node: u64) -> LinkFrame {
         cluster: "tagwire".into(),
         band: "normal".into(),
         bands: vec![],
+        udp_bands: vec![],
     }
 }
 

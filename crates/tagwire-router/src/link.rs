@@ -86,10 +86,7 @@ pub(crate) fn say_peer(state: &Locked<State>, conn: u64, outbox: &Outbox, max: u
 /// older than version 6 refuses bytes after the TCP ports).
 fn peer_frame(st: &State, conn: u64, version: u16, answer: bool) -> LinkFrame {
     let udp_bands = if answer && version >= UDP_BANDS_LINK_VERSION {
-        st.lanes
-            .iter()
-            .filter_map(|l| Some((l.band.clone(), l.udp?.port())))
-            .collect()
+        band_ports(st, |l| l.udp)
     } else {
         Vec::new()
     };
@@ -99,13 +96,28 @@ fn peer_frame(st: &State, conn: u64, version: u16, answer: bool) -> LinkFrame {
         name: st.config.name.clone(),
         cluster: st.config.federation.cluster.clone(),
         band: band_of(st, conn).to_string(),
-        bands: st
-            .lanes
-            .iter()
-            .filter_map(|l| Some((l.band.clone(), l.tcp?.port())))
-            .collect(),
+        bands: band_ports(st, |l| l.tcp),
         udp_bands,
     }
+}
+
+/// Each band's port (`addr` of its lane, where it has one), in the
+/// configuration's band order: the lanes register as their threads start,
+/// in no fixed order, and a `Peer` should say the same each time.
+fn band_ports(
+    st: &State,
+    addr: impl Fn(&crate::state::LaneInfo) -> Option<std::net::SocketAddr>,
+) -> Vec<(String, u16)> {
+    let mut v: Vec<(usize, String, u16)> = st
+        .lanes
+        .iter()
+        .filter_map(|l| {
+            let at = st.config.bands.iter().position(|b| b.name == l.band);
+            Some((at.unwrap_or(usize::MAX), l.band.clone(), addr(l)?.port()))
+        })
+        .collect();
+    v.sort();
+    v.into_iter().map(|(_, band, port)| (band, port)).collect()
 }
 
 /// The band of connection `conn` (the listener it came in on, or the lane

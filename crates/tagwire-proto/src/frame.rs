@@ -147,7 +147,7 @@ pub struct PieceOf {
 }
 
 impl PieceOf {
-    fn encode(&self, out: &mut BytesMut) {
+    fn encode(&self, out: &mut impl BufMut) {
         out.put_u64_le(self.id);
         out.put_u64_le(self.total);
         out.put_u32_le(self.checksum);
@@ -1094,14 +1094,11 @@ pub fn deliver_piece_prefix(
     data_len: usize,
 ) -> [u8; DELIVER_PIECE_PREFIX_LEN] {
     let mut p = [0u8; DELIVER_PIECE_PREFIX_LEN];
-    let len = (DELIVER_PIECE_PREFIX_LEN - 4 + data_len) as u32;
-    p[..4].copy_from_slice(&len.to_le_bytes());
-    p[4] = kind::DELIVER_PIECE;
-    p[5..9].copy_from_slice(&sub.to_le_bytes());
-    p[9..17].copy_from_slice(&of.id.to_le_bytes());
-    p[17..25].copy_from_slice(&of.total.to_le_bytes());
-    p[25..29].copy_from_slice(&of.checksum.to_le_bytes());
-    p[29..37].copy_from_slice(&of.offset.to_le_bytes());
+    let mut w = &mut p[..];
+    w.put_u32_le((DELIVER_PIECE_PREFIX_LEN - 4 + data_len) as u32);
+    w.put_u8(kind::DELIVER_PIECE);
+    w.put_u32_le(sub);
+    of.encode(&mut w);
     p
 }
 
@@ -1115,15 +1112,12 @@ pub fn deliver_reliable_piece_prefix(
     data_len: usize,
 ) -> [u8; DELIVER_RELIABLE_PIECE_PREFIX_LEN] {
     let mut p = [0u8; DELIVER_RELIABLE_PIECE_PREFIX_LEN];
-    let len = (DELIVER_RELIABLE_PIECE_PREFIX_LEN - 4 + data_len) as u32;
-    p[..4].copy_from_slice(&len.to_le_bytes());
-    p[4] = kind::DELIVER_RELIABLE_PIECE;
-    p[5..9].copy_from_slice(&sub.to_le_bytes());
-    p[9..17].copy_from_slice(&seq.to_le_bytes());
-    p[17..25].copy_from_slice(&of.id.to_le_bytes());
-    p[25..33].copy_from_slice(&of.total.to_le_bytes());
-    p[33..37].copy_from_slice(&of.checksum.to_le_bytes());
-    p[37..45].copy_from_slice(&of.offset.to_le_bytes());
+    let mut w = &mut p[..];
+    w.put_u32_le((DELIVER_RELIABLE_PIECE_PREFIX_LEN - 4 + data_len) as u32);
+    w.put_u8(kind::DELIVER_RELIABLE_PIECE);
+    w.put_u32_le(sub);
+    w.put_u64_le(seq);
+    of.encode(&mut w);
     p
 }
 

@@ -175,20 +175,22 @@ impl Batch {
         loop {
             let (at, end) = (p.offset, (p.offset + piece).min(total));
             of.offset = at as u64;
-            let prefix_len = match p.seq {
-                None => {
-                    let prefix = tagwire_proto::deliver_piece_prefix(sub, &of, end - at);
-                    self.flat.extend_from_slice(&prefix);
-                    prefix.len()
-                }
+            let before = self.flat.len();
+            match p.seq {
+                None => self
+                    .flat
+                    .extend_from_slice(&tagwire_proto::deliver_piece_prefix(sub, &of, end - at)),
                 Some(seq) => {
-                    let prefix =
-                        tagwire_proto::deliver_reliable_piece_prefix(sub, seq, &of, end - at);
-                    self.flat.extend_from_slice(&prefix);
-                    prefix.len()
+                    self.flat
+                        .extend_from_slice(&tagwire_proto::deliver_reliable_piece_prefix(
+                            sub,
+                            seq,
+                            &of,
+                            end - at,
+                        ))
                 }
-            };
-            self.bytes += prefix_len + (end - at);
+            }
+            self.bytes += self.flat.len() - before + (end - at);
             self.events.push(Gathered {
                 prefix: Prefix {
                     bytes: [0; PREFIX_MAX],
@@ -700,16 +702,17 @@ impl Outbox {
             }
             let mut put =
                 |item: Queued, batch: &mut Batch, full: &mut bool, unfinished: &mut bool| {
+                    // Acknowledged delivery: numbered and held in the window
+                    // (a whole event or one in pieces alike).
+                    let seq = window.as_mut().map(|(w, arena)| {
+                        let (kept, size) = super::acked::for_window(&item.event, arena);
+                        let seq = w.hold(kept, size, 0);
+                        *full = w.is_full();
+                        seq
+                    });
                     if item.event.len() > ch.piece_at {
                         // Larger than a frame: in pieces (protocol version
-                        // 5), numbered and held in the window like any other
-                        // event on an acknowledged subscription (version 6).
-                        let seq = window.as_mut().map(|(w, arena)| {
-                            let (kept, size) = super::acked::for_window(&item.event, arena);
-                            let seq = w.hold(kept, size, 0);
-                            *full = w.is_full();
-                            seq
-                        });
+                        // 5; 6 on an acknowledged subscription).
                         let mut p = Piecing::new(&ch, ch.pieced.add(1), seq, item.event);
                         if !batch.push_pieces(ch.sub, &mut p, ch.piece_size, fits) {
                             *ch.piecing.borrow_mut() = Some(p);
@@ -718,14 +721,9 @@ impl Outbox {
                         }
                         return;
                     }
-                    let prefix = match window.as_mut() {
+                    let prefix = match seq {
                         None => Prefix::of(&ch, &item),
-                        Some((w, arena)) => {
-                            let (kept, size) = super::acked::for_window(&item.event, arena);
-                            let seq = w.hold(kept, size, 0);
-                            *full = w.is_full();
-                            Prefix::reliable(&ch, &item, seq)
-                        }
+                        Some(seq) => Prefix::reliable(&ch, &item, seq),
                     };
                     batch.push(prefix, item.event);
                 };

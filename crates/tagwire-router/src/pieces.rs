@@ -290,37 +290,38 @@ mod tests {
         }
     }
 
+    /// `p.on_piece` under `limits()` for publisher `/p` of `who`: bytes
+    /// `range` of event `id` (whole: `blob`) at `now`.
+    fn piece(
+        p: &mut ClientPieces,
+        memory: &MemoryBudget,
+        who: Owner,
+        id: u64,
+        blob: &[u8],
+        range: std::ops::Range<usize>,
+        now: u64,
+    ) -> Result<Outcome, (ErrorCode, String)> {
+        p.on_piece(
+            memory,
+            limits(),
+            who,
+            Arc::from("/p"),
+            of(id, blob, range.start as u64),
+            Bytes::copy_from_slice(&blob[range]),
+            now,
+        )
+    }
+
     #[test]
     fn pieces_are_charged_to_the_memory_budget_and_released_when_whole() {
         let memory = MemoryBudget::new(10_000);
         let mut p = ClientPieces::default();
         let blob = vec![7u8; 600];
         let who = Owner::Conn(1);
-        let name: Arc<str> = Arc::from("/p");
-        let r = p
-            .on_piece(
-                &memory,
-                limits(),
-                who,
-                name.clone(),
-                of(1, &blob, 0),
-                Bytes::copy_from_slice(&blob[..300]),
-                0,
-            )
-            .expect("a good piece");
+        let r = piece(&mut p, &memory, who, 1, &blob, 0..300, 0).expect("a good piece");
         assert!(matches!(r, Outcome::Partial));
         assert_eq!(memory.used(), 600);
-        let r = p
-            .on_piece(
-                &memory,
-                limits(),
-                who,
-                name,
-                of(1, &blob, 300),
-                Bytes::copy_from_slice(&blob[300..]),
-                1,
-            )
-            .expect("a good piece");
+        let r = piece(&mut p, &memory, who, 1, &blob, 300..blob.len(), 1).expect("a good piece");
         assert!(matches!(r, Outcome::Complete(ref b) if b[..] == blob[..]));
         assert_eq!(memory.used(), 0);
     }
@@ -331,34 +332,13 @@ mod tests {
         let mut p = ClientPieces::default();
         let blob = vec![1u8; 600];
         let who = Owner::Conn(1);
-        let name: Arc<str> = Arc::from("/p");
-        let r = p
-            .on_piece(
-                &memory,
-                limits(),
-                who,
-                name.clone(),
-                of(1, &blob, 0),
-                Bytes::copy_from_slice(&blob[..300]),
-                0,
-            )
-            .expect("refused, not an error");
+        let r = piece(&mut p, &memory, who, 1, &blob, 0..300, 0).expect("refused, not an error");
         assert!(
             matches!(r, Outcome::OverBudget(ref m) if m.contains("max_buffered_bytes")),
             "{r:?}"
         );
         assert_eq!(memory.used(), 0);
-        let r = p
-            .on_piece(
-                &memory,
-                limits(),
-                who,
-                name,
-                of(1, &blob, 300),
-                Bytes::copy_from_slice(&blob[300..]),
-                1,
-            )
-            .expect("ignored");
+        let r = piece(&mut p, &memory, who, 1, &blob, 300..blob.len(), 1).expect("ignored");
         assert!(matches!(r, Outcome::Ignored));
     }
 
@@ -367,14 +347,13 @@ mod tests {
         let memory = MemoryBudget::new(100_000);
         let mut p = ClientPieces::default();
         let who = Owner::Session([9; 16]);
-        let name: Arc<str> = Arc::from("/p");
         let big = vec![0u8; 2000];
         let e = p
             .on_piece(
                 &memory,
                 limits(),
                 who,
-                name.clone(),
+                Arc::from("/p"),
                 of(1, &big, 0),
                 Bytes::from_static(b"x"),
                 0,
@@ -382,43 +361,15 @@ mod tests {
             .expect_err("over max_pieced_event");
         assert!(e.1.contains("over the limit of 1000"), "{}", e.1);
         let blob = vec![3u8; 400];
-        p.on_piece(
-            &memory,
-            limits(),
-            who,
-            name.clone(),
-            of(2, &blob, 0),
-            Bytes::copy_from_slice(&blob[..100]),
-            10,
-        )
-        .expect("a good piece");
+        piece(&mut p, &memory, who, 2, &blob, 0..100, 10).expect("a good piece");
         assert_eq!(p.held_bytes(), 400);
         // A piece of another event, after the timeout: the stale one went.
         let other = vec![4u8; 200];
-        p.on_piece(
-            &memory,
-            limits(),
-            who,
-            name.clone(),
-            of(3, &other, 0),
-            Bytes::copy_from_slice(&other[..100]),
-            5_000,
-        )
-        .expect("a good piece");
+        piece(&mut p, &memory, who, 3, &other, 0..100, 5_000).expect("a good piece");
         assert_eq!(p.counters.timed_out, 1);
         assert_eq!(memory.used(), 200);
         // A resend of event 3 from its start: resume at 100.
-        let r = p
-            .on_piece(
-                &memory,
-                limits(),
-                who,
-                name,
-                of(3, &other, 0),
-                Bytes::copy_from_slice(&other[..50]),
-                5_001,
-            )
-            .expect("a resend");
+        let r = piece(&mut p, &memory, who, 3, &other, 0..50, 5_001).expect("a resend");
         assert!(matches!(r, Outcome::Resume { have: 100 }), "{r:?}");
     }
 }

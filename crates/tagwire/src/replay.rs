@@ -98,14 +98,7 @@ impl Seam {
         if std::mem::take(&mut st.overflowed) {
             return false;
         }
-        for s in st.held.drain(..) {
-            let ev = s.event();
-            if last.get(ev.publisher).is_some_and(|l| ev.seq <= *l) {
-                continue; // replayed already
-            }
-            self.inner.deliver_sample(s);
-        }
-        st.live = true;
+        self.go_live(&mut st, last);
         true
     }
 
@@ -114,7 +107,17 @@ impl Seam {
     pub(crate) fn force_live(&self) {
         let mut st = lock(&self.state);
         st.overflowed = false;
+        self.go_live(&mut st, &HashMap::new());
+    }
+
+    /// Hands over the held events newer than `last` (per publisher), then
+    /// passes events through (`st` locked, so no live one comes between).
+    fn go_live(&self, st: &mut SeamState, last: &HashMap<String, u64>) {
         for s in st.held.drain(..) {
+            let ev = s.event();
+            if last.get(ev.publisher).is_some_and(|l| ev.seq <= *l) {
+                continue; // replayed already
+            }
             self.inner.deliver_sample(s);
         }
         st.live = true;

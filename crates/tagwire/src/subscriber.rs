@@ -177,7 +177,7 @@ impl SubscriptionBuilder {
     /// longer is cut to it). Use it with a callback subscription: a queue's
     /// reader thread adds its own wake-up back. Default: no spin.
     pub fn playout_spin(mut self, spin: std::time::Duration) -> Self {
-        self.playout_spin = spin.min(crate::playout::MAX_PLAYOUT_SPIN);
+        self.playout_spin = spin;
         self
     }
 

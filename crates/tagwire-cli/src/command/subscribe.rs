@@ -231,8 +231,7 @@ fn print_events(
         }
         drops.received += 1;
         if let Some(r) = resume {
-            r.point.note(&sample);
-            if r.due() {
+            if r.note(&sample) {
                 // In a flood the queue is never empty: flush, then save.
                 out.flush()?;
                 r.flushed()?;
@@ -276,8 +275,9 @@ impl ResumeFile {
         })
     }
 
-    /// Whether a write is due (events noted, the interval passed).
-    fn due(&mut self) -> bool {
+    /// Notes a printed event; whether a write is due (the interval passed).
+    fn note(&mut self, sample: &tagwire::Sample) -> bool {
+        self.point.note(sample);
         self.dirty = true;
         self.written.elapsed() >= RESUME_EVERY
     }

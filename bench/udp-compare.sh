@@ -24,22 +24,36 @@
 # pong on host 2; fan-out: the publisher on host 1 and each of the ten
 # subscribers on a host of its own (2..11), once with multicast (Cyclone's
 # default: SPDP and data to the group) and once unicast only (peers list).
+# Zenoh's multicast transport (--lan only; a loopback run skips it and
+# says so): `baseline zenoh-mcast ROLE --group udp/224.0.5.x:PORT#iface=eth0`
+# (bench/src/zenoh_mcast.rs), peer sessions whose only listener is the group
+# (no scouting, no unicast session), one process per host like Cyclone:
+# ping on host 1, pong on host 2; the publisher on host 1 and a subscriber
+# on each of hosts 2..11 (each prints its per-second counts; per subscriber:
+# the median of them). A line under the table gives the bytes and packets
+# host 1's eth0 sent per event (one copy on the wire = multicast) and the
+# group traffic the subscribers made before the publisher started. A second
+# fan-out row, "receive-only subscribers", drops at the bridge what hosts
+# 2..11 send to the group: zenoh 1.10.2's peers echo each other's subscriber
+# declarations on a group (a storm with several subscribers; see
+# BENCHMARKS.md), and this row measures the data path without it.
 # All hosts still share this machine's 2 CPUs. --systems LIST (default
-# zenoh,tagwire,cyclonedds) runs only those (no Zenoh: no bench build).
+# zenoh,zenoh-mcast,tagwire,cyclonedds) runs only those (no Zenoh: no bench
+# build).
 # Prints markdown for BENCHMARKS.md; run it under `flock /work/bench.lock`
 # (quiet: /work/bisect/quiet5.sh). Every process it starts is killed on exit.
 set -uo pipefail
 DURATION=3
 ROUNDS=1
 LAN=0
-SYSTEMS=zenoh,tagwire,cyclonedds
+SYSTEMS=zenoh,zenoh-mcast,tagwire,cyclonedds
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --duration) DURATION=${2:?}; shift ;;
         --rounds) ROUNDS=${2:?}; shift ;;
         --lan) LAN=1 ;;
         --systems) SYSTEMS=${2:?}; shift ;;
-        -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,44p' "$0"; exit 0 ;;
         *) echo "udp-compare.sh: unknown argument $1 (try --help)" >&2; exit 2 ;;
     esac
     shift
@@ -51,7 +65,7 @@ if [[ -z ${UDP_COMPARE_BIN:-} ]]; then
     cargo build --release --quiet -p tagwire-cli --bin tagwired --bin tagwire || exit 1
 fi
 want() { [[ ",$SYSTEMS," == *",$1,"* ]]; }
-if want zenoh; then
+if want zenoh || want zenoh-mcast; then
     (cd bench && CARGO_TARGET_DIR="${BENCH_TARGET_DIR:-$root/bench/target}" cargo build --release --quiet --bin baseline) || exit 1
 fi
 bin="${UDP_COMPARE_BIN:-${CARGO_TARGET_DIR:-$root/target}/release}"
@@ -191,6 +205,94 @@ PY
             ;;
     esac
 }
+# Zenoh's multicast transport, one role per host: prints "p50 p99 lost" of
+# the RTT, or "per_sub total min max sent" of the fan-out (and writes the
+# link counters to $tmp/zmc-wire).
+link_counter() { # host field(rx_bytes|rx_packets|tx_bytes|tx_packets)
+    ip netns exec "$NS-h$1" cat "/sys/class/net/eth0/statistics/$2"
+}
+zmc() { # latency | fanout [defaults|rxonly]
+    local p i
+    case $1 in
+        latency)
+            local group="udp/224.0.5.2:17831#iface=eth0" pong
+            timeout 60 "${H2[@]}" "$baseline" zenoh-mcast pong --group "$group" --wait 30 >"$tmp/zpong.json" 2>>"$tmp/err" & pong=$!; pids+=("$pong")
+            sleep 0.5
+            # Host 3 has no role: it sees the group's traffic (the bridge floods it).
+            local seen0 seen1
+            seen0=$(link_counter 3 rx_packets)
+            timeout 60 "${H1[@]}" "$baseline" zenoh-mcast ping --group "$group" --size 64 --duration "$DURATION" --wait 30 >"$tmp/zping.json" 2>>"$tmp/err"
+            wait "$pong" 2>/dev/null
+            seen1=$(link_counter 3 rx_packets)
+            python3 - "$tmp/zping.json" "$tmp/zpong.json" "$((seen1 - seen0))" <<'PY'
+import json, sys
+def last(path):
+    try:
+        return [json.loads(l) for l in open(path) if l.startswith("{")][-1]
+    except (IndexError, ValueError, OSError):
+        return {}
+d, echo = last(sys.argv[1]), last(sys.argv[2])
+if "rtt_p50_us" in d:
+    print(f"{d['rtt_p50_us']:.0f} {d['rtt_p99_us']:.0f} {d['lost']} {echo.get('echoed', 0)} {sys.argv[3]}")
+else:
+    print(f"— — — {echo.get('echoed', 0)} {sys.argv[3]}")
+PY
+            ;;
+        fanout)
+            local group="udp/224.0.5.1:17830#iface=eth0" subs=() h
+            if [[ ${2:-defaults} == rxonly ]]; then
+                # Receive-only subscribers: the bridge drops what hosts 2..11
+                # send to the group (their JOINs and declarations), so the
+                # subscribers cannot answer each other's declarations. A
+                # drop at the bridge, not in the hosts: a host's own
+                # netfilter drop makes Zenoh's send fail (EPERM) and close
+                # the transport.
+                ip netns exec "$NS-br" nft -f - <<NFT || return 1
+table bridge zmc {
+    chain subs_out {
+        type filter hook forward priority 0; policy accept;
+        iifname != "p1" ip daddr 224.0.5.1 udp dport 17830 drop
+    }
+}
+NFT
+            fi
+            for i in $(seq 10); do
+                timeout 90 ip netns exec "$NS-h$((i + 1))" "$baseline" zenoh-mcast sub --group "$group" --wait 30 >"$tmp/zsub$i.json" 2>>"$tmp/err" & subs+=($!); pids+=($!)
+            done
+            sleep 1
+            # Before the publisher: what the subscribers alone put on the group.
+            local quiet0 quiet1 tx0 txp0 tx1 txp1 rx0=() rx1=()
+            quiet0=$(link_counter 1 rx_packets); sleep 1; quiet1=$(link_counter 1 rx_packets)
+            tx0=$(link_counter 1 tx_bytes); txp0=$(link_counter 1 tx_packets)
+            for h in $(seq 2 11); do rx0+=("$(link_counter "$h" rx_bytes)"); done
+            timeout 60 "${H1[@]}" "$baseline" zenoh-mcast pub --group "$group" --size 64 --duration "$DURATION" >"$tmp/zpub.json" 2>>"$tmp/err"
+            for p in "${subs[@]}"; do wait "$p" 2>/dev/null; done
+            tx1=$(link_counter 1 tx_bytes); txp1=$(link_counter 1 tx_packets)
+            for h in $(seq 2 11); do rx1+=("$(link_counter "$h" rx_bytes)"); done
+            [[ ${2:-defaults} == rxonly ]] && ip netns exec "$NS-br" nft delete table bridge zmc
+            python3 - "$tmp" "$((quiet1 - quiet0))" "$((tx1 - tx0))" "$((txp1 - txp0))" "${rx0[*]}" "${rx1[*]}" <<'PY'
+import json, statistics, sys
+tmp, quiet, txb, txp = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+rx = [b - a for a, b in zip(map(int, sys.argv[5].split()), map(int, sys.argv[6].split()))]
+def last(path):
+    try:
+        return [json.loads(l) for l in open(path) if l.startswith("{")][-1]
+    except (IndexError, ValueError, OSError):
+        return {}
+sent = last(f"{tmp}/zpub.json").get("sent", 0)
+subs = [last(f"{tmp}/zsub{i}.json") for i in range(1, 11)]
+rates = [s.get("msgs_per_sec", 0.0) for s in subs]
+got = [s.get("received", 0) for s in subs]
+print(f"{statistics.mean(rates):.0f} {sum(rates):.0f} {min(got)} {max(got)} {sent}")
+per = f"{txb / sent:.1f} bytes" if sent else "— bytes"
+with open(f"{tmp}/zmc-wire", "w") as f:
+    f.write(f"host 1's eth0 sent {txb:,} bytes in {txp:,} packets for {sent:,} events ({per} per event); "
+            f"hosts 2–11 each received {min(rx):,}–{max(rx):,} bytes; "
+            f"before the publisher, the ten subscribers alone put {quiet:,} packets/s on the group (host 1 received them)")
+PY
+            ;;
+    esac
+}
 have_dds=0
 if ! want cyclonedds; then
     :
@@ -212,8 +314,12 @@ XML
 else
     echo "udp-compare.sh: ddsperf not found (apt-get install -y cyclonedds-tools): no Cyclone DDS rows" >&2
 fi
+if want zenoh-mcast && (( ! LAN )); then
+    echo "udp-compare.sh: no zenoh (peer, multicast) rows on loopback: its roles need a host each (run with --lan)" >&2
+fi
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 rows=()
+wire=()
 for r in $(seq "$ROUNDS"); do
     for sys in zenoh tagwire; do
         want "$sys" || continue
@@ -237,6 +343,22 @@ PY
 )")
         done
     done
+    if want zenoh-mcast && (( LAN )); then
+        read -r z50 z99 zlost zechoed zseen <<<"$(zmc latency)"
+        for variant in defaults rxonly; do
+            if [[ $variant == defaults ]]; then
+                label="zenoh (peer, multicast)"
+                read -r a b c d e f g <<<"$z50 $z99 $(zmc fanout defaults)"
+            else
+                label="zenoh (peer, multicast, receive-only subscribers)"
+                read -r a b c d e f g <<<"— — $(zmc fanout rxonly)"
+            fi
+            echo "round $r $label: RTT $a $b; fan-out $c $d $e $f of $g" >&2
+            rows+=("$(python3 -c 'import sys; r,l,a,b,c,d,e,f,g=sys.argv[1:]; fm=lambda x: f"{float(x):,.0f}" if x not in ("—","") else "—"; print(f"| {r} | {l} | udp | {fm(a)} | {fm(b)} | {fm(c)} | {fm(d)} | {int(e):,}–{int(f):,} of {int(g):,} |")' "$r" "$label" "$a" "$b" "$c" "$d" "$e" "$f" "$g")")
+            wire+=("round $r, $label fan-out: $(cat "$tmp/zmc-wire" 2>/dev/null).")
+        done
+        wire+=("round $r, zenoh (peer, multicast) RTT: $zechoed pings echoed, $zlost resent after 200 ms without an answer; host 3 (no role) received $zseen packets meanwhile.")
+    fi
     if (( have_dds )); then
         casts=(ucast)
         (( LAN )) && casts=(ucast mcast)
@@ -252,8 +374,12 @@ PY
 done
 echo "\`bench/udp-compare.sh --duration $DURATION --rounds $ROUNDS$( (( LAN )) && echo " --lan")\`: $(date -u '+%Y-%m-%d %H:%M UTC'), revision $(git rev-parse --short HEAD)," \
     "\`nproc\` = $(nproc), CPU $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), load average $load_before before → $(cut -d' ' -f1-3 /proc/loadavg) after;" \
-    "zenoh $(grep -m1 -A1 'name = "zenoh"' bench/Cargo.lock | sed -n 's/version = "\(.*\)"/\1/p'); $( (( LAN )) && echo "namespace LAN (brokers on host 0, the measuring process on host 1, Cyclone's processes one per host)" || echo loopback); 64 B payloads, ${DURATION} s per run."
+    "zenoh $(grep -m1 -A1 'name = "zenoh"' bench/Cargo.lock | sed -n 's/version = "\(.*\)"/\1/p'); $( (( LAN )) && echo "namespace LAN (brokers on host 0, the measuring process on host 1, Cyclone's and Zenoh multicast's processes one per host)" || echo loopback); 64 B payloads, ${DURATION} s per run."
 echo
 echo "| round | system | transport | RTT p50 µs | RTT p99 µs | fan-out 1→10: msgs/s per subscriber | total msgs/s | received per subscriber of sent |"
 echo "|---:|---|---|---:|---:|---:|---:|---|"
 printf '%s\n' "${rows[@]}"
+if (( ${#wire[@]} )); then
+    echo
+    printf -- '- %s\n' "${wire[@]}"
+fi

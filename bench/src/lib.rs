@@ -8,7 +8,9 @@
 //! - [`nats_client`]: a real `nats-server` driven by the `async-nats` client;
 //!   [`nats_jetstream`]: the same with a file-backed JetStream stream, the
 //!   baseline of `durable` (`scripts/durable-jetstream.sh`);
-//! - [`zenoh_client`]: a Zenoh router process and client-mode sessions.
+//! - [`zenoh_client`]: a Zenoh router process and client-mode sessions;
+//!   [`zenoh_mcast`]: peer sessions on Zenoh's multicast transport, one role
+//!   per process (`bench/udp-compare.sh --lan`).
 //!
 //! Same-host transports (issue 16) have their own two-process ping-pong,
 //! [`shm_pingpong`]: tagwire-shm ([`tagwire_shm_pingpong`]) against
@@ -29,5 +31,6 @@ pub mod raw_relay;
 pub mod shm_pingpong;
 pub mod tagwire_shm_pingpong;
 pub mod zenoh_client;
+pub mod zenoh_mcast;
 
 pub use error::BenchError;

@@ -220,24 +220,33 @@ pub fn wait_drained(counters: &[Arc<SubCounter>], publisher_done: Instant) -> Ve
 pub struct RttRecorder {
     hist: Histogram<u64>,
     round_trips: u64,
+    warmup: u64,
 }
 
 impl RttRecorder {
-    /// An empty recorder (1 ns to 60 s, 3 significant digits).
+    /// An empty recorder (1 ns to 60 s, 3 significant digits) that drops
+    /// the first [`WARMUP_ROUND_TRIPS`].
     pub fn new() -> Self {
+        Self::with_warmup(WARMUP_ROUND_TRIPS)
+    }
+
+    /// An empty recorder that drops the first `round_trips` (0: none, for a
+    /// caller that times its own warm-up).
+    pub fn with_warmup(round_trips: u64) -> Self {
         // 1 ns .. 60 s with 3 significant figures: fixed, valid bounds.
         let hist = Histogram::new_with_bounds(1, 60_000_000_000, 3)
             .expect("fixed histogram bounds 1 ns..60 s with 3 digits are valid");
         RttRecorder {
             hist,
             round_trips: 0,
+            warmup: round_trips,
         }
     }
 
     /// Records one round trip (dropped while still in warm-up).
     pub fn record(&mut self, rtt: Duration) {
         self.round_trips += 1;
-        if self.round_trips > WARMUP_ROUND_TRIPS {
+        if self.round_trips > self.warmup {
             let ns = u64::try_from(rtt.as_nanos()).unwrap_or(u64::MAX);
             self.hist.saturating_record(ns.max(1));
         }
@@ -359,6 +368,13 @@ mod tests {
         r.record(Duration::from_micros(20));
         assert_eq!(r.samples(), 1);
         assert!((r.quantile_us(0.5) - 20.0).abs() < 0.1);
+    }
+
+    #[test]
+    fn a_recorder_without_warmup_records_the_first_round_trip() {
+        let mut r = RttRecorder::with_warmup(0);
+        r.record(Duration::from_micros(30));
+        assert_eq!(r.samples(), 1);
     }
 
     #[test]

@@ -8,6 +8,8 @@
 //! baseline nats latency --size 1024 --server nats://127.0.0.1:7802
 //! baseline zenoh-router --port 7803 &
 //! baseline zenoh fanout --subscribers 10 --server tcp/127.0.0.1:7803
+//! baseline zenoh-mcast sub --group 'udp/224.0.5.1:7450#iface=eth0' &   # one per host
+//! baseline zenoh-mcast pub --group 'udp/224.0.5.1:7450#iface=eth0' --duration 3
 //! baseline shm-pingpong iceoryx2 --wait spin --size 1048576 --pong-cpu 1
 //! ```
 
@@ -16,7 +18,7 @@ use tagwire_bench::measure::{Mode, RunParams};
 use tagwire_bench::shm_pingpong::{self, PingPongParams, PingPongSystem, WaitMode};
 use tagwire_bench::{
     iceoryx2_pingpong, nats_client, nats_jetstream, raw_relay, tagwire_shm_pingpong, zenoh_client,
-    BenchError,
+    zenoh_mcast, BenchError,
 };
 
 #[derive(Parser)]
@@ -90,9 +92,57 @@ enum Command {
         #[arg(long)]
         peer_base_port: Option<u16>,
     },
+    /// One role on Zenoh's multicast transport (a peer session whose only
+    /// listener is the group; no scouting, no unicast session): run each
+    /// role in its own process, receivers (sub, pong) first.
+    ZenohMcast(McastArgs),
     /// Same-host ping-pong RTT between two processes (this one pings and
     /// starts the pong process itself).
     ShmPingpong(PingPongArgs),
+}
+
+/// A role of a Zenoh multicast run.
+#[derive(Args)]
+struct McastArgs {
+    /// pub (sends for --duration, prints what it sent), sub (prints its
+    /// per-second counts), ping (prints the RTT) or pong (echoes).
+    #[arg(value_enum)]
+    role: McastRole,
+    /// The group locator, udp/ADDR:PORT with a multicast ADDR; pin the
+    /// interface with #iface=NAME.
+    #[arg(long)]
+    group: String,
+    /// Payload bytes (pub, ping; at least 8).
+    #[arg(long, default_value_t = 64)]
+    size: usize,
+    /// Seconds pub sends, or ping runs after its first pong (the first
+    /// second is warm-up).
+    #[arg(long, default_value_t = 3.0)]
+    duration: f64,
+    /// Seconds sub, pong or ping wait for their first message.
+    #[arg(long, default_value_t = 30.0)]
+    wait: f64,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum McastRole {
+    Pub,
+    Sub,
+    Ping,
+    Pong,
+}
+
+impl McastArgs {
+    fn run(&self) -> Result<serde_json::Value, BenchError> {
+        let group = zenoh_mcast::Group::parse(&self.group)?;
+        let p = zenoh_mcast::RoleParams::new(self.size, self.duration, self.wait)?;
+        match self.role {
+            McastRole::Pub => zenoh_mcast::publish(&group, p),
+            McastRole::Sub => zenoh_mcast::sub(&group, p),
+            McastRole::Ping => zenoh_mcast::ping(&group, p),
+            McastRole::Pong => zenoh_mcast::pong(&group, p),
+        }
+    }
 }
 
 /// A same-host ping-pong run.
@@ -231,6 +281,7 @@ fn main() {
                 .and_then(|p| zenoh_client::run(&meet, run.mode, p))
                 .map(Some)
         }
+        Command::ZenohMcast(args) => args.run().map(Some),
         Command::ShmPingpong(args) => args.run(),
     };
     match result {

@@ -288,7 +288,7 @@ per = f"{txb / sent:.1f} bytes" if sent else "— bytes"
 with open(f"{tmp}/zmc-wire", "w") as f:
     f.write(f"host 1's eth0 sent {txb:,} bytes in {txp:,} packets for {sent:,} events ({per} per event); "
             f"hosts 2–11 each received {min(rx):,}–{max(rx):,} bytes; "
-            f"before the publisher, the ten subscribers alone put {quiet:,} packets/s on the group (host 1 received them)")
+            f"in the second before the publisher started, host 1 received {quiet:,} packets (the subscribers' traffic to the group, flooded by the bridge)")
 PY
             ;;
     esac

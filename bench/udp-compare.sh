@@ -37,23 +37,29 @@
 # 2..11 send to the group: zenoh 1.10.2's peers echo each other's subscriber
 # declarations on a group (a storm with several subscribers; see
 # BENCHMARKS.md), and this row measures the data path without it.
+# tagwire's [[multicast]] (--lan only), the same fan-out topology: a daemon
+# on each of hosts 1..11 (hosts 2..11 linked to host 1's, one group for
+# /bench/**), `tagwire bench fanout --subscribers 1` on host 1 publishing
+# (its one subscriber on host 1's daemon), a `tagwire sub` on each of hosts
+# 2..11, its lines counted per second (the median of its full seconds); no
+# RTT (`tagwire bench latency` is one process).
 # All hosts still share this machine's 2 CPUs. --systems LIST (default
-# zenoh,zenoh-mcast,tagwire,cyclonedds) runs only those (no Zenoh: no bench
-# build).
+# zenoh,zenoh-mcast,tagwire,tagwire-mcast,cyclonedds) runs only those (no
+# Zenoh: no bench build).
 # Prints markdown for BENCHMARKS.md; run it under `flock /work/bench.lock`
 # (quiet: /work/bisect/quiet5.sh). Every process it starts is killed on exit.
 set -uo pipefail
 DURATION=3
 ROUNDS=1
 LAN=0
-SYSTEMS=zenoh,zenoh-mcast,tagwire,cyclonedds
+SYSTEMS=zenoh,zenoh-mcast,tagwire,tagwire-mcast,cyclonedds
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --duration) DURATION=${2:?}; shift ;;
         --rounds) ROUNDS=${2:?}; shift ;;
         --lan) LAN=1 ;;
         --systems) SYSTEMS=${2:?}; shift ;;
-        -h|--help) sed -n '2,44p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,49p' "$0"; exit 0 ;;
         *) echo "udp-compare.sh: unknown argument $1 (try --help)" >&2; exit 2 ;;
     esac
     shift
@@ -293,6 +299,107 @@ PY
             ;;
     esac
 }
+# tagwire's [[multicast]] (daemon to daemon), the same fan-out topology: a
+# daemon on each of hosts 1..11 (port MPORT, federation links from hosts
+# 2..11 to host 1's daemon, one [[multicast]] group for /bench/**), the
+# publisher (`tagwire bench fanout --subscribers 1`: its one subscriber sits
+# on host 1's daemon) on host 1 and a `tagwire sub` on each of hosts 2..11,
+# its lines counted per second. Prints "per_sub total min max sent" (per
+# subscriber: the median of its full seconds) and writes $tmp/twmc-wire.
+MPORT=17826; MGROUP=239.206.0.1:17840
+twmc() {
+    local base="$tmp/twmc" i addr peers dp=() sp=() ready=0
+    rm -rf "$base"; mkdir -p "$base"
+    for i in $(seq 1 11); do
+        addr=10.206.0.$((i + 1)); peers=""
+        (( i > 1 )) && peers="\"tcp://10.206.0.2:$MPORT\""
+        { cat "$tmp/tagwired.toml"
+          printf '[federation]\ntoken = "%s"\npeers = [%s]\ngossip_enabled = false\n' "$TAGWIRE_TOKEN" "$peers"
+          printf '[[multicast]]\ngroup = "%s"\ntags = ["/bench/**"]\ninterface = "%s"\n' "$MGROUP" "$addr"
+        } >"$base/d$i.toml"
+        XDG_RUNTIME_DIR="$tmp/rt" ip netns exec "$NS-h$i" "$bin/tagwired" --config "$base/d$i.toml" --tcp "$addr:$MPORT" \
+            --no-unix --name "mc$i" --log warn 2>"$base/d$i.log" & dp+=($!); pids+=($!)
+    done
+    # Ready when host 1's daemon lists the other ten as live group members.
+    for _ in $(seq 150); do
+        ready=$(XDG_RUNTIME_DIR="$tmp/rt" "${H1[@]}" "$bin/tagwire" -s "tcp://10.206.0.2:$MPORT" list --json 2>/dev/null |
+            python3 -c 'import json,sys
+try: print(len(json.load(sys.stdin)["multicast"][0]["members"]))
+except Exception: print(0)')
+        (( ready >= 10 )) && break
+        sleep 0.2
+    done
+    if (( ready < 10 )); then
+        echo "udp-compare.sh: tagwire [[multicast]]: only $ready of 10 members after 30 s" >&2
+        for i in "${dp[@]}"; do kill "$i" 2>/dev/null; wait "$i" 2>/dev/null; done
+        echo "— — 0 0 0"; return
+    fi
+    # Each subscriber's lines counted per second from the first (reads in
+    # 64 KiB blocks: the counter costs a syscall per block, not per event).
+    cat >"$base/count.py" <<'PY'
+import json, statistics, sys, time
+n, first, buckets = 0, None, []
+while True:
+    b = sys.stdin.buffer.read1(65536)
+    if not b:
+        break
+    now = time.monotonic()
+    if first is None:
+        first = now
+    k = int(now - first)
+    while len(buckets) <= k:
+        buckets.append(0)
+    c = b.count(b"\n")
+    buckets[k] += c
+    n += c
+full = [x for x in buckets[:-1] if x > 0] or [x for x in buckets if x > 0]
+json.dump({"received": n, "per_second": buckets, "msgs_per_sec": statistics.median(full) if full else 0}, open(sys.argv[1], "w"))
+PY
+    for i in $(seq 2 11); do
+        XDG_RUNTIME_DIR="$tmp/rt" ip netns exec "$NS-h$i" "$bin/tagwire" -s "tcp://10.206.0.$((i + 1)):$MPORT" \
+            sub '/bench/*/data' 2>>"$tmp/err" > >(python3 "$base/count.py" "$base/count$i.json") & sp+=($!); pids+=($!)
+    done
+    sleep 1.5   # the subscriptions reach host 1's daemon over the links
+    local tx0 tx1 txp0 txp1 fan
+    tx0=$(link_counter 1 tx_bytes); txp0=$(link_counter 1 tx_packets)
+    fan=$(XDG_RUNTIME_DIR="$tmp/rt" timeout 60 "${H1[@]}" "$bin/tagwire" -s "tcp://10.206.0.2:$MPORT" bench fanout \
+        --subscribers 1 --size 64 --duration "$DURATION" --json 2>>"$tmp/err" | grep '^{' | tail -1)
+    sleep 1
+    tx1=$(link_counter 1 tx_bytes); txp1=$(link_counter 1 tx_packets)
+    for i in $(seq 2 11); do
+        XDG_RUNTIME_DIR="$tmp/rt" ip netns exec "$NS-h$i" "$bin/tagwire" -s "tcp://10.206.0.$((i + 1)):$MPORT" list --json \
+            2>/dev/null >"$base/list$i.json"
+    done
+    for i in "${sp[@]}"; do kill "$i" 2>/dev/null; wait "$i" 2>/dev/null; done
+    for i in "${dp[@]}"; do kill "$i" 2>/dev/null; wait "$i" 2>/dev/null; done
+    sleep 0.5   # each subscriber's counter writes its counts
+    python3 - "$base" "$fan" "$DURATION" "$((tx1 - tx0))" "$((txp1 - txp0))" "$tmp/twmc-wire" <<'PY'
+import json, sys
+base, fan, duration, txb, txp, wire = sys.argv[1], json.loads(sys.argv[2] or "{}"), float(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
+sent = fan.get("sent", 0)
+def count(i):
+    try:
+        return json.load(open(f"{base}/count{i}.json"))
+    except (OSError, ValueError):
+        return {}
+subs = [count(i) for i in range(2, 12)]
+got = [c.get("received", 0) for c in subs]
+lost = []
+for i in range(2, 12):
+    try:
+        lost.append(json.load(open(f"{base}/list{i}.json"))["multicast"][0]["lost"])
+    except (OSError, ValueError, KeyError, IndexError):
+        pass
+rates = [c.get("msgs_per_sec", 0) for c in subs]
+print(f"{sum(rates) / len(rates):.0f} {sum(rates):.0f} {min(got)} {max(got)} {sent}")
+per = f"{txb / sent:.1f} bytes" if sent else "— bytes"
+lost_s = f"{min(lost):,}–{max(lost):,}" if lost else "—"
+with open(wire, "w") as f:
+    f.write(f"host 1's eth0 sent {txb:,} bytes in {txp:,} packets for {sent:,} events ({per} per event, one datagram each); "
+            f"the subscribers' daemons counted {lost_s} group datagrams lost; the publisher's own subscriber on host 1's daemon got "
+            f"{fan.get('per_sub_msgs_per_sec', 0):,.0f} events/s")
+PY
+}
 have_dds=0
 if ! want cyclonedds; then
     :
@@ -316,6 +423,9 @@ else
 fi
 if want zenoh-mcast && (( ! LAN )); then
     echo "udp-compare.sh: no zenoh (peer, multicast) rows on loopback: its roles need a host each (run with --lan)" >&2
+fi
+if want tagwire-mcast && (( ! LAN )); then
+    echo "udp-compare.sh: no tagwire ([[multicast]]) row on loopback: it needs a daemon per host (run with --lan)" >&2
 fi
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 rows=()
@@ -359,6 +469,13 @@ PY
         done
         wire+=("round $r, zenoh (peer, multicast) RTT: $zechoed pings echoed, $zlost resent after 200 ms without an answer; host 3 (no role) received $zseen packets meanwhile.")
     fi
+    if want tagwire-mcast && (( LAN )); then
+        read -r c d e f g <<<"$(twmc)"
+        label="tagwire ([[multicast]], a daemon per host)"
+        echo "round $r $label: fan-out $c $d $e $f of $g" >&2
+        rows+=("$(python3 -c 'import sys; r,l,c,d,e,f,g=sys.argv[1:]; fm=lambda x: f"{float(x):,.0f}" if x not in ("—","") else "—"; print(f"| {r} | {l} | udp | — | — | {fm(c)} | {fm(d)} | {int(e):,}–{int(f):,} of {int(g):,} |")' "$r" "$label" "$c" "$d" "$e" "$f" "$g")")
+        wire+=("round $r, $label fan-out: $(cat "$tmp/twmc-wire" 2>/dev/null).")
+    fi
     if (( have_dds )); then
         casts=(ucast)
         (( LAN )) && casts=(ucast mcast)
@@ -374,7 +491,7 @@ PY
 done
 echo "\`bench/udp-compare.sh --duration $DURATION --rounds $ROUNDS$( (( LAN )) && echo " --lan")\`: $(date -u '+%Y-%m-%d %H:%M UTC'), revision $(git rev-parse --short HEAD)," \
     "\`nproc\` = $(nproc), CPU $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), load average $load_before before → $(cut -d' ' -f1-3 /proc/loadavg) after;" \
-    "zenoh $(grep -m1 -A1 'name = "zenoh"' bench/Cargo.lock | sed -n 's/version = "\(.*\)"/\1/p'); $( (( LAN )) && echo "namespace LAN (brokers on host 0, the measuring process on host 1, Cyclone's and Zenoh multicast's processes one per host)" || echo loopback); 64 B payloads, ${DURATION} s per run."
+    "zenoh $(grep -m1 -A1 'name = "zenoh"' bench/Cargo.lock | sed -n 's/version = "\(.*\)"/\1/p'); $( (( LAN )) && echo "namespace LAN (brokers on host 0, the measuring process on host 1, Cyclone's, Zenoh multicast's and tagwire multicast's processes one per host)" || echo loopback); 64 B payloads, ${DURATION} s per run."
 echo
 echo "| round | system | transport | RTT p50 µs | RTT p99 µs | fan-out 1→10: msgs/s per subscriber | total msgs/s | received per subscriber of sent |"
 echo "|---:|---|---|---:|---:|---:|---:|---|"

@@ -370,6 +370,8 @@ PY
         XDG_RUNTIME_DIR="$tmp/rt" ip netns exec "$NS-h$i" "$bin/tagwire" -s "tcp://10.206.0.$((i + 1)):$MPORT" list --json \
             2>/dev/null >"$base/list$i.json"
     done
+    XDG_RUNTIME_DIR="$tmp/rt" "${H1[@]}" "$bin/tagwire" -s "tcp://10.206.0.2:$MPORT" list --links --json 2>/dev/null >"$base/links1.json"
+    XDG_RUNTIME_DIR="$tmp/rt" "${H1[@]}" "$bin/tagwire" -s "tcp://10.206.0.2:$MPORT" list --json 2>/dev/null >"$base/list1.json"
     for i in "${sp[@]}"; do kill "$i" 2>/dev/null; wait "$i" 2>/dev/null; done
     for i in "${dp[@]}"; do kill "$i" 2>/dev/null; wait "$i" 2>/dev/null; done
     sleep 0.5   # each subscriber's counter writes its counts
@@ -391,11 +393,20 @@ for i in range(2, 12):
     except (OSError, ValueError, KeyError, IndexError):
         pass
 rates = [c.get("msgs_per_sec", 0) for c in subs]
+try:
+    group_sent = f'{json.load(open(f"{base}/list1.json"))["multicast"][0]["sent"]:,}'
+except (OSError, ValueError, KeyError, IndexError):
+    group_sent = "—"
+try:
+    link_events = f'{sum(l.get("events_out", 0) for l in json.load(open(f"{base}/links1.json"))["links"]):,}'
+except (OSError, ValueError, KeyError, TypeError):
+    link_events = "—"
 print(f"{sum(rates) / len(rates):.0f} {sum(rates):.0f} {min(got)} {max(got)} {sent}")
 per = f"{txb / sent:.1f} bytes" if sent else "— bytes"
 lost_s = f"{min(lost):,}–{max(lost):,}" if lost else "—"
 with open(wire, "w") as f:
-    f.write(f"host 1's eth0 sent {txb:,} bytes in {txp:,} packets for {sent:,} events ({per} per event, one datagram each); "
+    f.write(f"host 1's eth0 sent {txb:,} bytes in {txp:,} packets for {sent:,} events ({per} per event); "
+            f"host 1's daemon sent {group_sent} datagrams to the group and {link_events} events over its ten links; "
             f"the subscribers' daemons counted {lost_s} group datagrams lost; the publisher's own subscriber on host 1's daemon got "
             f"{fan.get('per_sub_msgs_per_sec', 0):,.0f} events/s")
 PY

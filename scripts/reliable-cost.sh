@@ -37,7 +37,7 @@ for _ in $(seq 100); do
 done
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 [[ $# -eq 0 ]] && set -- --sizes 64,65536 --rounds 3 --duration 3 --ends both
-out=$(XDG_RUNTIME_DIR="$tmp/rt" "$exp/reliable_cost" --server "tcp://127.0.0.1:$port" "$@")
+out=$(XDG_RUNTIME_DIR="$tmp/rt" "$exp/reliable_cost" --server "tcp://127.0.0.1:$port" --daemon-pid "$pid" "$@")
 echo "\`scripts/reliable-cost.sh $*\`: $(date -u '+%Y-%m-%d %H:%M UTC'), revision $(git rev-parse --short HEAD)," \
     "\`nproc\` = $(nproc), CPU $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')," \
     "load average $load_before before → $(cut -d' ' -f1-3 /proc/loadavg) after; one release \`tagwired\` on 127.0.0.1 (TCP)," \

@@ -68,6 +68,17 @@ struct Args {
     /// both; see the module doc), each against the same round's best effort.
     #[arg(long, value_delimiter = ',', default_values_t = [Ends::Both])]
     ends: Vec<Ends>,
+    /// The daemon's process id: its CPU time per event is reported beside
+    /// this process's (read from /proc; the scripts pass it).
+    #[arg(long)]
+    daemon_pid: Option<u32>,
+    /// Throughput runs only (no round trips).
+    #[arg(long)]
+    throughput_only: bool,
+    /// For a profiler: one throughput run of this variant (`none` is best
+    /// effort) and its cost per event, no ratios.
+    #[arg(long)]
+    only: Option<String>,
 }
 
 /// What a run acknowledges.
@@ -140,6 +151,91 @@ struct Stream {
     sent: u64,
     received: u64,
     rate: f64,
+    /// CPU and context switches of this process (publisher and subscriber)
+    /// and of the daemon, over the run.
+    cost: Cost,
+}
+
+/// What a process spent over a run: CPU time (user + system, ns) and
+/// context switches (voluntary + involuntary), from /proc.
+#[derive(Debug, Clone, Copy, Default)]
+struct Usage {
+    cpu_ns: u64,
+    switches: u64,
+}
+
+impl Usage {
+    /// `pid` ("self" or a number): `None` if /proc does not have it.
+    fn of(pid: &str) -> Option<Usage> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // Fields after the command (which may hold spaces) end with ')'.
+        let rest = &stat[stat.rfind(')')? + 2..];
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        // utime and stime are fields 14 and 15 of stat(5), in clock ticks
+        // (100 per second on Linux).
+        let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+        // A process's status counts its main thread's switches only: sum
+        // its threads' (a thread that ended during the run is not counted).
+        let switches = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .ok()?
+            .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("status")).ok())
+            .flat_map(|status| {
+                status
+                    .lines()
+                    .filter(|l| l.contains("ctxt_switches:"))
+                    .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                    .collect::<Vec<_>>()
+            })
+            .sum();
+        Some(Usage {
+            cpu_ns: ticks * 10_000_000,
+            switches,
+        })
+    }
+
+    fn since(self, before: Usage) -> Usage {
+        Usage {
+            cpu_ns: self.cpu_ns.saturating_sub(before.cpu_ns),
+            switches: self.switches.saturating_sub(before.switches),
+        }
+    }
+}
+
+/// The client's and the daemon's usage over a run.
+#[derive(Debug, Clone, Copy, Default)]
+struct Cost {
+    client: Usage,
+    daemon: Option<Usage>,
+}
+
+/// Measures `Cost` from its creation to [`CostMeter::stop`].
+struct CostMeter {
+    daemon_pid: Option<String>,
+    client: Usage,
+    daemon: Option<Usage>,
+}
+
+impl CostMeter {
+    fn start(daemon_pid: Option<u32>) -> CostMeter {
+        let daemon_pid = daemon_pid.map(|p| p.to_string());
+        CostMeter {
+            client: Usage::of("self").unwrap_or_default(),
+            daemon: daemon_pid.as_deref().and_then(Usage::of),
+            daemon_pid,
+        }
+    }
+
+    fn stop(self) -> Cost {
+        Cost {
+            client: Usage::of("self").unwrap_or_default().since(self.client),
+            daemon: self
+                .daemon_pid
+                .as_deref()
+                .and_then(Usage::of)
+                .zip(self.daemon)
+                .map(|(now, before)| now.since(before)),
+        }
+    }
 }
 
 /// One latency run: p50 and p99 in µs, round trips measured.
@@ -151,6 +247,29 @@ struct Rtt {
 
 fn run(args: &Args) -> Res<()> {
     let duration = Duration::from_secs_f64(args.duration);
+    if let Some(only) = &args.only {
+        let e = match only.as_str() {
+            "none" => Ends::None,
+            "publisher" => Ends::Publisher,
+            "subscriber" => Ends::Subscriber,
+            "both" => Ends::Both,
+            other => {
+                return Err(format!("--only {other}: none, publisher, subscriber or both").into())
+            }
+        };
+        for &size in &args.sizes {
+            let out = throughput(&args.server, e, size, duration, 1, args.daemon_pid)?;
+            println!(
+                "{size} B {}: {:.0} msgs/s, {} of {} received; {}",
+                e.name(),
+                out.rate,
+                out.received,
+                out.sent,
+                per_event(&out)
+            );
+        }
+        return Ok(());
+    }
     let mut variants = vec![Ends::None];
     for &e in &args.ends {
         if !variants.contains(&e) {
@@ -169,18 +288,22 @@ fn run(args: &Args) -> Res<()> {
             let mut s = Vec::new();
             for &e in &order {
                 run_id += 1;
-                let out = throughput(&args.server, e, size, duration, run_id)?;
+                let out = throughput(&args.server, e, size, duration, run_id, args.daemon_pid)?;
                 eprintln!(
-                    "round {round} {size} B {}: {:.0} msgs/s, {} of {} received",
+                    "round {round} {size} B {}: {:.0} msgs/s, {} of {} received; {}",
                     e.name(),
                     out.rate,
                     out.received,
-                    out.sent
+                    out.sent,
+                    per_event(&out)
                 );
                 s.push((e, out));
             }
             s.sort_by_key(|(e, _)| variants.iter().position(|v| v == e));
             stream_rows.push((round, size, s));
+            if args.throughput_only {
+                continue;
+            }
             let mut l = Vec::new();
             for &e in &order {
                 run_id += 1;
@@ -217,6 +340,15 @@ fn run(args: &Args) -> Res<()> {
                 r.received,
                 r.sent
             );
+        }
+    }
+    println!("\nWhat each event cost (per event received; CPU from /proc, 10 ms ticks: read the spread, not a digit):\n");
+    println!("| round | size | acknowledged | client CPU ns/event | daemon CPU ns/event | client switches / 1000 events | daemon switches / 1000 events |");
+    println!("|---:|---:|---|---:|---:|---:|---:|");
+    for (round, size, s) in &stream_rows {
+        for (e, r) in s {
+            let [c, d, cs, ds] = costs(r);
+            println!("| {round} | {size} B | {e} | {c} | {d} | {cs} | {ds} |");
         }
     }
     println!("\nRound trip, ping → echo → pong, one in flight (both publishers and both subscriptions acknowledged as the row says):\n");
@@ -264,6 +396,27 @@ fn run(args: &Args) -> Res<()> {
     Ok(())
 }
 
+/// A run's client CPU, daemon CPU (ns per event received) and switches
+/// per 1,000 events, formatted ("—" where unknown).
+fn costs(r: &Stream) -> [String; 4] {
+    let n = r.received.max(1) as f64;
+    let d = r.cost.daemon;
+    [
+        format!("{:.0}", r.cost.client.cpu_ns as f64 / n),
+        d.map_or("—".into(), |d| format!("{:.0}", d.cpu_ns as f64 / n)),
+        format!("{:.1}", r.cost.client.switches as f64 * 1000.0 / n),
+        d.map_or("—".into(), |d| {
+            format!("{:.1}", d.switches as f64 * 1000.0 / n)
+        }),
+    ]
+}
+
+/// [`costs`] in one line, for the progress output.
+fn per_event(r: &Stream) -> String {
+    let [c, d, cs, ds] = costs(r);
+    format!("CPU ns/event client {c} daemon {d}; switches/1000 client {cs} daemon {ds}")
+}
+
 fn spread(mut v: Vec<f64>) -> String {
     if v.is_empty() {
         return "—".into();
@@ -307,7 +460,14 @@ impl Counter {
     }
 }
 
-fn throughput(server: &str, ends: Ends, size: usize, duration: Duration, id: u32) -> Res<Stream> {
+fn throughput(
+    server: &str,
+    ends: Ends,
+    size: usize,
+    duration: Duration,
+    id: u32,
+    daemon_pid: Option<u32>,
+) -> Res<Stream> {
     let tag = format!("/bench/rc{}/{id}/data", std::process::id());
     let counter = Arc::new(Counter {
         base: Instant::now(),
@@ -327,6 +487,7 @@ fn throughput(server: &str, ends: Ends, size: usize, duration: Duration, id: u32
     let reliability = ends.publisher();
     publisher.set_reliability(reliability);
     let payload = Bytes::from(vec![0xabu8; size]);
+    let meter = CostMeter::start(daemon_pid);
     let start = Instant::now();
     let mut sent = 0u64;
     loop {
@@ -343,16 +504,34 @@ fn throughput(server: &str, ends: Ends, size: usize, duration: Duration, id: u32
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut last = counter.count.load(Ordering::Relaxed);
     let mut idle = 0;
-    while Instant::now() < deadline && last < sent && idle < 5 {
+    while Instant::now() < deadline && last < sent && idle < 20 {
         std::thread::sleep(Duration::from_millis(100));
         let now = counter.count.load(Ordering::Relaxed);
         idle = if now == last { idle + 1 } else { 0 };
         last = now;
     }
+    let cost = meter.stop();
+    let received = counter.count.load(Ordering::Relaxed);
+    if received < sent {
+        // What the sessions saw, for a reader of a shortfall (a reliable
+        // run must have none; best effort drops at the subscriber's queue).
+        eprintln!(
+            "{}: {} of {sent} not received (a full subscriber queue drops by its discard \
+             policy, docs/reliability.md); reconnects: publisher {}, subscriber {}; \
+             acknowledgements: {:?}; duplicates dropped {}",
+            ends.name(),
+            sent - received,
+            pub_session.reconnects(),
+            sub_session.reconnects(),
+            pub_session.ack_stats(),
+            sub_session.delivery_duplicates()
+        );
+    }
     Ok(Stream {
         sent,
-        received: counter.count.load(Ordering::Relaxed),
+        received,
         rate: counter.rate(),
+        cost,
     })
 }
 

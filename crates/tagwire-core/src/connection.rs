@@ -1560,6 +1560,18 @@ impl Connection {
             bytes::Buf::advance(&mut event, 4);
             return Input::Deliver { sub, event };
         }
+        if k == kind::DELIVER_RELIABLE && self.phase == Phase::Established && self.acknowledges() {
+            // As `Deliver`, in place (`Frame::decode` would slice: a
+            // reference taken and one dropped per acknowledged delivery).
+            if body.len() < 12 {
+                return self.client_error("truncated DeliverReliable frame from the server".into());
+            }
+            let sub = u32::from_le_bytes([body[0], body[1], body[2], body[3]]);
+            let seq = u64::from_le_bytes(body[4..12].try_into().expect("8 bytes"));
+            let mut event = body;
+            bytes::Buf::advance(&mut event, 12);
+            return Input::DeliverReliable { sub, seq, event };
+        }
         if is_link_kind(k) && self.phase == Phase::Established {
             return match LinkFrame::decode(k, body) {
                 Ok(f) => Input::Link(Box::new(f)),

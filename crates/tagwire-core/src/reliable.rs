@@ -229,22 +229,40 @@ impl<T> HeldRing<T> {
             .filter_map(move |(k, h)| h.as_mut().map(|h| (base + k as u64, h)))
     }
 
-    /// Releases the held numbers in `first..=last`, oldest first.
-    fn remove_range(&mut self, first: u64, last: u64) -> Vec<Held<T>> {
-        let mut out = Vec::new();
+    /// Releases the held numbers in `first..=last` to `f`, oldest first.
+    fn remove_range(&mut self, first: u64, last: u64, mut f: impl FnMut(Held<T>)) {
         let from = usize::try_from(first.saturating_sub(self.base)).unwrap_or(usize::MAX);
         let Some(to) = last.checked_sub(self.base) else {
-            return out;
+            return;
         };
         let to = usize::try_from(to).unwrap_or(usize::MAX);
         for slot in self.slots.iter_mut().take(to.saturating_add(1)).skip(from) {
             if let Some(h) = slot.take() {
                 self.len -= 1;
-                out.push(h);
+                f(h);
             }
         }
         self.trim();
-        out
+    }
+
+    /// Releases every held number up to `last` to `f`, oldest first: the
+    /// front of the ring, drained in one step (a cumulative
+    /// acknowledgement releases hundreds at a time).
+    fn pop_through(&mut self, last: u64, mut f: impl FnMut(Held<T>)) {
+        let Some(n) = last.checked_sub(self.base) else {
+            return;
+        };
+        let n = usize::try_from(n.saturating_add(1))
+            .unwrap_or(usize::MAX)
+            .min(self.slots.len());
+        let mut released = 0;
+        for h in self.slots.drain(..n).flatten() {
+            released += 1;
+            f(h);
+        }
+        self.len -= released;
+        self.base += n as u64;
+        self.trim();
     }
 
     /// Takes every held event, oldest first; numbering goes on at `next`.
@@ -437,6 +455,37 @@ impl<T> SendWindow<T> {
     /// twice). An acknowledgement of a number never sent is an error, and
     /// releases nothing.
     pub fn on_ack(&mut self, ack: &Ack) -> Result<Released<T>, AckError> {
+        let mut out = Released::default();
+        self.release(ack, |item, failed| {
+            if failed {
+                out.failed.push(item);
+            } else {
+                out.done.push(item);
+            }
+        })?;
+        Ok(out)
+    }
+
+    /// [`on_ack`](Self::on_ack) for a caller that only drops what it
+    /// releases: drops it on the way (no list is built); returns how many
+    /// were done and how many failed.
+    pub fn on_ack_drop(&mut self, ack: &Ack) -> Result<(usize, usize), AckError> {
+        let (mut done, mut failed) = (0, 0);
+        self.release(ack, |item, f| {
+            drop(item);
+            if f {
+                failed += 1;
+            } else {
+                done += 1;
+            }
+        })?;
+        Ok((done, failed))
+    }
+
+    /// Checks `ack` and hands each event it releases to `f` with whether
+    /// it failed: failed ranges first (they may lie below `done`), then
+    /// everything up to `done`, then the selective ranges above it.
+    fn release(&mut self, ack: &Ack, mut f: impl FnMut(T, bool)) -> Result<(), AckError> {
         let sent = self.unsent_from - 1;
         if ack.done > sent {
             return Err(AckError::Unsent {
@@ -455,31 +504,30 @@ impl<T> SendWindow<T> {
                 return Err(AckError::Unsent { seq: r.last, sent });
             }
         }
-        let mut out = Released::default();
-        // Failed ranges first (they may lie below `done`).
+        let (mut bytes, mut done, mut failed) = (0, 0, 0);
         for r in ack.ranges.iter().filter(|r| r.failed) {
-            for h in self.held.remove_range(r.first, r.last) {
-                self.bytes -= h.bytes;
-                self.stats.failed += 1;
-                out.failed.push(h.item);
-            }
+            self.held.remove_range(r.first, r.last, |h| {
+                bytes += h.bytes;
+                failed += 1;
+                f(h.item, true);
+            });
         }
-        while self.held.first_from(0).is_some_and(|(s, _)| s <= ack.done) {
-            let Some((_, h)) = self.held.pop_first() else {
-                break;
-            };
-            self.bytes -= h.bytes;
-            self.stats.done += 1;
-            out.done.push(h.item);
-        }
+        self.held.pop_through(ack.done, |h| {
+            bytes += h.bytes;
+            done += 1;
+            f(h.item, false);
+        });
         for r in ack.ranges.iter().filter(|r| !r.failed) {
-            for h in self.held.remove_range(r.first, r.last) {
-                self.bytes -= h.bytes;
-                self.stats.done += 1;
-                out.done.push(h.item);
-            }
+            self.held.remove_range(r.first, r.last, |h| {
+                bytes += h.bytes;
+                done += 1;
+                f(h.item, false);
+            });
         }
-        Ok(out)
+        self.bytes -= bytes;
+        self.stats.done += done;
+        self.stats.failed += failed;
+        Ok(())
     }
 
     /// Takes every held event, oldest first: the connection is gone and
@@ -861,7 +909,9 @@ struct Entry {
     highest: u64,
     /// The source time of the event numbered `highest`.
     highest_time: u64,
-    /// Bit `i` set: `highest - 1 - i` was seen.
+    /// Which of the [`DEDUPE_WINDOW`] numbers below `highest` were seen: a
+    /// ring, number `n`'s bit at `n % DEDUPE_WINDOW` (a move of `highest`
+    /// by one clears or sets one bit; a shifted history moved 16 words).
     below: [u64; WORDS],
     used: u64,
     /// `highest` itself was forgotten ([`Dedupe::forget`]).
@@ -882,9 +932,15 @@ struct Entry {
 /// taken for copies.
 #[derive(Debug)]
 pub struct Dedupe {
-    /// foldhash, seeded per process: a lookup per reliable event (SipHash
+    /// Each key's entry in `entries`. foldhash, seeded per process (SipHash
     /// was a few per cent of a receiving daemon's CPU).
-    keys: HashMap<(u64, u64), Entry, foldhash::fast::RandomState>,
+    keys: HashMap<(u64, u64), usize, foldhash::fast::RandomState>,
+    /// The entries, by the index `keys` gives (a slot in `free` is unused).
+    entries: Vec<Entry>,
+    free: Vec<usize>,
+    /// The key checked last and its index: a stream of one publisher's
+    /// events finds its entry without hashing.
+    last: Option<((u64, u64), usize)>,
     max_keys: usize,
     clock: u64,
     stats: DedupeStats,
@@ -895,6 +951,9 @@ impl Dedupe {
     pub fn new(max_keys: usize) -> Self {
         Dedupe {
             keys: HashMap::default(),
+            entries: Vec::new(),
+            free: Vec::new(),
+            last: None,
             max_keys: max_keys.max(2),
             clock: 0,
             stats: DedupeStats::default(),
@@ -922,11 +981,11 @@ impl Dedupe {
         self.clock += 1;
         let clock = self.clock;
         let key = (origin, publisher);
-        let Some(e) = self.keys.get_mut(&key) else {
+        let Some(i) = self.index(key) else {
             if self.keys.len() >= self.max_keys {
                 self.forget_half();
             }
-            self.keys.insert(
+            self.insert(
                 key,
                 Entry {
                     highest: seq,
@@ -938,6 +997,7 @@ impl Dedupe {
             );
             return Seen::New;
         };
+        let e = &mut self.entries[i];
         e.used = clock;
         if seq <= e.highest && time > e.highest_time {
             // The publisher started again (see the type's doc).
@@ -952,16 +1012,7 @@ impl Dedupe {
             return Seen::New;
         }
         if seq > e.highest {
-            shift(&mut e.below, seq - e.highest);
-            // The old highest is now `seq - 1 - (shift - 1)` below: bit
-            // `shift - 1`.
-            let d = seq - e.highest - 1;
-            if d < DEDUPE_WINDOW {
-                set(&mut e.below, d);
-            }
-            if e.highest_unseen && d < DEDUPE_WINDOW {
-                clear(&mut e.below, d);
-            }
+            advance(&mut e.below, e.highest, seq, !e.highest_unseen);
             e.highest = seq;
             e.highest_time = time;
             e.highest_unseen = false;
@@ -975,16 +1026,15 @@ impl Dedupe {
             self.stats.duplicates += 1;
             return Seen::Duplicate;
         }
-        let d = e.highest - 1 - seq;
-        if d >= DEDUPE_WINDOW {
+        if e.highest - seq > DEDUPE_WINDOW {
             self.stats.too_old += 1;
             return Seen::TooOld;
         }
-        if get(&e.below, d) {
+        if get(&e.below, seq) {
             self.stats.duplicates += 1;
             return Seen::Duplicate;
         }
-        set(&mut e.below, d);
+        set(&mut e.below, seq);
         Seen::New
     }
 
@@ -993,16 +1043,14 @@ impl Dedupe {
     /// must take it when it comes again, not drop it as a copy. For the
     /// highest number seen, the next check of that number is new once.
     pub fn forget(&mut self, origin: u64, publisher: u64, seq: u64) {
-        let Some(e) = self.keys.get_mut(&(origin, publisher)) else {
+        let Some(i) = self.index((origin, publisher)) else {
             return;
         };
+        let e = &mut self.entries[i];
         if seq == e.highest {
             e.highest_unseen = true;
-        } else if seq < e.highest {
-            let d = e.highest - 1 - seq;
-            if d < DEDUPE_WINDOW {
-                clear(&mut e.below, d);
-            }
+        } else if seq < e.highest && e.highest - seq <= DEDUPE_WINDOW {
+            clear(&mut e.below, seq);
         }
     }
 
@@ -1018,7 +1066,7 @@ impl Dedupe {
     /// key is taken as new.
     pub fn forget_unused_since(&mut self, mark: u64) -> usize {
         let before = self.keys.len();
-        self.keys.retain(|_, e| e.used > mark);
+        self.retain(|e| e.used > mark);
         let n = before - self.keys.len();
         self.stats.forgotten += n as u64;
         n
@@ -1033,7 +1081,7 @@ impl Dedupe {
         if !self.keys.contains_key(&key) && self.keys.len() >= self.max_keys {
             self.forget_half();
         }
-        self.keys.insert(
+        self.insert(
             key,
             Entry {
                 highest: seq,
@@ -1049,68 +1097,117 @@ impl Dedupe {
     /// highest event: every event not seen yet of a key held has a later
     /// source time (source times grow per publisher). `None` when empty.
     pub fn oldest_highest_time(&self) -> Option<u64> {
-        self.keys.values().map(|e| e.highest_time).min()
+        self.keys
+            .values()
+            .map(|&i| self.entries[i].highest_time)
+            .min()
     }
 
     /// Bytes its keys take (entries and table slots, an estimate).
     pub fn memory(&self) -> usize {
-        self.keys.capacity()
-            * (std::mem::size_of::<(u64, u64)>() + std::mem::size_of::<Entry>() + 1)
+        self.keys.capacity() * (std::mem::size_of::<((u64, u64), usize)>() + 1)
+            + self.entries.capacity() * std::mem::size_of::<Entry>()
     }
 
     fn forget_half(&mut self) {
-        let mut used: Vec<u64> = self.keys.values().map(|e| e.used).collect();
+        let mut used: Vec<u64> = self.keys.values().map(|&i| self.entries[i].used).collect();
         used.sort_unstable();
         let cut = used[used.len() / 2];
         let before = self.keys.len();
-        self.keys.retain(|_, e| e.used > cut);
+        self.retain(|e| e.used > cut);
         self.stats.forgotten += (before - self.keys.len()) as u64;
+    }
+
+    /// Key `key`'s entry index, if it has one (the last key: no hashing).
+    fn index(&mut self, key: (u64, u64)) -> Option<usize> {
+        if let Some((k, i)) = self.last {
+            if k == key {
+                return Some(i);
+            }
+        }
+        let i = *self.keys.get(&key)?;
+        self.last = Some((key, i));
+        Some(i)
+    }
+
+    /// Puts `entry` as `key`'s (replacing what it had).
+    fn insert(&mut self, key: (u64, u64), entry: Entry) {
+        let i = match self.keys.get(&key) {
+            Some(&i) => {
+                self.entries[i] = entry;
+                i
+            }
+            None => {
+                let i = match self.free.pop() {
+                    Some(i) => {
+                        self.entries[i] = entry;
+                        i
+                    }
+                    None => {
+                        self.entries.push(entry);
+                        self.entries.len() - 1
+                    }
+                };
+                self.keys.insert(key, i);
+                i
+            }
+        };
+        self.last = Some((key, i));
+    }
+
+    /// Keeps the keys whose entry `keep` says, freeing the others' slots.
+    fn retain(&mut self, keep: impl Fn(&Entry) -> bool) {
+        let (entries, free) = (&self.entries, &mut self.free);
+        self.keys.retain(|_, i| {
+            let kept = keep(&entries[*i]);
+            if !kept {
+                free.push(*i);
+            }
+            kept
+        });
+        if self.last.is_some_and(|(k, _)| !self.keys.contains_key(&k)) {
+            self.last = None;
+        }
     }
 }
 
-fn clear(bits: &mut [u64; WORDS], d: u64) {
-    bits[(d / 64) as usize] &= !(1 << (d % 64));
+/// Number `n`'s bit in a history ring.
+fn bit(n: u64) -> (usize, u64) {
+    let i = n % DEDUPE_WINDOW;
+    ((i / 64) as usize, 1 << (i % 64))
 }
 
-fn get(bits: &[u64; WORDS], d: u64) -> bool {
-    bits[(d / 64) as usize] & (1 << (d % 64)) != 0
+fn clear(bits: &mut [u64; WORDS], n: u64) {
+    let (w, b) = bit(n);
+    bits[w] &= !b;
 }
 
-fn set(bits: &mut [u64; WORDS], d: u64) {
-    bits[(d / 64) as usize] |= 1 << (d % 64);
+fn get(bits: &[u64; WORDS], n: u64) -> bool {
+    let (w, b) = bit(n);
+    bits[w] & b != 0
 }
 
-/// Shifts the history by `n` (the highest moved up by `n`): bit `i` moves
-/// to bit `i + n`; bits past the window fall off.
-fn shift(bits: &mut [u64; WORDS], n: u64) {
-    if n >= DEDUPE_WINDOW {
+fn set(bits: &mut [u64; WORDS], n: u64) {
+    let (w, b) = bit(n);
+    bits[w] |= b;
+}
+
+/// Moves a ring's highest number from `from` to `to` (> `from`): the
+/// numbers in between were not seen (their bits, which held numbers now
+/// out of the window, are cleared) and `from` itself was if `seen`.
+fn advance(bits: &mut [u64; WORDS], from: u64, to: u64, seen: bool) {
+    if to - from > DEDUPE_WINDOW {
+        // `from` falls out of the window too.
         *bits = [0; WORDS];
         return;
     }
-    if n == 1 {
-        // The common case (the next event of a publisher), once per
-        // reliable event: a plain carry from word to word.
-        for i in (1..WORDS).rev() {
-            bits[i] = (bits[i] << 1) | (bits[i - 1] >> 63);
-        }
-        bits[0] <<= 1;
-        return;
+    for n in from + 1..to {
+        clear(bits, n);
     }
-    shift_words(bits, n);
-}
-
-/// [`shift`] for any `n` below the window.
-fn shift_words(bits: &mut [u64; WORDS], n: u64) {
-    let words = (n / 64) as usize;
-    let rest = n % 64;
-    for i in (0..WORDS).rev() {
-        let lo = i.checked_sub(words).map_or(0, |j| bits[j]);
-        let lower = i.checked_sub(words + 1).map_or(0, |j| bits[j]);
-        bits[i] = if rest == 0 {
-            lo
-        } else {
-            (lo << rest) | (lower >> (64 - rest))
-        };
+    if seen {
+        set(bits, from);
+    } else {
+        clear(bits, from);
     }
 }
 
@@ -1165,20 +1262,60 @@ mod forget_tests {
     }
 
     #[test]
-    fn shifting_by_one_is_the_general_shift_by_one() {
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        for _ in 0..64 {
-            let mut a = [0u64; WORDS];
-            for w in &mut a {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                *w = x;
-            }
-            let mut b = a;
-            shift(&mut a, 1);
-            shift_words(&mut b, 1);
-            assert_eq!(a, b);
+    fn a_forgotten_key_is_not_found_through_the_last_key_checked() {
+        let mut d = Dedupe::new(64);
+        assert_eq!(d.check(0, 1, 5, 5), Seen::New);
+        let mark = d.clock();
+        assert_eq!(d.forget_unused_since(mark), 1);
+        assert_eq!(d.check(0, 1, 5, 5), Seen::New, "key 1 was forgotten");
+        assert_eq!(d.forget_unused_since(d.clock()), 1);
+        // Key 2 takes the slot key 1 had.
+        assert_eq!(d.check(0, 2, 9, 9), Seen::New);
+        assert_eq!(d.check(0, 1, 5, 5), Seen::New, "key 1 was forgotten again");
+        assert_eq!(
+            d.check(0, 2, 9, 9),
+            Seen::Duplicate,
+            "key 2 kept its history"
+        );
+        assert_eq!(d.check(0, 1, 5, 5), Seen::Duplicate);
+        // Forgetting half at the bound keeps the recent keys' histories.
+        let mut d = Dedupe::new(4);
+        for p in 0..4 {
+            assert_eq!(d.check(0, p, 1, 1), Seen::New);
+        }
+        assert_eq!(d.check(0, 3, 2, 2), Seen::New);
+        assert_eq!(
+            d.check(0, 9, 1, 1),
+            Seen::New,
+            "a fifth key: half forgotten"
+        );
+        assert!(d.len() <= 3, "{}", d.len());
+        assert_eq!(d.check(0, 3, 2, 2), Seen::Duplicate);
+        assert_eq!(d.check(0, 9, 1, 1), Seen::Duplicate);
+        assert_eq!(d.check(0, 0, 1, 1), Seen::New, "key 0 was the least recent");
+    }
+
+    #[test]
+    fn the_window_reaches_exactly_its_width_below_the_highest() {
+        let w = DEDUPE_WINDOW;
+        let mut d = Dedupe::new(16);
+        assert_eq!(d.check(0, 1, 10, 10), Seen::New);
+        // A jump of exactly the window keeps the old highest (now at the
+        // window's far edge); one more pushes it out.
+        assert_eq!(d.check(0, 1, 10 + w, 20), Seen::New);
+        assert_eq!(d.check(0, 1, 10, 10), Seen::Duplicate);
+        assert_eq!(d.check(0, 1, 11, 11), Seen::New);
+        assert_eq!(d.check(0, 1, 11 + w, 30), Seen::New);
+        assert_eq!(d.check(0, 1, 10, 10), Seen::TooOld);
+        assert_eq!(d.check(0, 1, 11, 11), Seen::Duplicate);
+        // Numbers skipped over are not taken as seen, whatever their ring
+        // bit held before (12's bit held 12 + w's, now the next highest's).
+        assert_eq!(d.check(0, 1, 12 + w, 40), Seen::New);
+        for n in 12..10 + w {
+            assert_eq!(d.check(0, 1, n, 1), Seen::New, "{n}");
+        }
+        for n in [10 + w, 11 + w, 12 + w] {
+            assert_eq!(d.check(0, 1, n, 1), Seen::Duplicate, "{n}");
         }
     }
 

@@ -199,6 +199,15 @@ const PUBLISH_BATCH: usize = 16;
 /// A publish frame longer than this ends its batch: copying or
 /// transforming it costs more than the lock it would share.
 const BATCH_FRAME_MAX: usize = 4096;
+/// Shortest spacing (ns) of a connection's `PublishAck`s at the end of
+/// its reads: under a flood a read holds a few hundred events and comes
+/// every few µs, and each acknowledgement costs the publisher's library a
+/// wake-up of its reader thread and a turn of its writer lock. An event
+/// read sooner than this after the last acknowledgement is acknowledged
+/// at most this much later (the read loop's timer), or at once before any
+/// frame other than a publish. A publisher's window (65,536 events by
+/// default) is far larger than what arrives in this time.
+const ACK_SPACING_NS: u64 = 1_000_000;
 
 /// Consecutive publishes read in one go, routed under one lock of the
 /// router's state and queued per channel under one lock each (see
@@ -219,6 +228,19 @@ struct PublishBatch<'s> {
     /// acknowledgement: acknowledge at the end of the read (or of the
     /// lane's turn), see [`PublishBatch::end_read`].
     acked: bool,
+    /// When the last acknowledgement went out (the connection's clock, ns).
+    last_ack: Option<u64>,
+}
+
+/// When [`PublishBatch::finish`] acknowledges what was settled.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum AckWhen {
+    /// Not yet: the batch ends within a read.
+    Later,
+    /// At the end of a read: if [`ACK_SPACING_NS`] passed since the last.
+    Spaced,
+    /// Now (a frame other than a publish follows, or the timer fired).
+    Now,
 }
 
 impl<'s> PublishBatch<'s> {
@@ -231,6 +253,7 @@ impl<'s> PublishBatch<'s> {
             refusals: Vec::new(),
             count: 0,
             acked: false,
+            last_ack: None,
         }
     }
 
@@ -264,21 +287,40 @@ impl<'s> PublishBatch<'s> {
     /// Unlocks the state, queues the staged deliveries and sends the
     /// refusals (to go out with the connection's next flush).
     fn end(&mut self, conn: &mut Conn) {
-        self.finish(conn, false);
+        self.finish(conn, AckWhen::Later);
     }
 
     /// [`end`](Self::end) at the end of a read (or of the lane's turn):
     /// also acknowledges the `PublishReliable`s settled since the last
-    /// acknowledgement. One `PublishAck` per read, not one per batch of
-    /// [`PUBLISH_BATCH`]: a read of small events holds hundreds, and each
-    /// acknowledgement costs the daemon a frame and the publisher's library
-    /// a wake-up of its reader thread and a turn of its writer lock.
+    /// acknowledgement if that was [`ACK_SPACING_NS`] ago (else
+    /// [`ack_due`](Self::ack_due) says when). At most one `PublishAck` per
+    /// read, not one per batch of [`PUBLISH_BATCH`].
     fn end_read(&mut self, conn: &mut Conn) {
-        self.finish(conn, true);
+        self.finish(conn, AckWhen::Spaced);
     }
 
-    fn finish(&mut self, conn: &mut Conn, read_done: bool) {
-        let ack = read_done && self.acked;
+    /// [`end`](Self::end), acknowledging at once what was settled.
+    fn end_and_ack(&mut self, conn: &mut Conn) {
+        self.finish(conn, AckWhen::Now);
+    }
+
+    /// When (the connection's clock, ns) an acknowledgement held back by
+    /// its spacing is due; `None`: none waits.
+    fn ack_due(&self) -> Option<u64> {
+        self.acked.then(|| {
+            self.last_ack
+                .map_or(0, |t| t.saturating_add(ACK_SPACING_NS))
+        })
+    }
+
+    fn finish(&mut self, conn: &mut Conn, when: AckWhen) {
+        let now = conn.now_at_read();
+        let ack = self.acked
+            && match when {
+                AckWhen::Later => false,
+                AckWhen::Spaced => self.ack_due().is_some_and(|due| now >= due),
+                AckWhen::Now => true,
+            };
         if ack && self.held.is_none() {
             self.held = Some(self.state.borrow_mut());
         }
@@ -288,6 +330,7 @@ impl<'s> PublishBatch<'s> {
         self.note.flush(&mut st);
         if ack {
             self.acked = false;
+            self.last_ack = Some(now);
             crate::reliable::client_ack(&mut st, conn.id);
         }
         drop(st);
@@ -404,6 +447,9 @@ async fn serve_with<R, W>(
         let deadline = conn
             .engine
             .poll_timeout()
+            .into_iter()
+            .chain(batch.ack_due())
+            .min()
             .map_or(origin + Duration::from_secs(86_400 * 365), |t| {
                 origin + Duration::from_nanos(t)
             });
@@ -447,7 +493,11 @@ async fn serve_with<R, W>(
                 break;
             }
             Err(_) => {
-                conn.engine.handle_timeout(conn.now());
+                let now = conn.now();
+                conn.engine.handle_timeout(now);
+                if batch.ack_due().is_some_and(|due| now >= due) {
+                    batch.end_and_ack(&mut conn);
+                }
                 if !conn.flush() {
                     break;
                 }
@@ -489,7 +539,7 @@ async fn serve_with<R, W>(
             } else {
                 // Acknowledged first: the frame may wait (an admin request
                 // on the admin lane).
-                batch.end_read(&mut conn);
+                batch.end_and_ack(&mut conn);
                 let precompiled = matches!(input, Input::Subscribe { .. } | Input::Admin { .. });
                 if precompiled {
                     precompile_filters(&state, &input).await;
@@ -674,6 +724,11 @@ impl Conn {
     /// The engine's clock: monotonic ns since the connection opened.
     fn now(&self) -> u64 {
         self.origin.elapsed().as_nanos() as u64
+    }
+
+    /// The connection's clock at its last read (no clock read).
+    fn now_at_read(&self) -> u64 {
+        self.read_at.saturating_sub(self.origin_wall)
     }
 
     /// Moves the engine's replies to the outbox. False: the connection is

@@ -39,9 +39,15 @@ use crate::channel::{Outbox, Outgoing};
 use crate::config::ReliableWindowFull;
 use crate::state::State;
 
-/// Settled events after which an acknowledgement goes at once (else on the
-/// federation task's next tick, every 50 ms).
+/// Settled events after which a link's acknowledgement goes at once (else
+/// on the federation task's next tick, every 50 ms).
 pub(crate) const ACK_EVERY: usize = 32;
+/// Settled events after which a client's `PublishAck` goes at once (else
+/// at the end of the read, spaced by the connection's read loop: at most
+/// one per millisecond under a flood, `connection::ACK_SPACING_NS`): each
+/// costs the publisher's library a wake-up of its reader thread and a
+/// turn of its writer lock. 1/64 of a publisher's default window.
+pub(crate) const CLIENT_ACK_EVERY: usize = 1024;
 /// Most tags whose reliability is cached; at the bound the cache is cleared.
 const CACHE_TAGS: usize = 4096;
 /// Most peer addresses remembered as speaking link version 2.
@@ -443,12 +449,18 @@ fn retransmit(cr: &mut ConnRel, now: u64, max_control: usize) -> u64 {
 }
 
 /// Sends connection `conn`'s acknowledgement if one is due (`now`: any
-/// change; else only after [`ACK_EVERY`] settled events).
+/// change; else only after [`ACK_EVERY`] settled events on a link,
+/// [`CLIENT_ACK_EVERY`] on a client connection).
 fn ack_if_due(rel: &mut Reliable, conn: u64, now: bool, max_control: usize) {
     let Some(cr) = rel.conns.get_mut(&conn) else {
         return;
     };
-    if !now && cr.recv.settled_since_ack() < ACK_EVERY {
+    let every = if cr.client {
+        CLIENT_ACK_EVERY
+    } else {
+        ACK_EVERY
+    };
+    if !now && cr.recv.settled_since_ack() < every {
         return;
     }
     if let Some(ack) = cr.recv.ack() {

@@ -41,14 +41,30 @@ impl Eq for Sample {}
 impl Sample {
     /// Validates an encoded event.
     pub(crate) fn new(raw: Bytes) -> Result<Sample, DecodeError> {
+        Sample::new_with(raw, |_| ()).map(|(s, ())| s)
+    }
+
+    /// Validates an encoded event and lets `look` read its parsed header
+    /// (one parse per delivery: the reader's dedupe reads it here).
+    pub(crate) fn new_with<R>(
+        raw: Bytes,
+        look: impl FnOnce(&EventRef<'_>) -> R,
+    ) -> Result<(Sample, R), DecodeError> {
         let ev = EventRef::parse(&raw)?;
-        Ok(Sample {
-            payload_start: raw.len() - ev.payload.len(),
-            tag_len: ev.tag.len(),
-            shm_flagged: ev.payload_in_shm,
+        let seen = look(&ev);
+        let (payload_start, tag_len, shm_flagged) = (
+            raw.len() - ev.payload.len(),
+            ev.tag.len(),
+            ev.payload_in_shm,
+        );
+        let sample = Sample {
+            payload_start,
+            tag_len,
+            shm_flagged,
             raw,
             shm: None,
-        })
+        };
+        Ok((sample, seen))
     }
 
     /// The payload reference of an event whose payload is in shared memory.

@@ -58,6 +58,7 @@ pub use writer::HOT_INTERVAL;
 use bands::RouterBands;
 use connect::connect;
 use reader::reader_main;
+use tagwire_core::reliable::AckBatching;
 use writer::{flusher_main, WriteState};
 
 /// How long a request (declare, subscribe, admin) waits for its reply.
@@ -94,6 +95,10 @@ pub(crate) struct Inner {
     /// Where each subscription's deliveries go; the reader thread keeps a
     /// copy, taken again when `subs_generation` changes.
     sinks: Mutex<HashMap<u32, Arc<Sink>>>,
+    /// Acknowledged subscriptions that asked for a queue length: how their
+    /// `DeliverAck`s are batched (see [`ack_batching_for`]); the others
+    /// take the default.
+    ack_batching: Mutex<HashMap<u32, AckBatching>>,
     subs_generation: AtomicU64,
     closed: AtomicBool,
     reader_thread: Mutex<Option<ThreadId>>,
@@ -243,6 +248,7 @@ impl Session {
             connected_cv: Condvar::new(),
             waiters: Mutex::new(HashMap::new()),
             sinks: Mutex::new(HashMap::new()),
+            ack_batching: Mutex::new(HashMap::new()),
             subs_generation: AtomicU64::new(0),
             closed: AtomicBool::new(false),
             reader_thread: Mutex::new(None),
@@ -689,6 +695,35 @@ impl Refusals {
 
 /// Locks a mutex, recovering the data if a panicking thread poisoned it (the
 /// state it guards stays consistent: every critical section is short).
+/// How an acknowledged subscription batches its `DeliverAck`s, if its QoS
+/// names a `max_queue_length` (the daemon's window for it): one per
+/// sixteenth of that queue, 64 to 4,096 events (a large queue asked for
+/// throughput; each acknowledgement costs a write here and a read and a
+/// turn of its lane in the daemon). `None`: the default (64 events, which
+/// is a sixteenth of the daemon's default queue of 1,024). A queue made
+/// smaller later by `tagwire admin qos` may leave acknowledgements to the
+/// batching's timer (20 ms).
+fn ack_batching_for(qos: &[(String, String)]) -> Option<AckBatching> {
+    let (_, v) = qos.iter().rev().find(|(k, _)| k == "max_queue_length")?;
+    let n: u64 = v.trim().parse().ok()?;
+    let every = (n / 16).clamp(AckBatching::default().every, 4096);
+    Some(AckBatching {
+        every,
+        ..AckBatching::default()
+    })
+}
+
+impl Inner {
+    /// Subscription `sub`'s acknowledgement batching (see
+    /// [`ack_batching_for`]).
+    pub(super) fn ack_batching(&self, sub: u32) -> AckBatching {
+        lock(&self.ack_batching)
+            .get(&sub)
+            .copied()
+            .unwrap_or_default()
+    }
+}
+
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -724,13 +759,18 @@ impl Inner {
             // The session's default, unless the subscription says.
             qos.push(("shm".into(), self.options.shm.to_string()));
         }
+        let batching = ack_batching_for(&qos);
         let (sub, reply) = self.request("subscription", |e| {
             let (sub, req) = e.subscribe(endpoint, pattern, qos);
+            if let Some(b) = batching {
+                lock(&self.ack_batching).insert(sub, b);
+            }
             lock(&self.sinks).insert(sub, sink);
             self.subs_generation.fetch_add(1, Ordering::Release);
             (sub, req)
         })?;
         reply.and_then(expect_ok).inspect_err(|_| {
+            lock(&self.ack_batching).remove(&sub);
             lock(&self.sinks).remove(&sub);
             self.subs_generation.fetch_add(1, Ordering::Release);
             self.control(|e| e.unsubscribe(sub));
@@ -740,6 +780,7 @@ impl Inner {
 
     /// Drops a subscription and its endpoint without waiting for replies.
     pub(crate) fn remove_subscription(&self, sub: u32) {
+        lock(&self.ack_batching).remove(&sub);
         lock(&self.sinks).remove(&sub);
         self.subs_generation.fetch_add(1, Ordering::Release);
         self.control(|e| {

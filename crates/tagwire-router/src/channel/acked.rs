@@ -116,9 +116,8 @@ impl Channel {
         let Some(a) = &self.acked else {
             return Ok(0);
         };
-        let released = a.window.borrow_mut().on_ack(ack)?;
-        let n = released.done.len() + released.failed.len();
-        drop(released);
+        let (done, failed) = a.window.borrow_mut().on_ack_drop(ack)?;
+        let n = done + failed;
         if n > 0 && a.blocked.replace(false) {
             self.outbox.ready.borrow_mut()[self.class()].push_back(Arc::downgrade(self));
             self.outbox.notify.notify_one();

@@ -19,7 +19,7 @@ use std::sync::MutexGuard;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use tagwire_core::reliable::{Push, Released, SendWindow, WindowFull, WindowLimits};
+use tagwire_core::reliable::{Push, SendWindow, WindowFull, WindowLimits};
 use tagwire_proto::{Ack, Event, Frame};
 
 use super::writer::{WriteState, HIGH_WATER, HOT_INTERVAL};
@@ -120,18 +120,20 @@ impl AckWindow {
     /// Takes the next held event into the window and writes its frame to
     /// `buf`; `Err(item)`: the window is full.
     fn push(&mut self, item: HeldEvent, buf: &mut BytesMut) -> std::result::Result<(), HeldEvent> {
-        let len = item.event.len();
-        let endpoint = item.endpoint;
-        let event = item.event.clone();
-        match self.window.push(item, len) {
-            Push::Held { seq, .. } => {
-                // Cannot fail: the event was encoded and checked to fit.
-                let _ = tagwire_proto::encode_publish_reliable(endpoint, seq, &event, buf);
-                self.window.mark_sent(seq, 0);
-                Ok(())
-            }
-            Push::WouldBlock(item) | Push::Rejected(item) => Err(item),
+        // At the bound (events, or bytes: overshot by at most one event);
+        // an empty window takes any event.
+        if self.window.is_full() {
+            return Err(item);
         }
+        // Written under the number the window gives it next: no reference
+        // to the event is taken for the write.
+        let seq = self.window.last_seq() + 1;
+        // Cannot fail: the event was encoded and checked to fit.
+        let _ = tagwire_proto::encode_publish_reliable(item.endpoint, seq, &item.event, buf);
+        let len = item.event.len();
+        let held = self.window.hold(item, len, 0);
+        debug_assert_eq!(held, seq, "the window numbers in order");
+        Ok(())
     }
 
     /// Takes `item` into the window without writing it (it goes in pieces,
@@ -182,27 +184,21 @@ impl AckWindow {
         pieced
     }
 
-    /// The daemon's acknowledgement: releases what it settles (returned, to
-    /// be dropped once the writer lock is released).
-    pub(super) fn on_ack(&mut self, ack: &Ack) -> Option<Released<HeldEvent>> {
-        match self.window.on_ack(ack) {
-            Ok(released) => {
-                self.stats.acknowledged += released.done.len() as u64;
-                if !released.failed.is_empty() {
-                    self.stats.failed += released.failed.len() as u64;
+    /// The daemon's acknowledgement: releases (drops) what it settles.
+    pub(super) fn on_ack(&mut self, ack: &Ack) {
+        match self.window.on_ack_drop(ack) {
+            Ok((done, failed)) => {
+                self.stats.acknowledged += done as u64;
+                if failed > 0 {
+                    self.stats.failed += failed as u64;
                     tracing::warn!(
-                        "the daemon could not route or store {} acknowledged events (no path to the \
+                        "the daemon could not route or store {failed} acknowledged events (no path to the \
                          daemons that want them, or its durable store's queue was full): lost ({} so far)",
-                        released.failed.len(),
                         self.stats.failed
                     );
                 }
-                Some(released)
             }
-            Err(e) => {
-                tracing::warn!("a bad PublishAck from the daemon: {e}");
-                None
-            }
+            Err(e) => tracing::warn!("a bad PublishAck from the daemon: {e}"),
         }
     }
 
@@ -415,19 +411,20 @@ impl Inner {
         w
     }
 
-    /// The reader thread's `PublishAck`: releases what it settles and wakes
-    /// publishers waiting for room (if any wait). The released events are
-    /// dropped after the writer lock is released, so a publisher does not
-    /// wait for their buffers to be freed.
-    pub(super) fn on_publish_ack(&self, ack: &Ack) {
+    /// The reader thread's `PublishAck`s of one read, in order: releases
+    /// what they settle under one lock of the writer (the publishing thread
+    /// holds it between its publishes) and wakes publishers waiting for
+    /// room (if any wait).
+    pub(super) fn on_publish_acks(&self, acks: &[Ack]) {
         let mut w = lock(&self.writer);
-        let released = w.acks.on_ack(ack);
+        for a in acks {
+            w.acks.on_ack(a);
+        }
         let wake = w.acks.waiters > 0;
         drop(w);
         if wake {
             self.acked_cv.notify_all();
         }
-        drop(released);
     }
 
     /// Counters of acknowledged publishing.

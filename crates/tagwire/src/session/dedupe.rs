@@ -12,8 +12,8 @@
 
 use std::collections::HashMap;
 
-use bytes::Bytes;
 use tagwire_core::reliable::{Dedupe, Seen};
+use tagwire_proto::EventRef;
 
 /// Most publishers remembered per acknowledged subscription (about 160
 /// bytes each: ~650 KB at the bound).
@@ -29,7 +29,7 @@ pub(crate) const DEDUPE_IDLE_NS: u64 = 30_000_000_000;
 /// the last prune.
 #[derive(Debug)]
 pub(crate) struct Delivered {
-    subs: HashMap<u32, (Dedupe, u64)>,
+    subs: HashMap<u32, (Dedupe, u64), foldhash::fast::RandomState>,
     /// When the next prune is due (ns on the session's clock).
     next_prune: u64,
 }
@@ -38,29 +38,25 @@ impl Delivered {
     /// Nothing remembered yet; `now`: the session's clock (ns).
     pub(crate) fn new(now: u64) -> Self {
         Delivered {
-            subs: HashMap::new(),
+            subs: HashMap::default(),
             next_prune: now.saturating_add(DEDUPE_IDLE_NS),
         }
     }
 
-    /// Whether `event`, delivered to acknowledged subscription `sub` at
+    /// Whether event `ev`, delivered to acknowledged subscription `sub` at
     /// `now`, is new to it: keyed by publisher, its sequence number and
-    /// source time (see [`Dedupe`]). An event that does not parse is
-    /// passed on (the delivery reports it). `live`: whether a subscription
-    /// still exists (for the prune, at most once per [`DEDUPE_IDLE_NS`]).
+    /// source time (see [`Dedupe`]). `live`: whether a subscription still
+    /// exists (for the prune, at most once per [`DEDUPE_IDLE_NS`]).
     pub(crate) fn is_new(
         &mut self,
         sub: u32,
-        event: &Bytes,
+        ev: &EventRef<'_>,
         now: u64,
         live: impl Fn(u32) -> bool,
     ) -> bool {
         if now >= self.next_prune {
             self.prune(now, live);
         }
-        let Ok(ev) = tagwire_proto::EventRef::parse(event) else {
-            return true;
-        };
         let key = tagwire_core::proxy::publisher_key(ev.publisher);
         let (d, _) = self
             .subs
@@ -106,7 +102,7 @@ impl Delivered {
 mod tests {
     use super::*;
 
-    fn event(publisher: &str, seq: u64) -> Bytes {
+    fn encoded(publisher: &str, seq: u64) -> bytes::Bytes {
         let mut e = tagwire_proto::Event::new("/t", "x");
         e.header.publisher = publisher.into();
         e.header.seq = seq;
@@ -116,6 +112,22 @@ mod tests {
         b.freeze()
     }
 
+    impl Delivered {
+        /// `is_new` of event `seq` of `publisher` (source time `seq`).
+        fn is_new_of(
+            &mut self,
+            sub: u32,
+            publisher: &str,
+            seq: u64,
+            now: u64,
+            live: impl Fn(u32) -> bool,
+        ) -> bool {
+            let raw = encoded(publisher, seq);
+            let ev = EventRef::parse(&raw).expect("parse");
+            self.is_new(sub, &ev, now, live)
+        }
+    }
+
     #[test]
     fn dedupe_memory_is_bounded_and_idle_publishers_are_forgotten() {
         let s = DEDUPE_IDLE_NS;
@@ -123,20 +135,20 @@ mod tests {
         let all = |_| true;
         // 10,000 publishers, one event each: at most DEDUPE_PUBLISHERS kept.
         for p in 0..10_000 {
-            assert!(d.is_new(1, &event(&format!("/p{p}"), 1), 1, all));
+            assert!(d.is_new_of(1, &format!("/p{p}"), 1, 1, all));
         }
         assert!(d.publishers() <= DEDUPE_PUBLISHERS, "{}", d.publishers());
         assert!(d.memory() < 2 * 1024 * 1024, "{} bytes", d.memory());
         // One publisher goes on; the others go quiet for twice the age.
-        assert!(d.is_new(1, &event("/p9999", 2), s / 2, all));
-        assert!(d.is_new(1, &event("/p9999", 3), s + 1, all));
-        assert!(d.is_new(1, &event("/p9999", 4), 2 * s + 2, all));
+        assert!(d.is_new_of(1, "/p9999", 2, s / 2, all));
+        assert!(d.is_new_of(1, "/p9999", 3, s + 1, all));
+        assert!(d.is_new_of(1, "/p9999", 4, 2 * s + 2, all));
         assert_eq!(d.publishers(), 1, "only the publisher heard from is kept");
         // Its copies are still recognised.
-        assert!(!d.is_new(1, &event("/p9999", 3), 2 * s + 3, all));
+        assert!(!d.is_new_of(1, "/p9999", 3, 2 * s + 3, all));
         // A subscription that is gone is forgotten at the next prune.
-        assert!(d.is_new(2, &event("/q", 1), 2 * s + 4, all));
-        assert!(d.is_new(1, &event("/p9999", 5), 4 * s, |sub| sub == 1));
+        assert!(d.is_new_of(2, "/q", 1, 2 * s + 4, all));
+        assert!(d.is_new_of(1, "/p9999", 5, 4 * s, |sub| sub == 1));
         assert_eq!(d.publishers(), 1);
     }
 
@@ -145,13 +157,13 @@ mod tests {
         let s = DEDUPE_IDLE_NS;
         let mut d = Delivered::new(0);
         let all = |_| true;
-        assert!(d.is_new(1, &event("/p", 1), 1, all));
-        assert!(d.is_new(1, &event("/p", 2), 2, all));
+        assert!(d.is_new_of(1, "/p", 1, 1, all));
+        assert!(d.is_new_of(1, "/p", 2, 2, all));
         // Away for five times the age; back at `back`.
         let back = 5 * s;
         d.reconnected(back);
         // The daemon sends 2 again (its acknowledgement was lost): a copy.
-        assert!(!d.is_new(1, &event("/p", 2), back + 1, all));
-        assert!(d.is_new(1, &event("/p", 3), back + 2, all));
+        assert!(!d.is_new_of(1, "/p", 2, back + 1, all));
+        assert!(d.is_new_of(1, "/p", 3, back + 2, all));
     }
 }

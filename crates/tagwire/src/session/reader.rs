@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use tagwire_core::connection::Input;
-use tagwire_core::reliable::{AckBatching, DeliveryAcks};
+use tagwire_core::reliable::DeliveryAcks;
 
 use super::dedupe::Delivered;
 
@@ -63,12 +63,35 @@ fn read_some_fds(
     Ok(n? > 0)
 }
 
+/// An acknowledged delivery's dedupe: what the subscription was delivered
+/// across reconnects, the subscription and the read's clock.
+struct Check<'a> {
+    seen: &'a mut Delivered,
+    sub: u32,
+    now: u64,
+}
+
 /// Hands a delivered event to its sink; a payload in shared memory gets
 /// its mapped region attached (read at hand-over), or is skipped (counted)
-/// if this session has no such region.
-fn deliver(inner: &Inner, sink: &Sink, event: Bytes) {
-    let sample = match crate::sample::Sample::new(event) {
-        Ok(s) => s,
+/// if this session has no such region. With `check` (an acknowledged
+/// delivery), an event the subscription already had (a resend after a
+/// reconnect) is dropped and counted: it is parsed once for both.
+fn deliver(inner: &Inner, sink: &Sink, event: Bytes, check: Option<Check<'_>>) {
+    let parsed = match check {
+        None => crate::sample::Sample::new(event).map(|s| (s, true)),
+        Some(Check { seen, sub, now }) => crate::sample::Sample::new_with(event, |ev| {
+            seen.is_new(sub, ev, now, |s| lock(&inner.sinks).contains_key(&s))
+        }),
+    };
+    let sample = match parsed {
+        Ok((s, true)) => s,
+        Ok((s, false)) => {
+            inner.delivery_duplicates.fetch_add(1, Ordering::Relaxed);
+            if let Some(r) = s.shm_ref() {
+                inner.shm.give_back(r);
+            }
+            return;
+        }
         Err(e) => {
             tracing::warn!("dropping a malformed event from the server: {e}");
             return;
@@ -215,13 +238,15 @@ fn read_loop(inner: &Inner, stream: &mut Stream, buf: &mut BytesMut, seen: &mut 
     let mut sinks: HashMap<u32, Arc<Sink>> = HashMap::new();
     // Acknowledged subscriptions on this connection (numbers start at 1
     // on each), and whether a read timeout is set for their next ack.
-    let mut acks: HashMap<u32, DeliveryAcks> = HashMap::new();
+    let mut acks: Acks = HashMap::default();
     let mut timed = false;
     // The last delivery's subscription and sink: a stream of deliveries
     // to one subscription looks its sink up once, not per event.
     let mut last: Option<(u32, Arc<Sink>)> = None;
     let mut generation = u64::MAX;
     let mut inputs = Vec::new();
+    // The read's `PublishAck`s, settled under one lock of the writer.
+    let mut publish_acks = Vec::new();
     let mut heard = None;
     // Deliveries in pieces (protocol version 5), put together here.
     let mut pieces = super::pieces::delivery_reassembler();
@@ -239,17 +264,16 @@ fn read_loop(inner: &Inner, stream: &mut Stream, buf: &mut BytesMut, seen: &mut 
         // One clock read per read, not per acknowledged delivery.
         let mut read_now = None;
         for input in inputs.drain(..) {
-            let (sub, event) = match input {
+            // An acknowledged delivery: its read's clock, for the dedupe.
+            let (sub, event, acked) = match input {
                 Input::DeliverReliable { sub, seq, event } => {
                     let now = *read_now.get_or_insert_with(|| inner.now());
-                    match settle(inner, &mut acks, seen, now, sub, seq, event) {
-                        Some(event) => (sub, event),
-                        None => continue,
-                    }
+                    settle(inner, &mut acks, now, sub, seq);
+                    (sub, event, Some(now))
                 }
-                Input::Deliver { sub, event } => (sub, event),
+                Input::Deliver { sub, event } => (sub, event, None),
                 Input::DeliverPiece { sub, of, data } => match whole(&mut pieces, sub, of, data) {
-                    Some(event) => (sub, event),
+                    Some(event) => (sub, event, None),
                     None => continue,
                 },
                 Input::DeliverReliablePiece { sub, seq, of, data } => {
@@ -260,10 +284,12 @@ fn read_loop(inner: &Inner, stream: &mut Stream, buf: &mut BytesMut, seen: &mut 
                         continue;
                     };
                     let now = *read_now.get_or_insert_with(|| inner.now());
-                    match settle(inner, &mut acks, seen, now, sub, seq, event) {
-                        Some(event) => (sub, event),
-                        None => continue,
-                    }
+                    settle(inner, &mut acks, now, sub, seq);
+                    (sub, event, Some(now))
+                }
+                Input::PublishAck(ack) => {
+                    publish_acks.push(ack);
+                    continue;
                 }
                 other => {
                     handle_other(inner, other);
@@ -280,12 +306,23 @@ fn read_loop(inner: &Inner, stream: &mut Stream, buf: &mut BytesMut, seen: &mut 
                 last = sinks.get(&sub).map(|sink| (sub, sink.clone()));
             }
             match &last {
-                Some((_, sink)) => deliver(inner, sink, event),
+                Some((_, sink)) => {
+                    let check = acked.map(|now| Check {
+                        seen: &mut *seen,
+                        sub,
+                        now,
+                    });
+                    deliver(inner, sink, event, check)
+                }
                 // Unsubscribed while it was on its way: a payload
                 // in shared memory was pinned for this connection
                 // and handed over; give the pin back.
                 None => discard(inner, event),
             }
+        }
+        if !publish_acks.is_empty() {
+            inner.on_publish_acks(&publish_acks);
+            publish_acks.clear();
         }
         send_acks(inner, &mut acks, false);
         if control {
@@ -328,30 +365,20 @@ fn read_loop(inner: &Inner, stream: &mut Stream, buf: &mut BytesMut, seen: &mut 
     }
 }
 
-/// Sends the `DeliverAck`s due now (all that wait, with `all`).
-/// Takes acknowledged delivery `seq` of subscription `sub` (its
-/// acknowledgement is counted, sent by [`send_acks`]); the event, unless it
-/// is one the subscription already had (a resend after a reconnect).
-fn settle(
-    inner: &Inner,
-    acks: &mut HashMap<u32, DeliveryAcks>,
-    seen: &mut Delivered,
-    now: u64,
-    sub: u32,
-    seq: u64,
-    event: Bytes,
-) -> Option<Bytes> {
+/// Acknowledged subscriptions' acknowledgement batching, by subscription
+/// (looked up per acknowledged delivery: foldhash, not SipHash).
+type Acks = HashMap<u32, DeliveryAcks, foldhash::fast::RandomState>;
+
+/// Takes acknowledged delivery `seq` of subscription `sub`: its
+/// acknowledgement is counted, sent by [`send_acks`] (whether the event is
+/// one the subscription already had is [`deliver`]'s check).
+fn settle(inner: &Inner, acks: &mut Acks, now: u64, sub: u32, seq: u64) {
     let a = acks
         .entry(sub)
-        .or_insert_with(|| DeliveryAcks::new(AckBatching::default()));
+        .or_insert_with(|| DeliveryAcks::new(inner.ack_batching(sub)));
     if let Err(e) = a.on_frame(seq, now) {
         tracing::warn!("subscription {sub}: {e}");
     }
-    if !seen.is_new(sub, &event, now, |s| lock(&inner.sinks).contains_key(&s)) {
-        inner.delivery_duplicates.fetch_add(1, Ordering::Relaxed);
-        return None;
-    }
-    Some(event)
 }
 
 /// Adds a piece of an event of subscription `sub` to `pieces`: the event
@@ -383,7 +410,8 @@ fn whole(
     }
 }
 
-fn send_acks(inner: &Inner, acks: &mut HashMap<u32, DeliveryAcks>, all: bool) {
+/// Sends the `DeliverAck`s due now (all that wait, with `all`).
+fn send_acks(inner: &Inner, acks: &mut Acks, all: bool) {
     if acks.is_empty() {
         return;
     }
@@ -411,7 +439,7 @@ fn send_acks(inner: &Inner, acks: &mut HashMap<u32, DeliveryAcks>, all: bool) {
 /// Acts on an input other than a delivery.
 fn handle_other(inner: &Inner, input: Input) {
     match input {
-        Input::PublishAck(ack) => inner.on_publish_ack(&ack),
+        Input::PublishAck(ack) => inner.on_publish_acks(&[ack]),
         Input::PieceResume { id, have, .. } => lock(&inner.piece_resume).set(id, have),
         Input::ShmRegion {
             region,

@@ -244,26 +244,47 @@ impl Inner {
     }
 }
 
+/// The flusher thread: once a burst asks for a flush, lingers briefly (so
+/// one write carries many events) and writes what is buffered. It never
+/// waits for the writer lock while a publisher holds it: it lingers again
+/// and tries again. (Waiting made every publish's unlock wake it, and it
+/// took the lock from the publisher at the worst time: a context switch
+/// per flush on each side under a flood.)
 pub(super) fn flusher_main(inner: Arc<Inner>) {
     loop {
-        let mut w = lock(&inner.writer);
-        while !(w.flush_requested || inner.closed.load(Ordering::Relaxed)) {
-            w.flusher_waiting = true;
-            w = inner.flush_cv.wait(w).unwrap_or_else(|e| e.into_inner());
-            w.flusher_waiting = false;
+        {
+            let mut w = lock(&inner.writer);
+            while !(w.flush_requested || inner.closed.load(Ordering::Relaxed)) {
+                w.flusher_waiting = true;
+                w = inner.flush_cv.wait(w).unwrap_or_else(|e| e.into_inner());
+                w.flusher_waiting = false;
+            }
+            if w.buf.len() >= HIGH_WATER / 4 {
+                // Enough for one write already.
+                w.flush_requested = false;
+                let _ = inner.flush_locked(w);
+                continue;
+            }
         }
-        if inner.closed.load(Ordering::Relaxed) {
-            return;
+        loop {
+            if inner.closed.load(Ordering::Relaxed) {
+                return;
+            }
+            // Burst mode: linger so the write carries more (the publisher
+            // writes a full batch itself at HIGH_WATER).
+            std::thread::sleep(LINGER);
+            let mut w = match inner.writer.try_lock() {
+                Ok(w) => w,
+                Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+                // A publisher is in the middle of a publish: it goes on
+                // filling the batch; try again after another linger.
+                Err(std::sync::TryLockError::WouldBlock) => continue,
+            };
+            if w.flush_requested {
+                w.flush_requested = false;
+                let _ = inner.flush_locked(w);
+            }
+            break;
         }
-        // Burst mode: linger briefly so one write carries many events (the
-        // publisher writes a full batch itself at HIGH_WATER).
-        if w.buf.len() < HIGH_WATER / 4 {
-            w = inner
-                .flush_cv
-                .wait_timeout(w, LINGER)
-                .map_or_else(|e| e.into_inner().0, |(g, _)| g);
-        }
-        w.flush_requested = false;
-        let _ = inner.flush_locked(w);
     }
 }

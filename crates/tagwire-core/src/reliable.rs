@@ -484,8 +484,9 @@ impl<T> SendWindow<T> {
 
     /// Checks `ack` and hands each event it releases to `f` with whether
     /// it failed: failed ranges first (they may lie below `done`), then
-    /// everything up to `done`, then the selective ranges above it.
-    fn release(&mut self, ack: &Ack, mut f: impl FnMut(T, bool)) -> Result<(), AckError> {
+    /// everything up to `done`, then the selective ranges above it. (What
+    /// [`on_ack`](Self::on_ack) collects, for a caller that keeps no list.)
+    pub fn release(&mut self, ack: &Ack, mut f: impl FnMut(T, bool)) -> Result<(), AckError> {
         let sent = self.unsent_from - 1;
         if ack.done > sent {
             return Err(AckError::Unsent {

@@ -40,6 +40,7 @@
 //! ```
 
 pub mod bandwidth;
+pub mod bytelog;
 pub mod compress;
 pub mod connection;
 pub mod datagram;

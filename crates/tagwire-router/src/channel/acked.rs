@@ -12,7 +12,8 @@
 
 use std::sync::Arc;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
+use tagwire_core::bytelog::{ByteLog, Kept};
 use tagwire_core::queue::Pushed;
 use tagwire_core::reliable::{Ack, AckError, SendWindow, WindowFull, WindowLimits};
 use tagwire_proto::EventRef;
@@ -25,10 +26,8 @@ use crate::sync::{Count, Flag, Locked};
 /// not acknowledged yet.
 #[derive(Debug)]
 pub(crate) struct AckedDelivery {
-    pub(super) window: Locked<SendWindow<Bytes>>,
-    /// The block small events are copied into for the window (see
-    /// [`for_window`]); locked with the window, by the writer only.
-    pub(super) arena: Locked<BytesMut>,
+    /// The window and the log its small events are copied into.
+    pub(super) window: Locked<Held>,
     /// The writer found the window full and left the channel out of its
     /// ready list: the next acknowledgement puts it back.
     pub(super) blocked: Flag,
@@ -47,12 +46,23 @@ pub(crate) struct AckedDelivery {
     limits: WindowLimits,
 }
 
+/// A channel's window of what it wrote and the subscriber has not
+/// acknowledged, and the log small events are copied into (see
+/// [`for_window`]).
+#[derive(Debug)]
+pub(crate) struct Held {
+    pub(super) window: SendWindow<Kept>,
+    pub(super) log: ByteLog,
+}
+
 impl AckedDelivery {
     /// An empty window of `limits`.
     pub(crate) fn new(limits: WindowLimits) -> Self {
         AckedDelivery {
-            window: Locked::new(SendWindow::new(limits, WindowFull::Block)),
-            arena: Locked::new(BytesMut::new()),
+            window: Locked::new(Held {
+                window: SendWindow::new(limits, WindowFull::Block),
+                log: ByteLog::new(ARENA_BLOCK),
+            }),
             blocked: Flag::new(false),
             window_full: Count::new(0),
             resent: Count::new(0),
@@ -64,7 +74,8 @@ impl AckedDelivery {
 
     /// Its counters and bounds, for listings.
     pub(crate) fn info(&self) -> tagwire_proto::admin::AckedInfo {
-        let w = self.window.borrow_mut();
+        let h = self.window.borrow_mut();
+        let w = &h.window;
         tagwire_proto::admin::AckedInfo {
             unacked: w.len(),
             unacked_bytes: w.bytes(),
@@ -76,30 +87,32 @@ impl AckedDelivery {
     }
 }
 
-/// Small events are copied for the window into shared blocks of this size
-/// (one allocation for a hundred events or more, instead of one each).
-/// Events are acknowledged in order, so a block is freed soon after its
-/// last event is: at most about two blocks per subscription beyond what
-/// the window counts.
+/// Small events are copied for the window into a log of blocks of this
+/// size (one allocation for a hundred events or more, instead of one each,
+/// and no reference counted per event). Events are acknowledged in order,
+/// so a block is freed soon after its last event is: at most about two
+/// blocks per subscription beyond what the window counts.
 const ARENA_BLOCK: usize = 16 * 1024;
 
 /// What the window keeps of an event the writer wrote, and what it counts
 /// for: a small event is copied (a slice would keep its whole read buffer
 /// alive for as long as it waits for the acknowledgement), into `arena`'s
-/// block when it is under a quarter of [`ARENA_BLOCK`]; a large one is
+/// log when it is under a quarter of [`ARENA_BLOCK`]; a large one is
 /// shared and counted at the buffer it can keep alive.
-pub(super) fn for_window(event: &Bytes, arena: &mut BytesMut) -> (Bytes, usize) {
+pub(super) fn for_window(event: &Bytes, log: &mut ByteLog) -> (Kept, usize) {
     let len = event.len();
     if len < ARENA_BLOCK / 4 {
-        if arena.capacity() - arena.len() < len {
-            *arena = BytesMut::with_capacity(ARENA_BLOCK);
-        }
-        arena.extend_from_slice(event);
-        (arena.split().freeze(), len + QUEUED_OVERHEAD)
+        (Kept::Log(log.push(event)), len + QUEUED_OVERHEAD)
     } else if len < COPY_BELOW {
-        (Bytes::copy_from_slice(event), event.len() + QUEUED_OVERHEAD)
+        (
+            Kept::Own(Bytes::copy_from_slice(event)),
+            event.len() + QUEUED_OVERHEAD,
+        )
     } else {
-        (event.clone(), event.len().max(READ_CHUNK) + QUEUED_OVERHEAD)
+        (
+            Kept::Own(event.clone()),
+            event.len().max(READ_CHUNK) + QUEUED_OVERHEAD,
+        )
     }
 }
 
@@ -116,8 +129,15 @@ impl Channel {
         let Some(a) = &self.acked else {
             return Ok(0);
         };
-        let (done, failed) = a.window.borrow_mut().on_ack_drop(ack)?;
-        let n = done + failed;
+        let mut n = 0;
+        {
+            let mut h = a.window.borrow_mut();
+            let Held { window, log } = &mut *h;
+            window.release(ack, |kept, _| {
+                kept.release(log);
+                n += 1;
+            })?;
+        }
         if n > 0 && a.blocked.replace(false) {
             self.outbox.ready.borrow_mut()[self.class()].push_back(Arc::downgrade(self));
             self.outbox.notify.notify_one();
@@ -136,7 +156,17 @@ impl Channel {
             return Vec::new();
         };
         let mut q = self.queue.borrow_mut();
-        let mut out = a.window.borrow_mut().drain();
+        let mut out: Vec<Bytes> = {
+            let mut h = a.window.borrow_mut();
+            let held = h.window.drain();
+            held.into_iter()
+                .map(|kept| {
+                    let bytes = kept.to_bytes(&h.log);
+                    kept.release(&mut h.log);
+                    bytes
+                })
+                .collect()
+        };
         let (before, len) = (q.bytes(), q.len());
         while let Some(item) = q.pop() {
             out.push(item.event);

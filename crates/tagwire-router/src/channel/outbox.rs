@@ -680,11 +680,8 @@ impl Outbox {
             // Acknowledged delivery: each event written is held in the
             // window until the subscriber acknowledges it; a full window
             // leaves this channel out until then (see `super::acked`).
-            let mut window = ch
-                .acked
-                .as_ref()
-                .map(|a| (a.window.borrow_mut(), a.arena.borrow_mut()));
-            let mut full = window.as_ref().is_some_and(|(w, _)| w.is_full());
+            let mut window = ch.acked.as_ref().map(|a| a.window.borrow_mut());
+            let mut full = window.as_ref().is_some_and(|h| h.window.is_full());
             // An event in pieces goes on first, a batch's worth per turn;
             // while pieces are left (`unfinished`) the channel takes nothing
             // else, so its order holds.
@@ -704,10 +701,10 @@ impl Outbox {
                 |item: Queued, batch: &mut Batch, full: &mut bool, unfinished: &mut bool| {
                     // Acknowledged delivery: numbered and held in the window
                     // (a whole event or one in pieces alike).
-                    let seq = window.as_mut().map(|(w, arena)| {
-                        let (kept, size) = super::acked::for_window(&item.event, arena);
-                        let seq = w.hold(kept, size, 0);
-                        *full = w.is_full();
+                    let seq = window.as_mut().map(|h| {
+                        let (kept, size) = super::acked::for_window(&item.event, &mut h.log);
+                        let seq = h.window.hold(kept, size, 0);
+                        *full = h.window.is_full();
                         seq
                     });
                     if item.event.len() > ch.piece_at {

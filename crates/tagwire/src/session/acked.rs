@@ -19,6 +19,7 @@ use std::sync::MutexGuard;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
+use tagwire_core::bytelog::{ByteLog, Kept};
 use tagwire_core::reliable::{Push, SendWindow, WindowFull, WindowLimits};
 use tagwire_proto::{Ack, Event, Frame};
 
@@ -34,7 +35,7 @@ pub const DEFAULT_ACK_WINDOW_BYTES: usize = 64 << 20;
 pub const DEFAULT_ACK_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Held events smaller than a quarter of this are encoded into a block of
-/// this size of the window's [`Log`] (one allocation for hundreds of small
+/// this size of the window's [`ByteLog`] (one allocation for hundreds of small
 /// events, freed once the last of them is acknowledged) instead of a
 /// buffer each.
 const ARENA_BLOCK: usize = 64 * 1024;
@@ -44,98 +45,7 @@ const ARENA_BLOCK: usize = 64 * 1024;
 #[derive(Debug)]
 pub(super) struct HeldEvent {
     endpoint: u32,
-    event: HeldBytes,
-}
-
-/// Where a held event's encoded bytes are.
-#[derive(Debug)]
-enum HeldBytes {
-    /// In block `block` of the window's [`Log`], at `start`, `len` long: a
-    /// small event (no reference counted per event: the log counts what
-    /// each block still holds).
-    Log { block: u64, start: u32, len: u32 },
-    /// A buffer of its own (a large event, or one handed over encoded).
-    Own(Bytes),
-}
-
-impl HeldBytes {
-    fn len(&self) -> usize {
-        match self {
-            HeldBytes::Log { len, .. } => *len as usize,
-            HeldBytes::Own(b) => b.len(),
-        }
-    }
-}
-
-/// The blocks small held events are encoded into, oldest first: a block
-/// is freed once the events it holds are released and it is not the one
-/// being filled. Events are acknowledged in order, so at most about two
-/// blocks are held beyond what the window counts.
-#[derive(Debug, Default)]
-struct Log {
-    /// Each block and how many held events are in it.
-    blocks: std::collections::VecDeque<(BytesMut, u32)>,
-    /// The number of `blocks[0]`.
-    first: u64,
-}
-
-impl Log {
-    /// Encodes `event` (smaller than a quarter of a block) into the last
-    /// block, or a new one if it has no room.
-    fn encode(&mut self, event: &Event, len: usize) -> Result<HeldBytes> {
-        if self
-            .blocks
-            .back()
-            .is_none_or(|(b, _)| b.capacity() - b.len() < len)
-        {
-            self.blocks
-                .push_back((BytesMut::with_capacity(ARENA_BLOCK), 0));
-        }
-        let block = self.first + self.blocks.len() as u64 - 1;
-        let (b, live) = self.blocks.back_mut().expect("a block");
-        let start = b.len();
-        event.encode(b)?;
-        *live += 1;
-        Ok(HeldBytes::Log {
-            block,
-            start: start as u32,
-            len: (b.len() - start) as u32,
-        })
-    }
-
-    /// The bytes of a held event.
-    fn bytes<'a>(&'a self, held: &'a HeldBytes) -> &'a [u8] {
-        match held {
-            HeldBytes::Log { block, start, len } => {
-                let (b, _) = &self.blocks[(block - self.first) as usize];
-                &b[*start as usize..(*start + *len) as usize]
-            }
-            HeldBytes::Own(b) => b,
-        }
-    }
-
-    /// A held event's bytes as a buffer of their own (a copy from the log).
-    fn to_bytes(&self, held: &HeldBytes) -> Bytes {
-        match held {
-            HeldBytes::Own(b) => b.clone(),
-            log => Bytes::copy_from_slice(self.bytes(log)),
-        }
-    }
-
-    /// A held event was released: its block holds one fewer; blocks that
-    /// hold none at the front are freed (all but the last).
-    fn release(&mut self, held: HeldBytes) {
-        let HeldBytes::Log { block, .. } = held else {
-            return;
-        };
-        if let Some((_, live)) = self.blocks.get_mut((block - self.first) as usize) {
-            *live -= 1;
-        }
-        while self.blocks.len() > 1 && self.blocks.front().is_some_and(|(_, live)| *live == 0) {
-            self.blocks.pop_front();
-            self.first += 1;
-        }
-    }
+    event: Kept,
 }
 
 /// Counters of acknowledged publishing ([`crate::Session::ack_stats`]).
@@ -172,7 +82,7 @@ pub(super) struct AckWindow {
     warned: bool,
     stats: AckStats,
     /// The blocks small held events are encoded into (see [`ARENA_BLOCK`]).
-    log: Log,
+    log: ByteLog,
     /// Threads waiting on `acked_cv` (a full window, `wait_acknowledged`):
     /// an acknowledgement wakes them only if there are any (a notify is a
     /// syscall, and acknowledgements come hundreds of times a second).
@@ -187,7 +97,7 @@ impl AckWindow {
             acked: false,
             warned: false,
             stats: AckStats::default(),
-            log: Log::default(),
+            log: ByteLog::new(ARENA_BLOCK),
             waiters: 0,
         }
     }
@@ -195,14 +105,14 @@ impl AckWindow {
     /// Encodes `event` to be held: a small one into the arena block (a new
     /// block when the current one has no room left), a large one into a
     /// buffer of its own.
-    fn encode(&mut self, event: &Event) -> Result<HeldBytes> {
+    fn encode(&mut self, event: &Event) -> Result<Kept> {
         let len = event.encoded_len();
         if len >= ARENA_BLOCK / 4 {
             let mut own = BytesMut::with_capacity(len);
             event.encode(&mut own)?;
-            return Ok(HeldBytes::Own(own.freeze()));
+            return Ok(Kept::Own(own.freeze()));
         }
-        self.log.encode(event, len)
+        Ok(Kept::Log(self.log.push_with(len, |b| event.encode(b))?))
     }
 
     /// Takes the next held event into the window and writes its frame to
@@ -220,7 +130,7 @@ impl AckWindow {
         let _ = tagwire_proto::encode_publish_reliable(
             item.endpoint,
             seq,
-            self.log.bytes(&item.event),
+            item.event.bytes(&self.log),
             buf,
         );
         let len = item.event.len();
@@ -261,8 +171,8 @@ impl AckWindow {
         for h in held {
             self.stats.resent += 1;
             if 1 + 12 + h.event.len() > max_frame as usize {
-                pieced.push((h.endpoint, self.log.to_bytes(&h.event)));
-                self.log.release(h.event);
+                pieced.push((h.endpoint, h.event.to_bytes(&self.log)));
+                h.event.release(&mut self.log);
             } else if acked {
                 // An empty window takes as many as it held before.
                 let _ = self.push(h, buf);
@@ -270,10 +180,10 @@ impl AckWindow {
                 self.stats.best_effort += 1;
                 let _ = Frame::Publish {
                     endpoint: h.endpoint,
-                    event: self.log.to_bytes(&h.event),
+                    event: h.event.to_bytes(&self.log),
                 }
                 .encode(buf);
-                self.log.release(h.event);
+                h.event.release(&mut self.log);
             }
         }
         pieced
@@ -284,7 +194,7 @@ impl AckWindow {
         let (mut done, mut failed) = (0usize, 0usize);
         let log = &mut self.log;
         let released = self.window.release(ack, |item, f| {
-            log.release(item.event);
+            item.event.release(log);
             if f {
                 failed += 1;
             } else {
@@ -366,7 +276,7 @@ impl Inner {
             w,
             HeldEvent {
                 endpoint,
-                event: HeldBytes::Own(encoded),
+                event: Kept::Own(encoded),
             },
             express,
             now_ns,
@@ -412,8 +322,8 @@ impl Inner {
                 }
                 let WriteState { acks, buf, .. } = &mut *w;
                 acks.stats.best_effort += 1;
-                let event = acks.log.to_bytes(&item.event);
-                acks.log.release(item.event);
+                let event = item.event.to_bytes(&acks.log);
+                item.event.release(&mut acks.log);
                 Frame::Publish {
                     endpoint: item.endpoint,
                     event,
@@ -430,7 +340,7 @@ impl Inner {
                 Ok(w) => w,
                 Err(e) => {
                     // Not held: its place in the log is given back.
-                    lock(&self.writer).acks.log.release(item.event);
+                    item.event.release(&mut lock(&self.writer).acks.log);
                     return Err(e);
                 }
             };
@@ -461,7 +371,7 @@ impl Inner {
     ) -> Result<()> {
         let mut item = HeldEvent {
             endpoint,
-            event: HeldBytes::Own(event.clone()),
+            event: Kept::Own(event.clone()),
         };
         let mut deadline = None;
         let seq = loop {
@@ -569,52 +479,5 @@ impl Inner {
             w = self.flush_and_relock(w)?;
             w = self.wait_for_ack(w, (deadline - now).min(Duration::from_millis(100)));
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn event(n: usize) -> Event {
-        Event::new("/t/log", vec![n as u8; 1000])
-    }
-
-    #[test]
-    fn the_log_keeps_each_events_bytes_and_frees_a_block_once_its_events_are_released() {
-        let mut log = Log::default();
-        let len = event(0).encoded_len();
-        // Enough events for three blocks and a bit.
-        let per_block = ARENA_BLOCK / len;
-        let held: Vec<HeldBytes> = (0..3 * per_block + 1)
-            .map(|n| log.encode(&event(n), len).expect("encode"))
-            .collect();
-        assert_eq!(log.blocks.len(), 4);
-        for (n, h) in held.iter().enumerate() {
-            let mut want = BytesMut::new();
-            event(n).encode(&mut want).expect("encode");
-            assert_eq!(log.bytes(h), &want[..], "event {n}");
-            assert_eq!(log.to_bytes(h), want.freeze());
-        }
-        let mut held = held.into_iter();
-        // The second block's events released first: nothing freed (the
-        // first block still holds events).
-        let first: Vec<_> = held.by_ref().take(per_block).collect();
-        for h in held.by_ref().take(per_block) {
-            log.release(h);
-        }
-        assert_eq!(log.blocks.len(), 4);
-        // Then the first block's: both go.
-        for h in first {
-            log.release(h);
-        }
-        assert_eq!(log.blocks.len(), 2);
-        assert_eq!(log.first, 2);
-        // The rest: the last block stays, to be filled.
-        for h in held {
-            log.release(h);
-        }
-        assert_eq!(log.blocks.len(), 1);
-        assert_eq!(log.blocks[0].1, 0);
     }
 }

@@ -155,6 +155,27 @@ pub fn run(meet: &Meet, mode: Mode, params: RunParams) -> Result<serde_json::Val
     }
 }
 
+/// Puts `payload` as fast as `publisher` takes it (it blocks on
+/// congestion) for `duration`; returns how many it put.
+pub(crate) fn flood(
+    publisher: &zenoh::pubsub::Publisher<'_>,
+    payload: &zenoh::bytes::ZBytes,
+    duration: Duration,
+) -> Result<u64, BenchError> {
+    let start = Instant::now();
+    let mut sent: u64 = 0;
+    loop {
+        publisher
+            .put(payload.clone())
+            .wait()
+            .map_err(BenchError::zenoh("publishing"))?;
+        sent += 1;
+        if sent.is_multiple_of(64) && start.elapsed() >= duration {
+            return Ok(sent);
+        }
+    }
+}
+
 fn wait_matching(publisher: &zenoh::pubsub::Publisher<'_>) -> Result<(), BenchError> {
     let until = Instant::now() + MATCH_TIMEOUT;
     while Instant::now() < until {
@@ -192,18 +213,7 @@ fn stream(meet: &Meet, params: RunParams) -> Result<Vec<measure::SubSnapshot>, B
         .map_err(BenchError::zenoh("declaring the publisher"))?;
     wait_matching(&publisher)?;
     let payload = zenoh::bytes::ZBytes::from(params.payload());
-    let start = Instant::now();
-    let mut sent: u64 = 0;
-    loop {
-        publisher
-            .put(payload.clone())
-            .wait()
-            .map_err(BenchError::zenoh("publishing"))?;
-        sent += 1;
-        if sent.is_multiple_of(64) && start.elapsed() >= params.duration {
-            break;
-        }
-    }
+    flood(&publisher, &payload, params.duration)?;
     let publisher_done = Instant::now();
     let snapshots = measure::wait_drained(&counters, publisher_done);
     drop(publisher);

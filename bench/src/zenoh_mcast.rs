@@ -157,17 +157,7 @@ pub fn publish(group: &Group, p: RoleParams) -> Result<serde_json::Value, BenchE
     std::thread::sleep(SETTLE);
     let payload = zenoh::bytes::ZBytes::from(vec![PAYLOAD_BYTE; p.size]);
     let start = Instant::now();
-    let mut sent: u64 = 0;
-    loop {
-        publisher
-            .put(payload.clone())
-            .wait()
-            .map_err(BenchError::zenoh("publishing"))?;
-        sent += 1;
-        if sent.is_multiple_of(64) && start.elapsed() >= p.duration {
-            break;
-        }
-    }
+    let sent = crate::zenoh_client::flood(&publisher, &payload, p.duration)?;
     let secs = start.elapsed().as_secs_f64();
     drop(publisher);
     let _ = session.close().wait();

@@ -8,7 +8,10 @@
 # round trip, 64 B and 64 KiB, interleaved rounds. ARGS go to
 # experiments/src/bin/reliable_cost (default: --sizes 64,65536 --rounds 3
 # --duration 3 --ends both; about 1.5 min; --ends publisher,subscriber,both
-# measures each hop alone too). Prints markdown for BENCHMARKS.md. Not a
+# measures each hop alone too; --throughput-only skips the round trips;
+# --only VARIANT runs one variant, for a profiler). Prints markdown for
+# BENCHMARKS.md, with each run's client and daemon CPU and context switches
+# per event (the daemon's pid is passed as --daemon-pid). Not a
 # timing assertion: run it under `flock /work/bench.lock` on a shared
 # machine, and compare within a run.
 set -euo pipefail

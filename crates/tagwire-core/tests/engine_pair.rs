@@ -933,3 +933,46 @@ fn an_unknown_frame_type_is_named_once_not_as_a_bad_unknown_frame() {
         }
     }
 }
+
+/// `DeliverReliable` is taken in place (like `Deliver`, without
+/// `Frame::decode`): the subscription, the delivery number and the event
+/// come through as written, and a body too short for its two numbers is
+/// reported naming the frame (the connection stays, as for any bad frame
+/// below the protocol-error bound).
+#[test]
+fn a_deliver_reliable_comes_through_in_place_and_a_truncated_one_is_refused() {
+    let mut p = Pair::new(Config::default(), Config::default());
+    let (_, sub) = p.ready("/cam/**");
+    let mut encoded = BytesMut::new();
+    event("/cam/x", b"held")
+        .encode(&mut encoded)
+        .expect("encode");
+    let encoded = encoded.freeze();
+    let mut wire = BytesMut::new();
+    Frame::DeliverReliable {
+        sub,
+        seq: 7,
+        event: encoded.clone(),
+    }
+    .encode(&mut wire)
+    .expect("frame");
+    match p.client.poll_input(&mut wire) {
+        Some(Input::DeliverReliable { sub: s, seq, event }) => {
+            assert_eq!((s, seq), (sub, 7));
+            assert_eq!(event, encoded);
+        }
+        other => panic!("expected DeliverReliable, got {other:?}"),
+    }
+    // Kind and 8 bytes: no room for the sequence number.
+    let mut short = BytesMut::new();
+    short.extend_from_slice(&9u32.to_le_bytes());
+    short.extend_from_slice(&[tagwire_proto::kind::DELIVER_RELIABLE]);
+    short.extend_from_slice(&[0; 8]);
+    match p.client.poll_input(&mut short) {
+        Some(Input::PeerError { message, .. }) => {
+            assert!(message.contains("truncated DeliverReliable"), "{message}");
+        }
+        other => panic!("expected an error naming the frame, got {other:?}"),
+    }
+    assert!(p.client.closed().is_none());
+}

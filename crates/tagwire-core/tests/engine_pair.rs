@@ -976,3 +976,36 @@ fn a_deliver_reliable_comes_through_in_place_and_a_truncated_one_is_refused() {
     }
     assert!(p.client.closed().is_none());
 }
+
+proptest::proptest! {
+    /// The engine's in-place `DeliverReliable` agrees with `Frame::decode`
+    /// on any body: the same subscription, number and event where it
+    /// decodes, an error naming the frame where it does not.
+    #[test]
+    fn the_in_place_deliver_reliable_agrees_with_the_frame_decoder(
+        body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64),
+    ) {
+        let mut p = Pair::new(Config::default(), Config::default());
+        p.ready("/cam/**");
+        let mut wire = BytesMut::new();
+        wire.extend_from_slice(&(1 + body.len() as u32).to_le_bytes());
+        wire.extend_from_slice(&[tagwire_proto::kind::DELIVER_RELIABLE]);
+        wire.extend_from_slice(&body);
+        let decoded = Frame::decode(
+            tagwire_proto::kind::DELIVER_RELIABLE,
+            Bytes::copy_from_slice(&body),
+        );
+        match (p.client.poll_input(&mut wire), decoded) {
+            (
+                Some(Input::DeliverReliable { sub, seq, event }),
+                Ok(Frame::DeliverReliable { sub: s, seq: q, event: e }),
+            ) => {
+                proptest::prop_assert_eq!((sub, seq, event), (s, q, e));
+            }
+            (Some(Input::PeerError { message, .. }), Err(_)) => {
+                proptest::prop_assert!(message.contains("DeliverReliable"), "{}", message);
+            }
+            (got, want) => proptest::prop_assert!(false, "engine {:?}, decoder {:?}", got, want),
+        }
+    }
+}

@@ -9,45 +9,16 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{free_port, temp_dir, wait_output};
+use common::{daemon_with_state, free_port, temp_dir, wait_output, Killed as Daemon};
 
 const WAIT: Duration = Duration::from_secs(20);
 const EVENTS: u64 = 500;
 
-/// Kills the daemon (SIGKILL) when dropped.
-struct Daemon(Child);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 fn daemon(dir: &Path, state: &Path, port: u16) -> Daemon {
-    std::fs::create_dir_all(dir).expect("dir");
-    let config = dir.join("tagwired.toml");
-    std::fs::write(&config, "[store]\ntags = [\"/durable/**\"]\n").expect("config");
-    let child = Command::new(env!("CARGO_BIN_EXE_tagwired"))
-        .args(["--tcp", &format!("127.0.0.1:{port}"), "--no-unix"])
-        .arg("--config")
-        .arg(&config)
-        .arg("--state-dir")
-        .arg(state)
-        .env("XDG_RUNTIME_DIR", dir)
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn tagwired");
-    let d = Daemon(child);
-    let deadline = Instant::now() + WAIT;
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "tagwired did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    d
+    daemon_with_state(dir, state, port, "[store]\ntags = [\"/durable/**\"]\n")
 }
 
 /// Runs `tagwire`; its stdout goes through a file (a pipe's buffer would

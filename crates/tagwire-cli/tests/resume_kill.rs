@@ -15,52 +15,24 @@ mod common;
 mod proxy;
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{free_port, temp_dir};
+use common::{daemon_with_state, free_port, temp_dir, Killed as Proc};
 
 const WAIT: Duration = Duration::from_secs(20);
 const EVENTS: u64 = 3000;
 const RATE: &str = "500";
 
-/// Kills the process (SIGKILL) when dropped.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 fn daemon(dir: &Path, state: &Path, port: u16) -> Proc {
-    std::fs::create_dir_all(dir).expect("dir");
-    let config = dir.join("tagwired.toml");
     // No token: the in-process subscriber reaches it through the proxy.
-    std::fs::write(
-        &config,
+    daemon_with_state(
+        dir,
+        state,
+        port,
         "[auth]\nenabled = false\n[store]\ntags = [\"/durable/**\"]\n",
     )
-    .expect("config");
-    let child = Command::new(env!("CARGO_BIN_EXE_tagwired"))
-        .args(["--tcp", &format!("127.0.0.1:{port}"), "--no-unix"])
-        .arg("--config")
-        .arg(&config)
-        .arg("--state-dir")
-        .arg(state)
-        .env("XDG_RUNTIME_DIR", dir)
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn tagwired");
-    let d = Proc(child);
-    let deadline = Instant::now() + WAIT;
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "tagwired did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    d
 }
 
 /// Starts `tagwire ARGS` with its stdout in `dir/NAME.out` and its stderr

@@ -7,8 +7,8 @@ pub mod lan;
 pub mod netns;
 
 use std::net::TcpListener;
-use std::path::PathBuf;
-use std::process::{Child, Output};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// A TCP port free on loopback right now, with the three after it: a
@@ -62,4 +62,41 @@ pub fn wait_output(mut child: Child, wait: Duration) -> Output {
         std::thread::sleep(Duration::from_millis(20));
     }
     child.wait_with_output().expect("output")
+}
+
+/// A child process killed (SIGKILL) and reaped when dropped.
+pub struct Killed(pub Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `tagwired` on 127.0.0.1:`port` (TCP only) with `config` as its
+/// configuration file (written to `dir/tagwired.toml`) and `state` as its
+/// state directory, `dir` as its runtime directory (where its token is);
+/// returns once it accepts connections (at most 20 s), killed on drop.
+pub fn daemon_with_state(dir: &Path, state: &Path, port: u16, config: &str) -> Killed {
+    std::fs::create_dir_all(dir).expect("dir");
+    let path = dir.join("tagwired.toml");
+    std::fs::write(&path, config).expect("config");
+    let child = Command::new(env!("CARGO_BIN_EXE_tagwired"))
+        .args(["--tcp", &format!("127.0.0.1:{port}"), "--no-unix"])
+        .arg("--config")
+        .arg(&path)
+        .arg("--state-dir")
+        .arg(state)
+        .env("XDG_RUNTIME_DIR", dir)
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn tagwired");
+    let d = Killed(child);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "tagwired did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    d
 }

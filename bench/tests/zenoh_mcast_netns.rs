@@ -2,7 +2,7 @@
 //! three hosts on one bridge. A subscriber (host 2) gets the publisher's
 //! (host 1) events over the multicast group, host 1's link carries one copy
 //! of each event, and a ping (host 1) gets answers from a pong (host 2).
-//! Without root the test says so and passes. The namespaces (`twzm<pid>-*`)
+//! Without root it fails saying how to run it. The namespaces (`twzm<pid>-*`)
 //! are removed when the test ends, also on failure.
 
 use std::process::{Child, Command, Output, Stdio};
@@ -98,6 +98,16 @@ impl Drop for Lan {
     }
 }
 
+/// Fails the test, saying how to run it, unless it runs as root.
+fn require_root() {
+    assert!(
+        is_root(),
+        "this test needs root: it creates network namespaces and a bridge. Run it as root, e.g. \
+         `cd bench && sudo -E env \"PATH=$PATH\" cargo test --release --test zenoh_mcast_netns` \
+         (this machine's sessions run as root)"
+    );
+}
+
 fn is_root() -> bool {
     Command::new("id")
         .arg("-u")
@@ -123,10 +133,7 @@ fn wait(child: Child, what: &str) -> serde_json::Value {
 
 #[test]
 fn a_subscriber_gets_the_stream_over_the_group_one_copy_on_the_wire() {
-    if !is_root() {
-        eprintln!("skipped: needs root (network namespaces)");
-        return;
-    }
+    require_root();
     let lan = Lan::new("f", 3);
     let group = "udp/224.0.6.1:17850#iface=eth0";
     let sub = lan
@@ -155,10 +162,7 @@ fn a_subscriber_gets_the_stream_over_the_group_one_copy_on_the_wire() {
 
 #[test]
 fn ping_gets_answers_from_pong_over_the_group() {
-    if !is_root() {
-        eprintln!("skipped: needs root (network namespaces)");
-        return;
-    }
+    require_root();
     let lan = Lan::new("l", 2);
     let group = "udp/224.0.6.2:17851#iface=eth0";
     let pong = lan

@@ -62,11 +62,16 @@ impl Kept {
         }
     }
 
-    /// Its bytes as a buffer of their own (a copy out of `log`).
-    pub fn to_bytes(&self, log: &ByteLog) -> Bytes {
+    /// Its bytes as a buffer of their own (a copy out of `log`, whose
+    /// place it gives back): it is not held any more.
+    pub fn into_bytes(self, log: &mut ByteLog) -> Bytes {
         match self {
-            Kept::Log(r) => log.to_bytes(r),
-            Kept::Own(b) => b.clone(),
+            Kept::Log(r) => {
+                let bytes = log.to_bytes(&r);
+                log.release(r);
+                bytes
+            }
+            Kept::Own(b) => b,
         }
     }
 

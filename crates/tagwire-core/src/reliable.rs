@@ -466,22 +466,6 @@ impl<T> SendWindow<T> {
         Ok(out)
     }
 
-    /// [`on_ack`](Self::on_ack) for a caller that only drops what it
-    /// releases: drops it on the way (no list is built); returns how many
-    /// were done and how many failed.
-    pub fn on_ack_drop(&mut self, ack: &Ack) -> Result<(usize, usize), AckError> {
-        let (mut done, mut failed) = (0, 0);
-        self.release(ack, |item, f| {
-            drop(item);
-            if f {
-                failed += 1;
-            } else {
-                done += 1;
-            }
-        })?;
-        Ok((done, failed))
-    }
-
     /// Checks `ack` and hands each event it releases to `f` with whether
     /// it failed: failed ranges first (they may lie below `done`), then
     /// everything up to `done`, then the selective ranges above it. (What

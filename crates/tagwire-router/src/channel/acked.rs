@@ -160,11 +160,7 @@ impl Channel {
             let mut h = a.window.borrow_mut();
             let held = h.window.drain();
             held.into_iter()
-                .map(|kept| {
-                    let bytes = kept.to_bytes(&h.log);
-                    kept.release(&mut h.log);
-                    bytes
-                })
+                .map(|kept| kept.into_bytes(&mut h.log))
                 .collect()
         };
         let (before, len) = (q.bytes(), q.len());

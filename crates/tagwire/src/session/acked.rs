@@ -102,9 +102,8 @@ impl AckWindow {
         }
     }
 
-    /// Encodes `event` to be held: a small one into the arena block (a new
-    /// block when the current one has no room left), a large one into a
-    /// buffer of its own.
+    /// Encodes `event` to be held: a small one into the log, a large one
+    /// into a buffer of its own.
     fn encode(&mut self, event: &Event) -> Result<Kept> {
         let len = event.encoded_len();
         if len >= ARENA_BLOCK / 4 {
@@ -171,8 +170,7 @@ impl AckWindow {
         for h in held {
             self.stats.resent += 1;
             if 1 + 12 + h.event.len() > max_frame as usize {
-                pieced.push((h.endpoint, h.event.to_bytes(&self.log)));
-                h.event.release(&mut self.log);
+                pieced.push((h.endpoint, h.event.into_bytes(&mut self.log)));
             } else if acked {
                 // An empty window takes as many as it held before.
                 let _ = self.push(h, buf);
@@ -180,10 +178,9 @@ impl AckWindow {
                 self.stats.best_effort += 1;
                 let _ = Frame::Publish {
                     endpoint: h.endpoint,
-                    event: h.event.to_bytes(&self.log),
+                    event: h.event.into_bytes(&mut self.log),
                 }
                 .encode(buf);
-                h.event.release(&mut self.log);
             }
         }
         pieced
@@ -322,11 +319,9 @@ impl Inner {
                 }
                 let WriteState { acks, buf, .. } = &mut *w;
                 acks.stats.best_effort += 1;
-                let event = item.event.to_bytes(&acks.log);
-                item.event.release(&mut acks.log);
                 Frame::Publish {
                     endpoint: item.endpoint,
-                    event,
+                    event: item.event.into_bytes(&mut acks.log),
                 }
                 .encode(buf)?;
                 break;

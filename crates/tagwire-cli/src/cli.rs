@@ -394,6 +394,11 @@ pub struct BenchArgs {
     /// (min / median / max) of the runs' mean latency and late share.
     #[arg(long, default_value_t = 1)]
     pub runs: usize,
+    /// latency: also write the round trips' histogram to FILE, one
+    /// `NANOSECONDS COUNT` line per recorded value (3 significant digits),
+    /// so that several runs can be pooled (`scripts/isolation.sh` does).
+    #[arg(long, value_name = "FILE")]
+    pub histogram: Option<std::path::PathBuf>,
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,

@@ -362,6 +362,55 @@ fn bad_command_lines_fail_with_a_message_naming_the_problem() {
 }
 
 #[test]
+fn bench_latency_writes_its_histogram_for_pooling() {
+    let dir = temp_dir("cli", "histogram");
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let file = dir.join("rtt.hist");
+    let out = Command::new(env!("CARGO_BIN_EXE_tagwire"))
+        .args([
+            "bench",
+            "latency",
+            "--embedded",
+            "--duration",
+            "0.5",
+            "--json",
+            "--histogram",
+        ])
+        .arg(&file)
+        .output()
+        .expect("run tagwire bench");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value =
+        serde_json::from_slice(out.stdout.trim_ascii()).expect("one JSON object");
+    let text = std::fs::read_to_string(&file).expect("the histogram file");
+    let mut total = 0u64;
+    let mut last = 0u64;
+    for line in text.lines() {
+        let (ns, count) = line.split_once(' ').expect("`NANOSECONDS COUNT`");
+        let ns: u64 = ns.parse().expect("nanoseconds");
+        assert!(ns > last, "values ascend: {line}");
+        last = ns;
+        total += count.parse::<u64>().expect("count");
+    }
+    assert_eq!(
+        total,
+        json["samples"].as_u64().expect("samples"),
+        "the file's counts are the run's round trips"
+    );
+    let refused = Command::new(env!("CARGO_BIN_EXE_tagwire"))
+        .args(["bench", "throughput", "--embedded", "--histogram"])
+        .arg(&file)
+        .output()
+        .expect("run tagwire bench");
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--histogram"));
+}
+
+#[test]
 fn second_daemon_on_the_same_socket_is_refused() {
     let dir = temp_dir("cli", "twice");
     let d = Daemon::start(&dir, free_port());

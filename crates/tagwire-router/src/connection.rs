@@ -279,9 +279,12 @@ impl<'s> PublishBatch<'s> {
         self.held.is_some()
     }
 
-    /// Whether the batch must end now.
+    /// Whether the batch must end now: it is full, or another lane waits
+    /// for the state lock (it gets it after this publish, not after the
+    /// batch: a higher band's publish is not held up by a lower band's
+    /// batch).
     fn full(&self) -> bool {
-        self.count >= PUBLISH_BATCH || self.stage.len() >= MAX_STAGED
+        self.count >= PUBLISH_BATCH || self.stage.len() >= MAX_STAGED || self.state.contended()
     }
 
     /// Unlocks the state, queues the staged deliveries and sends the

@@ -585,6 +585,7 @@ fn on_peer(
             heard: now_ns(),
         },
     );
+    st.fed.links_changed();
     if let Some(conn) = st.connections.get_mut(&c.conn) {
         conn.name = format!("link:{name}");
     }
@@ -681,6 +682,7 @@ pub(crate) fn closed(state: &Locked<State>, node: NodeId, conn: u64) {
         if let Some(l) = l {
             tracing::info!("link to daemon {} ({node:#x}) closed", l.name);
         }
+        st.fed.links_changed();
         st.node.link_down(node);
         crate::node_io::execute(&mut st);
     }
@@ -850,10 +852,17 @@ pub(crate) async fn run_band(
     dscp: u8,
 ) {
     let band = lane.band.to_string();
+    let dialed_links = state.borrow().fed.dialed_links.clone();
     let mut tick = tokio::time::interval(Duration::from_millis(200));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
+        if dialed_links.get() == 0 {
+            // No link of ours to add this band's connection to: the state
+            // lock stays untaken (a real-time lane must not queue for it
+            // behind a lower lane's batch five times a second for nothing).
+            continue;
+        }
         let wanted: Vec<(NodeId, String)> = {
             let mut st = state.borrow_mut();
             let mut wanted = Vec::new();

@@ -147,6 +147,11 @@ pub fn run(server: Option<&str>, band: Option<&str>, tls: &TlsOptions, a: BenchA
             a.reliability
         )
     })?;
+    if a.histogram.is_some() && a.mode != BenchMode::Latency {
+        return Err(
+            "--histogram is for `tagwire bench latency` (the round trips' histogram)".into(),
+        );
+    }
     let duration = Duration::from_secs_f64(a.duration);
     let result = match a.mode {
         BenchMode::Av => unreachable!("handled above"),
@@ -183,6 +188,9 @@ pub fn run(server: Option<&str>, band: Option<&str>, tls: &TlsOptions, a: BenchA
         }
         BenchMode::Latency => {
             let h = latency(&target, a.echo_server.as_deref(), a.size, duration)?;
+            if let Some(path) = &a.histogram {
+                write_histogram(path, &h)?;
+            }
             serde_json::json!({
                 "system": system, "band": band_used, "transport": transport, "mode": "latency", "size": a.size,
                 "rtt_p50_us": h.value_at_quantile(0.5) as f64 / 1e3,
@@ -196,6 +204,22 @@ pub fn run(server: Option<&str>, band: Option<&str>, tls: &TlsOptions, a: BenchA
     } else {
         print_text(&result)?;
     }
+    Ok(())
+}
+
+/// Writes `h` to `path` as `NANOSECONDS COUNT` lines, one per recorded
+/// value, so that runs can be pooled by adding their counts.
+fn write_histogram(path: &std::path::Path, h: &Histogram<u64>) -> CmdResult {
+    use std::io::Write;
+    let file =
+        std::fs::File::create(path).map_err(|e| format!("--histogram {}: {e}", path.display()))?;
+    let mut out = std::io::BufWriter::new(file);
+    for v in h.iter_recorded() {
+        writeln!(out, "{} {}", v.value_iterated_to(), v.count_at_value())
+            .map_err(|e| format!("--histogram {}: {e}", path.display()))?;
+    }
+    out.flush()
+        .map_err(|e| format!("--histogram {}: {e}", path.display()))?;
     Ok(())
 }
 

@@ -27,6 +27,12 @@ pub(crate) struct Federation {
     epoch: u64,
     /// Band connections being dialed: (peer, band).
     pub(crate) band_dialing: std::collections::HashSet<(NodeId, String)>,
+    /// How many of `links` this daemon dialed (kept by [`Federation::links_changed`]),
+    /// read without the state lock by each band's lane: a lane looks for
+    /// band connections to dial (under the lock) only when there are some,
+    /// so a real-time lane of a daemon that dials no links never waits for
+    /// the state lock on a timer.
+    pub(crate) dialed_links: std::sync::Arc<crate::sync::Count>,
     /// The default band's lane and DSCP, for dialing discovered daemons.
     pub(crate) dialer: Option<(LaneOf, u8)>,
     /// How links to `tls://` peers handshake (`[federation.tls]`).
@@ -143,6 +149,12 @@ pub(crate) fn node_id(config: &crate::config::FederationConfig) -> NodeId {
 }
 
 impl Federation {
+    /// Recounts [`dialed_links`](Self::dialed_links) after `links` changed.
+    pub(crate) fn links_changed(&self) {
+        let n = self.links.values().filter(|l| l.dialed).count();
+        self.dialed_links.set(n as u64);
+    }
+
     /// A daemon with no links yet.
     pub fn new(config: &crate::config::FederationConfig) -> Self {
         Federation {
@@ -151,6 +163,7 @@ impl Federation {
             skew: (config.clock_offset_ms * 1_000_000, config.clock_skew_ppm),
             epoch: now_ns(),
             band_dialing: Default::default(),
+            dialed_links: Default::default(),
             net: NetClock::default(),
             dialer: None,
             tls: None,

@@ -14,6 +14,10 @@
 #   --quick          1 s per run instead of 3 s
 #   --duration S     seconds per run
 #   --sizes "A B"    payload sizes (default "64 1024 65536")
+#   --rounds N       measure every system N times, the systems interleaved
+#                    round by round; tables give the median of the rounds
+#                    (throughput also their range) and the targets' ratios
+#                    per round (default 1)
 #   --no-write       print the markdown instead of editing BENCHMARKS.md
 #
 # Environment: CARGO_TARGET_DIR (tagwire's build, default <repo>/target),
@@ -26,13 +30,15 @@ DURATION=3
 SIZES="64 1024 65536"
 SUBSCRIBERS=10
 WRITE=1
+ROUNDS=1
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --quick) DURATION=1 ;;
     --duration) DURATION=${2:?--duration needs seconds}; shift ;;
     --sizes) SIZES=${2:?--sizes needs a list}; shift ;;
+    --rounds) ROUNDS=${2:?--rounds needs a count}; shift ;;
     --no-write) WRITE=0 ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
     *) echo "compare.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
   esac
   shift
@@ -151,8 +157,8 @@ record() {
       "$label" "$pinned" "$mode" "$size" "exit $rc: $why" >> "$RESULTS"
     return 0
   fi
-  python3 -c 'import json,sys; d=json.loads(sys.argv[5]); d.update(label=sys.argv[1],pinned=sys.argv[2]=="1",run_mode=sys.argv[3],run_size=int(sys.argv[4])); print(json.dumps(d))' \
-    "$label" "$pinned" "$mode" "$size" "$line" >> "$RESULTS"
+  python3 -c 'import json,sys; d=json.loads(sys.argv[5]); d.update(label=sys.argv[1],pinned=sys.argv[2]=="1",run_mode=sys.argv[3],run_size=int(sys.argv[4]),round=int(sys.argv[6])); print(json.dumps(d))' \
+    "$label" "$pinned" "$mode" "$size" "$line" "$ROUND" >> "$RESULTS"
   log "  $label $mode ${size}B$([[ $pinned == 1 ]] && echo ' (core 0)'): $line"
 }
 
@@ -184,16 +190,19 @@ run_system() {
 
 START=$(date +%s)
 LOAD_BEFORE=$(cut -d" " -f1-3 /proc/loadavg)
-log "runs of ${DURATION}s each, sizes: $SIZES"
-PREFIX=("$BASELINE" raw); SUFFIX=(--server "127.0.0.1:$RAW_PORT"); run_system raw-relay
-PREFIX=("$BASELINE" nats); SUFFIX=(--server "nats://127.0.0.1:$NATS_PORT"); run_system nats
-PREFIX=("$BASELINE" zenoh); SUFFIX=(--server "tcp/127.0.0.1:$ZENOH_PORT"); run_system zenoh
-PREFIX=("$BASELINE" zenoh); SUFFIX=(--peer-base-port 0); run_system zenoh-peer
-if [[ -z "$TAGWIRE_SKIP" ]]; then
-  PREFIX=("$TAGWIRE" bench); SUFFIX=(--server "tcp://127.0.0.1:$TAGWIRE_PORT"); run_system tagwire-tcp
-  PREFIX=("$TAGWIRE" bench); SUFFIX=(--server "unix://$TAGWIRE_SOCK"); run_system tagwire-unix
-  PREFIX=("$TAGWIRE" bench); SUFFIX=(--embedded); run_system tagwire-embedded
-fi
+log "runs of ${DURATION}s each, sizes: $SIZES, rounds: $ROUNDS"
+for ROUND in $(seq "$ROUNDS"); do
+  [[ $ROUNDS -gt 1 ]] && log "round $ROUND of $ROUNDS"
+  PREFIX=("$BASELINE" raw); SUFFIX=(--server "127.0.0.1:$RAW_PORT"); run_system raw-relay
+  PREFIX=("$BASELINE" nats); SUFFIX=(--server "nats://127.0.0.1:$NATS_PORT"); run_system nats
+  PREFIX=("$BASELINE" zenoh); SUFFIX=(--server "tcp/127.0.0.1:$ZENOH_PORT"); run_system zenoh
+  PREFIX=("$BASELINE" zenoh); SUFFIX=(--peer-base-port 0); run_system zenoh-peer
+  if [[ -z "$TAGWIRE_SKIP" ]]; then
+    PREFIX=("$TAGWIRE" bench); SUFFIX=(--server "tcp://127.0.0.1:$TAGWIRE_PORT"); run_system tagwire-tcp
+    PREFIX=("$TAGWIRE" bench); SUFFIX=(--server "unix://$TAGWIRE_SOCK"); run_system tagwire-unix
+    PREFIX=("$TAGWIRE" bench); SUFFIX=(--embedded); run_system tagwire-embedded
+  fi
+done
 log "runs took $(( $(date +%s) - START ))s"
 LOAD_AFTER=$(cut -d" " -f1-3 /proc/loadavg)
 GIT_REV=$(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo unknown)
@@ -205,7 +214,7 @@ GIT_REV=$(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo unknown)
 mkdir -p "$ROOT/bench/target" && cp "$RESULTS" "$ROOT/bench/target/last-results.jsonl"
 REPORT_ARGS=(--results "$RESULTS" --command "$COMMAND" --nproc "$NPROC"
   --load "$LOAD_BEFORE (before) / $LOAD_AFTER (after)" --revision "$GIT_REV"
-  --duration "$DURATION" --subscribers "$SUBSCRIBERS"
+  --duration "$DURATION" --subscribers "$SUBSCRIBERS" --rounds "$ROUNDS"
   --nats-version "$(nats-server --version 2>&1 | head -n 1)"
   --lockfile "$ROOT/bench/Cargo.lock"
   --notes "$ROOT/bench/notes.md")

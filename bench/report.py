@@ -57,9 +57,12 @@ class Results:
     (label, mode, pinned, size)."""
 
     def __init__(self, lines):
+        # (label, mode, pinned, size) -> {round: run}; a run without a
+        # round (compare.sh before --rounds) is round 1.
         self.runs = {}
         self.errors = []
         self.sizes = []
+        self.rounds = []
         for n, line in enumerate(lines, 1):
             line = line.strip()
             if not line:
@@ -73,18 +76,36 @@ class Results:
             if size not in self.sizes:
                 self.sizes.append(size)
             key = (d["label"], mode, bool(d.get("pinned")), size)
+            rnd = int(d.get("round", 1))
+            if rnd not in self.rounds:
+                self.rounds.append(rnd)
             if "error" in d:
                 self.errors.append(d)
             else:
-                self.runs[key] = d
+                self.runs.setdefault(key, {})[rnd] = d
         self.sizes.sort()
+        self.rounds.sort()
+
+    def values(self, label, mode, size, field, pinned=False):
+        """{round: value} of one measurement over the rounds."""
+        out = {}
+        for rnd, d in self.runs.get((label, mode, pinned, size), {}).items():
+            v = d.get(field)
+            if isinstance(v, (int, float)):
+                out[rnd] = float(v)
+        return out
 
     def get(self, label, mode, size, field, pinned=False):
-        d = self.runs.get((label, mode, pinned, size))
-        if d is None:
+        """The median over the rounds (one round: its value)."""
+        vs = sorted(self.values(label, mode, size, field, pinned).values())
+        if not vs:
             return None
-        v = d.get(field)
-        return float(v) if isinstance(v, (int, float)) else None
+        n = len(vs)
+        return vs[n // 2] if n % 2 else (vs[n // 2 - 1] + vs[n // 2]) / 2
+
+    def spread(self, label, mode, size, field, pinned=False):
+        vs = self.values(label, mode, size, field, pinned).values()
+        return (min(vs), max(vs)) if len(vs) > 1 else None
 
     def has(self, label):
         return any(k[0] == label for k in self.runs)
@@ -149,8 +170,30 @@ def throughput_table(res, nm):
     for sys_ in present(res, SYSTEMS):
         row = [nm[sys_]]
         for s in res.sizes:
-            row.append(fmt_int(res.thr(sys_, s)))
+            cell = fmt_int(res.thr(sys_, s))
+            sp = res.spread(sys_, "throughput", s, "msgs_per_sec")
+            if sp:
+                cell += f" ({fmt_int(sp[0])}–{fmt_int(sp[1])})"
+            row.append(cell)
             row.append(fmt_f(res.get(sys_, "throughput", s, "mb_per_sec")))
+        rows.append(row)
+    return table(head, rows)
+
+
+def rounds_table(res):
+    """Issue 23's throughput ratios at 64 B round by round: each round
+    measured every system once, so its ratios are paired."""
+    s = 64
+    pairs = [("tagwire-tcp", "nats", 2.0), ("tagwire-tcp", "zenoh-peer", 1.0),
+             ("tagwire-unix", "nats", 2.0), ("tagwire-unix", "zenoh-peer", 1.0)]
+    head = ["round"] + [f"{tw} ÷ {b} (target ≥ {t:.1f}×)" for tw, b, t in pairs]
+    rows = []
+    for rnd in res.rounds:
+        row = [str(rnd)]
+        for tw, b, _ in pairs:
+            a = res.values(tw, "throughput", s, "msgs_per_sec").get(rnd)
+            c = res.values(b, "throughput", s, "msgs_per_sec").get(rnd)
+            row.append(fmt_ratio(ratio(a, c)))
         rows.append(row)
     return table(head, rows)
 
@@ -269,7 +312,10 @@ def render(res, args, raw_lines):
         "",
         f"Produced by `{args.command.strip()}` on {date}; `nproc` = {args.nproc} "
         f"({cpu_model()}); {args.duration} s per run; all systems measured in this "
-        "one run, on loopback. Method, definitions and caveats: "
+        + (f"one run, {len(res.rounds)} rounds (every system once per round, interleaved; "
+           "tables give the median of the rounds, throughput also their range), "
+           if len(res.rounds) > 1 else "one run, ")
+        + "on loopback. Method, definitions and caveats: "
         "[docs/benchmarks.md](docs/benchmarks.md). MB = 10⁶ bytes of payload.",
         "",
     ]
@@ -289,6 +335,11 @@ def render(res, args, raw_lines):
         targets_table(res, nm), "",
         "### Throughput, 1 publisher → 1 subscriber", "",
         throughput_table(res, nm), "",
+    ]
+    if len(res.rounds) > 1 and 64 in res.sizes:
+        out += ["### Issue 23's 64 B throughput ratios, round by round", "",
+                rounds_table(res), ""]
+    out += [
         f"### Fan-out, 1 publisher → {args.subscribers} subscribers", "",
         "Per sub: the mean of each subscriber's own rate; per sub ÷ 1→1 divides it "
         "by the same system's 1→1 rate above.", "",
@@ -346,6 +397,7 @@ def main(argv=None):
     p.add_argument("--nproc", default=str(os.cpu_count()))
     p.add_argument("--duration", default="?")
     p.add_argument("--subscribers", type=int, default=10)
+    p.add_argument("--rounds", type=int, default=1, help="rounds compare.sh ran (informative)")
     p.add_argument("--date")
     p.add_argument("--load", help="load averages (1/5/15 min) around the runs")
     p.add_argument("--revision", help="git revision of the tagwire measured")

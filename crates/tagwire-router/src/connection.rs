@@ -290,7 +290,7 @@ impl<'s> PublishBatch<'s> {
     /// Unlocks the state, queues the staged deliveries and sends the
     /// refusals (to go out with the connection's next flush).
     fn end(&mut self, conn: &mut Conn) {
-        self.finish(conn, AckWhen::Later);
+        self.finish(conn, AckWhen::Later, conn.now_at_read());
     }
 
     /// [`end`](Self::end) at the end of a read (or of the lane's turn):
@@ -299,12 +299,15 @@ impl<'s> PublishBatch<'s> {
     /// [`ack_due`](Self::ack_due) says when). At most one `PublishAck` per
     /// read, not one per batch of [`PUBLISH_BATCH`].
     fn end_read(&mut self, conn: &mut Conn) {
-        self.finish(conn, AckWhen::Spaced);
+        self.finish(conn, AckWhen::Spaced, conn.now_at_read());
     }
 
-    /// [`end`](Self::end), acknowledging at once what was settled.
-    fn end_and_ack(&mut self, conn: &mut Conn) {
-        self.finish(conn, AckWhen::Now);
+    /// [`end`](Self::end), acknowledging at once what was settled; `now`
+    /// (the connection's clock, ns) is when, for the spacing of the next:
+    /// the last read's time before a frame of that read, the timer's when
+    /// the read loop's timer fired.
+    fn end_and_ack(&mut self, conn: &mut Conn, now: u64) {
+        self.finish(conn, AckWhen::Now, now);
     }
 
     /// When (the connection's clock, ns) an acknowledgement held back by
@@ -316,8 +319,7 @@ impl<'s> PublishBatch<'s> {
         })
     }
 
-    fn finish(&mut self, conn: &mut Conn, when: AckWhen) {
-        let now = conn.now_at_read();
+    fn finish(&mut self, conn: &mut Conn, when: AckWhen, now: u64) {
         let ack = self.acked
             && match when {
                 AckWhen::Later => false,
@@ -330,6 +332,9 @@ impl<'s> PublishBatch<'s> {
         let Some(mut st) = self.held.take() else {
             return;
         };
+        // The connection's reliable window goes back in the map (its
+        // `PublishReliable`s looked it up once for the batch).
+        crate::reliable::client_batch_end(&mut st);
         self.note.flush(&mut st);
         if ack {
             self.acked = false;
@@ -499,7 +504,7 @@ async fn serve_with<R, W>(
                 let now = conn.now();
                 conn.engine.handle_timeout(now);
                 if batch.ack_due().is_some_and(|due| now >= due) {
-                    batch.end_and_ack(&mut conn);
+                    batch.end_and_ack(&mut conn, now);
                 }
                 if !conn.flush() {
                     break;
@@ -542,7 +547,8 @@ async fn serve_with<R, W>(
             } else {
                 // Acknowledged first: the frame may wait (an admin request
                 // on the admin lane).
-                batch.end_and_ack(&mut conn);
+                let now = conn.now_at_read();
+                batch.end_and_ack(&mut conn, now);
                 let precompiled = matches!(input, Input::Subscribe { .. } | Input::Admin { .. });
                 if precompiled {
                     precompile_filters(&state, &input).await;
@@ -979,6 +985,7 @@ impl Conn {
                 crate::reliable::client_settle(st, conn.id, seq);
                 crate::reliable::client_ack(st, conn.id);
             }
+            crate::reliable::client_batch_end(st);
         };
         match outcome {
             Err((code, message)) => {

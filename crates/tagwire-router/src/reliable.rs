@@ -161,8 +161,18 @@ pub(crate) struct Reliable {
     /// Per tag (foldhash, seeded per process, like the windows: both are
     /// looked up per reliable event).
     cache: HashMap<Box<str>, bool, Fast>,
-    /// Windows per link connection of version 3.
+    /// Windows per link connection of version 3, and receive windows per
+    /// client connection that publishes acknowledged (but see
+    /// `checked_out`).
     pub conns: HashMap<u64, ConnRel, Fast>,
+    /// The window of the client connection whose publish batch is being
+    /// routed, taken out of `conns` by its first `PublishReliable` and put
+    /// back at the batch's end ([`client_batch_end`]): the batch looks it
+    /// up once, not two or three times per event. Only a client's window
+    /// is ever here, and only while that connection's batch holds the
+    /// state lock; what looks a connection up by id (acknowledgements,
+    /// obligations settled) finds it with [`Reliable::conn_mut`].
+    checked_out: Option<(u64, ConnRel)>,
     pub dedupe: Dedupe,
     /// Drops the events a client's library sends again after a reconnect
     /// that this daemon already routed: keyed by (session, publisher).
@@ -189,6 +199,7 @@ impl Reliable {
             enabled: false,
             cache: HashMap::default(),
             conns: HashMap::default(),
+            checked_out: None,
             dedupe: Dedupe::new(config.reliable_dedupe_keys),
             publish_dedupe: Dedupe::new(config.reliable_dedupe_keys),
             limits: WindowLimits {
@@ -259,6 +270,22 @@ impl Reliable {
         (said, next)
     }
 
+    /// Connection `conn`'s windows: the client connection checked out for
+    /// its publish batch (one comparison), else from `conns`.
+    fn conn_mut(&mut self, conn: u64) -> Option<&mut ConnRel> {
+        match &mut self.checked_out {
+            Some((c, cr)) if *c == conn => Some(cr),
+            _ => self.conns.get_mut(&conn),
+        }
+    }
+
+    /// Puts the checked-out client window (if any) back in `conns`.
+    fn check_in(&mut self) {
+        if let Some((conn, cr)) = self.checked_out.take() {
+            self.conns.insert(conn, cr);
+        }
+    }
+
     /// At most one warning a second.
     fn warn_allowed(&mut self) -> bool {
         let now = Instant::now();
@@ -296,7 +323,8 @@ pub(crate) fn layers_changed(st: &mut State) {
 /// Whether an event of `tag` published here crosses links reliably: a
 /// flag test when no tag is reliable or no link speaks version 3.
 pub(crate) fn is_reliable(st: &mut State, tag: &str) -> bool {
-    if !st.fed.reliable.enabled || st.fed.reliable.conns.is_empty() {
+    let rel = &st.fed.reliable;
+    if !rel.enabled || (rel.conns.is_empty() && rel.checked_out.is_none()) {
         return false;
     }
     if let Some(r) = st.fed.reliable.cache.get(tag) {
@@ -454,7 +482,7 @@ fn retransmit(cr: &mut ConnRel, now: u64, max_control: usize) -> u64 {
 /// change; else only after [`ACK_EVERY`] settled events on a link,
 /// [`CLIENT_ACK_EVERY`] on a client connection).
 fn ack_if_due(rel: &mut Reliable, conn: u64, now: bool, max_control: usize) {
-    let Some(cr) = rel.conns.get_mut(&conn) else {
+    let Some(cr) = rel.conn_mut(conn) else {
         return;
     };
     let every = if cr.client {
@@ -481,9 +509,11 @@ fn ack_if_due(rel: &mut Reliable, conn: u64, now: bool, max_control: usize) {
 /// A `PublishReliable` with sequence number `seq` arrived on client
 /// connection `conn` (protocol version 4): takes it into the connection's
 /// receive window (made on first use). The caller routes the event with
-/// `Upstream { conn, seq }` and then calls [`client_settle`]. A sequence
-/// number other than the next expected is refused (the connection keeps
-/// order; a new connection starts at 1).
+/// `Upstream { conn, seq }` and then calls [`client_settle`], and
+/// [`client_batch_end`] once its batch of publishes is routed (the window
+/// stays checked out of the map until then, see `Reliable::checked_out`).
+/// A sequence number other than the next expected is refused (the
+/// connection keeps order; a new connection starts at 1).
 pub(crate) fn client_frame(
     st: &mut State,
     conn: u64,
@@ -491,23 +521,17 @@ pub(crate) fn client_frame(
     seq: u64,
 ) -> Result<(), (ErrorCode, String)> {
     let rel = &mut st.fed.reliable;
-    let cr = rel.conns.entry(conn).or_insert_with(|| ConnRel {
-        peer: 0,
-        client: true,
-        outbox: outbox.clone(),
-        send: SendWindow::new(WindowLimits::default(), WindowFull::Reject),
-        recv: RecvWindow::new(tagwire_proto::MAX_RELIABLE_WINDOW),
-        lossy: false,
-        // A client connection does not carry pieces (links only).
-        piece: 0,
-        sending: None,
-    });
+    let cr = client_checkout(rel, conn, outbox);
     if !cr.client || seq != cr.recv.expected() {
+        let (link, expected) = (!cr.client, cr.recv.expected());
+        if link {
+            // A link connection's windows stay in the map.
+            rel.check_in();
+        }
         return Err((
             ErrorCode::Malformed,
             format!(
-                "PublishReliable with sequence number {seq}, expected {} (numbers start at 1 on each connection and grow by one)",
-                cr.recv.expected()
+                "PublishReliable with sequence number {seq}, expected {expected} (numbers start at 1 on each connection and grow by one)"
             ),
         ));
     }
@@ -516,6 +540,40 @@ pub(crate) fn client_frame(
         .map_err(|e| (ErrorCode::Malformed, format!("PublishReliable: {e}")))?;
     rel.obligations = 0;
     Ok(())
+}
+
+/// Client connection `conn`'s window, checked out of `conns` for its
+/// publish batch (made on first use): a comparison when it already is,
+/// else one lookup (and whatever another connection left checked out is
+/// put back first). A link connection's windows come out too: the caller
+/// puts them back at once (see [`client_frame`]).
+fn client_checkout<'r>(rel: &'r mut Reliable, conn: u64, outbox: &Arc<Outbox>) -> &'r mut ConnRel {
+    if rel.checked_out.as_ref().is_some_and(|(c, _)| *c != conn) {
+        rel.check_in();
+    }
+    let conns = &mut rel.conns;
+    let (_, cr) = rel.checked_out.get_or_insert_with(|| {
+        let cr = conns.remove(&conn).unwrap_or_else(|| ConnRel {
+            peer: 0,
+            client: true,
+            outbox: outbox.clone(),
+            send: SendWindow::new(WindowLimits::default(), WindowFull::Reject),
+            recv: RecvWindow::new(tagwire_proto::MAX_RELIABLE_WINDOW),
+            lossy: false,
+            // A client connection does not carry pieces (links only).
+            piece: 0,
+            sending: None,
+        });
+        (conn, cr)
+    });
+    cr
+}
+
+/// The publish batch that checked out a client connection's window (see
+/// [`client_frame`]) ended: the window goes back in the map. A flag test
+/// when none is out.
+pub(crate) fn client_batch_end(st: &mut State) {
+    st.fed.reliable.check_in();
 }
 
 /// Whether the event is one this daemon already routed for the same
@@ -563,7 +621,7 @@ pub(crate) fn client_settle(st: &mut State, conn: u64, seq: u64) {
     let max = st.config.limits.max_control_bytes;
     let r = &mut st.fed.reliable;
     let n = std::mem::take(&mut r.obligations);
-    if let Some(cr) = r.conns.get_mut(&conn) {
+    if let Some(cr) = r.conn_mut(conn) {
         let _ = cr.recv.settle(seq, n);
     }
     complete_pending(r, max);
@@ -579,6 +637,7 @@ pub(crate) fn client_ack(st: &mut State, conn: u64) {
 /// Client connection `conn` closed: forgets its window (what it did not
 /// acknowledge, the library sends again on its next connection).
 pub(crate) fn client_closed(st: &mut State, conn: u64) {
+    st.fed.reliable.check_in();
     if st.fed.reliable.conns.get(&conn).is_some_and(|c| c.client) {
         st.fed.reliable.conns.remove(&conn);
     }
@@ -593,7 +652,7 @@ pub(crate) fn store_settled(st: &mut State, settled: Vec<(Upstream, bool)>) {
     let r = &mut st.fed.reliable;
     let mut conns: Vec<u64> = Vec::new();
     for (up, failed) in settled {
-        if let Some(cr) = r.conns.get_mut(&up.conn) {
+        if let Some(cr) = r.conn_mut(up.conn) {
             let _ = cr.recv.complete(up.seq, failed);
             if !conns.contains(&up.conn) {
                 conns.push(up.conn);
@@ -608,7 +667,7 @@ pub(crate) fn store_settled(st: &mut State, settled: Vec<(Upstream, bool)>) {
 /// Settles the upstream obligations the last routing gave back.
 fn complete_pending(rel: &mut Reliable, max_control: usize) {
     while let Some((up, failed)) = rel.completions.pop() {
-        if let Some(cr) = rel.conns.get_mut(&up.conn) {
+        if let Some(cr) = rel.conn_mut(up.conn) {
             let _ = cr.recv.complete(up.seq, failed);
         }
         ack_if_due(rel, up.conn, false, max_control);
@@ -940,7 +999,7 @@ fn reroute(st: &mut State, held: Held, exclude: Option<NodeId>) {
     match held.upstream {
         Some(u) => {
             if added > 0 {
-                if let Some(cr) = r.conns.get_mut(&u.conn) {
+                if let Some(cr) = r.conn_mut(u.conn) {
                     let _ = cr.recv.add_obligations(u.seq, added);
                 }
                 r.completions.push((u, false));
@@ -1016,6 +1075,9 @@ impl Sink<Arc<crate::channel::Channel>> for Reroute<'_> {
 pub(crate) fn tick(st: &mut State) {
     let max = st.config.limits.max_control_bytes;
     let r = &mut st.fed.reliable;
+    // Between batches nothing is checked out; to be sure the tick sees
+    // every connection.
+    r.check_in();
     let conns: Vec<u64> = r.conns.keys().copied().collect();
     let mut now = None;
     for conn in conns {

@@ -321,8 +321,7 @@ fn read_loop(inner: &Inner, stream: &mut Stream, buf: &mut BytesMut, seen: &mut 
             }
         }
         if !publish_acks.is_empty() {
-            inner.on_publish_acks(&publish_acks);
-            publish_acks.clear();
+            inner.on_publish_acks(&mut publish_acks);
         }
         send_acks(inner, &mut acks, false);
         if control {
@@ -339,9 +338,14 @@ fn read_loop(inner: &Inner, stream: &mut Stream, buf: &mut BytesMut, seen: &mut 
             }
             return;
         }
-        // An acknowledgement due by time wakes the read (AckBatching).
+        // An acknowledgement due by time wakes the read (AckBatching), and
+        // so do `PublishAck`s stashed for a publisher that went quiet.
         let due = acks.values().filter_map(DeliveryAcks::poll_timeout).min();
-        let wait = due.map(|t| Duration::from_nanos(t.saturating_sub(inner.now())));
+        let wait = due
+            .map(|t| Duration::from_nanos(t.saturating_sub(inner.now())))
+            .into_iter()
+            .chain(inner.ack_stash.grace())
+            .min();
         if wait.is_some() || timed {
             timed = wait.is_some();
             let _ = stream.set_read_timeout(wait.map(|w| w.max(Duration::from_millis(1))));
@@ -354,7 +358,10 @@ fn read_loop(inner: &Inner, stream: &mut Stream, buf: &mut BytesMut, seen: &mut 
                     && matches!(
                         e.kind(),
                         std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                    ) => {}
+                    ) =>
+            {
+                inner.apply_stashed_now();
+            }
             Err(e) => {
                 if !inner.closed.load(Ordering::Relaxed) {
                     tracing::debug!("read failed: {e}");
@@ -439,7 +446,7 @@ fn send_acks(inner: &Inner, acks: &mut Acks, all: bool) {
 /// Acts on an input other than a delivery.
 fn handle_other(inner: &Inner, input: Input) {
     match input {
-        Input::PublishAck(ack) => inner.on_publish_acks(&[ack]),
+        Input::PublishAck(ack) => inner.on_publish_acks(&mut vec![ack]),
         Input::PieceResume { id, have, .. } => lock(&inner.piece_resume).set(id, have),
         Input::ShmRegion {
             region,

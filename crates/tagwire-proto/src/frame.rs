@@ -1217,10 +1217,13 @@ impl FrameDecoder {
             buf.reserve(total - buf.len());
             return Ok(None);
         }
-        let mut frame = buf.split_to(total);
-        frame.advance(4);
-        let kind_code = frame[0];
-        frame.advance(1);
-        Ok(Some((kind_code, frame.freeze())))
+        // The length and type are skipped in the buffer itself, and the
+        // body split off: two cursor moves per frame, not three.
+        let kind_code = buf[4];
+        buf.advance(FRAME_HEADER_LEN);
+        Ok(Some((
+            kind_code,
+            buf.split_to(total - FRAME_HEADER_LEN).freeze(),
+        )))
     }
 }

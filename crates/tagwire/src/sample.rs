@@ -2,7 +2,7 @@
 //! `Bytes`) and read through accessors without copying the payload.
 
 use bytes::Bytes;
-use tagwire_proto::{DecodeError, Event, EventRef};
+use tagwire_proto::{DecodeError, Event, EventRef, NamedError};
 
 use crate::publisher::now_ns;
 
@@ -38,19 +38,70 @@ impl PartialEq for Sample {
 
 impl Eq for Sample {}
 
+/// The tag and publisher of the last delivery a reader thread validated
+/// as UTF-8: deliveries to a subscription mostly repeat them, so the next
+/// event's names are compared with these instead of validated again (the
+/// daemon's `TagCache` does the same for publishes).
+#[derive(Debug, Default)]
+pub(crate) struct KnownNames {
+    tag: String,
+    publisher: String,
+}
+
+impl KnownNames {
+    /// [`EventRef::parse`], validating only names that differ from the
+    /// last ones (and remembering those).
+    fn parse<'a>(&'a mut self, raw: &'a [u8]) -> Result<EventRef<'a>, DecodeError> {
+        let utf8 = |bytes, what| {
+            std::str::from_utf8(bytes).map_err(|e| DecodeError::NotUtf8 {
+                what,
+                at: e.valid_up_to(),
+            })
+        };
+        EventRef::parse_named(raw, move |tag, publisher| {
+            let known: &'a mut KnownNames = self;
+            if tag != known.tag.as_bytes() {
+                utf8(tag, "tag")?.clone_into(&mut known.tag);
+            }
+            if publisher != known.publisher.as_bytes() {
+                utf8(publisher, "publisher")?.clone_into(&mut known.publisher);
+            }
+            let known: &'a KnownNames = known;
+            Ok((known.tag.as_str(), known.publisher.as_str()))
+        })
+        .map_err(|e| match e {
+            NamedError::Decode(e) | NamedError::Names(e) => e,
+        })
+    }
+}
+
 impl Sample {
     /// Validates an encoded event.
     pub(crate) fn new(raw: Bytes) -> Result<Sample, DecodeError> {
-        Sample::new_with(raw, |_| ()).map(|(s, ())| s)
+        let ev = EventRef::parse(&raw)?;
+        let (payload_start, tag_len, shm_flagged) = (
+            raw.len() - ev.payload.len(),
+            ev.tag.len(),
+            ev.payload_in_shm,
+        );
+        Ok(Sample {
+            payload_start,
+            tag_len,
+            shm_flagged,
+            raw,
+            shm: None,
+        })
     }
 
-    /// Validates an encoded event and lets `look` read its parsed header
-    /// (one parse per delivery: the reader's dedupe reads it here).
+    /// Validates an encoded event (its names only where they differ from
+    /// `known`'s) and lets `look` read its parsed header (one parse per
+    /// delivery: the reader's dedupe reads it here).
     pub(crate) fn new_with<R>(
         raw: Bytes,
+        known: &mut KnownNames,
         look: impl FnOnce(&EventRef<'_>) -> R,
     ) -> Result<(Sample, R), DecodeError> {
-        let ev = EventRef::parse(&raw)?;
+        let ev = known.parse(&raw)?;
         let seen = look(&ev);
         let (payload_start, tag_len, shm_flagged) = (
             raw.len() - ev.payload.len(),
@@ -201,5 +252,41 @@ mod tests {
         let flagged = Sample::new(encoded(&ev)).expect("valid");
         assert_eq!(flagged.shm_ref(), Some(r));
         assert_eq!(flagged.tag(), "/a/b");
+    }
+
+    /// `raw` with the first occurrence of `name` changed to invalid UTF-8
+    /// of the same length.
+    fn spoiled(raw: &Bytes, name: &[u8]) -> Bytes {
+        let at = raw
+            .windows(name.len())
+            .position(|w| w == name)
+            .expect("the name is in the event");
+        let mut out = raw.to_vec();
+        out[at + 1] = 0xff;
+        Bytes::from(out)
+    }
+
+    #[test]
+    fn known_names_are_validated_again_whenever_they_differ() {
+        let mut ev = Event::new("/a/b", Bytes::from_static(b"x"));
+        ev.header.publisher = "/pub".into();
+        let good = encoded(&ev);
+        let mut known = KnownNames::default();
+        for _ in 0..2 {
+            let (s, ()) = Sample::new_with(good.clone(), &mut known, |_| ()).expect("valid");
+            assert_eq!(s.tag(), "/a/b");
+            assert_eq!(s.event().publisher, "/pub");
+        }
+        // Same lengths as the known names, other (invalid) bytes.
+        for (name, what) in [(&b"/a/b"[..], "tag"), (&b"/pub"[..], "publisher")] {
+            let bad = spoiled(&good, name);
+            match Sample::new_with(bad, &mut known, |_| ()) {
+                Err(DecodeError::NotUtf8 { what: w, .. }) => assert_eq!(w, what),
+                Err(e) => panic!("{what}: wrong error {e}"),
+                Ok(_) => panic!("{what}: invalid UTF-8 accepted"),
+            }
+            let (s, ()) = Sample::new_with(good.clone(), &mut known, |_| ()).expect("valid");
+            assert_eq!(s.tag(), "/a/b");
+        }
     }
 }

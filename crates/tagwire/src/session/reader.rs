@@ -16,6 +16,7 @@ use super::dedupe::Delivered;
 
 use super::connect::connect;
 use super::{lock, Inner, Target};
+use crate::sample::{KnownNames, Sample};
 use crate::stream::Stream;
 use crate::subscriber::Sink;
 
@@ -76,10 +77,16 @@ struct Check<'a> {
 /// if this session has no such region. With `check` (an acknowledged
 /// delivery), an event the subscription already had (a resend after a
 /// reconnect) is dropped and counted: it is parsed once for both.
-fn deliver(inner: &Inner, sink: &Sink, event: Bytes, check: Option<Check<'_>>) {
+fn deliver(
+    inner: &Inner,
+    sink: &Sink,
+    event: Bytes,
+    known: &mut KnownNames,
+    check: Option<Check<'_>>,
+) {
     let parsed = match check {
-        None => crate::sample::Sample::new(event).map(|s| (s, true)),
-        Some(Check { seen, sub, now }) => crate::sample::Sample::new_with(event, |ev| {
+        None => Sample::new_with(event, known, |_| true),
+        Some(Check { seen, sub, now }) => Sample::new_with(event, known, |ev| {
             seen.is_new(sub, ev, now, |s| lock(&inner.sinks).contains_key(&s))
         }),
     };
@@ -114,10 +121,7 @@ fn deliver(inner: &Inner, sink: &Sink, event: Bytes, check: Option<Check<'_>>) {
 /// (and past it, parked, until this process exits), and past
 /// `limits.shm_pins` such pins the connection gets copies only.
 fn discard(inner: &Inner, event: Bytes) {
-    if let Some(r) = crate::sample::Sample::new(event)
-        .ok()
-        .and_then(|s| s.shm_ref())
-    {
+    if let Some(r) = Sample::new(event).ok().and_then(|s| s.shm_ref()) {
         inner.shm.give_back(r);
     }
 }
@@ -250,6 +254,8 @@ fn read_loop(inner: &Inner, stream: &mut Stream, buf: &mut BytesMut, seen: &mut 
     let mut heard = None;
     // Deliveries in pieces (protocol version 5), put together here.
     let mut pieces = super::pieces::delivery_reassembler();
+    // The names of the last delivery, validated.
+    let mut known = KnownNames::default();
     loop {
         let (control, over) = {
             let mut e = lock(&inner.engine);
@@ -312,7 +318,7 @@ fn read_loop(inner: &Inner, stream: &mut Stream, buf: &mut BytesMut, seen: &mut 
                         sub,
                         now,
                     });
-                    deliver(inner, sink, event, check)
+                    deliver(inner, sink, event, &mut known, check)
                 }
                 // Unsubscribed while it was on its way: a payload
                 // in shared memory was pinned for this connection

@@ -248,9 +248,6 @@ impl Event {
         out.put_slice(h.tag.as_bytes());
         out.put_u8(h.publisher.len() as u8);
         out.put_slice(h.publisher.as_bytes());
-        out.put_u64_le(h.seq);
-        out.put_u64_le(h.source_time_ns);
-        out.put_u8(h.priority);
         let mut present = 0u8;
         if h.virtual_time.is_some() {
             present |= HAS_VIRTUAL_TIME;
@@ -276,7 +273,14 @@ impl Event {
         if h.payload_in_shm {
             present |= SHM_REF;
         }
-        out.put_u8(present);
+        // Sequence number, source timestamp, priority and presence bits:
+        // one append of their 18 bytes (an append costs a capacity check).
+        let mut fixed = [0u8; 18];
+        fixed[..8].copy_from_slice(&h.seq.to_le_bytes());
+        fixed[8..16].copy_from_slice(&h.source_time_ns.to_le_bytes());
+        fixed[16] = h.priority;
+        fixed[17] = present;
+        out.put_slice(&fixed);
         if let Some(vt) = h.virtual_time {
             out.put_u64_le(vt);
         }

@@ -1040,9 +1040,11 @@ pub(crate) fn patch_len(out: &mut BytesMut, start: usize) -> Result<(), EncodeEr
 pub fn encode_publish(endpoint: u32, event: &Event, out: &mut BytesMut) -> Result<(), EncodeError> {
     let start = out.len();
     out.reserve(FRAME_HEADER_LEN + 4 + event.encoded_len());
-    out.put_u32_le(0);
-    out.put_u8(kind::PUBLISH);
-    out.put_u32_le(endpoint);
+    // Length (patched below), type and endpoint in one append.
+    let mut head = [0u8; FRAME_HEADER_LEN + 4];
+    head[4] = kind::PUBLISH;
+    head[5..].copy_from_slice(&endpoint.to_le_bytes());
+    out.put_slice(&head);
     if let Err(e) = event.encode(out) {
         out.truncate(start);
         return Err(e);

@@ -1567,7 +1567,7 @@ impl Conn {
                 crate::qos::check_suppliers(st, ev.tag, name)?;
             }
         }
-        note.add(st, ev.tag, ev.publisher);
+        note.add(st, ev.tag, p.endpoint, ev.publisher);
         if let Admit::Hold { until, .. } = decision {
             // Held until its start time; a copy, so the read buffer is not
             // pinned (and a shared-memory payload is copied out now).

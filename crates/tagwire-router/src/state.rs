@@ -475,24 +475,32 @@ impl State {
 /// Publishes on one tag by one publisher not yet counted in the tag table:
 /// a publish batch counts a run of them once ([`State::note_publish`]), as
 /// a publisher usually keeps to one tag.
+///
+/// A run is one connection's and is told apart by its publisher's endpoint
+/// id, not its name: the note is flushed at the end of every publish
+/// batch, and a batch ends before any other frame (a declaration among
+/// them) is handled, so within a run an id names one endpoint.
 #[derive(Debug, Default)]
 pub(crate) struct PublishNote {
     tag: String,
     publisher: String,
+    endpoint: u32,
     count: u64,
 }
 
 impl PublishNote {
-    /// Counts a publish on `tag` by `publisher`, adding the run so far to
-    /// `st` first if this one is not part of it.
-    pub fn add(&mut self, st: &mut State, tag: &str, publisher: &str) {
-        if self.count > 0 && self.tag == tag && self.publisher == publisher {
+    /// Counts a publish on `tag` by `publisher` (the connection's endpoint
+    /// `endpoint`), adding the run so far to `st` first if this one is not
+    /// part of it.
+    pub fn add(&mut self, st: &mut State, tag: &str, endpoint: u32, publisher: &str) {
+        if self.count > 0 && self.endpoint == endpoint && self.tag == tag {
             self.count += 1;
             return;
         }
         self.flush(st);
         tag.clone_into(&mut self.tag);
         publisher.clone_into(&mut self.publisher);
+        self.endpoint = endpoint;
         self.count = 1;
     }
 
@@ -771,14 +779,14 @@ mod tests {
         let mut st = state(2);
         let mut note = PublishNote::default();
         for _ in 0..3 {
-            note.add(&mut st, "/x", "/p");
+            note.add(&mut st, "/x", 1, "/p");
         }
         assert!(st.tags.is_empty(), "a run is counted when it ends");
-        note.add(&mut st, "/x", "/q");
+        note.add(&mut st, "/x", 2, "/q");
         assert_eq!(st.tags["/x"].published, 3);
         assert_eq!(st.tags["/x"].last_publisher, "/p");
-        note.add(&mut st, "/y", "/q");
-        note.add(&mut st, "/z", "/q");
+        note.add(&mut st, "/y", 2, "/q");
+        note.add(&mut st, "/z", 2, "/q");
         note.flush(&mut st);
         note.flush(&mut st);
         assert_eq!(st.tags["/x"].published, 4);

@@ -58,7 +58,8 @@ pub(super) const STASH_GRACE: Duration = Duration::from_millis(10);
 /// busy (a publisher in the middle of a publish), in order, for the next
 /// holder of the lock to apply ([`Inner::apply_stashed`]): the publishing
 /// thread on its next publish, a publisher that waits for room, or the
-/// reader itself after [`STASH_GRACE`].
+/// reader itself: after its next read if the lock is free then, or after
+/// [`STASH_GRACE`] with no read.
 ///
 /// A publisher that waits for room must not miss one: it adds itself to
 /// `waiters` (SeqCst) under the writer lock and then applies the stash;
@@ -570,6 +571,22 @@ impl Inner {
         if wake {
             self.acked_cv.notify_all();
         }
+    }
+
+    /// The reader thread, after a read that brought no `PublishAck`:
+    /// applies what the stash holds if the writer lock is free (else the
+    /// publisher, a waiter or [`apply_stashed_now`](Self::apply_stashed_now)
+    /// will).
+    pub(super) fn try_apply_stashed(&self) {
+        if !self.ack_stash.is_stashed() {
+            return;
+        }
+        let mut w = match self.writer.try_lock() {
+            Ok(w) => w,
+            Err(TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(TryLockError::WouldBlock) => return,
+        };
+        self.apply_stashed(&mut w, Ordering::SeqCst);
     }
 
     /// The reader thread, [`STASH_GRACE`] after it stashed: applies what

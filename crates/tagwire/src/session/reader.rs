@@ -328,6 +328,11 @@ fn read_loop(inner: &Inner, stream: &mut Stream, buf: &mut BytesMut, seen: &mut 
         }
         if !publish_acks.is_empty() {
             inner.on_publish_acks(&mut publish_acks);
+        } else {
+            // Acknowledgements stashed earlier, if the publisher has not
+            // taken them and the lock is free now (reads of deliveries
+            // keep coming: the stash's timer would not fire).
+            inner.try_apply_stashed();
         }
         send_acks(inner, &mut acks, false);
         if control {

@@ -1232,6 +1232,33 @@ fn bench_honours_the_global_band_and_reports_band_and_transport() {
     let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert_eq!(r["band"], "normal", "{r}");
 
+    // Without --band, straight to a band's own listener (its Unix socket,
+    // its TCP port): the band that listener serves, as the listing names it.
+    let high_sock = format!("unix://{}/tagwire/tagwire-high.sock", dir.display());
+    let high_tcp = format!("tcp://127.0.0.1:{}", port + 2);
+    for server in [high_sock, high_tcp] {
+        let out = d
+            .tagwire()
+            .args([
+                "-s",
+                &server,
+                "bench",
+                "throughput",
+                "--duration",
+                "0.3",
+                "--json",
+            ])
+            .output()
+            .expect("run tagwire bench throughput");
+        assert!(
+            out.status.success(),
+            "{server}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        assert_eq!(r["band"], "high", "{server}: {r}");
+    }
+
     // bench av: its listeners connect to the band's listener.
     let out = d
         .tagwire()

@@ -734,7 +734,7 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Inner {
     /// The daemon in use (or last tried).
-    fn target(&self) -> &Target {
+    pub(crate) fn target(&self) -> &Target {
         &self.targets[self.current.load(Ordering::Relaxed) % self.targets.len()]
     }
 

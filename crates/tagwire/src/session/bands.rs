@@ -15,13 +15,41 @@ pub(super) struct RouterBands {
 }
 
 impl Session {
-    /// The band that serves this session's connection: its own band, or
-    /// the router's default band (asked once per session).
+    /// The band that serves this session's connection: its own band; else
+    /// the band whose listener its URL names (a band's Unix socket or
+    /// port, as the router lists them); else the router's default band
+    /// (the listing is asked once per session).
     pub fn band_in_use(&self) -> Result<String> {
-        match self.band() {
-            Some(b) => Ok(b.to_owned()),
-            None => Ok(self.router_bands()?.default_band.clone()),
+        if let Some(b) = self.band() {
+            return Ok(b.to_owned());
         }
+        let bands = self.router_bands()?;
+        let port = |addr: &str| addr.rsplit_once(':').map(|(_, p)| p.to_owned());
+        let listener = match self.inner().target() {
+            Target::Url(ServerUrl::Unix(path)) => {
+                let path = path.to_string_lossy().into_owned();
+                bands
+                    .lanes
+                    .iter()
+                    .find(|l| l.unix.as_deref() == Some(path.as_str()))
+            }
+            Target::Url(ServerUrl::Tcp(addr)) | Target::Tls(addr, _) => {
+                let p = port(addr);
+                bands
+                    .lanes
+                    .iter()
+                    .find(|l| p.is_some() && l.tcp.as_deref().and_then(port) == p)
+            }
+            Target::Url(ServerUrl::Udp(addr)) => {
+                let p = port(addr);
+                bands
+                    .lanes
+                    .iter()
+                    .find(|l| p.is_some() && l.udp.as_deref().and_then(port) == p)
+            }
+            _ => None,
+        };
+        Ok(listener.map_or_else(|| bands.default_band.clone(), |l| l.band.clone()))
     }
 
     /// A session on priority band `band` of the same router (`low`,

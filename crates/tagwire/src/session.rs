@@ -88,9 +88,6 @@ pub(crate) struct Inner {
     flush_cv: Condvar,
     /// Notified (on `writer`) when the daemon acknowledges publishes.
     acked_cv: Condvar,
-    /// `PublishAck`s the reader thread left for the publishing thread
-    /// (taken after `writer`; see [`acked::AckStash`]).
-    ack_stash: acked::AckStash,
     /// Notified when the connection comes back or the session closes.
     connected_cv: Condvar,
     /// The threads waiting for a reply, by request id.
@@ -248,7 +245,6 @@ impl Session {
             replay: Mutex::new(BytesMut::new()),
             flush_cv: Condvar::new(),
             acked_cv: Condvar::new(),
-            ack_stash: acked::AckStash::default(),
             connected_cv: Condvar::new(),
             waiters: Mutex::new(HashMap::new()),
             sinks: Mutex::new(HashMap::new()),

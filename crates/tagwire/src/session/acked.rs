@@ -13,15 +13,9 @@
 //! [`Error::AckWindowFull`]: never silently dropped. A daemon of protocol
 //! version 3 (no acknowledgements) gets the events as plain `Publish`
 //! frames, best effort, with a warning once per connection.
-//!
-//! The reader thread applies a `PublishAck` under the writer lock only if
-//! the lock is free: under a flood the publishing thread holds it, and the
-//! reader leaves the acknowledgement in an [`AckStash`] for that thread's
-//! next publish instead of contending for the lock (see [`AckStash`] for
-//! how a publisher that waits for room never misses one).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard, TryLockError};
+use std::sync::atomic::Ordering;
+use std::sync::MutexGuard;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
@@ -39,72 +33,6 @@ pub const DEFAULT_ACK_WINDOW_EVENTS: usize = 65_536;
 pub const DEFAULT_ACK_WINDOW_BYTES: usize = 64 << 20;
 /// Default longest wait of a publish for room in a full window.
 pub const DEFAULT_ACK_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Most `PublishAck`s the reader thread stashes for the publishing thread
-/// ([`AckStash`]); at the bound it waits for the writer lock and applies
-/// them itself. The daemon spaces its acknowledgements (at most about one
-/// a millisecond under a flood), and a flooding publisher takes them on
-/// its next publish, so the stash rarely holds more than one.
-const MAX_STASHED_ACKS: usize = 64;
-
-/// How long stashed acknowledgements wait for a publish before the reader
-/// thread applies them itself (the publisher went quiet after its last
-/// events: their acknowledgement must not wait for the next publish). Longer
-/// than the daemon's spacing of acknowledgements (1 ms), so that under a
-/// flood the next one, not this timer, wakes the reader.
-pub(super) const STASH_GRACE: Duration = Duration::from_millis(10);
-
-/// `PublishAck`s the reader thread received while the writer lock was
-/// busy (a publisher in the middle of a publish), in order, for the next
-/// holder of the lock to apply ([`Inner::apply_stashed`]): the publishing
-/// thread on its next publish, a publisher that waits for room, or the
-/// reader itself: after its next read if the lock is free then, or after
-/// [`STASH_GRACE`] with no read.
-///
-/// A publisher that waits for room must not miss one: it adds itself to
-/// `waiters` (SeqCst) under the writer lock and then applies the stash;
-/// the reader adds to the stash and then reads `waiters` (SeqCst), and if
-/// any wait it takes the writer lock (blocking) and applies the stash and
-/// wakes them. Whichever order the two run in, either the waiter finds
-/// the acknowledgement in the stash or the reader finds the waiter.
-#[derive(Debug)]
-pub(super) struct AckStash {
-    acks: Mutex<Vec<Ack>>,
-    /// Whether `acks` holds any (a load per publish, not a lock).
-    stashed: AtomicBool,
-    /// Threads waiting on `acked_cv` (a full window, `wait_acknowledged`):
-    /// an acknowledgement wakes them only if there are any (a notify is a
-    /// syscall, and acknowledgements come hundreds of times a second).
-    waiters: AtomicUsize,
-    /// [`STASH_GRACE`] in ns (a test turns it off to show that a waiting
-    /// publisher does not depend on it).
-    grace_ns: AtomicU64,
-}
-
-impl Default for AckStash {
-    fn default() -> Self {
-        AckStash {
-            acks: Mutex::default(),
-            stashed: AtomicBool::new(false),
-            waiters: AtomicUsize::new(0),
-            grace_ns: AtomicU64::new(STASH_GRACE.as_nanos() as u64),
-        }
-    }
-}
-
-impl AckStash {
-    /// How long the reader thread leaves stashed acknowledgements to the
-    /// publishing thread, if any wait in the stash.
-    pub(super) fn grace(&self) -> Option<Duration> {
-        self.stashed
-            .load(Ordering::Relaxed)
-            .then(|| Duration::from_nanos(self.grace_ns.load(Ordering::Relaxed)))
-    }
-
-    fn is_stashed(&self) -> bool {
-        self.stashed.load(Ordering::Relaxed)
-    }
-}
 
 /// Held events smaller than a quarter of this are encoded into a block of
 /// this size of the window's [`ByteLog`] (one allocation for hundreds of small
@@ -155,9 +83,10 @@ pub(super) struct AckWindow {
     stats: AckStats,
     /// The blocks small held events are encoded into (see [`ARENA_BLOCK`]).
     log: ByteLog,
-    /// The stash's acknowledgements are swapped in here to be applied (its
-    /// buffer goes back to the stash next time: no allocation per stash).
-    unstashed: Vec<Ack>,
+    /// Threads waiting on `acked_cv` (a full window, `wait_acknowledged`):
+    /// an acknowledgement wakes them only if there are any (a notify is a
+    /// syscall, and acknowledgements come hundreds of times a second).
+    waiters: usize,
 }
 
 impl AckWindow {
@@ -169,7 +98,7 @@ impl AckWindow {
             warned: false,
             stats: AckStats::default(),
             log: ByteLog::new(ARENA_BLOCK),
-            unstashed: Vec::new(),
+            waiters: 0,
         }
     }
 
@@ -397,8 +326,6 @@ impl Inner {
                 .encode(buf)?;
                 break;
             }
-            // What the reader stashed while this thread held the lock.
-            self.apply_stashed(&mut w, Ordering::Relaxed);
             let WriteState { acks, buf, .. } = &mut *w;
             match acks.push(item, buf) {
                 Ok(()) => break,
@@ -443,7 +370,6 @@ impl Inner {
         };
         let mut deadline = None;
         let seq = loop {
-            self.apply_stashed(&mut w, Ordering::Relaxed);
             match w.acks.push_unwritten(item) {
                 Ok(seq) => break seq,
                 Err(back) => item = back,
@@ -490,119 +416,40 @@ impl Inner {
         self.wait_connected(w)
     }
 
-    /// Waits on `acked_cv` for at most `timeout`, counted in the stash's
-    /// `waiters`; returns at once if the stash held acknowledgements (the
-    /// caller looks again at what it waits for). See [`AckStash`].
+    /// Waits on `acked_cv` for at most `timeout`, counted in `waiters`.
     fn wait_for_ack<'a>(
         &'a self,
         mut w: MutexGuard<'a, WriteState>,
         timeout: Duration,
     ) -> MutexGuard<'a, WriteState> {
-        let stash = &self.ack_stash;
-        stash.waiters.fetch_add(1, Ordering::SeqCst);
-        if !self.apply_stashed(&mut w, Ordering::SeqCst) {
-            w = self
-                .acked_cv
-                .wait_timeout(w, timeout)
-                .map_or_else(|e| e.into_inner().0, |(g, _)| g);
-        }
-        stash.waiters.fetch_sub(1, Ordering::SeqCst);
+        w.acks.waiters += 1;
+        let mut w = self
+            .acked_cv
+            .wait_timeout(w, timeout)
+            .map_or_else(|e| e.into_inner().0, |(g, _)| g);
+        w.acks.waiters -= 1;
         w
     }
 
-    /// Applies the acknowledgements in the stash (if `stashed`, loaded
-    /// with `order`, says there are any), in order, under the writer lock
-    /// `w`, and wakes the threads waiting for them. Returns whether there
-    /// were any.
-    pub(super) fn apply_stashed(&self, w: &mut WriteState, order: Ordering) -> bool {
-        let stash = &self.ack_stash;
-        if !stash.stashed.load(order) {
-            return false;
+    /// The reader thread's `PublishAck`s of one read, in order: releases
+    /// what they settle under one lock of the writer (the publishing thread
+    /// holds it between its publishes) and wakes publishers waiting for
+    /// room (if any wait).
+    pub(super) fn on_publish_acks(&self, acks: &[Ack]) {
+        let mut w = lock(&self.writer);
+        for a in acks {
+            w.acks.on_ack(a);
         }
-        {
-            let mut acks = lock(&stash.acks);
-            stash.stashed.store(false, Ordering::SeqCst);
-            std::mem::swap(&mut *acks, &mut w.acks.unstashed);
-        }
-        let mut acks = std::mem::take(&mut w.acks.unstashed);
-        let any = !acks.is_empty();
-        for a in acks.drain(..) {
-            w.acks.on_ack(&a);
-        }
-        w.acks.unstashed = acks;
-        if any && stash.waiters.load(Ordering::SeqCst) > 0 {
-            self.acked_cv.notify_all();
-        }
-        any
-    }
-
-    /// The reader thread's `PublishAck`s of one read, in order (taken from
-    /// `acks`): released under the writer lock if it is free, after what
-    /// the stash holds, waking publishers waiting for room (if any wait).
-    /// If a publisher holds the lock they go in the stash for it instead,
-    /// unless a thread waits for room or the stash is at its bound
-    /// ([`MAX_STASHED_ACKS`]): then the reader waits for the lock.
-    pub(super) fn on_publish_acks(&self, acks: &mut Vec<Ack>) {
-        let stash = &self.ack_stash;
-        let mut w = match self.writer.try_lock() {
-            Ok(w) => w,
-            Err(TryLockError::Poisoned(e)) => e.into_inner(),
-            Err(TryLockError::WouldBlock) => {
-                let full = {
-                    let mut stashed = lock(&stash.acks);
-                    stashed.append(acks);
-                    stash.stashed.store(true, Ordering::SeqCst);
-                    stashed.len() >= MAX_STASHED_ACKS
-                };
-                if !full && stash.waiters.load(Ordering::SeqCst) == 0 {
-                    // The publishing thread applies them on its next
-                    // publish (or this thread after STASH_GRACE).
-                    return;
-                }
-                lock(&self.writer)
-            }
-        };
-        self.apply_stashed(&mut w, Ordering::SeqCst);
-        for a in acks.drain(..) {
-            w.acks.on_ack(&a);
-        }
-        let wake = stash.waiters.load(Ordering::SeqCst) > 0;
+        let wake = w.acks.waiters > 0;
         drop(w);
         if wake {
             self.acked_cv.notify_all();
         }
     }
 
-    /// The reader thread, after a read that brought no `PublishAck`:
-    /// applies what the stash holds if the writer lock is free (else the
-    /// publisher, a waiter or [`apply_stashed_now`](Self::apply_stashed_now)
-    /// will).
-    pub(super) fn try_apply_stashed(&self) {
-        if !self.ack_stash.is_stashed() {
-            return;
-        }
-        let mut w = match self.writer.try_lock() {
-            Ok(w) => w,
-            Err(TryLockError::Poisoned(e)) => e.into_inner(),
-            Err(TryLockError::WouldBlock) => return,
-        };
-        self.apply_stashed(&mut w, Ordering::SeqCst);
-    }
-
-    /// The reader thread, [`STASH_GRACE`] after it stashed: applies what
-    /// the publishing thread did not take (it published nothing since).
-    pub(super) fn apply_stashed_now(&self) {
-        if self.ack_stash.is_stashed() {
-            let mut w = lock(&self.writer);
-            self.apply_stashed(&mut w, Ordering::SeqCst);
-        }
-    }
-
     /// Counters of acknowledged publishing.
     pub(crate) fn ack_stats(&self) -> AckStats {
-        let mut w = lock(&self.writer);
-        self.apply_stashed(&mut w, Ordering::SeqCst);
-        w.acks.stats()
+        lock(&self.writer).acks.stats()
     }
 
     /// Waits until every acknowledged publish so far was acknowledged (or
@@ -627,92 +474,5 @@ impl Inner {
             w = self.flush_and_relock(w)?;
             w = self.wait_for_ack(w, (deadline - now).min(Duration::from_millis(100)));
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::sync::atomic::Ordering;
-    use std::time::{Duration, Instant};
-
-    use crate::session::lock;
-    use crate::{Reliability, SessionBuilder};
-
-    /// A publisher waiting for room in a full window is released by an
-    /// acknowledgement that arrives while it waits, even when the reader
-    /// thread finds the writer lock busy and stashes it: the reader sees
-    /// the waiter and applies the stash itself. The reader's own timer
-    /// (`STASH_GRACE`) is turned off, and `ack_timeout` is longer than the
-    /// test waits, so that only this can release it: if the
-    /// acknowledgement were only stashed, the publisher would sleep until
-    /// its `ack_timeout` (then find the stash on its next try).
-    #[test]
-    fn a_waiting_publisher_is_released_by_an_ack_stashed_while_it_waits() {
-        let router = crate::EmbeddedRouter::start().expect("embedded router");
-        let builder = SessionBuilder::default()
-            .ack_window(2, 1 << 20)
-            .ack_timeout(Duration::from_secs(600));
-        let session = router.session_with(builder).expect("session");
-        let inner = session.inner().clone();
-        inner
-            .ack_stash
-            .grace_ns
-            .store(u64::MAX / 4, Ordering::Relaxed);
-        let publisher = session.declare_publisher("/stash/pub").expect("publisher");
-        publisher.set_reliability(Reliability::Reliable);
-        const EVENTS: u8 = 60;
-        let flood = std::thread::spawn(move || {
-            for i in 0..EVENTS {
-                publisher.publish("/stash/t", vec![i])?;
-            }
-            Ok::<_, crate::Error>(())
-        });
-        // Each time the publisher waits for room, hold the writer lock
-        // until the reader stashed the acknowledgement it waits for (or
-        // the window has room: the acknowledgement came before the lock
-        // was taken, and was applied at once).
-        let mut stashed_while_waiting = 0;
-        while !flood.is_finished() {
-            if inner.ack_stash.waiters.load(Ordering::SeqCst) == 0 {
-                std::thread::yield_now();
-                continue;
-            }
-            let w = lock(&inner.writer);
-            let since = Instant::now();
-            while w.acks.window.is_full()
-                && !inner.ack_stash.is_stashed()
-                && since.elapsed() < Duration::from_secs(2)
-            {
-                std::thread::sleep(Duration::from_micros(100));
-            }
-            let stashed = inner.ack_stash.is_stashed();
-            drop(w);
-            if stashed {
-                stashed_while_waiting += 1;
-                // Released: it leaves its wait (it may wait again at once,
-                // and be released as usual: the flood then ends).
-                let since = Instant::now();
-                while inner.ack_stash.waiters.load(Ordering::SeqCst) > 0 && !flood.is_finished() {
-                    assert!(
-                        since.elapsed() < Duration::from_secs(20),
-                        "the publisher waiting for room was not released by the acknowledgement \
-                         stashed while it waited"
-                    );
-                    std::thread::sleep(Duration::from_micros(100));
-                }
-            }
-            // Let the reader and the publisher take the lock.
-            std::thread::sleep(Duration::from_millis(2));
-        }
-        let published = flood.join().expect("the publishing thread");
-        assert!(published.is_ok(), "every publish found room: {published:?}");
-        assert!(
-            stashed_while_waiting > 0,
-            "an acknowledgement was stashed while the publisher waited"
-        );
-        session
-            .wait_acknowledged(Duration::from_secs(5))
-            .expect("every event acknowledged");
-        assert_eq!(session.ack_stats().acknowledged, u64::from(EVENTS));
     }
 }

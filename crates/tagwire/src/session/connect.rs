@@ -187,9 +187,6 @@ pub(super) fn connect(inner: &Inner) -> Result<(Stream, BytesMut)> {
         Stream::Udp(_, status) => Some(status.clone()),
         _ => None,
     };
-    // Acknowledgements of the lost connection the reader stashed release
-    // their events first (this thread is the reader: none come meanwhile).
-    inner.apply_stashed(&mut w, std::sync::atomic::Ordering::SeqCst);
     // Reliable publishers' unacknowledged events go first (numbered anew);
     // the replay below skips their frames of the lost connection.
     let super::writer::WriteState {

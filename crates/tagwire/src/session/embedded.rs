@@ -29,10 +29,4 @@ impl EmbeddedRouter {
             SessionBuilder::default().options(),
         )
     }
-
-    /// A new session on this router, with `builder`'s options.
-    #[cfg(test)]
-    pub(crate) fn session_with(&self, builder: SessionBuilder) -> Result<Session> {
-        Session::open(Target::Embedded(self.0.clone()), builder.options())
-    }
 }

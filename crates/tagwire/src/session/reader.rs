@@ -327,12 +327,8 @@ fn read_loop(inner: &Inner, stream: &mut Stream, buf: &mut BytesMut, seen: &mut 
             }
         }
         if !publish_acks.is_empty() {
-            inner.on_publish_acks(&mut publish_acks);
-        } else {
-            // Acknowledgements stashed earlier, if the publisher has not
-            // taken them and the lock is free now (reads of deliveries
-            // keep coming: the stash's timer would not fire).
-            inner.try_apply_stashed();
+            inner.on_publish_acks(&publish_acks);
+            publish_acks.clear();
         }
         send_acks(inner, &mut acks, false);
         if control {
@@ -349,14 +345,9 @@ fn read_loop(inner: &Inner, stream: &mut Stream, buf: &mut BytesMut, seen: &mut 
             }
             return;
         }
-        // An acknowledgement due by time wakes the read (AckBatching), and
-        // so do `PublishAck`s stashed for a publisher that went quiet.
+        // An acknowledgement due by time wakes the read (AckBatching).
         let due = acks.values().filter_map(DeliveryAcks::poll_timeout).min();
-        let wait = due
-            .map(|t| Duration::from_nanos(t.saturating_sub(inner.now())))
-            .into_iter()
-            .chain(inner.ack_stash.grace())
-            .min();
+        let wait = due.map(|t| Duration::from_nanos(t.saturating_sub(inner.now())));
         if wait.is_some() || timed {
             timed = wait.is_some();
             let _ = stream.set_read_timeout(wait.map(|w| w.max(Duration::from_millis(1))));
@@ -369,10 +360,7 @@ fn read_loop(inner: &Inner, stream: &mut Stream, buf: &mut BytesMut, seen: &mut 
                     && matches!(
                         e.kind(),
                         std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                    ) =>
-            {
-                inner.apply_stashed_now();
-            }
+                    ) => {}
             Err(e) => {
                 if !inner.closed.load(Ordering::Relaxed) {
                     tracing::debug!("read failed: {e}");
@@ -457,7 +445,7 @@ fn send_acks(inner: &Inner, acks: &mut Acks, all: bool) {
 /// Acts on an input other than a delivery.
 fn handle_other(inner: &Inner, input: Input) {
     match input {
-        Input::PublishAck(ack) => inner.on_publish_acks(&mut vec![ack]),
+        Input::PublishAck(ack) => inner.on_publish_acks(&[ack]),
         Input::PieceResume { id, have, .. } => lock(&inner.piece_resume).set(id, have),
         Input::ShmRegion {
             region,

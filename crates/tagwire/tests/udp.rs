@@ -668,6 +668,12 @@ fn loss_and_reordering_are_counted_per_channel_in_list_and_show() {
         got_b += 1;
     }
     assert_eq!(got_b, 200, "b's path was clean");
+    // An event of a the relay held back (reordering) or the loaded machine
+    // delayed past the first drain arrives during b's phase: it was not
+    // lost, so it counts as received.
+    while let Ok(Some(_)) = sub_a.recv_timeout(Duration::from_millis(100)) {
+        got_a += 1;
+    }
     let lost_a = u64::from(N) - got_a;
     assert!(lost_a > 0, "the relay dropped some of a's datagrams");
     let a = subscription_net(&tcp, "/pc/a/**", |n| n.lost >= lost_a && n.reordered > 0);

@@ -372,7 +372,9 @@ fn bench_latency_writes_its_histogram_for_pooling() {
             "latency",
             "--embedded",
             "--duration",
-            "0.5",
+            // 1,000 warm-up round trips come first: a debug build beside
+            // other tests makes ~1,000 a second.
+            "3",
             "--json",
             "--histogram",
         ])

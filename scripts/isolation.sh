@@ -93,9 +93,9 @@ LOW_UNIX=unix://$SOCK/tagwire-low.sock
 HIGH_TCP=tcp://127.0.0.1:$((PORT + 2))
 LOW_TCP=tcp://127.0.0.1:$((PORT + 1))
 
-# p50 and p99 (µs) of `tagwire ping` lines on stdin.
+# p50 and p99 (µs) of the samples in file $1 (one number per line).
 quantiles() {
-    grep -o 'time=[0-9.]*' | cut -d= -f2 | sort -n |
+    sort -n "$1" |
         awk '{a[NR]=$1} END{if (NR==0) {print "nan nan"} else {print a[int(NR*0.5)+0], a[int(NR*0.99)+0]}}'
 }
 RT=(); [[ -n ${TAGWIRE_RT_CPUS:-} ]] && RT=(taskset -c "$TAGWIRE_RT_CPUS")
@@ -107,9 +107,8 @@ mkdir -p "$WORK/samples"
 ping_q() { # server case round
     timeout 60 "${RT[@]}" chrt -f 50 "$B/tagwire" -s "$1" ping -n "$PINGS" -i 1 2>/dev/null |
         grep -o 'time=[0-9.]*' | cut -d= -f2 >"$WORK/samples/$2.$3"
-    quantiles_of "$WORK/samples/$2.$3"
+    quantiles "$WORK/samples/$2.$3"
 }
-quantiles_of() { sed 's/^/time=/' "$1" | quantiles; }
 # p50 and p99 (µs) of the publish→deliver round trip through an echo client;
 # its histogram (`--histogram`: nanoseconds and count per line) is kept.
 rtt_q() { # server case round
@@ -158,29 +157,33 @@ raw_flood_off() { kill $RAW 2>/dev/null || true; wait $RAW 2>/dev/null || true; 
 
 RES=$WORK/results.txt
 : > "$RES"
+# One measurement of round $r: KIND (ping|rtt) of case CASE on SERVER, its
+# p50 and p99 into $RES (its samples into $WORK/samples).
+measure() { # kind case server
+    echo "$r $2 $("$1_q" "$3" "$2" "$r")" >>"$RES"
+}
 for r in $(seq "$ROUNDS"); do
     busy_on
-    echo "$r unix-idle-ping $(ping_q "$HIGH_UNIX" unix-idle-ping "$r")" >>"$RES"
-    echo "$r unix-idle-rtt $(rtt_q "$HIGH_UNIX" unix-idle-rtt "$r")" >>"$RES"
-    echo "$r tcp-idle-ping $(ping_q "$HIGH_TCP" tcp-idle-ping "$r")" >>"$RES"
-    echo "$r tcp-idle-rtt $(rtt_q "$HIGH_TCP" tcp-idle-rtt "$r")" >>"$RES"
+    measure ping unix-idle-ping "$HIGH_UNIX"
+    measure rtt unix-idle-rtt "$HIGH_UNIX"
+    measure ping tcp-idle-ping "$HIGH_TCP"
+    measure rtt tcp-idle-rtt "$HIGH_TCP"
     busy_off
     flood_on "$LOW_UNIX"
-    echo "$r unix-flood-ping $(ping_q "$HIGH_UNIX" unix-flood-ping "$r")" >>"$RES"
-    echo "$r unix-flood-rtt $(rtt_q "$HIGH_UNIX" unix-flood-rtt "$r")" >>"$RES"
-    ping_q "$HIGH_UNIX" pair-high-ping "$r" >"$WORK/pair-high" & PH=$!
-    ping_q "$CRIT_UNIX" crit-flood-ping "$r" >"$WORK/pair-crit" & PC=$!
+    measure ping unix-flood-ping "$HIGH_UNIX"
+    measure rtt unix-flood-rtt "$HIGH_UNIX"
+    # At the same moment: both lines land in $RES, in either order.
+    measure ping pair-high-ping "$HIGH_UNIX" & PH=$!
+    measure ping crit-flood-ping "$CRIT_UNIX" & PC=$!
     wait $PH $PC || true
-    echo "$r pair-high-ping $(cat "$WORK/pair-high")" >>"$RES"
-    echo "$r crit-flood-ping $(cat "$WORK/pair-crit")" >>"$RES"
     flood_off
     flood_on "$LOW_TCP"
-    echo "$r tcp-flood-ping $(ping_q "$HIGH_TCP" tcp-flood-ping "$r")" >>"$RES"
-    echo "$r tcp-flood-rtt $(rtt_q "$HIGH_TCP" tcp-flood-rtt "$r")" >>"$RES"
+    measure ping tcp-flood-ping "$HIGH_TCP"
+    measure rtt tcp-flood-rtt "$HIGH_TCP"
     flood_off
     raw_flood_on
-    echo "$r tcp-raw-ping $(ping_q "$HIGH_TCP" tcp-raw-ping "$r")" >>"$RES"
-    echo "$r tcp-raw-rtt $(rtt_q "$HIGH_TCP" tcp-raw-rtt "$r")" >>"$RES"
+    measure ping tcp-raw-ping "$HIGH_TCP"
+    measure rtt tcp-raw-rtt "$HIGH_TCP"
     raw_flood_off
     echo "round $r done" >&2
 done

@@ -211,16 +211,14 @@ pub fn run(server: Option<&str>, band: Option<&str>, tls: &TlsOptions, a: BenchA
 /// value, so that runs can be pooled by adding their counts.
 fn write_histogram(path: &std::path::Path, h: &Histogram<u64>) -> CmdResult {
     use std::io::Write;
-    let file =
-        std::fs::File::create(path).map_err(|e| format!("--histogram {}: {e}", path.display()))?;
-    let mut out = std::io::BufWriter::new(file);
-    for v in h.iter_recorded() {
-        writeln!(out, "{} {}", v.value_iterated_to(), v.count_at_value())
-            .map_err(|e| format!("--histogram {}: {e}", path.display()))?;
-    }
-    out.flush()
-        .map_err(|e| format!("--histogram {}: {e}", path.display()))?;
-    Ok(())
+    let write = || -> std::io::Result<()> {
+        let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
+        for v in h.iter_recorded() {
+            writeln!(out, "{} {}", v.value_iterated_to(), v.count_at_value())?;
+        }
+        out.flush()
+    };
+    write().map_err(|e| format!("--histogram {}: {e}", path.display()).into())
 }
 
 fn print_text(r: &serde_json::Value) -> std::io::Result<()> {

@@ -24,32 +24,25 @@ impl Session {
             return Ok(b.to_owned());
         }
         let bands = self.router_bands()?;
-        let port = |addr: &str| addr.rsplit_once(':').map(|(_, p)| p.to_owned());
-        let listener = match self.inner().target() {
-            Target::Url(ServerUrl::Unix(path)) => {
-                let path = path.to_string_lossy().into_owned();
-                bands
-                    .lanes
-                    .iter()
-                    .find(|l| l.unix.as_deref() == Some(path.as_str()))
-            }
-            Target::Url(ServerUrl::Tcp(addr)) | Target::Tls(addr, _) => {
-                let p = port(addr);
-                bands
-                    .lanes
-                    .iter()
-                    .find(|l| p.is_some() && l.tcp.as_deref().and_then(port) == p)
-            }
-            Target::Url(ServerUrl::Udp(addr)) => {
-                let p = port(addr);
-                bands
-                    .lanes
-                    .iter()
-                    .find(|l| p.is_some() && l.udp.as_deref().and_then(port) == p)
-            }
-            _ => None,
+        let target = self.inner().target();
+        let same_port = |ours: &str, listed: Option<&str>| {
+            port_of(ours).is_some() && listed.and_then(port_of) == port_of(ours)
         };
-        Ok(listener.map_or_else(|| bands.default_band.clone(), |l| l.band.clone()))
+        let serves = |l: &tagwire_router::LaneEntry| match target {
+            Target::Url(ServerUrl::Unix(path)) => {
+                l.unix.as_deref().map(std::path::Path::new) == Some(path.as_path())
+            }
+            Target::Url(ServerUrl::Tcp(a) | ServerUrl::Tls(a)) | Target::Tls(a, _) => {
+                same_port(a, l.tcp.as_deref())
+            }
+            Target::Url(ServerUrl::Udp(a)) => same_port(a, l.udp.as_deref()),
+            Target::Embedded(_) => false,
+        };
+        Ok(bands
+            .lanes
+            .iter()
+            .find(|l| serves(l))
+            .map_or_else(|| bands.default_band.clone(), |l| l.band.clone()))
     }
 
     /// A session on priority band `band` of the same router (`low`,
@@ -82,22 +75,20 @@ impl Session {
         };
         let no_listener =
             || Error::BadReply(format!("band {band} has no listener for this transport"));
-        let port = || -> Result<u16> {
+        let port = || {
             lane.tcp
                 .as_deref()
-                .and_then(|a| a.rsplit_once(':'))
-                .and_then(|(_, p)| p.parse().ok())
+                .and_then(port_of)
                 .ok_or_else(no_listener)
         };
         let with_port = |hostport: &str, port: u16| match hostport.rsplit_once(':') {
             Some((host, _)) => format!("{host}:{port}"),
             None => format!("{hostport}:{port}"),
         };
-        let udp_port = || -> Result<u16> {
+        let udp_port = || {
             lane.udp
                 .as_deref()
-                .and_then(|a| a.rsplit_once(':'))
-                .and_then(|(_, p)| p.parse().ok())
+                .and_then(port_of)
                 .ok_or_else(no_listener)
         };
         let target = match inner.target() {
@@ -175,4 +166,9 @@ impl Session {
     pub fn band(&self) -> Option<&str> {
         self.inner().options.band.as_ref().map(|b| b.name.as_str())
     }
+}
+
+/// The port of a listener address `HOST:PORT` (`None`: no port).
+fn port_of(addr: &str) -> Option<u16> {
+    addr.rsplit_once(':').and_then(|(_, p)| p.parse().ok())
 }

@@ -199,3 +199,199 @@ fn every_acknowledged_durable_event_survives_a_kill_9_right_after_wait_acknowled
     unique.dedup();
     assert_eq!(unique.len(), got.len(), "an event stored twice");
 }
+
+/// The `(publisher, seq)` of each JSON line `tagwire sub --json` printed.
+fn published(stdout: &[u8]) -> Vec<(String, u64)> {
+    String::from_utf8_lossy(stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|v| Some((v["publisher"].as_str()?.to_owned(), v["seq"].as_u64()?)))
+        .collect()
+}
+
+/// The token the test's daemons link with.
+const LINK_TOKEN: &str = "fed-token-0123456789abcdef";
+
+/// A daemon named `name` with the durable store and a link to `peer`.
+fn linked(dir: &Path, name: &str, port: u16, peer: Option<u16>) -> Daemon {
+    let peers = peer.map_or(String::new(), |p| format!("\"127.0.0.1:{p}\""));
+    let config = format!(
+        r#"name = "{name}"
+[[auth.tokens]]
+name = "fed"
+token = "{LINK_TOKEN}"
+[[acl]]
+identity = "token:fed"
+publish = ["/**"]
+subscribe = ["/**"]
+admin = true
+[store]
+tags = ["/durable/**"]
+[federation]
+token = "{LINK_TOKEN}"
+peers = [{peers}]
+"#
+    );
+    daemon_with_state(dir, &dir.join("state"), port, &config)
+}
+
+/// Issue 25, "durable across daemons": daemon `b` links to `a`; a live
+/// subscriber at `b` gets publisher one's 100 events (so `b`'s store holds
+/// copies of them), then `b` is killed with SIGKILL and publisher two
+/// publishes 200 at `a` while `b` is down. After `b` restarts, a replay from
+/// the start at `b` gets all 300 — the 200 that never reached `b` from
+/// `a`'s store — each once, in order per publisher (one's events come from
+/// `a`'s store only, not also from `b`'s copies).
+#[test]
+fn a_replay_at_a_restarted_daemon_reads_what_was_published_at_another_while_it_was_down() {
+    let dir = temp_dir("durable", "across");
+    let (dir_a, dir_b) = (dir.join("a"), dir.join("b"));
+    // A daemon's bands listen on the ports after its own: keep them apart.
+    let port_a = free_port();
+    let port_b = loop {
+        let p = free_port();
+        if p.abs_diff(port_a) > 8 {
+            break p;
+        }
+    };
+    let _a = linked(&dir_a, "a", port_a, None);
+    let mut b = linked(&dir_b, "b", port_b, Some(port_a));
+    // A live subscriber at b, once the link and its interest are up: it
+    // gets a probe event published at a (retried until one arrives).
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let path = dir_b.join("probe");
+        let file = std::fs::File::create(&path).expect("probe file");
+        let sub = Command::new(env!("CARGO_BIN_EXE_tagwire"))
+            .args(["-s", &format!("tcp://127.0.0.1:{port_b}")])
+            .args(["sub", "/durable/probe", "-n", "1", "--timeout", "1"])
+            .env("XDG_RUNTIME_DIR", &dir_b)
+            .env_remove("TAGWIRE_SERVER")
+            .stdout(file)
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn tagwire sub");
+        std::thread::sleep(Duration::from_millis(300));
+        tagwire(&dir_a, port_a, &["pub", "/durable/probe", "x"]);
+        let out = wait_output(sub, WAIT);
+        if out.status.success() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "b never got a's events over the link"
+        );
+    }
+    let live_path = dir_b.join("live");
+    let live = Command::new(env!("CARGO_BIN_EXE_tagwire"))
+        .args(["-s", &format!("tcp://127.0.0.1:{port_b}")])
+        .args([
+            "sub",
+            "/durable/x",
+            "--json",
+            "-n",
+            "100",
+            "--timeout",
+            "20",
+        ])
+        .env("XDG_RUNTIME_DIR", &dir_b)
+        .env_remove("TAGWIRE_SERVER")
+        .stdout(std::fs::File::create(&live_path).expect("live file"))
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn the live subscriber");
+    std::thread::sleep(Duration::from_millis(500));
+    let publish = |endpoint: &str, n: &str| {
+        let out = tagwire(
+            &dir_a,
+            port_a,
+            &[
+                "pub",
+                "/durable/x",
+                "hello",
+                "-n",
+                n,
+                "--endpoint",
+                endpoint,
+                "--qos",
+                "reliability=durable",
+            ],
+        );
+        assert!(
+            out.status.success(),
+            "pub at a: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    publish("/one", "100");
+    let out = wait_output(live, WAIT);
+    let got = published(&std::fs::read(&live_path).expect("live output"));
+    assert_eq!(
+        got.len(),
+        100,
+        "the live subscriber at b: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // b's store holds its copies once the store thread wrote them.
+    let deadline = Instant::now() + WAIT;
+    while seqs(
+        &tagwire(
+            &dir_b,
+            port_b,
+            &[
+                "sub",
+                "/durable/x",
+                "--replay-from",
+                "start",
+                "--json",
+                "-n",
+                "100",
+                "--timeout",
+                "2",
+            ],
+        )
+        .stdout,
+    )
+    .len()
+        < 100
+    {
+        assert!(
+            Instant::now() < deadline,
+            "b's store never held the 100 events it delivered"
+        );
+    }
+    b.0.kill().expect("kill -9 b");
+    b.0.wait().expect("reap b");
+    drop(b);
+    publish("/two", "200");
+    let _b = linked(&dir_b, "b", port_b, Some(port_a));
+    let out = tagwire(
+        &dir_b,
+        port_b,
+        &[
+            "sub",
+            "/durable/x",
+            "--replay-from",
+            "start",
+            "--json",
+            "-n",
+            "300",
+            "--timeout",
+            "15",
+        ],
+    );
+    let got = published(&out.stdout);
+    let of = |p: &str| -> Vec<u64> {
+        got.iter()
+            .filter(|(publisher, _)| publisher == p)
+            .map(|(_, s)| *s)
+            .collect()
+    };
+    assert_eq!(
+        (of("/one"), of("/two")),
+        ((1..=100).collect::<Vec<_>>(), (1..=200).collect::<Vec<_>>()),
+        "the replay at b after its restart (stderr: {})",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(got.len(), 300, "nothing but the 300 events");
+}

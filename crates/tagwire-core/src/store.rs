@@ -7,20 +7,22 @@
 //! asks [`TagLog`] which positions to delete; nothing here reads a clock
 //! or a file.
 //!
-//! **Record** ([`StoreRecord`], version 1, little-endian): `u8` version (1),
+//! **Record** ([`StoreRecord`], version 2, little-endian): `u8` version (2),
 //! `u64` stored-at time (ns since the Unix epoch, the daemon's clock when it
-//! queued the event), `u32` event length, then the event exactly as it
-//! travels in a `Publish` frame's body (`docs/protocol.md`, "Event
-//! encoding"). Decoding checks every length and that the event parses;
-//! bad bytes are a [`StoreRecordError`] naming what was wrong, never a
-//! panic.
+//! queued the event), `u64` origin (the [`origin_key`] of the daemon the
+//! event was published at), `u32` event length, then the event exactly as
+//! it travels in a `Publish` frame's body (`docs/protocol.md`, "Event
+//! encoding"). Version 1 records (no origin field; written before replays
+//! read other daemons' stores) still decode, with origin 0 ("not known").
+//! Decoding checks every length and that the event parses; bad bytes are a
+//! [`StoreRecordError`] naming what was wrong, never a panic.
 //!
 //! ```
 //! use bytes::Bytes;
 //! use tagwire_core::store::{StoreRecord, StoreRecordError};
 //! let mut event = bytes::BytesMut::new();
 //! tagwire_proto::Event::new("/t", Bytes::from_static(b"hi")).encode(&mut event).unwrap();
-//! let rec = StoreRecord { stored_at_ns: 7, event: event.freeze() };
+//! let rec = StoreRecord { stored_at_ns: 7, origin: 9, event: event.freeze() };
 //! let bytes = rec.encode();
 //! assert_eq!(StoreRecord::decode(&bytes).unwrap(), rec);
 //! assert!(matches!(StoreRecord::decode(&bytes[..3]), Err(StoreRecordError::Truncated { .. })));
@@ -31,10 +33,27 @@ use std::collections::VecDeque;
 use bytes::{BufMut, Bytes, BytesMut};
 use tagwire_proto::{DecodeError, EventRef};
 
-/// The record format's version byte.
-pub const RECORD_VERSION: u8 = 1;
-/// Bytes before the event: version, stored-at time, event length.
-pub const RECORD_HEADER_LEN: usize = 1 + 8 + 4;
+/// The record format's version byte (what this build writes).
+pub const RECORD_VERSION: u8 = 2;
+/// The first version, still read: no origin field.
+pub const RECORD_VERSION_1: u8 = 1;
+/// Bytes before the event: version, stored-at time, origin, event length.
+pub const RECORD_HEADER_LEN: usize = 1 + 8 + 8 + 4;
+
+/// The key under which a daemon's publications are stored: a stable hash
+/// (64-bit FNV-1a) of its name, never 0 (0: origin not known). Names, not
+/// node ids, because a daemon's node id may change when it restarts and
+/// its store outlives it; a replay that reads several daemons' stores
+/// selects each one's publications by this key (`PullQuery::Stored`'s
+/// `origins`).
+pub fn origin_key(daemon: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in daemon.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h.max(1)
+}
 
 /// One stored event.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,6 +61,9 @@ pub struct StoreRecord {
     /// When the daemon queued it for the store, ns since the Unix epoch
     /// (what `max_age` counts from).
     pub stored_at_ns: u64,
+    /// The [`origin_key`] of the daemon it was published at (0: not known,
+    /// a version 1 record).
+    pub origin: u64,
     /// The encoded event (a `Publish` body).
     pub event: Bytes,
 }
@@ -51,7 +73,7 @@ pub struct StoreRecord {
 #[non_exhaustive]
 pub enum StoreRecordError {
     /// A version this build does not read.
-    #[error("store record version {version} is not supported (this build reads version {RECORD_VERSION})")]
+    #[error("store record version {version} is not supported (this build reads versions {RECORD_VERSION_1} and {RECORD_VERSION})")]
     UnknownVersion {
         /// The version byte found.
         version: u8,
@@ -83,6 +105,7 @@ impl StoreRecord {
         let mut out = BytesMut::with_capacity(RECORD_HEADER_LEN + self.event.len());
         out.put_u8(RECORD_VERSION);
         out.put_u64_le(self.stored_at_ns);
+        out.put_u64_le(self.origin);
         // An event is at most a frame (u32 length on the wire), so its
         // length fits; a longer one is cut at the bound and fails to decode.
         out.put_u32_le(u32::try_from(self.event.len()).unwrap_or(u32::MAX));
@@ -96,15 +119,22 @@ impl StoreRecord {
         let (&version, rest) = bytes
             .split_first()
             .ok_or(trunc("version", 1, bytes.len()))?;
-        if version != RECORD_VERSION {
+        if version != RECORD_VERSION && version != RECORD_VERSION_1 {
             return Err(StoreRecordError::UnknownVersion { version });
         }
-        let time: [u8; 8] = rest.get(..8).and_then(|b| b.try_into().ok()).ok_or(trunc(
-            "stored-at time",
-            8,
-            rest.len(),
-        ))?;
+        let u64_at = |rest: &[u8], what| -> Result<u64, StoreRecordError> {
+            rest.get(..8)
+                .and_then(|b| b.try_into().ok())
+                .map(u64::from_le_bytes)
+                .ok_or(trunc(what, 8, rest.len()))
+        };
+        let time = u64_at(rest, "stored-at time")?;
         let rest = &rest[8..];
+        let (origin, rest) = if version == RECORD_VERSION_1 {
+            (0, rest)
+        } else {
+            (u64_at(rest, "origin")?, &rest[8..])
+        };
         let len: [u8; 4] = rest.get(..4).and_then(|b| b.try_into().ok()).ok_or(trunc(
             "event length",
             4,
@@ -120,7 +150,8 @@ impl StoreRecord {
         }
         EventRef::parse(event).map_err(StoreRecordError::BadEvent)?;
         Ok(StoreRecord {
-            stored_at_ns: u64::from_le_bytes(time),
+            stored_at_ns: time,
+            origin,
             event: Bytes::copy_from_slice(event),
         })
     }

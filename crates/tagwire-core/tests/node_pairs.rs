@@ -9,7 +9,10 @@ use std::collections::BTreeMap;
 
 use node_net::*;
 use tagwire_core::node::{Asker, Node, NodeLimits, Verdict};
-use tagwire_proto::{ErrorCode, EventRef, Expiry, LinkFrame, ProxyAt, PullOutcome, Value};
+use tagwire_proto::{
+    ErrorCode, EventRef, Expiry, LinkFrame, Origins, ProxyAt, PullOutcome, PullQuery, PullReply,
+    PullStatus, Value,
+};
 
 fn got(entries: &[(Id, &str, usize)]) -> BTreeMap<(Id, String), usize> {
     entries
@@ -206,6 +209,59 @@ fn a_pull_travels_to_the_named_daemon_and_back() {
             assert_eq!((ev.tag, ev.seq), ("/log", 7));
         }
         other => panic!("expected the event, got {other:?}"),
+    }
+    assert_eq!(net.node(2).pulls_in_flight(), 0, "the relay forgot it");
+}
+
+/// A replay that reads another daemon's store: a `Stored` pull travels to
+/// the named daemon like a history pull, but there it is handed to the
+/// router's store (`Output::Stored`, its node cleared) instead of being
+/// answered from the pull buffers; the store's answer retraces the path.
+#[test]
+fn a_stored_pull_reaches_the_named_daemons_store_and_its_answer_comes_back() {
+    let mut net = Net::line(3);
+    let mut pull = latest("a");
+    pull.query = PullQuery::Stored {
+        from_pos: 0,
+        from_seq: 0,
+        from_ns: 0,
+        origins: Origins::Only(7),
+    };
+    let asker = Asker::Client {
+        conn: 9,
+        req: 4,
+        max_reply: 1 << 20,
+    };
+    let now = net.now;
+    net.node(3)
+        .ask(asker, 1, 1 << 20, pull.clone(), now)
+        .expect("a route to a");
+    net.run();
+    assert!(
+        net.pulls_done.is_empty(),
+        "not answered from the pull buffers"
+    );
+    assert_eq!(net.stored_pulls.len(), 1, "handed to a's store, once");
+    let (at, via, got) = net.stored_pulls.pop().expect("one");
+    assert_eq!(at, 1, "at daemon a");
+    assert!(matches!(via, Asker::Link { node: 2, .. }), "{via:?}");
+    assert_eq!((got.node.as_str(), &got.query), ("", &pull.query));
+    let reply = PullReply {
+        req: 0,
+        status: PullStatus::Complete,
+        oldest: 1,
+        newest: 1,
+        held: 1,
+        events: vec![encode(&event("/log", 5))],
+    };
+    net.node(1).answer(via, PullOutcome::Reply(reply));
+    net.run();
+    assert_eq!(net.pulls_done.len(), 1);
+    let (at, conn, req, outcome) = &net.pulls_done[0];
+    assert_eq!((*at, *conn, *req), (3, 9, 4));
+    match outcome {
+        PullOutcome::Reply(r) => assert_eq!(EventRef::parse(&r.events[0]).map(|e| e.seq), Ok(5)),
+        other => panic!("expected the store's event, got {other:?}"),
     }
     assert_eq!(net.node(2).pulls_in_flight(), 0, "the relay forgot it");
 }

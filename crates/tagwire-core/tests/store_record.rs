@@ -7,7 +7,7 @@
 
 use bytes::{Bytes, BytesMut};
 use proptest::prelude::*;
-use tagwire_core::store::{Retention, StoreRecord, StoreRecordError, TagLog};
+use tagwire_core::store::{origin_key, Retention, StoreRecord, StoreRecordError, TagLog};
 use tagwire_proto::Event;
 
 fn arb_event() -> impl Strategy<Value = Bytes> {
@@ -35,9 +35,27 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
     #[test]
-    fn decode_of_encode_is_the_record(stored_at_ns in any::<u64>(), event in arb_event()) {
-        let r = StoreRecord { stored_at_ns, event };
+    fn decode_of_encode_is_the_record(
+        stored_at_ns in any::<u64>(),
+        origin in any::<u64>(),
+        event in arb_event(),
+    ) {
+        let r = StoreRecord { stored_at_ns, origin, event };
         prop_assert_eq!(StoreRecord::decode(&r.encode()), Ok(r));
+    }
+
+    #[test]
+    fn a_version_1_record_decodes_with_origin_not_known(
+        stored_at_ns in any::<u64>(),
+        event in arb_event(),
+    ) {
+        // Version 1: version, stored-at time, event length, event (no origin).
+        let mut v1 = vec![1u8];
+        v1.extend_from_slice(&stored_at_ns.to_le_bytes());
+        v1.extend_from_slice(&(event.len() as u32).to_le_bytes());
+        v1.extend_from_slice(&event);
+        let r = StoreRecord { stored_at_ns, origin: 0, event };
+        prop_assert_eq!(StoreRecord::decode(&v1), Ok(r));
     }
 
     #[test]
@@ -53,7 +71,7 @@ proptest! {
         cut in any::<prop::sample::Index>(),
         extra in prop::collection::vec(any::<u8>(), 1..8),
     ) {
-        let full = StoreRecord { stored_at_ns: 1, event }.encode();
+        let full = StoreRecord { stored_at_ns: 1, origin: 5, event }.encode();
         let at = cut.index(full.len());
         let truncated = matches!(
             StoreRecord::decode(&full[..at]),
@@ -66,6 +84,14 @@ proptest! {
             StoreRecord::decode(&longer),
             Err(StoreRecordError::TrailingBytes { extra: extra.len() })
         );
+    }
+
+    #[test]
+    fn origin_keys_are_never_zero_and_tell_names_apart(a in "[a-z0-9-]{0,12}", b in "[a-z0-9-]{0,12}") {
+        prop_assert_ne!(origin_key(&a), 0);
+        if a != b {
+            prop_assert_ne!(origin_key(&a), origin_key(&b));
+        }
     }
 
     #[test]

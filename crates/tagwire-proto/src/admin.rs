@@ -1235,6 +1235,11 @@ pub struct FederationInfo {
     pub refused_adverts: u64,
     /// The live links.
     pub links: Vec<LinkInfo>,
+    /// Peers this daemon is configured to dial (`[federation] peers`): a
+    /// replay that reads other daemons' stores waits a little for them
+    /// after a restart (docs/reliability.md).
+    #[serde(default)]
+    pub peers: usize,
     /// Every daemon known from the adverts (this one included): the
     /// network's topology and interest as this daemon sees it.
     #[serde(default)]

@@ -54,4 +54,6 @@ pub use link::{
     MAX_ADVERT_INTEREST, MAX_ADVERT_NEIGHBORS, MAX_FRAGMENTED_EVENT, MAX_PEER_BANDS,
     MAX_RELIABLE_WINDOW, MIN_LINK_VERSION, RELIABLE_LINK_VERSION, UDP_BANDS_LINK_VERSION,
 };
-pub use pull::{Pull, PullQuery, PullReply, PullStatus, MAX_PULL_REPLY_EVENTS};
+pub use pull::{
+    Origins, Pull, PullQuery, PullReply, PullStatus, MAX_ORIGINS, MAX_PULL_REPLY_EVENTS,
+};

@@ -15,7 +15,7 @@ pub const MAX_PULL_REPLY_EVENTS: usize = u16::MAX as usize;
 /// What a pull asks of a tag's history. Sequence numbers are the
 /// publisher's (per publisher); times are source timestamps, ns since the
 /// Unix epoch. Ranges are inclusive at both ends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum PullQuery {
     /// The most recent event (code 1).
     Latest,
@@ -45,9 +45,10 @@ pub enum PullQuery {
     /// (`docs/reliability.md`), for a replay: those at store position
     /// `from_pos` or later (0: the oldest held) whose sequence number is at
     /// least `from_seq` and whose source time is at least `from_ns`
-    /// (code 6). Positions rise in the order the daemon stored the events;
-    /// a reply's `oldest`/`newest` are positions, and `More { next }` is
-    /// the position to ask from next.
+    /// (code 6), published at the daemons `origins` selects (code 7 when
+    /// it is not [`Origins::all`]). Positions rise in the order the daemon
+    /// stored the events; a reply's `oldest`/`newest` are positions, and
+    /// `More { next }` is the position to ask from next.
     Stored {
         /// First store position.
         from_pos: u64,
@@ -55,7 +56,41 @@ pub enum PullQuery {
         from_seq: u64,
         /// Earliest source time.
         from_ns: u64,
+        /// Whose publications (by the daemon they were published at).
+        origins: Origins,
     },
+}
+
+/// Most daemons an [`Origins`] names.
+pub const MAX_ORIGINS: usize = 1024;
+
+/// Which daemons' publications a `Stored` pull reads, each named by its
+/// origin key (`tagwire_core::store::origin_key` of the daemon's name; 0 in
+/// a record: not known). A replay that reads several daemons' stores reads
+/// each daemon's own publications from its store (`Only`) and the rest
+/// from the subscriber's daemon (`Except` those), so that no event comes
+/// from two stores.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Origins {
+    /// Only events published at this daemon.
+    Only(u64),
+    /// Events published anywhere but at these daemons (none: every event).
+    Except(Vec<u64>),
+}
+
+impl Origins {
+    /// Every event, whoever published it.
+    pub const fn all() -> Origins {
+        Origins::Except(Vec::new())
+    }
+
+    /// Whether a record whose origin key is `origin` is selected.
+    pub fn selects(&self, origin: u64) -> bool {
+        match self {
+            Origins::Only(o) => *o == origin,
+            Origins::Except(keys) => !keys.contains(&origin),
+        }
+    }
 }
 
 impl PullQuery {
@@ -67,11 +102,12 @@ impl PullQuery {
             PullQuery::Seq(_) => 3,
             PullQuery::SeqRange { .. } => 4,
             PullQuery::TimeRange { .. } => 5,
-            PullQuery::Stored { .. } => 6,
+            PullQuery::Stored { origins, .. } if *origins == Origins::all() => 6,
+            PullQuery::Stored { .. } => 7,
         }
     }
 
-    pub(crate) fn encode(&self, out: &mut BytesMut) {
+    pub(crate) fn encode(&self, out: &mut BytesMut) -> Result<(), EncodeError> {
         out.put_u8(self.code());
         match *self {
             PullQuery::Latest => {}
@@ -94,12 +130,31 @@ impl PullQuery {
                 from_pos,
                 from_seq,
                 from_ns,
+                ref origins,
             } => {
                 out.put_u64_le(from_pos);
                 out.put_u64_le(from_seq);
                 out.put_u64_le(from_ns);
+                let (mode, keys) = match origins {
+                    _ if *origins == Origins::all() => return Ok(()),
+                    Origins::Only(k) => (0u8, std::slice::from_ref(k)),
+                    Origins::Except(keys) => (1u8, keys.as_slice()),
+                };
+                if keys.len() > MAX_ORIGINS {
+                    return Err(EncodeError::TooLong {
+                        what: "stored pull's origin list",
+                        len: keys.len(),
+                        max: MAX_ORIGINS,
+                    });
+                }
+                out.put_u8(mode);
+                out.put_u16_le(keys.len() as u16);
+                for k in keys {
+                    out.put_u64_le(*k);
+                }
             }
         }
+        Ok(())
     }
 
     pub(crate) fn decode(r: &mut Reader<'_>) -> Result<PullQuery, DecodeError> {
@@ -116,10 +171,15 @@ impl PullQuery {
                 to_ns: r.u64("to time")?,
                 from_seq: r.u64("from sequence number")?,
             },
-            6 => PullQuery::Stored {
+            code @ (6 | 7) => PullQuery::Stored {
                 from_pos: r.u64("from store position")?,
                 from_seq: r.u64("from sequence number")?,
                 from_ns: r.u64("from time")?,
+                origins: if code == 6 {
+                    Origins::all()
+                } else {
+                    Origins::decode(r)?
+                },
             },
             v => {
                 return Err(DecodeError::BadValue {
@@ -128,6 +188,36 @@ impl PullQuery {
                 })
             }
         })
+    }
+}
+
+impl Origins {
+    fn decode(r: &mut Reader<'_>) -> Result<Origins, DecodeError> {
+        let mode = r.u8("origin selection")?;
+        let n = r.u16("origin count")? as usize;
+        if n > MAX_ORIGINS {
+            return Err(DecodeError::TooMany {
+                what: "origins of a stored pull",
+                count: n,
+                max: MAX_ORIGINS,
+            });
+        }
+        let mut keys = Vec::with_capacity(n);
+        for _ in 0..n {
+            keys.push(r.u64("origin key")?);
+        }
+        match (mode, keys.as_slice()) {
+            (0, [k]) => Ok(Origins::Only(*k)),
+            (0, _) => Err(DecodeError::BadValue {
+                what: "origin count of an only-origin selection (must be 1)",
+                value: n as u64,
+            }),
+            (1, _) => Ok(Origins::Except(keys)),
+            (v, _) => Err(DecodeError::BadValue {
+                what: "origin selection",
+                value: v as u64,
+            }),
+        }
     }
 }
 
@@ -271,8 +361,7 @@ impl Pull {
         put_short(out, "node name", &self.node)?;
         put_short(out, "publisher name", &self.publisher)?;
         put_str16(out, "tag", &self.tag)?;
-        self.query.encode(out);
-        Ok(())
+        self.query.encode(out)
     }
 
     pub(crate) fn decode(r: &mut Reader<'_>) -> Result<Pull, DecodeError> {

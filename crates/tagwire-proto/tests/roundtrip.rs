@@ -8,8 +8,8 @@ use proptest::prelude::*;
 use tagwire_proto::limits::{HARD_MAX_FRAME, MAX_FIELDS, MIN_MAX_FRAME};
 use tagwire_proto::{
     encode_publish, DecodeError, EndpointKind, ErrorCode, Event, EventRef, Expiry, Frame,
-    FrameDecoder, Header, NamedError, Pull, PullQuery, PullReply, PullStatus, ShmRef, Value,
-    FRAME_HEADER_LEN, SESSION_ID_LEN,
+    FrameDecoder, Header, NamedError, Origins, Pull, PullQuery, PullReply, PullStatus, ShmRef,
+    Value, FRAME_HEADER_LEN, SESSION_ID_LEN,
 };
 
 /// A string of at most `max_chars` characters (so at most 4 × that many bytes).
@@ -357,13 +357,21 @@ fn pull_query() -> impl Strategy<Value = PullQuery> {
                 from_seq,
             }
         }),
-        (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(from_pos, from_seq, from_ns)| {
-            PullQuery::Stored {
+        (
+            any::<u64>(),
+            any::<u64>(),
+            any::<u64>(),
+            prop_oneof![
+                any::<u64>().prop_map(Origins::Only),
+                prop::collection::vec(any::<u64>(), 0..8).prop_map(Origins::Except),
+            ],
+        )
+            .prop_map(|(from_pos, from_seq, from_ns, origins)| PullQuery::Stored {
                 from_pos,
                 from_seq,
                 from_ns,
-            }
-        }),
+                origins,
+            }),
     ]
 }
 

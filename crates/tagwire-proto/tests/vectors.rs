@@ -12,8 +12,8 @@ use tagwire_proto::handshake::{client_proof, server_proof};
 use tagwire_proto::limits::MIN_MAX_FRAME;
 use tagwire_proto::{
     DecodeError, EndpointKind, ErrorCode, Event, EventRef, Expiry, Frame, FrameDecoder, Interest,
-    LinkFrame, ProxyAt, Pull, PullOutcome, PullQuery, PullReply, PullStatus, StreamError, TokenTag,
-    Value,
+    LinkFrame, Origins, ProxyAt, Pull, PullOutcome, PullQuery, PullReply, PullStatus, StreamError,
+    TokenTag, Value,
 };
 
 const TS: u64 = 1_700_000_000_000_000_000;
@@ -493,6 +493,23 @@ fn valid_vectors() -> Vec<(&'static str, Frame, Option<Event>)> {
                     from_pos: 3,
                     from_seq: 0,
                     from_ns: 0,
+                    origins: Origins::all(),
+                },
+            }),
+            None,
+        ),
+        (
+            "pull_stored_origin",
+            Frame::Pull(Pull {
+                req: 7,
+                node: s("edge"),
+                publisher: s(""),
+                tag: s("/t"),
+                query: PullQuery::Stored {
+                    from_pos: 0,
+                    from_seq: 0,
+                    from_ns: 0,
+                    origins: Origins::Only(0x3a75_2460_2c72_007c),
                 },
             }),
             None,

@@ -365,6 +365,7 @@ pub(crate) fn list_page(
         },
         federation: (after.is_none()
             && !(st.fed.links.is_empty()
+                && st.config.federation.peers.is_empty()
                 && st.node.topology().is_empty()
                 && st.members.up.is_empty()))
         .then(|| federation_info(st)),
@@ -840,5 +841,6 @@ pub(crate) fn federation_info(st: &State) -> tagwire_proto::admin::FederationInf
     members.sort();
     info.members = members;
     info.bad_datagrams = st.members.bad_datagrams;
+    info.peers = st.config.federation.peers.len();
     info
 }

@@ -858,8 +858,33 @@ impl Conn {
                         let req = self.engine.defer();
                         let pull = tagwire_proto::Pull { req, ..pull };
                         let mut st = self.state.borrow_mut();
-                        let out = self.outbox.clone();
-                        let r = crate::store::pull(&mut st, pull, out, self.max_control, max_frame);
+                        let r = match st.node.pull_target(&pull) {
+                            // This daemon's store (`node` empty or this
+                            // daemon's name).
+                            Ok(None) => {
+                                let to = crate::store::AnswerTo::Client {
+                                    outbox: self.outbox.clone(),
+                                    max_control: self.max_control,
+                                };
+                                crate::store::pull(&mut st, pull, to, max_frame)
+                            }
+                            // Another daemon's store: the pull goes there
+                            // over the links, like a history pull.
+                            Ok(Some(node)) => {
+                                let asker = tagwire_core::node::Asker::Client {
+                                    conn: self.id,
+                                    req,
+                                    max_reply: max_frame,
+                                };
+                                if let Err(e) = st.node.ask(asker, node, max_frame, pull, now_ns())
+                                {
+                                    st.node.answer(asker, e.outcome());
+                                }
+                                crate::node_io::execute(&mut st);
+                                Ok(())
+                            }
+                            Err(e) => Err((e.code(), e.to_string())),
+                        };
                         drop(st);
                         if let Err((code, message)) = r {
                             self.outbox

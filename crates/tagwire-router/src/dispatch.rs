@@ -117,9 +117,9 @@ fn deliver_with(
         // First: an acknowledged event the store cannot take is refused
         // whole (not delivered), see [`crate::store::record`].
         let stored = match shm.as_deref_mut() {
-            None => crate::store::record(st, event, ev, route.upstream),
+            None => crate::store::record(st, event, ev, route.upstream, route.origin),
             Some(s) => match s.copied() {
-                Some(copy) => crate::store::record(st, copy, ev, route.upstream),
+                Some(copy) => crate::store::record(st, copy, ev, route.upstream, route.origin),
                 None => Ok(()),
             },
         };

@@ -350,8 +350,13 @@ impl Router {
         // The store thread wakes the timers task when it settled
         // obligations (custody of acknowledged durable events).
         let timers_wake = Arc::new(tokio::sync::Notify::new());
-        let store = store::RouterStore::open(&config.store, timing::now_ns(), timers_wake.clone())
-            .map_err(RouterError::Store)?;
+        let store = store::RouterStore::open(
+            &config.store,
+            &config.name,
+            timing::now_ns(),
+            timers_wake.clone(),
+        )
+        .map_err(RouterError::Store)?;
         let state = Arc::new(Locked::new(State::new(config, auth)));
         state.borrow_mut().store = store;
         state.borrow_mut().deferred_wake = timers_wake;

@@ -8,7 +8,7 @@
 //! the call that produced them queued (an advert flood: one frame per link).
 
 use bytes::BytesMut;
-use tagwire_core::node::Output;
+use tagwire_core::node::{Asker, Output};
 use tagwire_proto::{ErrorCode, EventRef, Frame, PullOutcome};
 
 use std::sync::Arc;
@@ -40,6 +40,11 @@ pub(crate) fn execute(st: &mut State) {
                 max_reply,
                 outcome,
             } => reply_to_client(st, conn, req, max_reply, outcome),
+            Output::Stored {
+                asker,
+                max_reply,
+                pull,
+            } => stored_for_link(st, asker, max_reply, pull),
             Output::AdvertRefused { from, error } => {
                 let Some(l) = st.fed.links.get(&from) else {
                     continue;
@@ -59,6 +64,27 @@ pub(crate) fn execute(st: &mut State) {
     }
     // A link the topology no longer confirms gives back its reliable events.
     crate::reliable::topology_changed(st);
+}
+
+/// Another daemon's replay reads this daemon's store (a `Stored` pull that
+/// came over a link): the store thread answers on the link it came from;
+/// a refusal now (a full queue, no store) is answered at once.
+fn stored_for_link(st: &mut State, asker: Asker, max_reply: u32, pull: tagwire_proto::Pull) {
+    let Asker::Link { node, id } = asker else {
+        return;
+    };
+    let Some(outbox) = st.fed.links.get(&node).map(|l| l.outbox.clone()) else {
+        return;
+    };
+    let to = crate::store::AnswerTo::Link {
+        outbox,
+        id,
+        max_control: st.config.limits.max_control_bytes,
+    };
+    if let Err((code, message)) = crate::store::pull(st, pull, to, max_reply) {
+        st.node
+            .answer(asker, PullOutcome::Refused { code, message });
+    }
 }
 
 /// Time passed: the node answers the pulls that waited too long, and the

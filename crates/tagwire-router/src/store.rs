@@ -29,7 +29,15 @@
 //! so a read sees every event queued before it: a subscriber that
 //! subscribes and then replays misses nothing between what the store holds
 //! and what it receives live (the client library removes the overlap). The
-//! store thread answers on the connection's outbox.
+//! store thread answers on the connection's outbox — or, for a pull that
+//! came over a link from another daemon's replay (`Pull.node` naming this
+//! one), as a `PullAnswer` on that link's outbox.
+//!
+//! **Origins.** Each record keeps the [`origin_key`] of the daemon the
+//! event was published at, so that a replay that reads several daemons'
+//! stores takes each daemon's own publications from that daemon's store
+//! and everything else from its own (`Origins`), and no event comes from
+//! two stores.
 //!
 //! Layout: one table `events`, key `(tag, position)`, value a
 //! [`StoreRecord`]. Positions rise across the whole store, in the order
@@ -45,10 +53,13 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
+use tagwire_core::federation::NodeId;
 use tagwire_core::qos::{resolve, Property, Reliability};
-use tagwire_core::store::{Retention, StoreRecord, TagLog};
+use tagwire_core::store::{origin_key, Retention, StoreRecord, TagLog};
 use tagwire_core::tags::Pattern;
-use tagwire_proto::{ErrorCode, EventRef, Frame, Pull, PullQuery, PullReply, PullStatus};
+use tagwire_proto::{
+    ErrorCode, EventRef, Frame, LinkFrame, Pull, PullOutcome, PullQuery, PullReply, PullStatus,
+};
 
 use crate::channel::{Outbox, Outgoing};
 use crate::config::{Fsync, StoreConfig};
@@ -139,6 +150,8 @@ enum Job {
         tag: Box<str>,
         event: Bytes,
         at_ns: u64,
+        /// The [`origin_key`] of the daemon it was published at.
+        origin: u64,
         /// The obligation the store settles once the event is committed.
         upstream: Option<Upstream>,
     },
@@ -147,11 +160,56 @@ enum Job {
         /// Whether the tag is durable now (a tag that is not, and of which
         /// nothing is held, is refused with `NoHistory`).
         durable: bool,
-        outbox: Arc<Outbox>,
-        max_control: usize,
+        to: AnswerTo,
         max_events: usize,
         max_bytes: usize,
     },
+}
+
+/// Where the store thread sends a replay read's answer.
+pub(crate) enum AnswerTo {
+    /// A client connection: a `PullReply` (or an `Error`) with the pull's
+    /// request id.
+    Client {
+        outbox: Arc<Outbox>,
+        max_control: usize,
+    },
+    /// A neighbour's `PullRequest` `id` (another daemon's replay): a
+    /// `PullAnswer` on the link.
+    Link {
+        outbox: Arc<Outbox>,
+        id: u32,
+        max_control: usize,
+    },
+}
+
+impl AnswerTo {
+    fn send(self, req: u32, answer: Result<PullReply, (ErrorCode, String)>) {
+        match self {
+            AnswerTo::Client {
+                outbox,
+                max_control,
+            } => {
+                let frame = match answer {
+                    Ok(reply) => Frame::PullReply(reply),
+                    Err((code, message)) => Frame::Error { req, code, message },
+                };
+                outbox.send(&frame, max_control);
+            }
+            AnswerTo::Link {
+                outbox,
+                id,
+                max_control,
+            } => {
+                let outcome = match answer {
+                    Ok(reply) => PullOutcome::Reply(reply),
+                    Err((code, message)) => PullOutcome::Refused { code, message },
+                };
+                // A link that does not take it: the asker's pull times out.
+                let _ = outbox.send_link(&LinkFrame::PullAnswer { id, outcome }, max_control);
+            }
+        }
+    }
 }
 
 /// The router's side of the store: which tags are durable, and the queue
@@ -173,6 +231,11 @@ pub(crate) struct RouterStore {
     /// Why the last event with an upstream obligation was refused (the
     /// queue was full): taken by the publishing connection to answer.
     pub refused: Option<&'static str>,
+    /// This daemon's [`origin_key`], and other daemons' by node id (node
+    /// ids are per start; names are what a store keeps). Cleared at
+    /// [`CACHE_TAGS`] entries.
+    own_origin: u64,
+    origins: HashMap<NodeId, u64>,
 }
 
 impl RouterStore {
@@ -194,6 +257,7 @@ impl RouterStore {
     /// `wake` is the router's timers task's (it drains [`Settled`]).
     pub(crate) fn open(
         config: &StoreConfig,
+        daemon: &str,
         now_ns: u64,
         wake: Arc<tokio::sync::Notify>,
     ) -> Result<RouterStore, StoreError> {
@@ -204,6 +268,7 @@ impl RouterStore {
             .collect();
         let mut store = RouterStore {
             patterns,
+            own_origin: origin_key(daemon),
             queue_bytes: config.queue_bytes,
             settled: Arc::new(Settled {
                 done: Mutex::default(),
@@ -294,6 +359,7 @@ pub(crate) fn record(
     event: &mut Outgoing,
     ev: &EventRef<'_>,
     upstream: Option<Upstream>,
+    origin: NodeId,
 ) -> Result<(), &'static str> {
     if !st.store.enabled {
         return Ok(());
@@ -315,10 +381,12 @@ pub(crate) fn record(
     }
     let (bytes, _) = event.for_history();
     let len = bytes.len() as u64;
+    let origin = origin_of(st, origin);
     let job = Job::Write {
         tag: Box::from(ev.tag),
         event: bytes,
         at_ns: crate::timing::now_ns(),
+        origin,
         upstream,
     };
     let submitted = st.store.submit(job, len);
@@ -357,20 +425,39 @@ pub(crate) fn record(
     Ok(())
 }
 
-/// Hands a `Stored` pull (a replay) to the store thread, which answers on
-/// `outbox` with request id `pull.req`. Refused at once: a tag the store
-/// cannot serve, or a full queue.
+/// The [`origin_key`] of the daemon an event was published at (`0` or
+/// this daemon's id: here; a daemon the topology does not name: 0, not
+/// known).
+fn origin_of(st: &mut State, node: NodeId) -> u64 {
+    if node == 0 || node == st.node.me() {
+        return st.store.own_origin;
+    }
+    if let Some(k) = st.store.origins.get(&node) {
+        return *k;
+    }
+    let key = st.node.topology().name_of(node).map_or(0, origin_key);
+    let cache = &mut st.store.origins;
+    if cache.len() >= CACHE_TAGS {
+        cache.clear();
+    }
+    cache.insert(node, key);
+    key
+}
+
+/// Hands a `Stored` pull (a replay) for this daemon's store to the store
+/// thread, which answers `to` with request id `pull.req`. Refused at once:
+/// a tag the store cannot serve, or a full queue. `max_frame`: the largest
+/// reply the asker takes.
 pub(crate) fn pull(
     st: &mut State,
     pull: Pull,
-    outbox: Arc<Outbox>,
-    max_control: usize,
+    to: AnswerTo,
     max_frame: u32,
 ) -> Result<(), (ErrorCode, String)> {
-    if !pull.node.is_empty() || !pull.publisher.is_empty() {
+    if !pull.publisher.is_empty() {
         return Err((
             ErrorCode::BadRequest,
-            "a replay (pull query 6, Stored) reads this daemon's store: node and publisher must be empty".into(),
+            "a replay (pull query 6 or 7, Stored) reads a daemon's store: its publisher must be empty".into(),
         ));
     }
     let limits = &st.config.limits;
@@ -383,8 +470,7 @@ pub(crate) fn pull(
     let job = Job::Read {
         durable,
         pull,
-        outbox,
-        max_control,
+        to,
         max_events,
         max_bytes,
     };
@@ -408,8 +494,8 @@ pub(crate) fn totals(st: &State) -> Option<tagwire_proto::admin::StoreTotals> {
     })
 }
 
-/// An event to write: its tag, bytes, time and obligation.
-type Write = (Box<str>, Bytes, u64, Option<Upstream>);
+/// An event to write: its tag, bytes, time, origin key and obligation.
+type Write = (Box<str>, Bytes, u64, u64, Option<Upstream>);
 
 /// The store thread's state: the database and each tag's records as the
 /// retention rule sees them.
@@ -585,39 +671,37 @@ impl Writer {
                     tag,
                     event,
                     at_ns,
+                    origin,
                     upstream,
                 } => {
                     self.counters
                         .queued_bytes
                         .fetch_sub(event.len() as u64, Ordering::Relaxed);
-                    writes.push((tag, event, at_ns, upstream));
+                    writes.push((tag, event, at_ns, origin, upstream));
                 }
                 Job::Read {
                     pull,
                     durable,
-                    outbox,
-                    max_control,
+                    to,
                     max_events,
                     max_bytes,
                 } => {
                     self.write(std::mem::take(&mut writes), false)?;
-                    let frame = match self.read(&pull, max_events, max_bytes) {
-                        Ok(reply) if reply.held == 0 && !durable => Frame::Error {
-                            req: pull.req,
-                            code: ErrorCode::NoHistory,
-                            message: format!(
+                    let answer = match self.read(&pull, max_events, max_bytes) {
+                        Ok(reply) if reply.held == 0 && !durable => Err((
+                            ErrorCode::NoHistory,
+                            format!(
                                 "tag {} is not durable and the store holds nothing of it (make it durable: `tagwire admin qos TAG reliability=durable`, or [store] tags)",
                                 tagwire_proto::excerpt(&pull.tag)
                             ),
-                        },
-                        Ok(reply) => Frame::PullReply(reply),
-                        Err(e) => Frame::Error {
-                            req: pull.req,
-                            code: ErrorCode::Internal,
-                            message: format!("the durable store cannot be read: {e}"),
-                        },
+                        )),
+                        Ok(reply) => Ok(reply),
+                        Err(e) => Err((
+                            ErrorCode::Internal,
+                            format!("the durable store cannot be read: {e}"),
+                        )),
                     };
-                    outbox.send(&frame, max_control);
+                    to.send(pull.req, answer);
                 }
             }
         }
@@ -670,7 +754,7 @@ impl Writer {
         if writes.is_empty() && !age && !self.unsynced {
             return Ok(());
         }
-        settle.extend(writes.iter().filter_map(|w| w.3.map(|u| (u, false))));
+        settle.extend(writes.iter().filter_map(|w| w.4.map(|u| (u, false))));
         let mut txn = self.db.begin_write()?;
         let sync = match self.fsync {
             Fsync::Batch => true,
@@ -685,7 +769,7 @@ impl Writer {
         {
             let mut table = txn.open_table(EVENTS)?;
             let mut touched: Vec<Box<str>> = Vec::new();
-            for (tag, event, at_ns, upstream) in writes {
+            for (tag, event, at_ns, origin, upstream) in writes {
                 if !self.tags.contains_key(&tag) && self.tags.len() >= self.max_tags {
                     self.counters.not_stored.fetch_add(1, Ordering::Relaxed);
                     if let Some(u) = upstream {
@@ -699,6 +783,7 @@ impl Writer {
                 self.next_pos += 1;
                 let rec = StoreRecord {
                     stored_at_ns: at_ns,
+                    origin,
                     event,
                 }
                 .encode();
@@ -751,6 +836,7 @@ impl Writer {
             from_pos,
             from_seq,
             from_ns,
+            ref origins,
         } = pull.query
         else {
             return Err(redb::Error::Corrupted("not a Stored query".into()));
@@ -782,7 +868,7 @@ impl Writer {
             let Ok(ev) = EventRef::parse(&rec.event) else {
                 continue;
             };
-            if ev.seq < from_seq || ev.source_time_ns < from_ns {
+            if ev.seq < from_seq || ev.source_time_ns < from_ns || !origins.selects(rec.origin) {
                 continue;
             }
             let cost = rec.event.len() + 4;

@@ -235,9 +235,9 @@ impl Session {
         let mut query = pull.query();
         let mut out = Vec::new();
         for _ in 0..MAX_CONTINUATIONS {
-            let ((), reply) = self
-                .inner()
-                .request("pull", |e| ((), e.pull(&node, &publisher, tag, query)))?;
+            let ((), reply) = self.inner().request("pull", |e| {
+                ((), e.pull(&node, &publisher, tag, query.clone()))
+            })?;
             let r = match reply? {
                 tagwire_core::connection::Reply::Pulled(r) => r,
                 tagwire_core::connection::Reply::Err(code, message) => {

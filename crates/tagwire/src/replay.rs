@@ -21,7 +21,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tagwire_core::connection::Reply;
-use tagwire_proto::{PullQuery, PullStatus};
+use tagwire_core::store::origin_key;
+use tagwire_proto::{Origins, PullQuery, PullStatus, MAX_ORIGINS};
 
 pub use tagwire_core::store::ReplayFrom;
 
@@ -152,6 +153,7 @@ impl Session {
             from_pos: u64::MAX,
             from_seq: 0,
             from_ns: 0,
+            origins: Origins::all(),
         };
         let ((), reply) = self
             .inner()
@@ -168,9 +170,22 @@ impl Session {
     }
 }
 
-/// Most replies one replay follows before it gives up (each holds at
-/// least one event).
-const MAX_REPLIES: usize = 1 << 24;
+/// Most steps (an event handed over, or a pass over the stores) one replay
+/// takes before it gives up: a bound against a store that never says it
+/// has no more.
+const MAX_STEPS: u64 = 1 << 32;
+
+/// How long a replay that reads other daemons' stores waits, from its
+/// start, before its last pass over them: time for the subscription's
+/// interest to reach them (one advert round is 50 ms per link), so that an
+/// event they routed before they knew of the subscription — not sent here
+/// live — is in that pass.
+pub const INTEREST_SETTLE: Duration = Duration::from_millis(500);
+
+/// How long a replay waits for its daemon's configured links
+/// (`[federation] peers`) to come up (a daemon that just restarted) before
+/// it reads the stores of the daemons it knows.
+pub const LINK_WAIT: Duration = Duration::from_secs(2);
 
 /// Runs the replay of `tag` from `from` into `seam` (on its own thread).
 pub(crate) fn run(
@@ -186,6 +201,125 @@ pub(crate) fn run(
     }
 }
 
+/// One store a replay reads: where (`node`, empty: the subscriber's
+/// daemon), whose publications, how far it got, and its current page.
+struct Source {
+    node: String,
+    origins: Origins,
+    from_pos: u64,
+    page: VecDeque<Sample>,
+    /// The store said it has no more (until the next pass).
+    done: bool,
+}
+
+impl Source {
+    fn new(node: &str, origins: Origins) -> Source {
+        Source {
+            node: node.to_owned(),
+            origins,
+            from_pos: 0,
+            page: VecDeque::new(),
+            done: false,
+        }
+    }
+
+    /// Reads the next page if this one is used up. `Err`: the store
+    /// refused or could not be reached (its message).
+    fn fill(
+        &mut self,
+        session: &Session,
+        tag: &str,
+        from_seq: u64,
+        from_ns: u64,
+    ) -> Result<(), String> {
+        if self.done || !self.page.is_empty() {
+            return Ok(());
+        }
+        let query = PullQuery::Stored {
+            from_pos: self.from_pos,
+            from_seq,
+            from_ns,
+            origins: self.origins.clone(),
+        };
+        let node = self.node.clone();
+        let ((), reply) = session
+            .inner()
+            .request("replay", |e| ((), e.pull(&node, "", tag, query)))
+            .map_err(|e| e.to_string())?;
+        let r = match reply.map_err(|e| e.to_string())? {
+            Reply::Pulled(r) => r,
+            Reply::Err(code, message) => return Err(format!("{message} (code {code:?})")),
+            other => return Err(format!("expected a pull reply, got {other:?}")),
+        };
+        for raw in r.events {
+            let s = Sample::new(raw).map_err(|e| format!("replayed event: {e}"))?;
+            self.page.push_back(s);
+        }
+        match r.status {
+            PullStatus::More { next } if next > self.from_pos => self.from_pos = next,
+            PullStatus::Complete => {
+                self.from_pos = self.from_pos.max(r.newest.saturating_add(1));
+                self.done = true;
+            }
+            other => return Err(format!("the store's reply {other:?} does not advance")),
+        }
+        Ok(())
+    }
+}
+
+/// The stores a replay of `tag` reads. Alone (or when the daemons' names
+/// do not tell them apart): the subscriber's daemon's, everything in it.
+/// In a network: each other daemon's store for the events published there
+/// (a daemon that cannot answer — unreachable, no store, the tag not
+/// durable there — is left out, and what of its events reached this daemon
+/// comes from this daemon's store), and this daemon's store for the rest,
+/// so that each event comes from exactly one store.
+fn sources(session: &Session, tag: &str, from_seq: u64, from_ns: u64) -> Vec<Source> {
+    let alone = || vec![Source::new("", Origins::all())];
+    let started = std::time::Instant::now();
+    let listing = loop {
+        let Ok(listing) = session.list_page(None, Some(1)) else {
+            return alone();
+        };
+        let waiting = listing
+            .federation
+            .as_ref()
+            .is_some_and(|f| f.links.len() < f.peers);
+        if !waiting || started.elapsed() >= LINK_WAIT {
+            break listing;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let Some(fed) = listing.federation else {
+        return alone();
+    };
+    let own = listing.server;
+    let mut names: Vec<&str> = fed.known.iter().map(|d| d.name.as_str()).collect();
+    names.sort_unstable();
+    let remote: Vec<&str> = names.iter().copied().filter(|n| *n != own).collect();
+    let distinct = names.windows(2).all(|w| w[0] != w[1]) && remote.len() + 1 == names.len();
+    if remote.is_empty() || !distinct || remote.len() > MAX_ORIGINS {
+        return alone();
+    }
+    let mut out = Vec::new();
+    let mut answered = Vec::new();
+    for name in remote {
+        let key = origin_key(name);
+        let mut s = Source::new(name, Origins::Only(key));
+        match s.fill(session, tag, from_seq, from_ns) {
+            Ok(()) => {
+                answered.push(key);
+                out.push(s);
+            }
+            Err(why) => {
+                tracing::debug!("replay of {tag}: daemon {name}'s store is not read: {why}");
+            }
+        }
+    }
+    out.push(Source::new("", Origins::Except(answered)));
+    out
+}
+
 pub(crate) fn replay(
     session: &Session,
     tag: &str,
@@ -197,6 +331,7 @@ pub(crate) fn replay(
         tag: tag.to_owned(),
         reason,
     };
+    let started = std::time::Instant::now();
     let (from_seq, from_ns) = match from {
         ReplayFrom::Start => (0, 0),
         ReplayFrom::Seq(s) => (s, 0),
@@ -208,27 +343,28 @@ pub(crate) fn replay(
             (0, now.saturating_sub(d))
         }
     };
-    let mut from_pos = 0u64;
+    let mut sources = sources(session, tag, from_seq, from_ns);
+    let remote = sources.len() > 1;
+    let mut settled = !remote;
     let mut last: HashMap<String, u64> = HashMap::new();
     let mut spacer = tagwire_core::tds::Spacer::default();
     let mut previous_time: Option<u64> = None;
-    for _ in 0..MAX_REPLIES {
-        let query = PullQuery::Stored {
-            from_pos,
-            from_seq,
-            from_ns,
-        };
-        let ((), reply) = session
-            .inner()
-            .request("replay", |e| ((), e.pull("", "", tag, query)))
-            .map_err(|e| fail(e.to_string()))?;
-        let r = match reply.map_err(|e| fail(e.to_string()))? {
-            Reply::Pulled(r) => r,
-            Reply::Err(code, message) => return Err(fail(format!("{message} (code {code:?})"))),
-            other => return Err(fail(format!("expected a pull reply, got {other:?}"))),
-        };
-        for raw in r.events {
-            let s = Sample::new(raw).map_err(|e| fail(format!("replayed event: {e}")))?;
+    for _ in 0..MAX_STEPS {
+        for s in &mut sources {
+            s.fill(session, tag, from_seq, from_ns)
+                .map_err(|why| match s.node.as_str() {
+                    "" => fail(why),
+                    node => fail(format!("reading daemon {node}'s store: {why}")),
+                })?;
+        }
+        // The page heads merged by source time (per publisher, each store
+        // keeps the order it stored them in, and a publisher's events are
+        // in one store).
+        let next = sources
+            .iter_mut()
+            .filter(|s| !s.page.is_empty())
+            .min_by_key(|s| s.page.front().map(|e| e.event().source_time_ns));
+        if let Some(s) = next.and_then(|s| s.page.pop_front()) {
             let ev = s.event();
             let (time, seq) = (ev.source_time_ns, ev.seq);
             let l = last.entry(ev.publisher.to_owned()).or_insert(seq);
@@ -245,21 +381,24 @@ pub(crate) fn replay(
                 previous_time = Some(time);
             }
             seam.inner.deliver_sample(s);
+            continue;
         }
-        match r.status {
-            PullStatus::More { next } if next > from_pos => from_pos = next,
-            PullStatus::Complete => {
-                from_pos = from_pos.max(r.newest.saturating_add(1));
-                if seam.finish(&last) {
-                    return Ok(());
-                }
-            }
-            other => {
-                return Err(fail(format!(
-                    "the store's reply {other:?} does not advance"
-                )))
-            }
+        // Every store has no more.
+        if !settled {
+            // One more pass over every store once the subscription's
+            // interest has had time to reach the other daemons.
+            std::thread::sleep(INTEREST_SETTLE.saturating_sub(started.elapsed()));
+            settled = true;
+        } else if seam.finish(&last) {
+            return Ok(());
+        }
+        // Read on from where each store stopped (held events were dropped
+        // at the bound, or the settle pass).
+        for s in &mut sources {
+            s.done = false;
         }
     }
-    Err(fail("too many replies".into()))
+    Err(fail(
+        "too many steps: the stores never said they had no more".into(),
+    ))
 }

@@ -493,7 +493,7 @@ impl Session {
     }
 
     /// One page of the listing after cursor `after`.
-    fn list_page(&self, after: Option<String>, limit: Option<usize>) -> Result<Listing> {
+    pub(crate) fn list_page(&self, after: Option<String>, limit: Option<usize>) -> Result<Listing> {
         match self.admin(AdminRequest::List { after, limit })? {
             AdminReply::List(page) => Ok(*page),
             other => Err(unexpected(other)),

@@ -30,7 +30,7 @@ mod pull;
 use std::collections::{BTreeSet, VecDeque};
 
 use bytes::Bytes;
-use tagwire_proto::{EventRef, Interest, LinkFrame, Pull, PullOutcome};
+use tagwire_proto::{EventRef, Interest, LinkFrame, Pull, PullOutcome, PullQuery};
 
 use crate::defer::{admit_with, Admit, DeferError, Deferred};
 use crate::federation::{
@@ -134,6 +134,18 @@ pub enum Output {
         max_reply: u32,
         /// The reply or the refusal.
         outcome: PullOutcome,
+    },
+    /// A `Stored` pull (a replay, pull query 6/7) reached this daemon from
+    /// a neighbour: the router's durable store answers it, later, with
+    /// [`Node::answer`] or straight on the link as a `PullAnswer` with this
+    /// asker's id (the store is not the node's to read).
+    Stored {
+        /// Who asked (a neighbour's request).
+        asker: Asker,
+        /// The largest reply it takes.
+        max_reply: u32,
+        /// The pull, its `node` cleared.
+        pull: Pull,
     },
     /// A neighbour's advert was refused (over a bound, malformed, forged);
     /// the link stays. The router logs it and tells the peer.
@@ -681,6 +693,14 @@ impl<C: Clone> Node<C> {
         let asker = Asker::Link { node: from, id };
         if target == self.me() {
             pull.node.clear();
+            if let PullQuery::Stored { .. } = pull.query {
+                self.out.push_back(Output::Stored {
+                    asker,
+                    max_reply,
+                    pull,
+                });
+                return;
+            }
             let outcome = match self.answer_here(&pull, max_reply) {
                 Ok(reply) => PullOutcome::Reply(reply),
                 Err((code, message)) => PullOutcome::Refused { code, message },

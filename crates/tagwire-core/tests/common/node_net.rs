@@ -42,6 +42,9 @@ pub struct Net {
     pub interest: BTreeMap<Id, Vec<Interest>>,
     /// Pulls answered to local clients: (daemon, conn, req, outcome).
     pub pulls_done: Vec<(Id, u64, u32, PullOutcome)>,
+    /// `Stored` pulls that reached their daemon, for its store (the test
+    /// answers them with `Node::answer`).
+    pub stored_pulls: Vec<(Id, Asker, Pull)>,
     /// Events forwarded per link direction.
     pub forwarded: BTreeMap<(Id, Id), usize>,
     /// The next channel id (unique across the net).
@@ -110,6 +113,7 @@ impl Net {
             delivered: Vec::new(),
             interest: BTreeMap::new(),
             pulls_done: Vec::new(),
+            stored_pulls: Vec::new(),
             forwarded: BTreeMap::new(),
             next_channel: 1,
         }
@@ -301,6 +305,9 @@ impl Net {
                         Output::PullDone {
                             conn, req, outcome, ..
                         } => self.pulls_done.push((id, conn, req, outcome)),
+                        Output::Stored { asker, pull, .. } => {
+                            self.stored_pulls.push((id, asker, pull))
+                        }
                         Output::AdvertRefused { error, .. } => {
                             panic!("daemon {} refused an advert: {error}", name(id))
                         }

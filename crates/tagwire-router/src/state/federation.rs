@@ -298,6 +298,7 @@ impl Federation {
             hop_limited: counters.hop_limited,
             refused_adverts: counters.refused_adverts,
             links,
+            peers: 0,
             known: topo
                 .nodes()
                 .into_iter()

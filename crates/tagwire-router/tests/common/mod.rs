@@ -662,7 +662,9 @@ pub fn link_peer(version: u16, node: u64) -> LinkFrame {
 }
 
 /// The next link frame from the router (answering pings), or the control
-/// frame that came instead.
+/// frame that came instead. (A test helper: the large `Err` is the frame
+/// itself, read once per call.)
+#[allow(clippy::result_large_err)]
 pub fn recv_link(raw: &mut Raw) -> Result<LinkFrame, Option<Frame>> {
     loop {
         let Some((k, body)) = raw.recv_raw() else {

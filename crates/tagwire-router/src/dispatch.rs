@@ -373,7 +373,19 @@ impl Sink<Arc<Channel>> for Execute<'_, '_, '_> {
             ..self.meta
         };
         let queue = l.bands.get(self.band).map_or(&l.queue, |b| &b.queue);
-        if self.reliable && self.rel.conns.contains_key(&queue.conn) {
+        // An event larger than a link's piece size crosses it reliably
+        // whatever its tag says: so in pieces, resumable (a best-effort
+        // event over the link's frame limit was refused before).
+        // (One comparison for a small event.)
+        let piece = self.rel.fragments.piece;
+        let big = !self.reliable
+            && match self.shm.as_deref_mut() {
+                None => self.event.bytes().len() > piece,
+                Some(s) => s.copied().is_some_and(|e| e.bytes().len() > piece),
+            }
+            && self.rel.conns.get(&queue.conn).is_some_and(|c| c.piece > 0);
+        let reliable = self.reliable || big;
+        if reliable && self.rel.conns.contains_key(&queue.conn) {
             let conn = queue.conn;
             let event = match self.shm.as_deref_mut() {
                 None => Some(self.event.for_history().0),

@@ -5,6 +5,8 @@
 //! sender on; a receiver that held part of an event before its link was cut
 //! asks the sender to resume there and delivers the whole; a bad checksum
 //! closes the link naming it; a version-3 peer still gets the event whole.
+//! A best-effort event larger than the piece size crosses reliably, so in
+//! pieces too (a small one still goes as a `Forward`).
 //! The "peers" are raw clients speaking link frames.
 
 mod common;
@@ -20,6 +22,11 @@ use tagwire_router::{FederationConfig, Limits, Router, RouterConfig, RouterHandl
 const PIECE: usize = 4096;
 
 fn router(max_control: usize) -> RouterHandle {
+    router_with(max_control, "reliable")
+}
+
+/// A router whose daemon layer says `reliability = {reliability}`.
+fn router_with(max_control: usize, reliability: &str) -> RouterHandle {
     Router::start(RouterConfig {
         federation: FederationConfig {
             fragment_size: PIECE,
@@ -29,7 +36,7 @@ fn router(max_control: usize) -> RouterHandle {
             max_control_bytes: max_control,
             ..Limits::default()
         },
-        qos: [("reliability".to_string(), "reliable".to_string())]
+        qos: [("reliability".to_string(), reliability.to_string())]
             .into_iter()
             .collect(),
         ..tcp_config()
@@ -178,6 +185,61 @@ fn a_large_reliable_event_crosses_a_version_4_link_in_pieces_that_reassemble_byt
     let f = Raw::hello(&h).list().federation.unwrap_or_default();
     assert_eq!(f.reliable.pieces_sent, pieces as u64, "{:?}", f.reliable);
     assert!(f.links.iter().all(|l| l.unacked == 0), "{:?}", f.links);
+}
+
+/// Issue 25 item 5 for best effort: an event whose tag is not reliable but
+/// which is larger than the link's piece size crosses the link as pieces of
+/// a reliable event (resumable, acknowledged), not refused as too large;
+/// a small one still goes as a plain `Forward`.
+#[test]
+fn a_large_best_effort_event_crosses_a_link_in_pieces_and_a_small_one_as_a_forward() {
+    let h = router_with(4 << 20, "best_effort");
+    let mut a = interested_peer(&h, 85);
+    let mut publisher = Raw::hello(&h).publisher("/pub");
+    let small = big_event("/pub", 1, 100);
+    publisher.send_bytes(&publish_frame(1, &small));
+    let got = next_matching(&mut a, |f| match f {
+        LinkFrame::Forward { event, .. } => Some(event),
+        LinkFrame::Reliable { .. } | LinkFrame::Fragment { .. } => {
+            panic!("a small best-effort event crossed reliably")
+        }
+        _ => None,
+    });
+    assert_eq!(got, encoded(&small));
+    let large = big_event("/pub", 2, 50_000);
+    publisher.send_bytes(&publish_frame(1, &large));
+    publisher.ping(3);
+    let mut r = Reassembler::new(ReassemblyLimits::default());
+    let whole = loop {
+        let piece = next_matching(&mut a, |f| match f {
+            LinkFrame::Fragment {
+                id,
+                total,
+                checksum,
+                offset,
+                of: FragmentOf::Reliable { .. },
+                data,
+            } => Some(tagwire_core::fragment::Piece {
+                blob: tagwire_core::fragment::BlobId {
+                    id,
+                    total,
+                    checksum,
+                },
+                offset,
+                data,
+            }),
+            LinkFrame::Forward { .. } => panic!("a large event went whole as a Forward"),
+            _ => None,
+        });
+        if let Progress::Complete(b) = r.on_piece(0u8, &piece).expect("valid piece").progress {
+            break b;
+        }
+    };
+    assert_eq!(
+        whole,
+        encoded(&large),
+        "the pieces give the event byte for byte"
+    );
 }
 
 #[test]

@@ -229,11 +229,30 @@ pub struct Retention {
 pub struct TagLog {
     records: VecDeque<(u64, u64, u64)>,
     bytes: u64,
+    /// A record was stored more than [`SEEK_TOLERANCE_NS`] before the one
+    /// ahead of it (the daemon's clock stepped back): [`TagLog::seek`]
+    /// gives up until the log is empty again.
+    disordered: bool,
 }
+
+/// How far a publisher's clock may be ahead of its daemon's for
+/// [`TagLog::seek`] to be exact: an event's source time is at most this
+/// after the time the daemon stored it.
+pub const SEEK_CLOCK_MARGIN_NS: u64 = 60_000_000_000;
+/// How far out of order stored-at times may be (lanes queue events
+/// concurrently) and [`TagLog::seek`] still used.
+pub const SEEK_TOLERANCE_NS: u64 = 1_000_000_000;
 
 impl TagLog {
     /// Notes a record loaded or written at `pos` (positions rise).
     pub fn push(&mut self, pos: u64, bytes: u64, stored_at_ns: u64) {
+        if self
+            .records
+            .back()
+            .is_some_and(|r| stored_at_ns.saturating_add(SEEK_TOLERANCE_NS) < r.2)
+        {
+            self.disordered = true;
+        }
         self.records.push_back((pos, bytes, stored_at_ns));
         self.bytes += bytes;
     }
@@ -262,6 +281,27 @@ impl TagLog {
                 .is_some_and(|r| now_ns.saturating_sub(r.2) > limits.max_age_ns)
     }
 
+    /// Where a replay of the events whose source time is at least
+    /// `from_ns` may start reading instead of at the oldest record: the
+    /// first position stored less than [`SEEK_CLOCK_MARGIN_NS`] (plus
+    /// [`SEEK_TOLERANCE_NS`]) before `from_ns`. Every record before it was
+    /// stored earlier, so its source time is before `from_ns` as long as
+    /// the publisher's clock was not more than the margin ahead of the
+    /// daemon's. `None`: read from the oldest (`from_ns` is 0, or the
+    /// stored-at times went back by more than the tolerance). A binary
+    /// search: O(log n).
+    pub fn seek(&self, from_ns: u64) -> Option<u64> {
+        if from_ns == 0 || self.disordered {
+            return None;
+        }
+        let before = from_ns.saturating_sub(SEEK_CLOCK_MARGIN_NS + SEEK_TOLERANCE_NS);
+        let i = self.records.partition_point(|r| r.2 < before);
+        match self.records.get(i) {
+            Some(r) => Some(r.0),
+            None => self.records.back().map(|r| r.0 + 1),
+        }
+    }
+
     /// Oldest and newest positions held.
     pub fn span(&self) -> Option<(u64, u64)> {
         Some((self.records.front()?.0, self.records.back()?.0))
@@ -282,6 +322,9 @@ impl TagLog {
             self.records.pop_front();
             self.bytes -= bytes;
             gone.push(pos);
+        }
+        if self.records.is_empty() {
+            self.disordered = false;
         }
         gone
     }

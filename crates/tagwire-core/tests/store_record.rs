@@ -7,7 +7,10 @@
 
 use bytes::{Bytes, BytesMut};
 use proptest::prelude::*;
-use tagwire_core::store::{origin_key, Retention, StoreRecord, StoreRecordError, TagLog};
+use tagwire_core::store::{
+    origin_key, Retention, StoreRecord, StoreRecordError, TagLog, SEEK_CLOCK_MARGIN_NS,
+    SEEK_TOLERANCE_NS,
+};
 use tagwire_proto::Event;
 
 fn arb_event() -> impl Strategy<Value = Bytes> {
@@ -94,6 +97,44 @@ proptest! {
         }
     }
 
+    /// The seek never skips a record a replay from `from_ns` must read:
+    /// every record whose source time (at most the clock margin after its
+    /// stored-at time) is at least `from_ns` is at or after the position it
+    /// gives; stored-at times out of order within the tolerance are fine,
+    /// and beyond it the seek gives up.
+    #[test]
+    fn the_seek_skips_only_records_older_than_the_earliest_asked_for(
+        steps in prop::collection::vec((0u64..3_000_000_000, 0u64..2_000_000_000, 0u64..60_000_000_000), 1..80),
+        from_ns in 0u64..300_000_000_000,
+        step_back in any::<bool>(),
+    ) {
+        let mut log = TagLog::default();
+        let mut at = 100_000_000_000u64;
+        let mut records = Vec::new();
+        for (pos, (step, jitter, ahead)) in steps.iter().enumerate() {
+            at += step;
+            let mut stored = at.saturating_sub(*jitter % SEEK_TOLERANCE_NS);
+            if step_back && pos == steps.len() / 2 {
+                stored = stored.saturating_sub(10 * SEEK_TOLERANCE_NS);
+            }
+            log.push(pos as u64, 1, stored);
+            // A source time at most the margin after it was stored.
+            records.push((pos as u64, stored + ahead % SEEK_CLOCK_MARGIN_NS));
+        }
+        let seek = log.seek(from_ns);
+        prop_assert_eq!(seek.is_none(), from_ns == 0 || (step_back && steps.len() > 1));
+        match seek {
+            None => {}
+            Some(start) => {
+                for (pos, source) in &records {
+                    if *source >= from_ns {
+                        prop_assert!(*pos >= start, "record {} (source {}) before the seek's {}", pos, source, start);
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn retention_keeps_the_newest_records_that_fit_every_bound(
         sizes in prop::collection::vec((1u64..50, 0u64..20), 1..60),
@@ -126,4 +167,22 @@ proptest! {
             prop_assert_eq!(log.bytes(), model.iter().map(|r| r.1).sum::<u64>());
         }
     }
+}
+
+/// The seek does skip: records stored once a second for 1,000 s, a replay
+/// from second 500 starts 61 s before it (the clock margin and the
+/// tolerance), not at the oldest.
+#[test]
+fn the_seek_starts_a_margin_before_the_time_asked_for() {
+    let mut log = TagLog::default();
+    for i in 0..1000u64 {
+        log.push(i, 1, i * 1_000_000_000);
+    }
+    assert_eq!(log.seek(500_000_000_000), Some(439));
+    assert_eq!(log.seek(0), None);
+    assert_eq!(
+        log.seek(5_000_000_000_000),
+        Some(1000),
+        "past the newest: nothing to read"
+    );
 }

@@ -859,6 +859,9 @@ impl Writer {
         let table = txn.open_table(EVENTS)?;
         let mut bytes = 0usize;
         let tag = pull.tag.as_str();
+        // Records stored long before the earliest source time asked for
+        // are skipped by position (a resume asks from a moment ago).
+        let from_pos = from_pos.max(log.and_then(|l| l.seek(from_ns)).unwrap_or(0));
         for item in table.range((tag, from_pos)..=(tag, u64::MAX))? {
             let (k, v) = item?;
             let (_, pos) = k.value();

@@ -357,13 +357,28 @@ impl Sink<Arc<Channel>> for Execute<'_, '_, '_> {
     }
 
     fn link(&mut self, to: NodeId, origin: NodeId, _hops: u8) {
-        let packed = match self.compression.codec {
-            Some(_) => self
-                .links
+        let band = self.band;
+        let conn_of = |links: &std::collections::HashMap<u64, crate::state::federation::Link>| {
+            links
                 .get(&to)
-                .map(|l| l.bands.get(self.band).map_or(&l.queue, |b| &b.queue).conn)
-                .and_then(|conn| self.packed_for(conn)),
-            None => None,
+                .map(|l| l.bands.get(band).map_or(&l.queue, |b| &b.queue).conn)
+        };
+        // An event larger than a link connection's piece size crosses it
+        // reliably whatever its tag says: so in pieces, resumable (a
+        // best-effort event over the link's frame limit was refused
+        // before). One comparison for a small event.
+        let piece = self.rel.fragments.piece;
+        let in_pieces = match self.shm.as_deref_mut() {
+            None => self.event.bytes().len() > piece,
+            Some(s) => s.copied().is_some_and(|e| e.bytes().len() > piece),
+        } && conn_of(self.links)
+            .and_then(|c| self.rel.conns.get(&c))
+            .is_some_and(|c| c.piece > 0);
+        // Pieces go uncompressed: an event is not compressed whole on the
+        // lane only to be sent raw in pieces.
+        let packed = match self.compression.codec {
+            Some(_) if !in_pieces => conn_of(self.links).and_then(|c| self.packed_for(c)),
+            _ => None,
         };
         let Some(l) = self.links.get_mut(&to) else {
             return;
@@ -373,18 +388,7 @@ impl Sink<Arc<Channel>> for Execute<'_, '_, '_> {
             ..self.meta
         };
         let queue = l.bands.get(self.band).map_or(&l.queue, |b| &b.queue);
-        // An event larger than a link's piece size crosses it reliably
-        // whatever its tag says: so in pieces, resumable (a best-effort
-        // event over the link's frame limit was refused before).
-        // (One comparison for a small event.)
-        let piece = self.rel.fragments.piece;
-        let big = !self.reliable
-            && match self.shm.as_deref_mut() {
-                None => self.event.bytes().len() > piece,
-                Some(s) => s.copied().is_some_and(|e| e.bytes().len() > piece),
-            }
-            && self.rel.conns.get(&queue.conn).is_some_and(|c| c.piece > 0);
-        let reliable = self.reliable || big;
+        let reliable = self.reliable || in_pieces;
         if reliable && self.rel.conns.contains_key(&queue.conn) {
             let conn = queue.conn;
             let event = match self.shm.as_deref_mut() {

@@ -5,7 +5,8 @@
 //! under the minimum and one that does not shrink get a plain `Forward`; a
 //! compressed event from a peer is delivered whole; one declaring more than
 //! the frame limit, or a bad stream, closes the link naming why and is
-//! counted. The "peers" are raw clients speaking link frames.
+//! counted. An event larger than the piece size goes in pieces, not
+//! compressed whole first. The "peers" are raw clients speaking link frames.
 
 mod common;
 
@@ -13,7 +14,7 @@ use bytes::{Bytes, BytesMut};
 use common::{event, link_frame, link_peer as peer, publish_frame, recv_link, tcp_config, Raw};
 use tagwire_core::compress::{compress, decompress};
 use tagwire_proto::{Codec, Event, FragmentOf, Frame, Interest, LinkFrame};
-use tagwire_router::{Limits, Router, RouterConfig, RouterHandle};
+use tagwire_router::{FederationConfig, Limits, Router, RouterConfig, RouterHandle};
 
 const MAX_FRAME: u32 = 1 << 20;
 
@@ -401,4 +402,45 @@ fn a_reliable_compressed_event_from_a_peer_is_delivered_whole_and_acknowledged()
         }
     };
     assert_eq!(ack.done, 1, "{ack:?}");
+}
+
+/// An event of a compressed tag that is larger than the link's piece size
+/// crosses in (uncompressed) pieces: the daemon does not compress it whole
+/// on its lane only to send it raw (the compression counters stay at 0).
+#[test]
+fn an_event_larger_than_the_piece_size_goes_in_pieces_and_is_not_compressed_whole() {
+    let h = Router::start(RouterConfig {
+        federation: FederationConfig {
+            fragment_size: 16 << 10,
+            ..FederationConfig::default()
+        },
+        limits: Limits {
+            max_frame: MAX_FRAME,
+            ..Limits::default()
+        },
+        qos: [("compression".to_string(), "lz4".to_string())]
+            .into_iter()
+            .collect(),
+        ..tcp_config()
+    })
+    .expect("start");
+    let mut a = interested_peer(&h, 5, 95);
+    let mut publisher = Raw::hello(&h).publisher("/pub");
+    let e = event("/pub", "/c/x", telemetry(64 << 10));
+    publisher.send_bytes(&publish_frame(1, &e));
+    publisher.ping(2);
+    let total = encoded(&e).len() as u64;
+    let mut got = 0u64;
+    while got < total {
+        match recv_link(&mut a) {
+            Ok(LinkFrame::Fragment { data, .. }) => got += data.len() as u64,
+            Ok(f @ (LinkFrame::Compressed { .. } | LinkFrame::Forward { .. })) => {
+                panic!("a large event went whole: {f:?}")
+            }
+            Ok(_) | Err(Some(_)) => {}
+            Err(None) => panic!("the link closed"),
+        }
+    }
+    let f = Raw::hello(&h).list().federation.unwrap_or_default();
+    assert_eq!(f.compression.compressed, 0, "{:?}", f.compression);
 }

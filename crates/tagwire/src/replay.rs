@@ -380,6 +380,7 @@ pub(crate) fn replay(
                 std::thread::sleep(Duration::from_nanos(at.saturating_sub(now)));
                 previous_time = Some(time);
             }
+            seam.inner.wait_for_room();
             seam.inner.deliver_sample(s);
             continue;
         }

@@ -372,6 +372,23 @@ impl Sink {
         }
     }
 
+    /// Waits until the application's queue behind this sink has room (a
+    /// replay thread, before it hands over a stored event); at once for a
+    /// callback or a playout, which take events as they come.
+    pub(crate) fn wait_for_room(&self) {
+        match self {
+            Sink::Queue(q) => q.wait_for_room(),
+            Sink::Seam(s) => s.inner.wait_for_room(),
+            Sink::Resume(r) => r.inner.wait_for_room(),
+            Sink::Resumed(r, _) => {
+                if let Some(r) = r.upgrade() {
+                    r.inner.wait_for_room()
+                }
+            }
+            Sink::Callback(..) | Sink::Playout(_) => {}
+        }
+    }
+
     pub(crate) fn close(&self) {
         match self {
             Sink::Queue(q) => q.close(),
@@ -408,11 +425,15 @@ impl Sink {
 pub(crate) struct SubQueue {
     state: Mutex<QueueState>,
     ready: Condvar,
+    /// Signalled when an event is taken while a replay waits for room.
+    room: Condvar,
 }
 
 struct QueueState {
     q: BoundedQueue<Sample>,
     waiters: usize,
+    /// Replay threads waiting for room ([`SubQueue::wait_for_room`]).
+    room_waiters: usize,
     waker: Option<Waker>,
     closed: bool,
     /// Why the subscription ended, if not by a close.
@@ -425,12 +446,30 @@ impl SubQueue {
             state: Mutex::new(QueueState {
                 q: BoundedQueue::new(bound, policy),
                 waiters: 0,
+                room_waiters: 0,
                 waker: None,
                 closed: false,
                 failed: None,
             }),
             ready: Condvar::new(),
+            room: Condvar::new(),
         })
+    }
+
+    /// Waits while the queue is full (or until it closes): a replay reads
+    /// the store no faster than the application takes its events, so that
+    /// replayed events are never dropped at this queue's bound (live ones
+    /// are, by its discard policy).
+    fn wait_for_room(&self) {
+        let mut st = lock(&self.state);
+        while !st.closed && st.q.len() >= st.q.bound() {
+            st.room_waiters += 1;
+            st = self
+                .room
+                .wait_timeout(st, ROOM_POLL)
+                .map_or_else(|e| e.into_inner().0, |(g, _)| g);
+            st.room_waiters -= 1;
+        }
     }
 
     fn push(&self, s: Sample) {
@@ -461,6 +500,7 @@ impl SubQueue {
         let waker = st.waker.take();
         drop(st);
         self.ready.notify_all();
+        self.room.notify_all();
         if let Some(w) = waker {
             w.wake();
         }
@@ -470,6 +510,9 @@ impl SubQueue {
         let mut st = lock(&self.state);
         loop {
             if let Some(s) = st.q.pop() {
+                if st.room_waiters > 0 {
+                    self.room.notify_all();
+                }
                 // An expired shared-memory payload is skipped (counted).
                 match s.settle() {
                     Some(s) => return Ok(Some(s)),
@@ -498,6 +541,10 @@ impl SubQueue {
         }
     }
 }
+
+/// How long a replay waiting for room sleeps before it looks again (it is
+/// woken when an event is taken; this bounds a missed wake-up).
+const ROOM_POLL: Duration = Duration::from_millis(100);
 
 /// A subscription whose events queue for the application's thread.
 /// Dropping it unsubscribes.
@@ -541,6 +588,9 @@ impl Subscriber {
     fn poll_recv(&self, cx: &mut Context<'_>) -> Poll<Result<Sample>> {
         let mut st = lock(&self.queue.state);
         while let Some(s) = st.q.pop() {
+            if st.room_waiters > 0 {
+                self.queue.room.notify_all();
+            }
             if let Some(s) = s.settle() {
                 return Poll::Ready(Ok(s));
             }

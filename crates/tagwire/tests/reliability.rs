@@ -97,6 +97,50 @@ fn replay_then_live_has_no_gap_and_no_duplicate_with_events_published_during_the
     assert_eq!((store.stored, store.not_stored), (TOTAL, 0), "{store:?}");
 }
 
+/// A replay is paced by the application: with a local queue of 8 events
+/// and a consumer slower than the store, every stored event arrives, none
+/// dropped at the queue's bound (the replay waits for room; before, it
+/// handed the store's pages over as fast as it read them and the queue's
+/// discard policy dropped most of them).
+#[test]
+fn a_replay_into_a_small_queue_with_a_slow_consumer_drops_nothing() {
+    let dir = Dir::new("replay-paced");
+    let (_h, url) = durable_router(&dir);
+    let s = Session::connect(&url).expect("connect");
+    s.set_qos(&["/p/**"], &[("reliability", "durable")], &[])
+        .expect("make /p/** durable");
+    const TOTAL: u64 = 2000;
+    let publisher = s.declare_publisher("/pub").expect("publisher");
+    for i in 1..=TOTAL {
+        publisher.publish("/p/x", i.to_string()).expect("publish");
+    }
+    let deadline = Instant::now() + WAIT;
+    while s.stored("/p/x").expect("stored").held < TOTAL as u32 {
+        assert!(Instant::now() < deadline, "the store never held them all");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let sub = s
+        .subscribe("/p/x")
+        .local_queue_length(8)
+        .replay_from(ReplayFrom::Start, Spacing::Fast)
+        .receiver()
+        .expect("subscribe with replay");
+    let mut got = Vec::new();
+    while (got.len() as u64) < TOTAL {
+        match sub.recv_timeout(WAIT).expect("recv") {
+            Some(e) => got.push(e.event().seq),
+            None => panic!(
+                "{} of {TOTAL} arrived, {} dropped",
+                got.len(),
+                sub.dropped()
+            ),
+        }
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    assert_eq!(got, (1..=TOTAL).collect::<Vec<_>>());
+    assert_eq!(sub.dropped(), 0);
+}
+
 #[test]
 fn reliability_is_accepted_at_each_level_and_durable_needs_a_store() {
     let dir = Dir::new("reliability-prop");

@@ -93,10 +93,12 @@ LOW_UNIX=unix://$SOCK/tagwire-low.sock
 HIGH_TCP=tcp://127.0.0.1:$((PORT + 2))
 LOW_TCP=tcp://127.0.0.1:$((PORT + 1))
 
-# p50 and p99 (µs) of the samples in file $1 (one number per line).
+# p50 and p99 (µs) of the samples in file $1 (one number per line), by
+# nearest rank (the ceil(n·p)-th smallest), as the pooled table below.
 quantiles() {
     sort -n "$1" |
-        awk '{a[NR]=$1} END{if (NR==0) {print "nan nan"} else {print a[int(NR*0.5)+0], a[int(NR*0.99)+0]}}'
+        awk 'function rank(p) { r = NR * p; r = (r == int(r)) ? r : int(r) + 1; return r < 1 ? 1 : r }
+             {a[NR]=$1} END{if (NR==0) {print "nan nan"} else {print a[rank(0.5)], a[rank(0.99)]}}'
 }
 RT=(); [[ -n ${TAGWIRE_RT_CPUS:-} ]] && RT=(taskset -c "$TAGWIRE_RT_CPUS")
 FLOOD=(); [[ -n ${TAGWIRE_FLOOD_CPUS:-} ]] && FLOOD=(taskset -c "$TAGWIRE_FLOOD_CPUS")
@@ -189,7 +191,7 @@ for r in $(seq "$ROUNDS"); do
 done
 cat "$RES"
 python3 - "$RES" "$ROUNDS" "$PINGS" "$(nproc)" "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)" "${TAGWIRE_REV:-$(git rev-parse --short HEAD)}" "$SECTION" "$WORK/samples" "$RTT_SECS" >"$WORK/section.md" <<'PY'
-import sys, collections, glob, os
+import sys, collections, glob, math, os
 res, rounds, pings, nproc, cpu, rev, section, samples, rtt_secs = sys.argv[1:10]
 d = collections.defaultdict(dict)
 for line in open(res):
@@ -236,7 +238,8 @@ def pooled(case):
     if n == 0:
         return float("nan"), float("nan"), 0
     def q(x):
-        rank, seen = int(n * x), 0
+        # Nearest rank: the ceil(n·x)-th smallest (0-based: that less one).
+        rank, seen = max(0, math.ceil(n * x) - 1), 0
         for v in sorted(counts):
             seen += counts[v]
             if seen > rank:

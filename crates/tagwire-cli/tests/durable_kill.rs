@@ -334,27 +334,7 @@ fn a_replay_at_a_restarted_daemon_reads_what_was_published_at_another_while_it_w
     );
     // b's store holds its copies once the store thread wrote them.
     let deadline = Instant::now() + WAIT;
-    while seqs(
-        &tagwire(
-            &dir_b,
-            port_b,
-            &[
-                "sub",
-                "/durable/x",
-                "--replay-from",
-                "start",
-                "--json",
-                "-n",
-                "100",
-                "--timeout",
-                "2",
-            ],
-        )
-        .stdout,
-    )
-    .len()
-        < 100
-    {
+    while seqs(&replay(&dir_b, port_b, "start", "100", "2").stdout).len() < 100 {
         assert!(
             Instant::now() < deadline,
             "b's store never held the 100 events it delivered"
@@ -365,21 +345,7 @@ fn a_replay_at_a_restarted_daemon_reads_what_was_published_at_another_while_it_w
     drop(b);
     publish("/two", "200");
     let _b = linked(&dir_b, "b", port_b, Some(port_a));
-    let out = tagwire(
-        &dir_b,
-        port_b,
-        &[
-            "sub",
-            "/durable/x",
-            "--replay-from",
-            "start",
-            "--json",
-            "-n",
-            "300",
-            "--timeout",
-            "15",
-        ],
-    );
+    let out = replay(&dir_b, port_b, "start", "300", "15");
     let got = published(&out.stdout);
     let of = |p: &str| -> Vec<u64> {
         got.iter()

@@ -26,6 +26,26 @@ fn durable_router(dir: &Dir) -> (RouterHandle, String) {
     (h, url)
 }
 
+/// The sequence numbers of the next `total` events of `sub`, pausing
+/// `pause` after each (a slow consumer); panics naming how many came and
+/// how many the queue dropped if one does not come within [`WAIT`].
+fn seqs_of(sub: &tagwire::Subscriber, total: u64, pause: Duration) -> Vec<u64> {
+    let mut got = Vec::new();
+    while (got.len() as u64) < total {
+        match sub.recv_timeout(WAIT).expect("recv") {
+            Some(e) => got.push(e.event().seq),
+            None => panic!(
+                "only {} of {total} events arrived ({} dropped): last {:?}",
+                got.len(),
+                sub.dropped(),
+                &got[got.len().saturating_sub(5)..]
+            ),
+        }
+        std::thread::sleep(pause);
+    }
+    got
+}
+
 #[test]
 fn replay_then_live_has_no_gap_and_no_duplicate_with_events_published_during_the_replay() {
     let dir = Dir::new("replay-seam");
@@ -67,17 +87,7 @@ fn replay_then_live_has_no_gap_and_no_duplicate_with_events_published_during_the
         .replay_from(ReplayFrom::Start, Spacing::Fast)
         .receiver()
         .expect("subscribe with replay");
-    let mut got = Vec::new();
-    while (got.len() as u64) < TOTAL {
-        match sub.recv_timeout(WAIT).expect("recv") {
-            Some(s) => got.push(s.event().seq),
-            None => panic!(
-                "only {} of {TOTAL} events arrived: {:?}",
-                got.len(),
-                &got[got.len().saturating_sub(5)..]
-            ),
-        }
-    }
+    let got = seqs_of(&sub, TOTAL, Duration::ZERO);
     t.join().expect("publisher thread");
     assert_eq!(
         got,
@@ -125,18 +135,7 @@ fn a_replay_into_a_small_queue_with_a_slow_consumer_drops_nothing() {
         .replay_from(ReplayFrom::Start, Spacing::Fast)
         .receiver()
         .expect("subscribe with replay");
-    let mut got = Vec::new();
-    while (got.len() as u64) < TOTAL {
-        match sub.recv_timeout(WAIT).expect("recv") {
-            Some(e) => got.push(e.event().seq),
-            None => panic!(
-                "{} of {TOTAL} arrived, {} dropped",
-                got.len(),
-                sub.dropped()
-            ),
-        }
-        std::thread::sleep(Duration::from_micros(100));
-    }
+    let got = seqs_of(&sub, TOTAL, Duration::from_micros(100));
     assert_eq!(got, (1..=TOTAL).collect::<Vec<_>>());
     assert_eq!(sub.dropped(), 0);
 }

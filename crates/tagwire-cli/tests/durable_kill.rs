@@ -235,6 +235,43 @@ peers = [{peers}]
     daemon_with_state(dir, &dir.join("state"), port, &config)
 }
 
+/// Waits until daemon b (`dir_b`, `port_b`) gets events published at a over
+/// their link: a subscriber at b and a probe published at a, retried.
+fn wait_linked(dir_a: &Path, port_a: u16, dir_b: &Path, port_b: u16) {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let sub = spawn_sub(
+            dir_b,
+            port_b,
+            &dir_b.join("probe"),
+            &["sub", "/durable/probe", "-n", "1", "--timeout", "1"],
+        );
+        std::thread::sleep(Duration::from_millis(300));
+        tagwire(dir_a, port_a, &["pub", "/durable/probe", "x"]);
+        if wait_output(sub, WAIT).status.success() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "b never got a's events over the link"
+        );
+    }
+}
+
+/// Starts `tagwire ARGS` against the daemon at `port` (token from `dir`),
+/// its stdout in `out`, its stderr piped.
+fn spawn_sub(dir: &Path, port: u16, out: &Path, args: &[&str]) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_tagwire"))
+        .args(["-s", &format!("tcp://127.0.0.1:{port}")])
+        .args(args)
+        .env("XDG_RUNTIME_DIR", dir)
+        .env_remove("TAGWIRE_SERVER")
+        .stdout(std::fs::File::create(out).expect("stdout file"))
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn tagwire")
+}
+
 /// Issue 25, "durable across daemons": daemon `b` links to `a`; a live
 /// subscriber at `b` gets publisher one's 100 events (so `b`'s store holds
 /// copies of them), then `b` is killed with SIGKILL and publisher two
@@ -256,36 +293,13 @@ fn a_replay_at_a_restarted_daemon_reads_what_was_published_at_another_while_it_w
     };
     let _a = linked(&dir_a, "a", port_a, None);
     let mut b = linked(&dir_b, "b", port_b, Some(port_a));
-    // A live subscriber at b, once the link and its interest are up: it
-    // gets a probe event published at a (retried until one arrives).
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let path = dir_b.join("probe");
-        let file = std::fs::File::create(&path).expect("probe file");
-        let sub = Command::new(env!("CARGO_BIN_EXE_tagwire"))
-            .args(["-s", &format!("tcp://127.0.0.1:{port_b}")])
-            .args(["sub", "/durable/probe", "-n", "1", "--timeout", "1"])
-            .env("XDG_RUNTIME_DIR", &dir_b)
-            .env_remove("TAGWIRE_SERVER")
-            .stdout(file)
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn tagwire sub");
-        std::thread::sleep(Duration::from_millis(300));
-        tagwire(&dir_a, port_a, &["pub", "/durable/probe", "x"]);
-        let out = wait_output(sub, WAIT);
-        if out.status.success() {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "b never got a's events over the link"
-        );
-    }
+    wait_linked(&dir_a, port_a, &dir_b, port_b);
     let live_path = dir_b.join("live");
-    let live = Command::new(env!("CARGO_BIN_EXE_tagwire"))
-        .args(["-s", &format!("tcp://127.0.0.1:{port_b}")])
-        .args([
+    let live = spawn_sub(
+        &dir_b,
+        port_b,
+        &live_path,
+        &[
             "sub",
             "/durable/x",
             "--json",
@@ -293,13 +307,8 @@ fn a_replay_at_a_restarted_daemon_reads_what_was_published_at_another_while_it_w
             "100",
             "--timeout",
             "20",
-        ])
-        .env("XDG_RUNTIME_DIR", &dir_b)
-        .env_remove("TAGWIRE_SERVER")
-        .stdout(std::fs::File::create(&live_path).expect("live file"))
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn the live subscriber");
+        ],
+    );
     std::thread::sleep(Duration::from_millis(500));
     let publish = |endpoint: &str, n: &str| {
         let out = tagwire(
@@ -360,4 +369,95 @@ fn a_replay_at_a_restarted_daemon_reads_what_was_published_at_another_while_it_w
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(got.len(), 300, "nothing but the 300 events");
+}
+
+/// Issue 25, "for subscribers that were away" across daemons: a durable
+/// subscriber at `b` (`--qos reliability=durable`: resumed after every
+/// reconnect) gets publisher one's 100 events from `a`; `b` is killed with
+/// SIGKILL, publisher two publishes 200 at `a`, `b` restarts: the same
+/// subscriber process reconnects, resumes from what it printed, and gets
+/// two's 200 — from `a`'s store, since they never reached `b` — each once, in
+/// order, with none of one's again.
+#[test]
+fn a_durable_subscriber_whose_daemon_was_killed_resumes_what_another_daemon_published_meanwhile() {
+    let dir = temp_dir("durable", "resume-across");
+    let (dir_a, dir_b) = (dir.join("a"), dir.join("b"));
+    let port_a = free_port();
+    let port_b = loop {
+        let p = free_port();
+        if p.abs_diff(port_a) > 8 {
+            break p;
+        }
+    };
+    let _a = linked(&dir_a, "a", port_a, None);
+    let mut b = linked(&dir_b, "b", port_b, Some(port_a));
+    wait_linked(&dir_a, port_a, &dir_b, port_b);
+    let out_path = dir_b.join("durable-sub");
+    let sub = spawn_sub(
+        &dir_b,
+        port_b,
+        &out_path,
+        &[
+            "sub",
+            "/durable/x",
+            "--qos",
+            "reliability=durable",
+            "--json",
+            "-n",
+            "300",
+            "--timeout",
+            "30",
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let publish = |endpoint: &str, n: &str| {
+        let out = tagwire(
+            &dir_a,
+            port_a,
+            &[
+                "pub",
+                "/durable/x",
+                "hi",
+                "-n",
+                n,
+                "--endpoint",
+                endpoint,
+                "--qos",
+                "reliability=durable",
+            ],
+        );
+        assert!(
+            out.status.success(),
+            "pub at a: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    publish("/one", "100");
+    let deadline = Instant::now() + WAIT;
+    while published(&std::fs::read(&out_path).unwrap_or_default()).len() < 100 {
+        assert!(
+            Instant::now() < deadline,
+            "the subscriber at b never got one's 100 events"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    b.0.kill().expect("kill -9 b");
+    b.0.wait().expect("reap b");
+    drop(b);
+    publish("/two", "200");
+    let _b = linked(&dir_b, "b", port_b, Some(port_a));
+    let out = wait_output(sub, WAIT + WAIT);
+    let got = published(&std::fs::read(&out_path).expect("subscriber output"));
+    let of = |p: &str| -> Vec<u64> {
+        got.iter()
+            .filter(|(publisher, _)| publisher == p)
+            .map(|(_, s)| *s)
+            .collect()
+    };
+    assert_eq!(
+        (of("/one"), of("/two")),
+        ((1..=100).collect::<Vec<_>>(), (1..=200).collect::<Vec<_>>()),
+        "the durable subscriber at b across its daemon's kill (stderr: {})",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -281,10 +281,12 @@ fn sources(session: &Session, tag: &str, from_seq: u64, from_ns: u64) -> Vec<Sou
         let Ok(listing) = session.list_page(None, Some(1)) else {
             return alone();
         };
-        let waiting = listing
-            .federation
-            .as_ref()
-            .is_some_and(|f| f.links.len() < f.peers);
+        // Its configured peers linked, and each linked daemon's advert in
+        // (it follows the link's handshake by a moment).
+        let waiting = listing.federation.as_ref().is_some_and(|f| {
+            f.links.len() < f.peers
+                || !f.links.iter().all(|l| f.known.iter().any(|k| k.name == l.peer))
+        });
         if !waiting || started.elapsed() >= LINK_WAIT {
             break listing;
         }

@@ -461,3 +461,96 @@ fn a_durable_subscriber_whose_daemon_was_killed_resumes_what_another_daemon_publ
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Issue 25, the partition that heals, for a subscriber that stays
+/// connected: daemons a - m - b in a line, a durable subscriber at b.
+/// m is killed with SIGKILL (a and b cannot reach each other), publisher two
+/// publishes 200 at a, m restarts: b reaches a again and tells its clients
+/// (`Healed`, protocol version 7), and the subscriber — connected to b all
+/// along — resumes from a's store: one's 100 and two's 200, each once, in
+/// order (before: two's never came).
+#[test]
+fn a_durable_subscriber_that_stays_connected_gets_what_a_partition_kept_from_it_once_it_heals() {
+    let dir = temp_dir("durable", "healed");
+    let (dir_a, dir_m, dir_b) = (dir.join("a"), dir.join("m"), dir.join("b"));
+    let mut ports: Vec<u16> = Vec::new();
+    while ports.len() < 3 {
+        let p = free_port();
+        if ports.iter().all(|q| p.abs_diff(*q) > 8) {
+            ports.push(p);
+        }
+    }
+    let (port_a, port_m, port_b) = (ports[0], ports[1], ports[2]);
+    let _a = linked(&dir_a, "a", port_a, None);
+    let mut m = linked(&dir_m, "m", port_m, Some(port_a));
+    let _b = linked(&dir_b, "b", port_b, Some(port_m));
+    wait_linked(&dir_a, port_a, &dir_b, port_b);
+    let out_path = dir_b.join("durable-sub");
+    let sub = spawn_sub(
+        &dir_b,
+        port_b,
+        &out_path,
+        &[
+            "sub",
+            "/durable/x",
+            "--qos",
+            "reliability=durable",
+            "--json",
+            "-n",
+            "300",
+            "--timeout",
+            "30",
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let publish = |endpoint: &str, n: &str| {
+        let out = tagwire(
+            &dir_a,
+            port_a,
+            &[
+                "pub",
+                "/durable/x",
+                "hi",
+                "-n",
+                n,
+                "--endpoint",
+                endpoint,
+                "--qos",
+                "reliability=durable",
+            ],
+        );
+        assert!(
+            out.status.success(),
+            "pub at a: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    publish("/one", "100");
+    let deadline = Instant::now() + WAIT;
+    while published(&std::fs::read(&out_path).unwrap_or_default()).len() < 100 {
+        assert!(
+            Instant::now() < deadline,
+            "the subscriber at b never got one's 100 events"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    m.0.kill().expect("kill -9 m");
+    m.0.wait().expect("reap m");
+    drop(m);
+    publish("/two", "200");
+    let _m = linked(&dir_m, "m", port_m, Some(port_a));
+    let out = wait_output(sub, WAIT + WAIT);
+    let got = published(&std::fs::read(&out_path).expect("subscriber output"));
+    let of = |p: &str| -> Vec<u64> {
+        got.iter()
+            .filter(|(publisher, _)| publisher == p)
+            .map(|(_, s)| *s)
+            .collect()
+    };
+    assert_eq!(
+        (of("/one"), of("/two")),
+        ((1..=100).collect::<Vec<_>>(), (1..=200).collect::<Vec<_>>()),
+        "the durable subscriber at b across the partition (stderr: {})",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -325,6 +325,12 @@ pub enum Input {
         /// Bytes held from the start.
         have: u64,
     },
+    /// Client (version 7): daemons the server could not reach are
+    /// reachable again; it reaches `daemons` now (see `Frame::Healed`).
+    Healed {
+        /// Daemons the server reaches now, itself included.
+        daemons: u32,
+    },
     /// Client: an event for subscription `sub`.
     Deliver {
         /// Subscription id.
@@ -1660,6 +1666,9 @@ impl Connection {
             }
             Frame::PieceResume { endpoint, id, have } if self.pieces() => {
                 Input::PieceResume { endpoint, id, have }
+            }
+            Frame::Healed { daemons } if self.version >= tagwire_proto::HEALED_PROTOCOL_VERSION => {
+                Input::Healed { daemons }
             }
             Frame::AdminReply { req, body } => self.reply(req, Reply::Admin(body)),
             Frame::PullReply(r) => self.reply(r.req, Reply::Pulled(r)),

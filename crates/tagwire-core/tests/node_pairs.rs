@@ -101,6 +101,51 @@ fn a_partition_delivers_nothing_across_and_heals() {
     assert_eq!(net.got(), got(&[(3, "viewer", 1)]));
 }
 
+/// When a partition heals, each daemon that reaches again daemons it
+/// could not says so (`Output::Healed`, with how many it reaches), so that
+/// the router can tell its clients; a link that comes and goes within what
+/// is reachable anyway (a ring's other path) makes no such output.
+#[test]
+fn a_healed_partition_is_an_output_where_daemons_became_reachable_again() {
+    let mut net = Net::line(3);
+    net.healed.clear();
+    net.disconnect(2, 3);
+    net.run();
+    assert!(
+        net.healed.is_empty(),
+        "a cut heals nothing: {:?}",
+        net.healed
+    );
+    net.connect(2, 3);
+    net.run();
+    let mut at: Vec<Id> = net.healed.iter().map(|(id, _)| *id).collect();
+    at.sort_unstable();
+    at.dedup();
+    assert_eq!(
+        at,
+        vec![1, 2, 3],
+        "every daemon reaches another again: {:?}",
+        net.healed
+    );
+    assert!(net.healed.iter().all(|(_, n)| *n == 3), "{:?}", net.healed);
+    // A ring: one link cut and back, everything stays reachable.
+    let mut ring = Net::new(4);
+    for (a, b) in [(1, 2), (2, 3), (3, 4), (4, 1)] {
+        ring.connect(a, b);
+    }
+    ring.run();
+    ring.healed.clear();
+    ring.disconnect(1, 2);
+    ring.run();
+    ring.connect(1, 2);
+    ring.run();
+    assert!(
+        ring.healed.is_empty(),
+        "nothing was unreachable: {:?}",
+        ring.healed
+    );
+}
+
 #[test]
 fn unsubscribing_stops_the_flow_upstream() {
     let mut net = Net::line(3);

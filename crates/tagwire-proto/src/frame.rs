@@ -19,9 +19,13 @@ use crate::reader::Reader;
 /// publishing: `PublishReliable` and `PublishAck`, with a `Hello` laid out
 /// as version 3's; version 5 adds pieces: `PublishPiece`, `DeliverPiece`
 /// and `PieceResume`, for events larger than the frame; version 6 adds
-/// `DeliverReliablePiece`, pieces for acknowledged subscriptions; versions
-/// 1 to 5 are still understood).
-pub const PROTOCOL_VERSION: u16 = 6;
+/// `DeliverReliablePiece`, pieces for acknowledged subscriptions; version 7
+/// adds `Healed`, the network healed; versions 1 to 6 are still
+/// understood).
+pub const PROTOCOL_VERSION: u16 = 7;
+/// The first protocol version told that the network healed
+/// ([`Frame::Healed`]).
+pub const HEALED_PROTOCOL_VERSION: u16 = 7;
 /// The first protocol version with events in pieces
 /// ([`Frame::PublishPiece`], [`Frame::DeliverPiece`], [`Frame::PieceResume`]).
 pub const PIECES_PROTOCOL_VERSION: u16 = 5;
@@ -130,6 +134,11 @@ pub mod kind {
     /// the whole event is settled with `DeliverAck` under its sequence
     /// number, like a `DeliverReliable`.
     pub const DELIVER_RELIABLE_PIECE: u8 = 0x1c;
+    /// Server → client (version 7): daemons the server could not reach
+    /// are reachable again (a partition healed, a daemon on the path came
+    /// back): what was published there meanwhile did not come; a client
+    /// resumes its durable subscriptions from the stores.
+    pub const HEALED: u8 = 0x1d;
 }
 
 /// What every piece of one event says about it (versions 5's
@@ -391,6 +400,14 @@ pub enum Frame {
         /// Bytes held from the start.
         have: u64,
     },
+    /// Version 7: daemons the server could not reach are reachable again;
+    /// it now reaches `daemons` (itself included). Events published at them
+    /// meanwhile did not come: the client library resumes its durable
+    /// subscriptions (a replay from the stores, as after a reconnect).
+    Healed {
+        /// Daemons the server reaches now, itself included.
+        daemons: u32,
+    },
     /// Delivers an encoded event to subscription `sub`.
     Deliver {
         /// Subscription id.
@@ -512,6 +529,7 @@ impl Frame {
             Frame::DeliverPiece { .. } => kind::DELIVER_PIECE,
             Frame::DeliverReliablePiece { .. } => kind::DELIVER_RELIABLE_PIECE,
             Frame::PieceResume { .. } => kind::PIECE_RESUME,
+            Frame::Healed { .. } => kind::HEALED,
             Frame::Ok { .. } => kind::OK,
             Frame::Error { .. } => kind::ERROR,
             Frame::Ping { .. } => kind::PING,
@@ -557,8 +575,8 @@ impl Frame {
                         put_short_str(out, "token", token)?;
                         out.put_slice(session);
                     }
-                    // Versions 4 to 6 lay their Hello out as version 3's.
-                    3..=6 => {
+                    // Versions 4 and later lay their Hello out as version 3's.
+                    3..=PROTOCOL_VERSION => {
                         if !token.is_empty() {
                             return Err(EncodeError::BearerToken { version: 3 });
                         }
@@ -684,6 +702,7 @@ impl Frame {
                 out.put_u64_le(*id);
                 out.put_u64_le(*have);
             }
+            Frame::Healed { daemons } => out.put_u32_le(*daemons),
             Frame::Ok { req } => out.put_u32_le(*req),
             Frame::Error { req, code, message } => {
                 out.put_u32_le(*req);
@@ -735,7 +754,7 @@ impl Frame {
                         session.copy_from_slice(r.bytes(SESSION_ID_LEN, "session id")?);
                         (token, None)
                     }
-                    3..=6 => {
+                    3..=PROTOCOL_VERSION => {
                         let proof = match r.u8("credential kind")? {
                             CREDENTIAL_NONE => None,
                             CREDENTIAL_TOKEN => Some(Box::new(TokenTag {
@@ -898,6 +917,9 @@ impl Frame {
                 id: r.u64("piece event id")?,
                 have: r.u64("bytes held")?,
             },
+            kind::HEALED => Frame::Healed {
+                daemons: r.u32("daemons reached")?,
+            },
             kind::OK => Frame::Ok {
                 req: r.u32("request id")?,
             },
@@ -971,6 +993,7 @@ pub fn frame_name(kind_code: u8) -> &'static str {
         kind::DELIVER_PIECE => "DeliverPiece",
         kind::PIECE_RESUME => "PieceResume",
         kind::DELIVER_RELIABLE_PIECE => "DeliverReliablePiece",
+        kind::HEALED => "Healed",
         k if crate::link::is_link_kind(k) => crate::link::link_frame_name(k),
         _ => "unknown frame",
     }

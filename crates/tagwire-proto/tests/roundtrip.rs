@@ -257,6 +257,7 @@ fn frame() -> impl Strategy<Value = Frame> {
             .prop_map(|(sub, seq, (of, data))| Frame::DeliverReliablePiece { sub, seq, of, data }),
         (any::<u32>(), any::<u64>(), any::<u64>())
             .prop_map(|(endpoint, id, have)| Frame::PieceResume { endpoint, id, have }),
+        any::<u32>().prop_map(|daemons| Frame::Healed { daemons }),
         any::<u32>().prop_map(|req| Frame::Ok { req }),
         (any::<u32>(), any::<u16>(), text(100)).prop_map(|(req, code, message)| Frame::Error {
             req,

@@ -593,6 +593,15 @@ async fn serve_with<R, W>(
             if !was_established && conn.engine.is_established() {
                 slot.establish();
                 rb.set_chunk(READ_CHUNK);
+                // The Welcome goes out before anything the daemon sends
+                // unasked (a `Healed`, which needs the version recorded).
+                if !conn.flush() {
+                    break 'read;
+                }
+                let version = conn.engine.version();
+                if let Some(c) = state.borrow_mut().connections.get_mut(&conn.id) {
+                    c.version = version;
+                }
             }
             since_yield += 1;
             if since_yield >= FRAMES_PER_TURN {
@@ -723,6 +732,7 @@ fn register(
             qos: tagwire_core::qos::QosLayer::new(tagwire_core::qos::Level::Session),
             transport: "",
             udp: None,
+            version: 0,
         },
     );
     crate::bandwidth::mark_connection(&st, id);

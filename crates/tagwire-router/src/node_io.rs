@@ -45,6 +45,7 @@ pub(crate) fn execute(st: &mut State) {
                 max_reply,
                 pull,
             } => stored_for_link(st, asker, max_reply, pull),
+            Output::Healed { daemons } => st.fed.healed = Some(daemons),
             Output::AdvertRefused { from, error } => {
                 let Some(l) = st.fed.links.get(&from) else {
                     continue;

@@ -58,6 +58,9 @@ pub(crate) struct ConnEntry {
     pub transport: &'static str,
     /// A UDP session's counters.
     pub udp: Option<Arc<crate::udp::UdpStats>>,
+    /// Its protocol version, recorded once its `Welcome` is in its outbox
+    /// (0 before: nothing unasked may precede the `Welcome`).
+    pub version: u16,
 }
 
 /// A lane as it runs: its band and the scheduling it got.

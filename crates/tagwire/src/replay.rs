@@ -285,7 +285,10 @@ fn sources(session: &Session, tag: &str, from_seq: u64, from_ns: u64) -> Vec<Sou
         // (it follows the link's handshake by a moment).
         let waiting = listing.federation.as_ref().is_some_and(|f| {
             f.links.len() < f.peers
-                || !f.links.iter().all(|l| f.known.iter().any(|k| k.name == l.peer))
+                || !f
+                    .links
+                    .iter()
+                    .all(|l| f.known.iter().any(|k| k.name == l.peer))
         });
         if !waiting || started.elapsed() >= LINK_WAIT {
             break listing;

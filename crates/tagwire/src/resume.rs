@@ -160,9 +160,9 @@ impl Resume {
         self.spawn(seam, generation, from, spacing, true)
     }
 
-    /// The session reconnected (on the reader thread, before it reads the
-    /// new connection): replay from the last delivered event.
-    pub(crate) fn reconnected(self: &Arc<Self>) {
+    /// The session reconnected, or the network healed (on the reader
+    /// thread, before it reads on): replay from the last delivered event.
+    pub(crate) fn resync(self: &Arc<Self>, why: &str) {
         let from = {
             let st = lock(&self.state);
             let margin = RESUME_MARGIN.as_nanos() as u64;
@@ -172,10 +172,7 @@ impl Resume {
                 (None, None) => ReplayFrom::Time(st.made_at.saturating_sub(margin)),
             }
         };
-        tracing::info!(
-            "resuming {} after a reconnect: replay from {from:?}",
-            self.tag
-        );
+        tracing::info!("resuming {} after {why}: replay from {from:?}", self.tag);
         if let Err(e) = self.replay(from, Spacing::Fast) {
             tracing::warn!("cannot start the resume replay of {}: {e}", self.tag);
             self.go_live();
@@ -249,12 +246,13 @@ impl Resume {
     }
 }
 
-/// After a reconnect: every resumable subscription of the session replays
-/// from its last delivered event.
-pub(crate) fn reconnected(sinks: &std::collections::HashMap<u32, Arc<Sink>>) {
+/// After a reconnect, or when the daemon reaches daemons again that it
+/// could not (`Healed`; `why` says which, for the log): every resumable
+/// subscription of the session replays from its last delivered event.
+pub(crate) fn resync(sinks: &std::collections::HashMap<u32, Arc<Sink>>, why: &str) {
     for sink in sinks.values() {
         if let Sink::Resume(r) = &**sink {
-            r.reconnected();
+            r.resync(why);
         }
     }
 }

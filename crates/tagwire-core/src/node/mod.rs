@@ -147,6 +147,14 @@ pub enum Output {
         /// The pull, its `node` cleared.
         pull: Pull,
     },
+    /// Daemons became reachable that were not (a partition healed, a
+    /// daemon on the path came back, or one joined): the router tells its
+    /// clients (`Healed`), whose durable subscriptions resume from the
+    /// stores what was published there meanwhile.
+    Healed {
+        /// Daemons reachable now, this one included.
+        daemons: u32,
+    },
     /// A neighbour's advert was refused (over a bound, malformed, forged);
     /// the link stays. The router logs it and tells the peer.
     AdvertRefused {
@@ -417,6 +425,11 @@ impl<C: Clone> Node<C> {
             if let Some(advert) = self.topo.advert_of(id) {
                 self.flood(advert, None);
             }
+        }
+        if now.difference(before).next().is_some() {
+            self.out.push_back(Output::Healed {
+                daemons: u32::try_from(now.len()).unwrap_or(u32::MAX),
+            });
         }
     }
 

@@ -45,6 +45,8 @@ pub struct Net {
     /// `Stored` pulls that reached their daemon, for its store (the test
     /// answers them with `Node::answer`).
     pub stored_pulls: Vec<(Id, Asker, Pull)>,
+    /// `Healed` outputs: (daemon, daemons it reaches).
+    pub healed: Vec<(Id, u32)>,
     /// Events forwarded per link direction.
     pub forwarded: BTreeMap<(Id, Id), usize>,
     /// The next channel id (unique across the net).
@@ -114,6 +116,7 @@ impl Net {
             interest: BTreeMap::new(),
             pulls_done: Vec::new(),
             stored_pulls: Vec::new(),
+            healed: Vec::new(),
             forwarded: BTreeMap::new(),
             next_channel: 1,
         }
@@ -308,6 +311,7 @@ impl Net {
                         Output::Stored { asker, pull, .. } => {
                             self.stored_pulls.push((id, asker, pull))
                         }
+                        Output::Healed { daemons } => self.healed.push((id, daemons)),
                         Output::AdvertRefused { error, .. } => {
                             panic!("daemon {} refused an advert: {error}", name(id))
                         }

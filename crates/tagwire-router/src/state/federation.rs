@@ -21,6 +21,11 @@ pub(crate) struct Federation {
     pub links: HashMap<NodeId, Link>,
     /// The channel table generation last advertised.
     pub(crate) advertised: u64,
+    /// Daemons became reachable (the daemons reachable now): clients are
+    /// told on the next federation tick ([`crate::link::tell_healed`]).
+    pub(crate) healed: Option<u32>,
+    /// When clients were last told, so at most once a second.
+    pub(crate) healed_told: Option<std::time::Instant>,
     /// Software clock skew for experiments: (offset ns, ppm).
     pub skew: (i64, i64),
     /// Where the daemon's clock readings start, for the skew's drift.
@@ -160,6 +165,8 @@ impl Federation {
         Federation {
             links: HashMap::new(),
             advertised: 0,
+            healed: None,
+            healed_told: None,
             skew: (config.clock_offset_ms * 1_000_000, config.clock_skew_ppm),
             epoch: now_ns(),
             band_dialing: Default::default(),

@@ -275,7 +275,9 @@ impl Raw {
             .map(|(k, body)| Frame::decode(k, body).expect("server frame decodes"))
     }
 
-    /// The next frame undecoded: its type and body.
+    /// The next frame undecoded: its type and body. A `Healed` (the daemon
+    /// reaches again daemons it could not: a raw peer linked) is skipped, as
+    /// a client with no durable subscription ignores it.
     pub fn recv_raw(&mut self) -> Option<(u8, Bytes)> {
         loop {
             if let Some(f) = self
@@ -283,6 +285,9 @@ impl Raw {
                 .next_raw(&mut self.buf)
                 .expect("server frames fit the negotiated max frame")
             {
+                if f.0 == tagwire_proto::kind::HEALED {
+                    continue;
+                }
                 return Some(f);
             }
             let mut chunk = [0u8; 65536];

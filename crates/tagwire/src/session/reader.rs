@@ -219,7 +219,7 @@ pub(super) fn reader_main(inner: Arc<Inner>, mut stream: Stream, mut leftover: B
                     // Before the new connection is read: its deliveries
                     // are held while the resume replays run.
                     let sinks = lock(&inner.sinks).clone();
-                    crate::resume::reconnected(&sinks);
+                    crate::resume::resync(&sinks, "a reconnect");
                     tracing::info!("reconnected to {}", inner.target().describe());
                     let pieced = std::mem::take(&mut lock(&inner.writer).pieced_resend);
                     inner.resend_pieces(pieced);
@@ -447,6 +447,15 @@ fn handle_other(inner: &Inner, input: Input) {
     match input {
         Input::PublishAck(ack) => inner.on_publish_acks(&[ack]),
         Input::PieceResume { id, have, .. } => lock(&inner.piece_resume).set(id, have),
+        Input::Healed { daemons } => {
+            // Before the next frame is read: the events that come now from
+            // the daemons reachable again are held while the resumes run.
+            tracing::info!(
+                "the daemon reaches {daemons} daemons again: resuming durable subscriptions"
+            );
+            let sinks = lock(&inner.sinks).clone();
+            crate::resume::resync(&sinks, "the network healed");
+        }
         Input::ShmRegion {
             region,
             role,

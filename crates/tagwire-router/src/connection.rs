@@ -30,7 +30,6 @@ use crate::admission::{ConnLog, LogLine};
 use crate::auth::{Rights, Transport};
 use crate::channel::{Channel, Outbox, Outgoing, Staging, MAX_STAGED, READ_CHUNK};
 use crate::config::Limits;
-use crate::dispatch::deliver;
 use crate::filters::{op_name, FilterInfo, FilterLevel, FilterRecord};
 use crate::local::hex;
 use crate::read_buffer::ReadBuffer;
@@ -1569,7 +1568,7 @@ impl Conn {
                 crate::qos::check_suppliers(st, ev.tag, name)?;
             }
         }
-        note.add(st, ev.tag, p.endpoint, ev.publisher);
+        let publisher_key = note.add(st, ev.tag, p.endpoint, ev.publisher);
         if let Admit::Hold { until, .. } = decision {
             // Held until its start time; a copy, so the read buffer is not
             // pinned (and a shared-memory payload is copied out now).
@@ -1604,27 +1603,14 @@ impl Conn {
                     Some(epoch) => Outgoing::in_chunk(&p.bytes, epoch),
                 };
                 outgoing.hand_over();
-                match upstream {
-                    None => {
-                        deliver(st, stage, &mut outgoing, &ev, deadline, Some(&self.band));
-                    }
-                    Some(up) => {
-                        let route = crate::dispatch::Route {
-                            band: Some(&self.band),
-                            reliable: true,
-                            upstream: Some(up),
-                            ..crate::dispatch::Route::default()
-                        };
-                        crate::dispatch::deliver_routed(
-                            st,
-                            stage,
-                            &mut outgoing,
-                            &ev,
-                            deadline,
-                            route,
-                        );
-                    }
-                }
+                let route = crate::dispatch::Route {
+                    band: Some(&self.band),
+                    reliable: upstream.is_some(),
+                    upstream,
+                    publisher_key: Some(publisher_key),
+                    ..crate::dispatch::Route::default()
+                };
+                crate::dispatch::deliver_routed(st, stage, &mut outgoing, &ev, deadline, route);
                 stage.hand_over(outgoing.into_owned(), &mut p.bytes);
             }
         }

@@ -21,6 +21,8 @@ pub(crate) const QUEUED_OVERHEAD: usize = 128;
 /// It borrows the caller's `Bytes` where it can (`'b`): a channel that
 /// queues the event takes its own reference, and the routing of a publish
 /// need not take one more (an atomic increment and decrement per event).
+/// A client's publish goes further ([`hand_over`](Self::hand_over)): the
+/// last channel it is staged for gets the caller's reference itself.
 #[derive(Debug)]
 pub(crate) struct Outgoing<'b> {
     bytes: EventBytes<'b>,

@@ -30,7 +30,6 @@ use crate::admission::{ConnLog, LogLine};
 use crate::auth::{Rights, Transport};
 use crate::channel::{Channel, Outbox, Outgoing, Staging, MAX_STAGED, READ_CHUNK};
 use crate::config::Limits;
-use crate::dispatch::deliver;
 use crate::filters::{op_name, FilterInfo, FilterLevel, FilterRecord};
 use crate::local::hex;
 use crate::read_buffer::ReadBuffer;
@@ -258,7 +257,7 @@ impl<'s> PublishBatch<'s> {
     }
 
     /// Routes `p` within the batch (locking the state if the batch has not).
-    fn publish(&mut self, conn: &mut Conn, p: &Publish, chunk: Option<u64>) {
+    fn publish(&mut self, conn: &mut Conn, p: &mut Publish, chunk: Option<u64>) {
         let st = self.held.get_or_insert_with(|| self.state.borrow_mut());
         self.stage.arrived = conn.read_at;
         let result = match p.reliable {
@@ -531,16 +530,18 @@ async fn serve_with<R, W>(
                 batch.end(&mut conn);
             }
             let was_established = conn.engine.is_established();
-            let Some(input) = conn.engine.poll_input(&mut rb.buf) else {
+            let Some(mut input) = conn.engine.poll_input(&mut rb.buf) else {
                 break;
             };
             rb.frame_taken();
             let chunk = |len: usize| (!rb.is_large(len)).then_some(epoch);
-            if let Input::Publish(p) = &input {
+            if let Input::Publish(p) = &mut input {
                 // Routed under the state lock held across the batch; the
                 // connection's replies wait for the batch's end (flushing
-                // them may log, which locks the state).
-                batch.publish(&mut conn, p, chunk(p.frame_len));
+                // them may log, which locks the state). Its bytes go to the
+                // last channel that takes it.
+                let chunk = chunk(p.frame_len);
+                batch.publish(&mut conn, p, chunk);
                 if batch.full() || p.frame_len > BATCH_FRAME_MAX {
                     batch.end(&mut conn);
                 }
@@ -565,8 +566,8 @@ async fn serve_with<R, W>(
                     } => {
                         // A whole event is routed as the publish it stands
                         // for, in a batch of its own.
-                        if let Some(p) = conn.publish_piece(endpoint, seq, of, data) {
-                            batch.publish(&mut conn, &p, None);
+                        if let Some(mut p) = conn.publish_piece(endpoint, seq, of, data) {
+                            batch.publish(&mut conn, &mut p, None);
                             batch.end(&mut conn);
                         }
                     }
@@ -1533,7 +1534,7 @@ impl Conn {
         st: &mut State,
         stage: &mut Staging,
         note: &mut PublishNote,
-        p: &Publish,
+        p: &mut Publish,
         chunk: Option<u64>,
         seq: u64,
     ) -> Result<(), (ErrorCode, String)> {
@@ -1558,7 +1559,7 @@ impl Conn {
         st: &mut State,
         stage: &mut Staging,
         note: &mut PublishNote,
-        p: &Publish,
+        p: &mut Publish,
         chunk: Option<u64>,
         upstream: Option<crate::reliable::Upstream>,
     ) -> Result<(), (ErrorCode, String)> {
@@ -1602,7 +1603,7 @@ impl Conn {
                 crate::qos::check_suppliers(st, ev.tag, name)?;
             }
         }
-        note.add(st, ev.tag, p.endpoint, ev.publisher);
+        let publisher_key = note.add(st, ev.tag, p.endpoint, ev.publisher);
         if let Admit::Hold { until, .. } = decision {
             // Held until its start time; a copy, so the read buffer is not
             // pinned (and a shared-memory payload is copied out now).
@@ -1629,31 +1630,23 @@ impl Conn {
                 crate::dispatch::deliver_shm(st, stage, s, &ev, deadline, Some(&self.band));
             }
             None => {
+                // The frame's bytes go to the last item staged for it
+                // (`hand_over` below): with one subscriber, routing takes
+                // and drops no reference of them.
                 let mut outgoing = match chunk {
                     None => Outgoing::own_buffer(&p.bytes),
                     Some(epoch) => Outgoing::in_chunk(&p.bytes, epoch),
                 };
-                match upstream {
-                    None => {
-                        deliver(st, stage, &mut outgoing, &ev, deadline, Some(&self.band));
-                    }
-                    Some(up) => {
-                        let route = crate::dispatch::Route {
-                            band: Some(&self.band),
-                            reliable: true,
-                            upstream: Some(up),
-                            ..crate::dispatch::Route::default()
-                        };
-                        crate::dispatch::deliver_routed(
-                            st,
-                            stage,
-                            &mut outgoing,
-                            &ev,
-                            deadline,
-                            route,
-                        );
-                    }
-                }
+                outgoing.hand_over();
+                let route = crate::dispatch::Route {
+                    band: Some(&self.band),
+                    reliable: upstream.is_some(),
+                    upstream,
+                    publisher_key: Some(publisher_key),
+                    ..crate::dispatch::Route::default()
+                };
+                crate::dispatch::deliver_routed(st, stage, &mut outgoing, &ev, deadline, route);
+                stage.hand_over(outgoing.into_owned(), &mut p.bytes);
             }
         }
         Ok(())

@@ -39,6 +39,10 @@ pub(crate) struct Route<'a> {
     /// It came from this multicast group (crate::multicast): it goes to no
     /// group and skips links to that group's live members.
     pub group: Option<usize>,
+    /// Its publisher's key ([`tagwire_core::proxy::publisher_key`]) if the
+    /// caller has it (a client's publish batch hashes it once per run of
+    /// one publisher); else it is hashed here.
+    pub publisher_key: Option<u64>,
 }
 
 /// Offers an event published here to local channels and to the links that
@@ -143,7 +147,9 @@ fn deliver_with(
         origin: route.origin,
         hops: route.hops,
         seq: ev.seq,
-        publisher: tagwire_core::proxy::publisher_key(ev.publisher),
+        publisher: route
+            .publisher_key
+            .unwrap_or_else(|| tagwire_core::proxy::publisher_key(ev.publisher)),
     };
     // The link band is worked out only when there are links.
     let band = if st.node.has_links() {
@@ -185,7 +191,7 @@ fn deliver_with(
         limits: &st.config.limits,
         meta,
         band: &band,
-        transformed: Vec::new(),
+        transformed: None,
         expired_by_mapping: 0,
     };
     // Multicast (one test when there is none): the group the event goes to
@@ -277,6 +283,10 @@ fn log_over_budget(st: &State) {
     );
 }
 
+/// A transformed copy of an event: its transform's spec, and the copy or
+/// why the transform failed.
+type Transformed = (Arc<str>, Result<Bytes, String>);
+
 /// Carries out the node's routing of one event: offers it to each local
 /// channel (through its mapping filter or transform, or as a shared-memory
 /// reference) and queues it on each link's forwarding queue for the band.
@@ -303,8 +313,10 @@ struct Execute<'a, 'e, 'b> {
     limits: &'a crate::config::Limits,
     meta: EventMeta,
     band: &'a str,
-    /// Transformed copies of this event, one per spec (spatial scaling).
-    transformed: Vec<(Arc<str>, Result<Bytes, String>)>,
+    /// Transformed copies of this event, one per spec (spatial scaling);
+    /// `None` until a channel transforms (most events: then dropping the
+    /// sink is one test, not a call to drop an empty list).
+    transformed: Option<Vec<Transformed>>,
     expired_by_mapping: u64,
 }
 
@@ -315,11 +327,12 @@ impl Sink<Arc<Channel>> for Execute<'_, '_, '_> {
         // for different lifetimes.
         let mut offer = |event: &mut Outgoing<'_>| {
             if let Some(t) = &ch.transform {
-                let done = match self.transformed.iter().find(|(k, _)| **k == *t.spec) {
+                let transformed = self.transformed.get_or_insert_with(Vec::new);
+                let done = match transformed.iter().find(|(k, _)| **k == *t.spec) {
                     Some((_, r)) => r.clone(),
                     None => {
                         let r = transform(event.bytes(), t);
-                        self.transformed.push((t.spec.clone(), r.clone()));
+                        transformed.push((t.spec.clone(), r.clone()));
                         r
                     }
                 };

@@ -374,6 +374,7 @@ pub(crate) fn on_forward(
         reliable: false,
         upstream: None,
         group: None,
+        publisher_key: None,
     };
     crate::dispatch::deliver_routed(st, stage, &mut out, &ev, deadline, route);
     // A link's queues drop or count what they refuse: nobody to tell.

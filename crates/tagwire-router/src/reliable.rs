@@ -793,6 +793,7 @@ fn route_reliable(
         reliable: true,
         upstream: Some(Upstream { conn, seq }),
         group: None,
+        publisher_key: None,
     };
     st.fed.reliable.obligations = 0;
     let unwanted = st.node.counters().unwanted;

@@ -489,22 +489,28 @@ pub(crate) struct PublishNote {
     publisher: String,
     endpoint: u32,
     count: u64,
+    /// The publisher's key ([`tagwire_core::proxy::publisher_key`]),
+    /// hashed once per run instead of once per event.
+    key: u64,
 }
 
 impl PublishNote {
     /// Counts a publish on `tag` by `publisher` (the connection's endpoint
     /// `endpoint`), adding the run so far to `st` first if this one is not
-    /// part of it.
-    pub fn add(&mut self, st: &mut State, tag: &str, endpoint: u32, publisher: &str) {
+    /// part of it. Returns the publisher's key
+    /// ([`tagwire_core::proxy::publisher_key`]).
+    pub fn add(&mut self, st: &mut State, tag: &str, endpoint: u32, publisher: &str) -> u64 {
         if self.count > 0 && self.endpoint == endpoint && self.tag == tag {
             self.count += 1;
-            return;
+            return self.key;
         }
         self.flush(st);
         tag.clone_into(&mut self.tag);
         publisher.clone_into(&mut self.publisher);
         self.endpoint = endpoint;
         self.count = 1;
+        self.key = tagwire_core::proxy::publisher_key(publisher);
+        self.key
     }
 
     /// Adds the run so far to `st`.

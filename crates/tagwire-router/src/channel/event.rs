@@ -21,6 +21,8 @@ pub(crate) const QUEUED_OVERHEAD: usize = 128;
 /// It borrows the caller's `Bytes` where it can (`'b`): a channel that
 /// queues the event takes its own reference, and the routing of a publish
 /// need not take one more (an atomic increment and decrement per event).
+/// A client's publish goes further ([`hand_over`](Self::hand_over)): the
+/// last channel it is staged for gets the caller's reference itself.
 #[derive(Debug)]
 pub(crate) struct Outgoing<'b> {
     bytes: EventBytes<'b>,
@@ -36,6 +38,13 @@ pub(crate) struct Outgoing<'b> {
     /// On a link: the bytes are a compressed event's (`u8 codec`, `u32
     /// raw_len`, data), written as a `ForwardCompressed`.
     pub(super) compressed: bool,
+    /// The caller hands its bytes to the last item staged for this event
+    /// ([`hand_over`](Self::hand_over), [`Staging::hand_over`]): that
+    /// item takes no reference of its own (one atomic increment and one
+    /// decrement less per event; with one subscriber, none is taken).
+    ///
+    /// [`Staging::hand_over`]: super::Staging::hand_over
+    pub(super) hand_over: bool,
 }
 
 /// The encoded event of an [`Outgoing`]: the caller's, or a buffer of its
@@ -55,6 +64,7 @@ impl<'b> Outgoing<'b> {
             chunk: Some(epoch),
             pin: None,
             compressed: false,
+            hand_over: false,
         }
     }
 
@@ -66,6 +76,7 @@ impl<'b> Outgoing<'b> {
             chunk: None,
             pin: None,
             compressed: false,
+            hand_over: false,
         }
     }
 
@@ -76,6 +87,7 @@ impl<'b> Outgoing<'b> {
             chunk: None,
             pin: None,
             compressed: true,
+            hand_over: false,
         }
     }
 
@@ -86,6 +98,7 @@ impl<'b> Outgoing<'b> {
             chunk: None,
             pin: None,
             compressed: false,
+            hand_over: false,
         }
     }
 
@@ -97,6 +110,33 @@ impl<'b> Outgoing<'b> {
             chunk: None,
             pin: Some(Box::new(pin)),
             compressed: false,
+            hand_over: false,
+        }
+    }
+
+    /// This event's caller gives its bytes to the last item staged for it
+    /// once routing is done, with [`Staging::hand_over`] (which it must
+    /// call before the staging is flushed), instead of that item taking a
+    /// reference of its own.
+    ///
+    /// [`Staging::hand_over`]: super::Staging::hand_over
+    #[inline]
+    pub(crate) fn hand_over(&mut self) {
+        self.hand_over = true;
+    }
+
+    /// Whether the bytes are still the caller's (not a copy made here).
+    #[inline]
+    pub(super) fn is_borrowed(&self) -> bool {
+        matches!(self.bytes, EventBytes::Borrowed(_))
+    }
+
+    /// The bytes, if they are a buffer of its own (a copy made here).
+    #[inline(always)]
+    pub(crate) fn into_owned(self) -> Option<Bytes> {
+        match self.bytes {
+            EventBytes::Borrowed(_) => None,
+            EventBytes::Owned(b) => Some(b),
         }
     }
 

@@ -192,6 +192,18 @@ pub(crate) struct Staged {
     source_time: u64,
 }
 
+impl Staged {
+    /// Puts `bytes` in as the event of an item prepared for a handed-over
+    /// event (see [`Outgoing::hand_over`]), in place of the empty
+    /// `Bytes::new()` it was made with: a static slice, which has nothing
+    /// to free (so it is not dropped: no call through its vtable).
+    #[inline(always)]
+    pub(super) fn set_event(&mut self, bytes: bytes::Bytes) {
+        debug_assert!(self.item.event.is_empty());
+        std::mem::forget(std::mem::replace(&mut self.item.event, bytes));
+    }
+}
+
 impl Channel {
     pub(crate) fn new(
         sub: u32,
@@ -451,6 +463,10 @@ impl Channel {
     /// [`push_staged`](Self::push_staged) under one lock for many events).
     #[cfg(test)]
     pub(crate) fn offer(self: &Arc<Self>, event: &mut Outgoing, meta: &EventMeta) -> Offer {
+        assert!(
+            !event.hand_over,
+            "a handed-over event is staged, not offered"
+        );
         match self.prepare(event, meta) {
             Some(s) => self.push_staged(std::iter::once(s), 0),
             None => Offer::Dropped,
@@ -490,10 +506,18 @@ impl Channel {
             .small_slice_epoch()
             // Held by the time services: a copy, not a pin on a read buffer.
             .filter(|e| (pinned == 0 || pinned == *e) && !self.timed.get());
+        let hand_over = event.hand_over;
         let (bytes, size) = event.for_queue(epoch.is_some());
         Some(Staged {
             item: Queued {
-                event: bytes.clone(),
+                // A handed-over event's bytes come with `Staging::hand_over`
+                // (or, if another item is staged after this one, a reference
+                // of its own then): none taken here.
+                event: if hand_over {
+                    bytes::Bytes::new()
+                } else {
+                    bytes.clone()
+                },
                 deadline: self.deadline(meta),
                 priority: if self.server_declared.get() {
                     self.priority()

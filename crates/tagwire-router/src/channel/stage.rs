@@ -10,6 +10,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use bytes::Bytes;
+
 use super::event::{EventMeta, Outgoing};
 use super::queue::{Channel, Offer, Staged};
 
@@ -32,6 +34,12 @@ pub(crate) struct Staging {
     /// Refusals outside the channels' queues to report with the batch's
     /// (a full reliable window of a link, see `crate::reliable`).
     also_rejected: Vec<String>,
+    /// The item staged last for a handed-over event (see
+    /// [`Outgoing::hand_over`]), which waits for its bytes
+    /// ([`hand_over`](Self::hand_over)): its channel and place in
+    /// `channels`, and whether it was staged with the caller's bytes (not
+    /// a copy made for an earlier channel).
+    waiting: Option<(usize, usize, bool)>,
     /// When the events staged now arrived: the time of the read that
     /// brought them, ns since the Unix epoch (0: not known), for the
     /// channels' input jitter. Set by the caller per read.
@@ -44,6 +52,16 @@ pub(crate) const MAX_STAGED: usize = 4096;
 impl Staging {
     /// Prepares `event` for `ch` (see [`Channel::prepare`]) and stages it.
     pub(crate) fn offer(&mut self, ch: &Arc<Channel>, event: &mut Outgoing, meta: &EventMeta) {
+        if event.hand_over {
+            if let Some((c, i, _)) = self.waiting.take() {
+                // A handed-over event staged again: the item before takes a
+                // reference of its own now, before this channel may replace
+                // the event's bytes with a copy. (Another event staged
+                // meanwhile — a channel's transformed or re-encoded copy —
+                // leaves it waiting.)
+                self.channels[c].1[i].set_event(event.bytes().clone());
+            }
+        }
         let Some(staged) = ch.prepare(event, meta) else {
             return;
         };
@@ -62,12 +80,33 @@ impl Staging {
             },
         };
         self.channels[at].1.push(staged);
+        if event.hand_over {
+            self.waiting = Some((at, self.channels[at].1.len() - 1, event.is_borrowed()));
+        }
         self.next = if at + 1 == self.channels.len() {
             0
         } else {
             at + 1
         };
         self.len += 1;
+    }
+
+    /// Ends the routing of a handed-over event (see
+    /// [`Outgoing::hand_over`]): the item staged last for it gets the
+    /// caller's bytes (`original`, taken) if it was staged with them, else
+    /// the copy the event made of them (`copy`, from
+    /// [`Outgoing::into_owned`]). No reference is taken or dropped. With no
+    /// such item (no channel took the event), nothing happens.
+    #[inline(always)]
+    pub(crate) fn hand_over(&mut self, copy: Option<Bytes>, original: &mut Bytes) {
+        let Some((c, i, borrowed)) = self.waiting.take() else {
+            return;
+        };
+        let bytes = match copy {
+            Some(copy) if !borrowed => copy,
+            _ => std::mem::take(original),
+        };
+        self.channels[c].1[i].set_event(bytes);
     }
 
     /// Reports `who` to the publisher with this batch's refusals.
@@ -86,6 +125,13 @@ impl Staging {
     /// subscribers whose full `reject` queue refused one and should be
     /// reported to the publisher ("endpoint (pattern)").
     pub(crate) fn flush(&mut self) -> Option<Vec<String>> {
+        if let Some((c, i, _)) = self.waiting.take() {
+            // A caller that handed an event over did not give its bytes (a
+            // bug): that item is not queued empty.
+            debug_assert!(false, "a handed-over event's bytes were not given");
+            self.channels[c].1.remove(i);
+            self.len -= 1;
+        }
         let mut reject: Option<Vec<String>> =
             (!self.also_rejected.is_empty()).then(|| std::mem::take(&mut self.also_rejected));
         for (ch, mut list) in self.channels.drain(..) {

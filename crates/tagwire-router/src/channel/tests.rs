@@ -385,6 +385,115 @@ fn a_staged_batch_queues_each_channels_events_in_order_with_exact_budget() {
 }
 
 #[test]
+fn a_handed_over_event_goes_to_its_last_item_without_a_reference_of_its_own() {
+    use super::Staging;
+    let budget = Arc::new(MemoryBudget::new(1 << 30));
+    let (o1, fresh) = channel(&budget);
+    let (o2, behind) = channel(&budget);
+    // `behind` holds an event of an earlier read (epoch 1): it gets copies.
+    let old = Bytes::from(vec![1u8; READ_CHUNK]);
+    behind.offer(&mut Outgoing::in_chunk(&old.slice(0..44), 1), &NO_META);
+    let chunk = Bytes::from((0..=255u8).cycle().take(READ_CHUNK).collect::<Vec<u8>>());
+    let mut stage = Staging::default();
+    // One channel: the caller's bytes themselves (taken from it).
+    let mut one = chunk.slice(0..44);
+    let mut ev = Outgoing::in_chunk(&one, 2);
+    ev.hand_over();
+    stage.offer(&fresh, &mut ev, &NO_META);
+    stage.hand_over(ev.into_owned(), &mut one);
+    assert!(one.is_empty(), "handed over");
+    // Fresh, then behind (which copies): fresh keeps a reference to the
+    // slice, behind gets the copy; the caller keeps its bytes.
+    let mut two = chunk.slice(44..88);
+    let mut ev = Outgoing::in_chunk(&two, 2);
+    ev.hand_over();
+    stage.offer(&fresh, &mut ev, &NO_META);
+    stage.offer(&behind, &mut ev, &NO_META);
+    stage.hand_over(ev.into_owned(), &mut two);
+    assert_eq!(&two[..], &chunk[44..88], "still the caller's");
+    // Behind first: the copy serves both.
+    let mut three = chunk.slice(88..132);
+    let mut ev = Outgoing::in_chunk(&three, 2);
+    ev.hand_over();
+    stage.offer(&behind, &mut ev, &NO_META);
+    stage.offer(&fresh, &mut ev, &NO_META);
+    stage.hand_over(ev.into_owned(), &mut three);
+    assert_eq!(&three[..], &chunk[88..132], "still the caller's");
+    // Another event staged between (a channel's transformed copy): the
+    // handed-over event's item still gets the caller's bytes.
+    let mut four = chunk.slice(176..220);
+    let mut ev = Outgoing::in_chunk(&four, 2);
+    ev.hand_over();
+    stage.offer(&fresh, &mut ev, &NO_META);
+    stage.offer(
+        &behind,
+        &mut Outgoing::owned(Bytes::from(vec![5u8; 44])),
+        &NO_META,
+    );
+    stage.hand_over(ev.into_owned(), &mut four);
+    assert!(four.is_empty(), "handed over");
+    // No channel took it: nothing is taken from the caller.
+    let mut none = chunk.slice(132..176);
+    let mut ev = Outgoing::in_chunk(&none, 2);
+    ev.hand_over();
+    stage.hand_over(ev.into_owned(), &mut none);
+    assert_eq!(none.len(), 44);
+    assert_eq!(stage.len(), 7);
+    assert_eq!(stage.flush(), None);
+    {
+        let q = fresh.queue.borrow();
+        let events: Vec<&Bytes> = q.iter().map(|item| &item.event).collect();
+        assert_eq!(events.len(), 4);
+        for (i, e) in events.iter().take(3).enumerate() {
+            assert_eq!(&e[..], &chunk[i * 44..(i + 1) * 44], "in order, whole");
+        }
+        assert_eq!(&events[3][..], &chunk[176..220]);
+        assert_eq!(events[0].as_ptr(), chunk[..].as_ptr(), "the slice itself");
+        assert_eq!(events[1].as_ptr(), chunk[44..].as_ptr(), "a slice");
+        assert!(
+            !chunk.as_ptr_range().contains(&events[2].as_ptr()),
+            "the copy"
+        );
+        assert_eq!(
+            events[3].as_ptr(),
+            chunk[176..].as_ptr(),
+            "the slice itself"
+        );
+        let q = behind.queue.borrow();
+        let events: Vec<&Bytes> = q.iter().skip(1).map(|item| &item.event).collect();
+        assert_eq!(events.len(), 3);
+        assert_eq!(&events[0][..], &chunk[44..88]);
+        assert_eq!(&events[1][..], &chunk[88..132]);
+        assert_eq!(&events[2][..], &[5u8; 44][..], "the other event's");
+        for e in &events {
+            assert!(!chunk.as_ptr_range().contains(&e.as_ptr()), "a copy");
+        }
+    }
+    // Budget as for events staged the usual way: 7 events besides the one
+    // `behind` held, and the chunks `fresh` (epoch 2) and `behind` (epoch
+    // 1) pin.
+    let per_event = 44 + DELIVER_PREFIX_LEN + QUEUED_OVERHEAD;
+    assert_eq!(budget.used(), 8 * per_event + 2 * READ_CHUNK);
+    let mut batch = Batch::default();
+    let _ = o1.gather(&mut batch, 0);
+    let _ = o2.gather(&mut batch, 0);
+    assert_eq!(batch.len(), 8);
+    assert_eq!(budget.used(), 0);
+    // A frame read into a buffer of its own, to one channel: the queued
+    // event is the only reference to it (none taken and left behind).
+    let mut own = Bytes::from(vec![9u8; 44]);
+    let mut ev = Outgoing::own_buffer(&own);
+    ev.hand_over();
+    stage.offer(&fresh, &mut ev, &NO_META);
+    stage.hand_over(ev.into_owned(), &mut own);
+    assert_eq!(stage.flush(), None);
+    let q = fresh.queue.borrow();
+    let queued = &q.iter().next().expect("queued").event;
+    assert_eq!(&queued[..], &[9u8; 44][..]);
+    assert!(queued.is_unique(), "the caller's reference, moved");
+}
+
+#[test]
 fn a_staged_slice_whose_queue_was_drained_meanwhile_pins_its_chunk_again() {
     use super::Staging;
     let budget = Arc::new(MemoryBudget::new(1 << 30));

@@ -272,6 +272,102 @@ fn spawn_sub(dir: &Path, port: u16, out: &Path, args: &[&str]) -> std::process::
         .expect("spawn tagwire")
 }
 
+/// Ports for `n` daemons: a daemon's bands listen on the ports after its
+/// own, so the blocks are kept apart.
+fn ports(n: usize) -> Vec<u16> {
+    let mut ports: Vec<u16> = Vec::new();
+    while ports.len() < n {
+        let p = free_port();
+        if ports.iter().all(|q| p.abs_diff(*q) > 8) {
+            ports.push(p);
+        }
+    }
+    ports
+}
+
+/// `tagwire pub /durable/x` of `n` durable events as publisher `endpoint`
+/// at the daemon on `port`.
+fn publish_at(dir: &Path, port: u16, endpoint: &str, n: &str) {
+    let out = tagwire(
+        dir,
+        port,
+        &[
+            "pub",
+            "/durable/x",
+            "hello",
+            "-n",
+            n,
+            "--endpoint",
+            endpoint,
+            "--qos",
+            "reliability=durable",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "pub at port {port}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A `tagwire sub /durable/x --qos reliability=durable --json -n 300` at the
+/// daemon on `port`, its output in `dir/durable-sub`, once it has printed
+/// what `publish` makes it get first (`first` events).
+fn durable_sub_after(
+    dir: &Path,
+    port: u16,
+    first: usize,
+    publish: impl FnOnce(),
+) -> (std::process::Child, std::path::PathBuf) {
+    let out_path = dir.join("durable-sub");
+    let sub = spawn_sub(
+        dir,
+        port,
+        &out_path,
+        &[
+            "sub",
+            "/durable/x",
+            "--qos",
+            "reliability=durable",
+            "--json",
+            "-n",
+            "300",
+            "--timeout",
+            "30",
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    publish();
+    let deadline = Instant::now() + WAIT;
+    while published(&std::fs::read(&out_path).unwrap_or_default()).len() < first {
+        assert!(
+            Instant::now() < deadline,
+            "the subscriber never printed the first {first} events"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (sub, out_path)
+}
+
+/// Publisher one's 1..=100 and two's 1..=200, each once and in order, and
+/// nothing else, in `stdout` (`what` and `stderr` name the failing case).
+fn assert_one_and_two(stdout: &[u8], what: &str, stderr: &[u8]) {
+    let got = published(stdout);
+    let of = |p: &str| -> Vec<u64> {
+        got.iter()
+            .filter(|(publisher, _)| publisher == p)
+            .map(|(_, s)| *s)
+            .collect()
+    };
+    assert_eq!(
+        (of("/one"), of("/two")),
+        ((1..=100).collect::<Vec<_>>(), (1..=200).collect::<Vec<_>>()),
+        "{what} (stderr: {})",
+        String::from_utf8_lossy(stderr)
+    );
+    assert_eq!(got.len(), 300, "{what}: nothing but the 300 events");
+}
+
 /// Issue 25, "durable across daemons": daemon `b` links to `a`; a live
 /// subscriber at `b` gets publisher one's 100 events (so `b`'s store holds
 /// copies of them), then `b` is killed with SIGKILL and publisher two
@@ -283,14 +379,8 @@ fn spawn_sub(dir: &Path, port: u16, out: &Path, args: &[&str]) -> std::process::
 fn a_replay_at_a_restarted_daemon_reads_what_was_published_at_another_while_it_was_down() {
     let dir = temp_dir("durable", "across");
     let (dir_a, dir_b) = (dir.join("a"), dir.join("b"));
-    // A daemon's bands listen on the ports after its own: keep them apart.
-    let port_a = free_port();
-    let port_b = loop {
-        let p = free_port();
-        if p.abs_diff(port_a) > 8 {
-            break p;
-        }
-    };
+    let p = ports(2);
+    let (port_a, port_b) = (p[0], p[1]);
     let _a = linked(&dir_a, "a", port_a, None);
     let mut b = linked(&dir_b, "b", port_b, Some(port_a));
     wait_linked(&dir_a, port_a, &dir_b, port_b);
@@ -310,29 +400,7 @@ fn a_replay_at_a_restarted_daemon_reads_what_was_published_at_another_while_it_w
         ],
     );
     std::thread::sleep(Duration::from_millis(500));
-    let publish = |endpoint: &str, n: &str| {
-        let out = tagwire(
-            &dir_a,
-            port_a,
-            &[
-                "pub",
-                "/durable/x",
-                "hello",
-                "-n",
-                n,
-                "--endpoint",
-                endpoint,
-                "--qos",
-                "reliability=durable",
-            ],
-        );
-        assert!(
-            out.status.success(),
-            "pub at a: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    publish("/one", "100");
+    publish_at(&dir_a, port_a, "/one", "100");
     let out = wait_output(live, WAIT);
     let got = published(&std::fs::read(&live_path).expect("live output"));
     assert_eq!(
@@ -352,23 +420,14 @@ fn a_replay_at_a_restarted_daemon_reads_what_was_published_at_another_while_it_w
     b.0.kill().expect("kill -9 b");
     b.0.wait().expect("reap b");
     drop(b);
-    publish("/two", "200");
+    publish_at(&dir_a, port_a, "/two", "200");
     let _b = linked(&dir_b, "b", port_b, Some(port_a));
     let out = replay(&dir_b, port_b, "start", "300", "15");
-    let got = published(&out.stdout);
-    let of = |p: &str| -> Vec<u64> {
-        got.iter()
-            .filter(|(publisher, _)| publisher == p)
-            .map(|(_, s)| *s)
-            .collect()
-    };
-    assert_eq!(
-        (of("/one"), of("/two")),
-        ((1..=100).collect::<Vec<_>>(), (1..=200).collect::<Vec<_>>()),
-        "the replay at b after its restart (stderr: {})",
-        String::from_utf8_lossy(&out.stderr)
+    assert_one_and_two(
+        &out.stdout,
+        "the replay at b after its restart",
+        &out.stderr,
     );
-    assert_eq!(got.len(), 300, "nothing but the 300 events");
 }
 
 /// Issue 25, "for subscribers that were away" across daemons: a durable
@@ -382,83 +441,25 @@ fn a_replay_at_a_restarted_daemon_reads_what_was_published_at_another_while_it_w
 fn a_durable_subscriber_whose_daemon_was_killed_resumes_what_another_daemon_published_meanwhile() {
     let dir = temp_dir("durable", "resume-across");
     let (dir_a, dir_b) = (dir.join("a"), dir.join("b"));
-    let port_a = free_port();
-    let port_b = loop {
-        let p = free_port();
-        if p.abs_diff(port_a) > 8 {
-            break p;
-        }
-    };
+    let p = ports(2);
+    let (port_a, port_b) = (p[0], p[1]);
     let _a = linked(&dir_a, "a", port_a, None);
     let mut b = linked(&dir_b, "b", port_b, Some(port_a));
     wait_linked(&dir_a, port_a, &dir_b, port_b);
-    let out_path = dir_b.join("durable-sub");
-    let sub = spawn_sub(
-        &dir_b,
-        port_b,
-        &out_path,
-        &[
-            "sub",
-            "/durable/x",
-            "--qos",
-            "reliability=durable",
-            "--json",
-            "-n",
-            "300",
-            "--timeout",
-            "30",
-        ],
-    );
-    std::thread::sleep(Duration::from_millis(500));
-    let publish = |endpoint: &str, n: &str| {
-        let out = tagwire(
-            &dir_a,
-            port_a,
-            &[
-                "pub",
-                "/durable/x",
-                "hi",
-                "-n",
-                n,
-                "--endpoint",
-                endpoint,
-                "--qos",
-                "reliability=durable",
-            ],
-        );
-        assert!(
-            out.status.success(),
-            "pub at a: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    publish("/one", "100");
-    let deadline = Instant::now() + WAIT;
-    while published(&std::fs::read(&out_path).unwrap_or_default()).len() < 100 {
-        assert!(
-            Instant::now() < deadline,
-            "the subscriber at b never got one's 100 events"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let (sub, out_path) = durable_sub_after(&dir_b, port_b, 100, || {
+        publish_at(&dir_a, port_a, "/one", "100")
+    });
     b.0.kill().expect("kill -9 b");
     b.0.wait().expect("reap b");
     drop(b);
-    publish("/two", "200");
+    publish_at(&dir_a, port_a, "/two", "200");
     let _b = linked(&dir_b, "b", port_b, Some(port_a));
     let out = wait_output(sub, WAIT + WAIT);
-    let got = published(&std::fs::read(&out_path).expect("subscriber output"));
-    let of = |p: &str| -> Vec<u64> {
-        got.iter()
-            .filter(|(publisher, _)| publisher == p)
-            .map(|(_, s)| *s)
-            .collect()
-    };
-    assert_eq!(
-        (of("/one"), of("/two")),
-        ((1..=100).collect::<Vec<_>>(), (1..=200).collect::<Vec<_>>()),
-        "the durable subscriber at b across its daemon's kill (stderr: {})",
-        String::from_utf8_lossy(&out.stderr)
+    let printed = std::fs::read(&out_path).expect("subscriber output");
+    assert_one_and_two(
+        &printed,
+        "the durable subscriber at b across its daemon's kill",
+        &out.stderr,
     );
 }
 
@@ -473,84 +474,25 @@ fn a_durable_subscriber_whose_daemon_was_killed_resumes_what_another_daemon_publ
 fn a_durable_subscriber_that_stays_connected_gets_what_a_partition_kept_from_it_once_it_heals() {
     let dir = temp_dir("durable", "healed");
     let (dir_a, dir_m, dir_b) = (dir.join("a"), dir.join("m"), dir.join("b"));
-    let mut ports: Vec<u16> = Vec::new();
-    while ports.len() < 3 {
-        let p = free_port();
-        if ports.iter().all(|q| p.abs_diff(*q) > 8) {
-            ports.push(p);
-        }
-    }
-    let (port_a, port_m, port_b) = (ports[0], ports[1], ports[2]);
+    let p = ports(3);
+    let (port_a, port_m, port_b) = (p[0], p[1], p[2]);
     let _a = linked(&dir_a, "a", port_a, None);
     let mut m = linked(&dir_m, "m", port_m, Some(port_a));
     let _b = linked(&dir_b, "b", port_b, Some(port_m));
     wait_linked(&dir_a, port_a, &dir_b, port_b);
-    let out_path = dir_b.join("durable-sub");
-    let sub = spawn_sub(
-        &dir_b,
-        port_b,
-        &out_path,
-        &[
-            "sub",
-            "/durable/x",
-            "--qos",
-            "reliability=durable",
-            "--json",
-            "-n",
-            "300",
-            "--timeout",
-            "30",
-        ],
-    );
-    std::thread::sleep(Duration::from_millis(500));
-    let publish = |endpoint: &str, n: &str| {
-        let out = tagwire(
-            &dir_a,
-            port_a,
-            &[
-                "pub",
-                "/durable/x",
-                "hi",
-                "-n",
-                n,
-                "--endpoint",
-                endpoint,
-                "--qos",
-                "reliability=durable",
-            ],
-        );
-        assert!(
-            out.status.success(),
-            "pub at a: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    publish("/one", "100");
-    let deadline = Instant::now() + WAIT;
-    while published(&std::fs::read(&out_path).unwrap_or_default()).len() < 100 {
-        assert!(
-            Instant::now() < deadline,
-            "the subscriber at b never got one's 100 events"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let (sub, out_path) = durable_sub_after(&dir_b, port_b, 100, || {
+        publish_at(&dir_a, port_a, "/one", "100")
+    });
     m.0.kill().expect("kill -9 m");
     m.0.wait().expect("reap m");
     drop(m);
-    publish("/two", "200");
+    publish_at(&dir_a, port_a, "/two", "200");
     let _m = linked(&dir_m, "m", port_m, Some(port_a));
     let out = wait_output(sub, WAIT + WAIT);
-    let got = published(&std::fs::read(&out_path).expect("subscriber output"));
-    let of = |p: &str| -> Vec<u64> {
-        got.iter()
-            .filter(|(publisher, _)| publisher == p)
-            .map(|(_, s)| *s)
-            .collect()
-    };
-    assert_eq!(
-        (of("/one"), of("/two")),
-        ((1..=100).collect::<Vec<_>>(), (1..=200).collect::<Vec<_>>()),
-        "the durable subscriber at b across the partition (stderr: {})",
-        String::from_utf8_lossy(&out.stderr)
+    let printed = std::fs::read(&out_path).expect("subscriber output");
+    assert_one_and_two(
+        &printed,
+        "the durable subscriber at b across the partition",
+        &out.stderr,
     );
 }

@@ -349,6 +349,20 @@ fn durable_sub_after(
     (sub, out_path)
 }
 
+/// Kills `victim` with SIGKILL, runs `publish` while it is down, and
+/// starts it again with `restart`.
+fn kill_publish_restart(
+    mut victim: Daemon,
+    publish: impl FnOnce(),
+    restart: impl FnOnce() -> Daemon,
+) -> Daemon {
+    victim.0.kill().expect("kill -9");
+    victim.0.wait().expect("reap");
+    drop(victim);
+    publish();
+    restart()
+}
+
 /// Publisher one's 1..=100 and two's 1..=200, each once and in order, and
 /// nothing else, in `stdout` (`what` and `stderr` name the failing case).
 fn assert_one_and_two(stdout: &[u8], what: &str, stderr: &[u8]) {
@@ -382,7 +396,7 @@ fn a_replay_at_a_restarted_daemon_reads_what_was_published_at_another_while_it_w
     let p = ports(2);
     let (port_a, port_b) = (p[0], p[1]);
     let _a = linked(&dir_a, "a", port_a, None);
-    let mut b = linked(&dir_b, "b", port_b, Some(port_a));
+    let b = linked(&dir_b, "b", port_b, Some(port_a));
     wait_linked(&dir_a, port_a, &dir_b, port_b);
     let live_path = dir_b.join("live");
     let live = spawn_sub(
@@ -417,11 +431,11 @@ fn a_replay_at_a_restarted_daemon_reads_what_was_published_at_another_while_it_w
             "b's store never held the 100 events it delivered"
         );
     }
-    b.0.kill().expect("kill -9 b");
-    b.0.wait().expect("reap b");
-    drop(b);
-    publish_at(&dir_a, port_a, "/two", "200");
-    let _b = linked(&dir_b, "b", port_b, Some(port_a));
+    let _b = kill_publish_restart(
+        b,
+        || publish_at(&dir_a, port_a, "/two", "200"),
+        || linked(&dir_b, "b", port_b, Some(port_a)),
+    );
     let out = replay(&dir_b, port_b, "start", "300", "15");
     assert_one_and_two(
         &out.stdout,
@@ -444,16 +458,16 @@ fn a_durable_subscriber_whose_daemon_was_killed_resumes_what_another_daemon_publ
     let p = ports(2);
     let (port_a, port_b) = (p[0], p[1]);
     let _a = linked(&dir_a, "a", port_a, None);
-    let mut b = linked(&dir_b, "b", port_b, Some(port_a));
+    let b = linked(&dir_b, "b", port_b, Some(port_a));
     wait_linked(&dir_a, port_a, &dir_b, port_b);
     let (sub, out_path) = durable_sub_after(&dir_b, port_b, 100, || {
         publish_at(&dir_a, port_a, "/one", "100")
     });
-    b.0.kill().expect("kill -9 b");
-    b.0.wait().expect("reap b");
-    drop(b);
-    publish_at(&dir_a, port_a, "/two", "200");
-    let _b = linked(&dir_b, "b", port_b, Some(port_a));
+    let _b = kill_publish_restart(
+        b,
+        || publish_at(&dir_a, port_a, "/two", "200"),
+        || linked(&dir_b, "b", port_b, Some(port_a)),
+    );
     let out = wait_output(sub, WAIT + WAIT);
     let printed = std::fs::read(&out_path).expect("subscriber output");
     assert_one_and_two(
@@ -477,17 +491,17 @@ fn a_durable_subscriber_that_stays_connected_gets_what_a_partition_kept_from_it_
     let p = ports(3);
     let (port_a, port_m, port_b) = (p[0], p[1], p[2]);
     let _a = linked(&dir_a, "a", port_a, None);
-    let mut m = linked(&dir_m, "m", port_m, Some(port_a));
+    let m = linked(&dir_m, "m", port_m, Some(port_a));
     let _b = linked(&dir_b, "b", port_b, Some(port_m));
     wait_linked(&dir_a, port_a, &dir_b, port_b);
     let (sub, out_path) = durable_sub_after(&dir_b, port_b, 100, || {
         publish_at(&dir_a, port_a, "/one", "100")
     });
-    m.0.kill().expect("kill -9 m");
-    m.0.wait().expect("reap m");
-    drop(m);
-    publish_at(&dir_a, port_a, "/two", "200");
-    let _m = linked(&dir_m, "m", port_m, Some(port_a));
+    let _m = kill_publish_restart(
+        m,
+        || publish_at(&dir_a, port_a, "/two", "200"),
+        || linked(&dir_m, "m", port_m, Some(port_a)),
+    );
     let out = wait_output(sub, WAIT + WAIT);
     let printed = std::fs::read(&out_path).expect("subscriber output");
     assert_one_and_two(

@@ -212,6 +212,11 @@ impl Origins {
                 what: "origin count of an only-origin selection (must be 1)",
                 value: n as u64,
             }),
+            // An empty Except is query 6: one encoding per query.
+            (1, []) => Err(DecodeError::BadValue {
+                what: "origin count of an except selection (none: that is query 6)",
+                value: 0,
+            }),
             (1, _) => Ok(Origins::Except(keys)),
             (v, _) => Err(DecodeError::BadValue {
                 what: "origin selection",

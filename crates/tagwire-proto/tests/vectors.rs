@@ -810,6 +810,14 @@ fn invalid_vectors() -> Vec<(&'static str, Refusal, &'static str)> {
             "invalid pull query: 9",
         ),
         (
+            "bad_pull_stored_except_empty",
+            Frame(DecodeError::BadValue {
+                what: "origin count of an except selection (none: that is query 6)",
+                value: 0,
+            }),
+            "invalid origin count of an except selection (none: that is query 6): 0",
+        ),
+        (
             "bad_pull_reply_gone_with_events",
             Frame(DecodeError::TooMany {
                 what: "events in a gone reply",

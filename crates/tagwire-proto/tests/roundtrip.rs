@@ -2,7 +2,7 @@
 //! encode → decode unchanged, a stream splits into the same frames however it
 //! is chunked, and no input makes a decoder panic.
 
-use bytes::{Bytes, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 use proptest::collection::{btree_set, vec};
 use proptest::prelude::*;
 use tagwire_proto::limits::{HARD_MAX_FRAME, MAX_FIELDS, MIN_MAX_FRAME};
@@ -677,5 +677,49 @@ proptest! {
         reference.header.payload_in_shm = true;
         let encoded = reference.encode(&mut BytesMut::new());
         prop_assert_eq!(encoded.is_ok(), len == ShmRef::LEN, "the encoder agrees");
+    }
+}
+
+proptest! {
+    /// A `Pull` of query 7 that decodes re-encodes to exactly its bytes
+    /// (what the frame_decoder fuzz target asserts of every frame): each
+    /// selection has one encoding, and the one that would not (an empty
+    /// Except, which is query 6) is refused.
+    #[test]
+    fn a_stored_pull_with_origins_re_encodes_to_its_own_bytes(
+        mode in 0u8..3,
+        keys in prop::collection::vec(any::<u64>(), 0..4),
+    ) {
+        let mut body = BytesMut::new();
+        body.put_u32_le(8);
+        body.put_u8(0); // node ""
+        body.put_u8(0); // publisher ""
+        body.put_u16_le(2);
+        body.put_slice(b"/t");
+        body.put_u8(7);
+        body.put_slice(&[0u8; 24]);
+        body.put_u8(mode);
+        body.put_u16_le(keys.len() as u16);
+        for k in &keys {
+            body.put_u64_le(*k);
+        }
+        let mut raw = BytesMut::new();
+        raw.put_u32_le(body.len() as u32 + 1);
+        raw.put_u8(tagwire_proto::kind::PULL);
+        raw.put_slice(&body);
+        let mut buf = raw.clone();
+        let (kind, frame_body) = FrameDecoder::new(1 << 20)
+            .next_raw(&mut buf)
+            .expect("a whole frame")
+            .expect("one frame");
+        let decoded = Frame::decode(kind, frame_body);
+        let accepted = matches!((mode, keys.len()), (0, 1) | (1, 1..));
+        match decoded {
+            Ok(f) => {
+                prop_assert!(accepted, "accepted mode {} with {} keys: {:?}", mode, keys.len(), f);
+                prop_assert_eq!(&encode_frame(&f)[..], &raw[..]);
+            }
+            other => prop_assert!(!accepted, "refused a valid selection: {:?}", other),
+        }
     }
 }

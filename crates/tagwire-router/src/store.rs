@@ -70,6 +70,9 @@ use crate::state::State;
 pub const MAX_BATCH: usize = 4096;
 /// Most tags whose durability is cached; at the bound the cache is cleared.
 const CACHE_TAGS: usize = 65_536;
+/// Most daemons whose origin key is cached by node id; at the bound the
+/// cache is cleared (a network has far fewer daemons than tags).
+const CACHE_ORIGINS: usize = 4096;
 
 const EVENTS: TableDefinition<'static, (&'static str, u64), &'static [u8]> =
     TableDefinition::new("events");
@@ -233,7 +236,7 @@ pub(crate) struct RouterStore {
     pub refused: Option<&'static str>,
     /// This daemon's [`origin_key`], and other daemons' by node id (node
     /// ids are per start; names are what a store keeps). Cleared at
-    /// [`CACHE_TAGS`] entries.
+    /// [`CACHE_ORIGINS`] entries.
     own_origin: u64,
     origins: HashMap<NodeId, u64>,
 }
@@ -437,7 +440,7 @@ fn origin_of(st: &mut State, node: NodeId) -> u64 {
     }
     let key = st.node.topology().name_of(node).map_or(0, origin_key);
     let cache = &mut st.store.origins;
-    if cache.len() >= CACHE_TAGS {
+    if cache.len() >= CACHE_ORIGINS {
         cache.clear();
     }
     cache.insert(node, key);

@@ -1410,14 +1410,33 @@ impl DeliveryAcks {
 
     /// The acknowledgement due at `now` by the batching rule, if any.
     pub fn poll_ack(&mut self, now: u64) -> Option<Ack> {
-        let due = self.unacked() >= self.batching.every
+        self.poll_ack_holding(now, 0)
+    }
+
+    /// The acknowledgement due at `now` by the batching rule, holding back
+    /// the newest `held` events taken (still in the application's queue,
+    /// not yet read: acknowledged once read, so that the sender's window,
+    /// not this queue, bounds what waits for a slow reader). With events
+    /// held, the rule's clock restarts at each acknowledgement.
+    pub fn poll_ack_holding(&mut self, now: u64, held: u64) -> Option<Ack> {
+        let upto = (self.expected - 1).saturating_sub(held);
+        if upto <= self.acked {
+            return None;
+        }
+        let due = upto - self.acked >= self.batching.every
             || self
                 .since
                 .is_some_and(|t| now.saturating_sub(t) >= self.batching.after);
-        if due {
-            self.flush()
-        } else {
-            None
+        due.then(|| self.ack_upto(upto, now))
+    }
+
+    /// Acknowledges everything up to `upto` (taken, > `acked`).
+    fn ack_upto(&mut self, upto: u64, now: u64) -> Ack {
+        self.acked = upto;
+        self.since = (self.unacked() > 0).then_some(now);
+        Ack {
+            done: upto,
+            ranges: Vec::new(),
         }
     }
 
@@ -1444,6 +1463,29 @@ impl DeliveryAcks {
 #[cfg(test)]
 mod delivery_tests {
     use super::*;
+
+    #[test]
+    fn events_the_application_holds_are_acknowledged_once_it_reads_them() {
+        let mut d = DeliveryAcks::new(AckBatching {
+            every: 3,
+            after: 100,
+        });
+        for seq in 1..=5 {
+            d.on_frame(seq, 0).unwrap();
+        }
+        // Five taken, all five still queued: nothing to acknowledge, even
+        // past the time rule.
+        assert_eq!(d.poll_ack_holding(500, 5), None);
+        // Two read (three held): fewer than `every`, but the time rule holds.
+        assert_eq!(d.poll_ack_holding(500, 3).map(|a| a.done), Some(2));
+        // The clock restarted at that acknowledgement.
+        assert_eq!(d.poll_timeout(), Some(600));
+        // One more read: two waiting, under both rules.
+        assert_eq!(d.poll_ack_holding(550, 1), None);
+        // All read: the count rule.
+        assert_eq!(d.poll_ack_holding(550, 0).map(|a| a.done), Some(5));
+        assert_eq!(d.poll_timeout(), None);
+    }
 
     #[test]
     fn acknowledgements_are_batched_by_count_and_by_time() {

@@ -6,7 +6,10 @@
 //! publish). A **receiver** ([`Subscriber`]) queues events for your thread:
 //! use it when handling an event takes time. Its queue is bounded like the
 //! router's (`max_queue_length`, `discard`), so a slow application drops by
-//! its own policy instead of stalling the connection.
+//! its own policy instead of stalling the connection. A subscription with
+//! acknowledged delivery (`reliability` `reliable` or more) is acknowledged
+//! only as the application reads, so its queue here never overflows: the
+//! daemon holds the rest back (and applies the policy there).
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -372,6 +375,18 @@ impl Sink {
         }
     }
 
+    /// Events handed to this sink that the application has not read yet
+    /// (a receiver's queue; 0 for the other sinks, which take events as
+    /// they come or hold them themselves). An acknowledged subscription
+    /// acknowledges an event only once it is read, so the daemon's window
+    /// for it bounds what waits here.
+    pub(crate) fn unread(&self) -> u64 {
+        match self {
+            Sink::Queue(q) => q.len() as u64,
+            _ => 0,
+        }
+    }
+
     /// Waits until the application's queue behind this sink has room (a
     /// replay thread, before it hands over a stored event); at once for a
     /// callback or a playout, which take events as they come.
@@ -470,6 +485,10 @@ impl SubQueue {
                 .map_or_else(|e| e.into_inner().0, |(g, _)| g);
             st.room_waiters -= 1;
         }
+    }
+
+    fn len(&self) -> usize {
+        lock(&self.state).q.len()
     }
 
     fn push(&self, s: Sample) {

@@ -320,3 +320,63 @@ fn events_held_for_a_subscriber_away_are_bounded_by_its_queue_and_the_drops_coun
     assert_eq!(after.held_total, 100, "{after:?}");
     assert_eq!(after.held_dropped, 400, "{after:?}");
 }
+
+/// A receiver that reads slower than the events come (5 ms each): the library
+/// acknowledges an event only once the application read it, so a
+/// `reliable` subscription's own queue (16 here) never overflows in this
+/// process — the daemon's window for it (its queue length) holds the
+/// rest back at the daemon, whose queue's `discard` policy drops what
+/// does not fit and counts it there (`tagwire list`). Before, the library
+/// acknowledged what it queued, the daemon sent on, and this process's
+/// queue dropped events that nothing outside it counted.
+#[test]
+fn a_slow_reader_of_a_reliable_subscription_drops_nothing_in_its_own_queue() {
+    const EVENTS: u64 = 400;
+    let (_h, url) = router();
+    let s = Session::connect(&url).expect("subscriber session");
+    let rx = s
+        .subscribe("/r/x")
+        .max_queue_length(16)
+        .qos("reliability", "reliable")
+        .receiver()
+        .expect("subscribe");
+    let publisher = Session::connect(&url).expect("publisher session");
+    let p = publisher.declare_publisher("/r/pub").expect("publisher");
+    wait_until("the subscription", || listed(&publisher).is_some());
+    for i in 1..=EVENTS {
+        p.publish("/r/x", i.to_string()).expect("publish");
+    }
+    let mut got = Vec::new();
+    // Bounded: at most EVENTS reads, each waiting at most 2 s.
+    while let Ok(Some(sample)) = rx.recv_timeout(Duration::from_secs(2)) {
+        let n: u64 = std::str::from_utf8(&sample.payload())
+            .ok()
+            .and_then(|t| t.parse().ok())
+            .unwrap_or(0);
+        got.push(n);
+        std::thread::sleep(Duration::from_millis(5));
+        if got.len() as u64 == EVENTS {
+            break;
+        }
+    }
+    assert_eq!(
+        rx.dropped(),
+        0,
+        "nothing dropped in the subscriber's own queue"
+    );
+    assert!(got.windows(2).all(|w| w[0] < w[1]), "in order: {got:?}");
+    let daemon_dropped = publisher
+        .list()
+        .expect("list")
+        .subscriptions
+        .iter()
+        .find(|x| x.pattern == "/r/x")
+        .map(|x| x.dropped)
+        .expect("the subscription is listed");
+    assert_eq!(
+        got.len() as u64 + daemon_dropped,
+        EVENTS,
+        "every event read or counted dropped at the daemon (read {}, dropped there {daemon_dropped})",
+        got.len()
+    );
+}

@@ -330,7 +330,7 @@ fn read_loop(inner: &Inner, stream: &mut Stream, buf: &mut BytesMut, seen: &mut 
             inner.on_publish_acks(&publish_acks);
             publish_acks.clear();
         }
-        send_acks(inner, &mut acks, false);
+        send_acks(inner, &mut acks, &sinks);
         if control {
             // A `Pong`, or the engine's last `Close`.
             let mut w = lock(&inner.writer);
@@ -345,9 +345,18 @@ fn read_loop(inner: &Inner, stream: &mut Stream, buf: &mut BytesMut, seen: &mut 
             }
             return;
         }
-        // An acknowledgement due by time wakes the read (AckBatching).
+        // An acknowledgement due by time wakes the read (AckBatching); so
+        // does, every millisecond, one held back for events the application
+        // has not read yet (no frame may come to wake the read: the
+        // daemon's window for that subscription may be full).
         let due = acks.values().filter_map(DeliveryAcks::poll_timeout).min();
-        let wait = due.map(|t| Duration::from_nanos(t.saturating_sub(inner.now())));
+        let mut wait = due.map(|t| Duration::from_nanos(t.saturating_sub(inner.now())));
+        if acks
+            .iter()
+            .any(|(sub, a)| a.unacked() > 0 && sinks.get(sub).is_some_and(|s| s.unread() > 0))
+        {
+            wait = Some(wait.map_or(UNREAD_POLL, |w| w.min(UNREAD_POLL)));
+        }
         if wait.is_some() || timed {
             timed = wait.is_some();
             let _ = stream.set_read_timeout(wait.map(|w| w.max(Duration::from_millis(1))));
@@ -416,15 +425,25 @@ fn whole(
     }
 }
 
-/// Sends the `DeliverAck`s due now (all that wait, with `all`).
-fn send_acks(inner: &Inner, acks: &mut Acks, all: bool) {
+/// How often the reader looks whether the application read events of an
+/// acknowledged subscription whose acknowledgement it holds back.
+const UNREAD_POLL: Duration = Duration::from_millis(1);
+
+/// Sends the `DeliverAck`s due now: an acknowledged subscription's events
+/// are acknowledged once the application read them (a receiver's queue
+/// holds back the acknowledgement of what it still holds), so that a slow
+/// reader is paced by the daemon's window for it, where its queue's
+/// `discard` policy applies and is counted, instead of losing events in
+/// this process's queue.
+fn send_acks(inner: &Inner, acks: &mut Acks, sinks: &HashMap<u32, Arc<Sink>>) {
     if acks.is_empty() {
         return;
     }
     let now = inner.now();
     let mut frames = BytesMut::new();
     for (sub, a) in acks.iter_mut() {
-        let ack = if all { a.flush() } else { a.poll_ack(now) };
+        let unread = sinks.get(sub).map_or(0, |s| s.unread());
+        let ack = a.poll_ack_holding(now, unread);
         if let Some(ack) = ack {
             let frame = tagwire_proto::Frame::DeliverAck { sub: *sub, ack };
             if let Err(e) = frame.encode(&mut frames) {

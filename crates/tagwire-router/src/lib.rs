@@ -39,6 +39,7 @@ mod compress;
 pub mod config;
 mod connection;
 mod dispatch;
+mod durable;
 mod error;
 mod filters;
 mod fragment;
@@ -366,7 +367,7 @@ impl Router {
             st.qos_daemon = daemon_qos;
             st.refresh_supplier_limit();
             history::layers_changed(&mut st);
-            store::layers_changed(&mut st);
+            durable::layers_changed(&mut st);
             reliable::layers_changed(&mut st);
             compress::layers_changed(&mut st);
             st.band_names = band_names;

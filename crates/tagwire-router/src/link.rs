@@ -544,7 +544,7 @@ fn on_peer(
         st.fed.compress.conns.insert(c.conn);
     }
     if version >= RELIABLE_LINK_VERSION {
-        let lossy = crate::udp::is_udp(&st, c.conn);
+        let lossy = st.is_udp(c.conn);
         st.fed
             .reliable
             .conn_up(c.conn, node, c.outbox.clone(), version, lossy);
@@ -630,7 +630,7 @@ fn attach_band(
 ) -> Result<(), (ErrorCode, String)> {
     let queue = link_queue(st, name, c.outbox, c.conn);
     let me_frame = (!c.dialed).then(|| peer_frame(st, c.conn, version, true));
-    let lossy = crate::udp::is_udp(st, c.conn);
+    let lossy = st.is_udp(c.conn);
     let Some(link) = st.fed.links.get_mut(&node) else {
         return Err((
             ErrorCode::BadRequest,

@@ -30,12 +30,18 @@ use crate::filters::{FilterBook, Sources};
 use crate::sync::Locked;
 
 pub(crate) mod bandwidth;
+pub(crate) mod compress;
 pub(crate) mod federation;
+pub(crate) mod fragment;
 pub(crate) mod history;
 pub(crate) mod lanes;
 pub(crate) mod members;
+pub(crate) mod multicast;
+pub(crate) mod parked;
 pub(crate) mod placement;
 pub(crate) mod qos;
+pub(crate) mod reliable;
+pub(crate) mod udp;
 
 pub(crate) struct ConnEntry {
     pub name: String,
@@ -57,7 +63,7 @@ pub(crate) struct ConnEntry {
     /// How it reached us (`tcp`, `unix`, `udp`, …; see `Transport::name`).
     pub transport: &'static str,
     /// A UDP session's counters.
-    pub udp: Option<Arc<crate::udp::UdpStats>>,
+    pub udp: Option<Arc<udp::UdpStats>>,
     /// Its protocol version, recorded once its `Welcome` is in its outbox
     /// (0 before: nothing unasked may precede the `Welcome`).
     pub version: u16,
@@ -193,8 +199,8 @@ pub(crate) struct State {
     /// Endpoint names reserved for the sessions that held them.
     pub reservations: Reservations,
     /// Acknowledged subscriptions' undelivered events, kept for their
-    /// session's reconnect (see [`crate::acked_delivery`]).
-    pub parked_deliveries: crate::acked_delivery::ParkedDeliveries,
+    /// session's reconnect (see `acked_delivery`).
+    pub parked_deliveries: parked::ParkedDeliveries,
     /// The router-wide memory budget (`limits.max_buffered_bytes`).
     pub memory: Arc<MemoryBudget>,
     /// Client events being put together from pieces (protocol version 5).
@@ -237,8 +243,9 @@ pub(crate) struct State {
     pub(crate) bandwidth: bandwidth::Bandwidth,
     /// Shared-memory regions of same-host publishers.
     pub shm: crate::shm::ShmTable,
-    /// Multicast groups (`[[multicast]]`; crate::multicast).
-    pub(crate) mcast: crate::multicast::Multicast,
+    /// Multicast groups (`[[multicast]]`; opened and served by the
+    /// `multicast` module).
+    pub(crate) mcast: multicast::Multicast,
     next_conn: u64,
 }
 
@@ -447,6 +454,23 @@ impl State {
         false
     }
 
+    /// What the network did to the events of subscription `sub` of
+    /// connection `conn` on their way to a `udp://` client (`None`: not a
+    /// UDP session).
+    pub fn channel_net_loss(
+        &self,
+        conn: u64,
+        sub: u32,
+    ) -> Option<tagwire_proto::admin::NetLossInfo> {
+        let udp = self.connections.get(&conn)?.udp.as_ref()?;
+        Some(udp.channel_loss(sub))
+    }
+
+    /// Whether connection `conn` runs over UDP (frames can be lost).
+    pub fn is_udp(&self, conn: u64) -> bool {
+        self.connections.get(&conn).is_some_and(|c| c.udp.is_some())
+    }
+
     pub fn next_connection_id(&mut self) -> u64 {
         let id = self.next_conn;
         self.next_conn += 1;
@@ -641,7 +665,7 @@ impl ChannelTable {
             .entry(channel.endpoint.clone())
             .or_default()
             .insert(global);
-        let code = crate::qos::explicit_dscp(&channel.qos.borrow().resolved);
+        let code = qos::explicit_dscp(&channel.qos.borrow().resolved);
         self.claim_dscp(channel.conn, global, code);
         self.by_id.insert(global, channel);
     }

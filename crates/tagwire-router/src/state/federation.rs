@@ -54,10 +54,10 @@ pub(crate) struct Federation {
     pub(crate) compiled_advert: Option<CompiledFor>,
     /// Hop-by-hop acknowledgement: windows per link connection, the dedupe
     /// window, counters (see [`crate::reliable`]).
-    pub(crate) reliable: crate::reliable::Reliable,
+    pub(crate) reliable: super::reliable::Reliable,
     /// Compression of events on links: which connections take it, the
     /// tags' codecs, counters (see [`crate::compress`]).
-    pub(crate) compress: crate::compress::LinkCompression,
+    pub(crate) compress: super::compress::LinkCompression,
 }
 
 /// An advert's compiled interest and the advert it is for: (connection,
@@ -176,7 +176,7 @@ impl Federation {
             tls: None,
             refusals: HashMap::new(),
             compiled_advert: None,
-            reliable: crate::reliable::Reliable::new(config),
+            reliable: super::reliable::Reliable::new(config),
             compress: Default::default(),
         }
     }

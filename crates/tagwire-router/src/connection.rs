@@ -1766,7 +1766,7 @@ impl Conn {
                     ErrorCode::LimitReached,
                     format!(
                         "the admin lane has {} requests waiting; try again",
-                        crate::lane::MAX_ADMIN_JOBS
+                        crate::state::lanes::MAX_ADMIN_JOBS
                     ),
                 ))
             }

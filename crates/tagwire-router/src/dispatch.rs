@@ -36,7 +36,8 @@ pub(crate) struct Route<'a> {
     /// band's connection, so a publisher's band holds end to end (`None`:
     /// the band its priority falls in).
     pub band: Option<&'a str>,
-    /// It came from this multicast group (crate::multicast): it goes to no
+    /// It came from this multicast group (an index into
+    /// [`Multicast`](crate::state::multicast::Multicast)): it goes to no
     /// group and skips links to that group's live members.
     pub group: Option<usize>,
     /// Its publisher's key ([`tagwire_core::proxy::publisher_key`]) if the

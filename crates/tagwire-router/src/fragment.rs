@@ -1,10 +1,12 @@
 //! Large reliable events across links in pieces (link version 4;
 //! docs/reliability.md, "Large payloads"). The pieces and their bounded,
-//! resumable reassembly are core's ([`tagwire_core::fragment`]); this module
-//! sends a held event's pieces on its link connection's control buffer as
-//! room allows, takes `FragmentResume` answers (the peer holds a prefix:
-//! continue there) and puts arriving pieces together, handing the whole
-//! event to the `Reliable` (or `Forward`) path.
+//! resumable reassembly are core's ([`tagwire_core::fragment`]), the event
+//! being sent and the reassemblies are held in
+//! [`crate::state::fragment`]; this module keeps a held event's pieces
+//! going on its link connection's control buffer as room allows, takes
+//! `FragmentResume` answers (the peer holds a prefix: continue there) and
+//! puts arriving pieces together, handing the whole event to the `Reliable`
+//! (or `Forward`) path ([`crate::forwarded`]).
 //!
 //! A reassembly is keyed by the event's origin daemon and its id (a hash of
 //! its publisher, sequence number, source time and tag, the same at every
@@ -181,11 +183,11 @@ pub(crate) fn on_fragment(
             Ok(())
         }
         Progress::Complete(event) => match of {
-            FragmentOf::Reliable { seq, origin, hops } => crate::reliable::on_reliable(
+            FragmentOf::Reliable { seq, origin, hops } => crate::forwarded::on_reliable(
                 st, stage, conn, peer, seq, origin, hops, &event, None, band,
             ),
             FragmentOf::Forward { origin, hops } => {
-                crate::link::on_forward(st, stage, conn, peer, origin, hops, &event, None)
+                crate::forwarded::on_forward(st, stage, conn, peer, origin, hops, &event, None)
             }
         },
     }

@@ -41,7 +41,9 @@ mod connection;
 mod dispatch;
 mod durable;
 mod error;
+mod federation;
 mod filters;
+mod forwarded;
 mod fragment;
 mod history;
 mod lane;
@@ -375,7 +377,7 @@ impl Router {
         if let Some(f) = &reservations_file {
             state.borrow_mut().load_reservations(f, timing::now_ns());
         }
-        let (jobs_tx, jobs_rx) = mpsc::channel(lane::MAX_ADMIN_JOBS);
+        let (jobs_tx, jobs_rx) = mpsc::channel(state::lanes::MAX_ADMIN_JOBS);
         state.borrow_mut().admin_jobs = Some(jobs_tx);
         let mut jobs_rx = Some(jobs_rx);
         // Multicast groups (`[[multicast]]`): joined now, served by their
@@ -388,7 +390,7 @@ impl Router {
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let mut lanes = Vec::new();
         for ((b, (tcp, unix)), udp) in bands.iter().zip(listeners).zip(udp_sockets) {
-            let (tx, rx) = mpsc::channel(lane::MAX_LANE_COMMANDS);
+            let (tx, rx) = mpsc::channel(state::lanes::MAX_LANE_COMMANDS);
             let admin = b.rank == 0;
             let (mcast, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut mcast_sockets)
                 .into_iter()

@@ -299,7 +299,7 @@ pub(crate) fn reschedule_lane(st: &mut State, band: &str, policy: SchedPolicy) {
         {
             tracing::warn!(
                 "band {band}'s lane has {} commands waiting; its scheduling change was dropped",
-                crate::lane::MAX_LANE_COMMANDS
+                crate::state::lanes::MAX_LANE_COMMANDS
             );
         }
     }

@@ -24,7 +24,6 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use bytes::Bytes;
 use tagwire_core::federation::NodeId;
 use tagwire_core::filter::Overrides;
 use tagwire_core::node::Sink;
@@ -32,8 +31,8 @@ use tagwire_core::qos::{resolve, Property, Reliability};
 use tagwire_core::reliable::{Push, RecvWindow, Seen, SendWindow, WindowFull, WindowLimits};
 use tagwire_proto::{Ack, ErrorCode, EventRef, LinkFrame};
 
-use crate::channel::{Outbox, Outgoing};
-use crate::state::reliable::{ConnRel, Held, Parked, Reliable, Upstream};
+use crate::channel::Outbox;
+use crate::state::reliable::{ConnRel, Held, Reliable, Upstream};
 use crate::state::State;
 
 /// Settled events after which a link's acknowledgement goes at once (else
@@ -192,7 +191,7 @@ pub(crate) fn transmit_conn(rel: &mut Reliable, conn: u64, max_control: usize) {
 /// Writes the window's unsent events to the connection's control buffer,
 /// as many as it takes (the rest go on the next tick or acknowledgement).
 /// An event larger than the connection's piece size goes in pieces
-/// ([`crate::fragment`]), marked sent once its last piece is written.
+/// ([`send_pieces`](crate::state::fragment::send_pieces)), marked sent once its last piece is written.
 /// Returns the pieces written.
 fn transmit(cr: &mut ConnRel, max_control: usize) -> u64 {
     let mut pieces = 0;
@@ -264,7 +263,7 @@ fn retransmit(cr: &mut ConnRel, now: u64, max_control: usize) -> u64 {
 /// Sends connection `conn`'s acknowledgement if one is due (`now`: any
 /// change; else only after [`ACK_EVERY`] settled events on a link,
 /// [`CLIENT_ACK_EVERY`] on a client connection).
-fn ack_if_due(rel: &mut Reliable, conn: u64, now: bool, max_control: usize) {
+pub(crate) fn ack_if_due(rel: &mut Reliable, conn: u64, now: bool, max_control: usize) {
     let Some(cr) = rel.conn_mut(conn) else {
         return;
     };
@@ -448,161 +447,13 @@ pub(crate) fn store_settled(st: &mut State, settled: Vec<(Upstream, bool)>) {
 }
 
 /// Settles the upstream obligations the last routing gave back.
-fn complete_pending(rel: &mut Reliable, max_control: usize) {
+pub(crate) fn complete_pending(rel: &mut Reliable, max_control: usize) {
     while let Some((up, failed)) = rel.completions.pop() {
         if let Some(cr) = rel.conn_mut(up.conn) {
             let _ = cr.recv.complete(up.seq, failed);
         }
         ack_if_due(rel, up.conn, false, max_control);
     }
-}
-
-/// A `Reliable` frame arrived on link connection `conn` from `peer`.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn on_reliable(
-    st: &mut State,
-    stage: &mut crate::channel::Staging,
-    conn: u64,
-    peer: NodeId,
-    seq: u64,
-    origin: NodeId,
-    hops: u8,
-    event: &Bytes,
-    chunk: Option<u64>,
-    band: &str,
-) -> Result<(), (ErrorCode, String)> {
-    let Some(cr) = st.fed.reliable.conns.get_mut(&conn) else {
-        return Err((
-            ErrorCode::Malformed,
-            "a Reliable frame on a link of version 2 (no acknowledgements)".into(),
-        ));
-    };
-    if !cr.lossy {
-        if seq != cr.recv.expected() {
-            return Err((
-                ErrorCode::Malformed,
-                format!(
-                    "Reliable frame with sequence number {seq}, expected {} (a gap on one connection)",
-                    cr.recv.expected()
-                ),
-            ));
-        }
-        cr.recv
-            .on_next(seq)
-            .map_err(|e| (ErrorCode::Malformed, format!("Reliable frame: {e}")))?;
-        return route_reliable(st, stage, conn, peer, seq, origin, hops, event, chunk, band);
-    }
-    // A lossy connection (UDP): a frame ahead of a gap waits for it (the
-    // sender sends the missing one again), a copy is dropped (and makes the
-    // next acknowledgement due: ours may have been lost).
-    let parked = Parked {
-        origin,
-        hops,
-        event: event.clone(),
-    };
-    let ready = cr
-        .recv
-        .on_frame(seq, Some(parked))
-        .map_err(|e| (ErrorCode::Malformed, format!("Reliable frame: {e}")))?;
-    for (s, p) in ready {
-        let Some(p) = p else { continue };
-        route_reliable(
-            st, stage, conn, peer, s, p.origin, p.hops, &p.event, None, band,
-        )?;
-    }
-    Ok(())
-}
-
-/// Routes the reliable event `seq` of link connection `conn`, in order:
-/// dedupe, delivery, links, then settles it.
-#[allow(clippy::too_many_arguments)]
-fn route_reliable(
-    st: &mut State,
-    stage: &mut crate::channel::Staging,
-    conn: u64,
-    peer: NodeId,
-    seq: u64,
-    origin: NodeId,
-    hops: u8,
-    event: &Bytes,
-    chunk: Option<u64>,
-    band: &str,
-) -> Result<(), (ErrorCode, String)> {
-    let max = st.config.limits.max_control_bytes;
-    let ev = EventRef::parse(event)
-        .map_err(|e| (ErrorCode::Malformed, format!("bad event in Reliable: {e}")))?;
-    if let Some(l) = st.fed.links.get_mut(&peer) {
-        l.events_in += 1;
-        l.bytes_in += event.len() as u64;
-    }
-    let publisher = tagwire_core::proxy::publisher_key(ev.publisher);
-    let settle = |st: &mut State, n: u32| {
-        let r = &mut st.fed.reliable;
-        if let Some(cr) = r.conns.get_mut(&conn) {
-            let _ = cr.recv.settle(seq, n);
-        }
-        complete_pending(r, max);
-        ack_if_due(r, conn, false, max);
-    };
-    match st
-        .fed
-        .reliable
-        .dedupe
-        .check(origin, publisher, ev.seq, ev.source_time_ns)
-    {
-        Seen::New => {}
-        Seen::Duplicate | Seen::TooOld => {
-            st.fed.reliable.counters.duplicates += 1;
-            settle(st, 0);
-            return Ok(());
-        }
-    }
-    let Ok(deadline) = st
-        .node
-        .admit_forward(origin, hops, &ev, crate::timing::now_ns)
-    else {
-        settle(st, 0);
-        return Ok(());
-    };
-    let mut out = match chunk {
-        Some(epoch) => Outgoing::in_chunk(event, epoch),
-        None => Outgoing::own_buffer(event),
-    };
-    let route = crate::dispatch::Route {
-        origin,
-        hops: hops.saturating_add(1),
-        from: Some(peer),
-        band: Some(band),
-        reliable: true,
-        upstream: Some(Upstream { conn, seq }),
-        group: None,
-        publisher_key: None,
-    };
-    st.fed.reliable.obligations = 0;
-    let unwanted = st.node.counters().unwanted;
-    crate::dispatch::deliver_routed(st, stage, &mut out, &ev, deadline, route);
-    let _ = stage.flush();
-    let n = std::mem::take(&mut st.fed.reliable.obligations);
-    if n == 0 && st.node.counters().unwanted != unwanted {
-        // It went nowhere here (no subscriber, no link): this daemon's view
-        // of the routes disagrees with the sender's. Failed, so the sender
-        // routes it again (elsewhere) instead of taking it as delivered;
-        // and not remembered, so that if it comes here again (the routes
-        // moved back) it is passed on, not dropped as a copy.
-        let r = &mut st.fed.reliable;
-        r.dedupe.forget(origin, publisher, ev.seq);
-        let blob_key = (origin, crate::state::fragment::event_id(&ev));
-        r.fragments.reasm.forget_completed(&blob_key);
-        if let Some(cr) = r.conns.get_mut(&conn) {
-            let _ = cr.recv.settle(seq, 1);
-            let _ = cr.recv.complete(seq, true);
-        }
-        complete_pending(r, max);
-        ack_if_due(r, conn, false, max);
-        return Ok(());
-    }
-    settle(st, n);
-    Ok(())
 }
 
 /// A reliable event that arrived in pieces and that this daemon received

@@ -174,7 +174,7 @@ pub(crate) struct State {
     /// by pattern, with their filters and their sessions' (one session per
     /// connection, keyed by connection id) —, the network's adverts and
     /// live links, events held until their start time, pulls in flight.
-    /// The router executes its decisions ([`crate::node_io`]).
+    /// The router executes its decisions (the `node_io` module).
     pub node: Node<Arc<Channel>>,
     /// Every channel by its router-wide subscription id.
     pub channels: ChannelTable,
@@ -235,11 +235,11 @@ pub(crate) struct State {
     pub admin_jobs: Option<tokio::sync::mpsc::Sender<lanes::AdminJob>>,
     /// Pull buffers (the `history` QoS property).
     pub history: tagwire_core::history::HistoryPolicy,
-    /// The durable store (`reliability=durable`; crate::store).
+    /// The durable store (`reliability=durable`; [`crate::store`]).
     pub(crate) store: crate::store::RouterStore,
     /// Where `proxy=auto` subscriptions' proxies run.
     pub placement: placement::Placement,
-    /// Bandwidth reservations (`reserve=`; crate::bandwidth).
+    /// Bandwidth reservations (`reserve=`; the `bandwidth` module).
     pub(crate) bandwidth: bandwidth::Bandwidth,
     /// Shared-memory regions of same-host publishers.
     pub shm: crate::shm::ShmTable,
@@ -466,6 +466,15 @@ impl State {
         Some(udp.channel_loss(sub))
     }
 
+    /// The band of connection `conn` (the listener it came in on, or the
+    /// lane that dialed it).
+    pub fn band_of(&self, conn: u64) -> Arc<str> {
+        self.connections.get(&conn).map_or_else(
+            || Arc::from(self.config.default_band.as_str()),
+            |c| c.band.clone(),
+        )
+    }
+
     /// Whether connection `conn` runs over UDP (frames can be lost).
     pub fn is_udp(&self, conn: u64) -> bool {
         self.connections.get(&conn).is_some_and(|c| c.udp.is_some())
@@ -635,7 +644,7 @@ pub(crate) struct ChannelTable {
     by_endpoint: HashMap<Arc<str>, HashSet<u64>>,
     /// The DSCP each channel's QoS sets explicitly, by connection and
     /// channel: a connection's socket carries one marking, so the channels
-    /// of one connection must agree ([`crate::qos::check_dscp`]). A
+    /// of one connection must agree (`qos::check_dscp`). A
     /// channel's claim goes with it.
     dscp: HashMap<u64, BTreeMap<u64, u8>>,
     /// Bumped by every insert and remove (the federation re-reads the local

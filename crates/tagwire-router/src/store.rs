@@ -39,6 +39,10 @@
 //! and everything else from its own (`Origins`), and no event comes from
 //! two stores.
 //!
+//! This module is the database and its thread ([`RouterStore`], the
+//! store thread's writer); which tags are durable and what the lanes queue
+//! and ask of it are the `durable` module's.
+//!
 //! Layout: one table `events`, key `(tag, position)`, value a
 //! [`StoreRecord`]. Positions rise across the whole store, in the order
 //! events were queued; they survive restarts (the next one is the largest
@@ -116,7 +120,7 @@ pub(crate) struct StoreCounters {
 #[derive(Debug, Default)]
 pub(crate) struct Settled {
     done: Mutex<Vec<(Upstream, bool)>>,
-    /// Wakes the timers task ([`crate::node_io::timers`]).
+    /// Wakes the timers task (`node_io::timers`).
     wake: Arc<tokio::sync::Notify>,
 }
 

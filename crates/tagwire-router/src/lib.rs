@@ -25,6 +25,38 @@
 //! loop. Start a router with [`Router::start`]; it returns a [`RouterHandle`]
 //! that can attach in-process clients ([`RouterHandle::connect_in_process`])
 //! and shut it down.
+//!
+//! # Layers
+//!
+//! The modules stand in five layers, and **a module imports only from its
+//! own layer or the layers below** (never up, and no two modules import each
+//! other, directly or round a loop). Where a lower module needs something of
+//! a higher one, the item moves down, or the higher one hands it in (a value
+//! or a function: membership gets the federation task's dialer).
+//!
+//! 1. **Data and foundation** — types with their own methods, needing no
+//!    operation on the routing state: `State` and the types
+//!    of its fields (`state` and `state/`: connections, channels, endpoints,
+//!    federation, reliable windows, pieces, multicast groups, UDP counters,
+//!    parked deliveries, …), the durable store's database and thread
+//!    (`store`), channels and their queues (`channel`), and the
+//!    configuration and plumbing: [`config`], [`band`], [`cluster`], [`auth`],
+//!    [`tls`], [`local`], [`priority`], [`transform`], `filters`, `budget`,
+//!    `admission`, `pieces`, `read_buffer`, `shm`, `sync`, `timing`.
+//! 2. **Operations on `&mut State`** that call nothing above them:
+//!    `acked_delivery`, `bandwidth`, `compress`, `durable`, `history`,
+//!    `placement`, `membership`, `reliable`, and `qos` (which tells the
+//!    others when a QoS layer changes).
+//! 3. **Dispatch** — executing routing decisions: `dispatch` (an event to
+//!    its channels, links and groups) and `node_io` (what core's node
+//!    engine decided: deliveries, frames to send, pulls to answer).
+//! 4. **What arrives and is served**: `multicast` (the groups' sockets),
+//!    `forwarded` (events from neighbours), `fragment` (events in pieces),
+//!    `admin` (admin requests), `link` (link frames), `connection` (one
+//!    connection's read and write loops), [`udp`] (datagram sessions) and
+//!    `federation` (the federation task, dialing peers).
+//! 5. **Lanes and the router**: `lane`, [`metrics`], [`mqtt`], `error` and
+//!    this file.
 
 mod acked_delivery;
 mod admin;

@@ -9,6 +9,12 @@
 //! session's channels after a session-level filter change) is left to the
 //! lane's [`housekeeping`] task, which does it in slices of
 //! [`SETTLE_SLICE`] channels and yields to the lane between slices.
+//!
+//! `State` and the types of its fields (its submodules: federation,
+//! reliable windows, pieces, multicast groups, UDP counters, parked
+//! deliveries, …) are the router's data layer: they import nothing that
+//! operates on `State`. The operations are the modules of the layers above
+//! (see the crate's top documentation).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Bound;

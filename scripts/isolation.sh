@@ -189,10 +189,13 @@ for r in $(seq "$ROUNDS"); do
     raw_flood_off
     echo "round $r done" >&2
 done
+# The lanes' waits for the routing tables' lock over the whole run (the
+# daemon counts each time a lane blocked on it while another thread held it).
+"$B/tagwire" --server "tcp://127.0.0.1:$PORT" list --json >"$WORK/list.json" 2>/dev/null || echo '{}' >"$WORK/list.json"
 cat "$RES"
-python3 - "$RES" "$ROUNDS" "$PINGS" "$(nproc)" "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)" "${TAGWIRE_REV:-$(git rev-parse --short HEAD)}" "$SECTION" "$WORK/samples" "$RTT_SECS" >"$WORK/section.md" <<'PY'
+python3 - "$RES" "$ROUNDS" "$PINGS" "$(nproc)" "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)" "${TAGWIRE_REV:-$(git rev-parse --short HEAD)}" "$SECTION" "$WORK/samples" "$RTT_SECS" "$WORK/list.json" >"$WORK/section.md" <<'PY'
 import sys, collections, glob, math, os
-res, rounds, pings, nproc, cpu, rev, section, samples, rtt_secs = sys.argv[1:10]
+res, rounds, pings, nproc, cpu, rev, section, samples, rtt_secs, listing = sys.argv[1:11]
 d = collections.defaultdict(dict)
 for line in open(res):
     r, case, p50, p99 = line.split()
@@ -280,6 +283,21 @@ for r in sorted(d):
         p50, p99 = x[key]
         rat = ratio(p99, x[base][1]) if base and base in x else ""
         print(f"| {r} | {name} | {p50:.0f} | {p99:.0f} | {rat} | {target} |")
+import json
+try:
+    lanes = json.load(open(listing)).get("lanes", [])
+except (OSError, ValueError):
+    lanes = []
+if lanes:
+    print("\nEach lane's waits for the routing tables' lock over the whole run (all cases and rounds; "
+          "`tagwire list --lanes`, column TABLE WAITS: times the lane blocked on the lock another thread held):\n")
+    print("| lane | waits | < 8 µs | 8–63 µs | 64–511 µs | ≥ 512 µs | longest µs | total ms |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for l in lanes:
+        b = l.get("table_waits_us", [])
+        part = lambda lo, hi: sum(b[lo:hi])
+        print(f"| {l['band']} | {sum(b)} | {part(0, 4)} | {part(4, 7)} | {part(7, 10)} | {part(10, len(b))} | "
+              f"{l.get('table_wait_max_us', 0)} | {l.get('table_wait_total_us', 0) / 1000:.1f} |")
 print(f"<!-- END {section} -->")
 PY
 cat "$WORK/section.md"

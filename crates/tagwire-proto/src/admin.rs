@@ -953,6 +953,23 @@ pub struct LaneEntry {
     /// Its UDP socket (`[udp] listen`), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub udp: Option<String>,
+    /// Times its lane blocked on the routing tables' lock because another
+    /// thread held it (an uncontended lock counts nothing), by length:
+    /// entry 0 counts waits under 1 µs, entry k ≥ 1 those of 2^(k-1) to
+    /// 2^k µs, the last everything longer (docs/configuration.md, "Lanes and
+    /// shared tables"). Empty: it never waited.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub table_waits_us: Vec<u64>,
+    /// The longest of those waits, µs.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub table_wait_max_us: u64,
+    /// Their total, µs.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub table_wait_total_us: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// One endpoint.

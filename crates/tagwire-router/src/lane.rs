@@ -124,6 +124,15 @@ pub(crate) struct LaneSetup {
 /// Applies the band's scheduling to this thread and records what it got
 /// (one warning if the OS refused a real-time policy).
 fn take_priority(band: &Band, state: &Locked<State>) {
+    let slot = state
+        .borrow()
+        .config
+        .bands
+        .iter()
+        .position(|b| b.name == band.name);
+    if let Some(slot) = slot {
+        crate::sync::set_lane_slot(slot);
+    }
     let wanted = band.sched.to_string();
     let (applied, fell_back) = match apply_sched(band.sched) {
         Ok(Applied::Exactly(p)) => (p.to_string(), None),

@@ -393,6 +393,7 @@ impl Router {
         )
         .map_err(RouterError::Store)?;
         let state = Arc::new(Locked::new(State::new(config, auth)));
+        state.borrow_mut().table_waits = state.waits();
         state.borrow_mut().store = store;
         state.borrow_mut().deferred_wake = timers_wake;
         state.borrow_mut().fed.tls = link_tls;

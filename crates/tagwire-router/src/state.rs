@@ -220,6 +220,9 @@ pub(crate) struct State {
     pub replies_when_settled: Vec<(Arc<Outbox>, Frame)>,
     /// The lanes, lowest band first (filled in as they start).
     pub lanes: Vec<LaneInfo>,
+    /// The lanes' waits for this table's lock (the lock's own counters,
+    /// for listings).
+    pub table_waits: Arc<crate::sync::LockWaits>,
     /// The daemon-level QoS layer (`[qos]`).
     pub qos_daemon: tagwire_core::qos::QosLayer,
     /// Tag-level QoS layers, by pattern (at most `qos::MAX_TAG_LAYERS`).
@@ -276,6 +279,7 @@ impl State {
         let node = Node::new(me, &config.name, limits, crate::timing::now_ns());
         State {
             fed,
+            table_waits: Arc::default(),
             members: Default::default(),
             config,
             node,

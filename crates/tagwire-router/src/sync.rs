@@ -18,7 +18,10 @@
 use priority_inheriting_lock::{
     PriorityInheritingLock as Mutex, PriorityInheritingLockGuard as MutexGuard,
 };
+use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
 /// A held [`Locked`].
 pub(crate) type Guard<'a, T> = MutexGuard<'a, T>;
@@ -32,6 +35,8 @@ pub(crate) struct Locked<T> {
     lock: Mutex<T>,
     /// Threads blocked in [`borrow`](Self::borrow) right now.
     waiting: AtomicU32,
+    /// How long threads blocked on it, per lane.
+    waits: Arc<LockWaits>,
 }
 
 impl<T> Locked<T> {
@@ -39,6 +44,7 @@ impl<T> Locked<T> {
         Locked {
             lock: Mutex::new(value),
             waiting: AtomicU32::new(0),
+            waits: Arc::default(),
         }
     }
 
@@ -50,9 +56,16 @@ impl<T> Locked<T> {
             return g;
         }
         self.waiting.fetch_add(1, Ordering::Relaxed);
+        let start = std::time::Instant::now();
         let g = self.lock.lock();
+        self.waits.record(start.elapsed());
         self.waiting.fetch_sub(1, Ordering::Relaxed);
         g
+    }
+
+    /// The counts of this lock's contended acquisitions, per lane.
+    pub(crate) fn waits(&self) -> Arc<LockWaits> {
+        self.waits.clone()
     }
 
     /// Whether another thread is blocked waiting for this lock: a holder
@@ -79,6 +92,65 @@ impl<T> Locked<T> {
     /// Locks for a change.
     pub(crate) fn borrow_mut(&self) -> MutexGuard<'_, T> {
         self.borrow()
+    }
+}
+
+/// Lanes whose waits [`LockWaits`] tells apart (bands are at most 16);
+/// other threads (the store's, blocking tasks') count in slot [`LANES`].
+pub(crate) const LANES: usize = 16;
+/// Buckets of [`LockWaits`]' histogram: bucket 0 holds waits under 1 µs,
+/// bucket k ≥ 1 those of 2^(k-1) to 2^k µs, the last everything longer.
+pub(crate) const WAIT_BUCKETS: usize = 16;
+
+thread_local! {
+    /// This thread's lane slot (its band's index), [`LANES`] if none.
+    static LANE_SLOT: Cell<usize> = const { Cell::new(LANES) };
+}
+
+/// Marks the calling thread as the lane of band number `slot` (its index
+/// in the configuration), so that its waits on a [`Locked`] count there.
+pub(crate) fn set_lane_slot(slot: usize) {
+    LANE_SLOT.with(|s| s.set(slot.min(LANES)));
+}
+
+/// One lane's waits on a lock.
+#[derive(Debug, Default)]
+pub(crate) struct LaneWaits {
+    /// Waits by length (see [`WAIT_BUCKETS`]).
+    pub buckets: [AtomicU64; WAIT_BUCKETS],
+    /// Their total, nanoseconds.
+    pub total_ns: AtomicU64,
+    /// The longest, nanoseconds.
+    pub max_ns: AtomicU64,
+}
+
+/// How often, and how long, each lane blocked on a [`Locked`] another
+/// thread held (an uncontended lock counts nothing): a real-time lane
+/// that waits for the shared tables is what band isolation measures
+/// (docs/configuration.md, "Lanes and shared tables"). Relaxed atomics,
+/// touched only on a contended lock.
+#[derive(Debug, Default)]
+pub(crate) struct LockWaits {
+    lanes: [LaneWaits; LANES + 1],
+}
+
+impl LockWaits {
+    fn record(&self, waited: Duration) {
+        let slot = LANE_SLOT.with(Cell::get);
+        let w = &self.lanes[slot];
+        let us = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX);
+        let k = usize::try_from(u64::BITS - us.leading_zeros())
+            .unwrap_or(WAIT_BUCKETS)
+            .min(WAIT_BUCKETS - 1);
+        w.buckets[k].fetch_add(1, Ordering::Relaxed);
+        let ns = u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX);
+        w.total_ns.fetch_add(ns, Ordering::Relaxed);
+        w.max_ns.fetch_max(ns, Ordering::Relaxed);
+    }
+
+    /// The waits of band number `slot`'s lane.
+    pub(crate) fn lane(&self, slot: usize) -> &LaneWaits {
+        &self.lanes[slot.min(LANES)]
     }
 }
 
@@ -136,7 +208,6 @@ impl Count {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
 
     #[test]
     fn a_contended_lock_excludes_and_hands_over() {
@@ -158,6 +229,51 @@ mod tests {
             t.join().expect("thread");
         }
         assert_eq!(*n.borrow(), 80_000, "no increment lost under contention");
+    }
+
+    #[test]
+    fn a_lane_that_blocks_on_a_held_lock_has_its_wait_counted_in_its_slot() {
+        let n = Arc::new(Locked::new(0u64));
+        let held = n.borrow_mut();
+        let waiter = {
+            let n = n.clone();
+            std::thread::spawn(move || {
+                set_lane_slot(3);
+                *n.borrow_mut() += 1;
+            })
+        };
+        // Bounded: the waiter blocks within a few ms on any machine.
+        for _ in 0..5_000 {
+            if n.contended() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        drop(held);
+        waiter.join().expect("waiter");
+        let count = |slot: usize| -> u64 {
+            n.waits()
+                .lane(slot)
+                .buckets
+                .iter()
+                .map(|b| b.load(Ordering::Relaxed))
+                .sum()
+        };
+        assert_eq!(
+            count(3),
+            1,
+            "the blocked lane's wait is counted in its slot"
+        );
+        assert_eq!(count(0) + count(LANES), 0, "nothing counted elsewhere");
+        let w = n.waits();
+        assert!(
+            w.lane(3).max_ns.load(Ordering::Relaxed) >= 1_000_000,
+            "it waited at least the 2 ms the holder held on after it blocked"
+        );
+        // Uncontended: nothing more.
+        *n.borrow_mut() += 1;
+        assert_eq!(count(3) + count(0) + count(LANES), 1);
     }
 
     #[test]

@@ -51,12 +51,13 @@ pub fn run(session: &Session, a: ListArgs) -> CmdResult {
     if !l.lanes.is_empty() {
         outln!("\nLANES");
         outln!(
-            "  {:<10} {:<10} {:<10} {:>4} {:<6} LISTENERS",
+            "  {:<10} {:<10} {:<10} {:>4} {:<6} {:<20} LISTENERS",
             "BAND",
             "SCHED",
             "RUNNING",
             "DSCP",
-            "CPUS"
+            "CPUS",
+            "TABLE WAITS"
         );
         for lane in &l.lanes {
             let listeners: Vec<String> = [
@@ -67,8 +68,14 @@ pub fn run(session: &Session, a: ListArgs) -> CmdResult {
             .into_iter()
             .flatten()
             .collect();
+            let waits: u64 = lane.table_waits_us.iter().sum();
+            let waits = if waits == 0 {
+                "0".to_owned()
+            } else {
+                format!("{waits} (max {} µs)", lane.table_wait_max_us)
+            };
             outln!(
-                "  {:<10} {:<10} {:<10} {:>4} {:<6} {}",
+                "  {:<10} {:<10} {:<10} {:>4} {:<6} {:<20} {}",
                 lane.band,
                 lane.sched,
                 lane.sched_applied,
@@ -78,6 +85,7 @@ pub fn run(session: &Session, a: ListArgs) -> CmdResult {
                 } else {
                     &lane.cpus
                 },
+                waits,
                 listeners.join(" ")
             );
         }

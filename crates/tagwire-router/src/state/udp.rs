@@ -105,7 +105,7 @@ impl UdpStats {
 }
 
 /// A handle on a session's counters that compares by identity (so that
-/// [`Transport`] stays `Eq`).
+/// `auth::Transport` stays `Eq`).
 #[derive(Debug, Clone)]
 pub struct StatsRef(pub Arc<UdpStats>);
 

@@ -509,9 +509,11 @@ fn a_big_advert_of_regex_filters_compiles_off_the_lane_while_clients_connect() {
         neighbors: vec![router_id],
         interest,
     }));
-    // Let the router start on it (compiled on the lane, it would now hold
-    // the lane until every entry is built).
-    std::thread::sleep(Duration::from_millis(200));
+    // No pause: the lane reads the advert (on a link already up) before the
+    // bystander's connection and handshake; compiled on the lane, it would
+    // hold the lane until every entry is built, and the bystander's list
+    // would show it in force. (A pause here let a release build finish the
+    // compilation before the bystander came, and the test failed.)
     let mut bystander = Raw::hello(&h);
     bystander.ping(1);
     let known = |c: &mut Raw| {

@@ -145,6 +145,8 @@ impl Settled {
     }
 }
 
+/// What a lane queues for the store thread: an event to write, or a
+/// replay read to answer.
 pub(crate) enum Job {
     Write {
         tag: Box<str>,

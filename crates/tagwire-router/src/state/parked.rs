@@ -14,6 +14,7 @@ use crate::channel::Channel;
 /// What identifies a subscription across its session's reconnects.
 pub(crate) type Key = ([u8; SESSION_ID_LEN], Arc<str>, u32, String);
 
+/// One parked subscription.
 #[derive(Debug)]
 pub(crate) struct Parked {
     /// What it had not had acknowledged and what was queued for it when

@@ -84,6 +84,7 @@ impl UdpStats {
         }
     }
 
+    /// Adds one to counter `a`.
     pub(crate) fn bump(a: &AtomicU64) {
         a.fetch_add(1, Ordering::Relaxed);
     }

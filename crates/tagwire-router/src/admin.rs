@@ -339,7 +339,7 @@ pub(crate) fn list_page(
         filtered_at_source: st.filtered_at_source,
         deferred: st.node.held().0,
         history: crate::history::totals(st),
-        store: crate::store::totals(st),
+        store: crate::durable::totals(st),
         parked: (st.parked_deliveries.stats.parked > 0).then(|| st.parked_deliveries.info()),
         shm: st.shm.listing(),
         multicast: if after.is_none() {
@@ -488,7 +488,7 @@ pub(crate) fn list_page(
                         proxy: proxy_info(st, *id, ch),
                         time: ch.time_info(),
                         jitter: ch.jitter_info(),
-                        net: crate::udp::channel_net_loss(st, ch.conn, ch.sub),
+                        net: st.channel_net_loss(ch.conn, ch.sub),
                         acked: ch.acked_info(),
                     };
                     drop(q);

@@ -97,7 +97,7 @@ pub enum Transport {
     /// session's loss counters ride along for `tagwire list`.
     Udp {
         /// The session's counters.
-        stats: crate::udp::StatsRef,
+        stats: crate::state::udp::StatsRef,
     },
 }
 

@@ -12,8 +12,6 @@
 //! layers say so. Shared memory, Unix sockets and client connections never
 //! see compressed events.
 
-use std::collections::{HashMap, HashSet};
-
 use bytes::{BufMut, Bytes, BytesMut};
 use tagwire_core::compress::Compression;
 use tagwire_core::qos::{resolve, Property};
@@ -24,20 +22,6 @@ use crate::state::State;
 
 /// Tags whose compression is remembered; past it the cache starts over.
 const CACHE_TAGS: usize = 4096;
-
-/// What the daemon knows of compression on its links.
-#[derive(Debug, Default)]
-pub(crate) struct LinkCompression {
-    /// Whether any tag or the daemon sets a codec (else one flag test per
-    /// routed event).
-    enabled: bool,
-    /// Each tag's compression, as the layers give it.
-    cache: HashMap<Box<str>, Compression>,
-    /// Link connections whose peer speaks link version 5.
-    pub conns: HashSet<u64>,
-    /// What was compressed and decompressed.
-    pub counters: CompressionInfo,
-}
 
 /// After a daemon or tag layer changed: whether any tag compresses.
 pub(crate) fn layers_changed(st: &mut State) {

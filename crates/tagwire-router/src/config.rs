@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::band::BandConfig;
+pub use band::BandConfig;
 pub(crate) mod auth;
+pub(crate) mod band;
 pub(crate) mod bandwidth;
 pub(crate) mod cluster;
 pub(crate) mod error;
@@ -60,7 +61,7 @@ pub struct RouterConfig {
     /// TLS on the TCP listener (`[tls]`); `None`: plain TCP.
     pub tls: Option<TlsConfig>,
     /// Priority bands, lowest priority first (`[[bands]]`; default `low`,
-    /// `normal`, `high`, `critical`: see [`crate::band`]).
+    /// `normal`, `high`, `critical`: see the `band` module).
     pub bands: Vec<BandConfig>,
     /// The band the main `tcp` / `unix` listeners serve.
     pub default_band: String,
@@ -76,7 +77,7 @@ pub struct RouterConfig {
     /// docs/metrics.md). Off unless `listen` is set.
     pub metrics: MetricsConfig,
     /// A cluster in one step (`[cluster]`: a shared secret and daemons to
-    /// join; see [`crate::cluster`]). Applied when the router starts.
+    /// join; see the `cluster` module). Applied when the router starts.
     pub cluster: ClusterConfig,
     /// The MQTT listener (`[mqtt]`; docs/mqtt.md). Off unless `listen` is set.
     pub mqtt: mqtt::MqttConfig,
@@ -619,8 +620,8 @@ impl Default for RouterConfig {
             acl: Vec::new(),
             reservations_file: None,
             tls: None,
-            bands: crate::band::default_bands(),
-            default_band: crate::band::DEFAULT_BAND.into(),
+            bands: band::default_bands(),
+            default_band: band::DEFAULT_BAND.into(),
             qos: Default::default(),
             federation: FederationConfig::default(),
             bandwidth: BandwidthConfig::default(),
@@ -743,7 +744,12 @@ impl RouterConfig {
         self.metrics.validate(self.auth.enabled)?;
         self.mqtt.validate(&self.auth)?;
         self.udp.validate(self.auth.enabled)?;
-        crate::band::plan(self)?;
+        band::plan_bands(
+            &self.bands,
+            &self.default_band,
+            self.tcp,
+            self.unix.as_deref(),
+        )?;
         let bands: Vec<String> = self.bands.iter().map(|b| b.name.clone()).collect();
         multicast::validate(&self.multicast, &self.federation.token, &bands)?;
         let daemon = qos::daemon_layer(&self.qos, &bands).map_err(ConfigError::Invalid)?;

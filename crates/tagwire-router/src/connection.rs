@@ -877,7 +877,7 @@ impl Conn {
                                     outbox: self.outbox.clone(),
                                     max_control: self.max_control,
                                 };
-                                crate::store::pull(&mut st, pull, to, max_frame)
+                                crate::durable::pull(&mut st, pull, to, max_frame)
                             }
                             // Another daemon's store: the pull goes there
                             // over the links, like a history pull.
@@ -1539,7 +1539,7 @@ impl Conn {
         seq: u64,
     ) -> Result<(), (ErrorCode, String)> {
         crate::reliable::client_frame(st, self.id, &self.outbox, seq)?;
-        let upstream = crate::reliable::Upstream { conn: self.id, seq };
+        let upstream = crate::state::reliable::Upstream { conn: self.id, seq };
         st.store.refused = None;
         let mut result = self.publish(st, stage, note, p, chunk, Some(upstream));
         if let Some(why) = st.store.refused.take() {
@@ -1561,7 +1561,7 @@ impl Conn {
         note: &mut PublishNote,
         p: &mut Publish,
         chunk: Option<u64>,
-        upstream: Option<crate::reliable::Upstream>,
+        upstream: Option<crate::state::reliable::Upstream>,
     ) -> Result<(), (ErrorCode, String)> {
         let ev = self.engine.publish_event(p, &mut self.tag_cache)?;
         if !self.rights.may_publish(ev.tag) {
@@ -1766,7 +1766,7 @@ impl Conn {
                     ErrorCode::LimitReached,
                     format!(
                         "the admin lane has {} requests waiting; try again",
-                        crate::lane::MAX_ADMIN_JOBS
+                        crate::state::lanes::MAX_ADMIN_JOBS
                     ),
                 ))
             }

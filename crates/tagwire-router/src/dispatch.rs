@@ -25,7 +25,7 @@ pub(crate) struct Route<'a> {
     pub reliable: bool,
     /// Where it came from on a reliable connection: the obligation its
     /// forwards take on.
-    pub upstream: Option<crate::reliable::Upstream>,
+    pub upstream: Option<crate::state::reliable::Upstream>,
     /// The daemon it was published at (0: this one).
     pub origin: u64,
     /// Links it has crossed.
@@ -36,7 +36,8 @@ pub(crate) struct Route<'a> {
     /// band's connection, so a publisher's band holds end to end (`None`:
     /// the band its priority falls in).
     pub band: Option<&'a str>,
-    /// It came from this multicast group (crate::multicast): it goes to no
+    /// It came from this multicast group (an index into
+    /// [`Multicast`](crate::state::multicast::Multicast)): it goes to no
     /// group and skips links to that group's live members.
     pub group: Option<usize>,
     /// Its publisher's key ([`tagwire_core::proxy::publisher_key`]) if the
@@ -119,11 +120,11 @@ fn deliver_with(
 ) -> usize {
     if st.store.enabled {
         // First: an acknowledged event the store cannot take is refused
-        // whole (not delivered), see [`crate::store::record`].
+        // whole (not delivered), see [`crate::durable::record`].
         let stored = match shm.as_deref_mut() {
-            None => crate::store::record(st, event, ev, route.upstream, route.origin),
+            None => crate::durable::record(st, event, ev, route.upstream, route.origin),
             Some(s) => match s.copied() {
-                Some(copy) => crate::store::record(st, copy, ev, route.upstream, route.origin),
+                Some(copy) => crate::durable::record(st, copy, ev, route.upstream, route.origin),
                 None => Ok(()),
             },
         };
@@ -211,7 +212,14 @@ fn deliver_with(
             Some(s) => s.copied().map(|c| c.bytes().clone()),
         };
         bytes.and_then(|b| {
-            crate::multicast::send_event(&mut st.mcast, route.group, origin, route.hops, ev.tag, &b)
+            crate::state::multicast::send_event(
+                &mut st.mcast,
+                route.group,
+                origin,
+                route.hops,
+                ev.tag,
+                &b,
+            )
         })
     };
     let now = if group.is_some() {
@@ -300,15 +308,15 @@ struct Execute<'a, 'e, 'b> {
     /// The tag's compression on links, which links take it, and the event
     /// compressed (once, for the first link that takes it; `Some(None)`: it
     /// does not shrink).
-    comp: &'a mut crate::compress::LinkCompression,
+    comp: &'a mut crate::state::compress::LinkCompression,
     compression: tagwire_core::compress::Compression,
     packed: Option<Option<Bytes>>,
     /// Whether the event crosses links reliably, its upstream obligation,
     /// the neighbour it came from, and the windows.
     reliable: bool,
-    upstream: Option<crate::reliable::Upstream>,
+    upstream: Option<crate::state::reliable::Upstream>,
     from: Option<NodeId>,
-    rel: &'a mut crate::reliable::Reliable,
+    rel: &'a mut crate::state::reliable::Reliable,
     max_control: usize,
     limits: &'a crate::config::Limits,
     meta: EventMeta,
@@ -410,7 +418,7 @@ impl Sink<Arc<Channel>> for Execute<'_, '_, '_> {
             };
             if let Some(event) = event {
                 l.bytes_out += packed.as_ref().map_or(event.len(), Bytes::len) as u64;
-                let held = crate::reliable::Held {
+                let held = crate::state::reliable::Held {
                     event,
                     origin,
                     hops: self.meta.hops,

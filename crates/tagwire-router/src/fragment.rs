@@ -1,10 +1,12 @@
 //! Large reliable events across links in pieces (link version 4;
 //! docs/reliability.md, "Large payloads"). The pieces and their bounded,
-//! resumable reassembly are core's ([`tagwire_core::fragment`]); this module
-//! sends a held event's pieces on its link connection's control buffer as
-//! room allows, takes `FragmentResume` answers (the peer holds a prefix:
-//! continue there) and puts arriving pieces together, handing the whole
-//! event to the `Reliable` (or `Forward`) path.
+//! resumable reassembly are core's ([`tagwire_core::fragment`]), the event
+//! being sent and the reassemblies are held in
+//! [`crate::state::fragment`]; this module keeps a held event's pieces
+//! going on its link connection's control buffer as room allows, takes
+//! `FragmentResume` answers (the peer holds a prefix: continue there) and
+//! puts arriving pieces together, handing the whole event to the `Reliable`
+//! (or `Forward`) path ([`crate::forwarded`]).
 //!
 //! A reassembly is keyed by the event's origin daemon and its id (a hash of
 //! its publisher, sequence number, source time and tag, the same at every
@@ -12,131 +14,13 @@
 //! again (over the same link once it is back, or from another neighbour),
 //! the receiver says how much it holds and only the rest crosses.
 
-use std::time::Instant;
-
 use bytes::Bytes;
 use tagwire_core::federation::NodeId;
-use tagwire_core::fragment::{
-    BlobId, Outgoing, Piece, Progress, Reassembler, ReassemblyCounters, ReassemblyLimits,
-};
-use tagwire_proto::{ErrorCode, EventRef, FragmentOf, LinkFrame};
+use tagwire_core::fragment::{BlobId, Piece, Progress, ReassemblyCounters};
+use tagwire_proto::{ErrorCode, FragmentOf, LinkFrame};
 
 use crate::channel::Outbox;
 use crate::state::State;
-
-/// A reliable event being sent in pieces on one link connection.
-#[derive(Debug)]
-pub(crate) struct Sending {
-    /// Its sequence number on the connection.
-    pub seq: u64,
-    pub origin: NodeId,
-    pub hops: u8,
-    pub out: Outgoing,
-}
-
-/// The daemon's reassemblies and counters (in the federation state).
-#[derive(Debug)]
-pub(crate) struct Fragments {
-    /// Piece size on links of version 4 (`[federation] fragment_size`).
-    pub piece: usize,
-    pub reasm: Reassembler<(NodeId, u64)>,
-    last_warning: Option<Instant>,
-}
-
-impl Fragments {
-    /// Empty, with `[federation]`'s bounds.
-    pub(crate) fn new(config: &crate::config::FederationConfig) -> Self {
-        Fragments {
-            piece: config.fragment_size,
-            reasm: Reassembler::new(ReassemblyLimits {
-                max_payload: tagwire_proto::MAX_FRAGMENTED_EVENT,
-                max_blobs: config.fragment_max_events,
-                max_bytes: config.fragment_max_bytes as u64,
-            }),
-            last_warning: None,
-        }
-    }
-
-    fn warn_allowed(&mut self) -> bool {
-        let now = Instant::now();
-        if self
-            .last_warning
-            .is_some_and(|t| now.duration_since(t).as_secs() < 1)
-        {
-            return false;
-        }
-        self.last_warning = Some(now);
-        true
-    }
-}
-
-/// The id of an event's pieces: the same at every daemon for the same
-/// event (FNV-1a over its publisher, sequence number, source time and tag).
-pub(crate) fn event_id(ev: &EventRef<'_>) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    let mut eat = |bytes: &[u8]| {
-        for b in bytes {
-            h ^= u64::from(*b);
-            h = h.wrapping_mul(0x0000_0100_0000_01b3);
-        }
-    };
-    eat(ev.publisher.as_bytes());
-    eat(&[0xff]);
-    eat(&ev.seq.to_le_bytes());
-    eat(&ev.source_time_ns.to_le_bytes());
-    eat(ev.tag.as_bytes());
-    h
-}
-
-/// Starts sending `event` (sequence number `seq`) in pieces of `piece`
-/// bytes; `None` if it cannot be (it does not parse, or is over 4 GiB: the
-/// caller sends it whole, as before).
-pub(crate) fn start(
-    seq: u64,
-    origin: NodeId,
-    hops: u8,
-    event: &Bytes,
-    piece: usize,
-) -> Option<Sending> {
-    let id = event_id(&EventRef::parse(event).ok()?);
-    let out = Outgoing::new(id, event.clone(), piece).ok()?;
-    Some(Sending {
-        seq,
-        origin,
-        hops,
-        out,
-    })
-}
-
-/// Writes `s`'s next pieces while the control buffer takes them; true once
-/// the last went. Returns the number of pieces written too.
-pub(crate) fn send_pieces(outbox: &Outbox, s: &mut Sending, max_control: usize) -> (bool, u64) {
-    let mut n = 0;
-    while let Some(p) = s.out.peek() {
-        let b = p.blob;
-        let frame = LinkFrame::Fragment {
-            id: b.id,
-            total: b.total,
-            checksum: b.checksum,
-            offset: p.offset,
-            of: FragmentOf::Reliable {
-                seq: s.seq,
-                origin: s.origin,
-                hops: s.hops,
-            },
-            data: p.data,
-        };
-        // Half the control buffer at most: the rest stays free for the
-        // connection's own frames (a Pong, an Ack), which close it as a
-        // peer that does not read when they find the buffer full.
-        if !outbox.send_link(&frame, max_control / 2) {
-            return (false, n);
-        }
-        n += 1;
-        s.out.advance();
-    }
-    (true, n)
-}
 
 /// How often pieces are written while an event is being sent in pieces
 /// (the control buffer drains between two turns), and while none is.
@@ -299,11 +183,11 @@ pub(crate) fn on_fragment(
             Ok(())
         }
         Progress::Complete(event) => match of {
-            FragmentOf::Reliable { seq, origin, hops } => crate::reliable::on_reliable(
+            FragmentOf::Reliable { seq, origin, hops } => crate::forwarded::on_reliable(
                 st, stage, conn, peer, seq, origin, hops, &event, None, band,
             ),
             FragmentOf::Forward { origin, hops } => {
-                crate::link::on_forward(st, stage, conn, peer, origin, hops, &event, None)
+                crate::forwarded::on_forward(st, stage, conn, peer, origin, hops, &event, None)
             }
         },
     }

@@ -3,7 +3,7 @@
 //! core's [`HistoryTable`](tagwire_core::history::HistoryTable), and
 //! answering `Pull` frames.
 //!
-//! **Where events are recorded.** In [`crate::dispatch::deliver`], the one
+//! **Where events are recorded.** In `dispatch::deliver`, the one
 //! place every accepted event passes when it is handed to channels: an event
 //! published now, and an event held for its start time when that time comes
 //! (so a pull never sees an event its subscribers cannot see yet). Events

@@ -25,7 +25,7 @@ use tokio::sync::mpsc;
 use crate::auth::Transport;
 use crate::band::Band;
 use crate::priority::{apply_sched, Applied};
-use crate::state::lanes::{AdminJob, LaneCommand, LaneOf};
+use crate::state::lanes::{AdminJob, LaneCommand, LaneOf, MAX_LANE_COMMANDS};
 use crate::state::{LaneInfo, State};
 use crate::sync::Locked;
 
@@ -52,17 +52,6 @@ impl InProcessConnector {
         Ok(ours)
     }
 }
-
-/// Most commands waiting for one lane (in-process connections to attach,
-/// scheduling changes, stop). At the bound an attach is refused
-/// (`WouldBlock`, "lane busy") and a scheduling change is dropped and
-/// logged; lanes hand work to each other only through bounded queues.
-pub(crate) const MAX_LANE_COMMANDS: usize = 256;
-
-/// Most admin requests waiting for the admin lane. A connection waits for
-/// its request's answer before it reads on, so at most one per connection
-/// is queued; at the bound a request is refused with `LimitReached`.
-pub(crate) const MAX_ADMIN_JOBS: usize = 1024;
 
 /// Hands in-process socket `theirs` to the lane behind `tx`.
 pub(crate) fn attach(tx: &mpsc::Sender<LaneCommand>, theirs: StdUnixStream) -> std::io::Result<()> {
@@ -214,7 +203,7 @@ pub(crate) async fn run(mut setup: LaneSetup) {
             band: band.clone(),
             admin_lane,
         };
-        tasks.push(tokio::task::spawn_local(crate::link::run(
+        tasks.push(tokio::task::spawn_local(crate::federation::run(
             state.clone(),
             lane,
             dscp,
@@ -224,7 +213,7 @@ pub(crate) async fn run(mut setup: LaneSetup) {
             band: band.clone(),
             admin_lane,
         };
-        tasks.push(tokio::task::spawn_local(crate::link::run_band(
+        tasks.push(tokio::task::spawn_local(crate::federation::run_band(
             state.clone(),
             lane,
             dscp,

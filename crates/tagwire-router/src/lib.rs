@@ -25,6 +25,38 @@
 //! loop. Start a router with [`Router::start`]; it returns a [`RouterHandle`]
 //! that can attach in-process clients ([`RouterHandle::connect_in_process`])
 //! and shut it down.
+//!
+//! # Layers
+//!
+//! The modules stand in five layers, and **a module imports only from its
+//! own layer or the layers below** (never up, and no two modules import each
+//! other, directly or round a loop). Where a lower module needs something of
+//! a higher one, the item moves down, or the higher one hands it in (a value
+//! or a function: membership gets the federation task's dialer).
+//!
+//! 1. **Data and foundation** — types with their own methods, needing no
+//!    operation on the routing state: `State` and the types
+//!    of its fields (`state` and `state/`: connections, channels, endpoints,
+//!    federation, reliable windows, pieces, multicast groups, UDP counters,
+//!    parked deliveries, …), the durable store's database and thread
+//!    (`store`), channels and their queues (`channel`), and the
+//!    configuration and plumbing: [`config`], [`band`], [`cluster`], [`auth`],
+//!    [`tls`], [`local`], [`priority`], [`transform`], `filters`, `budget`,
+//!    `admission`, `pieces`, `read_buffer`, `shm`, `sync`, `timing`.
+//! 2. **Operations on `&mut State`** that call nothing above them:
+//!    `acked_delivery`, `bandwidth`, `compress`, `durable`, `history`,
+//!    `placement`, `membership`, `reliable`, and `qos` (which tells the
+//!    others when a QoS layer changes).
+//! 3. **Dispatch** — executing routing decisions: `dispatch` (an event to
+//!    its channels, links and groups) and `node_io` (what core's node
+//!    engine decided: deliveries, frames to send, pulls to answer).
+//! 4. **What arrives and is served**: `multicast` (the groups' sockets),
+//!    `forwarded` (events from neighbours), `fragment` (events in pieces),
+//!    `admin` (admin requests), `link` (link frames), `connection` (one
+//!    connection's read and write loops), [`udp`] (datagram sessions) and
+//!    `federation` (the federation task, dialing peers).
+//! 5. **Lanes and the router**: `lane`, [`metrics`], [`mqtt`], `error` and
+//!    this file.
 
 mod acked_delivery;
 mod admin;
@@ -39,8 +71,11 @@ mod compress;
 pub mod config;
 mod connection;
 mod dispatch;
+mod durable;
 mod error;
+mod federation;
 mod filters;
+mod forwarded;
 mod fragment;
 mod history;
 mod lane;
@@ -367,7 +402,7 @@ impl Router {
             st.qos_daemon = daemon_qos;
             st.refresh_supplier_limit();
             history::layers_changed(&mut st);
-            store::layers_changed(&mut st);
+            durable::layers_changed(&mut st);
             reliable::layers_changed(&mut st);
             compress::layers_changed(&mut st);
             st.band_names = band_names;
@@ -375,7 +410,7 @@ impl Router {
         if let Some(f) = &reservations_file {
             state.borrow_mut().load_reservations(f, timing::now_ns());
         }
-        let (jobs_tx, jobs_rx) = mpsc::channel(lane::MAX_ADMIN_JOBS);
+        let (jobs_tx, jobs_rx) = mpsc::channel(state::lanes::MAX_ADMIN_JOBS);
         state.borrow_mut().admin_jobs = Some(jobs_tx);
         let mut jobs_rx = Some(jobs_rx);
         // Multicast groups (`[[multicast]]`): joined now, served by their
@@ -388,7 +423,7 @@ impl Router {
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let mut lanes = Vec::new();
         for ((b, (tcp, unix)), udp) in bands.iter().zip(listeners).zip(udp_sockets) {
-            let (tx, rx) = mpsc::channel(lane::MAX_LANE_COMMANDS);
+            let (tx, rx) = mpsc::channel(state::lanes::MAX_LANE_COMMANDS);
             let admin = b.rank == 0;
             let (mcast, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut mcast_sockets)
                 .into_iter()

@@ -87,9 +87,14 @@ fn peer_gossip(p: &str) -> Option<SocketAddr> {
         .next()
 }
 
+/// How the membership task has a daemon that discovery found dialed: the
+/// federation task's dialer (`federation::dial_discovered`), handed in by
+/// the federation task that starts membership.
+pub(crate) type Dial = fn(Arc<Locked<State>>, SocketAddr);
+
 /// The membership task: runs foca on the gossip socket until the lane
 /// stops. Without a TCP listener (embedded) or with gossip off it returns.
-pub(crate) async fn run(state: Arc<Locked<State>>) {
+pub(crate) async fn run(state: Arc<Locked<State>>, dialer: Dial) {
     let (me, bind, gossip, link, peers, cluster, max_nodes, discovery, group) = {
         let st = state.borrow();
         let f = &st.config.federation;
@@ -245,7 +250,7 @@ pub(crate) async fn run(state: Arc<Locked<State>>) {
     let mut announced: std::collections::HashMap<SocketAddr, tokio::time::Instant> =
         std::collections::HashMap::new();
     loop {
-        drain(&state, &mut rt, &socket, &timers_tx, &identity).await;
+        drain(&state, &mut rt, &socket, &timers_tx, &identity, dialer).await;
         tokio::select! {
             r = socket.recv_from(&mut buf) => {
                 if let Ok((n, _from)) = r {
@@ -341,6 +346,7 @@ async fn drain(
     socket: &UdpSocket,
     timers: &mpsc::UnboundedSender<Timer<Member>>,
     me: &Member,
+    dialer: Dial,
 ) {
     while let Some((to, data)) = rt.to_send() {
         let _ = socket.send_to(&data, to.gossip).await;
@@ -354,7 +360,7 @@ async fn drain(
     }
     while let Some(n) = rt.to_notify() {
         match n {
-            OwnedNotification::MemberUp(m) if m.node != me.node => member_up(state, m),
+            OwnedNotification::MemberUp(m) if m.node != me.node => member_up(state, m, dialer),
             OwnedNotification::MemberDown(m) => member_down(state, &m),
             // The same daemon under a renewed identity (it learned it had
             // been declared down, e.g. by a daemon that was cut off): no
@@ -368,7 +374,7 @@ async fn drain(
             }
             OwnedNotification::Rename(old, new) => {
                 member_down(state, &old);
-                member_up(state, new);
+                member_up(state, new, dialer);
             }
             OwnedNotification::Rejoin(_) => {
                 tracing::info!(
@@ -386,7 +392,7 @@ async fn drain(
     }
 }
 
-fn member_up(state: &Arc<Locked<State>>, m: Member) {
+fn member_up(state: &Arc<Locked<State>>, m: Member, dialer: Dial) {
     let mut st = state.borrow_mut();
     tracing::info!(
         "daemon {:#x} is up (gossip {}, links {})",
@@ -407,7 +413,7 @@ fn member_up(state: &Arc<Locked<State>>, m: Member) {
     st.members.up.insert(m.node, m);
     if dial {
         drop(st);
-        crate::link::dial_discovered(state.clone(), addr);
+        dialer(state.clone(), addr);
     }
 }
 

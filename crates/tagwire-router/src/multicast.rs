@@ -4,7 +4,7 @@
 //! Each group has one UDP socket, bound to the group's port, joined to the
 //! group on the configured interface, with the entry's TTL and the band's
 //! DSCP. Sending happens where an event is routed ([`crate::dispatch`]
-//! calls [`send_event`] with the state locked; the socket is non-blocking and
+//! calls [`send_event`](crate::state::multicast::send_event) with the state locked; the socket is non-blocking and
 //! what it will not take is counted). Receiving runs on the band's lane
 //! ([`serve`]): it also says once a second that this daemon is a member.
 //! An event taken from the group is delivered and routed on as if it had
@@ -21,31 +21,10 @@ use tagwire_proto::admin::MulticastInfo;
 use tagwire_proto::EventRef;
 
 use crate::channel::{Outgoing, Staging};
+use crate::state::multicast::{GroupIo, Multicast};
 use crate::state::State;
 use crate::sync::Locked;
 use crate::timing::now_ns;
-
-/// The multicast groups of a daemon and their sockets.
-#[derive(Debug, Default)]
-pub(crate) struct Multicast {
-    /// What core decides per group (same order as `io`).
-    pub groups: Groups,
-    /// Each group's socket and settings.
-    pub io: Vec<GroupIo>,
-}
-
-/// One group's socket and settings.
-#[derive(Debug)]
-pub(crate) struct GroupIo {
-    pub addr: SocketAddrV4,
-    pub band: String,
-    pub interface: Option<Ipv4Addr>,
-    pub ttl: u32,
-    /// The sending handle (a clone of the lane's socket), non-blocking.
-    pub socket: std::net::UdpSocket,
-    /// Datagrams the socket would not take.
-    pub send_dropped: u64,
-}
 
 /// Opens every group's socket. Returns, per group, the band and the
 /// receiving socket the band's lane serves. `Err` names the group and
@@ -131,39 +110,6 @@ fn group_socket(
         tracing::debug!("multicast group {group}: cannot set DSCP {dscp}: {e}");
     }
     Ok(s)
-}
-
-/// Routing an event: the group it goes to, if any, for the links to skip.
-/// An event that came from group `from_group` goes to no group and skips
-/// that group's members; otherwise one whose tag a group covers is sent to
-/// it (if it fits and the socket takes it: else it takes the links).
-pub(crate) fn send_event(
-    mc: &mut Multicast,
-    from_group: Option<usize>,
-    origin: NodeId,
-    hops: u8,
-    tag: &str,
-    event: &[u8],
-) -> Option<usize> {
-    if from_group.is_some() {
-        return from_group;
-    }
-    let i = mc.groups.group_for(tag)?;
-    let (g, io) = (mc.groups.get_mut(i)?, mc.io.get_mut(i)?);
-    let mut d = BytesMut::with_capacity(event.len() + tagwire_proto::datagram::GROUP_OVERHEAD);
-    if g.encode_event(origin, hops, event, &mut d).is_err() {
-        return None;
-    }
-    match io.socket.send_to(&d, io.addr) {
-        Ok(_) => {
-            g.note_sent();
-            Some(i)
-        }
-        Err(_) => {
-            io.send_dropped += 1;
-            None
-        }
-    }
 }
 
 /// Whether an event of `tag` from `origin` that arrived over a link is the

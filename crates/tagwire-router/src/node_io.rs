@@ -82,7 +82,7 @@ fn stored_for_link(st: &mut State, asker: Asker, max_reply: u32, pull: tagwire_p
         id,
         max_control: st.config.limits.max_control_bytes,
     };
-    if let Err((code, message)) = crate::store::pull(st, pull, to, max_reply) {
+    if let Err((code, message)) = crate::durable::pull(st, pull, to, max_reply) {
         st.node
             .answer(asker, PullOutcome::Refused { code, message });
     }

@@ -24,7 +24,7 @@
 
 use std::sync::Arc;
 
-use tagwire_core::qos::{resolve, Dscp, Level, Property, QosLayer, Resolved, Source};
+use tagwire_core::qos::{resolve, Level, Property, QosLayer, Resolved, Source};
 use tagwire_core::tags::Pattern;
 use tagwire_proto::admin::{
     ChannelShow, EndpointShow, LaneShow, QosChanged, QosResolved, QosSetting, Show, TagShow,
@@ -36,7 +36,7 @@ use crate::priority::SchedPolicy;
 use crate::state::lanes::LaneCommand;
 use crate::state::State;
 
-use crate::state::qos::{TagQos, MAX_TAG_LAYERS};
+use crate::state::qos::{explicit_dscp, TagQos, MAX_TAG_LAYERS};
 
 /// The layers above a channel's own: daemon, the tag layers covering
 /// `pattern`, and its connection's session layer.
@@ -102,16 +102,6 @@ pub(crate) fn check_lane_change(admin: bool, sets_sched: bool) -> Result<(), (Er
         ErrorCode::PermissionDenied,
         "sched changes the scheduling of the band's lane, which serves every connection of the band: it needs the admin right (an admin can set it with `tagwire admin qos`, or `[[bands]] sched` in the configuration)".into(),
     ))
-}
-
-/// The DSCP a resolved QoS puts on its channel's connection: an explicit
-/// `dscp` above the built-in default that is not `auto` (`None`: the
-/// connection keeps its marking, its band's unless a channel set one).
-pub(crate) fn explicit_dscp(resolved: &Resolved) -> Option<u8> {
-    (resolved.source(Property::Dscp) != Source::Default)
-        .then(|| resolved.values().dscp)
-        .filter(|d| *d != Dscp::Auto)
-        .map(|d| d.code(resolved.values().priority))
 }
 
 /// Refuses a channel's `dscp` that differs from the one another channel of
@@ -309,7 +299,7 @@ pub(crate) fn reschedule_lane(st: &mut State, band: &str, policy: SchedPolicy) {
         {
             tracing::warn!(
                 "band {band}'s lane has {} commands waiting; its scheduling change was dropped",
-                crate::lane::MAX_LANE_COMMANDS
+                crate::state::lanes::MAX_LANE_COMMANDS
             );
         }
     }
@@ -548,7 +538,7 @@ pub(crate) fn admin_qos(
         crate::history::layers_changed(st);
     }
     if set.contains_key("reliability") || unset.iter().any(|u| u == "reliability") {
-        crate::store::layers_changed(st);
+        crate::durable::layers_changed(st);
         crate::reliable::layers_changed(st);
     }
     if set.contains_key("compression") || unset.iter().any(|u| u == "compression") {
@@ -700,7 +690,7 @@ pub(crate) fn admin_show(
                 delivered: ch.delivered.get(),
                 time: ch.time_info(),
                 jitter: ch.jitter_info(),
-                net: crate::udp::channel_net_loss(st, ch.conn, ch.sub),
+                net: st.channel_net_loss(ch.conn, ch.sub),
             }
         })
         .collect();

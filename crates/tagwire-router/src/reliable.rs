@@ -23,20 +23,16 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Instant;
 
-use bytes::Bytes;
 use tagwire_core::federation::NodeId;
 use tagwire_core::filter::Overrides;
 use tagwire_core::node::Sink;
 use tagwire_core::qos::{resolve, Property, Reliability};
-use tagwire_core::reliable::{
-    Dedupe, Push, RecvWindow, Seen, SendWindow, WindowFull, WindowLimits,
-};
+use tagwire_core::reliable::{Push, RecvWindow, Seen, SendWindow, WindowFull, WindowLimits};
 use tagwire_proto::{Ack, ErrorCode, EventRef, LinkFrame};
 
-use crate::channel::{Outbox, Outgoing};
-use crate::config::ReliableWindowFull;
+use crate::channel::Outbox;
+use crate::state::reliable::{ConnRel, Held, Reliable, Upstream};
 use crate::state::State;
 
 /// Settled events after which a link's acknowledgement goes at once (else
@@ -52,36 +48,6 @@ pub(crate) const ACK_EVERY: usize = 32;
 pub(crate) const CLIENT_ACK_EVERY: usize = 8192;
 /// Most tags whose reliability is cached; at the bound the cache is cleared.
 const CACHE_TAGS: usize = 4096;
-/// Most peer addresses remembered as speaking link version 2.
-const MAX_DOWNGRADED: usize = 1024;
-
-/// Where an event came from on a reliable connection: its obligation there.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Upstream {
-    /// The connection it arrived on.
-    pub conn: u64,
-    /// Its sequence number there.
-    pub seq: u64,
-}
-
-/// A reliable event held in a connection's window.
-#[derive(Debug)]
-pub(crate) struct Held {
-    pub event: Bytes,
-    pub origin: NodeId,
-    /// The hops to write in its frame (links crossed before this one).
-    pub hops: u8,
-    /// The neighbour it came from (not sent back there when routed again).
-    pub from: Option<NodeId>,
-    pub upstream: Option<Upstream>,
-    /// Times it was routed again (see [`MAX_REROUTES`]).
-    pub tries: u8,
-    /// The event compressed for this link connection (a `ForwardCompressed`
-    /// body after origin and hops: codec, raw length, data), when its tag
-    /// says `compression` and the peer speaks link version 5: it goes as
-    /// `ReliableCompressed` (not when it goes in pieces).
-    pub packed: Option<Bytes>,
-}
 
 /// The `ReliableCompressed` frame of held event `h` under `seq`, if it has
 /// a compressed form.
@@ -106,39 +72,6 @@ fn compressed_frame(seq: u64, h: &Held) -> Option<LinkFrame> {
 /// a while cannot pass it back and forth for ever.
 const MAX_REROUTES: u8 = 8;
 
-/// One link connection's windows (link version 3 only), or a client
-/// connection's receive window (protocol version 4, `PublishReliable`).
-#[derive(Debug)]
-pub(crate) struct ConnRel {
-    /// The peer (0 for a client connection).
-    pub peer: NodeId,
-    /// A client connection: its acknowledgements go out as `PublishAck`,
-    /// and its send window stays empty.
-    pub client: bool,
-    pub outbox: Arc<Outbox>,
-    pub send: SendWindow<Held>,
-    /// Frames ahead of a gap wait here with their event (lossy transports
-    /// only; over TCP a gap closes the link, and nothing waits).
-    pub recv: RecvWindow<Option<Parked>>,
-    /// Over a transport that loses frames (a UDP link): frames ahead of a
-    /// gap wait for it, and what is not acknowledged within [`LOSSY_RTO_NS`]
-    /// is sent again.
-    pub lossy: bool,
-    /// Piece size for events larger than it (link version 4), else 0: the
-    /// connection does not carry `Fragment`s.
-    pub piece: usize,
-    /// The held event being sent in pieces (the next unsent one).
-    pub sending: Option<crate::fragment::Sending>,
-}
-
-/// A `Reliable` frame that arrived ahead of a gap on a lossy connection.
-#[derive(Debug)]
-pub(crate) struct Parked {
-    origin: NodeId,
-    hops: u8,
-    event: Bytes,
-}
-
 /// Over a lossy link connection (UDP): a reliable event not acknowledged
 /// within this long is sent again (acknowledgements go every 32 events or
 /// 50 ms, so this is a lost frame or a lost acknowledgement, not a slow
@@ -147,165 +80,12 @@ pub(crate) const LOSSY_RTO_NS: u64 = 250_000_000;
 /// Most events one lossy connection sends again per tick (50 ms).
 const LOSSY_RESEND_PER_TICK: usize = 256;
 
-type Fast = foldhash::fast::RandomState;
-
-/// Counters shown with the links (`tagwire list --links --json`,
-/// `federation.reliable`): kept in the listing's own type.
-pub(crate) type Counters = tagwire_proto::admin::ReliableInfo;
-
-/// The daemon's reliability state (in [`crate::state::federation::Federation`]).
-#[derive(Debug)]
-pub(crate) struct Reliable {
-    /// Whether any tag can be reliable (a daemon or tag layer says so).
-    pub enabled: bool,
-    /// Per tag (foldhash, seeded per process, like the windows: both are
-    /// looked up per reliable event).
-    cache: HashMap<Box<str>, bool, Fast>,
-    /// Windows per link connection of version 3, and receive windows per
-    /// client connection that publishes acknowledged (but see
-    /// `checked_out`).
-    pub conns: HashMap<u64, ConnRel, Fast>,
-    /// The window of the client connection whose publish batch is being
-    /// routed, taken out of `conns` by its first `PublishReliable` and put
-    /// back at the batch's end ([`client_batch_end`]): the batch looks it
-    /// up once, not two or three times per event. Only a client's window
-    /// is ever here, and only while that connection's batch holds the
-    /// state lock; what looks a connection up by id (acknowledgements,
-    /// obligations settled) finds it with [`Reliable::conn_mut`].
-    checked_out: Option<(u64, ConnRel)>,
-    pub dedupe: Dedupe,
-    /// Drops the events a client's library sends again after a reconnect
-    /// that this daemon already routed: keyed by (session, publisher).
-    pub publish_dedupe: Dedupe,
-    limits: WindowLimits,
-    full: WindowFull,
-    pub counters: Counters,
-    /// Dialed addresses that refused a link version: the version to say
-    /// to each next time.
-    pub downgraded: HashMap<String, u16>,
-    /// Obligations the event being routed took on (dispatch's sink adds).
-    pub obligations: u32,
-    /// Upstream obligations to settle once the current event is routed.
-    pub completions: Vec<(Upstream, bool)>,
-    /// Large events in pieces: reassemblies and counters.
-    pub fragments: crate::fragment::Fragments,
-    last_warning: Option<Instant>,
-}
-
-impl Reliable {
-    /// Empty, with `[federation]`'s window bounds.
-    pub(crate) fn new(config: &crate::config::FederationConfig) -> Self {
-        Reliable {
-            enabled: false,
-            cache: HashMap::default(),
-            conns: HashMap::default(),
-            checked_out: None,
-            dedupe: Dedupe::new(config.reliable_dedupe_keys),
-            publish_dedupe: Dedupe::new(config.reliable_dedupe_keys),
-            limits: WindowLimits {
-                max_events: config.reliable_window_events,
-                max_bytes: config.reliable_window_bytes,
-            },
-            full: match config.reliable_window_full {
-                ReliableWindowFull::DropOldest => WindowFull::DropOldest,
-                ReliableWindowFull::Reject => WindowFull::Reject,
-            },
-            counters: Counters::default(),
-            downgraded: HashMap::new(),
-            obligations: 0,
-            completions: Vec::new(),
-            fragments: crate::fragment::Fragments::new(config),
-            last_warning: None,
-        }
-    }
-
-    /// A link connection of version 3 or later came up: its windows (and,
-    /// from version 4, pieces for large events).
-    /// `lossy`: the connection loses frames (a UDP link): gaps wait and
-    /// unacknowledged events are sent again.
-    pub(crate) fn conn_up(
-        &mut self,
-        conn: u64,
-        peer: NodeId,
-        outbox: Arc<Outbox>,
-        version: u16,
-        lossy: bool,
-    ) {
-        // Pieces are for stream links: over UDP an event must fit one
-        // datagram anyway.
-        let piece = if version >= tagwire_proto::FRAGMENT_LINK_VERSION && !lossy {
-            self.fragments.piece
-        } else {
-            0
-        };
-        self.conns.insert(
-            conn,
-            ConnRel {
-                peer,
-                client: false,
-                outbox,
-                send: SendWindow::new(self.limits, self.full),
-                recv: RecvWindow::new(tagwire_proto::MAX_RELIABLE_WINDOW),
-                lossy,
-                piece,
-                sending: None,
-            },
-        );
-    }
-
-    /// Remembers that the peer dialed at `addr` refused the version said
-    /// to it: the next dial says one less (not below the oldest spoken).
-    /// Returns (the refused version, the next).
-    pub(crate) fn downgrade(&mut self, addr: &str) -> (u16, u16) {
-        if self.downgraded.len() >= MAX_DOWNGRADED && !self.downgraded.contains_key(addr) {
-            self.downgraded.clear();
-        }
-        let said = self
-            .downgraded
-            .get(addr)
-            .copied()
-            .unwrap_or(tagwire_proto::LINK_VERSION);
-        let next = said.saturating_sub(1).max(tagwire_proto::MIN_LINK_VERSION);
-        self.downgraded.insert(addr.to_owned(), next);
-        (said, next)
-    }
-
-    /// Connection `conn`'s windows: the client connection checked out for
-    /// its publish batch (one comparison), else from `conns`.
-    fn conn_mut(&mut self, conn: u64) -> Option<&mut ConnRel> {
-        match &mut self.checked_out {
-            Some((c, cr)) if *c == conn => Some(cr),
-            _ => self.conns.get_mut(&conn),
-        }
-    }
-
-    /// Puts the checked-out client window (if any) back in `conns`.
-    fn check_in(&mut self) {
-        if let Some((conn, cr)) = self.checked_out.take() {
-            self.conns.insert(conn, cr);
-        }
-    }
-
-    /// At most one warning a second.
-    fn warn_allowed(&mut self) -> bool {
-        let now = Instant::now();
-        if self
-            .last_warning
-            .is_some_and(|t| now.duration_since(t).as_secs() < 1)
-        {
-            return false;
-        }
-        self.last_warning = Some(now);
-        true
-    }
-}
-
 /// Whether the tag/daemon layers make `tag` reliable (`reliable`,
 /// `exactly_once` or `durable`).
 fn reliable_by_layers(st: &State, tag: &str) -> bool {
     tagwire_core::qos::layer_for(&st.qos_daemon, &st.qos_tags, tag, Property::Reliability)
         .is_some_and(|l| resolve(&[l]).values().reliability != Reliability::BestEffort)
-        || crate::store::is_durable(st, tag)
+        || crate::durable::is_durable(st, tag)
 }
 
 /// After a daemon or tag layer changed: whether any tag can be reliable.
@@ -411,13 +191,13 @@ pub(crate) fn transmit_conn(rel: &mut Reliable, conn: u64, max_control: usize) {
 /// Writes the window's unsent events to the connection's control buffer,
 /// as many as it takes (the rest go on the next tick or acknowledgement).
 /// An event larger than the connection's piece size goes in pieces
-/// ([`crate::fragment`]), marked sent once its last piece is written.
+/// ([`send_pieces`](crate::state::fragment::send_pieces)), marked sent once its last piece is written.
 /// Returns the pieces written.
 fn transmit(cr: &mut ConnRel, max_control: usize) -> u64 {
     let mut pieces = 0;
     loop {
         if let Some(s) = cr.sending.as_mut() {
-            let (done, n) = crate::fragment::send_pieces(&cr.outbox, s, max_control);
+            let (done, n) = crate::state::fragment::send_pieces(&cr.outbox, s, max_control);
             pieces += n;
             if !done {
                 return pieces;
@@ -430,7 +210,9 @@ fn transmit(cr: &mut ConnRel, max_control: usize) -> u64 {
             return pieces;
         };
         if cr.piece > 0 && h.event.len() > cr.piece {
-            if let Some(s) = crate::fragment::start(seq, h.origin, h.hops, &h.event, cr.piece) {
+            if let Some(s) =
+                crate::state::fragment::start(seq, h.origin, h.hops, &h.event, cr.piece)
+            {
                 cr.sending = Some(s);
                 continue;
             }
@@ -481,7 +263,7 @@ fn retransmit(cr: &mut ConnRel, now: u64, max_control: usize) -> u64 {
 /// Sends connection `conn`'s acknowledgement if one is due (`now`: any
 /// change; else only after [`ACK_EVERY`] settled events on a link,
 /// [`CLIENT_ACK_EVERY`] on a client connection).
-fn ack_if_due(rel: &mut Reliable, conn: u64, now: bool, max_control: usize) {
+pub(crate) fn ack_if_due(rel: &mut Reliable, conn: u64, now: bool, max_control: usize) {
     let Some(cr) = rel.conn_mut(conn) else {
         return;
     };
@@ -665,161 +447,13 @@ pub(crate) fn store_settled(st: &mut State, settled: Vec<(Upstream, bool)>) {
 }
 
 /// Settles the upstream obligations the last routing gave back.
-fn complete_pending(rel: &mut Reliable, max_control: usize) {
+pub(crate) fn complete_pending(rel: &mut Reliable, max_control: usize) {
     while let Some((up, failed)) = rel.completions.pop() {
         if let Some(cr) = rel.conn_mut(up.conn) {
             let _ = cr.recv.complete(up.seq, failed);
         }
         ack_if_due(rel, up.conn, false, max_control);
     }
-}
-
-/// A `Reliable` frame arrived on link connection `conn` from `peer`.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn on_reliable(
-    st: &mut State,
-    stage: &mut crate::channel::Staging,
-    conn: u64,
-    peer: NodeId,
-    seq: u64,
-    origin: NodeId,
-    hops: u8,
-    event: &Bytes,
-    chunk: Option<u64>,
-    band: &str,
-) -> Result<(), (ErrorCode, String)> {
-    let Some(cr) = st.fed.reliable.conns.get_mut(&conn) else {
-        return Err((
-            ErrorCode::Malformed,
-            "a Reliable frame on a link of version 2 (no acknowledgements)".into(),
-        ));
-    };
-    if !cr.lossy {
-        if seq != cr.recv.expected() {
-            return Err((
-                ErrorCode::Malformed,
-                format!(
-                    "Reliable frame with sequence number {seq}, expected {} (a gap on one connection)",
-                    cr.recv.expected()
-                ),
-            ));
-        }
-        cr.recv
-            .on_next(seq)
-            .map_err(|e| (ErrorCode::Malformed, format!("Reliable frame: {e}")))?;
-        return route_reliable(st, stage, conn, peer, seq, origin, hops, event, chunk, band);
-    }
-    // A lossy connection (UDP): a frame ahead of a gap waits for it (the
-    // sender sends the missing one again), a copy is dropped (and makes the
-    // next acknowledgement due: ours may have been lost).
-    let parked = Parked {
-        origin,
-        hops,
-        event: event.clone(),
-    };
-    let ready = cr
-        .recv
-        .on_frame(seq, Some(parked))
-        .map_err(|e| (ErrorCode::Malformed, format!("Reliable frame: {e}")))?;
-    for (s, p) in ready {
-        let Some(p) = p else { continue };
-        route_reliable(
-            st, stage, conn, peer, s, p.origin, p.hops, &p.event, None, band,
-        )?;
-    }
-    Ok(())
-}
-
-/// Routes the reliable event `seq` of link connection `conn`, in order:
-/// dedupe, delivery, links, then settles it.
-#[allow(clippy::too_many_arguments)]
-fn route_reliable(
-    st: &mut State,
-    stage: &mut crate::channel::Staging,
-    conn: u64,
-    peer: NodeId,
-    seq: u64,
-    origin: NodeId,
-    hops: u8,
-    event: &Bytes,
-    chunk: Option<u64>,
-    band: &str,
-) -> Result<(), (ErrorCode, String)> {
-    let max = st.config.limits.max_control_bytes;
-    let ev = EventRef::parse(event)
-        .map_err(|e| (ErrorCode::Malformed, format!("bad event in Reliable: {e}")))?;
-    if let Some(l) = st.fed.links.get_mut(&peer) {
-        l.events_in += 1;
-        l.bytes_in += event.len() as u64;
-    }
-    let publisher = tagwire_core::proxy::publisher_key(ev.publisher);
-    let settle = |st: &mut State, n: u32| {
-        let r = &mut st.fed.reliable;
-        if let Some(cr) = r.conns.get_mut(&conn) {
-            let _ = cr.recv.settle(seq, n);
-        }
-        complete_pending(r, max);
-        ack_if_due(r, conn, false, max);
-    };
-    match st
-        .fed
-        .reliable
-        .dedupe
-        .check(origin, publisher, ev.seq, ev.source_time_ns)
-    {
-        Seen::New => {}
-        Seen::Duplicate | Seen::TooOld => {
-            st.fed.reliable.counters.duplicates += 1;
-            settle(st, 0);
-            return Ok(());
-        }
-    }
-    let Ok(deadline) = st
-        .node
-        .admit_forward(origin, hops, &ev, crate::timing::now_ns)
-    else {
-        settle(st, 0);
-        return Ok(());
-    };
-    let mut out = match chunk {
-        Some(epoch) => Outgoing::in_chunk(event, epoch),
-        None => Outgoing::own_buffer(event),
-    };
-    let route = crate::dispatch::Route {
-        origin,
-        hops: hops.saturating_add(1),
-        from: Some(peer),
-        band: Some(band),
-        reliable: true,
-        upstream: Some(Upstream { conn, seq }),
-        group: None,
-        publisher_key: None,
-    };
-    st.fed.reliable.obligations = 0;
-    let unwanted = st.node.counters().unwanted;
-    crate::dispatch::deliver_routed(st, stage, &mut out, &ev, deadline, route);
-    let _ = stage.flush();
-    let n = std::mem::take(&mut st.fed.reliable.obligations);
-    if n == 0 && st.node.counters().unwanted != unwanted {
-        // It went nowhere here (no subscriber, no link): this daemon's view
-        // of the routes disagrees with the sender's. Failed, so the sender
-        // routes it again (elsewhere) instead of taking it as delivered;
-        // and not remembered, so that if it comes here again (the routes
-        // moved back) it is passed on, not dropped as a copy.
-        let r = &mut st.fed.reliable;
-        r.dedupe.forget(origin, publisher, ev.seq);
-        let blob_key = (origin, crate::fragment::event_id(&ev));
-        r.fragments.reasm.forget_completed(&blob_key);
-        if let Some(cr) = r.conns.get_mut(&conn) {
-            let _ = cr.recv.settle(seq, 1);
-            let _ = cr.recv.complete(seq, true);
-        }
-        complete_pending(r, max);
-        ack_if_due(r, conn, false, max);
-        return Ok(());
-    }
-    settle(st, n);
-    Ok(())
 }
 
 /// A reliable event that arrived in pieces and that this daemon received

@@ -9,6 +9,12 @@
 //! session's channels after a session-level filter change) is left to the
 //! lane's [`housekeeping`] task, which does it in slices of
 //! [`SETTLE_SLICE`] channels and yields to the lane between slices.
+//!
+//! `State` and the types of its fields (its submodules: federation,
+//! reliable windows, pieces, multicast groups, UDP counters, parked
+//! deliveries, …) are the router's data layer: they import nothing that
+//! operates on `State`. The operations are the modules of the layers above
+//! (see the crate's top documentation).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Bound;
@@ -30,12 +36,18 @@ use crate::filters::{FilterBook, Sources};
 use crate::sync::Locked;
 
 pub(crate) mod bandwidth;
+pub(crate) mod compress;
 pub(crate) mod federation;
+pub(crate) mod fragment;
 pub(crate) mod history;
 pub(crate) mod lanes;
 pub(crate) mod members;
+pub(crate) mod multicast;
+pub(crate) mod parked;
 pub(crate) mod placement;
 pub(crate) mod qos;
+pub(crate) mod reliable;
+pub(crate) mod udp;
 
 pub(crate) struct ConnEntry {
     pub name: String,
@@ -57,7 +69,7 @@ pub(crate) struct ConnEntry {
     /// How it reached us (`tcp`, `unix`, `udp`, …; see `Transport::name`).
     pub transport: &'static str,
     /// A UDP session's counters.
-    pub udp: Option<Arc<crate::udp::UdpStats>>,
+    pub udp: Option<Arc<udp::UdpStats>>,
     /// Its protocol version, recorded once its `Welcome` is in its outbox
     /// (0 before: nothing unasked may precede the `Welcome`).
     pub version: u16,
@@ -168,7 +180,7 @@ pub(crate) struct State {
     /// by pattern, with their filters and their sessions' (one session per
     /// connection, keyed by connection id) —, the network's adverts and
     /// live links, events held until their start time, pulls in flight.
-    /// The router executes its decisions ([`crate::node_io`]).
+    /// The router executes its decisions (the `node_io` module).
     pub node: Node<Arc<Channel>>,
     /// Every channel by its router-wide subscription id.
     pub channels: ChannelTable,
@@ -193,8 +205,8 @@ pub(crate) struct State {
     /// Endpoint names reserved for the sessions that held them.
     pub reservations: Reservations,
     /// Acknowledged subscriptions' undelivered events, kept for their
-    /// session's reconnect (see [`crate::acked_delivery`]).
-    pub parked_deliveries: crate::acked_delivery::ParkedDeliveries,
+    /// session's reconnect (see `acked_delivery`).
+    pub parked_deliveries: parked::ParkedDeliveries,
     /// The router-wide memory budget (`limits.max_buffered_bytes`).
     pub memory: Arc<MemoryBudget>,
     /// Client events being put together from pieces (protocol version 5).
@@ -232,16 +244,17 @@ pub(crate) struct State {
     pub admin_jobs: Option<tokio::sync::mpsc::Sender<lanes::AdminJob>>,
     /// Pull buffers (the `history` QoS property).
     pub history: tagwire_core::history::HistoryPolicy,
-    /// The durable store (`reliability=durable`; crate::store).
+    /// The durable store (`reliability=durable`; [`crate::store`]).
     pub(crate) store: crate::store::RouterStore,
     /// Where `proxy=auto` subscriptions' proxies run.
     pub placement: placement::Placement,
-    /// Bandwidth reservations (`reserve=`; crate::bandwidth).
+    /// Bandwidth reservations (`reserve=`; the `bandwidth` module).
     pub(crate) bandwidth: bandwidth::Bandwidth,
     /// Shared-memory regions of same-host publishers.
     pub shm: crate::shm::ShmTable,
-    /// Multicast groups (`[[multicast]]`; crate::multicast).
-    pub(crate) mcast: crate::multicast::Multicast,
+    /// Multicast groups (`[[multicast]]`; opened and served by the
+    /// `multicast` module).
+    pub(crate) mcast: multicast::Multicast,
     next_conn: u64,
 }
 
@@ -451,6 +464,32 @@ impl State {
         false
     }
 
+    /// What the network did to the events of subscription `sub` of
+    /// connection `conn` on their way to a `udp://` client (`None`: not a
+    /// UDP session).
+    pub fn channel_net_loss(
+        &self,
+        conn: u64,
+        sub: u32,
+    ) -> Option<tagwire_proto::admin::NetLossInfo> {
+        let udp = self.connections.get(&conn)?.udp.as_ref()?;
+        Some(udp.channel_loss(sub))
+    }
+
+    /// The band of connection `conn` (the listener it came in on, or the
+    /// lane that dialed it).
+    pub fn band_of(&self, conn: u64) -> Arc<str> {
+        self.connections.get(&conn).map_or_else(
+            || Arc::from(self.config.default_band.as_str()),
+            |c| c.band.clone(),
+        )
+    }
+
+    /// Whether connection `conn` runs over UDP (frames can be lost).
+    pub fn is_udp(&self, conn: u64) -> bool {
+        self.connections.get(&conn).is_some_and(|c| c.udp.is_some())
+    }
+
     pub fn next_connection_id(&mut self) -> u64 {
         let id = self.next_conn;
         self.next_conn += 1;
@@ -615,7 +654,7 @@ pub(crate) struct ChannelTable {
     by_endpoint: HashMap<Arc<str>, HashSet<u64>>,
     /// The DSCP each channel's QoS sets explicitly, by connection and
     /// channel: a connection's socket carries one marking, so the channels
-    /// of one connection must agree ([`crate::qos::check_dscp`]). A
+    /// of one connection must agree (`qos::check_dscp`). A
     /// channel's claim goes with it.
     dscp: HashMap<u64, BTreeMap<u64, u8>>,
     /// Bumped by every insert and remove (the federation re-reads the local
@@ -645,7 +684,7 @@ impl ChannelTable {
             .entry(channel.endpoint.clone())
             .or_default()
             .insert(global);
-        let code = crate::qos::explicit_dscp(&channel.qos.borrow().resolved);
+        let code = qos::explicit_dscp(&channel.qos.borrow().resolved);
         self.claim_dscp(channel.conn, global, code);
         self.by_id.insert(global, channel);
     }

@@ -39,6 +39,10 @@
 //! and everything else from its own (`Origins`), and no event comes from
 //! two stores.
 //!
+//! This module is the database and its thread ([`RouterStore`], the
+//! store thread's writer); which tags are durable and what the lanes queue
+//! and ask of it are the `durable` module's.
+//!
 //! Layout: one table `events`, key `(tag, position)`, value a
 //! [`StoreRecord`]. Positions rise across the whole store, in the order
 //! events were queued; they survive restarts (the next one is the largest
@@ -54,25 +58,18 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
 use tagwire_core::federation::NodeId;
-use tagwire_core::qos::{resolve, Property, Reliability};
 use tagwire_core::store::{origin_key, Retention, StoreRecord, TagLog};
 use tagwire_core::tags::Pattern;
 use tagwire_proto::{
     ErrorCode, EventRef, Frame, LinkFrame, Pull, PullOutcome, PullQuery, PullReply, PullStatus,
 };
 
-use crate::channel::{Outbox, Outgoing};
+use crate::channel::Outbox;
 use crate::config::{Fsync, StoreConfig};
-use crate::reliable::Upstream;
-use crate::state::State;
+use crate::state::reliable::Upstream;
 
 /// Most events written in one transaction.
 pub const MAX_BATCH: usize = 4096;
-/// Most tags whose durability is cached; at the bound the cache is cleared.
-const CACHE_TAGS: usize = 65_536;
-/// Most daemons whose origin key is cached by node id; at the bound the
-/// cache is cleared (a network has far fewer daemons than tags).
-const CACHE_ORIGINS: usize = 4096;
 
 const EVENTS: TableDefinition<'static, (&'static str, u64), &'static [u8]> =
     TableDefinition::new("events");
@@ -123,7 +120,7 @@ pub(crate) struct StoreCounters {
 #[derive(Debug, Default)]
 pub(crate) struct Settled {
     done: Mutex<Vec<(Upstream, bool)>>,
-    /// Wakes the timers task ([`crate::node_io::timers`]).
+    /// Wakes the timers task (`node_io::timers`).
     wake: Arc<tokio::sync::Notify>,
 }
 
@@ -148,7 +145,9 @@ impl Settled {
     }
 }
 
-enum Job {
+/// What a lane queues for the store thread: an event to write, or a
+/// replay read to answer.
+pub(crate) enum Job {
     Write {
         tag: Box<str>,
         event: Bytes,
@@ -222,9 +221,9 @@ pub(crate) struct RouterStore {
     /// Whether any tag can be durable (a `[store] tags` pattern, or a
     /// daemon or tag layer with `reliability=durable`).
     pub enabled: bool,
-    patterns: Vec<Pattern>,
-    cache: HashMap<Box<str>, bool>,
-    queue: Option<SyncSender<Job>>,
+    pub(crate) patterns: Vec<Pattern>,
+    pub(crate) cache: HashMap<Box<str>, bool>,
+    pub(crate) queue: Option<SyncSender<Job>>,
     pub counters: Arc<StoreCounters>,
     queue_bytes: u64,
     last_warning: Option<Instant>,
@@ -236,15 +235,15 @@ pub(crate) struct RouterStore {
     pub refused: Option<&'static str>,
     /// This daemon's [`origin_key`], and other daemons' by node id (node
     /// ids are per start; names are what a store keeps). Cleared at
-    /// [`CACHE_ORIGINS`] entries.
-    own_origin: u64,
-    origins: HashMap<NodeId, u64>,
+    /// `durable`'s `CACHE_ORIGINS` entries.
+    pub(crate) own_origin: u64,
+    pub(crate) origins: HashMap<NodeId, u64>,
 }
 
 impl RouterStore {
     /// Whether a warning about an event the store could not take may be
     /// logged now: at most one a second (the counters count every one).
-    fn may_warn(&mut self) -> bool {
+    pub(crate) fn may_warn(&mut self) -> bool {
         let now = Instant::now();
         let due = self
             .last_warning
@@ -307,7 +306,9 @@ impl RouterStore {
         }
     }
 
-    fn submit(&mut self, job: Job, bytes: u64) -> Result<(), &'static str> {
+    /// Queues `job` (`bytes` long) for the store thread; `Err` says why
+    /// it could not be (no store, a full queue, a stopped thread).
+    pub(crate) fn submit(&mut self, job: Job, bytes: u64) -> Result<(), &'static str> {
         let Some(q) = &self.queue else {
             return Err("this daemon has no durable store ([store] path, tagwired --state-dir)");
         };
@@ -327,174 +328,6 @@ impl RouterStore {
             }
         }
     }
-}
-
-/// The `reliability` a tag has under the current daemon and tag layers.
-fn durable_by_layers(st: &State, tag: &str) -> bool {
-    tagwire_core::qos::layer_for(&st.qos_daemon, &st.qos_tags, tag, Property::Reliability)
-        .is_some_and(|l| resolve(&[l]).values().reliability == Reliability::Durable)
-}
-
-/// Whether `tag`'s events are stored.
-pub(crate) fn is_durable(st: &State, tag: &str) -> bool {
-    st.store.patterns.iter().any(|p| p.matches(tag)) || durable_by_layers(st, tag)
-}
-
-/// After a daemon or tag layer changed: whether any tag can be durable.
-pub(crate) fn layers_changed(st: &mut State) {
-    let on = |l: &tagwire_core::qos::QosLayer| {
-        l.is_set(Property::Reliability)
-            && resolve(&[l]).values().reliability == Reliability::Durable
-    };
-    let layered = on(&st.qos_daemon) || st.qos_tags.iter().any(|t| on(&t.layer));
-    let s = &mut st.store;
-    s.enabled = !s.patterns.is_empty() || layered;
-    s.cache.clear();
-}
-
-/// Queues a delivered event of a durable tag for the store (a flag test
-/// when no tag is durable). With an `upstream` obligation the event takes
-/// one more, which the store thread settles after its commit; `Err`: the
-/// queue is full and such an event must not be delivered (its obligation
-/// is failed here, and [`RouterStore::refused`] says why).
-pub(crate) fn record(
-    st: &mut State,
-    event: &mut Outgoing,
-    ev: &EventRef<'_>,
-    upstream: Option<Upstream>,
-    origin: NodeId,
-) -> Result<(), &'static str> {
-    if !st.store.enabled {
-        return Ok(());
-    }
-    let durable = match st.store.cache.get(ev.tag) {
-        Some(d) => *d,
-        None => {
-            let d = is_durable(st, ev.tag);
-            let cache = &mut st.store.cache;
-            if cache.len() >= CACHE_TAGS {
-                cache.clear();
-            }
-            cache.insert(Box::from(ev.tag), d);
-            d
-        }
-    };
-    if !durable {
-        return Ok(());
-    }
-    let (bytes, _) = event.for_history();
-    let len = bytes.len() as u64;
-    let origin = origin_of(st, origin);
-    let job = Job::Write {
-        tag: Box::from(ev.tag),
-        event: bytes,
-        at_ns: crate::timing::now_ns(),
-        origin,
-        upstream,
-    };
-    let submitted = st.store.submit(job, len);
-    if upstream.is_some() && submitted.is_ok() {
-        st.fed.reliable.obligations += 1;
-    }
-    if let (Some(up), Err(why)) = (upstream, submitted) {
-        // Custody cannot be taken: refused back to the publisher (failed in
-        // its acknowledgement) rather than delivered unstored.
-        let r = &mut st.fed.reliable;
-        r.obligations += 1;
-        r.completions.push((up, true));
-        st.store.refused = Some(why);
-        st.store.counters.refused.fetch_add(1, Ordering::Relaxed);
-        let s = &mut st.store;
-        if s.may_warn() {
-            tracing::warn!(
-                "an acknowledged event of durable tag {} is refused: {why} ({} refused so far)",
-                tagwire_proto::excerpt(ev.tag),
-                s.counters.refused.load(Ordering::Relaxed)
-            );
-        }
-        return Err(why);
-    }
-    if let Err(why) = submitted {
-        st.store.counters.not_stored.fetch_add(1, Ordering::Relaxed);
-        let s = &mut st.store;
-        if s.may_warn() {
-            tracing::warn!(
-                "an event of durable tag {} is delivered but not stored: {why} ({} not stored so far)",
-                tagwire_proto::excerpt(ev.tag),
-                s.counters.not_stored.load(Ordering::Relaxed)
-            );
-        }
-    }
-    Ok(())
-}
-
-/// The [`origin_key`] of the daemon an event was published at (`0` or
-/// this daemon's id: here; a daemon the topology does not name: 0, not
-/// known).
-fn origin_of(st: &mut State, node: NodeId) -> u64 {
-    if node == 0 || node == st.node.me() {
-        return st.store.own_origin;
-    }
-    if let Some(k) = st.store.origins.get(&node) {
-        return *k;
-    }
-    let key = st.node.topology().name_of(node).map_or(0, origin_key);
-    let cache = &mut st.store.origins;
-    if cache.len() >= CACHE_ORIGINS {
-        cache.clear();
-    }
-    cache.insert(node, key);
-    key
-}
-
-/// Hands a `Stored` pull (a replay) for this daemon's store to the store
-/// thread, which answers `to` with request id `pull.req`. Refused at once:
-/// a tag the store cannot serve, or a full queue. `max_frame`: the largest
-/// reply the asker takes.
-pub(crate) fn pull(
-    st: &mut State,
-    pull: Pull,
-    to: AnswerTo,
-    max_frame: u32,
-) -> Result<(), (ErrorCode, String)> {
-    if !pull.publisher.is_empty() {
-        return Err((
-            ErrorCode::BadRequest,
-            "a replay (pull query 6 or 7, Stored) reads a daemon's store: its publisher must be empty".into(),
-        ));
-    }
-    let limits = &st.config.limits;
-    // The reply's own fields and each event's length prefix.
-    let max_bytes = limits
-        .history_reply_bytes
-        .min((max_frame as usize).saturating_sub(64));
-    let max_events = limits.history_reply_events;
-    let durable = is_durable(st, &pull.tag);
-    let job = Job::Read {
-        durable,
-        pull,
-        to,
-        max_events,
-        max_bytes,
-    };
-    st.store
-        .submit(job, 0)
-        .map_err(|why| (ErrorCode::LimitReached, format!("cannot replay now: {why}")))
-}
-
-/// What `tagwire list --json` reports of the store (`None`: no store).
-pub(crate) fn totals(st: &State) -> Option<tagwire_proto::admin::StoreTotals> {
-    st.store.queue.as_ref()?;
-    let c = &st.store.counters;
-    let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-    Some(tagwire_proto::admin::StoreTotals {
-        stored: get(&c.stored),
-        not_stored: get(&c.not_stored),
-        evicted: get(&c.evicted),
-        corrupt: get(&c.corrupt),
-        commits: get(&c.commits),
-        refused: get(&c.refused),
-    })
 }
 
 /// An event to write: its tag, bytes, time, origin key and obligation.

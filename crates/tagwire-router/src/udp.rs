@@ -26,7 +26,7 @@ use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
@@ -34,7 +34,6 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use tagwire_core::datagram::{
     split_frames, AckedReceiver, AckedSender, Packer, SeqWindow, Verdict,
 };
-use tagwire_proto::admin::{NetLossInfo, UdpInfo};
 use tagwire_proto::datagram::{
     check_cookie, make_cookie, DataAck, Datagram, DatagramKind, Gaps, Header, Report,
     CONTROL_MAX_DATAGRAM, COOKIE_WINDOW_SECS, FEATURE_ACKED, HEADER_LEN,
@@ -45,131 +44,14 @@ use tokio::sync::mpsc;
 use crate::auth::Transport;
 use crate::config::UdpConfig;
 use crate::state::lanes::LaneOf;
+pub use crate::state::udp::{StatsRef, UdpStats};
 use crate::state::State;
 use crate::sync::Locked;
 
-/// A UDP session's counters, shared with the connection table so that
-/// `tagwire list` shows them (`UdpInfo`).
-#[derive(Debug, Default)]
-pub struct UdpStats {
-    session: AtomicU64,
-    received: AtomicU64,
-    lost: AtomicU64,
-    reordered: AtomicU64,
-    duplicate: AtomicU64,
-    bad: AtomicU64,
-    overrun: AtomicU64,
-    sent: AtomicU64,
-    too_large: AtomicU64,
-    send_dropped: AtomicU64,
-    peer: [AtomicU64; 4],
-    unattributed: AtomicU64,
-    acknowledged: std::sync::atomic::AtomicBool,
-    resent: AtomicU64,
-    /// Per subscription id: its events the client reported lost or late
-    /// (at most [`MAX_CHANNELS_COUNTED`] subscriptions).
-    channels: std::sync::Mutex<HashMap<u32, NetLossInfo>>,
-}
-
-/// Subscriptions of one UDP session whose loss is counted; past it, the
-/// loss of further ones counts in `unattributed`.
-const MAX_CHANNELS_COUNTED: usize = 4096;
 /// `(datagram seq, subscription, events)` entries a session remembers of
 /// the datagrams it sent, to put a client's `Gaps` report on channels;
 /// the oldest go first (then their loss counts in `unattributed`).
 const CARRIED_ENTRIES: usize = 8192;
-
-impl UdpStats {
-    /// The counters as `tagwire list` shows them.
-    pub fn info(&self) -> UdpInfo {
-        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        UdpInfo {
-            session: g(&self.session),
-            received: g(&self.received),
-            lost: g(&self.lost),
-            reordered: g(&self.reordered),
-            duplicate: g(&self.duplicate),
-            bad: g(&self.bad),
-            overrun: g(&self.overrun),
-            sent: g(&self.sent),
-            too_large: g(&self.too_large),
-            send_dropped: g(&self.send_dropped),
-            peer_received: g(&self.peer[0]),
-            peer_lost: g(&self.peer[1]),
-            peer_reordered: g(&self.peer[2]),
-            peer_dropped: g(&self.peer[3]),
-            unattributed: g(&self.unattributed),
-            acknowledged: self.acknowledged.load(Ordering::Relaxed),
-            resent: g(&self.resent),
-        }
-    }
-
-    /// Subscription `sub`'s events lost and reordered on the way to the
-    /// client (zero until the client reports any).
-    pub fn channel_loss(&self, sub: u32) -> NetLossInfo {
-        let m = self.channels.lock().unwrap_or_else(|e| e.into_inner());
-        m.get(&sub).copied().unwrap_or_default()
-    }
-
-    /// Counts `n` events of `sub` lost (`late` false) or late.
-    fn count_channel(&self, sub: u32, n: u64, late: bool) {
-        let mut m = self.channels.lock().unwrap_or_else(|e| e.into_inner());
-        if m.len() >= MAX_CHANNELS_COUNTED && !m.contains_key(&sub) {
-            drop(m);
-            self.unattributed.fetch_add(n, Ordering::Relaxed);
-            return;
-        }
-        let c = m.entry(sub).or_default();
-        if late {
-            c.reordered += n;
-        } else {
-            c.lost += n;
-        }
-    }
-
-    fn bump(a: &AtomicU64) {
-        a.fetch_add(1, Ordering::Relaxed);
-    }
-
-    fn set_window(&self, r: &Report) {
-        self.received.store(r.received, Ordering::Relaxed);
-        self.lost.store(r.lost, Ordering::Relaxed);
-        self.reordered.store(r.reordered, Ordering::Relaxed);
-        self.duplicate.store(r.duplicate, Ordering::Relaxed);
-        self.bad.store(r.bad, Ordering::Relaxed);
-    }
-
-    fn set_peer(&self, r: &Report) {
-        self.peer[0].store(r.received, Ordering::Relaxed);
-        self.peer[1].store(r.lost, Ordering::Relaxed);
-        self.peer[2].store(r.reordered, Ordering::Relaxed);
-        self.peer[3].store(r.duplicate + r.bad, Ordering::Relaxed);
-    }
-}
-
-/// What the network did to the events of subscription `sub` of connection
-/// `conn` on their way to a `udp://` client (`None`: not a UDP session).
-pub(crate) fn channel_net_loss(st: &State, conn: u64, sub: u32) -> Option<NetLossInfo> {
-    let udp = st.connections.get(&conn)?.udp.as_ref()?;
-    Some(udp.channel_loss(sub))
-}
-
-/// Whether connection `conn` runs over UDP (frames can be lost).
-pub(crate) fn is_udp(st: &State, conn: u64) -> bool {
-    st.connections.get(&conn).is_some_and(|c| c.udp.is_some())
-}
-
-/// A handle on a session's counters that compares by identity (so that
-/// [`Transport`] stays `Eq`).
-#[derive(Debug, Clone)]
-pub struct StatsRef(pub Arc<UdpStats>);
-
-impl PartialEq for StatsRef {
-    fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
-    }
-}
-impl Eq for StatsRef {}
 
 /// One session as the listener keeps it.
 struct Session {

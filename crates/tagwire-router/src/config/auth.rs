@@ -1,6 +1,6 @@
 //! The `[auth]` section and the `[[acl]]` rules: who may connect and what
 //! each identity is granted, as the configuration states it. Checking
-//! identities and rights is [`crate::auth`]'s.
+//! identities and rights is `auth`'s.
 
 use std::path::PathBuf;
 

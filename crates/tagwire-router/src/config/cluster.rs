@@ -1,5 +1,5 @@
 //! The `[cluster]` section and why it cannot be used ([`ClusterError`]):
-//! the data the configuration holds. Applying it is [`crate::cluster`]'s.
+//! the data the configuration holds. Applying it is the `cluster` module's.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

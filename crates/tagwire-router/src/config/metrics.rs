@@ -1,5 +1,5 @@
 //! The `[metrics]` section and its checks: the data the configuration
-//! holds. Serving it is [`crate::metrics`]'s.
+//! holds. Serving it is the `metrics` module's.
 
 use std::net::SocketAddr;
 

@@ -1,5 +1,5 @@
 //! The `[mqtt]` section and its checks: the data the configuration holds.
-//! Running the listener is [`crate::mqtt`]'s.
+//! Running the listener is the `mqtt` module's.
 
 use std::net::SocketAddr;
 

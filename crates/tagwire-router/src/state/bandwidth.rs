@@ -1,6 +1,6 @@
 //! The state of the daemon's bandwidth reservations (not set up, refused,
-//! or live), as [`State`](crate::state::State) holds it. The `tc` work over
-//! it is [`crate::bandwidth`]'s.
+//! or live), as [`State`](super::State) holds it. The `tc` work over
+//! it is `bandwidth`'s.
 
 use tagwire_core::bandwidth::Reservations;
 

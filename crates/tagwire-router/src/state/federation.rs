@@ -1,7 +1,8 @@
-//! The daemon's federation state, as [`State`](crate::state::State) holds
+//! The daemon's federation state, as [`State`](super::State) holds
 //! it: its node id and clock, its live links ([`Link`], one connection per
-//! band) and their counters, and what `tagwire list` shows of them. Dialing,
-//! the peer exchange and link frames are [`crate::link`]'s.
+//! band) and their counters, and what `tagwire list` shows of them. Dialing
+//! and the federation tick are the `federation` module's; the peer
+//! exchange and link frames are `link`'s.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -22,7 +23,7 @@ pub(crate) struct Federation {
     /// The channel table generation last advertised.
     pub(crate) advertised: u64,
     /// Daemons became reachable (the daemons reachable now): clients are
-    /// told on the next federation tick ([`crate::link::tell_healed`]).
+    /// told on the next federation tick (`federation::tell_healed`).
     pub(crate) healed: Option<u32>,
     /// When clients were last told, so at most once a second.
     pub(crate) healed_told: Option<std::time::Instant>,
@@ -50,14 +51,14 @@ pub(crate) struct Federation {
     pub(crate) refusals: HashMap<String, u32>,
     /// An advert's interest compiled off the lane for the frame its link
     /// handles next: (connection, origin, version, what compiling gave);
-    /// see [`crate::link::precompile_advert`].
+    /// see `link::precompile_advert`.
     pub(crate) compiled_advert: Option<CompiledFor>,
     /// Hop-by-hop acknowledgement: windows per link connection, the dedupe
-    /// window, counters (see [`crate::reliable`]).
-    pub(crate) reliable: crate::reliable::Reliable,
+    /// window, counters (see `reliable`).
+    pub(crate) reliable: super::reliable::Reliable,
     /// Compression of events on links: which connections take it, the
-    /// tags' codecs, counters (see [`crate::compress`]).
-    pub(crate) compress: crate::compress::LinkCompression,
+    /// tags' codecs, counters (see `compress`).
+    pub(crate) compress: super::compress::LinkCompression,
 }
 
 /// An advert's compiled interest and the advert it is for: (connection,
@@ -176,7 +177,7 @@ impl Federation {
             tls: None,
             refusals: HashMap::new(),
             compiled_advert: None,
-            reliable: crate::reliable::Reliable::new(config),
+            reliable: super::reliable::Reliable::new(config),
             compress: Default::default(),
         }
     }

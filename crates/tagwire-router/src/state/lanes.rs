@@ -1,4 +1,4 @@
-//! What the router sends its lanes, as [`State`](crate::state::State) holds
+//! What the router sends its lanes, as [`State`](super::State) holds
 //! their channels: a [`LaneCommand`] from the router handle, an
 //! [`AdminJob`] for the admin lane and its [`Reply`]; and [`LaneOf`], the
 //! lane a connection runs on.
@@ -8,6 +8,17 @@ use std::sync::Arc;
 
 use tagwire_proto::ErrorCode;
 use tokio::sync::oneshot;
+
+/// Most commands waiting for one lane (in-process connections to attach,
+/// scheduling changes, stop). At the bound an attach is refused
+/// (`WouldBlock`, "lane busy") and a scheduling change is dropped and
+/// logged; lanes hand work to each other only through bounded queues.
+pub(crate) const MAX_LANE_COMMANDS: usize = 256;
+
+/// Most admin requests waiting for the admin lane. A connection waits for
+/// its request's answer before it reads on, so at most one per connection
+/// is queued; at the bound a request is refused with `LimitReached`.
+pub(crate) const MAX_ADMIN_JOBS: usize = 1024;
 
 /// What a lane is told by the router handle.
 pub(crate) enum LaneCommand {

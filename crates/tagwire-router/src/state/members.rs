@@ -1,4 +1,4 @@
-//! What membership learned, as [`State`](crate::state::State) holds it:
+//! What membership learned, as [`State`](super::State) holds it:
 //! each daemon foca knows ([`Member`]) and the members up ([`Members`]).
 
 use std::net::SocketAddr;

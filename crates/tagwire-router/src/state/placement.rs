@@ -1,7 +1,7 @@
 //! What run-time placement keeps: what each channel saw of its stream
 //! ([`StreamSeen`], the problem's period and size) and the placements chosen
-//! ([`Placement`], held in [`State`](crate::state::State)). Choosing them
-//! is [`crate::placement`]'s.
+//! ([`Placement`], held in [`State`](super::State)). Choosing them
+//! is `placement`'s.
 
 use std::collections::HashMap;
 

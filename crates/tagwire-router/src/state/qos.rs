@@ -1,12 +1,13 @@
 //! The QoS layers the router keeps above its channels' own: the tag layers
 //! ([`TagQos`]) and the publishers seen per `max_suppliers` scope
-//! ([`Suppliers`]), as [`State`](crate::state::State) holds them (the daemon
-//! layer is parsed in [`crate::config::qos`]). Resolving and putting QoS in
-//! force is [`crate::qos`]'s.
+//! ([`Suppliers`]), as [`State`](super::State) holds them (the daemon
+//! layer is parsed in [`crate::config::qos`]), and the DSCP a resolved QoS
+//! claims ([`explicit_dscp`]). Resolving and putting QoS in force is
+//! `qos`'s.
 
 use std::sync::Arc;
 
-use tagwire_core::qos::{Property, QosLayer};
+use tagwire_core::qos::{Dscp, Property, QosLayer, Resolved, Source};
 
 /// Most tag layers a router keeps (`tagwire admin qos` on patterns).
 pub const MAX_TAG_LAYERS: usize = 1024;
@@ -39,4 +40,14 @@ impl Suppliers {
             set.remove(publisher);
         }
     }
+}
+
+/// The DSCP a resolved QoS puts on its channel's connection: an explicit
+/// `dscp` above the built-in default that is not `auto` (`None`: the
+/// connection keeps its marking, its band's unless a channel set one).
+pub(crate) fn explicit_dscp(resolved: &Resolved) -> Option<u8> {
+    (resolved.source(Property::Dscp) != Source::Default)
+        .then(|| resolved.values().dscp)
+        .filter(|d| *d != Dscp::Auto)
+        .map(|d| d.code(resolved.values().priority))
 }

@@ -10,6 +10,9 @@
 use std::time::Duration;
 
 use crate::error::Result;
+use crate::options::{
+    Options, DEFAULT_ACK_TIMEOUT, DEFAULT_ACK_WINDOW_BYTES, DEFAULT_ACK_WINDOW_EVENTS,
+};
 use crate::session::{Session, Target};
 use crate::url::ServerUrl;
 use crate::TlsOptions;
@@ -24,97 +27,6 @@ pub const DEFAULT_RECONNECT_WAIT: Duration = Duration::from_secs(5);
 /// region, its pins and the reference cost more than the bytes over the
 /// socket (BENCHMARKS.md, "Shared memory's size threshold").
 pub const DEFAULT_SHM_THRESHOLD: usize = 4096;
-
-/// Settings fixed when a session opens.
-#[derive(Clone)]
-pub(crate) struct Options {
-    pub connect_timeout: Duration,
-    pub reconnect_wait: Duration,
-    /// The token to present; `None`: `TAGWIRE_TOKEN`, or the local token
-    /// file for a daemon on loopback (see `docs/security.md`).
-    pub token: Option<String>,
-    /// TLS settings for a `tls://` URL; `None`: from the environment.
-    pub tls: Option<TlsOptions>,
-    /// The priority band this session's connection belongs to (`None`: the
-    /// listener's own, the router's default band).
-    pub band: Option<ClientBand>,
-    /// The session id to present (band sessions share their parent's, so
-    /// the router lets them publish under the parent's endpoint names).
-    pub session_id: Option<[u8; tagwire_proto::SESSION_ID_LEN]>,
-    /// Client-propagated priority: each event travels on the band of its
-    /// priority (see [`SessionBuilder::follow_priority`]).
-    pub follow_priority: bool,
-    /// Stamp events with the daemons' network time (see
-    /// [`SessionBuilder::network_clock`]).
-    pub network_clock: bool,
-    /// The default `shm` mode of this session's publishers and subscriptions.
-    pub shm: crate::ShmMode,
-    /// Under `shm=auto`: payloads smaller than this go over the socket.
-    pub shm_threshold: usize,
-    /// Acknowledged publishing: the window's bounds and the longest wait
-    /// for room in it (see [`SessionBuilder::ack_window`]).
-    pub ack_window: tagwire_core::reliable::WindowLimits,
-    pub ack_timeout: Duration,
-    /// The largest frame this session offers the daemon (see
-    /// [`SessionBuilder::max_frame`]).
-    pub max_frame: u32,
-}
-
-/// A session on a priority band: its connection is marked with the band's
-/// DSCP and read by a thread with the band's scheduling.
-#[derive(Debug, Clone)]
-pub(crate) struct ClientBand {
-    pub name: String,
-    pub dscp: u8,
-    pub sched: tagwire_router::priority::SchedPolicy,
-    /// The CPUs the band's lane is pinned to (`[[bands]] cpus`): the
-    /// band's reader thread is pinned to them too.
-    pub cpus: Option<tagwire_router::priority::CpuList>,
-}
-
-impl ClientBand {
-    /// Runs the calling thread at the band's scheduling and on its CPUs, as
-    /// the router's lane does (TAO §4.2): the reader thread, and the UDP
-    /// pump threads that carry the band's datagrams. `what` names the
-    /// thread in the warning when the policy cannot be had.
-    pub(crate) fn apply_to_current_thread(&self, what: &str) {
-        use tagwire_router::priority::{apply_affinity, apply_sched, Applied};
-        match apply_sched(self.sched) {
-            Ok(Applied::FellBack { reason, got, .. }) => tracing::warn!(
-                "band {}: the {what} cannot run {} ({reason}); running {got}",
-                self.name,
-                self.sched
-            ),
-            Ok(_) => {}
-            Err(e) => tracing::warn!(
-                "band {}: scheduling {} not applied: {e}",
-                self.name,
-                self.sched
-            ),
-        }
-        // On the band's CPUs too, so a real-time band's client work stays
-        // off the CPUs that carry bulk traffic.
-        if let Some(cpus) = &self.cpus {
-            if let Err(e) = apply_affinity(cpus) {
-                tracing::warn!(
-                    "band {}: the {what} cannot be pinned to CPUs {cpus} ({e})",
-                    self.name
-                );
-            }
-        }
-    }
-}
-
-impl std::fmt::Debug for Options {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Options")
-            .field("connect_timeout", &self.connect_timeout)
-            .field("reconnect_wait", &self.reconnect_wait)
-            .field("token", &self.token.as_ref().map(|_| "(set)"))
-            .field("tls", &self.tls)
-            .finish()
-    }
-}
 
 /// Opens a [`Session`] with non-default timeouts; start with
 /// [`Session::builder`].
@@ -148,10 +60,10 @@ impl Default for SessionBuilder {
                 shm: crate::ShmMode::Auto,
                 shm_threshold: DEFAULT_SHM_THRESHOLD,
                 ack_window: tagwire_core::reliable::WindowLimits {
-                    max_events: crate::session::DEFAULT_ACK_WINDOW_EVENTS,
-                    max_bytes: crate::session::DEFAULT_ACK_WINDOW_BYTES,
+                    max_events: DEFAULT_ACK_WINDOW_EVENTS,
+                    max_bytes: DEFAULT_ACK_WINDOW_BYTES,
                 },
-                ack_timeout: crate::session::DEFAULT_ACK_TIMEOUT,
+                ack_timeout: DEFAULT_ACK_TIMEOUT,
                 max_frame: tagwire_proto::limits::DEFAULT_MAX_FRAME,
             },
         }
@@ -306,11 +218,29 @@ impl SessionBuilder {
     }
 }
 
-/// Whether an I/O error is a timeout (`SO_RCVTIMEO`/`SO_SNDTIMEO` report
-/// `WouldBlock`, `connect_timeout` reports `TimedOut`).
-pub(crate) fn is_timeout(e: &std::io::Error) -> bool {
-    matches!(
-        e.kind(),
-        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-    )
+impl Session {
+    /// Connects to a daemon at `url`: `tcp://HOST:PORT`, `tls://HOST:PORT`
+    /// or `unix:///PATH`, with the default timeouts ([`SessionBuilder`]). A
+    /// `tls://` URL takes its settings from the environment
+    /// ([`TlsOptions::from_env`]).
+    pub fn connect(url: &str) -> Result<Session> {
+        Session::builder().connect(url)
+    }
+
+    /// Connects like [`Session::connect`], with these TLS settings for a
+    /// `tls://` URL instead of the environment's (other schemes ignore them).
+    pub fn connect_with_tls(url: &str, tls: &TlsOptions) -> Result<Session> {
+        Session::builder().tls(tls.clone()).connect(url)
+    }
+
+    /// Connects to the local daemon: its Unix socket if present, else
+    /// `tcp://127.0.0.1:7700`.
+    pub fn connect_local() -> Result<Session> {
+        Session::builder().connect_local()
+    }
+
+    /// Starts configuring a session: connect timeout, reconnect wait.
+    pub fn builder() -> SessionBuilder {
+        SessionBuilder::default()
+    }
 }

@@ -23,8 +23,11 @@
 //! ```
 
 mod builder;
+mod clock;
 mod credentials;
+mod embedded;
 mod error;
+mod options;
 mod playout;
 mod publisher;
 mod pull;
@@ -35,6 +38,7 @@ mod session;
 mod shm;
 mod stream;
 mod subscriber;
+mod sync;
 mod tls;
 mod udp;
 mod url;
@@ -42,17 +46,16 @@ mod url;
 pub use builder::{
     SessionBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RECONNECT_WAIT, DEFAULT_SHM_THRESHOLD,
 };
+pub use embedded::EmbeddedRouter;
 pub use error::{Error, Result};
+pub use options::{DEFAULT_ACK_TIMEOUT, DEFAULT_ACK_WINDOW_BYTES, DEFAULT_ACK_WINDOW_EVENTS};
 pub use playout::{LatePolicy, PlayoutConfig, PlayoutStats, TimeStats};
 pub use publisher::{EventBuilder, Publisher};
 pub use pull::{HistoryAt, Pull, PullError, PullOptions};
 pub use replay::{ReplayFrom, Spacing, Stored};
 pub use resume::{ResumePoint, RESUME_MARGIN};
 pub use sample::Sample;
-pub use session::{
-    AckStats, EmbeddedRouter, Refusals, Session, DEFAULT_ACK_TIMEOUT, DEFAULT_ACK_WINDOW_BYTES,
-    DEFAULT_ACK_WINDOW_EVENTS, HOT_INTERVAL,
-};
+pub use session::{AckStats, Refusals, Session, HOT_INTERVAL};
 pub use shm::{ShmMode, ShmStats};
 pub use subscriber::{CallbackSubscription, Subscriber, SubscriptionBuilder};
 pub use tagwire_core::qos::Reliability;

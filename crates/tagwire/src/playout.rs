@@ -24,8 +24,8 @@ pub use tagwire_core::tds::{LatePolicy, PlayoutConfig, TimeStats};
 use tagwire_core::tds::{TimeService, DEFAULT_MAX_BYTES};
 
 use crate::sample::Sample;
-use crate::session::lock;
 use crate::subscriber::Sink;
+use crate::sync::lock;
 use crate::Error;
 
 /// What a playout subscription did: its counters (as the daemon's `time`

@@ -5,10 +5,12 @@ use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use tagwire_proto::{Event, Expiry, Value};
+use tagwire_proto::{EndpointKind, Event, Expiry, Value};
 
+use crate::clock::now_ns;
 use crate::error::Result;
-use crate::session::{lock, Session};
+use crate::session::Session;
+use crate::sync::lock;
 
 /// A declared publisher endpoint. Each event it sends gets the next
 /// per-publisher sequence number and a source timestamp.
@@ -51,15 +53,52 @@ pub struct Publisher {
 /// A payload written in place: its length and the writer.
 type Filler<'a> = (usize, &'a mut dyn FnMut(&mut [u8]));
 
-pub(crate) fn now_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
-}
-
 fn system_time_ns(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64)
+}
+
+impl Session {
+    /// Declares a publisher endpoint named `name` (unique in the router).
+    pub fn declare_publisher(&self, name: &str) -> Result<Publisher> {
+        self.declare_publisher_with(name, self.inner().options.shm)
+    }
+
+    /// Declares a publisher with its own `shm` mode (see [`crate::ShmMode`]):
+    /// `Auto` (the session's default unless [`SessionBuilder::shm`] says
+    /// otherwise) puts payloads in shared memory when the daemon is on this
+    /// host and grants a region, and logs why not otherwise; `Require`
+    /// fails instead; `Off` keeps payloads on the socket.
+    pub fn declare_publisher_with(&self, name: &str, shm: crate::ShmMode) -> Result<Publisher> {
+        let id = self
+            .inner()
+            .declare_endpoint(EndpointKind::Publisher, name)?;
+        // Under `auto` with a threshold the region is asked for at the
+        // first payload that reaches it (`Publisher::send_in_shm`).
+        let threshold = match shm {
+            crate::ShmMode::Auto => self.inner().options.shm_threshold,
+            _ => 0,
+        };
+        // (A remote daemon is still "asked": that says why at debug level.)
+        let region = if threshold > 0 && self.is_same_host() {
+            None
+        } else {
+            match self.open_shm(name, id, shm) {
+                Ok(r) => r,
+                Err(e) => {
+                    self.inner().undeclare_endpoint(id);
+                    return Err(e);
+                }
+            }
+        };
+        Ok(Publisher::new(
+            self.clone(),
+            id,
+            name.to_owned(),
+            region,
+            (shm, threshold),
+        ))
+    }
 }
 
 impl Publisher {

@@ -28,8 +28,9 @@ pub use tagwire_core::store::ReplayFrom;
 
 use crate::error::Error;
 use crate::sample::Sample;
-use crate::session::{lock, Session};
+use crate::session::Session;
 use crate::subscriber::Sink;
+use crate::sync::lock;
 
 /// Live events held while a replay runs; past it they are dropped and
 /// read back from the store.
@@ -375,7 +376,7 @@ pub(crate) fn replay(
             let l = last.entry(ev.publisher.to_owned()).or_insert(seq);
             *l = (*l).max(seq);
             if spacing == Spacing::Original {
-                let now = crate::publisher::now_ns();
+                let now = crate::clock::now_ns();
                 if previous_time.is_some_and(|p| time.saturating_sub(p) > MAX_GAP.as_nanos() as u64)
                 {
                     // A long gap: shortened to MAX_GAP by a new anchor.

@@ -31,8 +31,9 @@ use tagwire_core::reliable::{Dedupe, Seen};
 
 use crate::replay::{ReplayFrom, Seam, Spacing};
 use crate::sample::Sample;
-use crate::session::{lock, Guard, Session};
+use crate::session::{Guard, Session};
 use crate::subscriber::Sink;
+use crate::sync::lock;
 
 /// How far before the last delivered event's source time a resume replay
 /// starts (clock differences between publishers, events published in the
@@ -84,7 +85,7 @@ impl Resume {
                 generation: 0,
                 seam: None,
                 first: None,
-                made_at: crate::publisher::now_ns(),
+                made_at: crate::clock::now_ns(),
             }),
         })
     }

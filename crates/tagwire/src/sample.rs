@@ -4,7 +4,7 @@
 use bytes::Bytes;
 use tagwire_proto::{DecodeError, Event, EventRef, NamedError};
 
-use crate::publisher::now_ns;
+use crate::clock::now_ns;
 
 /// A received event. Cheap to clone (the bytes are shared).
 #[derive(Clone)]

@@ -20,7 +20,6 @@ mod acked;
 mod bands;
 mod connect;
 mod dedupe;
-mod embedded;
 mod pieces;
 mod reader;
 mod shm_region;
@@ -30,7 +29,7 @@ mod writer;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
@@ -41,17 +40,13 @@ use tagwire_proto::admin::{
 };
 use tagwire_proto::{EndpointKind, ErrorCode};
 
-use crate::builder::{Options, SessionBuilder};
 use crate::error::{Error, Result};
-use crate::publisher::Publisher;
+use crate::options::{Options, REQUEST_TIMEOUT};
 use crate::stream::Stream;
-use crate::subscriber::{Sink, SubscriptionBuilder};
-use crate::tls::TlsOptions;
+use crate::subscriber::Sink;
+use crate::sync::lock;
 
-pub use acked::{
-    AckStats, DEFAULT_ACK_TIMEOUT, DEFAULT_ACK_WINDOW_BYTES, DEFAULT_ACK_WINDOW_EVENTS,
-};
-pub use embedded::EmbeddedRouter;
+pub use acked::AckStats;
 pub(crate) use target::Target;
 pub use writer::HOT_INTERVAL;
 
@@ -61,16 +56,13 @@ use reader::reader_main;
 use tagwire_core::reliable::AckBatching;
 use writer::{flusher_main, WriteState};
 
-/// How long a request (declare, subscribe, admin) waits for its reply.
-pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
-
 pub(crate) struct Inner {
     /// The daemons this session may use, in order of preference (one
     /// unless the URL listed several); `current` is the one in use.
     targets: Vec<Target>,
     current: AtomicUsize,
     name: String,
-    options: Options,
+    pub(crate) options: Options,
     /// The origin of the engine's clock.
     origin: Instant,
     /// Lock order: `writer`, then `engine`, then `socket`, then `replay`;
@@ -163,37 +155,6 @@ impl std::fmt::Debug for Session {
 static SESSION_COUNTER: AtomicU64 = AtomicU64::new(0);
 
 impl Session {
-    /// Connects to a daemon at `url`: `tcp://HOST:PORT`, `tls://HOST:PORT`
-    /// or `unix:///PATH`, with the default timeouts ([`SessionBuilder`]). A
-    /// `tls://` URL takes its settings from the environment
-    /// ([`TlsOptions::from_env`]).
-    pub fn connect(url: &str) -> Result<Session> {
-        Session::builder().connect(url)
-    }
-
-    /// Connects like [`Session::connect`], with these TLS settings for a
-    /// `tls://` URL instead of the environment's (other schemes ignore them).
-    pub fn connect_with_tls(url: &str, tls: &TlsOptions) -> Result<Session> {
-        Session::builder().tls(tls.clone()).connect(url)
-    }
-
-    /// Connects to the local daemon: its Unix socket if present, else
-    /// `tcp://127.0.0.1:7700`.
-    pub fn connect_local() -> Result<Session> {
-        Session::builder().connect_local()
-    }
-
-    /// Starts configuring a session: connect timeout, reconnect wait.
-    pub fn builder() -> SessionBuilder {
-        SessionBuilder::default()
-    }
-
-    /// Starts a private in-process router and connects to it: the same API
-    /// and protocol as a daemon, with no daemon.
-    pub fn embedded() -> Result<Session> {
-        EmbeddedRouter::start()?.session()
-    }
-
     pub(crate) fn open(target: Target, options: Options) -> Result<Session> {
         Session::open_any(vec![target], options)
     }
@@ -303,53 +264,6 @@ impl Session {
         &self.inner().name
     }
 
-    /// Declares a publisher endpoint named `name` (unique in the router).
-    pub fn declare_publisher(&self, name: &str) -> Result<Publisher> {
-        self.declare_publisher_with(name, self.inner().options.shm)
-    }
-
-    /// Declares a publisher with its own `shm` mode (see [`crate::ShmMode`]):
-    /// `Auto` (the session's default unless [`SessionBuilder::shm`] says
-    /// otherwise) puts payloads in shared memory when the daemon is on this
-    /// host and grants a region, and logs why not otherwise; `Require`
-    /// fails instead; `Off` keeps payloads on the socket.
-    pub fn declare_publisher_with(&self, name: &str, shm: crate::ShmMode) -> Result<Publisher> {
-        let id = self
-            .inner()
-            .declare_endpoint(EndpointKind::Publisher, name)?;
-        // Under `auto` with a threshold the region is asked for at the
-        // first payload that reaches it (`Publisher::send_in_shm`).
-        let threshold = match shm {
-            crate::ShmMode::Auto => self.inner().options.shm_threshold,
-            _ => 0,
-        };
-        // (A remote daemon is still "asked": that says why at debug level.)
-        let region = if threshold > 0 && self.is_same_host() {
-            None
-        } else {
-            match self.open_shm(name, id, shm) {
-                Ok(r) => r,
-                Err(e) => {
-                    self.inner().undeclare_endpoint(id);
-                    return Err(e);
-                }
-            }
-        };
-        Ok(Publisher::new(
-            self.clone(),
-            id,
-            name.to_owned(),
-            region,
-            (shm, threshold),
-        ))
-    }
-
-    /// Starts building a subscription to `pattern` (`*` one level, `**` any
-    /// depth); finish with `.receiver()`, `.callback(f)`.
-    pub fn subscribe(&self, pattern: &str) -> SubscriptionBuilder {
-        SubscriptionBuilder::new(self.clone(), pattern)
-    }
-
     /// Asks the router for its tags, endpoints and subscriptions. The
     /// router answers in pages that fit the connection's frame size
     /// (`docs/admin.md`); this follows them and returns the whole listing,
@@ -427,9 +341,9 @@ impl Session {
         }
         let at = inner.net_offset_at.load(Ordering::Relaxed);
         if at == 0 || now.saturating_sub(at) > 10_000_000_000 {
-            let before = crate::publisher::now_ns();
+            let before = crate::clock::now_ns();
             if let Ok(t) = self.network_time() {
-                let after = crate::publisher::now_ns();
+                let after = crate::clock::now_ns();
                 // The daemon's reading stands for the middle of the request.
                 let mid = before / 2 + after / 2;
                 let offset = t.network_time_ns as i128 - mid as i128;
@@ -722,10 +636,6 @@ impl Inner {
             .copied()
             .unwrap_or_default()
     }
-}
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Inner {

@@ -26,7 +26,7 @@ use tagwire_shm::{Overload, PinHolder, Producer, ProducerConfig, Region};
 
 pub use tagwire_core::qos::ShmMode;
 
-use crate::session::lock;
+use crate::sync::lock;
 
 /// Regions a session keeps mapped; regions whose producer is gone are let
 /// go first, and a region beyond the bound is not mapped (its payloads
@@ -259,7 +259,7 @@ pub(crate) struct ShmAsk {
     pub(crate) mode: ShmMode,
     /// `Some((max_packet, current region))` for a larger region.
     pub(crate) grow: Option<(u64, u64)>,
-    /// The session's connection when asked ([`Inner::epoch`](crate::session)).
+    /// The session's connection (its epoch: connections established so far) when asked.
     pub(crate) epoch: u64,
 }
 
@@ -269,11 +269,11 @@ impl ShmAsk {
     pub(crate) fn wait(&self) -> crate::Result<tagwire_core::connection::Reply> {
         use std::sync::mpsc::RecvTimeoutError;
         self.rx
-            .recv_timeout(crate::session::REQUEST_TIMEOUT)
+            .recv_timeout(crate::options::REQUEST_TIMEOUT)
             .map_err(|e| match e {
                 RecvTimeoutError::Timeout => crate::Error::Timeout {
                     what: "shm_open request",
-                    secs: crate::session::REQUEST_TIMEOUT.as_secs(),
+                    secs: crate::options::REQUEST_TIMEOUT.as_secs(),
                 },
                 RecvTimeoutError::Disconnected => crate::Error::Disconnected,
             })

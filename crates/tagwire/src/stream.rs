@@ -29,11 +29,11 @@ pub(crate) enum Stream {
 
 impl Stream {
     /// Connects within `timeout`; a connect that runs out of time fails
-    /// with `TimedOut` or `WouldBlock` (see `builder::is_timeout`).
+    /// with `TimedOut` or `WouldBlock` (see [`is_timeout`]).
     pub(crate) fn connect(
         url: &ServerUrl,
         timeout: Duration,
-        band: Option<&crate::builder::ClientBand>,
+        band: Option<&crate::options::ClientBand>,
     ) -> std::io::Result<Stream> {
         let deadline = Instant::now() + timeout;
         match url {
@@ -204,4 +204,13 @@ impl Write for Stream {
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
     }
+}
+
+/// Whether an I/O error is a timeout (`SO_RCVTIMEO`/`SO_SNDTIMEO` report
+/// `WouldBlock`, `connect_timeout` reports `TimedOut`).
+pub(crate) fn is_timeout(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+    )
 }

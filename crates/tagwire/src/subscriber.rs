@@ -24,7 +24,8 @@ use tagwire_proto::EndpointKind;
 use crate::error::{Error, Result};
 use crate::playout::{PlayoutProbe, PlayoutStats};
 use crate::sample::Sample;
-use crate::session::{lock, Session};
+use crate::session::Session;
+use crate::sync::lock;
 
 /// Builds a subscription; see [`Session::subscribe`].
 #[must_use = "a subscription is made by .receiver() or .callback()"]
@@ -331,6 +332,14 @@ impl SubscriptionBuilder {
                 Err(e)
             }
         }
+    }
+}
+
+impl Session {
+    /// Starts building a subscription to `pattern` (`*` one level, `**` any
+    /// depth); finish with `.receiver()`, `.callback(f)`.
+    pub fn subscribe(&self, pattern: &str) -> SubscriptionBuilder {
+        SubscriptionBuilder::new(self.clone(), pattern)
     }
 }
 

@@ -109,7 +109,7 @@ pub(crate) fn max_event_frame() -> usize {
 pub(crate) fn connect(
     addr: &str,
     timeout: Duration,
-    band: Option<crate::builder::ClientBand>,
+    band: Option<crate::options::ClientBand>,
 ) -> std::io::Result<(UnixStream, Arc<UdpStatus>)> {
     let deadline = Instant::now() + timeout;
     let target: SocketAddr = addr.to_socket_addrs()?.next().ok_or_else(|| {

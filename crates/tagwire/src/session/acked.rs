@@ -24,15 +24,9 @@ use tagwire_core::reliable::{Push, SendWindow, WindowFull, WindowLimits};
 use tagwire_proto::{Ack, Event, Frame};
 
 use super::writer::{WriteState, HIGH_WATER, HOT_INTERVAL};
-use super::{lock, Inner};
+use super::Inner;
 use crate::error::{Error, Result};
-
-/// Default bound of the window: events held unacknowledged.
-pub const DEFAULT_ACK_WINDOW_EVENTS: usize = 65_536;
-/// Default bound of the window: bytes of the events held.
-pub const DEFAULT_ACK_WINDOW_BYTES: usize = 64 << 20;
-/// Default longest wait of a publish for room in a full window.
-pub const DEFAULT_ACK_TIMEOUT: Duration = Duration::from_secs(10);
+use crate::sync::lock;
 
 /// Held events smaller than a quarter of this are encoded into a block of
 /// this size of the window's [`ByteLog`] (one allocation for hundreds of small
@@ -264,7 +258,7 @@ impl Inner {
         encoded: Bytes,
         express: bool,
     ) -> Result<()> {
-        let now_ns = crate::publisher::now_ns();
+        let now_ns = crate::clock::now_ns();
         let w = self.wait_connected(lock(&self.writer))?;
         if 1 + 12 + encoded.len() > w.max_frame as usize {
             return self.publish_acked_large(w, endpoint, encoded);

@@ -4,8 +4,9 @@
 
 use std::sync::Arc;
 
-use super::{lock, Session, Target};
+use super::{Session, Target};
 use crate::error::{Error, Result};
+use crate::sync::lock;
 use crate::url::ServerUrl;
 
 /// The router's bands as its listing gives them.
@@ -111,7 +112,7 @@ impl Session {
         // publish under this session's endpoint names.
         options.session_id = Some(lock(&inner.engine).session_id());
         options.follow_priority = false;
-        options.band = Some(crate::builder::ClientBand {
+        options.band = Some(crate::options::ClientBand {
             name: band.to_owned(),
             dscp: lane.dscp,
             sched: lane.sched.parse().unwrap_or_default(),

@@ -11,16 +11,17 @@ use tagwire_core::connection::Input;
 use tagwire_proto::Event;
 
 use super::reader::read_some;
-use super::{lock, Inner};
-use crate::builder::is_timeout;
+use super::Inner;
 use crate::error::{Error, Result};
+use crate::stream::is_timeout;
 use crate::stream::Stream;
+use crate::sync::lock;
 
 impl Inner {
     /// Connects to the daemon in use, else to the others in turn; the
     /// first that answers becomes the one in use. The error is the last
     /// daemon's.
-    fn connect_any(&self, band: Option<&crate::builder::ClientBand>) -> Result<Stream> {
+    fn connect_any(&self, band: Option<&crate::options::ClientBand>) -> Result<Stream> {
         let n = self.targets.len();
         let first = self.current.load(Ordering::Relaxed) % n;
         let mut last = None;

@@ -18,8 +18,9 @@ use tagwire_core::fragment::{checksum, Reassembler, ReassemblyLimits};
 use tagwire_proto::{kind, PieceOf, PUBLISH_PIECE_PREFIX_LEN};
 
 use super::writer::WriteState;
-use super::{lock, Inner};
+use super::Inner;
 use crate::error::{Error, Result};
+use crate::sync::lock;
 
 /// The most data one `PublishPiece` carries (less if the frame is smaller).
 pub(crate) const PIECE_DATA_MAX: usize = 1 << 20;

@@ -15,10 +15,11 @@ use tagwire_core::reliable::DeliveryAcks;
 use super::dedupe::Delivered;
 
 use super::connect::connect;
-use super::{lock, Inner, Target};
+use super::{Inner, Target};
 use crate::sample::{KnownNames, Sample};
 use crate::stream::Stream;
 use crate::subscriber::Sink;
+use crate::sync::lock;
 
 /// Reconnect backoff bounds.
 const BACKOFF_MIN: Duration = Duration::from_millis(50);

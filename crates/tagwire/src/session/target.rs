@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use tagwire_router::RouterHandle;
 
-use crate::builder::is_timeout;
 use crate::error::{Error, Result};
+use crate::stream::is_timeout;
 use crate::stream::Stream;
 use crate::tls::{TlsConnector, TlsOptions};
 use crate::url::ServerUrl;
@@ -36,7 +36,7 @@ impl Target {
     pub(super) fn connect(
         &self,
         timeout: Duration,
-        band: Option<&crate::builder::ClientBand>,
+        band: Option<&crate::options::ClientBand>,
     ) -> Result<Stream> {
         match self {
             Target::Url(url) => Stream::connect(url, timeout, band).map_err(|source| {

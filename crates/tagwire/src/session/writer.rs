@@ -12,8 +12,9 @@ use bytes::BytesMut;
 use tagwire_core::connection::Connection;
 use tagwire_proto::Event;
 
-use super::{lock, Inner};
+use super::Inner;
 use crate::error::{Error, Result};
+use crate::sync::lock;
 
 /// Publishes closer together than this are batched into one write.
 pub const HOT_INTERVAL: Duration = Duration::from_micros(20);

@@ -5,9 +5,9 @@ use std::sync::Arc;
 
 use tagwire_router::{Limits, Router, RouterHandle};
 
-use super::{Session, Target};
 use crate::builder::SessionBuilder;
 use crate::error::Result;
+use crate::session::{Session, Target};
 
 /// A router running inside this process, shared by any number of sessions
 /// ([`EmbeddedRouter::session`]). It stops when it and its sessions are dropped.
@@ -28,5 +28,13 @@ impl EmbeddedRouter {
             Target::Embedded(self.0.clone()),
             SessionBuilder::default().options(),
         )
+    }
+}
+
+impl Session {
+    /// Starts a private in-process router and connects to it: the same API
+    /// and protocol as a daemon, with no daemon.
+    pub fn embedded() -> Result<Session> {
+        EmbeddedRouter::start()?.session()
     }
 }

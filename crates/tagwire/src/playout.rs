@@ -24,7 +24,7 @@ pub use tagwire_core::tds::{LatePolicy, PlayoutConfig, TimeStats};
 use tagwire_core::tds::{TimeService, DEFAULT_MAX_BYTES};
 
 use crate::sample::Sample;
-use crate::subscriber::Sink;
+use crate::sink::Sink;
 use crate::sync::lock;
 use crate::Error;
 

@@ -2,7 +2,7 @@
 //! duplicate at the seam (issue 25; docs/reliability.md, "Replay").
 //!
 //! How: the subscription is made first; while the replay runs, its live
-//! events are held here (at most [`MAX_HELD`]). A replay thread pulls the
+//! events are held here (at most [`MAX_HELD`](crate::seam::MAX_HELD)). A replay thread pulls the
 //! tag's stored events (pull query 6, `Stored`) from the daemon and hands
 //! them to the subscription's sink; the daemon's store thread answers a
 //! read only after writing every event queued before it, so everything
@@ -17,7 +17,7 @@
 //! the store keeps them (its retention) and stored them (its queue).
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tagwire_core::connection::Reply;
@@ -27,104 +27,11 @@ use tagwire_proto::{Origins, PullQuery, PullStatus, MAX_ORIGINS};
 pub use tagwire_core::store::ReplayFrom;
 
 use crate::error::Error;
+use crate::resume::{OpenReplay, ReplayRun};
 use crate::sample::Sample;
+use crate::seam::Seam;
 use crate::session::Session;
-use crate::subscriber::Sink;
-use crate::sync::lock;
-
-/// Live events held while a replay runs; past it they are dropped and
-/// read back from the store.
-pub const MAX_HELD: usize = 65_536;
-/// Longest pause `Spacing::Original` makes between two replayed events.
-pub const MAX_GAP: Duration = Duration::from_secs(10);
-
-/// How fast replayed events are handed over.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Spacing {
-    /// As fast as they arrive (the default).
-    #[default]
-    Fast,
-    /// With the publisher's spacing: each replayed event is handed over at
-    /// the first one's hand-over time plus the difference of their source
-    /// times (the time-differential service's rule, `tagwire_core::tds::Spacer`,
-    /// with no playout delay), so the spacing does not drift; a gap over
-    /// [`MAX_GAP`] is shortened to it.
-    Original,
-}
-
-struct SeamState {
-    live: bool,
-    held: VecDeque<Sample>,
-    overflowed: bool,
-}
-
-/// The sink of a subscription while it replays: holds live events until
-/// the replay is done.
-pub(crate) struct Seam {
-    state: Mutex<SeamState>,
-    pub(crate) inner: Arc<Sink>,
-}
-
-impl Seam {
-    pub(crate) fn new(inner: Arc<Sink>) -> Arc<Seam> {
-        Arc::new(Seam {
-            state: Mutex::new(SeamState {
-                live: false,
-                held: VecDeque::new(),
-                overflowed: false,
-            }),
-            inner,
-        })
-    }
-
-    /// A live event.
-    pub(crate) fn offer(&self, sample: Sample) {
-        let mut st = lock(&self.state);
-        if st.live {
-            drop(st);
-            return self.inner.deliver_sample(sample);
-        }
-        if st.held.len() >= MAX_HELD {
-            st.held.clear();
-            st.overflowed = true;
-        }
-        st.held.push_back(sample);
-    }
-
-    /// Ends the replay: the held events newer than `last` (per publisher)
-    /// go out, and the seam passes events through from now on. False if
-    /// held events were dropped since the last call (read on from the
-    /// store first).
-    fn finish(&self, last: &HashMap<String, u64>) -> bool {
-        let mut st = lock(&self.state);
-        if std::mem::take(&mut st.overflowed) {
-            return false;
-        }
-        self.go_live(&mut st, last);
-        true
-    }
-
-    /// Ends the replay whatever it got: the held events go out (the
-    /// dedupe behind a resume drops what was delivered already).
-    pub(crate) fn force_live(&self) {
-        let mut st = lock(&self.state);
-        st.overflowed = false;
-        self.go_live(&mut st, &HashMap::new());
-    }
-
-    /// Hands over the held events newer than `last` (per publisher), then
-    /// passes events through (`st` locked, so no live one comes between).
-    fn go_live(&self, st: &mut SeamState, last: &HashMap<String, u64>) {
-        for s in st.held.drain(..) {
-            let ev = s.event();
-            if last.get(ev.publisher).is_some_and(|l| ev.seq <= *l) {
-                continue; // replayed already
-            }
-            self.inner.deliver_sample(s);
-        }
-        st.live = true;
-    }
-}
+use crate::spacing::{Spacing, MAX_GAP};
 
 /// What the daemon's durable store holds of a tag
 /// ([`Session::stored`]). Positions are the store's, in the order it
@@ -200,6 +107,24 @@ pub(crate) fn run(
         tracing::warn!("{e}");
         seam.inner.fail(e);
     }
+}
+
+/// How a resume ([`crate::resume`]) replays from this session's stores:
+/// holding the session weakly (its sinks hold the resume), each replay
+/// opens it for the time the replay runs.
+pub(crate) fn opener(session: &Session) -> OpenReplay {
+    let guard = Arc::downgrade(&session.guard);
+    Box::new(move || {
+        let session = Session {
+            guard: guard.upgrade()?,
+        };
+        let run: ReplayRun = Box::new(
+            move |tag: &str, from: ReplayFrom, spacing: Spacing, seam: &Seam| {
+                replay(&session, tag, from, spacing, seam)
+            },
+        );
+        Some(run)
+    })
 }
 
 /// One store a replay reads: where (`node`, empty: the subscriber's

@@ -9,7 +9,7 @@
 //! reaches the subscription. Its durable store has them all. So after
 //! every reconnect the library replays the tag from the store, from a
 //! little before the last event it delivered, through the replay seam
-//! (`crate::replay`): the new subscription's live events are held while
+//! (`seam.rs`; the replay itself is `replay.rs`'s, handed in): the new subscription's live events are held while
 //! the replay runs, and what was already delivered is dropped by a dedupe
 //! of everything handed over (per publisher: sequence number and source
 //! time, core's [`Dedupe`]). Whether the daemon restarted or resumed the
@@ -28,11 +28,13 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use tagwire_core::reliable::{Dedupe, Seen};
+use tagwire_core::store::ReplayFrom;
 
-use crate::replay::{ReplayFrom, Seam, Spacing};
+use crate::error::Error;
 use crate::sample::Sample;
-use crate::session::{Guard, Session};
-use crate::subscriber::Sink;
+use crate::seam::Seam;
+use crate::sink::Sink;
+use crate::spacing::Spacing;
 use crate::sync::lock;
 
 /// How far before the last delivered event's source time a resume replay
@@ -60,12 +62,24 @@ struct State {
     made_at: u64,
 }
 
+/// Runs one replay of the resumed tag into a seam, on the replay's own
+/// thread, and says how it ended; consumed by the call, it lets go of the
+/// session when the replay is done.
+pub(crate) type ReplayRun =
+    Box<dyn FnOnce(&str, ReplayFrom, Spacing, &Seam) -> Result<(), Error> + Send>;
+
+/// Opens the session for one replay (`None`: the session is closing).
+/// Handed in by the subscription (`replay.rs`'s `opener`): the
+/// session's sinks hold the resume, so the resume holds its session only
+/// weakly, inside this function, and this file needs no session.
+pub(crate) type OpenReplay = Box<dyn Fn() -> Option<ReplayRun> + Send + Sync>;
+
 /// A resumable subscription's state; the reader thread's sink for it is
 /// [`Sink::Resume`].
 pub(crate) struct Resume {
     tag: String,
-    /// Not a `Session`: the session's sinks hold this.
-    guard: Weak<Guard>,
+    /// The session's replays (not a `Session`: the session's sinks hold this).
+    open: OpenReplay,
     /// The application's sink.
     pub(crate) inner: Arc<Sink>,
     state: Mutex<State>,
@@ -74,11 +88,11 @@ pub(crate) struct Resume {
 }
 
 impl Resume {
-    pub(crate) fn new(session: &Session, tag: &str, inner: Arc<Sink>) -> Arc<Resume> {
+    pub(crate) fn new(tag: &str, inner: Arc<Sink>, open: OpenReplay) -> Arc<Resume> {
         Arc::new_cyclic(|me| Resume {
             me: me.clone(),
             tag: tag.to_owned(),
-            guard: Arc::downgrade(&session.guard),
+            open,
             inner,
             state: Mutex::new(State {
                 delivered: Dedupe::new(RESUME_PUBLISHERS),
@@ -206,16 +220,15 @@ impl Resume {
         spacing: Spacing,
         first: bool,
     ) -> std::io::Result<()> {
-        let Some(guard) = self.guard.upgrade() else {
+        let Some(run) = (self.open)() else {
             return Ok(()); // the session is closing
         };
-        let session = Session { guard };
         let me = self.clone();
         std::thread::Builder::new()
             .name("tagwire-resume".into())
             .spawn(move || {
-                let result = crate::replay::replay(&session, &me.tag, from, spacing, &seam);
-                drop(session);
+                // The call consumes `run`: the session is let go here.
+                let result = run(&me.tag, from, spacing, &seam);
                 let current = lock(&me.state).generation == generation;
                 match result {
                     Ok(()) => {}
@@ -243,17 +256,6 @@ impl Resume {
         let seam = lock(&self.state).seam.clone();
         if let Some(s) = seam {
             s.force_live();
-        }
-    }
-}
-
-/// After a reconnect, or when the daemon reaches daemons again that it
-/// could not (`Healed`; `why` says which, for the log): every resumable
-/// subscription of the session replays from its last delivered event.
-pub(crate) fn resync(sinks: &std::collections::HashMap<u32, Arc<Sink>>, why: &str) {
-    for sink in sinks.values() {
-        if let Sink::Resume(r) = &**sink {
-            r.resync(why);
         }
     }
 }

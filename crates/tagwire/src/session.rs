@@ -16,6 +16,7 @@
 //! throughput: one `write` carries many events; the flusher lingers up to
 //! 50 µs for a batch, so the last events of a burst wait at most that long).
 
+mod ack_window;
 mod acked;
 mod bands;
 mod connect;
@@ -42,11 +43,11 @@ use tagwire_proto::{EndpointKind, ErrorCode};
 
 use crate::error::{Error, Result};
 use crate::options::{Options, REQUEST_TIMEOUT};
+use crate::sink::Sink;
 use crate::stream::Stream;
-use crate::subscriber::Sink;
 use crate::sync::lock;
 
-pub use acked::AckStats;
+pub use ack_window::AckStats;
 pub(crate) use target::Target;
 pub use writer::HOT_INTERVAL;
 

@@ -9,6 +9,7 @@ use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bytes::BytesMut;
 use socket2::{Domain, SockAddr, Socket, Type};
 
 use crate::tls::{PumpStatus, TlsConnector};
@@ -213,4 +214,21 @@ pub(crate) fn is_timeout(e: &std::io::Error) -> bool {
         e.kind(),
         std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
     )
+}
+
+/// Read chunk size.
+pub(crate) const READ_CHUNK: usize = 64 * 1024;
+
+/// Reads into `buf`; false on end of stream.
+pub(crate) fn read_some(stream: &mut Stream, buf: &mut BytesMut) -> std::io::Result<bool> {
+    let start = buf.len();
+    buf.resize(start + READ_CHUNK, 0);
+    let n = loop {
+        match stream.read(&mut buf[start..]) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            r => break r,
+        }
+    };
+    buf.truncate(start + *n.as_ref().unwrap_or(&0));
+    Ok(n? > 0)
 }

@@ -13,19 +13,20 @@
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
-use std::task::{Context, Poll, Waker};
+use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use tagwire_core::qos::DEFAULT_QUEUE_LENGTH;
-use tagwire_core::queue::{BoundedQueue, DiscardPolicy, Pushed};
+use tagwire_core::queue::DiscardPolicy;
 use tagwire_proto::EndpointKind;
 
 use crate::error::{Error, Result};
 use crate::playout::{PlayoutProbe, PlayoutStats};
+use crate::queue::SubQueue;
 use crate::sample::Sample;
 use crate::session::Session;
-use crate::sync::lock;
+use crate::sink::Sink;
 
 /// Builds a subscription; see [`Session::subscribe`].
 #[must_use = "a subscription is made by .receiver() or .callback()"]
@@ -295,7 +296,11 @@ impl SubscriptionBuilder {
         });
         let (sink, seam, resumer) = match (replay, resume) {
             (_, true) => {
-                let r = crate::resume::Resume::new(&self.session, &self.pattern, sink);
+                let r = crate::resume::Resume::new(
+                    &self.pattern,
+                    sink,
+                    crate::replay::opener(&self.session),
+                );
                 if let Some(point) = &self.resume_point {
                     r.seed(point);
                 }
@@ -303,7 +308,7 @@ impl SubscriptionBuilder {
             }
             (None, false) => (sink, None, None),
             (Some(_), false) => {
-                let seam = crate::replay::Seam::new(sink);
+                let seam = crate::seam::Seam::new(sink);
                 (Arc::new(Sink::Seam(seam.clone())), Some(seam), None)
             }
         };
@@ -342,237 +347,6 @@ impl Session {
         SubscriptionBuilder::new(self.clone(), pattern)
     }
 }
-
-/// Where the reader thread puts a subscription's events.
-pub(crate) enum Sink {
-    Queue(Arc<SubQueue>),
-    /// The callback, and what to call when the subscription fails.
-    Callback(
-        Box<dyn Fn(Sample) + Send + Sync>,
-        Option<Box<dyn Fn(Error) + Send + Sync>>,
-    ),
-    /// A subscription that replays first (crate::replay).
-    Seam(Arc<crate::replay::Seam>),
-    /// A subscription played out in this process (crate::playout).
-    Playout(crate::playout::Playout),
-    /// A subscription resumed from the store after each reconnect
-    /// (crate::resume): what the reader thread delivers to.
-    Resume(Arc<crate::resume::Resume>),
-    /// What a resume's seam hands over, for replay number `.1`.
-    Resumed(std::sync::Weak<crate::resume::Resume>, u64),
-}
-
-impl Sink {
-    /// Hands over a checked sample (a shared-memory payload past its
-    /// deadline is skipped when a callback gets it or the application takes it).
-    pub(crate) fn deliver_sample(&self, sample: Sample) {
-        match self {
-            Sink::Queue(q) => q.push(sample),
-            Sink::Callback(f, _) => {
-                if let Some(s) = sample.settle() {
-                    f(s)
-                }
-            }
-            Sink::Seam(s) => s.offer(sample),
-            Sink::Playout(p) => p.offer(sample),
-            Sink::Resume(r) => r.offer(sample),
-            Sink::Resumed(r, generation) => {
-                if let Some(r) = r.upgrade() {
-                    r.pass(sample, *generation)
-                }
-            }
-        }
-    }
-
-    /// Events handed to this sink that the application has not read yet
-    /// (a receiver's queue; 0 for the other sinks, which take events as
-    /// they come or hold them themselves). An acknowledged subscription
-    /// acknowledges an event only once it is read, so the daemon's window
-    /// for it bounds what waits here.
-    pub(crate) fn unread(&self) -> u64 {
-        match self {
-            Sink::Queue(q) => q.len() as u64,
-            _ => 0,
-        }
-    }
-
-    /// Waits until the application's queue behind this sink has room (a
-    /// replay thread, before it hands over a stored event); at once for a
-    /// callback or a playout, which take events as they come.
-    pub(crate) fn wait_for_room(&self) {
-        match self {
-            Sink::Queue(q) => q.wait_for_room(),
-            Sink::Seam(s) => s.inner.wait_for_room(),
-            Sink::Resume(r) => r.inner.wait_for_room(),
-            Sink::Resumed(r, _) => {
-                if let Some(r) = r.upgrade() {
-                    r.inner.wait_for_room()
-                }
-            }
-            Sink::Callback(..) | Sink::Playout(_) => {}
-        }
-    }
-
-    pub(crate) fn close(&self) {
-        match self {
-            Sink::Queue(q) => q.close(),
-            Sink::Seam(s) => s.inner.close(),
-            Sink::Playout(p) => p.close(),
-            Sink::Resume(r) => r.inner.close(),
-            Sink::Resumed(r, _) => {
-                if let Some(r) = r.upgrade() {
-                    r.inner.close()
-                }
-            }
-            Sink::Callback(..) => {}
-        }
-    }
-
-    /// Ends the subscription with `error`: a receiver's `recv` returns it
-    /// (after what is queued), a callback's `on_error` gets it.
-    pub(crate) fn fail(&self, error: Error) {
-        match self {
-            Sink::Queue(q) => q.fail(error),
-            Sink::Callback(_, Some(f)) => f(error),
-            Sink::Callback(_, None) => tracing::error!("subscription ended: {error}"),
-            Sink::Seam(s) => s.inner.fail(error),
-            Sink::Playout(p) => p.fail(error),
-            Sink::Resume(r) => r.inner.fail(error),
-            Sink::Resumed(r, _) => match r.upgrade() {
-                Some(r) => r.inner.fail(error),
-                None => tracing::error!("subscription ended: {error}"),
-            },
-        }
-    }
-}
-
-pub(crate) struct SubQueue {
-    state: Mutex<QueueState>,
-    ready: Condvar,
-    /// Signalled when an event is taken while a replay waits for room.
-    room: Condvar,
-}
-
-struct QueueState {
-    q: BoundedQueue<Sample>,
-    waiters: usize,
-    /// Replay threads waiting for room ([`SubQueue::wait_for_room`]).
-    room_waiters: usize,
-    waker: Option<Waker>,
-    closed: bool,
-    /// Why the subscription ended, if not by a close.
-    failed: Option<Error>,
-}
-
-impl SubQueue {
-    fn new(bound: usize, policy: DiscardPolicy) -> Arc<Self> {
-        Arc::new(SubQueue {
-            state: Mutex::new(QueueState {
-                q: BoundedQueue::new(bound, policy),
-                waiters: 0,
-                room_waiters: 0,
-                waker: None,
-                closed: false,
-                failed: None,
-            }),
-            ready: Condvar::new(),
-            room: Condvar::new(),
-        })
-    }
-
-    /// Waits while the queue is full (or until it closes): a replay reads
-    /// the store no faster than the application takes its events, so that
-    /// replayed events are never dropped at this queue's bound (live ones
-    /// are, by its discard policy).
-    fn wait_for_room(&self) {
-        let mut st = lock(&self.state);
-        while !st.closed && st.q.len() >= st.q.bound() {
-            st.room_waiters += 1;
-            st = self
-                .room
-                .wait_timeout(st, ROOM_POLL)
-                .map_or_else(|e| e.into_inner().0, |(g, _)| g);
-            st.room_waiters -= 1;
-        }
-    }
-
-    fn len(&self) -> usize {
-        lock(&self.state).q.len()
-    }
-
-    fn push(&self, s: Sample) {
-        let size = s.raw().len();
-        let mut st = lock(&self.state);
-        if let Pushed::Rejected(_) | Pushed::DroppedNewest(_) = st.q.push(s, size) {
-            return;
-        }
-        let notify = st.waiters > 0;
-        let waker = st.waker.take();
-        drop(st);
-        if notify {
-            self.ready.notify_one();
-        }
-        if let Some(w) = waker {
-            w.wake();
-        }
-    }
-
-    fn fail(&self, error: Error) {
-        lock(&self.state).failed = Some(error);
-        self.close();
-    }
-
-    fn close(&self) {
-        let mut st = lock(&self.state);
-        st.closed = true;
-        let waker = st.waker.take();
-        drop(st);
-        self.ready.notify_all();
-        self.room.notify_all();
-        if let Some(w) = waker {
-            w.wake();
-        }
-    }
-
-    fn pop_until(&self, deadline: Option<Instant>) -> Result<Option<Sample>> {
-        let mut st = lock(&self.state);
-        loop {
-            if let Some(s) = st.q.pop() {
-                if st.room_waiters > 0 {
-                    self.room.notify_all();
-                }
-                // An expired shared-memory payload is skipped (counted).
-                match s.settle() {
-                    Some(s) => return Ok(Some(s)),
-                    None => continue,
-                }
-            }
-            if st.closed {
-                return Err(st.failed.take().unwrap_or(Error::Closed));
-            }
-            st.waiters += 1;
-            st = match deadline {
-                None => self.ready.wait(st).unwrap_or_else(|e| e.into_inner()),
-                Some(d) => {
-                    let left = d.saturating_duration_since(Instant::now());
-                    if left.is_zero() {
-                        st.waiters -= 1;
-                        return Ok(None);
-                    }
-                    self.ready
-                        .wait_timeout(st, left)
-                        .unwrap_or_else(|e| e.into_inner())
-                        .0
-                }
-            };
-            st.waiters -= 1;
-        }
-    }
-}
-
-/// How long a replay waiting for room sleeps before it looks again (it is
-/// woken when an event is taken; this bounds a missed wake-up).
-const ROOM_POLL: Duration = Duration::from_millis(100);
 
 /// A subscription whose events queue for the application's thread.
 /// Dropping it unsubscribes.
@@ -614,20 +388,7 @@ impl Subscriber {
     }
 
     fn poll_recv(&self, cx: &mut Context<'_>) -> Poll<Result<Sample>> {
-        let mut st = lock(&self.queue.state);
-        while let Some(s) = st.q.pop() {
-            if st.room_waiters > 0 {
-                self.queue.room.notify_all();
-            }
-            if let Some(s) = s.settle() {
-                return Poll::Ready(Ok(s));
-            }
-        }
-        if st.closed {
-            return Poll::Ready(Err(Error::Closed));
-        }
-        st.waker = Some(cx.waker().clone());
-        Poll::Pending
+        self.queue.poll_pop(cx)
     }
 
     /// A blocking iterator over events; it ends when the session closes.
@@ -640,7 +401,7 @@ impl Subscriber {
     /// policy. The router counts the drops of its own queue separately
     /// (`tagwire list`, [`crate::Listing`]).
     pub fn dropped(&self) -> u64 {
-        lock(&self.queue.state).q.dropped()
+        self.queue.dropped()
     }
 
     /// What its client-side playout ([`SubscriptionBuilder::playout`]) did

@@ -10,10 +10,10 @@ use bytes::BytesMut;
 use tagwire_core::connection::Input;
 use tagwire_proto::Event;
 
-use super::reader::read_some;
 use super::Inner;
 use crate::error::{Error, Result};
 use crate::stream::is_timeout;
+use crate::stream::read_some;
 use crate::stream::Stream;
 use crate::sync::lock;
 

@@ -3,7 +3,6 @@
 //! and reconnects with backoff when the connection drops.
 
 use std::collections::HashMap;
-use std::io::Read;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,8 +16,8 @@ use super::dedupe::Delivered;
 use super::connect::connect;
 use super::{Inner, Target};
 use crate::sample::{KnownNames, Sample};
-use crate::stream::Stream;
-use crate::subscriber::Sink;
+use crate::sink::Sink;
+use crate::stream::{Stream, READ_CHUNK};
 use crate::sync::lock;
 
 /// Reconnect backoff bounds.
@@ -26,24 +25,7 @@ const BACKOFF_MIN: Duration = Duration::from_millis(50);
 
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
 
-/// Read chunk size.
-const READ_CHUNK: usize = 64 * 1024;
-
-/// Reads into `buf`; false on end of stream.
-pub(super) fn read_some(stream: &mut Stream, buf: &mut BytesMut) -> std::io::Result<bool> {
-    let start = buf.len();
-    buf.resize(start + READ_CHUNK, 0);
-    let n = loop {
-        match stream.read(&mut buf[start..]) {
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            r => break r,
-        }
-    };
-    buf.truncate(start + *n.as_ref().unwrap_or(&0));
-    Ok(n? > 0)
-}
-
-/// Like [`read_some`], keeping passed fds for the shared-memory regions.
+/// Like [`read_some`](crate::stream::read_some), keeping passed fds for the shared-memory regions.
 fn read_some_fds(
     stream: &mut Stream,
     buf: &mut BytesMut,
@@ -220,7 +202,7 @@ pub(super) fn reader_main(inner: Arc<Inner>, mut stream: Stream, mut leftover: B
                     // Before the new connection is read: its deliveries
                     // are held while the resume replays run.
                     let sinks = lock(&inner.sinks).clone();
-                    crate::resume::resync(&sinks, "a reconnect");
+                    crate::sink::resync(&sinks, "a reconnect");
                     tracing::info!("reconnected to {}", inner.target().describe());
                     let pieced = std::mem::take(&mut lock(&inner.writer).pieced_resend);
                     inner.resend_pieces(pieced);
@@ -474,7 +456,7 @@ fn handle_other(inner: &Inner, input: Input) {
                 "the daemon reaches {daemons} daemons again: resuming durable subscriptions"
             );
             let sinks = lock(&inner.sinks).clone();
-            crate::resume::resync(&sinks, "the network healed");
+            crate::sink::resync(&sinks, "the network healed");
         }
         Input::ShmRegion {
             region,

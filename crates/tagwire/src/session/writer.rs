@@ -38,7 +38,7 @@ pub(super) struct WriteState {
     /// established, so that a publish does not lock the engine.
     pub(super) max_frame: u32,
     /// Reliable publishers' events not yet acknowledged (see `acked`).
-    pub(super) acks: super::acked::AckWindow,
+    pub(super) acks: super::ack_window::AckWindow,
     /// Over UDP: the largest frame (length field included) one datagram
     /// carries; a larger publish is refused (`EventTooLarge`).
     pub(super) datagram_max: Option<usize>,
@@ -60,7 +60,7 @@ impl WriteState {
             flusher_waiting: false,
             connected: false,
             max_frame: 0,
-            acks: super::acked::AckWindow::new(acks),
+            acks: super::ack_window::AckWindow::new(acks),
             datagram_max: None,
             pieces: false,
             pieced_resend: Vec::new(),

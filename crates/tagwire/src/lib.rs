@@ -25,6 +25,7 @@
 mod builder;
 mod clock;
 mod credentials;
+mod deliver;
 mod embedded;
 mod error;
 mod options;

@@ -23,8 +23,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 pub use tagwire_core::tds::{LatePolicy, PlayoutConfig, TimeStats};
 use tagwire_core::tds::{TimeService, DEFAULT_MAX_BYTES};
 
+use crate::deliver::Deliver;
 use crate::sample::Sample;
-use crate::sink::Sink;
 use crate::sync::lock;
 use crate::Error;
 
@@ -100,26 +100,32 @@ enum Ending {
     Dropped,
 }
 
-struct Shared {
+struct Shared<D> {
     state: Mutex<(PlayoutState, Ending)>,
     /// How long before a release the thread stops sleeping and spins, ns.
     spin_ns: u64,
     wake: Condvar,
-    inner: Arc<Sink>,
+    inner: Arc<D>,
 }
 
-/// A playout subscription's sink: what the reader thread hands events to.
+/// A playout subscription's sink: what the reader thread hands events to,
+/// released in time to `D` (the application's sink).
 /// Dropped with the subscription: its thread then ends, dropping what it
 /// holds.
-pub(crate) struct Playout {
-    shared: Arc<Shared>,
+pub(crate) struct Playout<D> {
+    shared: Arc<Shared<D>>,
 }
 
 /// The application's view of a playout, for its counters.
-#[derive(Clone)]
-pub(crate) struct PlayoutProbe(Weak<Shared>);
+pub(crate) struct PlayoutProbe<D>(Weak<Shared<D>>);
 
-impl PlayoutProbe {
+impl<D> Clone for PlayoutProbe<D> {
+    fn clone(&self) -> Self {
+        PlayoutProbe(self.0.clone())
+    }
+}
+
+impl<D> PlayoutProbe<D> {
     pub(crate) fn stats(&self) -> Option<PlayoutStats> {
         self.0.upgrade().map(|s| lock(&s.state).0.stats())
     }
@@ -143,14 +149,14 @@ fn now_ns() -> u64 {
         .map_or(0, |d| d.as_nanos() as u64)
 }
 
-impl Playout {
+impl<D: Deliver> Playout<D> {
     /// A playout in front of `inner`, with its thread.
     pub(crate) fn start(
         cfg: PlayoutConfig,
         spin: Duration,
         max_events: usize,
-        inner: Arc<Sink>,
-    ) -> std::io::Result<(Playout, PlayoutProbe)> {
+        inner: Arc<D>,
+    ) -> std::io::Result<(Playout<D>, PlayoutProbe<D>)> {
         let shared = Arc::new(Shared {
             state: Mutex::new((PlayoutState::new(cfg, max_events), Ending::No)),
             spin_ns: spin.min(MAX_PLAYOUT_SPIN).as_nanos() as u64,
@@ -192,7 +198,7 @@ impl Playout {
     }
 }
 
-impl Drop for Playout {
+impl<D> Drop for Playout<D> {
     fn drop(&mut self) {
         // Wakes the thread: it finds no sink owner left and ends.
         self.shared.wake.notify_one();
@@ -210,7 +216,7 @@ const CHECK_EVERY: Duration = Duration::from_millis(200);
 /// The playout's thread: releases due events to the sink, sleeps until the
 /// next is due. Holds the shared state strongly only while it works and
 /// waits; it ends once the subscription's [`Playout`] is gone.
-fn run(weak: Weak<Shared>) {
+fn run<D: Deliver>(weak: Weak<Shared<D>>) {
     let mut out = Vec::new();
     loop {
         let Some(shared) = weak.upgrade() else { return };

@@ -26,8 +26,9 @@ use tagwire_proto::{Origins, PullQuery, PullStatus, MAX_ORIGINS};
 
 pub use tagwire_core::store::ReplayFrom;
 
+use crate::deliver::Deliver;
 use crate::error::Error;
-use crate::resume::{OpenReplay, ReplayRun};
+use crate::resume::{OpenReplay, ReplayRun, Resumed};
 use crate::sample::Sample;
 use crate::seam::Seam;
 use crate::session::Session;
@@ -96,12 +97,12 @@ pub const INTEREST_SETTLE: Duration = Duration::from_millis(500);
 pub const LINK_WAIT: Duration = Duration::from_secs(2);
 
 /// Runs the replay of `tag` from `from` into `seam` (on its own thread).
-pub(crate) fn run(
+pub(crate) fn run<D: Deliver>(
     session: Session,
     tag: String,
     from: ReplayFrom,
     spacing: Spacing,
-    seam: Arc<Seam>,
+    seam: Arc<Seam<D>>,
 ) {
     if let Err(e) = replay(&session, &tag, from, spacing, &seam) {
         tracing::warn!("{e}");
@@ -112,14 +113,14 @@ pub(crate) fn run(
 /// How a resume ([`crate::resume`]) replays from this session's stores:
 /// holding the session weakly (its sinks hold the resume), each replay
 /// opens it for the time the replay runs.
-pub(crate) fn opener(session: &Session) -> OpenReplay {
+pub(crate) fn opener<D: Deliver>(session: &Session) -> OpenReplay<D> {
     let guard = Arc::downgrade(&session.guard);
     Box::new(move || {
         let session = Session {
             guard: guard.upgrade()?,
         };
-        let run: ReplayRun = Box::new(
-            move |tag: &str, from: ReplayFrom, spacing: Spacing, seam: &Seam| {
+        let run: ReplayRun<D> = Box::new(
+            move |tag: &str, from: ReplayFrom, spacing: Spacing, seam: &Seam<Resumed<D>>| {
                 replay(&session, tag, from, spacing, seam)
             },
         );
@@ -251,12 +252,12 @@ fn sources(session: &Session, tag: &str, from_seq: u64, from_ns: u64) -> Vec<Sou
     out
 }
 
-pub(crate) fn replay(
+pub(crate) fn replay<D: Deliver>(
     session: &Session,
     tag: &str,
     from: ReplayFrom,
     spacing: Spacing,
-    seam: &Seam,
+    seam: &Seam<D>,
 ) -> Result<(), Error> {
     let fail = |reason: String| Error::Replay {
         tag: tag.to_owned(),

@@ -30,10 +30,10 @@ use std::time::Duration;
 use tagwire_core::reliable::{Dedupe, Seen};
 use tagwire_core::store::ReplayFrom;
 
+use crate::deliver::Deliver;
 use crate::error::Error;
 use crate::sample::Sample;
 use crate::seam::Seam;
-use crate::sink::Sink;
 use crate::spacing::Spacing;
 use crate::sync::lock;
 
@@ -48,47 +48,55 @@ pub const RESUME_MARGIN: Duration = Duration::from_secs(1);
 /// delivered again).
 pub(crate) const RESUME_PUBLISHERS: usize = 4096;
 
-struct State {
+struct State<D> {
     /// Everything handed to the application, per publisher.
     delivered: Dedupe,
     /// Bumped by each replay started: a replay thread of an older one
     /// (its connection was lost) delivers nothing more.
     generation: u64,
     /// The seam of the replay under way (or the last one, live).
-    seam: Option<Arc<Seam>>,
+    seam: Option<Arc<Seam<Resumed<D>>>>,
     /// Where the application's replay started (until something is delivered).
     first: Option<ReplayFrom>,
     /// Wall-clock ns when the subscription was made.
     made_at: u64,
 }
 
+/// Where a replay that resumes from `point` starts.
+pub(crate) fn start_of(point: &ResumePoint) -> Option<ReplayFrom> {
+    let margin = RESUME_MARGIN.as_nanos() as u64;
+    point
+        .oldest_time()
+        .map(|t| ReplayFrom::Time(t.saturating_sub(margin)))
+}
+
 /// Runs one replay of the resumed tag into a seam, on the replay's own
 /// thread, and says how it ended; consumed by the call, it lets go of the
 /// session when the replay is done.
-pub(crate) type ReplayRun =
-    Box<dyn FnOnce(&str, ReplayFrom, Spacing, &Seam) -> Result<(), Error> + Send>;
+pub(crate) type ReplayRun<D> =
+    Box<dyn FnOnce(&str, ReplayFrom, Spacing, &Seam<Resumed<D>>) -> Result<(), Error> + Send>;
 
 /// Opens the session for one replay (`None`: the session is closing).
 /// Handed in by the subscription (`replay.rs`'s `opener`): the
 /// session's sinks hold the resume, so the resume holds its session only
 /// weakly, inside this function, and this file needs no session.
-pub(crate) type OpenReplay = Box<dyn Fn() -> Option<ReplayRun> + Send + Sync>;
+pub(crate) type OpenReplay<D> = Box<dyn Fn() -> Option<ReplayRun<D>> + Send + Sync>;
 
 /// A resumable subscription's state; the reader thread's sink for it is
-/// [`Sink::Resume`].
-pub(crate) struct Resume {
+/// `Sink::Resume`, and it hands on to `D` (the application's sink).
+pub(crate) struct Resume<D> {
     tag: String,
     /// The session's replays (not a `Session`: the session's sinks hold this).
-    open: OpenReplay,
+    open: OpenReplay<D>,
     /// The application's sink.
-    pub(crate) inner: Arc<Sink>,
-    state: Mutex<State>,
+    pub(crate) inner: Arc<D>,
+    state: Mutex<State<D>>,
     /// Itself, for the seams' sinks (a seam is held by this).
-    me: Weak<Resume>,
+    me: Weak<Resume<D>>,
 }
 
-impl Resume {
-    pub(crate) fn new(tag: &str, inner: Arc<Sink>, open: OpenReplay) -> Arc<Resume> {
+impl<D: Deliver> Resume<D> {
+    pub(crate) fn new(tag: &str, inner: Arc<D>, open: OpenReplay<D>) -> Arc<Resume<D>> {
         Arc::new_cyclic(|me| Resume {
             me: me.clone(),
             tag: tag.to_owned(),
@@ -148,18 +156,10 @@ impl Resume {
         }
     }
 
-    /// Where a replay that resumes from `point` starts.
-    pub(crate) fn start_of(point: &ResumePoint) -> Option<ReplayFrom> {
-        let margin = RESUME_MARGIN.as_nanos() as u64;
-        point
-            .oldest_time()
-            .map(|t| ReplayFrom::Time(t.saturating_sub(margin)))
-    }
-
     /// Holds live events from now on, for the application's replay
     /// (`SubscriptionBuilder::replay_from`): before the subscription is
     /// made. Then [`start`](Self::start) once it is.
-    pub(crate) fn prepare(&self, from: ReplayFrom) -> (Arc<Seam>, u64) {
+    pub(crate) fn prepare(&self, from: ReplayFrom) -> (Arc<Seam<Resumed<D>>>, u64) {
         lock(&self.state).first = Some(from);
         self.install()
     }
@@ -168,7 +168,7 @@ impl Resume {
     /// the subscription); its failure ends the subscription.
     pub(crate) fn start(
         self: &Arc<Self>,
-        (seam, generation): (Arc<Seam>, u64),
+        (seam, generation): (Arc<Seam<Resumed<D>>>, u64),
         from: ReplayFrom,
         spacing: Spacing,
     ) -> std::io::Result<()> {
@@ -196,10 +196,13 @@ impl Resume {
 
     /// A new seam: live events are held from now on; a replay of an
     /// older one hands over nothing more.
-    fn install(&self) -> (Arc<Seam>, u64) {
+    fn install(&self) -> (Arc<Seam<Resumed<D>>>, u64) {
         let mut st = lock(&self.state);
         st.generation += 1;
-        let out = Arc::new(Sink::Resumed(self.me.clone(), st.generation));
+        let out = Arc::new(Resumed {
+            resume: self.me.clone(),
+            generation: st.generation,
+        });
         let seam = Seam::new(out);
         st.seam = Some(seam.clone());
         (seam, st.generation)
@@ -214,7 +217,7 @@ impl Resume {
     /// Runs a replay into `seam` on a thread of its own.
     fn spawn(
         self: &Arc<Self>,
-        seam: Arc<Seam>,
+        seam: Arc<Seam<Resumed<D>>>,
         generation: u64,
         from: ReplayFrom,
         spacing: Spacing,
@@ -256,6 +259,40 @@ impl Resume {
         let seam = lock(&self.state).seam.clone();
         if let Some(s) = seam {
             s.force_live();
+        }
+    }
+}
+
+/// What a resume's seam hands over, for the resume's replay number
+/// `generation` (an older replay's hand-overs are dropped).
+pub(crate) struct Resumed<D> {
+    resume: Weak<Resume<D>>,
+    generation: u64,
+}
+
+impl<D: Deliver> Deliver for Resumed<D> {
+    fn deliver_sample(&self, sample: Sample) {
+        if let Some(r) = self.resume.upgrade() {
+            r.pass(sample, self.generation)
+        }
+    }
+
+    fn wait_for_room(&self) {
+        if let Some(r) = self.resume.upgrade() {
+            r.inner.wait_for_room()
+        }
+    }
+
+    fn close(&self) {
+        if let Some(r) = self.resume.upgrade() {
+            r.inner.close()
+        }
+    }
+
+    fn fail(&self, error: Error) {
+        match self.resume.upgrade() {
+            Some(r) => r.inner.fail(error),
+            None => tracing::error!("subscription ended: {error}"),
         }
     }
 }

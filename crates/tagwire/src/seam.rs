@@ -6,13 +6,14 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
+use crate::deliver::Deliver;
 use crate::sample::Sample;
-use crate::sink::Sink;
 use crate::sync::lock;
 
 /// Live events held while a replay runs; past it they are dropped and
 /// read back from the store.
 pub const MAX_HELD: usize = 65_536;
+
 struct SeamState {
     live: bool,
     held: VecDeque<Sample>,
@@ -20,14 +21,15 @@ struct SeamState {
 }
 
 /// The sink of a subscription while it replays: holds live events until
-/// the replay is done.
-pub(crate) struct Seam {
+/// the replay is done, then hands on to `D` (the application's sink, or a
+/// resume).
+pub(crate) struct Seam<D> {
     state: Mutex<SeamState>,
-    pub(crate) inner: Arc<Sink>,
+    pub(crate) inner: Arc<D>,
 }
 
-impl Seam {
-    pub(crate) fn new(inner: Arc<Sink>) -> Arc<Seam> {
+impl<D: Deliver> Seam<D> {
+    pub(crate) fn new(inner: Arc<D>) -> Arc<Seam<D>> {
         Arc::new(Seam {
             state: Mutex::new(SeamState {
                 live: false,

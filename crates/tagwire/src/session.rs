@@ -41,6 +41,7 @@ use tagwire_proto::admin::{
 };
 use tagwire_proto::{EndpointKind, ErrorCode};
 
+use crate::deliver::Deliver;
 use crate::error::{Error, Result};
 use crate::options::{Options, REQUEST_TIMEOUT};
 use crate::sink::Sink;

@@ -4,11 +4,15 @@
 //! which hands on to the sink behind it.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
+use crate::deliver::Deliver;
 use crate::error::Error;
+use crate::playout::Playout;
 use crate::queue::SubQueue;
+use crate::resume::Resume;
 use crate::sample::Sample;
+use crate::seam::Seam;
 
 /// Where the reader thread puts a subscription's events.
 pub(crate) enum Sink {
@@ -19,38 +23,15 @@ pub(crate) enum Sink {
         Option<Box<dyn Fn(Error) + Send + Sync>>,
     ),
     /// A subscription that replays first (crate::seam).
-    Seam(Arc<crate::seam::Seam>),
+    Seam(Arc<Seam<Sink>>),
     /// A subscription played out in this process (crate::playout).
-    Playout(crate::playout::Playout),
+    Playout(Playout<Sink>),
     /// A subscription resumed from the store after each reconnect
     /// (crate::resume): what the reader thread delivers to.
-    Resume(Arc<crate::resume::Resume>),
-    /// What a resume's seam hands over, for replay number `.1`.
-    Resumed(Weak<crate::resume::Resume>, u64),
+    Resume(Arc<Resume<Sink>>),
 }
 
 impl Sink {
-    /// Hands over a checked sample (a shared-memory payload past its
-    /// deadline is skipped when a callback gets it or the application takes it).
-    pub(crate) fn deliver_sample(&self, sample: Sample) {
-        match self {
-            Sink::Queue(q) => q.push(sample),
-            Sink::Callback(f, _) => {
-                if let Some(s) = sample.settle() {
-                    f(s)
-                }
-            }
-            Sink::Seam(s) => s.offer(sample),
-            Sink::Playout(p) => p.offer(sample),
-            Sink::Resume(r) => r.offer(sample),
-            Sink::Resumed(r, generation) => {
-                if let Some(r) = r.upgrade() {
-                    r.pass(sample, *generation)
-                }
-            }
-        }
-    }
-
     /// Events handed to this sink that the application has not read yet
     /// (a receiver's queue; 0 for the other sinks, which take events as
     /// they come or hold them themselves). An acknowledged subscription
@@ -62,42 +43,50 @@ impl Sink {
             _ => 0,
         }
     }
+}
+
+impl Deliver for Sink {
+    /// Hands over a checked sample (a shared-memory payload past its
+    /// deadline is skipped when a callback gets it or the application takes it).
+    fn deliver_sample(&self, sample: Sample) {
+        match self {
+            Sink::Queue(q) => q.push(sample),
+            Sink::Callback(f, _) => {
+                if let Some(s) = sample.settle() {
+                    f(s)
+                }
+            }
+            Sink::Seam(s) => s.offer(sample),
+            Sink::Playout(p) => p.offer(sample),
+            Sink::Resume(r) => r.offer(sample),
+        }
+    }
 
     /// Waits until the application's queue behind this sink has room (a
     /// replay thread, before it hands over a stored event); at once for a
     /// callback or a playout, which take events as they come.
-    pub(crate) fn wait_for_room(&self) {
+    fn wait_for_room(&self) {
         match self {
             Sink::Queue(q) => q.wait_for_room(),
             Sink::Seam(s) => s.inner.wait_for_room(),
             Sink::Resume(r) => r.inner.wait_for_room(),
-            Sink::Resumed(r, _) => {
-                if let Some(r) = r.upgrade() {
-                    r.inner.wait_for_room()
-                }
-            }
             Sink::Callback(..) | Sink::Playout(_) => {}
         }
     }
 
-    pub(crate) fn close(&self) {
+    fn close(&self) {
         match self {
             Sink::Queue(q) => q.close(),
             Sink::Seam(s) => s.inner.close(),
             Sink::Playout(p) => p.close(),
             Sink::Resume(r) => r.inner.close(),
-            Sink::Resumed(r, _) => {
-                if let Some(r) = r.upgrade() {
-                    r.inner.close()
-                }
-            }
             Sink::Callback(..) => {}
         }
     }
 
     /// Ends the subscription with `error`: a receiver's `recv` returns it
     /// (after what is queued), a callback's `on_error` gets it.
-    pub(crate) fn fail(&self, error: Error) {
+    fn fail(&self, error: Error) {
         match self {
             Sink::Queue(q) => q.fail(error),
             Sink::Callback(_, Some(f)) => f(error),
@@ -105,10 +94,6 @@ impl Sink {
             Sink::Seam(s) => s.inner.fail(error),
             Sink::Playout(p) => p.fail(error),
             Sink::Resume(r) => r.inner.fail(error),
-            Sink::Resumed(r, _) => match r.upgrade() {
-                Some(r) => r.inner.fail(error),
-                None => tracing::error!("subscription ended: {error}"),
-            },
         }
     }
 }

@@ -224,7 +224,7 @@ impl SubscriptionBuilder {
         })
     }
 
-    fn create(self, sink: Sink) -> Result<(Session, u32, Option<PlayoutProbe>)> {
+    fn create(self, sink: Sink) -> Result<(Session, u32, Option<PlayoutProbe<Sink>>)> {
         tagwire_core::tags::Pattern::parse(&self.pattern)?;
         if self.replay.is_some() {
             tagwire_core::tags::validate_tag(&self.pattern).map_err(|e| Error::Replay {
@@ -289,10 +289,7 @@ impl SubscriptionBuilder {
         // application asked for its own start).
         let replay = self.replay.or_else(|| {
             let point = self.resume_point.as_ref()?;
-            Some((
-                crate::resume::Resume::start_of(point)?,
-                crate::Spacing::Fast,
-            ))
+            Some((crate::resume::start_of(point)?, crate::Spacing::Fast))
         });
         let (sink, seam, resumer) = match (replay, resume) {
             (_, true) => {
@@ -355,7 +352,7 @@ pub struct Subscriber {
     sub: u32,
     queue: Arc<SubQueue>,
     /// Its client-side playout, if it has one.
-    playout: Option<PlayoutProbe>,
+    playout: Option<PlayoutProbe<Sink>>,
 }
 
 impl std::fmt::Debug for Subscriber {
@@ -448,7 +445,7 @@ pub struct CallbackSubscription {
     session: Session,
     sub: u32,
     /// Its client-side playout, if it has one.
-    playout: Option<PlayoutProbe>,
+    playout: Option<PlayoutProbe<Sink>>,
 }
 
 impl std::fmt::Debug for CallbackSubscription {

@@ -15,6 +15,7 @@ use super::dedupe::Delivered;
 
 use super::connect::connect;
 use super::{Inner, Target};
+use crate::deliver::Deliver;
 use crate::sample::{KnownNames, Sample};
 use crate::sink::Sink;
 use crate::stream::{Stream, READ_CHUNK};

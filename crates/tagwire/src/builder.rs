@@ -14,8 +14,8 @@ use crate::options::{
     Options, DEFAULT_ACK_TIMEOUT, DEFAULT_ACK_WINDOW_BYTES, DEFAULT_ACK_WINDOW_EVENTS,
 };
 use crate::session::{Session, Target};
+use crate::tls::TlsOptions;
 use crate::url::ServerUrl;
-use crate::TlsOptions;
 
 /// Default [`SessionBuilder::connect_timeout`].
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -57,7 +57,7 @@ impl Default for SessionBuilder {
                 session_id: None,
                 follow_priority: false,
                 network_clock: false,
-                shm: crate::ShmMode::Auto,
+                shm: crate::shm::ShmMode::Auto,
                 shm_threshold: DEFAULT_SHM_THRESHOLD,
                 ack_window: tagwire_core::reliable::WindowLimits {
                     max_events: DEFAULT_ACK_WINDOW_EVENTS,
@@ -158,7 +158,7 @@ impl SessionBuilder {
     /// the daemon is on this host, `require` makes a publisher or
     /// subscription fail where shared memory cannot be had, `off` keeps
     /// payloads on the socket.
-    pub fn shm(mut self, mode: crate::ShmMode) -> Self {
+    pub fn shm(mut self, mode: crate::shm::ShmMode) -> Self {
         self.options.shm = mode;
         self
     }

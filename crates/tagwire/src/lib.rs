@@ -21,6 +21,38 @@
 //! assert_eq!(&sample.payload()[..], b"hi");
 //! # Ok::<(), tagwire::Error>(())
 //! ```
+//!
+//! # Layers
+//!
+//! The modules stand in five layers, and **a module imports only from its
+//! own layer or the layers below** (never up, and no two modules import each
+//! other, directly or round a loop). Where a lower module needs something of
+//! a higher one, the item moves down, or the higher one hands it in (a
+//! value, a function, or a type parameter).
+//!
+//! 1. **Foundation** — what needs nothing above it: `error`, `sync` (the
+//!    mutex helper `lock`), `clock` (`now_ns`), `url`, `tls`, `credentials`,
+//!    `options` (what a session is opened with, its request timeout and the
+//!    acknowledged window's defaults, its priority band), `spacing`, `sample`,
+//!    `shm` (shared-memory regions and their counters), `udp` (the datagram
+//!    pump) and `stream` (a connection's bytes over TCP, TLS, a Unix socket or
+//!    UDP).
+//! 2. **The sink chain** — where the session's reader thread puts a
+//!    subscription's events: `deliver` (the trait a stage hands on to),
+//!    `queue` (a receiver's queue), `seam` (live events held while a replay
+//!    runs), `playout` and `resume`, which are generic over what they hand on
+//!    to and know no session (a resume is handed its replays as a function),
+//!    and `sink` (the `Sink` the session holds, which holds the stages).
+//! 3. **The session** — `session` and `session/`: the connection, its
+//!    protocol engine, its reader and flusher threads, acknowledged
+//!    publishing and its window, events in pieces, bands, shared-memory
+//!    regions, reconnecting.
+//! 4. **What is made from a session**: `builder` ([`SessionBuilder`] and
+//!    [`Session::connect`]), `embedded`, `publisher` (and
+//!    [`Session::declare_publisher`]), `replay` (a replay run against the
+//!    session's stores; it makes the function a resume replays with),
+//!    `pull`, and `subscriber` (and [`Session::subscribe`]).
+//! 5. **This file**: the public paths.
 
 mod builder;
 mod clock;

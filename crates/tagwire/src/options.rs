@@ -40,7 +40,7 @@ pub(crate) struct Options {
     /// [`SessionBuilder::network_clock`](crate::SessionBuilder::network_clock)).
     pub network_clock: bool,
     /// The default `shm` mode of this session's publishers and subscriptions.
-    pub shm: crate::ShmMode,
+    pub shm: tagwire_core::qos::ShmMode,
     /// Under `shm=auto`: payloads smaller than this go over the socket.
     pub shm_threshold: usize,
     /// Acknowledged publishing: the window's bounds and the longest wait

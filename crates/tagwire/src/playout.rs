@@ -24,9 +24,9 @@ pub use tagwire_core::tds::{LatePolicy, PlayoutConfig, TimeStats};
 use tagwire_core::tds::{TimeService, DEFAULT_MAX_BYTES};
 
 use crate::deliver::Deliver;
+use crate::error::Error;
 use crate::sample::Sample;
 use crate::sync::lock;
-use crate::Error;
 
 /// What a playout subscription did: its counters (as the daemon's `time`
 /// in `tagwire list`) and the RFC 3550 jitter at its input and output.

@@ -39,7 +39,7 @@ pub struct Publisher {
     /// region) it is asked for again, once per reconnect.
     /// `Off` too when the session cannot map the daemon's memory (a TCP or
     /// TLS daemon), so a publish skips the region path and its locks.
-    shm_mode: crate::ShmMode,
+    shm_mode: crate::shm::ShmMode,
     /// The smallest payload put in shared memory (`auto`'s threshold,
     /// `SessionBuilder::shm_threshold`; 0 under `require`).
     shm_min: usize,
@@ -65,18 +65,22 @@ impl Session {
     }
 
     /// Declares a publisher with its own `shm` mode (see [`crate::ShmMode`]):
-    /// `Auto` (the session's default unless [`SessionBuilder::shm`] says
+    /// `Auto` (the session's default unless [`SessionBuilder::shm`](crate::SessionBuilder::shm) says
     /// otherwise) puts payloads in shared memory when the daemon is on this
     /// host and grants a region, and logs why not otherwise; `Require`
     /// fails instead; `Off` keeps payloads on the socket.
-    pub fn declare_publisher_with(&self, name: &str, shm: crate::ShmMode) -> Result<Publisher> {
+    pub fn declare_publisher_with(
+        &self,
+        name: &str,
+        shm: crate::shm::ShmMode,
+    ) -> Result<Publisher> {
         let id = self
             .inner()
             .declare_endpoint(EndpointKind::Publisher, name)?;
         // Under `auto` with a threshold the region is asked for at the
         // first payload that reaches it (`Publisher::send_in_shm`).
         let threshold = match shm {
-            crate::ShmMode::Auto => self.inner().options.shm_threshold,
+            crate::shm::ShmMode::Auto => self.inner().options.shm_threshold,
             _ => 0,
         };
         // (A remote daemon is still "asked": that says why at debug level.)
@@ -107,7 +111,7 @@ impl Publisher {
         id: u32,
         name: String,
         shm: Option<crate::shm::ShmPublisher>,
-        (shm_mode, shm_min): (crate::ShmMode, usize),
+        (shm_mode, shm_min): (crate::shm::ShmMode, usize),
     ) -> Self {
         // A region was asked for when declared, unless a threshold defers
         // it to the first payload that reaches it (no epoch is `u64::MAX`).
@@ -121,7 +125,7 @@ impl Publisher {
         let shm_mode = if session.is_same_host() {
             shm_mode
         } else {
-            crate::ShmMode::Off
+            crate::shm::ShmMode::Off
         };
         let mut plain = Event::default();
         plain.header.publisher.clone_from(&name);
@@ -162,8 +166,8 @@ impl Publisher {
     /// [`Error::AckWindowFull`](crate::Error::AckWindowFull) (see
     /// [`crate::SessionBuilder::ack_window`]). `best_effort` (the default):
     /// fire and forget. See docs/reliability.md.
-    pub fn set_reliability(&self, reliability: crate::Reliability) {
-        let acked = reliability != crate::Reliability::BestEffort;
+    pub fn set_reliability(&self, reliability: tagwire_core::qos::Reliability) {
+        let acked = reliability != tagwire_core::qos::Reliability::BestEffort;
         self.acked.store(acked, Ordering::Relaxed);
     }
 
@@ -308,7 +312,7 @@ impl Publisher {
         now: u64,
         fill: &mut Option<Filler<'_>>,
     ) -> Option<Result<()>> {
-        if self.shm_mode == crate::ShmMode::Off {
+        if self.shm_mode == crate::shm::ShmMode::Off {
             // Never a region (and none granted: `Off` is never asked).
             return None;
         }
@@ -361,7 +365,7 @@ impl Publisher {
             if let Some(grow) = want {
                 // `require` was checked when declared; now it is best effort.
                 let mode = match self.shm_mode {
-                    crate::ShmMode::Require => crate::ShmMode::Auto,
+                    crate::shm::ShmMode::Require => crate::shm::ShmMode::Auto,
                     m => m,
                 };
                 *ask = self
@@ -383,7 +387,7 @@ impl Publisher {
                 Err(std::sync::mpsc::TryRecvError::Empty) => {}
                 answer => {
                     let a = ask.take().expect("checked above");
-                    let reply = answer.map_err(|_| crate::Error::Disconnected);
+                    let reply = answer.map_err(|_| crate::error::Error::Disconnected);
                     self.take_shm_answer(&mut guard, a, reply, epoch);
                 }
             }
@@ -461,7 +465,7 @@ impl Publisher {
                         Ok(bytes) => event.payload = Bytes::from(bytes),
                         Err(e) => {
                             stats.note_unsent(1);
-                            return Some(Err(crate::Error::ShmPacketGone {
+                            return Some(Err(crate::error::Error::ShmPacketGone {
                                 publisher: self.name.clone(),
                                 reason: e.to_string(),
                             }));

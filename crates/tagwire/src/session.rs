@@ -248,7 +248,7 @@ impl Session {
     }
 
     /// Counters of acknowledged publishing (reliable publishers, see
-    /// [`Publisher::set_reliability`]) on this session's connection.
+    /// [`Publisher::set_reliability`](crate::Publisher::set_reliability)) on this session's connection.
     pub fn ack_stats(&self) -> AckStats {
         self.inner().ack_stats()
     }
@@ -554,7 +554,7 @@ impl Session {
     /// Over `udp://`: the connection's datagram counters (the daemon's
     /// datagrams received, lost, reordered, …; what could not be sent);
     /// `None` over stream transports.
-    pub fn udp_counters(&self) -> Option<crate::UdpCounters> {
+    pub fn udp_counters(&self) -> Option<crate::udp::UdpCounters> {
         lock(&self.inner().udp).as_ref().map(|s| s.counters())
     }
 
@@ -667,7 +667,7 @@ impl Inner {
         mut qos: Vec<(String, String)>,
         sink: Arc<Sink>,
     ) -> Result<u32> {
-        if self.options.shm != crate::ShmMode::Auto && !qos.iter().any(|(k, _)| k == "shm") {
+        if self.options.shm != crate::shm::ShmMode::Auto && !qos.iter().any(|(k, _)| k == "shm") {
             // The session's default, unless the subscription says.
             qos.push(("shm".into(), self.options.shm.to_string()));
         }

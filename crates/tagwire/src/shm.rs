@@ -266,16 +266,16 @@ pub(crate) struct ShmAsk {
 impl ShmAsk {
     /// Waits for the reply (not from a subscription callback: the reader
     /// thread would wait for itself).
-    pub(crate) fn wait(&self) -> crate::Result<tagwire_core::connection::Reply> {
+    pub(crate) fn wait(&self) -> crate::error::Result<tagwire_core::connection::Reply> {
         use std::sync::mpsc::RecvTimeoutError;
         self.rx
             .recv_timeout(crate::options::REQUEST_TIMEOUT)
             .map_err(|e| match e {
-                RecvTimeoutError::Timeout => crate::Error::Timeout {
+                RecvTimeoutError::Timeout => crate::error::Error::Timeout {
                     what: "shm_open request",
                     secs: crate::options::REQUEST_TIMEOUT.as_secs(),
                 },
-                RecvTimeoutError::Disconnected => crate::Error::Disconnected,
+                RecvTimeoutError::Disconnected => crate::error::Error::Disconnected,
             })
     }
 }
@@ -286,9 +286,9 @@ pub(crate) fn refuse(
     name: &str,
     mode: ShmMode,
     why: String,
-) -> crate::Result<Option<ShmPublisher>> {
+) -> crate::error::Result<Option<ShmPublisher>> {
     match mode {
-        ShmMode::Require => Err(crate::Error::Refused {
+        ShmMode::Require => Err(crate::error::Error::Refused {
             code: tagwire_proto::ErrorCode::BadRequest,
             message: format!("shm=require for publisher {name}: {why}"),
         }),

@@ -86,7 +86,7 @@ impl Stream {
         addr: &str,
         url: &str,
         timeout: Duration,
-    ) -> crate::Result<Stream> {
+    ) -> crate::error::Result<Stream> {
         let (s, status) = connector.connect(addr, url, timeout)?;
         Ok(Stream::Tls(s, status))
     }

@@ -38,10 +38,10 @@ pub struct SubscriptionBuilder {
     max_queue_length: usize,
     local_queue_length: Option<usize>,
     discard: DiscardPolicy,
-    replay: Option<(crate::ReplayFrom, crate::Spacing)>,
-    playout: Option<crate::PlayoutConfig>,
+    replay: Option<(crate::replay::ReplayFrom, crate::spacing::Spacing)>,
+    playout: Option<crate::playout::PlayoutConfig>,
     resume: Option<bool>,
-    resume_point: Option<crate::ResumePoint>,
+    resume_point: Option<crate::resume::ResumePoint>,
     playout_spin: std::time::Duration,
     on_error: Option<Box<dyn Fn(Error) + Send + Sync>>,
 }
@@ -124,7 +124,11 @@ impl SubscriptionBuilder {
     /// thread of its own; if it fails, a receiver's
     /// [`recv`](Subscriber::recv) returns [`Error::Replay`] (a callback
     /// subscription's [`on_error`](Self::on_error) gets it).
-    pub fn replay_from(mut self, from: crate::ReplayFrom, spacing: crate::Spacing) -> Self {
+    pub fn replay_from(
+        mut self,
+        from: crate::replay::ReplayFrom,
+        spacing: crate::spacing::Spacing,
+    ) -> Self {
         self.replay = Some((from, spacing));
         self
     }
@@ -153,7 +157,7 @@ impl SubscriptionBuilder {
     /// after reconnects as [`resume`](Self::resume) does. The pattern must
     /// be one durable tag. With [`replay_from`](Self::replay_from) too, the
     /// replay starts there instead. An empty point replays nothing.
-    pub fn resume_from(mut self, point: crate::ResumePoint) -> Self {
+    pub fn resume_from(mut self, point: crate::resume::ResumePoint) -> Self {
         self.resume_point = Some(point);
         self
     }
@@ -167,7 +171,7 @@ impl SubscriptionBuilder {
     /// `"tds:100ms".parse::<PlayoutConfig>()`. It holds at most the local
     /// queue's bound of events (and 8 MiB); a thread per subscription
     /// hands them over. [`Subscriber::playout_stats`] shows what it did.
-    pub fn playout(mut self, playout: crate::PlayoutConfig) -> Self {
+    pub fn playout(mut self, playout: crate::playout::PlayoutConfig) -> Self {
         self.playout = Some(playout);
         self
     }
@@ -289,7 +293,10 @@ impl SubscriptionBuilder {
         // application asked for its own start).
         let replay = self.replay.or_else(|| {
             let point = self.resume_point.as_ref()?;
-            Some((crate::resume::start_of(point)?, crate::Spacing::Fast))
+            Some((
+                crate::resume::start_of(point)?,
+                crate::spacing::Spacing::Fast,
+            ))
         });
         let (sink, seam, resumer) = match (replay, resume) {
             (_, true) => {

@@ -484,7 +484,7 @@ fn handle_other(inner: &Inner, input: Input) {
                 subs.iter().filter_map(|s| sinks.remove(s)).collect()
             };
             for sink in gone {
-                sink.fail(crate::Error::EndpointLost {
+                sink.fail(crate::error::Error::EndpointLost {
                     name: name.to_string(),
                     reason: message.clone(),
                 });

@@ -15,7 +15,7 @@ impl Session {
         &self,
         name: &str,
         id: u32,
-        mode: crate::ShmMode,
+        mode: crate::shm::ShmMode,
     ) -> Result<Option<crate::shm::ShmPublisher>> {
         match self.ask_shm(name, id, mode, None)? {
             None => Ok(None),
@@ -35,10 +35,10 @@ impl Session {
         &self,
         name: &str,
         id: u32,
-        mode: crate::ShmMode,
+        mode: crate::shm::ShmMode,
         grow: Option<(u64, u64)>,
     ) -> Result<Option<crate::shm::ShmAsk>> {
-        if mode == crate::ShmMode::Off {
+        if mode == crate::shm::ShmMode::Off {
             return Ok(None);
         }
         if !self.is_same_host() {
@@ -46,7 +46,7 @@ impl Session {
                 "the daemon is reached over {} (shared memory needs its Unix socket or embedded mode)",
                 self.inner().target().describe()
             );
-            if mode == crate::ShmMode::Auto {
+            if mode == crate::shm::ShmMode::Auto {
                 // The expected case for a remote daemon: not worth a log line.
                 tracing::debug!("publisher {name}: payloads go over the socket: {why}");
                 return Ok(None);
@@ -127,7 +127,7 @@ impl Session {
     }
 
     /// What this session's shared-memory path did so far (see `docs/shm.md`).
-    pub fn shm_stats(&self) -> crate::ShmStats {
+    pub fn shm_stats(&self) -> crate::shm::ShmStats {
         self.inner().shm.stats()
     }
 }

@@ -43,10 +43,16 @@
 //!    runs), `playout` and `resume`, which are generic over what they hand on
 //!    to and know no session (a resume is handed its replays as a function),
 //!    and `sink` (the `Sink` the session holds, which holds the stages).
-//! 3. **The session** — `session` and `session/`: the connection, its
-//!    protocol engine, its reader and flusher threads, acknowledged
-//!    publishing and its window, events in pieces, bands, shared-memory
-//!    regions, reconnecting.
+//! 3. **The session** — `session` and `session/`, layered the same way:
+//!    `session.rs` holds the data (`Inner`, [`Session`], the guard that
+//!    closes it, [`Refusals`]) and the types of `Inner`'s fields stand in
+//!    leaf files (`write_state`, `ack_window`, `piece_resume`,
+//!    `router_bands`, `target`, `dedupe`); the operations stand above it —
+//!    the write path (`writer`), acknowledged publishing (`acked`), events
+//!    in pieces (`pieces`), requests (`requests`, then `admin`), bands,
+//!    shared-memory regions, connecting (`connect`), the reader thread
+//!    (`reader`), and on top `open` (opening a session, its threads, and
+//!    closing it).
 //! 4. **What is made from a session**: `builder` ([`SessionBuilder`] and
 //!    [`Session::connect`]), `embedded`, `publisher` (and
 //!    [`Session::declare_publisher`]), `replay` (a replay run against the

@@ -4,7 +4,8 @@
 
 use std::sync::{Mutex, MutexGuard};
 
-/// Locks `m`, taking it even if poisoned.
+/// Locks a mutex, recovering the data if a panicking thread poisoned it (the
+/// state it guards stays consistent: every critical section is short).
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }

@@ -15,7 +15,7 @@
 //! frames, best effort, with a warning once per connection.
 
 use std::sync::atomic::Ordering;
-use std::sync::MutexGuard;
+use std::sync::{Arc, MutexGuard};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
@@ -23,8 +23,8 @@ use tagwire_core::bytelog::Kept;
 use tagwire_proto::{Ack, Event, Frame};
 
 use super::ack_window::{AckStats, HeldEvent};
-use super::writer::{WriteState, HIGH_WATER, HOT_INTERVAL};
-use super::Inner;
+use super::write_state::{WriteState, HIGH_WATER, HOT_INTERVAL};
+use super::{Inner, Session};
 use crate::error::{Error, Result};
 use crate::sync::lock;
 
@@ -276,5 +276,45 @@ impl Inner {
             w = self.flush_and_relock(w)?;
             w = self.wait_for_ack(w, (deadline - now).min(Duration::from_millis(100)));
         }
+    }
+}
+
+impl Inner {
+    /// Sends again, from a thread of their own, the reliable events in
+    /// pieces a reconnect found unacknowledged (the reader thread must stay
+    /// free to read the daemon's `PieceResume`).
+    pub(super) fn resend_pieces(self: &Arc<Self>, held: Vec<(u32, Bytes)>) {
+        if held.is_empty() {
+            return;
+        }
+        let inner = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("tagwire-pieces".into())
+            .spawn(move || {
+                for (endpoint, event) in held {
+                    if let Err(e) = inner.publish_acked_encoded(endpoint, event, true) {
+                        tracing::warn!("could not send an event in pieces again: {e}");
+                    }
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::warn!("no thread to send events in pieces again: {e}");
+        }
+    }
+}
+
+impl Session {
+    /// Counters of acknowledged publishing (reliable publishers, see
+    /// [`Publisher::set_reliability`](crate::Publisher::set_reliability)) on this session's connection.
+    pub fn ack_stats(&self) -> AckStats {
+        self.inner().ack_stats()
+    }
+
+    /// Waits until the daemon acknowledged every event this session's
+    /// reliable publishers sent (or reported it failed), at most
+    /// `timeout`; else [`Error::Unacknowledged`]. Events published on other
+    /// bands' connections (`follow_priority`) are not waited for.
+    pub fn wait_acknowledged(&self, timeout: Duration) -> Result<()> {
+        self.inner().wait_acknowledged(timeout)
     }
 }

@@ -4,16 +4,11 @@
 
 use std::sync::Arc;
 
+use super::router_bands::RouterBands;
 use super::{Session, Target};
 use crate::error::{Error, Result};
 use crate::sync::lock;
 use crate::url::ServerUrl;
-
-/// The router's bands as its listing gives them.
-pub(super) struct RouterBands {
-    lanes: Vec<tagwire_router::LaneEntry>,
-    default_band: String,
-}
 
 impl Session {
     /// The band that serves this session's connection: its own band; else

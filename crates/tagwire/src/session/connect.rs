@@ -190,7 +190,7 @@ pub(super) fn connect(inner: &Inner) -> Result<(Stream, BytesMut)> {
     };
     // Reliable publishers' unacknowledged events go first (numbered anew);
     // the replay below skips their frames of the lost connection.
-    let super::writer::WriteState {
+    let super::write_state::WriteState {
         acks,
         buf,
         pieced_resend,

@@ -9,15 +9,14 @@
 //! cursor there. Deliveries in pieces (`DeliverPiece`) are put together by
 //! the reader thread (bounded) and handed to the subscriber whole.
 
-use std::collections::HashMap;
 use std::io::Write;
-use std::sync::{Arc, MutexGuard};
+use std::sync::MutexGuard;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use tagwire_core::fragment::{checksum, Reassembler, ReassemblyLimits};
 use tagwire_proto::{kind, PieceOf, PUBLISH_PIECE_PREFIX_LEN};
 
-use super::writer::WriteState;
+use super::write_state::WriteState;
 use super::Inner;
 use crate::error::{Error, Result};
 use crate::sync::lock;
@@ -45,26 +44,6 @@ pub(crate) fn delivery_reassembler() -> Reassembler<(u32, u64)> {
         max_blobs: MAX_DELIVERIES_IN_PIECES,
         max_bytes: tagwire_proto::MAX_PIECED_EVENT,
     })
-}
-
-/// Resume points the daemon sent (`PieceResume`), by event id.
-#[derive(Debug, Default)]
-pub(crate) struct ResumePoints(HashMap<u64, u64>);
-
-impl ResumePoints {
-    /// Most remembered (a daemon cannot make the map grow).
-    const MAX: usize = 64;
-
-    pub(crate) fn set(&mut self, id: u64, have: u64) {
-        if self.0.len() >= Self::MAX && !self.0.contains_key(&id) {
-            self.0.clear();
-        }
-        self.0.insert(id, have);
-    }
-
-    fn take(&mut self, id: u64) -> Option<u64> {
-        self.0.remove(&id)
-    }
 }
 
 impl Inner {
@@ -154,27 +133,5 @@ impl Inner {
             at = end;
         }
         Ok(())
-    }
-
-    /// Sends again, from a thread of their own, the reliable events in
-    /// pieces a reconnect found unacknowledged (the reader thread must stay
-    /// free to read the daemon's `PieceResume`).
-    pub(super) fn resend_pieces(self: &Arc<Self>, held: Vec<(u32, Bytes)>) {
-        if held.is_empty() {
-            return;
-        }
-        let inner = self.clone();
-        let spawned = std::thread::Builder::new()
-            .name("tagwire-pieces".into())
-            .spawn(move || {
-                for (endpoint, event) in held {
-                    if let Err(e) = inner.publish_acked_encoded(endpoint, event, true) {
-                        tracing::warn!("could not send an event in pieces again: {e}");
-                    }
-                }
-            });
-        if let Err(e) = spawned {
-            tracing::warn!("no thread to send events in pieces again: {e}");
-        }
     }
 }

@@ -4,6 +4,11 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+/// Default `--local-queue` of `tagwire sub`: four times the router's default
+/// queue, so a burst that the terminal or pipe takes slowly is absorbed, not
+/// dropped.
+pub const LOCAL_QUEUE: usize = 4096;
+
 /// The tagwire command line.
 #[derive(Debug, Parser)]
 #[command(
@@ -214,7 +219,7 @@ pub struct SubArgs {
     /// Queue bound in this process, in events: what waits for the terminal
     /// or pipe. Each queued event holds its memory (4096 events of 64 KiB
     /// are 256 MiB); events beyond it are dropped by --discard and counted.
-    #[arg(long, default_value_t = crate::command::subscribe::LOCAL_QUEUE)]
+    #[arg(long, default_value_t = LOCAL_QUEUE)]
     pub local_queue: usize,
     /// What a full queue does: drop_oldest, drop_newest or reject.
     #[arg(long)]

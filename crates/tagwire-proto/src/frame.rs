@@ -12,6 +12,7 @@ use crate::handshake::{TokenTag, NONCE_LEN, PROOF_LEN};
 use crate::limits::{HARD_MAX_FRAME, MAX_TEXT_LEN, MIN_MAX_FRAME};
 use crate::pull::{Pull, PullReply};
 use crate::reader::Reader;
+use crate::writer::{patch_len, put_short_str, put_str16, FRAME_HEADER_LEN};
 
 /// The newest protocol version this crate speaks (version 2 adds the
 /// credentials to `Hello`; version 3 proves a token instead of sending it,
@@ -54,8 +55,6 @@ pub const MIN_PROTOCOL_VERSION: u16 = 1;
 pub const SESSION_ID_LEN: usize = 16;
 /// The four bytes every `Hello` starts with.
 pub const MAGIC: [u8; 4] = *b"TAGW";
-/// Bytes before a frame's body: the length and the type.
-pub const FRAME_HEADER_LEN: usize = 5;
 /// Bytes of a `Deliver` frame before its event: header plus subscription id.
 pub const DELIVER_PREFIX_LEN: usize = FRAME_HEADER_LEN + 4;
 /// Bytes of a `DeliverReliable` frame before its event: header,
@@ -1009,53 +1008,6 @@ fn array<const N: usize>(r: &mut Reader<'_>, what: &'static str) -> Result<[u8; 
     let mut a = [0u8; N];
     a.copy_from_slice(r.bytes(N, what)?);
     Ok(a)
-}
-
-/// Writes a `str8` (u8 length, bytes), refusing one over 255 bytes.
-pub(crate) fn put_short_str(
-    out: &mut BytesMut,
-    what: &'static str,
-    s: &str,
-) -> Result<(), EncodeError> {
-    if s.len() > u8::MAX as usize {
-        return Err(EncodeError::TooLong {
-            what,
-            len: s.len(),
-            max: u8::MAX as usize,
-        });
-    }
-    out.put_u8(s.len() as u8);
-    out.put_slice(s.as_bytes());
-    Ok(())
-}
-
-/// Writes a `str16` (u16 length, bytes), refusing one over `MAX_TEXT_LEN`.
-pub(crate) fn put_str16(
-    out: &mut BytesMut,
-    what: &'static str,
-    s: &str,
-) -> Result<(), EncodeError> {
-    if s.len() > MAX_TEXT_LEN {
-        return Err(EncodeError::TooLong {
-            what,
-            len: s.len(),
-            max: MAX_TEXT_LEN,
-        });
-    }
-    out.put_u16_le(s.len() as u16);
-    out.put_slice(s.as_bytes());
-    Ok(())
-}
-
-/// Writes the length of the frame that starts at `start` into its prefix.
-pub(crate) fn patch_len(out: &mut BytesMut, start: usize) -> Result<(), EncodeError> {
-    let len = out.len() - start - 4;
-    let len32 = u32::try_from(len).map_err(|_| EncodeError::FrameTooLarge {
-        len,
-        max: u32::MAX as usize,
-    })?;
-    out[start..start + 4].copy_from_slice(&len32.to_le_bytes());
-    Ok(())
 }
 
 /// Appends a `Publish` frame carrying `event`, encoding the event in place

@@ -29,6 +29,7 @@ pub mod limits;
 mod link;
 mod pull;
 mod reader;
+mod writer;
 
 pub use admin::{AdminError, AdminOp, AdminReply, AdminRequest};
 pub use error::{DecodeError, EncodeError, ErrorCode};
@@ -42,9 +43,9 @@ pub use frame::{
     encode_publish, encode_publish_reliable, frame_name, kind, validate_max_frame, EndpointKind,
     Frame, FrameDecoder, PieceOf, ShmRole, StreamError, ACK_PROTOCOL_VERSION,
     DELIVER_PIECE_PREFIX_LEN, DELIVER_PREFIX_LEN, DELIVER_RELIABLE_PIECE_PREFIX_LEN,
-    DELIVER_RELIABLE_PREFIX_LEN, FRAME_HEADER_LEN, HEALED_PROTOCOL_VERSION, MAGIC,
-    MAX_PIECED_EVENT, MIN_PROTOCOL_VERSION, PIECES_PROTOCOL_VERSION, PROTOCOL_VERSION,
-    PUBLISH_PIECE_PREFIX_LEN, RELIABLE_PIECES_PROTOCOL_VERSION, SESSION_ID_LEN,
+    DELIVER_RELIABLE_PREFIX_LEN, HEALED_PROTOCOL_VERSION, MAGIC, MAX_PIECED_EVENT,
+    MIN_PROTOCOL_VERSION, PIECES_PROTOCOL_VERSION, PROTOCOL_VERSION, PUBLISH_PIECE_PREFIX_LEN,
+    RELIABLE_PIECES_PROTOCOL_VERSION, SESSION_ID_LEN,
 };
 pub use handshake::TokenTag;
 pub use link::{
@@ -57,3 +58,4 @@ pub use link::{
 pub use pull::{
     Origins, Pull, PullQuery, PullReply, PullStatus, MAX_ORIGINS, MAX_PULL_REPLY_EVENTS,
 };
+pub use writer::FRAME_HEADER_LEN;

@@ -12,9 +12,9 @@
 use bytes::{BufMut, Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::frame::{patch_len, put_short_str as put_short, put_str16, FRAME_HEADER_LEN};
 use crate::limits::MAX_TEXT_LEN;
 use crate::reader::Reader;
+use crate::writer::{patch_len, put_short_str as put_short, put_str16, FRAME_HEADER_LEN};
 
 /// The newest link protocol version this crate speaks (carried in `Peer`).
 /// Version 3 adds [`LinkFrame::Reliable`] and [`LinkFrame::Ack`]; version 4

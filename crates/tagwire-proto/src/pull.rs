@@ -5,9 +5,9 @@
 use bytes::{BufMut, Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::frame::{put_short_str as put_short, put_str16};
 use crate::limits::MAX_TEXT_LEN;
 use crate::reader::Reader;
+use crate::writer::{put_short_str as put_short, put_str16};
 
 /// Most events one `PullReply` carries (its count is a `u16`).
 pub const MAX_PULL_REPLY_EVENTS: usize = u16::MAX as usize;

@@ -95,43 +95,6 @@ fn interest_slice(st: &State, after: Option<u64>) -> (Vec<Interest>, Option<u64>
     (slice, last.filter(|_| more))
 }
 
-/// Daemons became reachable that were not: every client connection that
-/// speaks protocol version 7 gets a `Healed` frame, at most once a second
-/// (a flapping link does not make its clients replay at its pace), so that
-/// its durable subscriptions resume what was published there meanwhile
-/// (docs/reliability.md). Link connections get none. Cost: one small frame
-/// per client connection per heal.
-pub(crate) fn tell_healed(st: &mut State) {
-    let Some(daemons) = st.fed.healed else {
-        return;
-    };
-    if st
-        .fed
-        .healed_told
-        .is_some_and(|t| t.elapsed() < std::time::Duration::from_secs(1))
-    {
-        return;
-    }
-    st.fed.healed = None;
-    st.fed.healed_told = Some(std::time::Instant::now());
-    let links: std::collections::HashSet<u64> = st
-        .fed
-        .links
-        .values()
-        .flat_map(|l| std::iter::once(l.conn).chain(l.bands.values().map(|b| b.conn)))
-        .collect();
-    let max = st.config.limits.max_control_bytes;
-    let frame = tagwire_proto::Frame::Healed { daemons };
-    let mut told = 0usize;
-    for (id, c) in &st.connections {
-        if c.version >= tagwire_proto::HEALED_PROTOCOL_VERSION && !links.contains(id) {
-            c.outbox.send(&frame, max);
-            told += 1;
-        }
-    }
-    tracing::info!("this daemon reaches {daemons} daemons, some again: told {told} clients");
-}
-
 /// The federation's lane task: dials the configured peers, re-advertises
 /// local interest when subscriptions change, probes link clocks.
 pub(crate) async fn run(state: Arc<Locked<State>>, lane: crate::state::lanes::LaneOf, dscp: u8) {
@@ -186,7 +149,7 @@ pub(crate) async fn run(state: Arc<Locked<State>>, lane: crate::state::lanes::La
             crate::node_io::handle_timeout(&mut st, now_ns());
         }
         crate::reliable::tick(&mut st);
-        tell_healed(&mut st);
+        crate::node_io::tell_healed(&mut st);
         let now = now_ns();
         if now >= next_probe {
             next_probe = now + PROBE_EVERY_NS;

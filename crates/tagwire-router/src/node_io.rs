@@ -45,7 +45,15 @@ pub(crate) fn execute(st: &mut State) {
                 max_reply,
                 pull,
             } => stored_for_link(st, asker, max_reply, pull),
-            Output::Healed { daemons } => st.fed.healed = Some(daemons),
+            Output::Healed { daemons } => {
+                // At once (the first of a second): the frame is in the
+                // clients' outboxes before any event published on the far
+                // side can come back here (that needs this daemon's
+                // interest to reach there first), so a resume's seam holds
+                // every such event behind the replay.
+                st.fed.healed = Some(daemons);
+                tell_healed(st);
+            }
             Output::AdvertRefused { from, error } => {
                 let Some(l) = st.fed.links.get(&from) else {
                     continue;
@@ -167,4 +175,42 @@ pub(crate) async fn timers(state: Arc<Locked<State>>) {
             None => wake.notified().await,
         }
     }
+}
+
+/// Daemons became reachable that were not: every client connection that
+/// speaks protocol version 7 gets a `Healed` frame, at most once a second
+/// (a flapping link does not make its clients replay at its pace), so that
+/// its durable subscriptions resume what was published there meanwhile
+/// (docs/reliability.md). Called when core reports it and on each
+/// federation tick (a heal within a second of the last one waits for it). Link connections get none. Cost: one small frame
+/// per client connection per heal.
+pub(crate) fn tell_healed(st: &mut State) {
+    let Some(daemons) = st.fed.healed else {
+        return;
+    };
+    if st
+        .fed
+        .healed_told
+        .is_some_and(|t| t.elapsed() < std::time::Duration::from_secs(1))
+    {
+        return;
+    }
+    st.fed.healed = None;
+    st.fed.healed_told = Some(std::time::Instant::now());
+    let links: std::collections::HashSet<u64> = st
+        .fed
+        .links
+        .values()
+        .flat_map(|l| std::iter::once(l.conn).chain(l.bands.values().map(|b| b.conn)))
+        .collect();
+    let max = st.config.limits.max_control_bytes;
+    let frame = tagwire_proto::Frame::Healed { daemons };
+    let mut told = 0usize;
+    for (id, c) in &st.connections {
+        if c.version >= tagwire_proto::HEALED_PROTOCOL_VERSION && !links.contains(id) {
+            c.outbox.send(&frame, max);
+            told += 1;
+        }
+    }
+    tracing::info!("this daemon reaches {daemons} daemons, some again: told {told} clients");
 }

@@ -13,9 +13,6 @@ use tagwire::{DiscardPolicy, Expiry, Sample, Session, Subscriber, ValueRef};
 use super::CmdResult;
 use crate::cli::SubArgs;
 
-/// Default `--local-queue`: four times the router's default queue, so a
-/// burst that the terminal or pipe takes slowly is absorbed, not dropped.
-pub const LOCAL_QUEUE: usize = 4096;
 /// While drops grow, at most one stderr warning this often.
 const WARN_EVERY: Duration = Duration::from_secs(1);
 /// The longest one wait for an event, so that a stop signal is noticed.

@@ -18,7 +18,9 @@
 //! an argument, so that its tests run in simulated time.
 
 use std::sync::{Arc, Condvar, Mutex, Weak};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
+
+use crate::clock::now_ns;
 
 pub use tagwire_core::tds::{LatePolicy, PlayoutConfig, TimeStats};
 use tagwire_core::tds::{TimeService, DEFAULT_MAX_BYTES};
@@ -141,12 +143,6 @@ impl<D> PlayoutProbe<D> {
             s.wake.notify_one();
         }
     }
-}
-
-fn now_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
 }
 
 impl<D: Deliver> Playout<D> {

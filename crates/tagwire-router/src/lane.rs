@@ -24,6 +24,7 @@ use tokio::sync::mpsc;
 
 use crate::auth::Transport;
 use crate::band::Band;
+use crate::priority::SchedPolicy;
 use crate::priority::{apply_sched, Applied};
 use crate::state::lanes::{AdminJob, LaneCommand, LaneOf, MAX_LANE_COMMANDS};
 use crate::state::{LaneInfo, State};
@@ -124,18 +125,28 @@ pub(crate) struct LaneSetup {
 /// Applies the band's scheduling to this thread and records what it got
 /// (one warning if the OS refused a real-time policy).
 fn take_priority(band: &Band, state: &Locked<State>) {
-    let slot = state
-        .borrow()
-        .config
-        .bands
-        .iter()
-        .position(|b| b.name == band.name);
-    if let Some(slot) = slot {
-        crate::sync::set_lane_slot(slot);
-    }
+    let (slot, ceiling) = {
+        let st = state.borrow();
+        let bands = &st.config.bands;
+        let slot = bands.iter().position(|b| b.name == band.name);
+        // The lowest real-time lane's priority: an ordinary lane holds the
+        // shared tables at it while a real-time lane waits for them.
+        let ceiling = bands
+            .iter()
+            .filter_map(|b| match b.sched.parse::<SchedPolicy>() {
+                Ok(SchedPolicy::Fifo(p) | SchedPolicy::RoundRobin(p)) => Some(p),
+                _ => None,
+            })
+            .min();
+        (slot, ceiling)
+    };
     let wanted = band.sched.to_string();
+    let mut exactly = false;
     let (applied, fell_back) = match apply_sched(band.sched) {
-        Ok(Applied::Exactly(p)) => (p.to_string(), None),
+        Ok(Applied::Exactly(p)) => {
+            exactly = true;
+            (p.to_string(), None)
+        }
         Ok(Applied::FellBack { got, reason, .. }) => {
             tracing::warn!(
                 band = %band.name,
@@ -148,6 +159,15 @@ fn take_priority(band: &Band, state: &Locked<State>) {
             ("other".into(), Some(e.to_string()))
         }
     };
+    if let Some(slot) = slot {
+        let ordinary = matches!(band.sched, SchedPolicy::Other { .. });
+        // Only where the policy took (a lane that could not take its own
+        // cannot take the ceiling either).
+        let ceiling = ceiling
+            .filter(|_| ordinary && exactly)
+            .map(|p| (p, band.sched));
+        crate::sync::set_lane_slot(slot, !ordinary && exactly, ceiling);
+    }
     let cpus = match &band.cpus {
         None => String::new(),
         Some(list) => match crate::priority::apply_affinity(list) {

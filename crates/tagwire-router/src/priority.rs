@@ -317,7 +317,7 @@ fn os_error(e: thread_priority::Error) -> io::Error {
 }
 
 /// One attempt, no fallback.
-fn set_policy(policy: SchedPolicy) -> io::Result<()> {
+pub(crate) fn set_policy(policy: SchedPolicy) -> io::Result<()> {
     let thread = thread_priority::thread_native_id();
     match policy {
         SchedPolicy::Fifo(p) | SchedPolicy::RoundRobin(p) => {

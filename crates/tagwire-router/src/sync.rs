@@ -23,8 +23,50 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// A held [`Locked`].
-pub(crate) type Guard<'a, T> = MutexGuard<'a, T>;
+use crate::priority::SchedPolicy;
+
+/// A held [`Locked`]. An ordinary lane holding it may run at the lock's
+/// priority ceiling ([`set_lane_slot`]); the guard puts the lane's own
+/// policy back after the unlock.
+pub(crate) struct Guard<'a, T> {
+    // Fields drop in order: the lock is released before the policy goes
+    // back.
+    guard: MutexGuard<'a, T>,
+    _restore: Restore,
+}
+
+/// Puts an ordinary lane's own policy back (when it was raised to the
+/// ceiling) once dropped.
+struct Restore(Option<SchedPolicy>);
+
+impl Drop for Restore {
+    fn drop(&mut self) {
+        if let Some(own) = self.0 {
+            if let Err(e) = crate::priority::set_policy(own) {
+                tracing::warn!(
+                    "a lane could not go back to {own} after holding the table lock: {e}"
+                );
+            }
+        }
+    }
+}
+
+impl<T> std::ops::Deref for Guard<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.guard
+    }
+}
+
+impl<T> std::ops::DerefMut for Guard<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.guard
+    }
+}
+
+/// How long after a real-time lane waited for a lock ordinary lanes take it
+/// at its ceiling (ns).
+const CEILING_FOR_NS: u64 = 1_000_000_000;
 
 /// A mutex with `RefCell`'s method names. Unlike `RefCell`, two borrows on
 /// one thread deadlock: take one and pass it down. It counts the threads
@@ -51,7 +93,30 @@ impl<T> Locked<T> {
     /// Locks (shared use; the same lock as [`borrow_mut`](Self::borrow_mut)).
     /// Uncontended: one compare-and-swap. Contended: the thread is counted
     /// as waiting while it blocks (and lends the holder its priority).
-    pub(crate) fn borrow(&self) -> MutexGuard<'_, T> {
+    pub(crate) fn borrow(&self) -> Guard<'_, T> {
+        let restore = Restore(self.raise_to_ceiling());
+        Guard {
+            guard: self.lock_counted(),
+            _restore: restore,
+        }
+    }
+
+    /// An ordinary lane, while a real-time lane has waited for this lock in
+    /// the last second: runs at the ceiling until the guard drops, so that
+    /// no ordinary process deschedules it while it holds the lock (the
+    /// real-time lane would wait for two wake-ups; BENCHMARKS.md, "A priority
+    /// ceiling on the table lock"). Returns the policy to go back to.
+    fn raise_to_ceiling(&self) -> Option<SchedPolicy> {
+        let (prio, own) = CEILING.with(Cell::get)?;
+        let waited = self.waits.realtime_waited.load(Ordering::Relaxed);
+        if waited == 0 || since_start().saturating_sub(waited) > CEILING_FOR_NS {
+            return None;
+        }
+        crate::priority::set_policy(SchedPolicy::Fifo(prio)).ok()?;
+        Some(own)
+    }
+
+    fn lock_counted(&self) -> MutexGuard<'_, T> {
         if let Some(g) = self.lock.try_lock() {
             return g;
         }
@@ -90,7 +155,7 @@ impl<T> Locked<T> {
     }
 
     /// Locks for a change.
-    pub(crate) fn borrow_mut(&self) -> MutexGuard<'_, T> {
+    pub(crate) fn borrow_mut(&self) -> Guard<'_, T> {
         self.borrow()
     }
 }
@@ -105,12 +170,24 @@ pub(crate) const WAIT_BUCKETS: usize = 16;
 thread_local! {
     /// This thread's lane slot (its band's index), [`LANES`] if none.
     static LANE_SLOT: Cell<usize> = const { Cell::new(LANES) };
+    /// Whether this thread is a real-time lane.
+    static REALTIME: Cell<bool> = const { Cell::new(false) };
+    /// For an ordinary lane when real-time lanes exist: the priority it
+    /// holds a [`Locked`] at while a real-time lane waits for locks, and
+    /// its own policy to go back to.
+    static CEILING: Cell<Option<(u8, SchedPolicy)>> = const { Cell::new(None) };
 }
 
 /// Marks the calling thread as the lane of band number `slot` (its index
-/// in the configuration), so that its waits on a [`Locked`] count there.
-pub(crate) fn set_lane_slot(slot: usize) {
+/// in the configuration), so that its waits on a [`Locked`] count there;
+/// `realtime` if it runs a real-time policy; `ceiling`, for an ordinary
+/// lane: the `SCHED_FIFO` priority it holds a lock at while a real-time
+/// lane has waited for that lock in the last second (the priority
+/// ceiling: the lowest real-time lane's priority), and its own policy.
+pub(crate) fn set_lane_slot(slot: usize, realtime: bool, ceiling: Option<(u8, SchedPolicy)>) {
     LANE_SLOT.with(|s| s.set(slot.min(LANES)));
+    REALTIME.with(|r| r.set(realtime));
+    CEILING.with(|c| c.set(ceiling));
 }
 
 /// One lane's waits on a lock.
@@ -132,10 +209,25 @@ pub(crate) struct LaneWaits {
 #[derive(Debug, Default)]
 pub(crate) struct LockWaits {
     lanes: [LaneWaits; LANES + 1],
+    /// When a real-time lane last waited (ns on [`since_start`]'s clock; 0:
+    /// never).
+    realtime_waited: AtomicU64,
+}
+
+/// Nanoseconds since the first call (a monotonic clock for the ceiling).
+fn since_start() -> u64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    let start = *START.get_or_init(std::time::Instant::now);
+    u64::try_from(start.elapsed().as_nanos())
+        .unwrap_or(u64::MAX)
+        .max(1)
 }
 
 impl LockWaits {
     fn record(&self, waited: Duration) {
+        if REALTIME.with(Cell::get) {
+            self.realtime_waited.store(since_start(), Ordering::Relaxed);
+        }
         let slot = LANE_SLOT.with(Cell::get);
         let w = &self.lanes[slot];
         let us = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX);
@@ -238,7 +330,7 @@ mod tests {
         let waiter = {
             let n = n.clone();
             std::thread::spawn(move || {
-                set_lane_slot(3);
+                set_lane_slot(3, false, None);
                 *n.borrow_mut() += 1;
             })
         };
@@ -274,6 +366,42 @@ mod tests {
         // Uncontended: nothing more.
         *n.borrow_mut() += 1;
         assert_eq!(count(3) + count(0) + count(LANES), 1);
+    }
+
+    fn policy_now() -> thread_priority::ThreadSchedulePolicy {
+        thread_priority::unix::thread_schedule_policy().expect("read this thread's policy")
+    }
+
+    #[test]
+    fn an_ordinary_lane_holds_the_lock_at_the_ceiling_only_while_a_realtime_lane_waited_lately() {
+        use thread_priority::{RealtimeThreadSchedulePolicy as Rt, ThreadSchedulePolicy as P};
+        let n = Arc::new(Locked::new(0u64));
+        let n2 = n.clone();
+        std::thread::spawn(move || {
+            set_lane_slot(0, false, Some((10, SchedPolicy::Other { nice: 0 })));
+            // No real-time lane waited: the lane's own policy.
+            drop(n2.borrow_mut());
+            assert!(matches!(policy_now(), P::Normal(_)), "{:?}", policy_now());
+            // One did, just now: the ceiling while held, its own after.
+            n2.waits
+                .realtime_waited
+                .store(since_start(), Ordering::Relaxed);
+            {
+                let _g = n2.borrow_mut();
+                assert_eq!(
+                    policy_now(),
+                    P::Realtime(Rt::Fifo),
+                    "SCHED_FIFO while it holds the lock (needs CAP_SYS_NICE: run the tests as root)"
+                );
+            }
+            assert!(
+                matches!(policy_now(), P::Normal(_)),
+                "back to SCHED_OTHER: {:?}",
+                policy_now()
+            );
+        })
+        .join()
+        .expect("lane thread");
     }
 
     #[test]

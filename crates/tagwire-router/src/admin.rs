@@ -776,30 +776,15 @@ fn add_filter(
 
 /// The lanes as they run, for listings.
 pub(crate) fn lane_entries(st: &State) -> Vec<LaneEntry> {
-    use std::sync::atomic::Ordering::Relaxed;
     let slot = |band: &str| st.config.bands.iter().position(|b| b.name == band);
     let mut lanes: Vec<LaneEntry> = st
         .lanes
         .iter()
         .map(|l| {
-            let w = slot(&l.band).map(|i| st.table_waits.lane(i));
-            let mut buckets: Vec<u64> = w
-                .map(|w| w.buckets.iter().map(|b| b.load(Relaxed)).collect())
+            let (table_waits_us, table_wait_max_us, table_wait_total_us) = slot(&l.band)
+                .map(|i| st.table_waits.lane(i).summary_us())
                 .unwrap_or_default();
-            while buckets.last() == Some(&0) {
-                buckets.pop();
-            }
-            let us =
-                |a: Option<&std::sync::atomic::AtomicU64>| a.map_or(0, |a| a.load(Relaxed) / 1000);
-            (
-                l,
-                buckets,
-                us(w.map(|w| &w.max_ns)),
-                us(w.map(|w| &w.total_ns)),
-            )
-        })
-        .map(
-            |(l, table_waits_us, table_wait_max_us, table_wait_total_us)| LaneEntry {
+            LaneEntry {
                 table_waits_us,
                 table_wait_max_us,
                 table_wait_total_us,
@@ -812,8 +797,8 @@ pub(crate) fn lane_entries(st: &State) -> Vec<LaneEntry> {
                 tcp: l.tcp.map(|a| a.to_string()),
                 unix: l.unix.as_ref().map(|p| p.display().to_string()),
                 udp: l.udp.map(|a| a.to_string()),
-            },
-        )
+            }
+        })
         .collect();
     let order: Vec<&str> = st.config.bands.iter().map(|b| b.name.as_str()).collect();
     lanes.sort_by_key(|l| order.iter().position(|n| *n == l.band));

@@ -201,6 +201,23 @@ pub(crate) struct LaneWaits {
     pub max_ns: AtomicU64,
 }
 
+impl LaneWaits {
+    /// For listings: the histogram without its trailing empty buckets, the
+    /// longest wait and the total, µs.
+    pub(crate) fn summary_us(&self) -> (Vec<u64>, u64, u64) {
+        let mut buckets: Vec<u64> = self
+            .buckets
+            .iter()
+            .map(|b| b.load(Ordering::Relaxed))
+            .collect();
+        while buckets.last() == Some(&0) {
+            buckets.pop();
+        }
+        let us = |a: &AtomicU64| a.load(Ordering::Relaxed) / 1000;
+        (buckets, us(&self.max_ns), us(&self.total_ns))
+    }
+}
+
 /// How often, and how long, each lane blocked on a [`Locked`] another
 /// thread held (an uncontended lock counts nothing): a real-time lane
 /// that waits for the shared tables is what band isolation measures

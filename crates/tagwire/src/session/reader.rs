@@ -314,7 +314,7 @@ fn read_loop(inner: &Inner, stream: &mut Stream, buf: &mut BytesMut, seen: &mut 
             inner.on_publish_acks(&publish_acks);
             publish_acks.clear();
         }
-        send_acks(inner, &mut acks, &sinks);
+        let held_back = send_acks(inner, &mut acks, &sinks);
         if control {
             // A `Pong`, or the engine's last `Close`.
             let mut w = lock(&inner.writer);
@@ -335,10 +335,7 @@ fn read_loop(inner: &Inner, stream: &mut Stream, buf: &mut BytesMut, seen: &mut 
         // daemon's window for that subscription may be full).
         let due = acks.values().filter_map(DeliveryAcks::poll_timeout).min();
         let mut wait = due.map(|t| Duration::from_nanos(t.saturating_sub(inner.now())));
-        if acks
-            .iter()
-            .any(|(sub, a)| a.unacked() > 0 && sinks.get(sub).is_some_and(|s| s.unread() > 0))
-        {
+        if held_back {
             wait = Some(wait.map_or(UNREAD_POLL, |w| w.min(UNREAD_POLL)));
         }
         if wait.is_some() || timed {
@@ -418,16 +415,19 @@ const UNREAD_POLL: Duration = Duration::from_millis(1);
 /// holds back the acknowledgement of what it still holds), so that a slow
 /// reader is paced by the daemon's window for it, where its queue's
 /// `discard` policy applies and is counted, instead of losing events in
-/// this process's queue.
-fn send_acks(inner: &Inner, acks: &mut Acks, sinks: &HashMap<u32, Arc<Sink>>) {
+/// this process's queue. Returns whether an acknowledgement is held back
+/// for events not read yet (the read then wakes every [`UNREAD_POLL`]).
+fn send_acks(inner: &Inner, acks: &mut Acks, sinks: &HashMap<u32, Arc<Sink>>) -> bool {
     if acks.is_empty() {
-        return;
+        return false;
     }
     let now = inner.now();
     let mut frames = BytesMut::new();
+    let mut held_back = false;
     for (sub, a) in acks.iter_mut() {
         let unread = sinks.get(sub).map_or(0, |s| s.unread());
         let ack = a.poll_ack_holding(now, unread);
+        held_back |= unread > 0 && a.unacked() > 0;
         if let Some(ack) = ack {
             let frame = tagwire_proto::Frame::DeliverAck { sub: *sub, ack };
             if let Err(e) = frame.encode(&mut frames) {
@@ -435,14 +435,14 @@ fn send_acks(inner: &Inner, acks: &mut Acks, sinks: &HashMap<u32, Arc<Sink>>) {
             }
         }
     }
-    if frames.is_empty() {
-        return;
+    if !frames.is_empty() {
+        let mut w = lock(&inner.writer);
+        if w.connected {
+            w.buf.extend_from_slice(&frames);
+            let _ = inner.flush_locked(w);
+        }
     }
-    let mut w = lock(&inner.writer);
-    if w.connected {
-        w.buf.extend_from_slice(&frames);
-        let _ = inner.flush_locked(w);
-    }
+    held_back
 }
 
 /// Acts on an input other than a delivery.

@@ -39,8 +39,12 @@ use crate::sync::Locked;
 use crate::timing::now_ns;
 
 /// Frames one connection handles before the lane turns to its other tasks
-/// (writers, other connections, housekeeping).
-const FRAMES_PER_TURN: usize = 256;
+/// (writers, other connections, housekeeping); the turn also ends with the
+/// read (at most [`READ_CHUNK`], 64 KiB). Above one read of 64 B publishes
+/// (~700), so that the writers they woke write once per read: at 256 the
+/// daemon wrote three times per read and paid for each (BENCHMARKS.md,
+/// "Fewer writes per read"). Bounds a turn of tiny frames (~40 B each).
+const FRAMES_PER_TURN: usize = 1024;
 
 /// How long a closing connection's writer may take to flush its last frames.
 const CLOSE_GRACE: Duration = Duration::from_secs(1);

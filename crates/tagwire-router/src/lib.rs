@@ -17,7 +17,7 @@
 //!   Channel queues (bounded; discard policy at the bound)
 //!        │  outbox: round-robin over ready channels
 //!        ▼
-//!   writev(up to 256 events: prefix + bytes, those ≤ 512 B copied into
+//!   writev(up to 1,024 events or 64 KiB: prefix + bytes, those ≤ 512 B copied into
 //!          one run, larger ones by reference) ──▶ socket
 //! ```
 //!

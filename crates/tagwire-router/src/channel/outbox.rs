@@ -27,8 +27,13 @@ use crate::timing::{now_ns, NEVER};
 /// critical: priorities 0–63, 64–127, 128–191, 192–255).
 pub(crate) const CLASSES: usize = 4;
 
-/// Most events gathered into one vectored write.
-pub const BATCH_EVENTS: usize = 256;
+/// Most events gathered into one vectored write: more than a read of 64 B
+/// publishes queues (~700 per 64 KiB), so that a reader's turn is one write
+/// per subscriber, not three. Each `writev` wakes the subscriber's reader
+/// across CPUs; at 256 per write the daemon spent ~8 % more CPU per 64 B
+/// event (BENCHMARKS.md, "Fewer writes per read"). [`BATCH_BYTES`] bounds
+/// the write first for events over ~64 B.
+pub const BATCH_EVENTS: usize = 1024;
 /// Bytes after which a vectored write takes no more events (the event that
 /// crosses it goes too). Small, so that a write is a short stretch of
 /// kernel time: on a kernel without full preemption a real-time lane's
@@ -266,7 +271,7 @@ impl Batch {
         self.bytes = 0;
     }
 
-    /// Gives its buffers ([`FLAT_MAX`] + 256 events' entries, ~80 KiB)
+    /// Gives its buffers ([`FLAT_MAX`] + [`BATCH_EVENTS`] entries, ~145 KiB)
     /// back to the lane's spares, or frees them if the lane has
     /// [`SPARE_BATCHES`], so that an idle connection holds no batch memory:
     /// a writer calls this before it sleeps, a busy one reuses them. A

@@ -143,7 +143,10 @@ pub(crate) fn on_frame(
     let mut st = c.state.borrow_mut();
     if !matches!(
         frame,
-        LinkFrame::Forward { .. } | LinkFrame::Reliable { .. } | LinkFrame::Compressed { .. }
+        LinkFrame::Forward { .. }
+            | LinkFrame::Reliable { .. }
+            | LinkFrame::ReliableTo { .. }
+            | LinkFrame::Compressed { .. }
     ) {
         // Control frames (a clock probe each way every second) prove the
         // peer alive; events are left out to keep the clock off their path.
@@ -223,6 +226,28 @@ pub(crate) fn on_frame(
                 hops,
                 &event,
                 chunk,
+                &arrived_on,
+            )
+        }
+        LinkFrame::ReliableTo {
+            seq,
+            origin,
+            hops,
+            to,
+            event,
+        } => {
+            let arrived_on = st.band_of(c.conn);
+            c.stage.arrived = c.arrived;
+            crate::forwarded::on_reliable_to(
+                &mut st,
+                c.stage,
+                c.conn,
+                peer,
+                seq,
+                origin,
+                hops,
+                to,
+                &event,
                 &arrived_on,
             )
         }

@@ -44,6 +44,10 @@ pub(crate) struct Held {
     /// says `compression` and the peer speaks link version 5: it goes as
     /// `ReliableCompressed` (not when it goes in pieces).
     pub packed: Option<Bytes>,
+    /// A `ReliableTo`: the daemon it is addressed to (held for it while it
+    /// was away, docs/reliability.md "A partition"), and the band it goes
+    /// on. It goes whole and uncompressed, toward that daemon only.
+    pub to: Option<(NodeId, Arc<str>)>,
 }
 
 /// One link connection's windows (link version 3 only), or a client
@@ -69,6 +73,8 @@ pub(crate) struct ConnRel {
     pub piece: usize,
     /// The held event being sent in pieces (the next unsent one).
     pub sending: Option<super::fragment::Sending>,
+    /// The peer speaks link version 7: it takes `ReliableTo`.
+    pub reliable_to: bool,
 }
 
 /// A `Reliable` frame that arrived ahead of a gap on a lossy connection.
@@ -77,6 +83,8 @@ pub(crate) struct Parked {
     pub(crate) origin: NodeId,
     pub(crate) hops: u8,
     pub(crate) event: Bytes,
+    /// A `ReliableTo`'s daemon.
+    pub(crate) to: Option<NodeId>,
 }
 
 type Fast = foldhash::fast::RandomState;
@@ -181,6 +189,7 @@ impl Reliable {
                 lossy,
                 piece,
                 sending: None,
+                reliable_to: version >= tagwire_proto::RELIABLE_TO_LINK_VERSION,
             },
         );
     }

@@ -178,6 +178,13 @@ fn deliver_with(
     } else {
         crate::compress::for_tag(st, ev.tag)
     };
+    // A reliable event published here while a daemon that wants it is
+    // away: held for it after routing (below). One flag test when no
+    // daemon is away.
+    let hold_for_away = route.origin == 0
+        && !route.local_only
+        && st.node.has_away()
+        && (reliable || crate::reliable::is_reliable(st, ev.tag));
     let mut sink = Execute {
         reliable,
         upstream: route.upstream,
@@ -246,16 +253,13 @@ fn deliver_with(
             .route_skipping(ev, origin, route.hops, route.from, skip, &mut sink)
     };
     st.node.count_expired(sink.expired_by_mapping);
-    // A reliable event published here while a daemon that wants it is
-    // away (a partition): held for it, sent once it is back. One flag
-    // test when no daemon is away.
-    if route.origin == 0 && st.node.has_away() {
+    // Held for the away daemons that want it, sent once they are back.
+    if hold_for_away {
         let held = match sink.shm.as_deref_mut() {
             None => Some(sink.event.for_history().0),
             Some(s) => s.copied().map(|c| c.for_history().0),
         };
-        let reliable = reliable || crate::reliable::is_reliable(st, ev.tag);
-        if let (true, Some(bytes)) = (reliable, held) {
+        if let Some(bytes) = held {
             let band = (!band.is_empty()).then_some(band.as_str());
             crate::reliable::hold_for_away(st, ev, &bytes, band);
         }

@@ -685,6 +685,10 @@ pub(crate) fn refused_by_peer(addr: &str, code: ErrorCode, message: &str) -> Str
 /// peer refused it.
 fn without_version(version: u16) -> &'static str {
     match version {
+        v if v >= tagwire_proto::RELIABLE_TO_LINK_VERSION => {
+            "reliable events held for a daemon that was away (a partition) are not sent over that \
+             link"
+        }
         v if v >= UDP_BANDS_LINK_VERSION => {
             "a udp:// link to it carries every band on the default band's session"
         }

@@ -15,6 +15,12 @@
 //! Copies that arrive twice this way are dropped by the dedupe window
 //! (origin daemon, publisher, sequence number).
 //!
+//! **A partition.** Reliable events published here for a daemon that is
+//! away are held in core's node engine ([`tagwire_core::node::Node::hold_for_away`]);
+//! when it is reachable again they go as `ReliableTo` frames ([`release`])
+//! on the link its live events take, under the same windows and custody;
+//! daemons on the way pass them on ([`offer_toward`]).
+//!
 //! **Cost.** With no reliable tag, or no version-3 link, an event costs one
 //! flag test. For a reliable event: a cached lookup of its tag, one copy of
 //! its bytes into the window per link (the frame goes on the connection's

@@ -11,7 +11,11 @@
 //!   changes and pulls over links produce [`Output`]s, drained with
 //!   [`Node::poll_output`];
 //! - events held until their start time wait in the node; the caller asks
-//!   [`Node::poll_timeout`] when to call [`Node::handle_timeout`].
+//!   [`Node::poll_timeout`] when to call [`Node::handle_timeout`];
+//! - reliable events published here for a daemon that is away (a
+//!   partition) wait in the node's hold ([`Node::hold_for_away`]) and come
+//!   back as [`Output::Release`] in the step that finds it reachable again
+//!   (`away`'s module doc).
 //!
 //! The router *executes*: sockets, threads, clocks, DSCP, queues. The
 //! channel value `C` is whatever the caller delivers to (the router's

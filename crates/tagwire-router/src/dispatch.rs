@@ -184,7 +184,7 @@ fn deliver_with(
     let hold_for_away = route.origin == 0
         && !route.local_only
         && st.node.has_away()
-        && (reliable || crate::reliable::is_reliable(st, ev.tag));
+        && (reliable || route.reliable || crate::reliable::tag_is_reliable(st, ev.tag));
     let mut sink = Execute {
         reliable,
         upstream: route.upstream,

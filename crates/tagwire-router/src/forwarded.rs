@@ -135,6 +135,12 @@ fn on_numbered(
             "a Reliable frame on a link of version 2 (no acknowledgements)".into(),
         ));
     };
+    if to.is_some() && !cr.reliable_to {
+        return Err((
+            ErrorCode::Malformed,
+            "a ReliableTo frame on a link of version 6 or older (it came in version 7)".into(),
+        ));
+    }
     if !cr.lossy {
         if seq != cr.recv.expected() {
             return Err((

@@ -132,7 +132,18 @@ pub(crate) fn layers_changed(st: &mut State) {
 /// flag test when no tag is reliable or no link speaks version 3.
 pub(crate) fn is_reliable(st: &mut State, tag: &str) -> bool {
     let rel = &st.fed.reliable;
-    if !rel.enabled || (rel.conns.is_empty() && rel.checked_out.is_none()) {
+    if rel.conns.is_empty() && rel.checked_out.is_none() {
+        return false;
+    }
+    tag_is_reliable(st, tag)
+}
+
+/// Whether the tag/daemon layers make `tag` reliable, links or none (a
+/// daemon cut off from every other still holds its reliable events for
+/// the daemons away): a flag test when no tag is reliable, else a cached
+/// lookup.
+pub(crate) fn tag_is_reliable(st: &mut State, tag: &str) -> bool {
+    if !st.fed.reliable.enabled {
         return false;
     }
     if let Some(r) = st.fed.reliable.cache.get(tag) {

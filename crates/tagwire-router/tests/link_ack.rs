@@ -513,4 +513,16 @@ fn reliable_to_frames_are_delivered_here_dropped_at_the_hop_limit_or_failed_when
         "{r:?}"
     );
     link_ping(&mut raw, 10);
+    // On a link of version 6 it is refused by name.
+    let (mut old, v, me) = linked(&h, 6, 72);
+    assert_eq!(v, 6);
+    old.send_bytes(&link_frame(&LinkFrame::ReliableTo {
+        seq: 1,
+        origin: 72,
+        hops: 0,
+        to: me,
+        event: encoded(&numbered("/p", "/r/x", 5)),
+    }));
+    let m = closing_message(&mut old);
+    assert!(m.contains("ReliableTo frame on a link of version 6"), "{m}");
 }

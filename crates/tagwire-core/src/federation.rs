@@ -203,6 +203,10 @@ pub struct Topology {
     nodes: HashMap<NodeId, Node>,
     /// Trees by origin, computed on demand; cleared on any change.
     trees: HashMap<NodeId, Tree>,
+    /// Daemons whose interest this daemon's own tree leaves out (the
+    /// reliable hold's away and settling daemons: what is published here
+    /// for them is held, not routed), see [`Topology::set_held_for`].
+    held_for: BTreeSet<NodeId>,
     /// Since when each known daemon has been unreachable from here, as
     /// [`expire_unreachable`](Self::expire_unreachable) last saw it (only
     /// daemons with an advert here: bounded by `max_nodes`).
@@ -242,7 +246,20 @@ impl Topology {
             limits,
             nodes,
             trees: HashMap::new(),
+            held_for: BTreeSet::new(),
             unreachable_since: HashMap::new(),
+        }
+    }
+
+    /// Leaves the interest of `ids` out of the routes of events published
+    /// here (the tree rooted at this daemon; other origins' trees keep it):
+    /// the reliable hold's away and settling daemons, whose events from here
+    /// are held and sent in order when they have settled. Costs the own
+    /// tree's recomputation when the set changes.
+    pub fn set_held_for(&mut self, ids: BTreeSet<NodeId>) {
+        if ids != self.held_for {
+            self.held_for = ids;
+            self.trees.remove(&self.me);
         }
     }
 
@@ -589,7 +606,9 @@ impl Topology {
                     let mut table = TagTable::new(1024);
                     let mut id = 0u64;
                     for &n in parent.keys() {
-                        if !descends(&parent, n, child) {
+                        if !descends(&parent, n, child)
+                            || (origin == self.me && self.held_for.contains(&n))
+                        {
                             continue;
                         }
                         for c in &self.nodes[&n].compiled {

@@ -334,25 +334,25 @@ fn route_reliable_to(
         return Ok(());
     }
     if to != st.node.me() {
-        st.fed.reliable.obligations = 0;
-        let held = crate::state::reliable::Held {
-            event: event.clone(),
+        // Behind those already waiting (order), else on at once; with no
+        // way on yet, it waits for this daemon's routes to catch up with
+        // the sender's (`retry_pending_to`), holding its obligation.
+        let pending = crate::state::reliable::PendingTo {
+            upstream: Upstream { conn, seq },
+            from: peer,
             origin,
             hops: hops.saturating_add(1),
-            from: Some(peer),
-            upstream: Some(Upstream { conn, seq }),
-            tries: 0,
-            packed: None,
-            to: Some((to, std::sync::Arc::from(band))),
+            to,
+            band: std::sync::Arc::from(band),
+            event: event.clone(),
+            since: crate::timing::now_ns(),
         };
-        let taken = crate::reliable::offer_toward(st, held);
-        let n = std::mem::take(&mut st.fed.reliable.obligations);
-        if taken && n > 0 {
-            st.fed.reliable.counters.to_forwarded += 1;
-            settle(st, n, false);
-        } else {
-            settle(st, 0, true);
+        if st.fed.reliable.pending_to.is_empty() && crate::reliable::pass_on_to(st, &pending) {
+            settle(st, 1, false);
+            return Ok(());
         }
+        settle(st, 1, false);
+        crate::reliable::wait_for_way_on(st, pending);
         return Ok(());
     }
     let publisher = tagwire_core::proxy::publisher_key(ev.publisher);

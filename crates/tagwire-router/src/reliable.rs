@@ -529,7 +529,7 @@ pub(crate) fn on_ack(st: &mut State, conn: u64, ack: &Ack) -> Result<(), (ErrorC
     }
     complete_pending(r, max);
     for h in released.failed {
-        reroute(st, h, Some(peer));
+        reroute(st, h, Some(peer), conn);
     }
     Ok(())
 }
@@ -537,6 +537,11 @@ pub(crate) fn on_ack(st: &mut State, conn: u64, ack: &Ack) -> Result<(), (ErrorC
 /// Link connection `conn` closed: what its window held is routed again
 /// (after the node engine took the link down, so over the next route).
 pub(crate) fn conn_closed(st: &mut State, conn: u64) {
+    // Its sender routes those again itself.
+    st.fed
+        .reliable
+        .pending_to
+        .retain(|p| p.upstream.conn != conn);
     let Some(mut cr) = st.fed.reliable.conns.remove(&conn) else {
         return;
     };
@@ -550,7 +555,7 @@ pub(crate) fn conn_closed(st: &mut State, conn: u64) {
         );
     }
     for h in held {
-        reroute(st, h, None);
+        reroute(st, h, None, conn);
     }
 }
 
@@ -563,6 +568,7 @@ pub(crate) fn conn_closed(st: &mut State, conn: u64) {
 /// subscriber gets them in order. Late acknowledgements of them on the old
 /// connection are ignored; late copies are dropped by the dedupe.
 pub(crate) fn topology_changed(st: &mut State) {
+    retry_pending_to(st, None);
     if st.fed.reliable.conns.is_empty() {
         return;
     }
@@ -616,7 +622,7 @@ pub(crate) fn topology_changed(st: &mut State) {
         // Not excluded: an event whose route still takes this link goes on
         // it again (a copy, dropped by the dedupe where it arrives twice).
         for h in held {
-            reroute(st, h, None);
+            reroute(st, h, None, conn);
         }
     }
 }
@@ -625,14 +631,16 @@ pub(crate) fn topology_changed(st: &mut State) {
 /// neighbour that could not pass it on). Its upstream obligation moves to
 /// the links it now takes; with none, it is failed upstream (the daemon
 /// before this one routes it again) or, here at its origin, lost (counted).
-fn reroute(st: &mut State, held: Held, exclude: Option<NodeId>) {
+/// (`via`: the link connection it was held on, whose band it keeps if it
+/// is held for a daemon that is away.)
+fn reroute(st: &mut State, held: Held, exclude: Option<NodeId>, via: u64) {
     let max = st.config.limits.max_control_bytes;
     st.fed.reliable.counters.rerouted += 1;
     if held.to.is_some() {
         return reroute_to(st, held);
     }
     if held.tries >= MAX_REROUTES {
-        if hold_rerouted(st, &held) {
+        if hold_rerouted(st, &held, via) {
             // Published here, wanted by a daemon that is away: held for it.
             if let Some(u) = held.upstream {
                 st.fed.reliable.completions.push((u, false));
@@ -678,7 +686,7 @@ fn reroute(st: &mut State, held: Held, exclude: Option<NodeId>) {
     let added = std::mem::take(&mut st.fed.reliable.obligations);
     // Taken by no link: published here and wanted by a daemon that is
     // away, it is held for it (and counts as taken).
-    let kept = taken == 0 && added == 0 && hold_rerouted(st, &held);
+    let kept = taken == 0 && added == 0 && hold_rerouted(st, &held, via);
     let r = &mut st.fed.reliable;
     match held.upstream {
         Some(u) => {
@@ -710,14 +718,18 @@ fn reroute(st: &mut State, held: Held, exclude: Option<NodeId>) {
 /// A reliable event routed again that no link took: if it was published
 /// here and a daemon that is away wants it, it is held for that daemon
 /// (core's hold, sent once it is reachable again). Returns whether it is.
-fn hold_rerouted(st: &mut State, held: &Held) -> bool {
+/// It keeps the band of the connection it was held on (`via`), so that it
+/// goes back on the same band connection as the newer events held with it:
+/// one connection keeps their order, two would not.
+fn hold_rerouted(st: &mut State, held: &Held, via: u64) -> bool {
     if held.origin != st.node.me() || !st.node.has_away() {
         return false;
     }
     let Ok(ev) = EventRef::parse(&held.event) else {
         return false;
     };
-    hold_for_away(st, &ev, &held.event, None)
+    let band = st.band_of(via);
+    hold_for_away(st, &ev, &held.event, Some(&band))
 }
 
 /// Holds reliable event `event` (published here) for the away daemons
@@ -777,6 +789,69 @@ fn hold_again(st: &mut State, to: NodeId, event: &Bytes, band: &Arc<str>) {
     if !held {
         st.fed.reliable.counters.away_dropped += 1;
     }
+}
+
+/// Passes `ReliableTo` `p` on toward its daemon (its obligation upstream
+/// is already counted: settled when the next daemon acknowledges it).
+/// Returns whether a window took it.
+pub(crate) fn pass_on_to(st: &mut State, p: &crate::state::reliable::PendingTo) -> bool {
+    let held = Held {
+        event: p.event.clone(),
+        origin: p.origin,
+        hops: p.hops,
+        from: Some(p.from),
+        upstream: Some(p.upstream),
+        tries: 0,
+        packed: None,
+        to: Some((p.to, p.band.clone())),
+    };
+    let taken = offer_toward(st, held);
+    // `offer` counted an obligation for it: the caller settled it already.
+    st.fed.reliable.obligations = 0;
+    if taken {
+        st.fed.reliable.counters.to_forwarded += 1;
+    }
+    taken
+}
+
+/// `ReliableTo` `p` has no way on yet: it waits (bounded: at the bound the
+/// oldest waiting is failed back to its sender).
+pub(crate) fn wait_for_way_on(st: &mut State, p: crate::state::reliable::PendingTo) {
+    use crate::state::reliable::MAX_PENDING_TO;
+    let max = st.config.limits.max_control_bytes;
+    let r = &mut st.fed.reliable;
+    if r.pending_to.len() >= MAX_PENDING_TO {
+        if let Some(old) = r.pending_to.pop_front() {
+            r.completions.push((old.upstream, true));
+        }
+    }
+    r.pending_to.push_back(p);
+    complete_pending(r, max);
+}
+
+/// The routes changed (or time passed): `ReliableTo` events waiting for a
+/// way on go on now, in order, up to the first that still has none — in
+/// the same step that gave the way, before any newer event can take it.
+/// Those that waited longer than `PENDING_TO_NS` are failed back to their
+/// sender (which routes them again, or holds them again at their origin).
+pub(crate) fn retry_pending_to(st: &mut State, now: Option<u64>) {
+    use crate::state::reliable::PENDING_TO_NS;
+    if st.fed.reliable.pending_to.is_empty() {
+        return;
+    }
+    let max = st.config.limits.max_control_bytes;
+    while let Some(p) = st.fed.reliable.pending_to.pop_front() {
+        if pass_on_to(st, &p) {
+            continue;
+        }
+        if now.is_some_and(|n| n.saturating_sub(p.since) > PENDING_TO_NS) {
+            st.fed.reliable.completions.push((p.upstream, true));
+            continue;
+        }
+        st.fed.reliable.pending_to.push_front(p);
+        break;
+    }
+    complete_pending(&mut st.fed.reliable, max);
 }
 
 /// Core's hold gave back the reliable events published here while daemon
@@ -909,6 +984,10 @@ pub(crate) fn tick(st: &mut State) {
     // Between batches nothing is checked out; to be sure the tick sees
     // every connection.
     r.check_in();
+    if !r.pending_to.is_empty() {
+        retry_pending_to(st, Some(crate::timing::now_ns()));
+    }
+    let r = &mut st.fed.reliable;
     let conns: Vec<u64> = r.conns.keys().copied().collect();
     let mut now = None;
     for conn in conns {

@@ -281,6 +281,7 @@ impl State {
                     .federation
                     .reliable_hold_secs
                     .saturating_mul(1_000_000_000),
+                ..tagwire_core::node::AwayLimits::default()
             },
             ..NodeLimits::default()
         };

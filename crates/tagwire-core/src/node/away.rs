@@ -38,6 +38,13 @@ pub struct AwayLimits {
     /// `dropped_age`); a daemon away longer that holds nothing any more is
     /// forgotten (its interest no longer kept).
     pub max_age_ns: u64,
+    /// How long a daemon must stay reachable again before what is held for
+    /// it is sent, ns (the adverts of a heal take a moment to settle, and a
+    /// route that moves while the held events are on their way can make
+    /// them arrive behind newer ones). Meanwhile nothing published here
+    /// goes to it live: it is left out of this daemon's own routes and its
+    /// events are held, so they go out in order. 0: at once.
+    pub settle_ns: u64,
 }
 
 impl Default for AwayLimits {
@@ -47,6 +54,7 @@ impl Default for AwayLimits {
             max_events: 65_536,
             max_bytes: 16 << 20,
             max_age_ns: 60_000_000_000,
+            settle_ns: 1_000_000_000,
         }
     }
 }
@@ -90,8 +98,9 @@ pub struct HeldEvent {
 struct Away {
     interest: KeptInterest,
     since: u64,
-    /// Reachable again (its held events go out; nothing new is held).
-    back: bool,
+    /// Reachable again since then (settling: still held for, and left out
+    /// of this daemon's own routes, until `settle_ns` have passed).
+    reachable_since: Option<u64>,
     events: VecDeque<HeldEvent>,
     bytes: usize,
 }
@@ -101,8 +110,6 @@ struct Away {
 pub(crate) struct AwayHold {
     limits: AwayLimits,
     daemons: BTreeMap<NodeId, Away>,
-    /// How many daemons are away and not back: the event path's one test.
-    not_back: usize,
     counters: AwayCounters,
 }
 
@@ -111,7 +118,6 @@ impl AwayHold {
         AwayHold {
             limits,
             daemons: BTreeMap::new(),
-            not_back: 0,
             counters: AwayCounters::default(),
         }
     }
@@ -120,20 +126,26 @@ impl AwayHold {
         self.counters
     }
 
-    /// Whether some daemon is away (events may be held for it).
+    /// Whether some daemon is away or settling (events may be held for it).
     pub(crate) fn any_away(&self) -> bool {
-        self.not_back > 0
+        !self.daemons.is_empty()
     }
 
-    /// Away daemons (not back) and the events and bytes held now.
+    /// The daemons something is held for: left out of this daemon's own
+    /// routes until it is sent (so that nothing newer overtakes it).
+    pub(crate) fn ids(&self) -> BTreeSet<NodeId> {
+        self.daemons
+            .iter()
+            .filter(|(_, a)| !a.events.is_empty())
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    /// Daemons held for, and the events and bytes held now.
     pub(crate) fn held_now(&self) -> (usize, usize, usize) {
         let events = self.daemons.values().map(|a| a.events.len()).sum();
         let bytes = self.daemons.values().map(|a| a.bytes).sum();
-        (self.not_back, events, bytes)
-    }
-
-    fn recount(&mut self) {
-        self.not_back = self.daemons.values().filter(|a| !a.back).count();
+        (self.daemons.len(), events, bytes)
     }
 
     /// Reachability changed from `before` to `after` (both with this
@@ -176,7 +188,7 @@ impl AwayHold {
                 Away {
                     interest,
                     since: now,
-                    back: false,
+                    reachable_since: None,
                     events: VecDeque::new(),
                     bytes: 0,
                 },
@@ -195,22 +207,37 @@ impl AwayHold {
                 self.counters.dropped_gone += a.events.len() as u64;
             }
         }
-        let mut released = Vec::new();
-        let back: Vec<NodeId> = self
+        for (id, a) in &mut self.daemons {
+            a.reachable_since = match (after.contains(id), a.reachable_since) {
+                (false, _) => None,
+                (true, None) => Some(now),
+                (true, since) => since,
+            };
+        }
+        if self.limits.settle_ns == 0 {
+            return self.release_settled(now);
+        }
+        Vec::new()
+    }
+
+    /// Releases the daemons reachable again for `settle_ns` or more.
+    fn release_settled(&mut self, now: u64) -> Vec<(NodeId, Vec<HeldEvent>)> {
+        let settle = self.limits.settle_ns;
+        let due: Vec<NodeId> = self
             .daemons
-            .keys()
-            .copied()
-            .filter(|id| after.contains(id))
+            .iter()
+            .filter(|(_, a)| {
+                a.reachable_since
+                    .is_some_and(|t| now.saturating_sub(t) >= settle)
+            })
+            .map(|(id, _)| *id)
             .collect();
-        for id in back {
+        let mut released = Vec::new();
+        for id in due {
             if let Some(events) = self.release(id) {
                 released.push((id, events));
             }
         }
-        for (id, a) in &mut self.daemons {
-            a.back = after.contains(id);
-        }
-        self.recount();
         released
     }
 
@@ -218,7 +245,6 @@ impl AwayHold {
     /// (`None`: nothing held); an entry with nothing held is forgotten.
     fn release(&mut self, id: NodeId) -> Option<Vec<HeldEvent>> {
         let a = self.daemons.get_mut(&id)?;
-        a.back = true;
         if a.events.is_empty() {
             self.daemons.remove(&id);
             return None;
@@ -231,34 +257,77 @@ impl AwayHold {
     }
 
     /// Holds reliable event `event` (published here) for every away daemon
-    /// whose kept interest wants it. Returns for how many.
+    /// whose kept interest wants it — and for a daemon reachable again that
+    /// still has events held (settling: it gets nothing live meanwhile).
+    /// Returns for how many, and whether one of them held nothing before
+    /// (the caller leaves it out of its routes from now on).
     pub(crate) fn hold(
         &mut self,
         ev: &EventRef<'_>,
         event: &Bytes,
         label: &Arc<str>,
         now: u64,
-    ) -> usize {
+    ) -> (usize, bool) {
         let publisher = crate::proxy::publisher_key(ev.publisher);
         let limits = self.limits;
         let mut n = 0;
+        let mut first = false;
         for a in self.daemons.values_mut() {
-            if a.back || !a.interest.matches(ev) {
+            let holding = a.reachable_since.is_none() || !a.events.is_empty();
+            if !holding || !a.interest.matches(ev) {
                 continue;
             }
-            a.events.push_back(HeldEvent {
+            first |= a.events.is_empty();
+            let h = HeldEvent {
                 event: event.clone(),
                 label: label.clone(),
                 publisher,
                 seq: ev.seq,
                 at: now,
-            });
-            a.bytes += event.len();
+            };
+            if !Self::insert_in_order(a, h) {
+                // Held already (a copy routed again).
+                continue;
+            }
             self.counters.held += 1;
             n += 1;
             Self::bound(a, &limits, &mut self.counters);
         }
-        n
+        (n, first)
+    }
+
+    /// Puts `h` among `a`'s events in order per publisher: at the back if
+    /// it is newer than every one of its publisher's held (an event just
+    /// published) or none is held; else (one that comes back: it was on
+    /// its way when the daemon went away) after the last of its
+    /// publisher's with a smaller number. A copy already held is not held twice: returns
+    /// false. Looks from the back: O(1) for the newest event of a
+    /// publisher that published last.
+    fn insert_in_order(a: &mut Away, h: HeldEvent) -> bool {
+        let mut at = None;
+        let mut first_same = None;
+        for (i, o) in a.events.iter().enumerate().rev() {
+            if o.publisher != h.publisher {
+                continue;
+            }
+            if o.seq == h.seq {
+                return false;
+            }
+            if o.seq < h.seq {
+                // Newer than all of its publisher's held: the back.
+                at = Some(if first_same.is_none() {
+                    a.events.len()
+                } else {
+                    i + 1
+                });
+                break;
+            }
+            first_same = Some(i);
+        }
+        let at = at.or(first_same).unwrap_or(a.events.len());
+        a.bytes += h.event.len();
+        a.events.insert(at, h);
+        true
     }
 
     /// Drops the oldest events of `a` past the count and byte bounds.
@@ -307,7 +376,7 @@ impl AwayHold {
                 Away {
                     interest,
                     since: now,
-                    back,
+                    reachable_since: back.then_some(now),
                     events: VecDeque::new(),
                     bytes: 0,
                 },
@@ -318,41 +387,25 @@ impl AwayHold {
             return false;
         };
         let publisher = crate::proxy::publisher_key(ev.publisher);
-        // From the back: after the last event of the same publisher with a
-        // smaller number (or at the front if there is none).
-        let mut at = 0;
-        for (i, h) in a.events.iter().enumerate().rev() {
-            if h.publisher == publisher {
-                if h.seq == ev.seq {
-                    return true;
-                }
-                if h.seq < ev.seq {
-                    at = i + 1;
-                    break;
-                }
-            }
+        let h = HeldEvent {
+            event: event.clone(),
+            label: label.clone(),
+            publisher,
+            seq: ev.seq,
+            at: now,
+        };
+        if !Self::insert_in_order(a, h) {
+            return true;
         }
-        a.events.insert(
-            at,
-            HeldEvent {
-                event: event.clone(),
-                label: label.clone(),
-                publisher,
-                seq: ev.seq,
-                at: now,
-            },
-        );
-        a.bytes += event.len();
         self.counters.held_again += 1;
         Self::bound(a, &limits, &mut self.counters);
-        self.recount();
         true
     }
 
     /// Time passed: events held longer than the age bound are dropped
-    /// (counted), and daemons away longer that hold nothing are forgotten. Returns the daemons
-    /// that are back (reachable) and still hold events (handed back by
-    /// [`hold_again`](Self::hold_again)), with those events, to send again.
+    /// (counted), and daemons away longer that hold nothing are forgotten.
+    /// Returns the daemons reachable again for `settle_ns` or more, with
+    /// their held events, oldest first, to send now.
     pub(crate) fn tick(
         &mut self,
         reachable: &BTreeSet<NodeId>,
@@ -371,8 +424,13 @@ impl AwayHold {
                     self.counters.dropped_age += 1;
                 }
             }
-            a.back = reachable.contains(id);
-            if !a.back && a.events.is_empty() && now.saturating_sub(a.since) > max_age {
+            let here = reachable.contains(id);
+            a.reachable_since = match (here, a.reachable_since) {
+                (false, _) => None,
+                (true, None) => Some(now),
+                (true, since) => since,
+            };
+            if !here && a.events.is_empty() && now.saturating_sub(a.since) > max_age {
                 gone.push(*id);
             }
         }
@@ -381,20 +439,7 @@ impl AwayHold {
                 self.counters.dropped_gone += a.events.len() as u64;
             }
         }
-        let back: Vec<NodeId> = self
-            .daemons
-            .iter()
-            .filter(|(_, a)| a.back)
-            .map(|(id, _)| *id)
-            .collect();
-        let mut released = Vec::new();
-        for id in back {
-            if let Some(events) = self.release(id) {
-                released.push((id, events));
-            }
-        }
-        self.recount();
-        released
+        self.release_settled(now)
     }
 }
 
@@ -447,7 +492,7 @@ mod tests {
             max_events in 1usize..20,
             max_bytes in 200usize..4000,
         ) {
-            let limits = AwayLimits { max_events, max_bytes, ..AwayLimits::default() };
+            let limits = AwayLimits { max_events, max_bytes, settle_ns: 0, ..AwayLimits::default() };
             let mut hold = AwayHold::new(limits);
             let (topo, before, after) = away_topology();
             prop_assert!(hold.reach_changed(&topo, &before, &after, 0).is_empty());
@@ -459,7 +504,7 @@ mod tests {
                 seqs[p as usize] += 1;
                 let b = encoded(p, seqs[p as usize], size);
                 let ev = EventRef::parse(&b).expect("parses");
-                prop_assert_eq!(hold.hold(&ev, &b, &label, 1), 1);
+                prop_assert_eq!(hold.hold(&ev, &b, &label, 1).0, 1);
                 model.push_back(b);
                 while model.len() > max_events
                     || (model.iter().map(Bytes::len).sum::<usize>() > max_bytes && model.len() > 1)
@@ -482,7 +527,7 @@ mod tests {
         fn events_held_again_keep_their_order_per_publisher_and_are_held_once(
             order in prop::collection::vec((0u8..3, 1u64..30), 1..40),
         ) {
-            let mut hold = AwayHold::new(AwayLimits::default());
+            let mut hold = AwayHold::new(AwayLimits { settle_ns: 0, ..AwayLimits::default() });
             let (topo, before, after) = away_topology();
             hold.reach_changed(&topo, &before, &after, 0);
             let label: Arc<str> = "normal".into();
@@ -511,6 +556,33 @@ mod tests {
                 prop_assert!(mine.windows(2).all(|w| w[0] < w[1]), "publisher {p}: {mine:?}");
             }
         }
+    }
+
+    #[test]
+    fn an_event_that_comes_back_older_than_those_held_goes_before_them_once() {
+        let mut hold = AwayHold::new(AwayLimits {
+            settle_ns: 0,
+            ..AwayLimits::default()
+        });
+        let (topo, before, after) = away_topology();
+        hold.reach_changed(&topo, &before, &after, 0);
+        let label: Arc<str> = "normal".into();
+        for (p, seq) in [(0, 5), (1, 1), (0, 6), (0, 3), (1, 2), (0, 3)] {
+            let b = encoded(p, seq, 1);
+            let ev = EventRef::parse(&b).expect("parses");
+            hold.hold(&ev, &b, &label, 1);
+        }
+        let got: Vec<(String, u64)> = hold
+            .reach_changed(&topo, &after, &before, 2)
+            .into_iter()
+            .flat_map(|(_, e)| e)
+            .map(|h| key(&h.event))
+            .collect();
+        let want: Vec<(String, u64)> = [(0, 3), (0, 5), (1, 1), (0, 6), (1, 2)]
+            .iter()
+            .map(|(p, s)| (format!("/p{p}"), *s))
+            .collect();
+        assert_eq!(got, want);
     }
 
     #[test]

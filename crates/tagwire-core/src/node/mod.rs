@@ -327,6 +327,7 @@ impl<C: Clone> Node<C> {
         for (to, events) in self.away.tick(&reachable, now) {
             self.out.push_back(Output::Release { to, events });
         }
+        self.topo.set_held_for(self.away.ids());
         n
     }
 
@@ -464,6 +465,7 @@ impl<C: Clone> Node<C> {
         for (to, events) in self.away.reach_changed(&self.topo, before, after, self.now) {
             self.out.push_back(Output::Release { to, events });
         }
+        self.topo.set_held_for(self.away.ids());
     }
 
     // ----- reliable events held for daemons that are away -----
@@ -486,7 +488,11 @@ impl<C: Clone> Node<C> {
         now: u64,
     ) -> usize {
         self.now = self.now.max(now);
-        self.away.hold(ev, event, label, now)
+        let (n, first) = self.away.hold(ev, event, label, now);
+        if first {
+            self.topo.set_held_for(self.away.ids());
+        }
+        n
     }
 
     /// Holds again an event released toward `to` that could not be sent
@@ -506,8 +512,11 @@ impl<C: Clone> Node<C> {
         self.now = self.now.max(now);
         let interest = self.topo.kept_interest(to);
         let back = self.topo.reachable().contains(&to);
-        self.away
-            .hold_again(to, interest, back, ev, event, label, now)
+        let held = self
+            .away
+            .hold_again(to, interest, back, ev, event, label, now);
+        self.topo.set_held_for(self.away.ids());
+        held
     }
 
     /// The live link to pass an event of `origin` addressed to `to` on

@@ -343,6 +343,19 @@ impl Net {
         }
     }
 
+    /// Lets 2 s pass (each node's once-a-second housekeeping,
+    /// `expire_unreachable`): daemons reachable again for the hold's
+    /// `settle_ns` get what was held for them.
+    pub fn settle(&mut self) {
+        let t = self.now + 2_000_000_000;
+        self.now = t;
+        let ids: Vec<Id> = self.nodes.keys().copied().collect();
+        for id in ids {
+            self.node(id).expire_unreachable(t);
+        }
+        self.run();
+    }
+
     /// Daemon `at` passes `event` (published at `origin`, `hops` links
     /// ago) toward daemon `to` as a `ReliableTo`, as the router does: on
     /// the link `next_hop_toward` names; with none, at the origin it is

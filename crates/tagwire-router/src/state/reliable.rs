@@ -87,6 +87,31 @@ pub(crate) struct Parked {
     pub(crate) to: Option<NodeId>,
 }
 
+/// A `ReliableTo` this daemon is to pass on toward `to` but has no way to
+/// yet (the daemon before it already sees one: its adverts crossed first),
+/// waiting in arrival order for this daemon's routes to catch up
+/// (`reliable::retry_pending_to`). It holds one obligation on `upstream`.
+#[derive(Debug)]
+pub(crate) struct PendingTo {
+    pub(crate) upstream: Upstream,
+    pub(crate) from: NodeId,
+    pub(crate) origin: NodeId,
+    /// The hops to write in its frame.
+    pub(crate) hops: u8,
+    pub(crate) to: NodeId,
+    pub(crate) band: Arc<str>,
+    pub(crate) event: Bytes,
+    /// When it began to wait, ns.
+    pub(crate) since: u64,
+}
+
+/// Most `ReliableTo` events waiting for a way on; at the bound the oldest
+/// is failed back to its sender (which routes it again).
+pub(crate) const MAX_PENDING_TO: usize = 65_536;
+/// How long a `ReliableTo` waits for a way on before it is failed back to
+/// its sender, ns.
+pub(crate) const PENDING_TO_NS: u64 = 2_000_000_000;
+
 type Fast = foldhash::fast::RandomState;
 
 /// Counters shown with the links (`tagwire list --links --json`,
@@ -129,6 +154,8 @@ pub(crate) struct Reliable {
     pub completions: Vec<(Upstream, bool)>,
     /// Large events in pieces: reassemblies and counters.
     pub fragments: super::fragment::Fragments,
+    /// `ReliableTo` events waiting for a way on toward their daemon.
+    pub(crate) pending_to: std::collections::VecDeque<PendingTo>,
     last_warning: Option<Instant>,
 }
 
@@ -155,6 +182,7 @@ impl Reliable {
             obligations: 0,
             completions: Vec::new(),
             fragments: super::fragment::Fragments::new(config),
+            pending_to: std::collections::VecDeque::new(),
             last_warning: None,
         }
     }

@@ -1,8 +1,10 @@
 //! Reliable events held for daemons that are away (issue 25, a partition
 //! healed): when a daemon this one reached becomes unreachable, its
 //! interest is kept ([`KeptInterest`]), and every reliable event published
-//! *here* that it wanted is held for it, bounded, until it is reachable
-//! again; then the node hands them back in order
+//! *here* that it wanted is held for it, bounded, until it has been
+//! reachable again for `settle_ns` (held for meanwhile too, and left out of
+//! this daemon's own routes while anything is held for it); then the node
+//! hands them back in order
 //! ([`Output::Release`](super::Output::Release)) for the router to send
 //! toward it as `ReliableTo` frames, before anything newer.
 //!

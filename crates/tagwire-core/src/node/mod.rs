@@ -164,9 +164,10 @@ pub enum Output {
         /// Daemons reachable now, this one included.
         daemons: u32,
     },
-    /// Daemon `to`, away (unreachable) for a while, is reachable again:
-    /// here are the reliable events published here that it wanted while it
-    /// was away, oldest first. The router sends them toward it
+    /// Daemon `to`, away (unreachable) for a while, has been reachable again
+    /// for [`AwayLimits::settle_ns`]: here are the reliable events published
+    /// here that it wanted meanwhile, oldest first (its interest is back in
+    /// this daemon's own routes from this step on). The router sends them toward it
     /// (`ReliableTo`, [`Node::next_hop_toward`]) now, before any newer
     /// event, and gives back with [`Node::hold_again`] those it cannot.
     Release {
@@ -497,8 +498,8 @@ impl<C: Clone> Node<C> {
 
     /// Holds again an event released toward `to` that could not be sent
     /// (the way to `to` is gone again, or does not take `ReliableTo`): in
-    /// order among `to`'s held events of its publisher. Sent again when `to`
-    /// is next found reachable, or within a second if it is now. Returns
+    /// order among `to`'s held events of its publisher. Sent again once `to`
+    /// has been reachable for the settle time (checked every second). Returns
     /// whether it is held (not: `to` is unknown or the hold is off or full
     /// of daemons).
     pub fn hold_again(

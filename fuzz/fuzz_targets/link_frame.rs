@@ -2,7 +2,8 @@
 //! frame that decodes re-encodes to exactly its bytes; every one is handed
 //! to a node engine (core's `Node`, as the daemon does), from one of its
 //! two neighbours: adverts, pulls and answers to `on_link_frame`, the
-//! events of `Forward`s to `on_forward`. Errors are expected; a panic or a
+//! events of `Forward`s to `on_forward`, a `ReliableTo`'s to the way on
+//! toward its daemon and the hold for daemons that are away. Errors are expected; a panic or a
 //! frame for a link that is not up is a bug. (The same with structured
 //! input runs in CI: crates/tagwire-core/tests/node_bad_input.rs.)
 #![no_main]
@@ -57,6 +58,22 @@ fuzz_target!(|data: &[u8]| {
             } => {
                 if let Ok(ev) = EventRef::parse(&event) {
                     let _ = node.on_forward(from, origin, hops, &ev, || now, &mut Ignore);
+                }
+            }
+            LinkFrame::ReliableTo {
+                origin, to, event, ..
+            } => {
+                // As the router does: the way on toward `to`, and (at the
+                // origin) the hold again; neither may panic.
+                if let Some(next) = node.next_hop_toward(origin, to) {
+                    assert!(next == 2 || next == 3, "a ReliableTo for link {next}, which is not up");
+                }
+                if let Ok(ev) = EventRef::parse(&event) {
+                    let label: std::sync::Arc<str> = "normal".into();
+                    let _ = node.hold_again(to, &ev, &event, &label, now);
+                    if node.has_away() {
+                        let _ = node.hold_for_away(&ev, &event, &label, now);
+                    }
                 }
             }
             other => {

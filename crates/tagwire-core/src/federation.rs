@@ -203,6 +203,10 @@ pub struct Topology {
     nodes: HashMap<NodeId, Node>,
     /// Trees by origin, computed on demand; cleared on any change.
     trees: HashMap<NodeId, Tree>,
+    /// Daemons whose interest this daemon's own tree leaves out (the
+    /// reliable hold's away and settling daemons: what is published here
+    /// for them is held, not routed), see [`Topology::set_held_for`].
+    held_for: BTreeSet<NodeId>,
     /// Since when each known daemon has been unreachable from here, as
     /// [`expire_unreachable`](Self::expire_unreachable) last saw it (only
     /// daemons with an advert here: bounded by `max_nodes`).
@@ -242,7 +246,20 @@ impl Topology {
             limits,
             nodes,
             trees: HashMap::new(),
+            held_for: BTreeSet::new(),
             unreachable_since: HashMap::new(),
+        }
+    }
+
+    /// Leaves the interest of `ids` out of the routes of events published
+    /// here (the tree rooted at this daemon; other origins' trees keep it):
+    /// the reliable hold's away and settling daemons, whose events from here
+    /// are held and sent in order when they have settled. Costs the own
+    /// tree's recomputation when the set changes.
+    pub fn set_held_for(&mut self, ids: BTreeSet<NodeId>) {
+        if ids != self.held_for {
+            self.held_for = ids;
+            self.trees.remove(&self.me);
         }
     }
 
@@ -589,7 +606,9 @@ impl Topology {
                     let mut table = TagTable::new(1024);
                     let mut id = 0u64;
                     for &n in parent.keys() {
-                        if !descends(&parent, n, child) {
+                        if !descends(&parent, n, child)
+                            || (origin == self.me && self.held_for.contains(&n))
+                        {
                             continue;
                         }
                         for c in &self.nodes[&n].compiled {
@@ -679,6 +698,56 @@ impl Topology {
         self.bfs(root).get(&self.me).copied()
     }
 
+    /// Daemon `id`'s interest as compiled here, with its name, to keep
+    /// while it is away ([`crate::node`]'s reliable hold): `None` when no
+    /// advert of it is known or it wants nothing.
+    pub fn kept_interest(&self, id: NodeId) -> Option<KeptInterest> {
+        let n = self.nodes.get(&id)?;
+        (!n.compiled.is_empty()).then(|| KeptInterest {
+            name: n.name.clone(),
+            compiled: n.compiled.clone(),
+        })
+    }
+
+    /// The neighbour to pass an event published at `origin` and addressed
+    /// to daemon `to` on (a `ReliableTo`): the child of this daemon, in
+    /// `origin`'s shortest-path tree, on the path down to `to` — the same
+    /// links the live events of `origin` take toward `to`, so the two keep
+    /// their order. `None` when `to` or this daemon is not in that tree, or
+    /// this daemon is not on the path (or is `to`). Costs a breadth-first
+    /// walk: it is for events held while `to` was away, not the event path.
+    pub fn next_hop_toward(&self, origin: NodeId, to: NodeId) -> Option<NodeId> {
+        if to == self.me {
+            return None;
+        }
+        let parent = self.bfs(origin);
+        if !parent.contains_key(&self.me) {
+            return None;
+        }
+        let mut at = to;
+        // At most one step per daemon in the tree: the walk ends.
+        for _ in 0..parent.len() {
+            let p = *parent.get(&at)?;
+            if p == self.me {
+                return Some(at);
+            }
+            if p == at {
+                // The root, and this daemon was not on the way.
+                return None;
+            }
+            at = p;
+        }
+        None
+    }
+
+    /// Whether a daemon reachable from here other than `id` advertises
+    /// `name` (so `id` was restarted under a new id: superseded).
+    pub fn superseded(&self, id: NodeId, name: &str) -> bool {
+        self.bfs(self.me)
+            .keys()
+            .any(|r| *r != id && self.nodes.get(r).is_some_and(|n| &*n.name == name))
+    }
+
     /// Whether any daemon other than this one has interest matching `tag`
     /// (for counting events received that nobody here or beyond wanted).
     pub fn wanted_locally(&self, event: &EventRef<'_>) -> bool {
@@ -705,6 +774,34 @@ impl Topology {
             .collect();
         v.sort_by_key(|e| e.0);
         v
+    }
+}
+
+/// A daemon's interest as this daemon compiled it from its advert, kept
+/// while the daemon is unreachable ([`Topology::kept_interest`]): which
+/// events it wanted.
+#[derive(Debug, Clone)]
+pub struct KeptInterest {
+    name: Arc<str>,
+    compiled: CompiledInterest,
+}
+
+impl KeptInterest {
+    /// The name the daemon advertised.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Whether the daemon wants `event` published here: a pattern matches
+    /// and its filter passes; a scale whose proxy is at the publisher (here)
+    /// passes only its 1-in-n events (a proxy elsewhere: every event).
+    pub fn matches(&self, event: &EventRef<'_>) -> bool {
+        self.compiled.iter().any(|c| {
+            c.pattern.matches(event.tag)
+                && c.filter.as_ref().is_none_or(|f| f.matches(event))
+                && (c.proxy != ProxyAt::Publisher
+                    || event.seq.is_multiple_of(u64::from(c.scale.max(1))))
+        })
     }
 }
 

@@ -141,6 +141,20 @@ fn frame() -> impl Strategy<Value = LinkFrame> {
                     pull: pull(node),
                 }
             ),
+        (
+            id.clone(),
+            any::<u8>(),
+            id.clone(),
+            prop::sample::select(vec!["/a/x", "/b/y", "/z"]),
+            0u64..64
+        )
+            .prop_map(|(origin, hops, to, tag, seq)| LinkFrame::ReliableTo {
+                seq: 1,
+                origin,
+                hops,
+                to,
+                event: event(tag, seq),
+            }),
         (0u32..8).prop_map(|id| LinkFrame::PullAnswer {
             id,
             outcome: PullOutcome::Refused {
@@ -189,6 +203,22 @@ proptest! {
                     // Never back to where it came from; only to live links.
                     prop_assert!(!sink.links.contains(&from));
                     prop_assert!(sink.links.iter().all(|l| NEIGHBOURS.contains(l)));
+                    // As the router does for a reliable event published
+                    // here: held for daemons that are away.
+                    if n.has_away() {
+                        let label: std::sync::Arc<str> = "normal".into();
+                        let _ = n.hold_for_away(&ev, &event, &label, now);
+                    }
+                }
+                LinkFrame::ReliableTo { origin, to, event, .. } => {
+                    // The way on toward `to` is a live link, if any; the
+                    // hold takes it back or refuses it, never panics.
+                    if let Some(next) = n.next_hop_toward(origin, to) {
+                        prop_assert!(NEIGHBOURS.contains(&next), "toward {to} over {next}");
+                    }
+                    let ev = EventRef::parse(&event).expect("test events parse");
+                    let label: std::sync::Arc<str> = "normal".into();
+                    let _ = n.hold_again(to, &ev, &event, &label, now);
                 }
                 other => {
                     prop_assert!(n.on_link_frame(from, other, now).is_none());
@@ -203,7 +233,11 @@ proptest! {
             }
             // At most: the frame flooded on, plus every newly reachable
             // daemon's advert, on each link; plus a pull's answer.
-            let bound = NEIGHBOURS.len() * (1 + known_before.max(n.topology().len())) + 1;
+            // And one `Release` per away daemon back (at most the hold's
+            // `max_daemons`).
+            let bound = NEIGHBOURS.len() * (1 + known_before.max(n.topology().len()))
+                + 1
+                + tagwire_core::node::AwayLimits::default().max_daemons;
             prop_assert!(outputs <= bound, "{outputs} outputs for one frame (bound {bound})");
             prop_assert!(n.topology().len() <= MAX_NODES);
             prop_assert!(n.pulls_in_flight() <= MAX_PENDING);

@@ -509,3 +509,175 @@ fn a_restarted_daemon_supersedes_its_old_advert_everywhere() {
     let pull = latest("c");
     assert_eq!(net.node(1).pull_target(&pull).expect("known"), Some(9));
 }
+
+/// The payload sequence numbers daemon `at`'s channel `ch` got, in order.
+fn seqs_at(net: &Net, at: Id, ch: &str) -> Vec<u64> {
+    net.delivered
+        .iter()
+        .filter(|(id, c, _)| *id == at && c == ch)
+        .map(|(_, _, bytes)| EventRef::parse(bytes).expect("parses").seq)
+        .collect()
+}
+
+/// Issue 25, a partition with `reliable`: daemons a – b – c, a subscriber
+/// at c. c is cut off (b – c down), a publishes, the link comes back: what
+/// a published meanwhile was held at a for c (c's interest kept while it
+/// was away); for a settling second after c is reachable again what a
+/// publishes for c is held too (not routed live), then it all goes to c as
+/// `ReliableTo`, before anything newer — c gets every event once, in
+/// order.
+#[test]
+fn a_reliable_stream_loses_nothing_across_a_healed_partition() {
+    let mut net = Net::line(3);
+    net.reliable = true;
+    net.subscribe(3, "viewer", "/t/**");
+    for seq in 1..=5 {
+        net.publish(1, &event("/t/x", seq));
+    }
+    net.disconnect(2, 3);
+    assert!(net.node(1).has_away(), "c is away from a");
+    for seq in 6..=15 {
+        net.publish(1, &event("/t/x", seq));
+    }
+    assert_eq!(seqs_at(&net, 3, "viewer"), (1..=5).collect::<Vec<_>>());
+    assert_eq!(net.node(1).away_held(), (1, 10, net.node(1).away_held().2));
+    net.connect(2, 3);
+    for seq in 16..=18 {
+        net.publish(1, &event("/t/x", seq));
+    }
+    assert_eq!(
+        seqs_at(&net, 3, "viewer"),
+        (1..=5).collect::<Vec<_>>(),
+        "settling: nothing goes to c live before what was held for it"
+    );
+    net.settle();
+    for seq in 19..=20 {
+        net.publish(1, &event("/t/x", seq));
+    }
+    assert_eq!(
+        seqs_at(&net, 3, "viewer"),
+        (1..=20).collect::<Vec<_>>(),
+        "c gets every event once, in order"
+    );
+    assert_eq!(net.released, vec![(1, 3, 13)]);
+    let c = net.node(1).away_counters();
+    assert_eq!((c.held, c.released, c.dropped_full), (13, 13, 0));
+    assert!(!net.node(1).has_away());
+    assert_eq!(net.node(1).away_held().1, 0);
+}
+
+/// Without `reliable` nothing is held: the same partition loses what it
+/// lasts (so the test above can fail).
+#[test]
+fn a_best_effort_stream_loses_what_a_partition_lasts() {
+    let mut net = Net::line(3);
+    net.subscribe(3, "viewer", "/t/**");
+    net.publish(1, &event("/t/x", 1));
+    net.disconnect(2, 3);
+    net.publish(1, &event("/t/x", 2));
+    net.connect(2, 3);
+    net.publish(1, &event("/t/x", 3));
+    assert_eq!(seqs_at(&net, 3, "viewer"), vec![1, 3]);
+}
+
+/// A ring a – b – c – d – a with c cut off from both neighbours: the
+/// events held for c go back along the path a's live events take (the
+/// origin's tree), whichever link comes back first; events c's kept
+/// interest does not match (another tag) are not held; the hold's bound
+/// drops the oldest and counts it.
+#[test]
+fn a_partition_in_a_ring_holds_only_what_the_away_daemon_wanted_and_bounds_it() {
+    let mut net = Net::new(4);
+    for (a, b) in [(1, 2), (2, 3), (3, 4), (4, 1)] {
+        net.connect(a, b);
+    }
+    net.reliable = true;
+    net.subscribe(3, "viewer", "/t/**");
+    net.disconnect(2, 3);
+    net.disconnect(3, 4);
+    for seq in 1..=4 {
+        net.publish(1, &event("/t/x", seq));
+        net.publish(1, &event("/other", 100 + seq));
+    }
+    assert_eq!(net.node(1).away_held().1, 4, "only /t/** is held for c");
+    net.connect(3, 4);
+    net.connect(2, 3);
+    net.settle();
+    net.publish(1, &event("/t/x", 5));
+    assert_eq!(seqs_at(&net, 3, "viewer"), vec![1, 2, 3, 4, 5]);
+
+    // The bound: at most 3 events per away daemon; the oldest go.
+    let mut net = Net::new(3);
+    net.nodes.insert(
+        1,
+        tagwire_core::node::Node::new(
+            1,
+            "a",
+            tagwire_core::node::NodeLimits {
+                away: tagwire_core::node::AwayLimits {
+                    max_events: 3,
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+            0,
+        ),
+    );
+    net.connect(1, 2);
+    net.connect(2, 3);
+    net.reliable = true;
+    net.subscribe(3, "viewer", "/t/**");
+    net.disconnect(2, 3);
+    for seq in 1..=5 {
+        net.publish(1, &event("/t/x", seq));
+    }
+    assert_eq!(net.node(1).away_counters().dropped_full, 2);
+    net.connect(2, 3);
+    net.settle();
+    assert_eq!(seqs_at(&net, 3, "viewer"), vec![3, 4, 5]);
+}
+
+/// A daemon that comes back under a new id (a restart) is not the one
+/// that was away: what was held for the old id is dropped and counted.
+#[test]
+fn a_daemon_restarted_under_a_new_id_gets_nothing_held_for_its_old_one() {
+    let mut net = Net::line(3);
+    net.reliable = true;
+    net.subscribe(3, "viewer", "/t/**");
+    net.disconnect(2, 3);
+    for seq in 1..=3 {
+        net.publish(1, &event("/t/x", seq));
+    }
+    assert_eq!(net.node(1).away_held().1, 3);
+    // "c" again, as daemon 9.
+    net.nodes.insert(
+        9,
+        tagwire_core::node::Node::new(9, "c", Default::default(), 0),
+    );
+    net.connect(2, 9);
+    assert_eq!(net.node(1).away_held().1, 0);
+    assert_eq!(net.node(1).away_counters().dropped_gone, 3);
+    assert!(net.released.is_empty());
+}
+
+/// Held events older than the age bound are dropped (counted), and a
+/// daemon away longer than it, once it holds nothing, is forgotten.
+#[test]
+fn held_events_and_away_daemons_expire_at_the_age_bound() {
+    let mut net = Net::line(3);
+    net.reliable = true;
+    net.subscribe(3, "viewer", "/t/**");
+    net.disconnect(2, 3);
+    net.publish(1, &event("/t/x", 1));
+    let t0 = net.now;
+    let age = tagwire_core::node::AwayLimits::default().max_age_ns;
+    net.now = t0 + age / 2;
+    net.publish(1, &event("/t/x", 2));
+    net.node(1).expire_unreachable(t0 + age + 1);
+    assert_eq!(net.node(1).away_counters().dropped_age, 1);
+    assert_eq!(net.node(1).away_held().1, 1);
+    net.node(1).expire_unreachable(t0 + 2 * age + 2);
+    assert_eq!(net.node(1).away_counters().dropped_age, 2);
+    assert_eq!(net.node(1).away_held(), (0, 0, 0));
+    assert!(!net.node(1).has_away());
+}

@@ -1340,6 +1340,42 @@ pub struct ReliableInfo {
     /// came within 250 ms (the frame or its acknowledgement was lost).
     #[serde(default)]
     pub retransmitted: u64,
+    /// Daemons away now (unreachable, their interest kept) for which
+    /// reliable events published here are held (issue 25, a partition).
+    #[serde(default)]
+    pub away_daemons: u64,
+    /// Events held for them now, and their bytes.
+    #[serde(default)]
+    pub away_events: u64,
+    /// (See `away_events`.)
+    #[serde(default)]
+    pub away_bytes: u64,
+    /// Events held for an away daemon since the start (once per daemon).
+    #[serde(default)]
+    pub away_held: u64,
+    /// Held events sent toward their daemon when it was reachable again
+    /// (`ReliableTo`).
+    #[serde(default)]
+    pub away_released: u64,
+    /// Held events dropped: at the count or byte bound
+    /// (`reliable_hold_events`/`_bytes`), the age bound
+    /// (`reliable_hold_secs`), with a daemon forgotten (away longer, a
+    /// restart under a new id, over `reliable_hold_daemons`), or larger than
+    /// `fragment_size` (never held). Lost for that daemon: the publisher's
+    /// daemon counts them here.
+    #[serde(default)]
+    pub away_dropped: u64,
+    /// `ReliableTo` events this daemon passed on toward their daemon.
+    #[serde(default)]
+    pub to_forwarded: u64,
+    /// `ReliableTo` events delivered here (their daemon is this one;
+    /// copies it already had are counted in `duplicates`).
+    #[serde(default)]
+    pub to_delivered: u64,
+    /// `ReliableTo` events dropped here: over the hop limit (counted, the
+    /// sender told done) — a routing loop, never a normal path.
+    #[serde(default)]
+    pub to_dropped: u64,
 }
 
 /// A daemon as its advert describes it.

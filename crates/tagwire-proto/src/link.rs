@@ -20,8 +20,13 @@ use crate::writer::{patch_len, put_short_str as put_short, put_str16, FRAME_HEAD
 /// Version 3 adds [`LinkFrame::Reliable`] and [`LinkFrame::Ack`]; version 4
 /// adds [`LinkFrame::Fragment`] and [`LinkFrame::FragmentResume`]; version 5
 /// adds [`LinkFrame::Compressed`]; version 6 adds the UDP ports of the
-/// bands to the acceptor's [`LinkFrame::Peer`] (`udp_bands`).
-pub const LINK_VERSION: u16 = 6;
+/// bands to the acceptor's [`LinkFrame::Peer`] (`udp_bands`); version 7
+/// adds [`LinkFrame::ReliableTo`].
+pub const LINK_VERSION: u16 = 7;
+/// The first link version that carries [`LinkFrame::ReliableTo`] (reliable
+/// events held for a daemon while it was unreachable, sent to it once it is
+/// reachable again); an older peer gets none.
+pub const RELIABLE_TO_LINK_VERSION: u16 = 7;
 /// The first link version whose acceptor lists its bands' UDP ports in
 /// its `Peer` (`udp_bands`), so that a link dialed over UDP opens one
 /// session per band; an older peer's UDP link stays on the default band.
@@ -44,6 +49,9 @@ pub const FRAGMENT_PREFIX_LEN: usize = FRAME_HEADER_LEN + 46;
 pub const MIN_LINK_VERSION: u16 = 2;
 /// The first link version with hop-by-hop acknowledgement.
 pub const RELIABLE_LINK_VERSION: u16 = 3;
+/// Bytes of a [`LinkFrame::ReliableTo`]'s body before its event: `seq`,
+/// `origin`, `hops`, `to`.
+pub const RELIABLE_TO_FIELDS_LEN: usize = 8 + 8 + 1 + 8;
 /// Most ranges one [`Ack`] carries.
 pub const MAX_ACK_RANGES: usize = 16;
 /// Most unacknowledged reliable events one link connection may have in
@@ -90,6 +98,11 @@ pub mod link_kind {
     pub const FORWARD_COMPRESSED: u8 = 0x2b;
     /// Either way (link version 5): a `Reliable` whose event is compressed.
     pub const RELIABLE_COMPRESSED: u8 = 0x2c;
+    /// Either way (link version 7): a reliable event addressed to one
+    /// daemon (`to`), under the connection's sequence numbers like
+    /// `Reliable`: daemons on the way pass it toward `to`, which delivers it
+    /// locally only.
+    pub const RELIABLE_TO: u8 = 0x2d;
 }
 
 /// How a [`LinkFrame::Compressed`] event is compressed (its `codec` byte).
@@ -410,6 +423,24 @@ pub enum LinkFrame {
     },
     /// Settles `Reliable` frames of this connection (link version 3).
     Ack(Ack),
+    /// A reliable event addressed to daemon `to` (link version 7): one
+    /// that `origin` held while `to` was unreachable and sends now that it
+    /// is reachable again. Numbered, held and acknowledged like
+    /// [`LinkFrame::Reliable`] (the same per-connection `seq`); daemons on
+    /// the way pass it toward `to` without delivering it, `to` delivers it
+    /// to its local subscribers only.
+    ReliableTo {
+        /// Per-connection sequence number (shared with `Reliable`), from 1.
+        seq: u64,
+        /// The daemon where it was published.
+        origin: u64,
+        /// Links it has crossed before this one.
+        hops: u8,
+        /// The daemon it is for.
+        to: u64,
+        /// The encoded event (see [`crate::EventRef::parse`]).
+        event: Bytes,
+    },
     /// One piece of an event larger than the frame (link version 4): the
     /// receiver puts the pieces of (`id`, `total`, `checksum`) together and
     /// handles the whole as `of` says.
@@ -471,6 +502,7 @@ impl LinkFrame {
             LinkFrame::PullAnswer { .. } => link_kind::PULL_ANSWER,
             LinkFrame::Reliable { .. } => link_kind::RELIABLE,
             LinkFrame::Ack(_) => link_kind::ACK,
+            LinkFrame::ReliableTo { .. } => link_kind::RELIABLE_TO,
             LinkFrame::Fragment { .. } => link_kind::FRAGMENT,
             LinkFrame::FragmentResume { .. } => link_kind::FRAGMENT_RESUME,
             LinkFrame::Compressed {
@@ -620,6 +652,25 @@ impl LinkFrame {
                 out.put_slice(event);
             }
             LinkFrame::Ack(ack) => ack.encode_body(out)?,
+            LinkFrame::ReliableTo {
+                seq,
+                origin,
+                hops,
+                to,
+                event,
+            } => {
+                if *seq == 0 {
+                    return Err(EncodeError::BadValue {
+                        what: "reliable sequence number",
+                        value: 0,
+                    });
+                }
+                out.put_u64_le(*seq);
+                out.put_u64_le(*origin);
+                out.put_u8(*hops);
+                out.put_u64_le(*to);
+                out.put_slice(event);
+            }
             LinkFrame::Fragment {
                 id,
                 total,
@@ -842,6 +893,25 @@ impl LinkFrame {
                 });
             }
             link_kind::ACK => LinkFrame::Ack(Ack::decode_body(&mut r)?),
+            link_kind::RELIABLE_TO => {
+                let seq = r.u64("reliable sequence number")?;
+                if seq == 0 {
+                    return Err(DecodeError::BadValue {
+                        what: "reliable sequence number",
+                        value: 0,
+                    });
+                }
+                let origin = r.u64("forward origin")?;
+                let hops = r.u8("hop count")?;
+                let to = r.u64("reliable destination daemon")?;
+                return Ok(LinkFrame::ReliableTo {
+                    seq,
+                    origin,
+                    hops,
+                    to,
+                    event: body.slice(RELIABLE_TO_FIELDS_LEN..),
+                });
+            }
             link_kind::FORWARD_COMPRESSED | link_kind::RELIABLE_COMPRESSED => {
                 let of = if kind == link_kind::FORWARD_COMPRESSED {
                     FragmentOf::Forward {
@@ -962,6 +1032,7 @@ pub fn link_frame_name(kind: u8) -> &'static str {
         link_kind::PULL_ANSWER => "PullAnswer",
         link_kind::RELIABLE => "Reliable",
         link_kind::ACK => "Ack",
+        link_kind::RELIABLE_TO => "ReliableTo",
         link_kind::FRAGMENT => "Fragment",
         link_kind::FRAGMENT_RESUME => "FragmentResume",
         link_kind::FORWARD_COMPRESSED => "ForwardCompressed",
@@ -1345,6 +1416,20 @@ mod tests {
                     seq,
                     origin,
                     hops,
+                    event: Bytes::from(e)
+                }),
+            (
+                1u64..,
+                any::<u64>(),
+                any::<u8>(),
+                any::<u64>(),
+                prop::collection::vec(any::<u8>(), 0..64)
+            )
+                .prop_map(|(seq, origin, hops, to, e)| LinkFrame::ReliableTo {
+                    seq,
+                    origin,
+                    hops,
+                    to,
                     event: Bytes::from(e)
                 }),
             (

@@ -646,6 +646,16 @@ fn link_vectors() -> Vec<(&'static str, LinkFrame)> {
             },
         ),
         (
+            "link_reliable_to",
+            LinkFrame::ReliableTo {
+                seq: 5,
+                origin: 0x0102_0304_0506_0708,
+                hops: 1,
+                to: 0x1112_1314_1516_1718,
+                event: Bytes::from_static(&[0xde, 0xad]),
+            },
+        ),
+        (
             "link_fragment",
             LinkFrame::Fragment {
                 id: 0x11,

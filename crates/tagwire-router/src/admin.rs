@@ -851,5 +851,14 @@ pub(crate) fn federation_info(st: &State) -> tagwire_proto::admin::FederationInf
     info.members = members;
     info.bad_datagrams = st.members.bad_datagrams;
     info.peers = st.config.federation.peers.len();
+    let (daemons, events, bytes) = st.node.away_held();
+    let c = st.node.away_counters();
+    let r = &mut info.reliable;
+    r.away_daemons = daemons as u64;
+    r.away_events = events as u64;
+    r.away_bytes = bytes as u64;
+    r.away_held = c.held;
+    r.away_released = c.released;
+    r.away_dropped += c.dropped_full + c.dropped_age + c.dropped_gone;
     info
 }

@@ -159,6 +159,22 @@ pub struct FederationConfig {
     /// (origin daemon, publisher) pairs the dedupe window remembers; at the
     /// bound the least recently used half is forgotten.
     pub reliable_dedupe_keys: usize,
+    /// Reliable events published here held per daemon that is away
+    /// (unreachable after being reached: a partition), sent to it once it
+    /// is reachable again (docs/reliability.md, "A partition"); at the
+    /// bound the oldest is dropped (counted `away_dropped`). 0 turns the
+    /// hold off.
+    pub reliable_hold_events: usize,
+    /// And their bytes, per away daemon (outside
+    /// `limits.max_buffered_bytes`, like the windows: mind
+    /// `reliable_hold_daemons` × this).
+    pub reliable_hold_bytes: usize,
+    /// How long an event is held, and an away daemon remembered, in
+    /// seconds; older ones are dropped (counted).
+    pub reliable_hold_secs: u64,
+    /// Most away daemons held for at once; at the bound the one away
+    /// longest is forgotten with what it held (counted).
+    pub reliable_hold_daemons: usize,
     /// On a link of version 4, a reliable event larger than this crosses in
     /// pieces of this many bytes (`Fragment`), resumable after a reconnect
     /// (docs/reliability.md, "Large payloads"); 4,096 ..= 16 MiB.
@@ -171,10 +187,12 @@ pub struct FederationConfig {
     /// `limits.max_buffered_bytes`, like the reliable windows); an event
     /// larger than this is refused (the link closes naming it).
     pub fragment_max_bytes: usize,
-    /// The newest link protocol version this daemon speaks, 2 ..= 6
-    /// (default 6, the newest): lower it to link as a daemon of that
+    /// The newest link protocol version this daemon speaks, 2 ..= 7
+    /// (default 7, the newest): lower it to link as a daemon of that
     /// version would during a rolling upgrade, or to test one (5: a
-    /// `udp://` link carries every band on the default band's session).
+    /// `udp://` link carries every band on the default band's session; 6:
+    /// no `ReliableTo`, so events held for a daemon away are not sent
+    /// over that link).
     pub link_version: u16,
 }
 
@@ -218,6 +236,10 @@ impl Default for FederationConfig {
             reliable_window_bytes: 16 << 20,
             reliable_window_full: ReliableWindowFull::DropOldest,
             reliable_dedupe_keys: 65_536,
+            reliable_hold_events: 65_536,
+            reliable_hold_bytes: 16 << 20,
+            reliable_hold_secs: 60,
+            reliable_hold_daemons: 16,
             fragment_size: 1 << 20,
             fragment_max_events: 16,
             fragment_max_bytes: 1 << 30,
@@ -264,6 +286,8 @@ impl FederationConfig {
             ("reliable_window_events", self.reliable_window_events),
             ("reliable_window_bytes", self.reliable_window_bytes),
             ("reliable_dedupe_keys", self.reliable_dedupe_keys),
+            ("reliable_hold_bytes", self.reliable_hold_bytes),
+            ("reliable_hold_daemons", self.reliable_hold_daemons),
             ("fragment_max_events", self.fragment_max_events),
             ("fragment_max_bytes", self.fragment_max_bytes),
         ] {

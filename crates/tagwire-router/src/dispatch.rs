@@ -44,6 +44,9 @@ pub(crate) struct Route<'a> {
     /// caller has it (a client's publish batch hashes it once per run of
     /// one publisher); else it is hashed here.
     pub publisher_key: Option<u64>,
+    /// Local channels only, no link and no multicast group: a `ReliableTo`
+    /// that reached the daemon it was for.
+    pub local_only: bool,
 }
 
 /// Offers an event published here to local channels and to the links that
@@ -175,6 +178,13 @@ fn deliver_with(
     } else {
         crate::compress::for_tag(st, ev.tag)
     };
+    // A reliable event published here while a daemon that wants it is
+    // away: held for it after routing (below). One flag test when no
+    // daemon is away.
+    let hold_for_away = route.origin == 0
+        && !route.local_only
+        && st.node.has_away()
+        && (reliable || route.reliable || crate::reliable::tag_is_reliable(st, ev.tag));
     let mut sink = Execute {
         reliable,
         upstream: route.upstream,
@@ -201,6 +211,7 @@ fn deliver_with(
     // a group only when a live member next on its tree wants it (after
     // filters and an upstream proxy's scaling), as it would go to a link.
     let group = if st.mcast.groups.is_empty()
+        || route.local_only
         || (reliable && route.group.is_none())
         || (route.group.is_none()
             && !wanted_by_member(&mut st.node, &st.mcast.groups, ev, origin, route.from))
@@ -234,10 +245,25 @@ fn deliver_with(
             .is_some_and(|g| g.is_live_member(to, now))
     };
     let over = st.node.routes().budget_stats().over_budget;
-    let links = st
-        .node
-        .route_skipping(ev, origin, route.hops, route.from, skip, &mut sink);
+    let links = if route.local_only {
+        st.node.route_local(ev, &mut sink);
+        0
+    } else {
+        st.node
+            .route_skipping(ev, origin, route.hops, route.from, skip, &mut sink)
+    };
     st.node.count_expired(sink.expired_by_mapping);
+    // Held for the away daemons that want it, sent once they are back.
+    if hold_for_away {
+        let held = match sink.shm.as_deref_mut() {
+            None => Some(sink.event.for_history().0),
+            Some(s) => s.copied().map(|c| c.for_history().0),
+        };
+        if let Some(bytes) = held {
+            let band = (!band.is_empty()).then_some(band.as_str());
+            crate::reliable::hold_for_away(st, ev, &bytes, band);
+        }
+    }
     if st.node.routes().budget_stats().over_budget != over {
         log_over_budget(st);
     }
@@ -426,6 +452,7 @@ impl Sink<Arc<Channel>> for Execute<'_, '_, '_> {
                     upstream: self.upstream,
                     tries: 0,
                     packed: packed.clone(),
+                    to: None,
                 };
                 let offered = crate::reliable::offer(self.rel, conn, held, self.max_control);
                 if let crate::reliable::Offered::Rejected { report: true } = offered {

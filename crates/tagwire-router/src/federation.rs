@@ -159,6 +159,10 @@ pub(crate) async fn run(state: Arc<Locked<State>>, lane: crate::state::lanes::La
             if expired > 0 {
                 tracing::info!("forgot {expired} daemon(s) unreachable for 10 s");
             }
+            // Events held for a daemon that is reachable again and that
+            // could not go when it came back go now (core's hold, every
+            // second).
+            crate::node_io::execute(&mut st);
             let t1 = st.fed.clock();
             for l in st.fed.links.values_mut() {
                 let (bin, bout, at) = l.sampled;

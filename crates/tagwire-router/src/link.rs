@@ -143,7 +143,10 @@ pub(crate) fn on_frame(
     let mut st = c.state.borrow_mut();
     if !matches!(
         frame,
-        LinkFrame::Forward { .. } | LinkFrame::Reliable { .. } | LinkFrame::Compressed { .. }
+        LinkFrame::Forward { .. }
+            | LinkFrame::Reliable { .. }
+            | LinkFrame::ReliableTo { .. }
+            | LinkFrame::Compressed { .. }
     ) {
         // Control frames (a clock probe each way every second) prove the
         // peer alive; events are left out to keep the clock off their path.
@@ -223,6 +226,28 @@ pub(crate) fn on_frame(
                 hops,
                 &event,
                 chunk,
+                &arrived_on,
+            )
+        }
+        LinkFrame::ReliableTo {
+            seq,
+            origin,
+            hops,
+            to,
+            event,
+        } => {
+            let arrived_on = st.band_of(c.conn);
+            c.stage.arrived = c.arrived;
+            crate::forwarded::on_reliable_to(
+                &mut st,
+                c.stage,
+                c.conn,
+                peer,
+                seq,
+                origin,
+                hops,
+                to,
+                &event,
                 &arrived_on,
             )
         }
@@ -660,6 +685,10 @@ pub(crate) fn refused_by_peer(addr: &str, code: ErrorCode, message: &str) -> Str
 /// peer refused it.
 fn without_version(version: u16) -> &'static str {
     match version {
+        v if v >= tagwire_proto::RELIABLE_TO_LINK_VERSION => {
+            "reliable events held for a daemon that was away (a partition) are not sent over that \
+             link"
+        }
         v if v >= UDP_BANDS_LINK_VERSION => {
             "a udp:// link to it carries every band on the default band's session"
         }

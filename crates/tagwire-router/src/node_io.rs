@@ -54,6 +54,7 @@ pub(crate) fn execute(st: &mut State) {
                 st.fed.healed = Some(daemons);
                 tell_healed(st);
             }
+            Output::Release { to, events } => crate::reliable::release(st, to, events),
             Output::AdvertRefused { from, error } => {
                 let Some(l) = st.fed.links.get(&from) else {
                     continue;

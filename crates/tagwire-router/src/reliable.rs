@@ -15,6 +15,12 @@
 //! Copies that arrive twice this way are dropped by the dedupe window
 //! (origin daemon, publisher, sequence number).
 //!
+//! **A partition.** Reliable events published here for a daemon that is
+//! away are held in core's node engine ([`tagwire_core::node::Node::hold_for_away`]);
+//! when it is reachable again they go as `ReliableTo` frames ([`release`])
+//! on the link its live events take, under the same windows and custody;
+//! daemons on the way pass them on ([`offer_toward`]).
+//!
 //! **Cost.** With no reliable tag, or no version-3 link, an event costs one
 //! flag test. For a reliable event: a cached lookup of its tag, one copy of
 //! its bytes into the window per link (the frame goes on the connection's
@@ -24,6 +30,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use tagwire_core::federation::NodeId;
 use tagwire_core::filter::Overrides;
 use tagwire_core::node::Sink;
@@ -67,6 +74,27 @@ fn compressed_frame(seq: u64, h: &Held) -> Option<LinkFrame> {
     })
 }
 
+/// The frame that carries held event `h` under `seq`: `ReliableTo` for one
+/// addressed to a daemon, else `ReliableCompressed` if it has a compressed
+/// form, else `Reliable`.
+fn frame_of(seq: u64, h: &Held) -> LinkFrame {
+    if let Some((to, _)) = &h.to {
+        return LinkFrame::ReliableTo {
+            seq,
+            origin: h.origin,
+            hops: h.hops,
+            to: *to,
+            event: h.event.clone(),
+        };
+    }
+    compressed_frame(seq, h).unwrap_or_else(|| LinkFrame::Reliable {
+        seq,
+        origin: h.origin,
+        hops: h.hops,
+        event: h.event.clone(),
+    })
+}
+
 /// Most times one event is routed again: past it, it is given up (counted
 /// `unroutable`), so that daemons whose views of the topology disagree for
 /// a while cannot pass it back and forth for ever.
@@ -104,7 +132,18 @@ pub(crate) fn layers_changed(st: &mut State) {
 /// flag test when no tag is reliable or no link speaks version 3.
 pub(crate) fn is_reliable(st: &mut State, tag: &str) -> bool {
     let rel = &st.fed.reliable;
-    if !rel.enabled || (rel.conns.is_empty() && rel.checked_out.is_none()) {
+    if rel.conns.is_empty() && rel.checked_out.is_none() {
+        return false;
+    }
+    tag_is_reliable(st, tag)
+}
+
+/// Whether the tag/daemon layers make `tag` reliable, links or none (a
+/// daemon cut off from every other still holds its reliable events for
+/// the daemons away): a flag test when no tag is reliable, else a cached
+/// lookup.
+pub(crate) fn tag_is_reliable(st: &mut State, tag: &str) -> bool {
+    if !st.fed.reliable.enabled {
         return false;
     }
     if let Some(r) = st.fed.reliable.cache.get(tag) {
@@ -209,7 +248,7 @@ fn transmit(cr: &mut ConnRel, max_control: usize) -> u64 {
         let Some((seq, h)) = cr.send.peek_unsent() else {
             return pieces;
         };
-        if cr.piece > 0 && h.event.len() > cr.piece {
+        if cr.piece > 0 && h.event.len() > cr.piece && h.to.is_none() {
             if let Some(s) =
                 crate::state::fragment::start(seq, h.origin, h.hops, &h.event, cr.piece)
             {
@@ -217,12 +256,7 @@ fn transmit(cr: &mut ConnRel, max_control: usize) -> u64 {
                 continue;
             }
         }
-        let frame = compressed_frame(seq, h).unwrap_or_else(|| LinkFrame::Reliable {
-            seq,
-            origin: h.origin,
-            hops: h.hops,
-            event: h.event.clone(),
-        });
+        let frame = frame_of(seq, h);
         if !cr.outbox.send_link(&frame, max_control) {
             return pieces;
         }
@@ -246,12 +280,7 @@ fn retransmit(cr: &mut ConnRel, now: u64, max_control: usize) -> u64 {
         let Some(h) = cr.send.get(seq) else {
             continue;
         };
-        let frame = compressed_frame(seq, h).unwrap_or_else(|| LinkFrame::Reliable {
-            seq,
-            origin: h.origin,
-            hops: h.hops,
-            event: h.event.clone(),
-        });
+        let frame = frame_of(seq, h);
         if !cr.outbox.send_link(&frame, max_control) {
             break;
         }
@@ -345,6 +374,7 @@ fn client_checkout<'r>(rel: &'r mut Reliable, conn: u64, outbox: &Arc<Outbox>) -
             // A client connection does not carry pieces (links only).
             piece: 0,
             sending: None,
+            reliable_to: false,
         });
         (conn, cr)
     });
@@ -499,7 +529,7 @@ pub(crate) fn on_ack(st: &mut State, conn: u64, ack: &Ack) -> Result<(), (ErrorC
     }
     complete_pending(r, max);
     for h in released.failed {
-        reroute(st, h, Some(peer));
+        reroute(st, h, Some(peer), conn);
     }
     Ok(())
 }
@@ -507,6 +537,11 @@ pub(crate) fn on_ack(st: &mut State, conn: u64, ack: &Ack) -> Result<(), (ErrorC
 /// Link connection `conn` closed: what its window held is routed again
 /// (after the node engine took the link down, so over the next route).
 pub(crate) fn conn_closed(st: &mut State, conn: u64) {
+    // Its sender routes those again itself.
+    st.fed
+        .reliable
+        .pending_to
+        .retain(|p| p.upstream.conn != conn);
     let Some(mut cr) = st.fed.reliable.conns.remove(&conn) else {
         return;
     };
@@ -520,7 +555,7 @@ pub(crate) fn conn_closed(st: &mut State, conn: u64) {
         );
     }
     for h in held {
-        reroute(st, h, None);
+        reroute(st, h, None, conn);
     }
 }
 
@@ -533,6 +568,7 @@ pub(crate) fn conn_closed(st: &mut State, conn: u64) {
 /// subscriber gets them in order. Late acknowledgements of them on the old
 /// connection are ignored; late copies are dropped by the dedupe.
 pub(crate) fn topology_changed(st: &mut State) {
+    retry_pending_to(st, None);
     if st.fed.reliable.conns.is_empty() {
         return;
     }
@@ -555,13 +591,18 @@ pub(crate) fn topology_changed(st: &mut State) {
                 continue;
             };
             let (event, origin, hops, from) = (h.event.clone(), h.origin, h.hops, h.from);
-            match EventRef::parse(&event) {
-                Ok(ev) => {
-                    let mut next = NextHops(Vec::new());
-                    st.node.route(&ev, origin, hops, from, &mut next);
-                    !next.0.contains(&peer)
+            if let Some((to, _)) = &h.to {
+                let to = *to;
+                st.node.next_hop_toward(origin, to) != Some(peer)
+            } else {
+                match EventRef::parse(&event) {
+                    Ok(ev) => {
+                        let mut next = NextHops(Vec::new());
+                        st.node.route(&ev, origin, hops, from, &mut next);
+                        !next.0.contains(&peer)
+                    }
+                    Err(_) => false,
                 }
-                Err(_) => false,
             }
         };
         if moved {
@@ -581,7 +622,7 @@ pub(crate) fn topology_changed(st: &mut State) {
         // Not excluded: an event whose route still takes this link goes on
         // it again (a copy, dropped by the dedupe where it arrives twice).
         for h in held {
-            reroute(st, h, None);
+            reroute(st, h, None, conn);
         }
     }
 }
@@ -590,10 +631,23 @@ pub(crate) fn topology_changed(st: &mut State) {
 /// neighbour that could not pass it on). Its upstream obligation moves to
 /// the links it now takes; with none, it is failed upstream (the daemon
 /// before this one routes it again) or, here at its origin, lost (counted).
-fn reroute(st: &mut State, held: Held, exclude: Option<NodeId>) {
+/// (`via`: the link connection it was held on, whose band it keeps if it
+/// is held for a daemon that is away.)
+fn reroute(st: &mut State, held: Held, exclude: Option<NodeId>, via: u64) {
     let max = st.config.limits.max_control_bytes;
     st.fed.reliable.counters.rerouted += 1;
+    if held.to.is_some() {
+        return reroute_to(st, held);
+    }
     if held.tries >= MAX_REROUTES {
+        if hold_rerouted(st, &held, via) {
+            // Published here, wanted by a daemon that is away: held for it.
+            if let Some(u) = held.upstream {
+                st.fed.reliable.completions.push((u, false));
+            }
+            complete_pending(&mut st.fed.reliable, max);
+            return;
+        }
         let r = &mut st.fed.reliable;
         r.counters.unroutable += 1;
         if let Some(u) = held.upstream {
@@ -629,8 +683,11 @@ fn reroute(st: &mut State, held: Held, exclude: Option<NodeId>) {
     st.node
         .route(&ev, held.origin, held.hops, held.from, &mut sink);
     let taken = sink.taken;
+    let added = std::mem::take(&mut st.fed.reliable.obligations);
+    // Taken by no link: published here and wanted by a daemon that is
+    // away, it is held for it (and counts as taken).
+    let kept = taken == 0 && added == 0 && hold_rerouted(st, &held, via);
     let r = &mut st.fed.reliable;
-    let added = std::mem::take(&mut r.obligations);
     match held.upstream {
         Some(u) => {
             if added > 0 {
@@ -639,10 +696,10 @@ fn reroute(st: &mut State, held: Held, exclude: Option<NodeId>) {
                 }
                 r.completions.push((u, false));
             } else {
-                r.completions.push((u, true));
+                r.completions.push((u, !kept));
             }
         }
-        None if taken == 0 => {
+        None if taken == 0 && !kept => {
             r.counters.unroutable += 1;
             if r.warn_allowed() {
                 tracing::warn!(
@@ -656,6 +713,219 @@ fn reroute(st: &mut State, held: Held, exclude: Option<NodeId>) {
         None => {}
     }
     complete_pending(r, max);
+}
+
+/// A reliable event routed again that no link took: if it was published
+/// here and a daemon that is away wants it, it is held for that daemon
+/// (core's hold, sent once it is reachable again). Returns whether it is.
+/// It keeps the band of the connection it was held on (`via`), so that it
+/// goes back on the same band connection as the newer events held with it:
+/// one connection keeps their order, two would not.
+fn hold_rerouted(st: &mut State, held: &Held, via: u64) -> bool {
+    if held.origin != st.node.me() || !st.node.has_away() {
+        return false;
+    }
+    let Ok(ev) = EventRef::parse(&held.event) else {
+        return false;
+    };
+    let band = st.band_of(via);
+    hold_for_away(st, &ev, &held.event, Some(&band))
+}
+
+/// Holds reliable event `event` (published here) for the away daemons
+/// that want it, on `band` (default: its priority's): not one larger than
+/// a piece (`fragment_size`: a `ReliableTo` goes whole), counted dropped.
+/// Returns whether it is held for any.
+pub(crate) fn hold_for_away(
+    st: &mut State,
+    ev: &EventRef<'_>,
+    event: &Bytes,
+    band: Option<&str>,
+) -> bool {
+    if event.len() > st.fed.reliable.fragments.piece {
+        st.fed.reliable.counters.away_dropped += 1;
+        return false;
+    }
+    let band: Arc<str> = match band {
+        Some(b) if !b.is_empty() => Arc::from(b),
+        _ => Arc::from(crate::state::band_for_priority(st, ev.priority)),
+    };
+    st.node
+        .hold_for_away(ev, event, &band, crate::timing::now_ns())
+        > 0
+}
+
+/// Offers `held`, a `ReliableTo` (its `to` set), to the window of the link
+/// toward its daemon on its band (core's `next_hop_toward`: the links the
+/// origin's live events take there), if that connection speaks link
+/// version 7. Returns whether a window took it.
+pub(crate) fn offer_toward(st: &mut State, held: Held) -> bool {
+    let Some((to, band)) = held.to.clone() else {
+        return false;
+    };
+    let Some(next) = st.node.next_hop_toward(held.origin, to) else {
+        return false;
+    };
+    let Some(l) = st.fed.links.get(&next) else {
+        return false;
+    };
+    let conn = l.bands.get(&*band).map_or(&l.queue, |b| &b.queue).conn;
+    let max = st.config.limits.max_control_bytes;
+    let r = &mut st.fed.reliable;
+    if !r.conns.get(&conn).is_some_and(|c| c.reliable_to) {
+        return false;
+    }
+    offer(r, conn, held, max) == Offered::Held
+}
+
+/// Gives an event addressed to `to` back to core's hold (published here:
+/// it could not be sent on toward `to`); counted dropped if the hold does
+/// not take it.
+fn hold_again(st: &mut State, to: NodeId, event: &Bytes, band: &Arc<str>) {
+    let held = EventRef::parse(event).is_ok_and(|ev| {
+        st.node
+            .hold_again(to, &ev, event, band, crate::timing::now_ns())
+    });
+    if !held {
+        st.fed.reliable.counters.away_dropped += 1;
+    }
+}
+
+/// Passes `ReliableTo` `p` on toward its daemon (its obligation upstream
+/// is already counted: settled when the next daemon acknowledges it).
+/// Returns whether a window took it.
+pub(crate) fn pass_on_to(st: &mut State, p: &crate::state::reliable::PendingTo) -> bool {
+    let held = Held {
+        event: p.event.clone(),
+        origin: p.origin,
+        hops: p.hops,
+        from: Some(p.from),
+        upstream: Some(p.upstream),
+        tries: 0,
+        packed: None,
+        to: Some((p.to, p.band.clone())),
+    };
+    let taken = offer_toward(st, held);
+    // `offer` counted an obligation for it: the caller settled it already.
+    st.fed.reliable.obligations = 0;
+    if taken {
+        st.fed.reliable.counters.to_forwarded += 1;
+    }
+    taken
+}
+
+/// `ReliableTo` `p` has no way on yet: it waits (bounded: at the bound the
+/// oldest waiting is failed back to its sender).
+pub(crate) fn wait_for_way_on(st: &mut State, p: crate::state::reliable::PendingTo) {
+    use crate::state::reliable::MAX_PENDING_TO;
+    let max = st.config.limits.max_control_bytes;
+    let r = &mut st.fed.reliable;
+    if r.pending_to.len() >= MAX_PENDING_TO {
+        if let Some(old) = r.pending_to.pop_front() {
+            r.completions.push((old.upstream, true));
+        }
+    }
+    r.pending_to.push_back(p);
+    complete_pending(r, max);
+}
+
+/// The routes changed (or time passed): `ReliableTo` events waiting for a
+/// way on go on now, in order, up to the first that still has none — in
+/// the same step that gave the way, before any newer event can take it.
+/// Those that waited longer than `PENDING_TO_NS` are failed back to their
+/// sender (which routes them again, or holds them again at their origin).
+pub(crate) fn retry_pending_to(st: &mut State, now: Option<u64>) {
+    use crate::state::reliable::PENDING_TO_NS;
+    if st.fed.reliable.pending_to.is_empty() {
+        return;
+    }
+    let max = st.config.limits.max_control_bytes;
+    while let Some(p) = st.fed.reliable.pending_to.pop_front() {
+        if pass_on_to(st, &p) {
+            continue;
+        }
+        if now.is_some_and(|n| n.saturating_sub(p.since) > PENDING_TO_NS) {
+            st.fed.reliable.completions.push((p.upstream, true));
+            continue;
+        }
+        st.fed.reliable.pending_to.push_front(p);
+        break;
+    }
+    complete_pending(&mut st.fed.reliable, max);
+}
+
+/// Core's hold gave back the reliable events published here while daemon
+/// `to` was away, now that it is reachable again (oldest first): each goes
+/// as a `ReliableTo` on the link toward `to`, in this same step, so before
+/// any newer event of theirs; what that link does not take (it does not
+/// speak link version 7, or no link leads there) goes back to the hold.
+pub(crate) fn release(st: &mut State, to: NodeId, events: Vec<tagwire_core::node::HeldEvent>) {
+    let me = st.node.me();
+    let (mut sent, mut again) = (0usize, 0usize);
+    for h in events {
+        let held = Held {
+            event: h.event.clone(),
+            origin: me,
+            hops: 0,
+            from: None,
+            upstream: None,
+            tries: 0,
+            packed: None,
+            to: Some((to, h.label.clone())),
+        };
+        if offer_toward(st, held) {
+            sent += 1;
+        } else {
+            hold_again(st, to, &h.event, &h.label);
+            again += 1;
+        }
+    }
+    st.fed.reliable.counters.to_forwarded += sent as u64;
+    tracing::info!(
+        "daemon {to:#x} is reachable again: sending it the {sent} reliable events held for it \
+         while it was away ({again} held on: no link toward it takes them now)"
+    );
+}
+
+/// Routes a `ReliableTo` again (its link was lost, its route moved, or the
+/// next daemon could not pass it on): toward its daemon over the link the
+/// route takes now. Its upstream obligation moves there; with none, it is
+/// failed upstream (the daemon before routes it again) or, here at its
+/// origin, held again for its daemon.
+fn reroute_to(st: &mut State, held: Held) {
+    let max = st.config.limits.max_control_bytes;
+    let Some((to, band)) = held.to.clone() else {
+        return;
+    };
+    let upstream = held.upstream;
+    let event = held.event.clone();
+    let given_up = held.tries >= MAX_REROUTES;
+    st.fed.reliable.obligations = 0;
+    let taken = !given_up && {
+        let again = Held {
+            tries: held.tries.saturating_add(1),
+            packed: None,
+            ..held
+        };
+        offer_toward(st, again)
+    };
+    let added = std::mem::take(&mut st.fed.reliable.obligations);
+    match upstream {
+        Some(u) => {
+            let r = &mut st.fed.reliable;
+            if taken && added > 0 {
+                if let Some(cr) = r.conn_mut(u.conn) {
+                    let _ = cr.recv.add_obligations(u.seq, added);
+                }
+                r.completions.push((u, false));
+            } else {
+                r.completions.push((u, true));
+            }
+        }
+        None if !taken => hold_again(st, to, &event, &band),
+        None => {}
+    }
+    complete_pending(&mut st.fed.reliable, max);
 }
 
 /// The links a routing picks (local channels ignored).
@@ -698,6 +968,7 @@ impl Sink<Arc<crate::channel::Channel>> for Reroute<'_> {
             // Routed again: whole (this connection's peer may not speak
             // link version 5).
             packed: None,
+            to: None,
         };
         if offer(self.rel, l.conn, held, self.max) == Offered::Held {
             self.taken += 1;
@@ -713,6 +984,10 @@ pub(crate) fn tick(st: &mut State) {
     // Between batches nothing is checked out; to be sure the tick sees
     // every connection.
     r.check_in();
+    if !r.pending_to.is_empty() {
+        retry_pending_to(st, Some(crate::timing::now_ns()));
+    }
+    let r = &mut st.fed.reliable;
     let conns: Vec<u64> = r.conns.keys().copied().collect();
     let mut now = None;
     for conn in conns {

@@ -273,6 +273,16 @@ impl State {
             max_deferred_events: config.limits.max_deferred_events,
             max_deferred_bytes: config.limits.max_deferred_bytes,
             history: history::limits(&config),
+            away: tagwire_core::node::AwayLimits {
+                max_daemons: config.federation.reliable_hold_daemons,
+                max_events: config.federation.reliable_hold_events,
+                max_bytes: config.federation.reliable_hold_bytes,
+                max_age_ns: config
+                    .federation
+                    .reliable_hold_secs
+                    .saturating_mul(1_000_000_000),
+                ..tagwire_core::node::AwayLimits::default()
+            },
             ..NodeLimits::default()
         };
         let me = federation::node_id(&config.federation);

@@ -440,3 +440,89 @@ fn a_window_over_the_protocols_or_an_unknown_full_policy_is_refused_by_name() {
         "{e}"
     );
 }
+
+/// `ReliableTo` (link version 7): one addressed to this daemon is delivered
+/// to its subscribers (through the dedupe window: a copy is dropped); one
+/// at the hop limit is dropped and counted, acknowledged done; one for a
+/// daemon this one knows no way to is acknowledged *failed* (its sender
+/// holds it again). None closes the link.
+#[test]
+fn reliable_to_frames_are_delivered_here_dropped_at_the_hop_limit_or_failed_when_unroutable() {
+    let h = router(&[]);
+    let (mut raw, v, me) = linked(&h, LINK_VERSION, 71);
+    assert_eq!(v, LINK_VERSION);
+    let mut sub = Raw::hello(&h).subscriber("/s", "/r/**", &[]);
+    sub.ping(1);
+    let frames = [
+        (me, 0, 1),
+        (me, tagwire_core::federation::MAX_HOPS, 2),
+        (0x0999, 0, 3),
+        (me, 0, 1),
+        (me, 0, 4),
+    ];
+    for (i, (to, hops, n)) in frames.into_iter().enumerate() {
+        raw.send_bytes(&link_frame(&LinkFrame::ReliableTo {
+            seq: i as u64 + 1,
+            origin: 71,
+            hops,
+            to,
+            event: encoded(&numbered("/p", "/r/x", n)),
+        }));
+    }
+    let mut failed = Vec::new();
+    next_matching(&mut raw, |f| match f {
+        LinkFrame::Ack(ack) => {
+            failed.extend(
+                ack.ranges
+                    .iter()
+                    .filter(|r| r.failed)
+                    .flat_map(|r| r.first..=r.last),
+            );
+            (ack.done >= 5).then_some(())
+        }
+        _ => None,
+    });
+    failed.dedup();
+    assert_eq!(failed, vec![3], "only the one for an unknown daemon failed");
+    let mut got = Vec::new();
+    while got.len() < 2 {
+        match sub.recv() {
+            Some(Frame::Deliver { event, .. }) => {
+                got.push(Event::decode(&event).expect("event").header.seq)
+            }
+            Some(_) => {}
+            None => break,
+        }
+    }
+    sub.send(&Frame::Ping { nonce: 9 });
+    while let Some(f) = sub.recv() {
+        match f {
+            Frame::Deliver { event, .. } => {
+                got.push(Event::decode(&event).expect("event").header.seq)
+            }
+            Frame::Pong { nonce: 9 } => break,
+            _ => {}
+        }
+    }
+    assert_eq!(got, vec![1, 4], "delivered here once each, nothing else");
+    let f = Raw::hello(&h).list().federation.unwrap_or_default();
+    let r = &f.reliable;
+    assert_eq!(
+        (r.to_delivered, r.to_dropped, r.duplicates),
+        (2, 1, 1),
+        "{r:?}"
+    );
+    link_ping(&mut raw, 10);
+    // On a link of version 6 it is refused by name.
+    let (mut old, v, me) = linked(&h, 6, 72);
+    assert_eq!(v, 6);
+    old.send_bytes(&link_frame(&LinkFrame::ReliableTo {
+        seq: 1,
+        origin: 72,
+        hops: 0,
+        to: me,
+        event: encoded(&numbered("/p", "/r/x", 5)),
+    }));
+    let m = closing_message(&mut old);
+    assert!(m.contains("ReliableTo frame on a link of version 6"), "{m}");
+}

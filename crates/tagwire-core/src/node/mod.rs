@@ -11,7 +11,11 @@
 //!   changes and pulls over links produce [`Output`]s, drained with
 //!   [`Node::poll_output`];
 //! - events held until their start time wait in the node; the caller asks
-//!   [`Node::poll_timeout`] when to call [`Node::handle_timeout`].
+//!   [`Node::poll_timeout`] when to call [`Node::handle_timeout`];
+//! - reliable events published here for a daemon that is away (a
+//!   partition) wait in the node's hold ([`Node::hold_for_away`]) and come
+//!   back as [`Output::Release`] in the step that finds it reachable again
+//!   (`away`'s module doc).
 //!
 //! The router *executes*: sockets, threads, clocks, DSCP, queues. The
 //! channel value `C` is whatever the caller delivers to (the router's
@@ -24,6 +28,7 @@
 //! ([`NodeLimits::max_origins`]). Every call costs what its tables' lookups
 //! cost; none scans a table per event.
 
+mod away;
 mod history;
 mod pull;
 
@@ -40,6 +45,7 @@ use crate::filter::{FilterLimits, Overrides};
 use crate::history::{HistoryLimits, HistoryTable};
 use crate::route::Routes;
 
+pub use away::{AwayCounters, AwayLimits, HeldEvent};
 pub use pull::{Asker, PullError, AT_PUBLISHER};
 
 /// The bounds of one node's tables.
@@ -62,6 +68,8 @@ pub struct NodeLimits {
     pub max_origins: usize,
     /// The pull buffers' bounds.
     pub history: HistoryLimits,
+    /// The hold of reliable events for daemons that are away.
+    pub away: AwayLimits,
 }
 
 impl Default for NodeLimits {
@@ -75,6 +83,7 @@ impl Default for NodeLimits {
             pull_timeout_ns: 5_000_000_000,
             max_origins: 4096,
             history: HistoryLimits::default(),
+            away: AwayLimits::default(),
         }
     }
 }
@@ -155,6 +164,18 @@ pub enum Output {
         /// Daemons reachable now, this one included.
         daemons: u32,
     },
+    /// Daemon `to`, away (unreachable) for a while, has been reachable again
+    /// for [`AwayLimits::settle_ns`]: here are the reliable events published
+    /// here that it wanted meanwhile, oldest first (its interest is back in
+    /// this daemon's own routes from this step on). The router sends them toward it
+    /// (`ReliableTo`, [`Node::next_hop_toward`]) now, before any newer
+    /// event, and gives back with [`Node::hold_again`] those it cannot.
+    Release {
+        /// The daemon they are for.
+        to: NodeId,
+        /// The events, in the order they were held.
+        events: Vec<HeldEvent>,
+    },
     /// A neighbour's advert was refused (over a bound, malformed, forged);
     /// the link stays. The router logs it and tells the peer.
     AdvertRefused {
@@ -193,6 +214,11 @@ pub struct Node<C> {
     history: HistoryTable,
     counters: Counters,
     out: VecDeque<Output>,
+    /// Reliable events held for daemons that are away.
+    away: away::AwayHold,
+    /// The latest time a call brought (ns), for what a call without one
+    /// (a link going up or down) records.
+    now: u64,
 }
 
 impl<C: Clone> Node<C> {
@@ -209,6 +235,8 @@ impl<C: Clone> Node<C> {
             history: HistoryTable::new(limits.history),
             counters: Counters::default(),
             out: VecDeque::new(),
+            away: away::AwayHold::new(limits.away),
+            now: version,
         }
     }
 
@@ -292,8 +320,16 @@ impl<C: Clone> Node<C> {
     /// (see [`Topology::expire_unreachable`]); call it every second or so
     /// with the time. Returns how many were dropped.
     pub fn expire_unreachable(&mut self, now: u64) -> usize {
-        self.topo
-            .expire_unreachable(now, crate::federation::UNREACHABLE_GRACE_NS)
+        self.now = now;
+        let n = self
+            .topo
+            .expire_unreachable(now, crate::federation::UNREACHABLE_GRACE_NS);
+        let reachable = self.topo.reachable();
+        for (to, events) in self.away.tick(&reachable, now) {
+            self.out.push_back(Output::Release { to, events });
+        }
+        self.topo.set_held_for(self.away.ids());
+        n
     }
 
     /// Membership declared `peer` down: its advert goes now if it is
@@ -352,6 +388,8 @@ impl<C: Clone> Node<C> {
         match applied {
             Ok(Applied::Newer) => {
                 self.flood(frame, Some(from));
+                let after = self.topo.reachable();
+                self.away_reach_changed(&before, &after);
                 self.resend_newly_reachable(&before, origin);
             }
             Ok(Applied::Stale) => {}
@@ -367,6 +405,7 @@ impl<C: Clone> Node<C> {
     /// [`on_forward`](Self::on_forward) with its parsed event, the peer
     /// handshake and clock probes are the router's).
     pub fn on_link_frame(&mut self, from: NodeId, frame: LinkFrame, now: u64) -> Option<LinkFrame> {
+        self.now = self.now.max(now);
         match frame {
             LinkFrame::Advert { .. } => {
                 self.on_advert(from, frame, None);
@@ -406,10 +445,97 @@ impl<C: Clone> Node<C> {
 
     fn neighbors_changed(&mut self) {
         let ids: Vec<NodeId> = self.links.iter().copied().collect();
+        let before = self.topo.reachable();
         if let Some(advert) = self.topo.set_neighbors(ids) {
             self.flood(advert, None);
         }
+        // Before the prune: the interest of daemons that went away is read
+        // from their adverts.
+        let after = self.topo.reachable();
+        self.away_reach_changed(&before, &after);
         self.topo.prune();
+    }
+
+    /// Keeps the interest of daemons that became unreachable, and hands
+    /// back what was held for those reachable again (in the same step that
+    /// found them reachable: before any newer event can be routed to them).
+    fn away_reach_changed(&mut self, before: &BTreeSet<NodeId>, after: &BTreeSet<NodeId>) {
+        if before == after {
+            return;
+        }
+        for (to, events) in self.away.reach_changed(&self.topo, before, after, self.now) {
+            self.out.push_back(Output::Release { to, events });
+        }
+        self.topo.set_held_for(self.away.ids());
+    }
+
+    // ----- reliable events held for daemons that are away -----
+
+    /// Whether some daemon is away with an interest (reliable events
+    /// published here may be held for it): the event path's one test.
+    pub fn has_away(&self) -> bool {
+        self.away.any_away()
+    }
+
+    /// Holds reliable event `event` (published here, parsed as `ev`) for
+    /// every away daemon whose kept interest wants it (pattern and filter),
+    /// bounded by [`AwayLimits`]; `label` is handed back with it (the
+    /// router's band). Returns for how many daemons it is held.
+    pub fn hold_for_away(
+        &mut self,
+        ev: &EventRef<'_>,
+        event: &Bytes,
+        label: &std::sync::Arc<str>,
+        now: u64,
+    ) -> usize {
+        self.now = self.now.max(now);
+        let (n, first) = self.away.hold(ev, event, label, now);
+        if first {
+            self.topo.set_held_for(self.away.ids());
+        }
+        n
+    }
+
+    /// Holds again an event released toward `to` that could not be sent
+    /// (the way to `to` is gone again, or does not take `ReliableTo`): in
+    /// order among `to`'s held events of its publisher. Sent again once `to`
+    /// has been reachable for the settle time (checked every second). Returns
+    /// whether it is held (not: `to` is unknown or the hold is off or full
+    /// of daemons).
+    pub fn hold_again(
+        &mut self,
+        to: NodeId,
+        ev: &EventRef<'_>,
+        event: &Bytes,
+        label: &std::sync::Arc<str>,
+        now: u64,
+    ) -> bool {
+        self.now = self.now.max(now);
+        let interest = self.topo.kept_interest(to);
+        let back = self.topo.reachable().contains(&to);
+        let held = self
+            .away
+            .hold_again(to, interest, back, ev, event, label, now);
+        self.topo.set_held_for(self.away.ids());
+        held
+    }
+
+    /// The live link to pass an event of `origin` addressed to `to` on
+    /// ([`Topology::next_hop_toward`]), if its neighbour is linked now.
+    pub fn next_hop_toward(&self, origin: NodeId, to: NodeId) -> Option<NodeId> {
+        self.topo
+            .next_hop_toward(origin, to)
+            .filter(|n| self.links.contains(n))
+    }
+
+    /// What the hold for away daemons counted.
+    pub fn away_counters(&self) -> AwayCounters {
+        self.away.counters()
+    }
+
+    /// Away daemons now, and the events and bytes held for them.
+    pub fn away_held(&self) -> (usize, usize, usize) {
+        self.away.held_now()
     }
 
     /// Sends every neighbour the adverts of the daemons that became
@@ -504,6 +630,18 @@ impl<C: Clone> Node<C> {
         sink: &mut impl Sink<C>,
     ) -> usize {
         self.route_skipping(ev, origin, hops, from, |_| false, sink)
+    }
+
+    /// Routes an event to the local channels only (a `ReliableTo` that
+    /// reached the daemon it was for: it goes on no link). Returns how many
+    /// channels took it.
+    pub fn route_local(&mut self, ev: &EventRef<'_>, sink: &mut impl Sink<C>) -> usize {
+        let mut local = 0usize;
+        self.routes.route(ev, |ch, overrides| {
+            local += 1;
+            sink.channel(ch, overrides)
+        });
+        local
     }
 
     /// Whether [`route`](Self::route) would send `ev` (from `origin`, come

@@ -51,6 +51,12 @@ pub struct Net {
     pub forwarded: BTreeMap<(Id, Id), usize>,
     /// The next channel id (unique across the net).
     pub next_channel: u64,
+    /// Every event published is reliable (the router's reliable tags): one
+    /// published while a daemon that wants it is away is held for it, and
+    /// what a daemon back gets goes as `ReliableTo`.
+    pub reliable: bool,
+    /// `ReliableTo` events released: (origin, to, how many).
+    pub released: Vec<(Id, Id, usize)>,
 }
 
 /// Collects one event's targets at one daemon.
@@ -119,6 +125,8 @@ impl Net {
             healed: Vec::new(),
             forwarded: BTreeMap::new(),
             next_channel: 1,
+            reliable: false,
+            released: Vec::new(),
         }
     }
 
@@ -220,6 +228,11 @@ impl Net {
         if let Verdict::Hold { until, .. } = verdict {
             self.node(at).hold(until, bytes.clone()).expect("held");
         }
+        if self.reliable && self.node(at).has_away() {
+            // As the router does for a reliable event published here.
+            let label: std::sync::Arc<str> = "normal".into();
+            self.node(at).hold_for_away(&parsed, &bytes, &label, now);
+        }
         self.take(sink);
         self.run();
         verdict
@@ -312,6 +325,12 @@ impl Net {
                             self.stored_pulls.push((id, asker, pull))
                         }
                         Output::Healed { daemons } => self.healed.push((id, daemons)),
+                        Output::Release { to, events } => {
+                            self.released.push((id, to, events.len()));
+                            for h in events {
+                                self.send_to(id, id, 0, to, h.event, &h.label);
+                            }
+                        }
                         Output::AdvertRefused { error, .. } => {
                             panic!("daemon {} refused an advert: {error}", name(id))
                         }
@@ -321,6 +340,52 @@ impl Net {
             if !moved {
                 return;
             }
+        }
+    }
+
+    /// Lets 2 s pass (each node's once-a-second housekeeping,
+    /// `expire_unreachable`): daemons reachable again for the hold's
+    /// `settle_ns` get what was held for them.
+    pub fn settle(&mut self) {
+        let t = self.now + 2_000_000_000;
+        self.now = t;
+        let ids: Vec<Id> = self.nodes.keys().copied().collect();
+        for id in ids {
+            self.node(id).expire_unreachable(t);
+        }
+        self.run();
+    }
+
+    /// Daemon `at` passes `event` (published at `origin`, `hops` links
+    /// ago) toward daemon `to` as a `ReliableTo`, as the router does: on
+    /// the link `next_hop_toward` names; with none, at the origin it is
+    /// held again (elsewhere the harness drops it: a router fails it back).
+    pub fn send_to(
+        &mut self,
+        at: Id,
+        origin: Id,
+        hops: u8,
+        to: Id,
+        event: Bytes,
+        label: &std::sync::Arc<str>,
+    ) {
+        match self.node(at).next_hop_toward(origin, to) {
+            Some(next) if self.up.contains(&(at, next)) => {
+                let frame = LinkFrame::ReliableTo {
+                    seq: 1,
+                    origin,
+                    hops,
+                    to,
+                    event,
+                };
+                self.send(at, next, frame);
+            }
+            _ if at == origin => {
+                let parsed = EventRef::parse(&event).expect("parses");
+                let now = self.now;
+                self.node(at).hold_again(to, &parsed, &event, label, now);
+            }
+            _ => {}
         }
     }
 
@@ -353,6 +418,27 @@ impl Net {
                     &mut sink,
                 );
                 self.take(sink);
+            }
+            LinkFrame::ReliableTo {
+                origin,
+                hops,
+                to: dest,
+                event,
+                ..
+            } => {
+                if dest == to {
+                    // Local channels only.
+                    let parsed = EventRef::parse(&event).expect("parses");
+                    let mut sink = self.collect(to, &event);
+                    self.nodes
+                        .get_mut(&to)
+                        .expect("daemon")
+                        .route_local(&parsed, &mut sink);
+                    self.take(sink);
+                } else {
+                    let label: std::sync::Arc<str> = "normal".into();
+                    self.send_to(to, origin, hops.saturating_add(1), dest, event, &label);
+                }
             }
             other => {
                 let rest = self.node(to).on_link_frame(from, other, now);

@@ -44,6 +44,10 @@ pub(crate) struct Held {
     /// says `compression` and the peer speaks link version 5: it goes as
     /// `ReliableCompressed` (not when it goes in pieces).
     pub packed: Option<Bytes>,
+    /// A `ReliableTo`: the daemon it is addressed to (held for it while it
+    /// was away, docs/reliability.md "A partition"), and the band it goes
+    /// on. It goes whole and uncompressed, toward that daemon only.
+    pub to: Option<(NodeId, Arc<str>)>,
 }
 
 /// One link connection's windows (link version 3 only), or a client
@@ -69,6 +73,8 @@ pub(crate) struct ConnRel {
     pub piece: usize,
     /// The held event being sent in pieces (the next unsent one).
     pub sending: Option<super::fragment::Sending>,
+    /// The peer speaks link version 7: it takes `ReliableTo`.
+    pub reliable_to: bool,
 }
 
 /// A `Reliable` frame that arrived ahead of a gap on a lossy connection.
@@ -77,7 +83,34 @@ pub(crate) struct Parked {
     pub(crate) origin: NodeId,
     pub(crate) hops: u8,
     pub(crate) event: Bytes,
+    /// A `ReliableTo`'s daemon.
+    pub(crate) to: Option<NodeId>,
 }
+
+/// A `ReliableTo` this daemon is to pass on toward `to` but has no way to
+/// yet (the daemon before it already sees one: its adverts crossed first),
+/// waiting in arrival order for this daemon's routes to catch up
+/// (`reliable::retry_pending_to`). It holds one obligation on `upstream`.
+#[derive(Debug)]
+pub(crate) struct PendingTo {
+    pub(crate) upstream: Upstream,
+    pub(crate) from: NodeId,
+    pub(crate) origin: NodeId,
+    /// The hops to write in its frame.
+    pub(crate) hops: u8,
+    pub(crate) to: NodeId,
+    pub(crate) band: Arc<str>,
+    pub(crate) event: Bytes,
+    /// When it began to wait, ns.
+    pub(crate) since: u64,
+}
+
+/// Most `ReliableTo` events waiting for a way on; at the bound the oldest
+/// is failed back to its sender (which routes it again).
+pub(crate) const MAX_PENDING_TO: usize = 65_536;
+/// How long a `ReliableTo` waits for a way on before it is failed back to
+/// its sender, ns.
+pub(crate) const PENDING_TO_NS: u64 = 2_000_000_000;
 
 type Fast = foldhash::fast::RandomState;
 
@@ -121,6 +154,8 @@ pub(crate) struct Reliable {
     pub completions: Vec<(Upstream, bool)>,
     /// Large events in pieces: reassemblies and counters.
     pub fragments: super::fragment::Fragments,
+    /// `ReliableTo` events waiting for a way on toward their daemon.
+    pub(crate) pending_to: std::collections::VecDeque<PendingTo>,
     last_warning: Option<Instant>,
 }
 
@@ -147,6 +182,7 @@ impl Reliable {
             obligations: 0,
             completions: Vec::new(),
             fragments: super::fragment::Fragments::new(config),
+            pending_to: std::collections::VecDeque::new(),
             last_warning: None,
         }
     }
@@ -181,6 +217,7 @@ impl Reliable {
                 lossy,
                 piece,
                 sending: None,
+                reliable_to: version >= tagwire_proto::RELIABLE_TO_LINK_VERSION,
             },
         );
     }

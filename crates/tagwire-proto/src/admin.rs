@@ -1057,6 +1057,11 @@ pub struct AckedInfo {
     pub window_full: u64,
     /// Events sent again after the subscriber's reconnect.
     pub resent: u64,
+    /// Times an acknowledged publisher was held back because this
+    /// subscription's queue was half full (docs/reliability.md, "A reliable
+    /// publisher held back"); absent from older daemons.
+    #[serde(default)]
+    pub publishers_held: u64,
 }
 
 /// Acknowledged subscriptions whose connection dropped, parked for their

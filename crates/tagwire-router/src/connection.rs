@@ -268,6 +268,7 @@ impl<'s> PublishBatch<'s> {
             None => conn.publish(st, &mut self.stage, &mut self.note, p, chunk, None),
             Some(seq) => {
                 self.acked = true;
+                self.stage.keep_all = true;
                 conn.publish_acked(st, &mut self.stage, &mut self.note, p, chunk, seq)
             }
         };
@@ -548,6 +549,17 @@ async fn serve_with<R, W>(
                 batch.publish(&mut conn, p, chunk);
                 if batch.full() || p.frame_len > BATCH_FRAME_MAX {
                     batch.end(&mut conn);
+                    // An acknowledged publisher that filled half a reliable
+                    // subscription's queue waits for it (at most
+                    // `MAX_BLOCKING`), its turn ended: held back, not dropped.
+                    if let Some(ch) = batch.stage.take_held_back() {
+                        batch.end_read(&mut conn);
+                        if !conn.flush() {
+                            break 'read;
+                        }
+                        ch.wait_drained().await;
+                        since_yield = 0;
+                    }
                 }
             } else {
                 // Acknowledged first: the frame may wait (an admin request
@@ -621,6 +633,9 @@ async fn serve_with<R, W>(
         batch.end_read(&mut conn);
         if !conn.flush() {
             break;
+        }
+        if let Some(ch) = batch.stage.take_held_back() {
+            ch.wait_drained().await;
         }
         if writer_task.is_finished() {
             break;

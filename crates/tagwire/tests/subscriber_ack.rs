@@ -380,3 +380,58 @@ fn a_slow_reader_of_a_reliable_subscription_drops_nothing_in_its_own_queue() {
         got.len()
     );
 }
+
+/// A reliable publisher faster than a reliable subscriber is held back by
+/// the daemon (DDS's `KEEP_ALL`), not dropped at the subscription's queue:
+/// the subscriber reads 1 ms per event behind a queue of 64 while the
+/// publisher publishes 300 at once; every event arrives, in order, and the
+/// daemon dropped none (without the hold the queue of 64 overflows within
+/// the first read of publishes).
+#[test]
+fn a_reliable_publisher_is_held_back_by_a_slow_reliable_subscriber_and_nothing_is_dropped() {
+    const EVENTS: u64 = 300;
+    let (_h, url) = router();
+    let s = Session::connect(&url).expect("subscriber session");
+    let rx = s
+        .subscribe("/r/x")
+        .max_queue_length(64)
+        .qos("reliability", "reliable")
+        .receiver()
+        .expect("subscribe");
+    let publisher = Session::connect(&url).expect("publisher session");
+    let p = publisher.declare_publisher("/r/pub").expect("publisher");
+    p.set_reliability(tagwire::Reliability::Reliable);
+    wait_until("the subscription", || listed(&publisher).is_some());
+    for i in 1..=EVENTS {
+        p.publish("/r/x", i.to_string()).expect("publish");
+    }
+    let mut got = Vec::new();
+    // Bounded: at most EVENTS reads, each waiting at most 2 s.
+    while let Ok(Some(sample)) = rx.recv_timeout(Duration::from_secs(2)) {
+        let n: u64 = std::str::from_utf8(&sample.payload())
+            .ok()
+            .and_then(|t| t.parse().ok())
+            .unwrap_or(0);
+        got.push(n);
+        std::thread::sleep(Duration::from_millis(1));
+        if got.len() as u64 == EVENTS {
+            break;
+        }
+    }
+    let sub = publisher
+        .list()
+        .expect("list")
+        .subscriptions
+        .into_iter()
+        .find(|x| x.pattern == "/r/x")
+        .expect("the subscription is listed");
+    assert_eq!(
+        sub.dropped, 0,
+        "the daemon dropped none of the subscription's events"
+    );
+    assert_eq!(
+        got,
+        (1..=EVENTS).collect::<Vec<_>>(),
+        "every event, once, in order"
+    );
+}

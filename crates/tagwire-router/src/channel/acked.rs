@@ -44,7 +44,25 @@ pub(crate) struct AckedDelivery {
     /// deliveries staged for this channel before that go there.
     successor: Locked<Option<std::sync::Weak<Channel>>>,
     limits: WindowLimits,
+    /// Acknowledged publishers wait for this subscription's queue to fall
+    /// below half its bound (see [`Channel::hold_back`]): the writer
+    /// wakes them through `drained` when it does.
+    pub(super) held_back: Flag,
+    /// Woken by the writer when the queue fell below half its bound.
+    pub(super) drained: tokio::sync::Notify,
+    /// A publisher waited [`MAX_BLOCKING`] for this queue in vain: it is
+    /// not held back for it again until the queue falls below half its
+    /// bound (a subscriber that stopped reading costs each publisher one
+    /// wait, then its `discard` policy applies, counted).
+    pub(super) gave_up: Flag,
+    /// Times an acknowledged publisher was held back for this subscription.
+    pub(super) publishers_held: Count,
 }
+
+/// The longest an acknowledged publisher is held back for one
+/// subscription's full queue (DDS's `max_blocking_time`, whose default is
+/// also 100 ms); after it the subscription's `discard` policy applies.
+pub(crate) const MAX_BLOCKING: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// A channel's window of what it wrote and the subscriber has not
 /// acknowledged, and the log small events are copied into (see
@@ -69,6 +87,10 @@ impl AckedDelivery {
             parked: Flag::new(false),
             successor: Locked::new(None),
             limits,
+            held_back: Flag::new(false),
+            drained: tokio::sync::Notify::new(),
+            gave_up: Flag::new(false),
+            publishers_held: Count::new(0),
         }
     }
 
@@ -83,6 +105,7 @@ impl AckedDelivery {
             window_bytes: self.limits.max_bytes,
             window_full: self.window_full.get(),
             resent: self.resent.get(),
+            publishers_held: self.publishers_held.get(),
         }
     }
 }
@@ -117,6 +140,70 @@ pub(super) fn for_window(event: &Bytes, log: &mut ByteLog) -> (Kept, usize) {
 }
 
 impl Channel {
+    /// Whether an acknowledged publisher that just queued events here must
+    /// wait before it reads on (a reliable subscription whose queue is at
+    /// least half full, and not given up on): then it is marked, so that
+    /// the writer wakes the publisher once the queue is below half.
+    /// Checked once per channel per publish batch, only for batches with
+    /// an acknowledged publish.
+    pub(crate) fn hold_back(&self) -> bool {
+        let Some(a) = self.acked.as_ref() else {
+            return false;
+        };
+        if a.gave_up.get() || a.parked.get() {
+            return false;
+        }
+        let q = self.queue.borrow_mut();
+        let over = q.len() * 2 >= q.bound();
+        drop(q);
+        if over {
+            a.held_back.set(true);
+            a.publishers_held.add(1);
+        }
+        over
+    }
+
+    /// Waits until this channel's queue is below half its bound, at most
+    /// [`MAX_BLOCKING`]; after that the channel is given up on (see
+    /// `gave_up`). No lock is held across the wait.
+    pub(crate) async fn wait_drained(&self) {
+        let Some(a) = self.acked.as_ref() else {
+            return;
+        };
+        let deadline = tokio::time::Instant::now() + MAX_BLOCKING;
+        loop {
+            let notified = a.drained.notified();
+            tokio::pin!(notified);
+            // Registered before the check: a wake-up between the check and
+            // the wait is not lost.
+            notified.as_mut().enable();
+            {
+                let q = self.queue.borrow_mut();
+                if q.len() * 2 < q.bound() || a.parked.get() {
+                    return;
+                }
+            }
+            a.held_back.set(true);
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                a.gave_up.set(true);
+                return;
+            }
+        }
+    }
+
+    /// Called by the writer after it took from this channel's queue
+    /// (`len` left of `bound`): wakes the publishers held back for it once
+    /// the queue is below half, and forgets a give-up.
+    pub(super) fn drained_to(&self, len: usize, bound: usize) {
+        if let Some(a) = self.acked.as_ref() {
+            if len * 2 < bound && (a.held_back.get() || a.gave_up.get()) {
+                a.held_back.set(false);
+                a.gave_up.set(false);
+                a.drained.notify_waiters();
+            }
+        }
+    }
+
     /// Its acknowledged delivery's counters, if it has it.
     pub(crate) fn acked_info(&self) -> Option<tagwire_proto::admin::AckedInfo> {
         self.acked.as_ref().map(AckedDelivery::info)

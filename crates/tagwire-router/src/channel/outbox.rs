@@ -765,6 +765,11 @@ impl Outbox {
             // Under the queue's lock: an event offered (on any lane) after
             // this sees the channel unscheduled and schedules it again.
             let empty = q.is_empty() && !unfinished;
+            // Acknowledged publishers held back for this queue go on once it
+            // is below half (a flag test for other channels).
+            if ch.acked.is_some() {
+                ch.drained_to(q.len(), q.bound());
+            }
             // A timed channel's `release_timed` decided whether it stays
             // scheduled, under its services' lock.
             if empty {

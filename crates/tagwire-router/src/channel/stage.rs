@@ -44,6 +44,13 @@ pub(crate) struct Staging {
     /// brought them, ns since the Unix epoch (0: not known), for the
     /// channels' input jitter. Set by the caller per read.
     pub(crate) arrived: u64,
+    /// An acknowledged publish was staged since the last flush: the flush
+    /// looks whether a reliable subscription it fed is half full (see
+    /// [`Channel::hold_back`]). Set by the caller.
+    pub(crate) keep_all: bool,
+    /// A reliable subscription the last flush found half full: the
+    /// publisher waits for it before it reads on ([`take_held_back`](Self::take_held_back)).
+    held_back: Option<Arc<Channel>>,
 }
 
 /// Deliveries a batch may stage before it must be flushed.
@@ -116,6 +123,13 @@ impl Staging {
         }
     }
 
+    /// The reliable subscription an acknowledged publisher must wait for
+    /// before it reads on (DDS's `KEEP_ALL`: held back, not dropped), if
+    /// the last flush found one half full.
+    pub(crate) fn take_held_back(&mut self) -> Option<Arc<Channel>> {
+        self.held_back.take()
+    }
+
     /// Deliveries staged and not yet queued.
     pub(crate) fn len(&self) -> usize {
         self.len
@@ -134,11 +148,15 @@ impl Staging {
         }
         let mut reject: Option<Vec<String>> =
             (!self.also_rejected.is_empty()).then(|| std::mem::take(&mut self.also_rejected));
+        let keep_all = std::mem::take(&mut self.keep_all);
         for (ch, mut list) in self.channels.drain(..) {
             if let Offer::Rejected { report: true } = ch.push_staged(list.drain(..), self.arrived) {
                 reject
                     .get_or_insert_with(Vec::new)
                     .push(format!("{} ({})", ch.endpoint, ch.pattern));
+            }
+            if keep_all && self.held_back.is_none() && ch.hold_back() {
+                self.held_back = Some(ch.clone());
             }
             if self.spare.len() < 64 {
                 self.spare.push(list);

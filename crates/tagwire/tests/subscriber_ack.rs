@@ -346,19 +346,7 @@ fn a_slow_reader_of_a_reliable_subscription_drops_nothing_in_its_own_queue() {
     for i in 1..=EVENTS {
         p.publish("/r/x", i.to_string()).expect("publish");
     }
-    let mut got = Vec::new();
-    // Bounded: at most EVENTS reads, each waiting at most 2 s.
-    while let Ok(Some(sample)) = rx.recv_timeout(Duration::from_secs(2)) {
-        let n: u64 = std::str::from_utf8(&sample.payload())
-            .ok()
-            .and_then(|t| t.parse().ok())
-            .unwrap_or(0);
-        got.push(n);
-        std::thread::sleep(Duration::from_millis(5));
-        if got.len() as u64 == EVENTS {
-            break;
-        }
-    }
+    let got = read_slowly(&rx, EVENTS, Duration::from_millis(5));
     assert_eq!(
         rx.dropped(),
         0,
@@ -405,19 +393,7 @@ fn a_reliable_publisher_is_held_back_by_a_slow_reliable_subscriber_and_nothing_i
     for i in 1..=EVENTS {
         p.publish("/r/x", i.to_string()).expect("publish");
     }
-    let mut got = Vec::new();
-    // Bounded: at most EVENTS reads, each waiting at most 2 s.
-    while let Ok(Some(sample)) = rx.recv_timeout(Duration::from_secs(2)) {
-        let n: u64 = std::str::from_utf8(&sample.payload())
-            .ok()
-            .and_then(|t| t.parse().ok())
-            .unwrap_or(0);
-        got.push(n);
-        std::thread::sleep(Duration::from_millis(1));
-        if got.len() as u64 == EVENTS {
-            break;
-        }
-    }
+    let got = read_slowly(&rx, EVENTS, Duration::from_millis(1));
     let sub = publisher
         .list()
         .expect("list")
@@ -434,4 +410,22 @@ fn a_reliable_publisher_is_held_back_by_a_slow_reliable_subscriber_and_nothing_i
         (1..=EVENTS).collect::<Vec<_>>(),
         "every event, once, in order"
     );
+}
+
+/// Reads numbered events from `rx`, pausing `pause` after each, until
+/// `events` came or none came for 2 s (bounded: at most `events` reads).
+fn read_slowly(rx: &tagwire::Subscriber, events: u64, pause: Duration) -> Vec<u64> {
+    let mut got = Vec::new();
+    while let Ok(Some(sample)) = rx.recv_timeout(Duration::from_secs(2)) {
+        let n: u64 = std::str::from_utf8(&sample.payload())
+            .ok()
+            .and_then(|t| t.parse().ok())
+            .unwrap_or(0);
+        got.push(n);
+        std::thread::sleep(pause);
+        if got.len() as u64 == events {
+            break;
+        }
+    }
+    got
 }

@@ -66,7 +66,10 @@ fuzz_target!(|data: &[u8]| {
                 // As the router does: the way on toward `to`, and (at the
                 // origin) the hold again; neither may panic.
                 if let Some(next) = node.next_hop_toward(origin, to) {
-                    assert!(next == 2 || next == 3, "a ReliableTo for link {next}, which is not up");
+                    assert!(
+                        next == 2 || next == 3,
+                        "a ReliableTo for link {next}, which is not up"
+                    );
                 }
                 if let Ok(ev) = EventRef::parse(&event) {
                     let label: std::sync::Arc<str> = "normal".into();

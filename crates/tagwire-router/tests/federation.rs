@@ -178,7 +178,7 @@ fn an_acceptor_lists_its_bands_udp_ports_to_a_version_6_dialer_only() {
 }
 
 #[test]
-fn a_daemon_capped_at_link_version_5_refuses_6_naming_5() {
+fn a_daemon_capped_at_link_version_5_refuses_the_newest_naming_5() {
     let h = router(FederationConfig {
         link_version: 5,
         ..FederationConfig::default()
@@ -187,7 +187,7 @@ fn a_daemon_capped_at_link_version_5_refuses_6_naming_5() {
     raw.send_bytes(&link_frame(&peer(63, "raw63")));
     let m = closing_message(&mut raw);
     assert!(
-        m.contains("link protocol version 6") && m.contains("speaks 2 to 5"),
+        m.contains(&format!("link protocol version {LINK_VERSION}")) && m.contains("speaks 2 to 5"),
         "{m}"
     );
     let LinkFrame::Peer { version, .. } = answer_to(&h, 5, 64) else {

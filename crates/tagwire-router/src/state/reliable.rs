@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
+use tagwire_core::compress::Compression;
 use tagwire_core::federation::NodeId;
 use tagwire_core::reliable::{Dedupe, RecvWindow, SendWindow, WindowFull, WindowLimits};
 
@@ -44,6 +45,10 @@ pub(crate) struct Held {
     /// says `compression` and the peer speaks link version 5: it goes as
     /// `ReliableCompressed` (not when it goes in pieces).
     pub packed: Option<Bytes>,
+    /// Its tag's `compression`, for when it goes in pieces: each piece is
+    /// compressed on its own when it is sent, on a connection whose peer
+    /// speaks link version 7 (`ConnRel::compress_pieces`).
+    pub compression: Compression,
 }
 
 /// One link connection's windows (link version 3 only), or a client
@@ -69,6 +74,9 @@ pub(crate) struct ConnRel {
     pub piece: usize,
     /// The held event being sent in pieces (the next unsent one).
     pub sending: Option<super::fragment::Sending>,
+    /// The peer speaks link version 7: pieces may go compressed
+    /// (`FragmentCompressed`), and it may send them.
+    pub compress_pieces: bool,
 }
 
 /// A `Reliable` frame that arrived ahead of a gap on a lossy connection.
@@ -181,6 +189,7 @@ impl Reliable {
                 lossy,
                 piece,
                 sending: None,
+                compress_pieces: piece > 0 && version >= tagwire_proto::PIECE_COMPRESS_LINK_VERSION,
             },
         );
     }

@@ -1,14 +1,18 @@
-//! Fuzz target: arbitrary bytes as the `Fragment` and `FragmentResume`
-//! frames of a peer daemon (link version 4), handed to a reassembler as the
-//! router does (keyed by origin and id, small bounds) and the resume points
-//! to an outgoing event. Every frame that decodes re-encodes to exactly its
-//! bytes; errors are expected; a panic, a reassembly over its bounds, or a
+//! Fuzz target: arbitrary bytes as the `Fragment`, `FragmentCompressed`
+//! (link version 7) and `FragmentResume` frames of a peer daemon (link
+//! version 4), handed to a reassembler as the router does (keyed by origin
+//! and id, small bounds; a compressed piece decompressed first, bounded,
+//! into exactly its `raw_len` bytes) and the resume points to an outgoing
+//! event. Every frame that decodes re-encodes to exactly its bytes; errors
+//! are expected; a panic, a decompressed piece of another length than it
+//! declared or over the limit, a reassembly over its bounds, or a
 //! completed event whose checksum is not the one its pieces declared is a
 //! bug.
 #![no_main]
 
 use bytes::BytesMut;
 use libfuzzer_sys::fuzz_target;
+use tagwire_core::compress::decompress;
 use tagwire_core::fragment::{
     checksum, BlobId, Outgoing, Piece, Progress, Reassembler, ReassemblyLimits,
 };
@@ -30,7 +34,10 @@ fuzz_target!(|data: &[u8]| {
         let end = data.len() - buf.len();
         let raw = &data[at..end];
         at = end;
-        if kind != link_kind::FRAGMENT && kind != link_kind::FRAGMENT_RESUME {
+        if kind != link_kind::FRAGMENT
+            && kind != link_kind::FRAGMENT_RESUME
+            && kind != link_kind::FRAGMENT_COMPRESSED
+        {
             continue;
         }
         let Ok(frame) = LinkFrame::decode(kind, body) else {
@@ -41,6 +48,35 @@ fuzz_target!(|data: &[u8]| {
             .encode(&mut enc)
             .expect("a decoded link frame encodes");
         assert_eq!(&enc[..], raw, "re-encoding {frame:?}");
+        // A compressed piece is decompressed (bounded by the frame limit, as
+        // the router does) and taken as the `Fragment` it stands for.
+        let frame = match frame {
+            LinkFrame::FragmentCompressed {
+                id,
+                total,
+                checksum,
+                offset,
+                of,
+                codec,
+                raw_len,
+                data,
+            } => {
+                let Ok(piece) = decompress(codec, raw_len, &data, MIN_MAX_FRAME as usize) else {
+                    continue;
+                };
+                assert_eq!(piece.len(), raw_len as usize);
+                assert!(offset + piece.len() as u64 <= total, "decode checked the raw bounds");
+                LinkFrame::Fragment {
+                    id,
+                    total,
+                    checksum,
+                    offset,
+                    of,
+                    data: bytes::Bytes::from(piece),
+                }
+            }
+            f => f,
+        };
         match frame {
             LinkFrame::Fragment {
                 id,

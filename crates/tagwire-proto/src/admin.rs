@@ -1287,16 +1287,25 @@ pub struct FederationInfo {
 /// links"), in `tagwire list --links --json` as `compression`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CompressionInfo {
-    /// Events sent compressed (`ForwardCompressed`, `ReliableCompressed`).
+    /// Events sent compressed (`ForwardCompressed`, `ReliableCompressed`),
+    /// and pieces of events sent compressed (`FragmentCompressed`): each
+    /// piece counts one.
     pub compressed: u64,
-    /// Their encoded bytes before compression.
+    /// Their encoded bytes before compression (a piece: its raw bytes).
     pub raw_bytes: u64,
-    /// Their compressed bytes.
+    /// Their compressed bytes (with the 5-byte codec and length header).
     pub wire_bytes: u64,
-    /// Events of a compressed tag sent as they were: they did not shrink.
+    /// Events (or pieces) of a compressed tag sent as they were: they did
+    /// not shrink.
     pub not_smaller: u64,
-    /// Compressed events received and decompressed here.
+    /// Compressed events and pieces received and decompressed here.
     pub decompressed: u64,
+    /// Of `compressed`, the pieces (`FragmentCompressed`, link version 7).
+    #[serde(default)]
+    pub pieces: u64,
+    /// Of `decompressed`, the pieces.
+    #[serde(default)]
+    pub pieces_decompressed: u64,
     /// Compressed events refused here (over the frame limit, or a bad
     /// stream): each closed its link connection.
     pub failed: u64,

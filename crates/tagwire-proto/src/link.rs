@@ -21,12 +21,16 @@ use crate::writer::{patch_len, put_short_str as put_short, put_str16, FRAME_HEAD
 /// adds [`LinkFrame::Fragment`] and [`LinkFrame::FragmentResume`]; version 5
 /// adds [`LinkFrame::Compressed`]; version 6 adds the UDP ports of the
 /// bands to the acceptor's [`LinkFrame::Peer`] (`udp_bands`); version 7
-/// adds [`LinkFrame::ReliableTo`].
+/// adds [`LinkFrame::ReliableTo`] and [`LinkFrame::FragmentCompressed`].
 pub const LINK_VERSION: u16 = 7;
 /// The first link version that carries [`LinkFrame::ReliableTo`] (reliable
 /// events held for a daemon while it was unreachable, sent to it once it is
 /// reachable again); an older peer gets none.
 pub const RELIABLE_TO_LINK_VERSION: u16 = 7;
+/// The first link version that carries compressed pieces of an event
+/// ([`LinkFrame::FragmentCompressed`]); an older peer gets plain
+/// [`LinkFrame::Fragment`]s.
+pub const PIECE_COMPRESS_LINK_VERSION: u16 = 7;
 /// The first link version whose acceptor lists its bands' UDP ports in
 /// its `Peer` (`udp_bands`), so that a link dialed over UDP opens one
 /// session per band; an older peer's UDP link stays on the default band.
@@ -40,6 +44,9 @@ pub const COMPRESSED_HEADER_LEN: usize = 5;
 /// The first link version that carries events larger than a frame in
 /// pieces ([`LinkFrame::Fragment`]).
 pub const FRAGMENT_LINK_VERSION: u16 = 4;
+/// Bytes of a `FragmentCompressed` frame before its compressed data: a
+/// `Fragment`'s prefix, `u8 codec` and `u32 raw_len`.
+pub const FRAGMENT_COMPRESSED_PREFIX_LEN: usize = FRAGMENT_PREFIX_LEN + COMPRESSED_HEADER_LEN;
 /// Largest event a `Fragment` may describe: 4 GiB.
 pub const MAX_FRAGMENTED_EVENT: u64 = 1 << 32;
 /// Bytes of a `Fragment` frame before its data: header and fixed fields.
@@ -103,6 +110,9 @@ pub mod link_kind {
     /// `Reliable`: daemons on the way pass it toward `to`, which delivers it
     /// locally only.
     pub const RELIABLE_TO: u8 = 0x2d;
+    /// Either way (link version 7): a `Fragment` whose piece is compressed
+    /// on its own (0x2d is `ReliableTo`'s, also version 7).
+    pub const FRAGMENT_COMPRESSED: u8 = 0x2e;
 }
 
 /// How a [`LinkFrame::Compressed`] event is compressed (its `codec` byte).
@@ -474,6 +484,31 @@ pub enum LinkFrame {
         /// The compressed event.
         data: Bytes,
     },
+    /// A [`LinkFrame::Fragment`] whose piece is compressed on its own (link
+    /// version 7): `data` decompresses into exactly `raw_len` bytes of the
+    /// event at `offset`. Everything else (`id`, `total`, `checksum`,
+    /// `offset`, resume) is in the event's raw coordinates, as for a
+    /// `Fragment`; the receiver refuses a `raw_len` over its frame limit
+    /// before it allocates.
+    FragmentCompressed {
+        /// The sender's id for the event.
+        id: u64,
+        /// The event's (raw) length (≤ [`MAX_FRAGMENTED_EVENT`]).
+        total: u64,
+        /// CRC-32 (IEEE) of the whole raw event.
+        checksum: u32,
+        /// Where the piece starts in the raw event (`offset + raw_len ≤
+        /// total`).
+        offset: u64,
+        /// The frame the event belongs to.
+        of: FragmentOf,
+        /// How `data` is compressed.
+        codec: Codec,
+        /// The piece's length once decompressed.
+        raw_len: u32,
+        /// The compressed piece.
+        data: Bytes,
+    },
     /// The receiver holds the first `have` bytes of event (`id`, `total`,
     /// `checksum`) (link version 4): the sender continues from there
     /// (`have` = `total`: it has all of it; 0: start again).
@@ -505,6 +540,7 @@ impl LinkFrame {
             LinkFrame::ReliableTo { .. } => link_kind::RELIABLE_TO,
             LinkFrame::Fragment { .. } => link_kind::FRAGMENT,
             LinkFrame::FragmentResume { .. } => link_kind::FRAGMENT_RESUME,
+            LinkFrame::FragmentCompressed { .. } => link_kind::FRAGMENT_COMPRESSED,
             LinkFrame::Compressed {
                 of: FragmentOf::Forward { .. },
                 ..
@@ -680,30 +716,23 @@ impl LinkFrame {
                 data,
             } => {
                 check_fragment(*total, *offset, data.len() as u64)?;
-                out.put_u64_le(*id);
-                out.put_u64_le(*total);
-                out.put_u32_le(*checksum);
-                out.put_u64_le(*offset);
-                match *of {
-                    FragmentOf::Forward { origin, hops } => {
-                        out.put_u8(link_kind::FORWARD);
-                        out.put_u64_le(0);
-                        out.put_u64_le(origin);
-                        out.put_u8(hops);
-                    }
-                    FragmentOf::Reliable { seq, origin, hops } => {
-                        if seq == 0 {
-                            return Err(EncodeError::BadValue {
-                                what: "reliable sequence number",
-                                value: 0,
-                            });
-                        }
-                        out.put_u8(link_kind::RELIABLE);
-                        out.put_u64_le(seq);
-                        out.put_u64_le(origin);
-                        out.put_u8(hops);
-                    }
-                }
+                put_fragment_head(out, *id, *total, *checksum, *offset, of)?;
+                out.put_slice(data);
+            }
+            LinkFrame::FragmentCompressed {
+                id,
+                total,
+                checksum,
+                offset,
+                of,
+                codec,
+                raw_len,
+                data,
+            } => {
+                check_fragment(*total, *offset, u64::from(*raw_len))?;
+                put_fragment_head(out, *id, *total, *checksum, *offset, of)?;
+                out.put_u8(codec.code());
+                out.put_u32_le(*raw_len);
                 out.put_slice(data);
             }
             LinkFrame::FragmentResume {
@@ -946,52 +975,46 @@ impl LinkFrame {
                     data: body.slice(used..),
                 });
             }
-            link_kind::FRAGMENT => {
-                let id = r.u64("fragment id")?;
-                let total = r.u64("fragment total length")?;
-                let checksum = r.u32("fragment checksum")?;
-                let offset = r.u64("fragment offset")?;
-                let kind = r.u8("fragment frame kind")?;
-                let seq = r.u64("reliable sequence number")?;
-                let origin = r.u64("forward origin")?;
-                let hops = r.u8("hop count")?;
-                let of = match (kind, seq) {
-                    (link_kind::FORWARD, 0) => FragmentOf::Forward { origin, hops },
-                    (link_kind::FORWARD, s) => {
-                        return Err(DecodeError::BadValue {
-                            what: "sequence number of a Forward fragment (must be 0)",
-                            value: s,
-                        })
-                    }
-                    (link_kind::RELIABLE, 0) => {
-                        return Err(DecodeError::BadValue {
-                            what: "reliable sequence number",
-                            value: 0,
-                        })
-                    }
-                    (link_kind::RELIABLE, seq) => FragmentOf::Reliable { seq, origin, hops },
-                    (k, _) => {
-                        return Err(DecodeError::BadValue {
-                            what: "fragment frame kind (0x22 Forward or 0x27 Reliable)",
-                            value: k as u64,
-                        })
-                    }
+            link_kind::FRAGMENT | link_kind::FRAGMENT_COMPRESSED => {
+                let (id, total, checksum, offset, of) = fragment_head(&mut r)?;
+                let compressed = if kind == link_kind::FRAGMENT_COMPRESSED {
+                    let code = r.u8("compression codec")?;
+                    let codec = Codec::from_code(code).ok_or(DecodeError::BadValue {
+                        what: "compression codec (1 lz4, 2 zstd)",
+                        value: code as u64,
+                    })?;
+                    Some((codec, r.u32("decompressed piece length")?))
+                } else {
+                    None
                 };
-                let data = body.slice(46..);
-                check_fragment(total, offset, data.len() as u64).map_err(|e| match e {
+                let data = body.slice(r.pos()..);
+                let raw_len = compressed.map_or(data.len() as u64, |(_, n)| u64::from(n));
+                check_fragment(total, offset, raw_len).map_err(|e| match e {
                     EncodeError::BadValue { what, value } => DecodeError::BadValue { what, value },
                     _ => DecodeError::BadValue {
                         what: "fragment",
                         value: offset,
                     },
                 })?;
-                return Ok(LinkFrame::Fragment {
-                    id,
-                    total,
-                    checksum,
-                    offset,
-                    of,
-                    data,
+                return Ok(match compressed {
+                    None => LinkFrame::Fragment {
+                        id,
+                        total,
+                        checksum,
+                        offset,
+                        of,
+                        data,
+                    },
+                    Some((codec, raw_len)) => LinkFrame::FragmentCompressed {
+                        id,
+                        total,
+                        checksum,
+                        offset,
+                        of,
+                        codec,
+                        raw_len,
+                        data,
+                    },
                 });
             }
             link_kind::FRAGMENT_RESUME => {
@@ -1037,6 +1060,7 @@ pub fn link_frame_name(kind: u8) -> &'static str {
         link_kind::FRAGMENT_RESUME => "FragmentResume",
         link_kind::FORWARD_COMPRESSED => "ForwardCompressed",
         link_kind::RELIABLE_COMPRESSED => "ReliableCompressed",
+        link_kind::FRAGMENT_COMPRESSED => "FragmentCompressed",
         _ => "unknown link frame",
     }
 }
@@ -1052,6 +1076,79 @@ pub fn forward_prefix(origin: u64, hops: u8, event_len: usize) -> [u8; FORWARD_P
     p[5..13].copy_from_slice(&origin.to_le_bytes());
     p[13] = hops;
     p
+}
+
+/// The fields every piece starts with (`Fragment`, `FragmentCompressed`):
+/// `u64 id`, `u64 total`, `u32 checksum`, `u64 offset`, `u8 kind`, `u64
+/// seq` (0 for a `Forward`), `u64 origin`, `u8 hops`.
+fn put_fragment_head(
+    out: &mut BytesMut,
+    id: u64,
+    total: u64,
+    checksum: u32,
+    offset: u64,
+    of: &FragmentOf,
+) -> Result<(), EncodeError> {
+    out.put_u64_le(id);
+    out.put_u64_le(total);
+    out.put_u32_le(checksum);
+    out.put_u64_le(offset);
+    match *of {
+        FragmentOf::Forward { origin, hops } => {
+            out.put_u8(link_kind::FORWARD);
+            out.put_u64_le(0);
+            out.put_u64_le(origin);
+            out.put_u8(hops);
+        }
+        FragmentOf::Reliable { seq, origin, hops } => {
+            if seq == 0 {
+                return Err(EncodeError::BadValue {
+                    what: "reliable sequence number",
+                    value: 0,
+                });
+            }
+            out.put_u8(link_kind::RELIABLE);
+            out.put_u64_le(seq);
+            out.put_u64_le(origin);
+            out.put_u8(hops);
+        }
+    }
+    Ok(())
+}
+
+/// Reads what [`put_fragment_head`] writes.
+fn fragment_head(r: &mut Reader<'_>) -> Result<(u64, u64, u32, u64, FragmentOf), DecodeError> {
+    let id = r.u64("fragment id")?;
+    let total = r.u64("fragment total length")?;
+    let checksum = r.u32("fragment checksum")?;
+    let offset = r.u64("fragment offset")?;
+    let kind = r.u8("fragment frame kind")?;
+    let seq = r.u64("reliable sequence number")?;
+    let origin = r.u64("forward origin")?;
+    let hops = r.u8("hop count")?;
+    let of = match (kind, seq) {
+        (link_kind::FORWARD, 0) => FragmentOf::Forward { origin, hops },
+        (link_kind::FORWARD, s) => {
+            return Err(DecodeError::BadValue {
+                what: "sequence number of a Forward fragment (must be 0)",
+                value: s,
+            })
+        }
+        (link_kind::RELIABLE, 0) => {
+            return Err(DecodeError::BadValue {
+                what: "reliable sequence number",
+                value: 0,
+            })
+        }
+        (link_kind::RELIABLE, seq) => FragmentOf::Reliable { seq, origin, hops },
+        (k, _) => {
+            return Err(DecodeError::BadValue {
+                what: "fragment frame kind (0x22 Forward or 0x27 Reliable)",
+                value: k as u64,
+            })
+        }
+    };
+    Ok((id, total, checksum, offset, of))
 }
 
 /// A fragment's (or resume point's) bounds: `total` ≤ 4 GiB and
@@ -1217,6 +1314,54 @@ mod tests {
         let mut buf = BytesMut::new();
         f.encode(&mut buf).unwrap();
         assert_eq!(buf.len(), FRAGMENT_PREFIX_LEN + 3);
+    }
+
+    #[test]
+    fn a_compressed_piece_has_a_fragments_prefix_then_codec_and_raw_length() {
+        let f = LinkFrame::FragmentCompressed {
+            id: 1,
+            total: 100,
+            checksum: 2,
+            offset: 90,
+            of: FragmentOf::Reliable {
+                seq: 1,
+                origin: 2,
+                hops: 0,
+            },
+            codec: Codec::Lz4,
+            raw_len: 10,
+            data: Bytes::from_static(b"abc"),
+        };
+        let mut buf = BytesMut::new();
+        f.encode(&mut buf).unwrap();
+        assert_eq!(buf.len(), FRAGMENT_COMPRESSED_PREFIX_LEN + 3);
+        assert_eq!(buf[4], link_kind::FRAGMENT_COMPRESSED);
+        assert_eq!(buf[FRAGMENT_PREFIX_LEN], Codec::Lz4.code());
+        // Its raw length reaches past the event's end: refused both ways,
+        // though its compressed bytes would fit.
+        let mut past = f.clone();
+        if let LinkFrame::FragmentCompressed { raw_len, .. } = &mut past {
+            *raw_len = 11;
+        }
+        let e = past.encode(&mut BytesMut::new()).unwrap_err().to_string();
+        assert!(e.contains("fragment offset"), "{e}");
+        let mut body = buf[5..].to_vec();
+        let at = FRAGMENT_PREFIX_LEN - 5 + 1;
+        body[at..at + 4].copy_from_slice(&11u32.to_le_bytes());
+        let e = LinkFrame::decode(link_kind::FRAGMENT_COMPRESSED, Bytes::from(body.clone()))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("fragment offset"), "{e}");
+        // An unknown codec.
+        body[at - 1] = 9;
+        let e = LinkFrame::decode(link_kind::FRAGMENT_COMPRESSED, Bytes::from(body))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("compression codec"), "{e}");
+        assert_eq!(
+            link_frame_name(link_kind::FRAGMENT_COMPRESSED),
+            "FragmentCompressed"
+        );
     }
 
     #[test]
@@ -1487,6 +1632,29 @@ mod tests {
             prop_assert_eq!(roundtrip(&f), f);
             let r = LinkFrame::FragmentResume { id, total, checksum, have: offset };
             prop_assert_eq!(roundtrip(&r), r);
+        }
+
+        /// Every valid compressed piece decodes to itself: its raw length,
+        /// not its compressed bytes, is what must fit in the event.
+        #[test]
+        fn compressed_fragments_roundtrip(
+            id in any::<u64>(),
+            total in 0u64..=MAX_FRAGMENTED_EVENT,
+            checksum in any::<u32>(),
+            at in any::<u64>(),
+            raw in any::<u32>(),
+            data in prop::collection::vec(any::<u8>(), 0..64),
+            seq in any::<u64>(),
+            origin in any::<u64>(),
+            hops in any::<u8>(),
+            zstd in any::<bool>(),
+        ) {
+            let raw_len = (u64::from(raw)).min(total);
+            let offset = at % (total - raw_len + 1);
+            let of = if seq == 0 { FragmentOf::Forward { origin, hops } } else { FragmentOf::Reliable { seq, origin, hops } };
+            let codec = if zstd { Codec::Zstd } else { Codec::Lz4 };
+            let f = LinkFrame::FragmentCompressed { id, total, checksum, offset, of, codec, raw_len: raw_len as u32, data: Bytes::from(data) };
+            prop_assert_eq!(roundtrip(&f), f);
         }
 
         #[test]

@@ -696,6 +696,23 @@ fn link_vectors() -> Vec<(&'static str, LinkFrame)> {
             },
         ),
         (
+            "link_fragment_compressed",
+            LinkFrame::FragmentCompressed {
+                id: 0x11,
+                total: 5,
+                checksum: 0x3610_a686,
+                offset: 0,
+                of: tagwire_proto::FragmentOf::Reliable {
+                    seq: 5,
+                    origin: 0x0102_0304_0506_0708,
+                    hops: 1,
+                },
+                codec: tagwire_proto::Codec::Lz4,
+                raw_len: 5,
+                data: Bytes::from_static(b"\x50hello"),
+            },
+        ),
+        (
             "link_fragment_resume",
             LinkFrame::FragmentResume {
                 id: 0x11,
@@ -1170,7 +1187,7 @@ fn the_frame_type_tables_list_exactly_the_frames_the_decoder_knows() {
     }
     // The text under the table names the unlisted ranges.
     assert!(
-        common::PROTOCOL_MD.contains("(`0x00`, `0x1e`–`0x1f`, `0x2d`–`0xff`)"),
+        common::PROTOCOL_MD.contains("(`0x00`, `0x1e`–`0x1f`, `0x2f`–`0xff`)"),
         "the unknown ranges are named"
     );
 }

@@ -78,14 +78,16 @@ pub(crate) fn blob(counters: &mut CompressionInfo, codec: Codec, event: &[u8]) -
     Some(b.freeze())
 }
 
-/// Decompresses an arriving compressed event, bounded by `limits.max_frame`;
-/// a bad one is counted and closes the link connection (as a bad `Forward`
+/// Decompresses an arriving compressed event (`what`: "event") or piece of
+/// one ("piece", `FragmentCompressed`), bounded by `limits.max_frame`; a
+/// bad one is counted and closes the link connection (as a bad `Forward`
 /// does), naming why.
 pub(crate) fn decompress(
     st: &mut State,
     codec: Codec,
     raw_len: u32,
     data: &[u8],
+    what: &str,
 ) -> Result<Bytes, (ErrorCode, String)> {
     let max = st.config.limits.max_frame as usize;
     // The buffer it decompresses into is charged to the memory budget for
@@ -97,7 +99,7 @@ pub(crate) fn decompress(
         return Err((
             ErrorCode::LimitReached,
             format!(
-                "a compressed event on a link declares {raw_len} bytes; the memory budget has {} \
+                "a compressed {what} on a link declares {raw_len} bytes; the memory budget has {} \
                  free (limits.max_buffered_bytes = {})",
                 st.memory.room(),
                 st.memory.max()
@@ -115,7 +117,7 @@ pub(crate) fn decompress(
             st.fed.compress.counters.failed += 1;
             Err((
                 ErrorCode::Malformed,
-                format!("bad compressed event on a link: {e}"),
+                format!("bad compressed {what} on a link: {e}"),
             ))
         }
     }
@@ -136,12 +138,13 @@ mod tests {
         let raw = vec![b'a'; 64 << 10];
         let data = tagwire_core::compress::compress(Codec::Lz4, &raw).expect("it shrinks");
         // The budget has room: decompressed, and the charge given back.
-        let e = decompress(&mut st, Codec::Lz4, raw.len() as u32, &data).expect("room");
+        let e = decompress(&mut st, Codec::Lz4, raw.len() as u32, &data, "event").expect("room");
         assert_eq!(e.len(), raw.len());
         assert_eq!(st.memory.used(), 0);
         // Queues hold all but 1 KiB of it: refused naming the budget.
         assert!(st.memory.try_reserve((1 << 20) - 1024));
-        let err = decompress(&mut st, Codec::Lz4, raw.len() as u32, &data).expect_err("no room");
+        let err =
+            decompress(&mut st, Codec::Lz4, raw.len() as u32, &data, "piece").expect_err("no room");
         assert_eq!(err.0, ErrorCode::LimitReached);
         assert!(err.1.contains("max_buffered_bytes"), "{}", err.1);
         assert_eq!(st.fed.compress.counters.failed, 1);

@@ -421,8 +421,9 @@ impl Sink<Arc<Channel>> for Execute<'_, '_, '_> {
         } && conn_of(self.links)
             .and_then(|c| self.rel.conns.get(&c))
             .is_some_and(|c| c.piece > 0);
-        // Pieces go uncompressed: an event is not compressed whole on the
-        // lane only to be sent raw in pieces.
+        // An event in pieces is not compressed whole here: each piece is
+        // compressed on its own when it is sent (link version 7, the held
+        // event's `compression`), so the work per step is one piece's.
         let packed = match self.compression.codec {
             Some(_) if !in_pieces => conn_of(self.links).and_then(|c| self.packed_for(c)),
             _ => None,
@@ -453,6 +454,7 @@ impl Sink<Arc<Channel>> for Execute<'_, '_, '_> {
                     tries: 0,
                     packed: packed.clone(),
                     to: None,
+                    compression: self.compression,
                 };
                 let offered = crate::reliable::offer(self.rel, conn, held, self.max_control);
                 if let crate::reliable::Offered::Rejected { report: true } = offered {

@@ -149,6 +149,13 @@ pub(crate) async fn run(state: Arc<Locked<State>>, lane: crate::state::lanes::La
             crate::node_io::handle_timeout(&mut st, now_ns());
         }
         crate::reliable::tick(&mut st);
+        // What compressing pieces spared comes off each link's bytes out.
+        let fed = &mut st.fed;
+        for (peer, saved) in fed.reliable.fragments.compression.saved.drain() {
+            if let Some(l) = fed.links.get_mut(&peer) {
+                l.bytes_out = l.bytes_out.saturating_sub(saved);
+            }
+        }
         crate::node_io::tell_healed(&mut st);
         let now = now_ns();
         if now >= next_probe {

@@ -22,7 +22,7 @@ use tagwire_core::federation::NodeId;
 use tagwire_core::queue::{BoundedQueue, DiscardPolicy, OrderPolicy};
 use tagwire_proto::{
     ErrorCode, FragmentOf, LinkFrame, COMPRESS_LINK_VERSION, FRAGMENT_LINK_VERSION,
-    MIN_LINK_VERSION, RELIABLE_LINK_VERSION, UDP_BANDS_LINK_VERSION,
+    MIN_LINK_VERSION, PIECE_COMPRESS_LINK_VERSION, RELIABLE_LINK_VERSION, UDP_BANDS_LINK_VERSION,
 };
 
 use crate::channel::{Channel, Outbox};
@@ -194,6 +194,57 @@ pub(crate) fn on_frame(
                 &arrived_on,
             )
         }
+        LinkFrame::FragmentCompressed {
+            id,
+            total,
+            checksum,
+            offset,
+            of,
+            codec,
+            raw_len,
+            data,
+        } => {
+            // A piece compressed on its own (link version 7): decompressed,
+            // bounded as a `Compressed` event is, then taken as the
+            // `Fragment` it stands for.
+            let ok = st
+                .fed
+                .reliable
+                .conns
+                .get(&c.conn)
+                .is_some_and(|c| c.compress_pieces);
+            if !ok {
+                return Err((
+                    ErrorCode::Malformed,
+                    format!(
+                        "a FragmentCompressed on a link of version {} or lower (it came in \
+                         version {PIECE_COMPRESS_LINK_VERSION})",
+                        PIECE_COMPRESS_LINK_VERSION - 1
+                    ),
+                ));
+            }
+            let data = crate::compress::decompress(&mut st, codec, raw_len, &data, "piece")?;
+            st.fed.compress.counters.pieces_decompressed += 1;
+            let arrived_on = st.band_of(c.conn);
+            let blob = tagwire_core::fragment::BlobId {
+                id,
+                total,
+                checksum,
+            };
+            c.stage.arrived = c.arrived;
+            crate::fragment::on_fragment(
+                &mut st,
+                c.stage,
+                c.outbox,
+                c.conn,
+                peer,
+                blob,
+                offset,
+                of,
+                data,
+                &arrived_on,
+            )
+        }
         LinkFrame::FragmentResume {
             id,
             total,
@@ -260,7 +311,7 @@ pub(crate) fn on_frame(
             // Handled as the `Forward` or `Reliable` it was (see
             // [`crate::compress`]); `chunk` is `None`: the event is a buffer
             // of its own.
-            let event = crate::compress::decompress(&mut st, codec, raw_len, &data)?;
+            let event = crate::compress::decompress(&mut st, codec, raw_len, &data, "event")?;
             c.stage.arrived = c.arrived;
             match of {
                 FragmentOf::Forward { origin, hops } => crate::forwarded::on_forward(
@@ -687,7 +738,7 @@ fn without_version(version: u16) -> &'static str {
     match version {
         v if v >= tagwire_proto::RELIABLE_TO_LINK_VERSION => {
             "reliable events held for a daemon that was away (a partition) are not sent over that \
-             link"
+             link, and events in pieces cross it uncompressed"
         }
         v if v >= UDP_BANDS_LINK_VERSION => {
             "a udp:// link to it carries every band on the default band's session"

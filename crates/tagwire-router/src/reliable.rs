@@ -181,7 +181,7 @@ pub(crate) fn offer(rel: &mut Reliable, conn: u64, held: Held, max_control: usiz
     let peer = cr.peer;
     match cr.send.push(held, bytes) {
         Push::Held { evicted, .. } => {
-            rel.counters.pieces_sent += transmit(cr, max_control);
+            rel.counters.pieces_sent += transmit(cr, max_control, &mut rel.fragments.compression);
             rel.counters.held += 1;
             if upstream.is_some() {
                 rel.obligations += 1;
@@ -223,7 +223,7 @@ pub(crate) fn offer(rel: &mut Reliable, conn: u64, held: Held, max_control: usiz
 /// [`transmit`] on connection `conn`, counting the pieces.
 pub(crate) fn transmit_conn(rel: &mut Reliable, conn: u64, max_control: usize) {
     if let Some(cr) = rel.conns.get_mut(&conn) {
-        rel.counters.pieces_sent += transmit(cr, max_control);
+        rel.counters.pieces_sent += transmit(cr, max_control, &mut rel.fragments.compression);
     }
 }
 
@@ -231,12 +231,17 @@ pub(crate) fn transmit_conn(rel: &mut Reliable, conn: u64, max_control: usize) {
 /// as many as it takes (the rest go on the next tick or acknowledgement).
 /// An event larger than the connection's piece size goes in pieces
 /// ([`send_pieces`](crate::state::fragment::send_pieces)), marked sent once its last piece is written.
-/// Returns the pieces written.
-fn transmit(cr: &mut ConnRel, max_control: usize) -> u64 {
+/// Returns the pieces written; `comp` counts the pieces compressed.
+fn transmit(
+    cr: &mut ConnRel,
+    max_control: usize,
+    comp: &mut crate::state::fragment::PieceCompression,
+) -> u64 {
     let mut pieces = 0;
     loop {
         if let Some(s) = cr.sending.as_mut() {
-            let (done, n) = crate::state::fragment::send_pieces(&cr.outbox, s, max_control);
+            let (done, n) =
+                crate::state::fragment::send_pieces(&cr.outbox, s, max_control, cr.peer, comp);
             pieces += n;
             if !done {
                 return pieces;
@@ -249,9 +254,20 @@ fn transmit(cr: &mut ConnRel, max_control: usize) -> u64 {
             return pieces;
         };
         if cr.piece > 0 && h.event.len() > cr.piece && h.to.is_none() {
-            if let Some(s) =
-                crate::state::fragment::start(seq, h.origin, h.hops, &h.event, cr.piece)
-            {
+            // Pieces compressed only if the peer takes them (version 7).
+            let compression = if cr.compress_pieces {
+                h.compression
+            } else {
+                tagwire_core::compress::Compression::default()
+            };
+            if let Some(s) = crate::state::fragment::start(
+                seq,
+                h.origin,
+                h.hops,
+                &h.event,
+                cr.piece,
+                compression,
+            ) {
                 cr.sending = Some(s);
                 continue;
             }
@@ -375,6 +391,7 @@ fn client_checkout<'r>(rel: &'r mut Reliable, conn: u64, outbox: &Arc<Outbox>) -
             piece: 0,
             sending: None,
             reliable_to: false,
+            compress_pieces: false,
         });
         (conn, cr)
     });
@@ -508,7 +525,8 @@ pub(crate) fn settle_copy(st: &mut State, conn: u64, seq: u64) -> Result<(), (Er
 /// An `Ack` arrived on link connection `conn`.
 pub(crate) fn on_ack(st: &mut State, conn: u64, ack: &Ack) -> Result<(), (ErrorCode, String)> {
     let max = st.config.limits.max_control_bytes;
-    let Some(cr) = st.fed.reliable.conns.get_mut(&conn) else {
+    let rel = &mut st.fed.reliable;
+    let Some(cr) = rel.conns.get_mut(&conn) else {
         return Err((
             ErrorCode::Malformed,
             "an Ack on a link of version 2 (no acknowledgements)".into(),
@@ -519,7 +537,7 @@ pub(crate) fn on_ack(st: &mut State, conn: u64, ack: &Ack) -> Result<(), (ErrorC
         .send
         .on_ack(ack)
         .map_err(|e| (ErrorCode::Malformed, format!("Ack: {e}")))?;
-    let pieces = transmit(cr, max);
+    let pieces = transmit(cr, max, &mut rel.fragments.compression);
     let r = &mut st.fed.reliable;
     r.counters.pieces_sent += pieces;
     for h in released.done {
@@ -804,6 +822,8 @@ pub(crate) fn pass_on_to(st: &mut State, p: &crate::state::reliable::PendingTo) 
         tries: 0,
         packed: None,
         to: Some((p.to, p.band.clone())),
+        // A `ReliableTo` goes whole, never in (compressed) pieces.
+        compression: tagwire_core::compress::Compression::default(),
     };
     let taken = offer_toward(st, held);
     // `offer` counted an obligation for it: the caller settled it already.
@@ -872,6 +892,7 @@ pub(crate) fn release(st: &mut State, to: NodeId, events: Vec<tagwire_core::node
             tries: 0,
             packed: None,
             to: Some((to, h.label.clone())),
+            compression: tagwire_core::compress::Compression::default(),
         };
         if offer_toward(st, held) {
             sent += 1;
@@ -966,9 +987,12 @@ impl Sink<Arc<crate::channel::Channel>> for Reroute<'_> {
             upstream: self.held.upstream,
             tries: self.held.tries.saturating_add(1),
             // Routed again: whole (this connection's peer may not speak
-            // link version 5).
+            // link version 5). Its pieces, if it goes in pieces, are
+            // compressed as before where the peer speaks version 7 (decided
+            // per connection when they are sent).
             packed: None,
             to: None,
+            compression: self.held.compression,
         };
         if offer(self.rel, l.conn, held, self.max) == Offered::Held {
             self.taken += 1;

@@ -281,7 +281,17 @@ impl Federation {
                     events_in: l.events_in,
                     bytes_in: l.bytes_in,
                     events_out: out,
-                    bytes_out: l.bytes_out,
+                    // Less what compressing its pieces spared since the
+                    // federation task last took it off.
+                    bytes_out: l.bytes_out.saturating_sub(
+                        self.reliable
+                            .fragments
+                            .compression
+                            .saved
+                            .get(id)
+                            .copied()
+                            .unwrap_or(0),
+                    ),
                     rate_in_bps: l.rate.0,
                     rate_out_bps: l.rate.1,
                     queue_depth: depth,
@@ -321,8 +331,29 @@ impl Federation {
             members: Vec::new(),
             bad_datagrams: 0,
             reliable: self.reliable.counters.clone(),
-            compression: self.compress.counters.clone(),
+            compression: with_pieces(
+                &self.compress.counters,
+                &self.reliable.fragments.compression.counters,
+            ),
         }
+    }
+}
+
+/// The compression counters of whole events (`whole`) with those of
+/// pieces sent compressed (`pieces`, which counts only what it sends).
+fn with_pieces(
+    whole: &tagwire_proto::admin::CompressionInfo,
+    pieces: &tagwire_proto::admin::CompressionInfo,
+) -> tagwire_proto::admin::CompressionInfo {
+    tagwire_proto::admin::CompressionInfo {
+        compressed: whole.compressed + pieces.compressed,
+        raw_bytes: whole.raw_bytes + pieces.raw_bytes,
+        wire_bytes: whole.wire_bytes + pieces.wire_bytes,
+        not_smaller: whole.not_smaller + pieces.not_smaller,
+        decompressed: whole.decompressed,
+        failed: whole.failed,
+        pieces: pieces.pieces,
+        pieces_decompressed: whole.pieces_decompressed,
     }
 }
 

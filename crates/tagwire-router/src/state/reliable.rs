@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
+use tagwire_core::compress::Compression;
 use tagwire_core::federation::NodeId;
 use tagwire_core::reliable::{Dedupe, RecvWindow, SendWindow, WindowFull, WindowLimits};
 
@@ -48,6 +49,10 @@ pub(crate) struct Held {
     /// was away, docs/reliability.md "A partition"), and the band it goes
     /// on. It goes whole and uncompressed, toward that daemon only.
     pub to: Option<(NodeId, Arc<str>)>,
+    /// Its tag's `compression`, for when it goes in pieces: each piece is
+    /// compressed on its own when it is sent, on a connection whose peer
+    /// speaks link version 7 (`ConnRel::compress_pieces`).
+    pub compression: Compression,
 }
 
 /// One link connection's windows (link version 3 only), or a client
@@ -75,6 +80,9 @@ pub(crate) struct ConnRel {
     pub sending: Option<super::fragment::Sending>,
     /// The peer speaks link version 7: it takes `ReliableTo`.
     pub reliable_to: bool,
+    /// The peer speaks link version 7: pieces may go compressed
+    /// (`FragmentCompressed`), and it may send them.
+    pub compress_pieces: bool,
 }
 
 /// A `Reliable` frame that arrived ahead of a gap on a lossy connection.
@@ -218,6 +226,7 @@ impl Reliable {
                 piece,
                 sending: None,
                 reliable_to: version >= tagwire_proto::RELIABLE_TO_LINK_VERSION,
+                compress_pieces: piece > 0 && version >= tagwire_proto::PIECE_COMPRESS_LINK_VERSION,
             },
         );
     }

@@ -65,7 +65,10 @@ fuzz_target!(|data: &[u8]| {
                     continue;
                 };
                 assert_eq!(piece.len(), raw_len as usize);
-                assert!(offset + piece.len() as u64 <= total, "decode checked the raw bounds");
+                assert!(
+                    offset + piece.len() as u64 <= total,
+                    "decode checked the raw bounds"
+                );
                 LinkFrame::Fragment {
                     id,
                     total,

@@ -114,7 +114,7 @@ fn band_ports(
 /// Handles a link frame. An error closes the connection (the caller sends
 /// it as the connection's last `Error`).
 pub(crate) fn on_frame(
-    c: LinkConn<'_>,
+    mut c: LinkConn<'_>,
     frame: LinkFrame,
     chunk: Option<u64>,
 ) -> Result<(), (ErrorCode, String)> {
@@ -173,27 +173,15 @@ pub(crate) fn on_frame(
             offset,
             of,
             data,
-        } => {
-            let arrived_on = st.band_of(c.conn);
-            let blob = tagwire_core::fragment::BlobId {
-                id,
-                total,
-                checksum,
-            };
-            c.stage.arrived = c.arrived;
-            crate::fragment::on_fragment(
-                &mut st,
-                c.stage,
-                c.outbox,
-                c.conn,
-                peer,
-                blob,
-                offset,
-                of,
-                data,
-                &arrived_on,
-            )
-        }
+        } => on_piece(
+            &mut st,
+            &mut c,
+            peer,
+            (id, total, checksum),
+            offset,
+            of,
+            data,
+        ),
         LinkFrame::FragmentCompressed {
             id,
             total,
@@ -225,24 +213,14 @@ pub(crate) fn on_frame(
             }
             let data = crate::compress::decompress(&mut st, codec, raw_len, &data, "piece")?;
             st.fed.compress.counters.pieces_decompressed += 1;
-            let arrived_on = st.band_of(c.conn);
-            let blob = tagwire_core::fragment::BlobId {
-                id,
-                total,
-                checksum,
-            };
-            c.stage.arrived = c.arrived;
-            crate::fragment::on_fragment(
+            on_piece(
                 &mut st,
-                c.stage,
-                c.outbox,
-                c.conn,
+                &mut c,
                 peer,
-                blob,
+                (id, total, checksum),
                 offset,
                 of,
                 data,
-                &arrived_on,
             )
         }
         LinkFrame::FragmentResume {
@@ -730,6 +708,38 @@ pub(crate) fn refused_by_peer(addr: &str, code: ErrorCode, message: &str) -> Str
         ),
         _ => format!("peer daemon {addr} reported {code:?}: {message}"),
     }
+}
+
+/// A piece of an event in pieces (a `Fragment`, or a `FragmentCompressed`
+/// once decompressed), taken on toward reassembly.
+fn on_piece(
+    st: &mut State,
+    c: &mut LinkConn<'_>,
+    peer: NodeId,
+    (id, total, checksum): (u64, u64, u32),
+    offset: u64,
+    of: tagwire_proto::FragmentOf,
+    data: bytes::Bytes,
+) -> Result<(), (ErrorCode, String)> {
+    let arrived_on = st.band_of(c.conn);
+    let blob = tagwire_core::fragment::BlobId {
+        id,
+        total,
+        checksum,
+    };
+    c.stage.arrived = c.arrived;
+    crate::fragment::on_fragment(
+        st,
+        c.stage,
+        c.outbox,
+        c.conn,
+        peer,
+        blob,
+        offset,
+        of,
+        data,
+        &arrived_on,
+    )
 }
 
 /// What a link of a version below `version` lacks, for the warning when a

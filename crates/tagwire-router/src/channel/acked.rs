@@ -59,6 +59,13 @@ pub(crate) struct AckedDelivery {
     pub(super) publishers_held: Count,
 }
 
+/// Whether a reliable subscription's queue of `len` (of `bound`) holds an
+/// acknowledged publisher back: the one threshold that holds it, and whose
+/// crossing back down releases it.
+fn half_full(len: usize, bound: usize) -> bool {
+    len * 2 >= bound
+}
+
 /// The longest an acknowledged publisher is held back for one
 /// subscription's full queue (DDS's `max_blocking_time`, whose default is
 /// also 100 ms); after it the subscription's `discard` policy applies.
@@ -154,7 +161,7 @@ impl Channel {
             return false;
         }
         let q = self.queue.borrow_mut();
-        let over = q.len() * 2 >= q.bound();
+        let over = half_full(q.len(), q.bound());
         drop(q);
         if over {
             a.held_back.set(true);
@@ -179,7 +186,7 @@ impl Channel {
             notified.as_mut().enable();
             {
                 let q = self.queue.borrow_mut();
-                if q.len() * 2 < q.bound() || a.parked.get() {
+                if !half_full(q.len(), q.bound()) || a.parked.get() {
                     return;
                 }
             }
@@ -196,7 +203,7 @@ impl Channel {
     /// the queue is below half, and forgets a give-up.
     pub(super) fn drained_to(&self, len: usize, bound: usize) {
         if let Some(a) = self.acked.as_ref() {
-            if len * 2 < bound && (a.held_back.get() || a.gave_up.get()) {
+            if !half_full(len, bound) && (a.held_back.get() || a.gave_up.get()) {
                 a.held_back.set(false);
                 a.gave_up.set(false);
                 a.drained.notify_waiters();
